@@ -1,0 +1,30 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch/torchvision are pinned here only for this machine's local wheel cache; the package
+# itself accepts any torch>=2.1 (see pyproject.toml).
+TORCH_PIN ?= torch==2.14.1 torchvision==0.29.1
+
+$(BIN)/laya: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(BIN)/laya
+
+.PHONY: install demo test test-slow bench
+install: $(BIN)/laya
+
+demo: install
+	$(BIN)/laya train --dataset digits --out model.pt
+	$(BIN)/laya info model.pt
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
+
+bench: install
+	$(BIN)/python -m benchmarks

@@ -1,0 +1,178 @@
+"""The ``laya`` command line: parse options, call the library, render. No maths here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from typer.core import TyperGroup
+
+from . import progress
+from .errors import LayaError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class LayaGroup(TyperGroup):
+    """Turns user mistakes into one line on stderr and exit code 2, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except LayaError as e:
+            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("[bold red]interrupted[/]")
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=LayaGroup,
+    help="Layer-attribution auditing with LAYA heads: train, audit, export.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _split_csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise LayaError("--device cuda asked for, but no CUDA device is available")
+    if device not in ("cpu", "cuda"):
+        raise LayaError(f"--device must be auto, cpu or cuda, got '{device}'")
+    return device
+
+
+@app.command()
+def train(
+    backbone: Annotated[str, typer.Option(help="mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")] = "mlp",
+    dataset: Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")] = "digits",
+    head: Annotated[str, typer.Option(help="laya, last, concat or scalarmix.")] = "laya",
+    out: Annotated[Path, typer.Option(help="Where to write the checkpoint.")] = Path("model.pt"),
+    data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
+    label: Annotated[str, typer.Option(help="artworks only: genre or artist.")] = "genre",
+    image_size: Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")] = None,
+    d_star: Annotated[int, typer.Option("--d-star", help="Adapter width d*.")] = 96,
+    tau: Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")] = 1.5,
+    psi: Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")] = "identity",
+    score_hidden: Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")] = 192,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 50,
+    batch_size: Annotated[int, typer.Option(help="Batch size.")] = 128,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 3e-4,
+    patience: Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")] = 1337,
+    layers: Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")] = None,
+    pool: Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")] = "auto",
+    pretrained: Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")] = False,
+    weights: Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")] = None,
+    finetune: Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")] = None,
+    trust_pickle: Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")] = False,
+    cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or per-epoch lines.")] = False,
+):
+    """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
+    from .data import DataRequest
+    from .heads import HeadConfig
+    from .train import TrainConfig, TrainRequest, train as run_training
+
+    progress.set_enabled(not quiet)
+    if pool not in ("auto", "cls", "mean"):
+        raise LayaError(f"--pool must be auto, cls or mean, got '{pool}'")
+    if trust_pickle:
+        err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
+    req = TrainRequest(
+        backbone=backbone, head=head,
+        head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
+        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed),
+        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
+                          device=resolve_device(device)),
+        layers=_split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
+        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out),
+    )
+
+    def on_epoch(r):
+        if not quiet:
+            mark = " [green]*best[/]" if r.best else ""
+            console.print(f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
+                          f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}", highlight=False)
+
+    ckpt = run_training(req, on_epoch)
+    m = ckpt["metrics"]
+    console.print(f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
+                  f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}", highlight=False)
+
+
+def checkpoint_summary(ckpt: dict) -> dict:
+    """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
+    spec = ckpt["backbone"]["spec"]
+    return {
+        "format_version": ckpt["format_version"],
+        "versions": ckpt["versions"],
+        "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
+        "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
+                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None},
+        "layers": list(ckpt["layers"]),
+        "dims": list(ckpt["dims"]),
+        "classes": list(ckpt["classes"]),
+        "dataset": ckpt["dataset"],
+        "metrics": ckpt["metrics"],
+        "train_config": ckpt.get("train_config", {}),
+        "epochs": len(ckpt.get("history", [])),
+    }
+
+
+@app.command()
+def info(
+    model: Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")] = False,
+):
+    """Show what a checkpoint holds: backbone, layers, head, classes and test metrics."""
+    from .checkpoint import read_checkpoint
+
+    summary = checkpoint_summary(read_checkpoint(model))
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    table = Table.grid(padding=(0, 2))
+    b, h, m = summary["backbone"], summary["head"], summary["metrics"]
+    rows = [
+        ("backbone", f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']})"),
+        ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
+        ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
+        ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
+         + (" …" if len(summary["classes"]) > 12 else "")),
+        ("dataset", summary["dataset"]["name"]),
+        ("test accuracy", f"{m['test_accuracy']:.4f}"),
+        ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
+        ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
+        ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/]", v)
+    console.print(Panel(table, title=f"laya checkpoint {model}", expand=False))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The data a trained model is audited or exported on: features r_1..r_L of a test split.
+
+Shared by ``laya audit`` and ``laya export``: the checkpoint's own dataset and test split
+by default, or ``--dataset/--data-dir``; ``--samples N`` takes a seeded subset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from . import backbones as bb
+from .data import DataRequest, is_file_dataset, load_dataset
+from .errors import LayaError
+from .features import FeatureCache, LayerFeatures, cache_key, cached_extract
+from .model import LayaModel
+from .progress import log
+
+
+@dataclass
+class EvalData:
+    features: LayerFeatures
+    images: Tensor  # the raw images of the same samples (uint8 or float), for thumbnails
+    index: Tensor  # positions of these samples within the test split
+    dataset: str
+
+
+def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
+    """All indices, or a seeded subset of ``samples`` of them in ascending order."""
+    if samples is None:
+        return torch.arange(n_total)
+    if samples < 1:
+        raise LayaError(f"--samples must be at least 1, got {samples}")
+    if samples >= n_total:
+        return torch.arange(n_total)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(n_total, generator=g)[:samples].sort().values
+
+
+def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
+                   samples: int | None = None, seed: int = 0, device: str = "cpu",
+                   use_cache: bool = True) -> EvalData:
+    if samples is not None and samples < 1:
+        raise LayaError(f"--samples must be at least 1, got {samples}")
+    ds = dict(model.checkpoint.get("dataset", {}))
+    name = dataset or ds.get("name", "digits")
+    same = name == ds.get("name")
+    image_size = ds.get("image_size") if same else None
+    if image_size is None and is_file_dataset(name):
+        size = model.backbone.adapter.size
+        image_size = size[0] if size else 32
+    req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else (ds.get("data_dir") if same else None),
+                      image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337))
+    data = load_dataset(req)
+    if data.skipped:
+        log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+    if len(data.classes) != len(model.classes):
+        raise LayaError(
+            f"dataset {name} has {len(data.classes)} classes but the checkpoint was trained on {len(model.classes)}"
+        )
+    test = data.test
+    index = select_samples(len(test), samples, seed)
+    images, labels = test.images[index], test.labels[index]
+    model.backbone.to(device)
+    cache = FeatureCache() if (use_cache and not model.spec.finetune) else None
+    key = cache_key(weights=bb.state_fingerprint(model.backbone.model.state_dict()), layers=model.spec.layers,
+                    pool=model.spec.pool, data=data.identity, split="test", seed=req.seed,
+                    index=index.tolist() if samples is not None else len(test))
+    feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features")
+    return EvalData(feats, images, index, name)
