@@ -181,7 +181,7 @@ def _glob_to_regex(pattern: str) -> re.Pattern:
     """'*' matches one module-name component, '**' any number of components."""
     out = ""
     for part in re.split(r"(\*\*|\*|\?)", pattern):
-        out += {"**": r".*", "*": r"[^.]+", "?": r"[^.]"}.get(part, re.escape(part))
+        out += {"**": r".*", "*": r"[^.]*", "?": r"[^.]"}.get(part, re.escape(part))
     return re.compile(out + r"\Z")
 
 
@@ -291,28 +291,25 @@ CLASSIFIER_KEYS = ("head.", "fc.", "classifier.", "heads.", "head_dist.", "last_
 
 def read_weights_file(path: str | Path, trust_pickle: bool = False) -> dict | nn.Module:
     """A state dict from .pt/.pth/.bin (weights_only) or .safetensors; a module only if trusted."""
-    path = Path(path)
-    if not path.is_file():
-        raise LayaError(f"weights file not found: {path}")
-    if path.suffix == ".safetensors":
+    from .trust import load_trusted_pickle, safe_torch_load
+
+    path = Path(path).expanduser()
+    if path.suffix == ".safetensors" and path.is_file():
         from safetensors.torch import load_file
 
         try:
             return load_file(str(path))
         except Exception as e:
-            raise LayaError(f"cannot read weights file {path}: {e}") from None
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        if not trust_pickle:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise LayaError(
-                f"cannot read weights file {path} safely ({reason[:160]}); "
-                "if it is a pickled model you trust, add --trust-pickle"
-            ) from None
-        from .trust import load_trusted_pickle
-
-        obj = load_trusted_pickle(path)
+            raise LayaError(f"cannot read weights file {path}: {type(e).__name__}") from None
+    if trust_pickle:
+        obj = load_trusted_pickle(path) if path.is_file() else safe_torch_load(path, "weights file")
+    else:
+        try:
+            obj = safe_torch_load(path, "weights file")
+        except LayaError as e:
+            if "pickled Python objects" in str(e):
+                raise LayaError(f"{e}; if it is a pickled model you trust, add --trust-pickle") from None
+            raise
     if isinstance(obj, nn.Module):
         return obj
     if isinstance(obj, dict):
@@ -327,7 +324,11 @@ def read_weights_file(path: str | Path, trust_pickle: bool = False) -> dict | nn
 
 def load_state(model: nn.Module, state_dict: dict, name: str) -> None:
     """Load weights; the checkpoint's own classifier is ignored (we replace it with a head)."""
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        detail = next((l.strip() for l in str(e).splitlines() if "mismatch" in l), "shape mismatch")
+        raise LayaError(f"weights do not fit {name}: {detail[:200]}") from None
     unexpected = [k for k in unexpected if not k.startswith(CLASSIFIER_KEYS)]
     missing = [k for k in missing if not k.startswith(CLASSIFIER_KEYS)]
     if missing or unexpected:

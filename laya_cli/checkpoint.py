@@ -17,6 +17,7 @@ from .errors import LayaError
 from .fileio import atomic_path
 from .heads import HeadConfig, build_head
 from .model import LayaModel
+from .trust import safe_torch_load
 
 FORMAT = "laya-checkpoint"
 FORMAT_VERSION = 1
@@ -39,19 +40,7 @@ def save_checkpoint(ckpt: dict, path: str | Path) -> None:
 def read_checkpoint(path: str | Path) -> dict:
     """Load and validate a checkpoint dict. Never unpickles code (weights_only=True)."""
     path = Path(path).expanduser()
-    if not path.exists():
-        raise LayaError(f"checkpoint not found: {path}")
-    if not path.is_file():
-        raise LayaError(f"checkpoint is not a file: {path}")
-    if path.stat().st_size == 0:
-        raise LayaError(f"checkpoint {path} is empty (0 bytes)")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
-            raise LayaError(f"{path} is not a laya checkpoint: it needs unsafe unpickling, which laya refuses") from None
-        raise LayaError(f"{path} is not a readable laya checkpoint (corrupt or truncated: {first[:120]})") from None
+    ckpt = safe_torch_load(path, "checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise LayaError(f"{path} is not a laya checkpoint (no '{FORMAT}' marker)")
     version = ckpt.get("format_version")

@@ -120,6 +120,110 @@ def train(
                   f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}", highlight=False)
 
 
+@app.command()
+def audit(
+    model: Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")],
+    compare: Annotated[str, typer.Option(help="Methods to compare with laya and random: ig, gradxact, saliency, contrib, global (comma list), 'all', or '' for none.")] = "ig,gradxact",
+    samples: Annotated[Optional[int], typer.Option(help="Audit a seeded random subset of N test samples (default: all).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the --samples subset and of the random method.")] = 0,
+    dataset: Annotated[Optional[str], typer.Option(help="Audit another dataset (default: the checkpoint's own test split).")] = None,
+    data_dir: Annotated[Optional[str], typer.Option(help="Where that dataset lives (see docs/datasets.md).")] = None,
+    ablation: Annotated[str, typer.Option(help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads).")] = "mean",
+    target: Annotated[str, typer.Option(help="Class explained: predicted (ŷ) or label (the true class).")] = "predicted",
+    reduce: Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum (signed), abs or l2.")] = "sum",
+    steps: Annotated[int, typer.Option(help="Integrated Gradients steps.")] = 32,
+    internal_batch_size: Annotated[Optional[int], typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Samples per audited batch.")] = 256,
+    by_class: Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")] = False,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every number and setting as JSON to this file.")] = None,
+    markdown: Annotated[Optional[Path], typer.Option(help="Write the table as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")] = None,
+    fail_under: Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Repeatable.")] = None,
+    cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")] = False,
+):
+    """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
+    from . import audit as A
+    from .checkpoint import load_model
+    from .evaldata import load_eval_data
+    from .fileio import atomic_write_text, check_writable
+    from .report import audit_class_tables, audit_markdown, audit_rich_table
+
+    progress.set_enabled(not quiet)
+    if samples is not None and samples < 1:
+        raise LayaError(f"--samples must be at least 1, got {samples}")
+    settings = A.AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
+                               internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
+                               by_class=by_class, device=resolve_device(device)).validate()
+    methods = A.parse_methods(compare)
+    thresholds = A.parse_thresholds(fail_under, methods)
+    for path in (json_out, markdown):
+        if path is not None:
+            check_writable(path)
+    laya_model = load_model(model)
+    data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
+    result = A.run_audit(laya_model, data, methods, settings)
+    result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
+                            "fail_under": [str(t) for t in thresholds]})
+    misses = A.check_thresholds(result, thresholds)
+
+    console.print(audit_rich_table(result))
+    for table in audit_class_tables(result):
+        console.print(table)
+    for note in result.notes:
+        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    if json_out is not None:
+        doc = result.to_dict()
+        doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
+        atomic_write_text(json_out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    if markdown is not None:
+        atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None))
+    if misses:
+        for miss in misses:
+            err_console.print(f"[bold red]fail-under:[/] {miss}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if thresholds:
+        err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
+
+
+@app.command("export")
+def export_cmd(
+    model: Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")],
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite.")] = Path("export"),
+    fmt: Annotated[str, typer.Option("--format", help="Per-sample table format: csv, parquet (needs pyarrow) or npz.")] = "csv",
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")] = True,
+    strip: Annotated[int, typer.Option("--strip", metavar="K", help="How many samples the image strip shows (0 = no strip).")] = 8,
+    dataset: Annotated[Optional[str], typer.Option(help="Dataset to export on (default: the checkpoint's own, test split).")] = None,
+    data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
+    samples: Annotated[Optional[int], typer.Option(help="Export a seeded random subset of N test samples (default: all).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the --samples subset.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
+):
+    """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display needed (plots.py draws without pyplot anyway)
+    from .export import run_export, shift_table
+
+    progress.set_enabled(not quiet)
+    exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
+                     samples=samples, seed=seed, device=resolve_device(device), overwrite=overwrite)
+    for note in exp.notes:
+        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    if quiet:
+        return
+    if exp.has_alpha:
+        g = exp.global_profile
+        a = g[(g["quantity"] == "alpha") & (g["subset"] == "all")]
+        console.print("mean α per layer:  " + "  ".join(f"{name} {m:.3f}" for name, m in zip(a["layer"], a["mean"])),
+                      highlight=False)
+        console.print(shift_table(exp))
+    console.print(f"[bold]exported {exp.n:,} samples[/] (accuracy {exp.accuracy:.4f}, {len(exp.files)} files) "
+                  f"-> {exp.out}/   report: {exp.out / 'report.html'}", highlight=False)
+
+
 def checkpoint_summary(ckpt: dict) -> dict:
     """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
     spec = ckpt["backbone"]["spec"]

@@ -114,7 +114,7 @@ def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: Fe
     if cache is not None:
         hit = cache.load(key)
         if hit is not None and len(hit) == len(labels):
-            log(f"reusing cached features for {description} ({cache.root / key}.pt)")
+            log(f"reusing cached {description} ({cache.root / key}.pt)")
             return hit
     feats = extract(backbone, images, labels, batch_size, device, description)
     if cache is not None:

@@ -18,8 +18,12 @@ def check_writable(path: str | Path) -> Path:
         raise LayaError(f"cannot write {path}: it is a directory")
     if not parent.is_dir():
         raise LayaError(f"cannot write {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise LayaError(f"cannot write {path}: folder {parent} is not writable")
+    try:  # the only reliable test (root ignores mode bits, read-only mounts don't)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise LayaError(f"cannot write {path}: folder {parent} is not writable ({e.strerror})") from None
     return path
 
 

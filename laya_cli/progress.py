@@ -34,4 +34,4 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
 def log(message: str) -> None:
     """A status line on stderr (library messages such as 'reusing cached features')."""
     if _enabled:
-        console.print(message, highlight=False)
+        console.print(message, highlight=False, soft_wrap=True)

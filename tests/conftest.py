@@ -19,14 +19,15 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAYA_DATA_DIR", str(tmp_path_factory.getbasetemp() / "no-data-here"))
 
 
-def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, **extra) -> Path:
+def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, patience: int | None = None,
+                 **extra) -> Path:
     from laya_cli import progress
     from laya_cli.data import DataRequest
     from laya_cli.train import TrainConfig, TrainRequest, train
 
     progress.set_enabled(False)
     req = TrainRequest(head=head, data=DataRequest("digits", seed=seed),
-                       train=TrainConfig(epochs=epochs, seed=seed, patience=epochs), out=str(out), **extra)
+                       train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs), out=str(out), **extra)
     train(req)
     return out
 

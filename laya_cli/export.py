@@ -1,0 +1,536 @@
+"""``laya export``: per-sample layer attention as data (tables) and as pictures.
+
+What gets written (documented in docs/export.md):
+
+  DIR/samples.{csv,parquet,npz}   one row per sample: index, label, label_name, predicted,
+                                  predicted_name, correct, p_pred, alpha[<layer>]…, contrib[<layer>]…
+  DIR/profiles.csv                class × layer mean/std/n of α (and contrib), for all /
+                                  correct / incorrect predictions, grouped by the TRUE class
+  DIR/global_profile.csv          layer mean/std/n over all samples (all / correct / incorrect)
+  DIR/attention_shift.csv         per class: Jensen–Shannon divergence (base 2) between the mean α
+                                  of correct and of incorrect predictions, ranked
+  DIR/summary.json                model info, accuracy, the small tables, the file list
+  DIR/plots/*.png                 matplotlib figures (see plots.py), unless plots are off
+  DIR/report.html                 one self-contained page with every plot embedded
+
+Everything is built in a hidden temp folder next to DIR and renamed into place at the end,
+so an error or an interrupt never leaves a half-written export behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from .attribution import contrib as contrib_scores
+from .attribution import laya_attention
+from .errors import LayaError, unknown_choice
+from .features import LayerFeatures, batches
+
+EXPORT_FORMAT = "laya-export"
+EXPORT_VERSION = 1
+FORMATS = ("csv", "parquet", "npz")
+SUBSETS = ("all", "correct", "incorrect")
+SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
+
+
+def alpha_col(layer: str) -> str:
+    return f"alpha[{layer}]"
+
+
+def contrib_col(layer: str) -> str:
+    return f"contrib[{layer}]"
+
+
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass
+class Export:
+    """Everything an export writes, as in-memory tables (usable without writing anything)."""
+
+    table: pd.DataFrame  # one row per sample
+    layers: list[str]
+    classes: list[str]
+    has_alpha: bool
+    has_contrib: bool
+    alpha_is_global: bool  # scalarmix: the same α for every input
+    profiles: pd.DataFrame | None  # long: quantity, subset, class, class_name, layer, layer_index, mean, std, n
+    global_profile: pd.DataFrame | None  # long: quantity, subset, layer, layer_index, mean, std, n
+    shift: pd.DataFrame | None  # ranked JS table, one row per class
+    images: Tensor | None  # raw images of the samples, same order as the table (for the strip)
+    info: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    out: Path | None = None  # set once written
+    files: list[str] = field(default_factory=list)  # relative paths written, set once written
+
+    @property
+    def n(self) -> int:
+        return len(self.table)
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.table["correct"].mean()) if len(self.table) else float("nan")
+
+    def matrix(self, subset: str = "all", quantity: str = "alpha", stat: str = "mean") -> np.ndarray:
+        """(C, L) class × layer matrix of one statistic from the profiles."""
+        if self.profiles is None:
+            raise LayaError("this export has no layer attention")
+        p = self.profiles[(self.profiles["quantity"] == quantity) & (self.profiles["subset"] == subset)]
+        return p.pivot(index="class", columns="layer_index", values=stat).reindex(
+            index=range(len(self.classes)), columns=range(len(self.layers))).to_numpy(dtype=float)
+
+    def counts(self, subset: str = "all") -> np.ndarray:
+        """(C,) number of samples per true class in a subset."""
+        return np.bincount(self.table["label"].to_numpy()[_subset_mask(self.table, subset)],
+                           minlength=len(self.classes))
+
+
+def _subset_mask(table: pd.DataFrame, subset: str) -> np.ndarray:
+    correct = table["correct"].to_numpy(dtype=bool)
+    return {"all": np.ones(len(table), dtype=bool), "correct": correct, "incorrect": ~correct}[subset]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column mean and sample std (ddof=1, as pandas); NaN where there are too few rows."""
+    n = len(values)
+    width = values.shape[1]
+    mean = values.mean(0) if n else np.full(width, np.nan)
+    std = values.std(0, ddof=1) if n > 1 else np.full(width, np.nan)
+    return mean, std
+
+
+def class_layer_profiles(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str],
+                         quantities: Sequence[str] = ("alpha",)) -> pd.DataFrame:
+    """Long table of mean/std/n per (quantity, subset, true class, layer); n=0 rows have NaN stats."""
+    labels = table["label"].to_numpy()
+    rows = []
+    for quantity in quantities:
+        col = alpha_col if quantity == "alpha" else contrib_col
+        values = table[[col(name) for name in layers]].to_numpy(dtype=float)
+        for subset in SUBSETS:
+            mask = _subset_mask(table, subset)
+            for c, cname in enumerate(classes):
+                sel = values[mask & (labels == c)]
+                mean, std = _mean_std(sel)
+                for i, name in enumerate(layers):
+                    rows.append((quantity, subset, c, cname, name, i, mean[i], std[i], len(sel)))
+    return pd.DataFrame(rows, columns=["quantity", "subset", "class", "class_name", "layer", "layer_index",
+                                       "mean", "std", "n"])
+
+
+def global_profile(table: pd.DataFrame, layers: Sequence[str], quantities: Sequence[str] = ("alpha",)) -> pd.DataFrame:
+    """Long table of mean/std/n per (quantity, subset, layer) over all classes."""
+    rows = []
+    for quantity in quantities:
+        col = alpha_col if quantity == "alpha" else contrib_col
+        values = table[[col(name) for name in layers]].to_numpy(dtype=float)
+        for subset in SUBSETS:
+            sel = values[_subset_mask(table, subset)]
+            mean, std = _mean_std(sel)
+            for i, name in enumerate(layers):
+                rows.append((quantity, subset, name, i, mean[i], std[i], len(sel)))
+    return pd.DataFrame(rows, columns=["quantity", "subset", "layer", "layer_index", "mean", "std", "n"])
+
+
+def js_divergence(p: Sequence[float], q: Sequence[float], base: float = 2.0) -> float:
+    """Jensen–Shannon divergence (not distance) of two distributions; in [0, 1] for base 2.
+
+    Inputs are normalised to sum 1 first. NaN if either has no mass or contains NaN.
+    ``scipy.spatial.distance.jensenshannon(p, q, base=2) ** 2`` gives the same number.
+    """
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    if not (np.isfinite(p).all() and np.isfinite(q).all()) or p.sum() <= 0 or q.sum() <= 0:
+        return float("nan")
+    p, q = p / p.sum(), q / q.sum()
+    m = 0.5 * (p + q)
+
+    def kl(a: np.ndarray, b: np.ndarray) -> float:
+        nz = a > 0
+        return float(np.sum(a[nz] * np.log(a[nz] / b[nz])))
+
+    return max(0.0, 0.5 * kl(p, m) + 0.5 * kl(q, m)) / math.log(base)
+
+
+def attention_shift(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str]) -> pd.DataFrame:
+    """Per true class: JS divergence between mean α of correct and of incorrect predictions, ranked.
+
+    Classes without correct or without incorrect predictions get NaN and rank last (by class index).
+    ``most_shifted_layer``/``shift``: the layer whose mean α moves most (incorrect − correct).
+    """
+    labels = table["label"].to_numpy()
+    correct = table["correct"].to_numpy(dtype=bool)
+    alpha = table[[alpha_col(name) for name in layers]].to_numpy(dtype=float)
+    rows = []
+    for c, cname in enumerate(classes):
+        ok, bad = alpha[(labels == c) & correct], alpha[(labels == c) & ~correct]
+        if len(ok) and len(bad):
+            p, q = ok.mean(0), bad.mean(0)
+            js = js_divergence(p, q)
+            diff = q - p
+            top = int(np.argmax(np.abs(diff)))
+            layer, shift = layers[top], float(diff[top])
+        else:
+            js, layer, shift = float("nan"), None, float("nan")
+        rows.append({"class": c, "class_name": cname, "n_correct": len(ok), "n_incorrect": len(bad),
+                     "js_divergence": js, "js_distance": math.sqrt(js) if js == js else float("nan"),
+                     "most_shifted_layer": layer, "shift": shift})
+    df = pd.DataFrame(rows)
+    df = df.sort_values(["js_divergence", "class"], ascending=[False, True], na_position="last", kind="stable")
+    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    return df.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- computing
+
+
+@torch.no_grad()
+def _predict(model, feats: LayerFeatures, device: str, batch_size: int):
+    """logits, α (or None) and contrib (or None) for all samples, on the CPU."""
+    head = model.head.to(device).eval()
+    can_contrib = hasattr(head, "layer_logits")
+    logits, alphas, contribs = [], [], []
+    has_alpha = True
+    for chunk in batches(feats.feats, batch_size):
+        x = [f.to(device).float() for f in chunk]
+        out = head(x).logits.float()
+        logits.append(out.cpu())
+        if has_alpha:
+            try:
+                alphas.append(laya_attention(head, x).float().cpu())
+            except LayaError:
+                has_alpha = False
+        if can_contrib:
+            contribs.append(contrib_scores(head, x, out.argmax(-1)).cpu())
+    n_layers = len(feats.feats)
+    cat = (lambda xs, w: torch.cat(xs) if xs else torch.zeros(0, w))
+    return (cat(logits, 0), cat(alphas, n_layers) if has_alpha else None,
+            cat(contribs, n_layers) if can_contrib and has_alpha else None)
+
+
+def build_table(index, labels, logits: Tensor, alpha: Tensor | None, contrib: Tensor | None,
+                layers: Sequence[str], classes: Sequence[str]) -> pd.DataFrame:
+    labels = torch.as_tensor(labels).long()
+    probs = torch.softmax(logits.double(), -1)
+    p_pred, pred = probs.max(-1)
+    names = np.asarray(classes, dtype=object)
+    cols: dict[str, object] = {
+        "index": torch.as_tensor(index).long().numpy(),
+        "label": labels.numpy(),
+        "label_name": names[labels.numpy()] if len(labels) else np.array([], dtype=object),
+        "predicted": pred.numpy(),
+        "predicted_name": names[pred.numpy()] if len(labels) else np.array([], dtype=object),
+        "correct": (pred == labels).numpy(),
+        "p_pred": p_pred.numpy(),
+    }
+    if alpha is not None:
+        for i, name in enumerate(layers):
+            cols[alpha_col(name)] = alpha[:, i].double().numpy()
+    if contrib is not None:
+        for i, name in enumerate(layers):
+            cols[contrib_col(name)] = contrib[:, i].double().numpy()
+    return pd.DataFrame(cols)
+
+
+def assemble(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str], images: Tensor | None = None,
+             info: dict | None = None, alpha_is_global: bool = False, notes: Sequence[str] = ()) -> Export:
+    """Derive profiles, global profile and the JS ranking from a per-sample table."""
+    layers, classes = list(layers), list(classes)
+    has_alpha = all(alpha_col(n) in table for n in layers) and bool(layers)
+    has_contrib = has_alpha and all(contrib_col(n) in table for n in layers)
+    quantities = ["alpha"] + (["contrib"] if has_contrib else [])
+    profiles = class_layer_profiles(table, layers, classes, quantities) if has_alpha else None
+    gprofile = global_profile(table, layers, quantities) if has_alpha else None
+    shift = attention_shift(table, layers, classes) if has_alpha else None
+    return Export(table, layers, classes, has_alpha, has_contrib, alpha_is_global, profiles, gprofile, shift,
+                  images, dict(info or {}), list(notes))
+
+
+def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, info: dict | None = None) -> Export:
+    """Run the head of ``model`` (a LayaModel) over ``data`` (an evaldata.EvalData)."""
+    logits, alpha, contrib = _predict(model, data.features, device, batch_size)
+    notes = []
+    kind = model.head_kind
+    if alpha is None:
+        notes.append(f"the {kind} head has no layer attention: exporting predictions only "
+                     f"(no alpha[…]/contrib[…] columns, profiles, heatmaps or attention shift)")
+    elif contrib is None:
+        notes.append(f"the {kind} head has no per-layer logits: contrib[…] columns are left out "
+                     f"(contrib needs a laya head)")
+    alpha_is_global = kind == "scalarmix"
+    if alpha is not None and alpha_is_global:
+        notes.append("the scalarmix head's α is global (the same for every input), so class profiles are flat "
+                     "and the attention shift is 0")
+    table = build_table(data.index, data.features.labels, logits, alpha, contrib, model.layer_names, model.classes)
+    metrics = model.checkpoint.get("metrics", {})
+    base = {
+        "backbone": model.spec.name,
+        "head": kind,
+        "layers": list(model.layer_names),
+        "classes": list(model.classes),
+        "dataset": data.dataset,
+        "checkpoint_test_accuracy": metrics.get("test_accuracy"),
+    }
+    base.update(info or {})
+    exp = assemble(table, model.layer_names, model.classes, data.images, base, alpha_is_global, notes)
+    exp.info["n_samples"] = exp.n
+    exp.info["accuracy"] = exp.accuracy
+    return exp
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise unknown_choice("format", fmt, FORMATS)
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise LayaError("--format parquet needs pyarrow: pip install 'laya-cli[parquet]' (or use csv/npz)") from None
+    return fmt
+
+
+def is_export_dir(path: Path) -> bool:
+    """A folder a previous ``laya export`` wrote (its summary.json carries the export marker)."""
+    try:
+        return json.loads((path / "summary.json").read_text(encoding="utf-8")).get("format") == EXPORT_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    return p
+
+
+def check_out_dir(out: str | Path, overwrite: bool = False) -> Path:
+    """Validate ``--out`` before any work: fail early with one clear line.
+
+    Policy: a missing or empty folder is fine (missing parents are created at the end);
+    a non-empty folder is replaced only with ``overwrite`` AND only if it is a previous laya
+    export — laya never deletes a folder it did not write.
+    """
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise LayaError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise LayaError(f"--out {out} is not empty; pass --overwrite to replace a previous export, "
+                            f"or choose another folder")
+        if not is_export_dir(out):
+            raise LayaError(f"--out {out} is not empty and is not a laya export (no summary.json marker); "
+                            f"refusing to replace it, even with --overwrite")
+    anchor = out.parent if out.exists() else _existing_ancestor(out.parent)
+    if not anchor.is_dir():
+        raise LayaError(f"cannot write {out}: {anchor} is not a folder")
+    try:  # the only reliable test: root ignores mode bits, read-only mounts do not
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.laya-probe-", dir=anchor))
+    except OSError as e:
+        raise LayaError(f"cannot write {out}: folder {anchor} is not writable ({e.strerror})") from None
+    return out
+
+
+def _json_safe(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, (np.floating,)):
+        return _json_safe(float(obj))
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _records(df: pd.DataFrame | None) -> list[dict] | None:
+    if df is None:
+        return None
+    return _json_safe(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+
+
+def write_samples(exp: Export, path: Path, fmt: str) -> None:
+    t = exp.table
+    if fmt == "csv":
+        t.to_csv(path, index=False)
+    elif fmt == "parquet":
+        t.to_parquet(path, engine="pyarrow", index=False)
+    elif fmt == "npz":
+        arrays = {
+            "index": t["index"].to_numpy(np.int64),
+            "label": t["label"].to_numpy(np.int64),
+            "label_name": t["label_name"].to_numpy(str),
+            "predicted": t["predicted"].to_numpy(np.int64),
+            "predicted_name": t["predicted_name"].to_numpy(str),
+            "correct": t["correct"].to_numpy(bool),
+            "p_pred": t["p_pred"].to_numpy(np.float64),
+            "layers": np.asarray(exp.layers, dtype=str),
+            "classes": np.asarray(exp.classes, dtype=str),
+        }
+        if exp.has_alpha:
+            arrays["alpha"] = t[[alpha_col(n) for n in exp.layers]].to_numpy(np.float64)
+        if exp.has_contrib:
+            arrays["contrib"] = t[[contrib_col(n) for n in exp.layers]].to_numpy(np.float64)
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+    else:  # pragma: no cover - check_format guards this
+        raise unknown_choice("format", fmt, FORMATS)
+
+
+def summary(exp: Export, fmt: str) -> dict:
+    from . import __version__
+
+    return _json_safe({
+        "format": EXPORT_FORMAT,
+        "format_version": EXPORT_VERSION,
+        "laya_version": __version__,
+        "model": exp.info,
+        "n_samples": exp.n,
+        "accuracy": exp.accuracy,
+        "samples_file": SAMPLE_FILES[fmt],
+        "columns": list(exp.table.columns),
+        "has_alpha": exp.has_alpha,
+        "has_contrib": exp.has_contrib,
+        "alpha_is_global": exp.alpha_is_global,
+        "notes": exp.notes,
+        "global_profile": _records(exp.global_profile),
+        "attention_shift": _records(exp.shift),
+        "files": exp.files,
+    })
+
+
+def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
+    files = []
+    write_samples(exp, root / SAMPLE_FILES[fmt], fmt)
+    files.append(SAMPLE_FILES[fmt])
+    for name, df in (("profiles.csv", exp.profiles), ("global_profile.csv", exp.global_profile),
+                     ("attention_shift.csv", exp.shift)):
+        if df is not None:
+            df.to_csv(root / name, index=False)
+            files.append(name)
+    pngs: dict[str, str] = {}
+    if plots:
+        from .plots import render_plots
+
+        (root / "plots").mkdir()
+        pngs = render_plots(exp, root / "plots", strip=strip)
+        files += [f"plots/{p}" for p in pngs.values()]
+    files += ["summary.json", "report.html"]
+    exp.files = files
+    (root / "summary.json").write_text(json.dumps(summary(exp, fmt), indent=2, allow_nan=False) + "\n",
+                                       encoding="utf-8")
+    from .plots import render_html
+
+    (root / "report.html").write_text(render_html(exp, root, pngs, fmt, plots), encoding="utf-8")
+    return files
+
+
+def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = True, strip: int = 8,
+                 overwrite: bool = False) -> Export:
+    """Write every file into a temp folder beside ``out``, then rename it into place."""
+    fmt = check_format(fmt)
+    if strip < 0:
+        raise LayaError(f"--strip must be 0 or more, got {strip}")
+    out = check_out_dir(out, overwrite)
+    anchor = _existing_ancestor(out.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-export-", dir=anchor))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the export the usual folder mode
+    try:
+        files = _write_all(exp, tmp, fmt, plots, strip)
+        _commit(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    exp.out, exp.files = out, files
+    return exp
+
+
+def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    if out.is_dir() and not any(out.iterdir()):
+        os.replace(tmp, out)  # POSIX rename onto an empty folder; Windows needs it gone first
+        return
+    check_out_dir(out, overwrite)  # re-check right before replacing
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-old-", dir=out.parent))
+    os.rmdir(old)
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
+               strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
+               seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True) -> Export:
+    """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export."""
+    from .checkpoint import load_model
+    from .evaldata import load_eval_data
+
+    fmt = check_format(fmt)
+    if strip < 0:
+        raise LayaError(f"--strip must be 0 or more, got {strip}")
+    if samples is not None and samples < 1:
+        raise LayaError(f"--samples must be at least 1, got {samples}")
+    check_out_dir(out, overwrite)
+    model = load_model(model_path)
+    data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
+                          use_cache=use_cache)
+    exp = compute_export(model, data, device=device,
+                         info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
+    return write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
+
+
+# --------------------------------------------------------------------------- terminal rendering
+
+
+def shift_table(exp: Export, limit: int = 20):
+    """A rich table of the JS ranking (the top ``limit`` classes)."""
+    from rich.table import Table
+
+    table = Table(title="Attention shift: correct vs incorrect predictions (JS divergence, base 2)",
+                  title_justify="left")
+    for col, kw in (("rank", {"justify": "right"}), ("class", {}), ("JS div", {"justify": "right"}),
+                    ("n correct", {"justify": "right"}), ("n incorrect", {"justify": "right"}),
+                    ("most shifted layer (Δ mean α)", {})):
+        table.add_column(col, **kw)
+    shown = exp.shift.head(limit) if exp.shift is not None else []
+    for r in shown.itertuples(index=False) if len(shown) else []:
+        defined = r.js_divergence == r.js_divergence
+        table.add_row(str(r.rank), str(r.class_name), f"{r.js_divergence:.4f}" if defined else "n/a",
+                      str(r.n_correct), str(r.n_incorrect),
+                      f"{r.most_shifted_layer} ({r.shift:+.3f})" if defined else "—")
+    if exp.shift is not None and len(exp.shift) > limit:
+        table.caption = f"… {len(exp.shift) - limit} more classes in attention_shift.csv"
+    return table

@@ -1,0 +1,477 @@
+"""Pictures for ``laya export``: matplotlib figures (PNG) and the self-contained report.html.
+
+Figures are drawn with the object-oriented API (``matplotlib.figure.Figure`` rendered by the
+Agg canvas): no pyplot, no global state, no display needed, safe inside notebooks.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+DPI = 130
+CORRECT, WRONG, NEUTRAL = "#2a9d3c", "#c62828", "#4c72b0"
+
+# Plot keys in the order the report shows them -> file names under plots/.
+PLOT_FILES = {
+    "global": "global_attention.png",
+    "heatmap_all": "class_layer_all.png",
+    "heatmap_correct": "class_layer_correct.png",
+    "heatmap_incorrect": "class_layer_incorrect.png",
+    "heatmap_shift": "class_layer_shift.png",
+    "shift_ranking": "attention_shift.png",
+    "strip": "samples_strip.png",
+}
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=DPI, facecolor="white", bbox_inches="tight", pad_inches=0.08,
+                metadata={"Software": "laya export (matplotlib)"})
+
+
+def short_layer_labels(layers: Sequence[str]) -> tuple[list[str], str]:
+    """Strip a shared prefix (``blocks.0``…``blocks.11`` -> ``0``…``11``, prefix ``blocks.``)."""
+    if len(layers) < 2:
+        return list(layers), ""
+    prefix = os.path.commonprefix(list(layers)).rstrip("0123456789")
+    rest = [name[len(prefix):] for name in layers]
+    if not prefix or any(not r for r in rest):
+        return list(layers), ""
+    return rest, prefix
+
+
+def _layer_axis(ax, layers: Sequence[str], axis: str = "x", fontsize: float = 9) -> None:
+    pos = np.arange(len(layers))
+    longest = max((len(n) for n in layers), default=0)
+    rotate = len(layers) * max(longest, 2) > 36
+    if axis == "x":
+        ax.set_xticks(pos, list(layers), rotation=45 if rotate else 0, ha="right" if rotate else "center",
+                      rotation_mode="anchor", fontsize=fontsize)
+    else:
+        ax.set_yticks(pos, list(layers), fontsize=fontsize)
+
+
+def _text_colour(cmap, norm, value: float) -> str:
+    r, g, b, _ = cmap(norm(value))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+
+
+def _fmt_n(n: int) -> str:
+    return f"{n:,}"
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def plot_global(exp, path: Path) -> None:
+    """Bars: mean α per layer over all samples ± 1 std; markers: correct / incorrect means."""
+    g = exp.global_profile[exp.global_profile["quantity"] == "alpha"]
+    layers, L = exp.layers, len(exp.layers)
+    fig = _figure(max(6.4, 2.0 + 0.62 * L), 4.6)
+    ax = fig.subplots()
+    x = np.arange(L)
+    rows = {s: g[g["subset"] == s].sort_values("layer_index") for s in ("all", "correct", "incorrect")}
+    a = rows["all"]
+    n_all = int(a["n"].iloc[0])
+    std = a["std"].fillna(0).to_numpy()
+    ax.bar(x, a["mean"], yerr=std, capsize=4, color=NEUTRAL, alpha=0.85, width=0.65,
+           error_kw={"ecolor": "#333333", "elinewidth": 1}, label=f"all samples (n={_fmt_n(n_all)}), ± 1 std")
+    for subset, marker, colour, dx in (("correct", "o", CORRECT, -0.14), ("incorrect", "X", WRONG, 0.14)):
+        s = rows[subset]
+        n = int(s["n"].iloc[0])
+        if n:
+            ax.plot(x + dx, s["mean"], marker, color=colour, markersize=8, markeredgecolor="white",
+                    linestyle="none", label=f"mean over {subset} predictions (n={_fmt_n(n)})", zorder=3)
+    ax.axhline(1.0 / L, linestyle="--", color="#777777", linewidth=1, label=f"uniform 1/L = {1.0 / L:.3f}")
+    top = float(np.nanmax(a["mean"].to_numpy() + std)) if n_all else 1.0
+    for s in ("correct", "incorrect"):
+        if int(rows[s]["n"].iloc[0]):
+            top = max(top, float(np.nanmax(rows[s]["mean"])))
+    ax.set_ylim(0, min(1.0, top * 1.3 + 0.02))
+    _layer_axis(ax, layers)
+    ax.set_xlabel("layer (shallow → deep)")
+    ax.set_ylabel("attention weight α")
+    what = "global α (the same for every input)" if exp.alpha_is_global else "mean layer attention α"
+    ax.set_title(f"{exp.info.get('head', 'laya')} head: {what} per layer\n"
+                 f"{exp.info.get('dataset', '')} test samples, n = {_fmt_n(n_all)}", fontsize=11)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    _save(fig, path)
+
+
+def _heatmap_size(n_rows: int, n_cols: int, row_labels: Sequence[str], col_labels: Sequence[str]) -> tuple[float, float]:
+    label_w = 0.075 * max((len(s) for s in row_labels), default=4)
+    col_h = 0.065 * max((len(s) for s in col_labels), default=4) if n_cols > 5 else 0.3
+    width = max(6.0, 2.6 + label_w + 0.62 * n_cols)
+    height = max(3.6, 1.6 + col_h + 0.36 * n_rows)
+    return width, height
+
+
+def plot_heatmap(matrix: np.ndarray, row_labels: Sequence[str], layers: Sequence[str], title: str,
+                 colour_label: str, path: Path, cmap: str = "viridis", vmin: float | None = None,
+                 vmax: float | None = None, fmt: str = "{:.2f}") -> None:
+    """Class × layer heatmap with class names, layer names, a labelled colour bar and cell values."""
+    from matplotlib import colormaps
+    from matplotlib.colors import Normalize
+
+    C, L = matrix.shape
+    fig = _figure(*_heatmap_size(C, L, row_labels, layers))
+    ax = fig.subplots()
+    cm = colormaps[cmap].copy()
+    cm.set_bad("#d9d9d9")
+    norm = Normalize(vmin=vmin, vmax=vmax)
+    im = ax.imshow(np.ma.masked_invalid(matrix), cmap=cm, norm=norm, aspect="auto", interpolation="nearest")
+    small = 7 if C > 25 else 9
+    ax.set_yticks(np.arange(C), list(row_labels), fontsize=small)
+    _layer_axis(ax, layers)
+    ax.set_xlabel("layer (shallow → deep)")
+    ax.set_ylabel("true class")
+    ax.set_title(title, fontsize=10.5)
+    ax.tick_params(length=0)
+    cbar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.02)
+    cbar.set_label(colour_label)
+    if C * L <= 260:
+        size = 8 if L <= 8 else 6.5
+        for i in range(C):
+            for j in range(L):
+                v = matrix[i, j]
+                if math.isnan(v):
+                    ax.text(j, i, "–", ha="center", va="center", fontsize=size, color="#666666")
+                else:
+                    text = fmt.format(v)
+                    if float(text) == 0:
+                        text = fmt.format(0.0).lstrip("+")  # no "-0.00"
+                    ax.text(j, i, text, ha="center", va="center", fontsize=size, color=_text_colour(cm, norm, v))
+    _save(fig, path)
+
+
+def _alpha_limits(mats: Sequence[np.ndarray]) -> tuple[float, float]:
+    vals = np.concatenate([m[np.isfinite(m)] for m in mats]) if mats else np.array([])
+    if not len(vals):
+        return 0.0, 1.0
+    lo, hi = float(vals.min()), float(vals.max())
+    if hi - lo < 1e-6:
+        lo, hi = max(0.0, lo - 0.05), min(1.0, hi + 0.05)
+    return lo, hi
+
+
+def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
+    out = {}
+    mats = {s: exp.matrix(s) for s in ("all", "correct", "incorrect")}
+    lo, hi = _alpha_limits(list(mats.values()))
+    words = {"all": "all predictions", "correct": "correct predictions", "incorrect": "incorrect predictions"}
+    for subset, mat in mats.items():
+        counts = exp.counts(subset)
+        if subset == "incorrect" and counts.sum() == 0:
+            continue  # nothing to show; the report says so
+        rows = [f"{name} (n={_fmt_n(int(n))})" for name, n in zip(exp.classes, counts)]
+        title = (f"Mean layer attention α by true class — {words[subset]} (n = {_fmt_n(int(counts.sum()))})\n"
+                 f"colour scale shared by the all / correct / incorrect maps; grey = no samples")
+        key = f"heatmap_{subset}"
+        plot_heatmap(mat, rows, exp.layers, title, "mean α (attention weight)", folder / PLOT_FILES[key],
+                     vmin=lo, vmax=hi)
+        out[key] = PLOT_FILES[key]
+    n_ok, n_bad = exp.counts("correct"), exp.counts("incorrect")
+    if n_bad.sum() and n_ok.sum():
+        diff = mats["incorrect"] - mats["correct"]
+        finite = diff[np.isfinite(diff)]
+        lim = float(np.abs(finite).max()) if len(finite) else 0.0
+        lim = lim if lim > 1e-9 else 0.01
+        rows = [f"{name} ({int(a)} ok / {int(b)} wrong)" for name, a, b in zip(exp.classes, n_ok, n_bad)]
+        title = ("Attention shift by true class: mean α(incorrect) − mean α(correct)\n"
+                 "red = more weight when wrong, blue = less; grey = n/a")
+        decimals = min(6, max(2, 1 - math.floor(math.log10(lim))))
+        plot_heatmap(diff, rows, exp.layers, title, "Δ mean α (incorrect − correct)",
+                     folder / PLOT_FILES["heatmap_shift"], cmap="RdBu_r", vmin=-lim, vmax=lim,
+                     fmt="{:+." + str(decimals) + "f}")
+        out["heatmap_shift"] = PLOT_FILES["heatmap_shift"]
+    return out
+
+
+def plot_shift_ranking(exp, path: Path) -> None:
+    """Horizontal bars: JS divergence per class, rank 1 on top; n/a classes listed last."""
+    s = exp.shift
+    C = len(s)
+    names = [str(n) for n in s["class_name"]]
+    label_w = 0.075 * max((len(n) for n in names), default=4)
+    fig = _figure(max(7.0, 5.6 + label_w), max(2.8, 1.3 + 0.34 * C))
+    ax = fig.subplots()
+    y = np.arange(C)
+    js = s["js_divergence"].to_numpy(dtype=float)
+    defined = np.isfinite(js)
+    ax.barh(y, np.where(defined, js, 0.0), color=[WRONG if d else "#bbbbbb" for d in defined], height=0.65)
+    ax.set_yticks(y, names, fontsize=7 if C > 25 else 9)
+    ax.set_ylim(C - 0.4, -0.6)  # rank 1 on top, no empty margins
+    xmax = float(np.nanmax(js)) if defined.any() else 0.0
+    ax.set_xlim(0, xmax * 1.18 if xmax > 0 else 0.01)
+    trans = ax.get_yaxis_transform()  # x in axes coords, y in data coords
+    for i, r in enumerate(s.itertuples(index=False)):
+        if defined[i]:
+            ax.text(js[i], i, f" {js[i]:.3g}", va="center", ha="left", fontsize=8)
+            note = f"{r.n_correct} ok / {r.n_incorrect} wrong"
+        else:
+            note = "n/a: no incorrect" if r.n_incorrect == 0 else "n/a: no correct"
+        ax.text(1.02, i, note, transform=trans, va="center", ha="left", fontsize=8,
+                color="#333333" if defined[i] else "#888888")
+    ax.set_xlabel("Jensen–Shannon divergence of mean α, correct vs incorrect\n(base 2: 0 = same profile, 1 = disjoint)")
+    ax.set_ylabel("true class (rank 1 on top)")
+    n_bad = int(s["n_incorrect"].sum())
+    ax.set_title(f"Attention shift per class when the model is wrong ({_fmt_n(n_bad)} incorrect of "
+                 f"{_fmt_n(exp.n)})", fontsize=10.5)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    _save(fig, path)
+
+
+def _thumbnail(img) -> tuple[np.ndarray, str | None, float, float]:
+    x = img.detach().cpu()
+    is_uint8 = str(x.dtype) == "torch.uint8"
+    a = x.numpy().astype(np.float32)
+    a = a / 255.0 if is_uint8 else a
+    a = np.clip(a, 0.0, 1.0)
+    if a.shape[0] >= 3:
+        return np.transpose(a[:3], (1, 2, 0)), None, 0.0, 1.0
+    return a[0], "gray", 0.0, 1.0
+
+
+def can_strip(exp) -> bool:
+    im = exp.images
+    return im is not None and getattr(im, "ndim", 0) == 4 and im.shape[1] >= 1 and len(im) == exp.n and exp.n > 0
+
+
+def plot_strip(exp, path: Path, k: int) -> None:
+    """First K samples: thumbnail, true/predicted class, p_ŷ, and the α bars per layer."""
+    k = min(k, exp.n)
+    t = exp.table.iloc[:k]
+    has_alpha = exp.has_alpha
+    L = len(exp.layers)
+    col_w = max(1.7, 0.11 * L + 0.8) if has_alpha else 1.5
+    img_h = col_w * 0.95 + 0.75  # square thumbnail + a four-line title
+    fig = _figure(col_w * k + 0.9, img_h + (1.7 if has_alpha else 0) + 0.35)
+    gs = fig.add_gridspec(2 if has_alpha else 1, k, height_ratios=[img_h, 1.7] if has_alpha else [1])
+    labels, prefix = short_layer_labels(exp.layers)
+    if has_alpha:
+        alpha = t[[f"alpha[{n}]" for n in exp.layers]].to_numpy(dtype=float)
+        ymax = min(1.0, float(alpha.max()) * 1.15 + 0.02)
+    bar_axes = []
+    for j, r in enumerate(t.itertuples(index=False)):
+        ax = fig.add_subplot(gs[0, j])
+        img, cmap, vmin, vmax = _thumbnail(exp.images[j])
+        ax.imshow(img, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        colour = CORRECT if r.correct else WRONG
+        for spine in ax.spines.values():
+            spine.set_edgecolor(colour)
+            spine.set_linewidth(2.5)
+        ax.set_title(f"#{r.index}\ntrue: {r.label_name}\npred: {r.predicted_name}\np = {r.p_pred:.2f}",
+                     fontsize=8, color=colour)
+        if has_alpha:
+            axb = fig.add_subplot(gs[1, j], sharey=bar_axes[0] if bar_axes else None)
+            bar_axes.append(axb)
+            axb.bar(np.arange(L), alpha[j], color=colour, alpha=0.85)
+            axb.axhline(1.0 / L, linestyle="--", color="#777777", linewidth=0.8)
+            axb.set_ylim(0, ymax)
+            axb.set_xticks(np.arange(L), labels, fontsize=6 if L > 6 else 7, rotation=90 if L > 6 else 0)
+            axb.tick_params(axis="y", labelsize=7)
+            if j == 0:
+                axb.set_ylabel("α", fontsize=9)
+            else:
+                axb.tick_params(axis="y", labelleft=False)
+            axb.set_xlabel(f"{prefix}*" if prefix else "layer", fontsize=7)
+    what = "input, prediction (green = correct, red = wrong)" + (
+        " and layer attention α (dashed = uniform 1/L)" if has_alpha else "")
+    fig.suptitle(f"First {k} exported samples: {what}", fontsize=10)
+    _save(fig, path)
+
+
+def render_plots(exp, folder: Path, strip: int = 8) -> dict[str, str]:
+    """Draw every figure that applies into ``folder``; returns {plot key: file name}."""
+    folder = Path(folder)
+    out: dict[str, str] = {}
+    if exp.has_alpha:
+        plot_global(exp, folder / PLOT_FILES["global"])
+        out["global"] = PLOT_FILES["global"]
+        out.update(plot_heatmaps(exp, folder))
+        if exp.shift is not None and len(exp.shift):
+            plot_shift_ranking(exp, folder / PLOT_FILES["shift_ranking"])
+            out["shift_ranking"] = PLOT_FILES["shift_ranking"]
+    if strip > 0 and can_strip(exp):
+        plot_strip(exp, folder / PLOT_FILES["strip"], strip)
+        out["strip"] = PLOT_FILES["strip"]
+    return {k: out[k] for k in PLOT_FILES if k in out}
+
+
+# --------------------------------------------------------------------------- report.html
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1.5em; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.1em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+.sub { color: #666; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; } .grid { display: flex; flex-wrap: wrap; gap: 1em; }
+.grid figure { flex: 1 1 480px; } .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: 0.5em 0.8em; }
+code { background: #f4f4f4; padding: 0 0.25em; border-radius: 3px; } footer { color: #888; margin-top: 3em; }
+"""
+
+_CAPTIONS = {
+    "global": "Mean α per layer over all exported samples (bars, ± 1 std) with the means over correct and "
+              "incorrect predictions (markers); the dashed line is the uniform weighting 1/L.",
+    "heatmap_all": "Mean α per true class and layer, all predictions.",
+    "heatmap_correct": "Mean α per true class and layer, correct predictions only.",
+    "heatmap_incorrect": "Mean α per true class and layer, incorrect predictions only (grey: no errors).",
+    "heatmap_shift": "Mean α(incorrect) − mean α(correct) per true class and layer.",
+    "shift_ranking": "Jensen–Shannon divergence (base 2) between the mean α of correct and of incorrect "
+                     "predictions, per true class, ranked.",
+    "strip": "The first exported samples with their prediction and layer attention.",
+}
+
+
+_LOADERS = {"csv": 'pandas.read_csv("samples.csv")', "parquet": 'pandas.read_parquet("samples.parquet")',
+            "npz": 'numpy.load("samples.npz")'}
+
+
+def _num(v, fmt="{:.4f}") -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return html.escape(str(v))
+    return "n/a" if math.isnan(f) else fmt.format(f)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence], numeric: Sequence[bool] | None = None) -> str:
+    numeric = numeric or [False] * len(header)
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = []
+    for r in rows:
+        cells = "".join(f'<td class="num">{c}</td>' if n else f"<td>{c}</td>" for c, n in zip(r, numeric))
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _img(folder: Path, name: str, alt: str) -> str:
+    data = base64.b64encode((folder / name).read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+
+def render_html(exp, root: Path, pngs: dict[str, str], fmt: str, plots: bool) -> str:
+    """One self-contained page: model info, tables and every PNG embedded as base64 (no external links)."""
+    from . import __version__
+    from .export import SAMPLE_FILES
+
+    e = html.escape
+    info = exp.info
+    classes = exp.classes
+    class_text = ", ".join(classes[:30]) + (f" … ({len(classes)} in all)" if len(classes) > 30 else "")
+    ckpt_acc = info.get("checkpoint_test_accuracy")
+    sample_note = (f"{exp.n:,} (seeded subset of the test split, --samples {info['samples']}, --seed {info.get('seed')})"
+                   if info.get("samples") else f"{exp.n:,} (the whole test split)")
+    model_rows = [
+        ("checkpoint", e(str(info.get("checkpoint", "")))),
+        ("backbone", e(str(info.get("backbone", "")))),
+        ("head", e(str(info.get("head", "")))),
+        ("layers", e(f"{len(exp.layers)}: " + ", ".join(exp.layers))),
+        ("classes", e(f"{len(classes)}: {class_text}")),
+        ("dataset", e(str(info.get("dataset", "")))),
+        ("samples exported", e(sample_note)),
+        ("accuracy on these samples", _num(exp.accuracy)),
+        ("checkpoint test accuracy", _num(ckpt_acc) if ckpt_acc is not None else "n/a"),
+    ]
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>laya export — {e(str(info.get('backbone', '')))} / {e(str(info.get('head', '')))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>laya export: layer attention report</h1>",
+        f'<p class="sub">{e(str(info.get("checkpoint", "")))} · {e(str(info.get("dataset", "")))} · '
+        f"{exp.n:,} samples</p>",
+        "<h2>Model</h2>", _table(["", ""], [(f"<b>{k}</b>", v) for k, v in model_rows]),
+    ]
+    for note in exp.notes:
+        parts.append(f'<p class="note">{e(note)}</p>')
+    if not plots:
+        parts.append('<p class="note">plots were skipped (--no-plots).</p>')
+
+    def figure(key: str) -> str:
+        if key not in pngs:
+            return ""
+        return f"<figure>{_img(root / 'plots', pngs[key], _CAPTIONS[key])}<figcaption>{e(_CAPTIONS[key])}</figcaption></figure>"
+
+    if exp.has_alpha:
+        parts += ["<h2>Global layer attention</h2>", figure("global")]
+        g = exp.global_profile
+        header = ["layer"]
+        subsets = ("all", "correct", "incorrect")
+        for s in subsets:
+            n = int(g[(g["quantity"] == "alpha") & (g["subset"] == s)]["n"].iloc[0])
+            header.append(f"α {s} (n={n:,}) mean ± std")
+        if exp.has_contrib:
+            header.append("contrib all, mean ± std")
+        rows = []
+        for i, layer in enumerate(exp.layers):
+            row = [e(layer)]
+            for s in subsets:
+                r = g[(g["quantity"] == "alpha") & (g["subset"] == s) & (g["layer_index"] == i)].iloc[0]
+                row.append(f"{_num(r['mean'])} ± {_num(r['std'])}")
+            if exp.has_contrib:
+                r = g[(g["quantity"] == "contrib") & (g["subset"] == "all") & (g["layer_index"] == i)].iloc[0]
+                row.append(f"{_num(r['mean'], '{:+.4f}')} ± {_num(r['std'])}")
+            rows.append(row)
+        parts.append(_table(header, rows, [False] + [True] * (len(header) - 1)))
+
+        parts.append("<h2>Class × layer attention</h2>")
+        if exp.counts("incorrect").sum() == 0:
+            parts.append('<p class="note">no incorrect predictions among the exported samples.</p>')
+        parts.append('<div class="grid">' + "".join(figure(k) for k in
+                     ("heatmap_all", "heatmap_correct", "heatmap_incorrect", "heatmap_shift")) + "</div>")
+        parts.append("<h2>Attention shift: correct vs incorrect</h2>")
+        parts.append(
+            "<p>Per true class, the Jensen–Shannon divergence (base 2, in [0, 1]) between the mean α of its "
+            "correctly and of its incorrectly predicted samples. Note that scipy's <code>jensenshannon</code> "
+            "returns the JS <em>distance</em>, the square root of this divergence (also given below). Classes "
+            "with no incorrect (or no correct) predictions have no divergence (n/a) and rank last.</p>")
+        parts.append(figure("shift_ranking"))
+        rows = []
+        for r in exp.shift.itertuples(index=False):
+            defined = r.js_divergence == r.js_divergence
+            rows.append([str(r.rank), e(str(r.class_name)), _num(r.js_divergence), _num(r.js_distance),
+                         str(r.n_correct), str(r.n_incorrect),
+                         e(str(r.most_shifted_layer)) if defined else "—",
+                         _num(r.shift, "{:+.4f}") if defined else "—"])
+        parts.append(_table(["rank", "class", "JS divergence", "JS distance", "n correct", "n incorrect",
+                             "most shifted layer", "Δ mean α there (incorrect − correct)"], rows,
+                            [True, False, True, True, True, True, False, True]))
+    if "strip" in pngs:
+        parts += ["<h2>Samples</h2>", figure("strip")]
+    files = "".join(f"<li><code>{e(f)}</code></li>" for f in exp.files)
+    parts += [
+        "<h2>Files in this export</h2>",
+        f"<ul>{files}</ul>",
+        f"<p>Per-sample table: <code>{e(SAMPLE_FILES[fmt])}</code>, loaded with "
+        f"<code>{e(_LOADERS[fmt])}</code>; columns are described in laya's docs/export.md.</p>",
+        f"<footer>generated by laya {e(__version__)} on "
+        f"{_dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}</footer>",
+        "</body></html>",
+    ]
+    return "\n".join(p for p in parts if p) + "\n"

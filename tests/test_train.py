@@ -1,0 +1,136 @@
+import torch
+
+from conftest import make_image_folder, train_digits
+from laya_cli import backbones as bb
+from laya_cli.checkpoint import load_model, read_checkpoint
+from laya_cli.data import DataRequest, load_dataset
+from laya_cli.train import predict
+
+
+def test_every_head_learns_digits_well_above_chance(digits_ckpts):
+    for kind, path in digits_ckpts.items():
+        acc = read_checkpoint(path)["metrics"]["test_accuracy"]
+        assert acc > 0.5, f"{kind} head reached only {acc:.3f} (chance is 0.1)"
+
+
+def test_laya_on_digits_reaches_high_accuracy(digits_ckpt):
+    m = read_checkpoint(digits_ckpt)["metrics"]
+    assert m["test_accuracy"] >= 0.9
+    assert 0.0 < m["test_macro_f1"] <= 1.0
+
+
+def test_checkpoint_loads_with_weights_only_and_is_self_describing(digits_ckpt):
+    ckpt = torch.load(digits_ckpt, weights_only=True)
+    assert ckpt["format"] == "laya-checkpoint" and ckpt["format_version"] == 1
+    assert ckpt["layers"] == ["blocks.0", "blocks.1", "blocks.2"]
+    assert ckpt["classes"] == [str(i) for i in range(10)]
+    assert [r.shape[0] for r in ckpt["reference"]] == [512, 256, 128]
+    assert {"torch", "timm", "laya"} <= set(ckpt["versions"])
+    assert ckpt["backbone"]["weights"] is not None  # trained end to end: weights travel with it
+
+
+def test_round_trip_gives_identical_predictions(digits_ckpt):
+    model = load_model(digits_ckpt)
+    data = load_dataset(DataRequest("digits", seed=0))
+    feats = model.features(data.test.images)
+    pred = predict(model.head, feats)
+    acc = (pred == data.test.labels).float().mean().item()
+    # the stored test accuracy was measured on the live model before saving
+    assert abs(acc - read_checkpoint(digits_ckpt)["metrics"]["test_accuracy"]) < 1e-9
+    again = load_model(digits_ckpt)
+    torch.testing.assert_close(again.head(again.features(data.test.images)).logits, model.head(feats).logits,
+                               rtol=0, atol=0)
+
+
+def test_reference_is_the_mean_training_feature(digits_ckpt):
+    model = load_model(digits_ckpt)
+    data = load_dataset(DataRequest("digits", seed=0))
+    feats = model.features(data.train.images)
+    for ref, f in zip(model.reference, feats):
+        torch.testing.assert_close(ref, f.mean(0), atol=1e-5, rtol=1e-5)
+
+
+def test_same_seed_same_weights(tmp_path):
+    a = read_checkpoint(train_digits(tmp_path / "a.pt", epochs=2, seed=3))
+    b = read_checkpoint(train_digits(tmp_path / "b.pt", epochs=2, seed=3))
+    c = read_checkpoint(train_digits(tmp_path / "c.pt", epochs=2, seed=4))
+    for k, v in a["head"]["weights"].items():
+        assert torch.equal(v, b["head"]["weights"][k])
+    assert any(not torch.equal(v, c["head"]["weights"][k]) for k, v in a["head"]["weights"].items())
+
+
+def test_early_stopping_restores_the_best_epoch(tmp_path):
+    ckpt = read_checkpoint(train_digits(tmp_path / "es.pt", epochs=30, patience=2))
+    hist = ckpt["history"]
+    best = max(hist, key=lambda r: r["val_accuracy"])
+    assert ckpt["metrics"]["best_epoch"] == best["epoch"]
+    assert len(hist) - best["epoch"] <= 2  # stopped after `patience` epochs without improvement
+
+
+def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, capsys):
+    from laya_cli import progress
+    from laya_cli.train import TrainConfig, TrainRequest, train
+
+    folder = make_image_folder(tmp_path / "shapes", per_class=8)
+    cache_root = tmp_path / "cache"
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(cache_root))
+    messages = []
+    monkeypatch.setattr("laya_cli.features.log", messages.append)
+    progress.set_enabled(False)
+
+    def run(out):
+        req = TrainRequest(backbone="timm:vit_tiny_patch16_224", data=DataRequest(f"folder:{folder}", seed=0),
+                           train=TrainConfig(epochs=2, seed=0), out=str(tmp_path / out))
+        return train(req)
+
+    first = run("a.pt")
+    assert len(list(cache_root.glob("*.pt"))) == 3  # train, val, test
+    assert not any("reusing" in m for m in messages)
+    second = run("b.pt")
+    assert sum("reusing" in m for m in messages) == 3
+    assert first["layers"] == [f"blocks.{i}" for i in range(12)]
+    assert first["backbone"]["spec"]["pool"] == "cls" and not first["backbone"]["spec"]["finetune"]
+    for k, v in first["head"]["weights"].items():
+        assert torch.equal(v, second["head"]["weights"][k])
+    model = load_model(tmp_path / "b.pt")
+    assert model.backbone.adapter.size == (224, 224)
+
+
+def test_layer_globs_choose_taps_per_family():
+    import timm
+    import torchvision
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0)
+    assert bb.resolve_layers(vit, None) == [f"blocks.{i}" for i in range(12)]
+    assert bb.resolve_layers(vit, ["blocks.1*"]) == ["blocks.1", "blocks.10", "blocks.11"]
+    assert bb.resolve_layers(vit, ["blocks.0.*"]) == ["blocks.0.norm1", "blocks.0.attn", "blocks.0.ls1",
+                                                    "blocks.0.drop_path1", "blocks.0.norm2", "blocks.0.mlp",
+                                                    "blocks.0.ls2", "blocks.0.drop_path2"]
+    resnet = torchvision.models.resnet18()
+    assert bb.resolve_layers(resnet, None) == ["layer1", "layer2", "layer3", "layer4"]
+
+
+def test_torchvision_resnet_taps_pool_to_channel_vectors():
+    spec = bb.BackboneSpec("torchvision:resnet18", in_channels=3, image_size=(32, 32))
+    backbone = bb.build_backbone(spec)
+    assert backbone.dims(torch.rand(2, 3, 32, 32)) == [64, 128, 256, 512]
+
+
+def test_user_weights_file_loads_into_its_architecture(tmp_path):
+    import timm
+
+    src = timm.create_model("resnet18", pretrained=False, num_classes=5)
+    torch.save(src.state_dict(), tmp_path / "w.pt")
+    state = bb.read_weights_file(tmp_path / "w.pt")
+    backbone = bb.build_backbone(bb.BackboneSpec("timm:resnet18", in_channels=3), state)
+    torch.testing.assert_close(backbone.model.conv1.weight, src.conv1.weight)
+
+
+def test_pool_tokens():
+    x = torch.arange(24.0).view(2, 3, 4)
+    torch.testing.assert_close(bb.pool_tokens(x, "cls"), x[:, 0])
+    torch.testing.assert_close(bb.pool_tokens(x, "mean"), x.mean(1))
+    img = torch.rand(2, 5, 3, 3)
+    torch.testing.assert_close(bb.pool_tokens(img, "cls"), img.mean((2, 3)))
+    flat = torch.rand(2, 7)
+    assert bb.pool_tokens(flat, "cls") is flat
