@@ -3,6 +3,7 @@ except ``load_trusted_pickle``, which only ``--trust-pickle`` reaches (docs/secu
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -15,7 +16,7 @@ def _reason(e: Exception) -> str:
     if "Unsupported global" in text:
         return "it holds pickled Python objects, which would run code when loaded; laya refuses"
     detail = (text.strip().splitlines() or [""])[0].split(". ")[0].strip()
-    if not detail or "eights only" in detail or "weights_only" in detail or len(detail) > 120:
+    if isinstance(e, (KeyError, IndexError)) or not detail or "eights only" in detail or "weights_only" in detail or len(detail) > 120:
         detail = "not a torch file" if "Unsupported operand" in text else type(e).__name__
     return f"it is corrupt or truncated ({detail})"
 
@@ -30,7 +31,9 @@ def safe_torch_load(path: str | Path, what: str):
     if path.stat().st_size == 0:
         raise LayaError(f"{what} {path} is empty (0 bytes)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # garbage files make torch warn before it fails
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise LayaError(f"cannot read {what} {path}: {_reason(e)}") from None
 
