@@ -1,0 +1,169 @@
+"""`laya audit` from the outside: table, JSON, Markdown, gating, every head kind, bad input; CliRunner and subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from laya_cli.cli import app
+
+runner = CliRunner()
+ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
+METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
+               "deletion@1_random", "deletion@1_normalised", "available", "note"}
+
+
+def invoke(*args):
+    return runner.invoke(app, ["audit", *map(str, args)])
+
+
+def assert_user_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [l for l in result.output.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    text = " ".join(result.output.split())
+    for f in fragments:
+        assert f in text, text
+
+
+def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
+    js, md = tmp_path / "audit.json", tmp_path / "audit.md"
+    result = invoke(digits_ckpt, "--compare", "all", "--samples", 120, "--by-class", "--json", js, "--markdown", md,
+                    "--steps", 8, "-q")
+    assert result.exit_code == 0, result.output
+    for m in ALL:
+        assert m in result.stdout
+    assert "faithfulness" in result.stdout and "deletion@1" in result.stdout and "ablation mean" in result.stdout
+    doc = json.loads(js.read_text())
+    assert list(doc["methods"]) == ALL
+    assert all(set(v) == METHOD_KEYS for v in doc["methods"].values())
+    s = doc["settings"]
+    assert (s["samples"], s["steps"], s["ablation"], s["target"], s["reduce"], s["head"]) == (
+        120, 8, "mean", "predicted", "sum", "laya")
+    assert s["model"] == str(digits_ckpt) and s["dataset"] == "digits" and s["methods"] == ALL
+    assert doc["n_samples"] == 120 and 0.8 < doc["accuracy"] <= 1
+    assert sum(c["n"] for c in doc["by_class"].values()) == 120 and len(doc["by_class"]) == 10
+    assert doc["fail_under"] == {"thresholds": [], "misses": [], "passed": True}
+    m = doc["methods"]
+    # sanity ranges (DESIGN §3): the trained head and IG are faithful, random is not
+    assert m["laya"]["faithfulness"] > 0.5 and m["ig"]["faithfulness"] > 0.5
+    assert abs(m["random"]["faithfulness"]) < 0.25
+    assert m["laya"]["deletion@1"] <= m["laya"]["deletion@1_oracle"] + 1e-9
+    text = md.read_text()
+    assert "| method | faithfulness |" in text and "| `ig` |" in text and "**" in text
+    assert "Faithfulness by class" in text
+
+
+def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
+    ok = invoke(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=-1", "-q")
+    assert ok.exit_code == 0, ok.output
+    assert "threshold(s) met" in ok.stderr
+    js, md = tmp_path / "a.json", tmp_path / "a.md"
+    miss = invoke(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=1.01",
+                  "--fail-under", "random:deletion@1=5,accuracy=0", "--json", js, "--markdown", md, "-q")
+    assert miss.exit_code == 1, miss.output
+    lines = [l for l in miss.stderr.splitlines() if l.startswith("fail-under:")]
+    assert [l.split()[1] for l in lines] == ["laya:", "ig:", "gradxact:", "random:"]
+    doc = json.loads(js.read_text())  # outputs are still written for the CI summary
+    assert doc["fail_under"]["passed"] is False and len(doc["fail_under"]["misses"]) == 4
+    assert doc["settings"]["fail_under"] == ["faithfulness=1.01", "random:deletion@1=5", "accuracy=0"]
+    assert "fail-under: missed" in md.read_text()
+
+
+def test_other_settings_are_recorded(digits_ckpt, tmp_path):
+    js = tmp_path / "a.json"
+    result = invoke(digits_ckpt, "--dataset", "digits", "--samples", 50, "--seed", 3, "--ablation", "zero",
+                    "--target", "label", "--reduce", "abs", "--steps", 4, "--internal-batch-size", 16,
+                    "--batch-size", 20, "--compare", "ig,saliency", "--json", js, "-q")
+    assert result.exit_code == 0, result.output
+    s = json.loads(js.read_text())["settings"]
+    assert (s["ablation"], s["target"], s["reduce"], s["internal_batch_size"], s["batch_size"], s["seed"]) == (
+        "zero", "label", "abs", 16, 20, 3)
+
+
+@pytest.mark.parametrize("kind", ["laya", "last", "concat", "scalarmix"])
+def test_every_head_kind_audits(digits_ckpts, tmp_path, kind):
+    js = tmp_path / "a.json"
+    ablation = "mask" if kind == "scalarmix" else "mean"
+    result = invoke(digits_ckpts[kind], "--compare", "all", "--samples", 60, "--steps", 4, "--ablation", ablation,
+                    "--json", js, "-q")
+    assert result.exit_code == 0, result.output
+    m = json.loads(js.read_text())["methods"]
+    intrinsic = {"laya": {"laya", "contrib", "global"}, "scalarmix": {"laya", "global"}}.get(kind, set())
+    for name in ALL:
+        expected = name in intrinsic or name not in ("laya", "contrib", "global")
+        assert m[name]["available"] is expected, name
+        if not expected:
+            assert m[name]["faithfulness"] is None and f"the {kind} head" in m[name]["note"]
+            assert "undefined" in result.stderr
+    assert m["ig"]["deletion@1"] is not None
+
+
+def test_few_layers_are_warned_about(tmp_path):
+    from conftest import train_digits
+
+    ckpt = train_digits(tmp_path / "two.pt", epochs=1, layers=["blocks.1", "blocks.2"])
+    result = invoke(ckpt, "--samples", 30, "--steps", 4, "-q")
+    assert result.exit_code == 0, result.output
+    assert "only 2 layers" in " ".join(result.stderr.split())
+
+
+def test_mask_ablation_on_a_head_without_weights_is_a_user_error(digits_ckpts):
+    assert_user_error(invoke(digits_ckpts["concat"], "--ablation", "mask", "--samples", 10),
+                      "--ablation mask needs a head with layer weights")
+
+
+BAD = [
+    (["--compare", "ig,gradx"], ["unknown method 'gradx'", "did you mean gradxact"]),
+    (["--compare", "integrated"], ["unknown method 'integrated'"]),
+    (["--fail-under", "faithfulness>0.7"], ["bad --fail-under", "METHOD:METRIC=VALUE"]),
+    (["--fail-under", "ig:faithfulness=high"], ["not a number"]),
+    (["--fail-under", "faithfulnes=0.7"], ["did you mean faithfulness"]),
+    (["--fail-under", "saliency:faithfulness=0.7"], ["not audited; add --compare saliency"]),
+    (["--samples", "0"], ["--samples must be at least 1, got 0"]),
+    (["--samples", "-3"], ["--samples must be at least 1, got -3"]),
+    (["--ablation", "meen"], ["unknown --ablation 'meen'", "did you mean mean"]),
+    (["--target", "lable"], ["did you mean label"]),
+    (["--reduce", "l1"], ["unknown --reduce"]),
+    (["--steps", "0"], ["--steps must be at least 1"]),
+    (["--device", "tpu"], ["--device must be auto, cpu or cuda"]),
+    (["--json", "/no/such/dir/a.json"], ["cannot write", "does not exist"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_and_exit_2(digits_ckpt, args, fragments):
+    assert_user_error(invoke(digits_ckpt, *args), *fragments)
+
+
+def test_not_a_checkpoint(tmp_path):
+    junk = tmp_path / "model.pt"
+    junk.write_text("definitely not a checkpoint")
+    assert_user_error(invoke(junk), "checkpoint", "model.pt")
+    assert_user_error(invoke(tmp_path / "missing.pt"), "checkpoint not found")
+
+
+def test_classes_that_do_not_match_the_data(digits_ckpt, image_folder):
+    assert_user_error(invoke(digits_ckpt, "--dataset", f"folder:{image_folder}"),
+                      "has 3 classes but the checkpoint was trained on 10")
+
+
+def run_laya(*args):
+    env = {**os.environ, "LAYA_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "laya_cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
+    js = tmp_path / "a.json"
+    ok = run_laya("audit", digits_ckpt, "--samples", 40, "--compare", "ig", "--steps", 4, "--json", js,
+                  "--fail-under", "ig:faithfulness=-1", "-q")
+    assert ok.returncode == 0, ok.stderr
+    assert "laya audit" in ok.stdout and json.loads(js.read_text())["fail_under"]["passed"] is True
+    bad = run_laya("audit", digits_ckpt, "--compare", "ig", "--fail-under", "ig:faithfulness=")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("error: bad --fail-under")

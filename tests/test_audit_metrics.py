@@ -1,0 +1,274 @@
+"""Faithfulness metrics (DESIGN §3) against references, and the audit run and gating on synthetic heads."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import spearmanr
+
+from laya_cli import attribution
+from laya_cli.audit import (AuditSettings, Threshold, check_thresholds, parse_methods, parse_thresholds,
+                            run_audit)
+from laya_cli.errors import LayaError
+from laya_cli.features import LayerFeatures
+from laya_cli.heads import HeadConfig, build_head
+from laya_cli.metrics import (average_ranks, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
+                              spearman_rows, target_probability)
+
+DIMS = [10, 6, 8, 5]
+C = 4
+
+
+def make(kind="laya", seed=0, batch=64, dims=DIMS):
+    torch.manual_seed(seed)
+    head = build_head(kind, dims, C, HeadConfig(d_star=8, score_hidden=16)).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    feats = [torch.randn(batch, d, generator=g) for d in dims]
+    ref = [torch.randn(d, generator=g) * 0.3 for d in dims]
+    return head, feats, ref
+
+
+def fake_model(head, ref, dims=DIMS):
+    return SimpleNamespace(head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))],
+                           classes=[f"c{i}" for i in range(C)])
+
+
+def features(feats, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return LayerFeatures(feats, torch.randint(0, C, (len(feats[0]),), generator=g))
+
+
+# --------------------------------------------------------------------------- Spearman
+
+
+def scipy_rows(a, b):
+    out = []
+    for x, y in zip(np.asarray(a, dtype=float), np.asarray(b, dtype=float)):
+        if np.ptp(x) == 0 or np.ptp(y) == 0:
+            out.append(np.nan)
+        else:
+            out.append(spearmanr(x, y).statistic)
+    return np.array(out)
+
+
+def test_spearman_equals_scipy_with_ties_and_constant_rows():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 4, (300, 6), generator=g).float()  # many ties
+    b = torch.randn(300, 6, generator=g)
+    b[:40] = b[:40].round()
+    a[5] = 2.0  # constant row: undefined
+    b[7] = -1.0
+    ours = spearman_rows(a, b).numpy()
+    ref = scipy_rows(a, b)
+    assert np.isnan(ours[5]) and np.isnan(ours[7])
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9).flatmap(lambda n: st.tuples(
+    st.lists(st.lists(st.integers(-3, 3), min_size=n, max_size=n), min_size=1, max_size=8),
+    st.lists(st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=n, max_size=n), min_size=8, max_size=8))))
+def test_spearman_matches_scipy_property(data):
+    ints, floats = data
+    a = torch.tensor(ints, dtype=torch.float64)
+    b = torch.tensor(floats[: len(ints)], dtype=torch.float64)
+    np.testing.assert_allclose(spearman_rows(a, b).numpy(), scipy_rows(a, b), rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_average_ranks_match_scipy_rankdata():
+    from scipy.stats import rankdata
+
+    x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0, 3.0]])
+    np.testing.assert_allclose(average_ranks(x)[0].numpy(), rankdata(x[0].numpy()))
+
+
+# --------------------------------------------------------------------------- Deletion@1
+
+
+def test_deletion_at_1_oracle_random_and_ties():
+    delta = torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.0, 0.3]])
+    a = torch.tensor([[0.0, 1.0, 0.5], [2.0, 2.0, 1.0]])  # row 2: tie at the top -> mean of Δ over the tie
+    d1, oracle, random = deletion_at_1(a, delta)
+    torch.testing.assert_close(d1, torch.tensor([0.5, 0.15], dtype=torch.float64))
+    torch.testing.assert_close(oracle, torch.tensor([0.5, 0.3], dtype=torch.float64))
+    torch.testing.assert_close(random, torch.tensor([0.8 / 3, 0.2], dtype=torch.float64))
+
+
+def test_normalised_deletion_on_means():
+    assert normalised_deletion(0.5, 0.5, 0.1) == pytest.approx(1.0)
+    assert normalised_deletion(0.1, 0.5, 0.1) == pytest.approx(0.0)
+    assert normalised_deletion(0.3, 0.5, 0.1) == pytest.approx(0.5)
+    assert math.isnan(normalised_deletion(0.2, 0.2, 0.2))
+
+
+def test_nan_summary():
+    mean, std, n, undefined = nan_summary(torch.tensor([1.0, float("nan"), 0.0, 0.5]))
+    assert (mean, n, undefined) == (0.5, 3, 1)
+    assert std == pytest.approx(np.std([1.0, 0.0, 0.5]))
+    assert math.isnan(nan_summary(torch.tensor([float("nan")]))[0])
+
+
+# --------------------------------------------------------------------------- LOLO
+
+
+def p_target(head, feats, target, **kw):
+    with torch.no_grad():
+        return target_probability(head(feats, **kw).logits, target)
+
+
+@pytest.mark.parametrize("ablation", ["mean", "zero", "mask"])
+def test_lolo_effects_by_hand(ablation):
+    head, feats, ref = make(batch=9)
+    target = torch.arange(9) % C
+    delta = lolo_effects(head, feats, target, ref, ablation)
+    base = p_target(head, feats, target)
+    for i in range(len(DIMS)):
+        if ablation == "mask":
+            mask = torch.ones(9, len(DIMS))
+            mask[:, i] = 0
+            removed = p_target(head, feats, target, alpha_mask=mask)
+        else:
+            fill = torch.zeros_like(feats[i]) if ablation == "zero" else ref[i].expand_as(feats[i])
+            removed = p_target(head, [*feats[:i], fill, *feats[i + 1:]], target)
+        torch.testing.assert_close(delta[:, i], base - removed)
+
+
+def test_mask_ablation_needs_layer_weights():
+    head, feats, ref = make("concat", batch=3)
+    with pytest.raises(LayaError, match="--ablation mask needs a head with layer weights"):
+        lolo_effects(head, feats, torch.zeros(3, dtype=torch.long), ref, "mask")
+    with pytest.raises(LayaError, match="did you mean"):
+        lolo_effects(head, feats, torch.zeros(3, dtype=torch.long), ref, "maen")
+
+
+def test_lolo_oracle_as_attribution_scores_faithfulness_1_and_deletion_oracle(monkeypatch):
+    head, feats, ref = make(batch=150)
+    oracle = lambda h, f, ctx: lolo_effects(h, f, ctx.target, ctx.baseline, "mean")
+    monkeypatch.setitem(attribution.METHODS, "oracle", oracle)
+    result = run_audit(fake_model(head, ref), features(feats), ["oracle", "random"], AuditSettings(batch_size=64))
+    s = result.methods["oracle"]
+    assert s.faithfulness == pytest.approx(1.0) and s.faithfulness_std == pytest.approx(0.0)
+    assert s.deletion_at_1 == pytest.approx(s.oracle)
+    assert s.normalised == pytest.approx(1.0)
+    # the per-row metrics agree
+    target = head(feats).logits.argmax(-1)
+    delta = lolo_effects(head, feats, target, ref)
+    rho = spearman_rows(delta, delta)
+    assert torch.allclose(rho[~rho.isnan()], torch.ones(1, dtype=torch.float64))
+    d1, top, _ = deletion_at_1(delta, delta)
+    torch.testing.assert_close(d1, top)
+
+
+def test_random_averages_zero_faithfulness():
+    g = torch.Generator().manual_seed(1)
+    delta = torch.randn(4000, 6, generator=g)
+    a = attribution.random_scores(4000, 6, torch.Generator().manual_seed(0))
+    assert abs(spearman_rows(a, delta).mean().item()) < 0.03
+    d1, _, random = deletion_at_1(a, delta)
+    assert abs(d1.mean().item() - random.mean().item()) < 0.05
+
+
+# --------------------------------------------------------------------------- run_audit on synthetic heads
+
+
+def test_run_audit_streams_in_batches_with_the_same_result():
+    head, feats, ref = make(batch=50)
+    methods = parse_methods("all")
+    one = run_audit(fake_model(head, ref), features(feats), methods, AuditSettings(batch_size=50, steps=8))
+    many = run_audit(fake_model(head, ref), features(feats), methods, AuditSettings(batch_size=16, steps=8))
+    for m in methods:
+        if m == "random":  # same generator, consumed in different shapes
+            continue
+        assert one.methods[m].faithfulness == pytest.approx(many.methods[m].faithfulness, abs=1e-9), m
+        assert one.methods[m].deletion_at_1 == pytest.approx(many.methods[m].deletion_at_1, abs=1e-6), m
+    assert one.accuracy == many.accuracy and one.n_samples == 50
+
+
+def test_run_audit_by_class_and_json_shape():
+    head, feats, ref = make(batch=80)
+    result = run_audit(fake_model(head, ref), features(feats), parse_methods("ig,contrib"),
+                       AuditSettings(steps=4, by_class=True))
+    doc = json.loads(result.to_json())
+    assert set(doc) >= {"settings", "accuracy", "methods", "by_class", "notes"}
+    assert list(doc["methods"]) == ["laya", "ig", "contrib", "random"]
+    for m in doc["methods"].values():
+        assert set(m) >= {"faithfulness", "faithfulness_std", "undefined", "deletion@1", "deletion@1_normalised",
+                          "deletion@1_oracle", "deletion@1_random"}
+    assert sum(c["n"] for c in doc["by_class"].values()) == 80
+    assert doc["settings"]["ablation"] == "mean" and doc["settings"]["steps"] == 4
+
+
+def test_undefined_methods_are_reported_not_raised():
+    head, feats, ref = make("last", batch=30)
+    result = run_audit(fake_model(head, ref), features(feats), parse_methods("all"), AuditSettings(steps=4))
+    for m in ("laya", "contrib", "global"):
+        assert not result.methods[m].available and "last head" in result.methods[m].note
+        assert math.isnan(result.methods[m].faithfulness) and result.methods[m].undefined == 30
+    assert result.methods["ig"].available and not math.isnan(result.methods["ig"].faithfulness)
+    assert any("Δ_i = 0" in n for n in result.notes)
+    doc = json.loads(result.to_json())  # NaN becomes null, still strict JSON
+    assert doc["methods"]["laya"]["faithfulness"] is None
+
+
+def test_few_layers_warn_and_one_layer_is_undefined():
+    head, feats, ref = make(batch=20, dims=[6, 5])
+    two = run_audit(fake_model(head, ref, [6, 5]), features(feats), ["laya", "random"])
+    assert any("only 2 layers" in n for n in two.notes)
+    head, feats, ref = make(batch=20, dims=[6])
+    one = run_audit(fake_model(head, ref, [6]), features(feats), parse_methods("ig"), AuditSettings(steps=4))
+    assert any("only 1 layer" in n for n in one.notes)
+    assert one.methods["ig"].undefined == 20 and math.isnan(one.methods["ig"].faithfulness)
+    assert one.methods["ig"].deletion_at_1 == pytest.approx(one.methods["ig"].oracle)
+    assert math.isnan(one.methods["ig"].normalised)
+
+
+def test_audit_settings_are_validated():
+    with pytest.raises(LayaError, match="did you mean mean"):
+        AuditSettings(ablation="meen").validate()
+    with pytest.raises(LayaError, match="--steps must be at least 1"):
+        AuditSettings(steps=0).validate()
+    with pytest.raises(LayaError, match="--internal-batch-size"):
+        AuditSettings(internal_batch_size=0).validate()
+
+
+# --------------------------------------------------------------------------- methods and thresholds
+
+
+def test_parse_methods():
+    assert parse_methods("ig,gradxact") == ["laya", "ig", "gradxact", "random"]
+    assert parse_methods("all") == ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
+    assert parse_methods("") == ["laya", "random"]
+    assert parse_methods("laya,ig,ig") == ["laya", "ig", "random"]
+    with pytest.raises(LayaError, match="unknown method 'gradx': did you mean gradxact"):
+        parse_methods("ig,gradx")
+
+
+def test_parse_thresholds():
+    ts = parse_thresholds("faithfulness=0.7, ig:faithfulness=0.8,laya:deletion@1=0.2")
+    assert ts == [Threshold("faithfulness", 0.7), Threshold("faithfulness", 0.8, "ig"),
+                  Threshold("deletion@1", 0.2, "laya")]
+    assert parse_thresholds(["accuracy=0.9", "deletion@1_normalised=0.5"])[0] == Threshold("accuracy", 0.9)
+    for bad, msg in [("faithfulness", "expected METRIC=VALUE"), ("faithfulness=high", "not a number"),
+                     ("faithfulnes=0.7", "did you mean faithfulness"), ("ig:acc=1", "did you mean"),
+                     ("igg:faithfulness=0.7", "did you mean ig"), ("a:b:c=1", "expected"),
+                     ("ig:accuracy=0.9", "belongs to the model"), ("faithfulness=nan", "finite")]:
+        with pytest.raises(LayaError, match=msg):
+            parse_thresholds(bad)
+    with pytest.raises(LayaError, match="not audited; add --compare saliency"):
+        parse_thresholds("saliency:faithfulness=0.5", ["laya", "ig", "random"])
+
+
+def test_check_thresholds_names_each_miss():
+    head, feats, ref = make(batch=40)
+    result = run_audit(fake_model(head, ref), features(feats), parse_methods("ig"), AuditSettings(steps=4))
+    f = {m: s.faithfulness for m, s in result.methods.items()}
+    assert check_thresholds(result, parse_thresholds("faithfulness=-1,accuracy=0")) == []
+    misses = check_thresholds(result, parse_thresholds(f"faithfulness={max(f['laya'], f['ig']) + 0.01}"))
+    assert len(misses) == 2 and misses[0].startswith("laya: faithfulness") and misses[1].startswith("ig:")
+    misses = check_thresholds(result, parse_thresholds("random:deletion@1=2,accuracy=1.01"))
+    assert [m.split()[0] for m in misses] == ["random:", "accuracy"]
