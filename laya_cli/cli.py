@@ -15,7 +15,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from . import progress
-from .errors import LayaError
+from .errors import LayaError, TrainingInterrupted
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,6 +32,9 @@ class LayaGroup(TyperGroup):
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("[bold red]interrupted[/]")
+            raise typer.Exit(130) from None
+        except TrainingInterrupted as e:
+            err_console.print(f"[bold red]interrupted:[/] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
 
 
@@ -85,6 +88,7 @@ def train(
     finetune: Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")] = None,
     trust_pickle: Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")] = False,
     cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or per-epoch lines.")] = False,
 ):
@@ -105,7 +109,7 @@ def train(
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                           device=resolve_device(device)),
         layers=_split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
-        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out),
+        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
     )
 
     def on_epoch(r):
@@ -139,6 +143,7 @@ def audit(
     markdown: Annotated[Optional[Path], typer.Option(help="Write the table as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")] = None,
     fail_under: Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Repeatable.")] = None,
     cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")] = False,
 ):

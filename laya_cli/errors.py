@@ -9,6 +9,10 @@ class LayaError(Exception):
     """A mistake in the user's input (options, files, data). Never a bug in laya."""
 
 
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM during training; the state of the last finished epoch is on disk (exit 130)."""
+
+
 def unknown_choice(kind: str, name: str, choices) -> LayaError:
     """An error for an unknown name that suggests the closest valid ones."""
     choices = sorted(choices)

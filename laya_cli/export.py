@@ -19,7 +19,6 @@ so an error or an interrupt never leaves a half-written export behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -332,6 +331,9 @@ def check_out_dir(out: str | Path, overwrite: bool = False) -> Path:
     export — laya never deletes a folder it did not write.
     """
     out = Path(out).expanduser()
+    here, target = Path.cwd().resolve(), Path(os.path.abspath(out))
+    if target == here or target in here.parents:
+        raise LayaError(f"--out {out} is the current folder or one of its parents; give a subfolder such as export/")
     if out.exists() and not out.is_dir():
         raise LayaError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):

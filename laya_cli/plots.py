@@ -103,7 +103,7 @@ def plot_global(exp, path: Path) -> None:
     for s in ("correct", "incorrect"):
         if int(rows[s]["n"].iloc[0]):
             top = max(top, float(np.nanmax(rows[s]["mean"])))
-    ax.set_ylim(0, min(1.0, top * 1.3 + 0.02))
+    ax.set_ylim(0, min(1.06, top * 1.3 + 0.02))  # room for markers at α = 1
     _layer_axis(ax, layers)
     ax.set_xlabel("layer (shallow → deep)")
     ax.set_ylabel("attention weight α")
@@ -134,8 +134,7 @@ def plot_heatmap(matrix: np.ndarray, row_labels: Sequence[str], layers: Sequence
     C, L = matrix.shape
     fig = _figure(*_heatmap_size(C, L, row_labels, layers))
     ax = fig.subplots()
-    cm = colormaps[cmap].copy()
-    cm.set_bad("#d9d9d9")
+    cm = colormaps[cmap].with_extremes(bad="#d9d9d9")
     norm = Normalize(vmin=vmin, vmax=vmax)
     im = ax.imshow(np.ma.masked_invalid(matrix), cmap=cm, norm=norm, aspect="auto", interpolation="nearest")
     small = 7 if C > 25 else 9
@@ -360,14 +359,15 @@ def _num(v, fmt="{:.4f}") -> str:
     return "n/a" if math.isnan(f) else fmt.format(f)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence], numeric: Sequence[bool] | None = None) -> str:
-    numeric = numeric or [False] * len(header)
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+def _table(header: Sequence[str] | None, rows: Sequence[Sequence], numeric: Sequence[bool] | None = None) -> str:
+    numeric = numeric or [False] * max(len(header or ()), max((len(r) for r in rows), default=0))
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header) if header else ""
     body = []
     for r in rows:
         cells = "".join(f'<td class="num">{c}</td>' if n else f"<td>{c}</td>" for c, n in zip(r, numeric))
         body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table>{thead}<tbody>{''.join(body)}</tbody></table>"
 
 
 def _img(folder: Path, name: str, alt: str) -> str:
@@ -406,7 +406,7 @@ def render_html(exp, root: Path, pngs: dict[str, str], fmt: str, plots: bool) ->
         "<h1>laya export: layer attention report</h1>",
         f'<p class="sub">{e(str(info.get("checkpoint", "")))} · {e(str(info.get("dataset", "")))} · '
         f"{exp.n:,} samples</p>",
-        "<h2>Model</h2>", _table(["", ""], [(f"<b>{k}</b>", v) for k, v in model_rows]),
+        "<h2>Model</h2>", _table(None, [(f"<b>{k}</b>", v) for k, v in model_rows]),
     ]
     for note in exp.notes:
         parts.append(f'<p class="note">{e(note)}</p>')

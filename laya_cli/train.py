@@ -6,9 +6,12 @@ same result on CPU: initialisation and shuffling both come from ``--seed``.
 
 from __future__ import annotations
 
-import copy
+import contextlib
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -18,13 +21,14 @@ from torch import Tensor, nn
 from . import backbones as bb
 from .checkpoint import save_checkpoint
 from .data import DataRequest, DataSplits, is_file_dataset, load_dataset
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, TrainingInterrupted, unknown_choice
 from .features import FeatureCache, LayerFeatures, batches, cache_key, cached_extract, extract, to_float_images
-from .fileio import check_writable
+from .fileio import atomic_path, check_writable
 from .heads import HEADS, HeadConfig, build_head
 from .metrics import accuracy, macro_f1
 from .model import EndToEnd
 from .progress import log, track
+from .trust import safe_torch_load
 
 
 @dataclass
@@ -66,17 +70,55 @@ def predict(model: nn.Module, inputs: list[Tensor], batch_size: int = 1024, devi
     return torch.cat(preds)
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Treat SIGTERM (a scheduler's kill) like Ctrl-C so both leave a resumable state."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _clone_state(module: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
 def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor],
-        cfg: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None) -> list[EpochRecord]:
-    """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights."""
+        cfg: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None,
+        state_path: str | Path | None = None, resume: bool = False, fingerprint: str = "") -> list[EpochRecord]:
+    """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights.
+
+    With ``state_path``, everything needed to continue (weights, optimizer, RNG states, best
+    weights, history) is written atomically after every epoch; ``resume`` continues from it and
+    ends with exactly the weights an uninterrupted run would have.
+    """
     torch.manual_seed(cfg.seed)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
     (train_x, train_y), (val_x, val_y) = train, val
     best_acc, best_state, since_best, history = -1.0, None, 0, []
+    if resume:
+        st = load_train_state(state_path, fingerprint)
+        model.load_state_dict(st["model"])
+        optimizer.load_state_dict(st["optimizer"])
+        shuffle.set_state(st["shuffle_rng"])
+        torch.set_rng_state(st["torch_rng"])
+        best_acc, best_state, since_best = st["best_accuracy"], st["best_model"], st["since_best"]
+        history = [EpochRecord(**r) for r in st["history"]]
+        log(f"resuming after epoch {len(history)} from {state_path}")
     n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
-    for epoch in range(1, cfg.epochs + 1):
+    for epoch in range(len(history) + 1, cfg.epochs + 1):
+        if since_best >= cfg.patience:
+            break
         start = time.perf_counter()
         model.train()
         loss_sum, correct = 0.0, 0
@@ -92,19 +134,39 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         val_acc = accuracy(predict(model, val_x, device=cfg.device), val_y)
         improved = val_acc > best_acc
         if improved:
-            best_acc, since_best = val_acc, 0
-            best_state = copy.deepcopy(model.state_dict())
+            best_acc, since_best, best_state = val_acc, 0, _clone_state(model)
         else:
             since_best += 1
         record = EpochRecord(epoch, loss_sum / len(train_y), correct / len(train_y), val_acc,
                              time.perf_counter() - start, improved)
         history.append(record)
+        if state_path is not None:
+            save_checkpoint_file({
+                "format": "laya-train-state", "fingerprint": fingerprint, "model": _clone_state(model),
+                "optimizer": optimizer.state_dict(), "shuffle_rng": shuffle.get_state(),
+                "torch_rng": torch.get_rng_state(), "best_accuracy": best_acc, "best_model": best_state,
+                "since_best": since_best, "history": [asdict(r) for r in history],
+            }, state_path)
         if on_epoch:
             on_epoch(record)
-        if since_best >= cfg.patience:
-            break
     model.load_state_dict(best_state)
     return history
+
+
+def save_checkpoint_file(obj: dict, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def load_train_state(path: str | Path | None, fingerprint: str) -> dict:
+    if path is None or not Path(path).is_file():
+        raise LayaError(f"--resume: no saved training state at {path}; start without --resume")
+    st = safe_torch_load(path, "training state")
+    if not isinstance(st, dict) or st.get("format") != "laya-train-state":
+        raise LayaError(f"{path} is not a laya training state")
+    if st.get("fingerprint") != fingerprint:
+        raise LayaError(f"--resume: {path} was written by a run with other options; use the same options or remove it")
+    return st
 
 
 @dataclass
@@ -122,6 +184,19 @@ class TrainRequest:
     trust_pickle: bool = False
     use_cache: bool = True
     out: str = "model.pt"
+    resume: bool = False  # continue from the state an interrupted run left beside --out
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.out).with_name(Path(self.out).name + ".state")
+
+    def fingerprint(self) -> str:
+        """What must match for --resume to continue a run (everything but output and device)."""
+        d = asdict(self)
+        for k in ("out", "resume", "use_cache"):
+            d.pop(k)
+        d["train"].pop("device")
+        return cache_key(**d)
 
 
 def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBackbone, bb.BackboneSpec, dict | None]:
@@ -162,7 +237,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     if spec.finetune:
         model = EndToEnd(backbone, head)
         to_inputs = lambda ds: ([ds.images], ds.labels)
-        history = fit(model, to_inputs(data.train), to_inputs(data.val), req.train, on_epoch)
+        history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch)
         test_pred = predict(model, [data.test.images], device=dev)
         train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
     else:
@@ -171,7 +246,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         split_feats = _frozen_features(backbone, spec, data, req)
         train_feats = split_feats["train"]
         as_inputs = lambda f: (f.feats, f.labels)
-        history = fit(head, as_inputs(train_feats), as_inputs(split_feats["val"]), req.train, on_epoch)
+        history = _fit_resumable(req, head, as_inputs(train_feats), as_inputs(split_feats["val"]), on_epoch)
         test_pred = predict(head, split_feats["test"].feats, device=dev)
 
     test_y = data.test.labels
@@ -205,7 +280,26 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         "train_config": asdict(req.train),
     }
     save_checkpoint(ckpt, req.out)
+    req.state_path.unlink(missing_ok=True)
     return ckpt
+
+
+def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch) -> list[EpochRecord]:
+    """fit() with its state beside --out after every epoch; Ctrl-C/SIGTERM leave it resumable."""
+    done = []
+
+    def record(r: EpochRecord):
+        done.append(r)
+        if on_epoch:
+            on_epoch(r)
+
+    try:
+        with sigterm_as_interrupt():
+            return fit(model, train_data, val_data, req.train, record, req.state_path, req.resume, req.fingerprint())
+    except KeyboardInterrupt:
+        where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
+        hint = f"; run the same command with --resume to continue from {req.state_path}" if done or req.resume else ""
+        raise TrainingInterrupted(f"training interrupted {where}{hint}") from None
 
 
 def _image_side(req: TrainRequest) -> int:

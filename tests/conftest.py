@@ -20,13 +20,16 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, patience: int | None = None,
-                 **extra) -> Path:
+                 d_star: int = 96, score_hidden: int = 192, **extra) -> Path:
     from laya_cli import progress
     from laya_cli.data import DataRequest
     from laya_cli.train import TrainConfig, TrainRequest, train
 
     progress.set_enabled(False)
+    from laya_cli.heads import HeadConfig
+
     req = TrainRequest(head=head, data=DataRequest("digits", seed=seed),
+                       head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
                        train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs), out=str(out), **extra)
     train(req)
     return out

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -167,3 +168,14 @@ def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
     bad = run_laya("audit", digits_ckpt, "--compare", "ig", "--fail-under", "ig:faithfulness=")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("error: bad --fail-under")
+
+
+@pytest.mark.slow
+def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # the repo root holds benchmarks/
+    from benchmarks.audit_speed import main
+
+    out = main(["--images", "4", "--repeats", "1", "--steps", "4", "--naive-blocks", "1", "--naive-images", "1",
+                "--device", "cpu"])
+    assert out["audit_over_plain"] > 0 and out["naive_over_audit"] > 1
+    assert out["naive_blocks"] == [6] and out["naive_images"] == 1

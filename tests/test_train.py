@@ -134,3 +134,71 @@ def test_pool_tokens():
     torch.testing.assert_close(bb.pool_tokens(img, "cls"), img.mean((2, 3)))
     flat = torch.rand(2, 7)
     assert bb.pool_tokens(flat, "cls") is flat
+
+
+def test_builtin_cnn_taps_every_stage_and_learns_digits(tmp_path):
+    ckpt = read_checkpoint(train_digits(tmp_path / "cnn.pt", epochs=3, backbone="cnn"))
+    assert ckpt["layers"] == ["stages.0", "stages.1", "stages.2", "stages.3"]
+    assert ckpt["dims"] == [32, 64, 128, 256]
+    assert ckpt["metrics"]["test_accuracy"] > 0.3
+
+
+def test_vit_base_is_the_timm_alias():
+    backbone = bb.build_backbone(bb.BackboneSpec("vit_base", in_channels=1, image_size=(8, 8)))
+    assert type(backbone.model).__name__ == "VisionTransformer"
+    assert backbone.layer_names == [f"blocks.{i}" for i in range(12)] and backbone.pool == "cls"
+    assert backbone.dims(torch.rand(1, 1, 8, 8)) == [768] * 12  # 1-channel 8×8 input is adapted to 3×224×224
+
+
+def test_image_folder_with_train_test_subfolders_uses_them(tmp_path):
+    make_image_folder(tmp_path / "d" / "train", per_class=6)
+    make_image_folder(tmp_path / "d" / "test", per_class=2, seed=1)
+    data = load_dataset(DataRequest(f"folder:{tmp_path / 'd'}", image_size=16))
+    assert len(data.test) == 6 and len(data.train) + len(data.val) == 18
+    assert data.classes == ["circle", "cross", "square"] and data.image_shape == (3, 16, 16)
+
+
+def test_undecodable_images_are_skipped_and_counted(tmp_path):
+    root = make_image_folder(tmp_path / "d", per_class=6)
+    (root / "circle" / "broken.png").write_bytes(b"not a png")
+    data = load_dataset(DataRequest(f"folder:{root}", image_size=16))
+    assert data.skipped == 1 and len(data.train) + len(data.val) + len(data.test) == 18
+    from laya_cli.errors import LayaError
+    import pytest
+
+    with pytest.raises(LayaError, match="broken.png"):
+        load_dataset(DataRequest(f"folder:{root}", image_size=16, strict=True))
+
+
+def test_artworks_layout_labels_by_genre_or_artist(tmp_path):
+    root = tmp_path / "art"
+    images = root / "images" / "images"
+    make_image_folder(images, classes=("Vincent_van_Gogh", "Claude_Monet", "Pablo_Picasso"), per_class=5)
+    (root / "artists.csv").write_text(
+        "id,name,years,genre,nationality\n"
+        "0,Vincent van Gogh,1853-1890,Post-Impressionism,Dutch\n"
+        "1,Claude Monet,1840-1926,Impressionism,French\n"
+        '2,Pablo Picasso,1881-1973,"Cubism,Surrealism",Spanish\n')
+    by_genre = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=16))
+    assert by_genre.classes == ["Cubism", "Impressionism", "Post-Impressionism"]
+    by_artist = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=16, label="artist"))
+    assert by_artist.classes == ["Claude_Monet", "Pablo_Picasso", "Vincent_van_Gogh"]
+
+
+def test_fashion_mnist_idx_files_in_a_data_dir(tmp_path):
+    import gzip
+
+    import numpy as np
+
+    def idx(path, arr):
+        header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+        with gzip.open(path, "wb") as f:
+            f.write(header + arr.astype(np.uint8).tobytes())
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 50), ("t10k", 20)):
+        idx(tmp_path / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, 28, 28)))
+        idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    data = load_dataset(DataRequest("fashion-mnist", data_dir=str(tmp_path)))
+    assert len(data.test) == 20 and len(data.train) + len(data.val) == 50
+    assert data.test.labels.tolist() == [i % 10 for i in range(20)]

@@ -1,0 +1,99 @@
+"""Interruptions: a killed training run resumes to exactly the weights of an uninterrupted one."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import train_digits
+from laya_cli.checkpoint import read_checkpoint
+
+ARGS = ["--epochs", "6", "--patience", "6", "--seed", "5", "--d-star", "16", "--score-hidden", "16"]
+
+
+def laya(*args, **kw):
+    env = {**os.environ, "LAYA_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "laya_cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def assert_same_weights(a: dict, b: dict):
+    for part in ("head", "backbone"):
+        wa, wb = a[part]["weights"], b[part]["weights"]
+        assert wa.keys() == wb.keys()
+        for k in wa:
+            assert torch.equal(wa[k], wb[k]), f"{part}.{k} differs"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_killed_run_resumes_to_the_uninterrupted_weights(tmp_path, sig):
+    out = tmp_path / "m.pt"
+    state = tmp_path / "m.pt.state"
+    proc = laya("train", "--out", out, *ARGS)
+    deadline = time.time() + 120
+    while not state.exists() and time.time() < deadline:  # wait for the first finished epoch
+        time.sleep(0.05)
+    assert state.exists(), proc.communicate()[1]
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("training finished before the signal arrived")
+    assert proc.returncode == 130, err
+    assert "--resume" in err and "Traceback" not in err
+    assert not out.exists()  # no half-written checkpoint
+
+    resumed = laya("train", "--out", out, "--resume", *ARGS)
+    stdout, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert not state.exists()  # cleaned up after success
+
+    a = read_checkpoint(out)
+    b = read_checkpoint(train_digits(tmp_path / "ref.pt", epochs=6, seed=5, d_star=16, score_hidden=16))
+    assert_same_weights(a, b)
+    assert a["metrics"] == b["metrics"]
+
+
+def test_resume_without_state_is_a_user_error(tmp_path):
+    proc = laya("train", "--out", tmp_path / "m.pt", "--resume", *ARGS)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "no saved training state" in err
+
+
+def test_resume_with_other_options_is_refused(tmp_path):
+    from laya_cli import train as tr
+    from laya_cli.errors import LayaError
+
+    def stop(record):  # interrupt right after the first epoch's state is written
+        raise KeyboardInterrupt
+
+    req = tr.TrainRequest(data=tr.DataRequest("digits", seed=0), train=tr.TrainConfig(epochs=3, seed=0),
+                          out=str(tmp_path / "m.pt"))
+    with pytest.raises(KeyboardInterrupt):
+        data = tr.load_dataset(req.data)
+        backbone, spec, _ = tr.prepare_backbone(req, data)
+        head = tr.build_head("laya", [512, 256, 128], 10)
+        model = tr.EndToEnd(backbone, head)
+        tr.fit(model, ([data.train.images], data.train.labels), ([data.val.images], data.val.labels), req.train,
+               stop, req.state_path, False, req.fingerprint())
+    assert (tmp_path / "m.pt.state").exists()
+    other = tr.TrainRequest(data=tr.DataRequest("digits", seed=0), train=tr.TrainConfig(epochs=3, seed=1),
+                            out=str(tmp_path / "m.pt"), resume=True)
+    with pytest.raises(LayaError, match="other options"):
+        tr.train(other)
+
+
+def test_same_seed_gives_identical_checkpoints_but_for_wall_clock(tmp_path):
+    a = read_checkpoint(train_digits(tmp_path / "a.pt", epochs=3, seed=9))
+    b = read_checkpoint(train_digits(tmp_path / "b.pt", epochs=3, seed=9))
+    assert_same_weights(a, b)
+    for ra, rb in zip(a["reference"], b["reference"]):
+        assert torch.equal(ra, rb)
+    strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]
+    assert strip(a["history"]) == strip(b["history"])
+    assert a["metrics"] == b["metrics"]
