@@ -20,8 +20,8 @@ from torch import Tensor
 from .attribution import METHODS, AttributionContext, head_kind, mean_attention, unavailable_reason
 from .errors import LayaError, unknown_choice
 from .features import LayerFeatures, batches
-from .metrics import (ABLATIONS, accuracy, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
-                      spearman_rows)
+from .metrics import (ABLATIONS, accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
+                      normalised_deletion, spearman_rows)
 from .progress import track
 
 ALWAYS = ("laya", "random")
@@ -185,6 +185,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
             raise unknown_choice("method", m, METHODS)
     if len(feats) == 0:
         raise LayaError("nothing to audit: the data set has no samples")
+    check_ablation(head, settings.ablation)
     reasons = {m: unavailable_reason(m, head) for m in methods}
     kind = head_kind(head)
 

@@ -72,6 +72,7 @@ def train(
     data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
     label: Annotated[str, typer.Option(help="artworks only: genre or artist.")] = "genre",
     image_size: Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")] = None,
+    strict: Annotated[bool, typer.Option(help="Fail on an undecodable image in a folder dataset instead of skipping it.")] = False,
     d_star: Annotated[int, typer.Option("--d-star", help="Adapter width d*.")] = 96,
     tau: Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")] = 1.5,
     psi: Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")] = "identity",
@@ -105,7 +106,7 @@ def train(
     req = TrainRequest(
         backbone=backbone, head=head,
         head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
-        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed),
+        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict),
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                           device=resolve_device(device)),
         layers=_split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
@@ -152,6 +153,7 @@ def audit(
     from .checkpoint import load_model
     from .evaldata import load_eval_data
     from .fileio import atomic_write_text, check_writable
+    from .metrics import check_ablation
     from .report import audit_class_tables, audit_markdown, audit_rich_table
 
     progress.set_enabled(not quiet)
@@ -166,6 +168,7 @@ def audit(
         if path is not None:
             check_writable(path)
     laya_model = load_model(model)
+    check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
     data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
     result = A.run_audit(laya_model, data, methods, settings)
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,

@@ -39,6 +39,15 @@ def target_probability(logits: Tensor, target: Tensor) -> Tensor:
     return torch.softmax(logits.float(), dim=-1).gather(1, target.view(-1, 1)).squeeze(1)
 
 
+def check_ablation(head: nn.Module, ablation: str) -> None:
+    """Raise a LayaError unless ``ablation`` is known and applies to this head."""
+    if ablation not in ABLATIONS:
+        raise unknown_choice("ablation", ablation, ABLATIONS)
+    if ablation == "mask" and not isinstance(head, tuple(HEADS[k] for k in MASKABLE_HEADS)):
+        raise LayaError(f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
+                        f"use --ablation mean or zero for this head")
+
+
 @torch.no_grad()
 def lolo_effects(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
                  reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
@@ -48,17 +57,12 @@ def lolo_effects(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
     r_i := 0; ``mask``: α_i := 0 and the other weights renormalised (heads with layer
     weights only: ``heads.MASKABLE_HEADS``).
     """
-    if ablation not in ABLATIONS:
-        raise unknown_choice("ablation", ablation, ABLATIONS)
+    check_ablation(head, ablation)
     feats = list(feats)
     n_layers, batch = len(feats), len(target)
     base = target_probability(head(feats).logits, target)
     removed = []
     if ablation == "mask":
-        maskable = tuple(HEADS[k] for k in MASKABLE_HEADS)
-        if not isinstance(head, maskable):
-            raise LayaError(f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
-                            f"use --ablation mean or zero for this head")
         for i in range(n_layers):
             mask = torch.ones(batch, n_layers, device=base.device)
             mask[:, i] = 0

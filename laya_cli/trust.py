@@ -13,7 +13,7 @@ from .errors import LayaError
 
 def _reason(e: Exception) -> str:
     text = str(e)
-    if "Unsupported global" in text:
+    if "Unsupported global" in text or "unsupported GLOBAL" in text:
         return "it holds pickled Python objects, which would run code when loaded; laya refuses"
     detail = (text.strip().splitlines() or [""])[0].split(". ")[0].strip()
     if isinstance(e, (KeyError, IndexError)) or not detail or "eights only" in detail or "weights_only" in detail or len(detail) > 120:
