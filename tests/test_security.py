@@ -86,3 +86,25 @@ def test_no_unsafe_torch_load_in_the_library():
             if "torch.load(" in line and "weights_only=True" not in line and f.name != "trust.py":
                 offenders.append(f"{f.name}:{i}")
     assert offenders == []
+
+
+@pytest.mark.parametrize("content", ["empty", "random", "truncated", "newer"])
+@pytest.mark.parametrize("command", ["info", "audit", "export"])
+def test_corrupt_checkpoints_are_one_line_errors_everywhere(tmp_path, digits_ckpt, content, command):
+    path = tmp_path / "m.pt"
+    if content == "empty":
+        path.write_bytes(b"")
+    elif content == "random":
+        path.write_bytes(bytes(range(256)) * 3)
+    elif content == "truncated":
+        path.write_bytes(digits_ckpt.read_bytes()[:5000])
+    else:
+        ckpt = torch.load(digits_ckpt, weights_only=True)
+        ckpt["format_version"] = 2
+        torch.save(ckpt, path)
+    args = commands(path, tmp_path)[command]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert not (tmp_path / "exp").exists()
