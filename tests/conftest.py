@@ -19,6 +19,29 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAYA_DATA_DIR", str(tmp_path_factory.getbasetemp() / "no-data-here"))
 
 
+def assert_user_error(result, *fragments):
+    """A CliRunner result that is exactly one 'error:' line, exit 2, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [l for l in result.output.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    text = " ".join(result.output.split())
+    for f in fragments:
+        assert f in text, text
+
+
+def make_head_and_features(kind="laya", seed=0, batch=7, dims=(12, 8, 6, 10), num_classes=5):
+    """A small seeded head with random layer features and an ablation reference."""
+    from laya_cli.heads import HeadConfig, build_head
+
+    torch.manual_seed(seed)
+    head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    feats = [torch.randn(batch, d, generator=g) for d in dims]
+    ref = [torch.randn(d, generator=g) * 0.3 for d in dims]
+    return head, feats, ref
+
+
 def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, patience: int | None = None,
                  d_star: int = 96, score_hidden: int = 192, **extra) -> Path:
     from laya_cli import progress

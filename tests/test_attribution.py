@@ -7,6 +7,7 @@ from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from laya_cli.attribution import (METHODS, AttributionContext, contrib, global_weights, gradient_x_activation,
                                   integrated_gradients, mean_attention, random_scores, reduce_layers, saliency,
                                   unavailable_reason)
+from conftest import make_head_and_features
 from laya_cli.errors import LayaError
 from laya_cli.heads import HeadConfig, build_head
 
@@ -15,11 +16,7 @@ C = 5
 
 
 def make(kind="laya", seed=0, batch=7, dims=DIMS):
-    torch.manual_seed(seed)
-    head = build_head(kind, dims, C, HeadConfig(d_star=8, score_hidden=16)).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    feats = [torch.randn(batch, d, generator=g) for d in dims]
-    ref = [torch.randn(d, generator=g) * 0.3 for d in dims]
+    head, feats, ref = make_head_and_features(kind, seed, batch, dims, C)
     with torch.no_grad():
         target = head(feats).logits.argmax(-1)
     return head, feats, ref, target

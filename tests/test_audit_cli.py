@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from laya_cli.cli import app
+from conftest import assert_user_error
 
 runner = CliRunner()
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
@@ -19,16 +20,6 @@ METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "dele
 
 def invoke(*args):
     return runner.invoke(app, ["audit", *map(str, args)])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [l for l in result.output.strip().splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    text = " ".join(result.output.split())
-    for f in fragments:
-        assert f in text, text
 
 
 def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):

@@ -17,6 +17,7 @@ from laya_cli.audit import (AuditSettings, Threshold, check_thresholds, parse_me
 from laya_cli.errors import LayaError
 from laya_cli.features import LayerFeatures
 from laya_cli.heads import HeadConfig, build_head
+from conftest import make_head_and_features
 from laya_cli.metrics import (average_ranks, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
                               spearman_rows, target_probability)
 
@@ -25,12 +26,7 @@ C = 4
 
 
 def make(kind="laya", seed=0, batch=64, dims=DIMS):
-    torch.manual_seed(seed)
-    head = build_head(kind, dims, C, HeadConfig(d_star=8, score_hidden=16)).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    feats = [torch.randn(batch, d, generator=g) for d in dims]
-    ref = [torch.randn(d, generator=g) * 0.3 for d in dims]
-    return head, feats, ref
+    return make_head_and_features(kind, seed, batch, dims, C)
 
 
 def fake_model(head, ref, dims=DIMS):

@@ -11,22 +11,13 @@ import torch
 from typer.testing import CliRunner
 
 from laya_cli.cli import app
+from conftest import assert_user_error
 
 runner = CliRunner()
 
 
 def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [l for l in result.output.strip().splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    text = " ".join(result.output.split())
-    for f in fragments:
-        assert f in text, text
 
 
 BAD_TRAIN = [

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from laya_cli.cli import app
 from laya_cli.errors import LayaError
 from laya_cli.export import assemble, build_table, js_divergence, run_export, write_export
+from conftest import assert_user_error
 
 runner = CliRunner()
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
@@ -31,16 +32,6 @@ BASE_COLUMNS = ["index", "label", "label_name", "predicted", "predicted_name", "
 
 def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [l for l in result.output.strip().splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    text = " ".join(result.output.split())
-    for f in fragments:
-        assert f in text, text
 
 
 def no_leftovers(folder: Path) -> bool:
