@@ -232,6 +232,113 @@ def export_cmd(
                   f"-> {exp.out}/   report: {exp.out / 'report.html'}", highlight=False)
 
 
+bench_app = typer.Typer(
+    help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
+    invoke_without_command=True, no_args_is_help=False, add_completion=False,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.callback()
+def bench(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")] = "digits",
+    backbone: Annotated[str, typer.Option(help="mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")] = "mlp",
+    heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya.")] = "last,concat,scalarmix,laya",
+    seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = 3,
+    base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = 1337,
+    out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path("bench"),
+    data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
+    label: Annotated[str, typer.Option(help="artworks only: genre or artist.")] = "genre",
+    image_size: Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")] = None,
+    d_star: Annotated[int, typer.Option("--d-star", help="Adapter width d*.")] = 96,
+    tau: Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")] = 1.5,
+    psi: Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")] = "identity",
+    score_hidden: Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")] = 192,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs per run.")] = 50,
+    batch_size: Annotated[int, typer.Option(help="Training batch size.")] = 128,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 3e-4,
+    patience: Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")] = 5,
+    layers: Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap.")] = None,
+    pool: Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")] = "auto",
+    pretrained: Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights.")] = False,
+    weights: Annotated[Optional[Path], typer.Option(help="A state-dict file for --backbone timm:NAME|torchvision:NAME.")] = None,
+    finetune: Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen.")] = None,
+    compare: Annotated[str, typer.Option(help="Methods audited besides laya and random (as laya audit --compare).")] = "ig,gradxact,contrib,global",
+    audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = 2000,
+    audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = 0,
+    ablation: Annotated[str, typer.Option(help="How a layer is removed: mean, zero (mask: laya/scalarmix heads only).")] = "mean",
+    target: Annotated[str, typer.Option(help="Class explained: predicted or label.")] = "predicted",
+    reduce: Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum, abs or l2.")] = "sum",
+    steps: Annotated[int, typer.Option(help="Integrated Gradients steps.")] = 32,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every number, run and setting as JSON to this file.")] = None,
+    markdown: Annotated[Optional[Path], typer.Option(help="Write the tables as Markdown to this file.")] = None,
+    redo: Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")] = False,
+    cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines (the tables are still printed).")] = False,
+):
+    """Train every head with every seed, audit each, and print the paper's comparison tables."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from . import bench as B
+    from .fileio import atomic_write_text, check_writable
+    from .heads import HeadConfig
+
+    progress.set_enabled(not quiet)
+    for path in (json_out, markdown):
+        if path is not None:
+            check_writable(path)
+    req = B.BenchRequest(
+        dataset=dataset, backbone=backbone, heads=B.parse_heads(heads), seeds=seeds, base_seed=base_seed, out=str(out),
+        data_dir=data_dir, label=label, image_size=image_size,
+        head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
+        epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, layers=_split_csv(layers), pool=pool,
+        pretrained=pretrained, weights=str(weights) if weights else None, finetune=finetune, use_cache=cache,
+        compare=compare, audit_samples=audit_samples, audit_seed=audit_seed, ablation=ablation, target=target,
+        reduce=reduce, steps=steps, device=resolve_device(device), redo=redo,
+    ).validate()
+
+    def on_run(o, i, n):
+        if quiet:
+            return
+        m = o.record["metrics"]
+        what = "reused" if not o.trained and not o.audited else ("re-audited" if not o.trained else "trained")
+        console.print(f"[{i}/{n}] {o.head:<9} seed {o.seed}  test acc {m['test_accuracy']:.4f}  macro-F1 "
+                      f"{m['test_macro_f1']:.4f}  ({what})", highlight=False)
+
+    result = B.run_bench(req, on_run)
+    for table in B.rich_tables(result):
+        console.print(table)
+    console.print(B.caption(result), style="dim", highlight=False)
+    if not quiet:
+        console.print(f"{len(result.runs)} runs ({result.reused} reused) in {result.wall_seconds:.0f} s -> "
+                      f"{req.folder}", highlight=False)
+    if json_out is not None:
+        atomic_write_text(json_out, result.to_json())
+    if markdown is not None:
+        atomic_write_text(markdown, B.markdown(result))
+
+
+@bench_app.command("speed")
+def bench_speed(
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes (a smoke run, not a measurement).")] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every timing and peak memory as JSON.")] = None,
+):
+    """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
+    from .bench import load_speed_benchmarks
+    from .fileio import atomic_write_text, check_writable
+
+    if json_out is not None:
+        check_writable(json_out)
+    speed = load_speed_benchmarks()
+    summary = speed.run_all(quick=quick, device=resolve_device(device))
+    console.print(speed.summary_table(summary))
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(summary, indent=2) + "\n")
+
+
 def checkpoint_summary(ckpt: dict) -> dict:
     """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
     spec = ckpt["backbone"]["spec"]

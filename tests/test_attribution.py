@@ -9,7 +9,6 @@ from laya_cli.attribution import (METHODS, AttributionContext, contrib, global_w
                                   unavailable_reason)
 from conftest import make_head_and_features
 from laya_cli.errors import LayaError
-from laya_cli.heads import HeadConfig, build_head
 
 DIMS = [12, 8, 6, 10]
 C = 5

@@ -16,7 +16,6 @@ from laya_cli.audit import (AuditSettings, Threshold, check_thresholds, parse_me
                             run_audit)
 from laya_cli.errors import LayaError
 from laya_cli.features import LayerFeatures
-from laya_cli.heads import HeadConfig, build_head
 from conftest import make_head_and_features
 from laya_cli.metrics import (average_ranks, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
                               spearman_rows, target_probability)
