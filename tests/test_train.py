@@ -202,3 +202,15 @@ def test_fashion_mnist_idx_files_in_a_data_dir(tmp_path):
     data = load_dataset(DataRequest("fashion-mnist", data_dir=str(tmp_path)))
     assert len(data.test) == 20 and len(data.train) + len(data.val) == 50
     assert data.test.labels.tolist() == [i % 10 for i in range(20)]
+
+
+def test_hub_style_safetensors_file_loads_offline(tmp_path):
+    """What `--pretrained` downloads (a hub model.safetensors) also loads from disk via --weights."""
+    import timm
+    from safetensors.torch import save_file
+
+    src = timm.create_model("vit_tiny_patch16_224", pretrained=False)  # with its 1000-class head
+    save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    state = bb.read_weights_file(tmp_path / "model.safetensors")
+    backbone = bb.build_backbone(bb.BackboneSpec("timm:vit_tiny_patch16_224", in_channels=3), state)
+    torch.testing.assert_close(backbone.model.blocks[3].attn.qkv.weight, src.blocks[3].attn.qkv.weight)
