@@ -35,6 +35,9 @@ def contrib(head: nn.Module, feats: Sequence[Tensor], target: Tensor) -> Tensor:
     """
     if not hasattr(head, "layer_logits"):
         raise LayaError("contrib needs a LAYA head (logits = W Σ α_i z_i + b)")
+    if feats[0].device.type == "mps":  # no float64 on Apple's MPS: compute on the CPU
+        cpu = contrib(copy.deepcopy(head).cpu(), [f.cpu() for f in feats], target.cpu())
+        return cpu.float().to(feats[0].device)
     head64 = copy.deepcopy(head).double()
     with torch.no_grad():
         feats64 = [f.double() for f in feats]

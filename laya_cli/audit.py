@@ -2,8 +2,10 @@
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
 forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), and each method's
-(B, L) scores; per sample it keeps only a few numbers (ρ, Deletion@1, oracle, random), so
-memory does not grow with L or the feature width. Definitions: DESIGN §2–§3, docs/metrics.md.
+(B, L) scores; per sample it keeps only a few numbers (ρ, Deletion@1, oracle, random, and the
+L effects Δ when ``global`` is audited), so memory does not grow with the feature width.
+Under torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions:
+DESIGN §2–§3, docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .attribution import METHODS, AttributionContext, head_kind, mean_attention, unavailable_reason
+from .attribution import (METHODS, AttributionContext, global_weights, head_kind, laya_attention, random_scores,
+                          unavailable_reason)
+from .distributed import gather_rows, shard_bounds
+from .features import feature_batches, num_layers
 from .errors import LayaError, unknown_choice
-from .features import LayerFeatures, batches
 from .metrics import (ABLATIONS, accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
                       normalised_deletion, spearman_rows)
 from .progress import track
@@ -165,25 +169,31 @@ def _scores(methods, rho, d1, oracle, random, reasons, rows=None) -> dict[str, M
                 else _summarise(pick(rho[m]), pick(d1[m]), pick(oracle), pick(random))) for m in methods}
 
 
-def _features(eval_data) -> LayerFeatures:
+def _features(eval_data):
     return eval_data.features if hasattr(eval_data, "features") else eval_data
 
 
 def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None) -> AuditResult:
-    """Audit ``model`` (a LayaModel) on ``eval_data`` (EvalData or LayerFeatures).
+    """Audit ``model`` (a LayaModel) on ``eval_data`` (EvalData, LayerFeatures or StreamedFeatures).
 
     ``methods``: names from ``attribution.METHODS`` (see ``parse_methods``). Methods a head
     cannot support (``laya`` on a ``last`` head, say) are reported as undefined, not raised.
+
+    Streams in batches of ``settings.batch_size`` and keeps only a few numbers per sample. Under
+    torchrun each rank audits its own contiguous whole batches (so every batch, and every number,
+    is the one a single process computes) and the per-sample results are gathered on every rank,
+    which all compute the same summary.
     """
     settings = (settings or AuditSettings()).validate()
     feats = _features(eval_data)
-    head, dev, n_layers = model.head, settings.device, len(feats.feats)
+    head, dev, n_layers = model.head, settings.device, num_layers(feats)
     head.eval().to(dev)
     methods = list(dict.fromkeys(methods))
     for m in methods:
         if m not in METHODS:
             raise unknown_choice("method", m, METHODS)
-    if len(feats) == 0:
+    n = len(feats)
+    if n == 0:
         raise LayaError("nothing to audit: the data set has no samples")
     check_ablation(head, settings.ablation)
     reasons = {m: unavailable_reason(m, head) for m in methods}
@@ -195,42 +205,64 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     lolo_ref = None if settings.ablation == "zero" else mean_ref
     baseline = [torch.zeros_like(r) for r in mean_ref] if settings.ablation == "zero" and mean_ref else mean_ref
 
-    def feature_batches(description: str | None = None):
-        n_batches = (len(feats) + settings.batch_size - 1) // settings.batch_size
-        chunks = batches([*feats.feats, feats.labels], settings.batch_size)
-        for *xs, y in (track(chunks, description, total=n_batches) if description else chunks):
-            yield [x.to(dev).float() for x in xs], y.to(dev)
-
-    global_w = None
-    if "global" in methods and not reasons["global"]:
-        global_w = mean_attention(head, (x for x, _ in feature_batches()))
+    bs = settings.batch_size
+    start, stop = shard_bounds(n, bs)
     generator = torch.Generator().manual_seed(settings.seed)
+    if "random" in methods and not reasons["random"]:
+        for s in range(0, start, bs):  # replay the draws of earlier ranks' batches: same numbers as 1 process
+            random_scores(min(bs, n - s), n_layers, generator)
+    # ``global`` = mean α over the whole audited set: accumulated per batch (α sums) during the
+    # pass, then scored against the kept Δ rows once the mean is known (no second pass).
+    want_global = "global" in methods and not reasons["global"]
+    alpha_sums, deltas = [], []
 
     preds, labels, oracle, random = [], [], [], []
     rho = {m: [] for m in methods}
     d1 = {m: [] for m in methods}
-    for x, y in feature_batches("auditing"):
+    n_batches = (stop - start + bs - 1) // bs
+    for xs, y in track(feature_batches(feats, bs, start, stop), "auditing", total=n_batches):
+        x, y = [t.to(dev).float() for t in xs], y.to(dev)
         with torch.no_grad():
             pred = head(x).logits.argmax(-1)
         target = pred if settings.target == "predicted" else y
-        delta = lolo_effects(head, x, target, lolo_ref, settings.ablation)
+        # The (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64).
+        delta = lolo_effects(head, x, target, lolo_ref, settings.ablation).cpu()
         ctx = AttributionContext(target, baseline, settings.steps, settings.internal_batch_size, settings.reduce,
-                                 generator, global_w)
+                                 generator, None)
         for m in methods:
-            if reasons[m]:
+            if reasons[m] or m == "global":
                 continue
-            a = METHODS[m](head, x, ctx)
-            rho[m].append(spearman_rows(a, delta).cpu())
-            d1[m].append(deletion_at_1(a, delta)[0].cpu())
+            a = METHODS[m](head, x, ctx).cpu()
+            rho[m].append(spearman_rows(a, delta))
+            d1[m].append(deletion_at_1(a, delta)[0])
+        if want_global:
+            alpha_sums.append(laya_attention(head, x).cpu().double().sum(0, keepdim=True))
+            deltas.append(delta)
         _, o, r = deletion_at_1(delta, delta)
-        oracle.append(o.cpu())
-        random.append(r.cpu())
+        oracle.append(o)
+        random.append(r)
         preds.append(pred.cpu())
         labels.append(y.cpu())
 
-    cat = lambda ts: torch.cat(ts) if ts else torch.empty(0)
-    preds, labels, oracle, random = cat(preds), cat(labels), cat(oracle), cat(random)
-    rho, d1 = {m: cat(v) for m, v in rho.items()}, {m: cat(v) for m, v in d1.items()}
+    def cat(ts, dtype=torch.float64, width=None):
+        if ts:
+            return torch.cat(ts)
+        return torch.empty((0,) if width is None else (0, width), dtype=dtype)
+
+    # Back in the original order, on every rank (a no-op without torchrun).
+    preds, labels = gather_rows([cat(preds, torch.long), cat(labels, torch.long)], n)
+    oracle, random = gather_rows([cat(oracle), cat(random)], n)
+    rho = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in rho.items()}
+    d1 = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in d1.items()}
+    if want_global:
+        sums = gather_rows(cat(alpha_sums, width=n_layers))
+        total = None
+        for row in sums:  # sequential, in batch order: bit-identical to a one-process run
+            total = row if total is None else total + row
+        global_w = (total / n).float()
+        delta_all = gather_rows(cat(deltas, torch.float32, n_layers), n)
+        a = global_weights(global_w, n)
+        rho["global"], d1["global"] = spearman_rows(a, delta_all), deletion_at_1(a, delta_all)[0]
     result = AuditResult(
         settings={**asdict(settings), "methods": methods, "head": kind,
                   "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},

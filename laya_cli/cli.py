@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from typer.core import TyperGroup
 
-from . import progress
+from . import distributed, progress
 from .errors import LayaError, TrainingInterrupted
 
 console = Console()
@@ -22,20 +22,64 @@ err_console = Console(stderr=True)
 
 
 class LayaGroup(TyperGroup):
-    """Turns user mistakes into one line on stderr and exit code 2, never a traceback."""
+    """Turns user mistakes into one line on stderr and exit code 2, never a traceback.
+
+    Also where a command joins torchrun's process group (docs/scaling.md): ranks other than 0
+    are muted (no tables, bars, status lines or warnings; crashes still print a traceback).
+    """
 
     def invoke(self, ctx: click.Context):
+        restore = None
         try:
+            distributed.init_from_env()
+            restore = _mute_other_ranks() if not distributed.is_main() else None
             return super().invoke(ctx)
         except LayaError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            # Under torchrun: printed once by rank 0, unless another rank failed on its own.
+            own = distributed.should_report_error(str(e)) and not distributed.is_main()
+            if distributed.is_main():
+                err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            elif own:
+                sys.stderr.write(f"error (rank {distributed.rank()}): {e}\n")
+            if not own:
+                distributed.wait_for_main()  # torchrun stops every rank once one fails: let rank 0 finish
             raise typer.Exit(2) from None
+        except (typer.Exit, click.exceptions.Exit) as e:
+            if getattr(e, "exit_code", 0):
+                distributed.wait_for_main()  # e.g. --fail-under: rank 0 may still be writing its outputs
+            raise
         except KeyboardInterrupt:
             err_console.print("[bold red]interrupted[/]")
             raise typer.Exit(130) from None
         except TrainingInterrupted as e:
             err_console.print(f"[bold red]interrupted:[/] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
+        finally:
+            distributed.mark_done()
+            if restore is not None:
+                restore()
+            distributed.cleanup()
+
+
+def _mute_other_ranks():
+    """Only rank 0 prints: silence the rich consoles, stdout and warnings; returns an undo."""
+    import os
+    import warnings
+
+    consoles = (console, err_console, progress.console)
+    before = [c.quiet for c in consoles]
+    for c in consoles:
+        c.quiet = True
+    stdout, sys.stdout = sys.stdout, open(os.devnull, "w")
+    warnings.simplefilter("ignore")
+
+    def restore():
+        for c, q in zip(consoles, before):
+            c.quiet = q
+        sys.stdout.close()
+        sys.stdout = stdout
+
+    return restore
 
 
 app = typer.Typer(
@@ -52,14 +96,23 @@ def _split_csv(value: str | None) -> list[str]:
 
 
 def resolve_device(device: str) -> str:
+    """auto (CUDA if available, else CPU), cpu, cuda or mps; under torchrun cuda is this rank's GPU."""
     import torch
 
+    if device not in ("auto", "cpu", "cuda", "mps"):
+        raise LayaError(f"--device must be auto, cpu, cuda or mps, got '{device}'")
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise LayaError("--device cuda asked for, but no CUDA device is available")
-    if device not in ("cpu", "cuda"):
-        raise LayaError(f"--device must be auto, cpu or cuda, got '{device}'")
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise LayaError("--device mps asked for, but Apple's MPS backend is not available on this machine")
+        if distributed.active():
+            raise LayaError("--device mps cannot run under torchrun (no MPS process-group backend); use --device cpu")
+    if device == "cuda" and distributed.active():
+        return f"cuda:{torch.cuda.current_device()}"  # init_from_env pinned this rank to GPU LOCAL_RANK
     return device
 
 
@@ -90,7 +143,7 @@ def train(
     trust_pickle: Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")] = False,
     cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or per-epoch lines.")] = False,
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
@@ -145,7 +198,7 @@ def audit(
     fail_under: Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Repeatable.")] = None,
     cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")] = False,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
@@ -169,7 +222,7 @@ def audit(
             check_writable(path)
     laya_model = load_model(model)
     check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
-    data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
+    data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True)
     result = A.run_audit(laya_model, data, methods, settings)
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
                             "fail_under": [str(t) for t in thresholds]})
@@ -180,11 +233,11 @@ def audit(
         console.print(table)
     for note in result.notes:
         err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
-    if json_out is not None:
+    if json_out is not None and distributed.is_main():  # under torchrun only rank 0 writes
         doc = result.to_dict()
         doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
         atomic_write_text(json_out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    if markdown is not None:
+    if markdown is not None and distributed.is_main():
         atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None))
     if misses:
         for miss in misses:
@@ -205,7 +258,7 @@ def export_cmd(
     data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
     samples: Annotated[Optional[int], typer.Option(help="Export a seeded random subset of N test samples (default: all).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the --samples subset.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
     overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
 ):
@@ -309,7 +362,9 @@ def bench(
 
     result = B.run_bench(req, on_run)
     for table in B.rich_tables(result):
-        console.print(table)
+        # In a log or pipe (no terminal width), print tables whole rather than cut to 80 columns.
+        width = None if console.is_terminal else max(console.width, console.measure(table).maximum)
+        console.print(table, width=width)
     console.print(B.caption(result), style="dim", highlight=False)
     if not quiet:
         console.print(f"{len(result.runs)} runs ({result.reused} reused) in {result.wall_seconds:.0f} s -> "

@@ -200,20 +200,61 @@ def load_cifar10(req: DataRequest) -> DataSplits:
 # --------------------------------------------------------------------------- image files
 
 
-def _load_images(paths: list[Path], size: int, strict: bool) -> tuple[Tensor, list[int]]:
-    """Decode, convert to RGB and resize to size×size; return uint8 images and kept indices."""
-    from PIL import Image
+class _DecodeFiles(Dataset):
+    """One image file -> (index, uint8 C×H×W or None, error name): what decode workers run."""
 
-    images, kept = [], []
-    for i, p in enumerate(paths):
+    def __init__(self, paths: list[Path], size: int):
+        self.paths, self.size = paths, size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
         try:
-            with Image.open(p) as im:
-                im = im.convert("RGB").resize((size, size), Image.BILINEAR)
-                images.append(torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1))
-            kept.append(i)
+            with Image.open(self.paths[i]) as im:
+                im = im.convert("RGB").resize((self.size, self.size), Image.BILINEAR)
+                return i, torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1), ""
         except Exception as e:
+            return i, None, type(e).__name__
+
+
+def _as_is(item):
+    return item
+
+
+def decode_workers(n_files: int) -> int:
+    """Worker processes that decode image files: ``LAYA_WORKERS``, else up to 8 for large folders
+    (0 below 256 files, where starting workers costs more than it saves), shared by the ranks
+    torchrun starts on this machine."""
+    if os.environ.get("LAYA_WORKERS"):
+        return max(0, int(os.environ["LAYA_WORKERS"]))
+    if n_files < 256:
+        return 0
+    per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(0, min(8, (os.cpu_count() or 1) // per_node - 1))
+
+
+def _load_images(paths: list[Path], size: int, strict: bool) -> tuple[Tensor, list[int]]:
+    """Decode, convert to RGB and resize to size×size; return uint8 images and kept indices.
+
+    Large folders are decoded by DataLoader worker processes (``decode_workers``), in order.
+    """
+    from torch.utils.data import DataLoader
+
+    decoded = _DecodeFiles(paths, size)
+    workers = decode_workers(len(paths))
+    items = DataLoader(decoded, batch_size=None, num_workers=workers, collate_fn=_as_is) if workers else (
+        decoded[i] for i in range(len(decoded)))
+    images, kept = [], []
+    for i, image, error in items:
+        if image is None:
             if strict:
-                raise LayaError(f"cannot decode image {p}: {type(e).__name__}") from None
+                raise LayaError(f"cannot decode image {paths[i]}: {error}")
+            continue
+        images.append(image)
+        kept.append(i)
     if not images:
         raise LayaError("no decodable image found")
     return torch.stack(images), kept

@@ -14,14 +14,14 @@ from torch import Tensor
 from . import backbones as bb
 from .data import DataRequest, is_file_dataset, load_dataset
 from .errors import LayaError
-from .features import FeatureCache, LayerFeatures, cache_key, cached_extract
+from .features import FeatureCache, LayerFeatures, StreamedFeatures, cache_key, cached_extract, feature_precision
 from .model import LayaModel
 from .progress import log
 
 
 @dataclass
 class EvalData:
-    features: LayerFeatures
+    features: LayerFeatures  # or StreamedFeatures (load_eval_data(..., stream=True) without a cache)
     images: Tensor  # the raw images of the same samples (uint8 or float), for thumbnails
     index: Tensor  # positions of these samples within the test split
     dataset: str
@@ -41,7 +41,14 @@ def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
 
 def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
                    samples: int | None = None, seed: int = 0, device: str = "cpu",
-                   use_cache: bool = True) -> EvalData:
+                   use_cache: bool = True, stream: bool = False) -> EvalData:
+    """The test split's features (and images) for audit/export.
+
+    Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
+    Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
+    by batch as the audit/export consumes it, so features are never all in memory; without
+    ``stream`` they are extracted up front (the library default).
+    """
     if samples is not None and samples < 1:
         raise LayaError(f"--samples must be at least 1, got {samples}")
     ds = dict(model.checkpoint.get("dataset", {}))
@@ -67,6 +74,9 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     cache = FeatureCache() if (use_cache and not model.spec.finetune) else None
     key = cache_key(weights=bb.state_fingerprint(model.backbone.model.state_dict()), layers=model.spec.layers,
                     pool=model.spec.pool, data=data.identity, split="test", seed=req.seed,
-                    index=index.tolist() if samples is not None else len(test))
+                    index=index.tolist() if samples is not None else len(test),
+                    **({"precision": p} if (p := feature_precision(device)) else {}))
+    if stream and cache is None:
+        return EvalData(StreamedFeatures(model.backbone, images, labels, device), images, index, name)
     feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features")
     return EvalData(feats, images, index, name)

@@ -34,9 +34,10 @@ import torch
 from torch import Tensor
 
 from .attribution import contrib as contrib_scores
-from .attribution import laya_attention
+from .attribution import unavailable_reason
+from .distributed import broadcast_object, gather_rows, is_main, shard_bounds
 from .errors import LayaError, unknown_choice
-from .features import LayerFeatures, batches
+from .features import feature_batches, num_layers
 
 EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
@@ -199,27 +200,33 @@ def attention_shift(table: pd.DataFrame, layers: Sequence[str], classes: Sequenc
 
 
 @torch.no_grad()
-def _predict(model, feats: LayerFeatures, device: str, batch_size: int):
-    """logits, α (or None) and contrib (or None) for all samples, on the CPU."""
+def _predict(model, feats, device: str, batch_size: int):
+    """logits, α (or None) and contrib (or None) for all samples, on the CPU.
+
+    ``feats``: LayerFeatures or StreamedFeatures (streamed in batches). Under torchrun each rank
+    runs its own contiguous whole batches and the rows are gathered back in order on every rank.
+    """
     head = model.head.to(device).eval()
     can_contrib = hasattr(head, "layer_logits")
+    has_alpha = unavailable_reason("laya", head) is None  # decided up front: a rank may get no batch
+    n, n_layers, n_classes = len(feats), num_layers(feats), len(model.classes)
+    start, stop = shard_bounds(n, batch_size)
     logits, alphas, contribs = [], [], []
-    has_alpha = True
-    for chunk in batches(feats.feats, batch_size):
+    for chunk, _ in feature_batches(feats, batch_size, start, stop):
         x = [f.to(device).float() for f in chunk]
-        out = head(x).logits.float()
-        logits.append(out.cpu())
+        out = head(x)
+        logits.append(out.logits.float().cpu())
         if has_alpha:
-            try:
-                alphas.append(laya_attention(head, x).float().cpu())
-            except LayaError:
-                has_alpha = False
-        if can_contrib:
-            contribs.append(contrib_scores(head, x, out.argmax(-1)).cpu())
-    n_layers = len(feats.feats)
-    cat = (lambda xs, w: torch.cat(xs) if xs else torch.zeros(0, w))
-    return (cat(logits, 0), cat(alphas, n_layers) if has_alpha else None,
-            cat(contribs, n_layers) if can_contrib and has_alpha else None)
+            if out.alpha is None:
+                raise LayaError(f"the {model.head_kind} head returned no layer attention")
+            alphas.append(out.alpha.float().cpu())
+            if can_contrib:
+                contribs.append(contrib_scores(head, x, out.logits.argmax(-1)).cpu())
+    cat = (lambda xs, w, dt=torch.float32: torch.cat(xs) if xs else torch.zeros(0, w, dtype=dt))
+    logits = gather_rows(cat(logits, n_classes), n)
+    alpha = gather_rows(cat(alphas, n_layers), n) if has_alpha else None
+    contrib = gather_rows(cat(contribs, n_layers, torch.float64), n) if has_alpha and can_contrib else None
+    return logits, alpha, contrib
 
 
 def build_table(index, labels, logits: Tensor, alpha: Tensor | None, contrib: Tensor | None,
@@ -495,8 +502,13 @@ def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
 
 def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
                strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
-               seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True) -> Export:
-    """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export."""
+               seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True,
+               stream: bool = True) -> Export:
+    """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
+
+    ``stream``: without a feature cache, features are computed batch by batch and never held all
+    at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
+    """
     from .checkpoint import load_model
     from .evaldata import load_eval_data
 
@@ -508,10 +520,14 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     check_out_dir(out, overwrite)
     model = load_model(model_path)
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
-                          use_cache=use_cache)
+                          use_cache=use_cache, stream=stream)
     exp = compute_export(model, data, device=device,
                          info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
-    return write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
+    if is_main():
+        exp = write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
+    # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).
+    exp.out, exp.files = broadcast_object((exp.out, exp.files) if is_main() else None)
+    return exp
 
 
 # --------------------------------------------------------------------------- terminal rendering

@@ -8,19 +8,24 @@ import torch
 from torch import Tensor, nn
 
 from .backbones import BackboneSpec, TappedBackbone
-from .features import to_float_images
+from .features import backbone_forward, to_float_images
 from .heads import HeadOutput
 
 
 class EndToEnd(nn.Module):
     """Images -> backbone taps -> head; what end-to-end training optimises."""
 
-    def __init__(self, backbone: TappedBackbone, head: nn.Module):
+    def __init__(self, backbone: TappedBackbone, head: nn.Module, all_parameters_used: bool = False):
         super().__init__()
         self.backbone, self.head = backbone, head
+        # DistributedDataParallel must search for unused parameters unless every one is known to
+        # take part in the forward (true of the built-in backbones; timm/torchvision models may
+        # carry layers their forward skips).
+        self.find_unused_parameters = not all_parameters_used
 
     def forward(self, inputs: list[Tensor]) -> HeadOutput:
-        return self.head(self.backbone(to_float_images(inputs[0])))
+        # bf16 autocast for the backbone on CUDA (features back in float32); the head stays float32.
+        return self.head(backbone_forward(self.backbone, to_float_images(inputs[0])))
 
 
 @dataclass
@@ -54,4 +59,4 @@ class LayaModel:
 
     @torch.no_grad()
     def features(self, images: Tensor) -> list[Tensor]:
-        return self.backbone(to_float_images(images))
+        return backbone_forward(self.backbone, to_float_images(images))

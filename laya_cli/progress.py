@@ -14,8 +14,11 @@ _enabled = True
 
 
 def set_enabled(flag: bool) -> None:
+    """Turn bars and status lines on or off; always off on torchrun ranks other than 0."""
     global _enabled
-    _enabled = flag
+    from .distributed import is_main
+
+    _enabled = bool(flag) and is_main()
 
 
 def enabled() -> bool:

@@ -19,10 +19,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import backbones as bb
+from . import distributed
 from .checkpoint import save_checkpoint
 from .data import DataRequest, DataSplits, is_file_dataset, load_dataset
+from .distributed import gather_rows, shard_bounds
 from .errors import LayaError, TrainingInterrupted, unknown_choice
-from .features import FeatureCache, LayerFeatures, batches, cache_key, cached_extract, extract, to_float_images
+from .features import (FeatureCache, LayerFeatures, batches, cache_key, cached_extract, extract, feature_precision,
+                       to_device, to_float_images)
 from .fileio import atomic_path, check_writable
 from .heads import HEADS, HeadConfig, build_head
 from .metrics import accuracy, macro_f1
@@ -63,11 +66,19 @@ class EpochRecord:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, inputs: list[Tensor], batch_size: int = 1024, device: str = "cpu") -> Tensor:
-    """Predicted classes for aligned inputs (features list or [images])."""
+def predict(model: nn.Module, inputs: list[Tensor], batch_size: int = 1024, device: str = "cpu",
+            shard: bool = True) -> Tensor:
+    """Predicted classes for aligned inputs (features list or [images]).
+
+    Under torchrun (``shard``) each rank predicts its own whole batches; every rank gets all.
+    """
     model.eval()
-    preds = [model([t.to(device) for t in chunk]).logits.argmax(-1).cpu() for chunk in batches(inputs, batch_size)]
-    return torch.cat(preds)
+    n = len(inputs[0])
+    start, stop = shard_bounds(n, batch_size) if shard else (0, n)
+    preds = [model([to_device(t, device) for t in chunk]).logits.argmax(-1).cpu()
+             for chunk in batches([t[start:stop] for t in inputs], batch_size)]
+    out = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.long)
+    return gather_rows(out, n) if shard else out
 
 
 @contextlib.contextmanager
@@ -93,12 +104,19 @@ def _clone_state(module: nn.Module) -> dict:
 
 def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor],
         cfg: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None,
-        state_path: str | Path | None = None, resume: bool = False, fingerprint: str = "") -> list[EpochRecord]:
+        state_path: str | Path | None = None, resume: bool = False, fingerprint: str = "",
+        data_parallel: bool = False) -> list[EpochRecord]:
     """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights.
 
     With ``state_path``, everything needed to continue (weights, optimizer, RNG states, best
-    weights, history) is written atomically after every epoch; ``resume`` continues from it and
-    ends with exactly the weights an uninterrupted run would have.
+    weights, history) is written atomically after every epoch (by rank 0 only); ``resume``
+    continues from it and ends with exactly the weights an uninterrupted run would have.
+
+    Under torchrun with ``data_parallel``, the model is wrapped in DistributedDataParallel and
+    every global batch (same size, same seeded order as one process) is split across the ranks;
+    each rank's loss is its share of the batch's mean, so the averaged gradient is the
+    one-process batch gradient. Without it every rank trains the same replica on all the data
+    (what the cheap head-on-features training does: identical on every rank by construction).
     """
     torch.manual_seed(cfg.seed)
     shuffle = torch.Generator().manual_seed(cfg.seed)
@@ -115,6 +133,7 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         best_acc, best_state, since_best = st["best_accuracy"], st["best_model"], st["since_best"]
         history = [EpochRecord(**r) for r in st["history"]]
         log(f"resuming after epoch {len(history)} from {state_path}")
+    ddp = _wrap_ddp(model, cfg.device) if data_parallel and distributed.active() else None
     n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
     for epoch in range(len(history) + 1, cfg.epochs + 1):
         if since_best >= cfg.patience:
@@ -123,14 +142,31 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         model.train()
         loss_sum, correct = 0.0, 0
         for *xs, y in track(batches([*train_x, train_y], cfg.batch_size, shuffle), f"epoch {epoch}", n_batches):
-            xs, y = [x.to(cfg.device) for x in xs], y.to(cfg.device)
-            logits = model(xs).logits
-            loss = F.cross_entropy(logits, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.item() * len(y)
+            if ddp is not None:
+                # This rank's contiguous share of the global batch; loss = its part of the batch mean
+                # times the world size, since DDP averages the ranks' gradients.
+                lo, hi = distributed.shard_bounds(len(y))
+                xs, y_all, y = [to_device(x[lo:hi], cfg.device) for x in xs], y, to_device(y[lo:hi], cfg.device)
+                logits = ddp(xs).logits
+                ce = F.cross_entropy(logits, y, reduction="sum")
+                loss = ce * (distributed.world_size() / len(y_all))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                loss_sum += ce.item()
+            else:
+                xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
+                logits = model(xs).logits
+                loss = F.cross_entropy(logits, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                loss_sum += loss.item() * len(y)
             correct += (logits.argmax(-1) == y).sum().item()
+        if ddp is not None:
+            loss_sum, correct = distributed.all_sum([loss_sum, correct])
+            correct = int(correct)
+            distributed.broadcast_buffers(model)  # BatchNorm running stats: rank 0's, everywhere
         val_acc = accuracy(predict(model, val_x, device=cfg.device), val_y)
         improved = val_acc > best_acc
         if improved:
@@ -140,7 +176,7 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         record = EpochRecord(epoch, loss_sum / len(train_y), correct / len(train_y), val_acc,
                              time.perf_counter() - start, improved)
         history.append(record)
-        if state_path is not None:
+        if state_path is not None and distributed.is_main():
             save_checkpoint_file({
                 "format": "laya-train-state", "fingerprint": fingerprint, "model": _clone_state(model),
                 "optimizer": optimizer.state_dict(), "shuffle_rng": shuffle.get_state(),
@@ -151,6 +187,23 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
             on_epoch(record)
     model.load_state_dict(best_state)
     return history
+
+
+def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:
+    """DistributedDataParallel around ``model`` (its parameters stay the same tensors).
+
+    On CUDA, BatchNorm layers become SyncBatchNorm so batch statistics are those of the global
+    batch, as with one process; gloo (CPU) has no SyncBatchNorm, so there each rank normalises
+    with its share's statistics (plain DDP behaviour; the built-in mlp has LayerNorm only).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    is_cuda = str(device).startswith("cuda")
+    if is_cuda and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    index = torch.device(device).index if is_cuda else None
+    return DistributedDataParallel(model, device_ids=[index] if index is not None else None,
+                                   find_unused_parameters=getattr(model, "find_unused_parameters", True))
 
 
 def save_checkpoint_file(obj: dict, path: str | Path) -> None:
@@ -235,9 +288,9 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     head = build_head(req.head, dims, len(data.classes), req.head_config).to(dev)
 
     if spec.finetune:
-        model = EndToEnd(backbone, head)
+        model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(spec.name))
         to_inputs = lambda ds: ([ds.images], ds.labels)
-        history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch)
+        history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True)
         test_pred = predict(model, [data.test.images], device=dev)
         train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
     else:
@@ -279,12 +332,15 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         "metrics": metrics,
         "train_config": asdict(req.train),
     }
-    save_checkpoint(ckpt, req.out)
-    req.state_path.unlink(missing_ok=True)
+    if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
+        save_checkpoint(ckpt, req.out)
+        req.state_path.unlink(missing_ok=True)
+    distributed.barrier()
     return ckpt
 
 
-def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch) -> list[EpochRecord]:
+def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
+                   data_parallel: bool = False) -> list[EpochRecord]:
     """fit() with its state beside --out after every epoch; Ctrl-C/SIGTERM leave it resumable."""
     done = []
 
@@ -295,7 +351,8 @@ def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch) -> 
 
     try:
         with sigterm_as_interrupt():
-            return fit(model, train_data, val_data, req.train, record, req.state_path, req.resume, req.fingerprint())
+            return fit(model, train_data, val_data, req.train, record, req.state_path, req.resume, req.fingerprint(),
+                       data_parallel=data_parallel)
     except KeyboardInterrupt:
         where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
         hint = f"; run the same command with --resume to continue from {req.state_path}" if done or req.resume else ""
@@ -310,6 +367,12 @@ def _image_side(req: TrainRequest) -> int:
     return cfg.size[0] if cfg.size else 224
 
 
+def _precision_key(device) -> dict:
+    """bf16-autocast features (CUDA) get their own cache entries; float32 keys are unchanged."""
+    p = feature_precision(device)
+    return {"precision": p} if p else {}
+
+
 def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dict[str, LayerFeatures]:
     cache = FeatureCache() if req.use_cache else None
     weights_id = bb.state_fingerprint(backbone.model.state_dict())
@@ -319,7 +382,8 @@ def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dic
         key = cache_key(weights=weights_id, backbone=spec.name, layers=spec.layers, pool=spec.pool,
                         input=[backbone.adapter.channels, backbone.adapter.size, backbone.adapter.mean.tolist(),
                                backbone.adapter.std.tolist()],
-                        data=data.identity, split=split, split_seed=req.data.seed, n=len(ds))
+                        data=data.identity, split=split, split_seed=req.data.seed, n=len(ds),
+                        **_precision_key(req.train.device))
         out[split] = cached_extract(backbone, ds.images, ds.labels, key, cache, device=req.train.device,
                                     description=f"{split} features")
     return out

@@ -122,7 +122,7 @@ BAD = [
     (["--target", "lable"], ["did you mean label"]),
     (["--reduce", "l1"], ["unknown --reduce"]),
     (["--steps", "0"], ["--steps must be at least 1"]),
-    (["--device", "tpu"], ["--device must be auto, cpu or cuda"]),
+    (["--device", "tpu"], ["--device must be auto, cpu, cuda or mps"]),
     (["--json", "/no/such/dir/a.json"], ["cannot write", "does not exist"]),
 ]
 

@@ -1,0 +1,318 @@
+"""Every speed benchmark of laya in one run, with peak memory, summarised side by side.
+
+    python -m benchmarks [--quick] [--device auto|cpu|cuda] [--json FILE]
+    laya bench speed     [--quick] [--device ...]            [--json FILE]   (the same)
+
+Runs, each in a fresh Python process (multiprocessing, spawn), so that one benchmark's
+memory high-water mark cannot hide another's:
+
+  baseline     imports torch, timm, captum and laya, nothing else: the memory floor every
+               process below starts from.
+  train_cache  benchmarks.train_cache.run(): frozen-backbone head training without the
+               feature cache (backbone on every batch), with a cold cache, with a warm cache.
+  audit_speed  benchmarks.audit_speed.main(): audit vs plain inference vs the naive
+               per-block Captum LayerIntegratedGradients route.
+  plain, audit the two sides of "audit / plain inference" again, alone, for their peak
+               memory: the same model and images as audit_speed, then either one plain
+               inference pass or the audit (laya + ig + gradxact + LOLO, features included).
+  audit_memory benchmarks.audit_memory.main(), where the checkout has it: the audit's peak
+               memory on 1,000 vs 10,000 Fashion-MNIST test samples (its own fresh process per
+               size); skipped, with the reason, when it cannot run (e.g. no Fashion-MNIST).
+
+Peak memory is each process's peak resident set size, read by the process itself when its
+work is done (Linux: ``VmHWM`` in /proc/self/status; ``ru_maxrss`` is not used there because it
+survives fork + exec and would report the parent's size), reported whole and above the
+baseline process. On CUDA, also ``torch.cuda.max_memory_allocated()`` (tensors only, no
+allocator cache). RSS counts everything the process touched (Python, torch's libraries,
+allocator caches), so only differences between processes of the same kind are meaningful.
+
+``--quick`` shrinks every size (a smoke run for the tests, not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Arguments per benchmark: full (the documented measurement) and quick (a smoke run).
+SIZES = {
+    "full": {"train_cache": {"images_per_class": 30, "epochs": 20},
+             "audit_speed": [], "phase_images": 64, "phase_steps": 32,
+             "audit_memory": ["--dataset", "fashion-mnist", "--sizes", "1000,10000"]},
+    "quick": {"train_cache": {"images_per_class": 4, "epochs": 2},
+              "audit_speed": ["--images", "4", "--steps", "4", "--repeats", "1", "--naive-blocks", "1",
+                              "--naive-images", "1"],
+              "phase_images": 4, "phase_steps": 4,
+              "audit_memory": ["--dataset", "digits", "--sizes", "30,300", "--modes", "streamed"]},
+}
+JOBS = ("baseline", "train_cache", "audit_speed", "plain", "audit", "audit_memory")
+OPTIONAL = {"audit_memory"}  # reported as skipped (with the reason) when it cannot run, e.g. no data
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size, MiB.
+
+    Linux: ``VmHWM`` from /proc/self/status, the high-water mark of this process's own memory.
+    (``ru_maxrss`` survives fork + exec, so a process started by a bigger parent would report the
+    parent's size.) Elsewhere: ``getrusage(RUSAGE_SELF).ru_maxrss`` (macOS reports bytes).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+# --------------------------------------------------------------------------- child processes
+
+
+def _job(name: str, size: dict, device: str) -> dict:
+    import torch
+
+    import laya_cli  # noqa: F401  (the baseline imports everything the other jobs import)
+    from laya_cli import progress
+
+    progress.set_enabled(False)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    if name == "baseline":
+        import captum.attr  # noqa: F401
+        import timm  # noqa: F401
+
+        return {}
+    if name == "train_cache":
+        from benchmarks import train_cache
+
+        return train_cache.main([f"--images-per-class={size['train_cache']['images_per_class']}",
+                                 f"--epochs={size['train_cache']['epochs']}"])
+    if name == "audit_speed":
+        from benchmarks import audit_speed
+
+        return audit_speed.main([*size["audit_speed"], "--device", device])
+    if name == "audit_memory":
+        from benchmarks import audit_memory
+
+        return audit_memory.main(size["audit_memory"])
+    if name in ("plain", "audit"):
+        from benchmarks import audit_speed
+
+        plain, model, images, _ = audit_speed.build(size["phase_images"], device)
+        start = time.perf_counter()
+        if name == "plain":
+            audit_speed.plain_inference(plain, model, images, device)
+        else:
+            audit_speed.audit(model, images, size["phase_steps"], device)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return {"seconds": time.perf_counter() - start, "images": size["phase_images"]}
+    raise ValueError(name)
+
+
+def _child(name: str, size: dict, device: str, queue) -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        result = _job(name, size, device)
+        out = {"ok": True, "result": _plain(result), "peak_rss_mb": peak_rss_mb()}
+        if device == "cuda":
+            import torch
+
+            out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        queue.put(out)
+    except BaseException as e:  # report, don't hang the parent
+        queue.put({"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+
+
+def _plain(obj):
+    """JSON-friendly copy of a benchmark's result dict."""
+    return json.loads(json.dumps(obj, default=str))
+
+
+def run_child(name: str, size: dict, device: str) -> dict:
+    import importlib
+    import queue as queue_mod
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    # The target by its importable name: spawn cannot find functions of a package's __main__
+    # (``python -m benchmarks``) in the child, but it can import benchmarks.__main__ as a module.
+    target = importlib.import_module("benchmarks.__main__")._child
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(name, size, device, queue), name=f"bench-{name}")
+    start = time.perf_counter()
+    proc.start()
+    while True:  # read before join: a large result must be drained for the child to exit
+        try:
+            out = queue.get(timeout=1.0)
+            break
+        except queue_mod.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"benchmark {name} died without a result (exit code {proc.exitcode})") from None
+    proc.join()
+    out["wall_s"] = time.perf_counter() - start
+    if not out["ok"]:
+        raise RuntimeError(f"benchmark {name} failed: {out['error']}\n{out['traceback']}")
+    return out
+
+
+# --------------------------------------------------------------------------- all of them
+
+
+def available_jobs() -> list[str]:
+    """Every benchmark this checkout has (audit_memory is optional)."""
+    return [j for j in JOBS if j not in OPTIONAL or (ROOT / "benchmarks" / f"{j}.py").is_file()]
+
+
+def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
+    import torch
+
+    size = SIZES["quick" if quick else "full"]
+    start = time.perf_counter()
+    runs, skipped = {}, {}
+    for name in jobs or available_jobs():
+        print(f"--- {name}", flush=True)
+        try:
+            runs[name] = run_child(name, size, device)
+        except RuntimeError as e:
+            if name not in OPTIONAL:
+                raise
+            skipped[name] = str(e).splitlines()[0]
+            print(f"skipped {name}: {skipped[name]}", flush=True)
+    summary = {"quick": quick, "device": device, "torch_threads": torch.get_num_threads(),
+               "cpu_count": os.cpu_count(), "runs": runs, "skipped": skipped, "wall_s": time.perf_counter() - start}
+    summary["ratios"] = ratios(summary)
+    return summary
+
+
+def ratios(summary: dict) -> list[dict]:
+    """The side-by-side rows: (what, numerator, denominator, ratio, target)."""
+    runs = summary["runs"]
+    rows = []
+    if "audit_speed" in runs:
+        a = runs["audit_speed"]["result"]
+        rows.append({"what": "audit / plain inference", "num": f"{a['audit_s']:.3f} s", "den": f"{a['plain_s']:.3f} s",
+                     "ratio": a["audit_over_plain"], "target": "≤ 1.5×",
+                     "note": f"audit = features + laya + ig + gradxact + LOLO; {a['images']} images, {a['device']}"})
+        scaled = a["naive_images"] != a["images"] or len(a["naive_blocks"]) != 12
+        rows.append({"what": "naive Captum / ours", "num": f"{a['naive_s']:.1f} s",
+                     "den": f"{a['audit_s']:.3f} s", "ratio": a["naive_over_audit"], "target": "≥ 20×",
+                     "note": ("naive: Captum LayerIntegratedGradients per block over the full model; "
+                             + ("measured on a part and scaled linearly" if scaled else "measured in full"))})
+    if "train_cache" in runs:
+        t = runs["train_cache"]["result"]
+        rows.append({"what": "train: no cache / warm cache", "num": f"{t['naive_s']:.2f} s",
+                     "den": f"{t['warm_s']:.2f} s", "ratio": t["naive/warm"], "target": "≥ 10×",
+                     "note": f"frozen ViT-tiny, {t['images']} images, {t['epochs']} epochs; no cache = backbone on every batch"})
+        rows.append({"what": "train: cold cache / warm cache", "num": f"{t['cold_s']:.2f} s",
+                     "den": f"{t['warm_s']:.2f} s", "ratio": t["cold/warm"], "target": "",
+                     "note": "cold = extract once + train"})
+    base = runs.get("baseline", {}).get("peak_rss_mb")
+    if "plain" in runs and "audit" in runs:
+        p, q = runs["plain"], runs["audit"]
+        above = lambda r: r["peak_rss_mb"] - base if base is not None else float("nan")
+        rows.append({"what": "peak RSS: audit / plain", "num": f"{above(q):.0f} MiB",
+                     "den": f"{above(p):.0f} MiB", "ratio": above(q) / above(p) if above(p) > 0 else float("nan"),
+                     "target": "", "note": f"above the baseline process; whole processes {q['peak_rss_mb']:.0f} / "
+                                           f"{p['peak_rss_mb']:.0f} MiB, baseline {base:.0f} MiB"})
+        if "peak_cuda_mb" in p and p["peak_cuda_mb"] > 0:
+            rows.append({"what": "peak CUDA: audit / plain", "num": f"{q['peak_cuda_mb']:.0f} MiB",
+                         "den": f"{p['peak_cuda_mb']:.0f} MiB", "ratio": q["peak_cuda_mb"] / p["peak_cuda_mb"],
+                         "target": "", "note": "torch.cuda.max_memory_allocated"})
+    if "audit_memory" in runs:
+        rows += _audit_memory_rows(runs["audit_memory"]["result"])
+    return rows
+
+
+def _audit_memory_rows(r: dict) -> list[dict]:
+    """benchmarks.audit_memory: how the audit's peak memory grows with the number of samples."""
+    rows = []
+    try:
+        for mode, cells in r["rows"].items():
+            if len(cells) < 2:
+                continue
+            a, b = cells[0], cells[-1]
+            grow_a, grow_b = a["peak_mb"] - a["floor_mb"], b["peak_mb"] - b["floor_mb"]
+            rows.append({"what": f"audit memory ({mode}): {b['samples']:,} / {a['samples']:,} samples",
+                         "num": f"{grow_b:.0f} MiB", "den": f"{grow_a:.0f} MiB",
+                         "ratio": grow_b / grow_a if grow_a >= 1 else float("nan"), "target": "",
+                         "note": f"benchmarks.audit_memory, {r['dataset']}: peak RSS above the process's floor "
+                                 f"(imports + model), one fresh process per size"})
+    except (KeyError, TypeError, IndexError):  # another version of audit_memory: its own printout stands
+        pass
+    return rows
+
+
+def memory_rows(summary: dict) -> list[tuple[str, str, str, str]]:
+    runs, base = summary["runs"], summary["runs"].get("baseline", {}).get("peak_rss_mb")
+    out = []
+    for name, r in runs.items():
+        if name == "audit_memory":  # its memory is measured in its own child processes (its rows above)
+            continue
+        above = "" if base is None or name == "baseline" else f"{r['peak_rss_mb'] - base:+.0f}"
+        cuda = f"{r['peak_cuda_mb']:.0f}" if "peak_cuda_mb" in r else "–"
+        out.append((name, f"{r['peak_rss_mb']:.0f}", above, cuda, f"{r['wall_s']:.1f}"))
+    return out
+
+
+def summary_table(summary: dict):
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    t = Table(title="laya speed benchmarks" + (" (--quick: smoke sizes, not a measurement)" if summary["quick"] else ""),
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col, just in (("ratio", "left"), ("", "right"), ("", "right"), ("×", "right"), ("target", "left")):
+        t.add_column(col, justify=just, no_wrap=True)
+    notes = []
+    for i, r in enumerate(summary["ratios"], 1):
+        x = r["ratio"]
+        t.add_row(f"{r['what']} ({i})", r["num"], r["den"],
+                  "n/a" if x != x else (f"{x:.2f}×" if x < 10 else f"{x:.0f}×"), r["target"])
+        notes.append(f"({i}) {r['note']}")
+    m = Table(title="peak memory per benchmark process (MiB)", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
+    for col in ("process", "peak RSS", "above baseline", "peak CUDA", "wall s"):
+        m.add_column(col, justify="left" if col == "process" else "right")
+    for row in memory_rows(summary):
+        m.add_row(*row)
+    foot = (f"{summary['device']}, {summary['torch_threads']} torch threads, {summary['cpu_count']} CPUs · "
+            f"total {summary['wall_s']:.0f} s · each benchmark in a fresh process")
+    for name, why in summary.get("skipped", {}).items():
+        foot += f"\nskipped {name}: {why}"
+    return Group(t, "\n".join(notes), "", m, foot)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
+    args = parser.parse_args(argv)
+    from rich.console import Console
+
+    from laya_cli.cli import resolve_device
+    from laya_cli.fileio import atomic_write_text
+
+    summary = run_all(quick=args.quick, device=resolve_device(args.device))
+    Console().print(summary_table(summary))
+    if args.json_out:
+        atomic_write_text(args.json_out, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

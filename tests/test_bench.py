@@ -1,0 +1,296 @@
+"""`laya bench`: a tiny head comparison on digits (tables, JSON, Markdown, reuse, bad input) and the speed summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import assert_user_error
+from laya_cli.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+HEADS = ["laya", "last"]
+SEEDS = [1337, 1338]
+METHODS = ["laya", "ig", "gradxact", "contrib", "global", "random"]
+TINY = {"--dataset": "digits", "--heads": ",".join(HEADS), "--seeds": 2, "--epochs": 1, "--audit-samples": 60,
+        "--steps": 4, "--d-star": 16, "--score-hidden": 16}
+
+
+def bench(out: Path, *extra, **changes):
+    """``laya bench`` with the tiny options, some changed (``audit_samples=30`` -> ``--audit-samples 30``)."""
+    opts = {**TINY, **{"--" + k.replace("_", "-"): v for k, v in changes.items()}}
+    args = [str(x) for kv in opts.items() for x in kv]
+    return runner.invoke(app, ["bench", *args, "--out", str(out), *map(str, extra)])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """One tiny bench (2 heads × 2 seeds × 1 epoch on digits) with its JSON and Markdown."""
+    root = tmp_path_factory.mktemp("bench")
+    js, md = root / "bench.json", root / "bench.md"
+    result = bench(root / "out", "--json", js, "--markdown", md, "-q")
+    assert result.exit_code == 0, result.output
+    return {"root": root, "out": root / "out", "result": result, "json": json.loads(js.read_text()),
+            "markdown": md.read_text()}
+
+
+def _is_stat(s, n, with_std=True):
+    assert set(s) == {"mean", "std", "n", "values"}, s
+    assert s["n"] == n and len(s["values"]) == n
+    assert isinstance(s["mean"], float) and math.isfinite(s["mean"])
+    if with_std:
+        assert isinstance(s["std"], float) and s["std"] >= 0
+
+
+def test_tiny_bench_json_is_complete(tiny):
+    doc = tiny["json"]
+    assert doc["format"] == "laya-bench"
+    b = doc["bench"]
+    assert (b["dataset"], b["backbone"], b["heads"], b["seeds"], b["base_seed"]) == ("digits", "mlp", HEADS, SEEDS, 1337)
+    assert b["audit"]["methods"] == METHODS and b["audit"]["samples"] == 60 and b["train"]["epochs"] == 1
+    assert b["head_config"] == {"d_star": 16, "tau": 1.5, "psi": "identity", "score_hidden": 16}
+    assert list(doc["heads"]) == HEADS
+    for head, e in doc["heads"].items():
+        assert e["runs"] == 2 and e["seeds"] == SEEDS and e["audit_samples"] == 60
+        for k in ("test_accuracy", "test_macro_f1", "val_accuracy"):
+            _is_stat(e[k], 2)
+            assert all(0 <= v <= 1 for v in e[k]["values"])
+        assert e["epochs_run"]["values"] == [1, 1]
+        assert list(e["methods"]) == METHODS
+        for m, s in e["methods"].items():
+            assert set(s) >= {"available", "note", "faithfulness", "deletion@1", "deletion@1_normalised",
+                              "deletion@1_oracle", "deletion@1_random", "undefined", "defined"}
+            defined_here = head == "laya" or m not in ("laya", "contrib", "global")
+            assert s["available"] is defined_here, (head, m)
+            if defined_here:
+                _is_stat(s["deletion@1"], 2)
+                assert s["note"] is None
+            else:  # undefined for the head: reported, never a crash
+                assert s["faithfulness"]["mean"] is None and s["note"] and "undefined" in s["note"]
+            _is_stat(s["deletion@1_oracle"], 2)  # oracle/random depend only on Δ: always there
+    assert doc["heads"]["laya"]["methods"]["laya"]["faithfulness"]["mean"] is not None
+    assert len(doc["runs"]) == 4
+    assert {(r["head"], r["seed"]) for r in doc["runs"]} == {(h, s) for h in HEADS for s in SEEDS}
+    for r in doc["runs"]:
+        assert Path(r["checkpoint"]).is_file() and Path(r["record"]).is_file() and r["reused"] is False
+        assert r["train_seconds"] > 0 and r["audit_seconds"] > 0
+    assert doc["reused"] == 0 and doc["wall_seconds"] > 0 and doc["machine"]["cpu_count"] >= 1
+    # strict JSON: no NaN anywhere
+    json.loads(json.dumps(doc), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_tiny_bench_tables_and_markdown(tiny):
+    out = tiny["result"].stdout
+    for title in ("laya bench: accuracy", "faithfulness", "Deletion@1"):
+        assert title in out
+    for head in HEADS:
+        assert head in out and f"{head} head" in out
+    for m in METHODS + ["oracle", "random exp."]:
+        assert m in out
+    assert "±" in out and "n/a" in out  # mean ± std; laya/contrib/global undefined on the last head
+    assert "digits · mlp · 2 seeds (seeds 1337–1338)" in " ".join(out.split())
+    md = tiny["markdown"]
+    assert md.startswith("### laya bench: digits, mlp")
+    assert md.count("| head |") == 1 and md.count("| method | laya head | last head |") == 2
+    assert "#### Faithfulness" in md and "#### Deletion@1" in md and "**" in md
+    rows = [l for l in md.splitlines() if l.startswith("| `")]
+    assert len(rows) == len(HEADS) + 2 * len(METHODS)
+    assert all(l.count("|") == rows[0].count("|") for l in rows[:len(HEADS)])
+
+
+def test_run_files_are_laid_out_per_run(tiny):
+    folder = tiny["out"] / "digits-mlp"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(f"{h}-seed{s}{x}" for h in HEADS for s in SEEDS for x in (".pt", ".json"))
+    rec = json.loads((folder / "laya-seed1337.json").read_text())
+    assert rec["format"] == "laya-bench-run" and rec["audit"]["n_samples"] == 60
+    assert rec["train_options"]["train"]["seed"] == 1337 and rec["train_options"]["data"]["seed"] == 1337
+    from laya_cli.checkpoint import read_checkpoint
+
+    ckpt = read_checkpoint(folder / "last-seed1338.pt")
+    assert ckpt["head"]["kind"] == "last" and ckpt["train_config"]["seed"] == 1338 and ckpt["dataset"]["seed"] == 1338
+
+
+def test_second_invocation_reuses_every_run(tiny, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny["out"], out)
+    folder = out / "digits-mlp"
+    stamps = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    js = tmp_path / "again.json"
+    result = bench(out, "--json", js)
+    assert result.exit_code == 0, result.output
+    assert "reusing 4 finished runs" in result.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == stamps  # nothing rewritten
+    doc = json.loads(js.read_text())
+    assert doc["reused"] == 4 and all(r["reused"] for r in doc["runs"])
+    # the same numbers as the first time, read back from the records
+    assert doc["heads"] == tiny["json"]["heads"]
+
+
+def test_new_audit_options_reaudit_without_retraining(tiny, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny["out"], out)
+    ckpts = {p.name: p.stat().st_mtime_ns for p in (out / "digits-mlp").glob("*.pt")}
+    js = tmp_path / "re.json"
+    result = bench(out, "--json", js, "-q", audit_samples=30)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(js.read_text())
+    assert doc["reaudited"] == 4 and doc["reused"] == 0
+    assert doc["heads"]["laya"]["audit_samples"] == 30
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "digits-mlp").glob("*.pt")} == ckpts
+
+
+def test_runs_made_with_other_training_options_are_not_silently_mixed(tiny, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny["out"], out)
+    assert_user_error(bench(out, "-q", lr=0.001), "trained with other options", "train.lr", "--redo")
+
+
+def test_an_extra_seed_trains_only_the_new_runs(tiny, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny["out"], out)
+    js = tmp_path / "three.json"
+    result = bench(out, "--json", js, "-q", seeds=3, heads="laya")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(js.read_text())
+    assert [r["reused"] for r in doc["runs"]] == [True, True, False]
+    assert doc["heads"]["laya"]["seeds"] == [1337, 1338, 1339]
+
+
+def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
+    from laya_cli import bench as B
+    from laya_cli.errors import TrainingInterrupted
+    from laya_cli.heads import HeadConfig
+    from laya_cli.train import train
+
+    req = B.BenchRequest(dataset="digits", heads=["laya"], seeds=1, epochs=2, audit_samples=20, steps=2,
+                         head_config=HeadConfig(d_star=8, score_hidden=8), out=str(tmp_path / "b"))
+    first = req.train_request("laya", 1337)
+    req.folder.mkdir(parents=True)
+
+    def stop(record):
+        raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted):
+        train(first, on_epoch=stop)  # killed after epoch 1: its state is beside the checkpoint path
+    assert first.state_path.is_file() and not Path(first.out).exists()
+    result = B.run_bench(req)
+    rec = json.loads(req.run_path("laya", 1337, ".json").read_text())
+    assert rec["resumed"] is True and rec["metrics"]["epochs_run"] == 2
+    assert result.runs[0]["reused"] is False and not first.state_path.exists()
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--heads", "laya,lyaa"], ["unknown head 'lyaa'", "did you mean laya"]),
+    (["--heads", ","], ["--heads is empty"]),
+    (["--seeds", "0"], ["--seeds must be at least 1"]),
+    (["--dataset", "fashion-mnst"], ["unknown dataset 'fashion-mnst'", "fashion-mnist"]),
+    (["--audit-samples", "0"], ["--audit-samples must be at least 1"]),
+    (["--compare", "ig,gradx"], ["unknown method 'gradx'"]),
+    (["--epochs", "0"], ["--epochs must be at least 1"]),
+    (["--ablation", "mask"], ["--ablation mask needs heads with layer weights"]),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
+    result = runner.invoke(app, ["bench", "--out", str(tmp_path / "b"), *args])
+    assert_user_error(result, *fragments)
+    assert not (tmp_path / "b").exists()  # nothing created before the input is checked
+
+
+def test_an_out_folder_that_cannot_be_made_is_a_user_error(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    assert_user_error(bench(tmp_path / "file", "-q"), "cannot create the bench folder")
+
+
+def test_stats_mean_and_sample_std():
+    from laya_cli.bench import _stats
+
+    s = _stats([0.8, 0.9, 1.0])
+    assert s["mean"] == pytest.approx(0.9) and s["std"] == pytest.approx(0.1) and s["n"] == 3
+    assert _stats([0.5])["std"] is None  # one seed: no spread to report
+    assert _stats([None, float("nan")])["mean"] is None
+
+
+# --------------------------------------------------------------------------- speed
+
+
+FAKE_SUMMARY = {
+    "quick": True, "device": "cpu", "torch_threads": 2, "cpu_count": 2, "wall_s": 12.0,
+    "runs": {
+        "baseline": {"ok": True, "result": {}, "peak_rss_mb": 800.0, "wall_s": 3.0},
+        "train_cache": {"ok": True, "peak_rss_mb": 950.0, "wall_s": 4.0, "result": {
+            "images": 12, "epochs": 2, "naive_s": 20.0, "cold_s": 4.0, "warm_s": 2.0, "naive/warm": 10.0,
+            "cold/warm": 2.0}},
+        "audit_speed": {"ok": True, "peak_rss_mb": 990.0, "wall_s": 3.0, "result": {
+            "device": "cpu, 2 torch threads", "images": 4, "plain_s": 1.0, "audit_s": 1.2, "naive_s": 60.0,
+            "naive_blocks": [6], "naive_images": 1, "audit_over_plain": 1.2, "naive_over_audit": 50.0}},
+        "plain": {"ok": True, "result": {"seconds": 1.0}, "peak_rss_mb": 900.0, "wall_s": 1.0},
+        "audit": {"ok": True, "result": {"seconds": 1.2}, "peak_rss_mb": 950.0, "wall_s": 1.0},
+        "audit_memory": {"ok": True, "peak_rss_mb": 700.0, "wall_s": 5.0, "result": {
+            "dataset": "digits", "rows": {"streamed": [{"samples": 30, "peak_mb": 900.0, "floor_mb": 850.0},
+                                                       {"samples": 300, "peak_mb": 950.0, "floor_mb": 850.0}]}}},
+    },
+}
+
+
+def test_speed_summary_puts_every_ratio_side_by_side():
+    from rich.console import Console
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.__main__ import ratios, summary_table
+
+    summary = dict(FAKE_SUMMARY)
+    summary["ratios"] = ratios(summary)
+    whats = [r["what"] for r in summary["ratios"]]
+    assert whats == ["audit / plain inference", "naive Captum / ours", "train: no cache / warm cache",
+                     "train: cold cache / warm cache", "peak RSS: audit / plain",
+                     "audit memory (streamed): 300 / 30 samples"]
+    rss = summary["ratios"][4]
+    assert rss["ratio"] == pytest.approx(150 / 100)  # above the baseline process
+    assert summary["ratios"][5]["ratio"] == pytest.approx(100 / 50)  # above each process's floor
+    console = Console(width=120, record=True)
+    console.print(summary_table(summary))
+    text = console.export_text()
+    for fragment in ("1.20×", "50×", "10×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150"):
+        assert fragment in text
+
+
+def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
+    sys.path.insert(0, str(ROOT))
+    import benchmarks.__main__ as speed
+
+    calls = []
+
+    def fake_run_all(quick=False, device="cpu"):
+        calls.append((quick, device))
+        s = dict(FAKE_SUMMARY)
+        s["ratios"] = speed.ratios(s)
+        return s
+
+    monkeypatch.setattr(speed, "run_all", fake_run_all)
+    js = tmp_path / "speed.json"
+    result = runner.invoke(app, ["bench", "speed", "--quick", "--device", "cpu", "--json", str(js)])
+    assert result.exit_code == 0, result.output
+    assert calls == [(True, "cpu")]
+    assert "naive Captum / ours" in result.stdout and "peak memory" in result.stdout
+    assert json.loads(js.read_text())["ratios"][0]["what"] == "audit / plain inference"
+
+
+@pytest.mark.slow
+def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
+    js = tmp_path / "speed.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--device", "cpu", "--json", str(js)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(js.read_text())
+    assert set(doc["runs"]) >= {"baseline", "train_cache", "audit_speed", "plain", "audit"}
+    assert all(r["peak_rss_mb"] > 0 for r in doc["runs"].values())
+    assert len(doc["ratios"]) >= 5 and all(r["ratio"] > 0 for r in doc["ratios"][:5])
+    assert "laya speed benchmarks" in proc.stdout

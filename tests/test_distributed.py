@@ -1,0 +1,276 @@
+"""torchrun data parallelism: sharding and gathering, and whole commands under 2 processes (gloo, CPU).
+
+The torchrun tests run the real CLI in subprocesses (``python -m torch.distributed.run
+--standalone``, which picks a free port) and compare with a one-process run of the same
+command. Both sides run with OMP_NUM_THREADS=1 — torchrun's own default for its workers — so
+that a different BLAS thread count does not add its own float rounding to the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from laya_cli import distributed as D
+from laya_cli.cli import app
+
+# --------------------------------------------------------------------------- sharding (no process group)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 7, 256, 359, 1000])
+@pytest.mark.parametrize("align", [1, 3, 50, 256])
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_shards_cover_range_in_order_in_whole_blocks(n, align, world):
+    bounds = [D.shard_bounds(n, align, r, world) for r in range(world)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    for (a, b), (c, _) in zip(bounds, bounds[1:]):
+        assert b == c  # contiguous, in rank order
+    for start, stop in bounds:
+        assert start <= stop
+        assert start == n or start % align == 0  # every shard starts on a batch boundary
+        assert stop == n or stop % align == 0
+    sizes = [b - a for a, b in bounds]
+    blocks = [math.ceil(s / align) for s in sizes]
+    assert max(blocks) - min(blocks) <= 1  # as even as whole blocks allow
+    idx = torch.cat([D.shard_indices(n, align, rank_=r, world=world) for r in range(world)])
+    assert torch.equal(idx, torch.arange(n))
+
+
+def test_strided_shards_interleave():
+    parts = [D.shard_indices(10, strided=True, rank_=r, world=3) for r in range(3)]
+    assert [p.tolist() for p in parts] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+
+
+def test_without_torchrun_everything_is_a_no_op(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert D.init_from_env() is False
+    assert (D.rank(), D.world_size(), D.is_main(), D.active()) == (0, 1, True, False)
+    x = torch.arange(6).view(3, 2)
+    assert D.gather_rows(x, 3) is x
+    assert D.all_true(True) and not D.all_true(False)
+    assert D.all_sum([1, 2.5]) == [1.0, 2.5]
+    assert D.broadcast_object({"a": 1}) == {"a": 1}
+    assert D.shard_bounds(10, 4) == (0, 10)
+    D.barrier()
+    D.cleanup()
+
+
+# --------------------------------------------------------------------------- gather (real gloo group)
+
+
+def _group_main(rank: int, world: int, init_file: str, check: str):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        globals()[check](rank, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_group(check: str, world: int = 3):
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_group_main, args=(world, os.path.join(tmp, "init"), check), nprocs=world,
+                           start_method="spawn")
+
+
+def _check_gather(rank: int, world: int):
+    assert D.active() and D.rank() == rank and D.world_size() == world
+    for n, align in ((10, 1), (7, 3), (2, 1), (5, 256)):  # uneven, and with empty shards
+        lo, hi = D.shard_bounds(n, align)
+        full = torch.arange(n * 4, dtype=torch.float64).view(n, 4)
+        ints = torch.arange(n) * 10
+        flags = torch.arange(n) % 2 == 0
+        got = D.gather_rows([full[lo:hi], ints[lo:hi], flags[lo:hi]], n)
+        assert torch.equal(got[0], full) and got[0].dtype == torch.float64
+        assert torch.equal(got[1], ints)
+        assert torch.equal(got[2], flags) and got[2].dtype == torch.bool
+        one = D.gather_rows(full[lo:hi], n, dst=0)
+        assert torch.equal(one, full) if rank == 0 else one is None
+        idx = D.shard_indices(n, strided=True)
+        assert torch.equal(D.gather_rows(ints[idx], n, strided=True), ints)
+    assert D.all_true(True) and not D.all_true(rank != 1)
+    assert D.all_sum([1.0, rank]) == [world, sum(range(world))]
+    assert D.broadcast_object(f"from {rank}") == "from 0"
+    # user errors: printed by rank 0; by another rank only when rank 0 did not fail the same way
+    assert D.should_report_error("bad --samples") == (rank == 0)
+    D.barrier()
+    assert D.should_report_error(f"dataset missing on rank {rank}", wait_s=0.5) is True
+
+
+def test_gather_rows_reassembles_uneven_shards_in_order():
+    _run_group("_check_gather", world=3)
+
+
+def _check_audit_in_group(rank: int, world: int):
+    """The library (no CLI): run_audit over sharded batches equals a one-process run on every rank."""
+    from conftest import make_head_and_features
+
+    from laya_cli.audit import AuditSettings, parse_methods, run_audit
+    from laya_cli.features import LayerFeatures
+    from laya_cli.model import LayaModel
+
+    head, feats, ref = make_head_and_features(batch=23)
+    data = LayerFeatures(feats, torch.arange(23) % 5)
+    model = LayaModel(None, head, None, "laya", [str(c) for c in range(5)], ref)
+    settings = AuditSettings(batch_size=4, steps=4, by_class=True)  # 6 batches over the ranks, uneven last
+    sharded = run_audit(model, data, parse_methods("all"), settings).to_dict()
+    D.barrier()
+    import laya_cli.distributed as dist_mod
+
+    # the same audit with the process group hidden: one process
+    real = dist_mod.active
+    dist_mod.active = lambda: False
+    try:
+        single = run_audit(model, data, parse_methods("all"), settings).to_dict()
+    finally:
+        dist_mod.active = real
+    assert sharded == single
+
+
+def test_run_audit_sharded_equals_single_process():
+    _run_group("_check_audit_in_group", world=2)
+
+
+# --------------------------------------------------------------------------- the CLI under torchrun
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", LAYA_DIST_TIMEOUT="120", LAYA_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    return env
+
+
+def laya(*args, procs: int = 1, expect: int = 0) -> subprocess.CompletedProcess:
+    """``laya ARGS`` in a fresh process, or under ``torchrun --nproc-per-node procs``."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}",
+                "-m", "laya_cli"] if procs > 1 else [sys.executable, "-m", "laya_cli"]
+    r = subprocess.run([*launcher, *map(str, args)], capture_output=True, text=True, env=_env(), timeout=600)
+    assert r.returncode == expect, r.stdout + r.stderr
+    return r
+
+
+def _close(a, b, tol: float, path: str = ""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], tol, f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, tol, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= tol, f"{path}: {a} vs {b}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+TRAIN = ["train", "--dataset", "digits", "--epochs", "3", "--patience", "3", "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def two_trainings(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    (root / "one").mkdir()
+    (root / "two").mkdir()
+    one = laya(*TRAIN, "--out", root / "one" / "model.pt")
+    two = laya(*TRAIN, "--out", root / "two" / "model.pt", procs=2)
+    return root, one, two
+
+
+def test_torchrun_training_matches_one_process(two_trainings):
+    """End-to-end (mlp + laya head) with DDP: same global batches, gradients averaged over ranks."""
+    root, one, two = two_trainings
+    # one checkpoint, no training state or temp file left behind
+    assert sorted(p.name for p in (root / "two").iterdir()) == ["model.pt"]
+    a = torch.load(root / "one" / "model.pt", weights_only=True)
+    b = torch.load(root / "two" / "model.pt", weights_only=True)
+    for k, w in a["head"]["weights"].items():
+        # float summation order only (each rank sums half the batch; observed max |Δ| ≈ 1e-7)
+        torch.testing.assert_close(b["head"]["weights"][k], w, rtol=0, atol=1e-5, msg=k)
+    for k, w in a["backbone"]["weights"].items():
+        torch.testing.assert_close(b["backbone"]["weights"][k], w, rtol=0, atol=1e-4, msg=k)
+    assert a["metrics"] == b["metrics"]
+    assert [r["val_accuracy"] for r in a["history"]] == [r["val_accuracy"] for r in b["history"]]
+    # printed once: 3 epoch lines and one result line, as with one process
+    for r in (one, two):
+        assert r.stdout.count("test accuracy") == 1, r.stdout
+        assert sum(line.startswith("epoch") for line in r.stdout.splitlines()) == 3, r.stdout
+
+
+def test_torchrun_audit_matches_one_process(two_trainings, tmp_path):
+    root, _, _ = two_trainings
+    model = root / "one" / "model.pt"
+    # A gate that fails (exit 1 on every rank) must still leave rank 0's JSON behind.
+    args = ["audit", model, "--compare", "all", "--by-class", "--batch-size", "100", "-q",
+            "--fail-under", "random:faithfulness=0.99"]
+    one = laya(*args, "--json", tmp_path / "one.json", expect=1)
+    two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    assert a["n_samples"] == b["n_samples"] == 359
+    _close(a, b, 1e-6)  # observed: bit-identical
+    assert two.stdout == one.stdout  # the table, printed once
+    assert two.stdout.count("laya audit") == 1
+    assert two.stderr.count("fail-under: random: faithfulness") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "two.json"]
+
+
+@pytest.mark.slow
+def test_torchrun_export_matches_one_process(two_trainings, tmp_path):
+    root, _, _ = two_trainings
+    model = root / "one" / "model.pt"
+    laya("export", model, "--out", tmp_path / "e1", "--no-plots", "-q")
+    two = laya("export", model, "--out", tmp_path / "e2", "--no-plots", procs=2)
+    assert two.stdout.count("exported 359 samples") == 1
+    for name in ("samples.csv", "profiles.csv", "global_profile.csv", "attention_shift.csv"):
+        assert (tmp_path / "e1" / name).read_bytes() == (tmp_path / "e2" / name).read_bytes(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e1", "e2"]
+
+
+@pytest.mark.slow
+def test_torchrun_frozen_backbone_cache_and_three_ranks(tmp_path):
+    """Frozen backbone: sharded extraction into the cache (rank 0 writes), the same head on every
+    rank; 3 ranks with uneven and empty audit shards."""
+    args = ["train", "--frozen", "--epochs", "3", "--seed", "0", "-q"]
+    cache = Path(os.environ["LAYA_CACHE_DIR"]) / "frozen-test"
+    os.environ["LAYA_CACHE_DIR"] = str(cache)  # the autouse fixture restores it
+    laya(*args, "--out", tmp_path / "two.pt", procs=2)  # cold cache: sharded extraction, rank 0 writes
+    assert len(list(cache.glob("*.pt"))) == 3  # train, val, test
+    laya(*args, "--out", tmp_path / "one.pt", "--no-cache")  # one process extracts on its own
+    a = torch.load(tmp_path / "one.pt", weights_only=True)
+    b = torch.load(tmp_path / "two.pt", weights_only=True)
+    for x, y in zip(a["reference"], b["reference"]):
+        assert torch.equal(x, y)  # the same features, bit for bit
+    for k, w in a["head"]["weights"].items():
+        assert torch.equal(b["head"]["weights"][k], w), k  # replicated head training: bit-identical
+    audit = ["audit", tmp_path / "one.pt", "--compare", "all", "--batch-size", "256", "-q"]
+    laya(*audit, "--json", tmp_path / "a1.json")
+    laya(*audit, "--json", tmp_path / "a3.json", procs=3)  # 359 rows = 2 batches: rank 2 gets none
+    _close(json.loads((tmp_path / "a1.json").read_text()), json.loads((tmp_path / "a3.json").read_text()), 1e-6)
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@pytest.mark.parametrize("command", ["train", "audit", "export"])
+def test_mps_unavailable_is_a_one_line_error(command, tmp_path):
+    if torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    target = [] if command == "train" else [str(tmp_path / "model.pt")]
+    r = CliRunner().invoke(app, [command, *target, "--device", "mps", "--out", str(tmp_path / "out")]
+                           if command != "audit" else [command, *target, "--device", "mps"])
+    assert r.exit_code == 2 and r.output.startswith("error: --device mps") and "Traceback" not in r.output, r.output
+    assert sorted(tmp_path.iterdir()) == []
