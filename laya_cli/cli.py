@@ -361,11 +361,13 @@ def bench(
                       f"{m['test_macro_f1']:.4f}  ({what})", highlight=False)
 
     result = B.run_bench(req, on_run)
-    for table in B.rich_tables(result):
-        # In a log or pipe (no terminal width), print tables whole rather than cut to 80 columns.
-        width = None if console.is_terminal else max(console.width, console.measure(table).maximum)
-        console.print(table, width=width)
-    console.print(B.caption(result), style="dim", highlight=False)
+    tables = B.rich_tables(result)
+    out = console
+    if not console.is_terminal:  # a log or a pipe has no width: print the tables whole, not cut to 80 columns
+        out = Console(width=max([console.width, *(console.measure(t).maximum for t in tables)]))
+    for table in tables:
+        out.print(table)
+    out.print(B.caption(result), style="dim", highlight=False)
     if not quiet:
         console.print(f"{len(result.runs)} runs ({result.reused} reused) in {result.wall_seconds:.0f} s -> "
                       f"{req.folder}", highlight=False)
@@ -389,7 +391,7 @@ def bench_speed(
         check_writable(json_out)
     speed = load_speed_benchmarks()
     summary = speed.run_all(quick=quick, device=resolve_device(device))
-    console.print(speed.summary_table(summary))
+    (console if console.is_terminal else Console(width=110)).print(speed.summary_table(summary))
     if json_out is not None:
         atomic_write_text(json_out, json.dumps(summary, indent=2) + "\n")
 

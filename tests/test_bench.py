@@ -230,9 +230,11 @@ FAKE_SUMMARY = {
             "cold/warm": 2.0}},
         "audit_speed": {"ok": True, "peak_rss_mb": 990.0, "wall_s": 3.0, "result": {
             "device": "cpu, 2 torch threads", "images": 4, "plain_s": 1.0, "audit_s": 1.2, "naive_s": 60.0,
-            "naive_blocks": [6], "naive_images": 1, "audit_over_plain": 1.2, "naive_over_audit": 50.0}},
-        "plain": {"ok": True, "result": {"seconds": 1.0}, "peak_rss_mb": 900.0, "wall_s": 1.0},
-        "audit": {"ok": True, "result": {"seconds": 1.2}, "peak_rss_mb": 950.0, "wall_s": 1.0},
+            "naive_blocks": [6], "naive_images": 1, "naive_measured_s": 1.25, "steps": 4, "audit_over_plain": 1.2, "naive_over_audit": 50.0}},
+        "plain": {"ok": True, "result": {"seconds": 1.0, "floor_mb": 880.0, "phase_peak_mb": 20.0},
+                  "peak_rss_mb": 900.0, "wall_s": 1.0},
+        "audit": {"ok": True, "result": {"seconds": 1.2, "floor_mb": 880.0, "phase_peak_mb": 30.0},
+                  "peak_rss_mb": 950.0, "wall_s": 1.0},
         "audit_memory": {"ok": True, "peak_rss_mb": 700.0, "wall_s": 5.0, "result": {
             "dataset": "digits", "rows": {"streamed": [{"samples": 30, "peak_mb": 900.0, "floor_mb": 850.0},
                                                        {"samples": 300, "peak_mb": 950.0, "floor_mb": 850.0}]}}},
@@ -251,14 +253,14 @@ def test_speed_summary_puts_every_ratio_side_by_side():
     whats = [r["what"] for r in summary["ratios"]]
     assert whats == ["audit / plain inference", "naive Captum / ours", "train: no cache / warm cache",
                      "train: cold cache / warm cache", "peak RSS: audit / plain",
-                     "audit memory (streamed): 300 / 30 samples"]
+                     "audit memory, streamed: 300 / 30"]
     rss = summary["ratios"][4]
-    assert rss["ratio"] == pytest.approx(150 / 100)  # above the baseline process
+    assert rss["ratio"] == pytest.approx(30 / 20)  # each phase alone, above its floor
     assert summary["ratios"][5]["ratio"] == pytest.approx(100 / 50)  # above each process's floor
     console = Console(width=120, record=True)
     console.print(summary_table(summary))
     text = console.export_text()
-    for fragment in ("1.20×", "50×", "10×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150"):
+    for fragment in ("1.20×", "50×", "10×", "1.50×", "2.00×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150"):
         assert fragment in text
 
 
