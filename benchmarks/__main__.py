@@ -40,6 +40,8 @@ import time
 import traceback
 from pathlib import Path
 
+from benchmarks.audit_memory import _proc_status_mb
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Arguments per benchmark: full (the documented measurement) and quick (a smoke run).
@@ -77,17 +79,6 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def _status_mb(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def reset_peak() -> float | None:
     """Reset this process's peak RSS to its current RSS (Linux ≥ 4.0: ``echo 5 > /proc/self/clear_refs``)
     and return that RSS (MiB), so a later peak measures one phase alone; None where unsupported."""
@@ -99,7 +90,7 @@ def reset_peak() -> float | None:
             f.write("5")
     except OSError:
         return None
-    return _status_mb("VmRSS")
+    return _proc_status_mb("VmRSS")
 
 
 # --------------------------------------------------------------------------- child processes

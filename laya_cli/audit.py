@@ -10,7 +10,6 @@ DESIGN §2–§3, docs/metrics.md.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,7 @@ from .attribution import (METHODS, AttributionContext, global_weights, head_kind
 from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
 from .errors import LayaError, unknown_choice
+from .fileio import json_safe, strict_json
 from .metrics import (ABLATIONS, accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
                       normalised_deletion, spearman_rows)
 from .progress import track
@@ -130,21 +130,11 @@ class AuditResult:
                "notes": self.notes}
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
-        return _json_safe(out)
+        return json_safe(out)
 
     def to_json(self) -> str:
         """Strict JSON (NaN and ±inf written as null)."""
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
-
-
-def _json_safe(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
+        return strict_json(self.to_dict())
 
 
 # --------------------------------------------------------------------------- the run

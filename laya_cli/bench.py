@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import torch
 
 from .errors import LayaError, TrainingInterrupted, unknown_choice
-from .fileio import atomic_write_text, check_writable
+from .fileio import atomic_write_text, check_writable, json_safe, strict_json
 from .heads import HeadConfig
 from .progress import log
 
@@ -240,17 +240,7 @@ def _read_record(path: Path) -> dict | None:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    atomic_write_text(path, json.dumps(_json_safe(obj), indent=2, allow_nan=False) + "\n")
-
-
-def _json_safe(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
+    atomic_write_text(path, strict_json(obj))
 
 
 # --------------------------------------------------------------------------- one run
@@ -414,7 +404,7 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         b = self.request
-        return _json_safe({
+        return json_safe({
             "format": BENCH_FORMAT, "version": RECORD_VERSION,
             "bench": {
                 "dataset": b.dataset, "backbone": b.backbone, "heads": list(b.heads), "seeds": b.seed_values,
@@ -434,7 +424,7 @@ class BenchResult:
         })
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+        return strict_json(self.to_dict())
 
 
 def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -50,3 +52,18 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def json_safe(obj):
+    """NaN and ±inf become None (JSON null), recursively: strict JSON for machines."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def strict_json(obj) -> str:
+    return json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
