@@ -116,32 +116,50 @@ def resolve_device(device: str) -> str:
     return device
 
 
+# Options that `train` and `bench` share, declared once.
+DataDirOpt = Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")]
+LabelOpt = Annotated[str, typer.Option(help="artworks only: genre or artist.")]
+ImageSizeOpt = Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")]
+DStarOpt = Annotated[int, typer.Option("--d-star", help="Adapter width d*.")]
+TauOpt = Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")]
+PsiOpt = Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")]
+ScoreHiddenOpt = Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")]
+LrOpt = Annotated[float, typer.Option(help="Adam learning rate.")]
+PatienceOpt = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
+LayersOpt = Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")]
+PoolOpt = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
+PretrainedOpt = Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")]
+WeightsOpt = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")]
+FinetuneOpt = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
+CacheOpt = Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")]
+
+
 @app.command()
 def train(
     backbone: Annotated[str, typer.Option(help="mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")] = "mlp",
     dataset: Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")] = "digits",
     head: Annotated[str, typer.Option(help="laya, last, concat or scalarmix.")] = "laya",
     out: Annotated[Path, typer.Option(help="Where to write the checkpoint.")] = Path("model.pt"),
-    data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
-    label: Annotated[str, typer.Option(help="artworks only: genre or artist.")] = "genre",
-    image_size: Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")] = None,
+    data_dir: DataDirOpt = None,
+    label: LabelOpt = "genre",
+    image_size: ImageSizeOpt = None,
     strict: Annotated[bool, typer.Option(help="Fail on an undecodable image in a folder dataset instead of skipping it.")] = False,
-    d_star: Annotated[int, typer.Option("--d-star", help="Adapter width d*.")] = 96,
-    tau: Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")] = 1.5,
-    psi: Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")] = "identity",
-    score_hidden: Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")] = 192,
+    d_star: DStarOpt = 96,
+    tau: TauOpt = 1.5,
+    psi: PsiOpt = "identity",
+    score_hidden: ScoreHiddenOpt = 192,
     epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 50,
     batch_size: Annotated[int, typer.Option(help="Batch size.")] = 128,
-    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 3e-4,
-    patience: Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")] = 5,
+    lr: LrOpt = 3e-4,
+    patience: PatienceOpt = 5,
     seed: Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")] = 1337,
-    layers: Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")] = None,
-    pool: Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")] = "auto",
-    pretrained: Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")] = False,
-    weights: Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")] = None,
-    finetune: Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")] = None,
+    layers: LayersOpt = None,
+    pool: PoolOpt = "auto",
+    pretrained: PretrainedOpt = False,
+    weights: WeightsOpt = None,
+    finetune: FinetuneOpt = None,
     trust_pickle: Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")] = False,
-    cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    cache: CacheOpt = True,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or per-epoch lines.")] = False,
@@ -301,22 +319,22 @@ def bench(
     seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = 3,
     base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = 1337,
     out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path("bench"),
-    data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
-    label: Annotated[str, typer.Option(help="artworks only: genre or artist.")] = "genre",
-    image_size: Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")] = None,
-    d_star: Annotated[int, typer.Option("--d-star", help="Adapter width d*.")] = 96,
-    tau: Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")] = 1.5,
-    psi: Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")] = "identity",
-    score_hidden: Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")] = 192,
+    data_dir: DataDirOpt = None,
+    label: LabelOpt = "genre",
+    image_size: ImageSizeOpt = None,
+    d_star: DStarOpt = 96,
+    tau: TauOpt = 1.5,
+    psi: PsiOpt = "identity",
+    score_hidden: ScoreHiddenOpt = 192,
     epochs: Annotated[int, typer.Option(help="Maximum epochs per run.")] = 50,
     batch_size: Annotated[int, typer.Option(help="Training batch size.")] = 128,
-    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 3e-4,
-    patience: Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")] = 5,
-    layers: Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap.")] = None,
-    pool: Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")] = "auto",
-    pretrained: Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights.")] = False,
-    weights: Annotated[Optional[Path], typer.Option(help="A state-dict file for --backbone timm:NAME|torchvision:NAME.")] = None,
-    finetune: Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen.")] = None,
+    lr: LrOpt = 3e-4,
+    patience: PatienceOpt = 5,
+    layers: LayersOpt = None,
+    pool: PoolOpt = "auto",
+    pretrained: PretrainedOpt = False,
+    weights: WeightsOpt = None,
+    finetune: FinetuneOpt = None,
     compare: Annotated[str, typer.Option(help="Methods audited besides laya and random (as laya audit --compare).")] = "ig,gradxact,contrib,global",
     audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = 2000,
     audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = 0,
@@ -327,7 +345,7 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every number, run and setting as JSON to this file.")] = None,
     markdown: Annotated[Optional[Path], typer.Option(help="Write the tables as Markdown to this file.")] = None,
     redo: Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")] = False,
-    cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
+    cache: CacheOpt = True,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines (the tables are still printed).")] = False,
 ):
