@@ -1,19 +1,39 @@
-"""laya: layer-attribution auditing with LAYA heads."""
+"""laya: layer-attribution auditing with LAYA heads.
+
+Importing the package is cheap: names load their module (and torch) on first use, so that
+``laya --help`` starts without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-from .backbones import BackboneSpec, TappedBackbone, build_backbone  # noqa: E402
-from .checkpoint import load_model, read_checkpoint, save_checkpoint  # noqa: E402
-from .data import DataRequest, load_dataset  # noqa: E402
-from .errors import LayaError  # noqa: E402
-from .heads import HEADS, HeadConfig, HeadOutput, LAYAHead, build_head  # noqa: E402
-from .model import LayaModel  # noqa: E402
-from .audit import AuditSettings, check_thresholds, parse_methods, parse_thresholds, run_audit  # noqa: E402
-from .evaldata import load_eval_data  # noqa: E402
+# name -> module that defines it (relative to this package)
+_EXPORTS = {
+    "LayaError": "errors",
+    "HeadConfig": "config", "TrainConfig": "config", "DataRequest": "config", "TrainRequest": "config",
+    "AuditSettings": "config",
+    "BackboneSpec": "backbones", "TappedBackbone": "backbones", "build_backbone": "backbones",
+    "load_model": "checkpoint", "read_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
+    "load_dataset": "data",
+    "HEADS": "heads", "HeadOutput": "heads", "LAYAHead": "heads", "build_head": "heads",
+    "LayaModel": "model",
+    "check_thresholds": "auditing", "parse_methods": "auditing", "parse_thresholds": "auditing",
+    "run_audit": "auditing",
+    "load_eval_data": "evaldata",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "BackboneSpec", "TappedBackbone", "build_backbone", "load_model", "read_checkpoint", "save_checkpoint",
-    "DataRequest", "load_dataset", "LayaError", "HEADS", "HeadConfig", "HeadOutput", "LAYAHead", "build_head",
-    "LayaModel", "AuditSettings", "check_thresholds", "parse_methods", "parse_thresholds", "run_audit",
-    "load_eval_data",
-]
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -1,4 +1,4 @@
-"""Per-sample, per-layer attribution scores (DESIGN §2). Each returns a (B, L) tensor.
+"""Per-sample, per-layer attribution scores (docs/metrics.md, "The methods"). Each returns a (B, L) tensor.
 
 Gradient methods are Captum's, applied to the head inputs (r_1 … r_L) with the explained
 output p_ŷ (softmax probability of the target class); never re-implemented here.
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import LayaError, unknown_choice
-from .heads import HEADS, MASKABLE_HEADS
+from .heads import head_kind
 
 
 def laya_attention(head: nn.Module, feats: Sequence[Tensor]) -> Tensor:
@@ -33,7 +33,7 @@ def contrib(head: nn.Module, feats: Sequence[Tensor], target: Tensor) -> Tensor:
     ŷ = ``target``; ŷ₂ = the runner-up class (highest logit other than ŷ).
     Σ_i contrib_i = logit_ŷ − logit_ŷ₂ − (b_ŷ − b_ŷ₂).
     """
-    if not hasattr(head, "layer_logits"):
+    if not getattr(head, "has_layer_logits", False):
         raise LayaError("contrib needs a LAYA head (logits = W Σ α_i z_i + b)")
     if feats[0].device.type == "mps":  # no float64 on Apple's MPS: compute on the CPU
         cpu = contrib(copy.deepcopy(head).cpu(), [f.cpu() for f in feats], target.cpu())
@@ -55,7 +55,7 @@ def contrib(head: nn.Module, feats: Sequence[Tensor], target: Tensor) -> Tensor:
 
 # One score per layer from per-feature attributions (B, d_i) -> (B,).
 REDUCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "sum": lambda a: a.sum(-1),  # signed (default, DESIGN §2)
+    "sum": lambda a: a.sum(-1),  # signed (the default, docs/metrics.md)
     "abs": lambda a: a.abs().sum(-1),
     "l2": lambda a: a.norm(dim=-1),
 }
@@ -207,24 +207,12 @@ METHODS: dict[str, Method] = {
 }
 
 
-def _has_attention(head: nn.Module) -> bool:
-    return isinstance(head, tuple(HEADS[k] for k in MASKABLE_HEADS))
-
-
-def _has_layer_logits(head: nn.Module) -> bool:
-    return hasattr(head, "layer_logits")
-
-
-# What a method needs from the head, and what to say when the head lacks it.
-REQUIREMENTS: dict[str, tuple[Callable[[nn.Module], bool], str]] = {
-    "laya": (_has_attention, "has no layer attention α (only laya and scalarmix heads do)"),
-    "global": (_has_attention, "has no layer weights to average (only laya and scalarmix heads do)"),
-    "contrib": (_has_layer_logits, "has no additive per-layer logits (contrib is intrinsic to a laya head)"),
+# What a method needs from the head (a capability flag, heads.py), and what to say when it lacks it.
+REQUIREMENTS: dict[str, tuple[str, str]] = {
+    "laya": ("has_alpha", "has no layer attention α (only laya and scalarmix heads do)"),
+    "global": ("has_alpha", "has no layer weights to average (only laya and scalarmix heads do)"),
+    "contrib": ("has_layer_logits", "has no additive per-layer logits (contrib is intrinsic to a laya head)"),
 }
-
-
-def head_kind(head: nn.Module) -> str:
-    return next((k for k, cls in HEADS.items() if type(head) is cls), type(head).__name__)
 
 
 def unavailable_reason(method: str, head: nn.Module) -> str | None:
@@ -232,6 +220,6 @@ def unavailable_reason(method: str, head: nn.Module) -> str | None:
     if method not in METHODS:
         raise unknown_choice("method", method, METHODS)
     check = REQUIREMENTS.get(method)
-    if check is None or check[0](head):
+    if check is None or getattr(head, check[0], False):
         return None
     return f"undefined: the {head_kind(head)} head {check[1]}"

@@ -34,13 +34,14 @@ from typing import Callable, Sequence
 
 import torch
 
+from . import distributed
+from .config import AuditSettings, TrainRequest, check_at_least, diff_options
 from .errors import LayaError, TrainingInterrupted, unknown_choice
 from .fileio import atomic_write_text, check_writable, json_safe, strict_json
-from .heads import HeadConfig
 from .progress import log
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
-DEFAULT_HEADS = "last,concat,scalarmix,laya"
+DEFAULT_HEADS = ",".join(HEAD_ORDER)
 DEFAULT_COMPARE = "ig,gradxact,contrib,global"
 RECORD_FORMAT = "laya-bench-run"
 RECORD_VERSION = 1
@@ -83,39 +84,30 @@ def slug(text: str) -> str:
 
 @dataclass
 class BenchRequest:
-    dataset: str = "digits"
-    backbone: str = "mlp"
+    """Every (head, seed) run is ``train`` with its head, seed and output path set, audited with ``audit``."""
+
+    train: TrainRequest = field(default_factory=TrainRequest)  # the template (paper config by default)
+    audit: AuditSettings = field(default_factory=AuditSettings)
     heads: list[str] = field(default_factory=lambda: list(HEAD_ORDER))
     seeds: int = 3
     base_seed: int = 1337
     out: str = "bench"
-    data_dir: str | None = None
-    label: str = "genre"
-    image_size: int | None = None
-    head_config: HeadConfig = field(default_factory=HeadConfig)  # the paper's by default
-    epochs: int = 50
-    batch_size: int = 128
-    lr: float = 3e-4
-    patience: int = 5
-    layers: list[str] = field(default_factory=list)
-    pool: str = "auto"
-    pretrained: bool = False
-    weights: str | None = None
-    finetune: bool | None = None
-    use_cache: bool = True
-    # audit
     compare: str = DEFAULT_COMPARE
     audit_samples: int | None = 2000  # None: the whole test split
-    audit_seed: int = 0
-    ablation: str = "mean"
-    target: str = "predicted"
-    reduce: str = "sum"
-    steps: int = 32
-    audit_batch_size: int = 256
-    device: str = "cpu"
     redo: bool = False  # retrain and re-audit every run even when a matching one is on disk
 
-    # ----------------------------------------------------------------- derived
+    @property
+    def dataset(self) -> str:
+        return self.train.data.name
+
+    @property
+    def backbone(self) -> str:
+        return self.train.backbone
+
+    @property
+    def device(self) -> str:
+        return self.train.train.device
+
     @property
     def folder(self) -> Path:
         return Path(self.out).expanduser() / f"{slug(self.dataset)}-{slug(self.backbone)}"
@@ -125,29 +117,18 @@ class BenchRequest:
         return [self.base_seed + k for k in range(self.seeds)]
 
     def methods(self) -> list[str]:
-        from .audit import parse_methods
+        from .auditing import parse_methods
 
         return parse_methods(self.compare)
 
-    def audit_settings(self):
-        from .audit import AuditSettings
+    def audit_settings(self) -> AuditSettings:
+        return AuditSettings(**{**asdict(self.audit), "device": self.device, "by_class": False})
 
-        return AuditSettings(ablation=self.ablation, target=self.target, reduce=self.reduce, steps=self.steps,
-                             batch_size=self.audit_batch_size, seed=self.audit_seed, device=self.device)
-
-    def train_request(self, head: str, seed: int):
-        from .data import DataRequest
-        from .train import TrainConfig, TrainRequest
-
-        return TrainRequest(
-            backbone=self.backbone, head=head, head_config=copy.deepcopy(self.head_config),
-            data=DataRequest(name=self.dataset, data_dir=self.data_dir, image_size=self.image_size,
-                             label=self.label, seed=seed),
-            train=TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, patience=self.patience,
-                              seed=seed, device=self.device),
-            layers=list(self.layers), pool=self.pool, pretrained=self.pretrained, weights=self.weights,
-            finetune=self.finetune, use_cache=self.use_cache, out=str(self.run_path(head, seed, ".pt")),
-        )
+    def train_request(self, head: str, seed: int) -> TrainRequest:
+        req = copy.deepcopy(self.train)
+        req.head, req.data.seed, req.train.seed = head, seed, seed
+        req.out, req.resume = str(self.run_path(head, seed, ".pt")), False
+        return req
 
     def run_path(self, head: str, seed: int, suffix: str) -> Path:
         return self.folder / f"{head}-seed{seed}{suffix}"
@@ -161,64 +142,28 @@ class BenchRequest:
         return {**s, "methods": self.methods(), "samples": self.audit_samples}
 
     def validate(self) -> "BenchRequest":
-        from .train import TrainConfig
-
         check_dataset_name(self.dataset)
         self.heads = parse_heads(self.heads)
-        if self.seeds < 1:
-            raise LayaError(f"--seeds must be at least 1, got {self.seeds}")
-        if self.audit_samples is not None and self.audit_samples < 1:
-            raise LayaError(f"--audit-samples must be at least 1, got {self.audit_samples}")
-        if self.pool not in ("auto", "cls", "mean"):
-            raise LayaError(f"--pool must be auto, cls or mean, got '{self.pool}'")
-        TrainConfig(self.epochs, self.batch_size, self.lr, self.patience).validate()
-        self.head_config.validate()
+        check_at_least("--seeds", self.seeds)
+        check_at_least("--audit-samples", self.audit_samples)
+        self.train.validate()
         self.audit_settings().validate()
         self.methods()
-        if self.ablation == "mask" and any(h not in ("laya", "scalarmix") for h in self.heads):
+        if self.audit.ablation == "mask" and any(h not in ("laya", "scalarmix") for h in self.heads):
             raise LayaError("--ablation mask needs heads with layer weights (laya, scalarmix); "
                             "use --ablation mean or zero to compare every head")
         return self
 
 
-def train_options(req) -> dict:
-    """The options of one training run that must match for it to be reused (a TrainRequest minus
-    where it is written, resume, the cache switch and the device)."""
-    d = json.loads(json.dumps(asdict(req), default=str))
-    for k in ("out", "resume", "use_cache"):
-        d.pop(k, None)
-    d.get("train", {}).pop("device", None)
-    return d
-
-
-def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _diff(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k} {a!r} -> {b!r}")
-    return out
+def train_options(req: TrainRequest) -> dict:
+    """The options of one training run that must match for it to be reused, as JSON would hold them."""
+    return json.loads(json.dumps(req.options(), default=str))
 
 
 def options_changes(recorded: dict, wanted: dict) -> list[str]:
     """How ``wanted`` differs from ``recorded`` training options. An option that a newer laya added
     (absent from the record) counts as a change only when it is set to something else than its default."""
-    from .train import TrainRequest
-
-    defaults = train_options(TrainRequest())
-
-    def fill(rec: dict, want: dict, dflt: dict) -> dict:
-        out = dict(rec)
-        for k, v in want.items():
-            if k not in rec and k in dflt:
-                out[k] = dflt[k]
-            elif isinstance(v, dict) and isinstance(rec.get(k), dict) and isinstance(dflt.get(k), dict):
-                out[k] = fill(rec[k], v, dflt[k])
-        return out
-
-    return _diff(fill(recorded, wanted, defaults), wanted)
+    return diff_options(recorded, wanted, train_options(TrainRequest()))
 
 
 def _sha256(path: Path) -> str:
@@ -281,15 +226,15 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
 
 
 def _audit_run(bench: BenchRequest, record: dict) -> dict:
-    from .audit import run_audit
+    from .auditing import run_audit
     from .checkpoint import load_model
     from .evaldata import load_eval_data
 
     path = bench.folder / record["checkpoint"]
     start = time.perf_counter()
     model = load_model(path)
-    data = load_eval_data(model, samples=bench.audit_samples, seed=bench.audit_seed, device=bench.device,
-                          use_cache=bench.use_cache)
+    data = load_eval_data(model, samples=bench.audit_samples, seed=bench.audit.seed, device=bench.device,
+                          use_cache=bench.train.use_cache)
     result = run_audit(model, data, bench.methods(), bench.audit_settings())
     result.settings.update({"model": str(path), "samples": bench.audit_samples})
     record = dict(record)
@@ -404,15 +349,16 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         b = self.request
+        t = b.train
         return json_safe({
             "format": BENCH_FORMAT, "version": RECORD_VERSION,
             "bench": {
                 "dataset": b.dataset, "backbone": b.backbone, "heads": list(b.heads), "seeds": b.seed_values,
-                "base_seed": b.base_seed, "folder": str(b.folder), "data_dir": b.data_dir,
-                "head_config": b.head_config.to_dict(),
-                "train": {"epochs": b.epochs, "batch_size": b.batch_size, "lr": b.lr, "patience": b.patience,
-                          "layers": list(b.layers), "pool": b.pool, "pretrained": b.pretrained,
-                          "weights": b.weights, "finetune": b.finetune},
+                "base_seed": b.base_seed, "folder": str(b.folder), "data_dir": t.data.data_dir,
+                "head_config": t.head_config.to_dict(),
+                "train": {"epochs": t.train.epochs, "batch_size": t.train.batch_size, "lr": t.train.lr,
+                          "patience": t.train.patience, "layers": list(t.layers), "pool": t.pool,
+                          "pretrained": t.pretrained, "weights": t.weights, "finetune": t.finetune},
                 "audit": b.audit_options(), "device": b.device,
             },
             "heads": self.heads,
@@ -430,7 +376,7 @@ class BenchResult:
 def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:
     """Train and audit every (head, seed) run that is not already finished, then aggregate."""
     bench.validate()
-    if _under_torchrun():
+    if distributed.active() or distributed.env_world_size() > 1:
         raise LayaError("laya bench runs in one process, not under torchrun; run it with plain `laya bench` "
                         "(use torchrun for single `laya train`/`laya audit` runs)")
     try:
@@ -471,14 +417,6 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
     return BenchResult(bench, aggregate(bench, outcomes), runs, reused, reaudited, time.perf_counter() - start)
 
 
-def _under_torchrun() -> bool:
-    try:
-        from .distributed import active, env_world_size
-    except ImportError:
-        return False
-    return active() or env_world_size() > 1
-
-
 def _is_finished(bench: BenchRequest, head: str, seed: int) -> bool:
     """A run that will be read back whole (no training, no audit), without raising."""
     if bench.redo:
@@ -490,153 +428,3 @@ def _is_finished(bench: BenchRequest, head: str, seed: int) -> bool:
     return (rec is not None and not options_changes(rec.get("train_options") or {},
                                                     train_options(bench.train_request(head, seed)))
             and rec.get("audit") is not None and rec.get("audit_options") == bench.audit_options())
-
-
-# --------------------------------------------------------------------------- rendering
-
-def _pm(stats: dict, spec: str = "{:.4f}") -> str:
-    m, s = stats.get("mean"), stats.get("std")
-    if m is None:
-        return "n/a"
-    return spec.format(m) + ("" if s is None else " ± " + spec.format(s))
-
-
-def _seconds(stats: dict) -> str:
-    m = stats.get("mean")
-    return "n/a" if m is None else _pm(stats, "{:.1f}" if m < 10 else "{:.0f}") + " s"
-
-
-def _best(values: dict[str, float | None]) -> float | None:
-    vals = [v for v in values.values() if v is not None]
-    return max(vals) if vals else None
-
-
-def table_rows(result: BenchResult) -> dict:
-    """Plain cells for the three tables (used by the rich and Markdown renderers)."""
-    heads = result.heads
-    methods = result.request.methods()
-    acc_best = {k: _best({h: e[k]["mean"] for h, e in heads.items()}) for k in ("test_accuracy", "test_macro_f1")}
-    accuracy = []
-    for h, e in heads.items():
-        accuracy.append({
-            "head": h,
-            "cells": [(_pm(e["test_accuracy"]), e["test_accuracy"]["mean"] == acc_best["test_accuracy"]),
-                      (_pm(e["test_macro_f1"]), e["test_macro_f1"]["mean"] == acc_best["test_macro_f1"]),
-                      (_pm(e["epochs_run"], "{:.1f}"), False),
-                      (_seconds(e["train_seconds"]), False),
-                      (str(e["runs"]), False)],
-        })
-    per_metric = {}
-    for key in ("faithfulness", "deletion@1"):
-        rows = []
-        col_best = {h: _best({m: e["methods"][m][key]["mean"] for m in methods
-                              if m != "random" and e["methods"][m]["available"]}) for h, e in heads.items()}
-        for m in methods:
-            cells = []
-            for h, e in heads.items():
-                s = e["methods"][m]
-                if not s["available"]:
-                    cells.append(("n/a", False))
-                else:
-                    cells.append((_pm(s[key], "{:.3f}"), m != "random" and s[key]["mean"] is not None
-                                  and s[key]["mean"] == col_best[h]))
-            rows.append({"method": m, "cells": cells, "dim": False})
-        if key == "deletion@1":
-            for label, k in (("oracle", "deletion@1_oracle"), ("random exp.", "deletion@1_random")):
-                cells = []
-                for h, e in heads.items():
-                    # Oracle/random depend only on Δ: take them from the random method, always available.
-                    s = e["methods"]["random"][k]
-                    cells.append((_pm(s, "{:.3f}"), False))
-                rows.append({"method": label, "cells": cells, "dim": True})
-        per_metric[key] = rows
-    return {"accuracy": accuracy, "faithfulness": per_metric["faithfulness"], "deletion@1": per_metric["deletion@1"]}
-
-
-ACC_HEADERS = ["test accuracy", "macro-F1", "epochs", "train time", "runs"]
-
-
-def caption(result: BenchResult) -> str:
-    b = result.request
-    cfg = b.head_config
-    samples = next(iter(result.heads.values()))["audit_samples"] if result.heads else None
-    seeds = b.seed_values
-    seed_text = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
-    return (f"{b.dataset} · {b.backbone} · {len(seeds)} {'seeds' if len(seeds) != 1 else 'seed'} ({seed_text}) · "
-            f"d*={cfg.d_star} τ={cfg.tau:g} ψ={cfg.psi} score_hidden={cfg.score_hidden} · lr {b.lr:g} batch "
-            f"{b.batch_size} ≤{b.epochs} epochs patience {b.patience} · audit {samples} test samples, ablation "
-            f"{b.ablation}, target {b.target}, IG steps {b.steps} · mean ± std over seeds (std: n−1)")
-
-
-def rich_tables(result: BenchResult) -> list:
-    from rich import box
-    from rich.table import Table
-
-    rows = table_rows(result)
-    heads = list(result.heads)
-    style = lambda text, best: f"[bold green]{text}[/]" if best else text
-    t1 = Table(title="laya bench: accuracy", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    t1.add_column("head", style="bold", no_wrap=True)
-    for h in ACC_HEADERS:
-        t1.add_column(h, justify="right", no_wrap=True)
-    for r in rows["accuracy"]:
-        t1.add_row(r["head"], *(style(t, b) for t, b in r["cells"]))
-    tables = [t1]
-    for key, title in (("faithfulness", "faithfulness (Spearman ρ with LOLO effects)"),
-                       ("deletion@1", "Deletion@1 (drop in p_ŷ when the top-ranked layer is removed)")):
-        t = Table(title=f"laya bench: {title}", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-        t.add_column("method", style="bold", no_wrap=True)
-        for h in heads:
-            t.add_column(f"{h} head", justify="right", no_wrap=True)
-        for r in rows[key]:
-            name = f"[dim]{r['method']}[/]" if r["dim"] else r["method"]
-            t.add_row(name, *(style(f"[dim]{c}[/]" if c == "n/a" else c, b) for c, b in r["cells"]))
-        tables.append(t)
-    return tables
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
-def markdown(result: BenchResult, title: str = "laya bench") -> str:
-    rows = table_rows(result)
-    heads = list(result.heads)
-    bold = lambda t, b: f"**{t}**" if b else t
-    lines = [f"### {title}: {result.request.dataset}, {result.request.backbone}", "",
-             *_md_table(["head", *ACC_HEADERS], [[f"`{r['head']}`", *(bold(t, b) for t, b in r["cells"])]
-                                                 for r in rows["accuracy"]])]
-    for key, name in (("faithfulness", "Faithfulness (Spearman ρ with the LOLO effects)"),
-                      ("deletion@1", "Deletion@1")):
-        body = [[(f"_{r['method']}_" if r["dim"] else f"`{r['method']}`"), *(bold(t, b) for t, b in r["cells"])]
-                for r in rows[key]]
-        lines += ["", f"#### {name}", "", *_md_table(["method", *(f"{h} head" for h in heads)], body)]
-    lines += ["", f"_{caption(result)}_"]
-    notes = []
-    for h, e in result.heads.items():
-        for n in e["notes"]:
-            notes.append(f"{h} head: {n}")
-    if notes:
-        lines += ["", *(f"- note: {n}" for n in notes)]
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- speed
-
-
-def load_speed_benchmarks():
-    """The ``benchmarks`` package of a source checkout (``laya bench speed`` runs it)."""
-    import importlib
-    import sys
-
-    try:
-        return importlib.import_module("benchmarks.__main__")
-    except ModuleNotFoundError:
-        pass
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "benchmarks" / "__main__.py").is_file():
-        raise LayaError("laya bench speed needs laya's source checkout (its benchmarks/ folder); "
-                        "clone the repository and run it there, or run: python -m benchmarks")
-    sys.path.insert(0, str(root))
-    return importlib.import_module("benchmarks.__main__")

@@ -14,8 +14,9 @@ import torch
 
 from .backbones import BackboneSpec, build_backbone
 from .errors import LayaError
-from .fileio import atomic_path
-from .heads import HeadConfig, build_head
+from .config import HeadConfig
+from .fileio import atomic_torch_save
+from .heads import build_head
 from .model import LayaModel
 from .trust import safe_torch_load
 
@@ -33,8 +34,7 @@ def versions() -> dict:
 
 def save_checkpoint(ckpt: dict, path: str | Path) -> None:
     ckpt = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **ckpt}
-    with atomic_path(path) as tmp:
-        torch.save(ckpt, tmp)
+    atomic_torch_save(ckpt, path)
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -68,3 +68,22 @@ def model_from_checkpoint(ckpt: dict) -> LayaModel:
 
 def load_model(path: str | Path) -> LayaModel:
     return model_from_checkpoint(read_checkpoint(path))
+
+
+def checkpoint_summary(ckpt: dict) -> dict:
+    """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
+    spec = ckpt["backbone"]["spec"]
+    return {
+        "format_version": ckpt["format_version"],
+        "versions": ckpt["versions"],
+        "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
+        "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
+                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None},
+        "layers": list(ckpt["layers"]),
+        "dims": list(ckpt["dims"]),
+        "classes": list(ckpt["classes"]),
+        "dataset": ckpt["dataset"],
+        "metrics": ckpt["metrics"],
+        "train_config": ckpt.get("train_config", {}),
+        "epochs": len(ckpt.get("history", [])),
+    }

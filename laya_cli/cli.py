@@ -1,8 +1,15 @@
-"""The ``laya`` command line: parse options, call the library, render. No maths here."""
+"""The ``laya`` command line: parse options, call the library, render. No maths here.
+
+Options are declared once in ``options.py``; every table is built in ``report.py``. Nothing
+heavy is imported at module level (no torch), so ``laya --help`` starts fast; each command
+imports what it needs.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,15 +17,22 @@ from typing import Annotated, Optional
 import click
 import typer
 from rich.console import Console
-from rich.panel import Panel
-from rich.table import Table
 from typer.core import TyperGroup
 
-from . import distributed, progress
+from . import progress
 from .errors import LayaError, TrainingInterrupted
+from .options import (AUDIT, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
+                      Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, Finetune, Head,
+                      ImageSize, InternalBatchSize, JsonOut, Label, Layers, Lr, MarkdownOut, ModelPath, Patience,
+                      Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
+                      Strict, Target, Tau, TrustPickle, Weights, train_request)
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _under_torchrun() -> bool:
+    return os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1")
 
 
 class LayaGroup(TyperGroup):
@@ -29,23 +43,30 @@ class LayaGroup(TyperGroup):
     """
 
     def invoke(self, ctx: click.Context):
-        restore = None
+        if not _under_torchrun():  # the common case: nothing to join, no torch to import
+            return self._run(ctx)
+        from . import distributed
+
         try:
             distributed.init_from_env()
-            restore = _mute_other_ranks() if not distributed.is_main() else None
+            with contextlib.ExitStack() as muted:
+                if not distributed.is_main():
+                    muted.enter_context(_muted())
+                return self._run(ctx)
+        finally:
+            distributed.mark_done()
+            distributed.cleanup()
+
+    def _run(self, ctx: click.Context):
+        try:
             return super().invoke(ctx)
         except LayaError as e:
-            # Under torchrun: printed once by rank 0, unless another rank failed on its own.
-            own = distributed.should_report_error(str(e)) and not distributed.is_main()
-            if distributed.is_main():
-                err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-            elif own:
-                sys.stderr.write(f"error (rank {distributed.rank()}): {e}\n")
-            if not own:
-                distributed.wait_for_main()  # torchrun stops every rank once one fails: let rank 0 finish
+            _report_user_error(e)
             raise typer.Exit(2) from None
         except (typer.Exit, click.exceptions.Exit) as e:
-            if getattr(e, "exit_code", 0):
+            if getattr(e, "exit_code", 0) and _under_torchrun():
+                from . import distributed
+
                 distributed.wait_for_main()  # e.g. --fail-under: rank 0 may still be writing its outputs
             raise
         except KeyboardInterrupt:
@@ -54,16 +75,27 @@ class LayaGroup(TyperGroup):
         except TrainingInterrupted as e:
             err_console.print(f"[bold red]interrupted:[/] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
-        finally:
-            distributed.mark_done()
-            if restore is not None:
-                restore()
-            distributed.cleanup()
 
 
-def _mute_other_ranks():
-    """Only rank 0 prints: silence the rich consoles, stdout and warnings; returns an undo."""
-    import os
+def _report_user_error(e: LayaError) -> None:
+    """Print ``error: …`` once. Under torchrun rank 0 prints, unless another rank failed on its own."""
+    if not _under_torchrun():
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return
+    from . import distributed
+
+    own = distributed.should_report_error(str(e)) and not distributed.is_main()
+    if distributed.is_main():
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+    elif own:
+        sys.stderr.write(f"error (rank {distributed.rank()}): {e}\n")
+    if not own:
+        distributed.wait_for_main()  # torchrun stops every rank once one fails: let rank 0 finish
+
+
+@contextlib.contextmanager
+def _muted():
+    """Only rank 0 prints: silence the rich consoles, stdout and warnings, restoring all of them after."""
     import warnings
 
     consoles = (console, err_console, progress.console)
@@ -71,15 +103,15 @@ def _mute_other_ranks():
     for c in consoles:
         c.quiet = True
     stdout, sys.stdout = sys.stdout, open(os.devnull, "w")
-    warnings.simplefilter("ignore")
-
-    def restore():
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
         for c, q in zip(consoles, before):
             c.quiet = q
         sys.stdout.close()
         sys.stdout = stdout
-
-    return restore
 
 
 app = typer.Typer(
@@ -91,170 +123,143 @@ app = typer.Typer(
 )
 
 
-def _split_csv(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
+def _device(device: str) -> str:
+    from .device import resolve_device
+
+    return resolve_device(device)
 
 
-def resolve_device(device: str) -> str:
-    """auto (CUDA if available, else CPU), cpu, cuda or mps; under torchrun cuda is this rank's GPU."""
-    import torch
-
-    if device not in ("auto", "cpu", "cuda", "mps"):
-        raise LayaError(f"--device must be auto, cpu, cuda or mps, got '{device}'")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise LayaError("--device cuda asked for, but no CUDA device is available")
-    if device == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise LayaError("--device mps asked for, but Apple's MPS backend is not available on this machine")
-        if distributed.active():
-            raise LayaError("--device mps cannot run under torchrun (no MPS process-group backend); use --device cpu")
-    if device == "cuda" and distributed.active():
-        return f"cuda:{torch.cuda.current_device()}"  # init_from_env pinned this rank to GPU LOCAL_RANK
-    return device
+def _note(text: str) -> None:
+    err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
 
 
-# Options that `train` and `bench` share, declared once.
-DataDirOpt = Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")]
-LabelOpt = Annotated[str, typer.Option(help="artworks only: genre or artist.")]
-ImageSizeOpt = Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")]
-DStarOpt = Annotated[int, typer.Option("--d-star", help="Adapter width d*.")]
-TauOpt = Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")]
-PsiOpt = Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")]
-ScoreHiddenOpt = Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")]
-LrOpt = Annotated[float, typer.Option(help="Adam learning rate.")]
-PatienceOpt = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
-LayersOpt = Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")]
-PoolOpt = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
-PretrainedOpt = Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")]
-WeightsOpt = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")]
-FinetuneOpt = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
-CacheOpt = Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")]
+def _wide(renderables) -> Console:
+    """The console for wide tables: a log or a pipe has no width, so print them whole, not cut to 80 columns."""
+    if console.is_terminal:
+        return console
+    return Console(width=max([console.width, *(console.measure(t).maximum for t in renderables)]))
+
+
+# --------------------------------------------------------------------------- train
 
 
 @app.command()
 def train(
-    backbone: Annotated[str, typer.Option(help="mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")] = "mlp",
-    dataset: Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")] = "digits",
-    head: Annotated[str, typer.Option(help="laya, last, concat or scalarmix.")] = "laya",
-    out: Annotated[Path, typer.Option(help="Where to write the checkpoint.")] = Path("model.pt"),
-    data_dir: DataDirOpt = None,
-    label: LabelOpt = "genre",
-    image_size: ImageSizeOpt = None,
-    strict: Annotated[bool, typer.Option(help="Fail on an undecodable image in a folder dataset instead of skipping it.")] = False,
-    d_star: DStarOpt = 96,
-    tau: TauOpt = 1.5,
-    psi: PsiOpt = "identity",
-    score_hidden: ScoreHiddenOpt = 192,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 50,
-    batch_size: Annotated[int, typer.Option(help="Batch size.")] = 128,
-    lr: LrOpt = 3e-4,
-    patience: PatienceOpt = 5,
-    seed: Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")] = 1337,
-    layers: LayersOpt = None,
-    pool: PoolOpt = "auto",
-    pretrained: PretrainedOpt = False,
-    weights: WeightsOpt = None,
-    finetune: FinetuneOpt = None,
-    trust_pickle: Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")] = False,
-    cache: CacheOpt = True,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or per-epoch lines.")] = False,
+    backbone: Backbone = JOB.backbone,
+    dataset: Dataset = DATA.name,
+    head: Head = JOB.head,
+    out: Annotated[Path, typer.Option(help="Where to write the checkpoint.")] = Path(JOB.out),
+    data_dir: DataDir = DATA.data_dir,
+    label: Label = DATA.label,
+    image_size: ImageSize = DATA.image_size,
+    strict: Strict = DATA.strict,
+    d_star: DStar = HEAD.d_star,
+    tau: Tau = HEAD.tau,
+    psi: Psi = HEAD.psi,
+    score_hidden: ScoreHidden = HEAD.score_hidden,
+    epochs: Epochs = TRAIN.epochs,
+    batch_size: BatchSize = TRAIN.batch_size,
+    lr: Lr = TRAIN.lr,
+    patience: Patience = TRAIN.patience,
+    seed: Seed = TRAIN.seed,
+    layers: Layers = None,
+    pool: Pool = JOB.pool,
+    pretrained: Pretrained = JOB.pretrained,
+    weights: Weights = None,
+    finetune: Finetune = JOB.finetune,
+    trust_pickle: TrustPickle = JOB.trust_pickle,
+    cache: Cache = JOB.use_cache,
+    resume: Resume = JOB.resume,
+    device: Device = "auto",
+    quiet: Quiet = False,
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
-    from .data import DataRequest
-    from .heads import HeadConfig
-    from .train import TrainConfig, TrainRequest, train as run_training
+    from .train import train as run_training
 
-    progress.set_enabled(not quiet)
-    if pool not in ("auto", "cls", "mean"):
-        raise LayaError(f"--pool must be auto, cls or mean, got '{pool}'")
-    if trust_pickle:
-        err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
-    req = TrainRequest(
-        backbone=backbone, head=head,
-        head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
-        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict),
-        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
-                          device=resolve_device(device)),
-        layers=_split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
-        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
-    )
+    with progress.enabled(not quiet):
+        req = train_request(backbone=backbone, dataset=dataset, head=head, out=out, data_dir=data_dir, label=label,
+                            image_size=image_size, strict=strict, d_star=d_star, tau=tau, psi=psi,
+                            score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
+                            seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
+                            finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
+                            device=_device(device))
+        if trust_pickle:
+            err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
 
-    def on_epoch(r):
-        if not quiet:
-            mark = " [green]*best[/]" if r.best else ""
-            console.print(f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
-                          f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}", highlight=False)
+        def on_epoch(r):
+            if not quiet:
+                mark = " [green]*best[/]" if r.best else ""
+                console.print(f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
+                              f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}", highlight=False)
 
-    ckpt = run_training(req, on_epoch)
+        ckpt = run_training(req, on_epoch)
     m = ckpt["metrics"]
     console.print(f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
                   f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}", highlight=False)
 
 
+# --------------------------------------------------------------------------- audit
+
+
 @app.command()
 def audit(
-    model: Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")],
-    compare: Annotated[str, typer.Option(help="Methods to compare with laya and random: ig, gradxact, saliency, contrib, global (comma list), 'all', or '' for none.")] = "ig,gradxact",
-    samples: Annotated[Optional[int], typer.Option(help="Audit a seeded random subset of N test samples (default: all).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the --samples subset and of the random method.")] = 0,
-    dataset: Annotated[Optional[str], typer.Option(help="Audit another dataset (default: the checkpoint's own test split).")] = None,
-    data_dir: Annotated[Optional[str], typer.Option(help="Where that dataset lives (see docs/datasets.md).")] = None,
-    ablation: Annotated[str, typer.Option(help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads).")] = "mean",
-    target: Annotated[str, typer.Option(help="Class explained: predicted (ŷ) or label (the true class).")] = "predicted",
-    reduce: Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum (signed), abs or l2.")] = "sum",
-    steps: Annotated[int, typer.Option(help="Integrated Gradients steps.")] = 32,
-    internal_batch_size: Annotated[Optional[int], typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).")] = None,
-    batch_size: Annotated[int, typer.Option(help="Samples per audited batch.")] = 256,
-    by_class: Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")] = False,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every number and setting as JSON to this file.")] = None,
-    markdown: Annotated[Optional[Path], typer.Option(help="Write the table as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")] = None,
-    fail_under: Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Repeatable.")] = None,
-    cache: Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")] = True,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")] = False,
+    model: ModelPath,
+    compare: Compare = "ig,gradxact",
+    samples: Samples = None,
+    seed: SampleSeed = AUDIT.seed,
+    dataset: EvalDataset = None,
+    data_dir: DataDir = None,
+    ablation: Ablation = AUDIT.ablation,
+    target: Target = AUDIT.target,
+    reduce: Reduce = AUDIT.reduce,
+    steps: Steps = AUDIT.steps,
+    internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
+    batch_size: AuditBatchSize = AUDIT.batch_size,
+    by_class: ByClass = AUDIT.by_class,
+    json_out: JsonOut = None,
+    markdown: MarkdownOut = None,
+    fail_under: FailUnder = None,
+    cache: Cache = True,
+    device: Device = "auto",
+    quiet: Quiet = False,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
-    from . import audit as A
+    from . import auditing, distributed
     from .checkpoint import load_model
+    from .config import AuditSettings, check_at_least
     from .evaldata import load_eval_data
-    from .fileio import atomic_write_text, check_writable
+    from .fileio import atomic_write_text, check_writable, strict_json
     from .metrics import check_ablation
     from .report import audit_class_tables, audit_markdown, audit_rich_table
 
-    progress.set_enabled(not quiet)
-    if samples is not None and samples < 1:
-        raise LayaError(f"--samples must be at least 1, got {samples}")
-    settings = A.AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
-                               internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
-                               by_class=by_class, device=resolve_device(device)).validate()
-    methods = A.parse_methods(compare)
-    thresholds = A.parse_thresholds(fail_under, methods)
-    for path in (json_out, markdown):
-        if path is not None:
-            check_writable(path)
-    laya_model = load_model(model)
-    check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
-    data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True)
-    result = A.run_audit(laya_model, data, methods, settings)
+    with progress.enabled(not quiet):
+        check_at_least("--samples", samples)
+        settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
+                                 internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
+                                 by_class=by_class, device=_device(device)).validate()
+        methods = auditing.parse_methods(compare)
+        thresholds = auditing.parse_thresholds(fail_under, methods)
+        for path in (json_out, markdown):
+            if path is not None:
+                check_writable(path)
+        laya_model = load_model(model)
+        check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
+        data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache,
+                              stream=True)
+        result = auditing.run_audit(laya_model, data, methods, settings)
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
                             "fail_under": [str(t) for t in thresholds]})
-    misses = A.check_thresholds(result, thresholds)
+    misses = auditing.check_thresholds(result, thresholds)
 
     console.print(audit_rich_table(result))
     for table in audit_class_tables(result):
         console.print(table)
     for note in result.notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        _note(note)
     if json_out is not None and distributed.is_main():  # under torchrun only rank 0 writes
         doc = result.to_dict()
         doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
-        atomic_write_text(json_out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        atomic_write_text(json_out, strict_json(doc))
     if markdown is not None and distributed.is_main():
         atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None))
     if misses:
@@ -265,32 +270,36 @@ def audit(
         err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
 
 
+# --------------------------------------------------------------------------- export
+
+
 @app.command("export")
 def export_cmd(
-    model: Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")],
+    model: ModelPath,
     out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite.")] = Path("export"),
     fmt: Annotated[str, typer.Option("--format", help="Per-sample table format: csv, parquet (needs pyarrow) or npz.")] = "csv",
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")] = True,
     strip: Annotated[int, typer.Option("--strip", metavar="K", help="How many samples the image strip shows (0 = no strip).")] = 8,
-    dataset: Annotated[Optional[str], typer.Option(help="Dataset to export on (default: the checkpoint's own, test split).")] = None,
-    data_dir: Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")] = None,
-    samples: Annotated[Optional[int], typer.Option(help="Export a seeded random subset of N test samples (default: all).")] = None,
+    dataset: EvalDataset = None,
+    data_dir: DataDir = None,
+    samples: Samples = None,
     seed: Annotated[int, typer.Option(help="Seed of the --samples subset.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
+    device: Device = "auto",
     overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
 
-    matplotlib.use("Agg")  # headless: no display needed (plots.py draws without pyplot anyway)
-    from .export import run_export, shift_table
+    matplotlib.use("Agg")  # headless: no display needed (figures.py draws without pyplot anyway)
+    from .exporting import run_export
+    from .report import shift_table
 
-    progress.set_enabled(not quiet)
-    exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
-                     samples=samples, seed=seed, device=resolve_device(device), overwrite=overwrite)
+    with progress.enabled(not quiet):
+        exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
+                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite)
     for note in exp.notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        _note(note)
     if quiet:
         return
     if exp.has_alpha:
@@ -303,6 +312,8 @@ def export_cmd(
                   f"-> {exp.out}/   report: {exp.out / 'report.html'}", highlight=False)
 
 
+# --------------------------------------------------------------------------- bench
+
 bench_app = typer.Typer(
     help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
     invoke_without_command=True, no_args_is_help=False, add_completion=False,
@@ -313,86 +324,95 @@ app.add_typer(bench_app, name="bench")
 @bench_app.callback()
 def bench(
     ctx: typer.Context,
-    dataset: Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")] = "digits",
-    backbone: Annotated[str, typer.Option(help="mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")] = "mlp",
+    dataset: Dataset = DATA.name,
+    backbone: Backbone = JOB.backbone,
     heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya.")] = "last,concat,scalarmix,laya",
     seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = 3,
-    base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = 1337,
+    base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = TRAIN.seed,
     out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path("bench"),
-    data_dir: DataDirOpt = None,
-    label: LabelOpt = "genre",
-    image_size: ImageSizeOpt = None,
-    d_star: DStarOpt = 96,
-    tau: TauOpt = 1.5,
-    psi: PsiOpt = "identity",
-    score_hidden: ScoreHiddenOpt = 192,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs per run.")] = 50,
-    batch_size: Annotated[int, typer.Option(help="Training batch size.")] = 128,
-    lr: LrOpt = 3e-4,
-    patience: PatienceOpt = 5,
-    layers: LayersOpt = None,
-    pool: PoolOpt = "auto",
-    pretrained: PretrainedOpt = False,
-    weights: WeightsOpt = None,
-    finetune: FinetuneOpt = None,
+    data_dir: DataDir = DATA.data_dir,
+    label: Label = DATA.label,
+    image_size: ImageSize = DATA.image_size,
+    strict: Strict = DATA.strict,
+    d_star: DStar = HEAD.d_star,
+    tau: Tau = HEAD.tau,
+    psi: Psi = HEAD.psi,
+    score_hidden: ScoreHidden = HEAD.score_hidden,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs per run.")] = TRAIN.epochs,
+    batch_size: Annotated[int, typer.Option(help="Training batch size.")] = TRAIN.batch_size,
+    lr: Lr = TRAIN.lr,
+    patience: Patience = TRAIN.patience,
+    layers: Layers = None,
+    pool: Pool = JOB.pool,
+    pretrained: Pretrained = JOB.pretrained,
+    weights: Weights = None,
+    finetune: Finetune = JOB.finetune,
+    trust_pickle: TrustPickle = JOB.trust_pickle,
     compare: Annotated[str, typer.Option(help="Methods audited besides laya and random (as laya audit --compare).")] = "ig,gradxact,contrib,global",
     audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = 2000,
-    audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = 0,
-    ablation: Annotated[str, typer.Option(help="How a layer is removed: mean, zero (mask: laya/scalarmix heads only).")] = "mean",
-    target: Annotated[str, typer.Option(help="Class explained: predicted or label.")] = "predicted",
-    reduce: Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum, abs or l2.")] = "sum",
-    steps: Annotated[int, typer.Option(help="Integrated Gradients steps.")] = 32,
+    audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = AUDIT.seed,
+    ablation: Annotated[str, typer.Option(help="How a layer is removed: mean, zero (mask: laya/scalarmix heads only).")] = AUDIT.ablation,
+    target: Annotated[str, typer.Option(help="Class explained: predicted or label.")] = AUDIT.target,
+    reduce: Reduce = AUDIT.reduce,
+    steps: Steps = AUDIT.steps,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every number, run and setting as JSON to this file.")] = None,
     markdown: Annotated[Optional[Path], typer.Option(help="Write the tables as Markdown to this file.")] = None,
     redo: Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")] = False,
-    cache: CacheOpt = True,
+    cache: Cache = JOB.use_cache,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines (the tables are still printed).")] = False,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
     if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params
+                 if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
+        if given:
+            raise LayaError(f"{', '.join(given)} belong to 'laya bench', not to 'laya bench {ctx.invoked_subcommand}'; "
+                            f"see laya bench {ctx.invoked_subcommand} --help")
         return
     from . import bench as B
+    from .config import AuditSettings
     from .fileio import atomic_write_text, check_writable
-    from .heads import HeadConfig
+    from .report import bench_caption, bench_markdown, bench_rich_tables
 
-    progress.set_enabled(not quiet)
-    for path in (json_out, markdown):
-        if path is not None:
-            check_writable(path)
-    req = B.BenchRequest(
-        dataset=dataset, backbone=backbone, heads=B.parse_heads(heads), seeds=seeds, base_seed=base_seed, out=str(out),
-        data_dir=data_dir, label=label, image_size=image_size,
-        head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
-        epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, layers=_split_csv(layers), pool=pool,
-        pretrained=pretrained, weights=str(weights) if weights else None, finetune=finetune, use_cache=cache,
-        compare=compare, audit_samples=audit_samples, audit_seed=audit_seed, ablation=ablation, target=target,
-        reduce=reduce, steps=steps, device=resolve_device(device), redo=redo,
-    ).validate()
+    with progress.enabled(not quiet):
+        for path in (json_out, markdown):
+            if path is not None:
+                check_writable(path)
+        template = train_request(backbone=backbone, dataset=dataset, head="laya", out="model.pt", data_dir=data_dir,
+                                 label=label, image_size=image_size, strict=strict, d_star=d_star, tau=tau, psi=psi,
+                                 score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr,
+                                 patience=patience, seed=base_seed, layers=layers, pool=pool, pretrained=pretrained,
+                                 weights=weights, finetune=finetune, trust_pickle=trust_pickle, cache=cache,
+                                 resume=False, device=_device(device))
+        req = B.BenchRequest(
+            train=template, audit=AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
+                                                seed=audit_seed),
+            heads=B.parse_heads(heads), seeds=seeds, base_seed=base_seed, out=str(out), compare=compare,
+            audit_samples=audit_samples, redo=redo,
+        ).validate()
 
-    def on_run(o, i, n):
-        if quiet:
-            return
-        m = o.record["metrics"]
-        what = "reused" if not o.trained and not o.audited else ("re-audited" if not o.trained else "trained")
-        console.print(f"[{i}/{n}] {o.head:<9} seed {o.seed}  test acc {m['test_accuracy']:.4f}  macro-F1 "
-                      f"{m['test_macro_f1']:.4f}  ({what})", highlight=False)
+        def on_run(o, i, n):
+            if quiet:
+                return
+            m = o.record["metrics"]
+            what = "reused" if not o.trained and not o.audited else ("re-audited" if not o.trained else "trained")
+            console.print(f"[{i}/{n}] {o.head:<9} seed {o.seed}  test acc {m['test_accuracy']:.4f}  macro-F1 "
+                          f"{m['test_macro_f1']:.4f}  ({what})", highlight=False)
 
-    result = B.run_bench(req, on_run)
-    tables = B.rich_tables(result)
-    out = console
-    if not console.is_terminal:  # a log or a pipe has no width: print the tables whole, not cut to 80 columns
-        out = Console(width=max([console.width, *(console.measure(t).maximum for t in tables)]))
+        result = B.run_bench(req, on_run)
+    tables = bench_rich_tables(result)
+    wide = _wide(tables)
     for table in tables:
-        out.print(table)
-    out.print(B.caption(result), style="dim", highlight=False)
+        wide.print(table)
+    wide.print(bench_caption(result), style="dim", highlight=False)
     if not quiet:
         console.print(f"{len(result.runs)} runs ({result.reused} reused) in {result.wall_seconds:.0f} s -> "
                       f"{req.folder}", highlight=False)
     if json_out is not None:
         atomic_write_text(json_out, result.to_json())
     if markdown is not None:
-        atomic_write_text(markdown, B.markdown(result))
+        atomic_write_text(markdown, bench_markdown(result))
 
 
 @bench_app.command("speed")
@@ -402,66 +422,35 @@ def bench_speed(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every timing and peak memory as JSON.")] = None,
 ):
     """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
-    from .bench import load_speed_benchmarks
-    from .fileio import atomic_write_text, check_writable
+    from . import speed
+    from .fileio import atomic_write_text, check_writable, strict_json
+    from .report import speed_tables
 
     if json_out is not None:
         check_writable(json_out)
-    speed = load_speed_benchmarks()
-    summary = speed.run_all(quick=quick, device=resolve_device(device))
-    (console if console.is_terminal else Console(width=110)).print(speed.summary_table(summary))
+    summary = speed.run_all(quick=quick, device=_device(device))
+    (console if console.is_terminal else Console(width=110)).print(speed_tables(summary))
     if json_out is not None:
-        atomic_write_text(json_out, json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(json_out, strict_json(summary))
 
 
-def checkpoint_summary(ckpt: dict) -> dict:
-    """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
-    spec = ckpt["backbone"]["spec"]
-    return {
-        "format_version": ckpt["format_version"],
-        "versions": ckpt["versions"],
-        "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
-        "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
-                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None},
-        "layers": list(ckpt["layers"]),
-        "dims": list(ckpt["dims"]),
-        "classes": list(ckpt["classes"]),
-        "dataset": ckpt["dataset"],
-        "metrics": ckpt["metrics"],
-        "train_config": ckpt.get("train_config", {}),
-        "epochs": len(ckpt.get("history", [])),
-    }
+# --------------------------------------------------------------------------- info
 
 
 @app.command()
 def info(
-    model: Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")],
+    model: ModelPath,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")] = False,
 ):
     """Show what a checkpoint holds: backbone, layers, head, classes and test metrics."""
-    from .checkpoint import read_checkpoint
+    from .checkpoint import checkpoint_summary, read_checkpoint
+    from .report import info_panel
 
     summary = checkpoint_summary(read_checkpoint(model))
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
-    table = Table.grid(padding=(0, 2))
-    b, h, m = summary["backbone"], summary["head"], summary["metrics"]
-    rows = [
-        ("backbone", f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']})"),
-        ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
-        ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
-        ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
-         + (" …" if len(summary["classes"]) > 12 else "")),
-        ("dataset", summary["dataset"]["name"]),
-        ("test accuracy", f"{m['test_accuracy']:.4f}"),
-        ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
-        ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
-        ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
-    ]
-    for k, v in rows:
-        table.add_row(f"[bold]{k}[/]", v)
-    console.print(Panel(table, title=f"laya checkpoint {model}", expand=False))
+    console.print(info_panel(summary, model))
 
 
 def main() -> None:

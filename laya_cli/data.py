@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from .config import LABELS, DataRequest, check_choice
 from .errors import LayaError, unknown_choice
 
 TEST_SPLIT_SEED = 0
@@ -57,16 +58,6 @@ class DataSplits:
     @property
     def image_shape(self) -> tuple[int, int, int]:
         return tuple(self.train.images.shape[1:])  # type: ignore[return-value]
-
-
-@dataclass
-class DataRequest:
-    name: str = "digits"
-    data_dir: str | None = None
-    image_size: int | None = None  # side of file-based images after loading
-    label: str = "genre"  # artworks: genre | artist
-    seed: int = 1337
-    strict: bool = False  # folder data: fail on an undecodable image instead of skipping it
 
 
 def stratified_split(labels: Tensor, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
@@ -330,8 +321,7 @@ def load_artworks(req: DataRequest) -> DataSplits:
             "'Best Artworks of All Time' from Kaggle and pass --data-dir to the folder with artists.csv and images/"
         )
     images_dir = root / "images" / "images" if (root / "images" / "images").is_dir() else root / "images"
-    if req.label not in ("genre", "artist"):
-        raise unknown_choice("--label", req.label, ["genre", "artist"])
+    check_choice("--label", req.label, LABELS)
     with open(root / "artists.csv", newline="", encoding="utf-8") as f:
         genre = {row["name"].replace(" ", "_"): row["genre"].split(",")[0].strip() for row in csv.DictReader(f)}
     files, names = [], []

@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Sequence
+import sys
+from typing import TYPE_CHECKING, Sequence
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
 _owned = False  # True when init_from_env created the process group (and cleanup should end it)
 
 
 def _dist():
-    import torch.distributed as dist
-
-    return dist if dist.is_available() else None
+    """torch.distributed, or None. Not imported yet means no process group can exist: importing
+    this module (and asking ``is_main()``) costs nothing outside torchrun."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() else None
 
 
 def active() -> bool:
@@ -49,6 +51,8 @@ def env_world_size() -> int:
 
 def default_backend() -> str:
     """``LAYA_DIST_BACKEND`` if set, else gloo (CPU) or gloo for CPU + NCCL for CUDA tensors."""
+    import torch
+
     if os.environ.get("LAYA_DIST_BACKEND"):
         return os.environ["LAYA_DIST_BACKEND"]
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
@@ -61,8 +65,10 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     ``timeout_s`` (or ``LAYA_DIST_TIMEOUT``, seconds) bounds how long a collective waits.
     """
     global _owned
-    dist = _dist()
-    if dist is None or env_world_size() < 2:
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or env_world_size() < 2:
         return False
     if dist.is_initialized():
         return True
@@ -189,6 +195,8 @@ def shard_bounds(n: int, align: int = 1, rank_: int | None = None, world: int | 
 def shard_indices(n: int, align: int = 1, strided: bool = False, rank_: int | None = None,
                   world: int | None = None) -> Tensor:
     """This rank's indices of range(n): contiguous whole blocks (default) or every world-th one."""
+    import torch
+
     r = rank() if rank_ is None else rank_
     w = world_size() if world is None else world
     if strided:
@@ -201,6 +209,8 @@ def shard_indices(n: int, align: int = 1, strided: bool = False, rank_: int | No
 
 
 def _gather_tensor(x: Tensor, n: int | None, dst: int | None, strided: bool) -> Tensor | None:
+    import torch
+
     dist = _dist()
     w = dist.get_world_size()
     device, dtype = x.device, x.dtype
@@ -249,6 +259,8 @@ def gather_rows(x: Tensor | Sequence[Tensor], n: int | None = None, dst: int | N
     """
     if not active():
         return x
+    from torch import Tensor
+
     if isinstance(x, Tensor):
         return _gather_tensor(x, n, dst, strided)
     out = [_gather_tensor(t, n, dst, strided) for t in x]
@@ -261,6 +273,8 @@ def all_true(flag: bool) -> bool:
     """True only if ``flag`` is true on every rank (e.g. 'my feature cache hit')."""
     if not active():
         return bool(flag)
+    import torch
+
     t = torch.tensor([1 if flag else 0], dtype=torch.int64)
     _dist().all_reduce(t, op=_dist().ReduceOp.MIN)
     return bool(t.item())
@@ -270,6 +284,8 @@ def all_sum(values: Sequence[float]) -> list[float]:
     """Element-wise sum of small numbers over the ranks (float64)."""
     if not active():
         return [float(v) for v in values]
+    import torch
+
     t = torch.tensor(list(values), dtype=torch.float64)
     _dist().all_reduce(t)
     return t.tolist()

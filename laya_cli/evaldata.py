@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import backbones as bb
-from .data import DataRequest, is_file_dataset, load_dataset
+from .cache import FeatureCache, cached_extract, feature_key
+from .config import DataRequest, check_at_least
+from .data import is_file_dataset, load_dataset
 from .errors import LayaError
-from .features import FeatureCache, LayerFeatures, StreamedFeatures, cache_key, cached_extract, feature_precision
+from .features import LayerFeatures, StreamedFeatures
 from .model import LayaModel
 from .progress import log
 
@@ -29,11 +30,8 @@ class EvalData:
 
 def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
     """All indices, or a seeded subset of ``samples`` of them in ascending order."""
-    if samples is None:
-        return torch.arange(n_total)
-    if samples < 1:
-        raise LayaError(f"--samples must be at least 1, got {samples}")
-    if samples >= n_total:
+    check_at_least("--samples", samples)
+    if samples is None or samples >= n_total:
         return torch.arange(n_total)
     g = torch.Generator().manual_seed(seed)
     return torch.randperm(n_total, generator=g)[:samples].sort().values
@@ -49,8 +47,7 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     by batch as the audit/export consumes it, so features are never all in memory; without
     ``stream`` they are extracted up front (the library default).
     """
-    if samples is not None and samples < 1:
-        raise LayaError(f"--samples must be at least 1, got {samples}")
+    check_at_least("--samples", samples)
     ds = dict(model.checkpoint.get("dataset", {}))
     name = dataset or ds.get("name", "digits")
     same = name == ds.get("name")
@@ -72,11 +69,11 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     images, labels = test.images[index], test.labels[index]
     model.backbone.to(device)
     cache = FeatureCache() if (use_cache and not model.spec.finetune) else None
-    key = cache_key(weights=bb.state_fingerprint(model.backbone.model.state_dict()), layers=model.spec.layers,
-                    pool=model.spec.pool, data=data.identity, split="test", seed=req.seed,
-                    index=index.tolist() if samples is not None else len(test),
-                    **({"precision": p} if (p := feature_precision(device)) else {}))
     if stream and cache is None:
         return EvalData(StreamedFeatures(model.backbone, images, labels, device), images, index, name)
-    feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features")
+    whole = feature_key(model.backbone, data.identity, "test", req.seed, len(test), device)
+    subset = len(index) < len(test)
+    key = feature_key(model.backbone, data.identity, "test", req.seed, index, device) if subset else whole
+    feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features",
+                           fallback=(whole, index) if subset else None)
     return EvalData(feats, images, index, name)

@@ -1,28 +1,18 @@
-"""Per-layer feature extraction, and the on-disk cache that makes frozen backbones cheap.
-
-A cache entry is keyed by (backbone weights, taps, pooling, input config, dataset identity,
-split). It is written atomically with a SHA-256 of its bytes beside it; an entry whose
-checksum does not match (a killed write, a flipped bit) is ignored and recomputed.
-"""
+"""Per-layer features r_1..r_L: extracted all at once (``extract``) or streamed batch by batch
+(``StreamedFeatures``). The on-disk cache of extracted features is ``cache.py``."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-from .distributed import active, all_true, gather_rows, is_main, shard_bounds
+from .device import autocast, to_device
+from .distributed import active, gather_rows, shard_bounds
 from .errors import LayaError
-from .fileio import atomic_write_bytes
-from .progress import log, track
+from .progress import track
 
 
 @dataclass
@@ -66,31 +56,11 @@ def to_float_images(x: Tensor) -> Tensor:
     return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
 
 
-def bf16_enabled(device) -> bool:
-    """bf16 autocast for backbone passes: on CUDA only (and bf16-capable), unless LAYA_BF16=0."""
-    if not str(device).startswith("cuda") or os.environ.get("LAYA_BF16", "1") == "0":
-        return False
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def feature_precision(device) -> str | None:
-    """What the feature cache must key on besides the weights: 'bf16' on CUDA, None for float32."""
-    return "bf16" if bf16_enabled(device) else None
-
-
 def backbone_forward(backbone, x: Tensor) -> list[Tensor]:
     """Tapped backbone pass; under bf16 autocast on CUDA, features cast back to float32."""
-    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16_enabled(x.device) else contextlib.nullcontext()
-    with ctx:
+    with autocast(x.device):
         feats = backbone(x)
     return [f.float() for f in feats]
-
-
-def to_device(x: Tensor, device) -> Tensor:
-    """Host-to-device copy; pinned and asynchronous on CUDA."""
-    if str(device).startswith("cuda") and x.device.type == "cpu":
-        return x.pin_memory().to(device, non_blocking=True)
-    return x.to(device)
 
 
 def _check_finite(names: Sequence[str], feats: Sequence[Tensor]) -> None:
@@ -192,60 +162,3 @@ def feature_batches(feats, batch_size: int, start: int = 0, stop: int | None = N
 def num_layers(feats) -> int:
     n = getattr(feats, "num_layers", None)
     return n if n is not None else len(feats.feats)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LAYA_CACHE_DIR", Path.home() / ".cache" / "laya" / "features"))
-
-
-def cache_key(**parts) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:24]
-
-
-class FeatureCache:
-    def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root else cache_dir()
-
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        return self.root / f"{key}.pt", self.root / f"{key}.sha256"
-
-    def load(self, key: str) -> LayerFeatures | None:
-        data_path, sum_path = self._paths(key)
-        if not (data_path.is_file() and sum_path.is_file()):
-            return None
-        data = data_path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != sum_path.read_text().strip():
-            log(f"[yellow]feature cache entry {data_path.name} is corrupt; recomputing[/]")
-            return None
-        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        return LayerFeatures(list(obj["feats"]), obj["labels"])
-
-    def save(self, key: str, features: LayerFeatures) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        buf = io.BytesIO()
-        torch.save({"feats": features.feats, "labels": features.labels}, buf)
-        data = buf.getvalue()
-        data_path, sum_path = self._paths(key)
-        # Data first, checksum last: a kill between the two leaves an entry that fails verification.
-        atomic_write_bytes(data_path, data)
-        atomic_write_bytes(sum_path, hashlib.sha256(data).hexdigest().encode())
-
-
-def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: FeatureCache | None,
-                   batch_size: int = 256, device: str = "cpu", description: str = "features") -> LayerFeatures:
-    """Features from the cache when present, else extracted and stored.
-
-    Under torchrun every rank reads the cache; unless every rank hit, all extract together
-    (sharded) and only rank 0 writes the entry.
-    """
-    if cache is not None:
-        hit = cache.load(key)
-        ok = hit is not None and len(hit) == len(labels)
-        if all_true(ok):
-            log(f"reusing cached {description} ({cache.root / key}.pt)")
-            return hit
-    feats = extract(backbone, images, labels, batch_size, device, description)
-    if cache is not None and is_main():
-        cache.save(key, feats)
-    return feats

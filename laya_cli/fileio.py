@@ -1,4 +1,10 @@
-"""Atomic file output: write to a temp file beside the target, then rename."""
+"""Output files and folders that are whole or absent: write to a temp beside the target, then rename.
+
+Every fault the operating system reports while writing (a full disk, a read-only mount, a
+permission, a folder removed mid-run) becomes one ``LayaError`` line naming the file and the
+reason; the temp is removed, so nothing half-written is ever left behind. Files keep the mode
+the umask gives (not the temp file's 0600).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,17 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from .errors import LayaError
+
+
+def write_error(path: str | Path, e: OSError) -> LayaError:
+    """One line for an OS fault on ``path``: 'cannot write m.pt: No space left on device'."""
+    return LayaError(f"cannot write {path}: {e.strerror or e}")
 
 
 def check_writable(path: str | Path) -> Path:
@@ -29,18 +42,30 @@ def check_writable(path: str | Path) -> Path:
     return path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
     """Yield a temp path; on success it replaces ``path`` in one rename, on failure it vanishes."""
     path = check_writable(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as e:
+        raise write_error(path, e) from None
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: give the file the usual mode
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as e:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
         raise
 
 
@@ -54,14 +79,113 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def atomic_torch_save(obj, path: str | Path) -> None:
+    """``torch.save`` through a Python file object, so a full disk is an OSError (one line), not
+    the C++ writer's RuntimeError."""
+    import torch
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+
+
+# --------------------------------------------------------------------------- whole folders
+
+
+def existing_ancestor(path: Path) -> Path:
+    p = path
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    return p
+
+
+def check_out_dir(out: str | Path, overwrite: bool, ours: Callable[[Path], bool], what: str) -> Path:
+    """Validate an output folder before any work: fail early with one clear line.
+
+    A missing or empty folder is fine (missing parents are created at the end); a non-empty
+    folder is replaced only with ``overwrite`` AND only if ``ours(folder)`` says laya wrote it
+    (``what`` names that kind of folder): laya never deletes a folder it did not write.
+    """
+    out = Path(out).expanduser()
+    here, target = Path.cwd().resolve(), Path(os.path.abspath(out))
+    if target == here or target in here.parents:
+        raise LayaError(f"--out {out} is the current folder or one of its parents; give a subfolder such as export/")
+    if out.exists() and not out.is_dir():
+        raise LayaError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise LayaError(f"--out {out} is not empty; pass --overwrite to replace a previous {what}, "
+                            f"or choose another folder")
+        if not ours(out):
+            raise LayaError(f"--out {out} is not empty and is not a {what} (no summary.json marker); "
+                            f"refusing to replace it, even with --overwrite")
+    anchor = out.parent if out.exists() else existing_ancestor(out.parent)
+    if not anchor.is_dir():
+        raise LayaError(f"cannot write {out}: {anchor} is not a folder")
+    try:  # the only reliable test: root ignores mode bits, read-only mounts do not
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.laya-probe-", dir=anchor))
+    except OSError as e:
+        raise LayaError(f"cannot write {out}: folder {anchor} is not writable ({e.strerror})") from None
+    return out
+
+
+@contextlib.contextmanager
+def atomic_folder(out: str | Path, overwrite: bool, ours: Callable[[Path], bool], what: str):
+    """Yield an empty temp folder beside ``out``; on success it replaces ``out`` (see ``check_out_dir``),
+    on any failure it is removed and ``out`` is left as it was."""
+    out = check_out_dir(out, overwrite, ours, what)
+    anchor = existing_ancestor(out.parent)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-", dir=anchor))
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: give the folder the usual mode
+    except OSError as e:
+        raise write_error(out, e) from None
+    try:
+        yield tmp
+        _replace_folder(tmp, out, overwrite, ours, what)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise write_error(getattr(e, "filename", None) or out, e) from None
+        raise
+
+
+def _replace_folder(tmp: Path, out: Path, overwrite: bool, ours, what: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    if out.is_dir() and not any(out.iterdir()):
+        os.replace(tmp, out)  # POSIX rename onto an empty folder
+        return
+    check_out_dir(out, overwrite, ours, what)  # re-check right before replacing
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-old-", dir=out.parent))
+    os.rmdir(old)
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
 def json_safe(obj):
-    """NaN and ±inf become None (JSON null), recursively: strict JSON for machines."""
+    """Strict-JSON-able copy: NaN and ±inf become None (null), numpy scalars become Python ones,
+    dict keys become strings, recursively."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
+    item = getattr(obj, "item", None)  # numpy / torch scalars
+    if callable(item) and getattr(obj, "ndim", None) == 0:
+        return json_safe(item())
     return obj
 
 

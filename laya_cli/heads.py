@@ -2,48 +2,30 @@
 
 Every head has the same signature: ``head(feats) -> HeadOutput`` where ``feats`` is a
 list of L tensors of shape (B, d_i). ``alpha`` is the (B, L) layer weighting the head
-actually used (None where it has none); ``layer_logits`` is (B, L, C) with
-``logits = sum_i weight_i * layer_logits_i + bias`` for heads where that decomposition
-exists (used by the intrinsic ``contrib`` attribution).
+actually used (None where it has none).
+
+Each head class says what it can do, so callers never guess from its type:
+  ``has_alpha``         it returns a layer weighting α (``laya``, ``global`` attributions apply);
+  ``maskable``          ``head(feats, alpha_mask=m)`` drops layers and renormalises α (``--ablation mask``);
+  ``has_layer_logits``  ``head.layer_logits(feats)`` is (B, L, C) with
+                        ``logits = Σ_i α_i · layer_logits_i + bias`` (the intrinsic ``contrib``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import LayaError, unknown_choice
+from .config import HeadConfig
+from .errors import unknown_choice
 
 
 class HeadOutput(NamedTuple):
     logits: Tensor
     alpha: Tensor | None = None
-
-
-@dataclass
-class HeadConfig:
-    d_star: int = 96
-    tau: float = 1.5
-    psi: str = "identity"
-    score_hidden: int = 192
-
-    def validate(self) -> "HeadConfig":
-        if self.d_star <= 0:
-            raise LayaError(f"--d-star must be positive, got {self.d_star}")
-        if not self.tau > 0:
-            raise LayaError(f"--tau must be positive, got {self.tau}")
-        if self.score_hidden <= 0:
-            raise LayaError(f"--score-hidden must be positive, got {self.score_hidden}")
-        if self.psi not in ("identity", "mlp"):
-            raise unknown_choice("--psi", self.psi, ["identity", "mlp"])
-        return self
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _adapters(dims: Sequence[int], d_star: int) -> nn.ModuleList:
@@ -52,6 +34,8 @@ def _adapters(dims: Sequence[int], d_star: int) -> nn.ModuleList:
 
 class LAYAHead(nn.Module):
     """Layer-wise Attention Aggregator: input-conditioned softmax attention over layers."""
+
+    kind, has_alpha, maskable, has_layer_logits = "laya", True, True, True
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -92,6 +76,8 @@ class LAYAHead(nn.Module):
 class LastLayerHead(nn.Module):
     """The standard output layer: a linear classifier on the last tapped layer only."""
 
+    kind, has_alpha, maskable, has_layer_logits = "last", False, False, False
+
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
         self.classifier = nn.Linear(dims[-1], num_classes)
@@ -102,6 +88,8 @@ class LastLayerHead(nn.Module):
 
 class ConcatHead(nn.Module):
     """Static concatenation of the adapted layers."""
+
+    kind, has_alpha, maskable, has_layer_logits = "concat", False, False, False
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -115,6 +103,8 @@ class ConcatHead(nn.Module):
 
 class ScalarMixHead(nn.Module):
     """ELMo-style scalar mix: global learned softmax weights over layers, times gamma."""
+
+    kind, has_alpha, maskable, has_layer_logits = "scalarmix", True, True, False
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -133,15 +123,14 @@ class ScalarMixHead(nn.Module):
         return HeadOutput(self.classifier(h), alpha)
 
 
-HEADS: dict[str, type[nn.Module]] = {
-    "laya": LAYAHead,
-    "last": LastLayerHead,
-    "concat": ConcatHead,
-    "scalarmix": ScalarMixHead,
-}
+HEADS: dict[str, type[nn.Module]] = {cls.kind: cls for cls in (LAYAHead, LastLayerHead, ConcatHead, ScalarMixHead)}
 
 # Heads whose alpha is a real (renormalisable) layer weighting, so "mask" ablation applies.
-MASKABLE_HEADS = ("laya", "scalarmix")
+MASKABLE_HEADS = tuple(k for k, cls in HEADS.items() if cls.maskable)
+
+
+def head_kind(head: nn.Module) -> str:
+    return getattr(head, "kind", type(head).__name__)
 
 
 def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> nn.Module:

@@ -1,5 +1,5 @@
 """Metrics as pure functions of tensors: accuracy, macro-F1, and the faithfulness metrics
-of DESIGN §3 (leave-one-layer-out effects, per-sample Spearman faithfulness, Deletion@1)."""
+of docs/metrics.md (leave-one-layer-out effects, per-sample Spearman faithfulness, Deletion@1)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from .config import ABLATIONS
 from .errors import LayaError, unknown_choice
-from .heads import HEADS, MASKABLE_HEADS
+from .heads import MASKABLE_HEADS
 
 
 def accuracy(pred: Tensor, target: Tensor) -> float:
@@ -29,9 +30,7 @@ def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:
     return sum(f1s) / len(f1s) if f1s else float("nan")
 
 
-# --------------------------------------------------------------------------- faithfulness (DESIGN §3)
-
-ABLATIONS = ("mean", "zero", "mask")
+# --------------------------------------------------------------------------- faithfulness (docs/metrics.md)
 
 
 def target_probability(logits: Tensor, target: Tensor) -> Tensor:
@@ -43,7 +42,7 @@ def check_ablation(head: nn.Module, ablation: str) -> None:
     """Raise a LayaError unless ``ablation`` is known and applies to this head."""
     if ablation not in ABLATIONS:
         raise unknown_choice("ablation", ablation, ABLATIONS)
-    if ablation == "mask" and not isinstance(head, tuple(HEADS[k] for k in MASKABLE_HEADS)):
+    if ablation == "mask" and not getattr(head, "maskable", False):
         raise LayaError(f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
                         f"use --ablation mean or zero for this head")
 
@@ -55,7 +54,7 @@ def lolo_effects(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
 
     L+1 head passes. ``mean``: r_i := r̄_i (``reference``, the training mean); ``zero``:
     r_i := 0; ``mask``: α_i := 0 and the other weights renormalised (heads with layer
-    weights only: ``heads.MASKABLE_HEADS``).
+    weights only: heads with ``maskable``).
     """
     check_ablation(head, ablation)
     feats = list(feats)

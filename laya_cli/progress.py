@@ -1,4 +1,9 @@
-"""Rich progress bars for long loops; silent when disabled (tests, non-zero ranks, --quiet)."""
+"""Rich progress bars for long loops, and status lines; silent when disabled (--quiet, tests,
+torchrun ranks other than 0).
+
+Commands switch them with ``with progress.enabled(flag): ...``, which restores the previous
+setting on exit, so one command (or a test) never changes what the next one prints.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +11,34 @@ import contextlib
 from typing import Iterable, Iterator, TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 T = TypeVar("T")
 console = Console(stderr=True)
 _enabled = True
 
 
-def set_enabled(flag: bool) -> None:
-    """Turn bars and status lines on or off; always off on torchrun ranks other than 0."""
+def set_enabled(flag: bool) -> bool:
+    """Turn bars and status lines on or off (always off on torchrun ranks other than 0);
+    returns the previous setting."""
     global _enabled
     from .distributed import is_main
 
-    _enabled = bool(flag) and is_main()
+    previous, _enabled = _enabled, bool(flag) and is_main()
+    return previous
 
 
-def enabled() -> bool:
+@contextlib.contextmanager
+def enabled(flag: bool) -> Iterator[None]:
+    """Bars and status lines on or off inside the block, restored after it."""
+    previous = set_enabled(flag)
+    try:
+        yield
+    finally:
+        global _enabled
+        _enabled = previous
+
+
+def is_enabled() -> bool:
     return _enabled
 
 
@@ -29,6 +46,9 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
     if not _enabled or not console.is_terminal:  # no bars in logs and pipes
         yield from items
         return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=True) as progress:
         yield from progress.track(items, total=total, description=description)

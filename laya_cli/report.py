@@ -1,15 +1,40 @@
-"""Rendering results for people: rich tables for the terminal, Markdown for CI summaries."""
+"""Rendering results for people: rich tables for the terminal, Markdown for CI summaries.
+
+Every table laya prints is built here (audit, bench, export's attention shift, the info
+panel); the library computes, this module only formats. In both forms the best value of a
+"higher is better" column is highlighted (bold green in the terminal, **bold** in Markdown)
+and undefined values read "n/a".
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 from rich import box
 from rich.table import Table
 
-# --- audit
-# Methods as rows, metrics as columns; the best value of each "higher is better" column is
-# highlighted (bold green in the terminal, **bold** in Markdown). Undefined values read "n/a".
+
+def best(values: Iterable) -> float | None:
+    """The largest defined number (None and NaN ignored), or None."""
+    vals = [v for v in values if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))]
+    return max(vals) if vals else None
+
+
+def md_table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> list[str]:
+    """A GitHub-flavoured Markdown table; ``align`` per column, 'l' or 'r' (default: first left, rest right)."""
+    align = align or ["l"] + ["r"] * (len(header) - 1)
+    marks = {"l": ":---", "r": "---:"}
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(marks[a] for a in align) + " |",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _simple_table(title: str, **kw) -> Table:
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, **kw)
+
+
+# --------------------------------------------------------------------------- audit
+# Methods as rows, metrics as columns.
 
 AUDIT_COLUMNS = [  # (header, key in MethodScores.to_dict(), format, highlight the best)
     ("faithfulness", "faithfulness", "{:.3f}", True),
@@ -29,9 +54,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def _best(rows: dict[str, dict], key: str) -> float | None:
-    values = [r[key] for r in rows.values() if r.get("available", True) and isinstance(r.get(key), (int, float))
-              and not math.isnan(r[key])]
-    return max(values) if values else None
+    return best(r.get(key) for r in rows.values() if r.get("available", True))
 
 
 def audit_caption(result) -> str:
@@ -56,8 +79,8 @@ def _method_rows(methods: dict) -> dict[str, dict]:
 def audit_rich_table(result, title: str = "laya audit", methods: dict | None = None, caption: str | None = None) -> Table:
     """The audit table for the terminal (``methods`` overrides the rows, e.g. one class)."""
     rows = _method_rows(methods if methods is not None else result.methods)
-    table = Table(title=title, caption=caption if caption is not None else audit_caption(result),
-                  caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = _simple_table(title, caption=caption if caption is not None else audit_caption(result),
+                          caption_justify="left")
     table.add_column("method", style="bold", no_wrap=True)
     for header, *_ in AUDIT_COLUMNS:
         table.add_column(header, justify="right", no_wrap=True)
@@ -80,7 +103,7 @@ def audit_class_tables(result) -> list[Table]:
     methods = list(result.methods)
     tables = []
     for title, key in (("faithfulness by class", "faithfulness"), ("deletion@1 by class", "deletion@1")):
-        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        table = _simple_table(title)
         table.add_column("class", style="bold")
         table.add_column("n", justify="right", no_wrap=True)
         table.add_column("acc.", justify="right", no_wrap=True)
@@ -100,12 +123,6 @@ def audit_class_tables(result) -> list[Table]:
     return tables
 
 
-def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
-    marks = {"l": ":---", "r": "---:"}
-    return ["| " + " | ".join(header) + " |", "| " + " | ".join(marks[a] for a in align) + " |",
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def audit_markdown(result, misses: list[str] | None = None, title: str = "laya audit") -> str:
     """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``."""
     rows = _method_rows(result.methods)
@@ -119,7 +136,7 @@ def audit_markdown(result, misses: list[str] | None = None, title: str = "laya a
                 text = f"**{text}**"
             cells.append(text)
         body.append(cells)
-    lines = [f"### {title}", "", *_md_table(["method", *(h for h, *_ in AUDIT_COLUMNS)], body,
+    lines = [f"### {title}", "", *md_table(["method", *(h for h, *_ in AUDIT_COLUMNS)], body,
                                             ["l"] + ["r"] * len(AUDIT_COLUMNS)), "", f"_{audit_caption(result)}_"]
     if result.by_class:
         methods = list(result.methods)
@@ -130,10 +147,218 @@ def audit_markdown(result, misses: list[str] | None = None, title: str = "laya a
                 crow.append([name, str(cls.n), _fmt(cls.accuracy, "{:.3f}"),
                              *(_fmt(r[m].get(key), "{:.3f}") for m in methods)])
             lines += ["", f"#### {title_}", "",
-                      *_md_table(["class", "n", "accuracy", *methods], crow, ["l"] + ["r"] * (2 + len(methods)))]
+                      *md_table(["class", "n", "accuracy", *methods], crow, ["l"] + ["r"] * (2 + len(methods)))]
     if result.notes:
         lines += ["", *(f"- note: {n}" for n in result.notes)]
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- bench
+
+def _pm(stats: dict, spec: str = "{:.4f}") -> str:
+    m, s = stats.get("mean"), stats.get("std")
+    if m is None:
+        return "n/a"
+    return spec.format(m) + ("" if s is None else " ± " + spec.format(s))
+
+
+def _seconds(stats: dict) -> str:
+    m = stats.get("mean")
+    return "n/a" if m is None else _pm(stats, "{:.1f}" if m < 10 else "{:.0f}") + " s"
+
+
+def bench_table_rows(result) -> dict:
+    """Plain cells for the three tables (used by the rich and Markdown renderers)."""
+    heads = result.heads
+    methods = result.request.methods()
+    acc_best = {k: best(e[k]["mean"] for e in heads.values()) for k in ("test_accuracy", "test_macro_f1")}
+    accuracy = []
+    for h, e in heads.items():
+        accuracy.append({
+            "head": h,
+            "cells": [(_pm(e["test_accuracy"]), e["test_accuracy"]["mean"] == acc_best["test_accuracy"]),
+                      (_pm(e["test_macro_f1"]), e["test_macro_f1"]["mean"] == acc_best["test_macro_f1"]),
+                      (_pm(e["epochs_run"], "{:.1f}"), False),
+                      (_seconds(e["train_seconds"]), False),
+                      (str(e["runs"]), False)],
+        })
+    per_metric = {}
+    for key in ("faithfulness", "deletion@1"):
+        rows = []
+        col_best = {h: best(e["methods"][m][key]["mean"] for m in methods
+                            if m != "random" and e["methods"][m]["available"]) for h, e in heads.items()}
+        for m in methods:
+            cells = []
+            for h, e in heads.items():
+                s = e["methods"][m]
+                if not s["available"]:
+                    cells.append(("n/a", False))
+                else:
+                    cells.append((_pm(s[key], "{:.3f}"), m != "random" and s[key]["mean"] is not None
+                                  and s[key]["mean"] == col_best[h]))
+            rows.append({"method": m, "cells": cells, "dim": False})
+        if key == "deletion@1":
+            for label, k in (("oracle", "deletion@1_oracle"), ("random exp.", "deletion@1_random")):
+                cells = []
+                for h, e in heads.items():
+                    # Oracle/random depend only on Δ: take them from the random method, always available.
+                    s = e["methods"]["random"][k]
+                    cells.append((_pm(s, "{:.3f}"), False))
+                rows.append({"method": label, "cells": cells, "dim": True})
+        per_metric[key] = rows
+    return {"accuracy": accuracy, "faithfulness": per_metric["faithfulness"], "deletion@1": per_metric["deletion@1"]}
+
+
+BENCH_ACC_HEADERS = ["test accuracy", "macro-F1", "epochs", "train time", "runs"]
+
+
+def bench_caption(result) -> str:
+    b = result.request
+    t = b.train
+    cfg = t.head_config
+    samples = next(iter(result.heads.values()))["audit_samples"] if result.heads else None
+    seeds = b.seed_values
+    seed_text = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+    return (f"{b.dataset} · {b.backbone} · {len(seeds)} {'seeds' if len(seeds) != 1 else 'seed'} ({seed_text}) · "
+            f"d*={cfg.d_star} τ={cfg.tau:g} ψ={cfg.psi} score_hidden={cfg.score_hidden} · lr {t.train.lr:g} batch "
+            f"{t.train.batch_size} ≤{t.train.epochs} epochs patience {t.train.patience} · audit {samples} test samples, "
+            f"ablation {b.audit.ablation}, target {b.audit.target}, IG steps {b.audit.steps} · mean ± std over seeds "
+            f"(std: n−1)")
+
+
+def bench_rich_tables(result) -> list:
+    rows = bench_table_rows(result)
+    heads = list(result.heads)
+    style = lambda text, is_best: f"[bold green]{text}[/]" if is_best else text
+    t1 = _simple_table("laya bench: accuracy")
+    t1.add_column("head", style="bold", no_wrap=True)
+    for h in BENCH_ACC_HEADERS:
+        t1.add_column(h, justify="right", no_wrap=True)
+    for r in rows["accuracy"]:
+        t1.add_row(r["head"], *(style(t, b) for t, b in r["cells"]))
+    tables = [t1]
+    for key, title in (("faithfulness", "faithfulness (Spearman ρ with LOLO effects)"),
+                       ("deletion@1", "Deletion@1 (drop in p_ŷ when the top-ranked layer is removed)")):
+        t = _simple_table(f"laya bench: {title}")
+        t.add_column("method", style="bold", no_wrap=True)
+        for h in heads:
+            t.add_column(f"{h} head", justify="right", no_wrap=True)
+        for r in rows[key]:
+            name = f"[dim]{r['method']}[/]" if r["dim"] else r["method"]
+            t.add_row(name, *(style(f"[dim]{c}[/]" if c == "n/a" else c, b) for c, b in r["cells"]))
+        tables.append(t)
+    return tables
+
+
+def bench_markdown(result, title: str = "laya bench") -> str:
+    rows = bench_table_rows(result)
+    heads = list(result.heads)
+    bold = lambda t, b: f"**{t}**" if b else t
+    lines = [f"### {title}: {result.request.dataset}, {result.request.backbone}", "",
+             *md_table(["head", *BENCH_ACC_HEADERS], [[f"`{r['head']}`", *(bold(t, b) for t, b in r["cells"])]
+                                                 for r in rows["accuracy"]])]
+    for key, name in (("faithfulness", "Faithfulness (Spearman ρ with the LOLO effects)"),
+                      ("deletion@1", "Deletion@1")):
+        body = [[(f"_{r['method']}_" if r["dim"] else f"`{r['method']}`"), *(bold(t, b) for t, b in r["cells"])]
+                for r in rows[key]]
+        lines += ["", f"#### {name}", "", *md_table(["method", *(f"{h} head" for h in heads)], body)]
+    lines += ["", f"_{bench_caption(result)}_"]
+    notes = []
+    for h, e in result.heads.items():
+        for n in e["notes"]:
+            notes.append(f"{h} head: {n}")
+    if notes:
+        lines += ["", *(f"- note: {n}" for n in notes)]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- export
+
+
+def shift_table(exp, limit: int = 20) -> Table:
+    """A rich table of the JS ranking (the top ``limit`` classes)."""
+    table = Table(title="Attention shift: correct vs incorrect predictions (JS divergence, base 2)",
+                  title_justify="left")
+    for col, kw in (("rank", {"justify": "right"}), ("class", {}), ("JS div", {"justify": "right"}),
+                    ("n correct", {"justify": "right"}), ("n incorrect", {"justify": "right"}),
+                    ("most shifted layer (Δ mean α)", {})):
+        table.add_column(col, **kw)
+    shown = exp.shift.head(limit) if exp.shift is not None else []
+    for r in shown.itertuples(index=False) if len(shown) else []:
+        defined = r.js_divergence == r.js_divergence
+        table.add_row(str(r.rank), str(r.class_name), f"{r.js_divergence:.4f}" if defined else "n/a",
+                      str(r.n_correct), str(r.n_incorrect),
+                      f"{r.most_shifted_layer} ({r.shift:+.3f})" if defined else "—")
+    if exp.shift is not None and len(exp.shift) > limit:
+        table.caption = f"… {len(exp.shift) - limit} more classes in attention_shift.csv"
+    return table
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def memory_rows(summary: dict) -> list[tuple[str, str, str, str]]:
+    runs, base = summary["runs"], summary["runs"].get("baseline", {}).get("peak_rss_mb")
+    out = []
+    for name, r in runs.items():
+        if name == "audit_memory":  # its memory is measured in its own child processes (its rows above)
+            continue
+        above = "" if base is None or name == "baseline" else f"{r['peak_rss_mb'] - base:+.0f}"
+        cuda = f"{r['peak_cuda_mb']:.0f}" if "peak_cuda_mb" in r else "–"
+        out.append((name, f"{r['peak_rss_mb']:.0f}", above, cuda, f"{r['wall_s']:.1f}"))
+    return out
+
+
+def speed_tables(summary: dict):
+    """``laya bench speed``: every ratio side by side, then peak memory per benchmark process."""
+    from rich.console import Group
+
+    t = _simple_table("laya speed benchmarks" + (" (--quick: smoke sizes, not a measurement)" if summary["quick"] else ""))
+    for col, just in (("", "right"), ("ratio", "left"), ("", "right"), ("", "right"), ("×", "right"),
+                      ("target", "left")):
+        t.add_column(col, justify=just, no_wrap=True)
+    notes = []
+    for i, r in enumerate(summary["ratios"], 1):
+        x = r["ratio"]
+        t.add_row(f"({i})", r["what"], r["num"], r["den"],
+                  "n/a" if x != x else (f"{x:.2f}×" if x < 10 else f"{x:.0f}×"), r["target"])
+        notes.append(f"({i}) {r['note']}")
+    m = _simple_table("peak memory per benchmark process (MiB)")
+    for col in ("process", "peak RSS", "above baseline", "peak CUDA", "wall s"):
+        m.add_column(col, justify="left" if col == "process" else "right")
+    for row in memory_rows(summary):
+        m.add_row(*row)
+    foot = (f"{summary['device']}, {summary['torch_threads']} torch threads, {summary['cpu_count']} CPUs · "
+            f"total {summary['wall_s']:.0f} s · each benchmark in a fresh process")
+    for name, why in summary.get("skipped", {}).items():
+        foot += f"\nskipped {name}: {why}"
+    return Group(t, "\n".join(notes), "", m, foot)
+
+
+# --------------------------------------------------------------------------- info
+
+
+def info_panel(summary: dict, path):
+    """``laya info``: what a checkpoint holds (``summary``: ``checkpoint.checkpoint_summary``)."""
+    from rich.panel import Panel
+
+    table = Table.grid(padding=(0, 2))
+    b, h, m = summary["backbone"], summary["head"], summary["metrics"]
+    rows = [
+        ("backbone", f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']})"),
+        ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
+        ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
+        ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
+         + (" …" if len(summary["classes"]) > 12 else "")),
+        ("dataset", summary["dataset"]["name"]),
+        ("test accuracy", f"{m['test_accuracy']:.4f}"),
+        ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
+        ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
+        ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/]", v)
+    return Panel(table, title=f"laya checkpoint {path}", expand=False)

@@ -7,10 +7,11 @@ same result on CPU: initialisation and shuffling both come from ``--seed``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -20,39 +21,20 @@ from torch import Tensor, nn
 
 from . import backbones as bb
 from . import distributed
+from .cache import FeatureCache, cached_extract, feature_key
 from .checkpoint import save_checkpoint
-from .data import DataRequest, DataSplits, is_file_dataset, load_dataset
+from .config import TrainConfig, TrainRequest
+from .data import DataSplits, is_file_dataset, load_dataset
+from .device import to_device
 from .distributed import gather_rows, shard_bounds
 from .errors import LayaError, TrainingInterrupted, unknown_choice
-from .features import (FeatureCache, LayerFeatures, batches, cache_key, cached_extract, extract, feature_precision,
-                       to_device, to_float_images)
-from .fileio import atomic_path, check_writable
-from .heads import HEADS, HeadConfig, build_head
+from .features import LayerFeatures, batches, extract, to_float_images
+from .fileio import atomic_torch_save, check_writable
+from .heads import HEADS, build_head
 from .metrics import accuracy, macro_f1
 from .model import EndToEnd
 from .progress import log, track
 from .trust import safe_torch_load
-
-
-@dataclass
-class TrainConfig:
-    epochs: int = 50
-    batch_size: int = 128
-    lr: float = 3e-4
-    patience: int = 5
-    seed: int = 1337
-    device: str = "cpu"
-
-    def validate(self) -> "TrainConfig":
-        if self.epochs < 1:
-            raise LayaError(f"--epochs must be at least 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise LayaError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise LayaError(f"--lr must be positive, got {self.lr}")
-        if self.patience < 1:
-            raise LayaError(f"--patience must be at least 1, got {self.patience}")
-        return self
 
 
 @dataclass
@@ -177,7 +159,7 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
                              time.perf_counter() - start, improved)
         history.append(record)
         if state_path is not None and distributed.is_main():
-            save_checkpoint_file({
+            save_train_state({
                 "format": "laya-train-state", "fingerprint": fingerprint, "model": _clone_state(model),
                 "optimizer": optimizer.state_dict(), "shuffle_rng": shuffle.get_state(),
                 "torch_rng": torch.get_rng_state(), "best_accuracy": best_acc, "best_model": best_state,
@@ -206,9 +188,15 @@ def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:
                                    find_unused_parameters=getattr(model, "find_unused_parameters", True))
 
 
-def save_checkpoint_file(obj: dict, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+def save_train_state(state: dict, path: str | Path) -> None:
+    """Write the resumable state; on a full disk, say what is kept and how to go on."""
+    kept = Path(path).is_file()
+    try:
+        atomic_torch_save(state, path)
+    except LayaError as e:
+        hint = (f"the state of epoch {len(state['history']) - 1} is kept there: free space and run the same "
+                f"command with --resume") if kept else "free space and run the command again"
+        raise LayaError(f"{e}; {hint}") from None
 
 
 def load_train_state(path: str | Path | None, fingerprint: str) -> dict:
@@ -220,36 +208,6 @@ def load_train_state(path: str | Path | None, fingerprint: str) -> dict:
     if st.get("fingerprint") != fingerprint:
         raise LayaError(f"--resume: {path} was written by a run with other options; use the same options or remove it")
     return st
-
-
-@dataclass
-class TrainRequest:
-    backbone: str = "mlp"
-    head: str = "laya"
-    head_config: HeadConfig = field(default_factory=HeadConfig)
-    data: DataRequest = field(default_factory=DataRequest)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    layers: list[str] = field(default_factory=list)
-    pool: str = "auto"
-    pretrained: bool = False
-    weights: str | None = None  # a user's weights file (state dict), with backbone = its arch
-    finetune: bool | None = None  # None: end to end for built-ins, frozen otherwise
-    trust_pickle: bool = False
-    use_cache: bool = True
-    out: str = "model.pt"
-    resume: bool = False  # continue from the state an interrupted run left beside --out
-
-    @property
-    def state_path(self) -> Path:
-        return Path(self.out).with_name(Path(self.out).name + ".state")
-
-    def fingerprint(self) -> str:
-        """What must match for --resume to continue a run (everything but output and device)."""
-        d = asdict(self)
-        for k in ("out", "resume", "use_cache"):
-            d.pop(k)
-        d["train"].pop("device")
-        return cache_key(**d)
 
 
 def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBackbone, bb.BackboneSpec, dict | None]:
@@ -270,8 +228,7 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
 
 def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
     """Run a whole training job and write the checkpoint; returns the checkpoint dict."""
-    req.train.validate()
-    req.head_config.validate()
+    req = copy.deepcopy(req).validate()  # the caller's request is never changed
     if req.head not in HEADS:
         raise unknown_choice("head", req.head, HEADS)
     check_writable(req.out)
@@ -333,7 +290,13 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         "train_config": asdict(req.train),
     }
     if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
-        save_checkpoint(ckpt, req.out)
+        try:
+            save_checkpoint(ckpt, req.out)
+        except LayaError as e:
+            if not req.state_path.is_file():
+                raise
+            raise LayaError(f"{e}; the finished training is kept in {req.state_path}: free space and run the "
+                            f"same command with --resume to write the checkpoint") from None
         req.state_path.unlink(missing_ok=True)
     distributed.barrier()
     return ckpt
@@ -367,23 +330,12 @@ def _image_side(req: TrainRequest) -> int:
     return cfg.size[0] if cfg.size else 224
 
 
-def _precision_key(device) -> dict:
-    """bf16-autocast features (CUDA) get their own cache entries; float32 keys are unchanged."""
-    p = feature_precision(device)
-    return {"precision": p} if p else {}
-
-
 def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dict[str, LayerFeatures]:
     cache = FeatureCache() if req.use_cache else None
-    weights_id = bb.state_fingerprint(backbone.model.state_dict())
     out = {}
     for split in ("train", "val", "test"):
         ds = getattr(data, split)
-        key = cache_key(weights=weights_id, backbone=spec.name, layers=spec.layers, pool=spec.pool,
-                        input=[backbone.adapter.channels, backbone.adapter.size, backbone.adapter.mean.tolist(),
-                               backbone.adapter.std.tolist()],
-                        data=data.identity, split=split, split_seed=req.data.seed, n=len(ds),
-                        **_precision_key(req.train.device))
+        key = feature_key(backbone, data.identity, split, req.data.seed, len(ds), req.train.device)
         out[split] = cached_extract(backbone, ds.images, ds.labels, key, cache, device=req.train.device,
                                     description=f"{split} features")
     return out

@@ -7,7 +7,7 @@ from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from laya_cli.attribution import (METHODS, AttributionContext, contrib, global_weights, gradient_x_activation,
                                   integrated_gradients, mean_attention, random_scores, reduce_layers, saliency,
                                   unavailable_reason)
-from conftest import make_head_and_features
+from laya_cli.testing import make_head_and_features
 from laya_cli.errors import LayaError
 
 DIMS = [12, 8, 6, 10]
@@ -89,7 +89,7 @@ def test_reductions():
 def test_contrib_equals_the_design_formula_by_hand():
     head, feats, _, target = make(batch=6)
     ours = contrib(head, feats, target)
-    # DESIGN §2: α_i·((W z_i)_ŷ − (W z_i)_ŷ₂), ŷ₂ the runner-up, in float64, written out longhand.
+    # docs/metrics.md: α_i·((W z_i)_ŷ − (W z_i)_ŷ₂), ŷ₂ the runner-up, in float64, written out longhand.
     h = {k: v.double() for k, v in head.state_dict().items()}
     f64 = [f.double() for f in feats]
     z = torch.stack([f64[i] @ h[f"adapters.{i}.weight"].T + h[f"adapters.{i}.bias"] for i in range(len(DIMS))], 1)

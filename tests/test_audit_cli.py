@@ -1,30 +1,24 @@
 """`laya audit` from the outside: table, JSON, Markdown, gating, every head kind, bad input; CliRunner and subprocess."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from laya_cli.cli import app
-from conftest import assert_user_error
+from laya_cli.testing import assert_user_error, invoke, run_laya
 
-runner = CliRunner()
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
 METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
                "deletion@1_random", "deletion@1_normalised", "available", "note"}
 
 
-def invoke(*args):
-    return runner.invoke(app, ["audit", *map(str, args)])
+def audit(*args):
+    return invoke("audit", *args)
 
 
 def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     js, md = tmp_path / "audit.json", tmp_path / "audit.md"
-    result = invoke(digits_ckpt, "--compare", "all", "--samples", 120, "--by-class", "--json", js, "--markdown", md,
+    result = audit(digits_ckpt, "--compare", "all", "--samples", 120, "--by-class", "--json", js, "--markdown", md,
                     "--steps", 8, "-q")
     assert result.exit_code == 0, result.output
     for m in ALL:
@@ -41,7 +35,7 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     assert sum(c["n"] for c in doc["by_class"].values()) == 120 and len(doc["by_class"]) == 10
     assert doc["fail_under"] == {"thresholds": [], "misses": [], "passed": True}
     m = doc["methods"]
-    # sanity ranges (DESIGN §3): the trained head and IG are faithful, random is not
+    # sanity ranges (docs/metrics.md): the trained head and IG are faithful, random is not
     assert m["laya"]["faithfulness"] > 0.5 and m["ig"]["faithfulness"] > 0.5
     assert abs(m["random"]["faithfulness"]) < 0.25
     assert m["laya"]["deletion@1"] <= m["laya"]["deletion@1_oracle"] + 1e-9
@@ -51,11 +45,11 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
 
 
 def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
-    ok = invoke(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=-1", "-q")
+    ok = audit(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=-1", "-q")
     assert ok.exit_code == 0, ok.output
     assert "threshold(s) met" in ok.stderr
     js, md = tmp_path / "a.json", tmp_path / "a.md"
-    miss = invoke(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=1.01",
+    miss = audit(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=1.01",
                   "--fail-under", "random:deletion@1=5,accuracy=0", "--json", js, "--markdown", md, "-q")
     assert miss.exit_code == 1, miss.output
     lines = [l for l in miss.stderr.splitlines() if l.startswith("fail-under:")]
@@ -68,7 +62,7 @@ def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
 
 def test_other_settings_are_recorded(digits_ckpt, tmp_path):
     js = tmp_path / "a.json"
-    result = invoke(digits_ckpt, "--dataset", "digits", "--samples", 50, "--seed", 3, "--ablation", "zero",
+    result = audit(digits_ckpt, "--dataset", "digits", "--samples", 50, "--seed", 3, "--ablation", "zero",
                     "--target", "label", "--reduce", "abs", "--steps", 4, "--internal-batch-size", 16,
                     "--batch-size", 20, "--compare", "ig,saliency", "--json", js, "-q")
     assert result.exit_code == 0, result.output
@@ -81,7 +75,7 @@ def test_other_settings_are_recorded(digits_ckpt, tmp_path):
 def test_every_head_kind_audits(digits_ckpts, tmp_path, kind):
     js = tmp_path / "a.json"
     ablation = "mask" if kind == "scalarmix" else "mean"
-    result = invoke(digits_ckpts[kind], "--compare", "all", "--samples", 60, "--steps", 4, "--ablation", ablation,
+    result = audit(digits_ckpts[kind], "--compare", "all", "--samples", 60, "--steps", 4, "--ablation", ablation,
                     "--json", js, "-q")
     assert result.exit_code == 0, result.output
     m = json.loads(js.read_text())["methods"]
@@ -96,16 +90,16 @@ def test_every_head_kind_audits(digits_ckpts, tmp_path, kind):
 
 
 def test_few_layers_are_warned_about(tmp_path):
-    from conftest import train_digits
+    from laya_cli.testing import train_digits
 
     ckpt = train_digits(tmp_path / "two.pt", epochs=1, layers=["blocks.1", "blocks.2"])
-    result = invoke(ckpt, "--samples", 30, "--steps", 4, "-q")
+    result = audit(ckpt, "--samples", 30, "--steps", 4, "-q")
     assert result.exit_code == 0, result.output
     assert "only 2 layers" in " ".join(result.stderr.split())
 
 
 def test_mask_ablation_on_a_head_without_weights_is_a_user_error(digits_ckpts):
-    assert_user_error(invoke(digits_ckpts["concat"], "--ablation", "mask", "--samples", 10),
+    assert_user_error(audit(digits_ckpts["concat"], "--ablation", "mask", "--samples", 10),
                       "--ablation mask needs a head with layer weights")
 
 
@@ -129,25 +123,19 @@ BAD = [
 
 @pytest.mark.parametrize("args,fragments", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(digits_ckpt, args, fragments):
-    assert_user_error(invoke(digits_ckpt, *args), *fragments)
+    assert_user_error(audit(digits_ckpt, *args), *fragments)
 
 
 def test_not_a_checkpoint(tmp_path):
     junk = tmp_path / "model.pt"
     junk.write_text("definitely not a checkpoint")
-    assert_user_error(invoke(junk), "checkpoint", "model.pt")
-    assert_user_error(invoke(tmp_path / "missing.pt"), "checkpoint not found")
+    assert_user_error(audit(junk), "checkpoint", "model.pt")
+    assert_user_error(audit(tmp_path / "missing.pt"), "checkpoint not found")
 
 
 def test_classes_that_do_not_match_the_data(digits_ckpt, image_folder):
-    assert_user_error(invoke(digits_ckpt, "--dataset", f"folder:{image_folder}"),
+    assert_user_error(audit(digits_ckpt, "--dataset", f"folder:{image_folder}"),
                       "has 3 classes but the checkpoint was trained on 10")
-
-
-def run_laya(*args):
-    env = {**os.environ, "LAYA_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "laya_cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
 
 
 def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
@@ -163,10 +151,9 @@ def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
 
 @pytest.mark.slow
 def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # the repo root holds benchmarks/
-    from benchmarks.audit_speed import main
+    from laya_cli.speed.audit_speed import main
 
     out = main(["--images", "4", "--repeats", "1", "--steps", "4", "--naive-blocks", "1", "--naive-images", "1",
                 "--device", "cpu"])
-    assert out["audit_over_plain"] > 0 and out["naive_over_audit"] > 0  # ratios only; speed is judged in benchmarks/
+    assert out["audit_over_plain"] > 0 and out["naive_over_audit"] > 0  # ratios only; speed is judged by the benchmarks
     assert out["naive_blocks"] == [6] and out["naive_images"] == 1

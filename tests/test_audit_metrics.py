@@ -1,4 +1,4 @@
-"""Faithfulness metrics (DESIGN §3) against references, and the audit run and gating on synthetic heads."""
+"""Faithfulness metrics (docs/metrics.md) against references, and the audit run and gating on synthetic heads."""
 
 import json
 import math
@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from laya_cli import attribution
-from laya_cli.audit import (AuditSettings, Threshold, check_thresholds, parse_methods, parse_thresholds,
-                            run_audit)
+from laya_cli.auditing import (Threshold, check_thresholds, parse_methods, parse_thresholds, run_audit)
+from laya_cli.config import AuditSettings
 from laya_cli.errors import LayaError
 from laya_cli.features import LayerFeatures
-from conftest import make_head_and_features
+from laya_cli.testing import make_head_and_features
 from laya_cli.metrics import (average_ranks, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
                               spearman_rows, target_probability)
 

@@ -10,12 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_user_error
-from laya_cli.cli import app
+from laya_cli.testing import assert_user_error, invoke
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ["laya", "last"]
 SEEDS = [1337, 1338]
@@ -28,7 +25,7 @@ def bench(out: Path, *extra, **changes):
     """``laya bench`` with the tiny options, some changed (``audit_samples=30`` -> ``--audit-samples 30``)."""
     opts = {**TINY, **{"--" + k.replace("_", "-"): v for k, v in changes.items()}}
     args = [str(x) for kv in opts.items() for x in kv]
-    return runner.invoke(app, ["bench", *args, "--out", str(out), *map(str, extra)])
+    return invoke(*["bench", *args, "--out", str(out), *map(str, extra)])
 
 
 @pytest.fixture(scope="module")
@@ -168,11 +165,13 @@ def test_an_extra_seed_trains_only_the_new_runs(tiny, tmp_path):
 def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
     from laya_cli import bench as B
     from laya_cli.errors import TrainingInterrupted
-    from laya_cli.heads import HeadConfig
+    from laya_cli.config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
     from laya_cli.train import train
 
-    req = B.BenchRequest(dataset="digits", heads=["laya"], seeds=1, epochs=2, audit_samples=20, steps=2,
-                         head_config=HeadConfig(d_star=8, score_hidden=8), out=str(tmp_path / "b"))
+    template = TrainRequest(data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8),
+                            train=TrainConfig(epochs=2))
+    req = B.BenchRequest(train=template, audit=AuditSettings(steps=2), heads=["laya"], seeds=1, audit_samples=20,
+                         out=str(tmp_path / "b"))
     first = req.train_request("laya", 1337)
     req.folder.mkdir(parents=True)
 
@@ -199,7 +198,7 @@ def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
     (["--ablation", "mask"], ["--ablation mask needs heads with layer weights"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
-    result = runner.invoke(app, ["bench", "--out", str(tmp_path / "b"), *args])
+    result = invoke(*["bench", "--out", str(tmp_path / "b"), *args])
     assert_user_error(result, *fragments)
     assert not (tmp_path / "b").exists()  # nothing created before the input is checked
 
@@ -245,8 +244,8 @@ FAKE_SUMMARY = {
 def test_speed_summary_puts_every_ratio_side_by_side():
     from rich.console import Console
 
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.__main__ import ratios, summary_table
+    from laya_cli.report import speed_tables
+    from laya_cli.speed import ratios
 
     summary = dict(FAKE_SUMMARY)
     summary["ratios"] = ratios(summary)
@@ -258,15 +257,14 @@ def test_speed_summary_puts_every_ratio_side_by_side():
     assert rss["ratio"] == pytest.approx(30 / 20)  # each phase alone, above its floor
     assert summary["ratios"][5]["ratio"] == pytest.approx(100 / 50)  # above each process's floor
     console = Console(width=120, record=True)
-    console.print(summary_table(summary))
+    console.print(speed_tables(summary))
     text = console.export_text()
     for fragment in ("1.20×", "50×", "10×", "1.50×", "2.00×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150"):
         assert fragment in text
 
 
 def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
-    sys.path.insert(0, str(ROOT))
-    import benchmarks.__main__ as speed
+    import laya_cli.speed as speed
 
     calls = []
 
@@ -278,7 +276,7 @@ def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
 
     monkeypatch.setattr(speed, "run_all", fake_run_all)
     js = tmp_path / "speed.json"
-    result = runner.invoke(app, ["bench", "speed", "--quick", "--device", "cpu", "--json", str(js)])
+    result = invoke("bench", "speed", "--quick", "--device", "cpu", "--json", js)
     assert result.exit_code == 0, result.output
     assert calls == [(True, "cpu")]
     assert "naive Captum / ours" in result.stdout and "peak memory" in result.stdout
@@ -287,6 +285,7 @@ def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
+    """The checkout's shim (``python -m benchmarks``) runs the packaged benchmarks."""
     js = tmp_path / "speed.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--device", "cpu", "--json", str(js)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -2,22 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from laya_cli.cli import app
-from conftest import assert_user_error
-
-runner = CliRunner()
+from laya_cli.testing import assert_user_error, invoke, run_laya
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
+
 
 
 BAD_TRAIN = [
@@ -132,10 +124,6 @@ def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]
 
 
-def run_laya(*args, cwd=None):
-    env = {**os.environ, "LAYA_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "laya_cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
 
 
 def test_subprocess_train_then_info(tmp_path):

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from laya_cli import distributed as D
-from laya_cli.cli import app
+from laya_cli.testing import invoke
 
 # --------------------------------------------------------------------------- sharding (no process group)
 
@@ -116,9 +115,9 @@ def test_gather_rows_reassembles_uneven_shards_in_order():
 
 def _check_audit_in_group(rank: int, world: int):
     """The library (no CLI): run_audit over sharded batches equals a one-process run on every rank."""
-    from conftest import make_head_and_features
-
-    from laya_cli.audit import AuditSettings, parse_methods, run_audit
+    from laya_cli.auditing import parse_methods, run_audit
+    from laya_cli.config import AuditSettings
+    from laya_cli.testing import make_head_and_features
     from laya_cli.features import LayerFeatures
     from laya_cli.model import LayaModel
 
@@ -270,7 +269,7 @@ def test_mps_unavailable_is_a_one_line_error(command, tmp_path):
     if torch.backends.mps.is_available():
         pytest.skip("this machine has MPS")
     target = [] if command == "train" else [str(tmp_path / "model.pt")]
-    r = CliRunner().invoke(app, [command, *target, "--device", "mps", "--out", str(tmp_path / "out")]
-                           if command != "audit" else [command, *target, "--device", "mps"])
+    r = invoke(*[command, *target, "--device", "mps", "--out", str(tmp_path / "out")]
+               if command != "audit" else [command, *target, "--device", "mps"])
     assert r.exit_code == 2 and r.output.startswith("error: --device mps") and "Traceback" not in r.output, r.output
     assert sorted(tmp_path.iterdir()) == []

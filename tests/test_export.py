@@ -17,21 +17,17 @@ import pytest
 import torch
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
-from typer.testing import CliRunner
 
-from laya_cli.cli import app
 from laya_cli.errors import LayaError
-from laya_cli.export import assemble, build_table, js_divergence, run_export, write_export
-from conftest import assert_user_error
+from laya_cli.exporting import assemble, build_table, run_export, write_export
+from laya_cli.profiles import js_divergence
+from laya_cli.testing import assert_user_error, invoke
 
-runner = CliRunner()
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
 CLASSES = [str(i) for i in range(10)]
 BASE_COLUMNS = ["index", "label", "label_name", "predicted", "predicted_name", "correct", "p_pred"]
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def no_leftovers(folder: Path) -> bool:
@@ -42,7 +38,8 @@ def no_leftovers(folder: Path) -> bool:
 def swap_head(src: Path, dst: Path, kind: str) -> Path:
     """A copy of a checkpoint with a freshly initialised head of another kind (no training needed)."""
     from laya_cli.checkpoint import read_checkpoint, save_checkpoint
-    from laya_cli.heads import HeadConfig, build_head
+    from laya_cli.config import HeadConfig
+    from laya_cli.heads import build_head
 
     ckpt = read_checkpoint(src)
     torch.manual_seed(0)
@@ -385,12 +382,12 @@ def test_non_empty_out_needs_overwrite_and_only_replaces_exports(digits_ckpt, tm
 
 
 def test_failure_while_writing_leaves_nothing(digits_ckpt, tmp_path, monkeypatch):
-    import laya_cli.plots
+    import laya_cli.figures
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(laya_cli.plots, "render_plots", boom)
+    monkeypatch.setattr(laya_cli.figures, "render_plots", boom)
     with pytest.raises(RuntimeError):
         run_export(digits_ckpt, tmp_path / "nested" / "out", samples=10, use_cache=False)
     assert list(tmp_path.iterdir()) == []  # no out, no parents, no temp folder

@@ -4,7 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laya_cli.heads import HeadConfig, build_head
+from laya_cli.config import HeadConfig
+from laya_cli.heads import build_head
 from laya_cli.metrics import deletion_at_1, spearman_rows
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)

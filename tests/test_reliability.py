@@ -2,14 +2,13 @@
 
 import torch
 from torch import nn
-from typer.testing import CliRunner
 
 import pytest
 
-from conftest import make_image_folder
-from laya_cli.cli import app
+from laya_cli.testing import invoke, make_image_folder
 from laya_cli.errors import LayaError
-from laya_cli.features import FeatureCache, LayerFeatures, cached_extract
+from laya_cli.cache import FeatureCache, cached_extract
+from laya_cli.features import LayerFeatures
 
 
 def toy_features(n=6):
@@ -73,11 +72,10 @@ def test_nan_features_name_the_layer():
 def test_folder_with_a_broken_image_skips_it_or_fails_with_strict(tmp_path):
     root = make_image_folder(tmp_path / "d", per_class=6)
     (root / "square" / "bad.jpg").write_bytes(b"\xff\xd8\xff broken jpeg")
-    runner = CliRunner()
     args = ["train", "--dataset", f"folder:{root}", "--backbone", "mlp", "--epochs", "1", "--image-size", "8"]
-    ok = runner.invoke(app, [*args, "--out", str(tmp_path / "a.pt")])
+    ok = invoke(*[*args, "--out", str(tmp_path / "a.pt")])
     assert ok.exit_code == 0, ok.output
     assert "skipped 1 undecodable image" in ok.output
-    strict = runner.invoke(app, [*args, "--strict", "--out", str(tmp_path / "b.pt")])
+    strict = invoke(*[*args, "--strict", "--out", str(tmp_path / "b.pt")])
     assert strict.exit_code == 2 and "bad.jpg" in strict.output
     assert not (tmp_path / "b.pt").exists()

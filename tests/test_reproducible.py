@@ -3,18 +3,16 @@
 import json
 
 import pytest
-from typer.testing import CliRunner
+from laya_cli.testing import invoke
 
-from laya_cli.cli import app
 
-runner = CliRunner()
 
 
 def test_audit_numbers_are_identical_across_runs(digits_ckpt, tmp_path):
     outs = []
     for i in range(2):
         path = tmp_path / f"a{i}.json"
-        r = runner.invoke(app, ["audit", str(digits_ckpt), "--compare", "all", "--samples", "120", "--json", str(path)])
+        r = invoke(*["audit", str(digits_ckpt), "--compare", "all", "--samples", "120", "--json", str(path)])
         assert r.exit_code == 0, r.output
         outs.append(json.loads(path.read_text()))
     assert outs[0]["methods"] == outs[1]["methods"]
@@ -23,7 +21,7 @@ def test_audit_numbers_are_identical_across_runs(digits_ckpt, tmp_path):
 
 def test_export_tables_are_identical_across_runs(digits_ckpt, tmp_path):
     for i in range(2):
-        r = runner.invoke(app, ["export", str(digits_ckpt), "--out", str(tmp_path / f"e{i}"), "--no-plots",
+        r = invoke(*["export", str(digits_ckpt), "--out", str(tmp_path / f"e{i}"), "--no-plots",
                                 "--samples", "100"])
         assert r.exit_code == 0, r.output
     for name in ("samples.csv", "profiles.csv", "attention_shift.csv"):
@@ -35,11 +33,11 @@ def test_export_tables_are_identical_across_runs(digits_ckpt, tmp_path):
                                            (["--samples", "0"], "--samples must be at least 1")])
 def test_absurd_sizes_are_user_errors(digits_ckpt, tmp_path, command, args, fragment):
     extra = ["--out", str(tmp_path / "e")] if command == "export" else []
-    r = runner.invoke(app, [command, str(digits_ckpt), *args, *extra])
+    r = invoke(*[command, str(digits_ckpt), *args, *extra])
     assert r.exit_code == 2 and fragment in r.output and "Traceback" not in r.output
     assert not (tmp_path / "e").exists()
 
 
 def test_audit_batch_size_zero(digits_ckpt):
-    r = runner.invoke(app, ["audit", str(digits_ckpt), "--batch-size", "0"])
+    r = invoke(*["audit", str(digits_ckpt), "--batch-size", "0"])
     assert r.exit_code == 2 and "--batch-size must be at least 1" in r.output

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import train_digits
+from laya_cli.testing import train_digits
 from laya_cli.checkpoint import read_checkpoint
 
 # Long enough (30 epochs) that the signal lands mid-training even on an idle machine.
@@ -67,13 +67,14 @@ def test_resume_without_state_is_a_user_error(tmp_path):
 
 def test_resume_with_other_options_is_refused(tmp_path):
     from laya_cli import train as tr
+    from laya_cli.config import DataRequest, TrainConfig, TrainRequest
     from laya_cli.errors import LayaError
 
     def stop(record):  # interrupt right after the first epoch's state is written
         raise KeyboardInterrupt
 
-    req = tr.TrainRequest(data=tr.DataRequest("digits", seed=0), train=tr.TrainConfig(epochs=3, seed=0),
-                          out=str(tmp_path / "m.pt"))
+    req = TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(epochs=3, seed=0),
+                       out=str(tmp_path / "m.pt"))
     with pytest.raises(KeyboardInterrupt):
         data = tr.load_dataset(req.data)
         backbone, spec, _ = tr.prepare_backbone(req, data)
@@ -82,8 +83,8 @@ def test_resume_with_other_options_is_refused(tmp_path):
         tr.fit(model, ([data.train.images], data.train.labels), ([data.val.images], data.val.labels), req.train,
                stop, req.state_path, False, req.fingerprint())
     assert (tmp_path / "m.pt.state").exists()
-    other = tr.TrainRequest(data=tr.DataRequest("digits", seed=0), train=tr.TrainConfig(epochs=3, seed=1),
-                            out=str(tmp_path / "m.pt"), resume=True)
+    other = TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(epochs=3, seed=1),
+                         out=str(tmp_path / "m.pt"), resume=True)
     with pytest.raises(LayaError, match="other options"):
         tr.train(other)
 

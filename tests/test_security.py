@@ -6,11 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
+from laya_cli.testing import invoke
 
-from laya_cli.cli import app
 
-runner = CliRunner()
 
 
 class Payload:
@@ -49,7 +47,7 @@ def commands(path: Path, tmp_path: Path) -> dict[str, list[str]]:
 @pytest.mark.parametrize("command", ["info", "audit", "export", "train --weights"])
 def test_malicious_pickle_never_runs(tmp_path, kind, command):
     path = malicious_files(tmp_path)[kind]
-    result = runner.invoke(app, commands(path, tmp_path)[command])
+    result = invoke(*commands(path, tmp_path)[command])
     assert not (tmp_path / "PWNED").exists(), "the payload ran"
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
@@ -59,7 +57,7 @@ def test_malicious_pickle_never_runs(tmp_path, kind, command):
 
 def test_weights_refusal_names_the_only_door(tmp_path):
     path = malicious_files(tmp_path)["torch-zip"]
-    result = runner.invoke(app, commands(path, tmp_path)["train --weights"])
+    result = invoke(*commands(path, tmp_path)["train --weights"])
     assert "--trust-pickle" in result.output
 
 
@@ -68,7 +66,7 @@ def test_trust_pickle_is_the_only_door_and_warns(tmp_path):
 
     model = timm.create_model("resnet18", pretrained=False, num_classes=3)
     torch.save(model, tmp_path / "module.pt")  # a fully pickled nn.Module
-    refused = runner.invoke(app, ["train", "--backbone", "timm:resnet18", "--weights", str(tmp_path / "module.pt"),
+    refused = invoke(*["train", "--backbone", "timm:resnet18", "--weights", str(tmp_path / "module.pt"),
                                   "--out", str(tmp_path / "a.pt"), "--epochs", "1", "--dataset", "digits", "-q"])
     assert refused.exit_code == 2 and "--trust-pickle" in refused.output
     from laya_cli import backbones as bb
@@ -103,7 +101,7 @@ def test_corrupt_checkpoints_are_one_line_errors_everywhere(tmp_path, digits_ckp
         ckpt["format_version"] = 2
         torch.save(ckpt, path)
     args = commands(path, tmp_path)[command]
-    result = runner.invoke(app, args)
+    result = invoke(*args)
     assert result.exit_code == 2, result.output
     lines = [l for l in result.output.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output

@@ -1,9 +1,10 @@
 import torch
 
-from conftest import make_image_folder, train_digits
+from laya_cli.testing import make_image_folder, train_digits
 from laya_cli import backbones as bb
 from laya_cli.checkpoint import load_model, read_checkpoint
-from laya_cli.data import DataRequest, load_dataset
+from laya_cli.config import DataRequest
+from laya_cli.data import load_dataset
 from laya_cli.train import predict
 
 
@@ -68,15 +69,14 @@ def test_early_stopping_restores_the_best_epoch(tmp_path):
 
 
 def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, capsys):
-    from laya_cli import progress
-    from laya_cli.train import TrainConfig, TrainRequest, train
+    from laya_cli.config import TrainConfig, TrainRequest
+    from laya_cli.train import train
 
     folder = make_image_folder(tmp_path / "shapes", per_class=8)
     cache_root = tmp_path / "cache"
     monkeypatch.setenv("LAYA_CACHE_DIR", str(cache_root))
     messages = []
-    monkeypatch.setattr("laya_cli.features.log", messages.append)
-    progress.set_enabled(False)
+    monkeypatch.setattr("laya_cli.cache.log", messages.append)
 
     def run(out):
         req = TrainRequest(backbone="timm:vit_tiny_patch16_224", data=DataRequest(f"folder:{folder}", seed=0),

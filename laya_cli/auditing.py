@@ -5,7 +5,7 @@ forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), and eac
 (B, L) scores; per sample it keeps only a few numbers (ρ, Deletion@1, oracle, random, and the
 L effects Δ when ``global`` is audited), so memory does not grow with the feature width.
 Under torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions:
-DESIGN §2–§3, docs/metrics.md.
+docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -18,20 +18,19 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .attribution import (METHODS, AttributionContext, global_weights, head_kind, laya_attention, random_scores,
-                          unavailable_reason)
+from .attribution import METHODS, AttributionContext, global_weights, laya_attention, random_scores, unavailable_reason
+from .config import AuditSettings
 from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
 from .errors import LayaError, unknown_choice
 from .fileio import json_safe, strict_json
-from .metrics import (ABLATIONS, accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
+from .heads import head_kind
+from .metrics import (accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
                       normalised_deletion, spearman_rows)
 from .progress import track
 
 ALWAYS = ("laya", "random")
 COMPARE = ("ig", "gradxact", "saliency", "contrib", "global")
-TARGETS = ("predicted", "label")
-REDUCES = ("sum", "abs", "l2")
 METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")  # per method, higher is better
 GLOBAL_METRICS = ("accuracy",)
 
@@ -52,30 +51,6 @@ def parse_methods(compare: str | Sequence[str] | None) -> list[str]:
             if m not in chosen:
                 chosen.append(m)
     return ["laya", *chosen, "random"]
-
-
-@dataclass
-class AuditSettings:
-    ablation: str = "mean"  # mean | zero | mask
-    target: str = "predicted"  # predicted | label
-    reduce: str = "sum"  # sum | abs | l2
-    steps: int = 32  # IG n_steps
-    internal_batch_size: int | None = None  # IG rows per head pass (memory bound)
-    batch_size: int = 256
-    seed: int = 0  # the random method
-    by_class: bool = False
-    device: str = "cpu"
-
-    def validate(self) -> "AuditSettings":
-        for opt, value, choices in (("--ablation", self.ablation, ABLATIONS), ("--target", self.target, TARGETS),
-                                    ("--reduce", self.reduce, REDUCES)):
-            if value not in choices:
-                raise unknown_choice(opt, value, choices)
-        for opt, value in (("--steps", self.steps), ("--batch-size", self.batch_size),
-                           ("--internal-batch-size", self.internal_batch_size)):
-            if value is not None and value < 1:
-                raise LayaError(f"{opt} must be at least 1, got {value}")
-        return self
 
 
 @dataclass

@@ -10,7 +10,7 @@ What gets written (documented in docs/export.md):
   DIR/attention_shift.csv         per class: Jensen–Shannon divergence (base 2) between the mean α
                                   of correct and of incorrect predictions, ranked
   DIR/summary.json                model info, accuracy, the small tables, the file list
-  DIR/plots/*.png                 matplotlib figures (see plots.py), unless plots are off
+  DIR/plots/*.png                 matplotlib figures (see figures.py), unless plots are off
   DIR/report.html                 one self-contained page with every plot embedded
 
 Everything is built in a hidden temp folder next to DIR and renamed into place at the end,
@@ -20,10 +20,6 @@ so an error or an interrupt never leaves a half-written export behind.
 from __future__ import annotations
 
 import json
-import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -33,25 +29,19 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from . import fileio
 from .attribution import contrib as contrib_scores
-from .attribution import unavailable_reason
+from .config import check_at_least
 from .distributed import broadcast_object, gather_rows, is_main, shard_bounds
 from .errors import LayaError, unknown_choice
 from .features import feature_batches, num_layers
+from .fileio import json_safe, strict_json
+from .profiles import alpha_col, attention_shift, class_layer_profiles, contrib_col, global_profile, subset_mask
 
 EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
 FORMATS = ("csv", "parquet", "npz")
-SUBSETS = ("all", "correct", "incorrect")
 SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
-
-
-def alpha_col(layer: str) -> str:
-    return f"alpha[{layer}]"
-
-
-def contrib_col(layer: str) -> str:
-    return f"contrib[{layer}]"
 
 
 # --------------------------------------------------------------------------- the result
@@ -94,106 +84,8 @@ class Export:
 
     def counts(self, subset: str = "all") -> np.ndarray:
         """(C,) number of samples per true class in a subset."""
-        return np.bincount(self.table["label"].to_numpy()[_subset_mask(self.table, subset)],
+        return np.bincount(self.table["label"].to_numpy()[subset_mask(self.table, subset)],
                            minlength=len(self.classes))
-
-
-def _subset_mask(table: pd.DataFrame, subset: str) -> np.ndarray:
-    correct = table["correct"].to_numpy(dtype=bool)
-    return {"all": np.ones(len(table), dtype=bool), "correct": correct, "incorrect": ~correct}[subset]
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Column mean and sample std (ddof=1, as pandas); NaN where there are too few rows."""
-    n = len(values)
-    width = values.shape[1]
-    mean = values.mean(0) if n else np.full(width, np.nan)
-    std = values.std(0, ddof=1) if n > 1 else np.full(width, np.nan)
-    return mean, std
-
-
-def class_layer_profiles(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str],
-                         quantities: Sequence[str] = ("alpha",)) -> pd.DataFrame:
-    """Long table of mean/std/n per (quantity, subset, true class, layer); n=0 rows have NaN stats."""
-    labels = table["label"].to_numpy()
-    rows = []
-    for quantity in quantities:
-        col = alpha_col if quantity == "alpha" else contrib_col
-        values = table[[col(name) for name in layers]].to_numpy(dtype=float)
-        for subset in SUBSETS:
-            mask = _subset_mask(table, subset)
-            for c, cname in enumerate(classes):
-                sel = values[mask & (labels == c)]
-                mean, std = _mean_std(sel)
-                for i, name in enumerate(layers):
-                    rows.append((quantity, subset, c, cname, name, i, mean[i], std[i], len(sel)))
-    return pd.DataFrame(rows, columns=["quantity", "subset", "class", "class_name", "layer", "layer_index",
-                                       "mean", "std", "n"])
-
-
-def global_profile(table: pd.DataFrame, layers: Sequence[str], quantities: Sequence[str] = ("alpha",)) -> pd.DataFrame:
-    """Long table of mean/std/n per (quantity, subset, layer) over all classes."""
-    rows = []
-    for quantity in quantities:
-        col = alpha_col if quantity == "alpha" else contrib_col
-        values = table[[col(name) for name in layers]].to_numpy(dtype=float)
-        for subset in SUBSETS:
-            sel = values[_subset_mask(table, subset)]
-            mean, std = _mean_std(sel)
-            for i, name in enumerate(layers):
-                rows.append((quantity, subset, name, i, mean[i], std[i], len(sel)))
-    return pd.DataFrame(rows, columns=["quantity", "subset", "layer", "layer_index", "mean", "std", "n"])
-
-
-def js_divergence(p: Sequence[float], q: Sequence[float], base: float = 2.0) -> float:
-    """Jensen–Shannon divergence (not distance) of two distributions; in [0, 1] for base 2.
-
-    Inputs are normalised to sum 1 first. NaN if either has no mass or contains NaN.
-    ``scipy.spatial.distance.jensenshannon(p, q, base=2) ** 2`` gives the same number.
-    """
-    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
-    if not (np.isfinite(p).all() and np.isfinite(q).all()) or p.sum() <= 0 or q.sum() <= 0:
-        return float("nan")
-    p, q = p / p.sum(), q / q.sum()
-    m = 0.5 * (p + q)
-
-    def kl(a: np.ndarray, b: np.ndarray) -> float:
-        nz = a > 0
-        return float(np.sum(a[nz] * np.log(a[nz] / b[nz])))
-
-    return max(0.0, 0.5 * kl(p, m) + 0.5 * kl(q, m)) / math.log(base)
-
-
-def attention_shift(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str]) -> pd.DataFrame:
-    """Per true class: JS divergence between mean α of correct and of incorrect predictions, ranked.
-
-    Classes without correct or without incorrect predictions get NaN and rank last (by class index).
-    ``most_shifted_layer``/``shift``: the layer whose mean α moves most (incorrect − correct).
-    """
-    labels = table["label"].to_numpy()
-    correct = table["correct"].to_numpy(dtype=bool)
-    alpha = table[[alpha_col(name) for name in layers]].to_numpy(dtype=float)
-    rows = []
-    for c, cname in enumerate(classes):
-        ok, bad = alpha[(labels == c) & correct], alpha[(labels == c) & ~correct]
-        if len(ok) and len(bad):
-            p, q = ok.mean(0), bad.mean(0)
-            js = js_divergence(p, q)
-            diff = q - p
-            top = int(np.argmax(np.abs(diff)))
-            layer, shift = layers[top], float(diff[top])
-        else:
-            js, layer, shift = float("nan"), None, float("nan")
-        rows.append({"class": c, "class_name": cname, "n_correct": len(ok), "n_incorrect": len(bad),
-                     "js_divergence": js, "js_distance": math.sqrt(js) if js == js else float("nan"),
-                     "most_shifted_layer": layer, "shift": shift})
-    df = pd.DataFrame(rows)
-    df = df.sort_values(["js_divergence", "class"], ascending=[False, True], na_position="last", kind="stable")
-    df.insert(0, "rank", np.arange(1, len(df) + 1))
-    return df.reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- computing
@@ -207,8 +99,7 @@ def _predict(model, feats, device: str, batch_size: int):
     runs its own contiguous whole batches and the rows are gathered back in order on every rank.
     """
     head = model.head.to(device).eval()
-    can_contrib = hasattr(head, "layer_logits")
-    has_alpha = unavailable_reason("laya", head) is None  # decided up front: a rank may get no batch
+    has_alpha, can_contrib = head.has_alpha, head.has_layer_logits  # decided up front: a rank may get no batch
     n, n_layers, n_classes = len(feats), num_layers(feats), len(model.classes)
     start, stop = shard_bounds(n, batch_size)
     logits, alphas, contribs = [], [], []
@@ -309,7 +200,7 @@ def check_format(fmt: str) -> str:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise LayaError("--format parquet needs pyarrow: pip install 'laya-cli[parquet]' (or use csv/npz)") from None
+            raise LayaError("--format parquet needs pyarrow: pip install 'laya-audit[parquet]' (or use csv/npz)") from None
     return fmt
 
 
@@ -321,65 +212,15 @@ def is_export_dir(path: Path) -> bool:
         return False
 
 
-def _existing_ancestor(path: Path) -> Path:
-    p = path
-    while not p.exists():
-        if p.parent == p:
-            break
-        p = p.parent
-    return p
-
-
 def check_out_dir(out: str | Path, overwrite: bool = False) -> Path:
-    """Validate ``--out`` before any work: fail early with one clear line.
-
-    Policy: a missing or empty folder is fine (missing parents are created at the end);
-    a non-empty folder is replaced only with ``overwrite`` AND only if it is a previous laya
-    export — laya never deletes a folder it did not write.
-    """
-    out = Path(out).expanduser()
-    here, target = Path.cwd().resolve(), Path(os.path.abspath(out))
-    if target == here or target in here.parents:
-        raise LayaError(f"--out {out} is the current folder or one of its parents; give a subfolder such as export/")
-    if out.exists() and not out.is_dir():
-        raise LayaError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise LayaError(f"--out {out} is not empty; pass --overwrite to replace a previous export, "
-                            f"or choose another folder")
-        if not is_export_dir(out):
-            raise LayaError(f"--out {out} is not empty and is not a laya export (no summary.json marker); "
-                            f"refusing to replace it, even with --overwrite")
-    anchor = out.parent if out.exists() else _existing_ancestor(out.parent)
-    if not anchor.is_dir():
-        raise LayaError(f"cannot write {out}: {anchor} is not a folder")
-    try:  # the only reliable test: root ignores mode bits, read-only mounts do not
-        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.laya-probe-", dir=anchor))
-    except OSError as e:
-        raise LayaError(f"cannot write {out}: folder {anchor} is not writable ({e.strerror})") from None
-    return out
-
-
-def _json_safe(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, (np.floating,)):
-        return _json_safe(float(obj))
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
+    """``--out`` may be written: missing, empty, or (with ``overwrite``) a previous laya export."""
+    return fileio.check_out_dir(out, overwrite, is_export_dir, "laya export")
 
 
 def _records(df: pd.DataFrame | None) -> list[dict] | None:
     if df is None:
         return None
-    return _json_safe(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+    return json_safe(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
 
 
 def write_samples(exp: Export, path: Path, fmt: str) -> None:
@@ -413,7 +254,7 @@ def write_samples(exp: Export, path: Path, fmt: str) -> None:
 def summary(exp: Export, fmt: str) -> dict:
     from . import __version__
 
-    return _json_safe({
+    return json_safe({
         "format": EXPORT_FORMAT,
         "format_version": EXPORT_VERSION,
         "laya_version": __version__,
@@ -433,6 +274,9 @@ def summary(exp: Export, fmt: str) -> dict:
 
 
 def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
+    from .figures import render_plots
+    from .report_html import render_html
+
     files = []
     write_samples(exp, root / SAMPLE_FILES[fmt], fmt)
     files.append(SAMPLE_FILES[fmt])
@@ -443,18 +287,13 @@ def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> li
             files.append(name)
     pngs: dict[str, str] = {}
     if plots:
-        from .plots import render_plots
-
         (root / "plots").mkdir()
         pngs = render_plots(exp, root / "plots", strip=strip)
         files += [f"plots/{p}" for p in pngs.values()]
     files += ["summary.json", "report.html"]
     exp.files = files
-    (root / "summary.json").write_text(json.dumps(summary(exp, fmt), indent=2, allow_nan=False) + "\n",
-                                       encoding="utf-8")
-    from .plots import render_html
-
-    (root / "report.html").write_text(render_html(exp, root, pngs, fmt, plots), encoding="utf-8")
+    (root / "summary.json").write_text(strict_json(summary(exp, fmt)), encoding="utf-8")
+    (root / "report.html").write_text(render_html(exp, root, pngs, SAMPLE_FILES[fmt], plots), encoding="utf-8")
     return files
 
 
@@ -462,42 +301,11 @@ def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = T
                  overwrite: bool = False) -> Export:
     """Write every file into a temp folder beside ``out``, then rename it into place."""
     fmt = check_format(fmt)
-    if strip < 0:
-        raise LayaError(f"--strip must be 0 or more, got {strip}")
-    out = check_out_dir(out, overwrite)
-    anchor = _existing_ancestor(out.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-export-", dir=anchor))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the export the usual folder mode
-    try:
+    check_at_least("--strip", strip, 0)
+    with fileio.atomic_folder(out, overwrite, is_export_dir, "laya export") as tmp:
         files = _write_all(exp, tmp, fmt, plots, strip)
-        _commit(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    exp.out, exp.files = out, files
+    exp.out, exp.files = Path(out).expanduser(), files
     return exp
-
-
-def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    if out.is_dir() and not any(out.iterdir()):
-        os.replace(tmp, out)  # POSIX rename onto an empty folder; Windows needs it gone first
-        return
-    check_out_dir(out, overwrite)  # re-check right before replacing
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-old-", dir=out.parent))
-    os.rmdir(old)
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
@@ -513,10 +321,8 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     from .evaldata import load_eval_data
 
     fmt = check_format(fmt)
-    if strip < 0:
-        raise LayaError(f"--strip must be 0 or more, got {strip}")
-    if samples is not None and samples < 1:
-        raise LayaError(f"--samples must be at least 1, got {samples}")
+    check_at_least("--strip", strip, 0)
+    check_at_least("--samples", samples)
     check_out_dir(out, overwrite)
     model = load_model(model_path)
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
@@ -528,27 +334,3 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).
     exp.out, exp.files = broadcast_object((exp.out, exp.files) if is_main() else None)
     return exp
-
-
-# --------------------------------------------------------------------------- terminal rendering
-
-
-def shift_table(exp: Export, limit: int = 20):
-    """A rich table of the JS ranking (the top ``limit`` classes)."""
-    from rich.table import Table
-
-    table = Table(title="Attention shift: correct vs incorrect predictions (JS divergence, base 2)",
-                  title_justify="left")
-    for col, kw in (("rank", {"justify": "right"}), ("class", {}), ("JS div", {"justify": "right"}),
-                    ("n correct", {"justify": "right"}), ("n incorrect", {"justify": "right"}),
-                    ("most shifted layer (Δ mean α)", {})):
-        table.add_column(col, **kw)
-    shown = exp.shift.head(limit) if exp.shift is not None else []
-    for r in shown.itertuples(index=False) if len(shown) else []:
-        defined = r.js_divergence == r.js_divergence
-        table.add_row(str(r.rank), str(r.class_name), f"{r.js_divergence:.4f}" if defined else "n/a",
-                      str(r.n_correct), str(r.n_incorrect),
-                      f"{r.most_shifted_layer} ({r.shift:+.3f})" if defined else "—")
-    if exp.shift is not None and len(exp.shift) > limit:
-        table.caption = f"… {len(exp.shift) - limit} more classes in attention_shift.csv"
-    return table

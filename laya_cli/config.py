@@ -1,0 +1,174 @@
+"""Every setting of a job, with its default and its validation, declared once.
+
+Plain dataclasses, no torch: the command line reads its option defaults from here
+(``options.py``), the library takes these objects, and ``laya bench`` composes them. The
+defaults are the paper's (docs/metrics.md, docs/usage.md): d* = 96, τ = 1.5, ψ = identity,
+score_hidden = 192; Adam lr 3e-4, batch 128, ≤ 50 epochs, patience 5, seed 1337.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from .errors import LayaError, unknown_choice
+
+PSI_CHOICES = ("identity", "mlp")
+POOL_CHOICES = ("auto", "cls", "mean")
+ABLATIONS = ("mean", "zero", "mask")
+TARGETS = ("predicted", "label")
+REDUCES = ("sum", "abs", "l2")
+LABELS = ("genre", "artist")
+
+
+def digest(**parts) -> str:
+    """A short, stable hash of JSON-able parts: feature-cache keys and resume fingerprints."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def diff_options(recorded: dict, wanted: dict, defaults: dict | None = None, prefix: str = "") -> list[str]:
+    """Each option that differs, as 'train.lr 0.0003 -> 0.001' (nested dicts by dotted names).
+
+    An option absent from ``recorded`` (one a newer laya added) counts as changed only when
+    ``wanted`` sets it to something else than its entry in ``defaults``.
+    """
+    out = []
+    for k in sorted(set(recorded) | set(wanted)):
+        want = wanted.get(k)
+        have = recorded[k] if k in recorded else (defaults or {}).get(k, None)
+        if isinstance(have, dict) and isinstance(want, dict):
+            sub = (defaults or {}).get(k)
+            out += diff_options(have, want, sub if isinstance(sub, dict) else None, f"{prefix}{k}.")
+        elif have != want:
+            out.append(f"{prefix}{k} {have!r} -> {want!r}")
+    return out
+
+
+def check_at_least(option: str, value, minimum: int = 1) -> None:
+    """One rule for every count option: ``--samples``, ``--epochs``, ``--batch-size``…"""
+    if value is not None and value < minimum:
+        raise LayaError(f"{option} must be at least {minimum}, got {value}")
+
+
+def check_choice(option: str, value: str, choices) -> None:
+    if value not in choices:
+        raise unknown_choice(option, value, choices)
+
+
+@dataclass
+class HeadConfig:
+    d_star: int = 96
+    tau: float = 1.5
+    psi: str = "identity"
+    score_hidden: int = 192
+
+    def validate(self) -> "HeadConfig":
+        if self.d_star <= 0:
+            raise LayaError(f"--d-star must be positive, got {self.d_star}")
+        if not self.tau > 0:
+            raise LayaError(f"--tau must be positive, got {self.tau}")
+        if self.score_hidden <= 0:
+            raise LayaError(f"--score-hidden must be positive, got {self.score_hidden}")
+        check_choice("--psi", self.psi, PSI_CHOICES)
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 50
+    batch_size: int = 128
+    lr: float = 3e-4
+    patience: int = 5
+    seed: int = 1337
+    device: str = "cpu"
+
+    def validate(self) -> "TrainConfig":
+        check_at_least("--epochs", self.epochs)
+        check_at_least("--batch-size", self.batch_size)
+        if not self.lr > 0:
+            raise LayaError(f"--lr must be positive, got {self.lr}")
+        check_at_least("--patience", self.patience)
+        return self
+
+
+@dataclass
+class DataRequest:
+    name: str = "digits"
+    data_dir: str | None = None
+    image_size: int | None = None  # side of file-based images after loading
+    label: str = "genre"  # artworks: genre | artist
+    seed: int = 1337
+    strict: bool = False  # folder data: fail on an undecodable image instead of skipping it
+
+
+@dataclass
+class TrainRequest:
+    """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
+
+    backbone: str = "mlp"
+    head: str = "laya"
+    head_config: HeadConfig = field(default_factory=HeadConfig)
+    data: DataRequest = field(default_factory=DataRequest)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    layers: list[str] = field(default_factory=list)
+    pool: str = "auto"
+    pretrained: bool = False
+    weights: str | None = None  # a user's weights file (state dict), with backbone = its arch
+    finetune: bool | None = None  # None: end to end for built-ins, frozen otherwise
+    trust_pickle: bool = False
+    use_cache: bool = True
+    out: str = "model.pt"
+    resume: bool = False  # continue from the state an interrupted run left beside --out
+
+    # Not part of what the run computes: where it is written, how, and on which device.
+    RUN_ONLY = ("out", "resume", "use_cache")
+
+    @property
+    def state_path(self):
+        from pathlib import Path
+
+        return Path(self.out).with_name(Path(self.out).name + ".state")
+
+    def options(self) -> dict:
+        """What must match for a run to be continued (``--resume``) or reused (``laya bench``)."""
+        d = asdict(self)
+        for k in self.RUN_ONLY:
+            d.pop(k)
+        d["train"].pop("device")
+        return d
+
+    def fingerprint(self) -> str:
+        return digest(**self.options())
+
+    def validate(self) -> "TrainRequest":
+        self.train.validate()
+        self.head_config.validate()
+        check_choice("--pool", self.pool, POOL_CHOICES)
+        return self
+
+
+@dataclass
+class AuditSettings:
+    ablation: str = "mean"  # mean | zero | mask
+    target: str = "predicted"  # predicted | label
+    reduce: str = "sum"  # sum | abs | l2
+    steps: int = 32  # IG n_steps
+    internal_batch_size: int | None = None  # IG rows per head pass (memory bound)
+    batch_size: int = 256
+    seed: int = 0  # the random method and the --samples subset
+    by_class: bool = False
+    device: str = "cpu"
+
+    def validate(self) -> "AuditSettings":
+        check_choice("--ablation", self.ablation, ABLATIONS)
+        check_choice("--target", self.target, TARGETS)
+        check_choice("--reduce", self.reduce, REDUCES)
+        for option, value in (("--steps", self.steps), ("--batch-size", self.batch_size),
+                              ("--internal-batch-size", self.internal_batch_size)):
+            check_at_least(option, value)
+        return self

@@ -1,0 +1,95 @@
+"""Every command-line option, declared once as an ``Annotated`` type.
+
+Commands use them as ``d_star: DStar = HEAD.d_star``: the help text lives here and the default
+comes from the dataclass that owns the setting (``config.py``), so ``laya train``,
+``laya bench`` and the library cannot disagree on the paper's defaults. No torch here: the
+CLI must start fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
+
+HEAD, TRAIN, DATA, AUDIT, JOB = HeadConfig(), TrainConfig(), DataRequest(), AuditSettings(), TrainRequest()
+
+
+def split_csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+# --------------------------------------------------------------------------- everywhere
+
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")]
+Cache = Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")]
+ModelPath = Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")]
+JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write every number and setting as JSON to this file.")]
+MarkdownOut = Annotated[Optional[Path], typer.Option(help="Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")]
+
+# --------------------------------------------------------------------------- data
+
+Dataset = Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")]
+EvalDataset = Annotated[Optional[str], typer.Option(help="Use another dataset (default: the checkpoint's own test split).")]
+DataDir = Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")]
+Label = Annotated[str, typer.Option(help="artworks only: genre or artist.")]
+ImageSize = Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")]
+Strict = Annotated[bool, typer.Option(help="Fail on an undecodable image in a folder dataset instead of skipping it.")]
+Samples = Annotated[Optional[int], typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
+SampleSeed = Annotated[int, typer.Option(help="Seed of the --samples subset (and of the random method).")]
+
+# --------------------------------------------------------------------------- backbone and head
+
+Backbone = Annotated[str, typer.Option(help="mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")]
+Head = Annotated[str, typer.Option(help="laya, last, concat or scalarmix.")]
+DStar = Annotated[int, typer.Option("--d-star", help="Adapter width d*.")]
+Tau = Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")]
+Psi = Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")]
+ScoreHidden = Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")]
+Layers = Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")]
+Pool = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
+Pretrained = Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")]
+Weights = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")]
+Finetune = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
+TrustPickle = Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")]
+
+# --------------------------------------------------------------------------- training
+
+Epochs = Annotated[int, typer.Option(help="Maximum epochs.")]
+BatchSize = Annotated[int, typer.Option(help="Batch size.")]
+Lr = Annotated[float, typer.Option(help="Adam learning rate.")]
+Patience = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
+Seed = Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")]
+Resume = Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")]
+
+# --------------------------------------------------------------------------- audit
+
+Compare = Annotated[str, typer.Option(help="Methods to compare with laya and random: ig, gradxact, saliency, contrib, global (comma list), 'all', or '' for none.")]
+Ablation = Annotated[str, typer.Option(help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads).")]
+Target = Annotated[str, typer.Option(help="Class explained: predicted (ŷ) or label (the true class).")]
+Reduce = Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum (signed), abs or l2.")]
+Steps = Annotated[int, typer.Option(help="Integrated Gradients steps.")]
+InternalBatchSize = Annotated[Optional[int], typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).")]
+AuditBatchSize = Annotated[int, typer.Option(help="Samples per audited batch.")]
+ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
+FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Repeatable.")]
+
+
+def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, data_dir: str | None, label: str,
+                  image_size: int | None, strict: bool, d_star: int, tau: float, psi: str, score_hidden: int,
+                  epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
+                  pretrained: bool, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
+                  resume: bool, device: str) -> TrainRequest:
+    """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
+    return TrainRequest(
+        backbone=backbone, head=head,
+        head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
+        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict),
+        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device),
+        layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
+        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
+    ).validate()

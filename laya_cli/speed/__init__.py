@@ -1,0 +1,279 @@
+"""Every speed benchmark of laya in one run, with peak memory, summarised side by side.
+
+    laya bench speed          [--quick] [--device auto|cpu|cuda] [--json FILE]
+    python -m laya_cli.speed  [--quick] [--device ...]            [--json FILE]   (the same)
+    python -m benchmarks      (from a source checkout: the same, through a thin shim)
+
+Shipped inside the package, so an installed laya measures itself; nothing here needs the
+source checkout.
+
+Runs, each in a fresh Python process (multiprocessing, spawn), so that one benchmark's
+memory high-water mark cannot hide another's:
+
+  baseline     imports torch, timm, captum and laya, nothing else: the memory floor every
+               process below starts from.
+  train_cache  laya_cli.speed.train_cache.run(): frozen-backbone head training without the
+               feature cache (backbone on every batch), with a cold cache, with a warm cache.
+  audit_speed  laya_cli.speed.audit_speed.main(): audit vs plain inference vs the naive
+               per-block Captum LayerIntegratedGradients route.
+  plain, audit the two sides of "audit / plain inference" again, alone, for their peak
+               memory: the same model and images as audit_speed, then either one plain
+               inference pass or the audit (laya + ig + gradxact + LOLO, features included).
+  audit_memory laya_cli.speed.audit_memory.main(): the audit's peak memory on 1,000 vs
+               10,000 Fashion-MNIST test samples (its own fresh process per size); skipped,
+               with the reason, when it cannot run (e.g. no Fashion-MNIST).
+
+Peak memory is each process's peak resident set size, read by the process itself when its
+work is done (``memory.peak_rss_mb``), reported whole and above the baseline process. On CUDA, also ``torch.cuda.max_memory_allocated()`` (tensors only, no
+allocator cache). RSS counts everything the process touched (Python, torch's libraries,
+allocator caches), so only differences between processes of the same kind are meaningful.
+
+``--quick`` shrinks every size (a smoke run for the tests, not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+import traceback
+
+from .memory import peak_rss_mb, reset_peak
+
+# Arguments per benchmark: full (the documented measurement) and quick (a smoke run).
+SIZES = {
+    "full": {"train_cache": {"images_per_class": 30, "epochs": 20},
+             "audit_speed": [], "phase_images": 64, "phase_steps": 32,
+             "audit_memory": ["--dataset", "fashion-mnist", "--sizes", "1000,10000"]},
+    "quick": {"train_cache": {"images_per_class": 4, "epochs": 2},
+              "audit_speed": ["--images", "4", "--steps", "4", "--repeats", "1", "--naive-blocks", "1",
+                              "--naive-images", "1"],
+              "phase_images": 4, "phase_steps": 4,
+              "audit_memory": ["--dataset", "digits", "--sizes", "30,300", "--modes", "streamed"]},
+}
+JOBS = ("baseline", "train_cache", "audit_speed", "plain", "audit", "audit_memory")
+OPTIONAL = {"audit_memory"}  # reported as skipped (with the reason) when it cannot run, e.g. no data
+
+
+# --------------------------------------------------------------------------- child processes
+
+
+def _job(name: str, size: dict, device: str) -> dict:
+    import torch
+
+    # Every process starts from the same floor: the modules the benchmarks use, imported up front.
+    import laya_cli.auditing  # noqa: F401
+    import laya_cli.checkpoint  # noqa: F401
+    import laya_cli.train  # noqa: F401
+    from laya_cli import progress
+
+    progress.set_enabled(False)  # a child process of its own: nothing to restore
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    if name == "baseline":
+        import captum.attr  # noqa: F401
+        import timm  # noqa: F401
+
+        return {}
+    if name == "train_cache":
+        from . import train_cache
+
+        return train_cache.main([f"--images-per-class={size['train_cache']['images_per_class']}",
+                                 f"--epochs={size['train_cache']['epochs']}"])
+    if name == "audit_speed":
+        from . import audit_speed
+
+        return audit_speed.main([*size["audit_speed"], "--device", device])
+    if name == "audit_memory":
+        from . import audit_memory
+
+        return audit_memory.main(size["audit_memory"])
+    if name in ("plain", "audit"):
+        from . import audit_speed
+
+        plain, model, images, _ = audit_speed.build(size["phase_images"], device)
+        floor = reset_peak()  # the model and images are built: measure the phase alone
+        if device == "cuda":
+            torch.cuda.synchronize()
+            cuda_floor = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        if name == "plain":
+            audit_speed.plain_inference(plain, model, images, device)
+        else:
+            audit_speed.audit(model, images, size["phase_steps"], device)
+        out = {"images": size["phase_images"]}
+        if device == "cuda":
+            torch.cuda.synchronize()
+            out["phase_cuda_mb"] = (torch.cuda.max_memory_allocated() - cuda_floor) / 2**20
+        out["seconds"] = time.perf_counter() - start
+        if floor is not None:
+            out["floor_mb"], out["phase_peak_mb"] = floor, peak_rss_mb() - floor
+        return out
+    raise ValueError(name)
+
+
+def _child(name: str, size: dict, device: str, queue) -> None:
+    try:
+        result = _job(name, size, device)
+        out = {"ok": True, "result": _plain(result), "peak_rss_mb": peak_rss_mb()}
+        if device == "cuda":
+            import torch
+
+            out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        queue.put(out)
+    except BaseException as e:  # report, don't hang the parent
+        queue.put({"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+
+
+def _plain(obj):
+    """JSON-friendly copy of a benchmark's result dict."""
+    return json.loads(json.dumps(obj, default=str))
+
+
+def run_child(name: str, size: dict, device: str) -> dict:
+    import queue as queue_mod
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(name, size, device, queue), name=f"bench-{name}")
+    start = time.perf_counter()
+    proc.start()
+    while True:  # read before join: a large result must be drained for the child to exit
+        try:
+            out = queue.get(timeout=1.0)
+            break
+        except queue_mod.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"benchmark {name} died without a result (exit code {proc.exitcode})") from None
+    proc.join()
+    out["wall_s"] = time.perf_counter() - start
+    if not out["ok"]:
+        raise RuntimeError(f"benchmark {name} failed: {out['error']}\n{out['traceback']}")
+    return out
+
+
+# --------------------------------------------------------------------------- all of them
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=110)  # a log or a pipe: whole lines
+
+
+def say(line: str) -> None:
+    _console().print(line, highlight=False)
+
+
+
+def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
+    import torch
+
+    size = SIZES["quick" if quick else "full"]
+    start = time.perf_counter()
+    runs, skipped = {}, {}
+    for name in jobs or JOBS:
+        say(f"--- {name}")
+        try:
+            runs[name] = run_child(name, size, device)
+        except RuntimeError as e:
+            if name not in OPTIONAL:
+                raise
+            skipped[name] = str(e).splitlines()[0]
+            say(f"skipped {name}: {skipped[name]}")
+    summary = {"quick": quick, "device": device, "torch_threads": torch.get_num_threads(),
+               "cpu_count": os.cpu_count(), "runs": runs, "skipped": skipped, "wall_s": time.perf_counter() - start}
+    summary["ratios"] = ratios(summary)
+    return summary
+
+
+def ratios(summary: dict) -> list[dict]:
+    """The side-by-side rows: (what, numerator, denominator, ratio, target)."""
+    runs = summary["runs"]
+    rows = []
+    if "audit_speed" in runs:
+        a = runs["audit_speed"]["result"]
+        rows.append({"what": "audit / plain inference", "num": f"{a['audit_s']:.3f} s", "den": f"{a['plain_s']:.3f} s",
+                     "ratio": a["audit_over_plain"], "target": "≤ 1.5×",
+                     "note": f"audit = features + laya + ig + gradxact + LOLO; {a['images']} images, {a['device']}"})
+        scaled = a["naive_images"] != a["images"] or len(a["naive_blocks"]) != 12
+        rows.append({"what": "naive Captum / ours", "num": f"{a['naive_s']:.1f} s",
+                     "den": f"{a['audit_s']:.3f} s", "ratio": a["naive_over_audit"], "target": "≥ 20×",
+                     "note": ("naive: Captum LayerIntegratedGradients per block over the full model, "
+                              f"{a['steps']} steps; "
+                              + (f"measured {a['naive_measured_s']:.1f} s on blocks {a['naive_blocks']} × "
+                                 f"{a['naive_images']} images and scaled linearly to all" if scaled
+                                 else "measured in full"))})
+    if "train_cache" in runs:
+        t = runs["train_cache"]["result"]
+        rows.append({"what": "train: no cache / warm cache", "num": f"{t['naive_s']:.2f} s",
+                     "den": f"{t['warm_s']:.2f} s", "ratio": t["naive/warm"], "target": "≥ 10×",
+                     "note": f"frozen ViT-tiny, {t['images']} images, {t['epochs']} epochs; no cache = backbone on every batch"})
+        rows.append({"what": "train: cold cache / warm cache", "num": f"{t['cold_s']:.2f} s",
+                     "den": f"{t['warm_s']:.2f} s", "ratio": t["cold/warm"], "target": "",
+                     "note": "cold = extract once + train"})
+    if "plain" in runs and "audit" in runs:
+        p, q = runs["plain"], runs["audit"]
+        pr, qr = p["result"], q["result"]
+        if "phase_peak_mb" in pr and "phase_peak_mb" in qr:
+            a, b = qr["phase_peak_mb"], pr["phase_peak_mb"]
+            note = (f"peak RSS of the phase alone, above the RSS once model and images are built "
+                    f"({qr['floor_mb']:.0f} / {pr['floor_mb']:.0f} MiB); whole processes "
+                    f"{q['peak_rss_mb']:.0f} / {p['peak_rss_mb']:.0f} MiB")
+        else:  # no peak reset on this OS: whole processes above the baseline process
+            base = runs.get("baseline", {}).get("peak_rss_mb") or 0.0
+            a, b = q["peak_rss_mb"] - base, p["peak_rss_mb"] - base
+            note = f"whole processes above the baseline process ({base:.0f} MiB)"
+        rows.append({"what": "peak RSS: audit / plain", "num": f"{a:.0f} MiB", "den": f"{b:.0f} MiB",
+                     "ratio": a / b if b > 0 else float("nan"), "target": "", "note": note})
+        if pr.get("phase_cuda_mb"):
+            rows.append({"what": "peak CUDA: audit / plain", "num": f"{qr['phase_cuda_mb']:.0f} MiB",
+                         "den": f"{pr['phase_cuda_mb']:.0f} MiB", "ratio": qr["phase_cuda_mb"] / pr["phase_cuda_mb"],
+                         "target": "", "note": "torch.cuda.max_memory_allocated above the built model, the phase alone"})
+    if "audit_memory" in runs:
+        rows += _audit_memory_rows(runs["audit_memory"]["result"])
+    return rows
+
+
+def _audit_memory_rows(r: dict) -> list[dict]:
+    """laya_cli.speed.audit_memory: how the audit's peak memory grows with the number of samples."""
+    rows = []
+    try:
+        for mode, cells in r["rows"].items():
+            if len(cells) < 2:
+                continue
+            a, b = cells[0], cells[-1]
+            grow_a, grow_b = a["peak_mb"] - a["floor_mb"], b["peak_mb"] - b["floor_mb"]
+            rows.append({"what": f"audit memory, {mode}: {b['samples']:,} / {a['samples']:,}",
+                         "num": f"{grow_b:.0f} MiB", "den": f"{grow_a:.0f} MiB",
+                         "ratio": grow_b / grow_a if grow_a >= 1 else float("nan"), "target": "",
+                         "note": f"audit_memory, {r['dataset']} test samples, features {mode}: peak RSS "
+                                 f"above the process's floor (imports + model), one fresh process per size"})
+    except (KeyError, TypeError, IndexError):  # another version of audit_memory: its own printout stands
+        pass
+    return rows
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
+    args = parser.parse_args(argv)
+    from ..device import resolve_device
+    from ..fileio import atomic_write_text
+    from ..report import speed_tables
+
+    summary = run_all(quick=args.quick, device=resolve_device(args.device))
+    _console().print(speed_tables(summary))
+    if args.json_out:
+        atomic_write_text(args.json_out, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

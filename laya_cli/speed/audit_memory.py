@@ -1,0 +1,163 @@
+"""Peak memory of `laya audit` on 1,000 vs 10,000 samples, each in a fresh process.
+
+    python -m laya_cli.speed.audit_memory [--dataset fashion-mnist] [--sizes 1000,10000] [--compare ig,gradxact]
+                                      [--model MODEL.pt] [--batch-size 256]
+
+Setup (not measured): the paper MLP + LAYA head trained for one epoch on the dataset (or
+``--model``). Then, for every size N and two ways of holding the features, a fresh Python
+process audits N test samples and reports its own peak resident set size
+(``memory.peak_rss_mb``):
+
+  streamed      the command itself: ``laya audit MODEL --samples N -q --json …`` run in-process.
+                Without a feature cache (fine-tuned built-ins, ``--no-cache``) the backbone runs
+                batch by batch inside the audit, so features are never all in memory.
+  materialised  the same audit with every feature extracted up front
+                (``load_eval_data(stream=False)``): what a frozen backbone read from the feature
+                cache holds.
+
+Each process also reports its RSS after the imports and the model are loaded (the floor both
+sizes share); "audit" is the peak above that floor: loading the dataset (every split, as the
+command does), the features and the audit itself. Printed side by side with the ratio
+10,000 / 1,000. RSS counts everything a process touched (Python, torch's libraries, allocator
+caches), so compare processes of the same kind only. On Linux the peak is VmHWM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from .memory import peak_rss_mb, rss_mb
+
+# --------------------------------------------------------------------------- the measured child
+
+
+def child(model: str, samples: int, mode: str, compare: str, batch_size: int, data_dir: str | None) -> dict:
+    """One audit in this (fresh) process; returns its peak RSS figures."""
+    import time
+
+    from laya_cli import progress
+    from laya_cli.checkpoint import load_model
+
+    progress.set_enabled(False)  # a child process of its own: nothing to restore
+    # The floor: every import and the model. The audit then loads the dataset (every split, as
+    # the command does), its features, and audits.
+    m = load_model(model)
+    import captum.attr  # noqa: F401
+    import pandas  # noqa: F401
+
+    import laya_cli.cli  # noqa: F401
+
+    floor = rss_mb()
+    start = time.perf_counter()
+    if mode == "streamed":
+        from laya_cli.cli import app
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "audit.json"
+            args = ["audit", model, "--samples", str(samples), "--compare", compare, "--batch-size", str(batch_size),
+                    "-q", "--json", str(out), "--device", "cpu"]
+            if data_dir:
+                args += ["--data-dir", data_dir]
+            import contextlib
+            import io
+
+            with contextlib.redirect_stdout(io.StringIO()):
+                app(args, standalone_mode=False)
+            n = json.loads(out.read_text())["n_samples"]
+    else:
+        from laya_cli.auditing import parse_methods, run_audit
+        from laya_cli.config import AuditSettings
+        from laya_cli.evaldata import load_eval_data
+
+        data = load_eval_data(m, data_dir=data_dir, samples=samples, stream=False)
+        n = run_audit(m, data, parse_methods(compare), AuditSettings(batch_size=batch_size)).n_samples
+    return {"mode": mode, "samples": n, "peak_mb": peak_rss_mb(), "floor_mb": floor,
+            "seconds": time.perf_counter() - start}
+
+
+def _measure(model: str, samples: int, mode: str, compare: str, batch_size: int, data_dir: str | None) -> dict:
+    cmd = [sys.executable, "-m", "laya_cli.speed.audit_memory", "--child", model, "--samples", str(samples),
+           "--mode", mode, "--compare", compare, "--batch-size", str(batch_size)]
+    if data_dir:
+        cmd += ["--data-dir", data_dir]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"audit child failed:\n{r.stdout}\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- setup and report
+
+
+def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
+    from laya_cli import progress
+    from laya_cli.config import DataRequest, TrainConfig, TrainRequest
+    from laya_cli.train import train
+
+    with progress.enabled(False):
+        train(TrainRequest(data=DataRequest(dataset, data_dir=data_dir, seed=0),
+                           train=TrainConfig(epochs=epochs, patience=epochs, seed=0), out=str(out)))
+
+
+def run(dataset: str = "fashion-mnist", sizes=(1000, 10000), compare: str = "ig,gradxact", model: str | None = None,
+        batch_size: int = 256, data_dir: str | None = None, epochs: int = 1,
+        modes=("streamed", "materialised")) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        if model is None:
+            model = str(Path(tmp) / "model.pt")
+            _train(dataset, data_dir, Path(model), epochs)
+        rows = {mode: [_measure(model, n, mode, compare, batch_size, data_dir) for n in sizes] for mode in modes}
+    return {"dataset": dataset, "sizes": list(sizes), "compare": compare, "batch_size": batch_size, "rows": rows}
+
+
+def report(r: dict) -> str:
+    lines = [f"laya audit peak memory (RSS, MiB): paper MLP + LAYA head, {r['dataset']} test split, "
+             f"--compare {r['compare']}, batch {r['batch_size']}, one fresh process per cell",
+             f"{'features':<13}{'samples':>9}{'peak':>9}{'floor':>9}{'audit':>9}{'seconds':>9}"]
+    for mode, cells in r["rows"].items():
+        for c in cells:
+            lines.append(f"{mode:<13}{c['samples']:>9,}{c['peak_mb']:>9.0f}{c['floor_mb']:>9.0f}"
+                         f"{c['peak_mb'] - c['floor_mb']:>9.0f}{c['seconds']:>9.1f}")
+        if len(cells) >= 2:
+            a, b = cells[0], cells[-1]
+            grow_a, grow_b = a["peak_mb"] - a["floor_mb"], b["peak_mb"] - b["floor_mb"]
+            audit_ratio = f"{grow_b / grow_a:>9.2f}" if grow_a >= 1 else f"{'—':>9}"
+            lines.append(f"{'':<13}{'ratio':>9}{b['peak_mb'] / a['peak_mb']:>9.2f}{'':>9}{audit_ratio}"
+                         f"   ({b['samples']:,} vs {a['samples']:,} samples)")
+    lines.append("floor = RSS after imports and the model; audit = peak - floor (dataset loading, features, audit)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="fashion-mnist")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--compare", default="ig,gradxact")
+    ap.add_argument("--model", default=None, help="audit this checkpoint instead of training one")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--modes", default="streamed,materialised")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="streamed", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        out = child(args.child, args.samples, args.mode, args.compare, args.batch_size, args.data_dir)
+        sys.stdout.write(json.dumps(out) + "\n")  # the one line the parent reads
+        return out
+    r = run(args.dataset, [int(s) for s in args.sizes.split(",")], args.compare, args.model, args.batch_size,
+            args.data_dir, args.epochs, [m for m in args.modes.split(",") if m])
+    Console(width=110).print(report(r), highlight=False)
+    return r
+
+
+if __name__ == "__main__":
+    main()

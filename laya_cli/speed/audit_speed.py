@@ -1,0 +1,208 @@
+"""What `laya audit` costs, next to plain inference and to the naive Captum route, in one run.
+
+    python -m laya_cli.speed.audit_speed [--images 64] [--steps 32] [--device auto]
+                                     [--naive-blocks K] [--naive-images M] [--repeats 3]
+
+Model: a frozen timm:vit_tiny_patch16_224 (random weights, pretrained=False: no download)
+with a LAYA head over its 12 blocks (CLS token), built directly (no training: costs do not
+depend on the weights). 64 random 224×224 images.
+
+  plain   one inference pass of the timm model (its own classifier) over the images.
+  audit   what `laya audit --compare ig,gradxact` does for them: one tapped backbone pass to
+          extract r_1..r_12, then on the head only: laya (α), ig (Captum IntegratedGradients
+          over (r_1..r_12), 32 steps), gradxact (Captum InputXGradient), the LOLO effects
+          (13 head passes), Spearman and Deletion@1.
+  naive   per-layer IG the way one would write it without a head-level view: Captum's
+          LayerIntegratedGradients over the full model (images -> ViT -> head -> p_ŷ), one
+          call per block (the blocks depend on each other, so Captum cannot take them
+          together), 32 steps each, input baseline = the zero (mean) image. Each call runs
+          32 full forward passes and backward passes through the rest of the network.
+
+The naive route is slow: on a CPU it is measured on ``--naive-blocks`` evenly spaced blocks
+(first and last by default) and ``--naive-images`` images, then scaled linearly to 12
+blocks × 64 images (Captum's chunks keep the same number of rows, so the work is linear in
+both); the printout says when it is. On CUDA it runs in full by default.
+Timings: median of ``--repeats`` runs after one warm-up (the naive route: one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+MODEL = "vit_tiny_patch16_224"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str, repeats: int = 1, warmup: int = 0) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def build(n_images: int, device: str, seed: int = 0):
+    """(plain timm model, LayaModel over the same weights, uint8 images, class names)."""
+    import timm
+
+    from laya_cli.backbones import BackboneSpec, build_backbone
+    from laya_cli.features import to_float_images
+    from laya_cli.heads import build_head
+    from laya_cli.model import LayaModel
+
+    torch.manual_seed(seed)
+    spec = BackboneSpec(f"timm:{MODEL}", [], "auto", pretrained=False, finetune=False, in_channels=3,
+                        image_size=(224, 224))
+    backbone = build_backbone(spec).eval().to(device)
+    for p in backbone.parameters():
+        p.requires_grad_(False)
+    plain = timm.create_model(MODEL, pretrained=False).eval().to(device)
+    plain.load_state_dict(backbone.model.state_dict(), strict=False)  # same trunk, plus its classifier
+    for p in plain.parameters():
+        p.requires_grad_(False)
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8, generator=g)
+    with torch.no_grad():
+        feats = backbone(to_float_images(images).to(device))
+    classes = [str(c) for c in range(10)]
+    head = build_head("laya", [f.shape[-1] for f in feats], len(classes)).eval().to(device)
+    model = LayaModel(backbone, head, spec, "laya", classes, [f.mean(0) for f in feats])
+    return plain, model, images, classes
+
+
+def plain_inference(plain, model, images, device: str):
+    from laya_cli.features import to_float_images
+
+    with torch.inference_mode():
+        return plain(model.backbone.adapter(to_float_images(images.to(device))))
+
+
+def audit(model, images, steps: int, device: str, methods=("laya", "ig", "gradxact")):
+    """The audit's work for these images: one tapped backbone pass, then head-only methods + LOLO."""
+    from laya_cli.auditing import run_audit
+    from laya_cli.config import AuditSettings
+    from laya_cli.features import LayerFeatures
+
+    feats = model.features(images.to(device))
+    labels = torch.zeros(len(images), dtype=torch.long)
+    settings = AuditSettings(steps=steps, batch_size=len(images), device=device)
+    return run_audit(model, LayerFeatures(feats, labels), list(methods), settings)
+
+
+def vit_taps(vit, x):
+    """A timm ViT forward that returns the CLS token after every block (no hooks, so a
+    LayerIntegratedGradients patch of block i reaches both the head's r_i and blocks > i)."""
+    x = vit.patch_embed(x)
+    x = vit._pos_embed(x)
+    x = vit.patch_drop(x)
+    x = vit.norm_pre(x)
+    taps = []
+    for block in vit.blocks:
+        x = block(x)
+        taps.append(x[:, 0])
+    return taps
+
+
+def naive_layer_ig(plain, model, images, blocks, steps: int, device: str, internal_batch_size: int = 64):
+    """Per-layer IG over the full model, one LayerIntegratedGradients call per block: (B, len(blocks))."""
+    from captum.attr import LayerIntegratedGradients
+
+    from laya_cli.features import to_float_images
+
+    x = model.backbone.adapter(to_float_images(images.to(device)))
+    forward = lambda inp: F.softmax(model.head(vit_taps(plain, inp)).logits, dim=-1)
+    with torch.no_grad():
+        target = forward(x).argmax(-1)
+    scores = []
+    for i in blocks:
+        lig = LayerIntegratedGradients(forward, plain.blocks[i])
+        attr = lig.attribute(x, baselines=torch.zeros_like(x), target=target, n_steps=steps,
+                             internal_batch_size=max(internal_batch_size, len(x)))
+        scores.append(attr.flatten(1).sum(-1).detach())
+    return torch.stack(scores, 1)
+
+
+def evenly_spaced(n: int, k: int) -> list[int]:
+    if k >= n:
+        return list(range(n))
+    if k == 1:
+        return [n // 2]
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def main(argv=None) -> dict:
+    from rich.console import Console
+
+    from laya_cli import progress
+    from laya_cli.device import resolve_device
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--naive-blocks", type=int, default=None, help="blocks measured (default: all on cuda, 2 on cpu)")
+    parser.add_argument("--naive-images", type=int, default=None, help="images measured (default: all on cuda, 8 on cpu)")
+    args = parser.parse_args(argv)
+    progress.set_enabled(False)  # a benchmark process of its own
+    device = resolve_device(args.device)
+    say = lambda line: Console(width=110).print(line, highlight=False)
+    on_gpu = device == "cuda"
+
+    plain, model, images, _ = build(args.images, device)
+    n_blocks = len(plain.blocks)
+    t_plain = timed(lambda: plain_inference(plain, model, images, device), device, args.repeats, warmup=1)
+    t_extract = timed(lambda: model.features(images.to(device)), device, args.repeats, warmup=1)
+    t_audit = timed(lambda: audit(model, images, args.steps, device), device, args.repeats, warmup=1)
+    t_ig_only = timed(lambda: audit(model, images, args.steps, device, methods=("ig",)), device, args.repeats,
+                      warmup=1)
+
+    k = min(args.naive_blocks or (n_blocks if on_gpu else 2), n_blocks)
+    m = min(args.naive_images or (args.images if on_gpu else 8), args.images)
+    blocks = evenly_spaced(n_blocks, k)
+    naive_lig = lambda: naive_layer_ig(plain, model, images[:m], blocks, args.steps, device)
+    naive_layer_ig(plain, model, images[:1], blocks[:1], 2, device)  # warm-up
+    t_naive_measured = timed(naive_lig, device)
+    scale = (n_blocks / len(blocks)) * (args.images / m)
+    t_naive = t_naive_measured * scale
+
+    threads = torch.get_num_threads()
+    where = torch.cuda.get_device_name() if on_gpu else f"cpu, {threads} torch threads"
+    out = {
+        "device": where, "images": args.images, "steps": args.steps,
+        "plain_s": t_plain, "extract_s": t_extract, "audit_s": t_audit, "extract_plus_ig_s": t_ig_only,
+        "naive_s": t_naive, "naive_measured_s": t_naive_measured, "naive_blocks": blocks, "naive_images": m,
+        "audit_over_plain": t_audit / t_plain, "naive_over_audit": t_naive / t_audit,
+        "naive_over_extract_plus_ig": t_naive / t_ig_only,
+    }
+    say(f"{MODEL} (frozen, random weights) + LAYA head over {n_blocks} blocks; "
+          f"{args.images} images 224×224; {where}")
+    say(f"  plain inference (one timm forward)          {t_plain:8.3f} s")
+    say(f"  audit: laya+ig+gradxact+LOLO, incl. features {t_audit:8.3f} s   "
+          f"(feature extraction {t_extract:.3f} s, head work {t_audit - t_extract:.3f} s)")
+    say(f"  audit: ig only, incl. features               {t_ig_only:8.3f} s")
+    extrap = "" if scale == 1 else (f"   (measured {t_naive_measured:.1f} s on blocks {blocks} × {m} images, "
+                                     f"scaled ×{scale:g})")
+    say(f"  naive Captum LayerIG, {n_blocks} blocks × {args.steps} steps {t_naive:8.1f} s{extrap}")
+    say(f"ratio audit / plain inference   = {out['audit_over_plain']:.2f}×   (target ≤ 1.5×)")
+    say(f"ratio naive / audit             = {out['naive_over_audit']:.0f}×   (target ≥ 20×)")
+    say(f"ratio naive / (features + ig)   = {out['naive_over_extract_plus_ig']:.0f}×")
+    return out
+
+
+if __name__ == "__main__":
+    main()
