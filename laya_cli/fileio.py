@@ -25,6 +25,18 @@ def write_error(path: str | Path, e: OSError) -> LayaError:
     return LayaError(f"cannot write {path}: {e.strerror or e}")
 
 
+def os_fault(e: BaseException) -> OSError | None:
+    """The OSError behind ``e``, if any: itself, or one it was raised while handling (torch's
+    writer answers a failed write with a RuntimeError of its own during cleanup)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def check_writable(path: str | Path) -> Path:
     """Fail early (before hours of training) if ``path`` cannot be written."""
     path = Path(path).expanduser()
@@ -64,8 +76,9 @@ def atomic_path(path: str | Path):
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise write_error(path, e) from None
+        fault = os_fault(e)
+        if fault is not None:
+            raise write_error(path, fault) from None
         raise
 
 
@@ -144,8 +157,9 @@ def atomic_folder(out: str | Path, overwrite: bool, ours: Callable[[Path], bool]
         _replace_folder(tmp, out, overwrite, ours, what)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError):
-            raise write_error(getattr(e, "filename", None) or out, e) from None
+        fault = os_fault(e)
+        if fault is not None:
+            raise write_error(out, fault) from None
         raise
 
 

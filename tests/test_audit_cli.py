@@ -157,3 +157,18 @@ def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
                 "--device", "cpu"])
     assert out["audit_over_plain"] > 0 and out["naive_over_audit"] > 0  # ratios only; speed is judged by the benchmarks
     assert out["naive_blocks"] == [6] and out["naive_images"] == 1
+
+
+def test_audit_and_export_reuse_the_test_features_training_extracted(tmp_path, image_folder):
+    """One feature key for train, audit and export: the frozen backbone runs once per split."""
+    ckpt = tmp_path / "vit.pt"
+    trained = invoke("train", "--backbone", "timm:vit_tiny_patch16_224", "--dataset", f"folder:{image_folder}",
+                     "--epochs", "1", "--out", ckpt)
+    assert trained.exit_code == 0, trained.output
+    assert "reusing" not in trained.output
+    audited = audit(ckpt, "--compare", "", "--samples", 5)
+    assert audited.exit_code == 0, audited.output
+    assert "reusing cached test features" in audited.output
+    exported = invoke("export", ckpt, "--out", tmp_path / "exp", "--no-plots")
+    assert exported.exit_code == 0, exported.output
+    assert "reusing cached test features" in exported.output

@@ -8,9 +8,9 @@ Setup (not measured): the paper MLP + LAYA head trained for one epoch on the dat
 process audits N test samples and reports its own peak resident set size
 (``memory.peak_rss_mb``):
 
-  streamed      the command itself: ``laya audit MODEL --samples N -q --json …`` run in-process.
-                Without a feature cache (fine-tuned built-ins, ``--no-cache``) the backbone runs
-                batch by batch inside the audit, so features are never all in memory.
+  streamed      what the command does (``laya audit MODEL --samples N``: ``load_eval_data(stream=True)``
+                then ``run_audit``). Without a feature cache (fine-tuned built-ins, ``--no-cache``)
+                the backbone runs batch by batch inside the audit, so features are never all in memory.
   materialised  the same audit with every feature extracted up front
                 (``load_eval_data(stream=False)``): what a frozen backbone read from the feature
                 cache holds.
@@ -39,11 +39,18 @@ from .memory import peak_rss_mb, rss_mb
 
 
 def child(model: str, samples: int, mode: str, compare: str, batch_size: int, data_dir: str | None) -> dict:
-    """One audit in this (fresh) process; returns its peak RSS figures."""
+    """One audit in this (fresh) process; returns its peak RSS figures.
+
+    ``streamed`` does what ``laya audit MODEL --samples N`` does (the command only parses and
+    renders around these calls); ``materialised`` extracts every feature first.
+    """
     import time
 
     from laya_cli import progress
+    from laya_cli.auditing import parse_methods, run_audit
     from laya_cli.checkpoint import load_model
+    from laya_cli.config import AuditSettings
+    from laya_cli.evaldata import load_eval_data
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore
     # The floor: every import and the model. The audit then loads the dataset (every split, as
@@ -52,32 +59,10 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
     import captum.attr  # noqa: F401
     import pandas  # noqa: F401
 
-    import laya_cli.cli  # noqa: F401
-
     floor = rss_mb()
     start = time.perf_counter()
-    if mode == "streamed":
-        from laya_cli.cli import app
-
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "audit.json"
-            args = ["audit", model, "--samples", str(samples), "--compare", compare, "--batch-size", str(batch_size),
-                    "-q", "--json", str(out), "--device", "cpu"]
-            if data_dir:
-                args += ["--data-dir", data_dir]
-            import contextlib
-            import io
-
-            with contextlib.redirect_stdout(io.StringIO()):
-                app(args, standalone_mode=False)
-            n = json.loads(out.read_text())["n_samples"]
-    else:
-        from laya_cli.auditing import parse_methods, run_audit
-        from laya_cli.config import AuditSettings
-        from laya_cli.evaldata import load_eval_data
-
-        data = load_eval_data(m, data_dir=data_dir, samples=samples, stream=False)
-        n = run_audit(m, data, parse_methods(compare), AuditSettings(batch_size=batch_size)).n_samples
+    data = load_eval_data(m, data_dir=data_dir, samples=samples, stream=mode == "streamed")
+    n = run_audit(m, data, parse_methods(compare), AuditSettings(batch_size=batch_size)).n_samples
     return {"mode": mode, "samples": n, "peak_mb": peak_rss_mb(), "floor_mb": floor,
             "seconds": time.perf_counter() - start}
 

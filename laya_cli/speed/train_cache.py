@@ -27,7 +27,7 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
     from laya_cli.data import load_dataset
     from laya_cli.heads import build_head
     from laya_cli.model import EndToEnd
-    from laya_cli.testing import make_image_folder
+    from laya_cli.synthetic import make_image_folder
     from laya_cli.train import fit, prepare_backbone, train
 
     progress.set_enabled(False)  # a benchmark process of its own

@@ -1,0 +1,93 @@
+"""Faults from the operating system while writing (a full disk) are one line and exit 2, with nothing
+partial left behind; a finished training whose checkpoint cannot be written stays resumable."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from laya_cli.testing import assert_user_error, invoke, run_laya
+
+DIGITS = ["--epochs", "2", "--d-star", "16", "--score-hidden", "16", "--seed", "3"]
+
+
+@pytest.fixture()
+def full_disk(tmp_path):
+    """A 600 KiB tmpfs, filled to the last block (root only; CI runs as root)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def fill(folder: Path) -> None:
+    """Use every free block, so that the next write fails with ENOSPC (creating empty files still works)."""
+    with open(folder / "ballast", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+
+
+def one_error_line(proc, *fragments):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    for f in fragments:
+        assert f in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_train_on_a_full_disk(full_disk):
+    proc = run_laya("train", "--out", full_disk / "m.pt", *DIGITS)  # the first epoch's state does not fit
+    one_error_line(proc, f"cannot write {full_disk / 'm.pt.state'}", "No space left on device")
+    assert sorted(p.name for p in full_disk.iterdir()) == []
+
+
+def test_audit_json_on_a_full_disk(digits_ckpt, full_disk):
+    fill(full_disk)
+    proc = run_laya("audit", digits_ckpt, "--samples", 30, "--compare", "", "--json", full_disk / "a.json", "-q")
+    one_error_line(proc, f"cannot write {full_disk / 'a.json'}", "No space left on device")
+    assert sorted(p.name for p in full_disk.iterdir()) == ["ballast"]
+
+
+def test_export_on_a_full_disk(digits_ckpt, full_disk):
+    fill(full_disk)
+    proc = run_laya("export", digits_ckpt, "--samples", 30, "--out", full_disk / "exp", "-q")
+    one_error_line(proc, "cannot write", "No space left on device")
+    assert sorted(p.name for p in full_disk.iterdir()) == ["ballast"]
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_path, monkeypatch):
+    """The disk fills up exactly when the final checkpoint is written (a patched writer)."""
+    import laya_cli.train
+    from laya_cli.fileio import atomic_path
+
+    def full(ckpt, path):
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    out = tmp_path / "m.pt"
+    monkeypatch.setattr(laya_cli.train, "save_checkpoint", full)
+    result = invoke("train", "--out", out, *DIGITS, "-q")
+    assert_user_error(result, f"cannot write {out}", "No space left on device", f"kept in {out}.state", "--resume")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt.state"]  # no partial checkpoint, no temp file
+
+    monkeypatch.undo()
+    resumed = invoke("train", "--out", out, "--resume", *DIGITS, "-q")
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+    assert json.loads(invoke("info", out, "--json").stdout)["metrics"]["epochs_run"] == 2
