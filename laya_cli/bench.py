@@ -32,8 +32,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import torch
-
 from . import distributed
 from .config import AuditSettings, TrainRequest, check_at_least, diff_options
 from .errors import LayaError, TrainingInterrupted, unknown_choice
@@ -328,6 +326,8 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
 
 
 def machine() -> dict:
+    import torch
+
     from . import __version__
 
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import click
 import typer
@@ -20,8 +20,9 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from . import progress
+from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
+from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
                       Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, Finetune, Head,
                       ImageSize, InternalBatchSize, JsonOut, Label, Layers, Lr, MarkdownOut, ModelPath, Patience,
                       Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
@@ -32,7 +33,7 @@ err_console = Console(stderr=True)
 
 
 def _under_torchrun() -> bool:
-    return os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1")
+    return env_world_size() > 1
 
 
 class LayaGroup(TyperGroup):
@@ -326,10 +327,10 @@ def bench(
     ctx: typer.Context,
     dataset: Dataset = DATA.name,
     backbone: Backbone = JOB.backbone,
-    heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya.")] = "last,concat,scalarmix,laya",
-    seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = 3,
-    base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = TRAIN.seed,
-    out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path("bench"),
+    heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya.")] = ",".join(BENCH.heads),
+    seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = BENCH.seeds,
+    base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = BENCH.base_seed,
+    out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path(BENCH.out),
     data_dir: DataDir = DATA.data_dir,
     label: Label = DATA.label,
     image_size: ImageSize = DATA.image_size,
@@ -338,8 +339,8 @@ def bench(
     tau: Tau = HEAD.tau,
     psi: Psi = HEAD.psi,
     score_hidden: ScoreHidden = HEAD.score_hidden,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs per run.")] = TRAIN.epochs,
-    batch_size: Annotated[int, typer.Option(help="Training batch size.")] = TRAIN.batch_size,
+    epochs: Epochs = TRAIN.epochs,
+    batch_size: BatchSize = TRAIN.batch_size,
     lr: Lr = TRAIN.lr,
     patience: Patience = TRAIN.patience,
     layers: Layers = None,
@@ -348,19 +349,19 @@ def bench(
     weights: Weights = None,
     finetune: Finetune = JOB.finetune,
     trust_pickle: TrustPickle = JOB.trust_pickle,
-    compare: Annotated[str, typer.Option(help="Methods audited besides laya and random (as laya audit --compare).")] = "ig,gradxact,contrib,global",
-    audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = 2000,
+    compare: Compare = BENCH.compare,
+    audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = BENCH.audit_samples,
     audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = AUDIT.seed,
-    ablation: Annotated[str, typer.Option(help="How a layer is removed: mean, zero (mask: laya/scalarmix heads only).")] = AUDIT.ablation,
-    target: Annotated[str, typer.Option(help="Class explained: predicted or label.")] = AUDIT.target,
+    ablation: Ablation = AUDIT.ablation,
+    target: Target = AUDIT.target,
     reduce: Reduce = AUDIT.reduce,
     steps: Steps = AUDIT.steps,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every number, run and setting as JSON to this file.")] = None,
-    markdown: Annotated[Optional[Path], typer.Option(help="Write the tables as Markdown to this file.")] = None,
-    redo: Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")] = False,
+    json_out: JsonOut = None,
+    markdown: MarkdownOut = None,
+    redo: Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")] = BENCH.redo,
     cache: Cache = JOB.use_cache,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines (the tables are still printed).")] = False,
+    device: Device = "auto",
+    quiet: Quiet = False,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
     if ctx.invoked_subcommand is not None:
@@ -418,8 +419,8 @@ def bench(
 @bench_app.command("speed")
 def bench_speed(
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes (a smoke run, not a measurement).")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every timing and peak memory as JSON.")] = None,
+    device: Device = "auto",
+    json_out: JsonOut = None,
 ):
     """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
     from . import speed

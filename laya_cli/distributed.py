@@ -41,12 +41,16 @@ def active() -> bool:
     return bool(dist and dist.is_initialized() and dist.get_world_size() > 1)
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
 def env_world_size() -> int:
     """WORLD_SIZE as torchrun sets it (1 when not launched by torchrun)."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
+    return _env_int("WORLD_SIZE", 1)
 
 
 def default_backend() -> str:
@@ -95,10 +99,7 @@ def world_size() -> int:
 
 
 def local_rank() -> int:
-    try:
-        return int(os.environ.get("LOCAL_RANK", "0"))
-    except ValueError:
-        return 0
+    return _env_int("LOCAL_RANK", 0)
 
 
 def is_main() -> bool:

@@ -47,7 +47,6 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     by batch as the audit/export consumes it, so features are never all in memory; without
     ``stream`` they are extracted up front (the library default).
     """
-    check_at_least("--samples", samples)
     ds = dict(model.checkpoint.get("dataset", {}))
     name = dataset or ds.get("name", "digits")
     same = name == ds.get("name")

@@ -13,9 +13,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from .bench import BenchRequest
 from .config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
 
 HEAD, TRAIN, DATA, AUDIT, JOB = HeadConfig(), TrainConfig(), DataRequest(), AuditSettings(), TrainRequest()
+BENCH = BenchRequest()
 
 
 def split_csv(value: str | None) -> list[str]:

@@ -1,7 +1,6 @@
 """`laya audit` from the outside: table, JSON, Markdown, gating, every head kind, bad input; CliRunner and subprocess."""
 
 import json
-from pathlib import Path
 
 import pytest
 

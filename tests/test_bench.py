@@ -295,3 +295,8 @@ def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
     assert all(r["peak_rss_mb"] > 0 for r in doc["runs"].values())
     assert len(doc["ratios"]) >= 5 and all(r["ratio"] > 0 for r in doc["ratios"][:5])
     assert "laya speed benchmarks" in proc.stdout
+
+
+def test_bench_options_given_to_bench_speed_are_refused():
+    assert_user_error(invoke("bench", "--dataset", "fashion-mnist", "--seeds", "2", "speed", "--quick"),
+                      "--dataset, --seeds belong to 'laya bench', not to 'laya bench speed'")

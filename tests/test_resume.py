@@ -57,6 +57,8 @@ def test_killed_run_resumes_to_the_uninterrupted_weights(tmp_path, sig):
     b = read_checkpoint(train_digits(tmp_path / "ref.pt", epochs=30, seed=5, d_star=16, score_hidden=16))
     assert_same_weights(a, b)
     assert a["metrics"] == b["metrics"]
+    c = read_checkpoint(train_digits(tmp_path / "c.pt", epochs=3, seed=10))
+    assert any(not torch.equal(v, c["head"]["weights"][k]) for k, v in a["head"]["weights"].items())
 
 
 def test_resume_without_state_is_a_user_error(tmp_path):

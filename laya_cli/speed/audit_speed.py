@@ -145,10 +145,10 @@ def evenly_spaced(n: int, k: int) -> list[int]:
 
 
 def main(argv=None) -> dict:
-    from rich.console import Console
-
     from laya_cli import progress
     from laya_cli.device import resolve_device
+
+    from . import say
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=64)
@@ -160,7 +160,6 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     progress.set_enabled(False)  # a benchmark process of its own
     device = resolve_device(args.device)
-    say = lambda line: Console(width=110).print(line, highlight=False)
     on_gpu = device == "cuda"
 
     plain, model, images, _ = build(args.images, device)

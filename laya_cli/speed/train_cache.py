@@ -70,9 +70,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--epochs", type=int, default=20)
     args = ap.parse_args(argv)
     r = run(args.images_per_class, args.epochs)
-    from rich.console import Console
+    from . import say
 
-    say = lambda line: Console(width=110).print(line, highlight=False)
     say(f"frozen timm:vit_tiny_patch16_224, {r['images']} images, {r['epochs']} epochs, "
           f"{torch.get_num_threads()} threads")
     say(f"  naive (backbone every epoch) {r['naive_s']:7.2f} s")
