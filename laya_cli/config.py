@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 
 from .errors import LayaError, unknown_choice
@@ -20,6 +21,26 @@ ABLATIONS = ("mean", "zero", "mask")
 TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
 LABELS = ("genre", "artist")
+FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how frozen features are stored (--feature-dtype)
+
+# Data up to this size is held in memory (decoded images of a dataset, features of a split); larger
+# data streams: images decoded batch by batch, features in the sharded store (docs/scaling.md).
+IN_MEMORY_MB = 1024
+
+
+def in_memory_budget_mb() -> float:
+    """``LAYA_IN_MEMORY_MB`` (0 = always stream), else ``IN_MEMORY_MB``."""
+    try:
+        return float(os.environ.get("LAYA_IN_MEMORY_MB", IN_MEMORY_MB))
+    except ValueError:
+        raise LayaError(f"LAYA_IN_MEMORY_MB must be a number of MiB, got {os.environ['LAYA_IN_MEMORY_MB']!r}") from None
+
+
+def cache_dir():
+    """Where laya keeps what it computed once: feature-cache entries, sharded stores, image scans."""
+    from pathlib import Path
+
+    return Path(os.environ.get("LAYA_CACHE_DIR", Path.home() / ".cache" / "laya" / "features"))
 
 
 def digest(**parts) -> str:
@@ -104,6 +125,12 @@ class DataRequest:
     label: str = "genre"  # artworks: genre | artist
     seed: int = 1337
     strict: bool = False  # folder data: fail on an undecodable image instead of skipping it
+    image_column: str = "image"  # parquet:/hf-disk: the column holding the encoded images
+    label_column: str = "label"  # parquet:/hf-disk: the column holding the class (int or name)
+
+    # Added after run records existed: left out of TrainRequest.options() while at these defaults, so
+    # the fingerprints of earlier runs (--resume states, laya bench records) stay valid.
+    LATER = {"image_column": "image", "label_column": "label"}
 
 
 @dataclass
@@ -124,6 +151,9 @@ class TrainRequest:
     use_cache: bool = True
     out: str = "model.pt"
     resume: bool = False  # continue from the state an interrupted run left beside --out
+    feature_dtype: str = "float32"  # frozen features as stored and trained on: float32, float16, bfloat16
+
+    LATER = {"feature_dtype": "float32"}  # as DataRequest.LATER
 
     # Not part of what the run computes: where it is written, how, and on which device.
     RUN_ONLY = ("out", "resume", "use_cache")
@@ -140,6 +170,10 @@ class TrainRequest:
         for k in self.RUN_ONLY:
             d.pop(k)
         d["train"].pop("device")
+        for part, later in ((d, self.LATER), (d["data"], DataRequest.LATER)):
+            for k, default in later.items():
+                if part.get(k) == default:
+                    part.pop(k)
         return d
 
     def fingerprint(self) -> str:
@@ -149,6 +183,7 @@ class TrainRequest:
         self.train.validate()
         self.head_config.validate()
         check_choice("--pool", self.pool, POOL_CHOICES)
+        check_choice("--feature-dtype", self.feature_dtype, FEATURE_DTYPES)
         return self
 
 

@@ -21,16 +21,17 @@ from torch.utils.data import Dataset
 
 from .config import LABELS, DataRequest, check_choice
 from .errors import LayaError, unknown_choice
+from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
 
 TEST_SPLIT_SEED = 0
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
 class ImageTensorDataset(Dataset):
-    """Images kept as uint8 (N, C, H, W) (or float in [0, 1]); served as float in [0, 1]."""
+    """Images kept as uint8 (N, C, H, W) (or float in [0, 1]), or file images decoded as they are
+    used (``images.LazyImages``, for data larger than the in-memory budget); served as float in [0, 1]."""
 
-    def __init__(self, images: Tensor, labels: Tensor):
+    def __init__(self, images: Tensor | LazyImages, labels: Tensor):
         self.images, self.labels = images, labels.long()
 
     def __len__(self) -> int:
@@ -42,7 +43,7 @@ class ImageTensorDataset(Dataset):
         return x, self.labels[i]
 
     def subset(self, index: Tensor) -> "ImageTensorDataset":
-        return ImageTensorDataset(self.images[index], self.labels[index])
+        return ImageTensorDataset(take(self.images, index), self.labels[index])
 
 
 @dataclass
@@ -191,66 +192,6 @@ def load_cifar10(req: DataRequest) -> DataSplits:
 # --------------------------------------------------------------------------- image files
 
 
-class _DecodeFiles(Dataset):
-    """One image file -> (index, uint8 C×H×W or None, error name): what decode workers run."""
-
-    def __init__(self, paths: list[Path], size: int):
-        self.paths, self.size = paths, size
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        from PIL import Image
-
-        try:
-            with Image.open(self.paths[i]) as im:
-                im = im.convert("RGB").resize((self.size, self.size), Image.BILINEAR)
-                return i, torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1), ""
-        except Exception as e:
-            return i, None, type(e).__name__
-
-
-def _as_is(item):
-    return item
-
-
-def decode_workers(n_files: int) -> int:
-    """Worker processes that decode image files: ``LAYA_WORKERS``, else up to 8 for large folders
-    (0 below 256 files, where starting workers costs more than it saves), shared by the ranks
-    torchrun starts on this machine."""
-    if os.environ.get("LAYA_WORKERS"):
-        return max(0, int(os.environ["LAYA_WORKERS"]))
-    if n_files < 256:
-        return 0
-    per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(0, min(8, (os.cpu_count() or 1) // per_node - 1))
-
-
-def _load_images(paths: list[Path], size: int, strict: bool) -> tuple[Tensor, list[int]]:
-    """Decode, convert to RGB and resize to size×size; return uint8 images and kept indices.
-
-    Large folders are decoded by DataLoader worker processes (``decode_workers``), in order.
-    """
-    from torch.utils.data import DataLoader
-
-    decoded = _DecodeFiles(paths, size)
-    workers = decode_workers(len(paths))
-    items = DataLoader(decoded, batch_size=None, num_workers=workers, collate_fn=_as_is) if workers else (
-        decoded[i] for i in range(len(decoded)))
-    images, kept = [], []
-    for i, image, error in items:
-        if image is None:
-            if strict:
-                raise LayaError(f"cannot decode image {paths[i]}: {error}")
-            continue
-        images.append(image)
-        kept.append(i)
-    if not images:
-        raise LayaError("no decodable image found")
-    return torch.stack(images), kept
-
-
 def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
@@ -266,7 +207,7 @@ def _labelled_files(root: Path) -> tuple[list[Path], list[str]]:
 
 
 def _files_dataset(files, names, classes, size, strict) -> tuple[ImageTensorDataset, int]:
-    images, kept = _load_images(files, size, strict)
+    images, kept = load_images(FileSource(files), size, strict)
     index = {c: i for i, c in enumerate(classes)}
     labels = torch.tensor([index[names[i]] for i in kept])
     return ImageTensorDataset(images, labels), len(files) - len(kept)

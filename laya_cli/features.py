@@ -12,6 +12,7 @@ from torch import Tensor
 from .device import autocast, to_device
 from .distributed import active, gather_rows, shard_bounds
 from .errors import LayaError
+from .images import image_batches, image_ranges, take
 from .progress import track
 
 
@@ -44,12 +45,17 @@ class LayerFeatures:
 
 
 def batches(tensors: Sequence[Tensor], batch_size: int, generator: torch.Generator | None = None) -> Iterator[list[Tensor]]:
-    """Slices of aligned tensors; shuffled when a generator is given."""
+    """Slices of aligned tensors; shuffled when a generator is given. Streamed file images
+    (``LazyImages``) among them are decoded ahead by worker processes, batch by batch."""
     n = len(tensors[0])
     order = torch.randperm(n, generator=generator) if generator is not None else None
-    for start in range(0, n, batch_size):
-        idx = order[start : start + batch_size] if order is not None else slice(start, start + batch_size)
-        yield [t[idx] for t in tensors]
+    index = [order[s : s + batch_size] if order is not None else torch.arange(s, min(s + batch_size, n))
+             for s in range(0, n, batch_size)]
+    streams = [t.take_batches(index) if hasattr(t, "take_batches") else None for t in tensors]
+    for k, idx in enumerate(index):
+        if order is None:
+            idx = slice(k * batch_size, (k + 1) * batch_size)
+        yield [next(st) if st is not None else t[idx] for t, st in zip(tensors, streams)]
 
 
 def to_float_images(x: Tensor) -> Tensor:
@@ -82,7 +88,7 @@ def extract(backbone, images: Tensor, labels: Tensor, batch_size: int = 256, dev
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
     chunks: list[list[Tensor]] = []
     n_batches = (stop - start + batch_size - 1) // batch_size
-    for (x,) in track(batches([images[start:stop]], batch_size), description, total=n_batches):
+    for x in track(image_batches(images, batch_size, start, stop), description, total=n_batches):
         feats = backbone_forward(backbone, to_float_images(to_device(x, device)))
         chunks.append([f.cpu() for f in feats])
     if chunks:
@@ -123,11 +129,14 @@ class StreamedFeatures:
         """(features on the device, labels) for rows [start, stop) in slices of ``batch_size``."""
         self.backbone.eval()
         stop = len(self) if stop is None else stop
-        for s in range(start, stop, batch_size):
+        bounds = [[(i, min(i + self.backbone_batch, min(s + batch_size, stop)))
+                   for i in range(s, min(s + batch_size, stop), self.backbone_batch)]
+                  for s in range(start, stop, batch_size)]
+        chunks = image_ranges(self.images, [r for rs in bounds for r in rs])  # decoded ahead for file images
+        for s, ranges in zip(range(start, stop, batch_size), bounds):
             e = min(s + batch_size, stop)
-            parts = [backbone_forward(self.backbone, to_float_images(to_device(self.images[i:min(i + self.backbone_batch, e)],
-                                                                               self.device)))
-                     for i in range(s, e, self.backbone_batch)]
+            parts = [backbone_forward(self.backbone, to_float_images(to_device(next(chunks), self.device)))
+                     for _ in ranges]
             feats = parts[0] if len(parts) == 1 else [torch.cat(layer) for layer in zip(*parts)]
             _check_finite(self.backbone.layer_names, feats)
             yield feats, self.labels[s:e]
@@ -142,7 +151,8 @@ class StreamedFeatures:
         return self.materialize().feats
 
     def subset(self, index: Tensor) -> "StreamedFeatures":
-        return StreamedFeatures(self.backbone, self.images[index], self.labels[index], self.device, self.backbone_batch)
+        return StreamedFeatures(self.backbone, take(self.images, index), self.labels[index], self.device,
+                                self.backbone_batch)
 
     def mean(self) -> list[Tensor]:
         return self.materialize().mean()
