@@ -23,8 +23,9 @@ from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
 from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
-                      Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, Finetune, Head,
-                      ImageSize, InternalBatchSize, JsonOut, Label, Layers, Lr, MarkdownOut, ModelPath, Patience,
+                      Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, FeatureDtype, Finetune,
+                      Head, ImageColumn, ImageSize, InternalBatchSize, JsonOut, Label, LabelColumn, Layers, Lr,
+                      MarkdownOut, ModelPath, Patience,
                       Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
 
@@ -154,6 +155,8 @@ def train(
     label: Label = DATA.label,
     image_size: ImageSize = DATA.image_size,
     strict: Strict = DATA.strict,
+    image_column: ImageColumn = DATA.image_column,
+    label_column: LabelColumn = DATA.label_column,
     d_star: DStar = HEAD.d_star,
     tau: Tau = HEAD.tau,
     psi: Psi = HEAD.psi,
@@ -169,6 +172,7 @@ def train(
     weights: Weights = None,
     finetune: Finetune = JOB.finetune,
     trust_pickle: TrustPickle = JOB.trust_pickle,
+    feature_dtype: FeatureDtype = JOB.feature_dtype,
     cache: Cache = JOB.use_cache,
     resume: Resume = JOB.resume,
     device: Device = "auto",
@@ -179,7 +183,8 @@ def train(
 
     with progress.enabled(not quiet):
         req = train_request(backbone=backbone, dataset=dataset, head=head, out=out, data_dir=data_dir, label=label,
-                            image_size=image_size, strict=strict, d_star=d_star, tau=tau, psi=psi,
+                            image_size=image_size, strict=strict, image_column=image_column,
+                            label_column=label_column, feature_dtype=feature_dtype, d_star=d_star, tau=tau, psi=psi,
                             score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                             seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
                             finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
@@ -335,6 +340,8 @@ def bench(
     label: Label = DATA.label,
     image_size: ImageSize = DATA.image_size,
     strict: Strict = DATA.strict,
+    image_column: ImageColumn = DATA.image_column,
+    label_column: LabelColumn = DATA.label_column,
     d_star: DStar = HEAD.d_star,
     tau: Tau = HEAD.tau,
     psi: Psi = HEAD.psi,
@@ -349,6 +356,7 @@ def bench(
     weights: Weights = None,
     finetune: Finetune = JOB.finetune,
     trust_pickle: TrustPickle = JOB.trust_pickle,
+    feature_dtype: FeatureDtype = JOB.feature_dtype,
     compare: Compare = BENCH.compare,
     audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = BENCH.audit_samples,
     audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = AUDIT.seed,
@@ -381,7 +389,8 @@ def bench(
             if path is not None:
                 check_writable(path)
         template = train_request(backbone=backbone, dataset=dataset, head="laya", out="model.pt", data_dir=data_dir,
-                                 label=label, image_size=image_size, strict=strict, d_star=d_star, tau=tau, psi=psi,
+                                 label=label, image_size=image_size, strict=strict, image_column=image_column,
+                                 label_column=label_column, feature_dtype=feature_dtype, d_star=d_star, tau=tau, psi=psi,
                                  score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr,
                                  patience=patience, seed=base_seed, layers=layers, pool=pool, pretrained=pretrained,
                                  weights=weights, finetune=finetune, trust_pickle=trust_pickle, cache=cache,

@@ -207,10 +207,15 @@ def _labelled_files(root: Path) -> tuple[list[Path], list[str]]:
 
 
 def _files_dataset(files, names, classes, size, strict) -> tuple[ImageTensorDataset, int]:
-    images, kept = load_images(FileSource(files), size, strict)
+    return _source_dataset(FileSource(files), names, classes, size, strict)
+
+
+def _source_dataset(source, names, classes, size, strict) -> tuple[ImageTensorDataset, int]:
+    """The decodable images of an image source (in memory or streamed, images.py) with their labels."""
+    images, kept = load_images(source, size, strict)
     index = {c: i for i, c in enumerate(classes)}
     labels = torch.tensor([index[names[i]] for i in kept])
-    return ImageTensorDataset(images, labels), len(files) - len(kept)
+    return ImageTensorDataset(images, labels), len(source) - len(kept)
 
 
 def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
@@ -290,6 +295,30 @@ def _fuzzy_lookup(table: dict, key: str):
     return matches.get(norm(key))
 
 
+# --------------------------------------------------------------------------- shard formats (shards.py)
+
+
+def load_sharded(req: DataRequest) -> DataSplits:
+    """``wds:``, ``parquet:`` and ``hf-disk:`` data sets: read by shards.py, split like an image folder."""
+    from . import shards
+
+    kind, _, path = req.name.partition(":")
+    if kind == "wds":
+        found = shards.read_wds(path, req.strict)
+    else:
+        found = shards.FORMATS[kind](path, req.image_column, req.label_column)
+    size = req.image_size or 32
+    train, skipped = _source_dataset(found.train.source, found.train.names, found.classes, size, req.strict)
+    if found.test is not None:
+        test, more = _source_dataset(found.test.source, found.test.names, found.classes, size, req.strict)
+        skipped += more
+    else:
+        train, test = _split_test(train)
+    if len(found.classes) < 2:
+        raise LayaError(f"{req.name} has {len(found.classes)} class(es); a classifier needs at least 2")
+    return _finish(train, test, found.classes, req, f"{found.identity}:{size}", skipped + found.skipped)
+
+
 # --------------------------------------------------------------------------- registry
 
 DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
@@ -300,14 +329,24 @@ DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
 }
 
 
+# Data sets named PREFIX:PATH.
+PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
+    "folder": load_folder,
+    "wds": load_sharded,
+    "parquet": load_sharded,
+    "hf-disk": load_sharded,
+}
+
+
 def is_file_dataset(name: str) -> bool:
     """Datasets decoded from image files, at a size the backbone chooses."""
-    return name == "artworks" or name.startswith("folder:")
+    return name == "artworks" or name.partition(":")[0] in PREFIXED and ":" in name
 
 
 def load_dataset(req: DataRequest) -> DataSplits:
-    if req.name.startswith("folder:"):
-        return load_folder(req)
+    prefix, colon, _ = req.name.partition(":")
+    if colon and prefix in PREFIXED:
+        return PREFIXED[prefix](req)
     if req.name not in DATASETS:
-        raise unknown_choice("dataset", req.name, [*DATASETS, "folder:PATH"])
+        raise unknown_choice("dataset", req.name, [*DATASETS, *(f"{p}:PATH" for p in PREFIXED)])
     return DATASETS[req.name](req)

@@ -35,12 +35,14 @@ MarkdownOut = Annotated[Optional[Path], typer.Option(help="Write the tables as M
 
 # --------------------------------------------------------------------------- data
 
-Dataset = Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks or folder:PATH.")]
+Dataset = Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks, folder:PATH, wds:PATH/{000..099}.tar, parquet:PATH or hf-disk:PATH.")]
 EvalDataset = Annotated[Optional[str], typer.Option(help="Use another dataset (default: the checkpoint's own test split).")]
 DataDir = Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")]
 Label = Annotated[str, typer.Option(help="artworks only: genre or artist.")]
 ImageSize = Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")]
-Strict = Annotated[bool, typer.Option(help="Fail on an undecodable image in a folder dataset instead of skipping it.")]
+Strict = Annotated[bool, typer.Option(help="Fail on an undecodable image (or a tar sample without image or class) instead of skipping it.")]
+ImageColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the encoded images.")]
+LabelColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the class (index or name).")]
 Samples = Annotated[Optional[int], typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
 SampleSeed = Annotated[int, typer.Option(help="Seed of the --samples subset (and of the random method).")]
 
@@ -57,6 +59,7 @@ Pool = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto,
 Pretrained = Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")]
 Weights = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")]
 Finetune = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
+FeatureDtype = Annotated[str, typer.Option(help="Frozen features as stored and trained on: float32, float16 or bfloat16 (halves the feature cache).")]
 TrustPickle = Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")]
 
 # --------------------------------------------------------------------------- training
@@ -82,7 +85,8 @@ FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metr
 
 
 def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, data_dir: str | None, label: str,
-                  image_size: int | None, strict: bool, d_star: int, tau: float, psi: str, score_hidden: int,
+                  image_size: int | None, strict: bool, image_column: str = DATA.image_column,
+                  label_column: str = DATA.label_column, feature_dtype: str = JOB.feature_dtype, d_star: int, tau: float, psi: str, score_hidden: int,
                   epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
                   pretrained: bool, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
                   resume: bool, device: str) -> TrainRequest:
@@ -90,8 +94,10 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
     return TrainRequest(
         backbone=backbone, head=head,
         head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
-        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict),
+        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict,
+                         image_column=image_column, label_column=label_column),
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device),
         layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
         finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
+        feature_dtype=feature_dtype,
     ).validate()
