@@ -345,5 +345,6 @@ def state_fingerprint(state: dict[str, Tensor]) -> str:
         t = state[k].detach().cpu().contiguous()
         h.update(k.encode())
         h.update(str(t.dtype).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        # reshape(-1): a 0-dim buffer (BatchNorm's num_batches_tracked) cannot be viewed as bytes; same bytes otherwise
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]

@@ -1,9 +1,14 @@
 """The on-disk feature cache that makes frozen backbones cheap, and its one key.
 
 A frozen backbone's features depend on the backbone (weights, taps, pooling, input
-normalisation, precision) and on the rows of the data (data set identity, split, split seed,
-which rows). ``feature_key`` is the only place that key is built, so the test features that
-``laya train`` extracted are the ones ``laya audit`` and ``laya export`` read back.
+normalisation, precision), on the rows of the data (data set identity, split, split seed,
+which rows) and on the dtype they are stored in. ``feature_key`` is the only place that key is
+built, so the test features that ``laya train`` extracted are the ones ``laya audit`` and
+``laya export`` read back.
+
+Two kinds of entry share that key, chosen by size (the choice is printed): a split whose features
+fit the in-memory budget (``LAYA_IN_MEMORY_MB``) is one file, ``<key>.pt``, loaded whole; a
+larger one is a sharded store, ``<key>.store/`` (``store.py``), read shard by shard.
 
 Entries are written atomically with a SHA-256 of their bytes beside them; an entry whose
 checksum does not match (a killed write, a flipped bit) is ignored and recomputed. A cache that
@@ -15,24 +20,22 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from pathlib import Path
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
-from .config import digest
+from .config import cache_dir, digest, in_memory_budget_mb
 from .device import feature_precision
 from .distributed import all_true, is_main
 from .errors import LayaError
-from .features import LayerFeatures, extract
+from .features import LayerFeatures, extract, to_float_images
 from .fileio import atomic_write_bytes
 from .progress import log
+from .store import FeatureStore, StoredFeatures, extract_to_store, torch_dtype
 
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LAYA_CACHE_DIR", Path.home() / ".cache" / "laya" / "features"))
+__all__ = ["cache_dir", "feature_key", "FeatureCache", "cached_extract", "backbone_identity"]
 
 
 def backbone_identity(backbone) -> dict:
@@ -47,14 +50,15 @@ def backbone_identity(backbone) -> dict:
 
 
 def feature_key(backbone, data_identity: str, split: str, split_seed: int, rows: int | Sequence[int],
-                device) -> str:
+                device, dtype: str = "float32") -> str:
     """The cache key of one split's features: ``rows`` = the split's length (all of it) or a list of
-    row indices (a subset, as ``--samples`` takes)."""
+    row indices (a subset, as ``--samples`` takes); ``dtype`` = how they are stored (``--feature-dtype``)."""
     rows = rows if isinstance(rows, int) else [int(i) for i in rows]
     if split == "test":
         split_seed = None  # the test split never moves with the run's seed (docs/datasets.md)
+    extra = {} if dtype == "float32" else {"dtype": dtype}  # float32 keys are the keys laya always had
     return digest(backbone=backbone_identity(backbone), data=data_identity, split=split, split_seed=split_seed,
-                  rows=rows, precision=feature_precision(device) or "float32")
+                  rows=rows, precision=feature_precision(device) or "float32", **extra)
 
 
 class FeatureCache:
@@ -66,6 +70,9 @@ class FeatureCache:
 
     def path(self, key: str) -> Path:
         return self._paths(key)[0]
+
+    def store_path(self, key: str) -> Path:
+        return self.root / f"{key}.store"
 
     def load(self, key: str) -> LayerFeatures | None:
         data_path, sum_path = self._paths(key)
@@ -80,12 +87,13 @@ class FeatureCache:
             log(f"[yellow]feature cache entry {data_path.name} is corrupt; recomputing[/]")
             return None
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        return LayerFeatures(list(obj["feats"]), obj["labels"])
+        return LayerFeatures([f.float() for f in obj["feats"]], obj["labels"])  # float16/bf16 entries: float32
 
-    def save(self, key: str, features: LayerFeatures) -> bool:
+    def save(self, key: str, features: LayerFeatures, dtype: str = "float32") -> bool:
         """Store an entry; on an OS fault, warn and return False (the job goes on without it)."""
         buf = io.BytesIO()
-        torch.save({"feats": features.feats, "labels": features.labels}, buf)
+        feats = features.feats if dtype == "float32" else [f.to(torch_dtype(dtype)) for f in features.feats]
+        torch.save({"feats": feats, "labels": features.labels}, buf)
         data = buf.getvalue()
         data_path, sum_path = self._paths(key)
         try:
@@ -101,23 +109,46 @@ class FeatureCache:
 
 def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: FeatureCache | None,
                    batch_size: int = 256, device: str = "cpu", description: str = "features",
-                   fallback: tuple[str, Tensor] | None = None) -> LayerFeatures:
-    """Features from the cache when present, else extracted and stored.
+                   fallback: tuple[str, Tensor] | None = None, dtype: str = "float32"):
+    """Features from the cache when present, else extracted and stored: ``LayerFeatures`` in memory, or
+    ``StoredFeatures`` read from a sharded store when the split is larger than the in-memory budget.
 
     ``fallback``: (key of the whole split, the rows wanted): when the wanted subset has no entry of
     its own but the whole split does, its rows are read from there. Under torchrun every rank reads
-    the cache; unless every rank hit, all extract together (sharded) and only rank 0 writes.
+    the cache; unless every rank hit, all extract together (sharded: into memory, then rank 0 writes
+    the entry; or each rank writing its own shards of the store).
     """
     if cache is not None:
         for k, rows in ((key, None), *([fallback] if fallback else [])):
-            hit = cache.load(k)
+            hit = None
+            if all_true(FeatureStore(cache.store_path(k)).complete()):
+                hit = StoredFeatures.open(cache.store_path(k), k)  # a store that fails its manifest: exit 2
+                where = cache.store_path(k)
+            else:
+                hit, where = cache.load(k), cache.path(k)
             if hit is not None and rows is not None:
                 hit = hit.subset(rows) if len(rows) and len(hit) > int(rows.max()) else None
             ok = hit is not None and len(hit) == len(labels) and torch.equal(hit.labels, labels.long())
             if all_true(ok):
-                log(f"reusing cached {description} ({cache.path(k)})")
+                log(f"reusing cached {description} ({where})")
                 return hit
+    n = len(labels)
+    store_path = cache.store_path(key) if cache is not None else None
+    if n and cache is not None:
+        dims = backbone.dims(to_float_images(images[:1]).to(device))
+        mib, budget = n * sum(dims) * 4 / 2**20, in_memory_budget_mb()
+        resuming = all_true(store_path.is_dir())  # a killed store extraction: finish it
+        if mib > budget or resuming:
+            if not resuming:
+                log(f"{description}: {n:,} × {sum(dims):,} features ({mib:,.1f} MiB as float32) exceed the in-memory "
+                    f"budget (LAYA_IN_MEMORY_MB={budget:g}): sharded feature store, read shard by shard")
+            return extract_to_store(backbone, images, labels, key, store_path, dims, batch_size, device, dtype,
+                                    description)
+        log(f"{description}: {n:,} × {sum(dims):,} features ({mib:,.1f} MiB) held in memory "
+            f"(≤ LAYA_IN_MEMORY_MB={budget:g}), single-file cache entry")
     feats = extract(backbone, images, labels, batch_size, device, description)
+    if dtype != "float32":  # what a stored entry gives back, whichever kind of entry
+        feats = LayerFeatures([f.to(torch_dtype(dtype)).float() for f in feats.feats], feats.labels)
     if cache is not None and is_main():
-        cache.save(key, feats)
+        cache.save(key, feats, dtype)
     return feats

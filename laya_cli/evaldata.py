@@ -16,6 +16,7 @@ from .config import DataRequest, check_at_least
 from .data import is_file_dataset, load_dataset
 from .errors import LayaError
 from .features import LayerFeatures, StreamedFeatures
+from .images import take
 from .model import LayaModel
 from .progress import log
 
@@ -55,7 +56,8 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
         size = model.backbone.adapter.size
         image_size = size[0] if size else 32
     req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else (ds.get("data_dir") if same else None),
-                      image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337))
+                      image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
+                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
     data = load_dataset(req)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
@@ -65,14 +67,15 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
         )
     test = data.test
     index = select_samples(len(test), samples, seed)
-    images, labels = test.images[index], test.labels[index]
+    images, labels = take(test.images, index), test.labels[index]  # file images stay lazy
     model.backbone.to(device)
     cache = FeatureCache() if (use_cache and not model.spec.finetune) else None
     if stream and cache is None:
         return EvalData(StreamedFeatures(model.backbone, images, labels, device), images, index, name)
-    whole = feature_key(model.backbone, data.identity, "test", req.seed, len(test), device)
+    dtype = model.checkpoint.get("feature_dtype", "float32")  # the features the head was trained on
+    whole = feature_key(model.backbone, data.identity, "test", req.seed, len(test), device, dtype)
     subset = len(index) < len(test)
-    key = feature_key(model.backbone, data.identity, "test", req.seed, index, device) if subset else whole
+    key = feature_key(model.backbone, data.identity, "test", req.seed, index, device, dtype) if subset else whole
     feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features",
-                           fallback=(whole, index) if subset else None)
+                           fallback=(whole, index) if subset else None, dtype=dtype)
     return EvalData(feats, images, index, name)

@@ -69,7 +69,7 @@ def backbone_forward(backbone, x: Tensor) -> list[Tensor]:
     return [f.float() for f in feats]
 
 
-def _check_finite(names: Sequence[str], feats: Sequence[Tensor]) -> None:
+def check_finite(names: Sequence[str], feats: Sequence[Tensor]) -> None:
     for name, f in zip(names, feats):
         if not torch.isfinite(f).all():
             raise LayaError(f"layer {name} produced NaN or Inf features; check the weights and inputs")
@@ -100,7 +100,7 @@ def extract(backbone, images: Tensor, labels: Tensor, batch_size: int = 256, dev
         feats = []
     if shard and active():
         feats = gather_rows(feats, n)
-    _check_finite(backbone.layer_names, feats)
+    check_finite(backbone.layer_names, feats)
     return LayerFeatures(feats, labels.clone())
 
 
@@ -138,7 +138,7 @@ class StreamedFeatures:
             parts = [backbone_forward(self.backbone, to_float_images(to_device(next(chunks), self.device)))
                      for _ in ranges]
             feats = parts[0] if len(parts) == 1 else [torch.cat(layer) for layer in zip(*parts)]
-            _check_finite(self.backbone.layer_names, feats)
+            check_finite(self.backbone.layer_names, feats)
             yield feats, self.labels[s:e]
 
     def materialize(self) -> LayerFeatures:

@@ -48,17 +48,18 @@ class EpochRecord:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, inputs: list[Tensor], batch_size: int = 1024, device: str = "cpu",
-            shard: bool = True) -> Tensor:
-    """Predicted classes for aligned inputs (features list or [images]).
+def predict(model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu", shard: bool = True) -> Tensor:
+    """Predicted classes for aligned inputs (features list or [images]), or for features read batch
+    by batch (a sharded store's ``StoredFeatures``).
 
     Under torchrun (``shard``) each rank predicts its own whole batches; every rank gets all.
     """
     model.eval()
-    n = len(inputs[0])
+    n = len(inputs) if hasattr(inputs, "batches") else len(inputs[0])
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
-    preds = [model([to_device(t, device) for t in chunk]).logits.argmax(-1).cpu()
-             for chunk in batches([t[start:stop] for t in inputs], batch_size)]
+    chunks = (xs for xs, _ in inputs.batches(batch_size, start, stop)) if hasattr(inputs, "batches") else \
+        batches([t[start:stop] for t in inputs], batch_size)
+    preds = [model([to_device(t, device) for t in chunk]).logits.argmax(-1).cpu() for chunk in chunks]
     out = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.long)
     return gather_rows(out, n) if shard else out
 
@@ -99,12 +100,18 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
     each rank's loss is its share of the batch's mean, so the averaged gradient is the
     one-process batch gradient. Without it every rank trains the same replica on all the data
     (what the cheap head-on-features training does: identical on every rank by construction).
+
+    ``train``/``val`` may also be features read from a sharded store (``store.StoredFeatures``):
+    training then reads shuffled mini-batches shard-wise through a bounded buffer (memory flat in the
+    number of samples); under torchrun each rank reads its own shards and the head is trained with
+    DistributedDataParallel (global batch = ``cfg.batch_size``, split over the ranks).
     """
     torch.manual_seed(cfg.seed)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
-    (train_x, train_y), (val_x, val_y) = train, val
+    (train_x, train_y), (val_x, val_y) = _pair(train), _pair(val)
+    from_store = hasattr(train_x, "epoch_batches")
     best_acc, best_state, since_best, history = -1.0, None, 0, []
     if resume:
         st = load_train_state(state_path, fingerprint)
@@ -115,7 +122,8 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         best_acc, best_state, since_best = st["best_accuracy"], st["best_model"], st["since_best"]
         history = [EpochRecord(**r) for r in st["history"]]
         log(f"resuming after epoch {len(history)} from {state_path}")
-    ddp = _wrap_ddp(model, cfg.device) if data_parallel and distributed.active() else None
+    store_ddp = from_store and distributed.active()
+    ddp = _wrap_ddp(model, cfg.device) if (data_parallel or store_ddp) and distributed.active() else None
     n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
     for epoch in range(len(history) + 1, cfg.epochs + 1):
         if since_best >= cfg.patience:
@@ -123,7 +131,12 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         start = time.perf_counter()
         model.train()
         loss_sum, correct = 0.0, 0
-        for *xs, y in track(batches([*train_x, train_y], cfg.batch_size, shuffle), f"epoch {epoch}", n_batches):
+        if store_ddp:
+            loss_sum, correct = _store_ddp_epoch(model, ddp, optimizer, train_x, cfg, shuffle, epoch)
+        epoch_batches = () if store_ddp else (
+            ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, shuffle)) if from_store
+            else batches([*train_x, train_y], cfg.batch_size, shuffle))
+        for *xs, y in track(epoch_batches, f"epoch {epoch}", n_batches):
             if ddp is not None:
                 # This rank's contiguous share of the global batch; loss = its part of the batch mean
                 # times the world size, since DDP averages the ranks' gradients.
@@ -169,6 +182,44 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
             on_epoch(record)
     model.load_state_dict(best_state)
     return history
+
+
+def _pair(data):
+    """(inputs, labels) from a (list, labels) pair or from features read batch by batch (a store)."""
+    return (data, data.labels) if hasattr(data, "epoch_batches") else data
+
+
+def _store_ddp_epoch(model, ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator,
+                     epoch: int) -> tuple[float, int]:
+    """One epoch of DDP head training where each rank reads its own store shards.
+
+    Every rank takes local batches of ceil(batch / world) rows from its shards; ranks that run out
+    take part with empty batches until the rank with the most rows is done (DDP needs every rank at
+    every step). Each step's loss is the rank's share of the mean over the step's global rows, so the
+    averaged gradient is the gradient of the global batch. The per-rank shuffle is seeded from the
+    epoch's draw of the shared generator, so a resumed run replays it.
+    """
+    world, rank = distributed.world_size(), distributed.rank()
+    local = -(-cfg.batch_size // world)
+    counts = [train_x.rows_of_rank(r, world) for r in range(world)]
+    steps = max(-(-c // local) for c in counts)
+    rows_at = lambda c, step: max(0, min(local, c - step * local))
+    epoch_seed = int(torch.randint(0, 2**62, (1,), generator=shuffle))
+    mine = iter(train_x.epoch_batches(local, torch.Generator().manual_seed(epoch_seed + rank), rank, world))
+    empty = ([torch.zeros(0, d) for d in train_x.dims], torch.zeros(0, dtype=torch.long))
+    loss_sum, correct = 0.0, 0
+    for step in track(range(steps), f"epoch {epoch}", steps):
+        xs, y = next(mine, empty) if rows_at(counts[rank], step) else empty
+        xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
+        logits = ddp(xs).logits
+        ce = F.cross_entropy(logits, y, reduction="sum")
+        loss = ce * (world / sum(rows_at(c, step) for c in counts))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += ce.item()
+        correct += (logits.argmax(-1) == y).sum().item()
+    return loss_sum, int(correct)  # this rank's; fit() sums them over the ranks
 
 
 def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:
@@ -255,9 +306,11 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
             p.requires_grad_(False)
         split_feats = _frozen_features(backbone, spec, data, req)
         train_feats = split_feats["train"]
-        as_inputs = lambda f: (f.feats, f.labels)
+        # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
+        as_inputs = lambda f: f if hasattr(f, "epoch_batches") else (f.feats, f.labels)
         history = _fit_resumable(req, head, as_inputs(train_feats), as_inputs(split_feats["val"]), on_epoch)
-        test_pred = predict(head, split_feats["test"].feats, device=dev)
+        test = split_feats["test"]
+        test_pred = predict(head, test if hasattr(test, "epoch_batches") else test.feats, device=dev)
 
     test_y = data.test.labels
     metrics = {
@@ -283,7 +336,9 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
                  "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
         "classes": list(data.classes),
         "dataset": {"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
-                    "label": req.data.label, "seed": req.data.seed},
+                    "label": req.data.label, "seed": req.data.seed,
+                    **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v}},
+        "feature_dtype": req.feature_dtype,
         "reference": [r.cpu() for r in train_feats.mean()],
         "history": [asdict(r) for r in history],
         "metrics": metrics,
@@ -335,7 +390,7 @@ def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dic
     out = {}
     for split in ("train", "val", "test"):
         ds = getattr(data, split)
-        key = feature_key(backbone, data.identity, split, req.data.seed, len(ds), req.train.device)
+        key = feature_key(backbone, data.identity, split, req.data.seed, len(ds), req.train.device, req.feature_dtype)
         out[split] = cached_extract(backbone, ds.images, ds.labels, key, cache, device=req.train.device,
-                                    description=f"{split} features")
+                                    description=f"{split} features", dtype=req.feature_dtype)
     return out
