@@ -232,6 +232,8 @@ def _write_manifest(store: FeatureStore, key: str, n: int, rps: int, n_shards: i
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "rows": n, "rows_per_shard": rps,
            "layers": layers, "dims": dims, "dtype": dtype, "shards": shards}
     atomic_write_text(store.manifest_path, json.dumps(doc, indent=1))
+    for stale in store.path.glob(".shard-*.tmp"):  # a killed run's half-written shard (every rank is done now)
+        stale.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- reading
