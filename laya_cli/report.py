@@ -338,6 +338,57 @@ def speed_tables(summary: dict):
     return Group(t, "\n".join(notes), "", m, foot)
 
 
+# --------------------------------------------------------------------------- data scale
+
+
+def data_scale_ratios(result: dict) -> list[tuple[str, float, str]]:
+    """(what, ratio, target) of ``laya_cli.speed.data_scale``: streamed peak RSS largest / smallest size, and
+    streamed / in-memory throughput at the smallest size, per rank count."""
+    cells = {(c["mode"], c["ranks"], c["size"]): c for c in result["cells"]}
+    lo, hi = min(result["sizes"]), max(result["sizes"])
+    out = []
+    for k in result["ranks"]:
+        a, b = cells.get(("streamed", k, lo)), cells.get(("streamed", k, hi))
+        if a and b and hi != lo:
+            out.append((f"streamed peak RSS, {hi:,} / {lo:,} images, {k} rank(s)", b["peak_rss_mb"] / a["peak_rss_mb"],
+                        "≤ 1.2×"))
+        m = cells.get(("in-memory", k, hi))
+        if b and m:
+            out.append((f"peak RSS at {hi:,} images, streamed / in-memory, {k} rank(s)",
+                        b["peak_rss_mb"] / m["peak_rss_mb"], ""))
+        s, m = cells.get(("streamed", k, lo)), cells.get(("in-memory", k, lo))
+        if s and m:
+            out.append((f"extraction images/s at {lo:,}, streamed / in-memory, {k} rank(s)",
+                        s["extract_ips"] / m["extract_ips"], "≥ 0.9×"))
+            out.append((f"training rows/s at {lo:,}, streamed / in-memory, {k} rank(s)",
+                        s["train_ips"] / m["train_ips"], "≥ 0.9×"))
+    return out
+
+
+def data_scale_table(result: dict):
+    """``python -m laya_cli.speed.data_scale``: every cell side by side, then the target ratios."""
+    from rich.console import Group
+
+    t = _simple_table("extraction and head training on WebDataset shards: streamed vs in memory")
+    for col in ("images", "ranks", "mode", "extract s", "extract img/s", "train s", "train rows/s",
+                "peak RSS MiB", "per rank", "test acc"):
+        t.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
+    for c in sorted(result["cells"], key=lambda c: (c["size"], c["ranks"], c["mode"])):
+        t.add_row(f"{c['size']:,}", str(c["ranks"]), c["mode"], f"{c['extract_s']:.1f}", f"{c['extract_ips']:,.0f}",
+                  f"{c['train_s']:.1f}", f"{c['train_ips']:,.0f}", f"{c['peak_rss_mb']:,.0f}",
+                  " / ".join(f"{x:,.0f}" for x in c["rss_per_rank"]), f"{c['test_accuracy']:.3f}")
+    r = _simple_table("ratios")
+    for col in ("", "×", "target"):
+        r.add_column(col, justify="left" if col != "×" else "right", no_wrap=True)
+    for what, x, target in data_scale_ratios(result):
+        r.add_row(what, f"{x:.2f}×", target)
+    load = result.get("load_avg")
+    foot = (f"{result['cpu_count']} CPUs{f', load average {load[0]:.1f} at the end' if load else ''} · "
+            f"{result['epochs']} head epochs · {', '.join(f'{k}={v}' for k, v in result['settings'].items())} · "
+            f"total {result['wall_s']:.0f} s · each cell a fresh torchrun job with a cold cache")
+    return Group(t, r, foot)
+
+
 # --------------------------------------------------------------------------- info
 
 

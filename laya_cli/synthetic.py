@@ -66,3 +66,17 @@ def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, 
     with progress.enabled(False):
         train(req)
     return Path(out)
+
+
+def frozen_cnn_and_images(n: int = 40, size: int = 16, seed: int = 0):
+    """The built-in cnn (seeded, eval mode) with n seeded random uint8 images and labels 0,1,2,…:
+    (backbone, images, labels). Feature extraction on it is fast and deterministic."""
+    import torch
+
+    from .backbones import BackboneSpec, build_backbone
+
+    torch.manual_seed(seed)
+    backbone = build_backbone(BackboneSpec("cnn", in_channels=3, image_size=(size, size))).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    return backbone, images, torch.arange(n) % 3
