@@ -17,6 +17,7 @@ from typing import Annotated
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from . import progress
@@ -75,20 +76,20 @@ class LayaGroup(TyperGroup):
             err_console.print("[bold red]interrupted[/]")
             raise typer.Exit(130) from None
         except TrainingInterrupted as e:
-            err_console.print(f"[bold red]interrupted:[/] {e}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]interrupted:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
 
 
 def _report_user_error(e: LayaError) -> None:
     """Print ``error: …`` once. Under torchrun rank 0 prints, unless another rank failed on its own."""
     if not _under_torchrun():
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return
     from . import distributed
 
     own = distributed.should_report_error(str(e)) and not distributed.is_main()
     if distributed.is_main():
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
     elif own:
         sys.stderr.write(f"error (rank {distributed.rank()}): {e}\n")
     if not own:

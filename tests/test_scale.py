@@ -201,7 +201,7 @@ def test_store_reads_subsets_means_and_a_bounded_shuffle_that_visits_every_row(t
     backbone, images, labels = frozen_cnn_and_images(41)
     from laya_cli.features import extract
 
-    ref = extract(backbone, images, labels)
+    ref = extract(backbone, images, labels, batch_size=4)  # the same batches as the store's
     st = extract_to_store(backbone, images, labels, "k", tmp_path / "s.store", [32, 64, 128, 256], batch_size=4)
     for x, y in zip(st.feats, ref.feats):
         assert torch.equal(x, y)
