@@ -170,12 +170,54 @@ def run(sizes, ranks, epochs: int = 3, keep: str | None = None, say=print) -> di
             "settings": SCALED}
 
 
+def per_image_costs(device: str = "cpu", images: int = 16, batch: int = 16) -> dict:
+    """What the ImageNet calculation of docs/scaling.md needs, measured here: seconds per image of
+    (a) a ViT-B/16 extraction with its 12 block taps (laya's ``features.extract``, random weights: the same
+    arithmetic as pretrained ones; bf16 autocast on CUDA) and (b) decoding + resizing one 500×375 JPEG to
+    224×224 on one CPU core (``images.decode_image``), and the feature row size."""
+    import io
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from laya_cli.backbones import BackboneSpec, build_backbone
+    from laya_cli.features import extract
+    from laya_cli.images import decode_image
+
+    torch.manual_seed(0)
+    backbone = build_backbone(BackboneSpec("vit_base", in_channels=3, image_size=(224, 224))).to(device).eval()
+    x = torch.randint(0, 256, (images, 3, 224, 224), dtype=torch.uint8)
+    extract(backbone, x[:batch], torch.zeros(batch), batch, device)  # warm-up
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    feats = extract(backbone, x, torch.zeros(images), batch, device)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    vit = (time.perf_counter() - t) / images
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)).save(buf, format="JPEG", quality=90)
+    jpeg, k = buf.getvalue(), 40
+    t = time.perf_counter()
+    for _ in range(k):
+        decode_image(io.BytesIO(jpeg), 224)
+    decode = (time.perf_counter() - t) / k
+    return {"device": device, "torch_threads": torch.get_num_threads(), "vit_b16_s_per_image": vit,
+            "jpeg_decode_s_per_image": decode, "floats_per_image": sum(f.shape[1] for f in feats.feats),
+            "layers": feats.num_layers, "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="2000,10000,30000", help="comma list of data set sizes (images)")
     ap.add_argument("--ranks", default="1,2", help="comma list of torchrun process counts")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
+    ap.add_argument("--per-image", action="store_true",
+                    help="only measure the per-image costs of the ImageNet calculation (ViT-B/16 extraction, JPEG decode)")
+    ap.add_argument("--device", default="cpu", help="--per-image: cpu or cuda")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--report", default=None, help=argparse.SUPPRESS)
@@ -183,6 +225,13 @@ def main(argv=None) -> dict:
     if args.worker:
         worker(args.worker, args.epochs, args.out, args.report)
         return {}
+    if args.per_image:
+        r = per_image_costs(args.device)
+        print(f"ViT-B/16, {r['layers']} taps ({r['floats_per_image']:,} floats per image), {r['device']}, "
+              f"{r['torch_threads']} threads: {r['vit_b16_s_per_image'] * 1000:.1f} ms per image extracted; "
+              f"JPEG 500×375 → 224×224 decode on one core: {r['jpeg_decode_s_per_image'] * 1000:.2f} ms per image"
+              + (f" (load average {r['load_avg'][0]:.1f})" if r["load_avg"] else ""))
+        return r
     from rich.console import Console
 
     from ..report import data_scale_table
