@@ -334,11 +334,11 @@ def test_a_store_whose_manifest_does_not_match_its_shards_is_a_one_line_error(sh
     blob = bytearray(shard.read_bytes())
     blob[-1] ^= 0xFF  # one flipped bit in the last feature
     shard.write_bytes(bytes(blob))
-    r = invoke("audit", tmp_path / "s.pt", "--json", tmp_path / "audit.json")
+    r = invoke("audit", tmp_path / "s.pt", "--json", tmp_path / "audit.json", "-q")
     assert_user_error(r, "does not match its manifest", "shard-00000.safetensors", "checksum", "remove the folder")
     assert not (tmp_path / "audit.json").exists()
     shard.unlink()
-    r = invoke("audit", tmp_path / "s.pt", "--json", tmp_path / "audit.json")
+    r = invoke("audit", tmp_path / "s.pt", "--json", tmp_path / "audit.json", "-q")
     assert_user_error(r, "does not match its manifest", "is missing")
     assert not (tmp_path / "audit.json").exists()
 
