@@ -346,19 +346,19 @@ class StoredFeatures:
         n = len(self)
         buffer = shuffle_rows(self.dims)
         if world == 1 and n <= buffer:
-            feats, labels = self.materialize().feats, self.labels
+            if getattr(self, "_held", None) is None:  # within the buffer: read once, kept for the next epochs
+                self._held = self.materialize().feats
+            feats, labels = self._held, self.labels
             order = torch.randperm(n, generator=generator)
             for s in range(0, n, batch_size):
                 idx = order[s : s + batch_size]
                 yield [f[idx] for f in feats], labels[idx]
             return
         # My positions, grouped by the store shard they live in.
-        positions = np.arange(n) if self.rows is None else None
         store_rows = np.arange(n) if self.rows is None else np.asarray(self.rows, dtype=np.int64)
         shard_of = store_rows // self.rps
         groups = [np.flatnonzero(shard_of == k) for k in range(len(self.manifest["shards"])) if k % world == rank]
         groups = [g for g in groups if len(g)]
-        del positions
         if not groups:
             return
         chunk = max(1, buffer // len(groups))

@@ -31,6 +31,7 @@ from .errors import LayaError, TrainingInterrupted, unknown_choice
 from .features import LayerFeatures, batches, extract, to_float_images
 from .fileio import atomic_torch_save, check_writable
 from .heads import HEADS, build_head
+from .images import take
 from .metrics import accuracy, macro_f1
 from .model import EndToEnd
 from .progress import log, track
@@ -58,7 +59,7 @@ def predict(model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu
     n = len(inputs) if hasattr(inputs, "batches") else len(inputs[0])
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
     chunks = (xs for xs, _ in inputs.batches(batch_size, start, stop)) if hasattr(inputs, "batches") else \
-        batches([t[start:stop] for t in inputs], batch_size)
+        batches([take(t, slice(start, stop)) for t in inputs], batch_size)  # file images stay lazy
     preds = [model([to_device(t, device) for t in chunk]).logits.argmax(-1).cpu() for chunk in chunks]
     out = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.long)
     return gather_rows(out, n) if shard else out
