@@ -371,3 +371,17 @@ def test_torchrun_ranks_write_their_own_shards_and_train_the_head_with_ddp(tmp_p
     assert two["metrics"]["n_train"] == one["metrics"]["n_train"]
     assert two["metrics"]["test_accuracy"] > 0.5 and one["metrics"]["test_accuracy"] > 0.5
     assert len(two["history"]) == 3
+
+
+@pytest.mark.slow
+def test_data_scale_benchmark_runs_and_reports_every_cell(tmp_path):
+    """A smoke run of ``python -m laya_cli.speed.data_scale`` at tiny sizes (not a measurement)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "laya_cli.speed.data_scale", "--sizes", "300,600", "--ranks", "1,2",
+                        "--epochs", "1", "--json", str(tmp_path / "d.json")], capture_output=True, text=True,
+                       env=env, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert len(doc["cells"]) == 8 and {c["mode"] for c in doc["cells"]} == {"in-memory", "streamed"}
+    assert "streamed peak RSS, 600 / 300 images" in r.stdout
