@@ -272,7 +272,7 @@ def scan(source, size: int, strict: bool) -> np.ndarray:
     key = digest(stamp=source.stamp(), size=size, n=len(source))
     path = cache_dir() / "scans" / f"{key}.json"
     ok = _read_scan(path, len(source))
-    if ok is None:
+    if not distributed.all_true(ok is not None):  # every rank scans together unless every rank has it
         ok = _scan(source, size)
         if distributed.is_main():
             _write_scan(path, ok)
