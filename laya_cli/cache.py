@@ -30,7 +30,7 @@ from .config import cache_dir, digest, in_memory_budget_mb
 from .device import feature_precision
 from .distributed import all_true, is_main
 from .errors import LayaError
-from .features import LayerFeatures, extract, to_float_images
+from .features import LayerFeatures, backbone_forward, extract, to_float_images
 from .fileio import atomic_write_bytes
 from .progress import log
 from .store import FeatureStore, StoredFeatures, extract_to_store, torch_dtype
@@ -135,7 +135,8 @@ def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: Fe
     n = len(labels)
     store_path = cache.store_path(key) if cache is not None else None
     if n and cache is not None:
-        dims = backbone.dims(to_float_images(images[:1]).to(device))
+        with torch.no_grad():  # the layer widths, from one image (any tapped backbone)
+            dims = [f.shape[1] for f in backbone_forward(backbone, to_float_images(images[:1]).to(device))]
         mib, budget = n * sum(dims) * 4 / 2**20, in_memory_budget_mb()
         resuming = all_true(store_path.is_dir())  # a killed store extraction: finish it
         if mib > budget or resuming:
