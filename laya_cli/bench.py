@@ -99,7 +99,7 @@ class BenchRequest:
     patience: int = 5
     layers: list[str] = field(default_factory=list)
     pool: str = "auto"
-    pretrained: bool = False
+    pretrained: bool | None = None  # None: as train (pretrained for frozen hub backbones)
     weights: str | None = None
     finetune: bool | None = None
     use_cache: bool = True

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .backbones import BackboneSpec, build_backbone
+from .backbones import BackboneSpec, backbone_from_checkpoint
 from .errors import LayaError
 from .fileio import atomic_path
 from .heads import HeadConfig, build_head
@@ -54,7 +54,7 @@ def read_checkpoint(path: str | Path) -> dict:
 def model_from_checkpoint(ckpt: dict) -> LayaModel:
     spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
     try:
-        backbone = build_backbone(spec, ckpt["backbone"].get("weights"))
+        backbone = backbone_from_checkpoint(ckpt["backbone"])  # refuses weights whose SHA-256 changed
         head = build_head(ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
         head.load_state_dict(ckpt["head"]["weights"])
     except LayaError:

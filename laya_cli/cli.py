@@ -128,8 +128,11 @@ LrOpt = Annotated[float, typer.Option(help="Adam learning rate.")]
 PatienceOpt = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
 LayersOpt = Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")]
 PoolOpt = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
-PretrainedOpt = Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")]
-WeightsOpt = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")]
+PretrainedOpt = Annotated[Optional[bool], typer.Option("--pretrained/--no-pretrained", help="Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or a local hub cache).")]
+WeightsOpt = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch.")]
+# --- zoo (issue 11): the user's own architecture, and the side the backbone sees
+ArchOpt = Annotated[Optional[str], typer.Option(help="Your own architecture: module.path:callable or path/to/file.py:callable (imported: trusted code, see docs/backbones.md); its weights come from --weights.")]
+InputSizeOpt = Annotated[Optional[int], typer.Option(help="Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).")]
 FinetuneOpt = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
 CacheOpt = Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")]
 
@@ -155,8 +158,10 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")] = 1337,
     layers: LayersOpt = None,
     pool: PoolOpt = "auto",
-    pretrained: PretrainedOpt = False,
+    pretrained: PretrainedOpt = None,
     weights: WeightsOpt = None,
+    arch: ArchOpt = None,
+    input_size: InputSizeOpt = None,
     finetune: FinetuneOpt = None,
     trust_pickle: Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")] = False,
     cache: CacheOpt = True,
@@ -182,6 +187,7 @@ def train(
                           device=resolve_device(device)),
         layers=_split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
         finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
+        arch=arch, input_size=input_size,
     )
 
     def on_epoch(r):
@@ -218,6 +224,7 @@ def audit(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")] = False,
+    arch: Annotated[Optional[str], typer.Option(help="Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.")] = None,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from . import audit as A
@@ -228,6 +235,9 @@ def audit(
     from .report import audit_class_tables, audit_markdown, audit_rich_table
 
     progress.set_enabled(not quiet)
+    if arch:
+        from .backbones import trust_code
+        trust_code(arch)  # zoo: the user names the code a --arch checkpoint needs
     if samples is not None and samples < 1:
         raise LayaError(f"--samples must be at least 1, got {samples}")
     settings = A.AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
@@ -279,9 +289,13 @@ def export_cmd(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if available).")] = "auto",
     overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
+    arch: Annotated[Optional[str], typer.Option(help="Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.")] = None,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
+    if arch:
+        from .backbones import trust_code
+        trust_code(arch)  # zoo: the user names the code a --arch checkpoint needs
 
     matplotlib.use("Agg")  # headless: no display needed (plots.py draws without pyplot anyway)
     from .export import run_export, shift_table
@@ -332,7 +346,7 @@ def bench(
     patience: PatienceOpt = 5,
     layers: LayersOpt = None,
     pool: PoolOpt = "auto",
-    pretrained: PretrainedOpt = False,
+    pretrained: PretrainedOpt = None,
     weights: WeightsOpt = None,
     finetune: FinetuneOpt = None,
     compare: Annotated[str, typer.Option(help="Methods audited besides laya and random (as laya audit --compare).")] = "ig,gradxact,contrib,global",
@@ -422,7 +436,10 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "versions": ckpt["versions"],
         "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
         "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
-                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None},
+                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None,
+                     # zoo: where the weights came from, their SHA-256, each tap's layout
+                     "weights_source": ckpt["backbone"].get("source"), "weights_sha256": ckpt["backbone"].get("sha256"),
+                     "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or [])},
         "layers": list(ckpt["layers"]),
         "dims": list(ckpt["dims"]),
         "classes": list(ckpt["classes"]),
@@ -454,6 +471,9 @@ def info(
         ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
          + (" …" if len(summary["classes"]) > 12 else "")),
         ("dataset", summary["dataset"]["name"]),
+        *([("unmatched", f"{len(u)} artist folder(s) match no row of artists.csv: " + ", ".join(u))]
+          if (u := summary["dataset"].get("unmatched")) else []),
+        *([("weights", f"{b['weights_source']}  sha256 {(b['weights_sha256'] or '')[:16]}")] if b.get("weights_source") else []),
         ("test accuracy", f"{m['test_accuracy']:.4f}"),
         ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
