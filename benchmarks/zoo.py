@@ -40,11 +40,10 @@ class ZooModel:
     family: str  # architecture family, for the table
     size: int  # input side the check uses (small where the model allows)
     widths: tuple[int, ...] = ()  # torchvision: the stage widths of the architecture's definition
-    fast: bool = False  # in the default test run
 
 
 TIMM_ZOO = [
-    ZooModel("timm:resnet18", "ResNet", 32, fast=True),
+    ZooModel("timm:resnet18", "ResNet", 32),
     ZooModel("timm:resnet26d", "ResNet-D", 32),
     ZooModel("timm:resnetv2_50", "ResNetV2", 32),
     ZooModel("timm:convnext_atto", "ConvNeXt", 32),
@@ -54,10 +53,10 @@ TIMM_ZOO = [
     ZooModel("timm:densenet121", "DenseNet", 32),
     ZooModel("timm:vgg11_bn", "VGG", 32),
     ZooModel("timm:vit_tiny_patch16_224", "ViT", 32),
-    ZooModel("timm:deit_tiny_distilled_patch16_224", "DeiT (distilled)", 32, fast=True),
+    ZooModel("timm:deit_tiny_distilled_patch16_224", "DeiT (distilled)", 32),
     ZooModel("timm:eva02_tiny_patch14_224", "EVA-02", 28),
     ZooModel("timm:beit_base_patch16_224", "BEiT", 32),
-    ZooModel("timm:swin_tiny_patch4_window7_224", "Swin", 64, fast=True),
+    ZooModel("timm:swin_tiny_patch4_window7_224", "Swin", 64),
     ZooModel("timm:maxvit_nano_rw_256", "MaxViT", 64),
     ZooModel("timm:coatnet_nano_rw_224", "CoAtNet", 64),
     ZooModel("timm:mixer_s16_224", "MLP-Mixer", 32),
@@ -65,7 +64,7 @@ TIMM_ZOO = [
     ZooModel("timm:mobilevit_xxs", "MobileViT (hybrid)", 64),
 ]
 TORCHVISION_ZOO = [
-    ZooModel("torchvision:resnet18", "ResNet", 32, (64, 128, 256, 512), fast=True),
+    ZooModel("torchvision:resnet18", "ResNet", 32, (64, 128, 256, 512)),
     ZooModel("torchvision:resnext50_32x4d", "ResNeXt", 32, (256, 512, 1024, 2048)),
     ZooModel("torchvision:vgg11_bn", "VGG-BN", 32, (64, 128, 256, 512, 512, 512)),
     ZooModel("torchvision:mobilenet_v2", "MobileNetV2", 32, (16, 24, 32, 96, 1280)),
@@ -75,7 +74,7 @@ TORCHVISION_ZOO = [
     ZooModel("torchvision:convnext_tiny", "ConvNeXt", 32, (96, 192, 384, 768)),
     ZooModel("torchvision:densenet121", "DenseNet", 32, (64, 256, 512, 1024, 1024)),
     ZooModel("torchvision:vit_b_16", "ViT", 32, (768,) * 12),
-    ZooModel("torchvision:swin_t", "Swin", 64, (96, 192, 384, 768), fast=True),
+    ZooModel("torchvision:swin_t", "Swin", 64, (96, 192, 384, 768)),
     ZooModel("torchvision:shufflenet_v2_x0_5", "ShuffleNetV2", 64, (48, 96, 192, 1024)),
     ZooModel("torchvision:maxvit_t", "MaxViT", 224, (64, 128, 256, 512)),
 ]

@@ -279,6 +279,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     if req.head not in HEADS:
         raise unknown_choice("head", req.head, HEADS)
     check_writable(req.out)
+    bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)  # before loading any data
     if req.data.image_size is None and is_file_dataset(req.data.name):
         req.data.image_size = _image_side(req)
     data = load_dataset(req.data)

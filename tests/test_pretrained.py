@@ -113,7 +113,7 @@ def test_warm_torch_home_for_torchvision(empty_caches, folder):
     assert ckpt["backbone"]["weights"] is None and len(ckpt["backbone"]["sha256"]) == 64
 
 
-@pytest.mark.parametrize("filename", ["model.safetensors", "pytorch_model.bin"])
+@pytest.mark.parametrize("filename", [pytest.param("model.safetensors", marks=pytest.mark.slow), "pytorch_model.bin"])
 def test_a_hub_weights_file_given_as_weights(empty_caches, folder, filename):
     src = random_state(4)
     path = empty_caches / filename
@@ -133,11 +133,9 @@ def test_a_hub_weights_file_given_as_weights(empty_caches, folder, filename):
     assert info["backbone"]["weights_source"] == ckpt["backbone"]["source"]
 
 
-def test_tampered_stored_weights_are_refused(tmp_path):
-    from conftest import train_digits
-
-    ckpt_path = train_digits(tmp_path / "m.pt", epochs=1)
-    ckpt = torch.load(ckpt_path, weights_only=True)
+def test_tampered_stored_weights_are_refused(tmp_path, digits_ckpt):
+    ckpt = torch.load(digits_ckpt, weights_only=True)
+    ckpt_path = tmp_path / "m.pt"
     ckpt["backbone"]["weights"]["blocks.0.0.weight"] += 1.0
     torch.save(ckpt, ckpt_path)
     assert_user_error(invoke("audit", ckpt_path, "-q"), "weights differ", "stored weights")

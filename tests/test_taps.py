@@ -17,8 +17,8 @@ CHAIN_FAMILIES = [
     ("cnn", 16),
     ("timm:vit_tiny_patch16_224", 32),  # blocks, NLC+1
     ("timm:resnet18", 32),  # stages, NCHW, BatchNorm
-    ("timm:mixer_s16_224", 32),  # blocks, NLC without prefix tokens
     ("torchvision:resnet18", 32),  # torchvision feature-extraction (FX) engine
+    pytest.param("timm:mixer_s16_224", 32, marks=pytest.mark.slow),  # blocks, NLC without prefix tokens
     pytest.param("timm:swin_tiny_patch4_window7_224", 64, marks=pytest.mark.slow),  # NHWC stages
     pytest.param("torchvision:vit_b_16", 32, marks=pytest.mark.slow),
     pytest.param("timm:efficientnet_b0", 32, marks=pytest.mark.slow),  # taps at blocks 0,1,2,4,6: steps in between
@@ -180,6 +180,10 @@ def test_declared_layouts_per_family():
     assert deit.pool == "cls" and deit.tap_formats[0] == "NLC+2"
     torch.testing.assert_close(r[0], h[:, 0])
     assert deit.spec.formats == ["NLC+2"] * 12  # recorded for the checkpoint once known
+
+
+@pytest.mark.slow
+def test_token_blocks_without_prefix_tokens_pool_by_mean():
     mixer = backbone("timm:mixer_s16_224", 32)
     mixer(images(mixer))
     assert mixer.pool == "mean" and set(mixer.tap_formats) == {"NLC"}

@@ -136,8 +136,15 @@ def export_program(path: Path, model: nn.Module, side: int = 16, dynamic: bool =
     return path
 
 
-def test_torch_export_program_end_to_end(tmp_path, folder):
-    pt2 = export_program(tmp_path / "net.pt2", build_tiny_net())
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> bytes:
+    """TinyNet exported with a dynamic batch (exporting takes seconds: once per module)."""
+    return export_program(tmp_path_factory.mktemp("pt2") / "net.pt2", build_tiny_net()).read_bytes()
+
+
+def test_torch_export_program_end_to_end(tmp_path, folder, program):
+    pt2 = tmp_path / "net.pt2"
+    pt2.write_bytes(program)
     out = tmp_path / "m.pt"
     res = invoke("train", "--backbone", pt2, "--dataset", f"folder:{folder}", "--epochs", "3", "--out", out, "-q")
     assert res.exit_code == 0, res.output
@@ -152,10 +159,11 @@ def test_torch_export_program_end_to_end(tmp_path, folder):
     assert res.exit_code == 0, res.output
 
 
-def test_torch_export_program_taps_by_module_name(tmp_path):
+def test_torch_export_program_taps_by_module_name(tmp_path, program):
     from laya_cli import backbones as bb
 
-    pt2 = export_program(tmp_path / "net.pt2", build_tiny_net())
+    pt2 = tmp_path / "net.pt2"
+    pt2.write_bytes(program)
     ref = build_tiny_net().eval()
     b = bb.build_backbone(bb.BackboneSpec(bb.backbone_name(str(pt2)), ["stem", "stages.*"], in_channels=3,
                                           image_size=(16, 16)))
@@ -185,14 +193,15 @@ def test_bad_arch_is_one_line(tmp_path, folder, arch, fragments):
     assert not out.exists()
 
 
-def test_corrupt_and_unsafe_programs_are_refused(tmp_path, folder):
+def test_corrupt_and_unsafe_programs_are_refused(tmp_path, folder, program):
     out = tmp_path / "m.pt"
 
     def refused(pt2, *fragments):
         assert_user_error(invoke("train", "--backbone", pt2, "--dataset", f"folder:{folder}", "--out", out), *fragments)
         assert not out.exists()
 
-    good = export_program(tmp_path / "good.pt2", build_tiny_net()).read_bytes()
+    good = program
+    (tmp_path / "good.pt2").write_bytes(good)
     (tmp_path / "garbage.pt2").write_bytes(b"not a zip at all" * 10)
     refused(tmp_path / "garbage.pt2", "not a torch.export program", "not a zip archive")
     (tmp_path / "cut.pt2").write_bytes(good[: len(good) // 2])

@@ -36,6 +36,7 @@ __all__ = [
     "SmallCNN", "TapFormat", "TappedBackbone", "CLASSIFIER_KEYS", "IMAGENET_MEAN", "IMAGENET_STD",
     "backbone_from_checkpoint", "backbone_name", "build_backbone", "build_model", "checkpoint_extras",
     "checkpoint_weights", "default_pretrained", "family_of", "input_side", "is_builtin", "load_state", "pool_tokens",
+    "preflight",
     "read_weights_file", "resolve_layers", "state_fingerprint", "trust_code", "weights_sha256",
 ]
 
@@ -64,6 +65,17 @@ def default_pretrained(name: str, finetune: bool, weights: str | None = None) ->
     """Hub backbones are pretrained by default when frozen and no --weights file is given."""
     family, _ = family_of(name)
     return family.hub and not finetune and not weights
+
+
+def preflight(backbone: str, arch: str | None, finetune: bool | None, pretrained: bool | None,
+              weights: str | None) -> None:
+    """Fail before any data is loaded: an unknown backbone, or pretrained weights that are
+    neither cached nor downloadable (one line, naming --weights, the caches and --no-pretrained)."""
+    name = backbone_name(backbone, arch)
+    family, model_name = family_of(name)
+    finetune = is_builtin(name) if finetune is None else finetune
+    if (default_pretrained(name, finetune, weights) if pretrained is None else pretrained):
+        family.check_pretrained(model_name)
 
 
 def build_model(spec: BackboneSpec, *, program: bytes | None = None,
@@ -189,5 +201,8 @@ def backbone_from_checkpoint(section: dict) -> TappedBackbone:
         backbone = build_backbone(spec, stored, program=program, expect_sha256=section.get("sha256"))
     finally:
         spec.pretrained = pretrained
+    if not section["spec"].get("formats") and spec.pool == "mean":
+        # checkpoints from before declared tap formats averaged every token, prefix tokens included
+        backbone.layouts = Layouts(backbone.layouts.spatial, 0)
     backbone.weights_source = section.get("source", backbone.weights_source)
     return backbone

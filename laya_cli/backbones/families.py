@@ -109,6 +109,11 @@ class Family:
         """This family's own way to cut ``model`` after tap k, or None for the generic one."""
         return None
 
+    def check_pretrained(self, model_name: str) -> bool:
+        """Before any work: True when the pretrained weights are cached locally, False when they
+        can be downloaded, a one-line error when neither."""
+        raise LayaError(f"{self.name} backbones have no published weights; drop --pretrained")
+
     def default_pool(self, model: nn.Module) -> str:
         return "cls" if self.layouts(model).prefix else "mean"
 
@@ -171,7 +176,7 @@ class TimmFamily(Family):
 
         self._check_name(model_name)
         kwargs = {"img_size": spec.input_size} if spec.input_size else {}
-        cached = spec.pretrained and self._check_pretrained(model_name)
+        cached = spec.pretrained and self.check_pretrained(model_name)
         if spec.pretrained and getattr(timm.get_pretrained_cfg(model_name), "hf_hub_id", None):
             kwargs["cache_dir"] = str(hf_cache_dir())  # HF_HOME as set now, not at import
         try:
@@ -198,8 +203,7 @@ class TimmFamily(Family):
     def owns(self, model):
         return type(model).__module__.startswith("timm.")
 
-    def _check_pretrained(self, model_name: str) -> bool:
-        """True when the weights are in a local cache; an error when they are not and cannot be fetched."""
+    def check_pretrained(self, model_name: str) -> bool:
         import timm
         from urllib.parse import urlparse
 
@@ -210,7 +214,7 @@ class TimmFamily(Family):
             return True
         if cfg.hf_hub_id and hub_file_cached(cfg.hf_hub_id, ("model.safetensors", "pytorch_model.bin", cfg.hf_hub_filename)):
             return True
-        if cfg.url and torch_hub_cached(cfg.url).is_file():
+        if cfg.url and not cfg.hf_hub_id and torch_hub_cached(cfg.url).is_file():  # timm prefers the HF hub
             return True
         host = "huggingface.co" if cfg.hf_hub_id else (urlparse(cfg.url).hostname or "")
         if offline() or not reachable(host):
@@ -304,12 +308,7 @@ class TorchvisionFamily(Family):
                 raise LayaError(f"torchvision:{model_name} pretrained weights are for 224×224 inputs; drop --input-size")
             kwargs["image_size"] = spec.input_size
         if spec.pretrained:
-            if weights is None:
-                raise LayaError(f"torchvision:{model_name} has no pretrained weights; use --no-pretrained")
-            cached = torch_hub_cached(weights.url)
-            if not cached.is_file() and (offline() or not reachable("download.pytorch.org")):
-                why = "downloads are off (LAYA_OFFLINE)" if offline() else "download.pytorch.org is unreachable"
-                raise pretrained_unavailable(f"torchvision:{model_name}", f"{cached} is missing and {why}")
+            self.check_pretrained(model_name)
         try:
             model = torchvision.models.get_model(model_name, weights=weights if spec.pretrained else None, **kwargs)
         except Exception as e:
@@ -325,6 +324,18 @@ class TorchvisionFamily(Family):
 
     def owns(self, model):
         return type(model).__module__.startswith("torchvision.models")
+
+    def check_pretrained(self, model_name: str) -> bool:
+        weights = self._weights_enum(model_name)
+        if weights is None:
+            raise LayaError(f"torchvision:{model_name} has no pretrained weights; use --no-pretrained")
+        cached = torch_hub_cached(weights.url)
+        if cached.is_file():
+            return True
+        if offline() or not reachable("download.pytorch.org"):
+            why = "downloads are off (LAYA_OFFLINE)" if offline() else "download.pytorch.org is unreachable"
+            raise pretrained_unavailable(f"torchvision:{model_name}", f"{cached} is missing and {why}")
+        return False
 
     def input_side(self, model_name, spec):
         if spec.input_size:
