@@ -207,6 +207,7 @@ class TimmFamily(Family):
         import timm
         from urllib.parse import urlparse
 
+        self._check_name(model_name)
         cfg = timm.get_pretrained_cfg(model_name)
         if cfg is None or not (cfg.hf_hub_id or cfg.url or cfg.file):
             raise LayaError(f"timm:{model_name} has no pretrained weights; use --no-pretrained or --weights FILE")
@@ -298,9 +299,7 @@ class TorchvisionFamily(Family):
     def build(self, model_name, spec, **_):
         import torchvision
 
-        names = torchvision.models.list_models(module=torchvision.models)
-        if model_name not in names:
-            raise unknown_choice("torchvision model", model_name, names)
+        self._check_name(model_name)
         weights = self._weights_enum(model_name)
         kwargs = {}
         if spec.input_size and model_name.startswith("vit_"):
@@ -325,7 +324,15 @@ class TorchvisionFamily(Family):
     def owns(self, model):
         return type(model).__module__.startswith("torchvision.models")
 
+    def _check_name(self, model_name: str) -> None:
+        import torchvision
+
+        names = torchvision.models.list_models(module=torchvision.models)
+        if model_name not in names:
+            raise unknown_choice("torchvision model", model_name, names)
+
     def check_pretrained(self, model_name: str) -> bool:
+        self._check_name(model_name)
         weights = self._weights_enum(model_name)
         if weights is None:
             raise LayaError(f"torchvision:{model_name} has no pretrained weights; use --no-pretrained")

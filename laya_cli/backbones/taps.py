@@ -508,23 +508,30 @@ class TappedBackbone(nn.Module):
     def truncated(self, k: int) -> "TappedBackbone":
         """A copy that stops after tap ``k`` (a count) and holds no module above it."""
         k = self._k(k)
-        model = copy.deepcopy(self.model)
         names = self.layer_names[:k]
-        pruned = self.family.truncate(model, self.layer_names, k) if self.family is not None else None
-        if pruned is None:
-            pruned = prune_after(model, names, self.adapter(self.probe_input()))
         formats = [str(f) for f in self.formats[:k]] if all(f is not None for f in self.formats[:k]) else None
-        out = TappedBackbone(pruned, self.input_cfg, names, self.pool, formats, family=self.family,
-                             engine=self.engine_kind, layouts=self.layouts, expected_widths=self.expected_widths[:k],
-                             example_shape=self.example_shape)
-        out.weights_source = self.weights_source
-        out.to(self.adapter.mean.device)
-        with torch.no_grad(), eval_mode(self, out):
-            x = self.probe_input()
-            for a, b, name in zip(self.activations(x, k), out.activations(x), names):
-                if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
-                    raise LayaError(f"truncating at layer {names[-1]} changed layer {name}; this model cannot be truncated")
-        return out
+        x = self.probe_input()
+        with torch.no_grad(), eval_mode(self):
+            want = self.activations(x, k)
+        cuts = [lambda m: self.family.truncate(m, self.layer_names, k) if self.family is not None else None,
+                lambda m: prune_after(m, names, self.adapter(x))]  # the family's own cut, else the generic one
+        for cut in cuts:
+            try:
+                pruned = cut(copy.deepcopy(self.model))
+                if pruned is None:
+                    continue
+                out = TappedBackbone(pruned, self.input_cfg, names, self.pool, formats, family=self.family,
+                                     engine=self.engine_kind, layouts=self.layouts,
+                                     expected_widths=self.expected_widths[:k], example_shape=self.example_shape)
+                out.to(self.adapter.mean.device)
+                with torch.no_grad(), eval_mode(out):
+                    got = out.activations(x)
+            except Exception:  # a cut that breaks the forward: try the next one
+                continue
+            if all(a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, want)):
+                out.weights_source = self.weights_source
+                return out
+        raise LayaError(f"this model cannot be truncated at layer {names[-1]}: the cut model's taps differ")
 
 
 def prune_after(model: nn.Module, names: Sequence[str], x: Tensor) -> nn.Module:
