@@ -45,6 +45,9 @@ def backbone_identity(backbone) -> dict:
     adapter = backbone.adapter
     return {"weights": state_fingerprint(backbone.model.state_dict()), "layers": list(backbone.layer_names),
             "pool": backbone.pool,
+            # how each tap is pooled (NCHW, NHWC, NLC+P…): entries from before declared formats (Swin pooled
+            # over H instead of C) must not be read back as if they were right
+            "formats": list(getattr(backbone, "tap_formats", [])),
             "input": [adapter.channels, list(adapter.size or []), adapter.mean.flatten().tolist(),
                       adapter.std.flatten().tolist()]}
 
@@ -135,6 +138,7 @@ def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: Fe
     n = len(labels)
     store_path = cache.store_path(key) if cache is not None else None
     if n and cache is not None:
+        backbone.eval()  # as extract() runs it: BatchNorm must neither see a batch of one nor update its statistics
         with torch.no_grad():  # the layer widths, from one image (any tapped backbone)
             dims = [f.shape[1] for f in backbone_forward(backbone, to_float_images(images[:1]).to(device))]
         mib, budget = n * sum(dims) * 4 / 2**20, in_memory_budget_mb()

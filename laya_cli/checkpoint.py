@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .backbones import BackboneSpec, build_backbone
+from .backbones import BackboneSpec, backbone_from_checkpoint
 from .errors import LayaError
 from .config import HeadConfig
 from .fileio import atomic_torch_save
@@ -54,7 +54,7 @@ def read_checkpoint(path: str | Path) -> dict:
 def model_from_checkpoint(ckpt: dict) -> LayaModel:
     spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
     try:
-        backbone = build_backbone(spec, ckpt["backbone"].get("weights"))
+        backbone = backbone_from_checkpoint(ckpt["backbone"])  # refuses weights whose SHA-256 changed
         head = build_head(ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
         head.load_state_dict(ckpt["head"]["weights"])
     except LayaError:
@@ -78,7 +78,10 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "versions": ckpt["versions"],
         "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
         "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
-                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None},
+                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None,
+                     # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
+                     "weights_source": ckpt["backbone"].get("source"), "weights_sha256": ckpt["backbone"].get("sha256"),
+                     "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or [])},
         "layers": list(ckpt["layers"]),
         "dims": list(ckpt["dims"]),
         "classes": list(ckpt["classes"]),

@@ -23,9 +23,9 @@ from typer.core import TyperGroup
 from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
+from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
                       Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, FeatureDtype, Finetune,
-                      Head, ImageColumn, ImageSize, InternalBatchSize, JsonOut, Label, LabelColumn, Layers, Lr,
+                      Head, ImageColumn, ImageSize, InputSize, InternalBatchSize, JsonOut, Label, LabelColumn, Layers, Lr,
                       MarkdownOut, ModelPath, Patience,
                       Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
@@ -132,6 +132,14 @@ def _device(device: str) -> str:
     return resolve_device(device)
 
 
+def _trust_arch(arch: str | None) -> None:
+    """--arch on audit/export: the user names the code a checkpoint trained with --arch imports."""
+    if arch:
+        from .backbones import trust_code
+
+        trust_code(arch)
+
+
 def _note(text: str) -> None:
     err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
 
@@ -171,6 +179,8 @@ def train(
     pool: Pool = JOB.pool,
     pretrained: Pretrained = JOB.pretrained,
     weights: Weights = None,
+    arch: Arch = JOB.arch,
+    input_size: InputSize = JOB.input_size,
     finetune: Finetune = JOB.finetune,
     trust_pickle: TrustPickle = JOB.trust_pickle,
     feature_dtype: FeatureDtype = JOB.feature_dtype,
@@ -189,7 +199,7 @@ def train(
                             score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                             seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
                             finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
-                            device=_device(device))
+                            device=_device(device), arch=arch, input_size=input_size)
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
 
@@ -229,6 +239,7 @@ def audit(
     cache: Cache = True,
     device: Device = "auto",
     quiet: Quiet = False,
+    arch: ArchImport = None,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from . import auditing, distributed
@@ -240,6 +251,7 @@ def audit(
     from .report import audit_class_tables, audit_markdown, audit_rich_table
 
     with progress.enabled(not quiet):
+        _trust_arch(arch)
         check_at_least("--samples", samples)
         settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
                                  internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
@@ -294,6 +306,7 @@ def export_cmd(
     device: Device = "auto",
     overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
+    arch: ArchImport = None,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -303,6 +316,7 @@ def export_cmd(
     from .report import shift_table
 
     with progress.enabled(not quiet):
+        _trust_arch(arch)
         exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
                          samples=samples, seed=seed, device=_device(device), overwrite=overwrite)
     for note in exp.notes:

@@ -144,8 +144,10 @@ class TrainRequest:
     train: TrainConfig = field(default_factory=TrainConfig)
     layers: list[str] = field(default_factory=list)
     pool: str = "auto"
-    pretrained: bool = False
+    pretrained: bool | None = None  # None: pretrained for frozen hub backbones (vit_base, timm:, torchvision:)
     weights: str | None = None  # a user's weights file (state dict), with backbone = its arch
+    arch: str | None = None  # the user's own architecture: module.path:callable or file.py:callable
+    input_size: int | None = None  # side of the images the backbone sees (None: its own)
     finetune: bool | None = None  # None: end to end for built-ins, frozen otherwise
     trust_pickle: bool = False
     use_cache: bool = True
@@ -153,7 +155,7 @@ class TrainRequest:
     resume: bool = False  # continue from the state an interrupted run left beside --out
     feature_dtype: str = "float32"  # frozen features as stored and trained on: float32, float16, bfloat16
 
-    LATER = {"feature_dtype": "float32"}  # as DataRequest.LATER
+    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None}  # as DataRequest.LATER
 
     # Not part of what the run computes: where it is written, how, and on which device.
     RUN_ONLY = ("out", "resume", "use_cache")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -55,6 +55,7 @@ class DataSplits:
     name: str
     identity: str  # what the feature cache keys on: name, files, label rule, image size
     skipped: int = 0  # undecodable images left out
+    unmatched: list[str] = field(default_factory=list)  # artworks: artist folders that match no row of artists.csv
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -74,9 +75,11 @@ def stratified_split(labels: Tensor, fraction: float, seed: int) -> tuple[Tensor
     return torch.cat(kept).sort().values, torch.cat(held).sort().values
 
 
-def _finish(train: ImageTensorDataset, test: ImageTensorDataset, classes, req: DataRequest, identity: str, skipped=0):
+def _finish(train: ImageTensorDataset, test: ImageTensorDataset, classes, req: DataRequest, identity: str, skipped=0,
+            unmatched=()):
     kept, val = stratified_split(train.labels, 0.1, req.seed)
-    return DataSplits(train.subset(kept), train.subset(val), test, list(classes), req.name, identity, skipped)
+    return DataSplits(train.subset(kept), train.subset(val), test, list(classes), req.name, identity, skipped,
+                      list(unmatched))
 
 
 def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTensorDataset]:
@@ -256,8 +259,63 @@ def _tree_stamp(root: Path) -> str:
 # --------------------------------------------------------------------------- artworks
 
 
+def repair_mojibake(name: str) -> str:
+    """Undo UTF-8 read as cp437/cp850 (what unzipping Kaggle's archive does to 'Dürer' written in
+    NFD: ``Albrecht_Du╠êrer``, twice over ``Albrecht_DuΓòá├¬rer``), then normalise to NFC."""
+    import unicodedata
+
+    for _ in range(3):
+        for codec in ("cp437", "cp850"):
+            try:
+                fixed = name.encode(codec).decode("utf-8")
+            except (UnicodeEncodeError, UnicodeDecodeError):
+                continue
+            if fixed != name:
+                name = fixed
+                break
+        else:
+            break
+    return unicodedata.normalize("NFC", name)
+
+
+def _artist_key(name: str) -> str:
+    return repair_mojibake(name).replace(" ", "_").casefold()
+
+
+def _folded(key: str) -> str:
+    """Accents folded away: a folder spelled 'Albrecht_Durer' still finds 'Albrecht Dürer'."""
+    import unicodedata
+
+    return unicodedata.normalize("NFKD", key).encode("ascii", "ignore").decode()
+
+
+def _artwork_groups(root: Path) -> tuple[Path, dict[str, list[Path]]]:
+    """Image files per artist, as Kaggle ships them: ``images/images/<Artist>/…`` (or
+    ``images/<Artist>/…``), else the flat ``resized/resized/<Artist>_<N>.jpg`` (or ``resized/``)."""
+    for images in (root / "images" / "images", root / "images"):
+        folders = sorted(d for d in images.iterdir() if d.is_dir()) if images.is_dir() else []
+        if folders:
+            return images, {d.name: _image_files(d) for d in folders}
+    for resized in (root / "resized" / "resized", root / "resized"):
+        files = _image_files(resized) if resized.is_dir() else []
+        if files:
+            groups: dict[str, list[Path]] = {}
+            for f in files:
+                artist, _, number = f.stem.rpartition("_")
+                groups.setdefault(artist if artist and number.isdigit() else f.stem, []).append(f)
+            return resized, groups
+    raise LayaError(f"artworks: no images under {root} (expected images/images/<Artist>/… or resized/resized/<Artist>_N.jpg)")
+
+
+def _warn(message: str) -> None:
+    """Always shown (even with --quiet): a dataset silently losing classes is never acceptable."""
+    from .progress import console
+
+    console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
 def load_artworks(req: DataRequest) -> DataSplits:
-    """Best Artworks of All Time: images/<Artist_Name>/*.jpg and artists.csv."""
+    """Best Artworks of All Time: artists.csv plus the images, as Kaggle ships them."""
     looked = [Path(req.data_dir).expanduser()] if req.data_dir else []
     looked.append(default_data_dir() / "artworks")
     root = next((d for d in looked if (d / "artists.csv").is_file()), None)
@@ -266,33 +324,43 @@ def load_artworks(req: DataRequest) -> DataSplits:
             f"artworks not found (looked for artists.csv in {', '.join(map(str, looked))}); download "
             "'Best Artworks of All Time' from Kaggle and pass --data-dir to the folder with artists.csv and images/"
         )
-    images_dir = root / "images" / "images" if (root / "images" / "images").is_dir() else root / "images"
     check_choice("--label", req.label, LABELS)
-    with open(root / "artists.csv", newline="", encoding="utf-8") as f:
-        genre = {row["name"].replace(" ", "_"): row["genre"].split(",")[0].strip() for row in csv.DictReader(f)}
-    files, names = [], []
-    for artist_dir in sorted(d for d in images_dir.iterdir() if d.is_dir()):
-        key = artist_dir.name
-        label = key if req.label == "artist" else genre.get(key) or _fuzzy_lookup(genre, key)
-        if label is None:
-            continue
-        for f in _image_files(artist_dir):
-            files.append(f)
-            names.append(label)
+    with open(root / "artists.csv", newline="", encoding="utf-8-sig") as f:
+        rows = {repair_mojibake(row["name"]).replace(" ", "_"): row["genre"].split(",")[0].strip()
+                for row in csv.DictReader(f)}
+    exact = {k.casefold(): (k, g) for k, g in rows.items()}
+    folded = {_folded(k.casefold()): (k, g) for k, g in rows.items()}
+    images_dir, groups = _artwork_groups(root)
+    by_artist: dict[str, list[tuple[str, tuple | None]]] = {}
+    for raw in groups:
+        key = _artist_key(raw)
+        row = exact.get(key) or folded.get(_folded(key))
+        by_artist.setdefault(row[0] if row else repair_mojibake(raw).replace(" ", "_"), []).append((raw, row))
+    files, names, unmatched = [], [], []
+    for artist, folders in by_artist.items():
+        raw, row = max(folders, key=lambda f: len(groups[f[0]]))  # the fullest copy
+        for other, _ in folders:  # Kaggle's archive holds Dürer twice (two mojibake spellings)
+            if other != raw:
+                _warn(f"artworks: skipping folder {other!r}: a second copy of {artist} (kept {raw!r})")
+        group = groups[raw]
+        if row is None:
+            unmatched.append(raw)
+            if req.label == "genre":
+                continue
+        label = row[1] if req.label == "genre" else artist
+        files += group
+        names += [label] * len(group)
+    if unmatched:
+        what = "left out (no genre)" if req.label == "genre" else "kept, labelled by folder name"
+        _warn(f"artworks: {len(unmatched)} artist folder(s) match no row of artists.csv and are {what}: "
+              + ", ".join(repr(u) for u in unmatched))
+    if not files:
+        raise LayaError(f"artworks: no artist under {images_dir} matches artists.csv")
     classes = sorted(set(names))
     full, skipped = _files_dataset(files, names, classes, req.image_size or 224, req.strict)
     train, test = _split_test(full)
     identity = f"artworks:{root.resolve()}:{_tree_stamp(images_dir)}:{req.label}:{req.image_size}"
-    return _finish(train, test, classes, req, identity, skipped)
-
-
-def _fuzzy_lookup(table: dict, key: str):
-    """Kaggle's folder names sometimes differ from artists.csv in accents (Albrecht Durer)."""
-    import unicodedata
-
-    norm = lambda s: unicodedata.normalize("NFKD", s).encode("ascii", "ignore").decode().lower()
-    matches = {norm(k): v for k, v in table.items()}
-    return matches.get(norm(key))
+    return _finish(train, test, classes, req, identity, skipped, unmatched)
 
 
 # --------------------------------------------------------------------------- shard formats (shards.py)

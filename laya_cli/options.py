@@ -56,8 +56,11 @@ Psi = Annotated[str, typer.Option(help="Shared transform ψ before scoring: iden
 ScoreHidden = Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")]
 Layers = Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")]
 Pool = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
-Pretrained = Annotated[bool, typer.Option(help="Load the timm/torchvision pretrained weights (needs network or a local hub cache).")]
-Weights = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.safetensors) for --backbone timm:NAME|torchvision:NAME.")]
+Pretrained = Annotated[Optional[bool], typer.Option("--pretrained/--no-pretrained", help="Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or a local hub cache).")]
+Weights = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch.")]
+Arch = Annotated[Optional[str], typer.Option(help="Your own architecture: module.path:callable or path/to/file.py:callable (imported: trusted code, see docs/backbones.md); its weights come from --weights.")]
+InputSize = Annotated[Optional[int], typer.Option(help="Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).")]
+ArchImport = Annotated[Optional[str], typer.Option("--arch", help="Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.")]
 Finetune = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
 FeatureDtype = Annotated[str, typer.Option(help="Frozen features as stored and trained on: float32, float16 or bfloat16 (halves the feature cache).")]
 TrustPickle = Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")]
@@ -88,8 +91,8 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
                   image_size: int | None, strict: bool, image_column: str = DATA.image_column,
                   label_column: str = DATA.label_column, feature_dtype: str = JOB.feature_dtype, d_star: int, tau: float, psi: str, score_hidden: int,
                   epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
-                  pretrained: bool, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
-                  resume: bool, device: str) -> TrainRequest:
+                  pretrained: bool | None, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
+                  resume: bool, device: str, arch: str | None = None, input_size: int | None = None) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
     return TrainRequest(
         backbone=backbone, head=head,
@@ -99,5 +102,5 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device),
         layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
         finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
-        feature_dtype=feature_dtype,
+        feature_dtype=feature_dtype, arch=arch, input_size=input_size,
     ).validate()

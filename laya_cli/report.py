@@ -405,6 +405,10 @@ def info_panel(summary: dict, path):
         ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
          + (" …" if len(summary["classes"]) > 12 else "")),
         ("dataset", summary["dataset"]["name"]),
+        *([("unmatched", f"{len(u)} artist folder(s) match no row of artists.csv: " + ", ".join(u))]
+          if (u := summary["dataset"].get("unmatched")) else []),
+        *([("weights", f"{b['weights_source']}  sha256 {(b['weights_sha256'] or '')[:16]}")]
+          if b.get("weights_source") else []),
         ("test accuracy", f"{m['test_accuracy']:.4f}"),
         ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),

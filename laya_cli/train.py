@@ -264,8 +264,10 @@ def load_train_state(path: str | Path | None, fingerprint: str) -> dict:
 
 def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBackbone, bb.BackboneSpec, dict | None]:
     c, h, w = data.image_shape
-    finetune = bb.is_builtin(req.backbone) if req.finetune is None else req.finetune
-    spec = bb.BackboneSpec(req.backbone, list(req.layers), req.pool, req.pretrained, finetune, c, (h, w))
+    name = bb.backbone_name(req.backbone, req.arch)  # --arch / FILE.pt2 (docs/backbones.md)
+    finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
+    pretrained = bb.default_pretrained(name, finetune, req.weights) if req.pretrained is None else req.pretrained
+    spec = bb.BackboneSpec(name, list(req.layers), req.pool, pretrained, finetune, c, (h, w), req.input_size)
     state = None
     if req.weights:
         loaded = bb.read_weights_file(req.weights, req.trust_pickle)
@@ -274,8 +276,8 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
         else:
             state = loaded
     torch.manual_seed(req.train.seed)
-    backbone = bb.build_backbone(spec, state)
-    return backbone, spec, state
+    backbone = bb.build_backbone(spec, state, trust_pickle=req.trust_pickle)
+    return backbone, backbone.spec, state
 
 
 def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
@@ -284,6 +286,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     if req.head not in HEADS:
         raise unknown_choice("head", req.head, HEADS)
     check_writable(req.out)
+    bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)  # before loading any data
     if req.data.image_size is None and is_file_dataset(req.data.name):
         req.data.image_size = _image_side(req)
     data = load_dataset(req.data)
@@ -325,9 +328,9 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     ckpt = {
         "backbone": {
             "spec": spec.to_dict(),
-            # Pretrained frozen weights load by name; everything else travels in the file.
-            "weights": None if (spec.pretrained and not spec.finetune and not req.weights)
-            else {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()},
+            # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
+            "weights": bb.checkpoint_weights(backbone, spec, req.weights),
+            **bb.checkpoint_extras(backbone, spec, req.weights),  # source, sha256, formats (.pt2: program)
             "input": {"channels": backbone.adapter.channels, "size": list(backbone.adapter.size or []),
                       "mean": backbone.adapter.mean.flatten().tolist(), "std": backbone.adapter.std.flatten().tolist()},
         },
@@ -337,7 +340,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
                  "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
         "classes": list(data.classes),
         "dataset": {"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
-                    "label": req.data.label, "seed": req.data.seed,
+                    "label": req.data.label, "seed": req.data.seed, "unmatched": list(data.unmatched),
                     **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v}},
         "feature_dtype": req.feature_dtype,
         "reference": [r.cpu() for r in train_feats.mean()],
@@ -380,10 +383,7 @@ def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
 
 def _image_side(req: TrainRequest) -> int:
     """File-based images are decoded at the backbone's input size (32 for the built-ins)."""
-    if bb.is_builtin(req.backbone):
-        return 32
-    _, cfg = bb.build_model(bb.BackboneSpec(req.backbone))
-    return cfg.size[0] if cfg.size else 224
+    return bb.input_side(bb.BackboneSpec(bb.backbone_name(req.backbone, req.arch), input_size=req.input_size))
 
 
 def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dict[str, LayerFeatures]:

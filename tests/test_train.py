@@ -71,7 +71,7 @@ def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, caps
 
     def run(out):
         req = TrainRequest(backbone="timm:vit_tiny_patch16_224", data=DataRequest(f"folder:{folder}", seed=0),
-                           train=TrainConfig(epochs=2, seed=0), out=str(tmp_path / out))
+                           train=TrainConfig(epochs=2, seed=0), out=str(tmp_path / out), pretrained=False)
         return train(req)
 
     first = run("a.pt")

@@ -40,7 +40,7 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
         def request(out: str) -> TrainRequest:
             return TrainRequest(backbone="timm:vit_tiny_patch16_224",
                                 data=DataRequest(f"folder:{folder}", image_size=224, seed=0), train=cfg,
-                                out=str(tmp / out))
+                                out=str(tmp / out), pretrained=False)  # random weights: no download
 
         # naive: same data, same head, but the frozen backbone runs every batch
         start = time.perf_counter()

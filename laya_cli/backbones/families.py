@@ -1,0 +1,492 @@
+"""Backbone families: one registry, every family answering the same small interface.
+
+A family knows how to build its models, which layers to tap by default (from the ecosystem's
+own feature API where there is one), how its tap outputs are laid out, and how to cut a model
+after a tap. Add a family here, not an if-chain elsewhere.
+
+==============  =========================================  =====================================
+family          default taps                               layouts
+==============  =========================================  =====================================
+``builtin``     ``blocks.*`` (mlp), ``stages.*`` (cnn)     B×D, B×C×H×W
+``timm``        ``model.feature_info`` (timm's own stages  ``output_fmt`` (NHWC: Swin…) and
+                or blocks: what ``features_only`` returns) ``num_prefix_tokens`` of the model
+``torchvision`` per family (``TORCHVISION_TAPS``)          per family (Swin NHWC, ViT NLC+1)
+``arch``        the model's ``feature_info`` if it has     its ``output_fmt``/``num_prefix_tokens``
+                one, else the longest run of blocks        attributes if any, else NCHW / NLC+0
+``pt2``         the longest run of blocks                  NCHW / NLC+0
+==============  =========================================  =====================================
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import LayaError, unknown_choice
+from .builtin import PaperMLP, SmallCNN
+from .pooling import Layouts
+from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
+from .taps import chain_children, generic_default_taps, match_layers, stage_ends
+from .weights import (hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, reachable,
+                      torch_hub_cached)
+
+Probe = Callable[[], Tensor]  # a batch of model inputs, made only when a rule needs to run the model
+
+
+def _norm_for(channels: int) -> tuple[tuple, tuple]:
+    return (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.5,) * channels, (0.5,) * channels)
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+
+
+def _declared_layouts(model: nn.Module) -> Layouts:
+    """timm's conventions, also honoured on your own modules: ``output_fmt`` and
+    ``num_prefix_tokens`` (or a ``cls_token``/``class_token`` attribute: one prefix token)."""
+    fmt = getattr(model, "output_fmt", "NCHW")
+    fmt = getattr(fmt, "value", fmt)
+    prefix = getattr(model, "num_prefix_tokens", None)
+    if not isinstance(prefix, int):
+        prefix = int(getattr(model, "cls_token", None) is not None or getattr(model, "class_token", None) is not None)
+    return Layouts("NHWC" if fmt == "NHWC" else "NCHW", prefix)
+
+
+def _feature_info_modules(model: nn.Module) -> list[tuple[str, int | None]]:
+    """(module, channels) of a timm-style ``feature_info``; [] when the model has none."""
+    info = getattr(model, "feature_info", None)
+    info = getattr(info, "info", info)
+    if not isinstance(info, (list, tuple)):
+        return []
+    out = []
+    for entry in info:
+        if isinstance(entry, dict) and isinstance(entry.get("module"), str):
+            out.append((entry["module"], entry.get("num_chs")))
+    names = {n for n, _ in model.named_modules()}
+    return out if out and all(m in names for m, _ in out) else []
+
+
+class Family:
+    """The interface. Override what differs; the defaults suit a plain ``nn.Module``."""
+
+    name = "generic"
+    engine = "hooks"  # how taps are read: forward hooks, or "fx" (torchvision's feature extraction)
+    hub = False  # pretrained by default when frozen
+
+    def build(self, model_name: str, spec: BackboneSpec, *, program: bytes | None = None,
+              trust_pickle: bool = False) -> tuple[nn.Module, InputConfig]:
+        raise NotImplementedError
+
+    def owns(self, model: nn.Module) -> bool:
+        return False
+
+    def input_side(self, model_name: str, spec: BackboneSpec) -> int | None:
+        """Side at which file datasets are decoded for this backbone (cheap: no model built)."""
+        return spec.input_size
+
+    def layouts(self, model: nn.Module) -> Layouts:
+        return _declared_layouts(model)
+
+    def default_taps(self, model: nn.Module, probe: Probe) -> list[str]:
+        fi = _feature_info_modules(model)
+        if fi:
+            return [m for m, _ in fi]
+        return generic_default_taps(model, self.layouts(model), probe())
+
+    def candidates(self, model: nn.Module) -> list[str]:
+        """Names that ``--layers`` globs match, in model order."""
+        return [n for n, _ in model.named_modules() if n]
+
+    def expected_widths(self, model: nn.Module, taps: Sequence[str]) -> list[int | None]:
+        chans = dict(_feature_info_modules(model))
+        return [chans.get(t) for t in taps]
+
+    def truncate(self, model: nn.Module, taps: Sequence[str], k: int) -> nn.Module | None:
+        """This family's own way to cut ``model`` after tap k, or None for the generic one."""
+        return None
+
+    def check_pretrained(self, model_name: str) -> bool:
+        """Before any work: True when the pretrained weights are cached locally, False when they
+        can be downloaded, a one-line error when neither."""
+        raise LayaError(f"{self.name} backbones have no published weights; drop --pretrained")
+
+    def default_pool(self, model: nn.Module) -> str:
+        return "cls" if self.layouts(model).prefix else "mean"
+
+    def weights_source(self, model_name: str, spec: BackboneSpec, model: nn.Module) -> str:
+        return "random initialisation"
+
+
+# --------------------------------------------------------------------------- built-ins
+
+
+class BuiltinFamily(Family):
+    name = "builtin"
+    MODELS = {"mlp": "blocks", "cnn": "stages"}
+
+    def build(self, model_name, spec, **_):
+        if model_name == "mlp":
+            h, w = spec.image_size
+            model: nn.Module = PaperMLP(spec.in_channels * h * w)
+        else:
+            model = SmallCNN(spec.in_channels)
+        return model, InputConfig(spec.in_channels, None, (0.5,), (0.5,))
+
+    def owns(self, model):
+        return isinstance(model, (PaperMLP, SmallCNN))
+
+    def layouts(self, model):
+        return Layouts()
+
+    def default_taps(self, model, probe):
+        attr = "blocks" if isinstance(model, PaperMLP) else "stages"
+        return [f"{attr}.{i}" for i in range(len(getattr(model, attr)))]
+
+    def truncate(self, model, taps, k):
+        attr = "blocks" if isinstance(model, PaperMLP) else "stages"
+        keep = [int(t.split(".")[1]) for t in taps[:k] if t.startswith(attr + ".") and t.count(".") >= 1]
+        if len(keep) != k:
+            return None
+        setattr(model, attr, getattr(model, attr)[: max(keep) + 1])
+        return model
+
+
+# --------------------------------------------------------------------------- timm
+
+
+class TimmFamily(Family):
+    """timm models: taps from ``feature_info``, layouts from ``output_fmt``/``num_prefix_tokens``,
+    truncation with ``prune_intermediate_layers``."""
+
+    name = "timm"
+    hub = True
+
+    def _check_name(self, model_name: str) -> None:
+        import timm
+
+        if model_name not in timm.list_models() and model_name not in timm.list_models(pretrained=True):
+            raise unknown_choice("timm model", model_name, timm.list_models())
+
+    def build(self, model_name, spec, **_):
+        import timm
+
+        self._check_name(model_name)
+        kwargs = {"img_size": spec.input_size} if spec.input_size else {}
+        cached = spec.pretrained and self.check_pretrained(model_name)
+        if spec.pretrained and getattr(timm.get_pretrained_cfg(model_name), "hf_hub_id", None):
+            kwargs["cache_dir"] = str(hf_cache_dir())  # HF_HOME as set now, not at import
+        try:
+            with hub_session(offline_now=bool(cached) or offline()):
+                try:
+                    model = timm.create_model(model_name, pretrained=spec.pretrained, num_classes=0, **kwargs)
+                except TypeError as e:  # CNNs take any size and no img_size argument
+                    if "img_size" not in str(e):
+                        raise
+                    kwargs.pop("img_size")
+                    model = timm.create_model(model_name, pretrained=spec.pretrained, num_classes=0, **kwargs)
+        except LayaError:
+            raise
+        except Exception as e:
+            if spec.pretrained:
+                raise pretrained_unavailable(f"timm:{model_name}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
+            raise LayaError(f"could not create timm:{model_name}: {type(e).__name__}: {_first_line(e)}") from None
+        cfg = model.pretrained_cfg
+        c, h, w = cfg.get("input_size", (3, 224, 224))
+        if spec.input_size:
+            h = w = spec.input_size
+        return model, InputConfig(c, (h, w), tuple(cfg.get("mean", IMAGENET_MEAN)), tuple(cfg.get("std", IMAGENET_STD)))
+
+    def owns(self, model):
+        return type(model).__module__.startswith("timm.")
+
+    def check_pretrained(self, model_name: str) -> bool:
+        import timm
+        from urllib.parse import urlparse
+
+        self._check_name(model_name)
+        cfg = timm.get_pretrained_cfg(model_name)
+        if cfg is None or not (cfg.hf_hub_id or cfg.url or cfg.file):
+            raise LayaError(f"timm:{model_name} has no pretrained weights; use --no-pretrained or --weights FILE")
+        if cfg.file:
+            return True
+        if cfg.hf_hub_id and hub_file_cached(cfg.hf_hub_id, ("model.safetensors", "pytorch_model.bin", cfg.hf_hub_filename)):
+            return True
+        if cfg.url and not cfg.hf_hub_id and torch_hub_cached(cfg.url).is_file():  # timm prefers the HF hub
+            return True
+        host = "huggingface.co" if cfg.hf_hub_id else (urlparse(cfg.url).hostname or "")
+        if offline() or not reachable(host):
+            where = cfg.hf_hub_id or cfg.url
+            why = "downloads are off (LAYA_OFFLINE/HF_HUB_OFFLINE)" if offline() else f"{host} is unreachable"
+            raise pretrained_unavailable(f"timm:{model_name}", f"{where} is not in the local hub cache and {why}")
+        return False
+
+    def input_side(self, model_name, spec):
+        if spec.input_size:
+            return spec.input_size
+        import timm
+
+        self._check_name(model_name)
+        cfg = timm.get_pretrained_cfg(model_name)
+        return int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else 224
+
+    def truncate(self, model, taps, k):
+        fi = [m for m, _ in _feature_info_modules(model)]
+        if not hasattr(model, "prune_intermediate_layers") or not all(t in fi for t in taps[:k]):
+            return None
+        try:
+            model.prune_intermediate_layers(indices=[fi.index(t) for t in taps[:k]], prune_norm=True, prune_head=True)
+        except Exception:
+            return None
+        return model
+
+    def weights_source(self, model_name, spec, model):
+        if not spec.pretrained:
+            return "random initialisation"
+        cfg = model.pretrained_cfg
+        return f"timm pretrained {cfg.get('hf_hub_id') or cfg.get('url') or model_name}"
+
+
+# --------------------------------------------------------------------------- torchvision
+
+# Default taps per torchvision family (the module a model class lives in):
+#   ("names", [...])       these modules
+#   ("stages", container)  the last child of the container at each spatial resolution
+#   ("blocks", container)  every child of the container (isotropic models)
+TORCHVISION_TAPS: dict[str, tuple[str, object]] = {
+    "resnet": ("names", ["layer1", "layer2", "layer3", "layer4"]),  # ResNet, ResNeXt, Wide ResNet
+    "vgg": ("stages", "features"),
+    "mobilenetv2": ("stages", "features"),
+    "mobilenetv3": ("stages", "features"),
+    "efficientnet": ("stages", "features"),  # EfficientNet and EfficientNetV2
+    "mnasnet": ("stages", "layers"),
+    "squeezenet": ("stages", "features"),
+    "densenet": ("stages", "features"),
+    "convnext": ("stages", "features"),  # the 4 stages, not the downsampling layers between them
+    "regnet": ("stages", "trunk_output"),
+    "maxvit": ("stages", "blocks"),
+    "swin_transformer": ("stages", "features"),
+    "vision_transformer": ("blocks", "encoder.layers"),
+    "shufflenetv2": ("names", ["stage2", "stage3", "stage4", "conv5"]),
+    "googlenet": ("names", ["conv3", "inception3b", "inception4e", "inception5b"]),
+    "inception": ("names", ["Conv2d_4a_3x3", "Mixed_5d", "Mixed_6e", "Mixed_7c"]),
+}
+TORCHVISION_LAYOUTS = {"swin_transformer": Layouts("NHWC"), "vision_transformer": Layouts("NCHW", 1)}
+
+
+def _tv_family(model: nn.Module) -> str:
+    return type(model).__module__.rsplit(".", 1)[-1]
+
+
+class TorchvisionFamily(Family):
+    """torchvision classification models, read through ``torchvision.models.feature_extraction``."""
+
+    name = "torchvision"
+    engine = "fx"
+    hub = True
+
+    def _weights_enum(self, model_name):
+        import torchvision
+
+        try:
+            return torchvision.models.get_model_weights(model_name).DEFAULT
+        except Exception:
+            return None
+
+    def build(self, model_name, spec, **_):
+        import torchvision
+
+        self._check_name(model_name)
+        weights = self._weights_enum(model_name)
+        kwargs = {}
+        if spec.input_size and model_name.startswith("vit_"):
+            if spec.pretrained and spec.input_size != 224:
+                raise LayaError(f"torchvision:{model_name} pretrained weights are for 224×224 inputs; drop --input-size")
+            kwargs["image_size"] = spec.input_size
+        if spec.pretrained:
+            self.check_pretrained(model_name)
+        try:
+            model = torchvision.models.get_model(model_name, weights=weights if spec.pretrained else None, **kwargs)
+        except Exception as e:
+            if spec.pretrained:
+                raise pretrained_unavailable(f"torchvision:{model_name}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
+            raise LayaError(f"could not create torchvision:{model_name}: {type(e).__name__}: {_first_line(e)}") from None
+        size, mean, std = 224, IMAGENET_MEAN, IMAGENET_STD
+        if weights is not None:
+            t = weights.transforms()
+            size, mean, std = int(t.crop_size[0]), tuple(t.mean), tuple(t.std)
+        size = spec.input_size or size
+        return model, InputConfig(3, (size, size), mean, std)
+
+    def owns(self, model):
+        return type(model).__module__.startswith("torchvision.models")
+
+    def _check_name(self, model_name: str) -> None:
+        import torchvision
+
+        names = torchvision.models.list_models(module=torchvision.models)
+        if model_name not in names:
+            raise unknown_choice("torchvision model", model_name, names)
+
+    def check_pretrained(self, model_name: str) -> bool:
+        self._check_name(model_name)
+        weights = self._weights_enum(model_name)
+        if weights is None:
+            raise LayaError(f"torchvision:{model_name} has no pretrained weights; use --no-pretrained")
+        cached = torch_hub_cached(weights.url)
+        if cached.is_file():
+            return True
+        if offline() or not reachable("download.pytorch.org"):
+            why = "downloads are off (LAYA_OFFLINE)" if offline() else "download.pytorch.org is unreachable"
+            raise pretrained_unavailable(f"torchvision:{model_name}", f"{cached} is missing and {why}")
+        return False
+
+    def input_side(self, model_name, spec):
+        if spec.input_size:
+            return spec.input_size
+        weights = self._weights_enum(model_name)
+        return int(weights.transforms().crop_size[0]) if weights is not None else 224
+
+    def layouts(self, model):
+        return TORCHVISION_LAYOUTS.get(_tv_family(model), Layouts())
+
+    def default_taps(self, model, probe):
+        rule = TORCHVISION_TAPS.get(_tv_family(model))
+        if rule is None:
+            return generic_default_taps(model, self.layouts(model), probe())
+        kind, what = rule
+        if kind == "names":
+            return list(what)
+        names, outputs = chain_children(model, what, probe())
+        if kind == "blocks":
+            return names
+        return stage_ends(names, outputs, self.layouts(model))
+
+    def graph_nodes(self, model: nn.Module) -> list[str]:
+        """torchvision's own node names (``get_graph_node_names``, eval graph), in graph order."""
+        import warnings
+
+        from torchvision.models.feature_extraction import get_graph_node_names
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return list(get_graph_node_names(model)[1])
+        except Exception:
+            return []
+
+    def weights_source(self, model_name, spec, model):
+        if not spec.pretrained:
+            return "random initialisation"
+        weights = self._weights_enum(model_name)
+        return f"torchvision pretrained {weights} ({weights.url})"
+
+
+# --------------------------------------------------------------------------- your own code
+
+
+class ArchFamily(Family):
+    """``--arch module.path:callable`` / ``path/file.py:callable``: your own ``nn.Module``."""
+
+    name = "arch"
+
+    def build(self, model_name, spec, **_):
+        from .usercode import build_user_module
+
+        model = build_user_module(model_name)
+        cfg = getattr(model, "pretrained_cfg", None)
+        if isinstance(cfg, dict) and cfg.get("input_size"):
+            c, h, w = cfg["input_size"]
+            size = (spec.input_size,) * 2 if spec.input_size else (h, w)
+            return model, InputConfig(c, size, tuple(cfg.get("mean", IMAGENET_MEAN)), tuple(cfg.get("std", IMAGENET_STD)))
+        conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+        channels = conv.in_channels if conv is not None else spec.in_channels
+        mean, std = _norm_for(channels)
+        size = (spec.input_size, spec.input_size) if spec.input_size else None
+        return model, InputConfig(channels, size, mean, std)
+
+    def input_side(self, model_name, spec):
+        return spec.input_size
+
+
+class ProgramFamily(Family):
+    """A ``torch.export`` program (``.pt2``): loaded without unpickling, tapped by module name."""
+
+    name = "pt2"
+
+    def build(self, model_name, spec, *, program=None, trust_pickle=False):
+        from .program import load_program
+
+        if spec.finetune:
+            raise LayaError("a torch.export program (.pt2) is an inference graph: it can only be a frozen backbone "
+                            "(drop --finetune)")
+        where = model_name
+        if program is None:
+            path = Path(model_name)
+            if not path.is_file():
+                raise LayaError(f"torch.export program not found: {path}")
+            if path.stat().st_size == 0:
+                raise LayaError(f"torch.export program {path} is empty (0 bytes)")
+            program = path.read_bytes()
+        module, (c, h, w) = load_program(program, where, trust_pickle)
+        module.laya_program = program  # carried into the checkpoint (the program holds its own weights)
+        if c is None:
+            raise LayaError(f"{where} takes a dynamic number of channels; export it with a fixed one")
+        size = (h, w) if h is not None and w is not None else ((spec.input_size,) * 2 if spec.input_size else None)
+        mean, std = _norm_for(c)
+        return module, InputConfig(c, size, mean, std)
+
+    def owns(self, model):
+        return type(model).__name__ == "UnflattenedModule"
+
+    def layouts(self, model):
+        return Layouts()
+
+    def default_taps(self, model, probe):
+        types = getattr(model, "laya_module_types", {})
+        is_container = lambda name, m: types.get(name, "").rsplit(".", 1)[-1] in ("Sequential", "ModuleList")
+        return generic_default_taps(model, self.layouts(model), probe(), is_container)
+
+    def weights_source(self, model_name, spec, model):
+        return f"torch.export program {model_name}"
+
+
+class GenericFamily(Family):
+    """Any other module (used by ``resolve_layers`` on a model laya did not build)."""
+
+
+BUILTIN = BuiltinFamily()
+FAMILIES: dict[str, Family] = {
+    "timm": TimmFamily(),
+    "torchvision": TorchvisionFamily(),
+    "arch": ArchFamily(),
+    "pt2": ProgramFamily(),
+}
+BACKBONES: dict[str, tuple[Family, str]] = {  # named backbones
+    "mlp": (BUILTIN, "mlp"),
+    "cnn": (BUILTIN, "cnn"),
+    "vit_base": (FAMILIES["timm"], "vit_base_patch16_224"),
+}
+GENERIC = GenericFamily()
+
+
+def family_of(name: str) -> tuple[Family, str]:
+    """The family and model name behind a backbone name."""
+    if name in BACKBONES:
+        return BACKBONES[name]
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in FAMILIES:
+        return FAMILIES[prefix], rest
+    if sep and prefix and prefix not in FAMILIES and "/" not in prefix and "\\" not in prefix and len(prefix) > 1:
+        raise unknown_choice("backbone family", prefix, FAMILIES)
+    raise unknown_choice("backbone", name, [*BACKBONES, "timm:NAME", "torchvision:NAME", "FILE.pt2"])
+
+
+def family_for_model(model: nn.Module) -> Family:
+    for family in (BUILTIN, *FAMILIES.values()):
+        if family.owns(model):
+            return family
+    return GENERIC

@@ -1,0 +1,49 @@
+"""What a backbone is (``BackboneSpec``, stored in the checkpoint) and what it expects as input."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class InputConfig:
+    """What the backbone expects: (C, H, W) and the normalisation of [0, 1] pixels."""
+
+    channels: int
+    size: tuple[int, int] | None  # None: keep the data's own size
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclass
+class BackboneSpec:
+    """Everything needed to rebuild a backbone (stored in the checkpoint).
+
+    ``name``: ``mlp``, ``cnn``, ``vit_base``, ``timm:NAME``, ``torchvision:NAME``,
+    ``arch:MODULE:CALLABLE`` (your own ``nn.Module``) or ``pt2:PATH`` (a ``torch.export`` program).
+    """
+
+    name: str
+    layers: list[str] = field(default_factory=list)  # tap globs (before resolving) or names
+    pool: str = "auto"  # auto | cls | mean
+    pretrained: bool = False
+    finetune: bool = False
+    in_channels: int = 1
+    image_size: tuple[int, int] = (8, 8)
+    input_size: int | None = None  # side of the images the backbone sees; None: the model's own
+    formats: list[str] = field(default_factory=list)  # per tap: NC, NCHW, NHWC, NLC or NLC+P (P prefix tokens)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["image_size"] = list(self.image_size)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BackboneSpec":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        d["image_size"] = tuple(d["image_size"])
+        return cls(**d)

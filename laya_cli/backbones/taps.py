@@ -1,0 +1,552 @@
+"""Taps: run a model up to tap k, read the raw tap outputs, pool them, continue from a tap.
+
+One mechanism (DESIGN §4) that depth analysis, truncated models, patched audits and cheaper
+extraction all use:
+
+- ``TappedBackbone.forward(x, upto=k)`` -> ``[r_1 .. r_k]``; the forward stops right after the
+  last needed tap (hooks raise a stop signal; torchvision's FX extractor prunes the graph).
+- ``activations(x, upto=k)`` -> the raw tap outputs ``[h_1 .. h_k]``; ``pool_tap(i, h)`` -> r_i.
+- ``can_continue`` / ``continue_from(i, h_i, upto)`` -> ``[h_{i+1} ..]`` for models that are a chain
+  of their tapped modules (found and verified on a probe batch, never assumed from names).
+- ``truncated(k)`` -> a backbone that stops at tap k and holds no module above it.
+
+Tap indices ``i`` are 0-based (``layer_names[i]``); ``upto`` counts taps, so
+``activations(x)[i + 1:upto] == continue_from(i, activations(x)[i], upto)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import LayaError
+from .pooling import Layouts, TapFormat
+from .spec import InputConfig
+
+
+class _StopForward(BaseException):
+    """Raised from a hook once every needed tap has fired: the rest of the forward is skipped.
+
+    A BaseException so that a model's own ``except Exception`` cannot swallow it."""
+
+
+# --------------------------------------------------------------------------- layer globs
+
+
+def glob_to_regex(pattern: str) -> re.Pattern:
+    """'*' matches one module-name component, '**' any number of components."""
+    out = ""
+    for part in re.split(r"(\*\*|\*|\?)", pattern):
+        out += {"**": r".*", "*": r"[^.]*", "?": r"[^.]"}.get(part, re.escape(part))
+    return re.compile(out + r"\Z")
+
+
+def match_layers(candidates: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """Candidates matching any glob, in the candidates' order; a one-line error when none does."""
+    regexes = [glob_to_regex(p) for p in patterns]
+    chosen = [n for n in candidates if any(r.match(n) for r in regexes)]
+    if not chosen:
+        sample = ", ".join(list(candidates)[:6])
+        raise LayaError(f"--layers {','.join(patterns)} matched no module (module names look like: {sample})")
+    return chosen
+
+
+# --------------------------------------------------------------------------- input adapter
+
+
+class InputAdapter(nn.Module):
+    """Turns [0, 1] image batches into what the backbone expects (channels, size, norm)."""
+
+    def __init__(self, cfg: InputConfig):
+        super().__init__()
+        self.channels, self.size = cfg.channels, cfg.size
+        self.register_buffer("mean", torch.tensor(cfg.mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(cfg.std).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[1] != self.channels:
+            x = x.expand(-1, self.channels, -1, -1) if x.shape[1] == 1 else x.mean(1, keepdim=True)
+        if self.size is not None and tuple(x.shape[-2:]) != tuple(self.size):
+            x = F.interpolate(x, size=self.size, mode="bilinear", antialias=True, align_corners=False)
+        return (x - self.mean) / self.std
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def _first_tensor(output):
+    """A module's tap value: the output, or its first element for tuple/list outputs."""
+    return output[0] if isinstance(output, (tuple, list)) and output else output
+
+
+class HookEngine:
+    """Forward hooks on the tapped modules; the last needed one stops the forward."""
+
+    kind = "hooks"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        self.model, self.names = model, list(names)
+        modules = dict(model.named_modules())
+        missing = [n for n in self.names if n not in modules]
+        if missing:
+            raise LayaError(f"layer {missing[0]} is not a module of this model")
+
+    def reset(self) -> None:
+        pass
+
+    def run(self, x: Tensor, k: int) -> list:
+        modules = dict(self.model.named_modules())
+        out: list = [None] * k
+        seen = [0]
+
+        def make(i):
+            def hook(module, args, output):
+                if out[i] is None:
+                    out[i] = _first_tensor(output)
+                    seen[0] += 1
+                    if seen[0] == k:
+                        raise _StopForward
+
+            return hook
+
+        handles = [modules[n].register_forward_hook(make(i)) for i, n in enumerate(self.names[:k])]
+        try:
+            self.model(x)
+        except _StopForward:
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        for name, h in zip(self.names, out):
+            if h is None:
+                raise LayaError(f"layer {name} did not run in the model's forward; choose other layers with --layers")
+        return out
+
+
+class FxEngine:
+    """torchvision's ``create_feature_extractor``: a traced graph that returns the taps and
+    holds nothing past the last one (dead code is eliminated), cached per ``upto``."""
+
+    kind = "fx"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        self.model, self.names = model, list(names)
+        self._extractors: dict[int, nn.Module] = {}
+
+    def reset(self) -> None:
+        self._extractors.clear()
+
+    def _extractor(self, k: int) -> nn.Module:
+        if k not in self._extractors:
+            import warnings
+
+            from torchvision.models.feature_extraction import create_feature_extractor
+
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ex = create_feature_extractor(self.model, {n: str(i) for i, n in enumerate(self.names[:k])})
+            except Exception as e:
+                detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+                raise LayaError(f"torchvision could not extract layers {', '.join(self.names[:k])}: {detail}") from None
+            self._extractors[k] = ex
+        ex = self._extractors[k]
+        if ex.training != self.model.training:
+            ex.train(self.model.training)
+        return ex
+
+    def run(self, x: Tensor, k: int) -> list:
+        out = self._extractor(k)(x)
+        return [_first_tensor(out[str(i)]) for i in range(k)]
+
+
+ENGINES = {"hooks": HookEngine, "fx": FxEngine}
+
+
+# --------------------------------------------------------------------------- call traces
+
+
+@dataclass
+class Call:
+    start: int
+    args: tuple
+    kwargs: dict
+    end: int = -1
+    out: object = None
+
+    @property
+    def single_input(self) -> bool:
+        return len(self.args) == 1 and not self.kwargs and isinstance(self.args[0], Tensor)
+
+
+def trace_calls(model: nn.Module, x: Tensor, stop_when: Sequence[str] = (),
+                only: Sequence[str] | None = None) -> dict[str, list[Call]]:
+    """Every module call of one forward, in order: start/end ticks, inputs, output.
+
+    With ``stop_when``, the forward stops once all those modules have finished (what a tap run
+    would compute). ``only`` limits the hooks to these module names.
+    """
+    calls: dict[str, list[Call]] = {}
+    tick = itertools.count()
+    pending = set(stop_when)
+    handles = []
+    for name, module in model.named_modules():
+        if not name or (only is not None and name not in only):
+            continue
+
+        def pre(mod, args, kwargs, name=name):
+            calls.setdefault(name, []).append(Call(next(tick), args, kwargs))
+
+        def post(mod, args, kwargs, output, name=name):
+            c = calls[name][-1]
+            c.end, c.out = next(tick), output
+            pending.discard(name)
+            if stop_when and not pending:
+                raise _StopForward
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+    try:
+        model(x)
+    except _StopForward:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+def _is_ancestor(a: str, b: str) -> bool:
+    return a == "" or b.startswith(a + ".")
+
+
+def find_chain(calls: dict[str, list[Call]], taps: Sequence[str]) -> list[list[str]] | None:
+    """For each pair of consecutive taps, the modules that take tap i's output to tap i+1's.
+
+    A step is the outermost module called next on exactly the previous step's output tensor
+    (the same object, as its only input); a step that contains the next tap is descended into.
+    None when some tap is not reached this way (skip connections, extra inputs, repeated calls).
+    """
+    segments = []
+    for a, b in zip(taps, taps[1:]):
+        if len(calls.get(a, [])) != 1:
+            return None
+        cur, after, scope, path = calls[a][0].out, calls[a][0].end, "", []
+        while True:
+            best = None
+            for name, cl in calls.items():
+                c = cl[0]
+                if c.start > after and c.single_input and c.args[0] is cur and _is_ancestor(scope, name) \
+                        and name != scope and (best is None or c.start < best[0]):
+                    best = (c.start, name)
+            if best is None:
+                return None
+            name = best[1]
+            if len(calls[name]) != 1:
+                return None
+            if name == b:
+                path.append(name)
+                break
+            if _is_ancestor(name, b):  # descend: run its children one by one
+                scope, after = name, calls[name][0].start
+                continue
+            c = calls[name][0]
+            if not isinstance(c.out, Tensor):
+                return None
+            path.append(name)
+            cur, after = c.out, c.end
+        segments.append(path)
+    return segments
+
+
+@contextlib.contextmanager
+def eval_mode(*modules: nn.Module):
+    states = [[(m, m.training) for m in mod.modules()] for mod in modules]
+    for mod in modules:
+        mod.eval()
+    try:
+        yield
+    finally:
+        for s in states:
+            for m, t in s:
+                m.training = t
+
+
+# --------------------------------------------------------------------------- default taps by rule
+
+
+def stage_ends(names: Sequence[str], outputs: Sequence, layouts: Layouts) -> list[str]:
+    """The last module at each spatial resolution along a chain (what timm calls a stage end).
+
+    Modules whose outputs are not 4-D feature maps are skipped; token sequences have one
+    "resolution", so a chain of token blocks keeps only its last block — callers use every
+    block for those (isotropic models)."""
+    ends: list[str] = []
+    last_size = None
+    for name, out in zip(names, outputs):
+        out = _first_tensor(out)
+        if not isinstance(out, Tensor) or out.ndim != 4:
+            continue
+        size = TapFormat(layouts.spatial).spatial(out.shape)
+        if ends and size == last_size:
+            ends[-1] = name
+        else:
+            ends.append(name)
+        last_size = size
+    return ends
+
+
+def chain_children(model: nn.Module, container: str, x: Tensor) -> tuple[list[str], list]:
+    """The children of ``container`` that run in the forward, in call order, with their outputs."""
+    parent = model.get_submodule(container) if container else model
+    prefix = f"{container}." if container else ""
+    names = [prefix + n for n, _ in parent.named_children()]
+    calls = trace_calls(model, x, stop_when=[container] if container else (), only=set(names) | {container})
+    ran = sorted((cl[0].start, n) for n, cl in calls.items() if n in names and cl and cl[0].end >= 0)
+    return [n for _, n in ran], [calls[n][0].out for _, n in ran]
+
+
+def is_block_container(name: str, module: nn.Module) -> bool:
+    return isinstance(module, (nn.Sequential, nn.ModuleList))
+
+
+def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_container=is_block_container) -> list[str]:
+    """Default taps of a model that declares none: the longest run of blocks.
+
+    The container (``nn.Sequential``/``nn.ModuleList``, at any depth, else the model itself)
+    whose children run most in the forward; one tap per stage when its children are feature
+    maps that change resolution, else one per block.
+    """
+    calls = trace_calls(model, x)
+    best = None
+    for name, module in model.named_modules():
+        if name and not is_container(name, module):
+            continue
+        children = [f"{name}.{c}" if name else c for c, _ in module.named_children()]
+        ran = sorted((calls[c][0].start, c) for c in children if calls.get(c) and calls[c][0].end >= 0)
+        outs = [_first_tensor(calls[c][0].out) for _, c in ran]
+        ran = [c for (_, c), o in zip(ran, outs) if isinstance(o, Tensor) and o.ndim >= 2]
+        key = (len(ran), -name.count(".") if name else -99)
+        if len(ran) >= 3 and (best is None or key > best[0]):
+            best = (key, ran)
+    if best is None:
+        raise LayaError("this model declares no feature layers and has no run of 3 or more blocks; "
+                        "choose the layers to tap with --layers 'glob,glob'")
+    names = best[1]
+    ends = stage_ends(names, [calls[n][0].out for n in names], layouts)
+    return ends if len(ends) >= 3 else names
+
+
+# --------------------------------------------------------------------------- the tapped model
+
+_UNSET = object()
+
+
+class TappedBackbone(nn.Module):
+    """``forward(images, upto=None) -> [r_1, ..., r_k]``, the pooled outputs of the tapped layers.
+
+    ``model`` is the plain backbone, ``layer_names`` its taps in depth order, ``formats`` the
+    declared layout of each tap (resolved from the family's declaration on first use when not
+    given), ``engine`` ``"hooks"`` or ``"fx"``.
+    """
+
+    def __init__(self, model: nn.Module, input_cfg: InputConfig, layer_names: Sequence[str], pool: str,
+                 formats: Sequence[str] | None = None, *, family=None, engine: str = "hooks",
+                 layouts: Layouts | None = None, expected_widths: Sequence[int | None] | None = None,
+                 example_shape: tuple[int, int, int] | None = None, spec=None):
+        super().__init__()
+        self.model = model
+        self.adapter = InputAdapter(input_cfg)
+        self.input_cfg = input_cfg
+        self.layer_names = list(layer_names)
+        self.pool = pool
+        n = len(self.layer_names)
+        self.formats: list[TapFormat | None] = [TapFormat.parse(f) for f in formats] if formats else [None] * n
+        if len(self.formats) != n:
+            raise LayaError(f"{len(self.formats)} tap formats for {n} layers")
+        self.family = family
+        self.layouts = layouts or Layouts()
+        self.expected_widths = list(expected_widths) if expected_widths else [None] * n
+        self._checked = [False] * n
+        self.engine_kind = engine
+        self._engine = ENGINES[engine](model, self.layer_names)
+        self.example_shape = example_shape
+        self.spec = spec  # a BackboneSpec whose ``formats`` are filled in once resolved
+        self.weights_source = ""
+        self._chain = _UNSET
+
+    # ------------------------------------------------------------------ running
+
+    def _k(self, upto: int | None) -> int:
+        n = len(self.layer_names)
+        if upto is None:
+            return n
+        if not isinstance(upto, int) or not 1 <= upto <= n:
+            raise LayaError(f"upto must be a number of taps between 1 and {n}, got {upto}")
+        return upto
+
+    def activations(self, x: Tensor, upto: int | None = None) -> list[Tensor]:
+        """Raw outputs h_1..h_k of the first ``upto`` taps (all by default); stops after tap k."""
+        return self._engine.run(self.adapter(x), self._k(upto))
+
+    def forward(self, x: Tensor, upto: int | None = None) -> list[Tensor]:
+        return [self.pool_tap(i, h) for i, h in enumerate(self.activations(x, upto))]
+
+    def tap_format(self, i: int, h=None) -> TapFormat:
+        fmt = self.formats[i]
+        if fmt is None:
+            if h is None:
+                raise LayaError(f"the format of layer {self.layer_names[i]} is known after its first forward")
+            fmt = self.formats[i] = self.layouts.resolve(h, self.layer_names[i])
+            if self.spec is not None and all(f is not None for f in self.formats):
+                self.spec.formats = [str(f) for f in self.formats]
+        return fmt
+
+    def pool_tap(self, i: int, h: Tensor) -> Tensor:
+        """r_i from a raw activation of tap ``i``, following the tap's declared format."""
+        name = self.layer_names[i]
+        r = self.tap_format(i, h).pool(h, self.pool, name)
+        if not self._checked[i]:
+            want = self.expected_widths[i]
+            if want is not None and r.shape[-1] != want:
+                raise LayaError(f"layer {name} pooled to width {r.shape[-1]} but the model declares {want} channels "
+                                f"there; its output {tuple(h.shape)} is not laid out as {self.formats[i]}")
+            self._checked[i] = True
+        return r
+
+    @property
+    def tap_formats(self) -> list[str]:
+        return [str(f) if f is not None else "?" for f in self.formats]
+
+    @torch.no_grad()
+    def dims(self, example: Tensor) -> list[int]:
+        with eval_mode(self):
+            try:
+                return [r.shape[-1] for r in self(example[:1])]
+            except (LayaError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # a model that cannot run on this input (size, channels)
+                detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                shape = "×".join(str(s) for s in self.adapter(example[:1]).shape[1:])
+                raise LayaError(f"the backbone fails on a {shape} input: {type(e).__name__}: {detail}") from None
+
+    def _apply(self, fn, *args, **kwargs):
+        self._engine.reset()  # traced graphs may hold tensors of the old device
+        return super()._apply(fn, *args, **kwargs)
+
+    # ------------------------------------------------------------------ probe batch
+
+    def probe_input(self, batch: int = 2) -> Tensor:
+        """A seeded random [0, 1] batch of the backbone's example shape (on its device)."""
+        shape = self.example_shape
+        if shape is None:
+            if self.adapter.size is None:
+                raise LayaError("this backbone needs an example input shape")
+            shape = (self.adapter.channels, *self.adapter.size)
+        g = torch.Generator().manual_seed(0)
+        device = next(itertools.chain(self.model.parameters(), self.model.buffers(), [self.adapter.mean])).device
+        return torch.rand(batch, *shape, generator=g).to(device)
+
+    # ------------------------------------------------------------------ continuing from a tap
+
+    def _find_chain(self) -> list[list[str]] | None:
+        if len(self.layer_names) < 2:
+            return []
+        with torch.no_grad(), eval_mode(self):
+            x = self.adapter(self.probe_input())
+            calls = trace_calls(self.model, x, stop_when=self.layer_names)
+            chain = find_chain(calls, self.layer_names)
+            if chain is None:
+                return None
+            self._chain = chain
+            hs = [_first_tensor(calls[n][0].out) for n in self.layer_names]
+            try:  # verify: from tap 0 the chain (every step of it) reproduces every later tap
+                got = self.continue_from(0, hs[0])
+                for a, b in zip(got, hs[1:]):
+                    if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+                        return None
+            except Exception:
+                return None
+            finally:
+                self._chain = _UNSET
+        return chain
+
+    @property
+    def can_continue(self) -> bool:
+        """Whether ``continue_from`` works: each tap feeds the next through plain module calls."""
+        if self._chain is _UNSET:
+            self._chain = self._find_chain()
+        return self._chain is not None
+
+    def continue_from(self, i: int, h: Tensor, upto: int | None = None) -> list[Tensor]:
+        """Raw outputs of taps i+1 .. upto-1, running only the modules after tap ``i`` on ``h``
+        (tap i's activation, patched or not). Raises when ``can_continue`` is False."""
+        k = self._k(upto)
+        if not 0 <= i < k:
+            raise LayaError(f"tap index {i} is outside 0..{k - 1}")
+        if self._chain is _UNSET and not self.can_continue or self._chain is None:
+            raise LayaError("this backbone cannot continue from a tap: its taps are not a chain of modules "
+                            "(see docs/backbones.md)")
+        modules = dict(self.model.named_modules())
+        out, x = [], h.clone()  # a step may work in place (ReLU(inplace=True)): never on the caller's tensor
+        for j in range(i, k - 1):
+            for name in self._chain[j]:
+                x = modules[name](x)
+            out.append(x)
+        return out
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncated(self, k: int) -> "TappedBackbone":
+        """A copy that stops after tap ``k`` (a count) and holds no module above it."""
+        k = self._k(k)
+        names = self.layer_names[:k]
+        formats = [str(f) for f in self.formats[:k]] if all(f is not None for f in self.formats[:k]) else None
+        x = self.probe_input()
+        with torch.no_grad(), eval_mode(self):
+            want = self.activations(x, k)
+        cuts = [lambda m: self.family.truncate(m, self.layer_names, k) if self.family is not None else None,
+                lambda m: prune_after(m, names, self.adapter(x))]  # the family's own cut, else the generic one
+        for cut in cuts:
+            try:
+                pruned = cut(copy.deepcopy(self.model))
+                if pruned is None:
+                    continue
+                out = TappedBackbone(pruned, self.input_cfg, names, self.pool, formats, family=self.family,
+                                     engine=self.engine_kind, layouts=self.layouts,
+                                     expected_widths=self.expected_widths[:k], example_shape=self.example_shape)
+                out.to(self.adapter.mean.device)
+                with torch.no_grad(), eval_mode(out):
+                    got = out.activations(x)
+            except Exception:  # a cut that breaks the forward: try the next one
+                continue
+            if all(a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, want)):
+                out.weights_source = self.weights_source
+                return out
+        raise LayaError(f"this model cannot be truncated at layer {names[-1]}: the cut model's taps differ")
+
+
+def prune_after(model: nn.Module, names: Sequence[str], x: Tensor) -> nn.Module:
+    """Replace with ``nn.Identity`` every module that does not run before the taps ``names``
+    have all fired (it is never reached: the tap run stops there). Modules inside one that ran
+    to completion are kept even when not called themselves: their parent may use their
+    parameters directly (``nn.MultiheadAttention.out_proj``)."""
+    with torch.no_grad(), eval_mode(model):
+        calls = trace_calls(model, x, stop_when=names)
+    finished = [n for n, cl in calls.items() if cl[0].end >= 0]
+    replaced: list[str] = []
+    for name, _ in list(model.named_modules()):
+        if not name or name in calls or any(_is_ancestor(r, name) for r in replaced + finished):
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, nn.Identity())
+        replaced.append(name)
+    return model

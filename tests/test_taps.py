@@ -1,0 +1,210 @@
+"""The backbone mechanism of DESIGN §4, across families: run up to tap k (and no further),
+raw activations and per-tap pooling, continue from tap k, truncated models; formats; globs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from laya_cli import backbones as bb
+from laya_cli.backbones.pooling import TapFormat
+from laya_cli.errors import LayaError
+
+# (backbone, input side): one per engine / layout, all small and random (no downloads)
+CHAIN_FAMILIES = [
+    ("mlp", 8),
+    ("cnn", 16),
+    ("timm:vit_tiny_patch16_224", 32),  # blocks, NLC+1
+    ("timm:resnet18", 32),  # stages, NCHW, BatchNorm
+    ("torchvision:resnet18", 32),  # torchvision feature-extraction (FX) engine
+    pytest.param("timm:mixer_s16_224", 32, marks=pytest.mark.slow),  # blocks, NLC without prefix tokens
+    pytest.param("timm:swin_tiny_patch4_window7_224", 64, marks=pytest.mark.slow),  # NHWC stages
+    pytest.param("torchvision:vit_b_16", 32, marks=pytest.mark.slow),
+    pytest.param("timm:efficientnet_b0", 32, marks=pytest.mark.slow),  # taps at blocks 0,1,2,4,6: steps in between
+    pytest.param("torchvision:convnext_tiny", 32, marks=pytest.mark.slow),
+]
+
+_cache: dict = {}
+
+
+def backbone(name: str, side: int) -> bb.TappedBackbone:
+    if (name, side) not in _cache:
+        torch.manual_seed(0)
+        channels = 1 if name in ("mlp", "cnn") else 3
+        spec = bb.BackboneSpec(name, in_channels=channels, image_size=(side, side),
+                               input_size=None if name in ("mlp", "cnn") else side)
+        _cache[(name, side)] = bb.build_backbone(spec).eval()
+    return _cache[(name, side)]
+
+
+def images(b: bb.TappedBackbone, n: int = 3) -> torch.Tensor:
+    return torch.rand(n, *b.example_shape, generator=torch.Generator().manual_seed(1))
+
+
+def calls_of(module: nn.Module) -> tuple[list, list]:
+    """Counts calls of the module and of everything inside it (leaf modules are what a traced
+    graph calls); returns (calls, hook handles)."""
+    seen: list = []
+    handles = [m.register_forward_pre_hook(lambda m, a: seen.append(1)) for m in module.modules()]
+    return seen, handles
+
+
+def replacing_forward(b: bb.TappedBackbone, i: int, h_new: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+    """The reference: a full forward of the plain model with a hook that replaces tap i's output."""
+    modules = dict(b.model.named_modules())
+    got: dict = {}
+    handles = [modules[n].register_forward_hook(lambda m, a, o, n=n: got.setdefault(n, o)) for n in b.layer_names[i + 1:]]
+    handles.append(modules[b.layer_names[i]].register_forward_hook(lambda m, a, o: h_new))
+    try:
+        with torch.no_grad():
+            b.model(b.adapter(x))
+    finally:
+        for h in handles:
+            h.remove()
+    return [got[n] for n in b.layer_names[i + 1:]]
+
+
+@pytest.mark.parametrize("name,side", CHAIN_FAMILIES)
+def test_upto_returns_the_first_k_taps_and_runs_nothing_above(name, side):
+    b = backbone(name, side)
+    x = images(b)
+    k = 2
+    with torch.no_grad():
+        full = b(x)
+        b(x, upto=k)  # torchvision: traces its graph for upto=k once (tracing calls every module)
+        above, handles = calls_of(dict(b.model.named_modules())[b.layer_names[k]])  # the module of tap k+1
+        part = b(x, upto=k)
+        for h in handles:
+            h.remove()
+    assert len(part) == k and not above, "the forward ran past the last needed tap"
+    for a, c in zip(part, full[:k]):
+        torch.testing.assert_close(a, c)
+    raw = b.activations(x, upto=k)
+    for i, h in enumerate(raw):
+        torch.testing.assert_close(b.pool_tap(i, h), full[i])
+
+
+@pytest.mark.parametrize("name,side", CHAIN_FAMILIES)
+def test_continue_from_equals_a_full_forward_with_a_replacing_hook(name, side):
+    b = backbone(name, side)
+    assert b.can_continue
+    x = images(b)
+    with torch.no_grad():
+        hs = b.activations(x)
+        assert all(torch.equal(c, h) for c, h in zip(b.continue_from(0, hs[0]), hs[1:]))
+        for i in (0, len(hs) // 2):
+            patched = hs[i] + 0.5 * torch.randn(hs[i].shape, generator=torch.Generator().manual_seed(i))
+            keep = patched.clone()
+            got = b.continue_from(i, patched)
+            assert torch.equal(patched, keep), "continue_from changed the caller's activation"
+            want = replacing_forward(b, i, patched, x)
+            assert len(got) == len(want) == len(hs) - i - 1
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
+        k = min(3, len(hs))
+        assert len(b.continue_from(0, hs[0], upto=k)) == k - 1
+
+
+@pytest.mark.parametrize("name,side", CHAIN_FAMILIES)
+def test_truncated_stops_at_tap_k_and_holds_nothing_above(name, side):
+    b = backbone(name, side)
+    k = 2
+    t = b.truncated(k)
+    x = images(b)
+    with torch.no_grad():
+        for a, c in zip(t(x), b(x, upto=k)):
+            torch.testing.assert_close(a, c)
+    assert t.layer_names == b.layer_names[:k]
+    n = lambda m: sum(p.numel() for p in m.parameters())
+    assert n(t.model) < n(b.model)
+    above = dict(b.model.named_modules())[b.layer_names[k]]
+    assert not any(p.numel() for p in above.parameters()) or all(
+        not any(p is q for q in t.model.parameters()) for p in above.parameters())
+    kept = dict(t.model.named_modules())
+    assert b.layer_names[k] not in kept or not any(True for _ in kept[b.layer_names[k]].parameters())
+
+
+def test_truncation_uses_each_familys_own_pruning():
+    mlp = backbone("mlp", 8).truncated(2)
+    assert len(mlp.model.blocks) == 2  # built-ins: the later blocks are dropped
+    vit = backbone("timm:vit_tiny_patch16_224", 32).truncated(3)
+    assert len(vit.model.blocks) == 3  # timm: prune_intermediate_layers
+
+
+class Skippy(nn.Module):
+    """Tap 2 takes tap 1's output plus the input: not a chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = x.flatten(1)[:, :4]
+        h = self.a(x)
+        return self.c(self.b(h) + x)
+
+
+def test_a_model_with_skip_connections_cannot_continue():
+    b = bb.TappedBackbone(Skippy(), bb.InputConfig(1, None, (0.5,), (0.5,)), ["a", "b", "c"], "mean",
+                          example_shape=(1, 2, 2))
+    x = torch.rand(2, 1, 2, 2)
+    assert len(b(x)) == 3 and b.tap_formats == ["NC"] * 3
+    assert not b.can_continue
+    with pytest.raises(LayaError, match="cannot continue"):
+        b.continue_from(0, torch.zeros(2, 4))
+    with pytest.raises(LayaError, match="upto"):
+        b(x, upto=4)
+
+
+def test_pooling_follows_the_declared_format_not_the_rank():
+    h = torch.arange(2 * 3 * 5 * 7, dtype=torch.float).view(2, 3, 5, 7)
+    torch.testing.assert_close(TapFormat("NCHW").pool(h), h.mean((2, 3)))  # width 3
+    torch.testing.assert_close(TapFormat("NHWC").pool(h), h.mean((1, 2)))  # width 7
+    tokens = torch.rand(2, 6, 4)
+    fmt = TapFormat.parse("NLC+2")
+    assert str(fmt) == "NLC+2" and fmt.prefix == 2
+    torch.testing.assert_close(fmt.pool(tokens, "cls"), tokens[:, 0])
+    torch.testing.assert_close(fmt.pool(tokens, "mean"), tokens[:, 2:].mean(1))  # prefix tokens left out
+    with pytest.raises(LayaError, match="declared format is NCHW"):
+        TapFormat("NCHW").pool(tokens, name="x")
+
+
+def test_declared_layouts_per_family():
+    deit = bb.build_backbone(bb.BackboneSpec("timm:deit_tiny_distilled_patch16_224", in_channels=3,
+                                             image_size=(32, 32), input_size=32))
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        r = deit(x)
+        h = deit.activations(x, upto=1)[0]
+    assert deit.pool == "cls" and deit.tap_formats[0] == "NLC+2"
+    torch.testing.assert_close(r[0], h[:, 0])
+    assert deit.spec.formats == ["NLC+2"] * 12  # recorded for the checkpoint once known
+
+
+@pytest.mark.slow
+def test_token_blocks_without_prefix_tokens_pool_by_mean():
+    mixer = backbone("timm:mixer_s16_224", 32)
+    mixer(images(mixer))
+    assert mixer.pool == "mean" and set(mixer.tap_formats) == {"NLC"}
+
+
+def test_state_fingerprint_of_batchnorm_models():
+    """BatchNorm's 0-dim num_batches_tracked broke the fingerprint (every BN model failed)."""
+    state = nn.BatchNorm2d(3).state_dict()
+    assert state["num_batches_tracked"].ndim == 0
+    fp = bb.state_fingerprint(state)
+    state["num_batches_tracked"] += 1
+    assert bb.state_fingerprint(state) != fp and len(bb.weights_sha256(state)) == 64
+
+
+def test_torchvision_graph_node_names_are_taps_too():
+    b = bb.build_backbone(bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3,
+                                          image_size=(32, 32), input_size=32))
+    assert b.layer_names == ["layer1.0.add", "layer2.0.add", "layer3.0.add", "layer4.0.add"]
+    assert b.dims(torch.rand(1, 3, 32, 32)) == [64, 128, 256, 512]
+
+
+def test_layer_globs_matching_nothing_is_a_user_error():
+    with pytest.raises(LayaError, match="matched no module"):
+        bb.build_backbone(bb.BackboneSpec("mlp", ["nothing.*"], in_channels=1, image_size=(8, 8)))
