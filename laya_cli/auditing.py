@@ -22,7 +22,7 @@ from .attribution import METHODS, AttributionContext, global_weights, laya_atten
 from .config import AuditSettings
 from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, match_choice, unknown_choice
 from .fileio import json_safe, strict_json
 from .heads import head_kind
 from .metrics import (accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
@@ -40,14 +40,10 @@ def parse_methods(compare: str | Sequence[str] | None) -> list[str]:
     names = compare.split(",") if isinstance(compare, str) else list(compare or [])
     chosen: list[str] = []
     for name in (n.strip() for n in names):
-        if not name:
-            continue
-        expanded = COMPARE if name == "all" else (name,)
-        for m in expanded:
-            if m in ALWAYS:
-                continue  # always audited
-            if m not in COMPARE:
-                raise unknown_choice("method", m, [*COMPARE, "all"])
+        if not name or name.lower() in ALWAYS:
+            continue  # always audited
+        name = match_choice("method", name, [*COMPARE, "all"])  # case-insensitive: IG = ig
+        for m in COMPARE if name == "all" else (name,):
             if m not in chosen:
                 chosen.append(m)
     return ["laya", *chosen, "random"]
@@ -153,10 +149,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     feats = _features(eval_data)
     head, dev, n_layers = model.head, settings.device, num_layers(feats)
     head.eval().to(dev)
-    methods = list(dict.fromkeys(methods))
-    for m in methods:
-        if m not in METHODS:
-            raise unknown_choice("method", m, METHODS)
+    methods = list(dict.fromkeys(match_choice("method", m, METHODS) for m in methods))
     n = len(feats)
     if n == 0:
         raise LayaError("nothing to audit: the data set has no samples")
@@ -304,8 +297,7 @@ def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | 
         elif metric not in METRICS:
             raise unknown_choice("--fail-under metric", metric, [*METRICS, *GLOBAL_METRICS])
         if method is not None:
-            if method not in (*ALWAYS, *COMPARE):
-                raise unknown_choice("--fail-under method", method, [*ALWAYS, *COMPARE])
+            method = match_choice("--fail-under method", method, [*ALWAYS, *COMPARE])
             if methods is not None and method not in methods:
                 raise LayaError(f"--fail-under {item} names {method}, which is not audited; add --compare {method}")
         out.append(Threshold(metric, value, method))

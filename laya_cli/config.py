@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, match_choice
 
 PSI_CHOICES = ("identity", "mlp")
 POOL_CHOICES = ("auto", "cls", "mean")
@@ -52,9 +52,9 @@ def check_at_least(option: str, value, minimum: int = 1) -> None:
         raise LayaError(f"{option} must be at least {minimum}, got {value}")
 
 
-def check_choice(option: str, value: str, choices) -> None:
-    if value not in choices:
-        raise unknown_choice(option, value, choices)
+def check_choice(option: str, value: str, choices) -> str:
+    """The canonical spelling of ``value`` among ``choices`` (case-insensitive), or a LayaError."""
+    return match_choice(option, value, choices)
 
 
 @dataclass
@@ -71,7 +71,7 @@ class HeadConfig:
             raise LayaError(f"--tau must be positive, got {self.tau}")
         if self.score_hidden <= 0:
             raise LayaError(f"--score-hidden must be positive, got {self.score_hidden}")
-        check_choice("--psi", self.psi, PSI_CHOICES)
+        self.psi = check_choice("--psi", self.psi, PSI_CHOICES)
         return self
 
     def to_dict(self) -> dict:
@@ -148,7 +148,7 @@ class TrainRequest:
     def validate(self) -> "TrainRequest":
         self.train.validate()
         self.head_config.validate()
-        check_choice("--pool", self.pool, POOL_CHOICES)
+        self.pool = check_choice("--pool", self.pool, POOL_CHOICES)
         return self
 
 
@@ -165,9 +165,9 @@ class AuditSettings:
     device: str = "cpu"
 
     def validate(self) -> "AuditSettings":
-        check_choice("--ablation", self.ablation, ABLATIONS)
-        check_choice("--target", self.target, TARGETS)
-        check_choice("--reduce", self.reduce, REDUCES)
+        self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
+        self.target = check_choice("--target", self.target, TARGETS)
+        self.reduce = check_choice("--reduce", self.reduce, REDUCES)
         for option, value in (("--steps", self.steps), ("--batch-size", self.batch_size),
                               ("--internal-batch-size", self.internal_batch_size)):
             check_at_least(option, value)

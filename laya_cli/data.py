@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from .config import LABELS, DataRequest, check_choice
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, match_choice
 
 TEST_SPLIT_SEED = 0
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -321,13 +321,13 @@ def load_artworks(req: DataRequest) -> DataSplits:
             "'Best Artworks of All Time' from Kaggle and pass --data-dir to the folder with artists.csv and images/"
         )
     images_dir = root / "images" / "images" if (root / "images" / "images").is_dir() else root / "images"
-    check_choice("--label", req.label, LABELS)
+    label_rule = check_choice("--label", req.label, LABELS)
     with open(root / "artists.csv", newline="", encoding="utf-8") as f:
         genre = {row["name"].replace(" ", "_"): row["genre"].split(",")[0].strip() for row in csv.DictReader(f)}
     files, names = [], []
     for artist_dir in sorted(d for d in images_dir.iterdir() if d.is_dir()):
         key = artist_dir.name
-        label = key if req.label == "artist" else genre.get(key) or _fuzzy_lookup(genre, key)
+        label = key if label_rule == "artist" else genre.get(key) or _fuzzy_lookup(genre, key)
         if label is None:
             continue
         for f in _image_files(artist_dir):
@@ -336,7 +336,7 @@ def load_artworks(req: DataRequest) -> DataSplits:
     classes = sorted(set(names))
     full, skipped = _files_dataset(files, names, classes, req.image_size or 224, req.strict)
     train, test = _split_test(full)
-    identity = f"artworks:{root.resolve()}:{_tree_stamp(images_dir)}:{req.label}:{req.image_size}"
+    identity = f"artworks:{root.resolve()}:{_tree_stamp(images_dir)}:{label_rule}:{req.image_size}"
     return _finish(train, test, classes, req, identity, skipped)
 
 
@@ -364,9 +364,17 @@ def is_file_dataset(name: str) -> bool:
     return name == "artworks" or name.startswith("folder:")
 
 
+def dataset_name(name: str) -> str:
+    """The registered spelling of a dataset name, case-insensitive (``Fashion-MNIST`` -> ``fashion-mnist``);
+    ``folder:PATH`` keeps its path as given."""
+    prefix, colon, path = name.partition(":")
+    if colon and prefix.lower() == "folder":
+        return f"folder:{path}"
+    return match_choice("dataset", name, [*DATASETS, "folder:PATH"])
+
+
 def load_dataset(req: DataRequest) -> DataSplits:
-    if req.name.startswith("folder:"):
-        return load_folder(req)
-    if req.name not in DATASETS:
-        raise unknown_choice("dataset", req.name, [*DATASETS, "folder:PATH"])
-    return DATASETS[req.name](req)
+    name = dataset_name(req.name)
+    if name.startswith("folder:"):
+        return load_folder(req, Path(name.partition(":")[2]))
+    return DATASETS[name](req)

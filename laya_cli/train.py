@@ -24,10 +24,10 @@ from . import distributed
 from .cache import FeatureCache, cached_extract, feature_key
 from .checkpoint import save_checkpoint
 from .config import TrainConfig, TrainRequest
-from .data import DataSplits, is_file_dataset, load_dataset
+from .data import DataSplits, dataset_name, is_file_dataset, load_dataset
 from .device import to_device
 from .distributed import gather_rows, shard_bounds
-from .errors import LayaError, TrainingInterrupted, unknown_choice
+from .errors import LayaError, TrainingInterrupted, match_choice
 from .features import LayerFeatures, batches, extract, to_float_images
 from .fileio import atomic_torch_save, check_writable
 from .heads import HEADS, build_head
@@ -229,8 +229,8 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
 def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
     """Run a whole training job and write the checkpoint; returns the checkpoint dict."""
     req = copy.deepcopy(req).validate()  # the caller's request is never changed
-    if req.head not in HEADS:
-        raise unknown_choice("head", req.head, HEADS)
+    req.head = match_choice("head", req.head, HEADS)
+    req.data.name = dataset_name(req.data.name)
     check_writable(req.out)
     if req.data.image_size is None and is_file_dataset(req.data.name):
         req.data.image_size = _image_side(req)
