@@ -154,7 +154,7 @@ class BenchRequest:
 
 def train_options(req: TrainRequest) -> dict:
     """The options of one training run that must match for it to be reused, as JSON would hold them."""
-    return json.loads(json.dumps(req.options(), default=str))
+    return req.recorded_options()
 
 
 def options_changes(recorded: dict, wanted: dict) -> list[str]:
@@ -205,7 +205,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
     options = train_options(req)
     if req.state_path.is_file() and not bench.redo:
         try:  # an interrupted training of this very run: continue from its last finished epoch
-            load_train_state(req.state_path, req.fingerprint())
+            load_train_state(req.state_path, req.fingerprint(), train_options(req))
             req.resume = True
         except LayaError:
             log(f"[yellow]{req.state_path} is a partial run with other options or unreadable: starting over[/]")

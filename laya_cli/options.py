@@ -67,6 +67,7 @@ Lr = Annotated[float, typer.Option(help="Adam learning rate.")]
 Patience = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
 Seed = Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")]
 Resume = Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")]
+Restart = Annotated[bool, typer.Option(help="Discard the state an interrupted run left beside --out and start over (without --resume or --restart, such a state is an error).")]
 
 # --------------------------------------------------------------------------- audit
 
@@ -85,7 +86,7 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
                   image_size: int | None, strict: bool, d_star: int, tau: float, psi: str, score_hidden: int,
                   epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
                   pretrained: bool, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
-                  resume: bool, device: str) -> TrainRequest:
+                  resume: bool, device: str, restart: bool = False) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
     return TrainRequest(
         backbone=backbone, head=head,
@@ -93,5 +94,5 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
         data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict),
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device),
         layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
-        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
+        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume, restart=restart,
     ).validate()
