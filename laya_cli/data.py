@@ -19,8 +19,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .config import LABELS, DataRequest, check_choice
+from .config import LABELS, DataRequest, check_choice, offline
 from .errors import LayaError, match_choice
+
+class DataDirMissing(LayaError):
+    """An explicit ``--data-dir`` that does not hold the dataset (never silently replaced by another copy)."""
+
 
 TEST_SPLIT_SEED = 0
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -87,6 +91,8 @@ def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTens
 
 
 def load_digits(req: DataRequest) -> DataSplits:
+    if req.data_dir:
+        raise LayaError(f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); leave it out")
     from sklearn.datasets import load_digits as sk_digits
 
     d = sk_digits()
@@ -126,8 +132,22 @@ def _find_idx(folder: Path, stem: str) -> Path | None:
 
 
 def _fashion_dirs(req: DataRequest) -> list[Path]:
-    dirs = [Path(req.data_dir).expanduser()] if req.data_dir else []
-    return dirs + [DEBIAN_FASHION_MNIST, default_data_dir()]
+    return [DEBIAN_FASHION_MNIST, default_data_dir()]
+
+
+def explicit_dir(req: DataRequest, holds: Callable[[Path], bool], wanted: str) -> Path | None:
+    """The ``--data-dir`` the user gave, which must hold the dataset (``wanted``: what was looked for, with
+    ``{dir}`` for the folder): an explicit folder is never silently swapped for another copy (a typo must
+    not train on the system's copy). None when no --data-dir was given."""
+    if not req.data_dir:
+        return None
+    folder = Path(req.data_dir).expanduser()
+    looked = wanted.format(dir=folder)
+    if not folder.is_dir():
+        raise DataDirMissing(f"--data-dir {req.data_dir}: no such folder (it should hold {req.name}: {looked})")
+    if not holds(folder):
+        raise DataDirMissing(f"--data-dir {req.data_dir} does not hold {req.name}: looked for {looked}")
+    return folder
 
 
 def default_data_dir() -> Path:
@@ -136,7 +156,11 @@ def default_data_dir() -> Path:
 
 def load_fashion_mnist(req: DataRequest) -> DataSplits:
     looked = _fashion_dirs(req)
-    folder = next((d for d in looked if _find_idx(d, FASHION_FILES["test"][0])), None)
+    stem = FASHION_FILES["test"][0]
+    folder = explicit_dir(req, lambda d: _find_idx(d, stem) is not None,
+                          f"{{dir}}/{stem}[.gz] or {{dir}}/FashionMNIST/raw/{stem}[.gz]")
+    if folder is None:
+        folder = next((d for d in looked if _find_idx(d, stem)), None)
     if folder is None:
         folder = _download_torchvision("FashionMNIST", looked)
     arrays = {}
@@ -155,7 +179,7 @@ def _download_torchvision(dataset: str, looked: list[Path]) -> Path:
 
     root = default_data_dir()
     try:
-        if os.environ.get("LAYA_OFFLINE"):
+        if offline():
             raise RuntimeError("LAYA_OFFLINE is set")
         getattr(torchvision.datasets, dataset)(str(root), train=True, download=True)
         getattr(torchvision.datasets, dataset)(str(root), train=False, download=True)
@@ -175,9 +199,10 @@ def _download_torchvision(dataset: str, looked: list[Path]) -> Path:
 def load_cifar10(req: DataRequest) -> DataSplits:
     import torchvision
 
-    looked = [Path(req.data_dir).expanduser()] if req.data_dir else []
-    looked.append(default_data_dir())
-    root = next((d for d in looked if (d / "cifar-10-batches-py").is_dir()), None)
+    looked = [default_data_dir()]
+    root = explicit_dir(req, lambda d: (d / "cifar-10-batches-py").is_dir(), "{dir}/cifar-10-batches-py/")
+    if root is None:
+        root = next((d for d in looked if (d / "cifar-10-batches-py").is_dir()), None)
     if root is None:
         root = _download_torchvision("CIFAR10", looked)
     splits = {}
@@ -274,6 +299,9 @@ def _files_dataset(files, names, classes, size, strict) -> tuple[ImageTensorData
 
 def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
     root = Path(root or req.name.partition(":")[2]).expanduser()
+    if req.data_dir:
+        raise LayaError(f"--data-dir {req.data_dir} does not apply to folder:PATH datasets (the path is the data); "
+                        f"leave it out")
     if not root.is_dir():
         raise LayaError(f"image folder not found: {root} (expected {root}/<class>/<image>)")
     size = req.image_size or 32
@@ -312,9 +340,10 @@ def _tree_stamp(root: Path) -> str:
 
 def load_artworks(req: DataRequest) -> DataSplits:
     """Best Artworks of All Time: images/<Artist_Name>/*.jpg and artists.csv."""
-    looked = [Path(req.data_dir).expanduser()] if req.data_dir else []
-    looked.append(default_data_dir() / "artworks")
-    root = next((d for d in looked if (d / "artists.csv").is_file()), None)
+    looked = [default_data_dir() / "artworks"]
+    root = explicit_dir(req, lambda d: (d / "artists.csv").is_file(), "{dir}/artists.csv and {dir}/images/")
+    if root is None:
+        root = next((d for d in looked if (d / "artists.csv").is_file()), None)
     if root is None:
         raise LayaError(
             f"artworks not found (looked for artists.csv in {', '.join(map(str, looked))}); download "
