@@ -25,7 +25,7 @@ from .errors import LayaError, TrainingInterrupted
 from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
                       Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, Finetune, Head,
                       ImageSize, InternalBatchSize, JsonOut, Label, Layers, Lr, MarkdownOut, ModelPath, Patience,
-                      Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
+                      Pool, Pretrained, Psi, Quiet, Reduce, Restart, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
 
 console = Console()
@@ -36,14 +36,30 @@ def _under_torchrun() -> bool:
     return env_world_size() > 1
 
 
-class LayaGroup(TyperGroup):
-    """Turns user mistakes into one line on stderr and exit code 2, never a traceback.
+# Usage errors click (or the click recent typer vendors, whose exceptions derive from TyperException)
+# reports itself, with exit 2: never an internal error.
+_CLICK_ERRORS = (click.exceptions.ClickException, click.exceptions.Abort, typer.Abort,
+                 *((typer.TyperException,) if hasattr(typer, "TyperException") else ()))
 
-    Also where a command joins torchrun's process group (docs/scaling.md): ranks other than 0
-    are muted (no tables, bars, status lines or warnings; crashes still print a traceback).
+# The exit-code contract (docs/usage.md#exit-codes): what a CI job can rely on.
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class LayaGroup(TyperGroup):
+    """Maps every way a command can end to the exit-code contract, from one place:
+
+    0 done; 1 a ``--fail-under`` gate missed (the command raises ``typer.Exit(1)`` itself); 2 a user
+    error (``LayaError``, or a usage error click reports): one line on stderr, never a traceback;
+    3 an internal error (any other exception): the traceback on stderr, then one line saying it is
+    a bug in laya and where to report it; 130 interrupted (Ctrl-C, SIGTERM during training).
+
+    Also where a command starts: ``LAYA_OFFLINE`` is applied (``offline_from_env``), and under
+    torchrun the command joins the process group (docs/scaling.md); ranks other than 0 are muted
+    (no tables, bars, status lines or warnings; crashes still print a traceback).
     """
 
     def invoke(self, ctx: click.Context):
+        offline_from_env()
         if not _under_torchrun():  # the common case: nothing to join, no torch to import
             return self._run(ctx)
         from . import distributed
@@ -63,7 +79,7 @@ class LayaGroup(TyperGroup):
             return super().invoke(ctx)
         except LayaError as e:
             _report_user_error(e)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_USER_ERROR) from None
         except (typer.Exit, click.exceptions.Exit) as e:
             if getattr(e, "exit_code", 0) and _under_torchrun():
                 from . import distributed
@@ -72,10 +88,53 @@ class LayaGroup(TyperGroup):
             raise
         except KeyboardInterrupt:
             err_console.print("[bold red]interrupted[/]")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except TrainingInterrupted as e:
             err_console.print(f"[bold red]interrupted:[/] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except _CLICK_ERRORS:
+            raise  # usage errors of a subcommand's options: click prints them (exit 2)
+        except Exception:
+            _report_internal_error()
+            raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+
+
+def _report_internal_error() -> None:
+    """An exception laya did not anticipate: keep the whole traceback, then say it is our bug, not the user's."""
+    import traceback
+
+    from . import __version__
+
+    traceback.print_exc(file=sys.stderr)
+    sys.stderr.write(f"internal error (exit {EXIT_INTERNAL_ERROR}): this is a bug in laya {__version__}, not a "
+                     f"problem with your input; please report it with the command and the traceback above "
+                     f"to {issue_tracker()}\n")
+    sys.stderr.flush()
+
+
+def issue_tracker() -> str:
+    """Where bugs are reported: the ``Issues`` (or ``Bug Tracker``) URL of the installed distribution's
+    metadata (pyproject's ``[project.urls]``), else the maintainers named in docs/usage.md."""
+    from importlib import metadata
+
+    try:
+        for entry in metadata.metadata("laya-audit").get_all("Project-URL") or []:
+            label, _, url = entry.partition(",")
+            if label.strip().lower() in ("issues", "bug tracker", "bugs", "tracker"):
+                return url.strip()
+    except metadata.PackageNotFoundError:
+        pass
+    return "the laya maintainers (see docs/usage.md#exit-codes)"
+
+
+def offline_from_env() -> None:
+    """``LAYA_OFFLINE=1`` means no download at all: also put the Hugging Face hub (timm's pretrained
+    weights) in offline mode, so a missing weight fails at once instead of after the hub's retries.
+    Set before anything imports huggingface_hub, which reads it when first imported."""
+    from .config import offline
+
+    if offline():
+        os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def _report_user_error(e: LayaError) -> None:
@@ -121,6 +180,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain click help: typer's rich help imports markdown/pygments (~0.2 s per start)
 )
 
 
@@ -171,6 +231,7 @@ def train(
     trust_pickle: TrustPickle = JOB.trust_pickle,
     cache: Cache = JOB.use_cache,
     resume: Resume = JOB.resume,
+    restart: Restart = JOB.restart,
     device: Device = "auto",
     quiet: Quiet = False,
 ):
@@ -183,7 +244,7 @@ def train(
                             score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                             seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
                             finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
-                            device=_device(device))
+                            restart=restart, device=_device(device))
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
 
@@ -317,7 +378,7 @@ def export_cmd(
 
 bench_app = typer.Typer(
     help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
-    invoke_without_command=True, no_args_is_help=False, add_completion=False,
+    invoke_without_command=True, no_args_is_help=False, add_completion=False, rich_markup_mode=None,
 )
 app.add_typer(bench_app, name="bench")
 
@@ -418,7 +479,7 @@ def bench(
 
 @bench_app.command("speed")
 def bench_speed(
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes (a smoke run, not a measurement).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one shared process (a smoke run under ~30 s, not a measurement).")] = False,
     device: Device = "auto",
     json_out: JsonOut = None,
 ):
@@ -429,7 +490,7 @@ def bench_speed(
 
     if json_out is not None:
         check_writable(json_out)
-    summary = speed.run_all(quick=quick, device=_device(device))
+    summary = speed.run_all(quick=quick, device=_device(device))  # Ctrl-C: the child stops, "interrupted" (130)
     (console if console.is_terminal else Console(width=110)).print(speed_tables(summary))
     if json_out is not None:
         atomic_write_text(json_out, strict_json(summary))

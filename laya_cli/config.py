@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 
 from .errors import LayaError, match_choice
@@ -20,6 +21,12 @@ ABLATIONS = ("mean", "zero", "mask")
 TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
 LABELS = ("genre", "artist")
+
+
+def offline() -> bool:
+    """``LAYA_OFFLINE`` set (to anything but empty, 0, false, no, off): laya downloads nothing: no
+    dataset, no pretrained weights (the command line also puts the Hugging Face hub offline)."""
+    return os.environ.get("LAYA_OFFLINE", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def digest(**parts) -> str:
@@ -124,9 +131,10 @@ class TrainRequest:
     use_cache: bool = True
     out: str = "model.pt"
     resume: bool = False  # continue from the state an interrupted run left beside --out
+    restart: bool = False  # discard that state and start over (without either, a state there is an error)
 
     # Not part of what the run computes: where it is written, how, and on which device.
-    RUN_ONLY = ("out", "resume", "use_cache")
+    RUN_ONLY = ("out", "resume", "restart", "use_cache")
 
     @property
     def state_path(self):
@@ -141,6 +149,10 @@ class TrainRequest:
             d.pop(k)
         d["train"].pop("device")
         return d
+
+    def recorded_options(self) -> dict:
+        """``options()`` as JSON holds them: what a training state and laya bench's run records store."""
+        return json.loads(json.dumps(self.options(), default=str))
 
     def fingerprint(self) -> str:
         return digest(**self.options())
