@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from . import progress
+from .progress import LazyConsole
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
 from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
@@ -28,18 +27,23 @@ from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatch
                       Pool, Pretrained, Psi, Quiet, Reduce, Restart, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
 
-console = Console()
-err_console = Console(stderr=True)
+console = LazyConsole()  # rich is imported on first print, not by `laya --help`
+err_console = LazyConsole(stderr=True)
 
 
 def _under_torchrun() -> bool:
     return env_world_size() > 1
 
 
-# Usage errors click (or the click recent typer vendors, whose exceptions derive from TyperException)
-# reports itself, with exit 2: never an internal error.
-_CLICK_ERRORS = (click.exceptions.ClickException, click.exceptions.Abort, typer.Abort,
-                 *((typer.TyperException,) if hasattr(typer, "TyperException") else ()))
+def _usage_errors() -> tuple:
+    """Usage errors click reports itself, with exit 2 (never an internal error): those of the click that
+    recent typer vendors (typer.TyperException) and, when it is loaded, of click itself (older typer)."""
+    errors = [typer.Abort, *((typer.TyperException,) if hasattr(typer, "TyperException") else ())]
+    click = sys.modules.get("click")
+    if click is not None:
+        errors += [click.exceptions.ClickException, click.exceptions.Abort]
+    return tuple(errors)
+
 
 # The exit-code contract (docs/usage.md#exit-codes): what a CI job can rely on.
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -58,7 +62,16 @@ class LayaGroup(TyperGroup):
     (no tables, bars, status lines or warnings; crashes still print a traceback).
     """
 
-    def invoke(self, ctx: click.Context):
+    def get_help_option(self, ctx):
+        # The group's own --help flag, when not given, is None; recent typer then builds a pydantic
+        # validator for it, importing pydantic (~0.15 s) on every `laya <cmd> --help`. False is the
+        # same answer ("not given") without that.
+        option = super().get_help_option(ctx)
+        if option is not None and getattr(option, "default", False) is None:
+            option.default = False
+        return option
+
+    def invoke(self, ctx):
         offline_from_env()
         if not _under_torchrun():  # the common case: nothing to join, no torch to import
             return self._run(ctx)
@@ -74,13 +87,13 @@ class LayaGroup(TyperGroup):
             distributed.mark_done()
             distributed.cleanup()
 
-    def _run(self, ctx: click.Context):
+    def _run(self, ctx):
         try:
             return super().invoke(ctx)
         except LayaError as e:
             _report_user_error(e)
             raise typer.Exit(EXIT_USER_ERROR) from None
-        except (typer.Exit, click.exceptions.Exit) as e:
+        except typer.Exit as e:  # also click's Exit: typer.Exit is click's, or what typer raises instead
             if getattr(e, "exit_code", 0) and _under_torchrun():
                 from . import distributed
 
@@ -92,9 +105,9 @@ class LayaGroup(TyperGroup):
         except TrainingInterrupted as e:
             err_console.print(f"[bold red]interrupted:[/] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        except _CLICK_ERRORS:
-            raise  # usage errors of a subcommand's options: click prints them (exit 2)
-        except Exception:
+        except Exception as e:
+            if isinstance(e, _usage_errors()):
+                raise  # usage errors of a subcommand's options: click prints them (exit 2)
             _report_internal_error()
             raise typer.Exit(EXIT_INTERNAL_ERROR) from None
 
@@ -194,10 +207,12 @@ def _note(text: str) -> None:
     err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
 
 
-def _wide(renderables) -> Console:
+def _wide(renderables):
     """The console for wide tables: a log or a pipe has no width, so print them whole, not cut to 80 columns."""
     if console.is_terminal:
         return console
+    from rich.console import Console
+
     return Console(width=max([console.width, *(console.measure(t).maximum for t in renderables)]))
 
 
@@ -435,7 +450,7 @@ def bench(
     from . import bench as B
     from .config import AuditSettings
     from .fileio import atomic_write_text, check_writable
-    from .report import bench_caption, bench_markdown, bench_rich_tables
+    from .report import bench_caption, bench_counts, bench_markdown, bench_rich_tables
 
     with progress.enabled(not quiet):
         for path in (json_out, markdown):
@@ -469,8 +484,7 @@ def bench(
         wide.print(table)
     wide.print(bench_caption(result), style="dim", highlight=False)
     if not quiet:
-        console.print(f"{len(result.runs)} runs ({result.reused} reused) in {result.wall_seconds:.0f} s -> "
-                      f"{req.folder}", highlight=False)
+        console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
     if json_out is not None:
         atomic_write_text(json_out, result.to_json())
     if markdown is not None:
@@ -490,7 +504,11 @@ def bench_speed(
 
     if json_out is not None:
         check_writable(json_out)
-    summary = speed.run_all(quick=quick, device=_device(device))  # Ctrl-C: the child stops, "interrupted" (130)
+    # --device cpu needs no torch in this process (the benchmarks import it in their own processes).
+    dev = "cpu" if device.strip().lower() == "cpu" else _device(device)
+    summary = speed.run_all(quick=quick, device=dev)  # Ctrl-C: the child stops, "interrupted" (130)
+    from rich.console import Console
+
     (console if console.is_terminal else Console(width=110)).print(speed_tables(summary))
     if json_out is not None:
         atomic_write_text(json_out, strict_json(summary))

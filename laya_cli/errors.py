@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import signal
+import threading
 
 
 class LayaError(Exception):
@@ -37,3 +40,21 @@ def match_choice(kind: str, name: str, choices) -> str:
     if len(folded) == 1:
         return folded[0]
     raise unknown_choice(kind, name, choices)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Treat SIGTERM (a scheduler's or CI's kill) like Ctrl-C inside the block: training leaves a
+    resumable state, ``laya bench speed`` stops its benchmark processes; both exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

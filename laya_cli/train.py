@@ -6,10 +6,7 @@ same result on CPU: initialisation and shuffling both come from ``--seed``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +24,7 @@ from .config import TrainConfig, TrainRequest, diff_options
 from .data import DataSplits, dataset_name, is_file_dataset, load_dataset
 from .device import to_device
 from .distributed import gather_rows, shard_bounds
-from .errors import LayaError, TrainingInterrupted, match_choice
+from .errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from .features import LayerFeatures, batches, extract, to_float_images
 from .fileio import atomic_torch_save, check_writable
 from .heads import HEADS, build_head
@@ -61,23 +58,6 @@ def predict(model: nn.Module, inputs: list[Tensor], batch_size: int = 1024, devi
              for chunk in batches([t[start:stop] for t in inputs], batch_size)]
     out = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.long)
     return gather_rows(out, n) if shard else out
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """Treat SIGTERM (a scheduler's kill) like Ctrl-C so both leave a resumable state."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _clone_state(module: nn.Module) -> dict:

@@ -137,8 +137,15 @@ def test_info_panel(digits_ckpt):
 
 def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):
     out = tmp_path / "m.pt"
-    result = invoke("train", "--out", out, "--epochs", "3", "--head", "scalarmix", "--d-star", "16", "--seed", "1")
+    # names are case-insensitive; the checkpoint records the canonical ones
+    result = invoke("train", "--out", out, "--epochs", "3", "--head", "ScalarMix", "--dataset", "Digits",
+                    "--psi", "Identity", "--d-star", "16", "--seed", "1")
     assert result.exit_code == 0, result.output
+    from laya_cli.checkpoint import read_checkpoint
+
+    ckpt = read_checkpoint(out)
+    assert ckpt["head"]["kind"] == "scalarmix" and ckpt["dataset"]["name"] == "digits"
+    assert ckpt["head"]["config"]["psi"] == "identity"
     assert "epoch   1" in result.output and "test accuracy" in result.output
     assert torch.load(out, weights_only=True)["head"]["kind"] == "scalarmix"
     assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]

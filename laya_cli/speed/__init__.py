@@ -30,19 +30,27 @@ work is done (``memory.peak_rss_mb``), reported whole and above the baseline pro
 allocator cache). RSS counts everything the process touched (Python, torch's libraries,
 allocator caches), so only differences between processes of the same kind are meaningful.
 
-``--quick`` shrinks every size and runs every benchmark in one shared child process, so the
+``--quick`` shrinks every size and runs the benchmarks in one shared child process, so the
 imports are paid once (a smoke run for the tests, under ~30 s on an idle 2-core machine: not a
-measurement; its memory column is the shared process's running peak).
+measurement; its memory column is the shared process's running peak). It leaves out the
+"plain"/"audit" memory phases (one shared process cannot separate them), runs audit_memory's
+cells in that process too, and times fewer startup commands.
 
-Ctrl-C stops the run: the child is stopped and the command prints "interrupted" (exit 130).
+Ctrl-C (or SIGTERM) stops the run: each child leads a process group of its own (with the
+processes it starts), which the parent stops; ``laya bench speed`` then prints "interrupted"
+(exit 130), as every laya command does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
 
@@ -54,14 +62,17 @@ SIZES = {
              "audit_speed": [], "phase_images": 64, "phase_steps": 32,
              "audit_memory": ["--dataset", "fashion-mnist", "--sizes", "1000,10000"],
              "startup": {"rounds": 5, "quick": False}},
-    "quick": {"train_cache": {"images_per_class": 2, "epochs": 1},
-              "audit_speed": ["--images", "2", "--steps", "2", "--repeats", "1", "--naive-blocks", "1",
-                              "--naive-images", "1"],
+    "quick": {"train_cache": {"images_per_class": 3, "epochs": 1},
+              "audit_speed": ["--images", "2", "--steps", "2", "--repeats", "1", "--warmup", "0",
+                              "--naive-blocks", "1", "--naive-images", "1"],
               "phase_images": 2, "phase_steps": 2,
-              "audit_memory": ["--dataset", "digits", "--sizes", "30,60", "--modes", "streamed"],
+              "audit_memory": ["--dataset", "digits", "--sizes", "30,60", "--modes", "streamed", "--in-process"],
               "startup": {"rounds": 1, "quick": True}},
 }
 JOBS = ("baseline", "train_cache", "audit_speed", "plain", "audit", "audit_memory", "startup")
+# --quick runs every benchmark in one shared process, where the peak-memory phases "plain" and "audit"
+# would measure nothing (their code runs inside audit_speed anyway): it leaves them out.
+QUICK_JOBS = ("baseline", "train_cache", "audit_speed", "audit_memory", "startup")
 OPTIONAL = {"audit_memory"}  # reported as skipped (with the reason) when it cannot run, e.g. no data
 
 
@@ -84,7 +95,7 @@ def _job(name: str, size: dict, device: str) -> dict:
         import captum.attr  # noqa: F401
         import timm  # noqa: F401
 
-        return {}
+        return {"torch_threads": torch.get_num_threads()}
     if name == "train_cache":
         from . import train_cache
 
@@ -128,9 +139,15 @@ def _job(name: str, size: dict, device: str) -> dict:
 
 
 def _child(names: list[str], size: dict, device: str, queue) -> None:
-    """Run the benchmarks ``names`` one after the other in this process; one message per benchmark."""
+    """Run the benchmarks ``names`` one after the other in this process; one message per benchmark.
+
+    The child leads a process group of its own (with the processes it starts), out of the terminal's:
+    Ctrl-C reaches the parent only, which stops this whole group (``run_children``).
+    """
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
     for name in names:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu_s()
         try:
             result = _job(name, size, device)
             out = {"ok": True, "result": _plain(result), "peak_rss_mb": peak_rss_mb()}
@@ -143,8 +160,18 @@ def _child(names: list[str], size: dict, device: str, queue) -> None:
             return
         except BaseException as e:  # report, don't hang the parent
             out = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-        out["name"], out["job_s"] = name, time.perf_counter() - start
+        out["name"], out["job_s"], out["cpu_s"] = name, time.perf_counter() - start, _cpu_s() - cpu
         queue.put(out)
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of the child processes it has waited for."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return time.process_time()
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _plain(obj):
@@ -164,7 +191,8 @@ def run_children(names: list[str], size: dict, device: str):
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(list(names), size, device, queue), name=f"bench-{'+'.join(names)}")
     start = time.perf_counter()
-    proc.start()
+    with _sigint_ignored():  # the child starts deaf to Ctrl-C (no traceback from its bootstrap), then
+        proc.start()  # leaves the terminal's process group; the parent stops it below
     try:
         for name in names:
             while True:  # read before join: a large result must be drained for the child to exit
@@ -182,8 +210,32 @@ def run_children(names: list[str], size: dict, device: str):
         proc.join()
     finally:
         if proc.is_alive():  # interrupted, or the caller stopped early: no orphan benchmark left running
-            proc.terminate()
-            proc.join(5)
+            _stop(proc)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while a child process starts (it inherits that), restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop(proc) -> None:
+    """Stop a benchmark child and every process it started (its process group), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (AttributeError, OSError):  # no process groups here, or the child had not made its own yet
+        proc.terminate()
+    proc.join(10)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
 
 
 def run_child(name: str, size: dict, device: str) -> dict:
@@ -207,16 +259,23 @@ def _console():
 
 def say(line: str) -> None:
     _console().print(line, highlight=False)
+    sys.stdout.flush()  # in order with what the child processes print, even into a file
 
 
 
 def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
-    import torch
+    """Every benchmark; SIGTERM (a CI timeout) stops the running child and its processes, like Ctrl-C."""
+    from ..errors import sigterm_as_interrupt
 
+    with sigterm_as_interrupt():
+        return _run_all(quick, device, jobs)
+
+
+def _run_all(quick: bool, device: str, jobs) -> dict:
     size = SIZES["quick" if quick else "full"]
     start = time.perf_counter()
     runs, skipped = {}, {}
-    names = list(jobs or JOBS)
+    names = list(jobs or (QUICK_JOBS if quick else JOBS))
     # Full: each benchmark in its own fresh process. Quick: all in one, imports paid once.
     groups = [names] if quick else [[n] for n in names]
     for group in groups:
@@ -238,7 +297,12 @@ def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
                 raise
             skipped[group[0]] = str(e).splitlines()[0]
             say(f"skipped {group[0]}: {skipped[group[0]]}")
-    summary = {"quick": quick, "device": device, "torch_threads": torch.get_num_threads(),
+    threads = runs.get("baseline", {}).get("result", {}).get("torch_threads")
+    if threads is None:
+        import torch
+
+        threads = torch.get_num_threads()
+    summary = {"quick": quick, "device": device, "torch_threads": threads,
                "cpu_count": os.cpu_count(), "runs": runs, "skipped": skipped, "wall_s": time.perf_counter() - start}
     summary["ratios"] = ratios(summary)
     return summary
@@ -303,7 +367,8 @@ def _startup_rows(r: dict) -> list[dict]:
         for x in helps[:1] + sorted(helps[1:], key=lambda x: -x["median_s"])[:1]:  # laya --help, the slowest other
             rows.append({"what": f"{x['command']} / import torch", "num": f"{x['median_s']:.2f} s",
                          "den": f"{torch_s:.2f} s", "ratio": x["over_torch"], "target": "≤ 0.15×",
-                         "note": f"startup, fresh process each, median of {r['rounds']} round-robin round(s)"
+                         "note": f"startup: wall time, fresh process each, median of {r['rounds']} round-robin "
+                                 f"round(s); CPU time {x.get('cpu_over_torch', float('nan')):.3f}× torch's"
                                  + ("" if x is helps[0] else " (the slowest 'laya <cmd> --help')")})
         for x in (x for x in r["rows"] if x["command"].startswith("laya info")):
             rows.append({"what": "laya info / import torch", "num": f"{x['median_s']:.2f} s",
@@ -339,11 +404,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
     args = parser.parse_args(argv)
-    from ..device import resolve_device
     from ..fileio import atomic_write_text
     from ..report import speed_tables
 
-    summary = run_all(quick=args.quick, device=resolve_device(args.device))
+    if args.device.strip().lower() == "cpu":
+        device = "cpu"  # no torch in this process: the benchmarks import it in their own
+    else:
+        from ..device import resolve_device
+
+        device = resolve_device(args.device)
+    summary = run_all(quick=args.quick, device=device)
     _console().print(speed_tables(summary))
     if args.json_out:
         atomic_write_text(args.json_out, json.dumps(summary, indent=2) + "\n")
