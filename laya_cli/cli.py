@@ -18,7 +18,6 @@ import typer
 from typer.core import TyperGroup
 
 from . import progress
-from .progress import LazyConsole
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
 from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
@@ -26,6 +25,7 @@ from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, AuditBatch
                       ImageSize, InternalBatchSize, JsonOut, Label, Layers, Lr, MarkdownOut, ModelPath, Patience,
                       Pool, Pretrained, Psi, Quiet, Reduce, Restart, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
+from .progress import LazyConsole
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
 err_console = LazyConsole(stderr=True)
@@ -204,7 +204,10 @@ def _device(device: str) -> str:
 
 
 def _note(text: str) -> None:
-    err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+    """A note of the library on stderr; one that starts with 'warning: ' is shown as a warning."""
+    label, rest = ("[bold yellow]warning:[/]", text[len("warning: "):]) if text.startswith("warning: ") else (
+        "[yellow]note:[/]", text)
+    err_console.print(f"{label} {rest}", highlight=False, soft_wrap=True)
 
 
 def _wide(renderables):
@@ -342,7 +345,7 @@ def audit(
     if misses:
         for miss in misses:
             err_console.print(f"[bold red]fail-under:[/] {miss}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_GATE_FAILED)
     if thresholds:
         err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
 

@@ -22,8 +22,10 @@ from torch.utils.data import Dataset
 from .config import LABELS, DataRequest, check_choice, offline
 from .errors import LayaError, match_choice
 
+
 class DataDirMissing(LayaError):
-    """An explicit ``--data-dir`` that does not hold the dataset (never silently replaced by another copy)."""
+    """A ``--data-dir`` that does not hold the dataset, or that the dataset does not use (an explicit one is
+    never silently replaced by another copy)."""
 
 
 TEST_SPLIT_SEED = 0
@@ -92,7 +94,8 @@ def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTens
 
 def load_digits(req: DataRequest) -> DataSplits:
     if req.data_dir:
-        raise LayaError(f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); leave it out")
+        raise DataDirMissing(f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); "
+                             f"leave it out")
     from sklearn.datasets import load_digits as sk_digits
 
     d = sk_digits()
@@ -300,8 +303,8 @@ def _files_dataset(files, names, classes, size, strict) -> tuple[ImageTensorData
 def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
     root = Path(root or req.name.partition(":")[2]).expanduser()
     if req.data_dir:
-        raise LayaError(f"--data-dir {req.data_dir} does not apply to folder:PATH datasets (the path is the data); "
-                        f"leave it out")
+        raise DataDirMissing(f"--data-dir {req.data_dir} does not apply to folder:PATH datasets (the path is the "
+                             f"data); leave it out")
     if not root.is_dir():
         raise LayaError(f"image folder not found: {root} (expected {root}/<class>/<image>)")
     size = req.image_size or 32

@@ -211,6 +211,8 @@ def check_no_unfinished_run(req: TrainRequest) -> None:
         raise LayaError("--resume and --restart exclude each other: --resume continues the saved run, "
                         "--restart discards it")
     if not req.state_path.is_file():
+        if req.resume:  # before loading any data
+            raise LayaError(f"--resume: no saved training state at {req.state_path}; start without --resume")
         return
     if req.restart:
         if distributed.is_main():  # under torchrun rank 0 owns the file
