@@ -22,7 +22,10 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 
 def resolve_device(device: str) -> str:
     """auto (CUDA if available, else CPU), cpu, cuda or mps; under torchrun cuda is this rank's GPU."""
-    device = match_choice("--device", device, DEVICES)
+    try:
+        device = match_choice("--device", device, DEVICES)  # case-insensitive, the one rule
+    except LayaError:
+        raise LayaError(f"--device must be auto, cpu, cuda or mps, got '{device}'") from None
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():

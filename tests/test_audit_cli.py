@@ -8,7 +8,7 @@ from laya_cli.testing import assert_user_error, invoke, run_laya
 
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
 METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
-               "deletion@1_random", "deletion@1_normalised", "available", "note"}
+               "deletion@1_random", "deletion@1_normalised", "available", "note", "degenerate"}
 
 
 def audit(*args):
