@@ -22,11 +22,11 @@ from .attribution import METHODS, AttributionContext, global_weights, laya_atten
 from .config import AuditSettings
 from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, match_choice, unknown_choice
 from .fileio import json_safe, strict_json
 from .heads import head_kind
-from .metrics import (accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
-                      normalised_deletion, spearman_rows)
+from .metrics import (accuracy, chance_level, check_ablation, degenerate_effects, deletion_at_1, lolo_effects,
+                      nan_summary, near_chance, normalised_deletion, spearman_rows)
 from .progress import track
 
 ALWAYS = ("laya", "random")
@@ -40,14 +40,10 @@ def parse_methods(compare: str | Sequence[str] | None) -> list[str]:
     names = compare.split(",") if isinstance(compare, str) else list(compare or [])
     chosen: list[str] = []
     for name in (n.strip() for n in names):
-        if not name:
-            continue
-        expanded = COMPARE if name == "all" else (name,)
-        for m in expanded:
-            if m in ALWAYS:
-                continue  # always audited
-            if m not in COMPARE:
-                raise unknown_choice("method", m, [*COMPARE, "all"])
+        if not name or name.lower() in ALWAYS:
+            continue  # always audited
+        name = match_choice("method", name, [*COMPARE, "all"])  # case-insensitive: IG = ig
+        for m in COMPARE if name == "all" else (name,):
             if m not in chosen:
                 chosen.append(m)
     return ["laya", *chosen, "random"]
@@ -67,6 +63,7 @@ class MethodScores:
     normalised: float
     available: bool = True
     note: str | None = None
+    degenerate: int = 0  # of the undefined samples: those whose Δ varies in at most one layer
 
     def metric(self, name: str) -> float:
         return {"faithfulness": self.faithfulness, "deletion@1": self.deletion_at_1,
@@ -76,7 +73,8 @@ class MethodScores:
         return {"faithfulness": self.faithfulness, "faithfulness_std": self.faithfulness_std,
                 "undefined": self.undefined, "defined": self.defined, "deletion@1": self.deletion_at_1,
                 "deletion@1_oracle": self.oracle, "deletion@1_random": self.random,
-                "deletion@1_normalised": self.normalised, "available": self.available, "note": self.note}
+                "deletion@1_normalised": self.normalised, "available": self.available, "note": self.note,
+                "degenerate": self.degenerate}
 
 
 @dataclass
@@ -115,10 +113,12 @@ class AuditResult:
 # --------------------------------------------------------------------------- the run
 
 
-def _summarise(rho: Tensor, d1: Tensor, oracle: Tensor, random: Tensor) -> MethodScores:
+def _summarise(rho: Tensor, d1: Tensor, oracle: Tensor, random: Tensor, degenerate: Tensor) -> MethodScores:
+    rho = rho.masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
     mean, std, n, undefined = nan_summary(rho)
     d1_m, or_m, ra_m = (t.double().mean().item() if len(t) else float("nan") for t in (d1, oracle, random))
-    return MethodScores(mean, std, n, undefined, d1_m, or_m, ra_m, normalised_deletion(d1_m, or_m, ra_m))
+    return MethodScores(mean, std, n, undefined, d1_m, or_m, ra_m, normalised_deletion(d1_m, or_m, ra_m),
+                        degenerate=int(degenerate.sum()))
 
 
 def _unavailable(n: int, oracle: Tensor, random: Tensor, note: str) -> MethodScores:
@@ -127,11 +127,12 @@ def _unavailable(n: int, oracle: Tensor, random: Tensor, note: str) -> MethodSco
     return MethodScores(nan, nan, 0, n, nan, or_m, ra_m, nan, available=False, note=note)
 
 
-def _scores(methods, rho, d1, oracle, random, reasons, rows=None) -> dict[str, MethodScores]:
+def _scores(methods, rho, d1, oracle, random, reasons, degenerate, rows=None) -> dict[str, MethodScores]:
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     n = len(pick(oracle))
     return {m: (_unavailable(n, pick(oracle), pick(random), reasons[m]) if reasons[m]
-                else _summarise(pick(rho[m]), pick(d1[m]), pick(oracle), pick(random))) for m in methods}
+                else _summarise(pick(rho[m]), pick(d1[m]), pick(oracle), pick(random), pick(degenerate)))
+            for m in methods}
 
 
 def _features(eval_data):
@@ -153,10 +154,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     feats = _features(eval_data)
     head, dev, n_layers = model.head, settings.device, num_layers(feats)
     head.eval().to(dev)
-    methods = list(dict.fromkeys(methods))
-    for m in methods:
-        if m not in METHODS:
-            raise unknown_choice("method", m, METHODS)
+    methods = list(dict.fromkeys(match_choice("method", m, METHODS) for m in methods))
     n = len(feats)
     if n == 0:
         raise LayaError("nothing to audit: the data set has no samples")
@@ -181,7 +179,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     want_global = "global" in methods and not reasons["global"]
     alpha_sums, deltas = [], []
 
-    preds, labels, oracle, random = [], [], [], []
+    preds, labels, oracle, random, degenerate = [], [], [], [], []
     rho = {m: [] for m in methods}
     d1 = {m: [] for m in methods}
     n_batches = (stop - start + bs - 1) // bs
@@ -204,6 +202,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
             alpha_sums.append(laya_attention(head, x).cpu().double().sum(0, keepdim=True))
             deltas.append(delta)
         _, o, r = deletion_at_1(delta, delta)
+        degenerate.append(degenerate_effects(delta))
         oracle.append(o)
         random.append(r)
         preds.append(pred.cpu())
@@ -217,6 +216,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     # Back in the original order, on every rank (a no-op without torchrun).
     preds, labels = gather_rows([cat(preds, torch.long), cat(labels, torch.long)], n)
     oracle, random = gather_rows([cat(oracle), cat(random)], n)
+    degenerate = gather_rows(cat(degenerate, torch.bool).to(torch.uint8), n).bool()  # uint8: any backend gathers it
     rho = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in rho.items()}
     d1 = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in d1.items()}
     if want_global:
@@ -233,9 +233,10 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
                   "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},
         n_samples=len(labels), accuracy=accuracy(preds, labels),
         layers=list(getattr(model, "layer_names", None) or [f"layer{i}" for i in range(n_layers)]),
-        methods=_scores(methods, rho, d1, oracle, random, reasons),
+        methods=_scores(methods, rho, d1, oracle, random, reasons, degenerate),
         notes=_notes(methods, reasons, n_layers, kind, settings),
     )
+    result.notes += _warnings(result, labels, len(getattr(model, "classes", None) or []), int(degenerate.sum()))
     if settings.by_class:
         classes = list(getattr(model, "classes", None) or [])
         result.by_class = {}
@@ -243,7 +244,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
             rows = labels == c
             name = classes[c] if c < len(classes) else str(c)
             result.by_class[name] = ClassScores(int(rows.sum()), accuracy(preds[rows], labels[rows]),
-                                                _scores(methods, rho, d1, oracle, random, reasons, rows))
+                                                _scores(methods, rho, d1, oracle, random, reasons, degenerate,
+                                                        rows))
     return result
 
 
@@ -263,6 +265,25 @@ def _notes(methods, reasons, n_layers, kind, settings: AuditSettings) -> list[st
         notes.append("--ablation mask has no input-space reference: IG uses the mean training features r̄ "
                      "as its baseline")
     return notes
+
+
+def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate: int) -> list[str]:
+    """What makes the numbers above read as a finding when they are not one (docs/metrics.md)."""
+    out = []
+    n = result.n_samples
+    classes = max(num_classes, int(labels.max()) + 1 if len(labels) else 0)
+    chance = chance_level(labels, classes) if classes else float("nan")
+    if near_chance(result.accuracy, chance, n):
+        out.append(f"warning: accuracy {result.accuracy:.3f} on {n} samples is within noise of chance "
+                   f"({chance:.3f}, {classes} classes): the model has learnt little, so no attribution of its "
+                   f"decisions (faithfulness or Deletion@1, of any method) means much")
+    if degenerate:
+        every = degenerate == n
+        out.append(f"faithfulness is degenerate on {'all ' if every else ''}{degenerate} of {n} samples: removing "
+                   f"any layer but one changes nothing there (Δ varies in at most one layer), so a rank "
+                   f"correlation over layers measures nothing; they count as undefined"
+                   + (" and faithfulness is undefined for every method" if every else ""))
+    return out
 
 
 # --------------------------------------------------------------------------- gating
@@ -304,8 +325,7 @@ def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | 
         elif metric not in METRICS:
             raise unknown_choice("--fail-under metric", metric, [*METRICS, *GLOBAL_METRICS])
         if method is not None:
-            if method not in (*ALWAYS, *COMPARE):
-                raise unknown_choice("--fail-under method", method, [*ALWAYS, *COMPARE])
+            method = match_choice("--fail-under method", method, [*ALWAYS, *COMPARE])
             if methods is not None and method not in methods:
                 raise LayaError(f"--fail-under {item} names {method}, which is not audited; add --compare {method}")
         out.append(Threshold(metric, value, method))
@@ -332,7 +352,11 @@ def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> li
             elif not scores.available:
                 misses.append(f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})")
             elif math.isnan(value := scores.metric(t.metric)):
-                misses.append(f"{m}: {t.metric} is undefined on this data (required by --fail-under {t})")
+                why = "undefined on this data"
+                if t.metric == "faithfulness" and scores.degenerate and scores.degenerate == scores.undefined:
+                    why = (f"undefined: degenerate on all {scores.degenerate} samples (Δ varies in at most one "
+                           f"layer, e.g. a last head), nothing to rank")
+                misses.append(f"{m}: {t.metric} is {why} (required by --fail-under {t})")
             elif value < t.value:
                 misses.append(f"{m}: {t.metric} {value:.4f} < {t.value:g}")
     return misses

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 from . import distributed
 from .config import AuditSettings, TrainRequest, check_at_least, diff_options
-from .errors import LayaError, TrainingInterrupted, unknown_choice
+from .errors import LayaError, TrainingInterrupted, match_choice
 from .fileio import atomic_write_text, check_writable, json_safe, strict_json
 from .progress import log
 
@@ -55,8 +55,7 @@ def parse_heads(spec: str | Sequence[str]) -> list[str]:
     for name in (n.strip() for n in names):
         if not name:
             continue
-        if name not in HEADS:
-            raise unknown_choice("head", name, HEADS)
+        name = match_choice("head", name, HEADS)
         if name not in heads:
             heads.append(name)
     if not heads:
@@ -64,15 +63,14 @@ def parse_heads(spec: str | Sequence[str]) -> list[str]:
     return heads
 
 
-def check_dataset_name(name: str) -> None:
-    from .data import DATASETS
+def check_dataset_name(name: str) -> str:
+    """The dataset's registered spelling (case-insensitive), checked without loading anything."""
+    from .data import dataset_name
 
-    if name.startswith("folder:"):
-        if not name.partition(":")[2]:
-            raise LayaError("--dataset folder:PATH needs a path")
-        return
-    if name not in DATASETS:
-        raise unknown_choice("dataset", name, [*DATASETS, "folder:PATH"])
+    name = dataset_name(name)
+    if name.startswith("folder:") and not name.partition(":")[2]:
+        raise LayaError("--dataset folder:PATH needs a path")
+    return name
 
 
 def slug(text: str) -> str:
@@ -140,11 +138,12 @@ class BenchRequest:
         return {**s, "methods": self.methods(), "samples": self.audit_samples}
 
     def validate(self) -> "BenchRequest":
-        check_dataset_name(self.dataset)
+        self.train.data.name = check_dataset_name(self.dataset)
         self.heads = parse_heads(self.heads)
         check_at_least("--seeds", self.seeds)
         check_at_least("--audit-samples", self.audit_samples)
         self.train.validate()
+        self.audit.validate()
         self.audit_settings().validate()
         self.methods()
         if self.audit.ablation == "mask" and any(h not in ("laya", "scalarmix") for h in self.heads):
@@ -155,7 +154,7 @@ class BenchRequest:
 
 def train_options(req: TrainRequest) -> dict:
     """The options of one training run that must match for it to be reused, as JSON would hold them."""
-    return json.loads(json.dumps(req.options(), default=str))
+    return req.recorded_options()
 
 
 def options_changes(recorded: dict, wanted: dict) -> list[str]:
@@ -206,7 +205,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
     options = train_options(req)
     if req.state_path.is_file() and not bench.redo:
         try:  # an interrupted training of this very run: continue from its last finished epoch
-            load_train_state(req.state_path, req.fingerprint())
+            load_train_state(req.state_path, req.fingerprint(), train_options(req))
             req.resume = True
         except LayaError:
             log(f"[yellow]{req.state_path} is a partial run with other options or unreadable: starting over[/]")

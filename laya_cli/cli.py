@@ -14,38 +14,66 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
-from rich.console import Console
-from rich.markup import escape
 from typer.core import TyperGroup
 
 from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
-                      Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, FeatureDtype, Finetune,
-                      Head, ImageColumn, ImageSize, InputSize, InternalBatchSize, JsonOut, Label, LabelColumn, Layers, Lr,
-                      MarkdownOut, ModelPath, Patience,
-                      Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
+from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone,
+                      BatchSize, ByClass, Cache, Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset,
+                      FailUnder, FeatureDtype, Finetune, Head, ImageColumn, ImageSize, InputSize, InternalBatchSize,
+                      JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, ModelPath, Patience, Pool, Pretrained, Psi,
+                      Quiet, Reduce, Restart, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
+from .progress import LazyConsole
 
-console = Console()
-err_console = Console(stderr=True)
+console = LazyConsole()  # rich is imported on first print, not by `laya --help`
+err_console = LazyConsole(stderr=True)
 
 
 def _under_torchrun() -> bool:
     return env_world_size() > 1
 
 
-class LayaGroup(TyperGroup):
-    """Turns user mistakes into one line on stderr and exit code 2, never a traceback.
+def _usage_errors() -> tuple:
+    """Usage errors click reports itself, with exit 2 (never an internal error): those of the click that
+    recent typer vendors (typer.TyperException) and, when it is loaded, of click itself (older typer)."""
+    errors = [typer.Abort, *((typer.TyperException,) if hasattr(typer, "TyperException") else ())]
+    click = sys.modules.get("click")
+    if click is not None:
+        errors += [click.exceptions.ClickException, click.exceptions.Abort]
+    return tuple(errors)
 
-    Also where a command joins torchrun's process group (docs/scaling.md): ranks other than 0
-    are muted (no tables, bars, status lines or warnings; crashes still print a traceback).
+
+# The exit-code contract (docs/usage.md#exit-codes): what a CI job can rely on.
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class LayaGroup(TyperGroup):
+    """Maps every way a command can end to the exit-code contract, from one place:
+
+    0 done; 1 a ``--fail-under`` gate missed (the command raises ``typer.Exit(1)`` itself); 2 a user
+    error (``LayaError``, or a usage error click reports): one line on stderr, never a traceback;
+    3 an internal error (any other exception): the traceback on stderr, then one line saying it is
+    a bug in laya and where to report it; 130 interrupted (Ctrl-C, SIGTERM during training).
+
+    Also where a command starts: ``LAYA_OFFLINE`` is applied (``offline_from_env``), and under
+    torchrun the command joins the process group (docs/scaling.md); ranks other than 0 are muted
+    (no tables, bars, status lines or warnings; crashes still print a traceback).
     """
 
-    def invoke(self, ctx: click.Context):
+    def get_help_option(self, ctx):
+        # The group's own --help flag, when not given, is None; recent typer then builds a pydantic
+        # validator for it, importing pydantic (~0.15 s) on every `laya <cmd> --help`. False is the
+        # same answer ("not given") without that.
+        option = super().get_help_option(ctx)
+        if option is not None and getattr(option, "default", False) is None:
+            option.default = False
+        return option
+
+    def invoke(self, ctx):
+        offline_from_env()
         if not _under_torchrun():  # the common case: nothing to join, no torch to import
             return self._run(ctx)
         from . import distributed
@@ -60,13 +88,13 @@ class LayaGroup(TyperGroup):
             distributed.mark_done()
             distributed.cleanup()
 
-    def _run(self, ctx: click.Context):
+    def _run(self, ctx):
         try:
             return super().invoke(ctx)
         except LayaError as e:
             _report_user_error(e)
-            raise typer.Exit(2) from None
-        except (typer.Exit, click.exceptions.Exit) as e:
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except typer.Exit as e:  # also click's Exit: typer.Exit is click's, or what typer raises instead
             if getattr(e, "exit_code", 0) and _under_torchrun():
                 from . import distributed
 
@@ -74,22 +102,65 @@ class LayaGroup(TyperGroup):
             raise
         except KeyboardInterrupt:
             err_console.print("[bold red]interrupted[/]")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except TrainingInterrupted as e:
-            err_console.print(f"[bold red]interrupted:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(130) from None
+            err_console.print(f"[bold red]interrupted:[/] {_escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as e:
+            if isinstance(e, _usage_errors()):
+                raise  # usage errors of a subcommand's options: click prints them (exit 2)
+            _report_internal_error()
+            raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+
+
+def _report_internal_error() -> None:
+    """An exception laya did not anticipate: keep the whole traceback, then say it is our bug, not the user's."""
+    import traceback
+
+    from . import __version__
+
+    traceback.print_exc(file=sys.stderr)
+    sys.stderr.write(f"internal error (exit {EXIT_INTERNAL_ERROR}): this is a bug in laya {__version__}, not a "
+                     f"problem with your input; please report it with the command and the traceback above "
+                     f"to {issue_tracker()}\n")
+    sys.stderr.flush()
+
+
+def issue_tracker() -> str:
+    """Where bugs are reported: the ``Issues`` (or ``Bug Tracker``) URL of the installed distribution's
+    metadata (pyproject's ``[project.urls]``), else the maintainers named in docs/usage.md."""
+    from importlib import metadata
+
+    try:
+        for entry in metadata.metadata("laya-audit").get_all("Project-URL") or []:
+            label, _, url = entry.partition(",")
+            if label.strip().lower() in ("issues", "bug tracker", "bugs", "tracker"):
+                return url.strip()
+    except metadata.PackageNotFoundError:
+        pass
+    return "the laya maintainers (see docs/usage.md#exit-codes)"
+
+
+def offline_from_env() -> None:
+    """``LAYA_OFFLINE=1`` means no download at all: also put the Hugging Face hub (timm's pretrained
+    weights) in offline mode, so a missing weight fails at once instead of after the hub's retries.
+    Set before anything imports huggingface_hub, which reads it when first imported."""
+    from .config import offline
+
+    if offline():
+        os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def _report_user_error(e: LayaError) -> None:
     """Print ``error: …`` once. Under torchrun rank 0 prints, unless another rank failed on its own."""
     if not _under_torchrun():
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {_escape(str(e))}", highlight=False, soft_wrap=True)
         return
     from . import distributed
 
     own = distributed.should_report_error(str(e)) and not distributed.is_main()
     if distributed.is_main():
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {_escape(str(e))}", highlight=False, soft_wrap=True)
     elif own:
         sys.stderr.write(f"error (rank {distributed.rank()}): {e}\n")
     if not own:
@@ -123,6 +194,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain click help: typer's rich help imports markdown/pygments (~0.2 s per start)
 )
 
 
@@ -130,6 +202,13 @@ def _device(device: str) -> str:
     from .device import resolve_device
 
     return resolve_device(device)
+
+
+def _escape(text: str) -> str:
+    """Rich markup in a message (a path with [brackets]) is printed as written, not interpreted."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _trust_arch(arch: str | None) -> None:
@@ -141,13 +220,18 @@ def _trust_arch(arch: str | None) -> None:
 
 
 def _note(text: str) -> None:
-    err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+    """A note of the library on stderr; one that starts with 'warning: ' is shown as a warning."""
+    label, rest = ("[bold yellow]warning:[/]", text[len("warning: "):]) if text.startswith("warning: ") else (
+        "[yellow]note:[/]", text)
+    err_console.print(f"{label} {rest}", highlight=False, soft_wrap=True)
 
 
-def _wide(renderables) -> Console:
+def _wide(renderables):
     """The console for wide tables: a log or a pipe has no width, so print them whole, not cut to 80 columns."""
     if console.is_terminal:
         return console
+    from rich.console import Console
+
     return Console(width=max([console.width, *(console.measure(t).maximum for t in renderables)]))
 
 
@@ -186,6 +270,7 @@ def train(
     feature_dtype: FeatureDtype = JOB.feature_dtype,
     cache: Cache = JOB.use_cache,
     resume: Resume = JOB.resume,
+    restart: Restart = JOB.restart,
     device: Device = "auto",
     quiet: Quiet = False,
 ):
@@ -199,7 +284,7 @@ def train(
                             score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                             seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
                             finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
-                            device=_device(device), arch=arch, input_size=input_size)
+                            restart=restart, device=_device(device), arch=arch, input_size=input_size)
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
 
@@ -284,7 +369,7 @@ def audit(
     if misses:
         for miss in misses:
             err_console.print(f"[bold red]fail-under:[/] {miss}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_GATE_FAILED)
     if thresholds:
         err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
 
@@ -337,7 +422,7 @@ def export_cmd(
 
 bench_app = typer.Typer(
     help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
-    invoke_without_command=True, no_args_is_help=False, add_completion=False,
+    invoke_without_command=True, no_args_is_help=False, add_completion=False, rich_markup_mode=None,
 )
 app.add_typer(bench_app, name="bench")
 
@@ -397,7 +482,7 @@ def bench(
     from . import bench as B
     from .config import AuditSettings
     from .fileio import atomic_write_text, check_writable
-    from .report import bench_caption, bench_markdown, bench_rich_tables
+    from .report import bench_caption, bench_counts, bench_markdown, bench_rich_tables
 
     with progress.enabled(not quiet):
         for path in (json_out, markdown):
@@ -432,8 +517,7 @@ def bench(
         wide.print(table)
     wide.print(bench_caption(result), style="dim", highlight=False)
     if not quiet:
-        console.print(f"{len(result.runs)} runs ({result.reused} reused) in {result.wall_seconds:.0f} s -> "
-                      f"{req.folder}", highlight=False)
+        console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
     if json_out is not None:
         atomic_write_text(json_out, result.to_json())
     if markdown is not None:
@@ -442,7 +526,7 @@ def bench(
 
 @bench_app.command("speed")
 def bench_speed(
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes (a smoke run, not a measurement).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one shared process (a smoke run under ~30 s, not a measurement).")] = False,
     device: Device = "auto",
     json_out: JsonOut = None,
 ):
@@ -453,7 +537,11 @@ def bench_speed(
 
     if json_out is not None:
         check_writable(json_out)
-    summary = speed.run_all(quick=quick, device=_device(device))
+    # --device cpu needs no torch in this process (the benchmarks import it in their own processes).
+    dev = "cpu" if device.strip().lower() == "cpu" else _device(device)
+    summary = speed.run_all(quick=quick, device=dev)  # Ctrl-C: the child stops, "interrupted" (130)
+    from rich.console import Console
+
     (console if console.is_terminal else Console(width=110)).print(speed_tables(summary))
     if json_out is not None:
         atomic_write_text(json_out, strict_json(summary))

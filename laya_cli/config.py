@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, match_choice
 
 PSI_CHOICES = ("identity", "mlp")
 POOL_CHOICES = ("auto", "cls", "mean")
@@ -41,6 +41,12 @@ def cache_dir():
     from pathlib import Path
 
     return Path(os.environ.get("LAYA_CACHE_DIR", Path.home() / ".cache" / "laya" / "features"))
+
+
+def offline() -> bool:
+    """``LAYA_OFFLINE`` set (to anything but empty, 0, false, no, off): laya downloads nothing: no
+    dataset, no pretrained weights (the command line also puts the Hugging Face hub offline)."""
+    return os.environ.get("LAYA_OFFLINE", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def digest(**parts) -> str:
@@ -73,9 +79,9 @@ def check_at_least(option: str, value, minimum: int = 1) -> None:
         raise LayaError(f"{option} must be at least {minimum}, got {value}")
 
 
-def check_choice(option: str, value: str, choices) -> None:
-    if value not in choices:
-        raise unknown_choice(option, value, choices)
+def check_choice(option: str, value: str, choices) -> str:
+    """The canonical spelling of ``value`` among ``choices`` (case-insensitive), or a LayaError."""
+    return match_choice(option, value, choices)
 
 
 @dataclass
@@ -92,7 +98,7 @@ class HeadConfig:
             raise LayaError(f"--tau must be positive, got {self.tau}")
         if self.score_hidden <= 0:
             raise LayaError(f"--score-hidden must be positive, got {self.score_hidden}")
-        check_choice("--psi", self.psi, PSI_CHOICES)
+        self.psi = check_choice("--psi", self.psi, PSI_CHOICES)
         return self
 
     def to_dict(self) -> dict:
@@ -154,11 +160,12 @@ class TrainRequest:
     out: str = "model.pt"
     resume: bool = False  # continue from the state an interrupted run left beside --out
     feature_dtype: str = "float32"  # frozen features as stored and trained on: float32, float16, bfloat16
+    restart: bool = False  # discard that state and start over (without either, a state there is an error)
 
     LATER = {"feature_dtype": "float32", "arch": None, "input_size": None}  # as DataRequest.LATER
 
     # Not part of what the run computes: where it is written, how, and on which device.
-    RUN_ONLY = ("out", "resume", "use_cache")
+    RUN_ONLY = ("out", "resume", "restart", "use_cache")
 
     @property
     def state_path(self):
@@ -178,14 +185,18 @@ class TrainRequest:
                     part.pop(k)
         return d
 
+    def recorded_options(self) -> dict:
+        """``options()`` as JSON holds them: what a training state and laya bench's run records store."""
+        return json.loads(json.dumps(self.options(), default=str))
+
     def fingerprint(self) -> str:
         return digest(**self.options())
 
     def validate(self) -> "TrainRequest":
         self.train.validate()
         self.head_config.validate()
-        check_choice("--pool", self.pool, POOL_CHOICES)
-        check_choice("--feature-dtype", self.feature_dtype, FEATURE_DTYPES)
+        self.pool = check_choice("--pool", self.pool, POOL_CHOICES)
+        self.feature_dtype = check_choice("--feature-dtype", self.feature_dtype, FEATURE_DTYPES)
         return self
 
 
@@ -202,9 +213,9 @@ class AuditSettings:
     device: str = "cpu"
 
     def validate(self) -> "AuditSettings":
-        check_choice("--ablation", self.ablation, ABLATIONS)
-        check_choice("--target", self.target, TARGETS)
-        check_choice("--reduce", self.reduce, REDUCES)
+        self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
+        self.target = check_choice("--target", self.target, TARGETS)
+        self.reduce = check_choice("--reduce", self.reduce, REDUCES)
         for option, value in (("--steps", self.steps), ("--batch-size", self.batch_size),
                               ("--internal-batch-size", self.internal_batch_size)):
             check_at_least(option, value)

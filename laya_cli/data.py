@@ -19,9 +19,15 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .config import LABELS, DataRequest, check_choice
-from .errors import LayaError, unknown_choice
+from .config import LABELS, DataRequest, check_choice, offline
+from .errors import LayaError, match_choice
 from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
+
+
+class DataDirMissing(LayaError):
+    """A ``--data-dir`` that does not hold the dataset, or that the dataset does not use (an explicit one is
+    never silently replaced by another copy)."""
+
 
 TEST_SPLIT_SEED = 0
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -91,6 +97,9 @@ def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTens
 
 
 def load_digits(req: DataRequest) -> DataSplits:
+    if req.data_dir:
+        raise DataDirMissing(f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); "
+                             f"leave it out")
     from sklearn.datasets import load_digits as sk_digits
 
     d = sk_digits()
@@ -130,8 +139,22 @@ def _find_idx(folder: Path, stem: str) -> Path | None:
 
 
 def _fashion_dirs(req: DataRequest) -> list[Path]:
-    dirs = [Path(req.data_dir).expanduser()] if req.data_dir else []
-    return dirs + [DEBIAN_FASHION_MNIST, default_data_dir()]
+    return [DEBIAN_FASHION_MNIST, default_data_dir()]
+
+
+def explicit_dir(req: DataRequest, holds: Callable[[Path], bool], wanted: str) -> Path | None:
+    """The ``--data-dir`` the user gave, which must hold the dataset (``wanted``: what was looked for, with
+    ``{dir}`` for the folder): an explicit folder is never silently swapped for another copy (a typo must
+    not train on the system's copy). None when no --data-dir was given."""
+    if not req.data_dir:
+        return None
+    folder = Path(req.data_dir).expanduser()
+    looked = wanted.format(dir=folder)
+    if not folder.is_dir():
+        raise DataDirMissing(f"--data-dir {req.data_dir}: no such folder (it should hold {req.name}: {looked})")
+    if not holds(folder):
+        raise DataDirMissing(f"--data-dir {req.data_dir} does not hold {req.name}: looked for {looked}")
+    return folder
 
 
 def default_data_dir() -> Path:
@@ -140,7 +163,11 @@ def default_data_dir() -> Path:
 
 def load_fashion_mnist(req: DataRequest) -> DataSplits:
     looked = _fashion_dirs(req)
-    folder = next((d for d in looked if _find_idx(d, FASHION_FILES["test"][0])), None)
+    stem = FASHION_FILES["test"][0]
+    folder = explicit_dir(req, lambda d: _find_idx(d, stem) is not None,
+                          f"{{dir}}/{stem}[.gz] or {{dir}}/FashionMNIST/raw/{stem}[.gz]")
+    if folder is None:
+        folder = next((d for d in looked if _find_idx(d, stem)), None)
     if folder is None:
         folder = _download_torchvision("FashionMNIST", looked)
     arrays = {}
@@ -159,7 +186,7 @@ def _download_torchvision(dataset: str, looked: list[Path]) -> Path:
 
     root = default_data_dir()
     try:
-        if os.environ.get("LAYA_OFFLINE"):
+        if offline():
             raise RuntimeError("LAYA_OFFLINE is set")
         getattr(torchvision.datasets, dataset)(str(root), train=True, download=True)
         getattr(torchvision.datasets, dataset)(str(root), train=False, download=True)
@@ -179,9 +206,10 @@ def _download_torchvision(dataset: str, looked: list[Path]) -> Path:
 def load_cifar10(req: DataRequest) -> DataSplits:
     import torchvision
 
-    looked = [Path(req.data_dir).expanduser()] if req.data_dir else []
-    looked.append(default_data_dir())
-    root = next((d for d in looked if (d / "cifar-10-batches-py").is_dir()), None)
+    looked = [default_data_dir()]
+    root = explicit_dir(req, lambda d: (d / "cifar-10-batches-py").is_dir(), "{dir}/cifar-10-batches-py/")
+    if root is None:
+        root = next((d for d in looked if (d / "cifar-10-batches-py").is_dir()), None)
     if root is None:
         root = _download_torchvision("CIFAR10", looked)
     splits = {}
@@ -223,6 +251,9 @@ def _source_dataset(source, names, classes, size, strict) -> tuple[ImageTensorDa
 
 def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
     root = Path(root or req.name.partition(":")[2]).expanduser()
+    if req.data_dir:
+        raise DataDirMissing(f"--data-dir {req.data_dir} does not apply to folder:PATH datasets (the path is the "
+                             f"data); leave it out")
     if not root.is_dir():
         raise LayaError(f"image folder not found: {root} (expected {root}/<class>/<image>)")
     size = req.image_size or 32
@@ -315,16 +346,17 @@ def _warn(message: str) -> None:
 
 
 def load_artworks(req: DataRequest) -> DataSplits:
-    """Best Artworks of All Time: artists.csv plus the images, as Kaggle ships them."""
-    looked = [Path(req.data_dir).expanduser()] if req.data_dir else []
-    looked.append(default_data_dir() / "artworks")
-    root = next((d for d in looked if (d / "artists.csv").is_file()), None)
+    """Best Artworks of All Time: images/<Artist_Name>/*.jpg and artists.csv."""
+    looked = [default_data_dir() / "artworks"]
+    root = explicit_dir(req, lambda d: (d / "artists.csv").is_file(), "{dir}/artists.csv and {dir}/images/")
+    if root is None:
+        root = next((d for d in looked if (d / "artists.csv").is_file()), None)
     if root is None:
         raise LayaError(
             f"artworks not found (looked for artists.csv in {', '.join(map(str, looked))}); download "
             "'Best Artworks of All Time' from Kaggle and pass --data-dir to the folder with artists.csv and images/"
         )
-    check_choice("--label", req.label, LABELS)
+    label_rule = check_choice("--label", req.label, LABELS)
     with open(root / "artists.csv", newline="", encoding="utf-8-sig") as f:
         rows = {repair_mojibake(row["name"]).replace(" ", "_"): row["genre"].split(",")[0].strip()
                 for row in csv.DictReader(f)}
@@ -345,13 +377,13 @@ def load_artworks(req: DataRequest) -> DataSplits:
         group = groups[raw]
         if row is None:
             unmatched.append(raw)
-            if req.label == "genre":
+            if label_rule == "genre":
                 continue
-        label = row[1] if req.label == "genre" else artist
+        label = row[1] if label_rule == "genre" else artist
         files += group
         names += [label] * len(group)
     if unmatched:
-        what = "left out (no genre)" if req.label == "genre" else "kept, labelled by folder name"
+        what = "left out (no genre)" if label_rule == "genre" else "kept, labelled by folder name"
         _warn(f"artworks: {len(unmatched)} artist folder(s) match no row of artists.csv and are {what}: "
               + ", ".join(repr(u) for u in unmatched))
     if not files:
@@ -359,7 +391,7 @@ def load_artworks(req: DataRequest) -> DataSplits:
     classes = sorted(set(names))
     full, skipped = _files_dataset(files, names, classes, req.image_size or 224, req.strict)
     train, test = _split_test(full)
-    identity = f"artworks:{root.resolve()}:{_tree_stamp(images_dir)}:{req.label}:{req.image_size}"
+    identity = f"artworks:{root.resolve()}:{_tree_stamp(images_dir)}:{label_rule}:{req.image_size}"
     return _finish(train, test, classes, req, identity, skipped, unmatched)
 
 
@@ -411,10 +443,18 @@ def is_file_dataset(name: str) -> bool:
     return name == "artworks" or name.partition(":")[0] in PREFIXED and ":" in name
 
 
+def dataset_name(name: str) -> str:
+    """The registered spelling of a dataset name, case-insensitive (``Fashion-MNIST`` -> ``fashion-mnist``);
+    ``folder:PATH`` (and the other ``PREFIX:PATH`` sources) keep their path as given."""
+    prefix, colon, path = name.partition(":")
+    if colon and prefix.lower() in PREFIXED:
+        return f"{prefix.lower()}:{path}"
+    return match_choice("dataset", name, [*DATASETS, *(f"{p}:PATH" for p in PREFIXED)])
+
+
 def load_dataset(req: DataRequest) -> DataSplits:
-    prefix, colon, _ = req.name.partition(":")
-    if colon and prefix in PREFIXED:
+    name = dataset_name(req.name)
+    prefix, colon, _ = name.partition(":")
+    if colon:
         return PREFIXED[prefix](req)
-    if req.name not in DATASETS:
-        raise unknown_choice("dataset", req.name, [*DATASETS, *(f"{p}:PATH" for p in PREFIXED)])
-    return DATASETS[req.name](req)
+    return DATASETS[name](req)

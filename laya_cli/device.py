@@ -15,15 +15,17 @@ import torch
 from torch import Tensor
 
 from . import distributed
-from .errors import LayaError
+from .errors import LayaError, match_choice
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 def resolve_device(device: str) -> str:
     """auto (CUDA if available, else CPU), cpu, cuda or mps; under torchrun cuda is this rank's GPU."""
-    if device not in DEVICES:
-        raise LayaError(f"--device must be auto, cpu, cuda or mps, got '{device}'")
+    try:
+        device = match_choice("--device", device, DEVICES)  # case-insensitive, the one rule
+    except LayaError:
+        raise LayaError(f"--device must be auto, cpu, cuda or mps, got '{device}'") from None
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import signal
+import threading
 
 
 class LayaError(Exception):
@@ -14,8 +17,44 @@ class TrainingInterrupted(Exception):
 
 
 def unknown_choice(kind: str, name: str, choices) -> LayaError:
-    """An error for an unknown name that suggests the closest valid ones."""
+    """An error for an unknown name that suggests the closest valid ones (compared case-insensitively)."""
     choices = sorted(choices)
-    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+    by_folded = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(name).lower(), list(by_folded), n=3, cutoff=0.5)
+    close = [by_folded[c] for c in close]
     hint = f"did you mean {', '.join(close)}?" if close else f"choose from {', '.join(choices)}"
     return LayaError(f"unknown {kind} '{name}': {hint}")
+
+
+def match_choice(kind: str, name: str, choices) -> str:
+    """The choice ``name`` stands for, compared case-insensitively (``IG`` -> ``ig``, ``LAYA`` -> ``laya``).
+
+    The one rule for every named choice (options checked by ``config.check_choice``, heads, methods,
+    datasets, formats): an exact match wins, then the one choice equal but for case; anything else is
+    ``unknown_choice``'s error with its suggestions.
+    """
+    choices = list(choices)
+    if name in choices:
+        return name
+    folded = [c for c in choices if c.lower() == str(name).lower()]
+    if len(folded) == 1:
+        return folded[0]
+    raise unknown_choice(kind, name, choices)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Treat SIGTERM (a scheduler's or CI's kill) like Ctrl-C inside the block: training leaves a
+    resumable state, ``laya bench speed`` stops its benchmark processes; both exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

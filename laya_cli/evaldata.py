@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .cache import FeatureCache, cached_extract, feature_key
 from .config import DataRequest, check_at_least
-from .data import is_file_dataset, load_dataset
+from .data import DataDirMissing, dataset_name, is_file_dataset, load_dataset
 from .errors import LayaError
 from .features import LayerFeatures, StreamedFeatures
 from .images import take
@@ -38,6 +38,28 @@ def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
     return torch.randperm(n_total, generator=g)[:samples].sort().values
 
 
+def _shape(shape) -> str:
+    return "×".join(str(int(s)) for s in shape)
+
+
+def check_input_fits(model: LayaModel, image_shape, name: str) -> None:
+    """Refuse, before any backbone pass, images the checkpoint's backbone cannot take.
+
+    A backbone whose input config resizes (timm, torchvision, vit_base) takes any image, and the
+    input adapter maps 1 <-> 3 channels. A backbone with ``fixed_input_size`` (the flattening
+    built-in mlp) without a resize takes only the image size it was trained at.
+    """
+    if model.backbone.adapter.size is not None or not getattr(model.backbone.model, "fixed_input_size", False):
+        return
+    want = (model.spec.in_channels, *model.spec.image_size)
+    have = tuple(int(s) for s in image_shape)
+    if tuple(have[-2:]) != tuple(want[-2:]):
+        trained_on = model.checkpoint.get("dataset", {}).get("name", "?")
+        raise LayaError(f"the checkpoint expects {_shape(want)} images (its {model.spec.name} backbone was trained on "
+                        f"{trained_on} and takes only that size) but {name} has {_shape(have)} images; use data of "
+                        f"that size, or train a model on {name}")
+
+
 def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
                    samples: int | None = None, seed: int = 0, device: str = "cpu",
                    use_cache: bool = True, stream: bool = False) -> EvalData:
@@ -49,22 +71,32 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     ``stream`` they are extracted up front (the library default).
     """
     ds = dict(model.checkpoint.get("dataset", {}))
-    name = dataset or ds.get("name", "digits")
+    name = dataset_name(dataset or ds.get("name", "digits"))
     same = name == ds.get("name")
     image_size = ds.get("image_size") if same else None
     if image_size is None and is_file_dataset(name):
-        size = model.backbone.adapter.size
-        image_size = size[0] if size else 32
-    req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else (ds.get("data_dir") if same else None),
+        size = model.backbone.adapter.size  # the backbone's input size, else the size it was trained at
+        image_size = size[0] if size else model.spec.image_size[0]
+    recorded = ds.get("data_dir") if same and data_dir is None else None
+    req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else recorded,
                       image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
                       **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
-    data = load_dataset(req)
+    try:
+        data = load_dataset(req)
+    except DataDirMissing as e:
+        if not recorded:
+            raise  # a --data-dir given now must hold the data
+        # The folder recorded at training time (another machine, moved data): look where laya looks by default.
+        log(f"[yellow]{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)[/]")
+        req.data_dir = None
+        data = load_dataset(req)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
     if len(data.classes) != len(model.classes):
         raise LayaError(
             f"dataset {name} has {len(data.classes)} classes but the checkpoint was trained on {len(model.classes)}"
         )
+    check_input_fits(model, data.image_shape, name)
     test = data.test
     index = select_samples(len(test), samples, seed)
     images, labels = take(test.images, index), test.labels[index]  # file images stay lazy

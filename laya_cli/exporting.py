@@ -33,7 +33,7 @@ from . import fileio
 from .attribution import contrib as contrib_scores
 from .config import check_at_least
 from .distributed import broadcast_object, gather_rows, is_main, shard_bounds
-from .errors import LayaError, unknown_choice
+from .errors import LayaError, match_choice, unknown_choice
 from .features import feature_batches, num_layers
 from .fileio import json_safe, strict_json
 from .profiles import alpha_col, attention_shift, class_layer_profiles, contrib_col, global_profile, subset_mask
@@ -194,8 +194,7 @@ def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, inf
 
 
 def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise unknown_choice("format", fmt, FORMATS)
+    fmt = match_choice("format", fmt, FORMATS)
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import HeadConfig
-from .errors import unknown_choice
+from .errors import match_choice
 
 
 class HeadOutput(NamedTuple):
@@ -134,7 +134,6 @@ def head_kind(head: nn.Module) -> str:
 
 
 def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> nn.Module:
-    if kind not in HEADS:
-        raise unknown_choice("head", kind, HEADS)
+    kind = match_choice("head", kind, HEADS)
     cfg = (cfg or HeadConfig()).validate()
     return HEADS[kind](list(dims), num_classes, cfg)

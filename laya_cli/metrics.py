@@ -100,6 +100,40 @@ def spearman_rows(a: Tensor, b: Tensor) -> Tensor:
     return rho.clamp(-1, 1).masked_fill(undefined, float("nan"))
 
 
+def degenerate_effects(delta: Tensor) -> Tensor:
+    """(B,) True where a sample's LOLO effects Δ (B, L) vary in at most one layer (L ≥ 3).
+
+    Then every layer but (at most) one has exactly the same effect, typically Δ_i = 0 because the
+    head does not read layer i (a ``last`` head reads only r_L). A rank correlation over layers
+    then only says where a method put that one layer, which any method that gives the unread
+    layers the same score as each other gets right by construction: faithfulness calls such a
+    sample undefined (docs/metrics.md). With L < 3, ρ is ±1 or undefined anyway (the audit warns
+    separately), so no sample is flagged.
+    """
+    n_layers = delta.shape[-1]
+    if n_layers < 3:
+        return torch.zeros(delta.shape[:-1], dtype=torch.bool, device=delta.device)
+    same = (delta.unsqueeze(-1) == delta.unsqueeze(-2)).sum(-1)  # [b, i] = #{j : Δ_j = Δ_i}
+    return same.max(-1).values >= n_layers - 1
+
+
+def chance_level(labels: Tensor, num_classes: int) -> float:
+    """The accuracy a constant guess reaches on these labels: the larger of 1/C and the share of the
+    most frequent class (a model at chance level has learnt nothing worth attributing)."""
+    if len(labels) == 0:
+        return float("nan")
+    majority = torch.bincount(labels.long(), minlength=num_classes).max().item() / len(labels)
+    return max(1.0 / num_classes, majority)
+
+
+def near_chance(accuracy_: float, chance: float, n: int, z: float = 2.0) -> bool:
+    """Whether ``accuracy_`` on ``n`` samples is within noise of ``chance``: at most ``z`` binomial
+    standard errors, sqrt(p(1 − p)/n) at p = chance, above it (or below it)."""
+    if n <= 0 or accuracy_ != accuracy_ or chance != chance:
+        return False
+    return accuracy_ <= chance + z * (chance * (1 - chance) / n) ** 0.5
+
+
 def deletion_at_1(a: Tensor, delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-row (Deletion@1, oracle, random expectation), each (B,).
 

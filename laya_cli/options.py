@@ -73,6 +73,7 @@ Lr = Annotated[float, typer.Option(help="Adam learning rate.")]
 Patience = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
 Seed = Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")]
 Resume = Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")]
+Restart = Annotated[bool, typer.Option(help="Discard the state an interrupted run left beside --out and start over (without --resume or --restart, such a state is an error).")]
 
 # --------------------------------------------------------------------------- audit
 
@@ -92,7 +93,8 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
                   label_column: str = DATA.label_column, feature_dtype: str = JOB.feature_dtype, d_star: int, tau: float, psi: str, score_hidden: int,
                   epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
                   pretrained: bool | None, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
-                  resume: bool, device: str, arch: str | None = None, input_size: int | None = None) -> TrainRequest:
+                  resume: bool, device: str, arch: str | None = None, input_size: int | None = None,
+                  restart: bool = False) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
     return TrainRequest(
         backbone=backbone, head=head,
@@ -101,6 +103,6 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
                          image_column=image_column, label_column=label_column),
         train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device),
         layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
-        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume,
+        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume, restart=restart,
         feature_dtype=feature_dtype, arch=arch, input_size=input_size,
     ).validate()

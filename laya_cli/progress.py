@@ -10,10 +10,34 @@ from __future__ import annotations
 import contextlib
 from typing import Iterable, Iterator, TypeVar
 
-from rich.console import Console
-
 T = TypeVar("T")
-console = Console(stderr=True)
+
+
+class LazyConsole:
+    """A rich ``Console`` created on first use, so that importing laya (and ``laya --help``) does not
+    import rich. Attribute reads and writes go to the real console; ``get()`` returns it."""
+
+    def __init__(self, **options):
+        object.__setattr__(self, "_options", options)
+        object.__setattr__(self, "_console", None)
+
+    def get(self):
+        real = object.__getattribute__(self, "_console")
+        if real is None:
+            from rich.console import Console
+
+            real = Console(**object.__getattribute__(self, "_options"))
+            object.__setattr__(self, "_console", real)
+        return real
+
+    def __getattr__(self, name):
+        return getattr(self.get(), name)
+
+    def __setattr__(self, name, value):
+        setattr(self.get(), name, value)
+
+
+console = LazyConsole(stderr=True)
 _enabled = True
 
 
@@ -50,7 +74,7 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
                                TimeRemainingColumn)
 
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True) as progress:
+    with Progress(*columns, console=console.get(), transient=True) as progress:
         yield from progress.track(items, total=total, description=description)
 
 

@@ -63,10 +63,12 @@ def audit_caption(result) -> str:
         f"{result.n_samples} samples" + (f" of {s['dataset']}" if s.get("dataset") else ""),
         f"accuracy {_fmt(result.accuracy, '{:.4f}')}",
         f"{s.get('head', '?')} head, {len(result.layers)} layers",
-        f"target {s['target']}", f"ablation {s['ablation']}", f"reduce {s['reduce']}", f"IG steps {s['steps']}",
+        f"target {s['target']}", f"ablation {s['ablation']}", f"reduce {s['reduce']}",
     ]
-    if s.get("internal_batch_size"):
-        parts.append(f"IG internal batch {s['internal_batch_size']}")
+    if "ig" in s.get("methods", ["ig"]):  # IG's settings only when IG ran
+        parts.append(f"IG steps {s['steps']}")
+        if s.get("internal_batch_size"):
+            parts.append(f"IG internal batch {s['internal_batch_size']}")
     if s.get("model"):
         parts.insert(0, str(s["model"]))
     return " · ".join(parts)
@@ -225,8 +227,16 @@ def bench_caption(result) -> str:
     return (f"{b.dataset} · {b.backbone} · {len(seeds)} {'seeds' if len(seeds) != 1 else 'seed'} ({seed_text}) · "
             f"d*={cfg.d_star} τ={cfg.tau:g} ψ={cfg.psi} score_hidden={cfg.score_hidden} · lr {t.train.lr:g} batch "
             f"{t.train.batch_size} ≤{t.train.epochs} epochs patience {t.train.patience} · audit {samples} test samples, "
-            f"ablation {b.audit.ablation}, target {b.audit.target}, IG steps {b.audit.steps} · mean ± std over seeds "
-            f"(std: n−1)")
+            f"ablation {b.audit.ablation}, target {b.audit.target}"
+            + (f", IG steps {b.audit.steps}" if "ig" in b.methods() else "") + " · mean ± std over seeds (std: n−1)")
+
+
+def bench_counts(result) -> str:
+    """What a bench run did with each of its runs: '6 runs: 2 trained, 4 re-audited (checkpoint reused), 0 reused'."""
+    n = len(result.runs)
+    trained = n - result.reused - result.reaudited
+    return (f"{n} run{'s' if n != 1 else ''}: {trained} trained, {result.reaudited} re-audited (checkpoint reused), "
+            f"{result.reused} reused (training and audit)")
 
 
 def bench_rich_tables(result) -> list:
@@ -308,7 +318,8 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str]]:
             continue
         above = "" if base is None or name == "baseline" else f"{r['peak_rss_mb'] - base:+.0f}"
         cuda = f"{r['peak_cuda_mb']:.0f}" if "peak_cuda_mb" in r else "–"
-        out.append((name, f"{r['peak_rss_mb']:.0f}", above, cuda, f"{r['wall_s']:.1f}"))
+        cpu = f"{r['cpu_s']:.1f}" if "cpu_s" in r else "–"
+        out.append((name, f"{r['peak_rss_mb']:.0f}", above, cuda, f"{r['wall_s']:.1f}", cpu))
     return out
 
 
@@ -327,12 +338,14 @@ def speed_tables(summary: dict):
                   "n/a" if x != x else (f"{x:.2f}×" if x < 10 else f"{x:.0f}×"), r["target"])
         notes.append(f"({i}) {r['note']}")
     m = _simple_table("peak memory per benchmark process (MiB)")
-    for col in ("process", "peak RSS", "above baseline", "peak CUDA", "wall s"):
+    for col in ("process", "peak RSS", "above baseline", "peak CUDA", "wall s", "CPU s"):
         m.add_column(col, justify="left" if col == "process" else "right")
     for row in memory_rows(summary):
         m.add_row(*row)
     foot = (f"{summary['device']}, {summary['torch_threads']} torch threads, {summary['cpu_count']} CPUs · "
-            f"total {summary['wall_s']:.0f} s · each benchmark in a fresh process")
+            f"total {summary['wall_s']:.0f} s · " + ("--quick: every benchmark in one shared process (peak memory is "
+                                                     "its running peak)" if summary["quick"]
+                                                     else "each benchmark in a fresh process"))
     for name, why in summary.get("skipped", {}).items():
         foot += f"\nskipped {name}: {why}"
     return Group(t, "\n".join(notes), "", m, foot)

@@ -6,10 +6,7 @@ same result on CPU: initialisation and shuffling both come from ``--seed``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,11 +20,11 @@ from . import backbones as bb
 from . import distributed
 from .cache import FeatureCache, cached_extract, feature_key
 from .checkpoint import save_checkpoint
-from .config import TrainConfig, TrainRequest
-from .data import DataSplits, is_file_dataset, load_dataset
+from .config import TrainConfig, TrainRequest, diff_options
+from .data import DataSplits, dataset_name, is_file_dataset, load_dataset
 from .device import to_device
 from .distributed import gather_rows, shard_bounds
-from .errors import LayaError, TrainingInterrupted, unknown_choice
+from .errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from .features import LayerFeatures, batches, extract, to_float_images
 from .fileio import atomic_torch_save, check_writable
 from .heads import HEADS, build_head
@@ -65,23 +62,6 @@ def predict(model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu
     return gather_rows(out, n) if shard else out
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """Treat SIGTERM (a scheduler's kill) like Ctrl-C so both leave a resumable state."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _clone_state(module: nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -89,12 +69,14 @@ def _clone_state(module: nn.Module) -> dict:
 def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor],
         cfg: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None,
         state_path: str | Path | None = None, resume: bool = False, fingerprint: str = "",
-        data_parallel: bool = False) -> list[EpochRecord]:
+        data_parallel: bool = False, options: dict | None = None) -> list[EpochRecord]:
     """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights.
 
     With ``state_path``, everything needed to continue (weights, optimizer, RNG states, best
     weights, history) is written atomically after every epoch (by rank 0 only); ``resume``
     continues from it and ends with exactly the weights an uninterrupted run would have.
+    ``options`` (the run's ``TrainRequest.options()``) are stored in the state beside the
+    ``fingerprint``, so a refused ``--resume`` can say which option changed.
 
     Under torchrun with ``data_parallel``, the model is wrapped in DistributedDataParallel and
     every global batch (same size, same seeded order as one process) is split across the ranks;
@@ -115,7 +97,7 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
     from_store = hasattr(train_x, "epoch_batches")
     best_acc, best_state, since_best, history = -1.0, None, 0, []
     if resume:
-        st = load_train_state(state_path, fingerprint)
+        st = load_train_state(state_path, fingerprint, options)
         model.load_state_dict(st["model"])
         optimizer.load_state_dict(st["optimizer"])
         shuffle.set_state(st["shuffle_rng"])
@@ -174,7 +156,8 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         history.append(record)
         if state_path is not None and distributed.is_main():
             save_train_state({
-                "format": "laya-train-state", "fingerprint": fingerprint, "model": _clone_state(model),
+                "format": "laya-train-state", "fingerprint": fingerprint, "options": options,
+                "model": _clone_state(model),
                 "optimizer": optimizer.state_dict(), "shuffle_rng": shuffle.get_state(),
                 "torch_rng": torch.get_rng_state(), "best_accuracy": best_acc, "best_model": best_state,
                 "since_best": since_best, "history": [asdict(r) for r in history],
@@ -251,15 +234,53 @@ def save_train_state(state: dict, path: str | Path) -> None:
         raise LayaError(f"{e}; {hint}") from None
 
 
-def load_train_state(path: str | Path | None, fingerprint: str) -> dict:
+def load_train_state(path: str | Path | None, fingerprint: str, options: dict | None = None) -> dict:
+    """The saved state of an interrupted run, if it was written with the same options.
+
+    A refusal names each option that changed with both values (``train.lr 0.0003 -> 0.001``), from the
+    options stored in the state; states written before laya stored them carry only the fingerprint.
+    """
     if path is None or not Path(path).is_file():
         raise LayaError(f"--resume: no saved training state at {path}; start without --resume")
     st = safe_torch_load(path, "training state")
     if not isinstance(st, dict) or st.get("format") != "laya-train-state":
         raise LayaError(f"{path} is not a laya training state")
     if st.get("fingerprint") != fingerprint:
-        raise LayaError(f"--resume: {path} was written by a run with other options; use the same options or remove it")
+        changes = []
+        if isinstance(st.get("options"), dict) and options is not None:
+            changes = diff_options(st["options"], options, TrainRequest().recorded_options())
+        shown = (" (" + "; ".join(changes[:4]) + (f"; … {len(changes)} in all" if len(changes) > 4 else "") + ")"
+                 if changes else "")
+        raise LayaError(f"--resume: {path} was written by a run with other options{shown}; use the same options, "
+                        f"or --restart to start over")
     return st
+
+
+def check_no_unfinished_run(req: TrainRequest) -> None:
+    """Refuse to silently restart over an interrupted run's state: ``--resume`` continues it, ``--restart``
+    replaces it. ``--restart`` removes the old state (before any work, so nothing mixes)."""
+    if req.resume and req.restart:
+        raise LayaError("--resume and --restart exclude each other: --resume continues the saved run, "
+                        "--restart discards it")
+    if not req.state_path.is_file():
+        if req.resume:  # before loading any data
+            raise LayaError(f"--resume: no saved training state at {req.state_path}; start without --resume")
+        return
+    if req.restart:
+        if distributed.is_main():  # under torchrun rank 0 owns the file
+            req.state_path.unlink(missing_ok=True)
+        return
+    if not req.resume:
+        raise LayaError(f"{req.state_path} holds an interrupted training run{_epochs_in(req.state_path)}: run the "
+                        f"same command with --resume to continue it, or with --restart to start over")
+
+
+def _epochs_in(path: Path) -> str:
+    try:
+        st = safe_torch_load(path, "training state")
+        return f" (after epoch {len(st['history'])})"
+    except Exception:  # unreadable: the message stands without the epoch
+        return ""
 
 
 def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBackbone, bb.BackboneSpec, dict | None]:
@@ -283,10 +304,11 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
 def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
     """Run a whole training job and write the checkpoint; returns the checkpoint dict."""
     req = copy.deepcopy(req).validate()  # the caller's request is never changed
-    if req.head not in HEADS:
-        raise unknown_choice("head", req.head, HEADS)
+    req.head = match_choice("head", req.head, HEADS)
+    req.data.name = dataset_name(req.data.name)
     check_writable(req.out)
     bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)  # before loading any data
+    check_no_unfinished_run(req)
     if req.data.image_size is None and is_file_dataset(req.data.name):
         req.data.image_size = _image_side(req)
     data = load_dataset(req.data)
@@ -374,7 +396,7 @@ def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
     try:
         with sigterm_as_interrupt():
             return fit(model, train_data, val_data, req.train, record, req.state_path, req.resume, req.fingerprint(),
-                       data_parallel=data_parallel)
+                       data_parallel=data_parallel, options=req.recorded_options())
     except KeyboardInterrupt:
         where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
         hint = f"; run the same command with --resume to continue from {req.state_path}" if done or req.resume else ""

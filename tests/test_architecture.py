@@ -91,3 +91,31 @@ def test_lazy_exports_resolve():
         assert getattr(laya_cli, name) is getattr(importlib.import_module(f"laya_cli.{laya_cli._EXPORTS[name]}"), name)
     with pytest.raises(AttributeError):
         laya_cli.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["audit", "--help"], ["bench", "--help"]])
+def test_help_imports_nothing_heavy(argv):
+    """What --help must not load (docs/benchmarks.md, startup): torch and the libraries on top of it, nor
+    rich (typer's rich help, laya's consoles) or pydantic (typer's validators for an unused flag)."""
+    heavy = ("torch", "timm", "captum", "matplotlib", "sklearn", "pandas", "numpy", "rich", "pydantic", "click")
+    code = ("import sys\n"
+            f"sys.argv = ['laya', *{argv!r}]\n"
+            "from laya_cli.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))\n"
+            "assert not loaded, f'--help imported {loaded}'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Usage:" in proc.stdout
+
+
+def test_laya_info_needs_torch_and_nothing_on_top_of_it(digits_ckpt):
+    code = ("import sys\n"
+            f"sys.argv = ['laya', 'info', {str(digits_ckpt)!r}]\n"
+            "from laya_cli.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'timm', 'captum', 'matplotlib', 'sklearn', "
+            "'pandas', 'torchvision', 'scipy'})\n"
+            "assert not loaded, f'laya info imported {loaded}'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -8,7 +8,7 @@ from laya_cli.testing import assert_user_error, invoke, run_laya
 
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
 METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
-               "deletion@1_random", "deletion@1_normalised", "available", "note"}
+               "deletion@1_random", "deletion@1_normalised", "available", "note", "degenerate"}
 
 
 def audit(*args):
@@ -171,3 +171,21 @@ def test_audit_and_export_reuse_the_test_features_training_extracted(tmp_path, i
     exported = invoke("export", ckpt, "--out", tmp_path / "exp", "--no-plots")
     assert exported.exit_code == 0, exported.output
     assert "reusing cached test features" in exported.output
+
+
+def test_method_and_setting_names_are_case_insensitive(digits_ckpt, tmp_path):
+    js = tmp_path / "a.json"
+    result = audit(digits_ckpt, "--compare", "IG,GradXAct", "--ablation", "MEAN", "--target", "Predicted",
+                   "--samples", 30, "--steps", 4, "--json", js, "--fail-under", "IG:faithfulness=-1", "-q")
+    assert result.exit_code == 0, result.output
+    settings = json.loads(js.read_text())["settings"]
+    assert settings["methods"] == ["laya", "ig", "gradxact", "random"] and settings["ablation"] == "mean"
+    assert settings["target"] == "predicted"
+
+
+def test_the_caption_names_ig_settings_only_when_ig_ran(digits_ckpt):
+    without = audit(digits_ckpt, "--compare", "gradxact", "--samples", 30, "-q")
+    assert without.exit_code == 0, without.output
+    assert "IG steps" not in without.stdout and "ablation mean" in " ".join(without.stdout.split())
+    with_ig = audit(digits_ckpt, "--compare", "ig", "--samples", 30, "--steps", 4, "-q")
+    assert "IG steps 4" in " ".join(with_ig.stdout.split())

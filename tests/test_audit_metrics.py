@@ -17,8 +17,8 @@ from laya_cli.config import AuditSettings
 from laya_cli.errors import LayaError
 from laya_cli.features import LayerFeatures
 from laya_cli.testing import make_head_and_features
-from laya_cli.metrics import (average_ranks, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
-                              spearman_rows, target_probability)
+from laya_cli.metrics import (average_ranks, chance_level, degenerate_effects, deletion_at_1, lolo_effects,
+                              nan_summary, near_chance, normalised_deletion, spearman_rows, target_probability)
 
 DIMS = [10, 6, 8, 5]
 C = 4
@@ -204,7 +204,10 @@ def test_undefined_methods_are_reported_not_raised():
     for m in ("laya", "contrib", "global"):
         assert not result.methods[m].available and "last head" in result.methods[m].note
         assert math.isnan(result.methods[m].faithfulness) and result.methods[m].undefined == 30
-    assert result.methods["ig"].available and not math.isnan(result.methods["ig"].faithfulness)
+    # ig applies, but every sample is degenerate (Δ_i = 0 for all layers but the last): undefined, said so
+    ig = result.methods["ig"]
+    assert ig.available and math.isnan(ig.faithfulness) and ig.undefined == ig.degenerate == 30
+    assert not math.isnan(ig.deletion_at_1)
     assert any("Δ_i = 0" in n for n in result.notes)
     doc = json.loads(result.to_json())  # NaN becomes null, still strict JSON
     assert doc["methods"]["laya"]["faithfulness"] is None
@@ -267,3 +270,58 @@ def test_check_thresholds_names_each_miss():
     assert len(misses) == 2 and misses[0].startswith("laya: faithfulness") and misses[1].startswith("ig:")
     misses = check_thresholds(result, parse_thresholds("random:deletion@1=2,accuracy=1.01"))
     assert [m.split()[0] for m in misses] == ["random:", "accuracy"]
+
+
+# --------------------------------------------------------------------------- degenerate samples, chance level
+
+
+def test_degenerate_effects_match_a_by_hand_count():
+    g = torch.Generator().manual_seed(3)
+    delta = torch.randint(0, 3, (400, 5), generator=g).float() / 10  # many exact ties
+    delta[:50, :4] = 0.0  # a last head: only the last layer matters
+    delta[50:60] = 0.25  # every layer the same
+    got = degenerate_effects(delta)
+    for row, flag in zip(delta.tolist(), got.tolist()):
+        most_common = max(row.count(v) for v in row)
+        assert flag == (most_common >= len(row) - 1), row
+    assert got[:60].all() and not got.all()
+    assert not degenerate_effects(torch.tensor([[0.0, 0.0], [0.0, 1.0]])).any()  # L < 3: never (warned instead)
+
+
+def test_chance_level_and_noise_band_by_hand():
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 20)
+    assert chance_level(labels, 3) == 0.5  # the majority class beats 1/3
+    assert chance_level(torch.tensor([0, 1, 2, 3]), 10) == pytest.approx(0.25)
+    se = math.sqrt(1 / 3 * 2 / 3 / 60)
+    assert near_chance(0.333, 1 / 3, 60) and near_chance(1 / 3 + 1.9 * se, 1 / 3, 60)
+    assert not near_chance(1 / 3 + 2.1 * se, 1 / 3, 60)
+    assert not near_chance(0.97, 0.1, 360)
+
+
+def test_chance_level_accuracy_is_warned_about():
+    head, feats, ref = make(batch=120)  # an untrained head on random labels: chance level
+    result = run_audit(fake_model(head, ref), features(feats), ["laya", "random"])
+    assert any(n.startswith("warning: accuracy") and "within noise of chance" in n for n in result.notes)
+    trained = features(feats)
+    trained.labels = head(feats).logits.argmax(-1)  # labels the head predicts: accuracy 1
+    result = run_audit(fake_model(head, ref), trained, ["laya", "random"])
+    assert result.accuracy == 1.0 and not any("chance" in n for n in result.notes)
+
+
+def test_the_gate_says_faithfulness_is_degenerate_on_a_last_head():
+    head, feats, ref = make("last", batch=30)
+    result = run_audit(fake_model(head, ref), features(feats), parse_methods("ig,gradxact"), AuditSettings(steps=4))
+    assert any("degenerate on all 30 of 30 samples" in n for n in result.notes)
+    misses = check_thresholds(result, parse_thresholds("faithfulness=0.7"))
+    assert len(misses) == 2 and all("degenerate on all 30 samples" in m for m in misses)
+    assert check_thresholds(result, parse_thresholds("ig:deletion@1=-1")) == []  # Deletion@1 stays defined
+    assert json.loads(result.to_json())["methods"]["ig"]["degenerate"] == 30
+
+
+def test_methods_and_heads_are_case_insensitive():
+    assert parse_methods("IG,GradXAct,LAYA") == ["laya", "ig", "gradxact", "random"]
+    assert parse_methods("ALL") == ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
+    assert parse_thresholds("IG:faithfulness=0.5") == [Threshold("faithfulness", 0.5, "ig")]
+    assert AuditSettings(ablation="Mean", target="LABEL", reduce="Abs").validate().ablation == "mean"
+    with pytest.raises(LayaError, match="unknown method 'IGG': did you mean ig"):
+        parse_methods("IGG")

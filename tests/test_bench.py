@@ -128,6 +128,7 @@ def test_second_invocation_reuses_every_run(tiny, tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == stamps  # nothing rewritten
     doc = json.loads(js.read_text())
     assert doc["reused"] == 4 and all(r["reused"] for r in doc["runs"])
+    assert "4 runs: 0 trained, 0 re-audited (checkpoint reused), 4 reused" in " ".join(result.stdout.split())
     # the same numbers as the first time, read back from the records
     assert doc["heads"] == tiny["json"]["heads"]
 
@@ -137,10 +138,12 @@ def test_new_audit_options_reaudit_without_retraining(tiny, tmp_path):
     shutil.copytree(tiny["out"], out)
     ckpts = {p.name: p.stat().st_mtime_ns for p in (out / "digits-mlp").glob("*.pt")}
     js = tmp_path / "re.json"
-    result = bench(out, "--json", js, "-q", audit_samples=30)
+    result = bench(out, "--json", js, audit_samples=30)
     assert result.exit_code == 0, result.output
     doc = json.loads(js.read_text())
     assert doc["reaudited"] == 4 and doc["reused"] == 0
+    # the summary line counts them as re-audited, not as "0 reused"
+    assert "4 runs: 0 trained, 4 re-audited (checkpoint reused), 0 reused" in " ".join(result.stdout.split())
     assert doc["heads"]["laya"]["audit_samples"] == 30
     assert {p.name: p.stat().st_mtime_ns for p in (out / "digits-mlp").glob("*.pt")} == ckpts
 
@@ -237,6 +240,14 @@ FAKE_SUMMARY = {
         "audit_memory": {"ok": True, "peak_rss_mb": 700.0, "wall_s": 5.0, "result": {
             "dataset": "digits", "rows": {"streamed": [{"samples": 30, "peak_mb": 900.0, "floor_mb": 850.0},
                                                        {"samples": 300, "peak_mb": 950.0, "floor_mb": 850.0}]}}},
+        "startup": {"ok": True, "peak_rss_mb": 700.0, "wall_s": 9.0, "result": {
+            "torch_s": 2.0, "rounds": 1, "rows": [
+                {"command": "torch", "median_s": 2.0, "over_torch": 1.0, "cpu_over_torch": 1.0},
+                {"command": "laya --help", "median_s": 0.2, "over_torch": 0.1, "cpu_over_torch": 0.09},
+                {"command": "laya train --help", "median_s": 0.24, "over_torch": 0.12, "cpu_over_torch": 0.1},
+                {"command": "laya audit --help", "median_s": 0.26, "over_torch": 0.13, "cpu_over_torch": 0.1},
+                {"command": "laya info model.pt", "median_s": 2.5, "over_torch": 1.25, "minus_torch_s": 0.5,
+                 "cpu_over_torch": 1.2}]}},
     },
 }
 
@@ -252,14 +263,17 @@ def test_speed_summary_puts_every_ratio_side_by_side():
     whats = [r["what"] for r in summary["ratios"]]
     assert whats == ["audit / plain inference", "naive Captum / ours", "train: no cache / warm cache",
                      "train: cold cache / warm cache", "peak RSS: audit / plain",
-                     "audit memory, streamed: 300 / 30"]
+                     "audit memory, streamed: 300 / 30", "laya --help / import torch",
+                     "laya audit --help / import torch", "laya info / import torch"]
+    assert [r["ratio"] for r in summary["ratios"][-3:]] == [0.1, 0.13, 1.25]  # the slowest '<cmd> --help' shown
     rss = summary["ratios"][4]
     assert rss["ratio"] == pytest.approx(30 / 20)  # each phase alone, above its floor
     assert summary["ratios"][5]["ratio"] == pytest.approx(100 / 50)  # above each process's floor
     console = Console(width=120, record=True)
     console.print(speed_tables(summary))
     text = console.export_text()
-    for fragment in ("1.20×", "50×", "10×", "1.50×", "2.00×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150"):
+    for fragment in ("1.20×", "50×", "10×", "1.50×", "2.00×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150",
+                     "≤ 0.15×", "≤ torch + 1 s", "torch + 0.50 s"):
         assert fragment in text
 
 
@@ -291,9 +305,11 @@ def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(js.read_text())
-    assert set(doc["runs"]) >= {"baseline", "train_cache", "audit_speed", "plain", "audit"}
+    assert set(doc["runs"]) == {"baseline", "train_cache", "audit_speed", "audit_memory", "startup"}  # QUICK_JOBS
     assert all(r["peak_rss_mb"] > 0 for r in doc["runs"].values())
-    assert len(doc["ratios"]) >= 5 and all(r["ratio"] > 0 for r in doc["ratios"][:5])
+    assert len(doc["ratios"]) >= 7 and all(r["ratio"] > 0 for r in doc["ratios"][:4])
+    assert [r["what"] for r in doc["ratios"][-3:]] == ["laya --help / import torch", "laya train --help / import torch",
+                                                      "laya info / import torch"]
     assert "laya speed benchmarks" in proc.stdout
 
 

@@ -41,8 +41,28 @@ def test_bad_train_input_is_one_line_and_exit_2(tmp_path, args, fragments):
 
 def test_fashion_mnist_missing_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setattr("laya_cli.data.DEBIAN_FASHION_MNIST", tmp_path / "debian")
-    result = invoke("train", "--dataset", "fashion-mnist", "--data-dir", tmp_path / "mine", "--out", tmp_path / "m.pt")
-    assert_user_error(result, "FashionMNIST not found", str(tmp_path / "mine"), "apt-get install dataset-fashion-mnist")
+    result = invoke("train", "--dataset", "fashion-mnist", "--out", tmp_path / "m.pt")
+    assert_user_error(result, "FashionMNIST not found", str(tmp_path / "debian"), "apt-get install dataset-fashion-mnist")
+
+
+@pytest.mark.parametrize("dataset", ["fashion-mnist", "cifar10", "artworks"])
+@pytest.mark.parametrize("exists", [False, True])
+def test_an_explicit_data_dir_without_the_data_is_an_error_not_a_fallback(tmp_path, monkeypatch, dataset, exists):
+    """A typo in --data-dir must not silently train on the system's copy (and record the typo)."""
+    typo = tmp_path / "typo"
+    if exists:
+        typo.mkdir()
+    result = invoke("train", "--dataset", dataset, "--data-dir", typo, "--out", tmp_path / "m.pt", "-q")
+    assert_user_error(result, f"--data-dir {typo}", "no such folder" if not exists else f"does not hold {dataset}",
+                      str(typo) + "/")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_data_dir_for_a_dataset_that_has_none_is_an_error(tmp_path, image_folder):
+    assert_user_error(invoke("train", "--data-dir", tmp_path, "-q", "--out", tmp_path / "m.pt"),
+                      "does not apply to digits")
+    assert_user_error(invoke("train", "--dataset", f"folder:{image_folder}", "--data-dir", tmp_path, "-q",
+                             "--out", tmp_path / "m.pt"), "does not apply to folder:PATH")
 
 
 @pytest.mark.parametrize("out", ["/no/such/dir/m.pt", ".", "/proc/m.pt"])
@@ -117,8 +137,15 @@ def test_info_panel(digits_ckpt):
 
 def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):
     out = tmp_path / "m.pt"
-    result = invoke("train", "--out", out, "--epochs", "3", "--head", "scalarmix", "--d-star", "16", "--seed", "1")
+    # names are case-insensitive; the checkpoint records the canonical ones
+    result = invoke("train", "--out", out, "--epochs", "3", "--head", "ScalarMix", "--dataset", "Digits",
+                    "--psi", "Identity", "--d-star", "16", "--seed", "1")
     assert result.exit_code == 0, result.output
+    from laya_cli.checkpoint import read_checkpoint
+
+    ckpt = read_checkpoint(out)
+    assert ckpt["head"]["kind"] == "scalarmix" and ckpt["dataset"]["name"] == "digits"
+    assert ckpt["head"]["config"]["psi"] == "identity"
     assert "epoch   1" in result.output and "test accuracy" in result.output
     assert torch.load(out, weights_only=True)["head"]["kind"] == "scalarmix"
     assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]

@@ -418,3 +418,27 @@ def test_subprocess_export(digits_ckpt, tmp_path):
     assert "Attention shift" in proc.stdout and "exported 120 samples" in proc.stdout
     assert (out / "report.html").is_file() and (out / "plots" / "samples_strip.png").is_file()
     assert len(pd.read_csv(out / "samples.csv")) == 120
+
+
+def test_the_documented_pandas_snippet_gives_the_documented_types(exported, tmp_path, monkeypatch):
+    """docs/export.md's "Loading the results" snippet, run as written on a digits export: class names
+    ("0" … "9") stay text, as the column table says, instead of reading back as int64."""
+    import re
+    import shutil
+
+    exp, out = exported
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text(encoding="utf-8")
+    snippet = re.search(r"## Loading the results\n\n```python\n(.*?)```", doc, re.S).group(1)
+    shutil.copytree(out, tmp_path / "export")
+    write_export(exp, tmp_path / "npz", fmt="npz", plots=False)  # the snippet also opens samples.npz
+    shutil.copy(tmp_path / "npz" / "samples.npz", tmp_path / "export" / "samples.npz")
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(snippet, "docs/export.md", "exec"), ns)
+    t, prof, shift = ns["t"], ns["prof"], ns["shift"]
+    assert all(type(v) is str for v in t["label_name"]) and all(type(v) is str for v in t["predicted_name"])
+    assert set(t["label_name"]) <= set(CLASSES)
+    assert str(t["label"].dtype) == "int64" and str(t["correct"].dtype) == "bool" and str(t["p_pred"].dtype) == "float64"
+    assert all(type(v) is str for v in prof["class_name"]) and all(type(v) is str for v in shift["class_name"])
+    assert list(ns["alpha"].columns) == LAYERS
+    assert list(ns["heat"].index) == sorted(CLASSES)  # text, sorted as text

@@ -91,3 +91,36 @@ def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_pat
     assert resumed.exit_code == 0, resumed.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
     assert json.loads(invoke("info", out, "--json").stdout)["metrics"]["epochs_run"] == 2
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_written_files_keep_the_umask_mode_not_the_temp_files_0600(tmp_path, digits_ckpt, umask, monkeypatch):
+    """Checkpoints, cache entries, exports and JSON are written through a 0600 temp file and renamed:
+    they must end with the mode the umask gives (0644 under 022), as any other program's files."""
+    cache = tmp_path / "cache"
+    previous = os.umask(umask)
+    try:
+        ckpt = tmp_path / "m.pt"
+        result = invoke("train", "--out", ckpt, "-q", *DIGITS)
+        assert result.exit_code == 0, result.output
+        monkeypatch.setenv("LAYA_CACHE_DIR", str(cache))
+        result = invoke("audit", digits_ckpt, "--compare", "", "--samples", 30, "--json", tmp_path / "a.json", "-q")
+        assert result.exit_code == 0, result.output
+        result = invoke("export", digits_ckpt, "--out", tmp_path / "export", "--no-plots", "--samples", 30, "-q")
+        assert result.exit_code == 0, result.output
+    finally:
+        os.umask(previous)
+    files = [ckpt, tmp_path / "a.json", *(tmp_path / "export").iterdir()]
+    from laya_cli.cache import FeatureCache
+    from laya_cli.features import LayerFeatures
+    import torch
+
+    previous = os.umask(umask)
+    try:
+        assert FeatureCache(cache).save("k", LayerFeatures([torch.zeros(2, 3)], torch.zeros(2, dtype=torch.long)))
+    finally:
+        os.umask(previous)
+    files += list(cache.iterdir())
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o666 & ~umask, f"{f}: {oct(f.stat().st_mode & 0o777)}"
+    assert (tmp_path / "export").stat().st_mode & 0o777 == 0o777 & ~umask

@@ -67,28 +67,71 @@ def test_resume_without_state_is_a_user_error(tmp_path):
     assert proc.returncode == 2 and "no saved training state" in err
 
 
-def test_resume_with_other_options_is_refused(tmp_path):
+def _interrupted_state(req, with_options: bool = True):
+    """Leave ``req``'s state beside its --out as an interrupted run does (after epoch 1)."""
     from laya_cli import train as tr
-    from laya_cli.config import DataRequest, TrainConfig, TrainRequest
-    from laya_cli.errors import LayaError
 
     def stop(record):  # interrupt right after the first epoch's state is written
         raise KeyboardInterrupt
 
-    req = TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(epochs=3, seed=0),
-                       out=str(tmp_path / "m.pt"))
     with pytest.raises(KeyboardInterrupt):
         data = tr.load_dataset(req.data)
         backbone, spec, _ = tr.prepare_backbone(req, data)
-        head = tr.build_head("laya", [512, 256, 128], 10)
+        head = tr.build_head(req.head, [512, 256, 128], 10, req.head_config)
         model = tr.EndToEnd(backbone, head)
         tr.fit(model, ([data.train.images], data.train.labels), ([data.val.images], data.val.labels), req.train,
-               stop, req.state_path, False, req.fingerprint())
-    assert (tmp_path / "m.pt.state").exists()
-    other = TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(epochs=3, seed=1),
-                         out=str(tmp_path / "m.pt"), resume=True)
-    with pytest.raises(LayaError, match="other options"):
+               stop, req.state_path, False, req.fingerprint(), options=req.recorded_options() if with_options else None)
+    assert req.state_path.exists()
+
+
+def _request(tmp_path, **train):
+    from laya_cli.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+
+    return TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(**{"epochs": 3, "seed": 0, **train}),
+                        head_config=HeadConfig(d_star=16, score_hidden=16), out=str(tmp_path / "m.pt"))
+
+
+def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(tmp_path):
+    from laya_cli import train as tr
+    from laya_cli.errors import LayaError
+
+    _interrupted_state(_request(tmp_path))
+    other = _request(tmp_path, lr=1e-3)
+    other.resume = True
+    with pytest.raises(LayaError, match=r"other options \(train\.lr 0\.0003 -> 0\.001\).*--restart"):
         tr.train(other)
+
+
+def test_resume_of_an_older_state_without_options_still_refuses(tmp_path):
+    """States written before the options were stored carry only the fingerprint: still read, still checked."""
+    from laya_cli import train as tr
+    from laya_cli.errors import LayaError
+
+    _interrupted_state(_request(tmp_path), with_options=False)
+    other = _request(tmp_path, lr=1e-3)
+    other.resume = True
+    with pytest.raises(LayaError, match=r"written by a run with other options; use the same options"):
+        tr.train(other)
+    same = _request(tmp_path)
+    same.resume = True
+    assert tr.train(same)["metrics"]["epochs_run"] == 3
+
+
+def test_rerun_without_resume_refuses_to_overwrite_the_state_and_restart_starts_over(tmp_path):
+    from laya_cli.testing import assert_user_error, invoke
+
+    req = _request(tmp_path)
+    _interrupted_state(req)
+    before = req.state_path.read_bytes()
+    args = ["train", "--out", req.out, "--epochs", "3", "--seed", "0", "--d-star", "16", "--score-hidden", "16", "-q"]
+    assert_user_error(invoke(*args), f"{req.state_path} holds an interrupted training run (after epoch 1)",
+                      "--resume", "--restart")
+    assert req.state_path.read_bytes() == before  # untouched
+    assert_user_error(invoke(*args, "--resume", "--restart"), "exclude each other")
+    result = invoke(*args, "--restart")
+    assert result.exit_code == 0, result.output
+    assert not req.state_path.exists() and (tmp_path / "m.pt").exists()
+    assert read_checkpoint(tmp_path / "m.pt")["metrics"]["epochs_run"] == 3  # from epoch 1, not resumed
 
 
 def test_same_seed_gives_identical_checkpoints_but_for_wall_clock(tmp_path):

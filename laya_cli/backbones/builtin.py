@@ -10,6 +10,8 @@ from torch import Tensor, nn
 class PaperMLP(nn.Module):
     """The paper's MLP: in -> 512 -> 256 -> 128, each Linear + LayerNorm + GELU."""
 
+    fixed_input_size = True  # flattens C×H×W: takes images of the size it was built for, no other
+
     def __init__(self, in_features: int, widths: Sequence[int] = (512, 256, 128)):
         super().__init__()
         dims = [in_features, *widths]

@@ -93,13 +93,17 @@ def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
 
 def run(dataset: str = "fashion-mnist", sizes=(1000, 10000), compare: str = "ig,gradxact", model: str | None = None,
         batch_size: int = 256, data_dir: str | None = None, epochs: int = 1,
-        modes=("streamed", "materialised")) -> dict:
+        modes=("streamed", "materialised"), in_process: bool = False) -> dict:
+    """``in_process``: every cell in this process, one after the other (a smoke run of the code path for
+    ``laya bench speed --quick``: no fresh process, so its memory figures measure nothing)."""
+    measure = child if in_process else _measure
     with tempfile.TemporaryDirectory() as tmp:
         if model is None:
             model = str(Path(tmp) / "model.pt")
             _train(dataset, data_dir, Path(model), epochs)
-        rows = {mode: [_measure(model, n, mode, compare, batch_size, data_dir) for n in sizes] for mode in modes}
-    return {"dataset": dataset, "sizes": list(sizes), "compare": compare, "batch_size": batch_size, "rows": rows}
+        rows = {mode: [measure(model, n, mode, compare, batch_size, data_dir) for n in sizes] for mode in modes}
+    return {"dataset": dataset, "sizes": list(sizes), "compare": compare, "batch_size": batch_size, "rows": rows,
+            "in_process": in_process}
 
 
 def report(r: dict) -> str:
@@ -130,6 +134,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--modes", default="streamed,materialised")
+    ap.add_argument("--in-process", action="store_true", help="no fresh process per cell: a smoke run, not a measurement")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="streamed", help=argparse.SUPPRESS)
@@ -139,7 +144,7 @@ def main(argv=None) -> dict:
         sys.stdout.write(json.dumps(out) + "\n")  # the one line the parent reads
         return out
     r = run(args.dataset, [int(s) for s in args.sizes.split(",")], args.compare, args.model, args.batch_size,
-            args.data_dir, args.epochs, [m for m in args.modes.split(",") if m])
+            args.data_dir, args.epochs, [m for m in args.modes.split(",") if m], args.in_process)
     Console(width=110).print(report(r), highlight=False)
     return r
 

@@ -155,6 +155,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs before each timing (0: a smoke run)")
     parser.add_argument("--naive-blocks", type=int, default=None, help="blocks measured (default: all on cuda, 2 on cpu)")
     parser.add_argument("--naive-images", type=int, default=None, help="images measured (default: all on cuda, 8 on cpu)")
     args = parser.parse_args(argv)
@@ -164,17 +165,18 @@ def main(argv=None) -> dict:
 
     plain, model, images, _ = build(args.images, device)
     n_blocks = len(plain.blocks)
-    t_plain = timed(lambda: plain_inference(plain, model, images, device), device, args.repeats, warmup=1)
-    t_extract = timed(lambda: model.features(images.to(device)), device, args.repeats, warmup=1)
-    t_audit = timed(lambda: audit(model, images, args.steps, device), device, args.repeats, warmup=1)
+    t_plain = timed(lambda: plain_inference(plain, model, images, device), device, args.repeats, warmup=args.warmup)
+    t_extract = timed(lambda: model.features(images.to(device)), device, args.repeats, warmup=args.warmup)
+    t_audit = timed(lambda: audit(model, images, args.steps, device), device, args.repeats, warmup=args.warmup)
     t_ig_only = timed(lambda: audit(model, images, args.steps, device, methods=("ig",)), device, args.repeats,
-                      warmup=1)
+                      warmup=args.warmup)
 
     k = min(args.naive_blocks or (n_blocks if on_gpu else 2), n_blocks)
     m = min(args.naive_images or (args.images if on_gpu else 8), args.images)
     blocks = evenly_spaced(n_blocks, k)
     naive_lig = lambda: naive_layer_ig(plain, model, images[:m], blocks, args.steps, device)
-    naive_layer_ig(plain, model, images[:1], blocks[:1], 2, device)  # warm-up
+    if args.warmup:
+        naive_layer_ig(plain, model, images[:1], blocks[:1], 2, device)  # warm-up
     t_naive_measured = timed(naive_lig, device)
     scale = (n_blocks / len(blocks)) * (args.images / m)
     t_naive = t_naive_measured * scale
