@@ -104,8 +104,7 @@ def audit_deeper_table(result, metrics: Sequence[str], title: str = "deeper metr
     columns = [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
     if not columns:
         return None
-    stages = " → ".join(getattr(result, "randomisation_stages", None) or []) or "n/a"
-    caption = f"randomised head: {stages} · ! flagged · definitions: docs/metrics.md"
+    caption = "! flagged · docs/metrics.md"
     return _rich_audit_table(_method_rows(result.methods), columns, title, caption)
 
 

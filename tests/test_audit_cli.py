@@ -56,7 +56,7 @@ def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
     assert full.exit_code == 1, full.output
     for header in ("aopc", "suff@1", "completeness", "randomisation"):
         assert header in full.stdout and f" {header} |" in md.read_text()
-    assert "deeper metrics" in full.stdout and "classifier → scorer → adapters" in full.stdout
+    assert "deeper metrics" in full.stdout and "! flagged" in full.stdout
     misses = [l for l in full.stderr.splitlines() if l.startswith("fail-under:")]
     assert [l.split()[1] for l in misses] == ["laya:", "ig:", "gradxact:"]  # randomisation < 3, nothing else
     doc = json.loads(js.read_text())
