@@ -207,6 +207,15 @@ METHODS: dict[str, Method] = {
 }
 
 
+# Methods that also say how complete their attributions are: fn(head, feats, ctx) -> ((B, L) scores,
+# (B,) Captum's convergence delta Σ attributions − (p_ŷ(x) − p_ŷ(baseline)), on the raw, unreduced
+# attributions). The audit calls these instead of their METHODS entry (same scores).
+CONVERGENCE: dict[str, Callable[[nn.Module, Sequence[Tensor], AttributionContext], tuple[Tensor, Tensor]]] = {
+    "ig": lambda head, feats, ctx: integrated_gradients(
+        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce, return_delta=True),
+}
+
+
 # What a method needs from the head (a capability flag, heads.py), and what to say when it lacks it.
 REQUIREMENTS: dict[str, tuple[str, str]] = {
     "laya": ("has_alpha", "has no layer attention α (only laya and scalarmix heads do)"),

@@ -1,11 +1,14 @@
 """``laya audit``: run attribution methods and faithfulness metrics over a data set, and gate on them.
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
-forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), and each method's
-(B, L) scores; per sample it keeps only a few numbers (ρ, Deletion@1, oracle, random, and the
-L effects Δ when ``global`` is audited), so memory does not grow with the feature width.
-Under torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions:
-docs/metrics.md.
+forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), the keep-only-one-layer
+probabilities (L passes), and for each method its (B, L) scores, its deletion and insertion
+curves (2L passes), and its scores on every stage of a re-initialised copy of the head (the
+model-randomisation check); per sample it keeps only a few numbers (ρ, Deletion@1, the two
+curves, sufficiency@1, IG's convergence delta, the randomisation ρ per stage), so memory does
+not grow with the feature width. ``global`` needs the mean α of the whole audited set first: a
+forward-only pass over the same batches, only when ``global`` is audited. Under torchrun the
+batches are sharded over the ranks (docs/scaling.md). Definitions: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -18,21 +21,47 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .attribution import METHODS, AttributionContext, global_weights, laya_attention, random_scores, unavailable_reason
+from .attribution import (CONVERGENCE, METHODS, AttributionContext, laya_attention, random_scores,
+                          unavailable_reason)
 from .config import AuditSettings
 from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
 from .errors import LayaError, match_choice, unknown_choice
 from .fileio import json_safe, strict_json
-from .heads import head_kind
-from .metrics import (accuracy, chance_level, check_ablation, degenerate_effects, deletion_at_1, lolo_effects,
-                      nan_summary, near_chance, normalised_deletion, spearman_rows)
+from .heads import cascade_stages, head_kind, randomised_copy
+from .metrics import (COMPLETENESS_FLAG, RANDOMISATION_FLAG, accuracy, aopc, chance_level, check_ablation,
+                      completeness, degenerate_effects, deletion_at_1, deletion_curve, insertion_curve,
+                      keep_only_probability, lolo_effects, nan_summary, near_chance, normalised_deletion,
+                      rank_layers, spearman_rows, target_probability)
 from .progress import track
 
 ALWAYS = ("laya", "random")
 COMPARE = ("ig", "gradxact", "saliency", "contrib", "global")
-METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")  # per method, higher is better
+METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised",  # per method, higher is better
+           "aopc", "sufficiency@1", "sufficiency@1_normalised", "completeness", "randomisation")
 GLOBAL_METRICS = ("accuracy",)
+# Metrics that only some methods have: a threshold on every method skips the others.
+ONLY_FOR = {"completeness": tuple(CONVERGENCE)}
+# Column groups ``--metrics`` adds to the table (the JSON always has every metric).
+METRIC_GROUPS = ("aopc", "sufficiency", "completeness", "randomisation")
+# Seed offset of the tie-breaking draws of the deletion/insertion curves (independent of ``random``'s).
+_TIE_SEED = 0x7135
+
+
+def parse_metric_groups(spec: str | Sequence[str] | None) -> list[str]:
+    """``--metrics``: the extra column groups of the table, in the canonical order (``all`` = every one)."""
+    names = spec.split(",") if isinstance(spec, str) else list(spec or [])
+    chosen = set()
+    for name in (n.strip().lower() for n in names):
+        if not name:
+            continue
+        if name == "all":
+            chosen.update(METRIC_GROUPS)
+        elif name in METRIC_GROUPS:
+            chosen.add(name)
+        else:
+            raise unknown_choice("--metrics group", name, [*METRIC_GROUPS, "all"])
+    return [g for g in METRIC_GROUPS if g in chosen]
 
 
 def parse_methods(compare: str | Sequence[str] | None) -> list[str]:
@@ -64,17 +93,58 @@ class MethodScores:
     available: bool = True
     note: str | None = None
     degenerate: int = 0  # of the undefined samples: those whose Δ varies in at most one layer
+    # The deeper metrics (docs/metrics.md); NaN where undefined or not applicable to the method.
+    aopc: float = math.nan
+    aopc_std: float = math.nan
+    aopc_undefined: int = 0
+    deletion_curve: list[float] = field(default_factory=list)  # mean D_k, k = 1 … L
+    sufficiency: float = math.nan  # sufficiency@1
+    sufficiency_oracle: float = math.nan
+    sufficiency_random: float = math.nan
+    sufficiency_normalised: float = math.nan
+    sufficiency_undefined: int = 0
+    insertion_curve: list[float] = field(default_factory=list)  # mean I_k, k = 1 … L
+    completeness: float = math.nan  # 1 − mean |δ| / mean |p_ŷ(x) − p_ŷ(r̄)| (IG only)
+    completeness_error: float = math.nan
+    completeness_effect: float = math.nan
+    randomisation: float = math.nan  # 1 − mean ρ(scores, scores on the fully re-initialised head)
+    randomisation_spearman: float = math.nan
+    randomisation_undefined: int = 0
+    randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
 
     def metric(self, name: str) -> float:
         return {"faithfulness": self.faithfulness, "deletion@1": self.deletion_at_1,
-                "deletion@1_normalised": self.normalised}[name]
+                "deletion@1_normalised": self.normalised, "aopc": self.aopc, "sufficiency@1": self.sufficiency,
+                "sufficiency@1_normalised": self.sufficiency_normalised, "completeness": self.completeness,
+                "randomisation": self.randomisation}[name]
+
+    @property
+    def completeness_flagged(self) -> bool | None:
+        """IG's attributions miss more than 5 % of the effect: raise --steps. None: not applicable."""
+        return None if math.isnan(self.completeness) else self.completeness < COMPLETENESS_FLAG
+
+    @property
+    def randomisation_flagged(self) -> bool | None:
+        """The scores barely change when the head is re-initialised. None: undefined."""
+        return None if math.isnan(self.randomisation) else self.randomisation < RANDOMISATION_FLAG
 
     def to_dict(self) -> dict:
         return {"faithfulness": self.faithfulness, "faithfulness_std": self.faithfulness_std,
                 "undefined": self.undefined, "defined": self.defined, "deletion@1": self.deletion_at_1,
                 "deletion@1_oracle": self.oracle, "deletion@1_random": self.random,
                 "deletion@1_normalised": self.normalised, "available": self.available, "note": self.note,
-                "degenerate": self.degenerate}
+                "degenerate": self.degenerate, "aopc": self.aopc, "aopc_std": self.aopc_std, "aopc_undefined": self.aopc_undefined,
+                "deletion_curve": self.deletion_curve,
+                "sufficiency@1": self.sufficiency, "sufficiency@1_oracle": self.sufficiency_oracle,
+                "sufficiency@1_random": self.sufficiency_random,
+                "sufficiency@1_normalised": self.sufficiency_normalised,
+                "sufficiency@1_undefined": self.sufficiency_undefined, "insertion_curve": self.insertion_curve,
+                "completeness": self.completeness, "completeness_error": self.completeness_error,
+                "completeness_effect": self.completeness_effect, "completeness_flagged": self.completeness_flagged,
+                "randomisation": self.randomisation, "randomisation_spearman": self.randomisation_spearman,
+                "randomisation_undefined": self.randomisation_undefined,
+                "randomisation_flagged": self.randomisation_flagged,
+                "randomisation_cascade": self.randomisation_cascade}
 
 
 @dataclass
@@ -96,11 +166,14 @@ class AuditResult:
     methods: dict[str, MethodScores]
     by_class: dict[str, ClassScores] | None = None
     notes: list[str] = field(default_factory=list)
+    randomisation_stages: list[str] = field(default_factory=list)  # the cascade, output → adapters
+    randomisation_samples: int = 0  # samples the model-randomisation check ran on
 
     def to_dict(self) -> dict:
         out = {"settings": self.settings, "n_samples": self.n_samples, "accuracy": self.accuracy,
                "layers": self.layers, "methods": {m: s.to_dict() for m, s in self.methods.items()},
-               "notes": self.notes}
+               "notes": self.notes, "randomisation_stages": self.randomisation_stages,
+               "randomisation_samples": self.randomisation_samples}
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
         return json_safe(out)
@@ -112,31 +185,130 @@ class AuditResult:
 
 # --------------------------------------------------------------------------- the run
 
+_CURVES = ("deletion_curve", "insertion_curve")  # per-sample rows of L values
 
-def _summarise(rho: Tensor, d1: Tensor, oracle: Tensor, random: Tensor, degenerate: Tensor) -> MethodScores:
-    rho = rho.masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
+
+def _mean(t: Tensor) -> float:
+    return t.double().mean().item() if len(t) else float("nan")
+
+
+def _curve(rows: Tensor) -> list[float]:
+    """The mean curve over the samples where it is defined (a (n, L) table of per-sample curves)."""
+    ok = ~rows.isnan().any(-1)
+    return rows[ok].mean(0).tolist() if ok.any() else [float("nan")] * rows.shape[-1]
+
+
+def _summarise(per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str]) -> MethodScores:
+    degenerate = common["degenerate"]
+    rho = per["rho"].masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
     mean, std, n, undefined = nan_summary(rho)
-    d1_m, or_m, ra_m = (t.double().mean().item() if len(t) else float("nan") for t in (d1, oracle, random))
-    return MethodScores(mean, std, n, undefined, d1_m, or_m, ra_m, normalised_deletion(d1_m, or_m, ra_m),
-                        degenerate=int(degenerate.sum()))
+    d1_m, or_m, ra_m = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
+    s = MethodScores(mean, std, n, undefined, d1_m, or_m, ra_m, normalised_deletion(d1_m, or_m, ra_m),
+                     degenerate=int(degenerate.sum()))
+    s.aopc, s.aopc_std, _, s.aopc_undefined = nan_summary(per["aopc"])
+    s.deletion_curve, s.insertion_curve = _curve(per["deletion_curve"]), _curve(per["insertion_curve"])
+    ok = ~per["sufficiency"].isnan()
+    s.sufficiency_undefined = int((~ok).sum())
+    s.sufficiency, s.sufficiency_oracle, s.sufficiency_random = (
+        _mean(t[ok]) for t in (per["sufficiency"], common["keep_oracle"], common["keep_random"]))
+    s.sufficiency_normalised = normalised_deletion(s.sufficiency, s.sufficiency_oracle, s.sufficiency_random)
+    if "completeness_error" in per:
+        s.completeness, s.completeness_error, s.completeness_effect = completeness(
+            per["completeness_error"], per["completeness_effect"])
+    checked = common["checked"]  # the samples of the model-randomisation check
+    for k, stage in enumerate(stages):
+        rho, _, _, undef = nan_summary(per[f"randomised{k}"][checked])
+        s.randomisation_cascade.append({"stage": stage, "spearman": rho, "undefined": undef})
+    if stages:
+        last = s.randomisation_cascade[-1]
+        s.randomisation_spearman, s.randomisation_undefined = last["spearman"], last["undefined"]
+        s.randomisation = 1 - s.randomisation_spearman
+    return s
 
 
-def _unavailable(n: int, oracle: Tensor, random: Tensor, note: str) -> MethodScores:
+def _unavailable(n: int, common: dict[str, Tensor], note: str, n_layers: int, stages: Sequence[str]) -> MethodScores:
     nan = float("nan")
-    or_m, ra_m = (t.double().mean().item() if len(t) else nan for t in (oracle, random))
-    return MethodScores(nan, nan, 0, n, nan, or_m, ra_m, nan, available=False, note=note)
+    or_m, ra_m = _mean(common["oracle"]), _mean(common["random"])
+    checked = int(common["checked"].sum()) if stages else 0
+    return MethodScores(nan, nan, 0, n, nan, or_m, ra_m, nan, available=False, note=note,
+                        aopc_undefined=n, deletion_curve=[nan] * n_layers, sufficiency_undefined=n,
+                        sufficiency_oracle=_mean(common["keep_oracle"]), sufficiency_random=_mean(common["keep_random"]),
+                        insertion_curve=[nan] * n_layers, randomisation_undefined=checked,
+                        randomisation_cascade=[{"stage": st, "spearman": nan, "undefined": checked} for st in stages])
 
 
-def _scores(methods, rho, d1, oracle, random, reasons, degenerate, rows=None) -> dict[str, MethodScores]:
+def _scores(methods, per, common, reasons, n_layers, stages, rows=None) -> dict[str, MethodScores]:
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
-    n = len(pick(oracle))
-    return {m: (_unavailable(n, pick(oracle), pick(random), reasons[m]) if reasons[m]
-                else _summarise(pick(rho[m]), pick(d1[m]), pick(oracle), pick(random), pick(degenerate)))
-            for m in methods}
+    common = {k: pick(v) for k, v in common.items()}
+    n = len(common["oracle"])
+    return {m: (_unavailable(n, common, reasons[m], n_layers, stages) if reasons[m]
+                else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages)) for m in methods}
 
 
 def _features(eval_data):
     return eval_data.features if hasattr(eval_data, "features") else eval_data
+
+
+def _row_keys(method: str, n_stages: int) -> list[str]:
+    """The per-sample numbers run_audit keeps for one method."""
+    keys = ["rho", "d1", "aopc", *_CURVES, "sufficiency"]
+    if method in CONVERGENCE:
+        keys += ["completeness_error", "completeness_effect"]
+    return keys + [f"randomised{k}" for k in range(n_stages)]
+
+
+def _mean_alpha(heads: Sequence, feats, bs: int, start: int, stop: int, n: int, n_layers: int, dev) -> list[Tensor]:
+    """The ``global`` weights of each head: its mean α over the whole audited set (a forward-only pass).
+
+    Per-batch sums are gathered from every rank and added in batch order, so the weights are
+    bit-identical to a one-process run.
+    """
+    sums: list[list[Tensor]] = [[] for _ in heads]
+    n_batches = (stop - start + bs - 1) // bs
+    for xs, _ in track(feature_batches(feats, bs, start, stop), "global weights", total=n_batches):
+        x = [t.to(dev).float() for t in xs]
+        for j, h in enumerate(heads):
+            sums[j].append(laya_attention(h, x).cpu().double().sum(0, keepdim=True))
+    out = []
+    for rows in sums:
+        rows = gather_rows(torch.cat(rows) if rows else torch.empty((0, n_layers), dtype=torch.float64))
+        total = None
+        for row in rows:  # sequential, in batch order
+            total = row if total is None else total + row
+        out.append((total / n).float().to(dev))
+    return out
+
+
+def _replayed(state: Tensor) -> torch.Generator:
+    g = torch.Generator()
+    g.set_state(state)
+    return g
+
+
+def _method_rows(m, head, x, ctx, stage_heads, stage_ctxs, delta, keep, keys, base, effect, lolo_ref,
+                 ablation) -> dict[str, Tensor]:
+    """One method on one batch: its per-sample numbers (float64, on the CPU)."""
+    out = {}
+    if m in CONVERGENCE:
+        a, conv = CONVERGENCE[m](head, x, ctx)
+        out["completeness_error"] = conv.detach().abs().double().cpu()
+        out["completeness_effect"] = effect
+    else:
+        a = METHODS[m](head, x, ctx)
+    a = a.cpu()  # the (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64)
+    bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
+    out["rho"] = spearman_rows(a, delta)
+    out["d1"] = deletion_at_1(a, delta)[0]
+    order = rank_layers(a, keys).to(base.device)
+    for key, fn in (("deletion_curve", deletion_curve), ("insertion_curve", insertion_curve)):
+        extra = {"base": base} if fn is deletion_curve else {}
+        out[key] = fn(head, x, ctx.target, order, lolo_ref, ablation, **extra).cpu().double().masked_fill(
+            bad.unsqueeze(-1), float("nan"))
+    out["aopc"] = aopc(out["deletion_curve"])
+    out["sufficiency"] = deletion_at_1(a, keep)[0].masked_fill(bad, float("nan"))
+    for k, (h, c) in enumerate(zip(stage_heads, stage_ctxs)):
+        out[f"randomised{k}"] = spearman_rows(a, METHODS[m](h, x, c).cpu())
+    return out
 
 
 def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None) -> AuditResult:
@@ -148,7 +320,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     Streams in batches of ``settings.batch_size`` and keeps only a few numbers per sample. Under
     torchrun each rank audits its own contiguous whole batches (so every batch, and every number,
     is the one a single process computes) and the per-sample results are gathered on every rank,
-    which all compute the same summary.
+    which all compute the same summary. ``model`` is never modified: the model-randomisation
+    check re-initialises copies of its head.
     """
     settings = (settings or AuditSettings()).validate()
     feats = _features(eval_data)
@@ -160,6 +333,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         raise LayaError("nothing to audit: the data set has no samples")
     check_ablation(head, settings.ablation)
     reasons = {m: unavailable_reason(m, head) for m in methods}
+    active = [m for m in methods if not reasons[m]]
     kind = head_kind(head)
 
     # What "removing" a layer means, and the IG baseline r̄ (mask has no input-space reference:
@@ -171,40 +345,61 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     bs = settings.batch_size
     start, stop = shard_bounds(n, bs)
     generator = torch.Generator().manual_seed(settings.seed)
-    if "random" in methods and not reasons["random"]:
-        for s in range(0, start, bs):  # replay the draws of earlier ranks' batches: same numbers as 1 process
+    ties = torch.Generator().manual_seed(settings.seed + _TIE_SEED)  # tie-breaking of the curves' rankings
+    for s in range(0, start, bs):  # replay the draws of earlier ranks' batches: same numbers as 1 process
+        if "random" in active:
             random_scores(min(bs, n - s), n_layers, generator)
-    # ``global`` = mean α over the whole audited set: accumulated per batch (α sums) during the
-    # pass, then scored against the kept Δ rows once the mean is known (no second pass).
-    want_global = "global" in methods and not reasons["global"]
-    alpha_sums, deltas = [], []
+        random_scores(min(bs, n - s), n_layers, ties)
+    # The model-randomisation check: copies of the head re-initialised from the classifier down
+    # (cascading), seeded; the loaded head is never touched. It runs on the first
+    # ``randomisation_samples`` rows, rounded up to whole batches (so ``random`` replays its draws).
+    check_stop = min(n, -(-settings.randomisation_samples // bs) * bs)
+    stages = cascade_stages(head) if check_stop else []
+    stage_heads = [randomised_copy(head, k + 1, settings.seed) for k in range(len(stages))]
+    # ``global`` = mean α over the whole audited set, for the head and each randomised copy.
+    weights = (_mean_alpha([head, *stage_heads], feats, bs, start, stop, n, n_layers, dev) if "global" in active
+               else [None] * (1 + len(stages)))
+    need_effect = any(m in CONVERGENCE for m in active)
 
-    preds, labels, oracle, random, degenerate = [], [], [], [], []
-    rho = {m: [] for m in methods}
-    d1 = {m: [] for m in methods}
+    per = {m: {k: [] for k in _row_keys(m, len(stages))} for m in active}
+    common = {k: [] for k in ("oracle", "random", "keep_oracle", "keep_random", "checked", "degenerate")}
+    preds, labels = [], []
     n_batches = (stop - start + bs - 1) // bs
-    for xs, y in track(feature_batches(feats, bs, start, stop), "auditing", total=n_batches):
+    for b, (xs, y) in enumerate(track(feature_batches(feats, bs, start, stop), "auditing", total=n_batches)):
+        check = start + b * bs < check_stop
         x, y = [t.to(dev).float() for t in xs], y.to(dev)
         with torch.no_grad():
-            pred = head(x).logits.argmax(-1)
+            logits = head(x).logits
+        pred = logits.argmax(-1)
         target = pred if settings.target == "predicted" else y
-        # The (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64).
+        base = target_probability(logits, target)
         delta = lolo_effects(head, x, target, lolo_ref, settings.ablation).cpu()
+        keep = keep_only_probability(head, x, target, lolo_ref, settings.ablation).cpu()
+        keys = random_scores(len(y), n_layers, ties)
+        effect = None
+        if need_effect:  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
+            at_ref = [torch.zeros_like(r) for r in x] if baseline is None else [b.expand_as(r) for b, r in zip(baseline, x)]
+            with torch.no_grad():
+                effect = (base - target_probability(head(at_ref).logits, target)).abs().double().cpu()
+        state = generator.get_state()  # ``random`` on a randomised head draws the very same scores
         ctx = AttributionContext(target, baseline, settings.steps, settings.internal_batch_size, settings.reduce,
-                                 generator, None)
-        for m in methods:
-            if reasons[m] or m == "global":
-                continue
-            a = METHODS[m](head, x, ctx).cpu()
-            rho[m].append(spearman_rows(a, delta))
-            d1[m].append(deletion_at_1(a, delta)[0])
-        if want_global:
-            alpha_sums.append(laya_attention(head, x).cpu().double().sum(0, keepdim=True))
-            deltas.append(delta)
-        _, o, r = deletion_at_1(delta, delta)
-        degenerate.append(degenerate_effects(delta))
-        oracle.append(o)
-        random.append(r)
+                                 generator, weights[0])
+        stage_ctxs = [AttributionContext(target, baseline, settings.steps, settings.internal_batch_size,
+                                         settings.reduce, _replayed(state), w) for w in weights[1:]]
+        for m in active:
+            rows = _method_rows(m, head, x, ctx, stage_heads if check else [], stage_ctxs, delta, keep, keys, base,
+                                effect, lolo_ref, settings.ablation)
+            for k in range(len(stages) if not check else 0):
+                rows[f"randomised{k}"] = torch.full((len(y),), float("nan"), dtype=torch.float64)
+            for k, v in rows.items():
+                per[m][k].append(v)
+        common["checked"].append(torch.full((len(y),), check))
+        common["degenerate"].append(degenerate_effects(delta))
+        for (hi, mean_), t in (((common["oracle"], common["random"]), delta), ((common["keep_oracle"],
+                                                                              common["keep_random"]), keep)):
+            _, top, avg = deletion_at_1(t, t)
+            hi.append(top)
+            mean_.append(avg)
         preds.append(pred.cpu())
         labels.append(y.cpu())
 
@@ -215,28 +410,22 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
 
     # Back in the original order, on every rank (a no-op without torchrun).
     preds, labels = gather_rows([cat(preds, torch.long), cat(labels, torch.long)], n)
-    oracle, random = gather_rows([cat(oracle), cat(random)], n)
-    degenerate = gather_rows(cat(degenerate, torch.bool).to(torch.uint8), n).bool()  # uint8: any backend gathers it
-    rho = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in rho.items()}
-    d1 = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in d1.items()}
-    if want_global:
-        sums = gather_rows(cat(alpha_sums, width=n_layers))
-        total = None
-        for row in sums:  # sequential, in batch order: bit-identical to a one-process run
-            total = row if total is None else total + row
-        global_w = (total / n).float()
-        delta_all = gather_rows(cat(deltas, torch.float32, n_layers), n)
-        a = global_weights(global_w, n)
-        rho["global"], d1["global"] = spearman_rows(a, delta_all), deletion_at_1(a, delta_all)[0]
+    flags = ("checked", "degenerate")  # gathered as uint8: every backend gathers it
+    common = {k: gather_rows(cat(v, torch.bool).to(torch.uint8), n).bool() if k in flags
+              else gather_rows(cat(v), n) for k, v in common.items()}
+    per = {m: {k: gather_rows(cat(v, width=n_layers if k in _CURVES else None), n) for k, v in rows.items()}
+           for m, rows in per.items()}
     result = AuditResult(
         settings={**asdict(settings), "methods": methods, "head": kind,
                   "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},
         n_samples=len(labels), accuracy=accuracy(preds, labels),
         layers=list(getattr(model, "layer_names", None) or [f"layer{i}" for i in range(n_layers)]),
-        methods=_scores(methods, rho, d1, oracle, random, reasons, degenerate),
-        notes=_notes(methods, reasons, n_layers, kind, settings),
+        methods=_scores(methods, per, common, reasons, n_layers, stages),
+        randomisation_stages=stages, randomisation_samples=int(common["checked"].sum()) if stages else 0,
     )
-    result.notes += _warnings(result, labels, len(getattr(model, "classes", None) or []), int(degenerate.sum()))
+    result.notes = _notes(methods, reasons, n_layers, kind, settings, result.methods)
+    result.notes += _warnings(result, labels, len(getattr(model, "classes", None) or []),
+                              int(common["degenerate"].sum()))
     if settings.by_class:
         classes = list(getattr(model, "classes", None) or [])
         result.by_class = {}
@@ -244,12 +433,12 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
             rows = labels == c
             name = classes[c] if c < len(classes) else str(c)
             result.by_class[name] = ClassScores(int(rows.sum()), accuracy(preds[rows], labels[rows]),
-                                                _scores(methods, rho, d1, oracle, random, reasons, degenerate,
-                                                        rows))
+                                                _scores(methods, per, common, reasons, n_layers, stages, rows))
     return result
 
 
-def _notes(methods, reasons, n_layers, kind, settings: AuditSettings) -> list[str]:
+def _notes(methods, reasons, n_layers, kind, settings: AuditSettings, scores: dict[str, MethodScores] | None = None
+           ) -> list[str]:
     notes = [f"{m}: {reasons[m]}" for m in methods if reasons[m]]
     if n_layers == 1:
         notes.append("only 1 layer: faithfulness (a rank correlation over layers) is undefined for every sample, "
@@ -264,6 +453,17 @@ def _notes(methods, reasons, n_layers, kind, settings: AuditSettings) -> list[st
     if settings.ablation == "mask" and "ig" in methods:
         notes.append("--ablation mask has no input-space reference: IG uses the mean training features r̄ "
                      "as its baseline")
+    if settings.randomisation_samples == 0:
+        notes.append("model-randomisation check skipped (--randomisation-samples 0)")
+    for m, s in (scores or {}).items():
+        if s.completeness_flagged:
+            notes.append(f"{m}: completeness {s.completeness:.3f} < {COMPLETENESS_FLAG:g}: its attributions miss "
+                         f"{100 * (1 - s.completeness):.1f} % of the effect they explain (Captum's convergence "
+                         f"delta); raise --steps (now {settings.steps})")
+        if s.randomisation_flagged and m != "random":  # random is model-independent by construction
+            notes.append(f"{m}: model-randomisation check: its layer scores keep Spearman "
+                         f"{s.randomisation_spearman:.2f} with those of the re-initialised head (randomisation "
+                         f"{s.randomisation:.2f} < {RANDOMISATION_FLAG:g}): they barely depend on the head's parameters")
     return notes
 
 
@@ -341,14 +541,18 @@ def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> li
             if not value >= t.value:
                 misses.append(f"{t.metric} {value:.4f} < {t.value:g}")
             continue
+        only = ONLY_FOR.get(t.metric)
         if t.method is not None:
             targets = [t.method]
-        else:
-            targets = [m for m, s in result.methods.items() if m != "random" and s.available]
+        else:  # every audited method but random, that is defined for the head and has this metric
+            targets = [m for m, s in result.methods.items()
+                       if m != "random" and s.available and (only is None or m in only)]
         for m in targets:
             scores = result.methods.get(m)
             if scores is None:
                 misses.append(f"{m}: not audited (required by --fail-under {t})")
+            elif only is not None and m not in only:
+                misses.append(f"{m}: {t.metric} applies to {', '.join(only)} only (required by --fail-under {t})")
             elif not scores.available:
                 misses.append(f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})")
             elif math.isnan(value := scores.metric(t.metric)):

@@ -23,9 +23,9 @@ from .errors import LayaError, TrainingInterrupted
 from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone,
                       BatchSize, ByClass, Cache, Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset,
                       FailUnder, FeatureDtype, Finetune, Head, ImageColumn, ImageSize, InputSize, InternalBatchSize,
-                      JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, ModelPath, Patience, Pool, Pretrained, Psi,
-                      Quiet, Reduce, Restart, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
-                      Strict, Target, Tau, TrustPickle, Weights, train_request)
+                      JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, MetricColumns, ModelPath, Patience, Pool,
+                      Pretrained, Psi, Quiet, RandomisationSamples, Reduce, Restart, Resume, SampleSeed, Samples,
+                      ScoreHidden, Seed, Steps, Strict, Target, Tau, TrustPickle, Weights, train_request)
 from .progress import LazyConsole
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
@@ -321,6 +321,8 @@ def audit(
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     fail_under: FailUnder = None,
+    metrics: MetricColumns = "",
+    randomisation_samples: RandomisationSamples = AUDIT.randomisation_samples,
     cache: Cache = True,
     device: Device = "auto",
     quiet: Quiet = False,
@@ -333,16 +335,18 @@ def audit(
     from .evaldata import load_eval_data
     from .fileio import atomic_write_text, check_writable, strict_json
     from .metrics import check_ablation
-    from .report import audit_class_tables, audit_markdown, audit_rich_table
+    from .report import audit_class_tables, audit_deeper_table, audit_markdown, audit_rich_table
 
     with progress.enabled(not quiet):
         _trust_arch(arch)
         check_at_least("--samples", samples)
         settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
                                  internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
-                                 by_class=by_class, device=_device(device)).validate()
+                                 by_class=by_class, device=_device(device),
+                                 randomisation_samples=randomisation_samples).validate()
         methods = auditing.parse_methods(compare)
         thresholds = auditing.parse_thresholds(fail_under, methods)
+        columns = auditing.parse_metric_groups(metrics)
         for path in (json_out, markdown):
             if path is not None:
                 check_writable(path)
@@ -356,6 +360,8 @@ def audit(
     misses = auditing.check_thresholds(result, thresholds)
 
     console.print(audit_rich_table(result))
+    if (deeper := audit_deeper_table(result, columns)) is not None:
+        console.print(deeper)
     for table in audit_class_tables(result):
         console.print(table)
     for note in result.notes:
@@ -365,7 +371,7 @@ def audit(
         doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
         atomic_write_text(json_out, strict_json(doc))
     if markdown is not None and distributed.is_main():
-        atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None))
+        atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None, metrics=columns))
     if misses:
         for miss in misses:
             err_console.print(f"[bold red]fail-under:[/] {miss}", highlight=False, soft_wrap=True)

@@ -211,6 +211,9 @@ class AuditSettings:
     seed: int = 0  # the random method and the --samples subset
     by_class: bool = False
     device: str = "cpu"
+    # The model-randomisation check runs on the first N audited samples, in whole batches (0: skipped):
+    # a property of the method, not of a sample, that costs every method once more per cascade stage.
+    randomisation_samples: int = 256
 
     def validate(self) -> "AuditSettings":
         self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
@@ -219,4 +222,5 @@ class AuditSettings:
         for option, value in (("--steps", self.steps), ("--batch-size", self.batch_size),
                               ("--internal-batch-size", self.internal_batch_size)):
             check_at_least(option, value)
+        check_at_least("--randomisation-samples", self.randomisation_samples, 0)
         return self

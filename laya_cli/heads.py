@@ -9,17 +9,21 @@ Each head class says what it can do, so callers never guess from its type:
   ``maskable``          ``head(feats, alpha_mask=m)`` drops layers and renormalises α (``--ablation mask``);
   ``has_layer_logits``  ``head.layer_logits(feats)`` is (B, L, C) with
                         ``logits = Σ_i α_i · layer_logits_i + bias`` (the intrinsic ``contrib``).
+  ``cascade``           its parameter groups (attribute names) from the output down to the
+                        adapters: the order of the model-randomisation sanity check
+                        (``randomised_copy``, docs/metrics.md).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import HeadConfig
+from .config import HeadConfig, digest
 from .errors import match_choice
 
 
@@ -36,6 +40,7 @@ class LAYAHead(nn.Module):
     """Layer-wise Attention Aggregator: input-conditioned softmax attention over layers."""
 
     kind, has_alpha, maskable, has_layer_logits = "laya", True, True, True
+    cascade = ("classifier", "scorer", "psi", "adapters")
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -77,6 +82,7 @@ class LastLayerHead(nn.Module):
     """The standard output layer: a linear classifier on the last tapped layer only."""
 
     kind, has_alpha, maskable, has_layer_logits = "last", False, False, False
+    cascade = ("classifier",)
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -90,6 +96,7 @@ class ConcatHead(nn.Module):
     """Static concatenation of the adapted layers."""
 
     kind, has_alpha, maskable, has_layer_logits = "concat", False, False, False
+    cascade = ("classifier", "adapters")
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -105,6 +112,7 @@ class ScalarMixHead(nn.Module):
     """ELMo-style scalar mix: global learned softmax weights over layers, times gamma."""
 
     kind, has_alpha, maskable, has_layer_logits = "scalarmix", True, True, False
+    cascade = ("classifier", "gamma", "mix_logits", "adapters")
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -137,3 +145,51 @@ def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig
     kind = match_choice("head", kind, HEADS)
     cfg = (cfg or HeadConfig()).validate()
     return HEADS[kind](list(dims), num_classes, cfg)
+
+
+# --------------------------------------------------------------------------- model randomisation
+
+
+def cascade_stages(head: nn.Module) -> list[str]:
+    """The head's parameter groups that hold parameters, from the output down (``cascade``).
+
+    Groups without parameters (ψ = identity) are skipped. A head without ``cascade`` falls
+    back to its direct children and parameters in reverse registration order.
+    """
+    names = getattr(head, "cascade", None)
+    if names is None:
+        names = [n for n, _ in head.named_parameters(recurse=False)] + [n for n, _ in head.named_children()]
+        names = names[::-1]
+    out = []
+    for name in names:
+        part = getattr(head, name)
+        if isinstance(part, nn.Parameter) or any(True for _ in part.parameters()):
+            out.append(name)
+    return out
+
+
+@torch.no_grad()
+def randomised_copy(head: nn.Module, stages: int, seed: int = 0) -> nn.Module:
+    """A copy of ``head`` with its first ``stages`` cascade groups re-initialised; ``head`` is untouched.
+
+    Cascading randomisation (Adebayo et al., 2018): stage 1 re-initialises the classifier,
+    stage 2 also the next group down, … the last stage every group down to the adapters.
+    Modules get their own default initialisation (``reset_parameters``: PyTorch's for
+    ``nn.Linear``); bare parameters (ScalarMix's ``mix_logits``, ``gamma``, whose constructor
+    values are constants) are drawn from N(0, 1). Each group's draws depend only on ``seed``
+    and the group's name, so a group is re-initialised the same way at every stage, on every
+    device, and the global random state is left as it was.
+    """
+    device = next(head.parameters()).device
+    out = copy.deepcopy(head).cpu()
+    for name in cascade_stages(head)[:stages]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(digest(seed=seed, group=name), 16) % (2 ** 63))
+            part = getattr(out, name)
+            if isinstance(part, nn.Parameter):
+                nn.init.normal_(part)
+            else:
+                for module in part.modules():
+                    if hasattr(module, "reset_parameters"):
+                        module.reset_parameters()
+    return out.to(device).eval()

@@ -1,5 +1,7 @@
 """Metrics as pure functions of tensors: accuracy, macro-F1, and the faithfulness metrics
-of docs/metrics.md (leave-one-layer-out effects, per-sample Spearman faithfulness, Deletion@1)."""
+of docs/metrics.md (leave-one-layer-out effects, per-sample Spearman faithfulness, Deletion@1),
+and the deeper ones (deletion curve and AOPC, sufficiency and the insertion curve, IG
+completeness, the model-randomisation sanity check)."""
 
 from __future__ import annotations
 
@@ -167,3 +169,134 @@ def nan_summary(values: Tensor) -> tuple[float, float, int, int]:
         return float("nan"), float("nan"), 0, undefined
     v = values[ok]
     return v.mean().item(), v.std(correction=0).item(), n, undefined
+
+
+# --------------------------------------------------------------------------- deeper metrics (docs/metrics.md)
+
+# Flags (docs/metrics.md): IG whose attributions miss more than 5 % of the effect they explain
+# (raise --steps), and a method whose ranking keeps ρ > 0.5 with itself on a re-initialised head.
+COMPLETENESS_FLAG = 0.95  # completeness below this is flagged
+RANDOMISATION_FLAG = 0.5  # randomisation (1 − mean ρ) below this is flagged
+
+
+def _check_reference(n_layers: int, reference, ablation: str) -> None:
+    if ablation == "mean" and reference is None:
+        raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
+    if ablation != "mask" and reference is not None and len(reference) != n_layers:
+        raise LayaError(f"the reference has {len(reference)} layers but the features have {n_layers}")
+
+
+@torch.no_grad()
+def ablated_probability(head: nn.Module, feats: Sequence[Tensor], target: Tensor, removed: Tensor,
+                        reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """p_ŷ with the layers where ``removed`` is true removed, per row.
+
+    ``removed``: (B, L) booleans -> (B,); or (K, B, L), K variants of the batch evaluated in one
+    head pass of K·B rows -> (K, B). The removal is the LOLO one (``mean``: r_i := r̄_i,
+    ``zero``: r_i := 0, ``mask``: α_i := 0 and the rest renormalised; all layers masked leaves
+    α = 0, so the head predicts from its bias).
+    """
+    check_ablation(head, ablation)
+    feats = list(feats)
+    _check_reference(len(feats), reference, ablation)
+    single = removed.dim() == 2
+    removed = removed.to(feats[0].device, torch.bool)
+    if single:
+        removed = removed.unsqueeze(0)
+    k, batch = removed.shape[0], removed.shape[1]
+    flat = removed.reshape(k * batch, -1)
+    tiled = [f.unsqueeze(0).expand(k, *f.shape).reshape(k * batch, *f.shape[1:]) for f in feats]
+    target = target.repeat(k)
+    if ablation == "mask":
+        p = target_probability(head(tiled, alpha_mask=(~flat).float()).logits, target)
+    else:
+        mixed = []
+        for i, r in enumerate(tiled):
+            fill = torch.zeros_like(r) if ablation == "zero" else reference[i].to(r).expand_as(r)
+            mixed.append(torch.where(flat[:, i].view(-1, *[1] * (r.dim() - 1)), fill, r))
+        p = target_probability(head(mixed).logits, target)
+    p = p.view(k, batch)
+    return p[0] if single else p
+
+
+def rank_layers(scores: Tensor, tie_keys: Tensor | None = None) -> Tensor:
+    """(B, L) layer indices, the highest score first.
+
+    Ties are broken by ``tie_keys`` (B, L), e.g. seeded uniform draws: among tied layers the one
+    with the smaller key comes first (a random order when the keys are random). Without keys,
+    ties keep the layer order.
+    """
+    if tie_keys is None:
+        return torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    shuffle = tie_keys.argsort(dim=-1)
+    order = torch.sort(scores.gather(-1, shuffle), dim=-1, descending=True, stable=True).indices
+    return shuffle.gather(-1, order)
+
+
+def top_k_masks(order: Tensor) -> Tensor:
+    """(L, B, L) booleans: [k − 1, b] marks the top-k layers of row b of ``order`` (B, L), k = 1 … L."""
+    n_layers = order.shape[-1]
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(n_layers, device=order.device).expand_as(order))  # rank of each layer
+    k = torch.arange(n_layers, device=order.device).view(-1, 1, 1)
+    return rank.unsqueeze(0) <= k
+
+
+@torch.no_grad()
+def deletion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, order: Tensor,
+                   reference: Sequence[Tensor] | None = None, ablation: str = "mean",
+                   base: Tensor | None = None) -> Tensor:
+    """D_k(x) = p_ŷ(x) − p_ŷ(x with its top-k layers removed), k = 1 … L: (B, L).
+
+    ``order``: (B, L) layer indices, most important first (``rank_layers``); the removal is
+    cumulative and the same as LOLO's. One head pass of L·B rows. ``base``: p_ŷ(x) if already
+    computed.
+    """
+    if base is None:
+        base = target_probability(head(list(feats)).logits, target)
+    return base.unsqueeze(1) - ablated_probability(head, feats, target, top_k_masks(order), reference, ablation).T
+
+
+@torch.no_grad()
+def insertion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, order: Tensor,
+                    reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """I_k(x) = p_ŷ(x with only its top-k layers kept, the others removed), k = 1 … L: (B, L).
+
+    One head pass of L·B rows; I_L(x) = p_ŷ(x) up to rounding (nothing removed).
+    """
+    return ablated_probability(head, feats, target, ~top_k_masks(order), reference, ablation).T
+
+
+@torch.no_grad()
+def keep_only_probability(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
+                          reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """K_i(x) = p_ŷ(x with only layer i kept, every other layer removed): (B, L). One pass of L·B rows.
+
+    Sufficiency@1 of a method is K at its top layer (``deletion_at_1(a, K)``: ties averaged),
+    with oracle max_i K_i and random expectation mean_i K_i.
+    """
+    n_layers, batch = len(feats), len(target)
+    removed = ~torch.eye(n_layers, dtype=torch.bool).unsqueeze(1).expand(n_layers, batch, n_layers)
+    return ablated_probability(head, feats, target, removed, reference, ablation).T
+
+
+def aopc(curve: Tensor) -> Tensor:
+    """Area over the perturbation curve per row (Samek et al., 2017): Σ_{k=0}^{L} D_k / (L + 1), D_0 = 0.
+
+    ``curve``: the (B, L) deletion curve D_1 … D_L. In float64; NaN where a row holds a NaN.
+    """
+    return curve.double().sum(-1) / (curve.shape[-1] + 1)
+
+
+def completeness(abs_error: Tensor, abs_effect: Tensor) -> tuple[float, float, float]:
+    """(completeness, mean error, mean effect) of Integrated Gradients over samples.
+
+    ``abs_error``: |Σ_i ig_i(x) − (p_ŷ(x) − p_ŷ(r̄))| per sample (Captum's convergence delta,
+    in absolute value); ``abs_effect``: |p_ŷ(x) − p_ŷ(r̄)|. completeness = 1 − mean error / mean
+    effect (1 = the attributions add up to the effect exactly), a ratio of means so that samples
+    where x and r̄ give the same p_ŷ do not divide by zero; NaN when the mean effect is 0.
+    """
+    if not len(abs_error):
+        return float("nan"), float("nan"), float("nan")
+    err, eff = abs_error.double().mean().item(), abs_effect.double().mean().item()
+    return (1 - err / eff if eff > 1e-12 else float("nan")), err, eff

@@ -9,7 +9,7 @@ and undefined values read "n/a".
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from rich import box
 from rich.table import Table
@@ -47,6 +47,22 @@ AUDIT_COLUMNS = [  # (header, key in MethodScores.to_dict(), format, highlight t
 ]
 
 
+# ``--metrics`` groups: extra columns of the audit table (the JSON always has them all). The fifth
+# field names the JSON flag that marks a value (yellow and "!" on the terminal, "!" in Markdown).
+AUDIT_EXTRA_COLUMNS = {
+    "aopc": [("aopc", "aopc", "{:.3f}", True, None)],
+    "sufficiency": [("suff@1", "sufficiency@1", "{:.3f}", True, None),
+                    ("suff. norm.", "sufficiency@1_normalised", "{:.3f}", True, None)],
+    "completeness": [("completeness", "completeness", "{:.3f}", False, "completeness_flagged")],
+    "randomisation": [("randomisation", "randomisation", "{:.3f}", False, "randomisation_flagged")],
+}
+
+
+def _audit_columns(metrics: Sequence[str] = ()) -> list[tuple]:
+    """The default columns, then those of each ``--metrics`` group asked for, as (header, key, format, best, flag)."""
+    return [(*c, None) for c in AUDIT_COLUMNS] + [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
+
+
 def _fmt(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
@@ -80,19 +96,34 @@ def _method_rows(methods: dict) -> dict[str, dict]:
 
 def audit_rich_table(result, title: str = "laya audit", methods: dict | None = None, caption: str | None = None) -> Table:
     """The audit table for the terminal (``methods`` overrides the rows, e.g. one class)."""
-    rows = _method_rows(methods if methods is not None else result.methods)
-    table = _simple_table(title, caption=caption if caption is not None else audit_caption(result),
-                          caption_justify="left")
+    return _rich_audit_table(_method_rows(methods if methods is not None else result.methods), _audit_columns(),
+                             title, caption if caption is not None else audit_caption(result))
+
+
+def audit_deeper_table(result, metrics: Sequence[str], title: str = "deeper metrics") -> Table | None:
+    """``--metrics``: the asked-for column groups, as a second table under the audit table (one 80-column
+    terminal cannot hold them all beside the default columns); None when none is asked for."""
+    columns = [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
+    if not columns:
+        return None
+    caption = "! flagged · docs/metrics.md"
+    return _rich_audit_table(_method_rows(result.methods), columns, title, caption)
+
+
+def _rich_audit_table(rows: dict[str, dict], columns: list[tuple], title: str, caption: str) -> Table:
+    table = _simple_table(title, caption=caption, caption_justify="left")
     table.add_column("method", style="bold", no_wrap=True)
-    for header, *_ in AUDIT_COLUMNS:
+    for header, *_ in columns:
         table.add_column(header, justify="right", no_wrap=True)
-    best = {key: _best(rows, key) for _, key, _, hi in AUDIT_COLUMNS if hi}
+    best = {key: _best(rows, key) for _, key, _, hi, _ in columns if hi}
     for name, row in rows.items():
         cells = []
-        for _, key, spec, hi in AUDIT_COLUMNS:
+        for _, key, spec, hi, flag in columns:
             text = _fmt(row.get(key), spec)
             if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
                 text = f"[bold green]{text}[/]"
+            elif flag and row.get(flag):
+                text = f"[yellow]{text} ![/]"
             cells.append(text)
         table.add_row(name if row.get("available", True) else f"[dim]{name}[/]", *cells)
     return table
@@ -125,21 +156,25 @@ def audit_class_tables(result) -> list[Table]:
     return tables
 
 
-def audit_markdown(result, misses: list[str] | None = None, title: str = "laya audit") -> str:
+def audit_markdown(result, misses: list[str] | None = None, title: str = "laya audit",
+                   metrics: Sequence[str] = ()) -> str:
     """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``."""
     rows = _method_rows(result.methods)
-    best = {key: _best(rows, key) for _, key, _, hi in AUDIT_COLUMNS if hi}
+    columns = _audit_columns(metrics)
+    best = {key: _best(rows, key) for _, key, _, hi, _ in columns if hi}
     body = []
     for name, row in rows.items():
         cells = [f"`{name}`"]
-        for _, key, spec, hi in AUDIT_COLUMNS:
+        for _, key, spec, hi, flag in columns:
             text = _fmt(row.get(key), spec)
             if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
                 text = f"**{text}**"
+            elif flag and row.get(flag):
+                text = f"{text} !"
             cells.append(text)
         body.append(cells)
-    lines = [f"### {title}", "", *md_table(["method", *(h for h, *_ in AUDIT_COLUMNS)], body,
-                                            ["l"] + ["r"] * len(AUDIT_COLUMNS)), "", f"_{audit_caption(result)}_"]
+    lines = [f"### {title}", "", *md_table(["method", *(h for h, *_ in columns)], body,
+                                            ["l"] + ["r"] * len(columns)), "", f"_{audit_caption(result)}_"]
     if result.by_class:
         methods = list(result.methods)
         for title_, key in (("Faithfulness by class", "faithfulness"), ("Deletion@1 by class", "deletion@1")):

@@ -9,6 +9,10 @@ from laya_cli.testing import assert_user_error, invoke, run_laya
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
 METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
                "deletion@1_random", "deletion@1_normalised", "available", "note", "degenerate"}
+DEEPER_KEYS = {"aopc", "aopc_std", "aopc_undefined", "deletion_curve", "sufficiency@1", "sufficiency@1_oracle",
+               "sufficiency@1_random", "sufficiency@1_normalised", "sufficiency@1_undefined", "insertion_curve",
+               "completeness", "completeness_error", "completeness_effect", "completeness_flagged", "randomisation",
+               "randomisation_spearman", "randomisation_undefined", "randomisation_flagged", "randomisation_cascade"}
 
 
 def audit(*args):
@@ -25,7 +29,7 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     assert "faithfulness" in result.stdout and "deletion@1" in result.stdout and "ablation mean" in result.stdout
     doc = json.loads(js.read_text())
     assert list(doc["methods"]) == ALL
-    assert all(set(v) == METHOD_KEYS for v in doc["methods"].values())
+    assert all(set(v) == METHOD_KEYS | DEEPER_KEYS for v in doc["methods"].values())  # the deeper metrics, always
     s = doc["settings"]
     assert (s["samples"], s["steps"], s["ablation"], s["target"], s["reduce"], s["head"]) == (
         120, 8, "mean", "predicted", "sum", "laya")
@@ -41,6 +45,25 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     text = md.read_text()
     assert "| method | faithfulness |" in text and "| `ig` |" in text and "**" in text
     assert "Faithfulness by class" in text
+
+
+def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
+    plain = audit(digits_ckpt, "--samples", 40, "--steps", 4, "-q")
+    assert plain.exit_code == 0 and "aopc" not in plain.stdout and "randomisation" not in plain.stdout
+    js, md = tmp_path / "a.json", tmp_path / "a.md"
+    full = audit(digits_ckpt, "--samples", 40, "--steps", 4, "--metrics", "all", "--json", js, "--markdown", md,
+                 "--fail-under", "ig:completeness=-100,aopc=-1,randomisation=3", "-q")
+    assert full.exit_code == 1, full.output
+    for header in ("aopc", "suff@1", "completeness", "randomisation"):
+        assert header in full.stdout and f" {header} |" in md.read_text()
+    assert "deeper metrics" in full.stdout and "! flagged" in full.stdout
+    misses = [l for l in full.stderr.splitlines() if l.startswith("fail-under:")]
+    assert [l.split()[1] for l in misses] == ["laya:", "ig:", "gradxact:"]  # randomisation < 3, nothing else
+    doc = json.loads(js.read_text())
+    assert doc["randomisation_stages"] == ["classifier", "scorer", "adapters"]
+    assert doc["methods"]["random"]["randomisation_flagged"] is True
+    bad = audit(digits_ckpt, "--metrics", "aopc,suficiency")
+    assert_user_error(bad, "unknown --metrics group 'suficiency'")
 
 
 def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
@@ -161,8 +184,8 @@ def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
 def test_audit_and_export_reuse_the_test_features_training_extracted(tmp_path, image_folder):
     """One feature key for train, audit and export: the frozen backbone runs once per split."""
     ckpt = tmp_path / "vit.pt"
-    trained = invoke("train", "--backbone", "timm:vit_tiny_patch16_224", "--dataset", f"folder:{image_folder}",
-                     "--epochs", "1", "--out", ckpt)
+    trained = invoke("train", "--backbone", "timm:vit_tiny_patch16_224", "--no-pretrained",
+                     "--dataset", f"folder:{image_folder}", "--epochs", "1", "--out", ckpt)
     assert trained.exit_code == 0, trained.output
     assert "reusing" not in trained.output
     audited = audit(ckpt, "--compare", "", "--samples", 5)

@@ -92,7 +92,7 @@ def plain_inference(plain, model, images, device: str):
 
 
 def audit(model, images, steps: int, device: str, methods=("laya", "ig", "gradxact")):
-    """The audit's work for these images: one tapped backbone pass, then head-only methods + LOLO."""
+    """The audit's work for these images: one tapped backbone pass, then head-only methods and every metric."""
     from laya_cli.auditing import run_audit
     from laya_cli.config import AuditSettings
     from laya_cli.features import LayerFeatures
@@ -193,7 +193,7 @@ def main(argv=None) -> dict:
     say(f"{MODEL} (frozen, random weights) + LAYA head over {n_blocks} blocks; "
           f"{args.images} images 224×224; {where}")
     say(f"  plain inference (one timm forward)          {t_plain:8.3f} s")
-    say(f"  audit: laya+ig+gradxact+LOLO, incl. features {t_audit:8.3f} s   "
+    say(f"  audit: laya,ig,gradxact, all metrics, +feats {t_audit:8.3f} s   "
           f"(feature extraction {t_extract:.3f} s, head work {t_audit - t_extract:.3f} s)")
     say(f"  audit: ig only, incl. features               {t_ig_only:8.3f} s")
     extrap = "" if scale == 1 else (f"   (measured {t_naive_measured:.1f} s on blocks {blocks} × {m} images, "
