@@ -24,6 +24,7 @@ from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
 from .errors import LayaError, unknown_choice
 from .fileio import json_safe, strict_json
+from .gates import Check
 from .heads import head_kind
 from .metrics import (accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary,
                       normalised_deletion, spearman_rows)
@@ -312,14 +313,16 @@ def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | 
     return out
 
 
-def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> list[str]:
-    """One message per miss (a value below its threshold, or undefined where a value was required)."""
-    misses = []
+def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> list[Check]:
+    """One check per threshold and method it applies to, passed or not (for JUnit and the verdict)."""
+    checks = []
     for t in thresholds:
         if t.metric in GLOBAL_METRICS:
             value = result.accuracy
-            if not value >= t.value:
-                misses.append(f"{t.metric} {value:.4f} < {t.value:g}")
+            ok = value >= t.value
+            checks.append(Check("fail-under", f"{t.metric}>={t.value:g}", t.metric, None,
+                                None if math.isnan(value) else value, f">= {t.value:g}", ok,
+                                f"{t.metric} {value:.4f} " + (">=" if ok else "<") + f" {t.value:g}"))
             continue
         if t.method is not None:
             targets = [t.method]
@@ -327,12 +330,21 @@ def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> li
             targets = [m for m, s in result.methods.items() if m != "random" and s.available]
         for m in targets:
             scores = result.methods.get(m)
+            value = None if scores is None or not scores.available else scores.metric(t.metric)
+            value = None if value is None or math.isnan(value) else value
             if scores is None:
-                misses.append(f"{m}: not audited (required by --fail-under {t})")
+                message = f"{m}: not audited (required by --fail-under {t})"
             elif not scores.available:
-                misses.append(f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})")
-            elif math.isnan(value := scores.metric(t.metric)):
-                misses.append(f"{m}: {t.metric} is undefined on this data (required by --fail-under {t})")
-            elif value < t.value:
-                misses.append(f"{m}: {t.metric} {value:.4f} < {t.value:g}")
-    return misses
+                message = f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})"
+            elif value is None:
+                message = f"{m}: {t.metric} is undefined on this data (required by --fail-under {t})"
+            else:
+                message = f"{m}: {t.metric} {value:.4f} " + (">=" if value >= t.value else "<") + f" {t.value:g}"
+            checks.append(Check("fail-under", f"{m}:{t.metric}>={t.value:g}", t.metric, m, value, f">= {t.value:g}",
+                                value is not None and value >= t.value, message))
+    return checks
+
+
+def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> list[str]:
+    """One message per miss (a value below its threshold, or undefined where a value was required)."""
+    return [c.message for c in threshold_checks(result, thresholds) if c.failed]

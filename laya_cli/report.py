@@ -76,24 +76,65 @@ def _method_rows(methods: dict) -> dict[str, dict]:
     return {m: (v.to_dict() if hasattr(v, "to_dict") else v) for m, v in methods.items()}
 
 
-def audit_rich_table(result, title: str = "laya audit", methods: dict | None = None, caption: str | None = None) -> Table:
-    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class)."""
+def audit_rich_table(result, title: str = "laya audit", methods: dict | None = None, caption: str | None = None,
+                     comparison: dict | None = None) -> Table:
+    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class).
+
+    ``comparison`` (``regression.Comparison.to_dict()``): a baseline and a change column beside each metric.
+    """
     rows = _method_rows(methods if methods is not None else result.methods)
-    table = _simple_table(title, caption=caption if caption is not None else audit_caption(result),
-                          caption_justify="left")
+    if caption is None:
+        caption = audit_caption(result) + (f"\n{baseline_caption(comparison)}" if comparison else "")
+    table = _simple_table(title, caption=caption, caption_justify="left")
     table.add_column("method", style="bold", no_wrap=True)
-    for header, *_ in AUDIT_COLUMNS:
+    columns = _audit_columns(comparison)
+    for header, *_ in columns:
         table.add_column(header, justify="right", no_wrap=True)
-    best = {key: _best(rows, key) for _, key, _, hi in AUDIT_COLUMNS if hi}
+    best = {key: _best(rows, key) for _, key, _, hi, kind in columns if hi and kind == "value"}
     for name, row in rows.items():
         cells = []
-        for _, key, spec, hi in AUDIT_COLUMNS:
+        for _, key, spec, hi, kind in columns:
+            if kind != "value":
+                text, failed = _baseline_cell(comparison, name, key, kind)
+                cells.append(f"[bold red]{text} ✗[/]" if failed else text)
+                continue
             text = _fmt(row.get(key), spec)
             if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
                 text = f"[bold green]{text}[/]"
             cells.append(text)
         table.add_row(name if row.get("available", True) else f"[dim]{name}[/]", *cells)
     return table
+
+
+def _audit_columns(comparison: dict | None) -> list[tuple[str, str, str, bool, str]]:
+    """AUDIT_COLUMNS, each compared metric followed by its baseline value and the change (kind base/delta)."""
+    compared = {k for per in (comparison or {}).get("methods", {}).values() for k in per}
+    out = []
+    for header, key, spec, hi in AUDIT_COLUMNS:
+        out.append((header, key, spec, hi, "value"))
+        if key in compared:
+            out += [("base", key, spec, False, "base"), ("Δ", key, spec, False, "delta")]
+    return out
+
+
+def _baseline_cell(comparison: dict, method: str, key: str, kind: str) -> tuple[str, bool]:
+    """(text, failed a --max-drop) of a baseline or change cell; '—' where the baseline has no such value."""
+    pair = comparison.get("methods", {}).get(method, {}).get(key)
+    if pair is None:
+        return "—", False
+    if kind == "base":
+        return _fmt(pair["baseline"], "{:.3f}"), False
+    return _fmt(pair["change"], "{:+.3f}"), bool(pair.get("failed"))
+
+
+def baseline_caption(comparison: dict) -> str:
+    """One line under the table: which baseline, its accuracy and the change, and settings allowed to differ."""
+    acc = comparison.get("accuracy", {})
+    text = (f"baseline {comparison.get('path') or '(given)'} · accuracy {_fmt(acc.get('baseline'), '{:.4f}')} "
+            f"→ {_fmt(acc.get('current'), '{:.4f}')} (Δ {_fmt(acc.get('change'), '{:+.4f}')})")
+    if comparison.get("settings_changed"):
+        text += " · settings changed (allowed): " + "; ".join(comparison["settings_changed"])
+    return text
 
 
 def audit_class_tables(result) -> list[Table]:
@@ -123,21 +164,33 @@ def audit_class_tables(result) -> list[Table]:
     return tables
 
 
-def audit_markdown(result, misses: list[str] | None = None, title: str = "laya audit") -> str:
-    """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``."""
+def audit_markdown(result, misses: list[str] | None = None, title: str = "laya audit", comparison: dict | None = None,
+                   drop_misses: list[str] | None = None) -> str:
+    """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``.
+
+    ``comparison``: baseline and change columns beside each metric; ``drop_misses``: the --max-drop outcome.
+    """
     rows = _method_rows(result.methods)
-    best = {key: _best(rows, key) for _, key, _, hi in AUDIT_COLUMNS if hi}
+    columns = _audit_columns(comparison)
+    best = {key: _best(rows, key) for _, key, _, hi, kind in columns if hi and kind == "value"}
     body = []
     for name, row in rows.items():
         cells = [f"`{name}`"]
-        for _, key, spec, hi in AUDIT_COLUMNS:
+        for _, key, spec, hi, kind in columns:
+            if kind != "value":
+                text, failed = _baseline_cell(comparison, name, key, kind)
+                cells.append(f"**{text} ✗**" if failed else text)
+                continue
             text = _fmt(row.get(key), spec)
             if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
                 text = f"**{text}**"
             cells.append(text)
         body.append(cells)
-    lines = [f"### {title}", "", *md_table(["method", *(h for h, *_ in AUDIT_COLUMNS)], body,
-                                            ["l"] + ["r"] * len(AUDIT_COLUMNS)), "", f"_{audit_caption(result)}_"]
+    headers = [{"base": "baseline"}.get(kind, h) for h, _, _, _, kind in columns]
+    lines = [f"### {title}", "", *md_table(["method", *headers], body, ["l"] + ["r"] * len(columns)), "",
+             f"_{audit_caption(result)}_"]
+    if comparison:
+        lines += ["", f"_{baseline_caption(comparison)}_"]
     if result.by_class:
         methods = list(result.methods)
         for title_, key in (("Faithfulness by class", "faithfulness"), ("Deletion@1 by class", "deletion@1")):
@@ -153,7 +206,23 @@ def audit_markdown(result, misses: list[str] | None = None, title: str = "laya a
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]
+    if drop_misses is not None:
+        lines += ["", "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed"]
+        lines += [f"- {m}" for m in drop_misses]
     return "\n".join(lines) + "\n"
+
+
+def verdict_line(verdict, n_samples: int, model=None) -> str:
+    """The one line ``laya audit`` ends with (all that ``--quiet`` prints): PASS or FAIL, and why."""
+    where = f"{model} · " if model else ""
+    checks, failures, skipped = len(verdict.checks), verdict.failures, verdict.skipped
+    extra = f", {len(skipped)} skipped" if skipped else ""
+    if not checks:
+        return f"laya audit: PASS · {where}{n_samples:,} samples audited · no gate checks"
+    if not failures:
+        return f"laya audit: PASS · {where}{checks - len(skipped)} of {checks} gate checks passed{extra} · {n_samples:,} samples"
+    return (f"laya audit: FAIL · {where}{len(failures)} of {checks} gate checks failed{extra}: "
+            + "; ".join(c.message for c in failures))
 
 
 # --------------------------------------------------------------------------- bench
