@@ -7,7 +7,6 @@ import base64
 import io
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
