@@ -23,6 +23,7 @@ _EXPORTS = {
     "check_thresholds": "auditing", "parse_methods": "auditing", "parse_thresholds": "auditing",
     "run_audit": "auditing",
     "load_eval_data": "evaldata",
+    "threshold_checks": "auditing", "read_audit_json": "regression", "parse_max_drop": "regression", "junit_xml": "junit",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -28,6 +28,7 @@ from .distributed import gather_rows, shard_bounds
 from .features import feature_batches, num_layers
 from .errors import LayaError, match_choice, unknown_choice
 from .fileio import json_safe, strict_json
+from .gates import Check
 from .heads import cascade_stages, head_kind, randomised_copy
 from .metrics import (COMPLETENESS_FLAG, RANDOMISATION_FLAG, accuracy, aopc, chance_level, check_ablation,
                       completeness, degenerate_effects, deletion_at_1, deletion_curve, insertion_curve,
@@ -532,14 +533,16 @@ def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | 
     return out
 
 
-def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> list[str]:
-    """One message per miss (a value below its threshold, or undefined where a value was required)."""
-    misses = []
+def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> list[Check]:
+    """One check per threshold and method it applies to, passed or not (for JUnit and the verdict)."""
+    checks = []
     for t in thresholds:
         if t.metric in GLOBAL_METRICS:
             value = result.accuracy
-            if not value >= t.value:
-                misses.append(f"{t.metric} {value:.4f} < {t.value:g}")
+            ok = value >= t.value
+            checks.append(Check("fail-under", f"{t.metric}>={t.value:g}", t.metric, None,
+                                None if math.isnan(value) else value, f">= {t.value:g}", ok,
+                                f"{t.metric} {value:.4f} " + (">=" if ok else "<") + f" {t.value:g}"))
             continue
         only = ONLY_FOR.get(t.metric)
         if t.method is not None:
@@ -549,18 +552,27 @@ def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> li
                        if m != "random" and s.available and (only is None or m in only)]
         for m in targets:
             scores = result.methods.get(m)
+            value = None if scores is None or not scores.available else scores.metric(t.metric)
+            value = None if value is None or math.isnan(value) else value
             if scores is None:
-                misses.append(f"{m}: not audited (required by --fail-under {t})")
+                message = f"{m}: not audited (required by --fail-under {t})"
             elif only is not None and m not in only:
-                misses.append(f"{m}: {t.metric} applies to {', '.join(only)} only (required by --fail-under {t})")
+                message = f"{m}: {t.metric} applies to {', '.join(only)} only (required by --fail-under {t})"
             elif not scores.available:
-                misses.append(f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})")
-            elif math.isnan(value := scores.metric(t.metric)):
+                message = f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})"
+            elif value is None:
                 why = "undefined on this data"
                 if t.metric == "faithfulness" and scores.degenerate and scores.degenerate == scores.undefined:
                     why = (f"undefined: degenerate on all {scores.degenerate} samples (Δ varies in at most one "
                            f"layer, e.g. a last head), nothing to rank")
-                misses.append(f"{m}: {t.metric} is {why} (required by --fail-under {t})")
-            elif value < t.value:
-                misses.append(f"{m}: {t.metric} {value:.4f} < {t.value:g}")
-    return misses
+                message = f"{m}: {t.metric} is {why} (required by --fail-under {t})"
+            else:
+                message = f"{m}: {t.metric} {value:.4f} " + (">=" if value >= t.value else "<") + f" {t.value:g}"
+            checks.append(Check("fail-under", f"{m}:{t.metric}>={t.value:g}", t.metric, m, value, f">= {t.value:g}",
+                                value is not None and value >= t.value, message))
+    return checks
+
+
+def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> list[str]:
+    """One message per miss (a value below its threshold, or undefined where a value was required)."""
+    return [c.message for c in threshold_checks(result, thresholds) if c.failed]

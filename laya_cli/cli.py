@@ -26,6 +26,7 @@ from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, Arch
                       JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, MetricColumns, ModelPath, Patience, Pool,
                       Pretrained, Psi, Quiet, RandomisationSamples, Reduce, Restart, Resume, SampleSeed, Samples,
                       ScoreHidden, Seed, Steps, Strict, Target, Tau, TrustPickle, Weights, train_request)
+from .options import AllowSettingsChange, AuditIn, AuditQuiet, Baseline, JunitOut, MaxDrop  # CI gates (docs/ci.md)
 from .progress import LazyConsole
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
@@ -232,7 +233,8 @@ def _wide(renderables):
         return console
     from rich.console import Console
 
-    return Console(width=max([console.width, *(console.measure(t).maximum for t in renderables)]))
+    unbounded = console.options.update_width(10_000)  # measured against 80 columns, a table never looks wider
+    return Console(width=max([console.width, *(console.measure(t, options=unbounded).maximum for t in renderables)]))
 
 
 # --------------------------------------------------------------------------- train
@@ -325,18 +327,27 @@ def audit(
     randomisation_samples: RandomisationSamples = AUDIT.randomisation_samples,
     cache: Cache = True,
     device: Device = "auto",
-    quiet: Quiet = False,
+    quiet: AuditQuiet = False,
+    baseline: Baseline = None,
+    max_drop: MaxDrop = None,
+    allow_settings_change: AllowSettingsChange = False,
+    junit: JunitOut = None,
     arch: ArchImport = None,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
-    from . import auditing, distributed
+    import time
+
+    from . import auditing, distributed, regression
     from .checkpoint import load_model
     from .config import AuditSettings, check_at_least
     from .evaldata import load_eval_data
-    from .fileio import atomic_write_text, check_writable, strict_json
+    from .fileio import append_text, atomic_write_text, check_writable, strict_json
+    from .gates import verdict as gate_verdict
+    from .junit import junit_xml
     from .metrics import check_ablation
-    from .report import audit_class_tables, audit_deeper_table, audit_markdown, audit_rich_table
+    from .report import audit_class_tables, audit_deeper_table, audit_markdown, audit_rich_table, verdict_line
 
+    started = time.perf_counter()
     with progress.enabled(not quiet):
         _trust_arch(arch)
         check_at_least("--samples", samples)
@@ -347,37 +358,72 @@ def audit(
         methods = auditing.parse_methods(compare)
         thresholds = auditing.parse_thresholds(fail_under, methods)
         columns = auditing.parse_metric_groups(metrics)
-        for path in (json_out, markdown):
+        drops = regression.parse_max_drop(max_drop, methods)
+        if drops and baseline is None:
+            raise LayaError("--max-drop needs --baseline FILE (the JSON of a previous laya audit --json)")
+        base_doc = regression.read_audit_json(baseline) if baseline is not None else None
+        for path in (json_out, markdown, junit):
             if path is not None:
                 check_writable(path)
         laya_model = load_model(model)
         check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
+        if base_doc is not None:  # what is known before the run: a mismatch fails now, not after the work
+            regression.check_settings(base_doc, regression.planned_audit(settings, methods, samples, laya_model),
+                                      allow_settings_change, baseline)
         data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache,
                               stream=True)
         result = auditing.run_audit(laya_model, data, methods, settings)
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
                             "fail_under": [str(t) for t in thresholds]})
-    misses = auditing.check_thresholds(result, thresholds)
+    doc = result.to_dict()
+    comparison = regression.gate(base_doc, doc, drops, allow_settings_change, baseline) if base_doc else None
+    checks = auditing.threshold_checks(result, thresholds) + (comparison.checks if comparison else [])
+    verdict = gate_verdict(checks)
+    misses = [c.message for c in checks if c.failed and c.gate == "fail-under"]
+    drop_misses = [c.message for c in checks if c.failed and c.gate == "max-drop"]
+    compared = comparison.to_dict() if comparison else None
 
-    console.print(audit_rich_table(result))
-    if (deeper := audit_deeper_table(result, columns)) is not None:
-        console.print(deeper)
-    for table in audit_class_tables(result):
-        console.print(table)
-    for note in result.notes:
-        _note(note)
-    if json_out is not None and distributed.is_main():  # under torchrun only rank 0 writes
-        doc = result.to_dict()
-        doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
-        atomic_write_text(json_out, strict_json(doc))
-    if markdown is not None and distributed.is_main():
-        atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None, metrics=columns))
-    if misses:
-        for miss in misses:
-            err_console.print(f"[bold red]fail-under:[/] {miss}", highlight=False, soft_wrap=True)
+    if not quiet:
+        table = audit_rich_table(result, comparison=compared)
+        _wide([table]).print(table)
+        if (deeper := audit_deeper_table(result, columns, comparison=compared)) is not None:
+            _wide([deeper]).print(deeper)
+        for table in audit_class_tables(result):
+            console.print(table)
+        for note in result.notes:
+            _note(note)
+    markdown_text = audit_markdown(result, misses if thresholds else None, metrics=columns, comparison=compared,
+                                   drop_misses=drop_misses if drops else None)
+    if distributed.is_main():  # under torchrun only rank 0 writes
+        if json_out is not None:
+            doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
+            if comparison:
+                doc["baseline"] = compared
+            doc["verdict"] = verdict.to_dict()
+            atomic_write_text(json_out, strict_json(doc))
+        if markdown is not None:
+            atomic_write_text(markdown, markdown_text)
+        if junit is not None:
+            atomic_write_text(junit, junit_xml(checks, properties=regression.junit_properties(doc, baseline),
+                                               seconds=time.perf_counter() - started))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:  # GitHub Actions: the job summary shows the table without any flag
+            try:
+                append_text(summary, markdown_text + "\n")
+            except LayaError as e:
+                err_console.print(f"[bold yellow]warning:[/] $GITHUB_STEP_SUMMARY: {_escape(str(e))}",
+                                  highlight=False, soft_wrap=True)
+    if not quiet:
+        for c in verdict.failures:
+            err_console.print(f"[bold red]{c.gate}:[/] {_escape(c.message)}", highlight=False, soft_wrap=True)
+        if thresholds and not misses:
+            err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
+        if drops and not drop_misses:
+            n = sum(c.gate == "max-drop" and not c.skipped for c in checks)
+            err_console.print(f"[green]max-drop: no metric dropped more than allowed ({n} check(s))[/]", highlight=False)
+    console.print(verdict_line(verdict, result.n_samples), highlight=False, soft_wrap=True, markup=False)
+    if not verdict.passed:
         raise typer.Exit(EXIT_GATE_FAILED)
-    if thresholds:
-        err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
 
 
 # --------------------------------------------------------------------------- export
@@ -398,6 +444,7 @@ def export_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
     arch: ArchImport = None,
+    audit: AuditIn = None,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -409,7 +456,7 @@ def export_cmd(
     with progress.enabled(not quiet):
         _trust_arch(arch)
         exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
-                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite)
+                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite, audit=audit)
     for note in exp.notes:
         _note(note)
     if quiet:

@@ -11,7 +11,8 @@ What gets written (documented in docs/export.md):
                                   of correct and of incorrect predictions, ranked
   DIR/summary.json                model info, accuracy, the small tables, the file list
   DIR/plots/*.png                 matplotlib figures (see figures.py), unless plots are off
-  DIR/report.html                 one self-contained page with every plot embedded
+  DIR/report.html                 one self-contained page with every plot embedded and the per-sample explorer
+  DIR/audit.json                  with --audit FILE: that audit (the report shows it)
 
 Everything is built in a hidden temp folder next to DIR and renamed into place at the end,
 so an error or an interrupt never leaves a half-written export behind.
@@ -42,6 +43,7 @@ EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
 FORMATS = ("csv", "parquet", "npz")
 SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
+RESULT_FILES = {"audit": "audit.json"}  # attached results (report.html shows each), copied into the export
 
 
 # --------------------------------------------------------------------------- the result
@@ -65,6 +67,7 @@ class Export:
     notes: list[str] = field(default_factory=list)
     out: Path | None = None  # set once written
     files: list[str] = field(default_factory=list)  # relative paths written, set once written
+    results: dict[str, dict] = field(default_factory=dict)  # attached results, e.g. {"audit": audit JSON}
 
     @property
     def n(self) -> int:
@@ -266,6 +269,7 @@ def summary(exp: Export, fmt: str) -> dict:
         "has_contrib": exp.has_contrib,
         "alpha_is_global": exp.alpha_is_global,
         "notes": exp.notes,
+        "results": {key: RESULT_FILES.get(key, f"{key}.json") for key in exp.results},
         "global_profile": _records(exp.global_profile),
         "attention_shift": _records(exp.shift),
         "files": exp.files,
@@ -273,7 +277,7 @@ def summary(exp: Export, fmt: str) -> dict:
 
 
 def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
-    from .figures import render_plots
+    from .figures import can_strip, render_plots, thumbnails
     from .report_html import render_html
 
     files = []
@@ -289,10 +293,16 @@ def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> li
         (root / "plots").mkdir()
         pngs = render_plots(exp, root / "plots", strip=strip)
         files += [f"plots/{p}" for p in pngs.values()]
+    for key, doc in exp.results.items():
+        name = RESULT_FILES.get(key, f"{key}.json")
+        (root / name).write_text(strict_json(doc), encoding="utf-8")
+        files.append(name)
     files += ["summary.json", "report.html"]
     exp.files = files
+    thumbs = thumbnails(exp.images) if can_strip(exp) else None  # the explorer's thumbnails
     (root / "summary.json").write_text(strict_json(summary(exp, fmt)), encoding="utf-8")
-    (root / "report.html").write_text(render_html(exp, root, pngs, SAMPLE_FILES[fmt], plots), encoding="utf-8")
+    (root / "report.html").write_text(render_html(exp, root, pngs, SAMPLE_FILES[fmt], plots, thumbs),
+                                      encoding="utf-8")
     return files
 
 
@@ -310,26 +320,40 @@ def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = T
 def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
                strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
                seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True,
-               stream: bool = True) -> Export:
+               stream: bool = True, audit: str | Path | None = None) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
     ``stream``: without a feature cache, features are computed batch by batch and never held all
     at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
+    ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
     """
     from .checkpoint import load_model
     from .evaldata import load_eval_data
+    from .regression import read_audit_json
 
     fmt = check_format(fmt)
     check_at_least("--strip", strip, 0)
     check_at_least("--samples", samples)
     check_out_dir(out, overwrite)
+    results = {"audit": read_audit_json(audit, "--audit")} if audit is not None else {}
     model = load_model(model_path)
+    check_results_match(results, model, audit)
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
                           use_cache=use_cache, stream=stream)
     exp = compute_export(model, data, device=device,
                          info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
+    exp.results = results
     if is_main():
         exp = write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
     # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).
     exp.out, exp.files = broadcast_object((exp.out, exp.files) if is_main() else None)
     return exp
+
+
+def check_results_match(results: dict, model, path=None) -> None:
+    """An attached audit must come from a model with the same layers (else its numbers describe another model)."""
+    doc = results.get("audit")
+    if doc is not None and list(doc.get("layers", [])) != list(model.layer_names):
+        raise LayaError(f"--audit {path} was taken on a model with other layers "
+                        f"({', '.join(map(str, doc.get('layers', []))) or 'none'}) than this checkpoint "
+                        f"({', '.join(model.layer_names)})")

@@ -298,6 +298,33 @@ def plot_strip(exp, path: Path, k: int) -> None:
     _save(fig, path)
 
 
+THUMB_SIDE = 32  # the explorer's thumbnails: larger images are shrunk to fit this square, smaller ones kept
+
+
+def thumbnails(images, max_side: int = THUMB_SIDE) -> list[str]:
+    """Every image as a small PNG, base64-encoded (report.html's explorer embeds them).
+
+    Greyscale stays 1-channel, colour is RGB; an image larger than ``max_side`` is shrunk by
+    area averaging (aspect kept), a smaller one is kept as it is (the page scales it up, pixelated).
+    """
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = []
+    for img in images:
+        a, _, _, _ = _thumbnail(img)
+        arr = (a * 255.0 + 0.5).astype(np.uint8)
+        im = Image.fromarray(arr, "L" if arr.ndim == 2 else "RGB")
+        if max(im.size) > max_side:
+            im.thumbnail((max_side, max_side), Image.Resampling.BOX)
+        buf = io.BytesIO()
+        im.save(buf, format="PNG")
+        out.append(base64.b64encode(buf.getvalue()).decode("ascii"))
+    return out
+
+
 def render_plots(exp, folder: Path, strip: int = 8) -> dict[str, str]:
     """Draw every figure that applies into ``folder``; returns {plot key: file name}."""
     folder = Path(folder)

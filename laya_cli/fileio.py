@@ -87,6 +87,16 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def append_text(path: str | Path, text: str) -> None:
+    """Append ``text`` in one write (a file other steps also append to, e.g. ``$GITHUB_STEP_SUMMARY``)."""
+    path = Path(path).expanduser()
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)

@@ -88,6 +88,12 @@ ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and 
 FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.")]
 RandomisationSamples = Annotated[int, typer.Option(help="The model-randomisation sanity check runs on the first N audited samples (whole batches; 0 skips it).")]
 MetricColumns = Annotated[str, typer.Option("--metrics", help="Extra table columns: aopc, sufficiency, completeness, randomisation (comma list) or 'all'. The JSON always has every metric.")]
+AuditQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line (PASS/FAIL and each failed check); errors still print.")]
+Baseline = Annotated[Optional[Path], typer.Option(metavar="FILE", help="A previous 'laya audit --json' taken on the same data, samples and settings: show its values and the change beside each metric; gate with --max-drop.")]
+MaxDrop = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' (absolute, every method but random), 'laya:deletion@1=5%' (relative to the baseline value), 'accuracy=0.01'. Repeatable.")]
+AllowSettingsChange = Annotated[bool, typer.Option(help="Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the differences are noted.")]
+JunitOut = Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.")]
+AuditIn = Annotated[Optional[Path], typer.Option("--audit", metavar="FILE", help="A 'laya audit --json' of this model: adds the audit section to report.html (copied into the export as audit.json).")]
 
 
 def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, data_dir: str | None, label: str,

@@ -58,9 +58,51 @@ AUDIT_EXTRA_COLUMNS = {
 }
 
 
-def _audit_columns(metrics: Sequence[str] = ()) -> list[tuple]:
-    """The default columns, then those of each ``--metrics`` group asked for, as (header, key, format, best, flag)."""
-    return [(*c, None) for c in AUDIT_COLUMNS] + [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
+def _default_columns() -> list[tuple]:
+    return [(*c, None) for c in AUDIT_COLUMNS]
+
+
+def _extra_columns(metrics: Sequence[str]) -> list[tuple]:
+    return [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
+
+
+def _audit_columns(columns: list[tuple], comparison: dict | None = None) -> list[tuple]:
+    """``columns`` as (header, key, format, best, flag, kind): each metric a ``comparison`` holds is followed
+    by its baseline value and the change (kind base/delta)."""
+    compared = {k for per in (comparison or {}).get("methods", {}).values() for k in per}
+    out = []
+    for header, key, spec, hi, flag in columns:
+        out.append((header, key, spec, hi, flag, "value"))
+        if key in compared:
+            out += [("base", key, spec, False, None, "base"), ("Δ", key, spec, False, None, "delta")]
+    return out
+
+
+RICH_MARKS = {"best": "[bold green]{}[/]", "flag": "[yellow]{} ![/]", "failed": "[bold red]{} ✗[/]"}
+MD_MARKS = {"best": "**{}**", "flag": "{} !", "failed": "**{} ✗**"}
+
+
+def _row_cells(name: str, row: dict, columns: list[tuple], best: dict, comparison: dict | None,
+               marks: dict) -> list[str]:
+    """One method's cells: the best value of a higher-is-better column marked, flagged values and
+    failed --max-drop changes too (``marks``: RICH_MARKS or MD_MARKS)."""
+    cells = []
+    for _, key, spec, hi, flag, kind in columns:
+        if kind != "value":
+            text, failed = _baseline_cell(comparison, name, key, kind)
+            cells.append(marks["failed"].format(text) if failed else text)
+            continue
+        text = _fmt(row.get(key), spec)
+        if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
+            text = marks["best"].format(text)
+        elif flag and row.get(flag):
+            text = marks["flag"].format(text)
+        cells.append(text)
+    return cells
+
+
+def _bests(rows: dict[str, dict], columns: list[tuple]) -> dict:
+    return {key: _best(rows, key) for _, key, _, hi, _, kind in columns if hi and kind == "value"}
 
 
 def _fmt(value, spec: str) -> str:
@@ -94,39 +136,60 @@ def _method_rows(methods: dict) -> dict[str, dict]:
     return {m: (v.to_dict() if hasattr(v, "to_dict") else v) for m, v in methods.items()}
 
 
-def audit_rich_table(result, title: str = "laya audit", methods: dict | None = None, caption: str | None = None) -> Table:
-    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class)."""
-    return _rich_audit_table(_method_rows(methods if methods is not None else result.methods), _audit_columns(),
-                             title, caption if caption is not None else audit_caption(result))
+def audit_rich_table(result, title: str = "laya audit", methods: dict | None = None, caption: str | None = None,
+                     comparison: dict | None = None) -> Table:
+    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class).
+
+    ``comparison`` (``regression.Comparison.to_dict()``): a baseline and a change column beside each metric.
+    """
+    if caption is None:
+        caption = audit_caption(result) + (f"\n{baseline_caption(comparison)}" if comparison else "")
+    rows = _method_rows(methods if methods is not None else result.methods)
+    return _rich_audit_table(rows, _audit_columns(_default_columns(), comparison), title, caption, comparison)
 
 
-def audit_deeper_table(result, metrics: Sequence[str], title: str = "deeper metrics") -> Table | None:
+def audit_deeper_table(result, metrics: Sequence[str], title: str = "deeper metrics",
+                       comparison: dict | None = None) -> Table | None:
     """``--metrics``: the asked-for column groups, as a second table under the audit table (one 80-column
     terminal cannot hold them all beside the default columns); None when none is asked for."""
-    columns = [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
+    columns = _audit_columns(_extra_columns(metrics), comparison)
     if not columns:
         return None
     caption = "! flagged · docs/metrics.md"
-    return _rich_audit_table(_method_rows(result.methods), columns, title, caption)
+    return _rich_audit_table(_method_rows(result.methods), columns, title, caption, comparison)
 
 
-def _rich_audit_table(rows: dict[str, dict], columns: list[tuple], title: str, caption: str) -> Table:
+def _rich_audit_table(rows: dict[str, dict], columns: list[tuple], title: str, caption: str,
+                      comparison: dict | None = None) -> Table:
     table = _simple_table(title, caption=caption, caption_justify="left")
     table.add_column("method", style="bold", no_wrap=True)
     for header, *_ in columns:
         table.add_column(header, justify="right", no_wrap=True)
-    best = {key: _best(rows, key) for _, key, _, hi, _ in columns if hi}
+    best = _bests(rows, columns)
     for name, row in rows.items():
-        cells = []
-        for _, key, spec, hi, flag in columns:
-            text = _fmt(row.get(key), spec)
-            if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
-                text = f"[bold green]{text}[/]"
-            elif flag and row.get(flag):
-                text = f"[yellow]{text} ![/]"
-            cells.append(text)
+        cells = _row_cells(name, row, columns, best, comparison, RICH_MARKS)
         table.add_row(name if row.get("available", True) else f"[dim]{name}[/]", *cells)
     return table
+
+
+def _baseline_cell(comparison: dict, method: str, key: str, kind: str) -> tuple[str, bool]:
+    """(text, failed a --max-drop) of a baseline or change cell; '—' where the baseline has no such value."""
+    pair = comparison.get("methods", {}).get(method, {}).get(key)
+    if pair is None:
+        return "—", False
+    if kind == "base":
+        return _fmt(pair["baseline"], "{:.3f}"), False
+    return _fmt(pair["change"], "{:+.3f}"), bool(pair.get("failed"))
+
+
+def baseline_caption(comparison: dict) -> str:
+    """One line under the table: which baseline, its accuracy and the change, and settings allowed to differ."""
+    acc = comparison.get("accuracy", {})
+    text = (f"baseline {comparison.get('path') or '(given)'} · accuracy {_fmt(acc.get('baseline'), '{:.4f}')} "
+            f"→ {_fmt(acc.get('current'), '{:.4f}')} (Δ {_fmt(acc.get('change'), '{:+.4f}')})")
+    if comparison.get("settings_changed"):
+        text += " · settings changed (allowed): " + "; ".join(comparison["settings_changed"])
+    return text
 
 
 def audit_class_tables(result) -> list[Table]:
@@ -157,24 +220,22 @@ def audit_class_tables(result) -> list[Table]:
 
 
 def audit_markdown(result, misses: list[str] | None = None, title: str = "laya audit",
-                   metrics: Sequence[str] = ()) -> str:
-    """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``."""
+                   metrics: Sequence[str] = (), comparison: dict | None = None,
+                   drop_misses: list[str] | None = None) -> str:
+    """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``.
+
+    ``metrics``: the ``--metrics`` column groups; ``comparison``: baseline and change columns beside each
+    metric; ``drop_misses``: the --max-drop outcome.
+    """
     rows = _method_rows(result.methods)
-    columns = _audit_columns(metrics)
-    best = {key: _best(rows, key) for _, key, _, hi, _ in columns if hi}
-    body = []
-    for name, row in rows.items():
-        cells = [f"`{name}`"]
-        for _, key, spec, hi, flag in columns:
-            text = _fmt(row.get(key), spec)
-            if hi and row.get("available", True) and best.get(key) is not None and row.get(key) == best[key]:
-                text = f"**{text}**"
-            elif flag and row.get(flag):
-                text = f"{text} !"
-            cells.append(text)
-        body.append(cells)
-    lines = [f"### {title}", "", *md_table(["method", *(h for h, *_ in columns)], body,
-                                            ["l"] + ["r"] * len(columns)), "", f"_{audit_caption(result)}_"]
+    columns = _audit_columns(_default_columns() + _extra_columns(metrics), comparison)
+    best = _bests(rows, columns)
+    body = [[f"`{name}`", *_row_cells(name, row, columns, best, comparison, MD_MARKS)] for name, row in rows.items()]
+    headers = [{"base": "baseline"}.get(kind, h) for h, _, _, _, _, kind in columns]
+    lines = [f"### {title}", "", *md_table(["method", *headers], body, ["l"] + ["r"] * len(columns)), "",
+             f"_{audit_caption(result)}_"]
+    if comparison:
+        lines += ["", f"_{baseline_caption(comparison)}_"]
     if result.by_class:
         methods = list(result.methods)
         for title_, key in (("Faithfulness by class", "faithfulness"), ("Deletion@1 by class", "deletion@1")):
@@ -190,7 +251,25 @@ def audit_markdown(result, misses: list[str] | None = None, title: str = "laya a
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]
+    if drop_misses is not None:
+        lines += ["", "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed"]
+        lines += [f"- {m}" for m in drop_misses]
     return "\n".join(lines) + "\n"
+
+
+def verdict_line(verdict, n_samples: int, model=None) -> str:
+    """The one line ``laya audit`` ends with (all that ``--quiet`` prints): PASS or FAIL, and why."""
+    where = f"{model} · " if model else ""
+    checks, failures, skipped = len(verdict.checks), verdict.failures, verdict.skipped
+    extra = f", {len(skipped)} skipped" if skipped else ""
+    if not checks:
+        return f"laya audit: PASS · {where}{n_samples:,} samples audited · no gate checks"
+    if not failures:
+        return f"laya audit: PASS · {where}{checks - len(skipped)} of {checks} gate checks passed{extra} · {n_samples:,} samples"
+    return (f"laya audit: FAIL · {where}{len(failures)} of {checks} gate checks failed{extra}: "
+            + "; ".join(c.message for c in failures))
+
+
 
 
 # --------------------------------------------------------------------------- bench

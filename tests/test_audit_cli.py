@@ -22,7 +22,7 @@ def audit(*args):
 def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     js, md = tmp_path / "audit.json", tmp_path / "audit.md"
     result = audit(digits_ckpt, "--compare", "all", "--samples", 120, "--by-class", "--json", js, "--markdown", md,
-                    "--steps", 8, "-q")
+                    "--steps", 8)
     assert result.exit_code == 0, result.output
     for m in ALL:
         assert m in result.stdout
@@ -67,12 +67,12 @@ def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
 
 
 def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
-    ok = audit(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=-1", "-q")
+    ok = audit(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=-1")
     assert ok.exit_code == 0, ok.output
     assert "threshold(s) met" in ok.stderr
     js, md = tmp_path / "a.json", tmp_path / "a.md"
     miss = audit(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=1.01",
-                  "--fail-under", "random:deletion@1=5,accuracy=0", "--json", js, "--markdown", md, "-q")
+                  "--fail-under", "random:deletion@1=5,accuracy=0", "--json", js, "--markdown", md)
     assert miss.exit_code == 1, miss.output
     lines = [l for l in miss.stderr.splitlines() if l.startswith("fail-under:")]
     assert [l.split()[1] for l in lines] == ["laya:", "ig:", "gradxact:", "random:"]
@@ -98,7 +98,7 @@ def test_every_head_kind_audits(digits_ckpts, tmp_path, kind):
     js = tmp_path / "a.json"
     ablation = "mask" if kind == "scalarmix" else "mean"
     result = audit(digits_ckpts[kind], "--compare", "all", "--samples", 60, "--steps", 4, "--ablation", ablation,
-                    "--json", js, "-q")
+                    "--json", js)
     assert result.exit_code == 0, result.output
     m = json.loads(js.read_text())["methods"]
     intrinsic = {"laya": {"laya", "contrib", "global"}, "scalarmix": {"laya", "global"}}.get(kind, set())
@@ -115,7 +115,7 @@ def test_few_layers_are_warned_about(tmp_path):
     from laya_cli.testing import train_digits
 
     ckpt = train_digits(tmp_path / "two.pt", epochs=1, layers=["blocks.1", "blocks.2"])
-    result = audit(ckpt, "--samples", 30, "--steps", 4, "-q")
+    result = audit(ckpt, "--samples", 30, "--steps", 4)
     assert result.exit_code == 0, result.output
     assert "only 2 layers" in " ".join(result.stderr.split())
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The run step of laya's composite action (../action.yml), also usable on its own in any CI.
+#
+# Inputs arrive as environment variables (never pasted into the script: no injection):
+#   LAYA_MODEL (required), LAYA_COMPARE, LAYA_FAIL_UNDER, LAYA_MAX_DROP, LAYA_BASELINE, LAYA_SAMPLES,
+#   LAYA_ARGS (split on whitespace), LAYA_JSON, LAYA_JUNIT, LAYA_INSTALL ('action', a pip requirement, or '').
+# Writes json, junit, verdict (pass|fail|error) and exit-code to $GITHUB_OUTPUT when it is set, and
+# exits with laya audit's own code (0 pass, 1 a gate failed, 2 bad input). laya itself appends the
+# Markdown table to $GITHUB_STEP_SUMMARY when that is set.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+json="${LAYA_JSON:-laya-audit.json}"
+junit="${LAYA_JUNIT-laya-junit.xml}"
+
+output() {  # name value: a step output, when running under GitHub Actions
+  if [ -n "${GITHUB_OUTPUT:-}" ]; then printf '%s=%s\n' "$1" "$2" >> "$GITHUB_OUTPUT"; fi
+}
+
+case "${LAYA_INSTALL:-}" in
+  "") ;;
+  action) python -m pip install --quiet "$here/.." || { output verdict error; output exit-code 2; exit 2; } ;;
+  *) python -m pip install --quiet "$LAYA_INSTALL" || { output verdict error; output exit-code 2; exit 2; } ;;
+esac
+
+if [ -z "${LAYA_MODEL:-}" ]; then
+  echo "error: the 'model' input is required (a laya checkpoint)" >&2
+  output verdict error; output exit-code 2
+  exit 2
+fi
+
+args=(audit "$LAYA_MODEL" --compare "${LAYA_COMPARE-ig,gradxact}" --json "$json")
+[ -n "$junit" ] && args+=(--junit "$junit")
+[ -n "${LAYA_FAIL_UNDER:-}" ] && args+=(--fail-under "$LAYA_FAIL_UNDER")
+[ -n "${LAYA_BASELINE:-}" ] && args+=(--baseline "$LAYA_BASELINE")
+[ -n "${LAYA_MAX_DROP:-}" ] && args+=(--max-drop "$LAYA_MAX_DROP")
+[ -n "${LAYA_SAMPLES:-}" ] && args+=(--samples "$LAYA_SAMPLES")
+if [ -n "${LAYA_ARGS:-}" ]; then
+  read -r -a extra <<< "$LAYA_ARGS"
+  args+=("${extra[@]}")
+fi
+
+laya "${args[@]}"
+rc=$?
+case $rc in
+  0) verdict=pass ;;
+  1) verdict=fail ;;
+  *) verdict=error ;;
+esac
+output json "$json"
+output junit "$( [ -f "$junit" ] && printf '%s' "$junit" )"
+output verdict "$verdict"
+output exit-code "$rc"
+exit $rc
