@@ -40,6 +40,8 @@ from .progress import log
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
 DEFAULT_HEADS = ",".join(HEAD_ORDER)
+# Bench-only head names: a head kind trained with other options, compared as a head of its own.
+VARIANTS = {"laya-aligned": "laya"}  # laya trained with --align (BenchRequest.align)
 DEFAULT_COMPARE = "ig,gradxact,contrib,global"
 RECORD_FORMAT = "laya-bench-run"
 RECORD_VERSION = 1
@@ -47,7 +49,7 @@ BENCH_FORMAT = "laya-bench"
 
 
 def parse_heads(spec: str | Sequence[str]) -> list[str]:
-    """Comma list of head kinds (in the order given, duplicates dropped); unknown names suggest."""
+    """Comma list of head kinds or VARIANTS (in the order given, duplicates dropped); unknown names suggest."""
     from .heads import HEADS
 
     names = spec.split(",") if isinstance(spec, str) else list(spec)
@@ -55,7 +57,7 @@ def parse_heads(spec: str | Sequence[str]) -> list[str]:
     for name in (n.strip() for n in names):
         if not name:
             continue
-        name = match_choice("head", name, HEADS)
+        name = match_choice("head", name, [*HEADS, *VARIANTS])
         if name not in heads:
             heads.append(name)
     if not heads:
@@ -91,6 +93,7 @@ class BenchRequest:
     compare: str = DEFAULT_COMPARE
     audit_samples: int | None = 2000  # None: the whole test split
     redo: bool = False  # retrain and re-audit every run even when a matching one is on disk
+    align: float = 1.0  # λ of the laya-aligned head
 
     @property
     def dataset(self) -> str:
@@ -122,7 +125,9 @@ class BenchRequest:
 
     def train_request(self, head: str, seed: int) -> TrainRequest:
         req = copy.deepcopy(self.train)
-        req.head, req.data.seed, req.train.seed = head, seed, seed
+        req.head, req.data.seed, req.train.seed = VARIANTS.get(head, head), seed, seed
+        if head == "laya-aligned":
+            req.train.align = self.align
         req.out, req.resume = str(self.run_path(head, seed, ".pt")), False
         return req
 
@@ -142,11 +147,13 @@ class BenchRequest:
         self.heads = parse_heads(self.heads)
         check_at_least("--seeds", self.seeds)
         check_at_least("--audit-samples", self.audit_samples)
+        if "laya-aligned" in self.heads and not self.align > 0:
+            raise LayaError(f"--align must be positive for the laya-aligned head, got {self.align}")
         self.train.validate()
         self.audit.validate()
         self.audit_settings().validate()
         self.methods()
-        if self.audit.ablation == "mask" and any(h not in ("laya", "scalarmix") for h in self.heads):
+        if self.audit.ablation == "mask" and any(VARIANTS.get(h, h) not in ("laya", "scalarmix") for h in self.heads):
             raise LayaError("--ablation mask needs heads with layer weights (laya, scalarmix); "
                             "use --ablation mean or zero to compare every head")
         return self

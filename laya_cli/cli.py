@@ -20,8 +20,8 @@ from typer.core import TyperGroup
 from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone,
-                      BatchSize, ByClass, Cache, Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset,
+from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Align, Arch, ArchImport, AuditBatchSize, Backbone,
+                      BatchSize, BenchAlign, ByClass, Cache, Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset,
                       FailUnder, FeatureDtype, Finetune, Head, ImageColumn, ImageSize, InputSize, InternalBatchSize,
                       JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, MetricColumns, ModelPath, Patience, Pool,
                       Pretrained, Psi, Quiet, RandomisationSamples, Reduce, Restart, Resume, SampleSeed, Samples,
@@ -260,6 +260,7 @@ def train(
     batch_size: BatchSize = TRAIN.batch_size,
     lr: Lr = TRAIN.lr,
     patience: Patience = TRAIN.patience,
+    align: Align = TRAIN.align,
     seed: Seed = TRAIN.seed,
     layers: Layers = None,
     pool: Pool = JOB.pool,
@@ -286,7 +287,8 @@ def train(
                             score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                             seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
                             finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
-                            restart=restart, device=_device(device), arch=arch, input_size=input_size)
+                            restart=restart, device=_device(device), arch=arch, input_size=input_size,
+                            align=align)
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
 
@@ -485,7 +487,8 @@ def bench(
     ctx: typer.Context,
     dataset: Dataset = DATA.name,
     backbone: Backbone = JOB.backbone,
-    heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya.")] = ",".join(BENCH.heads),
+    heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained with --align).")] = ",".join(BENCH.heads),
+    align: BenchAlign = BENCH.align,
     seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = BENCH.seeds,
     base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = BENCH.base_seed,
     out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path(BENCH.out),
@@ -552,7 +555,7 @@ def bench(
             train=template, audit=AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
                                                 seed=audit_seed),
             heads=B.parse_heads(heads), seeds=seeds, base_seed=base_seed, out=str(out), compare=compare,
-            audit_samples=audit_samples, redo=redo,
+            audit_samples=audit_samples, redo=redo, align=align,
         ).validate()
 
         def on_run(o, i, n):

@@ -113,6 +113,9 @@ class TrainConfig:
     patience: int = 5
     seed: int = 1337
     device: str = "cpu"
+    align: float = 0.0  # λ of the faithfulness-alignment term (laya heads; 0 = plain training)
+
+    LATER = {"align": 0.0}  # as DataRequest.LATER
 
     def validate(self) -> "TrainConfig":
         check_at_least("--epochs", self.epochs)
@@ -120,6 +123,8 @@ class TrainConfig:
         if not self.lr > 0:
             raise LayaError(f"--lr must be positive, got {self.lr}")
         check_at_least("--patience", self.patience)
+        if not self.align >= 0:
+            raise LayaError(f"--align must be 0 (off) or positive, got {self.align}")
         return self
 
 
@@ -179,7 +184,7 @@ class TrainRequest:
         for k in self.RUN_ONLY:
             d.pop(k)
         d["train"].pop("device")
-        for part, later in ((d, self.LATER), (d["data"], DataRequest.LATER)):
+        for part, later in ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER)):
             for k, default in later.items():
                 if part.get(k) == default:
                     part.pop(k)
@@ -197,6 +202,8 @@ class TrainRequest:
         self.head_config.validate()
         self.pool = check_choice("--pool", self.pool, POOL_CHOICES)
         self.feature_dtype = check_choice("--feature-dtype", self.feature_dtype, FEATURE_DTYPES)
+        if self.train.align and self.head.lower() != "laya":  # before any data is loaded
+            raise LayaError(f"--align needs input-conditioned attention α: --head laya (not {self.head})")
         return self
 
 

@@ -23,9 +23,12 @@ class EndToEnd(nn.Module):
         # carry layers their forward skips).
         self.find_unused_parameters = not all_parameters_used
 
-    def forward(self, inputs: list[Tensor]) -> HeadOutput:
+    def features(self, inputs: list[Tensor]) -> list[Tensor]:
         # bf16 autocast for the backbone on CUDA (features back in float32); the head stays float32.
-        return self.head(backbone_forward(self.backbone, to_float_images(inputs[0])))
+        return backbone_forward(self.backbone, to_float_images(inputs[0]))
+
+    def forward(self, inputs: list[Tensor]) -> HeadOutput:
+        return self.head(self.features(inputs))
 
 
 @dataclass

@@ -71,6 +71,8 @@ Epochs = Annotated[int, typer.Option(help="Maximum epochs.")]
 BatchSize = Annotated[int, typer.Option(help="Batch size.")]
 Lr = Annotated[float, typer.Option(help="Adam learning rate.")]
 Patience = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
+Align = Annotated[float, typer.Option(help="λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya heads; 0 = off, 1 = recommended; docs/metrics.md#aligned-training).")]
+BenchAlign = Annotated[float, typer.Option("--align", help="λ for the laya-aligned head of --heads (a laya head trained with --align λ).")]
 Seed = Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")]
 Resume = Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")]
 Restart = Annotated[bool, typer.Option(help="Discard the state an interrupted run left beside --out and start over (without --resume or --restart, such a state is an error).")]
@@ -102,14 +104,15 @@ def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, da
                   epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
                   pretrained: bool | None, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
                   resume: bool, device: str, arch: str | None = None, input_size: int | None = None,
-                  restart: bool = False) -> TrainRequest:
+                  restart: bool = False, align: float = TRAIN.align) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
     return TrainRequest(
         backbone=backbone, head=head,
         head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
         data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict,
                          image_column=image_column, label_column=label_column),
-        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device),
+        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device,
+                          align=align),
         layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
         finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume, restart=restart,
         feature_dtype=feature_dtype, arch=arch, input_size=input_size,

@@ -54,7 +54,7 @@ def make_head_and_features(kind: str = "laya", seed: int = 0, batch: int = 7, di
 
 
 def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, patience: int | None = None,
-                 d_star: int = 96, score_hidden: int = 192, **extra) -> Path:
+                 d_star: int = 96, score_hidden: int = 192, align: float = 0.0, **extra) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
     from . import progress
     from .config import DataRequest, HeadConfig, TrainConfig, TrainRequest
@@ -62,7 +62,8 @@ def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, 
 
     req = TrainRequest(head=head, data=DataRequest("digits", seed=seed),
                        head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
-                       train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs), out=str(out), **extra)
+                       train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align), out=str(out),
+                       **extra)
     with progress.enabled(False):
         train(req)
     return Path(out)

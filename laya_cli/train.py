@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from . import backbones as bb
 from . import distributed
+from .alignment import Alignment
 from .cache import FeatureCache, cached_extract, feature_key
 from .checkpoint import save_checkpoint
 from .config import TrainConfig, TrainRequest, diff_options
@@ -69,7 +70,8 @@ def _clone_state(module: nn.Module) -> dict:
 def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor],
         cfg: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None,
         state_path: str | Path | None = None, resume: bool = False, fingerprint: str = "",
-        data_parallel: bool = False, options: dict | None = None) -> list[EpochRecord]:
+        data_parallel: bool = False, options: dict | None = None,
+        alignment: Alignment | None = None) -> list[EpochRecord]:
     """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights.
 
     With ``state_path``, everything needed to continue (weights, optimizer, RNG states, best
@@ -88,6 +90,8 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
     training then reads shuffled mini-batches shard-wise through a bounded buffer (memory flat in the
     number of samples); under torchrun each rank reads its own shards and the head is trained with
     DistributedDataParallel (global batch = ``cfg.batch_size``, split over the ranks).
+
+    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (one process).
     """
     torch.manual_seed(cfg.seed)
     shuffle = torch.Generator().manual_seed(cfg.seed)
@@ -104,9 +108,14 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         torch.set_rng_state(st["torch_rng"])
         best_acc, best_state, since_best = st["best_accuracy"], st["best_model"], st["since_best"]
         history = [EpochRecord(**r) for r in st["history"]]
+        if alignment is not None:
+            alignment.load_state_dict(st.get("alignment"))
         log(f"resuming after epoch {len(history)} from {state_path}")
     store_ddp = from_store and distributed.active()
     ddp = _wrap_ddp(model, cfg.device) if (data_parallel or store_ddp) and distributed.active() else None
+    if alignment is not None and (ddp is not None or store_ddp):
+        raise LayaError("--align does not run data-parallel under torchrun yet; train with one process")
+    head = getattr(model, "head", model)  # what the alignment term trains: the LAYA head
     n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
     for epoch in range(len(history) + 1, cfg.epochs + 1):
         if since_best >= cfg.patience:
@@ -134,8 +143,13 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
                 loss_sum += ce.item()
             else:
                 xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
-                logits = model(xs).logits
-                loss = F.cross_entropy(logits, y)
+                if alignment is None:
+                    logits = model(xs).logits
+                    loss = F.cross_entropy(logits, y)
+                else:
+                    feats = model.features(xs) if isinstance(model, EndToEnd) else xs
+                    logits = head(feats).logits
+                    loss = F.cross_entropy(logits, y) + alignment.loss(head, feats, logits)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -161,6 +175,7 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
                 "optimizer": optimizer.state_dict(), "shuffle_rng": shuffle.get_state(),
                 "torch_rng": torch.get_rng_state(), "best_accuracy": best_acc, "best_model": best_state,
                 "since_best": since_best, "history": [asdict(r) for r in history],
+                **({"alignment": alignment.state_dict()} if alignment is not None else {}),
             }, state_path)
         if on_epoch:
             on_epoch(record)
@@ -324,7 +339,8 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     if spec.finetune:
         model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(spec.name))
         to_inputs = lambda ds: ([ds.images], ds.labels)
-        history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True)
+        history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True,
+                                 alignment=_alignment(req, head, None))
         test_pred = predict(model, [data.test.images], device=dev)
         train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
     else:
@@ -334,7 +350,8 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         train_feats = split_feats["train"]
         # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
         as_inputs = lambda f: f if hasattr(f, "epoch_batches") else (f.feats, f.labels)
-        history = _fit_resumable(req, head, as_inputs(train_feats), as_inputs(split_feats["val"]), on_epoch)
+        history = _fit_resumable(req, head, as_inputs(train_feats), as_inputs(split_feats["val"]), on_epoch,
+                                 alignment=_alignment(req, head, train_feats))
         test = split_feats["test"]
         test_pred = predict(head, test if hasattr(test, "epoch_batches") else test.feats, device=dev)
 
@@ -383,8 +400,17 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     return ckpt
 
 
+def _alignment(req: TrainRequest, head: nn.Module, fixed_feats) -> Alignment | None:
+    """``--align λ``: the term with its reference, the mean training features when they are fixed
+    (a frozen backbone) and a running mean of the batches when the backbone trains too."""
+    if not req.train.align:
+        return None
+    Alignment.check_head(head)
+    return Alignment(req.train.align, fixed_feats.mean() if fixed_feats is not None else None)
+
+
 def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
-                   data_parallel: bool = False) -> list[EpochRecord]:
+                   data_parallel: bool = False, alignment: Alignment | None = None) -> list[EpochRecord]:
     """fit() with its state beside --out after every epoch; Ctrl-C/SIGTERM leave it resumable."""
     done = []
 
@@ -396,7 +422,7 @@ def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
     try:
         with sigterm_as_interrupt():
             return fit(model, train_data, val_data, req.train, record, req.state_path, req.resume, req.fingerprint(),
-                       data_parallel=data_parallel, options=req.recorded_options())
+                       data_parallel=data_parallel, options=req.recorded_options(), alignment=alignment)
     except KeyboardInterrupt:
         where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
         hint = f"; run the same command with --resume to continue from {req.state_path}" if done or req.resume else ""

@@ -1,0 +1,124 @@
+"""laya train --align λ: the ranking loss against a by-hand loop, what its gradient reaches, λ = 0
+is plain training, the bench variant, and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from laya_cli.alignment import Alignment, alignment_loss, ranking_loss
+from laya_cli.bench import BenchRequest, parse_heads
+from laya_cli.config import TrainConfig, TrainRequest
+from laya_cli.errors import LayaError
+from laya_cli.metrics import lolo_effects
+from laya_cli.synthetic import make_head_and_features, train_digits
+from laya_cli.testing import assert_user_error, invoke
+
+
+def ranking_loss_by_hand(log_alpha, delta) -> float:
+    total, pairs = 0.0, 0
+    for a, d in zip(log_alpha.tolist(), delta.tolist()):
+        for i in range(len(a)):
+            for j in range(i + 1, len(a)):
+                if d[i] == d[j]:
+                    continue  # tied effects make no pair
+                s = 1.0 if d[i] > d[j] else -1.0
+                total += math.log1p(math.exp(-s * (a[i] - a[j])))
+                pairs += 1
+    return total / max(pairs, 1)
+
+
+def test_ranking_loss_equals_a_loop_over_layer_pairs():
+    g = torch.Generator().manual_seed(0)
+    log_alpha = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    delta = torch.randn(6, 5, generator=g, dtype=torch.float64).round(decimals=0)  # plenty of ties
+    assert ranking_loss(log_alpha, delta).item() == pytest.approx(ranking_loss_by_hand(log_alpha, delta), rel=1e-12)
+    assert ranking_loss(log_alpha, torch.zeros_like(delta)).item() == 0.0  # no pair at all
+
+
+def test_ranking_loss_is_small_when_alpha_orders_layers_as_their_effects():
+    delta = torch.tensor([[0.5, 0.1, 0.3]])
+    agree = torch.log_softmax(20 * delta, -1)
+    disagree = torch.log_softmax(-20 * delta, -1)
+    assert ranking_loss(agree, delta) < 0.05 < 3 < ranking_loss(disagree, delta)
+
+
+def test_alignment_loss_uses_the_audit_effects_and_trains_only_the_scorer():
+    head, feats, ref = make_head_and_features("laya")
+    target = head(feats).logits.argmax(-1)
+    alpha = head.attention(head.embed(feats))
+    expected = ranking_loss(torch.log(alpha), lolo_effects(head, feats, target, ref, "mean"))
+    loss = alignment_loss(head, feats, target, ref)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert head.scorer[0].weight.grad is not None and head.scorer[0].weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in (*head.adapters.parameters(), *head.classifier.parameters()))
+
+
+def test_the_ema_reference_follows_the_batches_and_survives_a_resume():
+    head, feats, _ = make_head_and_features("laya")
+    a = Alignment(1.0)
+    logits = head(feats).logits
+    a.loss(head, feats, logits)
+    torch.testing.assert_close(a.reference[0], feats[0].mean(0))
+    a.loss(head, [f + 1 for f in feats], logits)
+    torch.testing.assert_close(a.reference[0], feats[0].mean(0) + 0.05)  # momentum 0.95
+    b = Alignment(1.0)
+    b.load_state_dict(a.state_dict())
+    torch.testing.assert_close(b.reference[0], a.reference[0])
+    fixed = Alignment(1.0, [torch.zeros(d) for d in (12, 8, 6, 10)])
+    fixed.loss(head, feats, logits)
+    assert fixed.reference[0].abs().sum() == 0 and fixed.state_dict() == {"reference": None}
+
+
+def test_align_zero_is_plain_training_and_keeps_fingerprints(tmp_path):
+    assert "align" not in TrainRequest().options()["train"]  # resume states and bench records stay valid
+    assert TrainRequest().fingerprint() == TrainRequest(train=TrainConfig(align=0.0)).fingerprint()
+    assert TrainRequest(train=TrainConfig(align=1.0)).fingerprint() != TrainRequest().fingerprint()
+    plain = torch.load(train_digits(tmp_path / "plain.pt", epochs=2), weights_only=False)
+    zero = torch.load(train_digits(tmp_path / "zero.pt", epochs=2, align=0.0), weights_only=False)
+    for k, v in plain["head"]["weights"].items():
+        assert torch.equal(v, zero["head"]["weights"][k]), k
+
+
+def test_aligned_training_end_to_end_and_frozen(tmp_path, image_folder):
+    aligned = torch.load(train_digits(tmp_path / "aligned.pt", epochs=2, align=1.0), weights_only=False)
+    plain = torch.load(train_digits(tmp_path / "plain.pt", epochs=2), weights_only=False)
+    assert aligned["train_config"]["align"] == 1.0
+    assert any(not torch.equal(v, plain["head"]["weights"][k]) for k, v in aligned["head"]["weights"].items())
+    assert aligned["metrics"]["test_accuracy"] > 0.8
+    res = invoke("train", "--backbone", "cnn", "--frozen", "--dataset", f"folder:{image_folder}", "--epochs", "2",
+                 "--align", "1", "--out", tmp_path / "frozen.pt", "-q")
+    assert res.exit_code == 0, res.output
+    assert invoke("audit", tmp_path / "frozen.pt", "--compare", "", "-q").exit_code == 0
+
+
+def test_bench_compares_an_aligned_laya_head():
+    assert parse_heads("laya,LAYA-Aligned") == ["laya", "laya-aligned"]
+    bench = BenchRequest(heads=["laya", "laya-aligned"], align=0.5).validate()
+    req = bench.train_request("laya-aligned", 1338)
+    assert (req.head, req.train.align, req.train.seed) == ("laya", 0.5, 1338)
+    assert bench.train_request("laya", 1338).train.align == 0.0
+    assert str(bench.run_path("laya-aligned", 1338, ".pt")).endswith("laya-aligned-seed1338.pt")
+    with pytest.raises(LayaError, match="--align must be positive"):
+        BenchRequest(heads=["laya-aligned"], align=0.0).validate()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--align", "-1"], "--align must be 0 (off) or positive"),
+    (["--align", "1", "--head", "last"], "--align needs input-conditioned attention"),
+    (["--align", "nan"], "--align must be 0 (off) or positive"),
+])
+def test_bad_align_is_one_line_exit_2(tmp_path, args, fragment):
+    res = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", tmp_path / "m.pt", *args)
+    assert_user_error(res, fragment)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_the_term_is_weighted_by_lambda():
+    head, feats, ref = make_head_and_features("laya")
+    logits = head(feats).logits
+    term = Alignment(2.0, ref).loss(head, feats, logits)
+    assert term.item() == pytest.approx(2.0 * alignment_loss(head, feats, logits.argmax(-1), ref).item())
