@@ -20,7 +20,6 @@ Documented in docs/benchmarks.md.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 import os
@@ -35,7 +34,7 @@ from typing import Callable, Sequence
 from . import distributed
 from .config import AuditSettings, TrainRequest, check_at_least, diff_options
 from .errors import LayaError, TrainingInterrupted, match_choice
-from .fileio import atomic_write_text, check_writable, json_safe, strict_json
+from .fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
 from .progress import log
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
@@ -170,13 +169,6 @@ def options_changes(recorded: dict, wanted: dict) -> list[str]:
     return diff_options(recorded, wanted, train_options(TrainRequest()))
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def _read_record(path: Path) -> dict | None:
     try:
@@ -223,7 +215,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
     seconds = time.perf_counter() - start
     return {
         "format": RECORD_FORMAT, "version": RECORD_VERSION, "head": head, "seed": seed,
-        "checkpoint": Path(req.out).name, "checkpoint_sha256": _sha256(Path(req.out)),
+        "checkpoint": Path(req.out).name, "checkpoint_sha256": file_sha256(Path(req.out)),
         "train_options": options, "metrics": ckpt["metrics"], "train_seconds": seconds,
         "resumed": req.resume, "device": bench.device, "audit_options": None, "audit": None,
     }
@@ -259,7 +251,7 @@ def _reusable_training(bench: BenchRequest, head: str, seed: int, record: dict |
         shown = "; ".join(changes[:4]) + (f"; … ({len(changes)} in all)" if len(changes) > 4 else "")
         raise LayaError(f"{ckpt} was trained with other options ({shown}); use another --out, "
                         f"or --redo to retrain every run")
-    if record.get("checkpoint_sha256") != _sha256(ckpt):
+    if record.get("checkpoint_sha256") != file_sha256(ckpt):
         log(f"[yellow]{ckpt} changed since it was recorded: retraining it[/]")
         return False
     return True

@@ -9,6 +9,7 @@ the umask gives (not the temp file's 0600).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -215,3 +216,12 @@ def json_safe(obj):
 
 def strict_json(obj) -> str:
     return json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()

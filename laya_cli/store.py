@@ -27,7 +27,6 @@ bounded, seeded shuffle buffer (``LAYA_SHUFFLE_MB``), so memory is flat in the n
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -43,7 +42,7 @@ from .config import FEATURE_DTYPES
 from .device import to_device
 from .errors import LayaError
 from .features import LayerFeatures, backbone_forward, check_finite, to_float_images
-from .fileio import atomic_path, atomic_write_bytes, atomic_write_text
+from .fileio import atomic_path, atomic_write_bytes, atomic_write_text, file_sha256
 from .progress import log, track
 
 FORMAT = "laya-feature-store"
@@ -71,13 +70,6 @@ def shuffle_rows(dims: Sequence[int]) -> int:
     mb = float(os.environ.get("LAYA_SHUFFLE_MB", SHUFFLE_MB))
     return max(1, int(mb * 2**20 // ((sum(dims) + 2) * 4)))
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def shard_name(k: int) -> str:
@@ -110,7 +102,7 @@ class FeatureStore:
         """A shard written whole: its file and its checksum file agree."""
         data, check = self.path / shard_name(k), self.path / f"shard-{k:05d}.sha256"
         try:
-            return data.is_file() and check.is_file() and _sha256(data) == check.read_text().strip()
+            return data.is_file() and check.is_file() and file_sha256(data) == check.read_text().strip()
         except OSError:
             return False
 
@@ -126,7 +118,7 @@ class FeatureStore:
         bad = [0.0] * len(shards)
         for k in range(distributed.rank(), len(shards), distributed.world_size()):
             p = self.path / shards[k]["file"]
-            if not p.is_file() or p.stat().st_size != shards[k]["bytes"] or _sha256(p) != shards[k]["sha256"]:
+            if not p.is_file() or p.stat().st_size != shards[k]["bytes"] or file_sha256(p) != shards[k]["sha256"]:
                 bad[k] = 1.0
         bad = distributed.all_sum(bad) if shards else []
         first = next((k for k, b in enumerate(bad) if b), None)
@@ -216,7 +208,7 @@ def _write_shard(store: FeatureStore, k: int, parts: list[list[Tensor]], labels:
     with atomic_path(data) as tmp:
         save_file(tensors, str(tmp))
     # Checksum last: a kill between the two leaves a shard that is redone.
-    atomic_write_bytes(store.path / f"shard-{k:05d}.sha256", _sha256(data).encode())
+    atomic_write_bytes(store.path / f"shard-{k:05d}.sha256", file_sha256(data).encode())
 
 
 def _write_manifest(store: FeatureStore, key: str, n: int, rps: int, n_shards: int, layers: list[str],

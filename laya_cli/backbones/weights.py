@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import LayaError
+from ..fileio import file_sha256  # noqa: F401  (re-exported: backbones.file_sha256)
 
 CLASSIFIER_KEYS = ("head.", "fc.", "classifier.", "heads.", "head_dist.", "last_linear.")
 
@@ -84,14 +85,6 @@ def weights_sha256(state: dict[str, Tensor]) -> str:
     """The full SHA-256 of a state dict's content (names, dtypes, bytes): what the checkpoint
     records and what audit/export compare the weights they load against."""
     return _state_hash(state).hexdigest()
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- hub caches
