@@ -48,11 +48,11 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
 
 
 def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
-    plain = audit(digits_ckpt, "--samples", 40, "--steps", 4, "-q")
+    plain = audit(digits_ckpt, "--samples", 40, "--steps", 4)
     assert plain.exit_code == 0 and "aopc" not in plain.stdout and "randomisation" not in plain.stdout
     js, md = tmp_path / "a.json", tmp_path / "a.md"
     full = audit(digits_ckpt, "--samples", 40, "--steps", 4, "--metrics", "all", "--json", js, "--markdown", md,
-                 "--fail-under", "ig:completeness=-100,aopc=-1,randomisation=3", "-q")
+                 "--fail-under", "ig:completeness=-100,aopc=-1,randomisation=3")  # not -q: that prints only the verdict
     assert full.exit_code == 1, full.output
     for header in ("aopc", "suff@1", "completeness", "randomisation"):
         assert header in full.stdout and f" {header} |" in md.read_text()
@@ -207,8 +207,8 @@ def test_method_and_setting_names_are_case_insensitive(digits_ckpt, tmp_path):
 
 
 def test_the_caption_names_ig_settings_only_when_ig_ran(digits_ckpt):
-    without = audit(digits_ckpt, "--compare", "gradxact", "--samples", 30, "-q")
+    without = audit(digits_ckpt, "--compare", "gradxact", "--samples", 30)
     assert without.exit_code == 0, without.output
     assert "IG steps" not in without.stdout and "ablation mean" in " ".join(without.stdout.split())
-    with_ig = audit(digits_ckpt, "--compare", "ig", "--samples", 30, "--steps", 4, "-q")
+    with_ig = audit(digits_ckpt, "--compare", "ig", "--samples", 30, "--steps", 4)
     assert "IG steps 4" in " ".join(with_ig.stdout.split())

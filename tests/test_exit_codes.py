@@ -25,9 +25,10 @@ def test_0_done(digits_ckpt):
 
 def test_1_only_for_a_missed_gate(digits_ckpt):
     result = invoke("audit", digits_ckpt, "--compare", "ig", "--steps", 4, "--samples", 60,
-                    "--fail-under", "ig:faithfulness=1.01", "-q")
+                    "--fail-under", "ig:faithfulness=1.01")
     assert result.exit_code == 1, result.output
     assert "fail-under:" in result.stderr and "Traceback" not in result.output
+    assert result.stdout.splitlines()[-1].startswith("laya audit: FAIL")
 
 
 def test_2_user_error(digits_ckpt):
