@@ -249,6 +249,8 @@ class TappedBackbone(nn.Module):
 
     def _make_hook(self, index: int):
         def hook(module, inputs, output):
+            if index >= len(self._taps):  # the model run on its own (or by another TappedBackbone): not ours
+                return
             out = output[0] if isinstance(output, (tuple, list)) else output
             self._taps[index] = pool_tokens(out, self.pool)
 
