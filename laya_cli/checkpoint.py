@@ -4,20 +4,20 @@ Layout (``format_version`` 1), documented in docs/checkpoint.md:
   format, format_version, versions{torch,timm,laya}, backbone{spec..., weights, input},
   layers, dims, head{kind, config, weights}, classes, dataset{...}, reference[L tensors],
   history[...], metrics{...}, train_config{...}
+
+``checkpoint_body`` is the one builder of that dict (``laya train`` and ``LayaModel.save`` both
+call it); rebuilding a model from it is ``model.model_from_checkpoint``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
-from .backbones import BackboneSpec, build_backbone
 from .errors import LayaError
-from .config import HeadConfig
 from .fileio import atomic_torch_save
-from .heads import build_head
-from .model import LayaModel
 from .trust import safe_torch_load
 
 FORMAT = "laya-checkpoint"
@@ -51,23 +51,34 @@ def read_checkpoint(path: str | Path) -> dict:
     return ckpt
 
 
-def model_from_checkpoint(ckpt: dict) -> LayaModel:
-    spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
-    try:
-        backbone = build_backbone(spec, ckpt["backbone"].get("weights"))
-        head = build_head(ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
-        head.load_state_dict(ckpt["head"]["weights"])
-    except LayaError:
-        raise
-    except (KeyError, RuntimeError, TypeError) as e:
-        raise LayaError(f"checkpoint is inconsistent: {str(e).splitlines()[0][:160]}") from None
-    model = LayaModel(backbone, head, spec, ckpt["head"]["kind"], list(ckpt["classes"]),
-                      [r.float() for r in ckpt["reference"]], ckpt)
-    return model.eval()
+def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[int], classes: Sequence[str],
+                    dataset: dict, reference: Sequence[torch.Tensor], history: list[dict], metrics: dict,
+                    train_config: dict, store_backbone_weights: bool) -> dict:
+    """Everything a checkpoint holds except the format header ``save_checkpoint`` adds.
 
-
-def load_model(path: str | Path) -> LayaModel:
-    return model_from_checkpoint(read_checkpoint(path))
+    ``backbone``: the TappedBackbone; ``store_backbone_weights`` False only for frozen pretrained
+    weights that load by name.
+    """
+    adapter = backbone.adapter
+    return {
+        "backbone": {
+            "spec": spec.to_dict(),
+            "weights": {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
+            if store_backbone_weights else None,
+            "input": {"channels": adapter.channels, "size": list(adapter.size or []),
+                      "mean": adapter.mean.flatten().tolist(), "std": adapter.std.flatten().tolist()},
+        },
+        "layers": list(spec.layers),
+        "dims": list(dims),
+        "head": {"kind": head.kind, "config": dict(head_config),
+                 "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
+        "classes": list(classes),
+        "dataset": dict(dataset),
+        "reference": [r.detach().cpu() for r in reference],
+        "history": list(history),
+        "metrics": dict(metrics),
+        "train_config": dict(train_config),
+    }
 
 
 def checkpoint_summary(ckpt: dict) -> dict:

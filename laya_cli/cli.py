@@ -226,7 +226,7 @@ def audit(
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from . import auditing, distributed
-    from .checkpoint import load_model
+    from .model import load_model
     from .config import AuditSettings, check_at_least
     from .evaldata import load_eval_data
     from .fileio import atomic_write_text, check_writable, strict_json

@@ -317,7 +317,7 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     ``stream``: without a feature cache, features are computed batch by batch and never held all
     at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
     """
-    from .checkpoint import load_model
+    from .model import load_model
     from .evaldata import load_eval_data
 
     fmt = check_format(fmt)
@@ -327,8 +327,20 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     model = load_model(model_path)
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
                           use_cache=use_cache, stream=stream)
-    exp = compute_export(model, data, device=device,
-                         info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
+    return export_data(model, data, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite, device=device,
+                       info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
+
+
+def export_data(model, data, out: str | Path | None = None, fmt: str = "csv", plots: bool = True, strip: int = 8,
+                overwrite: bool = False, device: str = "cpu", info: dict | None = None) -> Export:
+    """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
+
+    What ``laya export`` and ``laya_cli.export`` both run. Under torchrun the samples are sharded
+    over the ranks and only rank 0 writes.
+    """
+    exp = compute_export(model, data, device=device, info=info)
+    if out is None:
+        return exp
     if is_main():
         exp = write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
     # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).

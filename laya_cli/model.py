@@ -1,15 +1,29 @@
-"""A trained LAYA model: tapped backbone + head + what audit/export need to use it."""
+"""A trained LAYA model: tapped backbone + head + what audit/export need to use it.
+
+Also where a model is rebuilt from a checkpoint dict (``model_from_checkpoint``, ``load_model``)
+and saved to one (``LayaModel.save``); the file format itself is ``checkpoint.py``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from . import backbones as bb
 from .backbones import BackboneSpec, TappedBackbone
+from .checkpoint import checkpoint_body, read_checkpoint, save_checkpoint
+from .config import HeadConfig
+from .errors import LayaError
 from .features import backbone_forward, to_float_images
-from .heads import HeadOutput
+from .heads import HeadOutput, build_head
+
+# The spec name of a backbone that is the user's own nn.Module class (``laya_cli.attach``):
+# ``user:<module>.<qualname>``. Nothing can build it from the name; it loads into a module the
+# user passes (``laya_cli.load(path, backbone=...)``).
+USER_BACKBONE = "user:"
 
 
 class EndToEnd(nn.Module):
@@ -30,6 +44,20 @@ class EndToEnd(nn.Module):
 
 @dataclass
 class LayaModel:
+    """A backbone with its layer taps, a trained head, and what auditing it needs.
+
+    Made by ``laya_cli.fit`` or ``laya_cli.load`` (and by ``laya train``, as a checkpoint).
+
+    Attributes:
+        backbone: the tapped backbone, an ``nn.Module``: ``backbone(images) -> [r_1, ..., r_L]``.
+        head: the head, an ``nn.Module``: ``head([r_1, ..., r_L]) -> HeadOutput(logits, alpha)``.
+        spec: how the checkpoint names and rebuilds the backbone.
+        head_kind: ``"laya"``, ``"last"``, ``"concat"`` or ``"scalarmix"``.
+        classes: class names in label order.
+        reference: r̄_i, the mean training feature of each layer (the ablation reference).
+        checkpoint: the training record (dataset, history, metrics, settings) as in the checkpoint.
+    """
+
     backbone: TappedBackbone
     head: nn.Module
     spec: BackboneSpec
@@ -59,4 +87,106 @@ class LayaModel:
 
     @torch.no_grad()
     def features(self, images: Tensor) -> list[Tensor]:
+        """The pooled layer representations [r_1, ..., r_L] of a batch of images."""
         return backbone_forward(self.backbone, to_float_images(images))
+
+    @torch.no_grad()
+    def __call__(self, images: Tensor) -> HeadOutput:
+        """Predict a batch: ``HeadOutput(logits, alpha)``; ``alpha`` is (B, L), or None for heads without one."""
+        return self.head(self.features(images))
+
+    def to_checkpoint(self) -> dict:
+        """The checkpoint dict (without the format header) of this model as it is now."""
+        meta = self.checkpoint
+        if "head" not in meta or "dims" not in meta:
+            raise LayaError("this model has no training record to save; make it with laya_cli.fit or laya_cli.load")
+        stored = meta.get("backbone", {})
+        by_name = self.spec.pretrained and not self.spec.finetune and stored.get("weights", None) is None
+        return checkpoint_body(
+            backbone=self.backbone, spec=self.spec, head=self.head, head_config=meta["head"]["config"],
+            dims=meta["dims"], classes=self.classes, dataset=meta.get("dataset", {}), reference=self.reference,
+            history=meta.get("history", []), metrics=meta.get("metrics", {}),
+            train_config=meta.get("train_config", {}), store_backbone_weights=not by_name)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the checkpoint ``laya train`` writes (atomically): ``laya info/audit/export`` read it.
+
+        Args:
+            path: the file to write, e.g. ``"model.pt"``.
+
+        Returns:
+            The path written.
+
+        Raises:
+            LayaError: the file cannot be written (one line naming it and the reason).
+        """
+        save_checkpoint(self.to_checkpoint(), path)
+        return Path(path).expanduser()
+
+
+# --------------------------------------------------------------------------- rebuilding
+
+
+def _input_config(recorded: dict | None) -> bb.InputConfig | None:
+    if not recorded:
+        return None
+    return bb.InputConfig(int(recorded["channels"]), tuple(recorded["size"]) or None,  # type: ignore[arg-type]
+                          tuple(float(v) for v in recorded["mean"]), tuple(float(v) for v in recorded["std"]))
+
+
+def _same_input(adapter: bb.InputAdapter, cfg: bb.InputConfig) -> bool:
+    return (adapter.channels == cfg.channels and tuple(adapter.size or ()) == tuple(cfg.size or ())
+            and adapter.mean.flatten().tolist() == list(cfg.mean) and adapter.std.flatten().tolist() == list(cfg.std))
+
+
+def _fitting(weights: dict, model: nn.Module) -> dict:
+    """The stored weights without classifier tensors that do not fit the rebuilt model's own
+    classifier (a torchvision model attached with its own ``fc``): the taps never read them."""
+    target = model.state_dict()
+    return {k: v for k, v in weights.items()
+            if not (k.startswith(bb.CLASSIFIER_KEYS) and (k not in target or target[k].shape != v.shape))}
+
+
+def _rebuild_backbone(ckpt: dict, spec: BackboneSpec, module: nn.Module | None) -> TappedBackbone:
+    section = ckpt["backbone"]
+    weights = section.get("weights")
+    recorded = _input_config(section.get("input"))
+    if module is not None or spec.name.startswith(USER_BACKBONE):
+        if module is None:
+            cls = spec.name[len(USER_BACKBONE):]
+            raise LayaError(f"the backbone is your own model class ({cls}), which laya cannot build from a file: "
+                            f"load it in Python with laya_cli.load(path, backbone={cls.rpartition('.')[2]}(...))")
+        if weights is None:
+            raise LayaError("this checkpoint stores no backbone weights to load into the given backbone")
+        bb.load_state(module, weights, type(module).__name__)
+        cfg = recorded or bb.InputConfig(spec.in_channels, None, (0.0,), (1.0,))
+        return TappedBackbone(module, cfg, bb.resolve_layers(module, spec.layers), spec.pool)
+    backbone = bb.build_backbone(spec)
+    if weights is not None:
+        bb.load_state(backbone.model, _fitting(weights, backbone.model), spec.name)
+    # The input the model was trained with (what ``laya_cli.attach`` recorded: the user's loader
+    # fed the model directly) wins over the family's default; for ``laya train`` they are the same.
+    if recorded is not None and not _same_input(backbone.adapter, recorded):
+        backbone.adapter = bb.InputAdapter(recorded)
+    return backbone
+
+
+def model_from_checkpoint(ckpt: dict, backbone: nn.Module | None = None) -> LayaModel:
+    """Rebuild a LayaModel from a checkpoint dict (``backbone``: the user's module for ``user:`` backbones)."""
+    try:
+        spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
+        tapped = _rebuild_backbone(ckpt, spec, backbone)
+        head = build_head(ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
+        head.load_state_dict(ckpt["head"]["weights"])
+    except LayaError:
+        raise
+    except (KeyError, RuntimeError, TypeError) as e:
+        raise LayaError(f"checkpoint is inconsistent: {str(e).splitlines()[0][:160]}") from None
+    model = LayaModel(tapped, head, spec, ckpt["head"]["kind"], list(ckpt["classes"]),
+                      [r.float() for r in ckpt["reference"]], ckpt)
+    return model.eval()
+
+
+def load_model(path: str | Path, backbone: nn.Module | None = None) -> LayaModel:
+    """Read a checkpoint file (safely, ``weights_only``) and rebuild its model."""
+    return model_from_checkpoint(read_checkpoint(path), backbone)

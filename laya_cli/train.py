@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from . import backbones as bb
 from . import distributed
 from .cache import FeatureCache, cached_extract, feature_key
-from .checkpoint import save_checkpoint
+from .checkpoint import checkpoint_body, save_checkpoint
 from .config import TrainConfig, TrainRequest
 from .data import DataSplits, is_file_dataset, load_dataset
 from .device import to_device
@@ -268,27 +268,16 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
         "n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
     }
-    ckpt = {
-        "backbone": {
-            "spec": spec.to_dict(),
-            # Pretrained frozen weights load by name; everything else travels in the file.
-            "weights": None if (spec.pretrained and not spec.finetune and not req.weights)
-            else {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()},
-            "input": {"channels": backbone.adapter.channels, "size": list(backbone.adapter.size or []),
-                      "mean": backbone.adapter.mean.flatten().tolist(), "std": backbone.adapter.std.flatten().tolist()},
-        },
-        "layers": list(spec.layers),
-        "dims": list(dims),
-        "head": {"kind": req.head, "config": req.head_config.to_dict(),
-                 "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
-        "classes": list(data.classes),
-        "dataset": {"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
-                    "label": req.data.label, "seed": req.data.seed},
-        "reference": [r.cpu() for r in train_feats.mean()],
-        "history": [asdict(r) for r in history],
-        "metrics": metrics,
-        "train_config": asdict(req.train),
-    }
+    ckpt = checkpoint_body(
+        backbone=backbone, spec=spec, head=head, head_config=req.head_config.to_dict(), dims=dims,
+        classes=data.classes,
+        dataset={"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
+                 "label": req.data.label, "seed": req.data.seed},
+        reference=train_feats.mean(), history=[asdict(r) for r in history], metrics=metrics,
+        train_config=asdict(req.train),
+        # Pretrained frozen weights load by name; everything else travels in the file.
+        store_backbone_weights=not (spec.pretrained and not spec.finetune and not req.weights),
+    )
     if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
         try:
             save_checkpoint(ckpt, req.out)
