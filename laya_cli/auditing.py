@@ -2,8 +2,9 @@
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
 forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), and each method's
-(B, L) scores; per sample it keeps only a few numbers (ρ, Deletion@1, oracle, random, and the
-L effects Δ when ``global`` is audited), so memory does not grow with the feature width.
+(B, L) scores; per sample it keeps only a few numbers (ρ, Deletion@1, oracle, random, the L
+effects Δ and each method's L scores, for ``AuditResult.per_sample()``), so memory does not grow
+with the feature width.
 Under torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions:
 docs/metrics.md.
 """
@@ -98,6 +99,49 @@ class AuditResult:
     methods: dict[str, MethodScores]
     by_class: dict[str, ClassScores] | None = None
     notes: list[str] = field(default_factory=list)
+    # Per sample (not in the JSON): index, label, predicted, target (N,), delta (N, L), and per
+    # method its attribution scores (N, L), faithfulness ρ (N,) and Deletion@1 (N,).
+    samples: dict | None = field(default=None, repr=False)
+
+    @property
+    def summary(self) -> dict:
+        """The JSON document of ``laya audit --json`` (without its ``fail_under`` block), as a dict."""
+        return self.to_dict()
+
+    def to_pandas(self, by_class: bool = False):
+        """One row per method: faithfulness (mean ρ, std, defined/undefined samples) and Deletion@1
+        (value, oracle, random expectation, normalised). ``by_class``: one row per (class, method)."""
+        import pandas as pd
+
+        def rows(methods: dict[str, MethodScores], **extra) -> list[dict]:
+            return [{**extra, "method": m, **s.to_dict()} for m, s in methods.items()]
+
+        if by_class:
+            if self.by_class is None:
+                raise LayaError("this audit has no per-class results: run it with by_class=True")
+            data = [r for c, cs in self.by_class.items() for r in rows(cs.methods, **{"class": c, "n": cs.n})]
+            return pd.DataFrame(data).set_index(["class", "method"])
+        return pd.DataFrame(rows(self.methods)).set_index("method")
+
+    def per_sample(self):
+        """One row per audited sample: ``index``, ``label``, ``predicted``, ``target`` (the class
+        explained), ``delta[<layer>]`` (Δ_i, the drop in p_target when layer i is removed), and per
+        method ``faithfulness[<method>]`` (ρ), ``deletion@1[<method>]`` and ``<method>[<layer>]``
+        (its attribution score of each layer)."""
+        import pandas as pd
+
+        if self.samples is None:
+            raise LayaError("this audit kept no per-sample results")
+        s = self.samples
+        cols: dict[str, object] = {k: s[k].numpy() for k in ("index", "label", "predicted", "target")}
+        for i, name in enumerate(self.layers):
+            cols[f"delta[{name}]"] = s["delta"][:, i].double().numpy()
+        for m in s["scores"]:
+            cols[f"faithfulness[{m}]"] = s["faithfulness"][m].numpy()
+            cols[f"deletion@1[{m}]"] = s["deletion@1"][m].numpy()
+            for i, name in enumerate(self.layers):
+                cols[f"{m}[{name}]"] = s["scores"][m][:, i].double().numpy()
+        return pd.DataFrame(cols)
 
     def to_dict(self) -> dict:
         out = {"settings": self.settings, "n_samples": self.n_samples, "accuracy": self.accuracy,
@@ -179,7 +223,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     # ``global`` = mean α over the whole audited set: accumulated per batch (α sums) during the
     # pass, then scored against the kept Δ rows once the mean is known (no second pass).
     want_global = "global" in methods and not reasons["global"]
-    alpha_sums, deltas = [], []
+    alpha_sums, deltas, targets = [], [], []
+    scores = {m: [] for m in methods}
 
     preds, labels, oracle, random = [], [], [], []
     rho = {m: [] for m in methods}
@@ -200,9 +245,11 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
             a = METHODS[m](head, x, ctx).cpu()
             rho[m].append(spearman_rows(a, delta))
             d1[m].append(deletion_at_1(a, delta)[0])
+            scores[m].append(a.double())
         if want_global:
             alpha_sums.append(laya_attention(head, x).cpu().double().sum(0, keepdim=True))
-            deltas.append(delta)
+        deltas.append(delta)
+        targets.append(target.cpu())
         _, o, r = deletion_at_1(delta, delta)
         oracle.append(o)
         random.append(r)
@@ -215,7 +262,9 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         return torch.empty((0,) if width is None else (0, width), dtype=dtype)
 
     # Back in the original order, on every rank (a no-op without torchrun).
-    preds, labels = gather_rows([cat(preds, torch.long), cat(labels, torch.long)], n)
+    preds, labels, targets = gather_rows([cat(preds, torch.long), cat(labels, torch.long), cat(targets, torch.long)], n)
+    delta_all = gather_rows(cat(deltas, torch.float32, n_layers), n)
+    scores = {m: gather_rows(cat(v, width=n_layers), n) for m, v in scores.items() if not reasons[m] and m != "global"}
     oracle, random = gather_rows([cat(oracle), cat(random)], n)
     rho = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in rho.items()}
     d1 = {m: gather_rows(cat(v), n) if not reasons[m] and m != "global" else cat(v) for m, v in d1.items()}
@@ -225,9 +274,9 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         for row in sums:  # sequential, in batch order: bit-identical to a one-process run
             total = row if total is None else total + row
         global_w = (total / n).float()
-        delta_all = gather_rows(cat(deltas, torch.float32, n_layers), n)
         a = global_weights(global_w, n)
         rho["global"], d1["global"] = spearman_rows(a, delta_all), deletion_at_1(a, delta_all)[0]
+        scores["global"] = a.double()
     result = AuditResult(
         settings={**asdict(settings), "methods": methods, "head": kind,
                   "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},
@@ -236,6 +285,14 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         methods=_scores(methods, rho, d1, oracle, random, reasons),
         notes=_notes(methods, reasons, n_layers, kind, settings),
     )
+    index = getattr(eval_data, "index", None)
+    available = [m for m in methods if m in scores]
+    result.samples = {
+        "index": torch.as_tensor(index).long() if index is not None else torch.arange(n),
+        "label": labels, "predicted": preds, "target": targets, "delta": delta_all,
+        "scores": {m: scores[m] for m in available}, "faithfulness": {m: rho[m] for m in available},
+        "deletion@1": {m: d1[m] for m in available},
+    }
     if settings.by_class:
         classes = list(getattr(model, "classes", None) or [])
         result.by_class = {}

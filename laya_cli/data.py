@@ -359,6 +359,11 @@ DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
 }
 
 
+# The dataset name a checkpoint records when its head was trained from the user's own DataLoader
+# (``laya_cli.fit``): no registry entry, so auditing it from the command line needs --dataset.
+USER_DATASET = "user"
+
+
 def is_file_dataset(name: str) -> bool:
     """Datasets decoded from image files, at a size the backbone chooses."""
     return name == "artworks" or name.startswith("folder:")

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .cache import FeatureCache, cached_extract, feature_key
 from .config import DataRequest, check_at_least
-from .data import is_file_dataset, load_dataset
+from .data import USER_DATASET, is_file_dataset, load_dataset
 from .errors import LayaError
 from .features import LayerFeatures, StreamedFeatures
 from .model import LayaModel
@@ -48,11 +48,15 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     ``stream`` they are extracted up front (the library default).
     """
     ds = dict(model.checkpoint.get("dataset", {}))
+    if dataset is None and ds.get("name") == USER_DATASET:
+        raise LayaError(f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
+                        f"which laya cannot load by name: pass --dataset (digits, fashion-mnist, cifar10, artworks "
+                        f"or folder:PATH), or audit it in Python with laya_cli.audit(model, loader)")
     name = dataset or ds.get("name", "digits")
     same = name == ds.get("name")
     image_size = ds.get("image_size") if same else None
     if image_size is None and is_file_dataset(name):
-        size = model.backbone.adapter.size
+        size = model.backbone.adapter.size or model.spec.image_size  # resized by the model, or as trained
         image_size = size[0] if size else 32
     req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else (ds.get("data_dir") if same else None),
                       image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337))

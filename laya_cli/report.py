@@ -341,6 +341,10 @@ def speed_tables(summary: dict):
 # --------------------------------------------------------------------------- info
 
 
+def _maybe(value, missing: str = "not measured (no test split: trained with laya_cli.fit)") -> str:
+    return missing if value is None else f"{value:.4f}"
+
+
 def info_panel(summary: dict, path):
     """``laya info``: what a checkpoint holds (``summary``: ``checkpoint.checkpoint_summary``)."""
     from rich.panel import Panel
@@ -353,9 +357,10 @@ def info_panel(summary: dict, path):
         ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
         ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
          + (" …" if len(summary["classes"]) > 12 else "")),
-        ("dataset", summary["dataset"]["name"]),
-        ("test accuracy", f"{m['test_accuracy']:.4f}"),
-        ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
+        ("dataset", summary["dataset"]["name"] + (f" ({summary['dataset']['source']})"
+                                                  if summary["dataset"].get("source") else "")),
+        ("test accuracy", _maybe(m.get("test_accuracy"))),
+        ("test macro-F1", _maybe(m.get("test_macro_f1"))),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
         ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
     ]
