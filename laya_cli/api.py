@@ -222,9 +222,19 @@ def _length(loader: Loader) -> int | None:
 
 
 def _sample_digests(images: Tensor, labels: Tensor) -> list[bytes]:
+    """SHA-256 of each (image, label): its dtype, shape, bytes and class."""
     x = images.detach().cpu().contiguous()
-    return [hashlib.sha256(x[i].numpy().tobytes() + int(labels[i]).to_bytes(8, "little", signed=True)).digest()
-            for i in range(len(x))]
+    head = f"{x.dtype}{tuple(x.shape[1:])}".encode()
+    return [hashlib.sha256(head + x[i].reshape(-1).view(torch.uint8).numpy().tobytes()
+                           + int(labels[i]).to_bytes(8, "little", signed=True)).digest() for i in range(len(x))]
+
+
+def _order(have: list[bytes], want: list[bytes]) -> Tensor:
+    """Row indices into ``have`` that list its rows in the order of ``want`` (the same multiset)."""
+    rows: dict[bytes, list[int]] = {}
+    for i, d in enumerate(have):
+        rows.setdefault(d, []).append(i)
+    return torch.tensor([rows[d].pop() for d in want], dtype=torch.long)
 
 
 def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache: str) -> LayerFeatures:
@@ -235,8 +245,9 @@ def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache
         feats, _ = extract_batches(tapped.backbone, _batches(loader, where, tapped), device, f"{what} features",
                                    _length(loader))
         return feats
-    # disk: one cheap pass hashes every (image, label); a hit skips the backbone. Rows are kept in the
-    # order of their hashes, so a shuffling loader finds its entry too.
+    # disk: one pass hashes every (image, label); a hit skips the backbone. Entries hold their rows in
+    # the order of the hashes, so a shuffling loader finds its entry too; what is returned is in the
+    # order of that first pass, as "memory" would give it (the same model either way).
     digests: list[bytes] = []
     for images, labels in _progress.track(_batches(loader, where, tapped), f"hashing {what} data", _length(loader)):
         digests += _sample_digests(images, labels)
@@ -248,7 +259,7 @@ def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache
     hit = store.load(key)
     if hit is not None and len(hit) == len(digests):
         _progress.log(f"reusing cached {what} features ({store.path(key)})")
-        return hit
+        return hit.subset(_order(sorted(digests), digests))
     seen: list[bytes] = []
 
     def hashed() -> Iterator[tuple[Tensor, Tensor]]:
@@ -261,10 +272,8 @@ def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache
         _progress.log(f"[yellow]{where} yields different samples on every pass (random transforms?): "
                       f"its features are not cached on disk[/]")
         return feats
-    rows = torch.tensor(sorted(range(len(seen)), key=seen.__getitem__))
-    feats = feats.subset(rows)
-    store.save(key, feats)
-    return feats
+    store.save(key, feats.subset(_order(seen, sorted(digests))))
+    return feats.subset(_order(seen, digests))
 
 
 def _read_images(loader: Loader, what: str, tapped: Tapped) -> tuple[Tensor, Tensor]:

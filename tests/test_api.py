@@ -228,13 +228,14 @@ def test_fit_is_seeded_and_the_disk_cache_serves_a_shuffling_loader(tmp_path, mo
     monkeypatch.setattr(api, "extract_batches", lambda *a, **k: calls.append(k) or real(*a, **k))
     train, val = user_loaders(n=300)
     runs = []
-    for _ in range(2):
+    for cache in ("memory", "disk", "disk"):
         torch.manual_seed(0)
         net = TinyNet()
-        runs.append(laya_cli.fit(laya_cli.attach(net), train, val, epochs=2, seed=3, cache="disk", progress=False))
-    assert len(calls) == 2  # the first fit extracted train and val; the second read both from disk
-    heads = [{k: v for k, v in r.head.state_dict().items()} for r in runs]
-    assert all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])
+        runs.append(laya_cli.fit(laya_cli.attach(net), train, val, epochs=2, seed=3, cache=cache, progress=False))
+    # memory: train and val extracted; disk: both again (no entry yet) and stored; disk: both read back.
+    assert len(calls) == 4
+    heads = [r.head.state_dict() for r in runs]  # the same model all three times
+    assert all(torch.equal(heads[0][k], h[k]) for h in heads[1:] for k in heads[0])
     # Random transforms: a different sample every pass, so nothing is cached (and training still works).
     noisy = DataLoader(TensorDataset(torch.rand(64, 1, 8, 8), torch.arange(64) % 10), batch_size=32)
 
