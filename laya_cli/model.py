@@ -87,8 +87,10 @@ class LayaModel:
 
     @torch.no_grad()
     def features(self, images: Tensor) -> list[Tensor]:
-        """The pooled layer representations [r_1, ..., r_L] of a batch of images."""
-        return backbone_forward(self.backbone, to_float_images(images))
+        """The pooled layer representations [r_1, ..., r_L] of a batch of images (on the model's device)."""
+        params = (*self.backbone.parameters(), *self.head.parameters())
+        device = params[0].device if params else images.device
+        return backbone_forward(self.backbone, to_float_images(images.to(device)))
 
     @torch.no_grad()
     def __call__(self, images: Tensor) -> HeadOutput:
