@@ -189,9 +189,13 @@ def attach(model: nn.Module, layers: str | Sequence[str] | None = None, pool: st
             yields; its forward is only run, never changed (its own classifier output is ignored).
         layers: glob patterns over module names (``"blocks.*"``, ``["layer1", "layer4"]``; ``*`` is
             one name part, ``**`` any), or None for the taps ``laya train`` chooses for this model
-            (one per block or stage: ``blocks.*``, ``stages.*``, ``layer1..4``, ``features.*``…).
+            (docs/backbones.md): a timm model's ``feature_info`` stages, a torchvision family's own
+            taps, else the longest run of blocks, found by running the model once — on a 3×224×224
+            probe, or, for a model that cannot take one, on the first batch ``fit`` or ``tapped``
+            is given (until then ``tapped.layers`` raises).
         pool: how a B×N×D token output becomes a vector: ``"cls"``, ``"mean"``, or ``"auto"`` (CLS
-            when the model has a class token, else the mean). B×C×H×W outputs are averaged.
+            when the model has a class token, else the mean). Each tap's layout (B×C×H×W,
+            B×H×W×C, tokens) is read as ``laya train`` reads it; feature maps are averaged.
         mean: a per-channel mean subtracted from your loader's images before the model (with
             ``std``); None: none, the model gets your tensors exactly. laya's datasets serve
             [0, 1] images: normalise here rather than in your transforms, and ``laya audit
