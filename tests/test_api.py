@@ -208,6 +208,17 @@ def test_fit_your_own_module_frozen_save_load_and_what_the_cli_says(tiny_model, 
     for section in ("backbone", "head", "metrics", "train_config"):
         assert set(theirs[section]) <= set(ours[section]), section
     assert set(theirs["dataset"]) <= set(ours["dataset"])
+    # The zoo's record of the backbone: tap formats resolved (not a pre-format checkpoint), where the
+    # weights came from, their SHA-256 — and a user module loaded with other weights is refused.
+    assert ours["backbone"]["spec"]["formats"] == ours["backbone"]["formats"] == ["NC", "NC", "NC"]
+    assert ours["backbone"]["source"] == "your nn.Module (laya_cli.attach)" and len(ours["backbone"]["sha256"]) == 64
+    from laya_cli.checkpoint import save_checkpoint
+
+    edited = {k: v for k, v in ours.items() if k not in ("format", "format_version", "versions")}
+    edited["backbone"] = {**ours["backbone"], "sha256": "0" * 64}
+    save_checkpoint(edited, tmp_path / "edited.pt")
+    with pytest.raises(LayaError, match="differ from those the checkpoint was trained with"):
+        laya_cli.load(tmp_path / "edited.pt", backbone=TinyNet())
     info = invoke("info", path)
     assert info.exit_code == 0 and "TinyNet" in info.output and "not measured" in info.output
     # Only its own code can build a user's class: the CLI says how to load it, in one line.
