@@ -227,14 +227,14 @@ def attach(model: nn.Module, layers: str | Sequence[str] | None = None, pool: st
     # The taps, pooling and tap formats `laya train` would choose (backbones.tap_model, which
     # build_backbone calls too). A model that declares no taps is run once to find its blocks: on a
     # 3×224×224 probe here, or, when it cannot take that, on the first batch of your loader.
+    backbone: bb.TappedBackbone | None = None
     try:
-        backbone: bb.TappedBackbone | None = bb.tap_model(model, cfg, spec)
+        backbone = bb.tap_model(model, cfg, spec)
+        backbone.weights_source = WEIGHTS_SOURCE
     except LayaError:
         raise
     except Exception:
         backbone = None
-    else:
-        backbone.weights_source = WEIGHTS_SOURCE
     return Tapped(model, spec, cfg, backbone)
 
 
