@@ -13,7 +13,7 @@ $(BIN)/laya: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(BIN)/laya
 
-.PHONY: install demo test test-slow bench
+.PHONY: install demo test test-slow bench typecheck
 install: $(BIN)/laya
 
 demo: install
@@ -28,3 +28,8 @@ test-slow: install
 
 bench: install
 	$(BIN)/python -m benchmarks
+
+# mypy on the public Python API (docs/api.md). Not part of `make test`: a cold run reads torch's sources (minutes).
+typecheck: install
+	$(BIN)/pip install -q -e '.[typecheck]'
+	$(BIN)/python -m mypy --follow-imports=silent --ignore-missing-imports laya_cli/api.py

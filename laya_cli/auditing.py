@@ -6,9 +6,10 @@ probabilities (L passes), and for each method its (B, L) scores, its deletion an
 curves (2L passes), and its scores on every stage of a re-initialised copy of the head (the
 model-randomisation check); per sample it keeps only a few numbers (ρ, Deletion@1, the two
 curves, sufficiency@1, IG's convergence delta, the randomisation ρ per stage), so memory does
-not grow with the feature width. ``global`` needs the mean α of the whole audited set first: a
-forward-only pass over the same batches, only when ``global`` is audited. Under torchrun the
-batches are sharded over the ranks (docs/scaling.md). Definitions: docs/metrics.md.
+not grow with the feature width (it keeps Δ, each method's L scores, ρ and Deletion@1 per
+sample too, for ``AuditResult.per_sample()``). ``global`` needs the mean α of the whole audited
+set first: a forward-only pass over the same batches, only when ``global`` is audited. Under
+torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -169,6 +170,49 @@ class AuditResult:
     notes: list[str] = field(default_factory=list)
     randomisation_stages: list[str] = field(default_factory=list)  # the cascade, output → adapters
     randomisation_samples: int = 0  # samples the model-randomisation check ran on
+    # Per sample (not in the JSON): index, label, predicted, target (N,), delta (N, L), and per
+    # method its attribution scores (N, L), faithfulness ρ (N,) and Deletion@1 (N,).
+    samples: dict | None = field(default=None, repr=False)
+
+    @property
+    def summary(self) -> dict:
+        """The JSON document of ``laya audit --json`` (without its ``fail_under`` block), as a dict."""
+        return self.to_dict()
+
+    def to_pandas(self, by_class: bool = False):
+        """One row per method: faithfulness (mean ρ, std, defined/undefined samples) and Deletion@1
+        (value, oracle, random expectation, normalised). ``by_class``: one row per (class, method)."""
+        import pandas as pd
+
+        def rows(methods: dict[str, MethodScores], **extra) -> list[dict]:
+            return [{**extra, "method": m, **s.to_dict()} for m, s in methods.items()]
+
+        if by_class:
+            if self.by_class is None:
+                raise LayaError("this audit has no per-class results: run it with by_class=True")
+            data = [r for c, cs in self.by_class.items() for r in rows(cs.methods, **{"class": c, "n": cs.n})]
+            return pd.DataFrame(data).set_index(["class", "method"])
+        return pd.DataFrame(rows(self.methods)).set_index("method")
+
+    def per_sample(self):
+        """One row per audited sample: ``index``, ``label``, ``predicted``, ``target`` (the class
+        explained), ``delta[<layer>]`` (Δ_i, the drop in p_target when layer i is removed), and per
+        method ``faithfulness[<method>]`` (ρ), ``deletion@1[<method>]`` and ``<method>[<layer>]``
+        (its attribution score of each layer)."""
+        import pandas as pd
+
+        if self.samples is None:
+            raise LayaError("this audit kept no per-sample results")
+        s = self.samples
+        cols: dict[str, object] = {k: s[k].numpy() for k in ("index", "label", "predicted", "target")}
+        for i, name in enumerate(self.layers):
+            cols[f"delta[{name}]"] = s["delta"][:, i].double().numpy()
+        for m in s["scores"]:
+            cols[f"faithfulness[{m}]"] = s["faithfulness"][m].numpy()
+            cols[f"deletion@1[{m}]"] = s["deletion@1"][m].numpy()
+            for i, name in enumerate(self.layers):
+                cols[f"{m}[{name}]"] = s["scores"][m][:, i].double().numpy()
+        return pd.DataFrame(cols)
 
     def to_dict(self) -> dict:
         out = {"settings": self.settings, "n_samples": self.n_samples, "accuracy": self.accuracy,
@@ -187,6 +231,7 @@ class AuditResult:
 # --------------------------------------------------------------------------- the run
 
 _CURVES = ("deletion_curve", "insertion_curve")  # per-sample rows of L values
+_WIDE = (*_CURVES, "scores")  # per-sample rows of L values (``scores``: the method's own, for per_sample())
 
 
 def _mean(t: Tensor) -> float:
@@ -252,7 +297,7 @@ def _features(eval_data):
 
 def _row_keys(method: str, n_stages: int) -> list[str]:
     """The per-sample numbers run_audit keeps for one method."""
-    keys = ["rho", "d1", "aopc", *_CURVES, "sufficiency"]
+    keys = ["rho", "d1", "scores", "aopc", *_CURVES, "sufficiency"]
     if method in CONVERGENCE:
         keys += ["completeness_error", "completeness_effect"]
     return keys + [f"randomised{k}" for k in range(n_stages)]
@@ -300,6 +345,7 @@ def _method_rows(m, head, x, ctx, stage_heads, stage_ctxs, delta, keep, keys, ba
     bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
     out["rho"] = spearman_rows(a, delta)
     out["d1"] = deletion_at_1(a, delta)[0]
+    out["scores"] = a.double()
     order = rank_layers(a, keys).to(base.device)
     for key, fn in (("deletion_curve", deletion_curve), ("insertion_curve", insertion_curve)):
         extra = {"base": base} if fn is deletion_curve else {}
@@ -363,7 +409,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     need_effect = any(m in CONVERGENCE for m in active)
 
     per = {m: {k: [] for k in _row_keys(m, len(stages))} for m in active}
-    common = {k: [] for k in ("oracle", "random", "keep_oracle", "keep_random", "checked", "degenerate")}
+    common = {k: [] for k in ("oracle", "random", "keep_oracle", "keep_random", "checked", "degenerate",
+                              "delta", "target")}
     preds, labels = [], []
     n_batches = (stop - start + bs - 1) // bs
     for b, (xs, y) in enumerate(track(feature_batches(feats, bs, start, stop), "auditing", total=n_batches)):
@@ -396,6 +443,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
                 per[m][k].append(v)
         common["checked"].append(torch.full((len(y),), check))
         common["degenerate"].append(degenerate_effects(delta))
+        common["delta"].append(delta.double())
+        common["target"].append(target.cpu().double())
         for (hi, mean_), t in (((common["oracle"], common["random"]), delta), ((common["keep_oracle"],
                                                                               common["keep_random"]), keep)):
             _, top, avg = deletion_at_1(t, t)
@@ -413,8 +462,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     preds, labels = gather_rows([cat(preds, torch.long), cat(labels, torch.long)], n)
     flags = ("checked", "degenerate")  # gathered as uint8: every backend gathers it
     common = {k: gather_rows(cat(v, torch.bool).to(torch.uint8), n).bool() if k in flags
-              else gather_rows(cat(v), n) for k, v in common.items()}
-    per = {m: {k: gather_rows(cat(v, width=n_layers if k in _CURVES else None), n) for k, v in rows.items()}
+              else gather_rows(cat(v, width=n_layers if k == "delta" else None), n) for k, v in common.items()}
+    per = {m: {k: gather_rows(cat(v, width=n_layers if k in _WIDE else None), n) for k, v in rows.items()}
            for m, rows in per.items()}
     result = AuditResult(
         settings={**asdict(settings), "methods": methods, "head": kind,
@@ -427,6 +476,15 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     result.notes = _notes(methods, reasons, n_layers, kind, settings, result.methods)
     result.notes += _warnings(result, labels, len(getattr(model, "classes", None) or []),
                               int(common["degenerate"].sum()))
+    index = getattr(eval_data, "index", None)
+    result.samples = {
+        "index": torch.as_tensor(index).long() if index is not None else torch.arange(n),
+        "label": labels, "predicted": preds, "target": common["target"].long(), "delta": common["delta"].float(),
+        # ρ is undefined (NaN) where every Δ is equal, as in the summary (docs/metrics.md)
+        "scores": {m: per[m]["scores"] for m in active},
+        "faithfulness": {m: per[m]["rho"].masked_fill(common["degenerate"], float("nan")) for m in active},
+        "deletion@1": {m: per[m]["d1"] for m in active},
+    }
     if settings.by_class:
         classes = list(getattr(model, "classes", None) or [])
         result.by_class = {}

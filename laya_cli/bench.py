@@ -223,7 +223,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
 
 def _audit_run(bench: BenchRequest, record: dict) -> dict:
     from .auditing import run_audit
-    from .checkpoint import load_model
+    from .model import load_model
     from .evaldata import load_eval_data
 
     path = bench.folder / record["checkpoint"]

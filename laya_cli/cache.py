@@ -52,7 +52,7 @@ def backbone_identity(backbone) -> dict:
                       adapter.std.flatten().tolist()]}
 
 
-def feature_key(backbone, data_identity: str, split: str, split_seed: int, rows: int | Sequence[int],
+def feature_key(backbone, data_identity: str, split: str, split_seed: int | None, rows: int | Sequence[int],
                 device, dtype: str = "float32") -> str:
     """The cache key of one split's features: ``rows`` = the split's length (all of it) or a list of
     row indices (a subset, as ``--samples`` takes); ``dtype`` = how they are stored (``--feature-dtype``)."""

@@ -4,20 +4,21 @@ Layout (``format_version`` 1), documented in docs/checkpoint.md:
   format, format_version, versions{torch,timm,laya}, backbone{spec..., weights, input},
   layers, dims, head{kind, config, weights}, classes, dataset{...}, reference[L tensors],
   history[...], metrics{...}, train_config{...}
+
+``checkpoint_body`` is the one builder of that dict (``laya train`` and ``LayaModel.save`` both
+call it); rebuilding a model from it is ``model.model_from_checkpoint``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
-from .backbones import BackboneSpec, backbone_from_checkpoint
+from . import backbones as bb
 from .errors import LayaError
-from .config import HeadConfig
 from .fileio import atomic_torch_save
-from .heads import build_head
-from .model import LayaModel
 from .trust import safe_torch_load
 
 FORMAT = "laya-checkpoint"
@@ -51,23 +52,46 @@ def read_checkpoint(path: str | Path) -> dict:
     return ckpt
 
 
-def model_from_checkpoint(ckpt: dict) -> LayaModel:
-    spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
-    try:
-        backbone = backbone_from_checkpoint(ckpt["backbone"])  # refuses weights whose SHA-256 changed
-        head = build_head(ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
-        head.load_state_dict(ckpt["head"]["weights"])
-    except LayaError:
-        raise
-    except (KeyError, RuntimeError, TypeError) as e:
-        raise LayaError(f"checkpoint is inconsistent: {str(e).splitlines()[0][:160]}") from None
-    model = LayaModel(backbone, head, spec, ckpt["head"]["kind"], list(ckpt["classes"]),
-                      [r.float() for r in ckpt["reference"]], ckpt)
-    return model.eval()
+def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[int], classes: Sequence[str],
+                    dataset: dict, reference: Sequence[torch.Tensor], history: list[dict], metrics: dict,
+                    train_config: dict, weights_file: str | None = None, feature_dtype: str = "float32",
+                    recorded: dict | None = None) -> dict:
+    """Everything a checkpoint holds except the format header ``save_checkpoint`` adds.
 
-
-def load_model(path: str | Path) -> LayaModel:
-    return model_from_checkpoint(read_checkpoint(path))
+    ``backbone``: the TappedBackbone; ``spec`` its resolved BackboneSpec. The backbone weights
+    follow ``backbones.checkpoint_weights``/``checkpoint_extras`` (none for frozen pretrained hub
+    weights, which load by name and are checked by SHA-256; a .pt2 program travels whole);
+    ``weights_file`` is the ``--weights`` file it was built from. ``recorded``: the backbone section
+    of the checkpoint a model was loaded from (``LayaModel.save`` of a loaded model): it keeps that
+    section's choice of storing the weights and its weights source.
+    """
+    adapter = backbone.adapter
+    weights = bb.checkpoint_weights(backbone, spec, weights_file)
+    extras = bb.checkpoint_extras(backbone, spec, weights_file)
+    if recorded is not None:
+        if recorded.get("weights") is not None and weights is None and "program" not in extras:
+            weights = {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
+        extras["source"] = recorded.get("source", extras["source"])
+    return {
+        "backbone": {
+            "spec": spec.to_dict(),
+            "weights": weights,
+            **extras,  # source, sha256, formats (.pt2: program)
+            "input": {"channels": adapter.channels, "size": list(adapter.size or []),
+                      "mean": adapter.mean.flatten().tolist(), "std": adapter.std.flatten().tolist()},
+        },
+        "layers": list(spec.layers),
+        "dims": list(dims),
+        "head": {"kind": head.kind, "config": dict(head_config),
+                 "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
+        "classes": list(classes),
+        "dataset": dict(dataset),
+        "feature_dtype": feature_dtype,
+        "reference": [r.detach().cpu() for r in reference],
+        "history": list(history),
+        "metrics": dict(metrics),
+        "train_config": dict(train_config),
+    }
 
 
 def checkpoint_summary(ckpt: dict) -> dict:

@@ -340,7 +340,7 @@ def audit(
     import time
 
     from . import auditing, distributed, regression
-    from .checkpoint import load_model
+    from .model import load_model
     from .config import AuditSettings, check_at_least
     from .evaldata import load_eval_data
     from .fileio import append_text, atomic_write_text, check_writable, strict_json

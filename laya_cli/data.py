@@ -437,6 +437,10 @@ PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
     "hf-disk": load_sharded,
 }
 
+# The dataset name a checkpoint records when its head was trained from the user's own DataLoader
+# (``laya_cli.fit``): no registry entry, so auditing it from the command line needs --dataset.
+USER_DATASET = "user"
+
 
 def is_file_dataset(name: str) -> bool:
     """Datasets decoded from image files, at a size the backbone chooses."""

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .cache import FeatureCache, cached_extract, feature_key
 from .config import DataRequest, check_at_least
-from .data import DataDirMissing, dataset_name, is_file_dataset, load_dataset
+from .data import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
 from .errors import LayaError
 from .features import LayerFeatures, StreamedFeatures
 from .images import take
@@ -71,12 +71,16 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     ``stream`` they are extracted up front (the library default).
     """
     ds = dict(model.checkpoint.get("dataset", {}))
+    if dataset is None and ds.get("name") == USER_DATASET:
+        raise LayaError(f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
+                        f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
+                        f"docs/datasets.md), or audit it in Python with laya_cli.audit(model, loader)")
     name = dataset_name(dataset or ds.get("name", "digits"))
     same = name == ds.get("name")
     image_size = ds.get("image_size") if same else None
     if image_size is None and is_file_dataset(name):
-        size = model.backbone.adapter.size  # the backbone's input size, else the size it was trained at
-        image_size = size[0] if size else model.spec.image_size[0]
+        size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
+        image_size = size[0] if size else 32
     recorded = ds.get("data_dir") if same and data_dir is None else None
     req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else recorded,
                       image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),

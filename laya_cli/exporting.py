@@ -327,7 +327,7 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
     ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
     """
-    from .checkpoint import load_model
+    from .model import load_model
     from .evaldata import load_eval_data
     from .regression import read_audit_json
 
@@ -340,9 +340,23 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     check_results_match(results, model, audit)
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
                           use_cache=use_cache, stream=stream)
-    exp = compute_export(model, data, device=device,
-                         info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
-    exp.results = results
+    return export_data(model, data, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite, device=device,
+                       info={"checkpoint": str(model_path), "samples": samples, "seed": seed}, results=results)
+
+
+def export_data(model, data, out: str | Path | None = None, fmt: str = "csv", plots: bool = True, strip: int = 8,
+                overwrite: bool = False, device: str = "cpu", info: dict | None = None,
+                results: dict | None = None) -> Export:
+    """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
+
+    What ``laya export`` and ``laya_cli.export`` both run. ``results``: attached results shown in
+    report.html (``{"audit": <laya audit --json>}``, as ``laya export --audit`` gives). Under torchrun
+    the samples are sharded over the ranks and only rank 0 writes.
+    """
+    exp = compute_export(model, data, device=device, info=info)
+    exp.results = dict(results or {})
+    if out is None:
+        return exp
     if is_main():
         exp = write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
     # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -102,6 +102,46 @@ def extract(backbone, images: Tensor, labels: Tensor, batch_size: int = 256, dev
         feats = gather_rows(feats, n)
     check_finite(backbone.layer_names, feats)
     return LayerFeatures(feats, labels.clone())
+
+
+def image_batch(batch, where: str = "the loader") -> tuple[Tensor, Tensor]:
+    """``(images, labels)`` of one batch a user's DataLoader yields, checked (a LayaError otherwise)."""
+    if isinstance(batch, dict) or not isinstance(batch, (tuple, list)) or len(batch) < 2:
+        raise LayaError(f"{where} must yield (images, labels) batches; got {type(batch).__name__}")
+    images, labels = batch[0], batch[1]
+    if not isinstance(images, Tensor) or images.ndim != 4:
+        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise LayaError(f"{where} must yield images as a B×C×H×W tensor; got {shape}")
+    if not images.is_floating_point() and images.dtype != torch.uint8:
+        raise LayaError(f"{where} must yield float (or uint8) images; got {images.dtype}")
+    labels = torch.as_tensor(labels)
+    if labels.ndim != 1 or labels.is_floating_point() or len(labels) != len(images):
+        raise LayaError(f"{where} must yield one integer class label per image; got labels of shape "
+                        f"{tuple(labels.shape)} ({labels.dtype}) for {len(images)} images")
+    return images, labels.long()
+
+
+@torch.no_grad()
+def extract_batches(backbone, batches: Iterable[tuple[Tensor, Tensor]], device: str = "cpu",
+                    description: str = "features", total: int | None = None,
+                    keep_images: bool = False) -> tuple[LayerFeatures, Tensor | None]:
+    """Features of (images, labels) batches as they come (a user's DataLoader), on the CPU in float32;
+    with ``keep_images`` the images too. One process: the batches are not sharded under torchrun."""
+    backbone.eval()
+    chunks: list[list[Tensor]] = []
+    labels: list[Tensor] = []
+    images: list[Tensor] = []
+    for x, y in track(batches, description, total=total):
+        feats = backbone_forward(backbone, to_float_images(to_device(x, device)))
+        chunks.append([f.cpu() for f in feats])
+        labels.append(y.cpu().long())
+        if keep_images:
+            images.append(x.cpu())
+    if not chunks:
+        raise LayaError(f"{description}: the loader yielded no batches")
+    feats = [torch.cat(layer) for layer in zip(*chunks)]
+    check_finite(backbone.layer_names, feats)
+    return LayerFeatures(feats, torch.cat(labels)), (torch.cat(images) if keep_images else None)
 
 
 class StreamedFeatures:

@@ -67,7 +67,7 @@ def is_enabled() -> bool:
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
-    if not _enabled or not console.is_terminal:  # no bars in logs and pipes
+    if not _enabled or not (console.is_terminal or console.is_jupyter):  # no bars in logs and pipes
         yield from items
         return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,

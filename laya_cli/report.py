@@ -519,6 +519,10 @@ def data_scale_table(result: dict):
 # --------------------------------------------------------------------------- info
 
 
+def _maybe(value, missing: str = "not measured (no test split: trained with laya_cli.fit)") -> str:
+    return missing if value is None else f"{value:.4f}"
+
+
 def info_panel(summary: dict, path):
     """``laya info``: what a checkpoint holds (``summary``: ``checkpoint.checkpoint_summary``)."""
     from rich.panel import Panel
@@ -531,13 +535,14 @@ def info_panel(summary: dict, path):
         ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
         ("classes", f"{len(summary['classes'])}: " + ", ".join(summary["classes"][:12])
          + (" …" if len(summary["classes"]) > 12 else "")),
-        ("dataset", summary["dataset"]["name"]),
+        ("dataset", summary["dataset"]["name"] + (f" ({summary['dataset']['source']})"
+                                                  if summary["dataset"].get("source") else "")),
         *([("unmatched", f"{len(u)} artist folder(s) match no row of artists.csv: " + ", ".join(u))]
           if (u := summary["dataset"].get("unmatched")) else []),
         *([("weights", f"{b['weights_source']}  sha256 {(b['weights_sha256'] or '')[:16]}")]
           if b.get("weights_source") else []),
-        ("test accuracy", f"{m['test_accuracy']:.4f}"),
-        ("test macro-F1", f"{m['test_macro_f1']:.4f}"),
+        ("test accuracy", _maybe(m.get("test_accuracy"))),
+        ("test macro-F1", _maybe(m.get("test_macro_f1"))),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
         ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
     ]

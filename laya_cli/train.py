@@ -20,7 +20,7 @@ from . import backbones as bb
 from . import distributed
 from .alignment import Alignment
 from .cache import FeatureCache, cached_extract, feature_key
-from .checkpoint import save_checkpoint
+from .checkpoint import checkpoint_body, save_checkpoint
 from .config import TrainConfig, TrainRequest, diff_options
 from .data import DataSplits, dataset_name, is_file_dataset, load_dataset
 from .device import to_device
@@ -364,29 +364,17 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
         "n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
     }
-    ckpt = {
-        "backbone": {
-            "spec": spec.to_dict(),
-            # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
-            "weights": bb.checkpoint_weights(backbone, spec, req.weights),
-            **bb.checkpoint_extras(backbone, spec, req.weights),  # source, sha256, formats (.pt2: program)
-            "input": {"channels": backbone.adapter.channels, "size": list(backbone.adapter.size or []),
-                      "mean": backbone.adapter.mean.flatten().tolist(), "std": backbone.adapter.std.flatten().tolist()},
-        },
-        "layers": list(spec.layers),
-        "dims": list(dims),
-        "head": {"kind": req.head, "config": req.head_config.to_dict(),
-                 "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
-        "classes": list(data.classes),
-        "dataset": {"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
-                    "label": req.data.label, "seed": req.data.seed, "unmatched": list(data.unmatched),
-                    **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v}},
-        "feature_dtype": req.feature_dtype,
-        "reference": [r.cpu() for r in train_feats.mean()],
-        "history": [asdict(r) for r in history],
-        "metrics": metrics,
-        "train_config": asdict(req.train),
-    }
+    ckpt = checkpoint_body(
+        backbone=backbone, spec=spec, head=head, head_config=req.head_config.to_dict(), dims=dims,
+        classes=data.classes,
+        dataset={"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
+                 "label": req.data.label, "seed": req.data.seed, "unmatched": list(data.unmatched),
+                 **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v}},
+        reference=train_feats.mean(), history=[asdict(r) for r in history], metrics=metrics,
+        train_config=asdict(req.train),
+        # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
+        weights_file=req.weights, feature_dtype=req.feature_dtype,
+    )
     if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
         try:
             save_checkpoint(ckpt, req.out)

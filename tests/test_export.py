@@ -109,7 +109,7 @@ def test_samples_table_columns_and_values(exported, samples_csv):
 
 def test_contrib_matches_the_margin(exported, samples_csv):
     """Σ_i contrib_i = logit_ŷ − logit_ŷ₂ − (b_ŷ − b_ŷ₂): recompute from the model itself."""
-    from laya_cli.checkpoint import load_model
+    from laya_cli.model import load_model
     from laya_cli.evaldata import load_eval_data
 
     exp, _ = exported

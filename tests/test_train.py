@@ -2,7 +2,8 @@ import torch
 
 from laya_cli.testing import make_image_folder, train_digits
 from laya_cli import backbones as bb
-from laya_cli.checkpoint import load_model, read_checkpoint
+from laya_cli.checkpoint import read_checkpoint
+from laya_cli.model import load_model
 from laya_cli.config import DataRequest
 from laya_cli.data import load_dataset
 from laya_cli.train import predict

@@ -35,6 +35,7 @@ def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     elsewhere.mkdir()
     where = run([venv / "bin" / "python", "-c", "import laya_cli; print(laya_cli.__file__)"], cwd=elsewhere)
     assert where.stdout.strip().startswith(str(new_site)), where.stdout
+    assert (new_site / "laya_cli" / "py.typed").is_file()  # PEP 561: the public API's annotations are for users
     js = elsewhere / "speed.json"
     proc = run([venv / "bin" / "laya", "bench", "speed", "--quick", "--device", "cpu", "--json", js], cwd=elsewhere)
     doc = json.loads(js.read_text())

@@ -35,7 +35,7 @@ BUILTIN_FINETUNE = ("mlp", "cnn")  # trained from scratch, end to end, by defaul
 __all__ = [
     "BACKBONES", "FAMILIES", "BUILTIN_FINETUNE", "BackboneSpec", "InputConfig", "InputAdapter", "Layouts", "PaperMLP",
     "SmallCNN", "TapFormat", "TappedBackbone", "CLASSIFIER_KEYS", "IMAGENET_MEAN", "IMAGENET_STD",
-    "backbone_from_checkpoint", "backbone_name", "build_backbone", "build_model", "checkpoint_extras",
+    "backbone_from_checkpoint", "backbone_name", "build_backbone", "check_sha256", "tap_model", "build_model", "checkpoint_extras",
     "checkpoint_weights", "default_pretrained", "family_of", "input_side", "is_builtin", "load_state", "pool_tokens",
     "preflight",
     "read_weights_file", "resolve_layers", "state_fingerprint", "trust_code", "weights_sha256",
@@ -129,22 +129,25 @@ def resolve_layers(model: nn.Module, patterns: Sequence[str] | None, family: Fam
         raise
 
 
-def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, program: bytes | None = None,
-                   trust_pickle: bool = False, expect_sha256: str | None = None) -> TappedBackbone:
-    """Build the spec's model, load ``state_dict`` into it, resolve the taps and wrap it in a
-    ``TappedBackbone``. The caller's spec is left as it was; ``backbone.spec`` is the resolved copy
-    (layer names, pool and tap formats filled in) that a checkpoint stores."""
-    spec = replace(spec, layers=list(spec.layers), formats=list(spec.formats))
-    family, model_name = family_of(spec.name)
-    model, input_cfg = family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
-    if state_dict is not None:
-        load_state(model, state_dict, spec.name)
-    example_shape = (spec.in_channels, *spec.image_size)
-
+def _shape_probe(input_cfg: InputConfig, shape: tuple[int, ...]) -> Callable[[], Tensor]:
     def probe() -> Tensor:
-        x = torch.rand(2, *example_shape, generator=torch.Generator().manual_seed(0))
+        x = torch.rand(2, *shape, generator=torch.Generator().manual_seed(0))
         return InputAdapter(input_cfg)(x)
 
+    return probe
+
+
+def tap_model(model: nn.Module, input_cfg: InputConfig, spec: BackboneSpec, *, family: Family | None = None,
+              example_shape: tuple[int, ...] | None = None) -> TappedBackbone:
+    """Wrap a built ``model`` in a ``TappedBackbone``: the spec's taps (its family's defaults without
+    globs), its pool (``auto``: the family's choice) and tap formats. ``family``: the model's family
+    (default: the one that owns it, e.g. a timm or torchvision model a user built). ``example_shape``:
+    (C, H, W) of a probe input for families that choose default taps by running the model; None:
+    ``resolve_layers``' default probe. The caller's spec is left as it was; ``backbone.spec`` is the
+    resolved copy (layer names, pool and tap formats filled in) that a checkpoint stores."""
+    spec = replace(spec, layers=list(spec.layers), formats=list(spec.formats))
+    family = family or family_for_model(model)
+    probe = None if example_shape is None else _shape_probe(input_cfg, tuple(example_shape))
     layers = resolve_layers(model, spec.layers, family, probe)
     if layers != spec.layers:
         spec.formats = []
@@ -152,16 +155,37 @@ def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, progra
     if spec.pool == "auto":
         spec.pool = family.default_pool(model)
     formats = spec.formats if len(spec.formats) == len(layers) else None
-    backbone = TappedBackbone(model, input_cfg, layers, spec.pool, formats, family=family, engine=family.engine,
-                              layouts=family.layouts(model), expected_widths=family.expected_widths(model, layers),
-                              example_shape=example_shape, spec=spec)
-    backbone.weights_source = family.weights_source(model_name, spec, model)
+    return TappedBackbone(model, input_cfg, layers, spec.pool, formats, family=family, engine=family.engine,
+                          layouts=family.layouts(model), expected_widths=family.expected_widths(model, layers),
+                          example_shape=example_shape, spec=spec)  # type: ignore[arg-type]
+
+
+def check_sha256(state_dict: dict, expect_sha256: str | None, where: str) -> None:
+    """Refuse backbone weights whose SHA-256 differs from the one a checkpoint recorded."""
     if expect_sha256:
-        got = weights_sha256(model.state_dict())
+        got = weights_sha256(state_dict)
         if got != expect_sha256:
-            where = "the hub's pretrained weights" if spec.pretrained and state_dict is None else "the stored weights"
             raise LayaError(f"the backbone weights differ from those the checkpoint was trained with (sha256 "
                             f"{expect_sha256[:12]}… recorded, {got[:12]}… loaded from {where}); refusing to use them")
+
+
+def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, program: bytes | None = None,
+                   trust_pickle: bool = False, expect_sha256: str | None = None) -> TappedBackbone:
+    """Build the spec's model, load ``state_dict`` into it, resolve the taps and wrap it in a
+    ``TappedBackbone`` (``tap_model``). The caller's spec is left as it was; ``backbone.spec`` is the
+    resolved copy (layer names, pool and tap formats filled in) that a checkpoint stores.
+
+    ``expect_sha256``: the weights must hash to it — the stored ``state_dict`` when one is given
+    (what was recorded; a classifier of another shape that ``load_state`` leaves out does not
+    matter, the taps never read it), else the model's own weights (the hub's, a program's)."""
+    family, model_name = family_of(spec.name)
+    model, input_cfg = family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
+    if state_dict is not None:
+        load_state(model, state_dict, spec.name)
+    backbone = tap_model(model, input_cfg, spec, family=family, example_shape=(spec.in_channels, *spec.image_size))
+    backbone.weights_source = family.weights_source(model_name, spec, model)
+    where = "the hub's pretrained weights" if spec.pretrained and state_dict is None else "the stored weights"
+    check_sha256(state_dict if state_dict is not None else model.state_dict(), expect_sha256, where)
     return backbone
 
 
@@ -192,9 +216,38 @@ def checkpoint_extras(backbone: TappedBackbone, spec: BackboneSpec, weights_file
     return extras
 
 
-def backbone_from_checkpoint(section: dict) -> TappedBackbone:
-    """Rebuild a checkpoint's backbone; refuses weights whose SHA-256 differs from the recorded one."""
+def _recorded_input(section: dict) -> InputConfig | None:
+    rec = section.get("input")
+    if not rec:
+        return None
+    return InputConfig(int(rec["channels"]), tuple(rec["size"]) or None,  # type: ignore[arg-type]
+                       tuple(float(v) for v in rec["mean"]), tuple(float(v) for v in rec["std"]))
+
+
+def _same_input(adapter: InputAdapter, cfg: InputConfig) -> bool:
+    return (adapter.channels == cfg.channels and tuple(adapter.size or ()) == tuple(cfg.size or ())
+            and adapter.mean.flatten().tolist() == list(cfg.mean) and adapter.std.flatten().tolist() == list(cfg.std))
+
+
+def backbone_from_checkpoint(section: dict, model: nn.Module | None = None) -> TappedBackbone:
+    """Rebuild a checkpoint's backbone; refuses weights whose SHA-256 differs from the recorded one.
+
+    ``model``: a module of the user's own class (a ``user:`` backbone, which no name builds) to
+    load the stored weights into. The input the backbone was trained with (``input``, as recorded)
+    wins over the family's default: a model attached in Python was fed the user's tensors as they were.
+    """
     spec = BackboneSpec.from_dict(section["spec"])
+    recorded = _recorded_input(section)
+    if model is not None:
+        stored = section.get("weights")
+        if stored is None:
+            raise LayaError("this checkpoint stores no backbone weights to load into the given backbone")
+        load_state(model, stored, type(model).__name__)
+        check_sha256(stored, section.get("sha256"), "the stored weights")
+        cfg = recorded or InputConfig(spec.in_channels, None, (0.0,), (1.0,))
+        backbone = tap_model(model, cfg, spec, example_shape=(spec.in_channels, *spec.image_size))
+        backbone.weights_source = section.get("source", "")
+        return backbone
     program = section.get("program")
     if program is not None:
         program = program.numpy().tobytes()
@@ -206,4 +259,7 @@ def backbone_from_checkpoint(section: dict) -> TappedBackbone:
         # checkpoints from before declared tap formats averaged every token, prefix tokens included
         backbone.layouts = Layouts(backbone.layouts.spatial, 0)
     backbone.weights_source = section.get("source", backbone.weights_source)
+    if recorded is not None and not _same_input(backbone.adapter, recorded):
+        backbone.adapter = InputAdapter(recorded)
+        backbone.input_cfg = recorded
     return backbone

@@ -50,7 +50,11 @@ def read_weights_file(path: str | Path, trust_pickle: bool = False) -> dict | nn
 
 
 def load_state(model: nn.Module, state_dict: dict, name: str) -> None:
-    """Load weights; the checkpoint's own classifier is ignored (we replace it with a head)."""
+    """Load weights; the checkpoint's own classifier is ignored (we replace it with a head): classifier
+    tensors that do not fit the model's own (a model attached with a 10-class ``fc``) are left out."""
+    target = model.state_dict()
+    state_dict = {k: v for k, v in state_dict.items()
+                  if not (k.startswith(CLASSIFIER_KEYS) and (k not in target or target[k].shape != v.shape))}
     try:
         missing, unexpected = model.load_state_dict(state_dict, strict=False)
     except RuntimeError as e:  # shape mismatches

@@ -48,7 +48,7 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
 
     from laya_cli import progress
     from laya_cli.auditing import parse_methods, run_audit
-    from laya_cli.checkpoint import load_model
+    from laya_cli.model import load_model
     from laya_cli.config import AuditSettings
     from laya_cli.evaldata import load_eval_data
 

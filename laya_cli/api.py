@@ -1,0 +1,591 @@
+"""The Python API (``laya_cli.attach/fit/audit/export/load``): your model, your DataLoaders, DataFrames back.
+
+Everything here calls the functions the command line calls — tap choice (``backbones``), the
+training loop (``train.fit``), the audit (``auditing.run_audit``), the export
+(``exporting.export_data``), the checkpoint (``LayaModel.save``/``model.load_model``) — so the two
+cannot drift. Documented in docs/api.md, which quotes these docstrings.
+
+Conventions: bad input raises ``LayaError`` with the command line's one-line messages; nothing
+prints except rich progress bars (and cache status lines) while ``progress=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from . import backbones as bb
+from . import progress as _progress
+from .auditing import AuditResult, parse_methods, run_audit
+from .cache import FeatureCache, feature_key
+from .config import POOL_CHOICES, AuditSettings, HeadConfig, TrainConfig, check_at_least, check_choice
+from .data import USER_DATASET, stratified_split
+from .device import resolve_device
+from .errors import LayaError, match_choice
+from .evaldata import EvalData
+from .exporting import Export, check_format, check_out_dir, export_data
+from .features import LayerFeatures, backbone_forward, extract, extract_batches, image_batch, to_float_images
+from .heads import HEADS, build_head
+from .metrics import check_ablation
+from .model import USER_BACKBONE, EndToEnd, LayaModel, load_model
+from .train import fit as train_loop
+
+__all__ = ["Tapped", "attach", "fit", "audit", "export", "load"]
+
+HEAD, TRAIN, AUDIT = HeadConfig(), TrainConfig(), AuditSettings()
+CACHES = ("memory", "disk")
+WEIGHTS_SOURCE = "your nn.Module (laya_cli.attach)"  # the checkpoint's backbone ``source``
+
+# A DataLoader, or any iterable of (images, labels) batches: images B×C×H×W float (or uint8)
+# tensors, labels B integer classes.
+Loader = Iterable[Any]
+
+
+# --------------------------------------------------------------------------- attach
+
+
+class Tapped:
+    """A model with its layers tapped: ``tapped(images) -> [r_1, ..., r_L]``. Made by ``attach``.
+
+    Attributes:
+        model: your ``nn.Module`` (not copied: ``fit(..., frozen=False)`` trains it in place).
+        backbone: the ``TappedBackbone`` wrapping it (what a ``LayaModel`` carries).
+        name: how a checkpoint names the backbone: ``timm:NAME`` or ``torchvision:NAME`` when the
+            command line can rebuild it by name, else ``user:<module>.<class>``.
+    """
+
+    def __init__(self, model: nn.Module, spec: bb.BackboneSpec, cfg: bb.InputConfig,
+                 backbone: bb.TappedBackbone | None):
+        self.model = model
+        self.name = spec.name
+        self._spec, self._cfg = spec, cfg  # what the first batch resolves the taps with, when attach could not
+        self._backbone = backbone
+        self.image_shape: tuple[int, int, int] | None = None  # (C, H, W) of the first batch seen
+
+    @property
+    def backbone(self) -> bb.TappedBackbone:
+        if self._backbone is None:
+            raise LayaError("this model's default taps are chosen by running it on your first batch: call "
+                            "fit() or tapped(images) first, or choose them with attach(model, layers=...)")
+        return self._backbone
+
+    @property
+    def layers(self) -> list[str]:
+        """The tapped module names, in model order."""
+        return list(self.backbone.layer_names)
+
+    @property
+    def pool(self) -> str:
+        """How each tap is pooled to a vector: ``cls`` or ``mean`` for token outputs."""
+        return self.backbone.pool
+
+    def _bind(self, images: Tensor) -> None:
+        """The first batch fixes the input: channels (unless ``mean``/``std`` did) and image size, and
+        the default taps of a model that had to be run to choose them (``backbones.tap_model``)."""
+        if self.image_shape is None:
+            self.image_shape = tuple(images.shape[1:])  # type: ignore[assignment]
+        if not self._cfg.channels:
+            self._cfg.channels = int(images.shape[1])
+        if self._backbone is None:
+            try:
+                self._backbone = bb.tap_model(self.model, self._cfg, self._spec, example_shape=self.image_shape)
+            except LayaError:
+                raise
+            except Exception as e:  # the model cannot run on the loader's images
+                detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                shape = "×".join(str(v) for v in images.shape[1:])
+                raise LayaError(f"the model fails on a {shape} input: {type(e).__name__}: {detail}") from None
+            self._backbone.weights_source = WEIGHTS_SOURCE
+        backbone = self._backbone
+        if not backbone.adapter.channels:
+            backbone.adapter.channels = int(images.shape[1])
+        if backbone.example_shape is None:
+            backbone.example_shape = self.image_shape
+
+    @torch.no_grad()
+    def __call__(self, images: Tensor) -> list[Tensor]:
+        """The pooled representations [r_1, ..., r_L] of a batch (B×C×H×W)."""
+        images, _ = image_batch((images, torch.zeros(len(images), dtype=torch.long)), "images")
+        self._bind(images)
+        self.backbone.eval()
+        return backbone_forward(self.backbone, to_float_images(images))
+
+    def __repr__(self) -> str:
+        if self._backbone is None:
+            return f"Tapped({self.name}, default taps chosen on the first batch)"
+        return f"Tapped({self.name}, {len(self.layers)} layers: {', '.join(self.layers)}; pool {self.pool})"
+
+
+def _classifier(name: str) -> bool:
+    return (name + ".").startswith(bb.CLASSIFIER_KEYS)
+
+
+def _layout(model: nn.Module) -> tuple[set[str], dict[str, tuple]]:
+    """Module names and weight shapes, classifier aside."""
+    return ({n for n, _ in model.named_modules() if not _classifier(n)},
+            {k: tuple(v.shape) for k, v in model.state_dict().items() if not _classifier(k)})
+
+
+def _rebuilds_as(model: nn.Module, build) -> bool:
+    """Whether ``build()`` (what ``laya audit`` runs for a name) makes the same modules and weight
+    shapes as ``model``, classifiers aside (they are replaced by the head)."""
+    try:
+        with torch.device("meta"):
+            other = build()
+    except Exception:  # a builder that cannot run on the meta device: build it for real
+        try:
+            other = build()
+        except Exception:
+            return False
+    return _layout(model) == _layout(other)
+
+
+def backbone_name(model: nn.Module) -> str:
+    """The checkpoint name of ``model``: the timm/torchvision name ``laya audit`` rebuilds it by, or
+    ``user:<module>.<class>`` for a model only its own code can build."""
+    cls = type(model)
+    module = cls.__module__
+    if module.startswith("timm."):
+        import timm
+
+        arch = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+        if arch and arch in timm.list_models() and _rebuilds_as(
+                model, lambda: timm.create_model(arch, pretrained=False, num_classes=0)):
+            return f"timm:{arch}"
+    elif module.startswith("torchvision.models"):
+        import torchvision
+
+        tv = torchvision.models
+
+        def returns(name: str) -> str | None:
+            ret = getattr(tv.get_model_builder(name), "__annotations__", {}).get("return")
+            return getattr(ret, "__name__", ret)
+
+        def distance(name: str) -> float:  # try the builders closest in size first (no building needed)
+            try:
+                return abs(next(iter(tv.get_model_weights(name))).meta["num_params"] - size)
+            except Exception:
+                return float("inf")
+
+        size = sum(p.numel() for p in model.parameters())
+        candidates = [n for n in tv.list_models(module=tv) if returns(n) == cls.__name__]
+        for name in sorted(candidates, key=distance):
+            if _rebuilds_as(model, lambda: tv.get_model(name, weights=None)):
+                return f"torchvision:{name}"
+    return f"{USER_BACKBONE}{module}.{cls.__qualname__}"
+
+
+def attach(model: nn.Module, layers: str | Sequence[str] | None = None, pool: str = "auto", *,
+           mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> Tapped:
+    """Tap the layers of any ``nn.Module`` (timm, torchvision or your own) for a LAYA head.
+
+    Args:
+        model: the backbone. It is used as is (not copied) and fed exactly what your loader
+            yields; its forward is only run, never changed (its own classifier output is ignored).
+        layers: glob patterns over module names (``"blocks.*"``, ``["layer1", "layer4"]``; ``*`` is
+            one name part, ``**`` any), or None for the taps ``laya train`` chooses for this model
+            (docs/backbones.md): a timm model's ``feature_info`` stages, a torchvision family's own
+            taps, else the longest run of blocks, found by running the model once — on a 3×224×224
+            probe, or, for a model that cannot take one, on the first batch ``fit`` or ``tapped``
+            is given (until then ``tapped.layers`` raises).
+        pool: how a B×N×D token output becomes a vector: ``"cls"``, ``"mean"``, or ``"auto"`` (CLS
+            when the model has a class token, else the mean). Each tap's layout (B×C×H×W,
+            B×H×W×C, tokens) is read as ``laya train`` reads it; feature maps are averaged.
+        mean: a per-channel mean subtracted from your loader's images before the model (with
+            ``std``); None: none, the model gets your tensors exactly. laya's datasets serve
+            [0, 1] images: normalise here rather than in your transforms, and ``laya audit
+            --dataset …`` feeds the model the way your loader does.
+        std: the per-channel standard deviation divided by (with ``mean``).
+
+    Returns:
+        A ``Tapped``: ``tapped.layers`` are the chosen taps, ``tapped(images)`` their features.
+
+    Raises:
+        LayaError: ``model`` is not an ``nn.Module``, a pattern matches no module, there is no
+            default for this model, or ``pool``/``mean``/``std`` are invalid.
+    """
+    if not isinstance(model, nn.Module):
+        raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
+    check_choice("--pool", pool, POOL_CHOICES)
+    if (mean is None) != (std is None):
+        raise LayaError("give mean and std together (the normalisation of your loader's images), or neither")
+    if mean is not None and std is not None:
+        mean, std = [float(v) for v in mean], [float(v) for v in std]
+        if len(mean) != len(std) or not mean:
+            raise LayaError(f"mean and std need one value per channel each; got {len(mean)} and {len(std)}")
+        if not all(v > 0 for v in std):
+            raise LayaError(f"std must be positive, got {std}")
+    patterns = [p.strip() for p in layers.split(",") if p.strip()] if isinstance(layers, str) else list(layers or [])
+    channels = len(mean) if mean is not None and len(mean) > 1 else 0  # 0: as the first batch has
+    cfg = bb.InputConfig(channels, None, tuple(mean or (0.0,)), tuple(std or (1.0,)))
+    spec = bb.BackboneSpec(backbone_name(model), patterns, pool)
+    # The taps, pooling and tap formats `laya train` would choose (backbones.tap_model, which
+    # build_backbone calls too). A model that declares no taps is run once to find its blocks: on a
+    # 3×224×224 probe here, or, when it cannot take that, on the first batch of your loader.
+    backbone: bb.TappedBackbone | None = None
+    try:
+        backbone = bb.tap_model(model, cfg, spec)
+        backbone.weights_source = WEIGHTS_SOURCE
+    except LayaError:
+        raise
+    except Exception:
+        backbone = None
+    return Tapped(model, spec, cfg, backbone)
+
+
+# --------------------------------------------------------------------------- reading loaders
+
+
+def _batches(loader: Loader, where: str, tapped: Tapped | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+    try:
+        iterator = iter(loader)
+    except TypeError:
+        raise LayaError(f"{where} must be a DataLoader (or an iterable of (images, labels)); "
+                        f"got {type(loader).__name__}") from None
+    for batch in iterator:
+        images, labels = image_batch(batch, where)
+        if tapped is not None:
+            tapped._bind(images)
+        yield images, labels
+
+
+def _length(loader: Loader) -> int | None:
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _sample_digests(images: Tensor, labels: Tensor) -> list[bytes]:
+    """SHA-256 of each (image, label): its dtype, shape, bytes and class."""
+    x = images.detach().cpu().contiguous()
+    head = f"{x.dtype}{tuple(x.shape[1:])}".encode()
+    return [hashlib.sha256(head + x[i].reshape(-1).view(torch.uint8).numpy().tobytes()
+                           + int(labels[i]).to_bytes(8, "little", signed=True)).digest() for i in range(len(x))]
+
+
+def _order(have: list[bytes], want: list[bytes]) -> Tensor:
+    """Row indices into ``have`` that list its rows in the order of ``want`` (the same multiset)."""
+    rows: dict[bytes, list[int]] = {}
+    for i, d in enumerate(have):
+        rows.setdefault(d, []).append(i)
+    return torch.tensor([rows[d].pop() for d in want], dtype=torch.long)
+
+
+def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache: str) -> LayerFeatures:
+    """Features of every sample the loader yields, extracted once (``cache="memory"``), or also kept in
+    the on-disk feature cache (``"disk"``), keyed by the backbone and the samples' content."""
+    where = f"the {what} loader"
+    if cache == "memory":
+        feats, _ = extract_batches(tapped.backbone, _batches(loader, where, tapped), device, f"{what} features",
+                                   _length(loader))
+        return feats
+    # disk: one pass hashes every (image, label); a hit skips the backbone. Entries hold their rows in
+    # the order of the hashes, so a shuffling loader finds its entry too; what is returned is in the
+    # order of that first pass, as "memory" would give it (the same model either way).
+    digests: list[bytes] = []
+    for images, labels in _progress.track(_batches(loader, where, tapped), f"hashing {what} data", _length(loader)):
+        digests += _sample_digests(images, labels)
+    if not digests:
+        raise LayaError(f"{where} yielded no batches")
+    identity = "loader:" + hashlib.sha256(b"".join(sorted(digests))).hexdigest()
+    key = feature_key(tapped.backbone, identity, "loader", None, len(digests), device)
+    store = FeatureCache()
+    hit = store.load(key)
+    if hit is not None and len(hit) == len(digests):
+        _progress.log(f"reusing cached {what} features ({store.path(key)})")
+        return hit.subset(_order(sorted(digests), digests))
+    seen: list[bytes] = []
+
+    def hashed() -> Iterator[tuple[Tensor, Tensor]]:
+        for images, labels in _batches(loader, where, tapped):
+            seen.extend(_sample_digests(images, labels))
+            yield images, labels
+
+    feats, _ = extract_batches(tapped.backbone, hashed(), device, f"{what} features", _length(loader))
+    if sorted(seen) != sorted(digests):
+        _progress.log(f"[yellow]{where} yields different samples on every pass (random transforms?): "
+                      f"its features are not cached on disk[/]")
+        return feats
+    store.save(key, feats.subset(_order(seen, sorted(digests))))
+    return feats.subset(_order(seen, digests))
+
+
+def _read_images(loader: Loader, what: str, tapped: Tapped) -> tuple[Tensor, Tensor]:
+    images, labels = [], []
+    for x, y in _progress.track(_batches(loader, f"the {what} loader", tapped), f"reading {what} data",
+                                _length(loader)):
+        images.append(x.cpu())
+        labels.append(y.cpu())
+    if not images:
+        raise LayaError(f"the {what} loader yielded no batches")
+    return torch.cat(images), torch.cat(labels)
+
+
+def _classes(classes: Sequence[str] | None, loader: Loader, labels: Sequence[Tensor]) -> list[str]:
+    top = max(int(y.max()) for y in labels if len(y)) + 1
+    low = min(int(y.min()) for y in labels if len(y))
+    if low < 0:
+        raise LayaError(f"class labels must be 0..C-1; the loader yields {low}")
+    if classes is None:
+        classes = getattr(getattr(loader, "dataset", None), "classes", None)
+    if classes is None:
+        return [str(c) for c in range(max(top, 2))]
+    names = [str(c) for c in classes]
+    if top > len(names):
+        raise LayaError(f"the loader yields class {top - 1} but there are only {len(names)} class names")
+    return names
+
+
+# --------------------------------------------------------------------------- fit
+
+
+def fit(tapped: Tapped | nn.Module, train_loader: Loader, val_loader: Loader | None = None, head: str = "laya",
+        frozen: bool = True, *, d_star: int = HEAD.d_star, tau: float = HEAD.tau, psi: str = HEAD.psi,
+        score_hidden: int = HEAD.score_hidden, epochs: int = TRAIN.epochs, batch_size: int | None = None,
+        lr: float = TRAIN.lr, patience: int = TRAIN.patience, seed: int = TRAIN.seed, val_fraction: float = 0.1,
+        classes: Sequence[str] | None = None, cache: str = "memory", device: str = "auto",
+        progress: bool = True) -> LayaModel:
+    """Train a head on a tapped model from your own DataLoaders; the loop of ``laya train``.
+
+    Adam, early stopping on validation accuracy (best weights restored), seeded. A frozen backbone
+    is run over each loader once and the head trains on those features for every epoch.
+
+    Args:
+        tapped: what ``attach`` returned (a plain ``nn.Module`` is attached with the defaults).
+        train_loader: yields ``(images, labels)``: B×C×H×W float tensors, already transformed as
+            the model wants them, and integer class labels 0..C-1.
+        val_loader: the same for early stopping; None: a stratified ``val_fraction`` of the
+            training samples, drawn with ``seed`` (as ``laya train`` does).
+        head: ``"laya"``, or a baseline: ``"last"``, ``"concat"``, ``"scalarmix"``.
+        frozen: True: the backbone is not trained (its features are extracted once); False: it
+            is trained end to end with the head (in place), from the loaders read into memory once.
+        d_star: adapter width d*.
+        tau: softmax temperature of the attention (fixed).
+        psi: shared transform before scoring, ``"identity"`` or ``"mlp"``.
+        score_hidden: hidden width of the scoring MLP.
+        epochs: at most this many epochs.
+        batch_size: training batch size; None: the train loader's, else 128.
+        lr: Adam learning rate.
+        patience: epochs without a better validation accuracy before stopping.
+        seed: seeds the loaders' shuffling, the validation split, the head's initialisation and
+            the training order.
+        val_fraction: the share of training samples held out when there is no ``val_loader``.
+        classes: class names in label order; None: ``train_loader.dataset.classes`` if it has
+            them, else ``"0"``, ``"1"``, …
+        cache: frozen features are held in ``"memory"``, or also written to the on-disk feature
+            cache (``"disk"``, ``$LAYA_CACHE_DIR``) and reused next time, keyed by the backbone's
+            weights and the content of every sample (a loader with random transforms is not cached).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
+        progress: rich progress bars (False: silent).
+
+    Returns:
+        The trained ``LayaModel``. ``model.save("model.pt")`` writes the checkpoint ``laya train``
+        writes; ``model.checkpoint["history"]`` holds the epochs.
+
+    Raises:
+        LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
+    """
+    if not isinstance(tapped, Tapped):
+        tapped = attach(tapped)
+    head = match_choice("head", head, HEADS)  # case-insensitive, as on the command line
+    check_choice("cache", cache, CACHES)
+    head_cfg = HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden).validate()
+    batch_size = batch_size or getattr(train_loader, "batch_size", None) or TRAIN.batch_size
+    dev = resolve_device(device)
+    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=dev).validate()
+    if val_loader is None and not 0 < val_fraction < 1:
+        raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    first = next(_batches(train_loader, "the train loader", tapped), None)  # binds the input, chooses deferred taps
+    if first is None:
+        raise LayaError("the train loader yielded no batches")
+    backbone = tapped.backbone
+    dev_first = to_float_images(first[0][:1]).to(dev)
+    with _progress.enabled(progress):
+        backbone.to(dev)
+        backbone.dims(dev_first)  # runs the model once: one line if it cannot take these images; tap formats
+        torch.manual_seed(seed)  # the loaders' shuffling (a DataLoader draws its order from torch's RNG)
+        if frozen:
+            train = _read_features(tapped, train_loader, dev, "train", cache)
+            if val_loader is not None:
+                val = _read_features(tapped, val_loader, dev, "val", cache)
+            else:
+                kept, held = stratified_split(train.labels, val_fraction, seed)
+                train, val = train.subset(kept), train.subset(held)
+            names = _classes(classes, train_loader, [train.labels, val.labels])
+            dims = [f.shape[1] for f in train.feats]
+            torch.manual_seed(seed)
+            head_module = build_head(head, dims, len(names), head_cfg).to(dev)
+            history = train_loop(head_module, (train.feats, train.labels), (val.feats, val.labels), cfg)
+            reference = train.mean()
+            n_train, n_val = len(train), len(val)
+        else:
+            images, labels = _read_images(train_loader, "train", tapped)
+            if val_loader is not None:
+                val_images, val_labels = _read_images(val_loader, "val", tapped)
+            else:
+                kept, held = stratified_split(labels, val_fraction, seed)
+                images, labels, val_images, val_labels = images[kept], labels[kept], images[held], labels[held]
+            names = _classes(classes, train_loader, [labels, val_labels])
+            dims = backbone.dims(to_float_images(images[:1]).to(dev))
+            torch.manual_seed(seed)
+            head_module = build_head(head, dims, len(names), head_cfg).to(dev)
+            history = train_loop(EndToEnd(backbone, head_module), ([images], labels), ([val_images], val_labels), cfg,
+                                 data_parallel=True)
+            reference = extract(backbone, images, labels, device=dev, description="reference", shard=False).mean()
+            n_train, n_val = len(labels), len(val_labels)
+    c, h, w = tapped.image_shape or (0, 0, 0)
+    formats = backbone.tap_formats
+    spec = bb.BackboneSpec(tapped.name, tapped.layers, tapped.pool, pretrained=False, finetune=not frozen,
+                           in_channels=c, image_size=(h, w), formats=formats if "?" not in formats else [])
+    records = [asdict(r) for r in history]
+    meta = {
+        "layers": list(spec.layers), "dims": list(dims),
+        "head": {"kind": head, "config": head_cfg.to_dict()},
+        "classes": names,
+        "dataset": {"name": USER_DATASET, "data_dir": None, "image_size": None, "label": "genre", "seed": seed,
+                    "unmatched": [], "source": _describe(train_loader)},
+        "history": records,
+        "metrics": {"test_accuracy": None, "test_macro_f1": None,
+                    "val_accuracy": max(r.val_accuracy for r in history), "epochs_run": len(history),
+                    "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
+                    "n_train": n_train, "n_val": n_val, "n_test": None},
+        "train_config": asdict(cfg),
+    }
+    model = LayaModel(backbone, head_module, spec, head, names, [r.cpu() for r in reference], meta)
+    return model.eval()
+
+
+def _describe(loader: Loader) -> str:
+    dataset = getattr(loader, "dataset", None)
+    what = type(dataset).__name__ if dataset is not None else type(loader).__name__
+    n = _length(dataset) if dataset is not None else None
+    return f"DataLoader over {what}" + (f" ({n} samples)" if n is not None else "")
+
+
+# --------------------------------------------------------------------------- audit and export
+
+
+def _eval_data(model: LayaModel, loader: Loader | EvalData, device: str, keep_images: bool = False) -> EvalData:
+    """The samples to audit or export: a loader's features, extracted once in its order (or the data
+    ``laya audit``/``laya export`` prepared, as it is)."""
+    if isinstance(loader, EvalData):
+        return loader
+    model.backbone.to(device)
+    feats, images = extract_batches(model.backbone, _batches(loader, "the loader"), device, "features",
+                                    _length(loader), keep_images)
+    top = int(feats.labels.max()) if len(feats) else -1
+    if top >= len(model.classes) or int(feats.labels.min()) < 0:
+        raise LayaError(f"the loader yields class {top} but the model knows {len(model.classes)} classes (0.."
+                        f"{len(model.classes) - 1})")
+    return EvalData(feats, images if images is not None else None, torch.arange(len(feats)), USER_DATASET)  # type: ignore[arg-type]
+
+
+def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[str] = ("ig", "gradxact"), *,
+          ablation: str = AUDIT.ablation, target: str = AUDIT.target, reduce: str = AUDIT.reduce,
+          steps: int = AUDIT.steps, internal_batch_size: int | None = AUDIT.internal_batch_size,
+          batch_size: int = AUDIT.batch_size, seed: int = AUDIT.seed, by_class: bool = AUDIT.by_class,
+          device: str = "auto", progress: bool = True) -> AuditResult:
+    """Audit how faithfully each method's layer attribution explains each prediction (``laya audit``).
+
+    Every sample's layers are removed one at a time (Δ_i = the drop in p_ŷ); each method is scored
+    by faithfulness (Spearman ρ between its scores and Δ) and Deletion@1 (docs/metrics.md).
+
+    Args:
+        model: a ``LayaModel`` (from ``fit`` or ``load``).
+        loader: yields ``(images, labels)`` as the model was trained on (a model trained by
+            ``laya train`` takes [0, 1] images, as laya's datasets serve them); every sample is
+            audited, in the loader's order. (``laya audit`` passes its prepared test split here.)
+        compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``,
+            ``"gradxact"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string
+            or a sequence.
+        ablation: how a layer is removed: ``"mean"`` (r_i := its training mean), ``"zero"``,
+            ``"mask"`` (α_i := 0; laya/scalarmix heads).
+        target: the class explained: ``"predicted"`` or ``"label"``.
+        reduce: per-layer reduction of gradient attributions: ``"sum"``, ``"abs"`` or ``"l2"``.
+        steps: Integrated Gradients steps.
+        internal_batch_size: at most this many rows per IG head pass (memory bound).
+        batch_size: samples per audited batch.
+        seed: seed of the ``random`` method.
+        by_class: also score each class (``result.by_class``, ``result.to_pandas(by_class=True)``).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
+        progress: rich progress bars (False: silent).
+
+    Returns:
+        An ``AuditResult``: ``.summary`` (the JSON dict of ``laya audit --json``), ``.to_pandas()``
+        (one row per method) and ``.per_sample()`` (one row per sample: index, label, predicted,
+        target, Δ per layer, and per method ρ, Deletion@1 and its score of each layer).
+
+    Raises:
+        LayaError: an unknown method or setting, an ablation the head cannot do, or a bad loader.
+    """
+    settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
+                             internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
+                             by_class=by_class, device=resolve_device(device)).validate()
+    methods = parse_methods(compare)
+    check_ablation(model.head, settings.ablation)  # before any feature extraction
+    with _progress.enabled(progress):
+        data = _eval_data(model, loader, settings.device)
+        return run_audit(model, data, methods, settings)
+
+
+def export(model: LayaModel, loader: Loader | EvalData, out: str | Path | None = None, *, format: str = "csv",
+           plots: bool = True, strip: int = 8, overwrite: bool = False, device: str = "auto",
+           progress: bool = True) -> Export:
+    """Per-sample layer attention, class × layer profiles and the attention-shift ranking (``laya export``).
+
+    Args:
+        model: a ``LayaModel``.
+        loader: yields ``(images, labels)``; every sample is exported, in the loader's order.
+        out: a folder to write the files of ``laya export`` to (tables, PNG plots, report.html),
+            atomically; None: nothing is written.
+        format: per-sample table file format with ``out``: ``"csv"``, ``"parquet"`` or ``"npz"``.
+        plots: draw the PNG figures (with ``out``).
+        strip: how many samples the image strip shows (with ``out`` and ``plots``; 0: none).
+        overwrite: replace ``out`` if it holds a previous laya export (never any other folder).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
+        progress: rich progress bars (False: silent).
+
+    Returns:
+        An ``Export`` of DataFrames: ``.table`` (one row per sample: index, label, predicted,
+        p_pred, ``alpha[<layer>]``, ``contrib[<layer>]``), ``.profiles`` (class × layer, long),
+        ``.global_profile``, ``.shift`` (classes ranked by attention shift); ``.files`` written.
+
+    Raises:
+        LayaError: a bad format, an ``out`` that is not empty nor a previous export, or a bad loader.
+    """
+    dev = resolve_device(device)
+    if out is not None:
+        check_format(format)
+        check_at_least("--strip", strip, 0)
+        check_out_dir(out, overwrite)
+    with _progress.enabled(progress):
+        data = _eval_data(model, loader, dev, keep_images=out is not None and plots and strip > 0)
+        return export_data(model, data, out, fmt=format, plots=plots, strip=strip, overwrite=overwrite, device=dev,
+                           info={"source": "laya_cli.export"})
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load(path: str | Path, backbone: nn.Module | None = None) -> LayaModel:
+    """Load a checkpoint written by ``laya train`` or ``LayaModel.save`` (safely: ``weights_only``).
+
+    Args:
+        path: the checkpoint file.
+        backbone: for a checkpoint whose backbone is your own class (``laya info`` names it
+            ``user:<module>.<class>``), an instance of it to load the stored weights into.
+
+    Returns:
+        The ``LayaModel``, in eval mode on the CPU.
+
+    Raises:
+        LayaError: the file is missing, not a laya checkpoint, from a newer laya, inconsistent, or
+            needs ``backbone``.
+    """
+    return load_model(path, backbone)
