@@ -258,7 +258,8 @@ def _console():
 
 
 def say(line: str) -> None:
-    _console().print(line, highlight=False)
+    """One line (or a block of plain text) of a benchmark's report, through rich as all CLI output."""
+    _console().print(line, highlight=False, markup=False, soft_wrap=True)
     sys.stdout.flush()  # in order with what the child processes print, even into a file
 
 

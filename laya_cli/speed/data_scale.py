@@ -226,8 +226,10 @@ def main(argv=None) -> dict:
         worker(args.worker, args.epochs, args.out, args.report)
         return {}
     if args.per_image:
+        from . import say
+
         r = per_image_costs(args.device)
-        print(f"ViT-B/16, {r['layers']} taps ({r['floats_per_image']:,} floats per image), {r['device']}, "
+        say(f"ViT-B/16, {r['layers']} taps ({r['floats_per_image']:,} floats per image), {r['device']}, "
               f"{r['torch_threads']} threads: {r['vit_b16_s_per_image'] * 1000:.1f} ms per image extracted; "
               f"JPEG 500×375 → 224×224 decode on one core: {r['jpeg_decode_s_per_image'] * 1000:.2f} ms per image"
               + (f" (load average {r['load_avg'][0]:.1f})" if r["load_avg"] else ""))

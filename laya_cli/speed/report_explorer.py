@@ -126,17 +126,19 @@ def main(argv=None) -> dict:
             med["mb"] = report.stat().st_size / 2**20
             med["export_s"] = export_s
             rows[n] = med
+    from . import say
+
     what = f"real export of {args.model}" if args.model else "made-up exports (12 layers, 28×28 noise thumbnails)"
-    print(f"report.html explorer, {what}; median of {args.repeats} page loads; {load_line()}")
+    say(f"report.html explorer, {what}; median of {args.repeats} page loads; {load_line()}")
     head = f"{'samples':>8} {'MiB':>6} {'ready ms':>9} {'load ms':>8} {'filter ms':>10} {'sort ms':>8} " \
            f"{'scroll ms':>10} {'DOM rows':>9} {'errors':>7} {'export s':>9}"
-    print(head)
+    say(head)
     for n, r in rows.items():
-        print(f"{n:>8,} {r['mb']:>6.1f} {r['ready']:>9.0f} {r['load']:>8.0f} {r['filter']:>10.1f} {r['sort']:>8.1f} "
+        say(f"{n:>8,} {r['mb']:>6.1f} {r['ready']:>9.0f} {r['load']:>8.0f} {r['filter']:>10.1f} {r['sort']:>8.1f} "
               f"{r['scroll']:>10.1f} {r['rows_in_dom']:>9.0f} {r['errors']:>7d} {r['export_s']:>9.1f}")
     if len(rows) > 1:
         small, big = rows[min(rows)], rows[max(rows)]
-        print(f"ratios {max(rows):,} / {min(rows):,} samples: " + ", ".join(
+        say(f"ratios {max(rows):,} / {min(rows):,} samples: " + ", ".join(
             f"{k} {big[k] / small[k]:.2f}×" for k in ("mb", "ready", "load", "filter", "sort", "scroll") if small[k]))
     return rows
 
