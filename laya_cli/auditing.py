@@ -561,32 +561,40 @@ class Threshold:
         return f"{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
 
 
-def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None) -> list[Threshold]:
-    """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods."""
+def gate_items(spec: str | Sequence[str] | None, option: str, pattern: re.Pattern, expected: str,
+               methods: Sequence[str] | None = None):
+    """The items of a gate option (``--fail-under``, ``--max-drop``): comma-separated, repeatable
+    ``[METHOD:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a known
+    method (any case) that is audited when ``methods`` is given. Yields (item, match, method, metric, number)."""
     parts = [spec] if isinstance(spec, str) else list(spec or [])
-    items = [p.strip() for s in parts for p in s.split(",") if p.strip()]
-    out = []
-    for item in items:
-        m = _THRESHOLD.match(item.replace(" ", ""))
+    for item in (p.strip() for s in parts for p in s.split(",") if p.strip()):
+        m = pattern.match(item.replace(" ", ""))
         if not m:
-            raise LayaError(f"bad --fail-under '{item}': expected {THRESHOLD_SYNTAX}")
+            raise LayaError(f"bad {option} '{item}': expected {expected}")
         method, metric, raw = m.group("method"), m.group("metric").lower(), m.group("value")
         try:
-            value = float(raw)
+            number = float(raw)
         except ValueError:
-            raise LayaError(f"bad --fail-under '{item}': '{raw}' is not a number") from None
-        if not math.isfinite(value):
-            raise LayaError(f"bad --fail-under '{item}': the threshold must be a finite number")
+            raise LayaError(f"bad {option} '{item}': '{raw}' is not a number") from None
         if metric in GLOBAL_METRICS:
             if method:
-                raise LayaError(f"bad --fail-under '{item}': {metric} belongs to the model, not to a method; "
-                                f"write {metric}={raw}")
+                raise LayaError(f"bad {option} '{item}': {metric} belongs to the model, not to a method; "
+                                f"write {metric}={m.string.partition('=')[2]}")
         elif metric not in METRICS:
-            raise unknown_choice("--fail-under metric", metric, [*METRICS, *GLOBAL_METRICS])
+            raise unknown_choice(f"{option} metric", metric, [*METRICS, *GLOBAL_METRICS])
         if method is not None:
-            method = match_choice("--fail-under method", method, [*ALWAYS, *COMPARE])
+            method = match_choice(f"{option} method", method, [*ALWAYS, *COMPARE])
             if methods is not None and method not in methods:
-                raise LayaError(f"--fail-under {item} names {method}, which is not audited; add --compare {method}")
+                raise LayaError(f"{option} {item} names {method}, which is not audited; add --compare {method}")
+        yield item, m, method, metric, number
+
+
+def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None) -> list[Threshold]:
+    """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods."""
+    out = []
+    for item, _, method, metric, value in gate_items(spec, "--fail-under", _THRESHOLD, THRESHOLD_SYNTAX, methods):
+        if not math.isfinite(value):
+            raise LayaError(f"bad --fail-under '{item}': the threshold must be a finite number")
         out.append(Threshold(metric, value, method))
     return out
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .auditing import ALWAYS, COMPARE, GLOBAL_METRICS, METRICS
-from .errors import LayaError, unknown_choice
+from .auditing import GLOBAL_METRICS, METRICS, gate_items
+from .errors import LayaError
 from .gates import Check
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
@@ -32,7 +32,7 @@ from .gates import Check
 SETTINGS = ("dataset", "samples", "seed", "ablation", "target", "reduce", "steps", "methods", "head", "layers")
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
-_ITEM = re.compile(r"^(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<amount>[^=%]+)(?P<pct>%?)$")
+_ITEM = re.compile(r"^(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$")
 SYNTAX = "METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated"
 
 
@@ -85,31 +85,12 @@ class MaxDrop:
 
 def parse_max_drop(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None) -> list[MaxDrop]:
     """Parse ``--max-drop`` items; with ``methods``, also check the named methods are audited."""
-    parts = [spec] if isinstance(spec, str) else list(spec or [])
-    items = [p.strip() for s in parts for p in s.split(",") if p.strip()]
     out = []
-    for item in items:
-        m = _ITEM.match(item.replace(" ", ""))
-        if not m:
-            raise LayaError(f"bad --max-drop '{item}': expected {SYNTAX} (e.g. faithfulness=0.02,laya:deletion@1=5%)")
-        method, metric, raw, pct = m.group("method"), m.group("metric").lower(), m.group("amount"), m.group("pct")
-        try:
-            amount = float(raw)
-        except ValueError:
-            raise LayaError(f"bad --max-drop '{item}': '{raw}' is not a number") from None
+    expected = f"{SYNTAX} (e.g. faithfulness=0.02,laya:deletion@1=5%)"
+    for item, m, method, metric, amount in gate_items(spec, "--max-drop", _ITEM, expected, methods):
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")
-        if metric in GLOBAL_METRICS:
-            if method:
-                raise LayaError(f"bad --max-drop '{item}': {metric} belongs to the model, not to a method; "
-                                f"write {metric}={raw}{pct}")
-        elif metric not in METRICS:
-            raise unknown_choice("--max-drop metric", metric, [*METRICS, *GLOBAL_METRICS])
-        if method is not None:
-            if method not in (*ALWAYS, *COMPARE):
-                raise unknown_choice("--max-drop method", method, [*ALWAYS, *COMPARE])
-            if methods is not None and method not in methods:
-                raise LayaError(f"--max-drop {item} names {method}, which is not audited; add --compare {method}")
+        pct = m.group("pct")
         out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method))
     return out
 
