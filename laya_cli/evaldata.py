@@ -15,7 +15,7 @@ from .cache import FeatureCache, cached_extract, feature_key
 from .config import DataRequest, check_at_least
 from .data import is_file_dataset, load_dataset
 from .errors import LayaError
-from .features import LayerFeatures, StreamedFeatures
+from .features import LayerFeatures, StreamedFeatures, feature_batches
 from .images import take
 from .model import LayaModel
 from .progress import log
@@ -79,3 +79,37 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features",
                            fallback=(whole, index) if subset else None, dtype=dtype)
     return EvalData(feats, images, index, name)
+
+
+def load_fit_features(model: LayaModel, device: str = "cpu", use_cache: bool = True,
+                      splits: tuple[str, ...] = ("train", "val")) -> dict[str, LayerFeatures]:
+    """Features of the checkpoint's own training splits, as its backbone (frozen now) computes them:
+    what a head retrained on the checkpoint's data reads (``laya depth --refit``). Cached like the
+    training run's own features (same keys: a frozen backbone's are reused)."""
+    ds = dict(model.checkpoint.get("dataset", {}))
+    req = DataRequest(name=ds.get("name", "digits"), data_dir=ds.get("data_dir"), image_size=ds.get("image_size"),
+                      label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
+                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
+    data = load_dataset(req)
+    model.backbone.to(device)
+    cache = FeatureCache() if use_cache else None
+    dtype = model.checkpoint.get("feature_dtype", "float32")
+    out = {}
+    for split in splits:
+        part = getattr(data, split)
+        key = feature_key(model.backbone, data.identity, split, req.seed, len(part), device, dtype)
+        feats = cached_extract(model.backbone, part.images, part.labels, key, cache, device=device,
+                               description=f"{split} features", dtype=dtype)
+        out[split] = in_memory(feats)
+    return out
+
+
+def in_memory(feats) -> LayerFeatures:
+    """Features of any kind (in memory, streamed, a sharded store) as one ``LayerFeatures``."""
+    if isinstance(feats, LayerFeatures):
+        return feats
+    parts = list(feature_batches(feats, 4096))
+    if not parts:
+        raise LayaError("no samples")
+    return LayerFeatures([torch.cat([p[0][i].cpu().float() for p in parts]) for i in range(len(parts[0][0]))],
+                         torch.cat([p[1] for p in parts]))

@@ -14,9 +14,10 @@ from typing import Annotated, Optional
 import typer
 
 from .bench import BenchRequest
-from .config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
+from .config import AuditSettings, DataRequest, DepthSettings, HeadConfig, TrainConfig, TrainRequest
 
 HEAD, TRAIN, DATA, AUDIT, JOB = HeadConfig(), TrainConfig(), DataRequest(), AuditSettings(), TrainRequest()
+DEPTH = DepthSettings()
 BENCH = BenchRequest()
 
 
@@ -85,6 +86,18 @@ InternalBatchSize = Annotated[Optional[int], typer.Option(help="Memory bound: at
 AuditBatchSize = Annotated[int, typer.Option(help="Samples per audited batch.")]
 ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
 FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Repeatable.")]
+
+
+# --------------------------------------------------------------------------- depth
+
+Refit = Annotated[bool, typer.Option("--refit", help="Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training settings, on its training data).")]
+RefitEpochs = Annotated[Optional[int], typer.Option(help="Maximum epochs of each --refit head (default: the checkpoint's own).")]
+Thresholds = Annotated[Optional[str], typer.Option(help="Early-exit thresholds in (0, 1], comma list (default: 0.5 … 0.999, 1).")]
+TimeRepeats = Annotated[int, typer.Option(help="Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.")]
+TimeBatch = Annotated[int, typer.Option(help="Images per timed backbone pass.")]
+Truncate = Annotated[Optional[int], typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")]
+TruncateOut = Annotated[Optional[Path], typer.Option("--out", help="Where --truncate writes the truncated checkpoint.")]
+PlotOut = Annotated[Optional[Path], typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG.")]
 
 
 def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, data_dir: str | None, label: str,

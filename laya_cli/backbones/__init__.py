@@ -137,7 +137,7 @@ def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, progra
     spec = replace(spec, layers=list(spec.layers), formats=list(spec.formats))
     family, model_name = family_of(spec.name)
     model, input_cfg = family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
-    if state_dict is not None:
+    if state_dict is not None and not spec.cut:
         load_state(model, state_dict, spec.name)
     example_shape = (spec.in_channels, *spec.image_size)
 
@@ -156,6 +156,13 @@ def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, progra
                               layouts=family.layouts(model), expected_widths=family.expected_widths(model, layers),
                               example_shape=example_shape, spec=spec)
     backbone.weights_source = family.weights_source(model_name, spec, model)
+    if spec.cut:  # a truncated checkpoint: cut the model after its last tap, then load the weights it kept
+        source = backbone.weights_source
+        backbone = backbone.truncated(len(layers))
+        backbone.spec, backbone.weights_source = spec, source
+        model = backbone.model
+        if state_dict is not None:
+            load_state(model, state_dict, spec.name)
     if expect_sha256:
         got = weights_sha256(model.state_dict())
         if got != expect_sha256:
