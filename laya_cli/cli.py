@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import click
 import typer
@@ -392,6 +392,7 @@ def export_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the --samples subset.")] = 0,
     device: Device = "auto",
     overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
+    depth: Annotated[Optional[Path], typer.Option("--depth", metavar="FILE", help="A 'laya depth --json' result to add to report.html (default: MODEL.depth.json beside the checkpoint, if there).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
     arch: ArchImport = None,
 ):
@@ -405,7 +406,7 @@ def export_cmd(
     with progress.enabled(not quiet):
         _trust_arch(arch)
         exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
-                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite)
+                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite, depth=depth)
     for note in exp.notes:
         _note(note)
     if quiet:

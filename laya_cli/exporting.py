@@ -63,6 +63,7 @@ class Export:
     images: Tensor | None  # raw images of the samples, same order as the table (for the strip)
     info: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    depth: dict | None = None  # a laya depth result (its JSON) shown in report.html
     out: Path | None = None  # set once written
     files: list[str] = field(default_factory=list)  # relative paths written, set once written
 
@@ -311,7 +312,7 @@ def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = T
 def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
                strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
                seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True,
-               stream: bool = True) -> Export:
+               stream: bool = True, depth: str | Path | None = None) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
     ``stream``: without a feature cache, features are computed batch by batch and never held all
@@ -325,12 +326,48 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     check_at_least("--samples", samples)
     check_out_dir(out, overwrite)
     model = load_model(model_path)
+    depth_doc, depth_note = read_depth(model_path, model.layer_names, depth)
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
                           use_cache=use_cache, stream=stream)
     exp = compute_export(model, data, device=device,
                          info={"checkpoint": str(model_path), "samples": samples, "seed": seed})
+    exp.depth = depth_doc
+    if depth_note:
+        exp.notes.append(depth_note)
     if is_main():
         exp = write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
     # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).
     exp.out, exp.files = broadcast_object((exp.out, exp.files) if is_main() else None)
     return exp
+
+
+def depth_beside(model_path: str | Path) -> Path:
+    """Where ``laya export`` looks for a depth result when --depth is not given: MODEL.depth.json."""
+    p = Path(model_path).expanduser()
+    return p.with_name(p.stem + ".depth.json")
+
+
+def read_depth(model_path: str | Path, layers: Sequence[str], given: str | Path | None) -> tuple[dict | None, str | None]:
+    """The ``laya depth --json`` result to show: the file given (bad or foreign: one-line error), else
+    MODEL.depth.json beside the checkpoint when present (bad or foreign: a note, and no section)."""
+    path = Path(given).expanduser() if given is not None else depth_beside(model_path)
+    if given is None and not path.is_file():
+        return None, None
+    try:
+        if not path.is_file():
+            raise LayaError(f"--depth {path}: no such file")
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise LayaError(f"--depth {path} is not a laya depth result ({type(e).__name__})") from None
+        if not isinstance(doc, dict) or doc.get("format") != "laya-depth":
+            raise LayaError(f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
+                            f"write one with laya depth MODEL --json FILE")
+        if list(doc.get("layers", [])) != list(layers):
+            raise LayaError(f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
+                            f"than this checkpoint's")
+    except LayaError as e:
+        if given is not None:
+            raise
+        return None, f"{path.name} beside the checkpoint was not shown: {e}"
+    return doc, None

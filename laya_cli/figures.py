@@ -25,6 +25,7 @@ PLOT_FILES = {
     "heatmap_shift": "class_layer_shift.png",
     "shift_ranking": "attention_shift.png",
     "strip": "samples_strip.png",
+    "depth": "depth.png",  # with a laya depth result (laya export --depth)
 }
 
 
@@ -312,6 +313,9 @@ def render_plots(exp, folder: Path, strip: int = 8) -> dict[str, str]:
     if strip > 0 and can_strip(exp):
         plot_strip(exp, folder / PLOT_FILES["strip"], strip)
         out["strip"] = PLOT_FILES["strip"]
+    if getattr(exp, "depth", None):
+        plot_depth(exp.depth, folder / PLOT_FILES["depth"])
+        out["depth"] = PLOT_FILES["depth"]
     return {k: out[k] for k in PLOT_FILES if k in out}
 
 

@@ -37,6 +37,8 @@ _CAPTIONS = {
     "shift_ranking": "Jensen–Shannon divergence (base 2) between the mean α of correct and of incorrect "
                      "predictions, per true class, ranked.",
     "strip": "The first exported samples with their prediction and layer attention.",
+    "depth": "Accuracy against mean backbone FLOPs (% of the full model): the model cut after each tap (α masked "
+             "above k), heads refitted on the taps ≤ k, the early-exit threshold sweeps and the oracle.",
 }
 
 
@@ -155,6 +157,8 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
                             [True, False, True, True, True, True, False, True]))
     if "strip" in pngs:
         parts += ["<h2>Samples</h2>", figure("strip")]
+    if getattr(exp, "depth", None):
+        parts.append(depth_section(exp.depth, figure("depth")))
     files = "".join(f"<li><code>{e(f)}</code></li>" for f in exp.files)
     loader = f'{_LOADERS[Path(samples_file).suffix]}("{samples_file}")'
     parts += [
@@ -168,3 +172,28 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p) + "\n"
+
+
+def depth_section(doc: dict, figure_html: str = "") -> str:
+    """The ``laya depth`` section of report.html, from the depth JSON (docs/depth.md)."""
+    from .report import depth_caption, depth_exit_rows, depth_table_rows
+
+    e = html.escape
+    parts = ["<h2>How deep must the model be? (laya depth)</h2>",
+             f'<p class="sub">{e(depth_caption(doc))}. Definitions: laya\'s docs/depth.md.</p>', figure_html]
+    header, rows = depth_table_rows(doc)
+    parts.append(_table(header, [[e(c) for c in r] for r in rows], [i != 1 for i in range(len(header))]))
+    if doc.get("early_exit"):
+        header, rows = depth_exit_rows(doc)
+        parts.append(f"<h3>Early exit ({e(doc['early_exit']['source'])} predictions): the cheapest operating "
+                     f"points of the threshold sweep</h3>")
+        parts.append(_table(header, [[e(c) for c in r] for r in rows], [i >= 2 for i in range(len(header))]))
+    o = doc["oracle"]
+    ks = [f"k={k}" for k in range(1, len(doc["layers"]) + 1)]
+    parts.append("<h3>Minimal sufficient depth per class</h3><p>Samples whose prediction first equals the full "
+                 "model's at depth k, per true class.</p>")
+    parts.append(_table(["class", *ks], [[e(c), *map(str, h)] for c, h in o["by_class"].items()]
+                        + [["<b>all</b>", *map(str, o["histogram"])]], [False] + [True] * len(ks)))
+    for note in doc.get("notes", []):
+        parts.append(f'<p class="note">{e(note)}</p>')
+    return "\n".join(p for p in parts if p)
