@@ -541,3 +541,20 @@ def truncate_line(res) -> str:
             f"(full {res.full_accuracy:.4f}, {100 * (res.accuracy - res.full_accuracy):+.2f} pp), backbone "
             f"{res.parameters:,} of {res.parameters_full:,} parameters, {100 * res.flops_fraction:.1f} % of its FLOPs "
             f"-> {res.out}")
+
+
+def depth_speed_table(rows: list[dict]) -> Table:
+    """``python -m benchmarks.depth``: inference of the full vs the truncated model, side by side."""
+    t = _simple_table("inference: full model vs cut after tap K (measured side by side in one run)",
+                      caption="per image; fastest of the rounds (median in brackets); ratio = full / truncated")
+    for h in ("model", "K", "layer", "images", "full", "truncated", "time ratio", "FLOPs ratio", "params kept",
+              "same prediction"):
+        t.add_column(h, justify="left" if h in ("model", "layer") else "right")
+    for r in rows:
+        s, m = r["seconds_per_image"], r["median_seconds_per_image"]
+        t.add_row(r["model"].rsplit("/", 1)[-1], f"{r['k']} of {r['layers']}", r["layer"], f"{r['images']:,}",
+                  f"{_seconds_img(s['full'])} ({_seconds_img(m['full'])})",
+                  f"{_seconds_img(s['truncated'])} ({_seconds_img(m['truncated'])})",
+                  f"{r['ratio']:.2f}× ({r['median_ratio']:.2f}×)", f"{r['flops_ratio']:.2f}×",
+                  f"{100 * r['parameters'] / r['parameters_full']:.1f} %", f"{100 * r['agreement']:.1f} %")
+    return t
