@@ -259,3 +259,14 @@ def test_frozen_vit_truncated_checkpoint(tmp_path, image_folder):
         want = masked_output(full.head, data.features.feats, full.reference, 4).logits
         got = cut.head(cut.backbone(data.images.float() / 255)).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depth_benchmark_smoke(digits_ckpt, tmp_path):
+    """The benchmark's plumbing (a smoke run: its timings are not a measurement)."""
+    from laya_cli.speed.depth import main
+
+    rows = main(["--model", f"{digits_ckpt}@2", "--images", "16", "--batch", "8", "--repeats", "1",
+                 "--json", str(tmp_path / "b.json")])
+    assert rows[0]["k"] == 2 and rows[0]["parameters"] < rows[0]["parameters_full"]
+    assert rows[0]["flops_ratio"] == pytest.approx(rows[0]["flops_full"] / rows[0]["flops_truncated"])
+    assert json.loads((tmp_path / "b.json").read_text())[0]["images"] == 16
