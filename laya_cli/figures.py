@@ -349,9 +349,10 @@ def plot_depth(doc: dict, path: Path) -> None:
     ax.set_xlabel("mean backbone FLOPs (% of the full model)")
     ax.set_ylabel("accuracy")
     ax.set_xlim(0, 105)
-    lo = min([full - 0.05] + [r["accuracy"] for r in rows if r["accuracy"] is not None]
-             + [r["refit_accuracy"] for r in rows if r.get("refit_accuracy") is not None])
-    ax.set_ylim(max(0.0, lo - 0.02), min(1.0, full + 0.03))
+    shown = ([r["accuracy"] for r in rows if r["accuracy"] is not None]
+             + [r["refit_accuracy"] for r in rows if r.get("refit_accuracy") is not None]
+             + [p["accuracy"] for p in points])
+    ax.set_ylim(max(0.0, min([full - 0.05, *shown]) - 0.02), min(1.005, max([full + 0.02, *shown]) + 0.02))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"laya depth: accuracy vs compute ({doc['n_samples']:,} samples, {doc['head']} head)", fontsize=10)
