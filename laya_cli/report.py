@@ -546,7 +546,7 @@ def truncate_line(res) -> str:
 def depth_speed_table(rows: list[dict]) -> Table:
     """``python -m benchmarks.depth``: inference of the full vs the truncated model, side by side."""
     t = _simple_table("inference: full model vs cut after tap K (measured side by side in one run)",
-                      caption="per image; fastest of the rounds (median in brackets); ratio = full / truncated")
+                      caption="per image: fastest round (median round); time ratio = full / truncated of the fastest rounds (median of the per-round ratios)")
     for h in ("model", "K", "layer", "images", "full", "truncated", "time ratio", "FLOPs ratio", "params kept",
               "same prediction"):
         t.add_column(h, justify="left" if h in ("model", "layer") else "right")

@@ -240,6 +240,21 @@ def test_export_shows_the_depth_section(digits_ckpt, tmp_path):
     assert "How deep must the model be" in html and (tmp_path / "exp" / "plots" / "depth.png").is_file()
     plain = invoke("export", digits_ckpt, "--out", tmp_path / "exp2", "--samples", 30, "--no-plots")
     assert plain.exit_code == 0 and "How deep must the model be" not in (tmp_path / "exp2" / "report.html").read_text()
+    # found beside the checkpoint: MODEL.depth.json; one for other layers is skipped with a note
+    import shutil
+
+    model = shutil.copy(digits_ckpt, tmp_path / "m.pt")
+    doc = json.loads(d.read_text())
+    (tmp_path / "m.depth.json").write_text(json.dumps(doc))
+    found = invoke("export", model, "--out", tmp_path / "exp3", "--samples", 30, "--no-plots")
+    assert found.exit_code == 0, found.output
+    assert "How deep must the model be" in (tmp_path / "exp3" / "report.html").read_text()
+    (tmp_path / "m.depth.json").write_text(json.dumps({**doc, "layers": ["a", "b", "c"]}))
+    foreign = invoke("export", model, "--out", tmp_path / "exp4", "--samples", 30, "--no-plots")
+    assert foreign.exit_code == 0 and "m.depth.json beside the checkpoint was not shown" in foreign.output
+    assert_user_error(invoke("export", model, "--out", tmp_path / "exp5", "--depth", tmp_path / "m.depth.json"),
+                      "computed for other layers")
+    assert not (tmp_path / "exp5").exists()
 
 
 def test_frozen_vit_truncated_checkpoint(tmp_path, image_folder):

@@ -10,9 +10,11 @@ folder, and both checkpoints are loaded back as a user would load them (``load_m
 images → tapped backbone → head → predicted class, under ``torch.no_grad``, on the first ``--images``
 test images of the checkpoint's dataset, in batches of ``--batch``.
 
-Timing: one warm-up pass each, then ``--repeats`` rounds; each round times the full model, then the
-truncated one (side by side, so a change of machine load hits both alike). Reported: the fastest
-round (``timeit``'s rule) and the median, per image, and the ratio full / truncated of each. Also
+Timing: one warm-up pass each, then ``--repeats`` rounds; each round runs every batch through the full
+model and the truncated one in turn (alternating which goes first from round to round), so a change of
+machine load hits both alike, and sums each model's batch times. Reported per image: the fastest round
+(``timeit``'s rule) and the median round of each, the ratio full / truncated of the fastest rounds, and
+the median over rounds of the per-round ratio. Also
 the FLOPs ratio (``FlopCounterMode``) and the share of predictions that agree with the full model.
 Without ``--model``: a paper MLP trained briefly on digits, cut at K = 2 (a smoke run).
 """
@@ -57,27 +59,33 @@ def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repea
     x = to_float_images(torch.as_tensor(take(data.images, slice(0, n)))).to(device)
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
 
-    def infer(m):
-        def run():
-            with torch.no_grad():
-                return torch.cat([m.head(m.backbone(x[s:s + batch])).logits.argmax(-1) for s in range(0, n, batch)])
-        return run
+    models = {"full": full, "truncated": small}
 
-    runs = {"full": infer(full), "truncated": infer(small)}
-    preds = {name: run() for name, run in runs.items()}  # the warm-up pass
-    times = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            times[name].append(_time(run, sync))
+    def infer(m, xb):
+        with torch.no_grad():
+            return m.head(m.backbone(xb)).logits.argmax(-1)
+
+    batches = [x[s:s + batch] for s in range(0, n, batch)]
+    preds = {name: torch.cat([infer(m, xb) for xb in batches]) for name, m in models.items()}  # the warm-up pass
+    times = {name: [] for name in models}
+    for r in range(repeats):
+        total = {name: 0.0 for name in models}
+        order = list(models) if r % 2 == 0 else list(models)[::-1]
+        for xb in batches:  # alternate batch by batch: a change of machine load hits both alike
+            for name in order:
+                total[name] += _time(lambda: infer(models[name], xb), sync)
+        for name in models:
+            times[name].append(total[name])
     best = {name: min(t) / n for name, t in times.items()}
     median = {name: statistics.median(t) / n for name, t in times.items()}
+    ratios = [f / t for f, t in zip(times["full"], times["truncated"])]
     one = x[:1]
     flops_full = model_flops(full.backbone, one)
     flops_small = tap_flops(full.backbone, one)[k - 1]
     return {"model": str(model_path), "k": k, "layer": full.layer_names[k - 1], "layers": full.num_layers,
             "images": n, "batch": batch, "repeats": repeats, "device": device,
             "seconds_per_image": best, "median_seconds_per_image": median,
-            "ratio": best["full"] / best["truncated"], "median_ratio": median["full"] / median["truncated"],
+            "ratio": best["full"] / best["truncated"], "median_ratio": statistics.median(ratios),
             "flops_full": flops_full, "flops_truncated": flops_small, "flops_ratio": flops_full / max(flops_small, 1),
             "agreement": float((preds["full"] == preds["truncated"]).float().mean()),
             "parameters": sum(p.numel() for p in small.backbone.model.parameters()),
