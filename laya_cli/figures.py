@@ -354,7 +354,7 @@ def plot_depth(doc: dict, path: Path) -> None:
              + [p["accuracy"] for p in points])
     ax.set_ylim(max(0.0, min([full - 0.05, *shown]) - 0.02), min(1.005, max([full + 0.02, *shown]) + 0.02))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best")
     ax.set_title(f"laya depth: accuracy vs compute ({doc['n_samples']:,} samples, {doc['head']} head)", fontsize=10)
     fig.savefig(path, format="png", dpi=DPI, facecolor="white", bbox_inches="tight", pad_inches=0.08,
                 metadata={"Software": "laya depth (matplotlib)"})
