@@ -40,6 +40,8 @@ class BackboneSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["image_size"] = list(self.image_size)
+        if not self.cut:  # only truncated checkpoints carry it: ordinary ones keep their old layout
+            d.pop("cut")
         return d
 
     @classmethod
