@@ -105,7 +105,10 @@ def checkpoint_summary(ckpt: dict) -> dict:
                      "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None,
                      # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
                      "weights_source": ckpt["backbone"].get("source"), "weights_sha256": ckpt["backbone"].get("sha256"),
-                     "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or [])},
+                     "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),
+                     # parameters stored in the file (None when the weights load by name)
+                     "parameters": (sum(int(t.numel()) for t in ckpt["backbone"]["weights"].values()
+                                        if t.is_floating_point()) if ckpt["backbone"]["weights"] is not None else None)},
         "layers": list(ckpt["layers"]),
         "dims": list(ckpt["dims"]),
         "classes": list(ckpt["classes"]),
@@ -113,4 +116,5 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "metrics": ckpt["metrics"],
         "train_config": ckpt.get("train_config", {}),
         "epochs": len(ckpt.get("history", [])),
+        "truncated": ckpt.get("truncated"),  # laya depth --truncate: cut after which tap (docs/depth.md)
     }

@@ -20,13 +20,15 @@ from typer.core import TyperGroup
 from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Align, Arch, ArchImport, AuditBatchSize, Backbone,
+from .options import (AUDIT, BENCH, DATA, DEPTH, HEAD, JOB, TRAIN, Ablation, Align, Arch, ArchImport, AuditBatchSize, Backbone,
                       BatchSize, BenchAlign, ByClass, Cache, Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset,
                       FailUnder, FeatureDtype, Finetune, Head, ImageColumn, ImageSize, InputSize, InternalBatchSize,
                       JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, MetricColumns, ModelPath, Patience, Pool,
                       Pretrained, Psi, Quiet, RandomisationSamples, Reduce, Restart, Resume, SampleSeed, Samples,
                       ScoreHidden, Seed, Steps, Strict, Target, Tau, TrustPickle, Weights, train_request)
 from .options import AllowSettingsChange, AuditIn, AuditQuiet, Baseline, JunitOut, MaxDrop  # CI gates (docs/ci.md)
+from .options import (DepthIn, PlotOut, Refit, RefitEpochs, Thresholds, TimeBatch, TimeRepeats, Truncate,  # laya depth
+                      TruncateOut)
 from .progress import LazyConsole
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
@@ -428,6 +430,92 @@ def audit(
         raise typer.Exit(EXIT_GATE_FAILED)
 
 
+# --------------------------------------------------------------------------- depth
+
+
+@app.command()
+def depth(
+    model: ModelPath,
+    refit: Refit = DEPTH.refit,
+    refit_epochs: RefitEpochs = None,
+    thresholds: Thresholds = None,
+    truncate: Truncate = None,
+    out: TruncateOut = None,
+    samples: Samples = None,
+    seed: SampleSeed = DEPTH.seed,
+    dataset: EvalDataset = None,
+    data_dir: DataDir = None,
+    batch_size: AuditBatchSize = DEPTH.batch_size,
+    time_repeats: TimeRepeats = DEPTH.time_repeats,
+    time_batch: TimeBatch = DEPTH.time_batch,
+    json_out: JsonOut = None,
+    markdown: MarkdownOut = None,
+    plot: PlotOut = None,
+    cache: Cache = True,
+    device: Device = "auto",
+    quiet: Quiet = False,
+    arch: ArchImport = None,
+):
+    """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
+    from . import depthing, distributed
+    from .config import EXIT_THRESHOLDS, DepthSettings, check_at_least
+    from .evaldata import load_eval_data, load_fit_features
+    from .fileio import atomic_path, atomic_write_text, check_writable
+    from .model import load_model
+    from .options import split_csv
+    from .report import depth_markdown, depth_rich_tables, truncate_line
+    from .truncation import check_k, check_maskable
+
+    with progress.enabled(not quiet):
+        _trust_arch(arch)
+        check_at_least("--samples", samples)
+        settings = DepthSettings(batch_size=batch_size, seed=seed, refit=refit, refit_epochs=refit_epochs,
+                                 thresholds=tuple(split_csv(thresholds)) if thresholds is not None else EXIT_THRESHOLDS,
+                                 time_repeats=time_repeats, time_batch=time_batch, truncate=truncate,
+                                 device=_device(device)).validate()
+        if truncate is not None and out is None:
+            raise LayaError("--truncate K writes a checkpoint: name it with --out small.pt")
+        if out is not None and truncate is None:
+            raise LayaError("--out names the checkpoint --truncate K writes; add --truncate K")
+        for path in (json_out, markdown, plot, out):
+            if path is not None:
+                check_writable(path)
+        laya_model = load_model(model)
+        if truncate is not None:
+            check_k(truncate, laya_model.num_layers)
+        if not refit:
+            check_maskable(laya_model.head)  # before any feature extraction
+        data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
+        fit_feats = load_fit_features(laya_model, settings.device, cache) if refit else None
+        if truncate is not None:
+            res = depthing.truncate_model(laya_model, data, settings, out, fit_feats)  # rank 0 writes
+            console.print(truncate_line(res), highlight=False, soft_wrap=True, markup=False)
+            return
+        result = depthing.run_depth(laya_model, data, settings, fit_feats)
+    result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir})
+    doc = result.to_dict()
+    tables = depth_rich_tables(doc)
+    wide = _wide(tables)
+    for table in tables:
+        wide.print(table)
+    for note in result.notes:
+        _note(note)
+    if not distributed.is_main():
+        return
+    if json_out is not None:
+        atomic_write_text(json_out, result.to_json())
+    if markdown is not None:
+        atomic_write_text(markdown, depth_markdown(doc))
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from .figures import plot_depth
+
+        with atomic_path(plot) as tmp:
+            plot_depth(doc, tmp)
+
+
 # --------------------------------------------------------------------------- export
 
 
@@ -447,6 +535,7 @@ def export_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
     arch: ArchImport = None,
     audit: AuditIn = None,
+    depth: DepthIn = None,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -458,7 +547,8 @@ def export_cmd(
     with progress.enabled(not quiet):
         _trust_arch(arch)
         exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
-                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite, audit=audit)
+                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite, audit=audit,
+                         depth=depth)
     for note in exp.notes:
         _note(note)
     if quiet:

@@ -231,3 +231,47 @@ class AuditSettings:
             check_at_least(option, value)
         check_at_least("--randomisation-samples", self.randomisation_samples, 0)
         return self
+
+
+# Default thresholds of the early-exit sweep (docs/depth.md): a sample stops at the first depth k whose
+# truncated prediction has p_max > t (or whose layers ≤ k hold α mass > t); t = 1 never stops early.
+EXIT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0)
+
+
+def check_unit_interval(option: str, values) -> tuple[float, ...]:
+    """Thresholds of a probability-like quantity: each in (0, 1]."""
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise LayaError(f"{option}: '{v}' is not a number") from None
+        if not 0 < f <= 1:
+            raise LayaError(f"{option} values must be in (0, 1], got {v}")
+        out.append(f)
+    if not out:
+        raise LayaError(f"{option} needs at least one threshold")
+    return tuple(sorted(set(out)))
+
+
+@dataclass
+class DepthSettings:
+    """``laya depth``: truncation curve, early exit, a truncated checkpoint (docs/depth.md)."""
+
+    batch_size: int = 256  # samples per head pass
+    seed: int = 0  # the --samples subset
+    refit: bool = False  # also retrain a head on the taps ≤ k for every k (or for --truncate K)
+    refit_epochs: int | None = None  # None: the checkpoint's own --epochs
+    thresholds: tuple[float, ...] = EXIT_THRESHOLDS  # the early-exit sweep
+    time_repeats: int = 5  # timed passes per depth (the fastest is kept); 0 = no timing
+    time_batch: int = 32  # images per timed pass
+    truncate: int | None = None  # K: write a checkpoint cut after tap K
+    device: str = "cpu"
+
+    def validate(self) -> "DepthSettings":
+        check_at_least("--batch-size", self.batch_size)
+        check_at_least("--refit-epochs", self.refit_epochs)
+        check_at_least("--time-repeats", self.time_repeats, 0)
+        check_at_least("--time-batch", self.time_batch)
+        self.thresholds = check_unit_interval("--thresholds", self.thresholds)
+        return self

@@ -15,7 +15,7 @@ from .cache import FeatureCache, cached_extract, feature_key
 from .config import DataRequest, check_at_least
 from .data import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
 from .errors import LayaError
-from .features import LayerFeatures, StreamedFeatures
+from .features import LayerFeatures, StreamedFeatures, feature_batches
 from .images import take
 from .model import LayaModel
 from .progress import log
@@ -60,6 +60,19 @@ def check_input_fits(model: LayaModel, image_shape, name: str) -> None:
                         f"that size, or train a model on {name}")
 
 
+def _load(req: DataRequest, recorded: bool):
+    """``load_dataset``; a ``--data-dir`` recorded in the checkpoint (not given now) that does not hold
+    the data falls back to where laya looks by default (another machine, moved data)."""
+    try:
+        return load_dataset(req)
+    except DataDirMissing as e:
+        if not recorded:
+            raise  # a --data-dir given now must hold the data
+        log(f"[yellow]{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)[/]")
+        req.data_dir = None
+        return load_dataset(req)
+
+
 def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
                    samples: int | None = None, seed: int = 0, device: str = "cpu",
                    use_cache: bool = True, stream: bool = False) -> EvalData:
@@ -85,15 +98,7 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else recorded,
                       image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
                       **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
-    try:
-        data = load_dataset(req)
-    except DataDirMissing as e:
-        if not recorded:
-            raise  # a --data-dir given now must hold the data
-        # The folder recorded at training time (another machine, moved data): look where laya looks by default.
-        log(f"[yellow]{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)[/]")
-        req.data_dir = None
-        data = load_dataset(req)
+    data = _load(req, recorded=bool(recorded))
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
     if len(data.classes) != len(model.classes):
@@ -115,3 +120,41 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features",
                            fallback=(whole, index) if subset else None, dtype=dtype)
     return EvalData(feats, images, index, name)
+
+
+def load_fit_features(model: LayaModel, device: str = "cpu", use_cache: bool = True,
+                      splits: tuple[str, ...] = ("train", "val")) -> dict[str, LayerFeatures]:
+    """Features of the checkpoint's own training splits, as its backbone (frozen now) computes them:
+    what a head retrained on the checkpoint's data reads (``laya depth --refit``). Cached like the
+    training run's own features (same keys: a frozen backbone's are reused)."""
+    ds = dict(model.checkpoint.get("dataset", {}))
+    if ds.get("name") == USER_DATASET:
+        raise LayaError(f"--refit retrains heads on the checkpoint's training data, but this model was trained "
+                        f"from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), which laya cannot load "
+                        f"by name; run laya depth without --refit")
+    req = DataRequest(name=dataset_name(ds.get("name", "digits")), data_dir=ds.get("data_dir"),
+                      image_size=ds.get("image_size"), label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
+                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
+    data = _load(req, recorded=bool(req.data_dir))
+    model.backbone.to(device)
+    cache = FeatureCache() if use_cache else None
+    dtype = model.checkpoint.get("feature_dtype", "float32")
+    out = {}
+    for split in splits:
+        part = getattr(data, split)
+        key = feature_key(model.backbone, data.identity, split, req.seed, len(part), device, dtype)
+        feats = cached_extract(model.backbone, part.images, part.labels, key, cache, device=device,
+                               description=f"{split} features", dtype=dtype)
+        out[split] = in_memory(feats)
+    return out
+
+
+def in_memory(feats) -> LayerFeatures:
+    """Features of any kind (in memory, streamed, a sharded store) as one ``LayerFeatures``."""
+    if isinstance(feats, LayerFeatures):
+        return feats
+    parts = list(feature_batches(feats, 4096))
+    if not parts:
+        raise LayaError("no samples")
+    return LayerFeatures([torch.cat([p[0][i].cpu().float() for p in parts]) for i in range(len(parts[0][0]))],
+                         torch.cat([p[1] for p in parts]))

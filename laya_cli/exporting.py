@@ -13,6 +13,7 @@ What gets written (documented in docs/export.md):
   DIR/plots/*.png                 matplotlib figures (see figures.py), unless plots are off
   DIR/report.html                 one self-contained page with every plot embedded and the per-sample explorer
   DIR/audit.json                  with --audit FILE: that audit (the report shows it)
+  DIR/depth.json                  with --depth FILE (or MODEL.depth.json beside the checkpoint): that depth result
 
 Everything is built in a hidden temp folder next to DIR and renamed into place at the end,
 so an error or an interrupt never leaves a half-written export behind.
@@ -43,7 +44,7 @@ EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
 FORMATS = ("csv", "parquet", "npz")
 SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
-RESULT_FILES = {"audit": "audit.json"}  # attached results (report.html shows each), copied into the export
+RESULT_FILES = {"audit": "audit.json", "depth": "depth.json"}  # attached results (report.html shows each), copied into the export
 
 
 # --------------------------------------------------------------------------- the result
@@ -320,12 +321,14 @@ def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = T
 def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
                strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
                seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True,
-               stream: bool = True, audit: str | Path | None = None) -> Export:
+               stream: bool = True, audit: str | Path | None = None, depth: str | Path | None = None) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
     ``stream``: without a feature cache, features are computed batch by batch and never held all
     at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
     ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
+    ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
+    when there), shown in report.html and copied as depth.json.
     """
     from .model import load_model
     from .evaldata import load_eval_data
@@ -338,23 +341,29 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     results = {"audit": read_audit_json(audit, "--audit")} if audit is not None else {}
     model = load_model(model_path)
     check_results_match(results, model, audit)
+    depth_doc, depth_note = read_depth(model_path, model.layer_names, depth)
+    if depth_doc is not None:
+        results["depth"] = depth_doc
     data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
                           use_cache=use_cache, stream=stream)
     return export_data(model, data, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite, device=device,
-                       info={"checkpoint": str(model_path), "samples": samples, "seed": seed}, results=results)
+                       info={"checkpoint": str(model_path), "samples": samples, "seed": seed}, results=results,
+                       notes=[depth_note] if depth_note else [])
 
 
 def export_data(model, data, out: str | Path | None = None, fmt: str = "csv", plots: bool = True, strip: int = 8,
                 overwrite: bool = False, device: str = "cpu", info: dict | None = None,
-                results: dict | None = None) -> Export:
+                results: dict | None = None, notes: Sequence[str] = ()) -> Export:
     """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
 
     What ``laya export`` and ``laya_cli.export`` both run. ``results``: attached results shown in
-    report.html (``{"audit": <laya audit --json>}``, as ``laya export --audit`` gives). Under torchrun
-    the samples are sharded over the ranks and only rank 0 writes.
+    report.html (``{"audit": <laya audit --json>, "depth": <laya depth --json>}``, as ``laya export
+    --audit/--depth`` give). ``notes``: shown with the export's own. Under torchrun the samples are
+    sharded over the ranks and only rank 0 writes.
     """
     exp = compute_export(model, data, device=device, info=info)
     exp.results = dict(results or {})
+    exp.notes += list(notes)
     if out is None:
         return exp
     if is_main():
@@ -371,3 +380,35 @@ def check_results_match(results: dict, model, path=None) -> None:
         raise LayaError(f"--audit {path} was taken on a model with other layers "
                         f"({', '.join(map(str, doc.get('layers', []))) or 'none'}) than this checkpoint "
                         f"({', '.join(model.layer_names)})")
+
+
+def depth_beside(model_path: str | Path) -> Path:
+    """Where ``laya export`` looks for a depth result when --depth is not given: MODEL.depth.json."""
+    p = Path(model_path).expanduser()
+    return p.with_name(p.stem + ".depth.json")
+
+
+def read_depth(model_path: str | Path, layers: Sequence[str], given: str | Path | None) -> tuple[dict | None, str | None]:
+    """The ``laya depth --json`` result to show: the file given (bad or foreign: one-line error), else
+    MODEL.depth.json beside the checkpoint when present (bad or foreign: a note, and no section)."""
+    path = Path(given).expanduser() if given is not None else depth_beside(model_path)
+    if given is None and not path.is_file():
+        return None, None
+    try:
+        if not path.is_file():
+            raise LayaError(f"--depth {path}: no such file")
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise LayaError(f"--depth {path} is not a laya depth result ({type(e).__name__})") from None
+        if not isinstance(doc, dict) or doc.get("format") != "laya-depth":
+            raise LayaError(f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
+                            f"write one with laya depth MODEL --json FILE")
+        if list(doc.get("layers", [])) != list(layers):
+            raise LayaError(f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
+                            f"than this checkpoint's")
+    except LayaError as e:
+        if given is not None:
+            raise
+        return None, f"{path.name} beside the checkpoint was not shown: {e}"
+    return doc, None

@@ -25,6 +25,7 @@ PLOT_FILES = {
     "heatmap_shift": "class_layer_shift.png",
     "shift_ranking": "attention_shift.png",
     "strip": "samples_strip.png",
+    "depth": "depth.png",  # with an attached laya depth result (laya export --depth)
 }
 
 
@@ -339,4 +340,49 @@ def render_plots(exp, folder: Path, strip: int = 8) -> dict[str, str]:
     if strip > 0 and can_strip(exp):
         plot_strip(exp, folder / PLOT_FILES["strip"], strip)
         out["strip"] = PLOT_FILES["strip"]
+    depth = (getattr(exp, "results", None) or {}).get("depth")  # an attached laya depth result
+    if depth:
+        plot_depth(depth, folder / PLOT_FILES["depth"])
+        out["depth"] = PLOT_FILES["depth"]
     return {k: out[k] for k in PLOT_FILES if k in out}
+
+
+def plot_depth(doc: dict, path: Path) -> None:
+    """``laya depth``: accuracy vs mean backbone FLOPs (% of the full model) for the truncated model (α
+    masked above k), the refitted heads, the early-exit sweeps and the oracle; ``doc`` is the depth JSON."""
+    fig = _figure(7.2, 4.4)
+    ax = fig.add_subplot(1, 1, 1)
+    rows = doc["truncation"]
+    x = [100 * r["flops_fraction"] for r in rows]
+    full = doc["full"]["accuracy"]
+    if any(r["accuracy"] is not None for r in rows):
+        ax.plot(x, [r["accuracy"] for r in rows], "o-", color=NEUTRAL, label="truncated at k (α masked)")
+        for xi, r in zip(x, rows):
+            ax.annotate(f"k={r['k']}", (xi, r["accuracy"]), textcoords="offset points", xytext=(4, -10), fontsize=7,
+                        color="#555")
+    if any("refit_accuracy" in r for r in rows):
+        ax.plot(x, [r["refit_accuracy"] for r in rows], "s--", color="#8e44ad", label="head refitted on taps ≤ k")
+    markers = {"p_max": ("^-", "#e67e22", "early exit: p_max > t"),
+               "alpha_mass": ("v-", "#16a085", "early exit: α mass ≤ k > t")}
+    points = (doc.get("early_exit") or {}).get("points", [])
+    for policy, (style, colour, label) in markers.items():
+        pts = sorted((p for p in points if p["policy"] == policy), key=lambda p: p["flops_fraction"])
+        if pts:
+            ax.plot([100 * p["flops_fraction"] for p in pts], [p["accuracy"] for p in pts], style, color=colour,
+                    markersize=4, linewidth=1, label=label)
+    o = doc["oracle"]
+    ax.plot([100 * o["flops_fraction"]], [full], "*", color=CORRECT, markersize=12, label="oracle (minimal sufficient depth)")
+    ax.axhline(full, color="#888", linestyle=":", linewidth=1, label=f"full model ({full:.4f})")
+    ax.axhline(full - 0.01, color="#bbb", linestyle="--", linewidth=0.8, label="full − 1 pp")
+    ax.set_xlabel("mean backbone FLOPs (% of the full model)")
+    ax.set_ylabel("accuracy")
+    ax.set_xlim(0, 105)
+    shown = ([r["accuracy"] for r in rows if r["accuracy"] is not None]
+             + [r["refit_accuracy"] for r in rows if r.get("refit_accuracy") is not None]
+             + [p["accuracy"] for p in points])
+    ax.set_ylim(max(0.0, min([full - 0.05, *shown]) - 0.02), min(1.005, max([full + 0.02, *shown]) + 0.02))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"laya depth: accuracy vs compute ({doc['n_samples']:,} samples, {doc['head']} head)", fontsize=10)
+    fig.savefig(path, format="png", dpi=DPI, facecolor="white", bbox_inches="tight", pad_inches=0.08,
+                metadata={"Software": "laya depth (matplotlib)"})

@@ -14,9 +14,10 @@ from typing import Annotated, Optional
 import typer
 
 from .bench import BenchRequest
-from .config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
+from .config import AuditSettings, DataRequest, DepthSettings, HeadConfig, TrainConfig, TrainRequest
 
 HEAD, TRAIN, DATA, AUDIT, JOB = HeadConfig(), TrainConfig(), DataRequest(), AuditSettings(), TrainRequest()
+DEPTH = DepthSettings()
 BENCH = BenchRequest()
 
 
@@ -96,6 +97,19 @@ MaxDrop = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric
 AllowSettingsChange = Annotated[bool, typer.Option(help="Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the differences are noted.")]
 JunitOut = Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.")]
 AuditIn = Annotated[Optional[Path], typer.Option("--audit", metavar="FILE", help="A 'laya audit --json' of this model: adds the audit section to report.html (copied into the export as audit.json).")]
+
+
+# --------------------------------------------------------------------------- depth
+
+Refit = Annotated[bool, typer.Option("--refit", help="Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training settings, on its training data).")]
+RefitEpochs = Annotated[Optional[int], typer.Option(help="Maximum epochs of each --refit head (default: the checkpoint's own).")]
+Thresholds = Annotated[Optional[str], typer.Option(help="Early-exit thresholds in (0, 1], comma list (default: 0.5 … 0.999, 1).")]
+TimeRepeats = Annotated[int, typer.Option(help="Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.")]
+TimeBatch = Annotated[int, typer.Option(help="Images per timed backbone pass.")]
+Truncate = Annotated[Optional[int], typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")]
+TruncateOut = Annotated[Optional[Path], typer.Option("--out", help="Where --truncate writes the truncated checkpoint.")]
+PlotOut = Annotated[Optional[Path], typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG.")]
+DepthIn = Annotated[Optional[Path], typer.Option("--depth", metavar="FILE", help="A 'laya depth --json' result to add to report.html (default: MODEL.depth.json beside the checkpoint, if there).")]
 
 
 def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, data_dir: str | None, label: str,

@@ -541,6 +541,10 @@ def info_panel(summary: dict, path):
           if (u := summary["dataset"].get("unmatched")) else []),
         *([("weights", f"{b['weights_source']}  sha256 {(b['weights_sha256'] or '')[:16]}")]
           if b.get("weights_source") else []),
+        *([("parameters", f"{b['parameters']:,} in the backbone")] if b.get("parameters") is not None else []),
+        *([("truncated", f"after {t['layer']} (tap {t['depth']} of {t['of']}, {t['head']} head; "
+                         f"{t['parameters']:,} of {t['parameters_full']:,} backbone parameters, "
+                         f"{100 * t['flops_fraction']:.1f} % of its FLOPs)")] if (t := summary.get("truncated")) else []),
         ("test accuracy", _maybe(m.get("test_accuracy"))),
         ("test macro-F1", _maybe(m.get("test_macro_f1"))),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
@@ -549,3 +553,140 @@ def info_panel(summary: dict, path):
     for k, v in rows:
         table.add_row(f"[bold]{k}[/]", v)
     return Panel(table, title=f"laya checkpoint {path}", expand=False)
+
+
+# --------------------------------------------------------------------------- depth
+# Works on the JSON dict of ``depthing.DepthResult.to_dict()`` (so export's report can reuse it).
+
+
+def human_flops(f) -> str:
+    if f is None:
+        return "n/a"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if f >= div:
+            return f"{f / div:.3g} {unit}"
+    return f"{f:.0f}"
+
+
+def _pct(v, spec: str = "{:.1f} %") -> str:
+    return _fmt(None if v is None else 100 * v, spec)
+
+
+def _pp(v) -> str:
+    return _fmt(None if v is None else 100 * v, "{:+.2f}")
+
+
+def _seconds_img(v) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v * 1e6:.1f} µs" if v < 1e-3 else f"{v * 1e3:.2f} ms"
+
+
+def depth_table_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the truncation table (one row per depth k)."""
+    refit = any("refit_accuracy" in r for r in doc["truncation"])
+    timed = doc["compute"].get("time_fraction") is not None
+    header = ["k", "layer", "accuracy", "Δ pp", "macro-F1", "FLOPs/img", "block FLOPs", "FLOPs %"]
+    header += ["time/img", "time %"] if timed else []
+    header += ["refit acc.", "refit Δ pp"] if refit else []
+    rows = []
+    for r in doc["truncation"]:
+        row = [str(r["k"]), r["layer"], _fmt(r["accuracy"], "{:.4f}"), _pp(r["delta"]), _fmt(r["macro_f1"], "{:.4f}"),
+               human_flops(r["flops"]), human_flops(r["flops_block"]), _pct(r["flops_fraction"])]
+        if timed:
+            row += [_seconds_img(r["seconds_per_image"]), _pct(r["time_fraction"])]
+        if refit:
+            row += [_fmt(r.get("refit_accuracy"), "{:.4f}"), _pp(r.get("refit_delta"))]
+        rows.append(row)
+    return header, rows
+
+
+def depth_exit_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """The early-exit operating points (cheapest within 1 pp and 0.5 pp, per policy) and the oracle."""
+    header = ["operating point", "policy", "threshold", "accuracy", "Δ pp", "mean depth", "FLOPs %",
+              "FLOPs saved", "time %"]
+    rows = []
+    ops = (doc.get("early_exit") or {}).get("operating_points", {})
+    for name, op in ops.items():
+        for policy, p in op["by_policy"].items():
+            mark = " (best)" if op["best"] is not None and p is not None and p == op["best"] else ""
+            if p is None:
+                rows.append([f"within {name}", policy, "none", "", "", "", "", "", ""])
+                continue
+            rows.append([f"within {name}{mark}", policy, f"{p['threshold']:g}", f"{p['accuracy']:.4f}",
+                         _pp(p["delta"]), f"{p['mean_depth']:.2f}", _pct(p["flops_fraction"]),
+                         _pct(1 - p["flops_fraction"]), _pct(p["time_fraction"])])
+    o = doc["oracle"]
+    rows.append(["oracle (minimal sufficient depth)", o["source"], "—", f"{doc['full']['accuracy']:.4f}", _pp(0.0),
+                 f"{o['mean_depth']:.2f}", _pct(o["flops_fraction"]), _pct(1 - o["flops_fraction"]),
+                 _pct(o["time_fraction"])])
+    return header, rows
+
+
+def depth_caption(doc: dict) -> str:
+    c = doc["compute"]
+    timed = (f"; time: fastest of {c['time_repeats']} rounds of {c['time_batch']} images on {c['device']}, "
+             f"full model {_seconds_img(c['seconds_full_model'])}/img") if c.get("time_fraction") else ""
+    return (f"{doc['n_samples']:,} samples, {doc['head']} head, full model accuracy {doc['full']['accuracy']:.4f}; "
+            f"accuracy at k: α masked above k and renormalised; FLOPs % and time % of the whole backbone "
+            f"({human_flops(c['flops_full_model'])} FLOPs/img){timed}")
+
+
+def depth_rich_tables(doc: dict) -> list:
+    header, rows = depth_table_rows(doc)
+    t = _simple_table("laya depth: truncation", caption=depth_caption(doc))
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i == 1 else "right")
+    for r in rows:
+        t.add_row(*r)
+    out = [t]
+    if doc.get("early_exit"):
+        header, rows = depth_exit_rows(doc)
+        e = _simple_table(f"laya depth: early exit ({doc['early_exit']['source']} predictions; "
+                          f"cheapest operating points of the threshold sweep)")
+        for i, h in enumerate(header):
+            e.add_column(h, justify="left" if i < 2 else "right")
+        for r in rows:
+            e.add_row(*r)
+        out.append(e)
+    return out
+
+
+def depth_markdown(doc: dict, title: str = "laya depth") -> str:
+    header, rows = depth_table_rows(doc)
+    lines = [f"## {title}", "", depth_caption(doc) + ".", "", *md_table(header, rows, ["r", "l"] + ["r"] * (len(header) - 2))]
+    if doc.get("early_exit"):
+        header, rows = depth_exit_rows(doc)
+        lines += ["", f"### Early exit ({doc['early_exit']['source']} predictions)", "",
+                  *md_table(header, rows, ["l", "l"] + ["r"] * (len(header) - 2))]
+    o = doc["oracle"]
+    lines += ["", "### Minimal sufficient depth per class (samples whose prediction first equals the full model's at k)", "",
+              *md_table(["class", *[f"k={k}" for k in range(1, len(doc["layers"]) + 1)]],
+                        [[c, *map(str, h)] for c, h in o["by_class"].items()] + [["all", *map(str, o["histogram"])]])]
+    for note in doc.get("notes", []):
+        lines += ["", f"> note: {note}"]
+    return "\n".join(lines) + "\n"
+
+
+def truncate_line(res) -> str:
+    return (f"truncated after {res.layer} (tap {res.k}, {res.head} head): accuracy {res.accuracy:.4f} "
+            f"(full {res.full_accuracy:.4f}, {100 * (res.accuracy - res.full_accuracy):+.2f} pp), backbone "
+            f"{res.parameters:,} of {res.parameters_full:,} parameters, {100 * res.flops_fraction:.1f} % of its FLOPs "
+            f"-> {res.out}")
+
+
+def depth_speed_table(rows: list[dict]) -> Table:
+    """``python -m benchmarks.depth``: inference of the full vs the truncated model, side by side."""
+    t = _simple_table("inference: full model vs cut after tap K (measured side by side in one run)",
+                      caption="per image: fastest round (median round); time ratio = full / truncated of the fastest rounds (median of the per-round ratios)")
+    for h in ("model", "K", "layer", "images", "full", "truncated", "time ratio", "FLOPs ratio", "params kept",
+              "same prediction"):
+        t.add_column(h, justify="left" if h in ("model", "layer") else "right")
+    for r in rows:
+        s, m = r["seconds_per_image"], r["median_seconds_per_image"]
+        t.add_row(r["model"].rsplit("/", 1)[-1], f"{r['k']} of {r['layers']}", r["layer"], f"{r['images']:,}",
+                  f"{_seconds_img(s['full'])} ({_seconds_img(m['full'])})",
+                  f"{_seconds_img(s['truncated'])} ({_seconds_img(m['truncated'])})",
+                  f"{r['ratio']:.2f}× ({r['median_ratio']:.2f}×)", f"{r['flops_ratio']:.2f}×",
+                  f"{100 * r['parameters'] / r['parameters_full']:.1f} %", f"{100 * r['agreement']:.1f} %")
+    return t

@@ -9,10 +9,9 @@ single CI artifact or mailed around and opened offline. Besides the tables and f
   data travel as one JSON block and plain JavaScript renders only the rows in view, so 10,000
   samples stay responsive (measured by ``benchmarks/report_explorer.py``).
 - a section per **attached result** (``exp.results``, e.g. ``laya export --audit audit.json``),
-  rendered by ``RESULT_SECTIONS``. The hook for results that do not exist yet (depth analysis):
-  add ``"depth": ("title", render_function)`` to ``RESULT_SECTIONS`` and let ``laya export``
-  attach the document under ``exp.results["depth"]``; until then an attached result without a
-  renderer is shown as its raw JSON (collapsed), so nothing attached is ever dropped silently.
+  rendered by ``RESULT_SECTIONS``: the audit (``--audit``) and the depth analysis (``--depth``,
+  ``laya depth --json``, with its accuracy-vs-compute plot). An attached result without a renderer
+  is shown as its raw JSON (collapsed), so nothing attached is ever dropped silently.
 """
 
 from __future__ import annotations
@@ -69,6 +68,8 @@ _CAPTIONS = {
     "shift_ranking": "Jensen–Shannon divergence (base 2) between the mean α of correct and of incorrect "
                      "predictions, per true class, ranked.",
     "strip": "The first exported samples with their prediction and layer attention.",
+    "depth": "Accuracy against mean backbone FLOPs (% of the full model): the model cut after each tap (α masked "
+             "above k), heads refitted on the taps ≤ k, the early-exit threshold sweeps and the oracle.",
 }
 
 
@@ -135,18 +136,18 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
         '<h2 id="model">Model</h2>', _table(None, [(f"<b>{k}</b>", v) for k, v in model_rows]),
     ]
     toc = [("model", "Model")]
-    for anchor, title, body in result_sections(getattr(exp, "results", None) or {}):
+    def figure(key: str) -> str:
+        if key not in pngs:
+            return ""
+        return f"<figure>{_img(root / 'plots', pngs[key], _CAPTIONS[key])}<figcaption>{e(_CAPTIONS[key])}</figcaption></figure>"
+
+    for anchor, title, body in result_sections(getattr(exp, "results", None) or {}, {"depth": figure("depth")}):
         parts += [f'<h2 id="{anchor}">{e(title)}</h2>', body]
         toc.append((anchor, title.split(":")[0]))
     for note in exp.notes:
         parts.append(f'<p class="note">{e(note)}</p>')
     if not plots:
         parts.append('<p class="note">plots were skipped (--no-plots).</p>')
-
-    def figure(key: str) -> str:
-        if key not in pngs:
-            return ""
-        return f"<figure>{_img(root / 'plots', pngs[key], _CAPTIONS[key])}<figcaption>{e(_CAPTIONS[key])}</figcaption></figure>"
 
     if exp.has_alpha:
         parts += ['<h2 id="global">Global layer attention</h2>', figure("global")]
@@ -455,7 +456,7 @@ def explorer_section(exp, thumbs: Sequence[str] | None) -> str:
     ])
 
 
-# --------------------------------------------------------------------------- attached results (audit, depth hook)
+# --------------------------------------------------------------------------- attached results (audit, depth)
 
 _AUDIT_COLUMNS = [  # (header, key, format, higher is better)
     ("faithfulness", "faithfulness", "{:.3f}", True), ("± std", "faithfulness_std", "{:.3f}", False),
@@ -540,23 +541,50 @@ def audit_section(doc: dict) -> str:
     return "\n".join(parts)
 
 
-# Attached results: key in ``exp.results`` -> (section title, renderer). The depth hook goes here.
-RESULT_SECTIONS = {
-    "audit": ("Audit: are the layer attributions faithful?", audit_section),
-}
-
-
-def result_sections(results: dict) -> list[tuple[str, str, str]]:
-    """(anchor, title, html) for every attached result; a result without a renderer shows as raw JSON."""
+def result_sections(results: dict, figures: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """(anchor, title, html) for every attached result; a result without a renderer shows as raw JSON.
+    ``figures``: the embedded figure of a result that has one (the depth plot), by result key."""
     out = []
     for key, doc in results.items():
         anchor = "result-" + "".join(ch if ch.isalnum() else "-" for ch in key)
         if key in RESULT_SECTIONS:
             title, render = RESULT_SECTIONS[key]
-            out.append((anchor, title, render(doc)))
+            figure_html = (figures or {}).get(key)
+            out.append((anchor, title, render(doc, figure_html) if figure_html else render(doc)))
         else:
             raw = html.escape(json.dumps(doc, indent=2, allow_nan=False, default=str))
             out.append((anchor, f"{key} results",
                         f"<p>No dedicated view for <code>{html.escape(key)}</code> results yet; the document "
                         f"as attached:</p><details><summary>{html.escape(key)} (JSON)</summary><pre>{raw}</pre></details>"))
     return out
+
+
+def depth_section(doc: dict, figure_html: str = "") -> str:
+    """The ``laya depth`` section of report.html, from the depth JSON (docs/depth.md)."""
+    from .report import depth_caption, depth_exit_rows, depth_table_rows
+
+    e = html.escape
+    parts = [f'<p class="sub">{e(depth_caption(doc))}. Definitions: laya\'s docs/depth.md.</p>', figure_html]
+    header, rows = depth_table_rows(doc)
+    parts.append(_table(header, [[e(c) for c in r] for r in rows], [i != 1 for i in range(len(header))]))
+    if doc.get("early_exit"):
+        header, rows = depth_exit_rows(doc)
+        parts.append(f"<h3>Early exit ({e(doc['early_exit']['source'])} predictions): the cheapest operating "
+                     f"points of the threshold sweep</h3>")
+        parts.append(_table(header, [[e(c) for c in r] for r in rows], [i >= 2 for i in range(len(header))]))
+    o = doc["oracle"]
+    ks = [f"k={k}" for k in range(1, len(doc["layers"]) + 1)]
+    parts.append("<h3>Minimal sufficient depth per class</h3><p>Samples whose prediction first equals the full "
+                 "model's at depth k, per true class.</p>")
+    parts.append(_table(["class", *ks], [[e(c), *map(str, h)] for c, h in o["by_class"].items()]
+                        + [["<b>all</b>", *map(str, o["histogram"])]], [False] + [True] * len(ks)))
+    for note in doc.get("notes", []):
+        parts.append(f'<p class="note">{e(note)}</p>')
+    return "\n".join(p for p in parts if p)
+
+
+# Attached results: key in ``exp.results`` -> (section title, renderer(doc[, figure html])).
+RESULT_SECTIONS = {
+    "audit": ("Audit: are the layer attributions faithful?", audit_section),
+    "depth": ("Depth: how deep must the model be? (laya depth)", depth_section),
+}

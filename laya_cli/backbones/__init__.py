@@ -35,7 +35,7 @@ BUILTIN_FINETUNE = ("mlp", "cnn")  # trained from scratch, end to end, by defaul
 __all__ = [
     "BACKBONES", "FAMILIES", "BUILTIN_FINETUNE", "BackboneSpec", "InputConfig", "InputAdapter", "Layouts", "PaperMLP",
     "SmallCNN", "TapFormat", "TappedBackbone", "CLASSIFIER_KEYS", "IMAGENET_MEAN", "IMAGENET_STD",
-    "backbone_from_checkpoint", "backbone_name", "build_backbone", "check_sha256", "tap_model", "build_model", "checkpoint_extras",
+    "backbone_from_checkpoint", "backbone_name", "build_backbone", "check_sha256", "cut_backbone", "tap_model", "build_model", "checkpoint_extras",
     "checkpoint_weights", "default_pretrained", "family_of", "input_side", "is_builtin", "load_state", "pool_tokens",
     "preflight",
     "read_weights_file", "resolve_layers", "state_fingerprint", "trust_code", "weights_sha256",
@@ -180,13 +180,27 @@ def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, progra
     matter, the taps never read it), else the model's own weights (the hub's, a program's)."""
     family, model_name = family_of(spec.name)
     model, input_cfg = family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
-    if state_dict is not None:
+    if state_dict is not None and not spec.cut:
         load_state(model, state_dict, spec.name)
     backbone = tap_model(model, input_cfg, spec, family=family, example_shape=(spec.in_channels, *spec.image_size))
     backbone.weights_source = family.weights_source(model_name, spec, model)
+    if spec.cut:  # a truncated checkpoint: cut the model after its last tap, then load the weights it kept
+        backbone = cut_backbone(backbone, state_dict, spec.name)
     where = "the hub's pretrained weights" if spec.pretrained and state_dict is None else "the stored weights"
-    check_sha256(state_dict if state_dict is not None else model.state_dict(), expect_sha256, where)
+    check_sha256(state_dict if state_dict is not None else backbone.model.state_dict(), expect_sha256, where)
     return backbone
+
+
+def cut_backbone(backbone: TappedBackbone, state_dict: dict | None, name: str) -> TappedBackbone:
+    """A truncated checkpoint's backbone (``spec.cut``, laya depth --truncate): the model cut after its
+    last tap (``TappedBackbone.truncated``), then the weights the checkpoint kept loaded into what is left.
+    The checkpoint's SHA-256 is of those kept weights (``checkpoint_extras`` hashes the cut model)."""
+    spec, source = backbone.spec, backbone.weights_source
+    small = backbone.truncated(len(backbone.layer_names))
+    small.spec, small.weights_source = spec, source
+    if state_dict is not None:
+        load_state(small.model, state_dict, name)
+    return small
 
 
 # --------------------------------------------------------------------------- checkpoint glue
@@ -195,8 +209,8 @@ def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, progra
 def checkpoint_weights(backbone: TappedBackbone, spec: BackboneSpec, weights_file: str | None) -> dict | None:
     """The backbone weights the checkpoint stores: none for a frozen pretrained hub backbone (loaded
     by name, checked by SHA-256) or a .pt2 program (stored whole); the state dict otherwise."""
-    if spec.name.startswith("pt2:") or (spec.pretrained and not spec.finetune and not weights_file):
-        return None
+    if spec.name.startswith("pt2:") or (spec.pretrained and not spec.finetune and not weights_file and not spec.cut):
+        return None  # a cut backbone (laya depth --truncate) always stores what it kept
     return {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
 
 
@@ -242,11 +256,14 @@ def backbone_from_checkpoint(section: dict, model: nn.Module | None = None) -> T
         stored = section.get("weights")
         if stored is None:
             raise LayaError("this checkpoint stores no backbone weights to load into the given backbone")
-        load_state(model, stored, type(model).__name__)
+        if not spec.cut:
+            load_state(model, stored, type(model).__name__)
         check_sha256(stored, section.get("sha256"), "the stored weights")
         cfg = recorded or InputConfig(spec.in_channels, None, (0.0,), (1.0,))
         backbone = tap_model(model, cfg, spec, example_shape=(spec.in_channels, *spec.image_size))
         backbone.weights_source = section.get("source", "")
+        if spec.cut:  # the given module is whole; the checkpoint stores it cut after its last tap
+            backbone = cut_backbone(backbone, stored, type(model).__name__)
         return backbone
     program = section.get("program")
     if program is not None:

@@ -35,10 +35,13 @@ class BackboneSpec:
     image_size: tuple[int, int] = (8, 8)
     input_size: int | None = None  # side of the images the backbone sees; None: the model's own
     formats: list[str] = field(default_factory=list)  # per tap: NC, NCHW, NHWC, NLC or NLC+P (P prefix tokens)
+    cut: bool = False  # the model ends at its last tap: modules above it are neither built nor stored (laya depth --truncate)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["image_size"] = list(self.image_size)
+        if not self.cut:  # only truncated checkpoints carry it: ordinary ones keep their old layout
+            d.pop("cut")
         return d
 
     @classmethod
