@@ -98,13 +98,14 @@ def test_class_names_cannot_break_out_of_the_page(tmp_path):
 
 
 def test_a_result_without_a_view_is_shown_raw(tmp_path):
-    """The hook for depth results (issue 12): attached results are never dropped, even without a renderer."""
-    exp = made_up_export(["x", "y"], results={"depth": {"accuracy_by_depth": [0.5, 0.9], "note": "<b>"}})
+    """Attached results are never dropped, even without a renderer (depth has one since issue 12: another key)."""
+    exp = made_up_export(["x", "y"], results={"calibration": {"accuracy_by_depth": [0.5, 0.9], "note": "<b>"}})
     write_export(exp, tmp_path / "e", plots=False)
     out = tmp_path / "e"
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert '<h2 id="result-depth">depth results</h2>' in html and "accuracy_by_depth" in html and "&lt;b&gt;" in html
-    assert json.loads((out / "depth.json").read_text()) == {"accuracy_by_depth": [0.5, 0.9], "note": "<b>"}
+    assert '<h2 id="result-calibration">calibration results</h2>' in html and "accuracy_by_depth" in html
+    assert "&lt;b&gt;" in html
+    assert json.loads((out / "calibration.json").read_text()) == {"accuracy_by_depth": [0.5, 0.9], "note": "<b>"}
 
 
 def test_thumbnails_shrink_large_images_and_keep_small_ones():
