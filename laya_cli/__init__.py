@@ -7,6 +7,7 @@ The public Python API is ``__all__`` (docs/api.md); everything else is internal:
     laya_model = laya_cli.fit(tapped, train_loader)       # your DataLoaders of (images, labels)
     result = laya_cli.audit(laya_model, test_loader)      # .summary, .to_pandas(), .per_sample()
     exp = laya_cli.export(laya_model, test_loader)        # .table, .profiles, .shift (DataFrames)
+    deep = laya_cli.depth(laya_model, test_loader)        # .to_pandas(): accuracy and compute per depth k
     laya_model.save("model.pt")                           # laya info / audit / export read it
     laya_model = laya_cli.load("model.pt")
 
@@ -24,8 +25,9 @@ __version__ = "0.1.0"
 
 # The public API: name -> module that defines it (relative to this package).
 _EXPORTS = {
-    "attach": "api", "fit": "api", "audit": "api", "export": "api", "load": "api",
+    "attach": "api", "fit": "api", "audit": "api", "export": "api", "load": "api", "depth": "api",
     "Tapped": "api", "LayaModel": "model", "AuditResult": "auditing", "Export": "exporting",
+    "DepthResult": "depthing",
     "LayaError": "errors",
 }
 __all__ = sorted(_EXPORTS)

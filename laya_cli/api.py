@@ -23,21 +23,25 @@ from . import backbones as bb
 from . import progress as _progress
 from .auditing import AuditResult, parse_methods, run_audit
 from .cache import FeatureCache, feature_key
-from .config import POOL_CHOICES, AuditSettings, HeadConfig, TrainConfig, check_at_least, check_choice
+from .config import (EXIT_THRESHOLDS, POOL_CHOICES, AuditSettings, DepthSettings, HeadConfig, TrainConfig,
+                     check_at_least, check_choice)
 from .data import USER_DATASET, stratified_split
 from .device import resolve_device
 from .errors import LayaError, match_choice
-from .evaldata import EvalData
+from .depthing import DepthResult, run_depth
+from .evaldata import EvalData, load_fit_features
 from .exporting import Export, check_format, check_out_dir, export_data
 from .features import LayerFeatures, backbone_forward, extract, extract_batches, image_batch, to_float_images
 from .heads import HEADS, build_head
 from .metrics import check_ablation
 from .model import USER_BACKBONE, EndToEnd, LayaModel, load_model
 from .train import fit as train_loop
+from .truncation import check_maskable
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "load"]
 
 HEAD, TRAIN, AUDIT = HeadConfig(), TrainConfig(), AuditSettings()
+DEPTH = DepthSettings()
 CACHES = ("memory", "disk")
 WEIGHTS_SOURCE = "your nn.Module (laya_cli.attach)"  # the checkpoint's backbone ``source``
 
@@ -568,6 +572,52 @@ def export(model: LayaModel, loader: Loader | EvalData, out: str | Path | None =
         data = _eval_data(model, loader, dev, keep_images=out is not None and plots and strip > 0)
         return export_data(model, data, out, fmt=format, plots=plots, strip=strip, overwrite=overwrite, device=dev,
                            info={"source": "laya_cli.export"})
+
+
+# --------------------------------------------------------------------------- depth
+
+
+def depth(model: LayaModel, loader: Loader | EvalData, *, refit: bool = False, refit_epochs: int | None = None,
+          thresholds: Sequence[float] = EXIT_THRESHOLDS, time_repeats: int = DEPTH.time_repeats,
+          time_batch: int = DEPTH.time_batch, batch_size: int = DEPTH.batch_size, device: str = "auto",
+          progress: bool = True) -> DepthResult:
+    """How deep must the model be (``laya depth``): accuracy when cut after each tap, compute, early exit.
+
+    For every depth k: the accuracy of the model cut after tap k (α masked above k and renormalised;
+    heads with α), the backbone FLOPs and wall time up to tap k, early-exit threshold sweeps with
+    their cheapest operating points, and the per-sample minimal sufficient depth (docs/depth.md).
+
+    Args:
+        model: a ``LayaModel`` (from ``fit`` or ``load``).
+        loader: yields ``(images, labels)`` as the model was trained on; every sample is analysed.
+        refit: also retrain a head of the model's kind on the taps ≤ k for each k, on the training
+            data the checkpoint records (a model trained by ``laya train``; any head kind).
+        refit_epochs: maximum epochs of each refitted head (None: the model's own).
+        thresholds: early-exit thresholds, each in (0, 1].
+        time_repeats: timed rounds per depth (the fastest is kept); 0: FLOPs only.
+        time_batch: images per timed backbone pass.
+        batch_size: samples per head pass.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
+        progress: rich progress bars (False: silent).
+
+    Returns:
+        A ``DepthResult``: ``.to_pandas()`` (the truncation table, one row per depth k),
+        ``.to_dict()`` (the JSON ``laya depth --json`` writes), ``.truncation``, ``.early_exit``,
+        ``.oracle``, ``.compute``, ``.full``, ``.notes``.
+
+    Raises:
+        LayaError: a head without α and no ``refit``, a threshold outside (0, 1], ``refit`` for a
+            model trained from your own DataLoader, or a bad loader.
+    """
+    settings = DepthSettings(batch_size=batch_size, refit=refit, refit_epochs=refit_epochs,
+                             thresholds=tuple(thresholds), time_repeats=time_repeats, time_batch=time_batch,
+                             device=resolve_device(device)).validate()
+    if not refit:
+        check_maskable(model.head)  # before any feature extraction
+    with _progress.enabled(progress):
+        fit_feats = load_fit_features(model, settings.device) if refit else None
+        data = _eval_data(model, loader, settings.device, keep_images=True)
+        return run_depth(model, data, settings, fit_feats)
 
 
 # --------------------------------------------------------------------------- load

@@ -52,6 +52,15 @@ class DepthResult:
     def to_json(self) -> str:
         return strict_json(self.to_dict())
 
+    def to_pandas(self):
+        """The truncation table, one row per depth ``k`` (the index): ``layer``, ``accuracy``, ``macro_f1``
+        and ``delta`` (vs the full model) of the model cut after tap k (α masked; None for a head without
+        α), ``flops``/``flops_block``/``flops_fraction`` and ``seconds_per_image``/``time_fraction`` up to
+        tap k, and with refit ``refit_accuracy``, ``refit_macro_f1``, ``refit_delta``, ``refit_epochs``."""
+        import pandas as pd
+
+        return pd.DataFrame(self.truncation).set_index("k")
+
 
 # --------------------------------------------------------------------------- per-depth predictions
 

@@ -22,7 +22,8 @@ from laya_cli.testing import assert_user_error, invoke
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs" / "api.md"
-PUBLIC = ["AuditResult", "Export", "LayaError", "LayaModel", "Tapped", "attach", "audit", "export", "fit", "load"]
+PUBLIC = ["AuditResult", "DepthResult", "Export", "LayaError", "LayaModel", "Tapped", "attach", "audit", "depth", "export",
+          "fit", "load"]
 
 
 class TinyNet(nn.Module):
@@ -110,7 +111,7 @@ def test_the_docs_quote_every_public_docstring():
 
     text = DOCS.read_text(encoding="utf-8")
     for fn in (laya_cli.attach, laya_cli.fit, laya_cli.audit, laya_cli.export, laya_cli.load, LayaModel.save,
-               AuditResult.to_pandas, AuditResult.per_sample):
+               AuditResult.to_pandas, AuditResult.per_sample, laya_cli.depth, laya_cli.DepthResult.to_pandas):
         assert inspect.getdoc(fn) in text, f"docs/api.md does not quote the docstring of {fn.__qualname__}"
 
 
@@ -129,6 +130,27 @@ def test_audit_on_a_loader_over_the_test_split_equals_laya_audit_json(digits_ckp
     assert table.loc["ig", "faithfulness"] == cli["methods"]["ig"]["faithfulness"]
     by_class = result.to_pandas(by_class=True)
     assert by_class.loc[("3", "laya"), "deletion@1"] == cli["by_class"]["3"]["methods"]["laya"]["deletion@1"]
+
+
+def test_depth_on_a_loader_over_the_test_split_equals_laya_depth_json(digits_ckpt, digits_ckpts, tmp_path):
+    out = tmp_path / "depth.json"
+    r = invoke("depth", digits_ckpt, "--time-repeats", 0, "--json", out, "-q")
+    assert r.exit_code == 0, r.output
+    cli = json.loads(out.read_text())
+    result = laya_cli.depth(laya_cli.load(digits_ckpt), digits_test_loader(), time_repeats=0, progress=False)
+    assert isinstance(result, laya_cli.DepthResult)
+    doc = result.to_dict()
+    for key in ("n_samples", "layers", "full", "oracle", "early_exit"):
+        assert doc[key] == cli[key], key
+    table = result.to_pandas()
+    assert list(table.index) == [1, 2, 3] and list(table["layer"]) == cli["layers"]
+    assert list(table["accuracy"]) == [row["accuracy"] for row in cli["truncation"]]
+    assert list(table["flops"]) == [row["flops"] for row in cli["truncation"]]
+    assert table.loc[3, "delta"] == 0
+    with pytest.raises(laya_cli.LayaError, match="no layer weighting"):
+        laya_cli.depth(laya_cli.load(digits_ckpts["concat"]), digits_test_loader(), progress=False)
+    with pytest.raises(laya_cli.LayaError, match=r"\(0, 1\]"):
+        laya_cli.depth(laya_cli.load(digits_ckpt), digits_test_loader(), thresholds=(0.5, 1.5), progress=False)
 
 
 def test_per_sample_rows_agree_with_the_summary_and_with_the_definitions(digits_ckpt):
