@@ -153,6 +153,24 @@ def test_depth_on_a_loader_over_the_test_split_equals_laya_depth_json(digits_ckp
         laya_cli.depth(laya_cli.load(digits_ckpt), digits_test_loader(), thresholds=(0.5, 1.5), progress=False)
 
 
+def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model, tmp_path):
+    """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
+    the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
+    from laya_cli.api import _eval_data
+    from laya_cli.config import DepthSettings
+    from laya_cli.depthing import truncate_model
+    from laya_cli.truncation import masked_output
+
+    full = laya_cli.load(tiny_model.save(tmp_path / "tiny.pt"), backbone=TinyNet())
+    data = _eval_data(full, digits_test_loader(), "cpu", keep_images=True)
+    truncate_model(full, data, DepthSettings(truncate=2, time_repeats=0), tmp_path / "tiny2.pt")
+    cut = laya_cli.load(tmp_path / "tiny2.pt", backbone=TinyNet())
+    assert isinstance(cut.backbone.model.blocks[2], nn.Identity) and cut.layer_names == ["blocks.0", "blocks.1"]
+    with torch.no_grad():
+        want = masked_output(full.head, data.features.feats, full.reference, 2).logits
+        torch.testing.assert_close(cut(data.images.float()).logits, want, rtol=1e-4, atol=1e-5)
+
+
 def test_per_sample_rows_agree_with_the_summary_and_with_the_definitions(digits_ckpt):
     from scipy.stats import spearmanr
 
