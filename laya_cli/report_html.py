@@ -136,6 +136,7 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
         '<h2 id="model">Model</h2>', _table(None, [(f"<b>{k}</b>", v) for k, v in model_rows]),
     ]
     toc = [("model", "Model")]
+
     def figure(key: str) -> str:
         if key not in pngs:
             return ""
