@@ -33,12 +33,14 @@ def chromium():
 
 @pytest.fixture(scope="module")
 def digits_export(digits_ckpt, tmp_path_factory) -> Path:
-    """A real export of the digits model (359 samples), with its audit attached."""
+    """A real export of the digits model (359 samples), with its audit and its depth result attached."""
     root = tmp_path_factory.mktemp("browser")
-    audit = root / "audit.json"
+    audit, depth = root / "audit.json", root / "depth.json"
     r = invoke("audit", digits_ckpt, "--samples", 60, "--steps", 4, "--json", audit, "-q")
     assert r.exit_code == 0, r.output
-    run_export(digits_ckpt, root / "export", audit=audit, use_cache=False)
+    r = invoke("depth", digits_ckpt, "--time-repeats", 0, "--json", depth, "-q")
+    assert r.exit_code == 0, r.output
+    run_export(digits_ckpt, root / "export", audit=audit, depth=depth, use_cache=False)
     return root / "export"
 
 
@@ -91,11 +93,12 @@ def test_the_page_loads_without_errors_or_requests(chromium, digits_export):
         assert watch.console_errors == [] and watch.page_errors == []
         assert watch.external_requests == []  # one self-contained file: nothing else is fetched
         assert page.text_content("#x-count") == "showing 359 of 359 samples"
-        for anchor in ("model", "result-audit", "global", "class-layer", "shift", "explorer"):
+        for anchor in ("model", "result-audit", "result-depth", "global", "class-layer", "shift", "explorer"):
             assert page.locator(f"h2#{anchor}").count() == 1, anchor
             assert page.locator(f"nav.toc a[href='#{anchor}']").count() == 1, anchor
         audit = page.text_content("#result-audit + p + table")
         assert "laya" in audit and "faithfulness" in audit
+        assert page.locator('figure img[alt^="Accuracy against mean backbone FLOPs"]').count() == 1  # the depth plot
     finally:
         page.close()
 
