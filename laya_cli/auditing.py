@@ -98,6 +98,7 @@ class AuditResult:
     methods: dict[str, MethodScores]
     by_class: dict[str, ClassScores] | None = None
     notes: list[str] = field(default_factory=list)
+    network: object | None = None  # --scope network|both: a network.NetworkResult (docs/metrics.md)
 
     def to_dict(self) -> dict:
         out = {"settings": self.settings, "n_samples": self.n_samples, "accuracy": self.accuracy,
@@ -105,6 +106,10 @@ class AuditResult:
                "notes": self.notes}
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
+        if self.network is not None:
+            out["network"] = self.network.to_dict()
+            if not self.methods:  # --scope network: no head-scope results
+                del out["methods"]
         return json_safe(out)
 
     def to_json(self) -> str:
@@ -267,8 +272,9 @@ def _notes(methods, reasons, n_layers, kind, settings: AuditSettings) -> list[st
 
 # --------------------------------------------------------------------------- gating
 
-_THRESHOLD = re.compile(r"^(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
-THRESHOLD_SYNTAX = "METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2)"
+_THRESHOLD = re.compile(r"^(?:(?P<scope>network):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
+THRESHOLD_SYNTAX = ("[network:]METRIC=VALUE or [network:]METHOD:METRIC=VALUE, comma-separated "
+                    "(e.g. faithfulness=0.7,ig:deletion@1=0.2,network:ig:faithfulness=0.5)")
 
 
 @dataclass(frozen=True)
@@ -276,13 +282,18 @@ class Threshold:
     metric: str
     value: float
     method: str | None = None  # None: every audited method except random (and accuracy: global)
+    scope: str = "head"  # "network": the network-scope results (``network:`` prefix)
 
     def __str__(self) -> str:
-        return f"{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
+        prefix = "network:" if self.scope == "network" else ""
+        return f"{prefix}{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
 
 
-def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None) -> list[Threshold]:
-    """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods."""
+def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None,
+                     scope: str = "head") -> list[Threshold]:
+    """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods.
+    ``scope``: the audit's ``--scope`` (a ``network:`` item needs network or both; with network
+    alone an item without the prefix is a usage error, since no head-scope results exist)."""
     parts = [spec] if isinstance(spec, str) else list(spec or [])
     items = [p.strip() for s in parts for p in s.split(",") if p.strip()]
     out = []
@@ -291,6 +302,13 @@ def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | 
         if not m:
             raise LayaError(f"bad --fail-under '{item}': expected {THRESHOLD_SYNTAX}")
         method, metric, raw = m.group("method"), m.group("metric").lower(), m.group("value")
+        where = "network" if m.group("scope") else "head"
+        if metric not in GLOBAL_METRICS:
+            if where == "network" and scope == "head":
+                raise LayaError(f"--fail-under {item} checks the network scope; add --scope network or --scope both")
+            if where == "head" and scope == "network":
+                raise LayaError(f"--fail-under {item} checks the head scope, which --scope network does not audit; "
+                                f"write network:{item}")
         try:
             value = float(raw)
         except ValueError:
@@ -308,7 +326,7 @@ def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | 
                 raise unknown_choice("--fail-under method", method, [*ALWAYS, *COMPARE])
             if methods is not None and method not in methods:
                 raise LayaError(f"--fail-under {item} names {method}, which is not audited; add --compare {method}")
-        out.append(Threshold(metric, value, method))
+        out.append(Threshold(metric, value, method, where if metric not in GLOBAL_METRICS else "head"))
     return out
 
 
@@ -321,12 +339,14 @@ def check_thresholds(result: AuditResult, thresholds: Sequence[Threshold]) -> li
             if not value >= t.value:
                 misses.append(f"{t.metric} {value:.4f} < {t.value:g}")
             continue
+        scored = result.network.methods if t.scope == "network" and result.network is not None else result.methods
         if t.method is not None:
             targets = [t.method]
         else:
-            targets = [m for m, s in result.methods.items() if m != "random" and s.available]
+            targets = [m for m, s in scored.items() if m != "random" and s.available]
         for m in targets:
-            scores = result.methods.get(m)
+            scores = scored.get(m)
+            m = f"network:{m}" if t.scope == "network" else m
             if scores is None:
                 misses.append(f"{m}: not audited (required by --fail-under {t})")
             elif not scores.available:

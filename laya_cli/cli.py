@@ -23,11 +23,11 @@ from typer.core import TyperGroup
 from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, BENCH, DATA, HEAD, JOB, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
+from .options import (AUDIT, BENCH, DATA, HEAD, JOB, SCOPE, TRAIN, Ablation, Arch, ArchImport, AuditBatchSize, Backbone, BatchSize, ByClass, Cache,
                       Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset, FailUnder, FeatureDtype, Finetune,
                       Head, ImageColumn, ImageSize, InputSize, InternalBatchSize, JsonOut, Label, LabelColumn, Layers, Lr,
                       MarkdownOut, ModelPath, Patience,
-                      Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, ScoreHidden, Seed, Steps,
+                      Pool, Pretrained, Psi, Quiet, Reduce, Resume, SampleSeed, Samples, Scope, ScoreHidden, Seed, Steps,
                       Strict, Target, Tau, TrustPickle, Weights, train_request)
 
 console = Console()
@@ -233,6 +233,7 @@ def audit(
     internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
     batch_size: AuditBatchSize = AUDIT.batch_size,
     by_class: ByClass = AUDIT.by_class,
+    scope: Scope = SCOPE.scope,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     fail_under: FailUnder = None,
@@ -244,11 +245,12 @@ def audit(
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from . import auditing, distributed
     from .checkpoint import load_model
-    from .config import AuditSettings, check_at_least
+    from .config import AuditSettings, ScopeSettings, check_at_least
     from .evaldata import load_eval_data
     from .fileio import atomic_write_text, check_writable, strict_json
     from .metrics import check_ablation
-    from .report import audit_class_tables, audit_markdown, audit_rich_table
+    from .report import (HEAD_TITLE, NETWORK_TITLE, audit_class_tables, audit_markdown, audit_rich_table,
+                         network_caption, network_markdown, scope_tables)
 
     with progress.enabled(not quiet):
         _trust_arch(arch)
@@ -256,31 +258,49 @@ def audit(
         settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
                                  internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
                                  by_class=by_class, device=_device(device)).validate()
+        scope = ScopeSettings(scope).validate().scope
         methods = auditing.parse_methods(compare)
-        thresholds = auditing.parse_thresholds(fail_under, methods)
+        thresholds = auditing.parse_thresholds(fail_under, methods, scope)
         for path in (json_out, markdown):
             if path is not None:
                 check_writable(path)
         laya_model = load_model(model)
         check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
+        if scope != "head":
+            from .network import check_network_scope, run_scoped_audit
+
+            check_network_scope(laya_model, settings.ablation)  # taps that cannot be patched: before any work
         data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache,
                               stream=True)
-        result = auditing.run_audit(laya_model, data, methods, settings)
+        if scope == "head":
+            result = auditing.run_audit(laya_model, data, methods, settings)
+        else:
+            result = run_scoped_audit(laya_model, data, methods, settings, scope, use_cache=cache)
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
                             "fail_under": [str(t) for t in thresholds]})
     misses = auditing.check_thresholds(result, thresholds)
 
-    console.print(audit_rich_table(result))
+    if result.methods:
+        console.print(audit_rich_table(result, HEAD_TITLE) if result.network is not None else audit_rich_table(result))
     for table in audit_class_tables(result):
         console.print(table)
-    for note in result.notes:
+    if result.network is not None:
+        console.print(audit_rich_table(result, NETWORK_TITLE, result.network.methods, network_caption(result)))
+        for table in scope_tables(result):
+            console.print(table)
+    for note in result.notes + (result.network.notes if result.network is not None else []):
         _note(note)
     if json_out is not None and distributed.is_main():  # under torchrun only rank 0 writes
         doc = result.to_dict()
         doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
         atomic_write_text(json_out, strict_json(doc))
     if markdown is not None and distributed.is_main():
-        atomic_write_text(markdown, audit_markdown(result, misses if thresholds else None))
+        gate = misses if thresholds else None
+        text = audit_markdown(result, gate, HEAD_TITLE if result.network is not None else "laya audit") \
+            if result.methods else ""
+        if result.network is not None:
+            text += ("\n" if text else "") + network_markdown(result, None if result.methods else gate)
+        atomic_write_text(markdown, text)
     if misses:
         for miss in misses:
             err_console.print(f"[bold red]fail-under:[/] {miss}", highlight=False, soft_wrap=True)

@@ -38,6 +38,20 @@ def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
     return torch.randperm(n_total, generator=g)[:samples].sort().values
 
 
+def data_request(model: LayaModel, dataset: str | None = None, data_dir: str | None = None) -> DataRequest:
+    """The checkpoint's own data set (its splits, seed and image size), or ``dataset``/``data_dir``."""
+    ds = dict(model.checkpoint.get("dataset", {}))
+    name = dataset or ds.get("name", "digits")
+    same = name == ds.get("name")
+    image_size = ds.get("image_size") if same else None
+    if image_size is None and is_file_dataset(name):
+        size = model.backbone.adapter.size
+        image_size = size[0] if size else 32
+    return DataRequest(name=name, data_dir=data_dir if data_dir is not None else (ds.get("data_dir") if same else None),
+                       image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
+                       **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
+
+
 def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
                    samples: int | None = None, seed: int = 0, device: str = "cpu",
                    use_cache: bool = True, stream: bool = False) -> EvalData:
@@ -48,16 +62,8 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     by batch as the audit/export consumes it, so features are never all in memory; without
     ``stream`` they are extracted up front (the library default).
     """
-    ds = dict(model.checkpoint.get("dataset", {}))
-    name = dataset or ds.get("name", "digits")
-    same = name == ds.get("name")
-    image_size = ds.get("image_size") if same else None
-    if image_size is None and is_file_dataset(name):
-        size = model.backbone.adapter.size
-        image_size = size[0] if size else 32
-    req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else (ds.get("data_dir") if same else None),
-                      image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
-                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
+    req = data_request(model, dataset, data_dir)
+    name = req.name
     data = load_dataset(req)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")

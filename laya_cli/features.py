@@ -104,6 +104,27 @@ def extract(backbone, images: Tensor, labels: Tensor, batch_size: int = 256, dev
     return LayerFeatures(feats, labels.clone())
 
 
+@torch.no_grad()
+def tap_means(backbone, images: Tensor, batch_size: int = 256, device: str = "cpu",
+              description: str = "tap means") -> list[Tensor]:
+    """The mean of each tap's raw (unpooled) activation over ``images``, in float32 on the CPU:
+    the reference a network-scope audit patches a layer with (docs/metrics.md, "Two scopes").
+    Streamed: one batch of activations at a time, sums in float64."""
+    backbone.eval()
+    sums, n = None, 0
+    total = (len(images) + batch_size - 1) // batch_size
+    for x in track(image_batches(images, batch_size), description, total=total):
+        hs = backbone.activations(to_float_images(to_device(x, device)))
+        part = [h.double().sum(0) for h in hs]
+        sums = part if sums is None else [s + p for s, p in zip(sums, part)]
+        n += len(x)
+    if not n:
+        raise LayaError("tap means need at least one image")
+    means = [(s / n).float().cpu() for s in sums]
+    check_finite(backbone.layer_names, means)
+    return means
+
+
 class StreamedFeatures:
     """Features r_1..r_L computed from the images batch by batch, never all held at once.
 
