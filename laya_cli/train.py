@@ -28,7 +28,7 @@ from .data import DataSplits, is_file_dataset, load_dataset
 from .device import to_device
 from .distributed import gather_rows, shard_bounds
 from .errors import LayaError, TrainingInterrupted, unknown_choice
-from .features import LayerFeatures, batches, extract, to_float_images
+from .features import LayerFeatures, batches, extract, tap_means, to_float_images
 from .fileio import atomic_torch_save, check_writable
 from .heads import HEADS, build_head
 from .images import take
@@ -305,7 +305,11 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True)
         test_pred = predict(model, [data.test.images], device=dev)
         train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
+        # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
+        # so that head training from cached features never needs a backbone pass.
+        tap_reference = tap_means(backbone, data.train.images, device=dev, description="tap means")
     else:
+        tap_reference = None
         for p in backbone.parameters():
             p.requires_grad_(False)
         split_feats = _frozen_features(backbone, spec, data, req)
@@ -344,6 +348,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
                     **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v}},
         "feature_dtype": req.feature_dtype,
         "reference": [r.cpu() for r in train_feats.mean()],
+        **({"tap_reference": tap_reference} if tap_reference is not None else {}),
         "history": [asdict(r) for r in history],
         "metrics": metrics,
         "train_config": asdict(req.train),
