@@ -215,8 +215,9 @@ class NetworkScope:
         from captum.attr import LayerGradientXActivation
 
         forward = lambda images: self.probs(self.pooled(self.backbone.patched_activations(images)))
+        # Images that require grad: with a frozen backbone the tap outputs are otherwise outside autograd.
         attrs = LayerGradientXActivation(forward, list(self.modules), multiply_by_inputs=multiply).attribute(
-            x, target=target)
+            x.detach().requires_grad_(True), target=target)
         return [_first(a).detach() for a in attrs]
 
     def gradient_x_activation(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
