@@ -423,7 +423,8 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
     layer_names = list(getattr(model, "layer_names", None) or backbone.layer_names)
     comparison = None
     if both:
-        cross_all = {k: gather_rows(_cat(v), n) for k, v in cross.items() if v}
+        # keys decided alike on every rank (a rank with an empty shard still takes part in each gather)
+        cross_all = {k: gather_rows(_cat(v), n) for k, v in cross.items() if k == "lolo_effects" or computed(k)}
         sums = [None, None]
         for j, part in enumerate((dh_sum, dn_sum)):
             for row in gather_rows(_cat(part, width=n_layers)):
@@ -435,6 +436,8 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
                            "direct_share": float(mh[i] / mn[i]) if abs(float(mn[i])) > 1e-12 else float("nan")}
                     for i, name in enumerate(layer_names)})
     net_notes = []
+    if settings.by_class:
+        net_notes.append("--by-class covers the head scope only")
     if any(m in methods for m in ("laya", "contrib", "global")):
         net_notes.append("network scope: laya, contrib and global are the head's own (direct-effect) scores, "
                          "here scored against total effects")
