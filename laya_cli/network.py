@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .attribution import METHODS, REDUCTIONS, AttributionContext, global_weights, laya_attention, random_scores, unavailable_reason
-from .auditing import AuditResult, _notes, _scores, run_audit
+from .auditing import AuditResult, MethodScores, _notes, run_audit
 from .config import AuditSettings, ScopeSettings
 from .device import to_device
 from .distributed import gather_rows, shard_bounds
@@ -38,7 +38,8 @@ from .errors import LayaError, unknown_choice
 from .features import tap_means, to_float_images
 from .heads import head_kind
 from .images import image_batches
-from .metrics import accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary, spearman_rows, target_probability
+from .metrics import (accuracy, check_ablation, deletion_at_1, lolo_effects, nan_summary, normalised_deletion,
+                      spearman_rows, target_probability)
 from .progress import log, track
 
 SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores
@@ -299,6 +300,23 @@ def _cat(ts, dtype=torch.float64, width=None):
     return torch.empty((0,) if width is None else (0, width), dtype=dtype)
 
 
+def _method_scores(methods, rho, d1, oracle, random, reasons) -> dict[str, MethodScores]:
+    """Faithfulness and Deletion@1 per method from the per-sample rows, as at head scope (built here,
+    with MethodScores' own fields, so that the head scope's summaries can grow without touching this)."""
+    nan = float("nan")
+    mean = lambda t: t.double().mean().item() if len(t) else nan
+    or_m, ra_m = mean(oracle), mean(random)
+    out = {}
+    for m in methods:
+        if reasons[m]:
+            out[m] = MethodScores(nan, nan, 0, len(oracle), nan, or_m, ra_m, nan, available=False, note=reasons[m])
+            continue
+        f, std, n_def, undefined = nan_summary(rho[m])
+        d = mean(d1[m])
+        out[m] = MethodScores(f, std, n_def, undefined, d, or_m, ra_m, normalised_deletion(d, or_m, ra_m))
+    return out
+
+
 def _summary(values: Tensor) -> dict:
     mean, std, n, undefined = nan_summary(values)
     return {"spearman": mean, "spearman_std": std, "defined": n, "undefined": undefined}
@@ -441,7 +459,7 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
     if any(m in methods for m in ("laya", "contrib", "global")):
         net_notes.append("network scope: laya, contrib and global are the head's own (direct-effect) scores, "
                          "here scored against total effects")
-    network = NetworkResult(_scores(methods, rho, d1, oracle, rand, reasons),
+    network = NetworkResult(_method_scores(methods, rho, d1, oracle, rand, reasons),
                             "prefix" if net.prefix else "full", settings.ablation, comparison, net_notes)
     if head_result is None:
         from dataclasses import asdict
