@@ -273,8 +273,8 @@ def _notes(methods, reasons, n_layers, kind, settings: AuditSettings) -> list[st
 # --------------------------------------------------------------------------- gating
 
 _THRESHOLD = re.compile(r"^(?:(?P<scope>network):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
-THRESHOLD_SYNTAX = ("[network:]METRIC=VALUE or [network:]METHOD:METRIC=VALUE, comma-separated "
-                    "(e.g. faithfulness=0.7,ig:deletion@1=0.2,network:ig:faithfulness=0.5)")
+THRESHOLD_SYNTAX = ("METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); "
+                    "prefix network: for the network scope")
 
 
 @dataclass(frozen=True)
