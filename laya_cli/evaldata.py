@@ -60,16 +60,11 @@ def check_input_fits(model: LayaModel, image_shape, name: str) -> None:
                         f"that size, or train a model on {name}")
 
 
-def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
-                   samples: int | None = None, seed: int = 0, device: str = "cpu",
-                   use_cache: bool = True, stream: bool = False) -> EvalData:
-    """The test split's features (and images) for audit/export.
-
-    Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
-    Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
-    by batch as the audit/export consumes it, so features are never all in memory; without
-    ``stream`` they are extracted up front (the library default).
-    """
+def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | None = None):
+    """``(request, splits)``: the checkpoint's own data set (its splits, seed and image size), or
+    ``dataset``/``data_dir``. A folder recorded at training time that no longer holds the data falls back to
+    the default places; one given now must hold it (``DataDirMissing``). Shared by ``load_eval_data`` and the
+    network scope's tap means over the training split (network.py)."""
     ds = dict(model.checkpoint.get("dataset", {}))
     if dataset is None and ds.get("name") == USER_DATASET:
         raise LayaError(f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
@@ -96,6 +91,21 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
         data = load_dataset(req)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+    return req, data
+
+
+def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
+                   samples: int | None = None, seed: int = 0, device: str = "cpu",
+                   use_cache: bool = True, stream: bool = False) -> EvalData:
+    """The test split's features (and images) for audit/export.
+
+    Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
+    Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
+    by batch as the audit/export consumes it, so features are never all in memory; without
+    ``stream`` they are extracted up front (the library default).
+    """
+    req, data = model_dataset(model, dataset, data_dir)
+    name = req.name
     if len(data.classes) != len(model.classes):
         raise LayaError(
             f"dataset {name} has {len(data.classes)} classes but the checkpoint was trained on {len(model.classes)}"
