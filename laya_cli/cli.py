@@ -349,7 +349,8 @@ def audit(
     from .junit import junit_xml
     from .metrics import check_ablation
     from .report import (HEAD_TITLE, NETWORK_TITLE, audit_class_tables, audit_deeper_table, audit_markdown,
-                         audit_rich_table, network_caption, network_markdown, scope_tables, verdict_line)
+                         audit_rich_table, network_caption, network_comparison, network_markdown, scope_tables,
+                         verdict_line)
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
@@ -363,7 +364,7 @@ def audit(
         methods = auditing.parse_methods(compare)
         thresholds = auditing.parse_thresholds(fail_under, methods, scope)
         columns = auditing.parse_metric_groups(metrics)
-        drops = regression.parse_max_drop(max_drop, methods)
+        drops = regression.parse_max_drop(max_drop, methods, scope)
         if drops and baseline is None:
             raise LayaError("--max-drop needs --baseline FILE (the JSON of a previous laya audit --json)")
         base_doc = regression.read_audit_json(baseline) if baseline is not None else None
@@ -406,7 +407,8 @@ def audit(
         for table in audit_class_tables(result):
             console.print(table)
         if network is not None:
-            table = audit_rich_table(result, NETWORK_TITLE, network.methods, network_caption(result))
+            table = audit_rich_table(result, NETWORK_TITLE, network.methods, network_caption(result, compared),
+                                     comparison=network_comparison(compared))
             _wide([table]).print(table)
             for table in scope_tables(result):
                 console.print(table)
@@ -417,7 +419,9 @@ def audit(
                                    metrics=columns, comparison=compared,
                                    drop_misses=drop_misses if drops else None) if result.methods else ""
     if network is not None:  # --scope network: its section carries the gate's outcome
-        markdown_text += ("\n" if markdown_text else "") + network_markdown(result, None if result.methods else gate_shown)
+        alone = not result.methods
+        markdown_text += ("\n" if markdown_text else "") + network_markdown(
+            result, gate_shown if alone else None, compared, drop_misses if drops and alone else None)
     if distributed.is_main():  # under torchrun only rank 0 writes
         if json_out is not None:
             doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}

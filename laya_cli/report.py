@@ -558,13 +558,23 @@ HEAD_TITLE = "laya audit · head scope (direct effects)"
 SCOPE_LOLO = "lolo_effects"  # the comparison's row for the effects themselves
 
 
-def network_caption(result) -> str:
+def network_comparison(comparison: dict | None) -> dict | None:
+    """The network-scope part of a ``--baseline`` comparison, keyed by method as the network table's rows
+    (the comparison keys them ``network:METHOD``); None when there is none."""
+    if not comparison:
+        return None
+    methods = {m[len("network:"):]: v for m, v in comparison.get("methods", {}).items() if m.startswith("network:")}
+    return {**comparison, "methods": methods} if methods else None
+
+
+def network_caption(result, comparison: dict | None = None) -> str:
+    """The network table's caption (with the baseline line under it when ``comparison`` holds network results)."""
     net = result.network
     how = ("prefix-cached: only the layers after the patched one run" if net.patched == "prefix"
            else "full passes with a replacing hook")
     return (f"{audit_caption(result)} · layer patched inside the backbone with its training-mean activation"
             if net.reference == "mean" else f"{audit_caption(result)} · layer patched inside the backbone with zeros") \
-        + f" · {how}"
+        + f" · {how}" + (f"\n{baseline_caption(comparison)}" if network_comparison(comparison) else "")
 
 
 def _scope_rows(result) -> tuple[list[list[str]], list[list[str]]]:
@@ -601,15 +611,21 @@ def scope_tables(result) -> list[Table]:
     return tables
 
 
-def network_markdown(result, misses: list[str] | None = None) -> str:
-    """The network-scope table (and, for --scope both, the comparison tables) as Markdown;
-    with ``misses`` (a --scope network run, which has no head-scope section), the gate's outcome."""
+def network_markdown(result, misses: list[str] | None = None, comparison: dict | None = None,
+                     drop_misses: list[str] | None = None) -> str:
+    """The network-scope table (and, for --scope both, the comparison tables) as Markdown; ``comparison``:
+    a ``--baseline`` comparison (its network-scope part adds baseline and change columns); with ``misses``
+    and ``drop_misses`` (a --scope network run, which has no head-scope section), the gates' outcome."""
     rows = _method_rows(result.network.methods)
-    columns = _audit_columns(_default_columns())  # what the network scope computes (docs/metrics.md)
+    comparison = network_comparison(comparison)
+    columns = _audit_columns(_default_columns(), comparison)  # what the network scope computes (docs/metrics.md)
     best = _bests(rows, columns)
-    body = [[f"`{name}`", *_row_cells(name, row, columns, best, None, MD_MARKS)] for name, row in rows.items()]
-    lines = [f"### {NETWORK_TITLE}", "", *md_table(["method", *(h for h, *_ in columns)], body),
+    body = [[f"`{name}`", *_row_cells(name, row, columns, best, comparison, MD_MARKS)] for name, row in rows.items()]
+    headers = [{"base": "baseline"}.get(kind, h) for h, _, _, _, _, kind in columns]
+    lines = [f"### {NETWORK_TITLE}", "", *md_table(["method", *headers], body),
              "", f"_{network_caption(result)}_"]
+    if comparison:
+        lines += ["", f"_{baseline_caption(comparison)}_"]
     if result.network.comparison is not None:
         methods, layers = _scope_rows(result)
         lines += ["", "#### Head vs network scope", "", *md_table(SCOPE_METHOD_HEADER, methods),
@@ -619,4 +635,7 @@ def network_markdown(result, misses: list[str] | None = None) -> str:
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]
+    if drop_misses is not None:
+        lines += ["", "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed"]
+        lines += [f"- {m}" for m in drop_misses]
     return "\n".join(lines) + "\n"

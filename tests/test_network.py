@@ -225,6 +225,27 @@ def test_network_fail_under_gates(digits_ckpt, tmp_path):
     assert doc["fail_under"]["misses"] and not doc["fail_under"]["passed"]
 
 
+def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
+    """--baseline/--max-drop compare network-scope results (keys network:METHOD) when both audits hold them."""
+    from laya_cli.cli import EXIT_GATE_FAILED, EXIT_OK
+
+    common = ["audit", str(digits_ckpt), "--samples", "40", "--steps", "4", "--scope", "network"]
+    base = tmp_path / "base.json"
+    assert invoke(*common, "-q", "--json", base).exit_code == EXIT_OK
+    md = tmp_path / "a.md"
+    r = invoke(*common, "--baseline", base, "--max-drop", "network:faithfulness=0", "--markdown", md)
+    assert r.exit_code == EXIT_OK, r.output
+    assert "max-drop: no metric dropped more than allowed (3 check(s))" in r.output  # laya, ig, gradxact
+    text = md.read_text()
+    assert "| baseline | Δ |" in text and "max-drop: no metric dropped more than allowed" in text
+    doc = json.loads(base.read_text())
+    doc["network"]["methods"]["laya"]["faithfulness"] += 0.5  # the stored audit was better
+    base.write_text(json.dumps(doc))
+    r = invoke(*common, "-q", "--baseline", base, "--max-drop", "network:laya:faithfulness=0.01")
+    assert r.exit_code == EXIT_GATE_FAILED, r.output
+    assert "FAIL · 1 of 1 gate checks failed: network:laya: faithfulness dropped 0.5000" in r.output
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["--fail-under", "network:ig:faithfulness=0.5"], "add --scope network"),
     (["--scope", "network", "--fail-under", "ig:faithfulness=0.5"], "write network:ig:faithfulness=0.5"),
@@ -232,6 +253,7 @@ def test_network_fail_under_gates(digits_ckpt, tmp_path):
     (["--scope", "everywhere"], "--scope"),
     (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),
     (["--scope", "both", "--fail-under", "network:accuracy=0.5"], "belongs to the model"),
+    (["--max-drop", "network:faithfulness=0.1", "--baseline", "x.json"], "add --scope network"),
 ])
 def test_network_scope_bad_input_is_one_line(digits_ckpt, args, fragment):
     assert_user_error(invoke("audit", str(digits_ckpt), "--samples", "10", "-q", *args), fragment)
