@@ -264,3 +264,27 @@ def test_run_scoped_audit_needs_images(digits_ckpt):
     feats = load_eval_data(model, samples=10).features
     with pytest.raises(LayaError, match="needs the images"):
         network.run_scoped_audit(model, feats, ["laya"], AuditSettings(), "network")
+
+
+def test_report_html_shows_the_network_scope():
+    """report.html (laya export --audit): the network-scope table and the direct shares beside the head's;
+    a --scope network audit (empty head-scope methods) shows no empty head table."""
+    from laya_cli.report_html import audit_section
+
+    def scores(f):
+        return {"faithfulness": f, "faithfulness_std": 0.1, "undefined": 0, "defined": 10, "degenerate": 0,
+                "deletion@1": 0.5, "deletion@1_oracle": 0.6, "deletion@1_random": 0.3, "deletion@1_normalised": 0.667,
+                "available": True, "note": None}
+
+    doc = {"settings": {"dataset": "digits", "head": "laya", "target": "predicted", "ablation": "mean",
+                        "reduce": "sum", "steps": 4, "scope": "both"},
+           "n_samples": 10, "accuracy": 0.9, "layers": ["a", "b", "c"], "methods": {"laya": scores(0.111)},
+           "network": {"methods": {"laya": scores(0.612), "ig": scores(0.987)}, "patched": "prefix",
+                       "reference": "mean", "notes": [],
+                       "scopes": {"methods": {}, "layers": {"a": {"delta_head": 0.1, "delta_network": 0.4,
+                                                                  "direct_share": 0.25}}}}}
+    page = audit_section(doc)
+    assert "0.111" in page and "Network scope (total effects)" in page and "0.612" in page
+    assert '<span class="best">0.987</span>' in page and "0.250" in page and "Direct share" in page
+    alone = audit_section({**doc, "methods": {}})
+    assert alone.count("<table") == page.count("<table") - 1 and "0.111" not in alone
