@@ -74,7 +74,7 @@ def network_reference(model, ablation: str = "mean", device: str = "cpu", use_ca
 
     if model.checkpoint.get("dataset", {}).get("name") == USER_DATASET:
         raise LayaError("this model stores no tap means and was trained from your own DataLoader, which laya cannot "
-                        "reload to compute them: audit the network scope with --ablation zero")
+                        "reload to compute them: audit the network scope with --ablation zero (ablation=\"zero\")")
     req, data = model_dataset(model)
     train = data.train
     model.backbone.to(device)

@@ -288,3 +288,23 @@ def test_report_html_shows_the_network_scope():
     assert '<span class="best">0.987</span>' in page and "0.250" in page and "Direct share" in page
     alone = audit_section({**doc, "methods": {}})
     assert alone.count("<table") == page.count("<table") - 1 and "0.111" not in alone
+
+
+def test_python_api_audit_scope_equals_the_command_route(digits_ckpt):
+    """laya_cli.audit(model, loader, scope=...) on a loader of the same images gives the numbers of the route
+    laya audit --scope takes (its prepared EvalData into run_scoped_audit)."""
+    import laya_cli
+    from laya_cli.features import to_float_images
+
+    model = laya_cli.load(digits_ckpt)
+    data = load_eval_data(model, samples=40)
+    settings = AuditSettings(steps=4, batch_size=16)
+    command = network.run_scoped_audit(model, data, ["laya", "ig", "random"], settings, "both").to_dict()
+    labels = data.features.labels
+    loader = [(to_float_images(data.images[i:i + 16]), labels[i:i + 16]) for i in range(0, 40, 16)]
+    api = laya_cli.audit(model, loader, "ig", steps=4, batch_size=16, scope="both", device="cpu", progress=False)
+    assert api.summary["network"] == command["network"] and api.summary["methods"] == command["methods"]
+    alone = laya_cli.audit(model, loader, "ig", steps=4, batch_size=16, scope="Network", device="cpu", progress=False)
+    assert alone.methods == {} and alone.summary["network"]["methods"] == command["network"]["methods"]
+    with pytest.raises(LayaError, match="--ablation mean or zero"):
+        laya_cli.audit(model, loader, scope="network", ablation="mask", progress=False)
