@@ -550,7 +550,7 @@ def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate:
 
 # --------------------------------------------------------------------------- gating
 
-_THRESHOLD = re.compile(r"^(?:(?P<scope>network):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
+_THRESHOLD = re.compile(r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
 THRESHOLD_SYNTAX = ("METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); "
                     "prefix network: for the network scope")
 # What a network-scope audit computes per method (docs/metrics.md, "Two scopes"); a ``network:`` gate item

@@ -34,7 +34,7 @@ from .gates import Check
 SETTINGS = ("dataset", "samples", "seed", "ablation", "target", "reduce", "steps", "methods", "head", "layers")
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
-_ITEM = re.compile(r"^(?:(?P<scope>network):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$")
+_ITEM = re.compile(r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$")
 SYNTAX = ("METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated; "
           "prefix network: for the network scope")
 NETWORK = "network:"  # the prefix of network-scope methods in a comparison (``network:ig``)

@@ -87,6 +87,8 @@ def test_network_scope_max_drop_by_hand():
     now = with_network(doc(), laya=0.60, ig=0.95)
     rules = parse_max_drop("network:faithfulness=0.05,faithfulness=0.05", ["laya", "ig", "random"], "both")
     assert [str(r) for r in rules] == ["network:faithfulness=0.05", "faithfulness=0.05"]
+    assert parse_max_drop("Network:IG:faithfulness=0.05", ["laya", "ig"], "network") == [
+        MaxDrop("faithfulness", 0.05, method="ig", scope="network")]  # names are case-insensitive
     c = compare(base, now, rules)
     by = {c_.name: c_ for c_ in c.checks}
     assert set(by) == {"network:laya:faithfulness drop<=0.05", "network:ig:faithfulness drop<=0.05",
