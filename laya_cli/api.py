@@ -23,8 +23,8 @@ from . import backbones as bb
 from . import progress as _progress
 from .auditing import AuditResult, parse_methods, run_audit
 from .cache import FeatureCache, feature_key
-from .config import (EXIT_THRESHOLDS, POOL_CHOICES, AuditSettings, DepthSettings, HeadConfig, TrainConfig,
-                     check_at_least, check_choice)
+from .config import (EXIT_THRESHOLDS, POOL_CHOICES, AuditSettings, DepthSettings, HeadConfig, ScopeSettings,
+                     TrainConfig, check_at_least, check_choice)
 from .data import USER_DATASET, stratified_split
 from .device import resolve_device
 from .errors import LayaError, match_choice
@@ -35,12 +35,13 @@ from .features import LayerFeatures, backbone_forward, extract, extract_batches,
 from .heads import HEADS, build_head
 from .metrics import check_ablation
 from .model import USER_BACKBONE, EndToEnd, LayaModel, load_model
+from .network import check_network_scope, run_scoped_audit
 from .train import fit as train_loop
 from .truncation import check_maskable
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "load"]
 
-HEAD, TRAIN, AUDIT = HeadConfig(), TrainConfig(), AuditSettings()
+HEAD, TRAIN, AUDIT, SCOPE = HeadConfig(), TrainConfig(), AuditSettings(), ScopeSettings()
 DEPTH = DepthSettings()
 CACHES = ("memory", "disk")
 WEIGHTS_SOURCE = "your nn.Module (laya_cli.attach)"  # the checkpoint's backbone ``source``
@@ -494,7 +495,7 @@ def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[s
           ablation: str = AUDIT.ablation, target: str = AUDIT.target, reduce: str = AUDIT.reduce,
           steps: int = AUDIT.steps, internal_batch_size: int | None = AUDIT.internal_batch_size,
           batch_size: int = AUDIT.batch_size, seed: int = AUDIT.seed, by_class: bool = AUDIT.by_class,
-          device: str = "auto", progress: bool = True) -> AuditResult:
+          scope: str = SCOPE.scope, device: str = "auto", progress: bool = True) -> AuditResult:
     """Audit how faithfully each method's layer attribution explains each prediction (``laya audit``).
 
     Every sample's layers are removed one at a time (Δ_i = the drop in p_ŷ); each method is scored
@@ -517,6 +518,11 @@ def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[s
         batch_size: samples per audited batch.
         seed: seed of the ``random`` method.
         by_class: also score each class (``result.by_class``, ``result.to_pandas(by_class=True)``).
+        scope: where a layer is removed: ``"head"`` (at the head's inputs: direct effects),
+            ``"network"`` (patched inside the backbone, every later layer sees it: total effects;
+            ablation ``"mean"`` or ``"zero"``) or ``"both"`` (and their comparison), as
+            ``laya audit --scope``. The network scope is in ``result.network`` and
+            ``result.summary["network"]``; ``to_pandas()`` and ``per_sample()`` cover the head scope.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
         progress: rich progress bars (False: silent).
 
@@ -526,16 +532,22 @@ def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[s
         target, Δ per layer, and per method ρ, Deletion@1 and its score of each layer).
 
     Raises:
-        LayaError: an unknown method or setting, an ablation the head cannot do, or a bad loader.
+        LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
+            scope cannot patch, or a bad loader.
     """
     settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
                              internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
                              by_class=by_class, device=resolve_device(device)).validate()
     methods = parse_methods(compare)
+    scope = ScopeSettings(scope).validate().scope
     check_ablation(model.head, settings.ablation)  # before any feature extraction
+    if scope != "head":
+        check_network_scope(model, settings.ablation)
     with _progress.enabled(progress):
-        data = _eval_data(model, loader, settings.device)
-        return run_audit(model, data, methods, settings)
+        data = _eval_data(model, loader, settings.device, keep_images=scope != "head")  # the network runs on images
+        if scope == "head":
+            return run_audit(model, data, methods, settings)
+        return run_scoped_audit(model, data, methods, settings, scope)
 
 
 def export(model: LayaModel, loader: Loader | EvalData, out: str | Path | None = None, *, format: str = "csv",

@@ -173,6 +173,7 @@ class AuditResult:
     # Per sample (not in the JSON): index, label, predicted, target (N,), delta (N, L), and per
     # method its attribution scores (N, L), faithfulness ρ (N,) and Deletion@1 (N,).
     samples: dict | None = field(default=None, repr=False)
+    network: object | None = None  # --scope network|both: a network.NetworkResult (docs/metrics.md)
 
     @property
     def summary(self) -> dict:
@@ -221,6 +222,8 @@ class AuditResult:
                "randomisation_samples": self.randomisation_samples}
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
+        if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
+            out["network"] = self.network.to_dict()
         return json_safe(out)
 
     def to_json(self) -> str:
@@ -547,8 +550,12 @@ def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate:
 
 # --------------------------------------------------------------------------- gating
 
-_THRESHOLD = re.compile(r"^(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
-THRESHOLD_SYNTAX = "METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2)"
+_THRESHOLD = re.compile(r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
+THRESHOLD_SYNTAX = ("METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); "
+                    "prefix network: for the network scope")
+# What a network-scope audit computes per method (docs/metrics.md, "Two scopes"); a ``network:`` gate item
+# on another metric is a usage error, not a check that can only ever be undefined.
+NETWORK_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 
 
 @dataclass(frozen=True)
@@ -556,32 +563,47 @@ class Threshold:
     metric: str
     value: float
     method: str | None = None  # None: every audited method except random (and accuracy: global)
+    scope: str = "head"  # "network": the network-scope results (``network:`` prefix)
 
     def __str__(self) -> str:
-        return f"{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
+        prefix = "network:" if self.scope == "network" else ""
+        return f"{prefix}{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
 
 
 def gate_items(spec: str | Sequence[str] | None, option: str, pattern: re.Pattern, expected: str,
-               methods: Sequence[str] | None = None):
+               methods: Sequence[str] | None = None, scope: str = "head"):
     """The items of a gate option (``--fail-under``, ``--max-drop``): comma-separated, repeatable
-    ``[METHOD:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a known
-    method (any case) that is audited when ``methods`` is given. Yields (item, match, method, metric, number)."""
+    ``[network:][METHOD:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a known
+    method (any case) that is audited when ``methods`` is given, and a scope the audit has: ``scope`` is the
+    audit's ``--scope`` (a ``network:`` item needs network or both; with network alone an item without the
+    prefix is a usage error, since no head-scope results exist). Yields (item, match, method, metric, number);
+    ``match.group("scope")`` is ``"network"`` for a network-scope item (patterns without that group: head only)."""
     parts = [spec] if isinstance(spec, str) else list(spec or [])
     for item in (p.strip() for s in parts for p in s.split(",") if p.strip()):
         m = pattern.match(item.replace(" ", ""))
         if not m:
             raise LayaError(f"bad {option} '{item}': expected {expected}")
         method, metric, raw = m.group("method"), m.group("metric").lower(), m.group("value")
+        network = "scope" in pattern.groupindex and m.group("scope") is not None
         try:
             number = float(raw)
         except ValueError:
             raise LayaError(f"bad {option} '{item}': '{raw}' is not a number") from None
         if metric in GLOBAL_METRICS:
-            if method:
+            if method or network:
                 raise LayaError(f"bad {option} '{item}': {metric} belongs to the model, not to a method; "
                                 f"write {metric}={m.string.partition('=')[2]}")
         elif metric not in METRICS:
             raise unknown_choice(f"{option} metric", metric, [*METRICS, *GLOBAL_METRICS])
+        else:
+            if network and scope == "head":
+                raise LayaError(f"{option} {item} checks the network scope; add --scope network or --scope both")
+            if not network and scope == "network":
+                raise LayaError(f"{option} {item} checks the head scope, which --scope network does not audit; "
+                                f"write network:{item}")
+            if network and metric not in NETWORK_METRICS:
+                raise LayaError(f"{option} {item}: {metric} is not computed at network scope "
+                                f"(only {', '.join(NETWORK_METRICS)}; docs/metrics.md)")
         if method is not None:
             method = match_choice(f"{option} method", method, [*ALWAYS, *COMPARE])
             if methods is not None and method not in methods:
@@ -589,18 +611,22 @@ def gate_items(spec: str | Sequence[str] | None, option: str, pattern: re.Patter
         yield item, m, method, metric, number
 
 
-def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None) -> list[Threshold]:
-    """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods."""
+def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None,
+                     scope: str = "head") -> list[Threshold]:
+    """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods.
+    ``scope``: the audit's ``--scope`` (see ``gate_items``)."""
     out = []
-    for item, _, method, metric, value in gate_items(spec, "--fail-under", _THRESHOLD, THRESHOLD_SYNTAX, methods):
+    for item, m, method, metric, value in gate_items(spec, "--fail-under", _THRESHOLD, THRESHOLD_SYNTAX, methods,
+                                                     scope):
         if not math.isfinite(value):
             raise LayaError(f"bad --fail-under '{item}': the threshold must be a finite number")
-        out.append(Threshold(metric, value, method))
+        out.append(Threshold(metric, value, method, "network" if m.group("scope") else "head"))
     return out
 
 
 def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> list[Check]:
-    """One check per threshold and method it applies to, passed or not (for JUnit and the verdict)."""
+    """One check per threshold and method it applies to, passed or not (for JUnit and the verdict).
+    A network-scope threshold reads ``result.network`` and names its methods ``network:METHOD``."""
     checks = []
     for t in thresholds:
         if t.metric in GLOBAL_METRICS:
@@ -610,31 +636,34 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
                                 None if math.isnan(value) else value, f">= {t.value:g}", ok,
                                 f"{t.metric} {value:.4f} " + (">=" if ok else "<") + f" {t.value:g}"))
             continue
+        network = t.scope == "network"
+        scored = (result.network.methods if result.network is not None else {}) if network else result.methods
         only = ONLY_FOR.get(t.metric)
         if t.method is not None:
             targets = [t.method]
         else:  # every audited method but random, that is defined for the head and has this metric
-            targets = [m for m, s in result.methods.items()
+            targets = [m for m, s in scored.items()
                        if m != "random" and s.available and (only is None or m in only)]
         for m in targets:
-            scores = result.methods.get(m)
+            scores = scored.get(m)
             value = None if scores is None or not scores.available else scores.metric(t.metric)
             value = None if value is None or math.isnan(value) else value
+            who = f"network:{m}" if network else m
             if scores is None:
-                message = f"{m}: not audited (required by --fail-under {t})"
+                message = f"{who}: not audited (required by --fail-under {t})"
             elif only is not None and m not in only:
-                message = f"{m}: {t.metric} applies to {', '.join(only)} only (required by --fail-under {t})"
+                message = f"{who}: {t.metric} applies to {', '.join(only)} only (required by --fail-under {t})"
             elif not scores.available:
-                message = f"{m}: {t.metric} is {scores.note} (required by --fail-under {t})"
+                message = f"{who}: {t.metric} is {scores.note} (required by --fail-under {t})"
             elif value is None:
                 why = "undefined on this data"
                 if t.metric == "faithfulness" and scores.degenerate and scores.degenerate == scores.undefined:
                     why = (f"undefined: degenerate on all {scores.degenerate} samples (Δ varies in at most one "
                            f"layer, e.g. a last head), nothing to rank")
-                message = f"{m}: {t.metric} is {why} (required by --fail-under {t})"
+                message = f"{who}: {t.metric} is {why} (required by --fail-under {t})"
             else:
-                message = f"{m}: {t.metric} {value:.4f} " + (">=" if value >= t.value else "<") + f" {t.value:g}"
-            checks.append(Check("fail-under", f"{m}:{t.metric}>={t.value:g}", t.metric, m, value, f">= {t.value:g}",
+                message = f"{who}: {t.metric} {value:.4f} " + (">=" if value >= t.value else "<") + f" {t.value:g}"
+            checks.append(Check("fail-under", f"{who}:{t.metric}>={t.value:g}", t.metric, who, value, f">= {t.value:g}",
                                 value is not None and value >= t.value, message))
     return checks
 

@@ -55,7 +55,7 @@ def read_checkpoint(path: str | Path) -> dict:
 def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[int], classes: Sequence[str],
                     dataset: dict, reference: Sequence[torch.Tensor], history: list[dict], metrics: dict,
                     train_config: dict, weights_file: str | None = None, feature_dtype: str = "float32",
-                    recorded: dict | None = None) -> dict:
+                    recorded: dict | None = None, tap_reference: Sequence[torch.Tensor] | None = None) -> dict:
     """Everything a checkpoint holds except the format header ``save_checkpoint`` adds.
 
     ``backbone``: the TappedBackbone; ``spec`` its resolved BackboneSpec. The backbone weights
@@ -63,7 +63,8 @@ def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[i
     weights, which load by name and are checked by SHA-256; a .pt2 program travels whole);
     ``weights_file`` is the ``--weights`` file it was built from. ``recorded``: the backbone section
     of the checkpoint a model was loaded from (``LayaModel.save`` of a loaded model): it keeps that
-    section's choice of storing the weights and its weights source.
+    section's choice of storing the weights and its weights source. ``tap_reference``: the mean
+    unpooled activation per tap (the network scope's reference, docs/checkpoint.md), stored when given.
     """
     adapter = backbone.adapter
     weights = bb.checkpoint_weights(backbone, spec, weights_file)
@@ -88,6 +89,7 @@ def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[i
         "dataset": dict(dataset),
         "feature_dtype": feature_dtype,
         "reference": [r.detach().cpu() for r in reference],
+        **({"tap_reference": [t.detach().cpu() for t in tap_reference]} if tap_reference is not None else {}),
         "history": list(history),
         "metrics": dict(metrics),
         "train_config": dict(train_config),

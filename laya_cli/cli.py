@@ -20,12 +20,13 @@ from typer.core import TyperGroup
 from . import progress
 from .distributed import env_world_size
 from .errors import LayaError, TrainingInterrupted
-from .options import (AUDIT, BENCH, DATA, DEPTH, HEAD, JOB, TRAIN, Ablation, Align, Arch, ArchImport, AuditBatchSize, Backbone,
-                      BatchSize, BenchAlign, ByClass, Cache, Compare, DataDir, Dataset, Device, DStar, Epochs, EvalDataset,
-                      FailUnder, FeatureDtype, Finetune, Head, ImageColumn, ImageSize, InputSize, InternalBatchSize,
-                      JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, MetricColumns, ModelPath, Patience, Pool,
-                      Pretrained, Psi, Quiet, RandomisationSamples, Reduce, Restart, Resume, SampleSeed, Samples,
-                      ScoreHidden, Seed, Steps, Strict, Target, Tau, TrustPickle, Weights, train_request)
+from .options import (AUDIT, BENCH, DATA, DEPTH, HEAD, JOB, SCOPE, TRAIN, Ablation, Align, Arch, ArchImport,
+                      AuditBatchSize, Backbone, BatchSize, BenchAlign, ByClass, Cache, Compare, DataDir, Dataset, Device,
+                      DStar, Epochs, EvalDataset, FailUnder, FeatureDtype, Finetune, Head, ImageColumn, ImageSize,
+                      InputSize, InternalBatchSize, JsonOut, Label, LabelColumn, Layers, Lr, MarkdownOut, MetricColumns,
+                      ModelPath, Patience, Pool, Pretrained, Psi, Quiet, RandomisationSamples, Reduce, Restart, Resume,
+                      SampleSeed, Samples, Scope, ScoreHidden, Seed, Steps, Strict, Target, Tau, TrustPickle, Weights,
+                      train_request)
 from .options import AllowSettingsChange, AuditIn, AuditQuiet, Baseline, JunitOut, MaxDrop  # CI gates (docs/ci.md)
 from .options import (DepthIn, PlotOut, Refit, RefitEpochs, Thresholds, TimeBatch, TimeRepeats, Truncate,  # laya depth
                       TruncateOut)
@@ -324,6 +325,7 @@ def audit(
     internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
     batch_size: AuditBatchSize = AUDIT.batch_size,
     by_class: ByClass = AUDIT.by_class,
+    scope: Scope = SCOPE.scope,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     fail_under: FailUnder = None,
@@ -343,13 +345,15 @@ def audit(
 
     from . import auditing, distributed, regression
     from .model import load_model
-    from .config import AuditSettings, check_at_least
+    from .config import AuditSettings, ScopeSettings, check_at_least
     from .evaldata import load_eval_data
     from .fileio import append_text, atomic_write_text, check_writable, strict_json
     from .gates import verdict as gate_verdict
     from .junit import junit_xml
     from .metrics import check_ablation
-    from .report import audit_class_tables, audit_deeper_table, audit_markdown, audit_rich_table, verdict_line
+    from .report import (HEAD_TITLE, NETWORK_TITLE, audit_class_tables, audit_deeper_table, audit_markdown,
+                         audit_rich_table, network_caption, network_comparison, network_markdown, scope_tables,
+                         verdict_line)
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
@@ -359,10 +363,11 @@ def audit(
                                  internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
                                  by_class=by_class, device=_device(device),
                                  randomisation_samples=randomisation_samples).validate()
+        scope = ScopeSettings(scope).validate().scope
         methods = auditing.parse_methods(compare)
-        thresholds = auditing.parse_thresholds(fail_under, methods)
+        thresholds = auditing.parse_thresholds(fail_under, methods, scope)
         columns = auditing.parse_metric_groups(metrics)
-        drops = regression.parse_max_drop(max_drop, methods)
+        drops = regression.parse_max_drop(max_drop, methods, scope)
         if drops and baseline is None:
             raise LayaError("--max-drop needs --baseline FILE (the JSON of a previous laya audit --json)")
         base_doc = regression.read_audit_json(baseline) if baseline is not None else None
@@ -374,9 +379,16 @@ def audit(
         if base_doc is not None:  # what is known before the run: a mismatch fails now, not after the work
             regression.check_settings(base_doc, regression.planned_audit(settings, methods, samples, laya_model),
                                       allow_settings_change, baseline)
+        if scope != "head":
+            from .network import check_network_scope, run_scoped_audit
+
+            check_network_scope(laya_model, settings.ablation)  # taps that cannot be patched: before any work
         data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache,
                               stream=True)
-        result = auditing.run_audit(laya_model, data, methods, settings)
+        if scope == "head":
+            result = auditing.run_audit(laya_model, data, methods, settings)
+        else:
+            result = run_scoped_audit(laya_model, data, methods, settings, scope, use_cache=cache)
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
                             "fail_under": [str(t) for t in thresholds]})
     doc = result.to_dict()
@@ -387,17 +399,32 @@ def audit(
     drop_misses = [c.message for c in checks if c.failed and c.gate == "max-drop"]
     compared = comparison.to_dict() if comparison else None
 
+    network = result.network  # --scope network|both (laya_cli/network.py); None: the head scope alone
     if not quiet:
-        table = audit_rich_table(result, comparison=compared)
-        _wide([table]).print(table)
-        if (deeper := audit_deeper_table(result, columns, comparison=compared)) is not None:
-            _wide([deeper]).print(deeper)
+        if result.methods:  # empty for --scope network
+            table = (audit_rich_table(result, comparison=compared) if network is None
+                     else audit_rich_table(result, HEAD_TITLE, comparison=compared))
+            _wide([table]).print(table)
+            if (deeper := audit_deeper_table(result, columns, comparison=compared)) is not None:
+                _wide([deeper]).print(deeper)
         for table in audit_class_tables(result):
             console.print(table)
-        for note in result.notes:
+        if network is not None:
+            table = audit_rich_table(result, NETWORK_TITLE, network.methods, network_caption(result, compared),
+                                     comparison=network_comparison(compared))
+            _wide([table]).print(table)
+            for table in scope_tables(result):
+                console.print(table)
+        for note in result.notes + (network.notes if network is not None else []):
             _note(note)
-    markdown_text = audit_markdown(result, misses if thresholds else None, metrics=columns, comparison=compared,
-                                   drop_misses=drop_misses if drops else None)
+    gate_shown = misses if thresholds else None
+    markdown_text = audit_markdown(result, gate_shown, HEAD_TITLE if network is not None else "laya audit",
+                                   metrics=columns, comparison=compared,
+                                   drop_misses=drop_misses if drops else None) if result.methods else ""
+    if network is not None:  # --scope network: its section carries the gate's outcome
+        alone = not result.methods
+        markdown_text += ("\n" if markdown_text else "") + network_markdown(
+            result, gate_shown if alone else None, compared, drop_misses if drops and alone else None)
     if distributed.is_main():  # under torchrun only rank 0 writes
         if json_out is not None:
             doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}

@@ -207,6 +207,22 @@ class TrainRequest:
         return self
 
 
+SCOPES = ("head", "network", "both")  # laya audit --scope (docs/metrics.md, "Two scopes")
+
+
+@dataclass
+class ScopeSettings:
+    """Where layers are removed: at the head's inputs (``head``, direct effects), inside the
+    backbone (``network``, total effects), or ``both`` with their comparison. Kept apart from
+    ``AuditSettings`` so head-scope results and settings stay exactly as they were."""
+
+    scope: str = "head"
+
+    def validate(self) -> "ScopeSettings":
+        self.scope = check_choice("--scope", self.scope, SCOPES)
+        return self
+
+
 @dataclass
 class AuditSettings:
     ablation: str = "mean"  # mean | zero | mask

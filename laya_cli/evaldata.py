@@ -73,16 +73,12 @@ def _load(req: DataRequest, recorded: bool):
         return load_dataset(req)
 
 
-def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
-                   samples: int | None = None, seed: int = 0, device: str = "cpu",
-                   use_cache: bool = True, stream: bool = False) -> EvalData:
-    """The test split's features (and images) for audit/export.
-
-    Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
-    Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
-    by batch as the audit/export consumes it, so features are never all in memory; without
-    ``stream`` they are extracted up front (the library default).
-    """
+def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | None = None):
+    """``(request, splits)``: the checkpoint's own data set (its splits, seed and image size), or
+    ``dataset``/``data_dir``. A folder recorded at training time that no longer holds the data falls back to
+    the default places; one given now must hold it (``DataDirMissing``). Shared by ``load_eval_data``,
+    ``load_fit_features`` (``laya depth --refit``) and the network scope's tap means over the training split
+    (network.py)."""
     ds = dict(model.checkpoint.get("dataset", {}))
     if dataset is None and ds.get("name") == USER_DATASET:
         raise LayaError(f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
@@ -101,6 +97,21 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     data = _load(req, recorded=bool(recorded))
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+    return req, data
+
+
+def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
+                   samples: int | None = None, seed: int = 0, device: str = "cpu",
+                   use_cache: bool = True, stream: bool = False) -> EvalData:
+    """The test split's features (and images) for audit/export.
+
+    Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
+    Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
+    by batch as the audit/export consumes it, so features are never all in memory; without
+    ``stream`` they are extracted up front (the library default).
+    """
+    req, data = model_dataset(model, dataset, data_dir)
+    name = req.name
     if len(data.classes) != len(model.classes):
         raise LayaError(
             f"dataset {name} has {len(data.classes)} classes but the checkpoint was trained on {len(model.classes)}"
@@ -132,10 +143,7 @@ def load_fit_features(model: LayaModel, device: str = "cpu", use_cache: bool = T
         raise LayaError(f"--refit retrains heads on the checkpoint's training data, but this model was trained "
                         f"from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), which laya cannot load "
                         f"by name; run laya depth without --refit")
-    req = DataRequest(name=dataset_name(ds.get("name", "digits")), data_dir=ds.get("data_dir"),
-                      image_size=ds.get("image_size"), label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
-                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
-    data = _load(req, recorded=bool(req.data_dir))
+    req, data = model_dataset(model)
     model.backbone.to(device)
     cache = FeatureCache() if use_cache else None
     dtype = model.checkpoint.get("feature_dtype", "float32")

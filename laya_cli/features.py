@@ -144,6 +144,34 @@ def extract_batches(backbone, batches: Iterable[tuple[Tensor, Tensor]], device: 
     return LayerFeatures(feats, torch.cat(labels)), (torch.cat(images) if keep_images else None)
 
 
+@torch.no_grad()
+def tap_means(backbone, images: Tensor, batch_size: int = 256, device: str = "cpu",
+              description: str = "tap means") -> list[Tensor]:
+    """The mean of each tap's raw (unpooled) activation over ``images``, in float32 on the CPU:
+    the reference a network-scope audit patches a layer with (docs/metrics.md, "Two scopes").
+    Streamed: one batch of activations at a time, sums in float64. Under torchrun each rank sums
+    its own whole batches and the per-rank sums are gathered and added in rank order."""
+    backbone.eval()
+    n = len(images)
+    if not n:
+        raise LayaError("tap means need at least one image")
+    start, stop = shard_bounds(n, batch_size)
+    sums = None
+    total = (stop - start + batch_size - 1) // batch_size
+    for x in track(image_batches(images, batch_size, start, stop), description, total=total):
+        hs = backbone.activations(to_float_images(to_device(x, device)))
+        part = [h.double().sum(0).cpu() for h in hs]
+        sums = part if sums is None else [s + p for s, p in zip(sums, part)]
+    if sums is None:  # an empty shard still takes part in the gather
+        hs = backbone.activations(to_float_images(to_device(images[:1], device)))
+        sums = [torch.zeros(h.shape[1:], dtype=torch.float64) for h in hs]
+    if active():
+        sums = [gather_rows(s.unsqueeze(0)).sum(0) for s in sums]
+    means = [(s / n).float() for s in sums]
+    check_finite(backbone.layer_names, means)
+    return means
+
+
 class StreamedFeatures:
     """Features r_1..r_L computed from the images batch by batch, never all held at once.
 

@@ -110,7 +110,7 @@ class LayaModel:
             dims=meta["dims"], classes=self.classes, dataset=meta.get("dataset", {}), reference=self.reference,
             history=meta.get("history", []), metrics=meta.get("metrics", {}),
             train_config=meta.get("train_config", {}), feature_dtype=meta.get("feature_dtype", "float32"),
-            recorded=meta.get("backbone"))
+            recorded=meta.get("backbone"), tap_reference=meta.get("tap_reference"))
 
     def save(self, path: str | Path) -> Path:
         """Write the checkpoint ``laya train`` writes (atomically): ``laya info/audit/export`` read it.

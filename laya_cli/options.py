@@ -14,10 +14,10 @@ from typing import Annotated, Optional
 import typer
 
 from .bench import BenchRequest
-from .config import AuditSettings, DataRequest, DepthSettings, HeadConfig, TrainConfig, TrainRequest
+from .config import AuditSettings, DataRequest, DepthSettings, HeadConfig, ScopeSettings, TrainConfig, TrainRequest
 
 HEAD, TRAIN, DATA, AUDIT, JOB = HeadConfig(), TrainConfig(), DataRequest(), AuditSettings(), TrainRequest()
-DEPTH = DepthSettings()
+DEPTH, SCOPE = DepthSettings(), ScopeSettings()
 BENCH = BenchRequest()
 
 
@@ -88,7 +88,8 @@ Steps = Annotated[int, typer.Option(help="Integrated Gradients steps.")]
 InternalBatchSize = Annotated[Optional[int], typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).")]
 AuditBatchSize = Annotated[int, typer.Option(help="Samples per audited batch.")]
 ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
-FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'. Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.")]
+Scope = Annotated[str, typer.Option(help="Where a layer is removed: head (at the head's inputs: direct effects), network (patched inside the backbone, later layers see it: total effects) or both (and their comparison).")]
+FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'; prefix 'network:' for the network scope ('network:ig:faithfulness=0.8'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.")]
 RandomisationSamples = Annotated[int, typer.Option(help="The model-randomisation sanity check runs on the first N audited samples (whole batches; 0 skips it).")]
 MetricColumns = Annotated[str, typer.Option("--metrics", help="Extra table columns: aopc, sufficiency, completeness, randomisation (comma list) or 'all'. The JSON always has every metric.")]
 AuditQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line (PASS/FAIL and each failed check); errors still print.")]

@@ -10,8 +10,10 @@ knowingly). Only the metrics present in both audits are compared (a newer laya m
 ``--max-drop`` items read ``[METHOD:]METRIC=AMOUNT``: ``AMOUNT`` is absolute (metric units,
 ``faithfulness=0.02``: fail when the value falls more than 0.02 below the baseline's) or
 relative with a ``%`` (``faithfulness=5%``: more than 5 % of the baseline's magnitude). Without a
-method an item applies to every method audited in both but ``random``. Definitions and examples:
-docs/ci.md.
+method an item applies to every method audited in both but ``random``. A ``network:`` prefix
+(``network:ig:faithfulness=0.02``) compares the network-scope results (``laya audit --scope
+network|both``; the baseline must hold them too): the comparison keys them ``network:METHOD``.
+Definitions and examples: docs/ci.md.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from .gates import Check
 SETTINGS = ("dataset", "samples", "seed", "ablation", "target", "reduce", "steps", "methods", "head", "layers")
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
-_ITEM = re.compile(r"^(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$")
-SYNTAX = "METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated"
+_ITEM = re.compile(r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$")
+SYNTAX = ("METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated; "
+          "prefix network: for the network scope")
+NETWORK = "network:"  # the prefix of network-scope methods in a comparison (``network:ig``)
 
 
 # --------------------------------------------------------------------------- reading a stored audit
@@ -73,25 +77,30 @@ class MaxDrop:
     amount: float  # absolute (metric units), or a fraction of |baseline| when relative
     relative: bool = False
     method: str | None = None  # None: every method in both audits but random (accuracy: the model)
+    scope: str = "head"  # "network": the network-scope results (``network:`` prefix)
 
     def __str__(self) -> str:
         amount = f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
-        return f"{self.method + ':' if self.method else ''}{self.metric}={amount}"
+        prefix = NETWORK if self.scope == "network" else ""
+        return f"{prefix}{self.method + ':' if self.method else ''}{self.metric}={amount}"
 
     def allowed(self, baseline: float) -> float:
         """The largest drop allowed from ``baseline`` (in metric units)."""
         return self.amount * abs(baseline) if self.relative else self.amount
 
 
-def parse_max_drop(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None) -> list[MaxDrop]:
-    """Parse ``--max-drop`` items; with ``methods``, also check the named methods are audited."""
+def parse_max_drop(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None,
+                   scope: str = "head") -> list[MaxDrop]:
+    """Parse ``--max-drop`` items; with ``methods``, also check the named methods are audited.
+    ``scope``: the audit's ``--scope`` (``auditing.gate_items`` checks a ``network:`` item against it)."""
     out = []
     expected = f"{SYNTAX} (e.g. faithfulness=0.02,laya:deletion@1=5%)"
-    for item, m, method, metric, amount in gate_items(spec, "--max-drop", _ITEM, expected, methods):
+    for item, m, method, metric, amount in gate_items(spec, "--max-drop", _ITEM, expected, methods, scope):
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")
         pct = m.group("pct")
-        out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method))
+        out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method,
+                           "network" if m.group("scope") else "head"))
     return out
 
 
@@ -176,13 +185,24 @@ def _pair(base, now) -> dict:
     return {"baseline": b, "current": c, "change": None if b is None or c is None else c - b, "failed": False}
 
 
+def _network_methods(doc: dict) -> dict[str, dict]:
+    """The network-scope methods of an audit JSON, keyed ``network:METHOD`` (none: a head-scope audit)."""
+    methods = (doc.get("network") or {}).get("methods") if isinstance(doc.get("network"), dict) else None
+    if not isinstance(methods, dict):
+        return {}
+    return {NETWORK + m: v for m, v in methods.items() if isinstance(v, dict)}
+
+
 def compare(baseline: dict, current: dict, rules: Sequence[MaxDrop] = (), baseline_path: str | Path = "",
             settings_changed: Sequence[str] = ()) -> Comparison:
-    """Compare two audit JSON documents (``current``: ``AuditResult.to_dict()``) and run the ``--max-drop`` rules."""
-    shared = [m for m in current["methods"] if m in baseline["methods"]]
+    """Compare two audit JSON documents (``current``: ``AuditResult.to_dict()``) and run the ``--max-drop`` rules.
+    Network-scope results present in both are compared too, keyed ``network:METHOD``."""
+    base_methods = {**baseline["methods"], **_network_methods(baseline)}
+    now_methods = {**current["methods"], **_network_methods(current)}
+    shared = [m for m in now_methods if m in base_methods]
     methods = {}
     for m in shared:
-        b, c = baseline["methods"][m], current["methods"][m]
+        b, c = base_methods[m], now_methods[m]
         methods[m] = {k: _pair(b.get(k), c.get(k)) for k in METRICS if k in b and k in c}
     acc = _pair(baseline.get("accuracy"), current.get("accuracy"))
     checks = []
@@ -190,11 +210,12 @@ def compare(baseline: dict, current: dict, rules: Sequence[MaxDrop] = (), baseli
         if rule.metric in GLOBAL_METRICS:
             checks.append(_drop_check(rule, None, acc))
             continue
+        prefix = NETWORK if rule.scope == "network" else ""
         if rule.method is not None:
-            targets = [rule.method]
+            targets = [prefix + rule.method]
         else:
-            targets = [m for m in shared if m != "random" and current["methods"][m].get("available", True)
-                       and baseline["methods"][m].get("available", True)]
+            targets = [m for m in shared if m.startswith(NETWORK) == bool(prefix) and m != prefix + "random"
+                       and now_methods[m].get("available", True) and base_methods[m].get("available", True)]
         for m in targets:
             pair = methods.get(m, {}).get(rule.metric)
             checks.append(_drop_check(rule, m, pair))

@@ -690,3 +690,91 @@ def depth_speed_table(rows: list[dict]) -> Table:
                   f"{r['ratio']:.2f}× ({r['median_ratio']:.2f}×)", f"{r['flops_ratio']:.2f}×",
                   f"{100 * r['parameters'] / r['parameters_full']:.1f} %", f"{100 * r['agreement']:.1f} %")
     return t
+# --------------------------------------------------------------------------- network scope (--scope network|both)
+
+NETWORK_TITLE = "laya audit · network scope (total effects)"
+HEAD_TITLE = "laya audit · head scope (direct effects)"
+SCOPE_LOLO = "lolo_effects"  # the comparison's row for the effects themselves
+
+
+def network_comparison(comparison: dict | None) -> dict | None:
+    """The network-scope part of a ``--baseline`` comparison, keyed by method as the network table's rows
+    (the comparison keys them ``network:METHOD``); None when there is none."""
+    if not comparison:
+        return None
+    methods = {m[len("network:"):]: v for m, v in comparison.get("methods", {}).items() if m.startswith("network:")}
+    return {**comparison, "methods": methods} if methods else None
+
+
+def network_caption(result, comparison: dict | None = None) -> str:
+    """The network table's caption (with the baseline line under it when ``comparison`` holds network results)."""
+    net = result.network
+    how = ("prefix-cached: only the layers after the patched one run" if net.patched == "prefix"
+           else "full passes with a replacing hook")
+    return (f"{audit_caption(result)} · layer patched inside the backbone with its training-mean activation"
+            if net.reference == "mean" else f"{audit_caption(result)} · layer patched inside the backbone with zeros") \
+        + f" · {how}" + (f"\n{baseline_caption(comparison)}" if network_comparison(comparison) else "")
+
+
+def _scope_rows(result) -> tuple[list[list[str]], list[list[str]]]:
+    comp = result.network.comparison
+    methods = [[("Δ (LOLO effects)" if m == SCOPE_LOLO else m), _fmt(v.get("spearman"), "{:.3f}"),
+                _fmt(v.get("spearman_std"), "{:.3f}"), _fmt(v.get("undefined"), "{:d}")]
+               for m, v in comp.methods.items()]
+    layers = [[name, _fmt(v.get("delta_head"), "{:.4f}"), _fmt(v.get("delta_network"), "{:.4f}"),
+               _fmt(v.get("direct_share"), "{:.3f}")] for name, v in comp.layers.items()]
+    return methods, layers
+
+
+SCOPE_METHOD_HEADER = ["method", "ρ(head, network)", "± std", "undef."]
+SCOPE_LAYER_HEADER = ["layer", "mean Δ head", "mean Δ network", "direct share"]
+
+
+def scope_tables(result) -> list[Table]:
+    """--scope both: per method, Spearman between its head- and network-scope scores; per layer,
+    the mean effects at both scopes and the direct share (mean Δ_head / mean Δ_network)."""
+    if result.network is None or result.network.comparison is None:
+        return []
+    methods, layers = _scope_rows(result)
+    tables = []
+    for title, header, rows in (("head vs network scope: how each method's layer ranking moves", SCOPE_METHOD_HEADER,
+                                 methods),
+                                ("direct share of each layer's total effect", SCOPE_LAYER_HEADER, layers)):
+        table = _simple_table(title)
+        table.add_column(header[0], style="bold", no_wrap=True)
+        for h in header[1:]:
+            table.add_column(h, justify="right", no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    return tables
+
+
+def network_markdown(result, misses: list[str] | None = None, comparison: dict | None = None,
+                     drop_misses: list[str] | None = None) -> str:
+    """The network-scope table (and, for --scope both, the comparison tables) as Markdown; ``comparison``:
+    a ``--baseline`` comparison (its network-scope part adds baseline and change columns); with ``misses``
+    and ``drop_misses`` (a --scope network run, which has no head-scope section), the gates' outcome."""
+    rows = _method_rows(result.network.methods)
+    comparison = network_comparison(comparison)
+    columns = _audit_columns(_default_columns(), comparison)  # what the network scope computes (docs/metrics.md)
+    best = _bests(rows, columns)
+    body = [[f"`{name}`", *_row_cells(name, row, columns, best, comparison, MD_MARKS)] for name, row in rows.items()]
+    headers = [{"base": "baseline"}.get(kind, h) for h, _, _, _, _, kind in columns]
+    lines = [f"### {NETWORK_TITLE}", "", *md_table(["method", *headers], body),
+             "", f"_{network_caption(result)}_"]
+    if comparison:
+        lines += ["", f"_{baseline_caption(comparison)}_"]
+    if result.network.comparison is not None:
+        methods, layers = _scope_rows(result)
+        lines += ["", "#### Head vs network scope", "", *md_table(SCOPE_METHOD_HEADER, methods),
+                  "", "#### Direct share of each layer's total effect", "", *md_table(SCOPE_LAYER_HEADER, layers)]
+    if result.network.notes:
+        lines += ["", *(f"- note: {n}" for n in result.network.notes)]
+    if misses is not None:
+        lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
+        lines += [f"- {m}" for m in misses]
+    if drop_misses is not None:
+        lines += ["", "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed"]
+        lines += [f"- {m}" for m in drop_misses]
+    return "\n".join(lines) + "\n"

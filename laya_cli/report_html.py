@@ -476,13 +476,10 @@ def _cell(v, spec: str) -> str:
         return html.escape(str(v))
 
 
-def audit_section(doc: dict) -> str:
-    """A ``laya audit --json`` document: the method table (with the baseline and the change, when the
-    audit was compared with one), its settings, and the outcome of its gates."""
+def _audit_method_table(methods: dict, compared: dict) -> str:
+    """Methods as rows, the default metrics as columns (with the baseline and the change where ``compared``
+    holds them, keyed like ``methods``); the best of a higher-is-better column marked."""
     e = html.escape
-    s, methods = doc.get("settings", {}), doc.get("methods", {})
-    base = doc.get("baseline") or {}
-    compared = base.get("methods", {})
     header, keys = ["method"], []
     for h, key, spec, hi in _AUDIT_COLUMNS:
         header.append(h)
@@ -512,6 +509,41 @@ def audit_section(doc: dict) -> str:
                 text = _cell(pair.get("change"), "{:+.3f}")
                 row.append(f'<span class="fail">{text} ✗</span>' if pair.get("failed") else text)
         rows.append(row)
+    return _table(header, rows, [False] + [True] * (len(header) - 1))
+
+
+def _network_section(doc: dict, compared: dict) -> list[str]:
+    """``laya audit --scope network|both``: the network-scope table and, for ``both``, the direct share of
+    each layer's total effect (docs/metrics.md, "Two scopes")."""
+    net = doc.get("network")
+    if not isinstance(net, dict) or not isinstance(net.get("methods"), dict):
+        return []
+    e = html.escape
+    prefix = "network:"
+    ncompared = {m[len(prefix):]: v for m, v in compared.items() if m.startswith(prefix)}
+    how = "only the layers after the patched one ran" if net.get("patched") == "prefix" else \
+        "full passes with a replacing hook"
+    parts = ["<h3>Network scope (total effects)</h3>",
+             "<p>Each layer's output replaced inside the backbone by its "
+             f"{'training-mean activation' if net.get('reference') == 'mean' else 'zero'}, every later layer "
+             f"run on it ({e(how)}): faithfulness and Deletion@1 against these total effects.</p>",
+             _audit_method_table(net["methods"], ncompared)]
+    layers = (net.get("scopes") or {}).get("layers") or {}
+    if layers:
+        rows = [[f"<code>{e(name)}</code>", _cell(v.get("delta_head"), "{:.4f}"), _cell(v.get("delta_network"), "{:.4f}"),
+                 _cell(v.get("direct_share"), "{:.3f}")] for name, v in layers.items()]
+        parts += ["<h3>Direct share of each layer's total effect</h3>",
+                  _table(["layer", "mean Δ head", "mean Δ network", "direct share"], rows, [False, True, True, True])]
+    return parts
+
+
+def audit_section(doc: dict) -> str:
+    """A ``laya audit --json`` document: the method table (with the baseline and the change, when the
+    audit was compared with one), the network scope when audited, its settings, and the outcome of its gates."""
+    e = html.escape
+    s, methods = doc.get("settings", {}), doc.get("methods", {})
+    base = doc.get("baseline") or {}
+    compared = base.get("methods", {})
     caption = (f"{e(str(s.get('model', '')))} · {doc.get('n_samples', '?')} samples of {e(str(s.get('dataset', '')))} · "
                f"accuracy {_cell(doc.get('accuracy'), '{:.4f}')} · {e(str(s.get('head', '?')))} head, "
                f"{len(doc.get('layers', []))} layers · target {e(str(s.get('target')))} · ablation "
@@ -519,7 +551,8 @@ def audit_section(doc: dict) -> str:
     parts = ["<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
              "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "
              "docs/metrics.md).</p>",
-             _table(header, rows, [False] + [True] * (len(header) - 1)), f'<p class="sub">{caption}</p>']
+             *([_audit_method_table(methods, compared)] if methods or not doc.get("network") else []),
+             f'<p class="sub">{caption}</p>', *_network_section(doc, compared)]
     if base:
         acc = base.get("accuracy", {})
         parts.append(f"<p>Compared with the baseline <code>{e(str(base.get('path', '')))}</code>: accuracy "

@@ -26,7 +26,7 @@ from .data import DataSplits, dataset_name, is_file_dataset, load_dataset
 from .device import to_device
 from .distributed import gather_rows, shard_bounds
 from .errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
-from .features import LayerFeatures, batches, extract, to_float_images
+from .features import LayerFeatures, batches, extract, tap_means, to_float_images
 from .fileio import atomic_torch_save, check_writable
 from .heads import HEADS, build_head
 from .images import take
@@ -343,7 +343,11 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
                                  alignment=_alignment(req, head, None))
         test_pred = predict(model, [data.test.images], device=dev)
         train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
+        # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
+        # so that head training from cached features never needs a backbone pass.
+        tap_reference = tap_means(backbone, data.train.images, device=dev, description="tap means")
     else:
+        tap_reference = None
         for p in backbone.parameters():
             p.requires_grad_(False)
         split_feats = _frozen_features(backbone, spec, data, req)
@@ -373,7 +377,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         reference=train_feats.mean(), history=[asdict(r) for r in history], metrics=metrics,
         train_config=asdict(req.train),
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
-        weights_file=req.weights, feature_dtype=req.feature_dtype,
+        weights_file=req.weights, feature_dtype=req.feature_dtype, tap_reference=tap_reference,
     )
     if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
         try:

@@ -226,6 +226,21 @@ def test_torchrun_audit_matches_one_process(two_trainings, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "two.json"]
 
 
+def test_torchrun_network_scope_audit_matches_one_process(two_trainings, tmp_path):
+    """--scope both under torchrun: the network loop is sharded in whole batches and gathered back."""
+    root, _, _ = two_trainings
+    # A network-scope gate that fails (exit 1 on every rank): -q prints its verdict line once.
+    args = ["audit", root / "one" / "model.pt", "--scope", "both", "--compare", "all", "--samples", "90",
+            "--steps", "4", "--batch-size", "30", "-q", "--fail-under", "network:random:faithfulness=0.99"]
+    one = laya(*args, "--json", tmp_path / "one.json", expect=1)
+    two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    assert a["network"]["scopes"]["layers"] and a["n_samples"] == 90
+    _close(a, b, 1e-6)
+    assert two.stdout == one.stdout
+    assert two.stdout.count("laya audit: FAIL") == 1 and two.stdout.count("network:random: faithfulness") == 1
+
+
 @pytest.mark.slow
 def test_torchrun_export_matches_one_process(two_trainings, tmp_path):
     root, _, _ = two_trainings

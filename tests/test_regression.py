@@ -75,6 +75,46 @@ def test_compare_absolute_and_relative_by_hand():
     assert not c.passed and "0.8000 -> 0.7700" in by["laya:faithfulness drop<=0.02"].message
 
 
+def with_network(head: dict, **faithfulness) -> dict:
+    """``head`` with a network scope (``--scope both``): methods laya/ig/random with the given faithfulness."""
+    out = copy.deepcopy(head)
+    out["network"] = {"methods": doc(**faithfulness)["methods"], "patched": "prefix", "reference": "mean"}
+    return out
+
+
+def test_network_scope_max_drop_by_hand():
+    base = with_network(doc(), laya=0.70, ig=0.95)
+    now = with_network(doc(), laya=0.60, ig=0.95)
+    rules = parse_max_drop("network:faithfulness=0.05,faithfulness=0.05", ["laya", "ig", "random"], "both")
+    assert [str(r) for r in rules] == ["network:faithfulness=0.05", "faithfulness=0.05"]
+    assert parse_max_drop("Network:IG:faithfulness=0.05", ["laya", "ig"], "network") == [
+        MaxDrop("faithfulness", 0.05, method="ig", scope="network")]  # names are case-insensitive
+    c = compare(base, now, rules)
+    by = {c_.name: c_ for c_ in c.checks}
+    assert set(by) == {"network:laya:faithfulness drop<=0.05", "network:ig:faithfulness drop<=0.05",
+                       "laya:faithfulness drop<=0.05", "ig:faithfulness drop<=0.05"}  # random skipped at both scopes
+    assert by["network:laya:faithfulness drop<=0.05"].failed and by["network:ig:faithfulness drop<=0.05"].passed
+    assert by["laya:faithfulness drop<=0.05"].passed  # the head scope did not move
+    assert c.methods["network:laya"]["faithfulness"]["change"] == pytest.approx(-0.10)
+    # a baseline without the network scope: each network rule is a failed check that says why
+    c = compare(doc(), now, parse_max_drop("network:ig:faithfulness=0.05", ["laya", "ig", "random"], "both"))
+    assert [c_.message for c_ in c.checks if c_.failed] == [
+        "network:ig: faithfulness is not in both audits (required by --max-drop network:ig:faithfulness=0.05)"]
+    # a head-scope baseline compared with a head-scope audit: no network keys anywhere
+    assert not any(m.startswith("network:") for m in compare(doc(), doc(), []).methods)
+
+
+@pytest.mark.parametrize("spec,scope,fragment", [
+    ("network:faithfulness=0.1", "head", "add --scope network or --scope both"),
+    ("faithfulness=0.1", "network", "write network:faithfulness=0.1"),
+    ("network:aopc=0.1", "both", "aopc is not computed at network scope"),
+])
+def test_network_max_drop_errors(spec, scope, fragment):
+    with pytest.raises(LayaError) as e:
+        parse_max_drop(spec, ["laya", "ig", "random"], scope)
+    assert fragment in str(e.value) and "--max-drop" in str(e.value)
+
+
 def test_a_drop_equal_to_the_allowance_passes_and_a_rise_always_passes():
     c = compare(doc(laya=0.5), doc(laya=0.25), [MaxDrop("faithfulness", 0.25, method="laya")])
     assert c.passed

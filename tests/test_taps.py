@@ -102,6 +102,11 @@ def test_continue_from_equals_a_full_forward_with_a_replacing_hook(name, side):
             assert len(got) == len(want) == len(hs) - i - 1
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
+            # the backbone's own full pass with a replacing hook (the fallback of patched audits)
+            full = b.patched_activations(x, i, patched)
+            assert torch.equal(full[i], patched) and len(full) == len(hs)
+            for f, w in zip(full[i + 1:], want):
+                torch.testing.assert_close(f, w, rtol=0, atol=1e-6)
         k = min(3, len(hs))
         assert len(b.continue_from(0, hs[0], upto=k)) == k - 1
 

@@ -503,6 +503,42 @@ class TappedBackbone(nn.Module):
             out.append(x)
         return out
 
+    def tap_modules(self) -> list[nn.Module]:
+        """The module of each tap (what a hook, or Captum's layer methods, attach to). A tap that is
+        not a module (a torchvision graph node such as ``layer1.0.add``) is a one-line error."""
+        modules = dict(self.model.named_modules())
+        for name in self.layer_names:
+            if name not in modules:
+                raise LayaError(f"layer {name} is a traced graph node, not a module of the model: its output cannot "
+                                f"be patched by a hook; choose module layers with --layers")
+        return [modules[n] for n in self.layer_names]
+
+    def patched_activations(self, x: Tensor, i: int | None = None, h: Tensor | None = None,
+                            upto: int | None = None, patch=None) -> list[Tensor]:
+        """Raw h_1..h_k from a full forward of the plain model with forward hooks (whatever the
+        engine), tap ``i``'s output replaced by ``h`` — or by ``patch(output)`` — so every later
+        layer sees the replacement. What ``continue_from`` is checked against, and the fallback of
+        patched passes for models that cannot continue. Stops after tap k."""
+        k = self._k(upto)
+        modules = self.tap_modules()
+        handle = None
+        if i is not None:
+            if not 0 <= i < k:
+                raise LayaError(f"tap index {i} is outside 0..{k - 1}")
+            new = (lambda out: h) if patch is None else patch
+
+            def replace(module, args, output):
+                if isinstance(output, (tuple, list)) and output:
+                    return type(output)([new(output[0]), *output[1:]])
+                return new(output)
+
+            handle = modules[i].register_forward_hook(replace)
+        try:
+            return HookEngine(self.model, self.layer_names).run(self.adapter(x), k)
+        finally:
+            if handle is not None:
+                handle.remove()
+
     # ------------------------------------------------------------------ truncation
 
     def truncated(self, k: int) -> "TappedBackbone":
