@@ -28,8 +28,8 @@ from .options import (AUDIT, BENCH, DATA, DEPTH, HEAD, JOB, SCOPE, TRAIN, Ablati
                       SampleSeed, Samples, Scope, ScoreHidden, Seed, Steps, Strict, Target, Tau, TrustPickle, Weights,
                       train_request)
 from .options import AllowSettingsChange, AuditIn, AuditQuiet, Baseline, JunitOut, MaxDrop  # CI gates (docs/ci.md)
-from .options import (DepthIn, PlotOut, Refit, RefitEpochs, Thresholds, TimeBatch, TimeRepeats, Truncate,  # laya depth
-                      TruncateOut)
+from .options import (DepthBatchSize, DepthIn, DepthSeed, PlotOut, Refit, RefitEpochs, Thresholds,  # laya depth
+                      TimeBatch, TimeRepeats, Truncate, TruncateOut)
 from .progress import LazyConsole
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
@@ -469,10 +469,10 @@ def depth(
     truncate: Truncate = None,
     out: TruncateOut = None,
     samples: Samples = None,
-    seed: SampleSeed = DEPTH.seed,
+    seed: DepthSeed = DEPTH.seed,
     dataset: EvalDataset = None,
     data_dir: DataDir = None,
-    batch_size: AuditBatchSize = DEPTH.batch_size,
+    batch_size: DepthBatchSize = DEPTH.batch_size,
     time_repeats: TimeRepeats = DEPTH.time_repeats,
     time_batch: TimeBatch = DEPTH.time_batch,
     json_out: JsonOut = None,

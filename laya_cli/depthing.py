@@ -119,8 +119,11 @@ def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: De
     out = {}
     for k in depths:
         log(f"refit: {model.head_kind} head on the first {k} layer(s)")
+        # One line per epoch: a refit on a large split runs for minutes, silence would look like a hang.
         head, history = refit_head(model.head_kind, (train.feats, train.labels), (val.feats, val.labels), k,
-                                   len(model.classes), head_cfg, cfg)
+                                   len(model.classes), head_cfg, cfg,
+                                   on_epoch=lambda r, k=k: log(f"  refit k={k} epoch {r.epoch:3d}  val acc "
+                                                               f"{r.val_accuracy:.4f}{'  *best' if r.best else ''}"))
         out[k] = (head, len(history))
     return out
 

@@ -107,6 +107,8 @@ RefitEpochs = Annotated[Optional[int], typer.Option(help="Maximum epochs of each
 Thresholds = Annotated[Optional[str], typer.Option(help="Early-exit thresholds in (0, 1], comma list (default: 0.5 … 0.999, 1).")]
 TimeRepeats = Annotated[int, typer.Option(help="Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.")]
 TimeBatch = Annotated[int, typer.Option(help="Images per timed backbone pass.")]
+DepthSeed = Annotated[int, typer.Option("--seed", help="Seed of the --samples subset.")]
+DepthBatchSize = Annotated[int, typer.Option("--batch-size", help="Samples per evaluated batch.")]
 Truncate = Annotated[Optional[int], typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")]
 TruncateOut = Annotated[Optional[Path], typer.Option("--out", help="Where --truncate writes the truncated checkpoint.")]
 PlotOut = Annotated[Optional[Path], typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG.")]

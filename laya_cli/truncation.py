@@ -99,7 +99,8 @@ def fold_head(head: nn.Module, reference: Sequence[Tensor], k: int, cfg: HeadCon
 
 
 def refit_head(kind: str, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor], k: int,
-               num_classes: int, head_cfg: HeadConfig, train_cfg: TrainConfig) -> tuple[nn.Module, list]:
+               num_classes: int, head_cfg: HeadConfig, train_cfg: TrainConfig,
+               on_epoch=None) -> tuple[nn.Module, list]:
     """A head of ``kind`` trained from scratch on the first k layers' features (Adam, early stopping on
     validation accuracy, best weights restored: ``train.fit`` with the checkpoint's settings)."""
     from .train import fit
@@ -108,5 +109,5 @@ def refit_head(kind: str, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
     dims = [int(f.shape[-1]) for f in tx[:k]]
     torch.manual_seed(train_cfg.seed)
     head = build_head(kind, dims, num_classes, head_cfg).to(train_cfg.device)
-    history = fit(head, (list(tx[:k]), ty), (list(vx[:k]), vy), train_cfg)
+    history = fit(head, (list(tx[:k]), ty), (list(vx[:k]), vy), train_cfg, on_epoch=on_epoch)
     return head.eval(), history
