@@ -246,15 +246,19 @@ def audit_markdown(result, misses: list[str] | None = None, title: str = "laya a
                              *(_fmt(r[m].get(key), "{:.3f}") for m in methods)])
             lines += ["", f"#### {title_}", "",
                       *md_table(["class", "n", "accuracy", *methods], crow, ["l"] + ["r"] * (2 + len(methods)))]
-    if result.notes:
-        lines += ["", *(f"- note: {n}" for n in result.notes)]
+    return "\n".join(lines + _closing_lines(result.notes, misses, drop_misses)) + "\n"
+
+
+def _closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None) -> list[str]:
+    """The end of an audit's Markdown: its notes, then the --fail-under and --max-drop outcomes (when gated)."""
+    lines = ["", *(f"- note: {n}" for n in notes)] if notes else []
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]
     if drop_misses is not None:
         lines += ["", "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed"]
         lines += [f"- {m}" for m in drop_misses]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def verdict_line(verdict, n_samples: int, model=None) -> str:
@@ -769,12 +773,4 @@ def network_markdown(result, misses: list[str] | None = None, comparison: dict |
         methods, layers = _scope_rows(result)
         lines += ["", "#### Head vs network scope", "", *md_table(SCOPE_METHOD_HEADER, methods),
                   "", "#### Direct share of each layer's total effect", "", *md_table(SCOPE_LAYER_HEADER, layers)]
-    if result.network.notes:
-        lines += ["", *(f"- note: {n}" for n in result.network.notes)]
-    if misses is not None:
-        lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
-        lines += [f"- {m}" for m in misses]
-    if drop_misses is not None:
-        lines += ["", "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed"]
-        lines += [f"- {m}" for m in drop_misses]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _closing_lines(result.network.notes, misses, drop_misses)) + "\n"
