@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -147,3 +148,25 @@ def test_pretrained_weights_offline_fail_fast_in_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error:") and "timm:resnet18" in lines[0], proc.stderr
     assert seconds < 1.5 * floor + 10, f"{seconds:.1f} s with the imports alone taking {floor:.1f} s"
     assert not Path(tmp_path / "m.pt").exists()
+
+
+def test_ctrl_c_while_a_benchmark_child_starts_is_held_not_lost():
+    """The window in which `laya bench speed` starts its child: a Ctrl-C there used to be ignored
+    (the run went on and exited 0); now it is blocked, then delivered when the window ends."""
+    from laya_cli.speed import _release_sigint, _sigint_held
+
+    reached_end_of_window = False
+    with pytest.raises(KeyboardInterrupt):
+        with _sigint_held():
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # this thread's mask decides
+            time.sleep(0.05)  # not delivered inside the window
+            reached_end_of_window = True
+    assert reached_end_of_window
+    # A child starts with the blocked mask; the pending Ctrl-C raises when it unblocks.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            _release_sigint()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -146,6 +146,11 @@ def _child(names: list[str], size: dict, device: str, queue) -> None:
     """
     if hasattr(os, "setpgrp"):
         os.setpgrp()
+    try:
+        _release_sigint()  # a Ctrl-C that arrived while this process started is delivered here
+    except KeyboardInterrupt:
+        queue.put({"ok": False, "interrupted": True, "name": names[0]})
+        return
     for name in names:
         start, cpu = time.perf_counter(), _cpu_s()
         try:
@@ -191,9 +196,9 @@ def run_children(names: list[str], size: dict, device: str):
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(list(names), size, device, queue), name=f"bench-{'+'.join(names)}")
     start = time.perf_counter()
-    with _sigint_ignored():  # the child starts deaf to Ctrl-C (no traceback from its bootstrap), then
-        proc.start()  # leaves the terminal's process group; the parent stops it below
     try:
+        with _sigint_held():  # the child starts deaf to Ctrl-C (no traceback from its bootstrap), then
+            proc.start()  # leaves the terminal's process group; the parent stops it below
         for name in names:
             while True:  # read before join: a large result must be drained for the child to exit
                 try:
@@ -214,16 +219,24 @@ def run_children(names: list[str], size: dict, device: str):
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
-    """SIGINT ignored while a child process starts (it inherits that), restored after."""
-    if threading.current_thread() is not threading.main_thread():
+def _sigint_held():
+    """SIGINT blocked, not ignored, while a child process starts: the child inherits the blocked mask
+    (deaf during its bootstrap, until ``_release_sigint``), and a Ctrl-C in this window stays pending
+    and reaches the parent as KeyboardInterrupt when the block ends (ignoring it lost it: the run went on)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # checks signals: a pending Ctrl-C raises here
+
+
+def _release_sigint() -> None:
+    """Unblock SIGINT in a benchmark child (blocked by ``_sigint_held``); one that is pending raises now."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _stop(proc) -> None:
