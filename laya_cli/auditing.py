@@ -25,7 +25,7 @@ from torch import Tensor
 from .attribution import (CONVERGENCE, METHODS, AttributionContext, laya_attention, random_scores,
                           unavailable_reason)
 from .config import AuditSettings
-from .distributed import gather_rows, shard_bounds
+from .distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
 from .features import feature_batches, num_layers
 from .errors import LayaError, match_choice, unknown_choice
 from .fileio import json_safe, strict_json
@@ -318,14 +318,7 @@ def _mean_alpha(heads: Sequence, feats, bs: int, start: int, stop: int, n: int, 
         x = [t.to(dev).float() for t in xs]
         for j, h in enumerate(heads):
             sums[j].append(laya_attention(h, x).cpu().double().sum(0, keepdim=True))
-    out = []
-    for rows in sums:
-        rows = gather_rows(torch.cat(rows) if rows else torch.empty((0, n_layers), dtype=torch.float64))
-        total = None
-        for row in rows:  # sequential, in batch order
-            total = row if total is None else total + row
-        out.append((total / n).float().to(dev))
-    return out
+    return [(gathered_sum(rows, n_layers) / n).float().to(dev) for rows in sums]
 
 
 def _replayed(state: Tensor) -> torch.Generator:
@@ -456,17 +449,12 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         preds.append(pred.cpu())
         labels.append(y.cpu())
 
-    def cat(ts, dtype=torch.float64, width=None):
-        if ts:
-            return torch.cat(ts)
-        return torch.empty((0,) if width is None else (0, width), dtype=dtype)
-
     # Back in the original order, on every rank (a no-op without torchrun).
-    preds, labels = gather_rows([cat(preds, torch.long), cat(labels, torch.long)], n)
+    preds, labels = gather_rows([cat_rows(preds, torch.long), cat_rows(labels, torch.long)], n)
     flags = ("checked", "degenerate")  # gathered as uint8: every backend gathers it
-    common = {k: gather_rows(cat(v, torch.bool).to(torch.uint8), n).bool() if k in flags
-              else gather_rows(cat(v, width=n_layers if k == "delta" else None), n) for k, v in common.items()}
-    per = {m: {k: gather_rows(cat(v, width=n_layers if k in _WIDE else None), n) for k, v in rows.items()}
+    common = {k: gather_rows(cat_rows(v, torch.bool).to(torch.uint8), n).bool() if k in flags
+              else gather_rows(cat_rows(v, width=n_layers if k == "delta" else None), n) for k, v in common.items()}
+    per = {m: {k: gather_rows(cat_rows(v, width=n_layers if k in _WIDE else None), n) for k, v in rows.items()}
            for m, rows in per.items()}
     result = AuditResult(
         settings={**asdict(settings), "methods": methods, "head": kind,

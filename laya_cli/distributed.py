@@ -270,6 +270,25 @@ def gather_rows(x: Tensor | Sequence[Tensor], n: int | None = None, dst: int | N
     return type(x)(out) if isinstance(x, tuple) else out
 
 
+def cat_rows(parts: Sequence[Tensor], dtype=None, width: int | None = None) -> Tensor:
+    """This rank's per-batch rows as one tensor. An empty shard (no batches) is still a tensor of the
+    right dtype and width (default float64), since it takes part in every gather."""
+    import torch
+
+    if parts:
+        return torch.cat(list(parts))
+    return torch.empty((0,) if width is None else (0, width), dtype=dtype or torch.float64)
+
+
+def gathered_sum(parts: Sequence[Tensor], width: int) -> Tensor:
+    """Per-batch sums (1, width) from every rank, added one by one in batch order: bit-identical to a
+    one-process run (a float sum depends on its order)."""
+    total = None
+    for row in gather_rows(cat_rows(parts, width=width)):
+        total = row if total is None else total + row
+    return total
+
+
 def all_true(flag: bool) -> bool:
     """True only if ``flag`` is true on every rank (e.g. 'my feature cache hit')."""
     if not active():

@@ -33,7 +33,7 @@ from .attribution import METHODS, REDUCTIONS, AttributionContext, global_weights
 from .auditing import NETWORK_METRICS, AuditResult, MethodScores, _notes, run_audit
 from .config import AuditSettings, ScopeSettings
 from .device import to_device
-from .distributed import gather_rows, shard_bounds
+from .distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
 from .errors import LayaError, unknown_choice
 from .features import tap_means, to_float_images
 from .heads import head_kind
@@ -302,12 +302,6 @@ class NetworkResult:
 # --------------------------------------------------------------------------- the run
 
 
-def _cat(ts, dtype=torch.float64, width=None):
-    if ts:
-        return torch.cat(ts)
-    return torch.empty((0,) if width is None else (0, width), dtype=dtype)
-
-
 def _method_scores(methods, rho, d1, oracle, random, reasons, degenerate: Tensor) -> dict[str, MethodScores]:
     """Faithfulness and Deletion@1 per method from the per-sample rows, as at head scope (built here,
     with MethodScores' own fields, so that the head scope's summaries can grow without touching this).
@@ -437,19 +431,16 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
         preds.append(pred.cpu())
         labels.append(y.cpu())
 
-    preds, labels = gather_rows([_cat(preds, torch.long), _cat(labels, torch.long)], n)
-    oracle, rand = gather_rows([_cat(oracle), _cat(rand)], n)
-    degenerate = gather_rows(_cat(degenerate, torch.uint8), n).bool()
+    preds, labels = gather_rows([cat_rows(preds, torch.long), cat_rows(labels, torch.long)], n)
+    oracle, rand = gather_rows([cat_rows(oracle), cat_rows(rand)], n)
+    degenerate = gather_rows(cat_rows(degenerate, torch.uint8), n).bool()
     computed = lambda m: not reasons[m] and m != "global"
-    rho = {m: gather_rows(_cat(v), n) if computed(m) else _cat(v) for m, v in rho.items()}
-    d1 = {m: gather_rows(_cat(v), n) if computed(m) else _cat(v) for m, v in d1.items()}
+    rho = {m: gather_rows(cat_rows(v), n) if computed(m) else cat_rows(v) for m, v in rho.items()}
+    d1 = {m: gather_rows(cat_rows(v), n) if computed(m) else cat_rows(v) for m, v in d1.items()}
     global_w = None
     if want_global:
-        total = None
-        for row in gather_rows(_cat(alpha_sums, width=n_layers)):  # in batch order: as one process
-            total = row if total is None else total + row
-        global_w = (total / n).float()
-        delta_all = gather_rows(_cat(deltas, torch.float32, n_layers), n)
+        global_w = (gathered_sum(alpha_sums, n_layers) / n).float()
+        delta_all = gather_rows(cat_rows(deltas, torch.float32, n_layers), n)
         a = global_weights(global_w, n)
         rho["global"], d1["global"] = spearman_rows(a, delta_all), deletion_at_1(a, delta_all)[0]
 
@@ -457,12 +448,8 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
     comparison = None
     if both:
         # keys decided alike on every rank (a rank with an empty shard still takes part in each gather)
-        cross_all = {k: gather_rows(_cat(v), n) for k, v in cross.items() if k == "lolo_effects" or computed(k)}
-        sums = [None, None]
-        for j, part in enumerate((dh_sum, dn_sum)):
-            for row in gather_rows(_cat(part, width=n_layers)):
-                sums[j] = row if sums[j] is None else sums[j] + row
-        mh, mn = (t / n for t in sums)
+        cross_all = {k: gather_rows(cat_rows(v), n) for k, v in cross.items() if k == "lolo_effects" or computed(k)}
+        mh, mn = (gathered_sum(part, n_layers) / n for part in (dh_sum, dn_sum))
         comparison = ScopeComparison(
             methods={k: _summary(v) for k, v in cross_all.items()},
             layers={name: {"delta_head": float(mh[i]), "delta_network": float(mn[i]),
