@@ -317,7 +317,8 @@ def truncate_model(model, data, settings: DepthSettings, out: str | Path,
     full_state = model.backbone.model.state_dict()
     x = _compute_input(data, model, 1, dev)
     flops_frac = tap_flops(model.backbone.to(dev), x)[k - 1] / max(model_flops(model.backbone, x), 1)
-    acc = accuracy(pred, labels)
+    acc, full_acc = accuracy(pred, labels), accuracy(full_pred, labels)
+    n_kept, n_full = _n_params(kept), _n_params(full_state)
     source = (f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
               f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})")
     small = checkpoint_body(
@@ -328,11 +329,11 @@ def truncate_model(model, data, settings: DepthSettings, out: str | Path,
         train_config=ckpt.get("train_config", {}), feature_dtype=ckpt.get("feature_dtype", "float32"),
         recorded={**ckpt["backbone"], "source": source})
     small["truncated"] = {"depth": k, "of": L, "layer": model.layer_names[k - 1], "head": how,
-                          "parameters": _n_params(kept), "parameters_full": _n_params(full_state),
-                          "flops_fraction": flops_frac, "full_test_accuracy": accuracy(full_pred, labels),
+                          "parameters": n_kept, "parameters_full": n_full,
+                          "flops_fraction": flops_frac, "full_test_accuracy": full_acc,
                           "evaluated_on": {"dataset": getattr(data, "dataset", None), "samples": len(labels)}}
     if is_main():  # under torchrun every rank computes the same; rank 0 writes
         save_checkpoint(small, out)
     barrier()
     return TruncateResult(k, model.layer_names[k - 1], how, acc, small["metrics"]["test_macro_f1"],
-                          accuracy(full_pred, labels), _n_params(kept), _n_params(full_state), flops_frac, str(out))
+                          full_acc, n_kept, n_full, flops_frac, str(out))
