@@ -13,7 +13,7 @@ $(BIN)/laya: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(BIN)/laya
 
-.PHONY: install demo test test-slow bench typecheck
+.PHONY: install demo test test-slow bench typecheck lint format
 install: $(BIN)/laya
 
 demo: install
@@ -22,6 +22,16 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# ruff (configured in pyproject.toml): lint and the formatter's check, as CI runs them before the tests.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Rewrites the tree in place: imports sorted, lint fixes that are safe, then the formatter.
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow

@@ -2,7 +2,7 @@
 package (``laya_cli.speed``, also ``laya bench speed``). This folder only holds thin entry points
 and imports nothing but ``laya_cli``."""
 
-from laya_cli.speed import main
+from laya_cli.speed.harness import main
 
 if __name__ == "__main__":
     main()

@@ -178,7 +178,7 @@ def check_pipeline(entry: ZooModel, workdir: Path) -> None:
     """Frozen train -> audit -> export through the command line, on a small generated folder."""
     from typer.testing import CliRunner
 
-    from laya_cli.cli import app
+    from laya_cli.cli.group import app
 
     data = workdir / f"shapes{entry.size}"
     if not data.exists():
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> list[ZooResult]:
     from rich.console import Console
     from rich.table import Table
 
-    from laya_cli import progress
+    from laya_cli.runtime import progress
 
     progress.set_enabled(False)
     console = Console(width=160)

@@ -17,48 +17,37 @@ Importing the package is cheap: names load their module (and torch) on first use
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
+from . import _moved
 
 __version__ = "0.1.0"
 
 # The public API: name -> module that defines it (relative to this package).
 _EXPORTS = {
     "attach": "api", "fit": "api", "audit": "api", "export": "api", "load": "api", "depth": "api",
-    "Tapped": "api", "LayaModel": "model", "AuditResult": "auditing", "Export": "exporting",
-    "DepthResult": "depthing",
-    "LayaError": "errors",
+    "Tapped": "api", "LayaModel": "model.laya_model", "AuditResult": "auditing.run", "Export": "exporting.run",
+    "DepthResult": "depthing.run",
+    "LayaError": "runtime.errors",
 }
 __all__ = sorted(_EXPORTS)
 
 # Names this package exported before it had a documented API: still importable (with a
 # DeprecationWarning naming their home), but internal; they will be removed.
 _MOVED = {
-    "HeadConfig": "config", "TrainConfig": "config", "DataRequest": "config", "TrainRequest": "config",
-    "AuditSettings": "config",
+    "HeadConfig": "runtime.config", "TrainConfig": "runtime.config", "DataRequest": "runtime.config",
+    "TrainRequest": "runtime.config", "AuditSettings": "runtime.config",
     "BackboneSpec": "backbones", "TappedBackbone": "backbones", "build_backbone": "backbones",
-    "load_model": "model", "read_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
-    "load_dataset": "data",
-    "HEADS": "heads", "HeadOutput": "heads", "LAYAHead": "heads", "build_head": "heads",
-    "check_thresholds": "auditing", "parse_methods": "auditing", "parse_thresholds": "auditing",
-    "run_audit": "auditing",
-    "load_eval_data": "evaldata",
-    "threshold_checks": "auditing", "read_audit_json": "regression", "parse_max_drop": "regression", "junit_xml": "junit",
+    "load_model": "model.laya_model", "read_checkpoint": "model.checkpoint", "save_checkpoint": "model.checkpoint",
+    "load_dataset": "data.datasets",
+    "HEADS": "model.heads", "HeadOutput": "model.heads", "LAYAHead": "model.heads", "build_head": "model.heads",
+    "check_thresholds": "gates.thresholds", "parse_methods": "auditing.run", "parse_thresholds": "gates.thresholds",
+    "run_audit": "auditing.run",
+    "load_eval_data": "features.evaldata",
+    "threshold_checks": "gates.thresholds", "read_audit_json": "gates.regression",
+    "parse_max_drop": "gates.regression", "junit_xml": "gates.junit",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    if name in _MOVED:
-        home = f"{__name__}.{_MOVED[name]}"
-        warnings.warn(f"{__name__}.{name} is internal and will be removed from the package namespace; "
-                      f"use the public API (docs/api.md) or import it from {home}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(home), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _moved.lazy_exports(__name__, _EXPORTS, _MOVED)
+_moved.install()  # old module paths (laya_cli.train, laya_cli.heads, ...) resolve to their new homes
 
 
 def __dir__() -> list[str]:

@@ -20,24 +20,40 @@ import torch
 from torch import Tensor, nn
 
 from . import backbones as bb
-from . import progress as _progress
-from .auditing import AuditResult, parse_methods, run_audit
-from .cache import FeatureCache, feature_key
-from .config import (EXIT_THRESHOLDS, POOL_CHOICES, AuditSettings, DepthSettings, HeadConfig, ScopeSettings,
-                     TrainConfig, check_at_least, check_choice)
-from .data import USER_DATASET, stratified_split
-from .device import resolve_device
-from .errors import LayaError, match_choice
-from .depthing import DepthResult, run_depth
-from .evaldata import EvalData, load_fit_features
-from .exporting import Export, check_format, check_out_dir, export_data
-from .features import LayerFeatures, backbone_forward, extract, extract_batches, image_batch, to_float_images
-from .heads import HEADS, build_head
-from .metrics import check_ablation
-from .model import USER_BACKBONE, EndToEnd, LayaModel, load_model
-from .network import check_network_scope, run_scoped_audit
-from .train import fit as train_loop
-from .truncation import check_maskable
+from .runtime import progress as _progress
+from .auditing.run import AuditResult, parse_methods, run_audit
+from .features.cache import FeatureCache, feature_key
+from .runtime.config import (
+    EXIT_THRESHOLDS,
+    POOL_CHOICES,
+    AuditSettings,
+    DepthSettings,
+    HeadConfig,
+    ScopeSettings,
+    TrainConfig,
+    check_at_least,
+    check_choice,
+)
+from .data.datasets import USER_DATASET, stratified_split
+from .runtime.device import resolve_device
+from .runtime.errors import LayaError, match_choice
+from .depthing.run import DepthResult, run_depth
+from .features.evaldata import EvalData, load_fit_features
+from .exporting.run import Export, check_format, check_out_dir, export_data
+from .features.extraction import (
+    LayerFeatures,
+    backbone_forward,
+    extract,
+    extract_batches,
+    image_batch,
+    to_float_images,
+)
+from .model.heads import HEADS, build_head
+from .auditing.metrics import check_ablation
+from .model.laya_model import USER_BACKBONE, EndToEnd, LayaModel, load_model
+from .auditing.network import check_network_scope, run_scoped_audit
+from .training.loop import fit as train_loop
+from .depthing.truncation import check_maskable
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "load"]
 

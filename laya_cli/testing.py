@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .synthetic import make_head_and_features, make_image_folder, train_digits
+from .data.synthetic import make_head_and_features, make_image_folder, train_digits
 
 __all__ = ["make_image_folder", "make_head_and_features", "train_digits", "invoke", "run_laya", "assert_user_error"]
 
@@ -19,7 +19,7 @@ def invoke(*args, **kwargs):
     """``laya ARGS…`` in this process (Typer's CliRunner); the result has exit_code, stdout, output."""
     from typer.testing import CliRunner
 
-    from .cli import app
+    from .cli.group import app
 
     return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
 
@@ -40,3 +40,19 @@ def assert_user_error(result, *fragments: str) -> None:
     text = " ".join(result.output.split())
     for fragment in fragments:
         assert fragment in text, text
+
+
+def assert_close_tree(a, b, tol: float, path: str = "") -> None:
+    """Two JSON-like documents (dicts, lists, numbers, strings) are equal, floats to within ``tol``."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_close_tree(a[k], b[k], tol, f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close_tree(x, y, tol, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= tol or (a != a and b != b), f"{path}: {a} vs {b}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"

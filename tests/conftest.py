@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_cli import progress
+from laya_cli.runtime import progress
 from laya_cli.testing import make_image_folder, train_digits
 
 # Tests never touch the user's caches or the network.

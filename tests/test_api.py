@@ -42,8 +42,8 @@ class TinyNet(nn.Module):
 
 
 def digits_splits():
-    from laya_cli.config import DataRequest
-    from laya_cli.data import load_dataset
+    from laya_cli.runtime.config import DataRequest
+    from laya_cli.data.datasets import load_dataset
 
     return load_dataset(DataRequest("digits"))
 
@@ -96,7 +96,7 @@ def test_all_is_the_contract_and_importing_it_does_not_import_torch():
 
 
 def test_internal_names_still_import_with_a_deprecation_warning():
-    from laya_cli import auditing
+    from laya_cli.auditing import run as auditing
 
     with pytest.warns(DeprecationWarning, match="laya_cli.auditing"):
         assert laya_cli.run_audit is auditing.run_audit
@@ -106,8 +106,8 @@ def test_internal_names_still_import_with_a_deprecation_warning():
 def test_the_docs_quote_every_public_docstring():
     import inspect
 
-    from laya_cli.auditing import AuditResult
-    from laya_cli.model import LayaModel
+    from laya_cli.auditing.run import AuditResult
+    from laya_cli.model.laya_model import LayaModel
 
     text = DOCS.read_text(encoding="utf-8")
     for fn in (laya_cli.attach, laya_cli.fit, laya_cli.audit, laya_cli.export, laya_cli.load, LayaModel.save,
@@ -157,9 +157,9 @@ def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model
     """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
     the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
     from laya_cli.api import _eval_data
-    from laya_cli.config import DepthSettings
-    from laya_cli.depthing import truncate_model
-    from laya_cli.truncation import masked_output
+    from laya_cli.runtime.config import DepthSettings
+    from laya_cli.depthing.run import truncate_model
+    from laya_cli.depthing.truncation import masked_output
 
     full = laya_cli.load(tiny_model.save(tmp_path / "tiny.pt"), backbone=TinyNet())
     data = _eval_data(full, digits_test_loader(), "cpu", keep_images=True)
@@ -236,7 +236,7 @@ def test_export_gives_dataframes_and_writes_files_only_with_out(digits_ckpt, tmp
 
 
 def test_fit_your_own_module_frozen_save_load_and_what_the_cli_says(tiny_model, digits_ckpt, tmp_path):
-    from laya_cli.checkpoint import read_checkpoint
+    from laya_cli.model.checkpoint import read_checkpoint
 
     model = tiny_model
     assert model.spec.name.startswith("user:") and model.spec.name.endswith(".TinyNet")
@@ -253,7 +253,7 @@ def test_fit_your_own_module_frozen_save_load_and_what_the_cli_says(tiny_model, 
     # weights came from, their SHA-256 — and a user module loaded with other weights is refused.
     assert ours["backbone"]["spec"]["formats"] == ours["backbone"]["formats"] == ["NC", "NC", "NC"]
     assert ours["backbone"]["source"] == "your nn.Module (laya_cli.attach)" and len(ours["backbone"]["sha256"]) == 64
-    from laya_cli.checkpoint import save_checkpoint
+    from laya_cli.model.checkpoint import save_checkpoint
 
     edited = {k: v for k, v in ours.items() if k not in ("format", "format_version", "versions")}
     edited["backbone"] = {**ours["backbone"], "sha256": "0" * 64}

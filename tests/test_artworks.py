@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from laya_cli.cli import app
-from laya_cli.data import DataRequest, load_dataset, repair_mojibake
+from laya_cli.cli.group import app
+from laya_cli.data.datasets import DataRequest, load_dataset, repair_mojibake
 
 # artists.csv (name, first genre) of the Kaggle dataset, in its order
 ARTISTS = [

@@ -4,11 +4,21 @@ import pytest
 import torch
 from captum.attr import InputXGradient, IntegratedGradients, Saliency
 
-from laya_cli.attribution import (METHODS, AttributionContext, contrib, global_weights, gradient_x_activation,
-                                  integrated_gradients, mean_attention, random_scores, reduce_layers, saliency,
-                                  unavailable_reason)
+from laya_cli.auditing.methods import (
+    METHODS,
+    AttributionContext,
+    contrib,
+    global_weights,
+    gradient_x_activation,
+    integrated_gradients,
+    mean_attention,
+    random_scores,
+    reduce_layers,
+    saliency,
+    unavailable_reason,
+)
 from laya_cli.testing import make_head_and_features
-from laya_cli.errors import LayaError
+from laya_cli.runtime.errors import LayaError
 
 DIMS = [12, 8, 6, 10]
 C = 5

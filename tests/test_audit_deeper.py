@@ -11,16 +11,27 @@ import torch
 from captum.attr import IntegratedGradients
 from scipy.stats import spearmanr
 
-from laya_cli import attribution
-from laya_cli.attribution import CONVERGENCE, METHODS, AttributionContext
-from laya_cli.auditing import (Threshold, check_thresholds, parse_methods, parse_metric_groups, parse_thresholds,
-                               run_audit)
-from laya_cli.config import AuditSettings
-from laya_cli.errors import LayaError
-from laya_cli.features import LayerFeatures
-from laya_cli.heads import cascade_stages, randomised_copy
-from laya_cli.metrics import (ablated_probability, aopc, completeness, deletion_at_1, deletion_curve, insertion_curve,
-                              keep_only_probability, lolo_effects, rank_layers, target_probability)
+from laya_cli.auditing import methods as attribution
+from laya_cli.auditing.methods import CONVERGENCE, METHODS, AttributionContext
+from laya_cli.auditing.names import parse_methods, parse_metric_groups
+from laya_cli.auditing.run import run_audit
+from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
+from laya_cli.runtime.config import AuditSettings
+from laya_cli.runtime.errors import LayaError
+from laya_cli.features.extraction import LayerFeatures
+from laya_cli.model.heads import cascade_stages, randomised_copy
+from laya_cli.auditing.metrics import (
+    ablated_probability,
+    aopc,
+    completeness,
+    deletion_at_1,
+    deletion_curve,
+    insertion_curve,
+    keep_only_probability,
+    lolo_effects,
+    rank_layers,
+    target_probability,
+)
 from laya_cli.testing import make_head_and_features
 
 DIMS = [7, 5, 6, 4]
@@ -184,8 +195,8 @@ def test_randomised_copy_cascades_and_never_touches_the_head(kind, stages):
 
 
 def test_psi_mlp_is_a_stage():
-    from laya_cli.config import HeadConfig
-    from laya_cli.heads import build_head
+    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.model.heads import build_head
 
     head = build_head("laya", DIMS, C, HeadConfig(d_star=8, score_hidden=16, psi="mlp"))
     assert cascade_stages(head) == ["classifier", "scorer", "psi", "adapters"]
@@ -328,7 +339,7 @@ def test_parse_metric_groups():
 
 
 def test_metric_columns_only_when_asked():
-    from laya_cli.report import audit_deeper_table, audit_markdown, audit_rich_table
+    from laya_cli.report.tables import audit_deeper_table, audit_markdown, audit_rich_table
 
     head, feats, ref, _ = make(batch=20)
     result = run_audit(fake_model(head, ref), data(feats), parse_methods("ig"), AuditSettings(steps=4))

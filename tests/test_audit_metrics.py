@@ -11,14 +11,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
-from laya_cli import attribution
-from laya_cli.auditing import (Threshold, check_thresholds, parse_methods, parse_thresholds, run_audit)
-from laya_cli.config import AuditSettings
-from laya_cli.errors import LayaError
-from laya_cli.features import LayerFeatures
+from laya_cli.auditing import methods as attribution
+from laya_cli.auditing.names import parse_methods
+from laya_cli.auditing.run import run_audit
+from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
+from laya_cli.runtime.config import AuditSettings
+from laya_cli.runtime.errors import LayaError
+from laya_cli.features.extraction import LayerFeatures
 from laya_cli.testing import make_head_and_features
-from laya_cli.metrics import (average_ranks, chance_level, degenerate_effects, deletion_at_1, lolo_effects,
-                              nan_summary, near_chance, normalised_deletion, spearman_rows, target_probability)
+from laya_cli.auditing.metrics import (
+    average_ranks,
+    chance_level,
+    degenerate_effects,
+    deletion_at_1,
+    lolo_effects,
+    nan_summary,
+    near_chance,
+    normalised_deletion,
+    spearman_rows,
+    target_probability,
+)
 
 DIMS = [10, 6, 8, 5]
 C = 4

@@ -110,7 +110,7 @@ def test_run_files_are_laid_out_per_run(tiny):
     rec = json.loads((folder / "laya-seed1337.json").read_text())
     assert rec["format"] == "laya-bench-run" and rec["audit"]["n_samples"] == 60
     assert rec["train_options"]["train"]["seed"] == 1337 and rec["train_options"]["data"]["seed"] == 1337
-    from laya_cli.checkpoint import read_checkpoint
+    from laya_cli.model.checkpoint import read_checkpoint
 
     ckpt = read_checkpoint(folder / "last-seed1338.pt")
     assert ckpt["head"]["kind"] == "last" and ckpt["train_config"]["seed"] == 1338 and ckpt["dataset"]["seed"] == 1338
@@ -166,10 +166,10 @@ def test_an_extra_seed_trains_only_the_new_runs(tiny, tmp_path):
 
 
 def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
-    from laya_cli import bench as B
-    from laya_cli.errors import TrainingInterrupted
-    from laya_cli.config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
-    from laya_cli.train import train
+    from laya_cli.training import bench as B
+    from laya_cli.runtime.errors import TrainingInterrupted
+    from laya_cli.runtime.config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.training.loop import train
 
     template = TrainRequest(data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8),
                             train=TrainConfig(epochs=2))
@@ -212,7 +212,7 @@ def test_an_out_folder_that_cannot_be_made_is_a_user_error(tmp_path):
 
 
 def test_stats_mean_and_sample_std():
-    from laya_cli.bench import _stats
+    from laya_cli.training.bench import _stats
 
     s = _stats([0.8, 0.9, 1.0])
     assert s["mean"] == pytest.approx(0.9) and s["std"] == pytest.approx(0.1) and s["n"] == 3
@@ -255,8 +255,8 @@ FAKE_SUMMARY = {
 def test_speed_summary_puts_every_ratio_side_by_side():
     from rich.console import Console
 
-    from laya_cli.report import speed_tables
-    from laya_cli.speed import ratios
+    from laya_cli.report.tables import speed_tables
+    from laya_cli.speed.harness import ratios
 
     summary = dict(FAKE_SUMMARY)
     summary["ratios"] = ratios(summary)

@@ -40,7 +40,7 @@ def test_bad_train_input_is_one_line_and_exit_2(tmp_path, args, fragments):
 
 
 def test_fashion_mnist_missing_says_where_it_looked(tmp_path, monkeypatch):
-    monkeypatch.setattr("laya_cli.data.DEBIAN_FASHION_MNIST", tmp_path / "debian")
+    monkeypatch.setattr("laya_cli.data.datasets.DEBIAN_FASHION_MNIST", tmp_path / "debian")
     result = invoke("train", "--dataset", "fashion-mnist", "--out", tmp_path / "m.pt")
     assert_user_error(result, "FashionMNIST not found", str(tmp_path / "debian"), "apt-get install dataset-fashion-mnist")
 
@@ -141,7 +141,7 @@ def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):
     result = invoke("train", "--out", out, "--epochs", "3", "--head", "ScalarMix", "--dataset", "Digits",
                     "--psi", "Identity", "--d-star", "16", "--seed", "1")
     assert result.exit_code == 0, result.output
-    from laya_cli.checkpoint import read_checkpoint
+    from laya_cli.model.checkpoint import read_checkpoint
 
     ckpt = read_checkpoint(out)
     assert ckpt["head"]["kind"] == "scalarmix" and ckpt["dataset"]["name"] == "digits"

@@ -9,15 +9,15 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from laya_cli import early_exit as ee
-from laya_cli.backbones import BackboneSpec, build_backbone
-from laya_cli.checkpoint import read_checkpoint
-from laya_cli.model import load_model
-from laya_cli.compute import model_flops, tap_flops
-from laya_cli.config import HeadConfig
-from laya_cli.evaldata import load_eval_data
+from laya_cli.depthing import early_exit as ee
+from laya_cli.backbones.build import BackboneSpec, build_backbone
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.laya_model import load_model
+from laya_cli.depthing.compute import model_flops, tap_flops
+from laya_cli.runtime.config import HeadConfig
+from laya_cli.features.evaldata import load_eval_data
 from laya_cli.testing import assert_user_error, invoke, make_head_and_features
-from laya_cli.truncation import fold_head, masked_output
+from laya_cli.depthing.truncation import fold_head, masked_output
 
 # --------------------------------------------------------------------------- masked heads, by hand
 
@@ -48,7 +48,7 @@ def _by_hand_scalarmix(head, feats, k):
 def test_masking_above_k_is_the_head_on_taps_up_to_k_with_renormalised_alpha(k, psi):
     torch.manual_seed(0)
     dims = (12, 8, 6, 10)
-    from laya_cli.heads import build_head
+    from laya_cli.model.heads import build_head
 
     head = build_head("laya", dims, 5, HeadConfig(d_star=8, score_hidden=16, psi=psi)).eval()
     _, feats, ref = make_head_and_features("laya", dims=dims)
@@ -201,8 +201,8 @@ def test_public_load_of_a_truncated_checkpoint_predicts_as_the_masked_full_model
     """``laya_cli.load(small.pt)`` (the public API) rebuilds the cut backbone through ``model.load_model``;
     the checkpoint's SHA-256 is of the weights it stores (so nothing refuses it), and an edited digest is refused."""
     import laya_cli
-    from laya_cli.backbones import weights_sha256
-    from laya_cli.errors import LayaError
+    from laya_cli.backbones.build import weights_sha256
+    from laya_cli.runtime.errors import LayaError
 
     small = tmp_path / "small.pt"
     assert invoke("depth", digits_ckpt, "--truncate", 2, "--out", small).exit_code == 0

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from laya_cli import distributed as D
-from laya_cli.testing import invoke
+from laya_cli.runtime import distributed as D
+from laya_cli.testing import assert_close_tree, invoke
 
 # --------------------------------------------------------------------------- sharding (no process group)
 
@@ -115,11 +115,11 @@ def test_gather_rows_reassembles_uneven_shards_in_order():
 
 def _check_audit_in_group(rank: int, world: int):
     """The library (no CLI): run_audit over sharded batches equals a one-process run on every rank."""
-    from laya_cli.auditing import parse_methods, run_audit
-    from laya_cli.config import AuditSettings
+    from laya_cli.auditing.run import parse_methods, run_audit
+    from laya_cli.runtime.config import AuditSettings
     from laya_cli.testing import make_head_and_features
-    from laya_cli.features import LayerFeatures
-    from laya_cli.model import LayaModel
+    from laya_cli.features.extraction import LayerFeatures
+    from laya_cli.model.laya_model import LayaModel
 
     head, feats, ref = make_head_and_features(batch=23)
     data = LayerFeatures(feats, torch.arange(23) % 5)
@@ -127,7 +127,7 @@ def _check_audit_in_group(rank: int, world: int):
     settings = AuditSettings(batch_size=4, steps=4, by_class=True)  # 6 batches over the ranks, uneven last
     sharded = run_audit(model, data, parse_methods("all"), settings).to_dict()
     D.barrier()
-    import laya_cli.distributed as dist_mod
+    from laya_cli.runtime import distributed as dist_mod
 
     # the same audit with the process group hidden: one process
     real = dist_mod.active
@@ -162,21 +162,6 @@ def laya(*args, procs: int = 1, expect: int = 0) -> subprocess.CompletedProcess:
     return r
 
 
-def _close(a, b, tol: float, path: str = ""):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            _close(a[k], b[k], tol, f"{path}.{k}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, tol, f"{path}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert abs(a - b) <= tol, f"{path}: {a} vs {b}"
-    else:
-        assert a == b, f"{path}: {a!r} vs {b!r}"
-
-
 TRAIN = ["train", "--dataset", "digits", "--epochs", "3", "--patience", "3", "--seed", "0"]
 
 
@@ -199,9 +184,9 @@ def test_torchrun_training_matches_one_process(two_trainings):
     b = torch.load(root / "two" / "model.pt", weights_only=True)
     for k, w in a["head"]["weights"].items():
         # float summation order only (each rank sums half the batch; observed max |Δ| ≈ 1e-7)
-        torch.testing.assert_close(b["head"]["weights"][k], w, rtol=0, atol=1e-5, msg=k)
+        torch.testing.assertassert_close_tree(b["head"]["weights"][k], w, rtol=0, atol=1e-5, msg=k)
     for k, w in a["backbone"]["weights"].items():
-        torch.testing.assert_close(b["backbone"]["weights"][k], w, rtol=0, atol=1e-4, msg=k)
+        torch.testing.assertassert_close_tree(b["backbone"]["weights"][k], w, rtol=0, atol=1e-4, msg=k)
     assert a["metrics"] == b["metrics"]
     assert [r["val_accuracy"] for r in a["history"]] == [r["val_accuracy"] for r in b["history"]]
     # printed once: 3 epoch lines and one result line, as with one process
@@ -220,7 +205,7 @@ def test_torchrun_audit_matches_one_process(two_trainings, tmp_path):
     two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
     assert a["n_samples"] == b["n_samples"] == 359
-    _close(a, b, 1e-6)  # observed: bit-identical
+    assert_close_tree(a, b, 1e-6)  # observed: bit-identical
     assert two.stdout == one.stdout  # -q: the verdict line, printed once
     assert two.stdout.count("laya audit: FAIL") == 1 and two.stdout.count("random: faithfulness") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "two.json"]
@@ -236,7 +221,7 @@ def test_torchrun_network_scope_audit_matches_one_process(two_trainings, tmp_pat
     two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
     assert a["network"]["scopes"]["layers"] and a["n_samples"] == 90
-    _close(a, b, 1e-6)
+    assert_close_tree(a, b, 1e-6)
     assert two.stdout == one.stdout
     assert two.stdout.count("laya audit: FAIL") == 1 and two.stdout.count("network:random: faithfulness") == 1
 
@@ -272,7 +257,7 @@ def test_torchrun_frozen_backbone_cache_and_three_ranks(tmp_path):
     audit = ["audit", tmp_path / "one.pt", "--compare", "all", "--batch-size", "256", "-q"]
     laya(*audit, "--json", tmp_path / "a1.json")
     laya(*audit, "--json", tmp_path / "a3.json", procs=3)  # 359 rows = 2 batches: rank 2 gets none
-    _close(json.loads((tmp_path / "a1.json").read_text()), json.loads((tmp_path / "a3.json").read_text()), 1e-6)
+    assert_close_tree(json.loads((tmp_path / "a1.json").read_text()), json.loads((tmp_path / "a3.json").read_text()), 1e-6)
 
 
 # --------------------------------------------------------------------------- devices

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_cli.data import DEBIAN_FASHION_MNIST
+from laya_cli.data.datasets import DEBIAN_FASHION_MNIST
 from laya_cli.testing import assert_user_error, invoke, run_laya
 
 HAS_FASHION = (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file()
@@ -53,7 +53,7 @@ def test_3_internal_error_keeps_the_traceback_and_says_it_is_a_bug(digits_ckpt, 
     def broken(*args, **kwargs):
         raise RuntimeError("injected bug")
 
-    monkeypatch.setattr("laya_cli.checkpoint.checkpoint_summary", broken)
+    monkeypatch.setattr("laya_cli.model.checkpoint.checkpoint_summary", broken)
     result = invoke("info", digits_ckpt)
     assert result.exit_code == 3, result.output
     err = result.stderr
@@ -78,7 +78,7 @@ def test_130_interrupted(digits_ckpt, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("laya_cli.checkpoint.checkpoint_summary", interrupted)
+    monkeypatch.setattr("laya_cli.model.checkpoint.checkpoint_summary", interrupted)
     result = invoke("info", digits_ckpt)
     assert result.exit_code == 130 and "interrupted" in result.stderr and "Traceback" not in result.output
 
@@ -129,7 +129,7 @@ def test_ctrl_c_during_bench_speed_stops_its_child_and_says_interrupted(tmp_path
 
 
 def test_laya_offline_puts_the_hub_offline(monkeypatch):
-    from laya_cli.cli import offline_from_env
+    from laya_cli.cli.group import offline_from_env
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("LAYA_OFFLINE", "0")
@@ -171,7 +171,7 @@ def default_sigint():
 def test_ctrl_c_while_a_benchmark_child_starts_is_held_not_lost(default_sigint):
     """The window in which `laya bench speed` starts its child: a Ctrl-C there used to be ignored
     (the run went on and exited 0); now it is blocked, then delivered when the window ends."""
-    from laya_cli.speed import _release_sigint, _sigint_held
+    from laya_cli.speed.harness import _release_sigint, _sigint_held
 
     reached_end_of_window = False
     with pytest.raises(KeyboardInterrupt):

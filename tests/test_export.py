@@ -18,9 +18,9 @@ import torch
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
 
-from laya_cli.errors import LayaError
-from laya_cli.exporting import assemble, build_table, run_export, write_export
-from laya_cli.profiles import js_divergence
+from laya_cli.runtime.errors import LayaError
+from laya_cli.exporting.run import assemble, build_table, run_export, write_export
+from laya_cli.exporting.profiles import js_divergence
 from laya_cli.testing import assert_user_error, invoke
 
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
@@ -37,9 +37,9 @@ def no_leftovers(folder: Path) -> bool:
 
 def swap_head(src: Path, dst: Path, kind: str) -> Path:
     """A copy of a checkpoint with a freshly initialised head of another kind (no training needed)."""
-    from laya_cli.checkpoint import read_checkpoint, save_checkpoint
-    from laya_cli.config import HeadConfig
-    from laya_cli.heads import build_head
+    from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
+    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.model.heads import build_head
 
     ckpt = read_checkpoint(src)
     torch.manual_seed(0)
@@ -109,8 +109,8 @@ def test_samples_table_columns_and_values(exported, samples_csv):
 
 def test_contrib_matches_the_margin(exported, samples_csv):
     """Σ_i contrib_i = logit_ŷ − logit_ŷ₂ − (b_ŷ − b_ŷ₂): recompute from the model itself."""
-    from laya_cli.model import load_model
-    from laya_cli.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
+    from laya_cli.features.evaldata import load_eval_data
 
     exp, _ = exported
     model = load_model(exp.info["checkpoint"])
@@ -316,7 +316,7 @@ def test_scalarmix_has_global_alpha_and_no_contrib(digits_ckpt, tmp_path):
 
 
 def test_samples_and_seed_pick_a_reproducible_subset(digits_ckpt, tmp_path):
-    from laya_cli.evaldata import select_samples
+    from laya_cli.features.evaldata import select_samples
 
     a = run_export(digits_ckpt, tmp_path / "a", samples=40, seed=3, plots=False, use_cache=False)
     assert a.table["index"].tolist() == select_samples(359, 40, 3).tolist()
@@ -384,12 +384,12 @@ def test_non_empty_out_needs_overwrite_and_only_replaces_exports(digits_ckpt, tm
 
 
 def test_failure_while_writing_leaves_nothing(digits_ckpt, tmp_path, monkeypatch):
-    import laya_cli.figures
+    import laya_cli.report.figures
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(laya_cli.figures, "render_plots", boom)
+    monkeypatch.setattr(laya_cli.report.figures, "render_plots", boom)
     with pytest.raises(RuntimeError):
         run_export(digits_ckpt, tmp_path / "nested" / "out", samples=10, use_cache=False)
     assert list(tmp_path.iterdir()) == []  # no out, no parents, no temp folder

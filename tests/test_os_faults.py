@@ -72,8 +72,8 @@ def test_export_on_a_full_disk(digits_ckpt, full_disk):
 
 def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_path, monkeypatch):
     """The disk fills up exactly when the final checkpoint is written (a patched writer)."""
-    import laya_cli.train
-    from laya_cli.fileio import atomic_path
+    import laya_cli.training.loop
+    from laya_cli.runtime.fileio import atomic_path
 
     def full(ckpt, path):
         with atomic_path(path) as tmp:
@@ -81,7 +81,7 @@ def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_pat
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     out = tmp_path / "m.pt"
-    monkeypatch.setattr(laya_cli.train, "save_checkpoint", full)
+    monkeypatch.setattr(laya_cli.training.loop, "save_checkpoint", full)
     result = invoke("train", "--out", out, *DIGITS, "-q")
     assert_user_error(result, f"cannot write {out}", "No space left on device", f"kept in {out}.state", "--resume")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt.state"]  # no partial checkpoint, no temp file
@@ -111,8 +111,8 @@ def test_written_files_keep_the_umask_mode_not_the_temp_files_0600(tmp_path, dig
     finally:
         os.umask(previous)
     files = [ckpt, tmp_path / "a.json", *(tmp_path / "export").iterdir()]
-    from laya_cli.cache import FeatureCache
-    from laya_cli.features import LayerFeatures
+    from laya_cli.features.cache import FeatureCache
+    from laya_cli.features.extraction import LayerFeatures
     import torch
 
     previous = os.umask(umask)

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from laya_cli.testing import assert_user_error, make_image_folder
 from laya_cli import backbones as bb
-from laya_cli.checkpoint import read_checkpoint
-from laya_cli.cli import app
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.cli.group import app
 
 runner = CliRunner()
 TIMM = "timm:test_resnet"  # timm's own tiny test model; its hub weights: timm/test_resnet.r160_in1k

@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from laya_cli.errors import LayaError
-from laya_cli.gates import Check, verdict
-from laya_cli.junit import junit_xml
-from laya_cli.regression import (MaxDrop, check_settings, compare, parse_max_drop, read_audit_json,
-                                 settings_differences)
+from laya_cli.runtime.errors import LayaError
+from laya_cli.gates.checks import Check, verdict
+from laya_cli.gates.junit import junit_xml
+from laya_cli.gates.regression import (
+    MaxDrop,
+    check_settings,
+    compare,
+    parse_max_drop,
+    read_audit_json,
+    settings_differences,
+)
 from laya_cli.testing import assert_user_error, invoke
 
 XSD = Path(__file__).parent / "data" / "junit-10.xsd"

@@ -6,9 +6,9 @@ from torch import nn
 import pytest
 
 from laya_cli.testing import invoke, make_image_folder
-from laya_cli.errors import LayaError
-from laya_cli.cache import FeatureCache, cached_extract
-from laya_cli.features import LayerFeatures
+from laya_cli.runtime.errors import LayaError
+from laya_cli.features.cache import FeatureCache, cached_extract
+from laya_cli.features.extraction import LayerFeatures
 
 
 def toy_features(n=6):

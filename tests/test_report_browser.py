@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from laya_cli import browser as lb
-from laya_cli.exporting import assemble, build_table, run_export, write_export
+from laya_cli.report import browser as lb
+from laya_cli.exporting.run import assemble, build_table, run_export, write_export
 from laya_cli.testing import invoke
 
 REASON = lb.unavailable_reason()

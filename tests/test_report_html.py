@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from laya_cli.exporting import assemble, build_table, write_export
-from laya_cli.figures import thumbnails
+from laya_cli.exporting.run import assemble, build_table, write_export
+from laya_cli.report.figures import thumbnails
 from laya_cli.testing import assert_user_error, invoke
 
 

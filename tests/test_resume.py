@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from laya_cli.testing import train_digits
-from laya_cli.checkpoint import read_checkpoint
+from laya_cli.model.checkpoint import read_checkpoint
 
 # Long enough (30 epochs) that the signal lands mid-training even on an idle machine.
 ARGS = ["--epochs", "30", "--patience", "30", "--seed", "5", "--d-star", "16", "--score-hidden", "16"]
@@ -69,7 +69,7 @@ def test_resume_without_state_is_a_user_error(tmp_path):
 
 def _interrupted_state(req, with_options: bool = True):
     """Leave ``req``'s state beside its --out as an interrupted run does (after epoch 1)."""
-    from laya_cli import train as tr
+    from laya_cli.training import loop as tr
 
     def stop(record):  # interrupt right after the first epoch's state is written
         raise KeyboardInterrupt
@@ -85,15 +85,15 @@ def _interrupted_state(req, with_options: bool = True):
 
 
 def _request(tmp_path, **train):
-    from laya_cli.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
 
     return TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(**{"epochs": 3, "seed": 0, **train}),
                         head_config=HeadConfig(d_star=16, score_hidden=16), out=str(tmp_path / "m.pt"))
 
 
 def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(tmp_path):
-    from laya_cli import train as tr
-    from laya_cli.errors import LayaError
+    from laya_cli.training import loop as tr
+    from laya_cli.runtime.errors import LayaError
 
     _interrupted_state(_request(tmp_path))
     other = _request(tmp_path, lr=1e-3)
@@ -104,8 +104,8 @@ def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(
 
 def test_resume_of_an_older_state_without_options_still_refuses(tmp_path):
     """States written before the options were stored carry only the fingerprint: still read, still checked."""
-    from laya_cli import train as tr
-    from laya_cli.errors import LayaError
+    from laya_cli.training import loop as tr
+    from laya_cli.runtime.errors import LayaError
 
     _interrupted_state(_request(tmp_path), with_options=False)
     other = _request(tmp_path, lr=1e-3)

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from laya_cli.config import DataRequest, TrainConfig, TrainRequest
-from laya_cli.data import _labelled_files, load_dataset
-from laya_cli.store import extract_to_store
-from laya_cli.synthetic import frozen_cnn_and_images
+from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
+from laya_cli.data.datasets import _labelled_files, load_dataset
+from laya_cli.features.store import extract_to_store
+from laya_cli.data.synthetic import frozen_cnn_and_images
 from laya_cli.testing import assert_user_error, invoke, make_image_folder
-from laya_cli.train import train
+from laya_cli.training.loop import train
 
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
 
@@ -97,7 +97,7 @@ def test_streamed_images_and_store_give_the_in_memory_head(shapes, folder_head, 
 
 
 def test_streamed_images_are_decoded_lazily_in_order(shapes, monkeypatch):
-    from laya_cli.images import LazyImages
+    from laya_cli.data.images import LazyImages
 
     whole = load_dataset(DataRequest(f"folder:{shapes}", image_size=16))
     monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
@@ -199,7 +199,7 @@ def test_a_killed_extraction_resumes_to_the_store_an_uninterrupted_one_writes(tm
 def test_store_reads_subsets_means_and_a_bounded_shuffle_that_visits_every_row(tmp_path, monkeypatch):
     monkeypatch.setenv("LAYA_SHARD_MB", "0.00001")
     backbone, images, labels = frozen_cnn_and_images(41)
-    from laya_cli.features import extract
+    from laya_cli.features.extraction import extract
 
     ref = extract(backbone, images, labels, batch_size=4)  # the same batches as the store's
     st = extract_to_store(backbone, images, labels, "k", tmp_path / "s.store", [32, 64, 128, 256], batch_size=4)

@@ -3,8 +3,8 @@
 
 import pytest
 
-from laya_cli.config import DataRequest
-from laya_cli.data import DEBIAN_FASHION_MNIST, load_dataset
+from laya_cli.runtime.config import DataRequest
+from laya_cli.data.datasets import DEBIAN_FASHION_MNIST, load_dataset
 
 needs_fashion = pytest.mark.skipif(not (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file(),
                                    reason="apt-get install dataset-fashion-mnist")
@@ -22,8 +22,8 @@ def test_fashion_mnist_loads_the_official_splits():
 @pytest.mark.slow
 @needs_fashion
 def test_paper_mlp_config_reaches_088_on_fashion_mnist(tmp_path):
-    from laya_cli.config import HeadConfig, TrainConfig, TrainRequest
-    from laya_cli.train import train
+    from laya_cli.runtime.config import HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.training.loop import train
 
     req = TrainRequest(head="laya", head_config=HeadConfig(96, 1.5, "identity", 192),
                        data=DataRequest("fashion-mnist", seed=1337), train=TrainConfig(seed=1337),

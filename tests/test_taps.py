@@ -9,7 +9,7 @@ from torch import nn
 
 from laya_cli import backbones as bb
 from laya_cli.backbones.pooling import TapFormat
-from laya_cli.errors import LayaError
+from laya_cli.runtime.errors import LayaError
 
 # (backbone, input side): one per engine / layout, all small and random (no downloads)
 CHAIN_FAMILIES = [

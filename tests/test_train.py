@@ -2,11 +2,11 @@ import torch
 
 from laya_cli.testing import make_image_folder, train_digits
 from laya_cli import backbones as bb
-from laya_cli.checkpoint import read_checkpoint
-from laya_cli.model import load_model
-from laya_cli.config import DataRequest
-from laya_cli.data import load_dataset
-from laya_cli.train import predict
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.laya_model import load_model
+from laya_cli.runtime.config import DataRequest
+from laya_cli.data.datasets import load_dataset
+from laya_cli.training.loop import predict
 
 
 def test_every_head_learns_digits_well_above_chance(digits_ckpts):
@@ -61,14 +61,14 @@ def test_early_stopping_restores_the_best_epoch(tmp_path):
 
 
 def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, capsys):
-    from laya_cli.config import TrainConfig, TrainRequest
-    from laya_cli.train import train
+    from laya_cli.runtime.config import TrainConfig, TrainRequest
+    from laya_cli.training.loop import train
 
     folder = make_image_folder(tmp_path / "shapes", per_class=8)
     cache_root = tmp_path / "cache"
     monkeypatch.setenv("LAYA_CACHE_DIR", str(cache_root))
     messages = []
-    monkeypatch.setattr("laya_cli.cache.log", messages.append)
+    monkeypatch.setattr("laya_cli.features.cache.log", messages.append)
 
     def run(out):
         req = TrainRequest(backbone="timm:vit_tiny_patch16_224", data=DataRequest(f"folder:{folder}", seed=0),
@@ -155,7 +155,7 @@ def test_undecodable_images_are_skipped_and_counted(tmp_path):
     (root / "circle" / "broken.png").write_bytes(b"not a png")
     data = load_dataset(DataRequest(f"folder:{root}", image_size=16))
     assert data.skipped == 1 and len(data.train) + len(data.val) + len(data.test) == 18
-    from laya_cli.errors import LayaError
+    from laya_cli.runtime.errors import LayaError
     import pytest
 
     with pytest.raises(LayaError, match="broken.png"):

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from laya_cli.testing import assert_user_error, make_image_folder
 from laya_cli.backbones import usercode
-from laya_cli.checkpoint import read_checkpoint
-from laya_cli.cli import app
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.cli.group import app
 
 HERE = Path(__file__).resolve()
 runner = CliRunner()

@@ -26,13 +26,20 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..errors import LayaError, unknown_choice
+from ..runtime.errors import LayaError, unknown_choice
 from .builtin import PaperMLP, SmallCNN
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
 from .taps import chain_children, generic_default_taps, match_layers, stage_ends
-from .weights import (hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, reachable,
-                      torch_hub_cached)
+from .weights import (
+    hf_cache_dir,
+    hub_file_cached,
+    hub_session,
+    offline,
+    pretrained_unavailable,
+    reachable,
+    torch_hub_cached,
+)
 
 Probe = Callable[[], Tensor]  # a batch of model inputs, made only when a rule needs to run the model
 

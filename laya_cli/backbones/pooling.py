@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from ..errors import LayaError
+from ..runtime.errors import LayaError
 
 _NDIM = {"NC": 2, "NLC": 3, "NCHW": 4, "NHWC": 4}
 

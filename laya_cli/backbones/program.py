@@ -21,7 +21,7 @@ import zipfile
 import torch
 from torch import nn
 
-from ..errors import LayaError
+from ..runtime.errors import LayaError
 
 
 def _risky_payloads(z: zipfile.ZipFile, root: str, rel: set[str]) -> list[str]:

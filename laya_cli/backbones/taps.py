@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import LayaError
+from ..runtime.errors import LayaError
 from .pooling import Layouts, TapFormat
 from .spec import InputConfig
 

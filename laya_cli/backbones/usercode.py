@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ..errors import LayaError
+from ..runtime.errors import LayaError
 
 _trusted: set[str] = set()
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..errors import LayaError
-from ..fileio import file_sha256  # noqa: F401  (re-exported: backbones.file_sha256)
+from ..runtime.errors import LayaError
+from ..runtime.fileio import file_sha256  # noqa: F401  (re-exported: backbones.file_sha256)
 
 CLASSIFIER_KEYS = ("head.", "fc.", "classifier.", "heads.", "head_dist.", "last_linear.")
 
 
 def read_weights_file(path: str | Path, trust_pickle: bool = False) -> dict | nn.Module:
     """A state dict from .pt/.pth/.bin (weights_only) or .safetensors; a module only if trusted."""
-    from ..trust import load_trusted_pickle, safe_torch_load
+    from ..runtime.trust import load_trusted_pickle, safe_torch_load
 
     path = Path(path).expanduser()
     if path.suffix == ".safetensors" and path.is_file():

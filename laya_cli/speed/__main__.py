@@ -1,5 +1,5 @@
 """``python -m laya_cli.speed``: every speed benchmark (the same as ``laya bench speed``)."""
 
-from laya_cli.speed import main
+from .harness import main
 
 main()

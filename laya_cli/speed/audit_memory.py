@@ -46,11 +46,11 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
     """
     import time
 
-    from laya_cli import progress
-    from laya_cli.auditing import parse_methods, run_audit
-    from laya_cli.model import load_model
-    from laya_cli.config import AuditSettings
-    from laya_cli.evaldata import load_eval_data
+    from ..runtime import progress
+    from ..auditing.run import parse_methods, run_audit
+    from ..model.laya_model import load_model
+    from ..runtime.config import AuditSettings
+    from ..features.evaldata import load_eval_data
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore
     # The floor: every import and the model. The audit then loads the dataset (every split, as
@@ -82,9 +82,9 @@ def _measure(model: str, samples: int, mode: str, compare: str, batch_size: int,
 
 
 def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
-    from laya_cli import progress
-    from laya_cli.config import DataRequest, TrainConfig, TrainRequest
-    from laya_cli.train import train
+    from ..runtime import progress
+    from ..runtime.config import DataRequest, TrainConfig, TrainRequest
+    from ..training.loop import train
 
     with progress.enabled(False):
         train(TrainRequest(data=DataRequest(dataset, data_dir=data_dir, seed=0),

@@ -59,10 +59,10 @@ def build(n_images: int, device: str, seed: int = 0):
     """(plain timm model, LayaModel over the same weights, uint8 images, class names)."""
     import timm
 
-    from laya_cli.backbones import BackboneSpec, build_backbone
-    from laya_cli.features import to_float_images
-    from laya_cli.heads import build_head
-    from laya_cli.model import LayaModel
+    from ..backbones.build import BackboneSpec, build_backbone
+    from ..features.extraction import to_float_images
+    from ..model.heads import build_head
+    from ..model.laya_model import LayaModel
 
     torch.manual_seed(seed)
     spec = BackboneSpec(f"timm:{MODEL}", [], "auto", pretrained=False, finetune=False, in_channels=3,
@@ -85,7 +85,7 @@ def build(n_images: int, device: str, seed: int = 0):
 
 
 def plain_inference(plain, model, images, device: str):
-    from laya_cli.features import to_float_images
+    from ..features.extraction import to_float_images
 
     with torch.inference_mode():
         return plain(model.backbone.adapter(to_float_images(images.to(device))))
@@ -93,9 +93,9 @@ def plain_inference(plain, model, images, device: str):
 
 def audit(model, images, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """The audit's work for these images: one tapped backbone pass, then head-only methods and every metric."""
-    from laya_cli.auditing import run_audit
-    from laya_cli.config import AuditSettings
-    from laya_cli.features import LayerFeatures
+    from ..auditing.run import run_audit
+    from ..runtime.config import AuditSettings
+    from ..features.extraction import LayerFeatures
 
     feats = model.features(images.to(device))
     labels = torch.zeros(len(images), dtype=torch.long)
@@ -121,7 +121,7 @@ def naive_layer_ig(plain, model, images, blocks, steps: int, device: str, intern
     """Per-layer IG over the full model, one LayerIntegratedGradients call per block: (B, len(blocks))."""
     from captum.attr import LayerIntegratedGradients
 
-    from laya_cli.features import to_float_images
+    from ..features.extraction import to_float_images
 
     x = model.backbone.adapter(to_float_images(images.to(device)))
     forward = lambda inp: F.softmax(model.head(vit_taps(plain, inp)).logits, dim=-1)
@@ -145,10 +145,10 @@ def evenly_spaced(n: int, k: int) -> list[int]:
 
 
 def main(argv=None) -> dict:
-    from laya_cli import progress
-    from laya_cli.device import resolve_device
+    from ..runtime import progress
+    from ..runtime.device import resolve_device
 
-    from . import say
+    from .harness import say
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=64)

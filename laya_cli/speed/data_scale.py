@@ -100,9 +100,10 @@ def pattern(folder: Path, n: int) -> str:
 
 def worker(dataset: str, epochs: int, out: str, report: str) -> None:
     """``laya train`` on this rank (library call, as the command makes it); writes this rank's figures."""
-    from laya_cli import distributed, progress
-    from laya_cli.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
-    from laya_cli.train import train
+    from ..runtime import distributed
+    from ..runtime import progress
+    from ..runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from ..training.loop import train
 
     from .memory import peak_rss_mb
 
@@ -181,9 +182,9 @@ def per_image_costs(device: str = "cpu", images: int = 16, batch: int = 16) -> d
     import torch
     from PIL import Image
 
-    from laya_cli.backbones import BackboneSpec, build_backbone
-    from laya_cli.features import extract
-    from laya_cli.images import decode_image
+    from ..backbones.build import BackboneSpec, build_backbone
+    from ..features.extraction import extract
+    from ..data.images import decode_image
 
     torch.manual_seed(0)
     backbone = build_backbone(BackboneSpec("vit_base", in_channels=3, image_size=(224, 224))).to(device).eval()
@@ -226,7 +227,7 @@ def main(argv=None) -> dict:
         worker(args.worker, args.epochs, args.out, args.report)
         return {}
     if args.per_image:
-        from . import say
+        from .harness import say
 
         r = per_image_costs(args.device)
         say(f"ViT-B/16, {r['layers']} taps ({r['floats_per_image']:,} floats per image), {r['device']}, "
@@ -236,15 +237,15 @@ def main(argv=None) -> dict:
         return r
     from rich.console import Console
 
-    from ..report import data_scale_table
-    from . import say
+    from ..report.tables import data_scale_table
+    from .harness import say
 
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     ranks = [int(s) for s in args.ranks.split(",") if s.strip()]
     result = run(sizes, ranks, args.epochs, say=say)
     Console(width=130).print(data_scale_table(result))
     if args.json_out:
-        from ..fileio import atomic_write_text, strict_json
+        from ..runtime.fileio import atomic_write_text, strict_json
 
         atomic_write_text(args.json_out, strict_json(result))
     return result

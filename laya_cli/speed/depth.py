@@ -40,13 +40,13 @@ def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repea
             device: str = "cpu", workdir: Path | None = None) -> dict:
     import torch
 
-    from ..model import load_model
-    from ..compute import model_flops, tap_flops
-    from ..config import DepthSettings
-    from ..depthing import truncate_model
-    from ..evaldata import load_eval_data
-    from ..features import to_float_images
-    from ..images import take
+    from ..model.laya_model import load_model
+    from ..depthing.compute import model_flops, tap_flops
+    from ..runtime.config import DepthSettings
+    from ..depthing.run import truncate_model
+    from ..features.evaldata import load_eval_data
+    from ..features.extraction import to_float_images
+    from ..data.images import take
 
     full = load_model(model_path).to(device)
     data = load_eval_data(full, samples=None, device=device)
@@ -95,9 +95,9 @@ def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repea
 def main(argv=None) -> list[dict]:
     from rich.console import Console
 
-    from ..device import resolve_device
-    from ..fileio import atomic_write_text, strict_json
-    from ..report import depth_speed_table
+    from ..runtime.device import resolve_device
+    from ..runtime.fileio import atomic_write_text, strict_json
+    from ..report.tables import depth_speed_table
 
     ap = argparse.ArgumentParser(prog="python -m laya_cli.speed.depth", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", default=[], metavar="MODEL.pt@K",
@@ -112,7 +112,7 @@ def main(argv=None) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="laya-depth-bench-"))
     models = args.model
     if not models:
-        from ..synthetic import train_digits
+        from ..data.synthetic import train_digits
 
         models = [f"{train_digits(work / 'digits-mlp.pt', epochs=4)}@2"]
     rows = []

@@ -40,8 +40,8 @@ from .audit_speed import MODEL, build, plain_inference, timed
 
 def network_setup(model, images, device: str):
     """(NetworkScope, float images, targets, tap means of 16 other images)."""
-    from laya_cli.features import tap_means, to_float_images
-    from laya_cli.network import NetworkScope
+    from ..features.extraction import tap_means, to_float_images
+    from ..auditing.network import NetworkScope
 
     g = torch.Generator().manual_seed(1)
     others = torch.randint(0, 256, (16, *images.shape[1:]), dtype=torch.uint8, generator=g)
@@ -60,10 +60,10 @@ def lolo(scope, x, target):
 
 def network_audit(model, images, reference, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """What ``laya audit --scope network`` does for these images (one batch)."""
-    from laya_cli.config import AuditSettings
-    from laya_cli.evaldata import EvalData
-    from laya_cli.features import LayerFeatures
-    from laya_cli.network import run_scoped_audit
+    from ..runtime.config import AuditSettings
+    from ..features.evaldata import EvalData
+    from ..features.extraction import LayerFeatures
+    from ..auditing.network import run_scoped_audit
 
     labels = torch.zeros(len(images), dtype=torch.long)
     data = EvalData(LayerFeatures([], labels), images, torch.arange(len(images)), "random")
@@ -72,11 +72,11 @@ def network_audit(model, images, reference, steps: int, device: str, methods=("l
 
 
 def main(argv=None) -> dict:
-    from laya_cli import progress
-    from laya_cli.device import resolve_device
-    from laya_cli.network import full_model_layer_ig
+    from ..runtime import progress
+    from ..runtime.device import resolve_device
+    from ..auditing.network import full_model_layer_ig
 
-    from . import say
+    from .harness import say
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=64)

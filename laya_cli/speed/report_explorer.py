@@ -18,7 +18,7 @@ and the ratios of the largest size to the smallest. By default the exports are m
 10 classes, 28×28 noise images: incompressible thumbnails, so the page is as heavy as it gets for
 that size); ``--model model.pt`` exports a real checkpoint's test split instead (subsets of
 ``--sizes`` samples; e.g. Fashion-MNIST's test split holds 10,000). Needs Playwright and Chromium
-(``laya_cli.browser.unavailable_reason`` says what is missing). A benchmark, not a test: the
+(``laya_cli.report.browser.unavailable_reason`` says what is missing). A benchmark, not a test: the
 numbers depend on the machine and its load, which it prints.
 """
 
@@ -38,7 +38,7 @@ FRAME = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFram
 def made_up_export(n: int, out: Path, layers: int = 12, classes: int = 10, side: int = 28, seed: int = 0) -> Path:
     import torch
 
-    from laya_cli.exporting import assemble, build_table, write_export
+    from ..exporting.run import assemble, build_table, write_export
 
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, classes, (n,), generator=g)
@@ -54,8 +54,8 @@ def made_up_export(n: int, out: Path, layers: int = 12, classes: int = 10, side:
 
 
 def real_export(model: str, n: int, out: Path) -> Path:
-    from laya_cli import progress
-    from laya_cli.exporting import run_export
+    from ..runtime import progress
+    from ..exporting.run import run_export
 
     with progress.enabled(False):
         run_export(model, out, samples=n, plots=False)
@@ -63,7 +63,7 @@ def real_export(model: str, n: int, out: Path) -> Path:
 
 
 def measure(browser_, report: Path) -> dict:
-    from laya_cli.browser import open_report
+    from ..report.browser import open_report
 
     t0 = time.perf_counter()
     page, watch = open_report(browser_, report)
@@ -102,7 +102,7 @@ def load_line() -> str:
 
 
 def main(argv=None) -> dict:
-    from laya_cli.browser import chromium, unavailable_reason
+    from ..report.browser import chromium, unavailable_reason
 
     ap = argparse.ArgumentParser(prog="python -m laya_cli.speed.report_explorer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1000,10000", help="comma list of sample counts")
@@ -126,7 +126,7 @@ def main(argv=None) -> dict:
             med["mb"] = report.stat().st_size / 2**20
             med["export_s"] = export_s
             rows[n] = med
-    from . import say
+    from .harness import say
 
     what = f"real export of {args.model}" if args.model else "made-up exports (12 layers, 28×28 noise thumbnails)"
     say(f"report.html explorer, {what}; median of {args.repeats} page loads; {load_line()}")

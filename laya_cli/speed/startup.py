@@ -99,7 +99,7 @@ def summarise(times: dict[str, list[tuple[float, float]]]) -> dict:
 
 def run(rounds: int = 5, quick: bool = False) -> dict:
     """Train a small digits checkpoint (for ``laya info``), then time every command."""
-    from laya_cli.synthetic import train_digits
+    from ..data.synthetic import train_digits
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = train_digits(Path(tmp) / "model.pt", epochs=1)
@@ -126,11 +126,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
     args = parser.parse_args(argv)
     result = run(1 if args.quick else max(1, args.rounds), quick=args.quick)
-    from . import say
+    from .harness import say
 
     say(table(result))
     if args.json_out:
-        from ..fileio import atomic_write_text
+        from ..runtime.fileio import atomic_write_text
 
         atomic_write_text(args.json_out, json.dumps(result, indent=2) + "\n")
     return result

@@ -22,13 +22,13 @@ import torch
 
 
 def run(images_per_class: int = 30, epochs: int = 20) -> dict:
-    from laya_cli import progress
-    from laya_cli.config import DataRequest, TrainConfig, TrainRequest
-    from laya_cli.data import load_dataset
-    from laya_cli.heads import build_head
-    from laya_cli.model import EndToEnd
-    from laya_cli.synthetic import make_image_folder
-    from laya_cli.train import fit, prepare_backbone, train
+    from ..runtime import progress
+    from ..runtime.config import DataRequest, TrainConfig, TrainRequest
+    from ..data.datasets import load_dataset
+    from ..model.heads import build_head
+    from ..model.laya_model import EndToEnd
+    from ..data.synthetic import make_image_folder
+    from ..training.loop import fit, prepare_backbone, train
 
     progress.set_enabled(False)  # a benchmark process of its own
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,7 +70,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--epochs", type=int, default=20)
     args = ap.parse_args(argv)
     r = run(args.images_per_class, args.epochs)
-    from . import say
+    from .harness import say
 
     say(f"frozen timm:vit_tiny_patch16_224, {r['images']} images, {r['epochs']} epochs, "
           f"{torch.get_num_threads()} threads")

@@ -1,0 +1,302 @@
+"""Metrics as pure functions of tensors: accuracy, macro-F1, and the faithfulness metrics
+of docs/metrics.md (leave-one-layer-out effects, per-sample Spearman faithfulness, Deletion@1),
+and the deeper ones (deletion curve and AOPC, sufficiency and the insertion curve, IG
+completeness, the model-randomisation sanity check)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..runtime.config import ABLATIONS
+from ..runtime.errors import LayaError, unknown_choice
+from ..model.heads import MASKABLE_HEADS
+
+
+def accuracy(pred: Tensor, target: Tensor) -> float:
+    return (pred == target).float().mean().item() if len(target) else float("nan")
+
+
+def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:
+    """Unweighted mean of per-class F1 over the classes present in target or pred."""
+    f1s = []
+    for c in range(num_classes):
+        tp = ((pred == c) & (target == c)).sum().item()
+        fp = ((pred == c) & (target != c)).sum().item()
+        fn = ((pred != c) & (target == c)).sum().item()
+        if tp + fp + fn == 0:
+            continue
+        f1s.append(2 * tp / (2 * tp + fp + fn))
+    return sum(f1s) / len(f1s) if f1s else float("nan")
+
+
+# --------------------------------------------------------------------------- faithfulness (docs/metrics.md)
+
+
+def target_probability(logits: Tensor, target: Tensor) -> Tensor:
+    """p_ŷ: the softmax probability of the target class, (B,)."""
+    return torch.softmax(logits.float(), dim=-1).gather(1, target.view(-1, 1)).squeeze(1)
+
+
+def check_ablation(head: nn.Module, ablation: str) -> None:
+    """Raise a LayaError unless ``ablation`` is known and applies to this head."""
+    if ablation not in ABLATIONS:
+        raise unknown_choice("ablation", ablation, ABLATIONS)
+    if ablation == "mask" and not getattr(head, "maskable", False):
+        raise LayaError(f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
+                        f"use --ablation mean or zero for this head")
+
+
+@torch.no_grad()
+def lolo_effects(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
+                 reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """Leave-one-layer-out effects Δ_i(x) = p_ŷ(x) − p_ŷ(x with layer i removed): (B, L).
+
+    L+1 head passes. ``mean``: r_i := r̄_i (``reference``, the training mean); ``zero``:
+    r_i := 0; ``mask``: α_i := 0 and the other weights renormalised (heads with layer
+    weights only: heads with ``maskable``).
+    """
+    check_ablation(head, ablation)
+    feats = list(feats)
+    n_layers, batch = len(feats), len(target)
+    base = target_probability(head(feats).logits, target)
+    removed = []
+    if ablation == "mask":
+        for i in range(n_layers):
+            mask = torch.ones(batch, n_layers, device=base.device)
+            mask[:, i] = 0
+            removed.append(target_probability(head(feats, alpha_mask=mask).logits, target))
+    else:
+        if ablation == "mean" and reference is None:
+            raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
+        if reference is not None and len(reference) != n_layers:
+            raise LayaError(f"the reference has {len(reference)} layers but the features have {n_layers}")
+        for i, r in enumerate(feats):
+            fill = torch.zeros_like(r) if ablation == "zero" else reference[i].to(r).expand_as(r)
+            removed.append(target_probability(head([*feats[:i], fill, *feats[i + 1:]]).logits, target))
+    return base.unsqueeze(1) - torch.stack(removed, dim=1)
+
+
+def average_ranks(x: Tensor) -> Tensor:
+    """1-based ranks along the last dim, ties given their average rank (as scipy's rankdata)."""
+    below = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)  # [b, i] = #{j : x_j < x_i}
+    equal = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)  # includes i itself
+    return below.double() + (equal.double() + 1) / 2
+
+
+def spearman_rows(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman ρ between matching rows of a and b (B, L) -> (B,), in float64.
+
+    Average ranks for ties; NaN where either row is constant (or holds a NaN), like
+    ``scipy.stats.spearmanr``.
+    """
+    a, b = a.double(), b.double()
+    ra, rb = average_ranks(a), average_ranks(b)
+    ra = ra - ra.mean(-1, keepdim=True)
+    rb = rb - rb.mean(-1, keepdim=True)
+    den = (ra.square().sum(-1) * rb.square().sum(-1)).sqrt()
+    rho = (ra * rb).sum(-1) / den
+    undefined = (den == 0) | a.isnan().any(-1) | b.isnan().any(-1)
+    return rho.clamp(-1, 1).masked_fill(undefined, float("nan"))
+
+
+def degenerate_effects(delta: Tensor) -> Tensor:
+    """(B,) True where a sample's LOLO effects Δ (B, L) vary in at most one layer (L ≥ 3).
+
+    Then every layer but (at most) one has exactly the same effect, typically Δ_i = 0 because the
+    head does not read layer i (a ``last`` head reads only r_L). A rank correlation over layers
+    then only says where a method put that one layer, which any method that gives the unread
+    layers the same score as each other gets right by construction: faithfulness calls such a
+    sample undefined (docs/metrics.md). With L < 3, ρ is ±1 or undefined anyway (the audit warns
+    separately), so no sample is flagged.
+    """
+    n_layers = delta.shape[-1]
+    if n_layers < 3:
+        return torch.zeros(delta.shape[:-1], dtype=torch.bool, device=delta.device)
+    same = (delta.unsqueeze(-1) == delta.unsqueeze(-2)).sum(-1)  # [b, i] = #{j : Δ_j = Δ_i}
+    return same.max(-1).values >= n_layers - 1
+
+
+def chance_level(labels: Tensor, num_classes: int) -> float:
+    """The accuracy a constant guess reaches on these labels: the larger of 1/C and the share of the
+    most frequent class (a model at chance level has learnt nothing worth attributing)."""
+    if len(labels) == 0:
+        return float("nan")
+    majority = torch.bincount(labels.long(), minlength=num_classes).max().item() / len(labels)
+    return max(1.0 / num_classes, majority)
+
+
+def near_chance(accuracy_: float, chance: float, n: int, z: float = 2.0) -> bool:
+    """Whether ``accuracy_`` on ``n`` samples is within noise of ``chance``: at most ``z`` binomial
+    standard errors, sqrt(p(1 − p)/n) at p = chance, above it (or below it)."""
+    if n <= 0 or accuracy_ != accuracy_ or chance != chance:
+        return False
+    return accuracy_ <= chance + z * (chance * (1 - chance) / n) ** 0.5
+
+
+def deletion_at_1(a: Tensor, delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row (Deletion@1, oracle, random expectation), each (B,).
+
+    Deletion@1 = Δ at argmax_i a_i; where several layers share the top score it is the
+    mean Δ over them (the expectation under random tie-breaking). Oracle = max_i Δ_i,
+    random = mean_i Δ_i.
+    """
+    a, delta = a.double(), delta.double()
+    top = a == a.max(-1, keepdim=True).values
+    d1 = (delta * top).sum(-1) / top.sum(-1)
+    return d1, delta.max(-1).values, delta.mean(-1)
+
+
+def normalised_deletion(d1: float, oracle: float, random: float) -> float:
+    """(D@1 − random) / (oracle − random), on means over samples; NaN when oracle = random.
+
+    Computed on the means (not per sample) so that samples where every layer has the same
+    effect (oracle = random) do not divide by zero, and so that it reads as the share of the
+    achievable gain over random that the method realises on this data set.
+    """
+    gap = oracle - random
+    return (d1 - random) / gap if abs(gap) > 1e-12 else float("nan")
+
+
+def nan_summary(values: Tensor) -> tuple[float, float, int, int]:
+    """(mean, std, n defined, n undefined) over the non-NaN entries; std with ddof = 0."""
+    values = values.double()
+    ok = ~values.isnan()
+    n, undefined = int(ok.sum()), int((~ok).sum())
+    if n == 0:
+        return float("nan"), float("nan"), 0, undefined
+    v = values[ok]
+    return v.mean().item(), v.std(correction=0).item(), n, undefined
+
+
+# --------------------------------------------------------------------------- deeper metrics (docs/metrics.md)
+
+# Flags (docs/metrics.md): IG whose attributions miss more than 5 % of the effect they explain
+# (raise --steps), and a method whose ranking keeps ρ > 0.5 with itself on a re-initialised head.
+COMPLETENESS_FLAG = 0.95  # completeness below this is flagged
+RANDOMISATION_FLAG = 0.5  # randomisation (1 − mean ρ) below this is flagged
+
+
+def _check_reference(n_layers: int, reference, ablation: str) -> None:
+    if ablation == "mean" and reference is None:
+        raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
+    if ablation != "mask" and reference is not None and len(reference) != n_layers:
+        raise LayaError(f"the reference has {len(reference)} layers but the features have {n_layers}")
+
+
+@torch.no_grad()
+def ablated_probability(head: nn.Module, feats: Sequence[Tensor], target: Tensor, removed: Tensor,
+                        reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """p_ŷ with the layers where ``removed`` is true removed, per row.
+
+    ``removed``: (B, L) booleans -> (B,); or (K, B, L), K variants of the batch evaluated in one
+    head pass of K·B rows -> (K, B). The removal is the LOLO one (``mean``: r_i := r̄_i,
+    ``zero``: r_i := 0, ``mask``: α_i := 0 and the rest renormalised; all layers masked leaves
+    α = 0, so the head predicts from its bias).
+    """
+    check_ablation(head, ablation)
+    feats = list(feats)
+    _check_reference(len(feats), reference, ablation)
+    single = removed.dim() == 2
+    removed = removed.to(feats[0].device, torch.bool)
+    if single:
+        removed = removed.unsqueeze(0)
+    k, batch = removed.shape[0], removed.shape[1]
+    flat = removed.reshape(k * batch, -1)
+    tiled = [f.unsqueeze(0).expand(k, *f.shape).reshape(k * batch, *f.shape[1:]) for f in feats]
+    target = target.repeat(k)
+    if ablation == "mask":
+        p = target_probability(head(tiled, alpha_mask=(~flat).float()).logits, target)
+    else:
+        mixed = []
+        for i, r in enumerate(tiled):
+            fill = torch.zeros_like(r) if ablation == "zero" else reference[i].to(r).expand_as(r)
+            mixed.append(torch.where(flat[:, i].view(-1, *[1] * (r.dim() - 1)), fill, r))
+        p = target_probability(head(mixed).logits, target)
+    p = p.view(k, batch)
+    return p[0] if single else p
+
+
+def rank_layers(scores: Tensor, tie_keys: Tensor | None = None) -> Tensor:
+    """(B, L) layer indices, the highest score first.
+
+    Ties are broken by ``tie_keys`` (B, L), e.g. seeded uniform draws: among tied layers the one
+    with the smaller key comes first (a random order when the keys are random). Without keys,
+    ties keep the layer order.
+    """
+    if tie_keys is None:
+        return torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    shuffle = tie_keys.argsort(dim=-1)
+    order = torch.sort(scores.gather(-1, shuffle), dim=-1, descending=True, stable=True).indices
+    return shuffle.gather(-1, order)
+
+
+def top_k_masks(order: Tensor) -> Tensor:
+    """(L, B, L) booleans: [k − 1, b] marks the top-k layers of row b of ``order`` (B, L), k = 1 … L."""
+    n_layers = order.shape[-1]
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(n_layers, device=order.device).expand_as(order))  # rank of each layer
+    k = torch.arange(n_layers, device=order.device).view(-1, 1, 1)
+    return rank.unsqueeze(0) <= k
+
+
+@torch.no_grad()
+def deletion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, order: Tensor,
+                   reference: Sequence[Tensor] | None = None, ablation: str = "mean",
+                   base: Tensor | None = None) -> Tensor:
+    """D_k(x) = p_ŷ(x) − p_ŷ(x with its top-k layers removed), k = 1 … L: (B, L).
+
+    ``order``: (B, L) layer indices, most important first (``rank_layers``); the removal is
+    cumulative and the same as LOLO's. One head pass of L·B rows. ``base``: p_ŷ(x) if already
+    computed.
+    """
+    if base is None:
+        base = target_probability(head(list(feats)).logits, target)
+    return base.unsqueeze(1) - ablated_probability(head, feats, target, top_k_masks(order), reference, ablation).T
+
+
+@torch.no_grad()
+def insertion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, order: Tensor,
+                    reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """I_k(x) = p_ŷ(x with only its top-k layers kept, the others removed), k = 1 … L: (B, L).
+
+    One head pass of L·B rows; I_L(x) = p_ŷ(x) up to rounding (nothing removed).
+    """
+    return ablated_probability(head, feats, target, ~top_k_masks(order), reference, ablation).T
+
+
+@torch.no_grad()
+def keep_only_probability(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
+                          reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+    """K_i(x) = p_ŷ(x with only layer i kept, every other layer removed): (B, L). One pass of L·B rows.
+
+    Sufficiency@1 of a method is K at its top layer (``deletion_at_1(a, K)``: ties averaged),
+    with oracle max_i K_i and random expectation mean_i K_i.
+    """
+    n_layers, batch = len(feats), len(target)
+    removed = ~torch.eye(n_layers, dtype=torch.bool).unsqueeze(1).expand(n_layers, batch, n_layers)
+    return ablated_probability(head, feats, target, removed, reference, ablation).T
+
+
+def aopc(curve: Tensor) -> Tensor:
+    """Area over the perturbation curve per row (Samek et al., 2017): Σ_{k=0}^{L} D_k / (L + 1), D_0 = 0.
+
+    ``curve``: the (B, L) deletion curve D_1 … D_L. In float64; NaN where a row holds a NaN.
+    """
+    return curve.double().sum(-1) / (curve.shape[-1] + 1)
+
+
+def completeness(abs_error: Tensor, abs_effect: Tensor) -> tuple[float, float, float]:
+    """(completeness, mean error, mean effect) of Integrated Gradients over samples.
+
+    ``abs_error``: |Σ_i ig_i(x) − (p_ŷ(x) − p_ŷ(r̄))| per sample (Captum's convergence delta,
+    in absolute value); ``abs_effect``: |p_ŷ(x) − p_ŷ(r̄)|. completeness = 1 − mean error / mean
+    effect (1 = the attributions add up to the effect exactly), a ratio of means so that samples
+    where x and r̄ give the same p_ŷ do not divide by zero; NaN when the mean effect is 0.
+    """
+    if not len(abs_error):
+        return float("nan"), float("nan"), float("nan")
+    err, eff = abs_error.double().mean().item(), abs_effect.double().mean().item()
+    return (1 - err / eff if eff > 1e-12 else float("nan")), err, eff

@@ -1,0 +1,53 @@
+"""The audit's vocabulary: its methods, metrics and column groups, and the parsing of their names.
+
+No torch: the gates (``laya_cli.gates``) and the command line read these without loading a model.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..runtime.errors import match_choice, unknown_choice
+
+ALWAYS = ("laya", "random")
+COMPARE = ("ig", "gradxact", "saliency", "contrib", "global")
+METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised",  # per method, higher is better
+           "aopc", "sufficiency@1", "sufficiency@1_normalised", "completeness", "randomisation")
+GLOBAL_METRICS = ("accuracy",)
+# Metrics that only some methods have: a threshold on every method skips the others.
+ONLY_FOR = {"completeness": ("ig",)}  # the methods of methods.CONVERGENCE (checked in run.py)
+# Column groups ``--metrics`` adds to the table (the JSON always has every metric).
+METRIC_GROUPS = ("aopc", "sufficiency", "completeness", "randomisation")
+
+
+def parse_metric_groups(spec: str | Sequence[str] | None) -> list[str]:
+    """``--metrics``: the extra column groups of the table, in the canonical order (``all`` = every one)."""
+    names = spec.split(",") if isinstance(spec, str) else list(spec or [])
+    chosen = set()
+    for name in (n.strip().lower() for n in names):
+        if not name:
+            continue
+        if name == "all":
+            chosen.update(METRIC_GROUPS)
+        elif name in METRIC_GROUPS:
+            chosen.add(name)
+        else:
+            raise unknown_choice("--metrics group", name, [*METRIC_GROUPS, "all"])
+    return [g for g in METRIC_GROUPS if g in chosen]
+
+
+def parse_methods(compare: str | Sequence[str] | None) -> list[str]:
+    """``laya``, the compared methods in the order given (``all`` = every one), then ``random``."""
+    names = compare.split(",") if isinstance(compare, str) else list(compare or [])
+    chosen: list[str] = []
+    for name in (n.strip() for n in names):
+        if not name or name.lower() in ALWAYS:
+            continue  # always audited
+        name = match_choice("method", name, [*COMPARE, "all"])  # case-insensitive: IG = ig
+        for m in COMPARE if name == "all" else (name,):
+            if m not in chosen:
+                chosen.append(m)
+    return ["laya", *chosen, "random"]
+# What a network-scope audit computes per method (docs/metrics.md, "Two scopes"); a ``network:`` gate item
+# on another metric is a usage error, not a check that can only ever be undefined.
+NETWORK_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")

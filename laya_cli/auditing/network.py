@@ -1,0 +1,494 @@
+"""Network scope: total layer effects, patched inside the backbone (docs/metrics.md, "Two scopes").
+
+At head scope (``auditing.run_audit``) layer i is removed where the head reads it: r_i is replaced
+and every later layer still sees the original h_i — layer i's *direct* effect. Here layer i's
+output is replaced *inside the backbone* by a reference activation (the training mean of the
+unpooled activation, or zero) and the rest of the network runs on: its *total* effect, direct and
+through every later layer (activation patching, as in causal tracing).
+
+Cost: never recompute what a patch cannot change. The taps' activations are computed once per
+batch; for backbones whose taps form a chain (``TappedBackbone.can_continue``: our mlp/cnn, timm
+ViT/DeiT/Mixer blocks, ResNet stages, …) a patched pass and every IG step run only the layers
+after the patched one (``continue_from``). Other backbones fall back to full forward passes with a
+replacing hook (``patched_activations``).
+
+Methods at network scope (Captum wrapped, never re-implemented):
+  ig        Captum ``LayerIntegratedGradients`` per tapped layer, layer baseline = the reference
+            activation; on a chain it runs on the suffix of the network after that layer.
+  gradxact  Captum ``LayerGradientXActivation`` on all tapped modules in one pass.
+  saliency  the same Captum call with ``multiply_by_inputs=False`` (layer gradients), |·| summed.
+  laya, contrib, global, random: the same scores as at head scope (α and contrib are direct-effect
+            scores by construction), scored against the total effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .methods import (
+    METHODS,
+    REDUCTIONS,
+    AttributionContext,
+    global_weights,
+    laya_attention,
+    random_scores,
+    unavailable_reason,
+)
+from .names import NETWORK_METRICS
+from .run import AuditResult, MethodScores, _notes, run_audit
+from ..runtime.config import AuditSettings, ScopeSettings
+from ..runtime.device import to_device
+from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
+from ..runtime.errors import LayaError, unknown_choice
+from ..features.extraction import tap_means, to_float_images
+from ..model.heads import head_kind
+from ..data.images import image_batches
+from .metrics import (
+    accuracy,
+    check_ablation,
+    degenerate_effects,
+    deletion_at_1,
+    lolo_effects,
+    nan_summary,
+    normalised_deletion,
+    spearman_rows,
+    target_probability,
+)
+from ..runtime.progress import log, track
+
+SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores
+# The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
+# scope — AOPC, sufficiency, completeness, randomisation — are not computed here: docs/metrics.md).
+NETWORK_KEYS = ("faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
+                "deletion@1_random", "deletion@1_normalised", "available", "note", "degenerate")
+assert set(NETWORK_METRICS) <= set(NETWORK_KEYS)
+
+
+# --------------------------------------------------------------------------- the reference activation
+
+
+def network_reference(model, ablation: str = "mean", device: str = "cpu", use_cache: bool = True) -> list[Tensor] | None:
+    """What a patched layer is replaced by: ``None`` for ``zero``; for ``mean`` the training mean of
+    each tap's unpooled activation — from the checkpoint (``tap_reference``), else computed once over
+    the checkpoint's training split and cached beside the features (keyed like them)."""
+    if ablation == "zero":
+        return None
+    if ablation != "mean":
+        raise LayaError(f"--scope network patches activations inside the backbone: use --ablation mean or zero "
+                        f"(--ablation {ablation} only changes the head)")
+    stored = model.checkpoint.get("tap_reference")
+    if stored is not None:
+        return [t.float() for t in stored]
+    from ..features.cache import FeatureCache, feature_key
+    from ..runtime.config import digest
+    from ..data.datasets import USER_DATASET
+    from ..runtime.distributed import is_main
+    from ..features.evaldata import model_dataset
+    from ..features.extraction import LayerFeatures
+
+    if model.checkpoint.get("dataset", {}).get("name") == USER_DATASET:
+        raise LayaError("this model stores no tap means and was trained from your own DataLoader, which laya cannot "
+                        "reload to compute them: audit the network scope with --ablation zero (ablation=\"zero\")")
+    req, data = model_dataset(model)
+    train = data.train
+    model.backbone.to(device)
+    cache = FeatureCache() if use_cache else None
+    key = digest(features=feature_key(model.backbone, data.identity, "train", req.seed, len(train), device),
+                 what="tap-means")
+    if cache is not None:
+        hit = cache.load(key)
+        if hit is not None and len(hit.feats) == len(model.layer_names):
+            log(f"reusing cached tap means ({cache.path(key)})")
+            return [f[0] for f in hit.feats]
+    log(f"the checkpoint stores no tap means (older laya, or a frozen backbone): computing them over "
+        f"{len(train):,} training images once")
+    means = tap_means(model.backbone, train.images, device=device, description="tap means (train)")
+    if cache is not None and is_main():  # one row per layer, stored as a feature entry
+        cache.save(key, LayerFeatures([m.unsqueeze(0) for m in means], torch.zeros(1, dtype=torch.long)))
+    return means
+
+
+def check_network_scope(model, ablation: str) -> None:
+    """Fail before any work: an ablation that has no network-scope meaning, or taps that cannot be
+    patched (not modules of the model)."""
+    if ablation not in ("mean", "zero"):
+        raise LayaError(f"--scope network patches activations inside the backbone: use --ablation mean or zero "
+                        f"(--ablation {ablation} only changes the head)")
+    model.backbone.tap_modules()
+
+
+# --------------------------------------------------------------------------- patched passes
+
+
+class _Blend(nn.Module):
+    """b·h + (1 − b)·h̄ per row: h for b = 1, the reference h̄ for b = 0. The point Captum's
+    LayerIntegratedGradients attributes to on the full model, so that its layer baseline is h̄."""
+
+    def forward(self, h: Tensor, b: Tensor, ref: Tensor) -> Tensor:
+        b = b.view(-1, *[1] * (h.dim() - 1)).to(h.dtype)
+        return b * h + (1 - b) * ref
+
+
+def _first(a):
+    return a[0] if isinstance(a, (tuple, list)) else a
+
+
+class NetworkScope:
+    """Patched passes and Captum's layer attributions for one tapped backbone and head.
+
+    ``reference``: one unpooled activation per tap (no batch dimension), or None for zeros.
+    ``prefix``: use ``continue_from`` (default: when the backbone can continue); False forces full
+    passes with a replacing hook (what non-chain backbones get).
+    """
+
+    def __init__(self, backbone, head: nn.Module, reference: Sequence[Tensor] | None = None,
+                 prefix: bool | None = None):
+        self.backbone, self.head = backbone, head
+        self.modules = backbone.tap_modules()  # a tap that is not a module cannot be patched: one line
+        n = len(backbone.layer_names)
+        if reference is not None and len(reference) != n:
+            raise LayaError(f"the network reference has {len(reference)} layers but the backbone taps {n}")
+        self.reference = None if reference is None else [r.float() for r in reference]
+        self.prefix = backbone.can_continue if prefix is None else bool(prefix)
+        if self.prefix and not backbone.can_continue:
+            raise LayaError("this backbone cannot continue from a tap (see docs/backbones.md)")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.modules)
+
+    def fill(self, i: int, h: Tensor) -> Tensor:
+        """The reference activation of tap i, shaped like the batch ``h``."""
+        if self.reference is None:
+            return torch.zeros_like(h)
+        ref = self.reference[i].to(h.device, h.dtype)
+        if tuple(ref.shape) != tuple(h.shape[1:]):
+            raise LayaError(f"the mean activation of layer {self.backbone.layer_names[i]} has shape "
+                            f"{tuple(ref.shape)} but the model gives {tuple(h.shape[1:])} (another input size?)")
+        return ref.unsqueeze(0).expand_as(h)
+
+    def pooled(self, hs: Sequence[Tensor], first: int = 0) -> list[Tensor]:
+        return [self.backbone.pool_tap(first + j, h) for j, h in enumerate(hs)]
+
+    def probs(self, feats: Sequence[Tensor]) -> Tensor:
+        return torch.softmax(self.head(list(feats)).logits, dim=-1)
+
+    @torch.no_grad()
+    def activations(self, x: Tensor) -> list[Tensor]:
+        """Raw tap activations h_1..h_L of a batch of float images (one pass)."""
+        return self.backbone.activations(x)
+
+    def later(self, i: int, h: Tensor, x: Tensor) -> list[Tensor]:
+        """h_{i+1}..h_L with tap i's output = ``h``: only the later layers on a chain, else a full pass."""
+        if self.prefix:
+            return self.backbone.continue_from(i, h)
+        return self.backbone.patched_activations(x, i, h)[i + 1:]
+
+    @torch.no_grad()
+    def effects(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor) -> Tensor:
+        """Total effects Δ_i = p_ŷ(x) − p_ŷ(x with tap i patched to the reference inside the network): (B, L).
+
+        One head pass intact plus, per layer, the layers after it (a chain) or a full pass."""
+        feats = list(feats)
+        base = target_probability(self.head(feats).logits, target)
+        patched = []
+        for i, h in enumerate(hs):
+            fill = self.fill(i, h)
+            rest = self.pooled(self.later(i, fill, x), i + 1)
+            patched.append(target_probability(self.head([*feats[:i], self.backbone.pool_tap(i, fill), *rest]).logits,
+                                              target))
+        return base.unsqueeze(1) - torch.stack(patched, dim=1)
+
+    # ------------------------------------------------------------------ Captum's layer methods
+
+    def integrated_gradients(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor,
+                             n_steps: int = 32, internal_batch_size: int | None = None, reduce: str = "sum") -> Tensor:
+        """Captum ``LayerIntegratedGradients`` of p_ŷ per tapped layer, layer baseline = the reference
+        activation, reduced per layer: (B, L).
+
+        On a chain the attributed point is tap i's activation fed to the rest of the network
+        (``continue_from``): Captum's steps run only layers i+1..L and the head; the earlier taps'
+        r_j are fixed (passed as Captum's additional forward arguments, expanded with the steps).
+        Elsewhere: ``full_model_layer_ig`` (Captum over the full model, one call per layer)."""
+        if not self.prefix:
+            return full_model_layer_ig(self.backbone, self.head, x, target, self.reference, n_steps=n_steps,
+                                       internal_batch_size=internal_batch_size, reduce=reduce)
+        from captum.attr import LayerIntegratedGradients
+
+        scores = []
+        for i, h in enumerate(hs):
+            point = nn.Identity()
+
+            def forward(hi, *before, i=i, point=point):
+                hi = point(hi)
+                return self.probs([*before, self.backbone.pool_tap(i, hi),
+                                   *self.pooled(self.backbone.continue_from(i, hi), i + 1)])
+
+            before = tuple(f.detach() for f in feats[:i])
+            attr = LayerIntegratedGradients(forward, point).attribute(
+                h.detach(), baselines=self.fill(i, h).contiguous(), target=target,
+                additional_forward_args=before or None, n_steps=n_steps, internal_batch_size=internal_batch_size)
+            scores.append(REDUCTIONS[reduce](_first(attr).flatten(1)).detach())
+        return torch.stack(scores, dim=1)
+
+    def layer_gradients(self, x: Tensor, target: Tensor, multiply: bool = True) -> list[Tensor]:
+        """Captum ``LayerGradientXActivation`` on all tapped modules in one forward and backward of
+        the full model (``multiply=False``: the layer gradients): one tensor per tap."""
+        from captum.attr import LayerGradientXActivation
+
+        forward = lambda images: self.probs(self.pooled(self.backbone.patched_activations(images)))
+        # Images that require grad: with a frozen backbone the tap outputs are otherwise outside autograd.
+        attrs = LayerGradientXActivation(forward, list(self.modules), multiply_by_inputs=multiply).attribute(
+            x.detach().requires_grad_(True), target=target)
+        return [_first(a).detach() for a in attrs]
+
+    def gradient_x_activation(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
+        return torch.stack([REDUCTIONS[reduce](a.flatten(1)) for a in self.layer_gradients(x, target)], dim=1)
+
+    def saliency(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
+        grads = self.layer_gradients(x, target, multiply=False)
+        return torch.stack([REDUCTIONS[reduce](g.abs().flatten(1)) for g in grads], dim=1)
+
+
+def full_model_layer_ig(backbone, head: nn.Module, x: Tensor, target: Tensor,
+                        reference: Sequence[Tensor] | None, layers: Sequence[int] | None = None,
+                        n_steps: int = 32, internal_batch_size: int | None = None, reduce: str = "sum") -> Tensor:
+    """Captum's straightforward route: one ``LayerIntegratedGradients`` per tapped layer over the
+    full model (images → backbone → head → p_ŷ), every step a full forward and backward pass.
+
+    Captum takes a layer's baseline from the *input* baseline; to make it the reference
+    activation h̄_i, tap i's output goes through a ``_Blend`` point b·h_i + (1 − b)·h̄_i whose
+    switch b is a second model input (1 for the input, 0 for the baseline; the images are the
+    same), and Captum attributes to that point. (B, len(layers))."""
+    from captum.attr import LayerIntegratedGradients
+
+    scope = NetworkScope(backbone, head, reference, prefix=False)
+    layers = range(scope.num_layers) if layers is None else layers
+    on, off = torch.ones(len(x), device=x.device), torch.zeros(len(x), device=x.device)
+    scores = []
+    for i in layers:
+        blend = _Blend()
+
+        def forward(images, b, i=i, blend=blend):
+            patch = lambda out: blend(out, b, scope.fill(i, out))
+            return scope.probs(scope.pooled(backbone.patched_activations(images, i, patch=patch)))
+
+        attr = LayerIntegratedGradients(forward, blend).attribute(
+            (x, on), baselines=(x, off), target=target, n_steps=n_steps, internal_batch_size=internal_batch_size)
+        scores.append(REDUCTIONS[reduce](_first(attr).flatten(1)).detach())
+    return torch.stack(scores, dim=1)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class ScopeComparison:
+    """--scope both: per method, Spearman ρ between its head-scope and network-scope scores (mean
+    over samples where both vary); per layer, mean Δ at each scope and the direct share."""
+
+    methods: dict[str, dict]  # name -> {"spearman", "spearman_std", "defined", "undefined"}
+    layers: dict[str, dict]  # name -> {"delta_head", "delta_network", "direct_share"}
+
+    def to_dict(self) -> dict:
+        return {"methods": self.methods, "layers": self.layers}
+
+
+@dataclass
+class NetworkResult:
+    """The network-scope results: the same per-method shape as the head scope's ``methods``."""
+
+    methods: dict
+    patched: str  # "prefix" (continue_from) or "full" (hooks)
+    reference: str  # "mean" or "zero"
+    comparison: ScopeComparison | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        out = {"methods": {m: {k: v for k, v in s.to_dict().items() if k in NETWORK_KEYS}
+                           for m, s in self.methods.items()}, "patched": self.patched,
+               "reference": self.reference, "notes": self.notes}
+        if self.comparison is not None:
+            out["scopes"] = self.comparison.to_dict()
+        return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _method_scores(methods, rho, d1, oracle, random, reasons, degenerate: Tensor) -> dict[str, MethodScores]:
+    """Faithfulness and Deletion@1 per method from the per-sample rows, as at head scope (built here,
+    with MethodScores' own fields, so that the head scope's summaries can grow without touching this).
+    ``degenerate``: (N,) samples whose total effects vary in at most one layer; their ρ is undefined, as
+    at head scope. The deeper metrics keep their defaults (not computed here; not in the JSON)."""
+    nan = float("nan")
+    mean = lambda t: t.double().mean().item() if len(t) else nan
+    or_m, ra_m = mean(oracle), mean(random)
+    n_degenerate = int(degenerate.sum())
+    out = {}
+    for m in methods:
+        if reasons[m]:
+            out[m] = MethodScores(nan, nan, 0, len(oracle), nan, or_m, ra_m, nan, available=False, note=reasons[m],
+                                  degenerate=n_degenerate)
+            continue
+        f, std, n_def, undefined = nan_summary(rho[m].masked_fill(degenerate, nan))
+        d = mean(d1[m])
+        out[m] = MethodScores(f, std, n_def, undefined, d, or_m, ra_m, normalised_deletion(d, or_m, ra_m),
+                              degenerate=n_degenerate)
+    return out
+
+
+def _summary(values: Tensor) -> dict:
+    mean, std, n, undefined = nan_summary(values)
+    return {"spearman": mean, "spearman_std": std, "defined": n, "undefined": undefined}
+
+
+def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None,
+                     scope: str = "both", reference: Sequence[Tensor] | None = None,
+                     use_cache: bool = True, prefix: bool | None = None) -> AuditResult:
+    """``laya audit --scope network|both``: the network-scope audit (and, for ``both``, the head
+    scope's own ``run_audit`` plus their comparison). ``eval_data`` must hold the images (EvalData).
+
+    ``reference``: the unpooled activation a patched layer takes (default: ``network_reference``).
+    Streams in batches of ``settings.batch_size``; under torchrun the batches are sharded as in
+    ``run_audit`` and the per-sample numbers gathered. Returns an ``AuditResult`` whose ``network``
+    holds the network scope (for ``network`` alone its head-scope ``methods`` are empty).
+    """
+    settings = (settings or AuditSettings()).validate()
+    scope = ScopeSettings(scope).validate().scope
+    if scope == "head":
+        return run_audit(model, eval_data, methods, settings)
+    images = getattr(eval_data, "images", None)
+    if images is None:
+        raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
+    head, dev, backbone = model.head, settings.device, model.backbone
+    methods = list(dict.fromkeys(methods))
+    for m in methods:
+        if m not in METHODS:
+            raise unknown_choice("method", m, METHODS)
+    check_ablation(head, settings.ablation)
+    check_network_scope(model, settings.ablation)
+    if reference is None:
+        reference = network_reference(model, settings.ablation, dev, use_cache)
+    backbone.eval().to(dev)
+    head.eval().to(dev)
+    net = NetworkScope(backbone, head, reference, prefix)
+    head_result = run_audit(model, eval_data, methods, settings) if scope == "both" else None
+    both = head_result is not None
+
+    reasons = {m: unavailable_reason(m, head) for m in methods}
+    kind, n_layers = head_kind(head), net.num_layers
+    n = len(images)
+    if n == 0:
+        raise LayaError("nothing to audit: the data set has no samples")
+    mean_ref = [r.to(dev).float() for r in model.reference] if model.reference is not None else None
+    head_ref = None if settings.ablation == "zero" else mean_ref  # head-scope Δ (for the comparison)
+    head_base = [torch.zeros_like(r) for r in mean_ref] if settings.ablation == "zero" and mean_ref else mean_ref
+    labels_all = eval_data.features.labels if hasattr(eval_data, "features") else eval_data.labels
+
+    bs = settings.batch_size
+    start, stop = shard_bounds(n, bs)
+    generator = torch.Generator().manual_seed(settings.seed)
+    if "random" in methods and not reasons["random"]:
+        for s in range(0, start, bs):  # the draws of earlier ranks' batches: the numbers of one process
+            random_scores(min(bs, n - s), n_layers, generator)
+    want_global = "global" in methods and not reasons["global"]
+    alpha_sums, deltas = [], []
+    preds, labels, oracle, rand, degenerate = [], [], [], [], []
+    rho = {m: [] for m in methods}
+    d1 = {m: [] for m in methods}
+    cross = {m: [] for m in ["lolo_effects", *methods]}  # ρ(head-scope scores, network-scope scores)
+    dh_sum, dn_sum = [], []
+    n_batches = (stop - start + bs - 1) // bs
+    batches = image_batches(images, bs, start, stop)
+    for s, xb in track(zip(range(start, stop, bs), batches), "auditing (network scope)", total=n_batches):
+        x = to_float_images(to_device(xb, dev))
+        y = labels_all[s:s + len(xb)].to(dev)
+        hs = net.activations(x)
+        with torch.no_grad():
+            feats = net.pooled(hs)
+            pred = head(feats).logits.argmax(-1)
+        target = pred if settings.target == "predicted" else y
+        delta = net.effects(x, hs, feats, target).cpu()
+        ctx = AttributionContext(target, head_base, settings.steps, settings.internal_batch_size, settings.reduce,
+                                 generator, None)
+        if both:
+            dh = lolo_effects(head, feats, target, head_ref, settings.ablation).cpu()
+            cross["lolo_effects"].append(spearman_rows(dh, delta))
+            dh_sum.append(dh.double().sum(0, keepdim=True))
+            dn_sum.append(delta.double().sum(0, keepdim=True))
+        for m in methods:
+            if reasons[m] or m == "global":
+                continue
+            if m == "ig":
+                a = net.integrated_gradients(x, hs, feats, target, settings.steps, settings.internal_batch_size,
+                                             settings.reduce)
+            elif m == "gradxact":
+                a = net.gradient_x_activation(x, target, settings.reduce)
+            elif m == "saliency":
+                a = net.saliency(x, target, settings.reduce)
+            else:
+                a = METHODS[m](head, feats, ctx)
+            a = a.cpu()
+            rho[m].append(spearman_rows(a, delta))
+            d1[m].append(deletion_at_1(a, delta)[0])
+            if both:
+                a_head = METHODS[m](head, feats, ctx).cpu() if m in SCOPED_METHODS else a
+                cross[m].append(spearman_rows(a_head, a))
+        if want_global:
+            alpha_sums.append(laya_attention(head, feats).cpu().double().sum(0, keepdim=True))
+            deltas.append(delta)
+        _, o, r = deletion_at_1(delta, delta)
+        oracle.append(o)
+        rand.append(r)
+        degenerate.append(degenerate_effects(delta).to(torch.uint8))  # gathered as uint8, as run_audit does
+        preds.append(pred.cpu())
+        labels.append(y.cpu())
+
+    preds, labels = gather_rows([cat_rows(preds, torch.long), cat_rows(labels, torch.long)], n)
+    oracle, rand = gather_rows([cat_rows(oracle), cat_rows(rand)], n)
+    degenerate = gather_rows(cat_rows(degenerate, torch.uint8), n).bool()
+    computed = lambda m: not reasons[m] and m != "global"
+    rho = {m: gather_rows(cat_rows(v), n) if computed(m) else cat_rows(v) for m, v in rho.items()}
+    d1 = {m: gather_rows(cat_rows(v), n) if computed(m) else cat_rows(v) for m, v in d1.items()}
+    global_w = None
+    if want_global:
+        global_w = (gathered_sum(alpha_sums, n_layers) / n).float()
+        delta_all = gather_rows(cat_rows(deltas, torch.float32, n_layers), n)
+        a = global_weights(global_w, n)
+        rho["global"], d1["global"] = spearman_rows(a, delta_all), deletion_at_1(a, delta_all)[0]
+
+    layer_names = list(getattr(model, "layer_names", None) or backbone.layer_names)
+    comparison = None
+    if both:
+        # keys decided alike on every rank (a rank with an empty shard still takes part in each gather)
+        cross_all = {k: gather_rows(cat_rows(v), n) for k, v in cross.items() if k == "lolo_effects" or computed(k)}
+        mh, mn = (gathered_sum(part, n_layers) / n for part in (dh_sum, dn_sum))
+        comparison = ScopeComparison(
+            methods={k: _summary(v) for k, v in cross_all.items()},
+            layers={name: {"delta_head": float(mh[i]), "delta_network": float(mn[i]),
+                           "direct_share": float(mh[i] / mn[i]) if abs(float(mn[i])) > 1e-12 else float("nan")}
+                    for i, name in enumerate(layer_names)})
+    net_notes = []
+    if settings.by_class:
+        net_notes.append("--by-class covers the head scope only")
+    if any(m in methods for m in ("laya", "contrib", "global")):
+        net_notes.append("network scope: laya, contrib and global are the head's own (direct-effect) scores, "
+                         "here scored against total effects")
+    network = NetworkResult(_method_scores(methods, rho, d1, oracle, rand, reasons, degenerate),
+                            "prefix" if net.prefix else "full", settings.ablation, comparison, net_notes)
+    if head_result is None:
+        from dataclasses import asdict
+
+        head_result = AuditResult(
+            settings={**asdict(settings), "methods": methods, "head": kind,
+                      "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},
+            n_samples=len(labels), accuracy=accuracy(preds, labels), layers=layer_names, methods={},
+            notes=_notes(methods, reasons, n_layers, kind, settings))
+    head_result.settings["scope"] = scope
+    head_result.network = network
+    return head_result

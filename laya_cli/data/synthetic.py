@@ -1,0 +1,83 @@
+"""Small, real, generated inputs: an image folder of drawn shapes, a seeded head with features, a
+briefly trained digits checkpoint. Used by the tests (through ``laya_cli.testing``), by the speed
+benchmarks, and by anyone who wants a laya model to try something on without downloading data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def make_image_folder(root: Path, classes: Sequence[str] = ("circle", "square", "cross"), per_class: int = 12,
+                      size: int = 40, seed: int = 0) -> Path:
+    """Draw a small, learnable ImageFolder tree: one simple shape per class, random placement."""
+    from PIL import Image, ImageDraw
+
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            im = Image.new("RGB", (size, size), tuple(int(v) for v in rng.integers(0, 60, 3)))
+            d = ImageDraw.Draw(im)
+            x, y = rng.integers(4, size // 2, 2)
+            s = int(rng.integers(size // 4, size // 2))
+            colour = (230, 200, 40)
+            if c % 3 == 0:
+                d.ellipse([x, y, x + s, y + s], fill=colour)
+            elif c % 3 == 1:
+                d.rectangle([x, y, x + s, y + s], fill=colour)
+            else:
+                d.line([x, y, x + s, y + s], fill=colour, width=3)
+                d.line([x, y + s, x + s, y], fill=colour, width=3)
+            im.save(root / name / f"{i:03d}.png")
+    return root
+
+
+def make_head_and_features(kind: str = "laya", seed: int = 0, batch: int = 7, dims=(12, 8, 6, 10),
+                           num_classes: int = 5):
+    """A small seeded head with random layer features and an ablation reference: (head, feats, ref)."""
+    import torch
+
+    from ..runtime.config import HeadConfig
+    from ..model.heads import build_head
+
+    torch.manual_seed(seed)
+    head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    feats = [torch.randn(batch, d, generator=g) for d in dims]
+    ref = [torch.randn(d, generator=g) * 0.3 for d in dims]
+    return head, feats, ref
+
+
+def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, patience: int | None = None,
+                 d_star: int = 96, score_hidden: int = 192, align: float = 0.0, **extra) -> Path:
+    """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
+    from ..runtime import progress
+    from ..runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from ..training.loop import train
+
+    req = TrainRequest(head=head, data=DataRequest("digits", seed=seed),
+                       head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
+                       train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align), out=str(out),
+                       **extra)
+    with progress.enabled(False):
+        train(req)
+    return Path(out)
+
+
+def frozen_cnn_and_images(n: int = 40, size: int = 16, seed: int = 0):
+    """The built-in cnn (seeded, eval mode) with n seeded random uint8 images and labels 0,1,2,…:
+    (backbone, images, labels). Feature extraction on it is fast and deterministic."""
+    import torch
+
+    from ..backbones.build import BackboneSpec, build_backbone
+
+    torch.manual_seed(seed)
+    backbone = build_backbone(BackboneSpec("cnn", in_channels=3, image_size=(size, size))).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    return backbone, images, torch.arange(n) % 3

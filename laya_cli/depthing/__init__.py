@@ -1,0 +1,8 @@
+"""``laya depth``: truncation (``truncation``), compute per tap (``compute``), early exit (``early_exit``) and
+the job (``run``).
+"""
+
+from .._moved import moved_names
+
+# What the module this package replaced exported, still importable from here (deprecated).
+__getattr__ = moved_names(__name__, 'depthing.run')

@@ -1,0 +1,339 @@
+"""``laya depth``: how much of the network does each prediction need?
+
+For k = 1..L: the accuracy of the model cut after tap k (α masked above k and renormalised, or a
+head refitted on the taps ≤ k), the backbone FLOPs and wall time to reach tap k, early-exit policies
+swept over thresholds with their cheapest operating points, the per-sample minimal sufficient depth,
+and a checkpoint cut after tap K (``--truncate K --out small.pt``). Definitions: docs/depth.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from . import early_exit as ee
+from ..runtime.config import DepthSettings, HeadConfig, TrainConfig
+from ..runtime.distributed import barrier, is_main
+from ..runtime.errors import LayaError
+from ..features.evaldata import in_memory
+from ..features.extraction import LayerFeatures, to_float_images
+from ..runtime.fileio import json_safe, strict_json
+from ..model.heads import head_kind
+from ..data.images import take
+from ..auditing.metrics import accuracy, macro_f1
+from ..runtime.progress import log
+from .truncation import check_k, check_maskable, fold_head, masked_output, refit_head
+
+DEPTH_FORMAT = "laya-depth"
+DEPTH_VERSION = 1
+TOLERANCES = (0.01, 0.005)  # operating points within 1 pp and 0.5 pp of the full model's accuracy
+
+
+@dataclass
+class DepthResult:
+    settings: dict
+    n_samples: int
+    layers: list[str]
+    classes: list[str]
+    head: str
+    full: dict  # accuracy, macro_f1 of the full model on these samples
+    compute: dict  # flops per tap (cumulative), per block, of the full model; seconds per image; fractions
+    truncation: list[dict]  # one row per k
+    early_exit: dict | None  # source, points, operating points
+    oracle: dict  # minimal sufficient depth
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return json_safe({"format": DEPTH_FORMAT, "version": DEPTH_VERSION, **asdict(self)})
+
+    def to_json(self) -> str:
+        return strict_json(self.to_dict())
+
+    def to_pandas(self):
+        """The truncation table, one row per depth ``k`` (the index): ``layer``, ``accuracy``, ``macro_f1``
+        and ``delta`` (vs the full model) of the model cut after tap k (α masked; None for a head without
+        α), ``flops``/``flops_block``/``flops_fraction`` and ``seconds_per_image``/``time_fraction`` up to
+        tap k, and with refit ``refit_accuracy``, ``refit_macro_f1``, ``refit_delta``, ``refit_epochs``."""
+        import pandas as pd
+
+        return pd.DataFrame(self.truncation).set_index("k")
+
+
+# --------------------------------------------------------------------------- per-depth predictions
+
+
+@torch.no_grad()
+def depth_predictions(head, feats: LayerFeatures, reference: list[Tensor], batch_size: int = 256,
+                      device: str = "cpu") -> tuple[Tensor, Tensor, Tensor | None]:
+    """(N, L) predictions and p_max of the head masked above each depth k (column L-1: the full head),
+    and (N, L) the α mass of the layers ≤ k (None for a head without α)."""
+    check_maskable(head)
+    head.eval().to(device)
+    n, L = len(feats), len(feats.feats)
+    ref = [r.to(device).float() for r in reference]
+    preds = torch.empty(n, L, dtype=torch.long)
+    pmax = torch.empty(n, L, dtype=torch.float64)
+    mass = torch.empty(n, L, dtype=torch.float64) if head.has_alpha else None
+    for s in range(0, n, batch_size):
+        e = min(s + batch_size, n)
+        x = [f[s:e].to(device).float() for f in feats.feats]
+        for k in range(1, L + 1):
+            out = masked_output(head, x, ref, k)
+            preds[s:e, k - 1] = out.logits.argmax(-1).cpu()
+            pmax[s:e, k - 1] = torch.softmax(out.logits.double(), -1).max(-1).values.cpu()
+            if mass is not None:  # computed as 1 − the mass above k: exactly 1 at k = L
+                mass[s:e, k - 1] = 1 - out.alpha[:, k:].double().sum(-1).cpu()
+    return preds, pmax, mass
+
+
+@torch.no_grad()
+def head_predictions(head, feats: LayerFeatures, k: int, batch_size: int = 256,
+                     device: str = "cpu") -> tuple[Tensor, Tensor]:
+    """Predictions and p_max of a head that reads the first k layers."""
+    head.eval().to(device)
+    preds, pmax = [], []
+    for s in range(0, len(feats), batch_size):
+        logits = head([f[s:s + batch_size].to(device).float() for f in feats.feats[:k]]).logits
+        preds.append(logits.argmax(-1).cpu())
+        pmax.append(torch.softmax(logits.double(), -1).max(-1).values.cpu())
+    return torch.cat(preds), torch.cat(pmax)
+
+
+def _train_config(model, settings: DepthSettings) -> TrainConfig:
+    known = {f for f in TrainConfig.__dataclass_fields__}
+    cfg = TrainConfig(**{k: v for k, v in model.checkpoint.get("train_config", {}).items() if k in known})
+    cfg.device = settings.device
+    if settings.refit_epochs is not None:
+        cfg.epochs = settings.refit_epochs
+    return cfg.validate()
+
+
+def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: DepthSettings) -> dict[int, tuple]:
+    """{k: (head, epochs run)}: a head of the checkpoint's kind retrained on the taps ≤ k."""
+    cfg = _train_config(model, settings)
+    head_cfg = HeadConfig(**model.checkpoint["head"]["config"])
+    train, val = fit_feats["train"], fit_feats["val"]
+    out = {}
+    for k in depths:
+        log(f"refit: {model.head_kind} head on the first {k} layer(s)")
+        # One line per epoch: a refit on a large split runs for minutes, silence would look like a hang.
+        head, history = refit_head(model.head_kind, (train.feats, train.labels), (val.feats, val.labels), k,
+                                   len(model.classes), head_cfg, cfg,
+                                   on_epoch=lambda r, k=k: log(f"  refit k={k} epoch {r.epoch:3d}  val acc "
+                                                               f"{r.val_accuracy:.4f}{'  *best' if r.best else ''}"))
+        out[k] = (head, len(history))
+    return out
+
+
+# --------------------------------------------------------------------------- compute
+
+
+def _compute_input(data, model, n: int, device: str) -> Tensor:
+    images = getattr(data, "images", None)
+    if images is not None and len(images):
+        x = take(images, slice(0, min(n, len(images))))
+        x = to_float_images(torch.as_tensor(x) if not isinstance(x, Tensor) else x)
+        if len(x) < n:  # fewer samples than a timing batch: repeat them
+            x = x.repeat((n + len(x) - 1) // len(x), 1, 1, 1)[:n]
+        return x.to(device)
+    return model.backbone.probe_input(n).to(device)
+
+
+def measure_compute(model, data, settings: DepthSettings) -> dict:
+    """FLOPs per image up to each tap and of the whole model; wall seconds per image likewise."""
+    from .compute import model_flops, tap_flops, tap_seconds
+
+    backbone = model.backbone.to(settings.device)
+    x = _compute_input(data, model, settings.time_batch, settings.device)
+    flops = tap_flops(backbone, x[:1])
+    full = model_flops(backbone, x[:1])
+    out = {"flops": flops, "flops_block": [f - p for f, p in zip(flops, [0, *flops[:-1]])],
+           "flops_full_model": full, "flops_fraction": [f / full if full else float("nan") for f in flops],
+           "seconds_per_image": None, "seconds_full_model": None, "time_fraction": None,
+           "time_batch": settings.time_batch, "time_repeats": settings.time_repeats, "device": settings.device}
+    if settings.time_repeats:
+        secs, full_secs = tap_seconds(backbone, x, settings.time_repeats)
+        out.update(seconds_per_image=secs, seconds_full_model=full_secs,
+                   time_fraction=[s / full_secs for s in secs])
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def run_depth(model, data, settings: DepthSettings | None = None,
+              fit_feats: dict[str, LayerFeatures] | None = None) -> DepthResult:
+    """The whole analysis on ``data`` (EvalData or features). ``fit_feats`` (train/val features of the
+    checkpoint's data) are needed with ``settings.refit``."""
+    settings = (settings or DepthSettings()).validate()
+    head, dev, bs = model.head, settings.device, settings.batch_size
+    maskable = getattr(head, "maskable", False)
+    if not maskable and not settings.refit:
+        check_maskable(head)
+    feats = in_memory(getattr(data, "features", data))
+    if len(feats) == 0:
+        raise LayaError("nothing to analyse: the data set has no samples")
+    L, labels, C = len(feats.feats), feats.labels, len(model.classes)
+    layers = list(model.layer_names)
+    notes: list[str] = []
+
+    full_pred, full_pmax = head_predictions(head, feats, L, bs, dev)
+    full_acc = accuracy(full_pred, labels)
+    masked = depth_predictions(head, feats, model.reference, bs, dev) if maskable else None
+
+    refit = None
+    if settings.refit:
+        if fit_feats is None:
+            raise LayaError("--refit needs the features of the checkpoint's training data")
+        heads = refit_heads(model, fit_feats, range(1, L + 1), settings)
+        refit = {k: (*head_predictions(h, feats, k, bs, dev), epochs) for k, (h, epochs) in heads.items()}
+
+    compute = measure_compute(model, data, settings)
+    flops_frac = compute["flops_fraction"]
+    time_frac = compute["time_fraction"]
+
+    rows = []
+    for k in range(1, L + 1):
+        row = {"k": k, "layer": layers[k - 1], "accuracy": None, "macro_f1": None, "delta": None}
+        if masked is not None:
+            p = masked[0][:, k - 1]
+            acc = accuracy(p, labels)
+            row.update(accuracy=acc, macro_f1=macro_f1(p, labels, C), delta=acc - full_acc)
+        row.update(flops=compute["flops"][k - 1], flops_block=compute["flops_block"][k - 1],
+                   flops_fraction=flops_frac[k - 1],
+                   seconds_per_image=compute["seconds_per_image"][k - 1] if time_frac else None,
+                   time_fraction=time_frac[k - 1] if time_frac else None)
+        if refit is not None:
+            p, _, epochs = refit[k]
+            acc = accuracy(p, labels)
+            row.update(refit_accuracy=acc, refit_macro_f1=macro_f1(p, labels, C), refit_delta=acc - full_acc,
+                       refit_epochs=epochs)
+        rows.append(row)
+
+    # Early exit and the oracle read the masked predictions, or the refitted heads' when the head has no α
+    # (the full model stays the checkpoint's own head at k = L).
+    if masked is not None:
+        source, preds, pmax, mass = "masked", masked[0], masked[1], masked[2]
+    else:
+        source = "refit"
+        preds = torch.stack([refit[k][0] for k in range(1, L)] + [full_pred], 1)
+        pmax = torch.stack([refit[k][1] for k in range(1, L)] + [full_pmax], 1)
+        mass = None
+        notes.append(f"a {head_kind(head)} head has no α: early exit and the oracle use the refitted heads "
+                     f"below depth {L}")
+    points = ee.sweep("p_max", preds, pmax, labels, settings.thresholds, flops_frac, time_frac, C)
+    if mass is not None:
+        points += ee.sweep("alpha_mass", preds, mass, labels, settings.thresholds, flops_frac, time_frac, C)
+    operating = {}
+    for tol in TOLERANCES:
+        best = ee.cheapest_within(points, full_acc, tol)
+        by_policy = {pol: ee.cheapest_within([p for p in points if p.policy == pol], full_acc, tol)
+                     for pol in dict.fromkeys(p.policy for p in points)}
+        operating[f"{tol * 100:g}pp"] = {"tolerance": tol, "best": best.to_dict() if best else None,
+                                         "by_policy": {k: v.to_dict() if v else None for k, v in by_policy.items()}}
+    early = {"source": source, "points": [p.to_dict() for p in points], "operating_points": operating}
+
+    depth = ee.minimal_sufficient_depth(preds)
+    flops_t = torch.tensor(flops_frac, dtype=torch.float64)
+    by_class = {}
+    for c in range(C):
+        rows_c = labels == c
+        if rows_c.any():
+            by_class[model.classes[c]] = ee.depth_histogram(depth[rows_c], L)
+    oracle = {"source": source, "mean_depth": float(depth.double().mean() + 1),
+              "flops_fraction": float(flops_t[depth].mean()),
+              "time_fraction": float(torch.tensor(time_frac, dtype=torch.float64)[depth].mean()) if time_frac else None,
+              "histogram": ee.depth_histogram(depth, L), "by_class": by_class}
+    if L < 2:
+        notes.append("only 1 layer: there is no shallower model to compare with")
+    return DepthResult(
+        settings={**asdict(settings), "head": head_kind(head), "dataset": getattr(data, "dataset", None)},
+        n_samples=len(labels), layers=layers, classes=list(model.classes), head=head_kind(head),
+        full={"accuracy": full_acc, "macro_f1": macro_f1(full_pred, labels, C)}, compute=compute,
+        truncation=rows, early_exit=early, oracle=oracle, notes=notes)
+
+
+# --------------------------------------------------------------------------- a truncated model out
+
+
+@dataclass
+class TruncateResult:
+    k: int
+    layer: str
+    head: str  # masked | refit
+    accuracy: float
+    macro_f1: float
+    full_accuracy: float
+    parameters: int  # backbone parameters kept
+    parameters_full: int
+    flops_fraction: float
+    out: str
+
+
+def _n_params(state: dict) -> int:
+    return int(sum(t.numel() for t in state.values() if t.is_floating_point()))
+
+
+def truncate_model(model, data, settings: DepthSettings, out: str | Path,
+                   fit_feats: dict[str, LayerFeatures] | None = None) -> TruncateResult:
+    """Write a laya checkpoint whose backbone stops after tap K and whose head reads the taps ≤ K
+    (the masked head folded into a K-layer head, or with ``refit`` a retrained one). It is built by the
+    one checkpoint builder (``checkpoint.checkpoint_body``) from the cut backbone, so its weights are the
+    kept ones, its SHA-256 is theirs, and ``model.load_model`` rebuilds it (``spec.cut``)."""
+    from ..backbones.build import BackboneSpec
+    from ..model.checkpoint import checkpoint_body, save_checkpoint
+    from .compute import model_flops, tap_flops
+
+    settings = settings.validate()
+    L = model.num_layers
+    k = check_k(settings.truncate, L)
+    ckpt = model.checkpoint
+    if ckpt["backbone"].get("program") is not None:
+        raise LayaError("a torch.export program (.pt2) backbone cannot be written truncated; "
+                        "export the model up to the layer you want instead")
+    if not settings.refit:
+        check_maskable(model.head)
+    feats = in_memory(getattr(data, "features", data))
+    labels, C = feats.labels, len(model.classes)
+    dev = settings.device
+    small_backbone = model.backbone.truncated(k)  # one line when the model cannot be cut there
+    if settings.refit:
+        if fit_feats is None:
+            raise LayaError("--refit needs the features of the checkpoint's training data")
+        head, _ = refit_heads(model, fit_feats, [k], settings)[k]
+        how = "refit"
+    else:
+        head = fold_head(model.head, [r.to(dev) for r in model.reference], k,
+                         HeadConfig(**ckpt["head"]["config"]), C)
+        how = "masked"
+    pred, _ = head_predictions(head, feats, k, settings.batch_size, dev)
+    full_pred, _ = head_predictions(model.head, feats, L, settings.batch_size, dev)
+    spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
+    spec.layers, spec.formats, spec.cut = list(model.layer_names[:k]), list(model.backbone.tap_formats[:k]), True
+    kept = small_backbone.model.state_dict()
+    full_state = model.backbone.model.state_dict()
+    x = _compute_input(data, model, 1, dev)
+    flops_frac = tap_flops(model.backbone.to(dev), x)[k - 1] / max(model_flops(model.backbone, x), 1)
+    acc, full_acc = accuracy(pred, labels), accuracy(full_pred, labels)
+    n_kept, n_full = _n_params(kept), _n_params(full_state)
+    source = (f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
+              f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})")
+    small = checkpoint_body(
+        backbone=small_backbone, spec=spec, head=head, head_config=dict(ckpt["head"]["config"]),
+        dims=list(ckpt["dims"][:k]), classes=model.classes, dataset=ckpt.get("dataset", {}),
+        reference=[r.detach().cpu() for r in model.reference[:k]], history=ckpt.get("history", []),
+        metrics={**ckpt["metrics"], "test_accuracy": acc, "test_macro_f1": macro_f1(pred, labels, C)},
+        train_config=ckpt.get("train_config", {}), feature_dtype=ckpt.get("feature_dtype", "float32"),
+        recorded={**ckpt["backbone"], "source": source})
+    small["truncated"] = {"depth": k, "of": L, "layer": model.layer_names[k - 1], "head": how,
+                          "parameters": n_kept, "parameters_full": n_full,
+                          "flops_fraction": flops_frac, "full_test_accuracy": full_acc,
+                          "evaluated_on": {"dataset": getattr(data, "dataset", None), "samples": len(labels)}}
+    if is_main():  # under torchrun every rank computes the same; rank 0 writes
+        save_checkpoint(small, out)
+    barrier()
+    return TruncateResult(k, model.layer_names[k - 1], how, acc, small["metrics"]["test_macro_f1"],
+                          full_acc, n_kept, n_full, flops_frac, str(out))

@@ -1,0 +1,421 @@
+"""``laya export``: per-sample layer attention as data (tables) and as pictures.
+
+What gets written (documented in docs/export.md):
+
+  DIR/samples.{csv,parquet,npz}   one row per sample: index, label, label_name, predicted,
+                                  predicted_name, correct, p_pred, alpha[<layer>]…, contrib[<layer>]…
+  DIR/profiles.csv                class × layer mean/std/n of α (and contrib), for all /
+                                  correct / incorrect predictions, grouped by the TRUE class
+  DIR/global_profile.csv          layer mean/std/n over all samples (all / correct / incorrect)
+  DIR/attention_shift.csv         per class: Jensen–Shannon divergence (base 2) between the mean α
+                                  of correct and of incorrect predictions, ranked
+  DIR/summary.json                model info, accuracy, the small tables, the file list
+  DIR/plots/*.png                 matplotlib figures (see figures.py), unless plots are off
+  DIR/report.html                 one self-contained page with every plot embedded and the per-sample explorer
+  DIR/audit.json                  with --audit FILE: that audit (the report shows it)
+  DIR/depth.json                  with --depth FILE (or MODEL.depth.json beside the checkpoint): that depth result
+
+Everything is built in a hidden temp folder next to DIR and renamed into place at the end,
+so an error or an interrupt never leaves a half-written export behind.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from ..runtime import fileio
+from ..auditing.methods import contrib as contrib_scores
+from ..runtime.config import check_at_least
+from ..runtime.distributed import broadcast_object, gather_rows, is_main, shard_bounds
+from ..runtime.errors import LayaError, match_choice, unknown_choice
+from ..features.extraction import feature_batches, num_layers
+from ..runtime.fileio import json_safe, strict_json
+from .profiles import (
+    alpha_col,
+    attention_shift,
+    class_layer_profiles,
+    contrib_col,
+    global_profile,
+    subset_mask,
+)
+
+EXPORT_FORMAT = "laya-export"
+EXPORT_VERSION = 1
+FORMATS = ("csv", "parquet", "npz")
+SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
+RESULT_FILES = {"audit": "audit.json", "depth": "depth.json"}  # attached results (report.html shows each), copied into the export
+
+
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass
+class Export:
+    """Everything an export writes, as in-memory tables (usable without writing anything)."""
+
+    table: pd.DataFrame  # one row per sample
+    layers: list[str]
+    classes: list[str]
+    has_alpha: bool
+    has_contrib: bool
+    alpha_is_global: bool  # scalarmix: the same α for every input
+    profiles: pd.DataFrame | None  # long: quantity, subset, class, class_name, layer, layer_index, mean, std, n
+    global_profile: pd.DataFrame | None  # long: quantity, subset, layer, layer_index, mean, std, n
+    shift: pd.DataFrame | None  # ranked JS table, one row per class
+    images: Tensor | None  # raw images of the samples, same order as the table (for the strip)
+    info: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    out: Path | None = None  # set once written
+    files: list[str] = field(default_factory=list)  # relative paths written, set once written
+    results: dict[str, dict] = field(default_factory=dict)  # attached results, e.g. {"audit": audit JSON}
+
+    @property
+    def n(self) -> int:
+        return len(self.table)
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.table["correct"].mean()) if len(self.table) else float("nan")
+
+    def matrix(self, subset: str = "all", quantity: str = "alpha", stat: str = "mean") -> np.ndarray:
+        """(C, L) class × layer matrix of one statistic from the profiles."""
+        if self.profiles is None:
+            raise LayaError("this export has no layer attention")
+        p = self.profiles[(self.profiles["quantity"] == quantity) & (self.profiles["subset"] == subset)]
+        return p.pivot(index="class", columns="layer_index", values=stat).reindex(
+            index=range(len(self.classes)), columns=range(len(self.layers))).to_numpy(dtype=float)
+
+    def counts(self, subset: str = "all") -> np.ndarray:
+        """(C,) number of samples per true class in a subset."""
+        return np.bincount(self.table["label"].to_numpy()[subset_mask(self.table, subset)],
+                           minlength=len(self.classes))
+
+
+# --------------------------------------------------------------------------- computing
+
+
+@torch.no_grad()
+def _predict(model, feats, device: str, batch_size: int):
+    """logits, α (or None) and contrib (or None) for all samples, on the CPU.
+
+    ``feats``: LayerFeatures or StreamedFeatures (streamed in batches). Under torchrun each rank
+    runs its own contiguous whole batches and the rows are gathered back in order on every rank.
+    """
+    head = model.head.to(device).eval()
+    has_alpha, can_contrib = head.has_alpha, head.has_layer_logits  # decided up front: a rank may get no batch
+    n, n_layers, n_classes = len(feats), num_layers(feats), len(model.classes)
+    start, stop = shard_bounds(n, batch_size)
+    logits, alphas, contribs = [], [], []
+    for chunk, _ in feature_batches(feats, batch_size, start, stop):
+        x = [f.to(device).float() for f in chunk]
+        out = head(x)
+        logits.append(out.logits.float().cpu())
+        if has_alpha:
+            if out.alpha is None:
+                raise LayaError(f"the {model.head_kind} head returned no layer attention")
+            alphas.append(out.alpha.float().cpu())
+            if can_contrib:
+                contribs.append(contrib_scores(head, x, out.logits.argmax(-1)).cpu())
+    cat = (lambda xs, w, dt=torch.float32: torch.cat(xs) if xs else torch.zeros(0, w, dtype=dt))
+    logits = gather_rows(cat(logits, n_classes), n)
+    alpha = gather_rows(cat(alphas, n_layers), n) if has_alpha else None
+    contrib = gather_rows(cat(contribs, n_layers, torch.float64), n) if has_alpha and can_contrib else None
+    return logits, alpha, contrib
+
+
+def build_table(index, labels, logits: Tensor, alpha: Tensor | None, contrib: Tensor | None,
+                layers: Sequence[str], classes: Sequence[str]) -> pd.DataFrame:
+    labels = torch.as_tensor(labels).long()
+    probs = torch.softmax(logits.double(), -1)
+    p_pred, pred = probs.max(-1)
+    names = np.asarray(classes, dtype=object)
+    cols: dict[str, object] = {
+        "index": torch.as_tensor(index).long().numpy(),
+        "label": labels.numpy(),
+        "label_name": names[labels.numpy()] if len(labels) else np.array([], dtype=object),
+        "predicted": pred.numpy(),
+        "predicted_name": names[pred.numpy()] if len(labels) else np.array([], dtype=object),
+        "correct": (pred == labels).numpy(),
+        "p_pred": p_pred.numpy(),
+    }
+    if alpha is not None:
+        for i, name in enumerate(layers):
+            cols[alpha_col(name)] = alpha[:, i].double().numpy()
+    if contrib is not None:
+        for i, name in enumerate(layers):
+            cols[contrib_col(name)] = contrib[:, i].double().numpy()
+    return pd.DataFrame(cols)
+
+
+def assemble(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str], images: Tensor | None = None,
+             info: dict | None = None, alpha_is_global: bool = False, notes: Sequence[str] = ()) -> Export:
+    """Derive profiles, global profile and the JS ranking from a per-sample table."""
+    layers, classes = list(layers), list(classes)
+    has_alpha = all(alpha_col(n) in table for n in layers) and bool(layers)
+    has_contrib = has_alpha and all(contrib_col(n) in table for n in layers)
+    quantities = ["alpha"] + (["contrib"] if has_contrib else [])
+    profiles = class_layer_profiles(table, layers, classes, quantities) if has_alpha else None
+    gprofile = global_profile(table, layers, quantities) if has_alpha else None
+    shift = attention_shift(table, layers, classes) if has_alpha else None
+    return Export(table, layers, classes, has_alpha, has_contrib, alpha_is_global, profiles, gprofile, shift,
+                  images, dict(info or {}), list(notes))
+
+
+def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, info: dict | None = None) -> Export:
+    """Run the head of ``model`` (a LayaModel) over ``data`` (an evaldata.EvalData)."""
+    logits, alpha, contrib = _predict(model, data.features, device, batch_size)
+    notes = []
+    kind = model.head_kind
+    if alpha is None:
+        notes.append(f"the {kind} head has no layer attention: exporting predictions only "
+                     f"(no alpha[…]/contrib[…] columns, profiles, heatmaps or attention shift)")
+    elif contrib is None:
+        notes.append(f"the {kind} head has no per-layer logits: contrib[…] columns are left out "
+                     f"(contrib needs a laya head)")
+    alpha_is_global = kind == "scalarmix"
+    if alpha is not None and alpha_is_global:
+        notes.append("the scalarmix head's α is global (the same for every input), so class profiles are flat "
+                     "and the attention shift is 0")
+    table = build_table(data.index, data.features.labels, logits, alpha, contrib, model.layer_names, model.classes)
+    metrics = model.checkpoint.get("metrics", {})
+    base = {
+        "backbone": model.spec.name,
+        "head": kind,
+        "layers": list(model.layer_names),
+        "classes": list(model.classes),
+        "dataset": data.dataset,
+        "checkpoint_test_accuracy": metrics.get("test_accuracy"),
+    }
+    base.update(info or {})
+    exp = assemble(table, model.layer_names, model.classes, data.images, base, alpha_is_global, notes)
+    exp.info["n_samples"] = exp.n
+    exp.info["accuracy"] = exp.accuracy
+    return exp
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def check_format(fmt: str) -> str:
+    fmt = match_choice("format", fmt, FORMATS)
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise LayaError("--format parquet needs pyarrow: pip install 'laya-audit[parquet]' (or use csv/npz)") from None
+    return fmt
+
+
+def is_export_dir(path: Path) -> bool:
+    """A folder a previous ``laya export`` wrote (its summary.json carries the export marker)."""
+    try:
+        return json.loads((path / "summary.json").read_text(encoding="utf-8")).get("format") == EXPORT_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_out_dir(out: str | Path, overwrite: bool = False) -> Path:
+    """``--out`` may be written: missing, empty, or (with ``overwrite``) a previous laya export."""
+    return fileio.check_out_dir(out, overwrite, is_export_dir, "laya export")
+
+
+def _records(df: pd.DataFrame | None) -> list[dict] | None:
+    if df is None:
+        return None
+    return json_safe(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+
+
+def write_samples(exp: Export, path: Path, fmt: str) -> None:
+    t = exp.table
+    if fmt == "csv":
+        t.to_csv(path, index=False)
+    elif fmt == "parquet":
+        t.to_parquet(path, engine="pyarrow", index=False)
+    elif fmt == "npz":
+        arrays = {
+            "index": t["index"].to_numpy(np.int64),
+            "label": t["label"].to_numpy(np.int64),
+            "label_name": t["label_name"].to_numpy(str),
+            "predicted": t["predicted"].to_numpy(np.int64),
+            "predicted_name": t["predicted_name"].to_numpy(str),
+            "correct": t["correct"].to_numpy(bool),
+            "p_pred": t["p_pred"].to_numpy(np.float64),
+            "layers": np.asarray(exp.layers, dtype=str),
+            "classes": np.asarray(exp.classes, dtype=str),
+        }
+        if exp.has_alpha:
+            arrays["alpha"] = t[[alpha_col(n) for n in exp.layers]].to_numpy(np.float64)
+        if exp.has_contrib:
+            arrays["contrib"] = t[[contrib_col(n) for n in exp.layers]].to_numpy(np.float64)
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+    else:  # pragma: no cover - check_format guards this
+        raise unknown_choice("format", fmt, FORMATS)
+
+
+def summary(exp: Export, fmt: str) -> dict:
+    from .. import __version__
+
+    return json_safe({
+        "format": EXPORT_FORMAT,
+        "format_version": EXPORT_VERSION,
+        "laya_version": __version__,
+        "model": exp.info,
+        "n_samples": exp.n,
+        "accuracy": exp.accuracy,
+        "samples_file": SAMPLE_FILES[fmt],
+        "columns": list(exp.table.columns),
+        "has_alpha": exp.has_alpha,
+        "has_contrib": exp.has_contrib,
+        "alpha_is_global": exp.alpha_is_global,
+        "notes": exp.notes,
+        "results": {key: RESULT_FILES.get(key, f"{key}.json") for key in exp.results},
+        "global_profile": _records(exp.global_profile),
+        "attention_shift": _records(exp.shift),
+        "files": exp.files,
+    })
+
+
+def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
+    from ..report.figures import can_strip, render_plots, thumbnails
+    from ..report.html import render_html
+
+    files = []
+    write_samples(exp, root / SAMPLE_FILES[fmt], fmt)
+    files.append(SAMPLE_FILES[fmt])
+    for name, df in (("profiles.csv", exp.profiles), ("global_profile.csv", exp.global_profile),
+                     ("attention_shift.csv", exp.shift)):
+        if df is not None:
+            df.to_csv(root / name, index=False)
+            files.append(name)
+    pngs: dict[str, str] = {}
+    if plots:
+        (root / "plots").mkdir()
+        pngs = render_plots(exp, root / "plots", strip=strip)
+        files += [f"plots/{p}" for p in pngs.values()]
+    for key, doc in exp.results.items():
+        name = RESULT_FILES.get(key, f"{key}.json")
+        (root / name).write_text(strict_json(doc), encoding="utf-8")
+        files.append(name)
+    files += ["summary.json", "report.html"]
+    exp.files = files
+    thumbs = thumbnails(exp.images) if can_strip(exp) else None  # the explorer's thumbnails
+    (root / "summary.json").write_text(strict_json(summary(exp, fmt)), encoding="utf-8")
+    (root / "report.html").write_text(render_html(exp, root, pngs, SAMPLE_FILES[fmt], plots, thumbs),
+                                      encoding="utf-8")
+    return files
+
+
+def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = True, strip: int = 8,
+                 overwrite: bool = False) -> Export:
+    """Write every file into a temp folder beside ``out``, then rename it into place."""
+    fmt = check_format(fmt)
+    check_at_least("--strip", strip, 0)
+    with fileio.atomic_folder(out, overwrite, is_export_dir, "laya export") as tmp:
+        files = _write_all(exp, tmp, fmt, plots, strip)
+    exp.out, exp.files = Path(out).expanduser(), files
+    return exp
+
+
+def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
+               strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
+               seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True,
+               stream: bool = True, audit: str | Path | None = None, depth: str | Path | None = None) -> Export:
+    """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
+
+    ``stream``: without a feature cache, features are computed batch by batch and never held all
+    at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
+    ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
+    ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
+    when there), shown in report.html and copied as depth.json.
+    """
+    from ..model.laya_model import load_model
+    from ..features.evaldata import load_eval_data
+    from ..gates.regression import read_audit_json
+
+    fmt = check_format(fmt)
+    check_at_least("--strip", strip, 0)
+    check_at_least("--samples", samples)
+    check_out_dir(out, overwrite)
+    results = {"audit": read_audit_json(audit, "--audit")} if audit is not None else {}
+    model = load_model(model_path)
+    check_results_match(results, model, audit)
+    depth_doc, depth_note = read_depth(model_path, model.layer_names, depth)
+    if depth_doc is not None:
+        results["depth"] = depth_doc
+    data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
+                          use_cache=use_cache, stream=stream)
+    return export_data(model, data, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite, device=device,
+                       info={"checkpoint": str(model_path), "samples": samples, "seed": seed}, results=results,
+                       notes=[depth_note] if depth_note else [])
+
+
+def export_data(model, data, out: str | Path | None = None, fmt: str = "csv", plots: bool = True, strip: int = 8,
+                overwrite: bool = False, device: str = "cpu", info: dict | None = None,
+                results: dict | None = None, notes: Sequence[str] = ()) -> Export:
+    """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
+
+    What ``laya export`` and ``laya_cli.export`` both run. ``results``: attached results shown in
+    report.html (``{"audit": <laya audit --json>, "depth": <laya depth --json>}``, as ``laya export
+    --audit/--depth`` give). ``notes``: shown with the export's own. Under torchrun the samples are
+    sharded over the ranks and only rank 0 writes.
+    """
+    exp = compute_export(model, data, device=device, info=info)
+    exp.results = dict(results or {})
+    exp.notes += list(notes)
+    if out is None:
+        return exp
+    if is_main():
+        exp = write_export(exp, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite)
+    # Under torchrun: the other ranks learn where rank 0 wrote (and wait until it has).
+    exp.out, exp.files = broadcast_object((exp.out, exp.files) if is_main() else None)
+    return exp
+
+
+def check_results_match(results: dict, model, path=None) -> None:
+    """An attached audit must come from a model with the same layers (else its numbers describe another model)."""
+    doc = results.get("audit")
+    if doc is not None and list(doc.get("layers", [])) != list(model.layer_names):
+        raise LayaError(f"--audit {path} was taken on a model with other layers "
+                        f"({', '.join(map(str, doc.get('layers', []))) or 'none'}) than this checkpoint "
+                        f"({', '.join(model.layer_names)})")
+
+
+def depth_beside(model_path: str | Path) -> Path:
+    """Where ``laya export`` looks for a depth result when --depth is not given: MODEL.depth.json."""
+    p = Path(model_path).expanduser()
+    return p.with_name(p.stem + ".depth.json")
+
+
+def read_depth(model_path: str | Path, layers: Sequence[str], given: str | Path | None) -> tuple[dict | None, str | None]:
+    """The ``laya depth --json`` result to show: the file given (bad or foreign: one-line error), else
+    MODEL.depth.json beside the checkpoint when present (bad or foreign: a note, and no section)."""
+    path = Path(given).expanduser() if given is not None else depth_beside(model_path)
+    if given is None and not path.is_file():
+        return None, None
+    try:
+        if not path.is_file():
+            raise LayaError(f"--depth {path}: no such file")
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise LayaError(f"--depth {path} is not a laya depth result ({type(e).__name__})") from None
+        if not isinstance(doc, dict) or doc.get("format") != "laya-depth":
+            raise LayaError(f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
+                            f"write one with laya depth MODEL --json FILE")
+        if list(doc.get("layers", [])) != list(layers):
+            raise LayaError(f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
+                            f"than this checkpoint's")
+    except LayaError as e:
+        if given is not None:
+            raise
+        return None, f"{path.name} beside the checkpoint was not shown: {e}"
+    return doc, None

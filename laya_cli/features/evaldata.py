@@ -1,0 +1,168 @@
+"""The data a trained model is audited or exported on: features r_1..r_L of a test split.
+
+Shared by ``laya audit`` and ``laya export``: the checkpoint's own dataset and test split
+by default, or ``--dataset/--data-dir``; ``--samples N`` takes a seeded subset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .cache import FeatureCache, cached_extract, feature_key
+from ..runtime.config import DataRequest, check_at_least
+from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
+from ..runtime.errors import LayaError
+from .extraction import LayerFeatures, StreamedFeatures, feature_batches
+from ..data.images import take
+from ..model.laya_model import LayaModel
+from ..runtime.progress import log
+
+
+@dataclass
+class EvalData:
+    features: LayerFeatures  # or StreamedFeatures (load_eval_data(..., stream=True) without a cache)
+    images: Tensor  # the raw images of the same samples (uint8 or float), for thumbnails
+    index: Tensor  # positions of these samples within the test split
+    dataset: str
+
+
+def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
+    """All indices, or a seeded subset of ``samples`` of them in ascending order."""
+    check_at_least("--samples", samples)
+    if samples is None or samples >= n_total:
+        return torch.arange(n_total)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(n_total, generator=g)[:samples].sort().values
+
+
+def _shape(shape) -> str:
+    return "×".join(str(int(s)) for s in shape)
+
+
+def check_input_fits(model: LayaModel, image_shape, name: str) -> None:
+    """Refuse, before any backbone pass, images the checkpoint's backbone cannot take.
+
+    A backbone whose input config resizes (timm, torchvision, vit_base) takes any image, and the
+    input adapter maps 1 <-> 3 channels. A backbone with ``fixed_input_size`` (the flattening
+    built-in mlp) without a resize takes only the image size it was trained at.
+    """
+    if model.backbone.adapter.size is not None or not getattr(model.backbone.model, "fixed_input_size", False):
+        return
+    want = (model.spec.in_channels, *model.spec.image_size)
+    have = tuple(int(s) for s in image_shape)
+    if tuple(have[-2:]) != tuple(want[-2:]):
+        trained_on = model.checkpoint.get("dataset", {}).get("name", "?")
+        raise LayaError(f"the checkpoint expects {_shape(want)} images (its {model.spec.name} backbone was trained on "
+                        f"{trained_on} and takes only that size) but {name} has {_shape(have)} images; use data of "
+                        f"that size, or train a model on {name}")
+
+
+def _load(req: DataRequest, recorded: bool):
+    """``load_dataset``; a ``--data-dir`` recorded in the checkpoint (not given now) that does not hold
+    the data falls back to where laya looks by default (another machine, moved data)."""
+    try:
+        return load_dataset(req)
+    except DataDirMissing as e:
+        if not recorded:
+            raise  # a --data-dir given now must hold the data
+        log(f"[yellow]{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)[/]")
+        req.data_dir = None
+        return load_dataset(req)
+
+
+def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | None = None):
+    """``(request, splits)``: the checkpoint's own data set (its splits, seed and image size), or
+    ``dataset``/``data_dir``. A folder recorded at training time that no longer holds the data falls back to
+    the default places; one given now must hold it (``DataDirMissing``). Shared by ``load_eval_data``,
+    ``load_fit_features`` (``laya depth --refit``) and the network scope's tap means over the training split
+    (network.py)."""
+    ds = dict(model.checkpoint.get("dataset", {}))
+    if dataset is None and ds.get("name") == USER_DATASET:
+        raise LayaError(f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
+                        f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
+                        f"docs/datasets.md), or audit it in Python with laya_cli.audit(model, loader)")
+    name = dataset_name(dataset or ds.get("name", "digits"))
+    same = name == ds.get("name")
+    image_size = ds.get("image_size") if same else None
+    if image_size is None and is_file_dataset(name):
+        size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
+        image_size = size[0] if size else 32
+    recorded = ds.get("data_dir") if same and data_dir is None else None
+    req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else recorded,
+                      image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
+                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
+    data = _load(req, recorded=bool(recorded))
+    if data.skipped:
+        log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+    return req, data
+
+
+def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
+                   samples: int | None = None, seed: int = 0, device: str = "cpu",
+                   use_cache: bool = True, stream: bool = False) -> EvalData:
+    """The test split's features (and images) for audit/export.
+
+    Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
+    Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
+    by batch as the audit/export consumes it, so features are never all in memory; without
+    ``stream`` they are extracted up front (the library default).
+    """
+    req, data = model_dataset(model, dataset, data_dir)
+    name = req.name
+    if len(data.classes) != len(model.classes):
+        raise LayaError(
+            f"dataset {name} has {len(data.classes)} classes but the checkpoint was trained on {len(model.classes)}"
+        )
+    check_input_fits(model, data.image_shape, name)
+    test = data.test
+    index = select_samples(len(test), samples, seed)
+    images, labels = take(test.images, index), test.labels[index]  # file images stay lazy
+    model.backbone.to(device)
+    cache = FeatureCache() if (use_cache and not model.spec.finetune) else None
+    if stream and cache is None:
+        return EvalData(StreamedFeatures(model.backbone, images, labels, device), images, index, name)
+    dtype = model.checkpoint.get("feature_dtype", "float32")  # the features the head was trained on
+    whole = feature_key(model.backbone, data.identity, "test", req.seed, len(test), device, dtype)
+    subset = len(index) < len(test)
+    key = feature_key(model.backbone, data.identity, "test", req.seed, index, device, dtype) if subset else whole
+    feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features",
+                           fallback=(whole, index) if subset else None, dtype=dtype)
+    return EvalData(feats, images, index, name)
+
+
+def load_fit_features(model: LayaModel, device: str = "cpu", use_cache: bool = True,
+                      splits: tuple[str, ...] = ("train", "val")) -> dict[str, LayerFeatures]:
+    """Features of the checkpoint's own training splits, as its backbone (frozen now) computes them:
+    what a head retrained on the checkpoint's data reads (``laya depth --refit``). Cached like the
+    training run's own features (same keys: a frozen backbone's are reused)."""
+    ds = dict(model.checkpoint.get("dataset", {}))
+    if ds.get("name") == USER_DATASET:
+        raise LayaError(f"--refit retrains heads on the checkpoint's training data, but this model was trained "
+                        f"from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), which laya cannot load "
+                        f"by name; run laya depth without --refit")
+    req, data = model_dataset(model)
+    model.backbone.to(device)
+    cache = FeatureCache() if use_cache else None
+    dtype = model.checkpoint.get("feature_dtype", "float32")
+    out = {}
+    for split in splits:
+        part = getattr(data, split)
+        key = feature_key(model.backbone, data.identity, split, req.seed, len(part), device, dtype)
+        feats = cached_extract(model.backbone, part.images, part.labels, key, cache, device=device,
+                               description=f"{split} features", dtype=dtype)
+        out[split] = in_memory(feats)
+    return out
+
+
+def in_memory(feats) -> LayerFeatures:
+    """Features of any kind (in memory, streamed, a sharded store) as one ``LayerFeatures``."""
+    if isinstance(feats, LayerFeatures):
+        return feats
+    parts = list(feature_batches(feats, 4096))
+    if not parts:
+        raise LayaError("no samples")
+    return LayerFeatures([torch.cat([p[0][i].cpu().float() for p in parts]) for i in range(len(parts[0][0]))],
+                         torch.cat([p[1] for p in parts]))

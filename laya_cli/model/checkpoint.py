@@ -1,0 +1,122 @@
+"""The checkpoint format: one file, plain containers and tensors, weights_only-loadable.
+
+Layout (``format_version`` 1), documented in docs/checkpoint.md:
+  format, format_version, versions{torch,timm,laya}, backbone{spec..., weights, input},
+  layers, dims, head{kind, config, weights}, classes, dataset{...}, reference[L tensors],
+  history[...], metrics{...}, train_config{...}
+
+``checkpoint_body`` is the one builder of that dict (``laya train`` and ``LayaModel.save`` both
+call it); rebuilding a model from it is ``model.model_from_checkpoint``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .. import backbones as bb
+from ..runtime.errors import LayaError
+from ..runtime.fileio import atomic_torch_save
+from ..runtime.trust import safe_torch_load
+
+FORMAT = "laya-checkpoint"
+FORMAT_VERSION = 1
+
+
+def versions() -> dict:
+    import timm
+
+    from .. import __version__
+
+    return {"torch": str(torch.__version__), "timm": str(timm.__version__), "laya": __version__}
+
+
+def save_checkpoint(ckpt: dict, path: str | Path) -> None:
+    ckpt = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **ckpt}
+    atomic_torch_save(ckpt, path)
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Load and validate a checkpoint dict. Never unpickles code (weights_only=True)."""
+    path = Path(path).expanduser()
+    ckpt = safe_torch_load(path, "checkpoint")
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise LayaError(f"{path} is not a laya checkpoint (no '{FORMAT}' marker)")
+    version = ckpt.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise LayaError(
+            f"{path} has checkpoint format version {version}; this laya reads up to {FORMAT_VERSION} — upgrade laya"
+        )
+    return ckpt
+
+
+def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[int], classes: Sequence[str],
+                    dataset: dict, reference: Sequence[torch.Tensor], history: list[dict], metrics: dict,
+                    train_config: dict, weights_file: str | None = None, feature_dtype: str = "float32",
+                    recorded: dict | None = None, tap_reference: Sequence[torch.Tensor] | None = None) -> dict:
+    """Everything a checkpoint holds except the format header ``save_checkpoint`` adds.
+
+    ``backbone``: the TappedBackbone; ``spec`` its resolved BackboneSpec. The backbone weights
+    follow ``backbones.checkpoint_weights``/``checkpoint_extras`` (none for frozen pretrained hub
+    weights, which load by name and are checked by SHA-256; a .pt2 program travels whole);
+    ``weights_file`` is the ``--weights`` file it was built from. ``recorded``: the backbone section
+    of the checkpoint a model was loaded from (``LayaModel.save`` of a loaded model): it keeps that
+    section's choice of storing the weights and its weights source. ``tap_reference``: the mean
+    unpooled activation per tap (the network scope's reference, docs/checkpoint.md), stored when given.
+    """
+    adapter = backbone.adapter
+    weights = bb.checkpoint_weights(backbone, spec, weights_file)
+    extras = bb.checkpoint_extras(backbone, spec, weights_file)
+    if recorded is not None:
+        if recorded.get("weights") is not None and weights is None and "program" not in extras:
+            weights = {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
+        extras["source"] = recorded.get("source", extras["source"])
+    return {
+        "backbone": {
+            "spec": spec.to_dict(),
+            "weights": weights,
+            **extras,  # source, sha256, formats (.pt2: program)
+            "input": {"channels": adapter.channels, "size": list(adapter.size or []),
+                      "mean": adapter.mean.flatten().tolist(), "std": adapter.std.flatten().tolist()},
+        },
+        "layers": list(spec.layers),
+        "dims": list(dims),
+        "head": {"kind": head.kind, "config": dict(head_config),
+                 "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
+        "classes": list(classes),
+        "dataset": dict(dataset),
+        "feature_dtype": feature_dtype,
+        "reference": [r.detach().cpu() for r in reference],
+        **({"tap_reference": [t.detach().cpu() for t in tap_reference]} if tap_reference is not None else {}),
+        "history": list(history),
+        "metrics": dict(metrics),
+        "train_config": dict(train_config),
+    }
+
+
+def checkpoint_summary(ckpt: dict) -> dict:
+    """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
+    spec = ckpt["backbone"]["spec"]
+    return {
+        "format_version": ckpt["format_version"],
+        "versions": ckpt["versions"],
+        "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
+        "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
+                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None,
+                     # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
+                     "weights_source": ckpt["backbone"].get("source"), "weights_sha256": ckpt["backbone"].get("sha256"),
+                     "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),
+                     # parameters stored in the file (None when the weights load by name)
+                     "parameters": (sum(int(t.numel()) for t in ckpt["backbone"]["weights"].values()
+                                        if t.is_floating_point()) if ckpt["backbone"]["weights"] is not None else None)},
+        "layers": list(ckpt["layers"]),
+        "dims": list(ckpt["dims"]),
+        "classes": list(ckpt["classes"]),
+        "dataset": ckpt["dataset"],
+        "metrics": ckpt["metrics"],
+        "train_config": ckpt.get("train_config", {}),
+        "epochs": len(ckpt.get("history", [])),
+        "truncated": ckpt.get("truncated"),  # laya depth --truncate: cut after which tap (docs/depth.md)
+    }

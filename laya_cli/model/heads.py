@@ -1,0 +1,195 @@
+"""Heads that read the pooled layer representations r_1..r_L and predict classes.
+
+Every head has the same signature: ``head(feats) -> HeadOutput`` where ``feats`` is a
+list of L tensors of shape (B, d_i). ``alpha`` is the (B, L) layer weighting the head
+actually used (None where it has none).
+
+Each head class says what it can do, so callers never guess from its type:
+  ``has_alpha``         it returns a layer weighting α (``laya``, ``global`` attributions apply);
+  ``maskable``          ``head(feats, alpha_mask=m)`` drops layers and renormalises α (``--ablation mask``);
+  ``has_layer_logits``  ``head.layer_logits(feats)`` is (B, L, C) with
+                        ``logits = Σ_i α_i · layer_logits_i + bias`` (the intrinsic ``contrib``).
+  ``cascade``           its parameter groups (attribute names) from the output down to the
+                        adapters: the order of the model-randomisation sanity check
+                        (``randomised_copy``, docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..runtime.config import HeadConfig, digest
+from ..runtime.errors import match_choice
+
+
+class HeadOutput(NamedTuple):
+    logits: Tensor
+    alpha: Tensor | None = None
+
+
+def _adapters(dims: Sequence[int], d_star: int) -> nn.ModuleList:
+    return nn.ModuleList(nn.Linear(d, d_star) for d in dims)
+
+
+class LAYAHead(nn.Module):
+    """Layer-wise Attention Aggregator: input-conditioned softmax attention over layers."""
+
+    kind, has_alpha, maskable, has_layer_logits = "laya", True, True, True
+    cascade = ("classifier", "scorer", "psi", "adapters")
+
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+        super().__init__()
+        L, d = len(dims), cfg.d_star
+        self.tau = cfg.tau
+        self.adapters = _adapters(dims, d)
+        self.psi = (
+            nn.Identity()
+            if cfg.psi == "identity"
+            else nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU())
+        )
+        self.scorer = nn.Sequential(nn.Linear(L * d, cfg.score_hidden), nn.GELU(), nn.Linear(cfg.score_hidden, L))
+        self.classifier = nn.Linear(d, num_classes)
+
+    def embed(self, feats: Sequence[Tensor]) -> Tensor:
+        """z: (B, L, d*), the adapted layer representations."""
+        return torch.stack([g(r) for g, r in zip(self.adapters, feats)], dim=1)
+
+    def attention(self, z: Tensor) -> Tensor:
+        u = self.psi(z)
+        scores = self.scorer(u.flatten(1))
+        return torch.softmax(scores / self.tau, dim=-1)
+
+    def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
+        z = self.embed(feats)
+        alpha = self.attention(z)
+        if alpha_mask is not None:  # "mask" ablation: drop layers, renormalise the rest
+            alpha = alpha * alpha_mask
+            alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
+        h = (alpha.unsqueeze(-1) * z).sum(1)
+        return HeadOutput(self.classifier(h), alpha)
+
+    def layer_logits(self, feats: Sequence[Tensor]) -> Tensor:
+        """(B, L, C): W z_i per layer, without bias."""
+        return F.linear(self.embed(feats), self.classifier.weight)
+
+
+class LastLayerHead(nn.Module):
+    """The standard output layer: a linear classifier on the last tapped layer only."""
+
+    kind, has_alpha, maskable, has_layer_logits = "last", False, False, False
+    cascade = ("classifier",)
+
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+        super().__init__()
+        self.classifier = nn.Linear(dims[-1], num_classes)
+
+    def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
+        return HeadOutput(self.classifier(feats[-1]))
+
+
+class ConcatHead(nn.Module):
+    """Static concatenation of the adapted layers."""
+
+    kind, has_alpha, maskable, has_layer_logits = "concat", False, False, False
+    cascade = ("classifier", "adapters")
+
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+        super().__init__()
+        self.adapters = _adapters(dims, cfg.d_star)
+        self.classifier = nn.Linear(len(dims) * cfg.d_star, num_classes)
+
+    def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
+        z = torch.cat([g(r) for g, r in zip(self.adapters, feats)], dim=-1)
+        return HeadOutput(self.classifier(z))
+
+
+class ScalarMixHead(nn.Module):
+    """ELMo-style scalar mix: global learned softmax weights over layers, times gamma."""
+
+    kind, has_alpha, maskable, has_layer_logits = "scalarmix", True, True, False
+    cascade = ("classifier", "gamma", "mix_logits", "adapters")
+
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+        super().__init__()
+        self.adapters = _adapters(dims, cfg.d_star)
+        self.mix_logits = nn.Parameter(torch.zeros(len(dims)))
+        self.gamma = nn.Parameter(torch.ones(()))
+        self.classifier = nn.Linear(cfg.d_star, num_classes)
+
+    def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
+        z = torch.stack([g(r) for g, r in zip(self.adapters, feats)], dim=1)
+        alpha = torch.softmax(self.mix_logits, dim=0).expand(z.shape[0], -1)
+        if alpha_mask is not None:
+            alpha = alpha * alpha_mask
+            alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
+        h = self.gamma * (alpha.unsqueeze(-1) * z).sum(1)
+        return HeadOutput(self.classifier(h), alpha)
+
+
+HEADS: dict[str, type[nn.Module]] = {cls.kind: cls for cls in (LAYAHead, LastLayerHead, ConcatHead, ScalarMixHead)}
+
+# Heads whose alpha is a real (renormalisable) layer weighting, so "mask" ablation applies.
+MASKABLE_HEADS = tuple(k for k, cls in HEADS.items() if cls.maskable)
+
+
+def head_kind(head: nn.Module) -> str:
+    return getattr(head, "kind", type(head).__name__)
+
+
+def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> nn.Module:
+    kind = match_choice("head", kind, HEADS)
+    cfg = (cfg or HeadConfig()).validate()
+    return HEADS[kind](list(dims), num_classes, cfg)
+
+
+# --------------------------------------------------------------------------- model randomisation
+
+
+def cascade_stages(head: nn.Module) -> list[str]:
+    """The head's parameter groups that hold parameters, from the output down (``cascade``).
+
+    Groups without parameters (ψ = identity) are skipped. A head without ``cascade`` falls
+    back to its direct children and parameters in reverse registration order.
+    """
+    names = getattr(head, "cascade", None)
+    if names is None:
+        names = [n for n, _ in head.named_parameters(recurse=False)] + [n for n, _ in head.named_children()]
+        names = names[::-1]
+    out = []
+    for name in names:
+        part = getattr(head, name)
+        if isinstance(part, nn.Parameter) or any(True for _ in part.parameters()):
+            out.append(name)
+    return out
+
+
+@torch.no_grad()
+def randomised_copy(head: nn.Module, stages: int, seed: int = 0) -> nn.Module:
+    """A copy of ``head`` with its first ``stages`` cascade groups re-initialised; ``head`` is untouched.
+
+    Cascading randomisation (Adebayo et al., 2018): stage 1 re-initialises the classifier,
+    stage 2 also the next group down, … the last stage every group down to the adapters.
+    Modules get their own default initialisation (``reset_parameters``: PyTorch's for
+    ``nn.Linear``); bare parameters (ScalarMix's ``mix_logits``, ``gamma``, whose constructor
+    values are constants) are drawn from N(0, 1). Each group's draws depend only on ``seed``
+    and the group's name, so a group is re-initialised the same way at every stage, on every
+    device, and the global random state is left as it was.
+    """
+    device = next(head.parameters()).device
+    out = copy.deepcopy(head).cpu()
+    for name in cascade_stages(head)[:stages]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(digest(seed=seed, group=name), 16) % (2 ** 63))
+            part = getattr(out, name)
+            if isinstance(part, nn.Parameter):
+                nn.init.normal_(part)
+            else:
+                for module in part.modules():
+                    if hasattr(module, "reset_parameters"):
+                        module.reset_parameters()
+    return out.to(device).eval()

@@ -1,0 +1,92 @@
+"""Faithfulness-aligned training (``laya train --align λ``): teach α to rank the layers the way
+removing them actually moves the prediction.
+
+    loss = cross_entropy(logits, y) + λ · ranking_loss(log α(x), Δ(x))
+
+Δ_i(x) = p_ŷ(x) − p_ŷ(x with r_i := r̄_i) are the head's own leave-one-layer-out effects under
+mean ablation (``metrics.lolo_effects``: what the audit ranks α against), computed without
+gradient as a target; ŷ is the head's prediction. The ranking loss is RankNet's pairwise
+logistic loss over the layer pairs whose effects differ:
+
+    ℓ = mean over samples b and pairs i < j with Δ_bi ≠ Δ_bj of
+        softplus(−sgn(Δ_bi − Δ_bj) · (log α_bi − log α_bj))
+
+log α_i − log α_j = (s_i − s_j)/τ only sees score differences, so the term can reorder the small
+weights of the layers α hardly uses without pulling the large one. α for this term is
+recomputed from the detached adapted layers z = g(r): only the scorer (and ψ) learn from it,
+so it cannot trade classification accuracy for agreement through the adapters, the classifier
+or the backbone. Why these choices (and what else was tried): docs/metrics.md#aligned-training.
+λ = 0 skips the term entirely: exactly the plain training.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..runtime.errors import LayaError
+from ..auditing.metrics import lolo_effects
+
+EMA_MOMENTUM = 0.95  # r̄ during end-to-end training: the backbone moves, so a running mean
+
+
+def ranking_loss(log_alpha: Tensor, delta: Tensor) -> Tensor:
+    """Pairwise logistic (RankNet) loss of ``log_alpha`` (B, L) against the order of ``delta`` (B, L).
+
+    Tied effects make no pair; with no pair at all the loss is 0.
+    """
+    i, j = torch.triu_indices(log_alpha.shape[1], log_alpha.shape[1], 1, device=log_alpha.device)
+    sign = torch.sign(delta[:, i] - delta[:, j])
+    per_pair = F.softplus(-sign * (log_alpha[:, i] - log_alpha[:, j]))
+    pairs = sign.abs()
+    return (per_pair * pairs).sum() / pairs.sum().clamp_min(1.0)
+
+
+def alignment_loss(head: nn.Module, feats: Sequence[Tensor], target: Tensor, reference: Sequence[Tensor]) -> Tensor:
+    """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches only
+    the scorer and ψ. ``feats``: r_1..r_L as the head reads them; ``target``: ŷ; ``reference``: r̄."""
+    feats = [f.detach() for f in feats]
+    with torch.no_grad():
+        delta = lolo_effects(head, feats, target, reference, "mean")
+        z = head.embed(feats)
+    alpha = head.attention(z)
+    return ranking_loss(torch.log(alpha.clamp_min(1e-12)), delta)
+
+
+class Alignment:
+    """The training term ``weight · alignment_loss`` with its reference r̄: the training mean of the
+    features when they are fixed (a frozen backbone), else an EMA of the batch means (end to end)."""
+
+    def __init__(self, weight: float, reference: Sequence[Tensor] | None = None, momentum: float = EMA_MOMENTUM):
+        self.weight, self.momentum = weight, momentum
+        self.fixed = reference is not None
+        self.reference = [r.detach() for r in reference] if reference is not None else None
+
+    @staticmethod
+    def check_head(head: nn.Module) -> None:
+        if not (getattr(head, "has_alpha", False) and hasattr(head, "attention")):
+            raise LayaError(f"--align needs input-conditioned attention α: --head laya "
+                            f"(not {getattr(head, 'kind', type(head).__name__)})")
+
+    def _reference_for(self, feats: Sequence[Tensor]) -> list[Tensor]:
+        if self.fixed:
+            return [r.to(f.device) for r, f in zip(self.reference, feats)]
+        means = [f.detach().mean(0) for f in feats]
+        self.reference = means if self.reference is None else [
+            self.momentum * r.to(m.device) + (1 - self.momentum) * m for r, m in zip(self.reference, means)]
+        return self.reference
+
+    def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor) -> Tensor:
+        target = logits.detach().argmax(-1)
+        return self.weight * alignment_loss(head, feats, target, self._reference_for(feats))
+
+    def state_dict(self) -> dict:
+        """What ``--resume`` must restore: the EMA reference (a fixed one is rebuilt from the data)."""
+        return {"reference": None if self.fixed or self.reference is None else [r.cpu() for r in self.reference]}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if state and not self.fixed and state.get("reference") is not None:
+            self.reference = list(state["reference"])

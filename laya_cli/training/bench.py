@@ -1,0 +1,428 @@
+"""``laya bench``: the paper's head comparison, redone on your backbone and data.
+
+Every head (``last``, ``concat``, ``scalarmix``, ``laya``) is trained with every seed on the
+same backbone configuration and the same test split, then audited on the same test samples.
+The bench reports test accuracy and macro-F1 per head, and faithfulness and Deletion@1 per
+attribution method and head, as mean ± std over seeds.
+
+Seeds: run ``k`` (0-based) uses seed ``base_seed + k`` for initialisation, shuffling and the
+validation split, exactly as ``laya train --seed`` (base 1337: run 0 is the paper config).
+The test split never moves (docs/datasets.md), and every run is audited on the same seeded
+subset of it (``audit_seed``), so heads and seeds are compared on identical images.
+
+Resumable: each run leaves ``<out>/<dataset>-<backbone>/<head>-seed<seed>.pt`` (the
+checkpoint) and ``<head>-seed<seed>.json`` (its options, test metrics and audit), both
+written atomically. A run whose two files exist and whose recorded options match is read
+back, not redone; a run interrupted mid-training continues from its last finished epoch.
+Documented in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..runtime import distributed
+from ..runtime.config import AuditSettings, TrainRequest, check_at_least, diff_options
+from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
+from ..runtime.fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
+from ..runtime.progress import log
+
+HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
+DEFAULT_HEADS = ",".join(HEAD_ORDER)
+# Bench-only head names: a head kind trained with other options, compared as a head of its own.
+VARIANTS = {"laya-aligned": "laya"}  # laya trained with --align (BenchRequest.align)
+DEFAULT_COMPARE = "ig,gradxact,contrib,global"
+RECORD_FORMAT = "laya-bench-run"
+RECORD_VERSION = 1
+BENCH_FORMAT = "laya-bench"
+
+
+def parse_heads(spec: str | Sequence[str]) -> list[str]:
+    """Comma list of head kinds or VARIANTS (in the order given, duplicates dropped); unknown names suggest."""
+    from ..model.heads import HEADS
+
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    heads: list[str] = []
+    for name in (n.strip() for n in names):
+        if not name:
+            continue
+        name = match_choice("head", name, [*HEADS, *VARIANTS])
+        if name not in heads:
+            heads.append(name)
+    if not heads:
+        raise LayaError(f"--heads is empty: give one or more of {', '.join(HEAD_ORDER)}")
+    return heads
+
+
+def check_dataset_name(name: str) -> str:
+    """The dataset's registered spelling (case-insensitive), checked without loading anything."""
+    from ..data.datasets import dataset_name
+
+    name = dataset_name(name)
+    if name.startswith("folder:") and not name.partition(":")[2]:
+        raise LayaError("--dataset folder:PATH needs a path")
+    return name
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of a dataset/backbone name (folder:~/x -> folder_x)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
+
+
+@dataclass
+class BenchRequest:
+    """Every (head, seed) run is ``train`` with its head, seed and output path set, audited with ``audit``."""
+
+    train: TrainRequest = field(default_factory=TrainRequest)  # the template (paper config by default)
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    heads: list[str] = field(default_factory=lambda: list(HEAD_ORDER))
+    seeds: int = 3
+    base_seed: int = 1337
+    out: str = "bench"
+    compare: str = DEFAULT_COMPARE
+    audit_samples: int | None = 2000  # None: the whole test split
+    redo: bool = False  # retrain and re-audit every run even when a matching one is on disk
+    align: float = 1.0  # λ of the laya-aligned head
+
+    @property
+    def dataset(self) -> str:
+        return self.train.data.name
+
+    @property
+    def backbone(self) -> str:
+        return self.train.backbone
+
+    @property
+    def device(self) -> str:
+        return self.train.train.device
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.out).expanduser() / f"{slug(self.dataset)}-{slug(self.backbone)}"
+
+    @property
+    def seed_values(self) -> list[int]:
+        return [self.base_seed + k for k in range(self.seeds)]
+
+    def methods(self) -> list[str]:
+        from ..auditing.run import parse_methods
+
+        return parse_methods(self.compare)
+
+    def audit_settings(self) -> AuditSettings:
+        return AuditSettings(**{**asdict(self.audit), "device": self.device, "by_class": False})
+
+    def train_request(self, head: str, seed: int) -> TrainRequest:
+        req = copy.deepcopy(self.train)
+        req.head, req.data.seed, req.train.seed = VARIANTS.get(head, head), seed, seed
+        if head == "laya-aligned":
+            req.train.align = self.align
+        req.out, req.resume = str(self.run_path(head, seed, ".pt")), False
+        return req
+
+    def run_path(self, head: str, seed: int, suffix: str) -> Path:
+        return self.folder / f"{head}-seed{seed}{suffix}"
+
+    def audit_options(self) -> dict:
+        """What must match for a recorded audit to be reused (everything but the device)."""
+        s = asdict(self.audit_settings())
+        s.pop("device")
+        s.pop("by_class")
+        s.pop("internal_batch_size")  # a memory bound: same numbers either way
+        return {**s, "methods": self.methods(), "samples": self.audit_samples}
+
+    def validate(self) -> "BenchRequest":
+        self.train.data.name = check_dataset_name(self.dataset)
+        self.heads = parse_heads(self.heads)
+        check_at_least("--seeds", self.seeds)
+        check_at_least("--audit-samples", self.audit_samples)
+        if "laya-aligned" in self.heads and not self.align > 0:
+            raise LayaError(f"--align must be positive for the laya-aligned head, got {self.align}")
+        self.train.validate()
+        self.audit.validate()
+        self.audit_settings().validate()
+        self.methods()
+        if self.audit.ablation == "mask" and any(VARIANTS.get(h, h) not in ("laya", "scalarmix") for h in self.heads):
+            raise LayaError("--ablation mask needs heads with layer weights (laya, scalarmix); "
+                            "use --ablation mean or zero to compare every head")
+        return self
+
+
+def train_options(req: TrainRequest) -> dict:
+    """The options of one training run that must match for it to be reused, as JSON would hold them."""
+    return req.recorded_options()
+
+
+def options_changes(recorded: dict, wanted: dict) -> list[str]:
+    """How ``wanted`` differs from ``recorded`` training options. An option that a newer laya added
+    (absent from the record) counts as a change only when it is set to something else than its default."""
+    return diff_options(recorded, wanted, train_options(TrainRequest()))
+
+
+
+def _read_record(path: Path) -> dict | None:
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+        return None
+    return rec
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    atomic_write_text(path, strict_json(obj))
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class RunOutcome:
+    head: str
+    seed: int
+    record: dict
+    trained: bool  # False: the checkpoint was reused
+    audited: bool  # False: the audit was reused
+
+
+def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
+    """Train (or continue an interrupted training of) one run; returns its record (no audit yet)."""
+    from .loop import load_train_state, train
+
+    req = bench.train_request(head, seed)
+    options = train_options(req)
+    if req.state_path.is_file() and not bench.redo:
+        try:  # an interrupted training of this very run: continue from its last finished epoch
+            load_train_state(req.state_path, req.fingerprint(), train_options(req))
+            req.resume = True
+        except LayaError:
+            log(f"[yellow]{req.state_path} is a partial run with other options or unreadable: starting over[/]")
+    if not req.resume:
+        req.state_path.unlink(missing_ok=True)
+    start = time.perf_counter()
+    ckpt = train(req)
+    seconds = time.perf_counter() - start
+    return {
+        "format": RECORD_FORMAT, "version": RECORD_VERSION, "head": head, "seed": seed,
+        "checkpoint": Path(req.out).name, "checkpoint_sha256": file_sha256(Path(req.out)),
+        "train_options": options, "metrics": ckpt["metrics"], "train_seconds": seconds,
+        "resumed": req.resume, "device": bench.device, "audit_options": None, "audit": None,
+    }
+
+
+def _audit_run(bench: BenchRequest, record: dict) -> dict:
+    from ..auditing.run import run_audit
+    from ..model.laya_model import load_model
+    from ..features.evaldata import load_eval_data
+
+    path = bench.folder / record["checkpoint"]
+    start = time.perf_counter()
+    model = load_model(path)
+    data = load_eval_data(model, samples=bench.audit_samples, seed=bench.audit.seed, device=bench.device,
+                          use_cache=bench.train.use_cache)
+    result = run_audit(model, data, bench.methods(), bench.audit_settings())
+    result.settings.update({"model": str(path), "samples": bench.audit_samples})
+    record = dict(record)
+    record["audit"] = result.to_dict()
+    record["audit_options"] = bench.audit_options()
+    record["audit_seconds"] = time.perf_counter() - start
+    return record
+
+
+def _reusable_training(bench: BenchRequest, head: str, seed: int, record: dict | None) -> bool:
+    """Whether the run's checkpoint on disk can be reused; raise when it was made with other options."""
+    ckpt = bench.run_path(head, seed, ".pt")
+    if bench.redo or record is None or not ckpt.is_file():
+        return False
+    wanted = train_options(bench.train_request(head, seed))
+    changes = options_changes(record.get("train_options") or {}, wanted)
+    if changes:
+        shown = "; ".join(changes[:4]) + (f"; … ({len(changes)} in all)" if len(changes) > 4 else "")
+        raise LayaError(f"{ckpt} was trained with other options ({shown}); use another --out, "
+                        f"or --redo to retrain every run")
+    if record.get("checkpoint_sha256") != file_sha256(ckpt):
+        log(f"[yellow]{ckpt} changed since it was recorded: retraining it[/]")
+        return False
+    return True
+
+
+def run_one(bench: BenchRequest, head: str, seed: int) -> RunOutcome:
+    record_path = bench.run_path(head, seed, ".json")
+    record = _read_record(record_path) if record_path.is_file() else None
+    trained = audited = False
+    if not _reusable_training(bench, head, seed, record):
+        record = _train_run(bench, head, seed)
+        _write_json(record_path, record)  # the training is safe on disk before the audit starts
+        trained = True
+    if record.get("audit") is None or record.get("audit_options") != bench.audit_options():
+        record = _audit_run(bench, record)
+        _write_json(record_path, record)
+        audited = True
+    return RunOutcome(head, seed, record, trained, audited)
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+def _stats(values: list[float]) -> dict:
+    """Mean and sample standard deviation (n − 1; null with one value) over seeds, NaN-free values only."""
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    mean = statistics.fmean(vals) if vals else None
+    std = statistics.stdev(vals) if len(vals) > 1 else None
+    return {"mean": mean, "std": std, "n": len(vals), "values": list(values)}
+
+
+def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
+    heads: dict[str, dict] = {}
+    methods = bench.methods()
+    for head in bench.heads:
+        recs = [o.record for o in outcomes if o.head == head]
+        metric = lambda k: _stats([r["metrics"][k] for r in recs])
+        entry = {
+            "runs": len(recs), "seeds": [r["seed"] for r in recs],
+            "test_accuracy": metric("test_accuracy"), "test_macro_f1": metric("test_macro_f1"),
+            "val_accuracy": metric("val_accuracy"), "epochs_run": metric("epochs_run"),
+            "train_seconds": _stats([r.get("train_seconds") for r in recs]),
+            "audit_seconds": _stats([r.get("audit_seconds") for r in recs]),
+            "audit_accuracy": _stats([r["audit"]["accuracy"] for r in recs]),
+            "audit_samples": recs[0]["audit"]["n_samples"] if recs else None,
+            "methods": {},
+        }
+        for m in methods:
+            per_run = [r["audit"]["methods"][m] for r in recs]
+            available = all(p["available"] for p in per_run)
+            entry["methods"][m] = {
+                "available": available,
+                "note": next((p["note"] for p in per_run if p.get("note")), None),
+                "faithfulness": _stats([p["faithfulness"] for p in per_run]),
+                "deletion@1": _stats([p["deletion@1"] for p in per_run]),
+                "deletion@1_normalised": _stats([p["deletion@1_normalised"] for p in per_run]),
+                "deletion@1_oracle": _stats([p["deletion@1_oracle"] for p in per_run]),
+                "deletion@1_random": _stats([p["deletion@1_random"] for p in per_run]),
+                "undefined": sum(int(p["undefined"]) for p in per_run),
+                "defined": sum(int(p["defined"]) for p in per_run),
+            }
+        notes = []
+        for r in recs:
+            for n in r["audit"].get("notes", []):
+                if n not in notes:
+                    notes.append(n)
+        entry["notes"] = notes
+        heads[head] = entry
+    return heads
+
+
+def machine() -> dict:
+    import torch
+
+    from .. import __version__
+
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": str(torch.__version__), "laya": __version__}
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name()
+    return info
+
+
+@dataclass
+class BenchResult:
+    request: BenchRequest
+    heads: dict
+    runs: list[dict]
+    reused: int  # runs read back whole (training and audit)
+    reaudited: int  # runs whose checkpoint was reused but audit redone
+    wall_seconds: float
+
+    def to_dict(self) -> dict:
+        b = self.request
+        t = b.train
+        return json_safe({
+            "format": BENCH_FORMAT, "version": RECORD_VERSION,
+            "bench": {
+                "dataset": b.dataset, "backbone": b.backbone, "heads": list(b.heads), "seeds": b.seed_values,
+                "base_seed": b.base_seed, "folder": str(b.folder), "data_dir": t.data.data_dir,
+                "head_config": t.head_config.to_dict(),
+                "train": {"epochs": t.train.epochs, "batch_size": t.train.batch_size, "lr": t.train.lr,
+                          "patience": t.train.patience, "layers": list(t.layers), "pool": t.pool,
+                          "pretrained": t.pretrained, "weights": t.weights, "finetune": t.finetune},
+                "audit": b.audit_options(), "device": b.device,
+            },
+            "heads": self.heads,
+            "runs": self.runs,
+            "reused": self.reused, "reaudited": self.reaudited,
+            "wall_seconds": self.wall_seconds,
+            "compute_seconds": sum((r.get("train_seconds") or 0) + (r.get("audit_seconds") or 0) for r in self.runs),
+            "machine": machine(),
+        })
+
+    def to_json(self) -> str:
+        return strict_json(self.to_dict())
+
+
+def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:
+    """Train and audit every (head, seed) run that is not already finished, then aggregate."""
+    bench.validate()
+    if distributed.active() or distributed.env_world_size() > 1:
+        raise LayaError("laya bench runs in one process, not under torchrun; run it with plain `laya bench` "
+                        "(use torchrun for single `laya train`/`laya audit` runs)")
+    try:
+        bench.folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LayaError(f"cannot create the bench folder {bench.folder}: {e.strerror or e}") from None
+    check_writable(bench.folder / "probe")
+    start = time.perf_counter()
+    pairs = [(h, s) for h in bench.heads for s in bench.seed_values]
+    finished = sum(1 for h, s in pairs if _is_finished(bench, h, s))
+    if finished:
+        log(f"reusing {finished} finished run{'s' if finished != 1 else ''} from {bench.folder}")
+    outcomes: list[RunOutcome] = []
+    for i, (head, seed) in enumerate(pairs, 1):
+        try:
+            if not _is_finished(bench, head, seed):
+                log(f"[{i}/{len(pairs)}] {head} head, seed {seed} …")
+            outcome = run_one(bench, head, seed)
+        except TrainingInterrupted:
+            done = len(outcomes)
+            raise TrainingInterrupted(
+                f"bench interrupted in run {head} seed {seed} ({done} of {len(pairs)} runs finished and kept "
+                f"in {bench.folder}); run the same command again to continue") from None
+        outcomes.append(outcome)
+        if on_run:
+            on_run(outcome, i, len(pairs))
+    reused = sum(1 for o in outcomes if not o.trained and not o.audited)
+    reaudited = sum(1 for o in outcomes if not o.trained and o.audited)
+    runs = []
+    for o in outcomes:
+        r = o.record
+        runs.append({"head": o.head, "seed": o.seed, "checkpoint": str(bench.folder / r["checkpoint"]),
+                     "record": str(bench.run_path(o.head, o.seed, ".json")), "reused": not o.trained,
+                     "reaudited": (not o.trained) and o.audited,
+                     **{k: r["metrics"][k] for k in ("test_accuracy", "test_macro_f1", "val_accuracy",
+                                                     "epochs_run", "best_epoch")},
+                     "train_seconds": r.get("train_seconds"), "audit_seconds": r.get("audit_seconds")})
+    return BenchResult(bench, aggregate(bench, outcomes), runs, reused, reaudited, time.perf_counter() - start)
+
+
+def _is_finished(bench: BenchRequest, head: str, seed: int) -> bool:
+    """A run that will be read back whole (no training, no audit), without raising."""
+    if bench.redo:
+        return False
+    rec_path, ckpt = bench.run_path(head, seed, ".json"), bench.run_path(head, seed, ".pt")
+    if not (rec_path.is_file() and ckpt.is_file()):
+        return False
+    rec = _read_record(rec_path)
+    return (rec is not None and not options_changes(rec.get("train_options") or {},
+                                                    train_options(bench.train_request(head, seed)))
+            and rec.get("audit") is not None and rec.get("audit_options") == bench.audit_options())
