@@ -149,8 +149,9 @@ def check_structure(entry: ZooModel, backbone, result: ZooResult | None = None) 
     starts = [calls[n][0].start for n in names]
     assert starts == sorted(starts), f"{entry.name}: taps not in depth order: {names}"
     want = expected_widths(entry, backbone)
-    assert [tuple(f.shape) for f in feats] == [(2, d) for d in want], \
+    assert [tuple(f.shape) for f in feats] == [(2, d) for d in want], (
         f"{entry.name}: r_i shapes {[tuple(f.shape) for f in feats]}, expected widths {want}"
+    )
     if entry.name.startswith("timm:"):
         _check_against_timm(entry, backbone, x, feats)
 
@@ -165,13 +166,16 @@ def _check_against_timm(entry: ZooModel, backbone, x, feats) -> None:
         inter = model.forward_intermediates(z, indices=idx, intermediates_only=True, stop_early=True)
         prefix = None
         if getattr(model, "num_prefix_tokens", 0):
-            pairs = model.forward_intermediates(z, indices=idx, intermediates_only=True, stop_early=True,
-                                                return_prefix_tokens=True)
+            pairs = model.forward_intermediates(
+                z, indices=idx, intermediates_only=True, stop_early=True, return_prefix_tokens=True
+            )
             prefix = [p for _, p in pairs]
     for i, (ours, ref) in enumerate(zip(feats, inter)):
         ref_vec = prefix[i][:, 0] if backbone.pool == "cls" and prefix is not None else ref.mean(dim=(2, 3))
-        assert torch.allclose(ours, ref_vec, rtol=1e-4, atol=1e-5), \
-            f"{entry.name}: tap {backbone.layer_names[i]} ({backbone.tap_formats[i]}) differs from timm's forward_intermediates"
+        assert torch.allclose(ours, ref_vec, rtol=1e-4, atol=1e-5), (
+            f"{entry.name}: tap {backbone.layer_names[i]} ({backbone.tap_formats[i]}) differs from timm's "
+            f"forward_intermediates"
+        )
 
 
 def check_pipeline(entry: ZooModel, workdir: Path) -> None:
@@ -186,12 +190,41 @@ def check_pipeline(entry: ZooModel, workdir: Path) -> None:
     out = workdir / (entry.name.replace(":", "_") + ".pt")
     runner = CliRunner()
     steps = [
-        ["train", "--backbone", entry.name, "--no-pretrained", "--input-size", str(entry.size), "--image-size",
-         str(entry.size), "--dataset", f"folder:{data}", "--epochs", "2", "--batch-size", "8", "--device", "cpu",
-         "--out", str(out), "-q"],
+        [
+            "train",
+            "--backbone",
+            entry.name,
+            "--no-pretrained",
+            "--input-size",
+            str(entry.size),
+            "--image-size",
+            str(entry.size),
+            "--dataset",
+            f"folder:{data}",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "-q",
+        ],
         ["audit", str(out), "--compare", "ig,gradxact", "--steps", "4", "--device", "cpu", "-q"],
-        ["export", str(out), "--out", str(workdir / (out.stem + "-export")), "--no-plots", "--strip", "0",
-         "--device", "cpu", "-q", "--overwrite"],
+        [
+            "export",
+            str(out),
+            "--out",
+            str(workdir / (out.stem + "-export")),
+            "--no-plots",
+            "--strip",
+            "0",
+            "--device",
+            "cpu",
+            "-q",
+            "--overwrite",
+        ],
     ]
     for args in steps:
         res = runner.invoke(app, args)
@@ -236,8 +269,10 @@ def markdown(results: list[ZooResult], pipeline: bool) -> str:
     for r in results:
         taps = f"{len(r.taps)}: {r.taps[0]} … {r.taps[-1]}" if r.taps else "—"
         ok = "yes" if r.passed else f"**no**: {r.error[:120]}"
-        rows.append(f"| `{r.model.name}` | {r.model.family} | {taps} | {_widths_text(r.widths)} | "
-                    f"{_format_text(r.formats)} | {ok} | {r.seconds:.1f} |")
+        rows.append(
+            f"| `{r.model.name}` | {r.model.family} | {taps} | {_widths_text(r.widths)} | "
+            f"{_format_text(r.formats)} | {ok} | {r.seconds:.1f} |"
+        )
     n_ok = sum(r.passed for r in results)
     what = "structure + train/audit/export" if pipeline else "structure only"
     return head + "\n".join(rows) + f"\n\n{n_ok} of {len(results)} architectures pass ({what}).\n"
@@ -269,18 +304,29 @@ def main(argv: list[str] | None = None) -> list[ZooResult]:
             status = "pass" if r.passed else f"FAIL {r.error[:100]}"
             print(f"{entry.name:42s} {len(r.taps):3d} taps  {r.seconds:6.1f}s  {status}", file=sys.stderr, flush=True)
             results.append(r)
-    table = Table(title="laya backbone zoo (random weights; " + ("structure + train/audit/export)" if not args.no_pipeline
-                                                                  else "structure only)"))
+    table = Table(
+        title="laya backbone zoo (random weights; "
+        + ("structure + train/audit/export)" if not args.no_pipeline else "structure only)")
+    )
     for col in ("model", "family", "taps", "widths", "format", "pass", "seconds"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
     for r in results:
-        table.add_row(r.model.name, r.model.family, str(len(r.taps)), _widths_text(r.widths), _format_text(r.formats),
-                      "yes" if r.passed else f"no: {r.error[:60]}", f"{r.seconds:.1f}")
+        table.add_row(
+            r.model.name,
+            r.model.family,
+            str(len(r.taps)),
+            _widths_text(r.widths),
+            _format_text(r.formats),
+            "yes" if r.passed else f"no: {r.error[:60]}",
+            f"{r.seconds:.1f}",
+        )
     console.print(table)
     n_ok = sum(r.passed for r in results)
-    console.print(f"{n_ok} of {len(results)} architectures pass "
-                  f"({sum(e.name.startswith('timm:') for e in entries)} timm, "
-                  f"{sum(e.name.startswith('torchvision:') for e in entries)} torchvision).")
+    console.print(
+        f"{n_ok} of {len(results)} architectures pass "
+        f"({sum(e.name.startswith('timm:') for e in entries)} timm, "
+        f"{sum(e.name.startswith('torchvision:') for e in entries)} torchvision)."
+    )
     if args.markdown:
         Path(args.markdown).write_text(markdown(results, not args.no_pipeline))
     return results

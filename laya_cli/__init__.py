@@ -23,8 +23,16 @@ __version__ = "0.1.0"
 
 # The public API: name -> module that defines it (relative to this package).
 _EXPORTS = {
-    "attach": "api", "fit": "api", "audit": "api", "export": "api", "load": "api", "depth": "api",
-    "Tapped": "api", "LayaModel": "model.laya_model", "AuditResult": "auditing.run", "Export": "exporting.run",
+    "attach": "api",
+    "fit": "api",
+    "audit": "api",
+    "export": "api",
+    "load": "api",
+    "depth": "api",
+    "Tapped": "api",
+    "LayaModel": "model.laya_model",
+    "AuditResult": "auditing.run",
+    "Export": "exporting.run",
     "DepthResult": "depthing.run",
     "LayaError": "runtime.errors",
 }
@@ -33,17 +41,31 @@ __all__ = sorted(_EXPORTS)
 # Names this package exported before it had a documented API: still importable (with a
 # DeprecationWarning naming their home), but internal; they will be removed.
 _MOVED = {
-    "HeadConfig": "runtime.config", "TrainConfig": "runtime.config", "DataRequest": "runtime.config",
-    "TrainRequest": "runtime.config", "AuditSettings": "runtime.config",
-    "BackboneSpec": "backbones", "TappedBackbone": "backbones", "build_backbone": "backbones",
-    "load_model": "model.laya_model", "read_checkpoint": "model.checkpoint", "save_checkpoint": "model.checkpoint",
+    "HeadConfig": "runtime.config",
+    "TrainConfig": "runtime.config",
+    "DataRequest": "runtime.config",
+    "TrainRequest": "runtime.config",
+    "AuditSettings": "runtime.config",
+    "BackboneSpec": "backbones",
+    "TappedBackbone": "backbones",
+    "build_backbone": "backbones",
+    "load_model": "model.laya_model",
+    "read_checkpoint": "model.checkpoint",
+    "save_checkpoint": "model.checkpoint",
     "load_dataset": "data.datasets",
-    "HEADS": "model.heads", "HeadOutput": "model.heads", "LAYAHead": "model.heads", "build_head": "model.heads",
-    "check_thresholds": "gates.thresholds", "parse_methods": "auditing.run", "parse_thresholds": "gates.thresholds",
+    "HEADS": "model.heads",
+    "HeadOutput": "model.heads",
+    "LAYAHead": "model.heads",
+    "build_head": "model.heads",
+    "check_thresholds": "gates.thresholds",
+    "parse_methods": "auditing.names",
+    "parse_thresholds": "gates.thresholds",
     "run_audit": "auditing.run",
     "load_eval_data": "features.evaldata",
-    "threshold_checks": "gates.thresholds", "read_audit_json": "gates.regression",
-    "parse_max_drop": "gates.regression", "junit_xml": "gates.junit",
+    "threshold_checks": "gates.thresholds",
+    "read_audit_json": "gates.regression",
+    "parse_max_drop": "gates.regression",
+    "junit_xml": "gates.junit",
 }
 
 __getattr__ = _moved.lazy_exports(__name__, _EXPORTS, _MOVED)

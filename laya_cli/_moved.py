@@ -20,24 +20,43 @@ import importlib.abc
 import importlib.util
 import sys
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PACKAGE = __name__.rpartition(".")[0]
 
 # Old module (relative to the package) -> its module now.
 MODULES = {
-    "errors": "runtime.errors", "config": "runtime.config", "device": "runtime.device",
-    "distributed": "runtime.distributed", "progress": "runtime.progress", "fileio": "runtime.fileio",
+    "errors": "runtime.errors",
+    "config": "runtime.config",
+    "device": "runtime.device",
+    "distributed": "runtime.distributed",
+    "progress": "runtime.progress",
+    "fileio": "runtime.fileio",
     "trust": "runtime.trust",
-    "images": "data.images", "shards": "data.shards", "synthetic": "data.synthetic",
-    "store": "features.store", "cache": "features.cache", "evaldata": "features.evaldata",
-    "heads": "model.heads", "checkpoint": "model.checkpoint",
-    "train": "training.loop", "alignment": "training.alignment", "bench": "training.bench",
-    "attribution": "auditing.methods", "metrics": "auditing.metrics", "network": "auditing.network",
-    "regression": "gates.regression", "junit": "gates.junit",
-    "truncation": "depthing.truncation", "early_exit": "depthing.early_exit", "compute": "depthing.compute",
+    "images": "data.images",
+    "shards": "data.shards",
+    "synthetic": "data.synthetic",
+    "store": "features.store",
+    "cache": "features.cache",
+    "evaldata": "features.evaldata",
+    "heads": "model.heads",
+    "checkpoint": "model.checkpoint",
+    "train": "training.loop",
+    "alignment": "training.alignment",
+    "bench": "training.bench",
+    "attribution": "auditing.methods",
+    "metrics": "auditing.metrics",
+    "network": "auditing.network",
+    "regression": "gates.regression",
+    "junit": "gates.junit",
+    "truncation": "depthing.truncation",
+    "early_exit": "depthing.early_exit",
+    "compute": "depthing.compute",
     "profiles": "exporting.profiles",
-    "report_html": "report.html", "figures": "report.figures", "browser": "report.browser",
+    "report_html": "report.html",
+    "figures": "report.figures",
+    "browser": "report.browser",
     "options": "cli.options",
 }
 
@@ -95,9 +114,12 @@ def lazy_exports(package: str, exports: dict[str, str], moved: dict[str, str]) -
             return value
         if name in moved:
             home = f"{package}.{moved[name]}"
-            warnings.warn(f"{package}.{name} is internal and will be removed from the package namespace; "
-                          f"use the public API (docs/api.md) or import it from {home}", DeprecationWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"{package}.{name} is internal and will be removed from the package namespace; "
+                f"use the public API (docs/api.md) or import it from {home}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return getattr(importlib.import_module(home), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

@@ -12,17 +12,36 @@ prints except rich progress bars (and cache status lines) while ``progress=True`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from . import backbones as bb
-from .runtime import progress as _progress
-from .auditing.run import AuditResult, parse_methods, run_audit
+from .auditing.metrics import check_ablation
+from .auditing.names import parse_methods
+from .auditing.network import check_network_scope, run_scoped_audit
+from .auditing.run import AuditResult, run_audit
+from .data.datasets import USER_DATASET, stratified_split
+from .depthing.run import DepthResult, run_depth
+from .depthing.truncation import check_maskable
+from .exporting.run import Export, check_format, check_out_dir, export_data
 from .features.cache import FeatureCache, feature_key
+from .features.evaldata import EvalData, load_fit_features
+from .features.extraction import (
+    LayerFeatures,
+    backbone_forward,
+    extract,
+    extract_batches,
+    image_batch,
+    to_float_images,
+)
+from .model.heads import HEADS, build_head
+from .model.laya_model import USER_BACKBONE, EndToEnd, LayaModel, load_model
+from .runtime import progress as _progress
 from .runtime.config import (
     EXIT_THRESHOLDS,
     POOL_CHOICES,
@@ -34,26 +53,9 @@ from .runtime.config import (
     check_at_least,
     check_choice,
 )
-from .data.datasets import USER_DATASET, stratified_split
 from .runtime.device import resolve_device
 from .runtime.errors import LayaError, match_choice
-from .depthing.run import DepthResult, run_depth
-from .features.evaldata import EvalData, load_fit_features
-from .exporting.run import Export, check_format, check_out_dir, export_data
-from .features.extraction import (
-    LayerFeatures,
-    backbone_forward,
-    extract,
-    extract_batches,
-    image_batch,
-    to_float_images,
-)
-from .model.heads import HEADS, build_head
-from .auditing.metrics import check_ablation
-from .model.laya_model import USER_BACKBONE, EndToEnd, LayaModel, load_model
-from .auditing.network import check_network_scope, run_scoped_audit
 from .training.loop import fit as train_loop
-from .depthing.truncation import check_maskable
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "load"]
 
@@ -80,8 +82,9 @@ class Tapped:
             command line can rebuild it by name, else ``user:<module>.<class>``.
     """
 
-    def __init__(self, model: nn.Module, spec: bb.BackboneSpec, cfg: bb.InputConfig,
-                 backbone: bb.TappedBackbone | None):
+    def __init__(
+        self, model: nn.Module, spec: bb.BackboneSpec, cfg: bb.InputConfig, backbone: bb.TappedBackbone | None
+    ):
         self.model = model
         self.name = spec.name
         self._spec, self._cfg = spec, cfg  # what the first batch resolves the taps with, when attach could not
@@ -91,8 +94,10 @@ class Tapped:
     @property
     def backbone(self) -> bb.TappedBackbone:
         if self._backbone is None:
-            raise LayaError("this model's default taps are chosen by running it on your first batch: call "
-                            "fit() or tapped(images) first, or choose them with attach(model, layers=...)")
+            raise LayaError(
+                "this model's default taps are chosen by running it on your first batch: call "
+                "fit() or tapped(images) first, or choose them with attach(model, layers=...)"
+            )
         return self._backbone
 
     @property
@@ -148,8 +153,10 @@ def _classifier(name: str) -> bool:
 
 def _layout(model: nn.Module) -> tuple[set[str], dict[str, tuple]]:
     """Module names and weight shapes, classifier aside."""
-    return ({n for n, _ in model.named_modules() if not _classifier(n)},
-            {k: tuple(v.shape) for k, v in model.state_dict().items() if not _classifier(k)})
+    return (
+        {n for n, _ in model.named_modules() if not _classifier(n)},
+        {k: tuple(v.shape) for k, v in model.state_dict().items() if not _classifier(k)},
+    )
 
 
 def _rebuilds_as(model: nn.Module, build) -> bool:
@@ -175,8 +182,11 @@ def backbone_name(model: nn.Module) -> str:
         import timm
 
         arch = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
-        if arch and arch in timm.list_models() and _rebuilds_as(
-                model, lambda: timm.create_model(arch, pretrained=False, num_classes=0)):
+        if (
+            arch
+            and arch in timm.list_models()
+            and _rebuilds_as(model, lambda: timm.create_model(arch, pretrained=False, num_classes=0))
+        ):
             return f"timm:{arch}"
     elif module.startswith("torchvision.models"):
         import torchvision
@@ -196,13 +206,19 @@ def backbone_name(model: nn.Module) -> str:
         size = sum(p.numel() for p in model.parameters())
         candidates = [n for n in tv.list_models(module=tv) if returns(n) == cls.__name__]
         for name in sorted(candidates, key=distance):
-            if _rebuilds_as(model, lambda: tv.get_model(name, weights=None)):
+            if _rebuilds_as(model, lambda name=name: tv.get_model(name, weights=None)):
                 return f"torchvision:{name}"
     return f"{USER_BACKBONE}{module}.{cls.__qualname__}"
 
 
-def attach(model: nn.Module, layers: str | Sequence[str] | None = None, pool: str = "auto", *,
-           mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> Tapped:
+def attach(
+    model: nn.Module,
+    layers: str | Sequence[str] | None = None,
+    pool: str = "auto",
+    *,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> Tapped:
     """Tap the layers of any ``nn.Module`` (timm, torchvision or your own) for a LAYA head.
 
     Args:
@@ -266,8 +282,9 @@ def _batches(loader: Loader, where: str, tapped: Tapped | None = None) -> Iterat
     try:
         iterator = iter(loader)
     except TypeError:
-        raise LayaError(f"{where} must be a DataLoader (or an iterable of (images, labels)); "
-                        f"got {type(loader).__name__}") from None
+        raise LayaError(
+            f"{where} must be a DataLoader (or an iterable of (images, labels)); got {type(loader).__name__}"
+        ) from None
     for batch in iterator:
         images, labels = image_batch(batch, where)
         if tapped is not None:
@@ -286,8 +303,14 @@ def _sample_digests(images: Tensor, labels: Tensor) -> list[bytes]:
     """SHA-256 of each (image, label): its dtype, shape, bytes and class."""
     x = images.detach().cpu().contiguous()
     head = f"{x.dtype}{tuple(x.shape[1:])}".encode()
-    return [hashlib.sha256(head + x[i].reshape(-1).view(torch.uint8).numpy().tobytes()
-                           + int(labels[i]).to_bytes(8, "little", signed=True)).digest() for i in range(len(x))]
+    return [
+        hashlib.sha256(
+            head
+            + x[i].reshape(-1).view(torch.uint8).numpy().tobytes()
+            + int(labels[i]).to_bytes(8, "little", signed=True)
+        ).digest()
+        for i in range(len(x))
+    ]
 
 
 def _order(have: list[bytes], want: list[bytes]) -> Tensor:
@@ -303,8 +326,9 @@ def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache
     the on-disk feature cache (``"disk"``), keyed by the backbone and the samples' content."""
     where = f"the {what} loader"
     if cache == "memory":
-        feats, _ = extract_batches(tapped.backbone, _batches(loader, where, tapped), device, f"{what} features",
-                                   _length(loader))
+        feats, _ = extract_batches(
+            tapped.backbone, _batches(loader, where, tapped), device, f"{what} features", _length(loader)
+        )
         return feats
     # disk: one pass hashes every (image, label); a hit skips the backbone. Entries hold their rows in
     # the order of the hashes, so a shuffling loader finds its entry too; what is returned is in the
@@ -330,8 +354,10 @@ def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache
 
     feats, _ = extract_batches(tapped.backbone, hashed(), device, f"{what} features", _length(loader))
     if sorted(seen) != sorted(digests):
-        _progress.log(f"[yellow]{where} yields different samples on every pass (random transforms?): "
-                      f"its features are not cached on disk[/]")
+        _progress.log(
+            f"[yellow]{where} yields different samples on every pass (random transforms?): "
+            f"its features are not cached on disk[/]"
+        )
         return feats
     store.save(key, feats.subset(_order(seen, sorted(digests))))
     return feats.subset(_order(seen, digests))
@@ -339,8 +365,9 @@ def _read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache
 
 def _read_images(loader: Loader, what: str, tapped: Tapped) -> tuple[Tensor, Tensor]:
     images, labels = [], []
-    for x, y in _progress.track(_batches(loader, f"the {what} loader", tapped), f"reading {what} data",
-                                _length(loader)):
+    for x, y in _progress.track(
+        _batches(loader, f"the {what} loader", tapped), f"reading {what} data", _length(loader)
+    ):
         images.append(x.cpu())
         labels.append(y.cpu())
     if not images:
@@ -366,12 +393,28 @@ def _classes(classes: Sequence[str] | None, loader: Loader, labels: Sequence[Ten
 # --------------------------------------------------------------------------- fit
 
 
-def fit(tapped: Tapped | nn.Module, train_loader: Loader, val_loader: Loader | None = None, head: str = "laya",
-        frozen: bool = True, *, d_star: int = HEAD.d_star, tau: float = HEAD.tau, psi: str = HEAD.psi,
-        score_hidden: int = HEAD.score_hidden, epochs: int = TRAIN.epochs, batch_size: int | None = None,
-        lr: float = TRAIN.lr, patience: int = TRAIN.patience, seed: int = TRAIN.seed, val_fraction: float = 0.1,
-        classes: Sequence[str] | None = None, cache: str = "memory", device: str = "auto",
-        progress: bool = True) -> LayaModel:
+def fit(
+    tapped: Tapped | nn.Module,
+    train_loader: Loader,
+    val_loader: Loader | None = None,
+    head: str = "laya",
+    frozen: bool = True,
+    *,
+    d_star: int = HEAD.d_star,
+    tau: float = HEAD.tau,
+    psi: str = HEAD.psi,
+    score_hidden: int = HEAD.score_hidden,
+    epochs: int = TRAIN.epochs,
+    batch_size: int | None = None,
+    lr: float = TRAIN.lr,
+    patience: int = TRAIN.patience,
+    seed: int = TRAIN.seed,
+    val_fraction: float = 0.1,
+    classes: Sequence[str] | None = None,
+    cache: str = "memory",
+    device: str = "auto",
+    progress: bool = True,
+) -> LayaModel:
     """Train a head on a tapped model from your own DataLoaders; the loop of ``laya train``.
 
     Adam, early stopping on validation accuracy (best weights restored), seeded. A frozen backbone
@@ -456,26 +499,49 @@ def fit(tapped: Tapped | nn.Module, train_loader: Loader, val_loader: Loader | N
             dims = backbone.dims(to_float_images(images[:1]).to(dev))
             torch.manual_seed(seed)
             head_module = build_head(head, dims, len(names), head_cfg).to(dev)
-            history = train_loop(EndToEnd(backbone, head_module), ([images], labels), ([val_images], val_labels), cfg,
-                                 data_parallel=True)
+            history = train_loop(
+                EndToEnd(backbone, head_module), ([images], labels), ([val_images], val_labels), cfg, data_parallel=True
+            )
             reference = extract(backbone, images, labels, device=dev, description="reference", shard=False).mean()
             n_train, n_val = len(labels), len(val_labels)
     c, h, w = tapped.image_shape or (0, 0, 0)
     formats = backbone.tap_formats
-    spec = bb.BackboneSpec(tapped.name, tapped.layers, tapped.pool, pretrained=False, finetune=not frozen,
-                           in_channels=c, image_size=(h, w), formats=formats if "?" not in formats else [])
+    spec = bb.BackboneSpec(
+        tapped.name,
+        tapped.layers,
+        tapped.pool,
+        pretrained=False,
+        finetune=not frozen,
+        in_channels=c,
+        image_size=(h, w),
+        formats=formats if "?" not in formats else [],
+    )
     records = [asdict(r) for r in history]
     meta = {
-        "layers": list(spec.layers), "dims": list(dims),
+        "layers": list(spec.layers),
+        "dims": list(dims),
         "head": {"kind": head, "config": head_cfg.to_dict()},
         "classes": names,
-        "dataset": {"name": USER_DATASET, "data_dir": None, "image_size": None, "label": "genre", "seed": seed,
-                    "unmatched": [], "source": _describe(train_loader)},
+        "dataset": {
+            "name": USER_DATASET,
+            "data_dir": None,
+            "image_size": None,
+            "label": "genre",
+            "seed": seed,
+            "unmatched": [],
+            "source": _describe(train_loader),
+        },
         "history": records,
-        "metrics": {"test_accuracy": None, "test_macro_f1": None,
-                    "val_accuracy": max(r.val_accuracy for r in history), "epochs_run": len(history),
-                    "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
-                    "n_train": n_train, "n_val": n_val, "n_test": None},
+        "metrics": {
+            "test_accuracy": None,
+            "test_macro_f1": None,
+            "val_accuracy": max(r.val_accuracy for r in history),
+            "epochs_run": len(history),
+            "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
+            "n_train": n_train,
+            "n_val": n_val,
+            "n_test": None,
+        },
         "train_config": asdict(cfg),
     }
     model = LayaModel(backbone, head_module, spec, head, names, [r.cpu() for r in reference], meta)
@@ -498,20 +564,35 @@ def _eval_data(model: LayaModel, loader: Loader | EvalData, device: str, keep_im
     if isinstance(loader, EvalData):
         return loader
     model.backbone.to(device)
-    feats, images = extract_batches(model.backbone, _batches(loader, "the loader"), device, "features",
-                                    _length(loader), keep_images)
+    feats, images = extract_batches(
+        model.backbone, _batches(loader, "the loader"), device, "features", _length(loader), keep_images
+    )
     top = int(feats.labels.max()) if len(feats) else -1
     if top >= len(model.classes) or int(feats.labels.min()) < 0:
-        raise LayaError(f"the loader yields class {top} but the model knows {len(model.classes)} classes (0.."
-                        f"{len(model.classes) - 1})")
+        raise LayaError(
+            f"the loader yields class {top} but the model knows {len(model.classes)} classes (0.."
+            f"{len(model.classes) - 1})"
+        )
     return EvalData(feats, images if images is not None else None, torch.arange(len(feats)), USER_DATASET)  # type: ignore[arg-type]
 
 
-def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[str] = ("ig", "gradxact"), *,
-          ablation: str = AUDIT.ablation, target: str = AUDIT.target, reduce: str = AUDIT.reduce,
-          steps: int = AUDIT.steps, internal_batch_size: int | None = AUDIT.internal_batch_size,
-          batch_size: int = AUDIT.batch_size, seed: int = AUDIT.seed, by_class: bool = AUDIT.by_class,
-          scope: str = SCOPE.scope, device: str = "auto", progress: bool = True) -> AuditResult:
+def audit(
+    model: LayaModel,
+    loader: Loader | EvalData,
+    compare: str | Sequence[str] = ("ig", "gradxact"),
+    *,
+    ablation: str = AUDIT.ablation,
+    target: str = AUDIT.target,
+    reduce: str = AUDIT.reduce,
+    steps: int = AUDIT.steps,
+    internal_batch_size: int | None = AUDIT.internal_batch_size,
+    batch_size: int = AUDIT.batch_size,
+    seed: int = AUDIT.seed,
+    by_class: bool = AUDIT.by_class,
+    scope: str = SCOPE.scope,
+    device: str = "auto",
+    progress: bool = True,
+) -> AuditResult:
     """Audit how faithfully each method's layer attribution explains each prediction (``laya audit``).
 
     Every sample's layers are removed one at a time (Δ_i = the drop in p_ŷ); each method is scored
@@ -551,9 +632,17 @@ def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[s
         LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
-                             internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
-                             by_class=by_class, device=resolve_device(device)).validate()
+    settings = AuditSettings(
+        ablation=ablation,
+        target=target,
+        reduce=reduce,
+        steps=steps,
+        internal_batch_size=internal_batch_size,
+        batch_size=batch_size,
+        seed=seed,
+        by_class=by_class,
+        device=resolve_device(device),
+    ).validate()
     methods = parse_methods(compare)
     scope = ScopeSettings(scope).validate().scope
     check_ablation(model.head, settings.ablation)  # before any feature extraction
@@ -566,9 +655,18 @@ def audit(model: LayaModel, loader: Loader | EvalData, compare: str | Sequence[s
         return run_scoped_audit(model, data, methods, settings, scope)
 
 
-def export(model: LayaModel, loader: Loader | EvalData, out: str | Path | None = None, *, format: str = "csv",
-           plots: bool = True, strip: int = 8, overwrite: bool = False, device: str = "auto",
-           progress: bool = True) -> Export:
+def export(
+    model: LayaModel,
+    loader: Loader | EvalData,
+    out: str | Path | None = None,
+    *,
+    format: str = "csv",
+    plots: bool = True,
+    strip: int = 8,
+    overwrite: bool = False,
+    device: str = "auto",
+    progress: bool = True,
+) -> Export:
     """Per-sample layer attention, class × layer profiles and the attention-shift ranking (``laya export``).
 
     Args:
@@ -598,17 +696,35 @@ def export(model: LayaModel, loader: Loader | EvalData, out: str | Path | None =
         check_out_dir(out, overwrite)
     with _progress.enabled(progress):
         data = _eval_data(model, loader, dev, keep_images=out is not None and plots and strip > 0)
-        return export_data(model, data, out, fmt=format, plots=plots, strip=strip, overwrite=overwrite, device=dev,
-                           info={"source": "laya_cli.export"})
+        return export_data(
+            model,
+            data,
+            out,
+            fmt=format,
+            plots=plots,
+            strip=strip,
+            overwrite=overwrite,
+            device=dev,
+            info={"source": "laya_cli.export"},
+        )
 
 
 # --------------------------------------------------------------------------- depth
 
 
-def depth(model: LayaModel, loader: Loader | EvalData, *, refit: bool = False, refit_epochs: int | None = None,
-          thresholds: Sequence[float] = EXIT_THRESHOLDS, time_repeats: int = DEPTH.time_repeats,
-          time_batch: int = DEPTH.time_batch, batch_size: int = DEPTH.batch_size, device: str = "auto",
-          progress: bool = True) -> DepthResult:
+def depth(
+    model: LayaModel,
+    loader: Loader | EvalData,
+    *,
+    refit: bool = False,
+    refit_epochs: int | None = None,
+    thresholds: Sequence[float] = EXIT_THRESHOLDS,
+    time_repeats: int = DEPTH.time_repeats,
+    time_batch: int = DEPTH.time_batch,
+    batch_size: int = DEPTH.batch_size,
+    device: str = "auto",
+    progress: bool = True,
+) -> DepthResult:
     """How deep must the model be (``laya depth``): accuracy when cut after each tap, compute, early exit.
 
     For every depth k: the accuracy of the model cut after tap k (α masked above k and renormalised;
@@ -637,9 +753,15 @@ def depth(model: LayaModel, loader: Loader | EvalData, *, refit: bool = False, r
         LayaError: a head without α and no ``refit``, a threshold outside (0, 1], ``refit`` for a
             model trained from your own DataLoader, or a bad loader.
     """
-    settings = DepthSettings(batch_size=batch_size, refit=refit, refit_epochs=refit_epochs,
-                             thresholds=tuple(thresholds), time_repeats=time_repeats, time_batch=time_batch,
-                             device=resolve_device(device)).validate()
+    settings = DepthSettings(
+        batch_size=batch_size,
+        refit=refit,
+        refit_epochs=refit_epochs,
+        thresholds=tuple(thresholds),
+        time_repeats=time_repeats,
+        time_batch=time_batch,
+        device=resolve_device(device),
+    ).validate()
     if not refit:
         check_maskable(model.head)  # before any feature extraction
     with _progress.enabled(progress):

@@ -27,8 +27,14 @@ def invoke(*args, **kwargs):
 def run_laya(*args, cwd: str | Path | None = None, env: dict | None = None, timeout: float = 300):
     """``python -m laya_cli ARGS…`` as a real subprocess, offline; a CompletedProcess with text output."""
     env = {**os.environ, "LAYA_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "laya_cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "laya_cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def assert_user_error(result, *fragments: str) -> None:

@@ -26,10 +26,12 @@ def action() -> dict:
 
 def evaluate(text: str, inputs: dict) -> str:
     """GitHub's ${{ inputs.NAME }} substitution; any other expression in a run step fails the test."""
+
     def sub(m):
         expr = m.group(1)
         assert expr.startswith("inputs."), f"unexpected expression in action.yml: {expr}"
-        return str(inputs[expr[len("inputs."):]])
+        return str(inputs[expr[len("inputs.") :]])
+
     return EXPR.sub(sub, text)
 
 
@@ -48,11 +50,25 @@ def run_step(tmp_path: Path, **given) -> tuple[subprocess.CompletedProcess, dict
     summary.write_text("")
     procs = []
     for step in spec["runs"]["steps"]:
-        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "LAYA_OFFLINE": "1",
-               "GITHUB_ACTION_PATH": str(ROOT), "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "LAYA_OFFLINE": "1",
+            "GITHUB_ACTION_PATH": str(ROOT),
+            "GITHUB_OUTPUT": str(out),
+            "GITHUB_STEP_SUMMARY": str(summary),
+        }
         env.update({k: evaluate(str(v), inputs) for k, v in step.get("env", {}).items()})
-        procs.append(subprocess.run(["bash", "-c", evaluate(step["run"], inputs)], cwd=tmp_path, env=env,
-                                    capture_output=True, text=True, timeout=600))
+        procs.append(
+            subprocess.run(
+                ["bash", "-c", evaluate(step["run"], inputs)],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        )
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if line)
     return procs[-1], outputs, summary.read_text()
 
@@ -63,7 +79,7 @@ def test_the_action_declares_what_the_issue_asks_and_wires_every_input():
     assert {"model", "compare", "fail-under", "max-drop", "baseline"} <= set(spec["inputs"])
     assert {"json", "verdict"} <= set(spec["outputs"])
     (step,) = spec["runs"]["steps"]
-    wired = {EXPR.search(v).group(1)[len("inputs."):] for v in step["env"].values()}
+    wired = {EXPR.search(v).group(1)[len("inputs.") :] for v in step["env"].values()}
     assert wired == set(spec["inputs"])  # every input reaches the script, and only through env (no injection)
     assert "inputs." not in step["run"]
     script = (ROOT / "action" / "audit.sh").read_text()
@@ -84,8 +100,9 @@ def test_the_run_step_passes_fails_and_errors_like_laya(digits_ckpt, tmp_path):
 
     base["methods"]["laya"]["faithfulness"] += 0.1  # main was better: the same model now regressed
     (tmp_path / "main-audit.json").write_text(json.dumps(base))
-    proc, outputs, summary = run_step(tmp_path, baseline="main-audit.json", max_drop="faithfulness=0.02",
-                                      json="pr-audit.json", **common)
+    proc, outputs, summary = run_step(
+        tmp_path, baseline="main-audit.json", max_drop="faithfulness=0.02", json="pr-audit.json", **common
+    )
     assert proc.returncode == 1
     assert outputs["verdict"] == "fail" and outputs["exit-code"] == "1" and outputs["json"] == "pr-audit.json"
     assert "max-drop: laya: faithfulness dropped 0.1000" in proc.stderr
@@ -116,5 +133,6 @@ def test_the_ci_examples_parse_and_use_the_actions_inputs():
                     used += 1
     assert used >= 1
     gitlab = [b for b in blocks if any(isinstance(v, dict) and "script" in v for v in b.values())]
-    assert gitlab and any("junit" in str(v.get("artifacts", {})) for b in gitlab for v in b.values()
-                          if isinstance(v, dict))
+    assert gitlab and any(
+        "junit" in str(v.get("artifacts", {})) for b in gitlab for v in b.values() if isinstance(v, dict)
+    )

@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
-from laya_cli.training.alignment import Alignment, alignment_loss, ranking_loss
-from laya_cli.training.bench import BenchRequest, parse_heads
-from laya_cli.runtime.config import TrainConfig, TrainRequest
-from laya_cli.runtime.errors import LayaError
 from laya_cli.auditing.metrics import lolo_effects
 from laya_cli.data.synthetic import make_head_and_features, train_digits
+from laya_cli.runtime.config import TrainConfig, TrainRequest
+from laya_cli.runtime.errors import LayaError
 from laya_cli.testing import assert_user_error, invoke
+from laya_cli.training.alignment import Alignment, alignment_loss, ranking_loss
+from laya_cli.training.bench import BenchRequest, parse_heads
 
 
 def ranking_loss_by_hand(log_alpha, delta) -> float:
@@ -89,8 +89,21 @@ def test_aligned_training_end_to_end_and_frozen(tmp_path, image_folder):
     assert aligned["train_config"]["align"] == 1.0
     assert any(not torch.equal(v, plain["head"]["weights"][k]) for k, v in aligned["head"]["weights"].items())
     assert aligned["metrics"]["test_accuracy"] > 0.8
-    res = invoke("train", "--backbone", "cnn", "--frozen", "--dataset", f"folder:{image_folder}", "--epochs", "2",
-                 "--align", "1", "--out", tmp_path / "frozen.pt", "-q")
+    res = invoke(
+        "train",
+        "--backbone",
+        "cnn",
+        "--frozen",
+        "--dataset",
+        f"folder:{image_folder}",
+        "--epochs",
+        "2",
+        "--align",
+        "1",
+        "--out",
+        tmp_path / "frozen.pt",
+        "-q",
+    )
     assert res.exit_code == 0, res.output
     assert invoke("audit", tmp_path / "frozen.pt", "--compare", "", "-q").exit_code == 0
 
@@ -106,11 +119,14 @@ def test_bench_compares_an_aligned_laya_head():
         BenchRequest(heads=["laya-aligned"], align=0.0).validate()
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--align", "-1"], "--align must be 0 (off) or positive"),
-    (["--align", "1", "--head", "last"], "--align needs input-conditioned attention"),
-    (["--align", "nan"], "--align must be 0 (off) or positive"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--align", "-1"], "--align must be 0 (off) or positive"),
+        (["--align", "1", "--head", "last"], "--align needs input-conditioned attention"),
+        (["--align", "nan"], "--align must be 0 (off) or positive"),
+    ],
+)
 def test_bad_align_is_one_line_exit_2(tmp_path, args, fragment):
     res = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", tmp_path / "m.pt", *args)
     assert_user_error(res, fragment)

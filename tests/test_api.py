@@ -22,8 +22,20 @@ from laya_cli.testing import assert_user_error, invoke
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs" / "api.md"
-PUBLIC = ["AuditResult", "DepthResult", "Export", "LayaError", "LayaModel", "Tapped", "attach", "audit", "depth", "export",
-          "fit", "load"]
+PUBLIC = [
+    "AuditResult",
+    "DepthResult",
+    "Export",
+    "LayaError",
+    "LayaModel",
+    "Tapped",
+    "attach",
+    "audit",
+    "depth",
+    "export",
+    "fit",
+    "load",
+]
 
 
 class TinyNet(nn.Module):
@@ -42,8 +54,8 @@ class TinyNet(nn.Module):
 
 
 def digits_splits():
-    from laya_cli.runtime.config import DataRequest
     from laya_cli.data.datasets import load_dataset
+    from laya_cli.runtime.config import DataRequest
 
     return load_dataset(DataRequest("digits"))
 
@@ -110,8 +122,18 @@ def test_the_docs_quote_every_public_docstring():
     from laya_cli.model.laya_model import LayaModel
 
     text = DOCS.read_text(encoding="utf-8")
-    for fn in (laya_cli.attach, laya_cli.fit, laya_cli.audit, laya_cli.export, laya_cli.load, LayaModel.save,
-               AuditResult.to_pandas, AuditResult.per_sample, laya_cli.depth, laya_cli.DepthResult.to_pandas):
+    for fn in (
+        laya_cli.attach,
+        laya_cli.fit,
+        laya_cli.audit,
+        laya_cli.export,
+        laya_cli.load,
+        LayaModel.save,
+        AuditResult.to_pandas,
+        AuditResult.per_sample,
+        laya_cli.depth,
+        laya_cli.DepthResult.to_pandas,
+    ):
         assert inspect.getdoc(fn) in text, f"docs/api.md does not quote the docstring of {fn.__qualname__}"
 
 
@@ -120,10 +142,19 @@ def test_the_docs_quote_every_public_docstring():
 
 def test_audit_on_a_loader_over_the_test_split_equals_laya_audit_json(digits_ckpt, tmp_path):
     cli = cli_json(digits_ckpt, "--compare", "all", "--by-class", tmp_path=tmp_path)
-    result = laya_cli.audit(laya_cli.load(digits_ckpt), digits_test_loader(), compare="all", by_class=True, progress=False)
+    result = laya_cli.audit(
+        laya_cli.load(digits_ckpt), digits_test_loader(), compare="all", by_class=True, progress=False
+    )
     same_numbers(result.summary, cli)
-    assert cli["n_samples"] == len(digits_splits().test) and set(cli["methods"]) == {"laya", "ig", "gradxact", "saliency", "contrib",
-                                                                 "global", "random"}
+    assert cli["n_samples"] == len(digits_splits().test) and set(cli["methods"]) == {
+        "laya",
+        "ig",
+        "gradxact",
+        "saliency",
+        "contrib",
+        "global",
+        "random",
+    }
     # The tables are the same numbers, reshaped.
     table = result.to_pandas()
     assert list(table.index) == list(cli["methods"])
@@ -157,9 +188,9 @@ def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model
     """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
     the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
     from laya_cli.api import _eval_data
-    from laya_cli.runtime.config import DepthSettings
     from laya_cli.depthing.run import truncate_model
     from laya_cli.depthing.truncation import masked_output
+    from laya_cli.runtime.config import DepthSettings
 
     full = laya_cli.load(tiny_model.save(tmp_path / "tiny.pt"), backbone=TinyNet())
     data = _eval_data(full, digits_test_loader(), "cpu", keep_images=True)
@@ -372,8 +403,9 @@ def docs_example() -> str:
 def test_the_docs_example_runs_and_its_checkpoint_audits_with_the_cli_to_the_same_numbers(tmp_path):
     (tmp_path / "example.py").write_text(docs_example(), encoding="utf-8")
     env = {**os.environ, "LAYA_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # a small single-process job
-    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Tapped(timm:test_efficientnet" in proc.stdout and "test accuracy" in proc.stdout
     accuracy = float(re.search(r"test accuracy ([0-9.]+)", proc.stdout).group(1))

@@ -59,10 +59,12 @@ def test_no_module_imports_the_checkouts_benchmarks_or_tests():
 def test_every_module_imports_without_the_checkout():
     """Import every module in a process that cannot see the repository root: nothing reaches for it."""
     names = [m.name for m in pkgutil.walk_packages(laya_cli.__path__, "laya_cli.") if not m.name.endswith("__main__")]
-    code = ("import importlib, sys\n"
-            f"for n in {names!r}: importlib.import_module(n)\n"
-            f"leaked = [m for m in sys.modules if m.split('.')[0] in {FOREIGN!r}]\n"
-            "assert not leaked, leaked\n")
+    code = (
+        "import importlib, sys\n"
+        f"for n in {names!r}: importlib.import_module(n)\n"
+        f"leaked = [m for m in sys.modules if m.split('.')[0] in {FOREIGN!r}]\n"
+        "assert not leaked, leaked\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(names) > 20  # the walk really found the package
@@ -98,24 +100,28 @@ def test_help_imports_nothing_heavy(argv):
     """What --help must not load (docs/benchmarks.md, startup): torch and the libraries on top of it, nor
     rich (typer's rich help, laya's consoles) or pydantic (typer's validators for an unused flag)."""
     heavy = ("torch", "timm", "captum", "matplotlib", "sklearn", "pandas", "numpy", "rich", "pydantic", "click")
-    code = ("import sys\n"
-            f"sys.argv = ['laya', *{argv!r}]\n"
-            "from laya_cli.cli import main\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-            f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))\n"
-            "assert not loaded, f'--help imported {loaded}'\n")
+    code = (
+        "import sys\n"
+        f"sys.argv = ['laya', *{argv!r}]\n"
+        "from laya_cli.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))\n"
+        "assert not loaded, f'--help imported {loaded}'\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Usage:" in proc.stdout
 
 
 def test_laya_info_needs_torch_and_nothing_on_top_of_it(digits_ckpt):
-    code = ("import sys\n"
-            f"sys.argv = ['laya', 'info', {str(digits_ckpt)!r}]\n"
-            "from laya_cli.cli import main\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-            "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'timm', 'captum', 'matplotlib', 'sklearn', "
-            "'pandas', 'torchvision', 'scipy'})\n"
-            "assert not loaded, f'laya info imported {loaded}'\n")
+    code = (
+        "import sys\n"
+        f"sys.argv = ['laya', 'info', {str(digits_ckpt)!r}]\n"
+        "from laya_cli.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'timm', 'captum', 'matplotlib', 'sklearn', "
+        "'pandas', 'torchvision', 'scipy'})\n"
+        "assert not loaded, f'laya info imported {loaded}'\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

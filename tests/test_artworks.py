@@ -15,24 +15,55 @@ from laya_cli.data.datasets import DataRequest, load_dataset, repair_mojibake
 
 # artists.csv (name, first genre) of the Kaggle dataset, in its order
 ARTISTS = [
-    ("Amedeo Modigliani", "Expressionism"), ("Vasiliy Kandinskiy", "Expressionism"),
-    ("Diego Rivera", "Social Realism"), ("Claude Monet", "Impressionism"), ("Rene Magritte", "Surrealism"),
-    ("Salvador Dali", "Surrealism"), ("Edouard Manet", "Realism"), ("Andrei Rublev", "Byzantine Art"),
-    ("Vincent van Gogh", "Post-Impressionism"), ("Gustav Klimt", "Symbolism"),
-    ("Hieronymus Bosch", "Northern Renaissance"), ("Kazimir Malevich", "Suprematism"),
-    ("Mikhail Vrubel", "Symbolism"), ("Pablo Picasso", "Cubism"), ("Peter Paul Rubens", "Baroque"),
-    ("Pierre-Auguste Renoir", "Impressionism"), ("Francisco Goya", "Romanticism"), ("Frida Kahlo", "Primitivism"),
-    ("El Greco", "Mannerism"), ("Albrecht Dürer", "Northern Renaissance"), ("Alfred Sisley", "Impressionism"),
-    ("Pieter Bruegel", "Northern Renaissance"), ("Marc Chagall", "Primitivism"),
-    ("Giotto di Bondone", "Proto Renaissance"), ("Sandro Botticelli", "Early Renaissance"),
-    ("Caravaggio", "Baroque"), ("Leonardo da Vinci", "High Renaissance"), ("Diego Velazquez", "Baroque"),
-    ("Henri Matisse", "Impressionism"), ("Jan van Eyck", "Northern Renaissance"), ("Edgar Degas", "Impressionism"),
-    ("Rembrandt", "Baroque"), ("Titian", "High Renaissance"), ("Henri de Toulouse-Lautrec", "Post-Impressionism"),
-    ("Gustave Courbet", "Realism"), ("Camille Pissarro", "Impressionism"), ("William Turner", "Romanticism"),
-    ("Edvard Munch", "Symbolism"), ("Paul Cezanne", "Post-Impressionism"), ("Eugene Delacroix", "Romanticism"),
-    ("Henri Rousseau", "Primitivism"), ("Georges Seurat", "Post-Impressionism"), ("Paul Klee", "Expressionism"),
-    ("Piet Mondrian", "Neoplasticism"), ("Joan Miro", "Surrealism"), ("Andy Warhol", "Pop Art"),
-    ("Paul Gauguin", "Symbolism"), ("Raphael", "High Renaissance"), ("Michelangelo", "High Renaissance"),
+    ("Amedeo Modigliani", "Expressionism"),
+    ("Vasiliy Kandinskiy", "Expressionism"),
+    ("Diego Rivera", "Social Realism"),
+    ("Claude Monet", "Impressionism"),
+    ("Rene Magritte", "Surrealism"),
+    ("Salvador Dali", "Surrealism"),
+    ("Edouard Manet", "Realism"),
+    ("Andrei Rublev", "Byzantine Art"),
+    ("Vincent van Gogh", "Post-Impressionism"),
+    ("Gustav Klimt", "Symbolism"),
+    ("Hieronymus Bosch", "Northern Renaissance"),
+    ("Kazimir Malevich", "Suprematism"),
+    ("Mikhail Vrubel", "Symbolism"),
+    ("Pablo Picasso", "Cubism"),
+    ("Peter Paul Rubens", "Baroque"),
+    ("Pierre-Auguste Renoir", "Impressionism"),
+    ("Francisco Goya", "Romanticism"),
+    ("Frida Kahlo", "Primitivism"),
+    ("El Greco", "Mannerism"),
+    ("Albrecht Dürer", "Northern Renaissance"),
+    ("Alfred Sisley", "Impressionism"),
+    ("Pieter Bruegel", "Northern Renaissance"),
+    ("Marc Chagall", "Primitivism"),
+    ("Giotto di Bondone", "Proto Renaissance"),
+    ("Sandro Botticelli", "Early Renaissance"),
+    ("Caravaggio", "Baroque"),
+    ("Leonardo da Vinci", "High Renaissance"),
+    ("Diego Velazquez", "Baroque"),
+    ("Henri Matisse", "Impressionism"),
+    ("Jan van Eyck", "Northern Renaissance"),
+    ("Edgar Degas", "Impressionism"),
+    ("Rembrandt", "Baroque"),
+    ("Titian", "High Renaissance"),
+    ("Henri de Toulouse-Lautrec", "Post-Impressionism"),
+    ("Gustave Courbet", "Realism"),
+    ("Camille Pissarro", "Impressionism"),
+    ("William Turner", "Romanticism"),
+    ("Edvard Munch", "Symbolism"),
+    ("Paul Cezanne", "Post-Impressionism"),
+    ("Eugene Delacroix", "Romanticism"),
+    ("Henri Rousseau", "Primitivism"),
+    ("Georges Seurat", "Post-Impressionism"),
+    ("Paul Klee", "Expressionism"),
+    ("Piet Mondrian", "Neoplasticism"),
+    ("Joan Miro", "Surrealism"),
+    ("Andy Warhol", "Pop Art"),
+    ("Paul Gauguin", "Symbolism"),
+    ("Raphael", "High Renaissance"),
+    ("Michelangelo", "High Renaissance"),
     ("Jackson Pollock", "Abstract Expressionism"),
 ]
 DURER_ON_DISK = "Albrecht_Du\u2560\u00earer"  # 'Albrecht_Du╠êrer': NFD 'ü' as UTF-8 bytes, read as cp437
@@ -44,9 +75,12 @@ def kaggle_folder(name: str) -> str:
 
 
 def write_csv(root):
-    rows = "".join(f'{i},{name},1400 - 1500,"{genre}",X,bio,http://x,{10 + i}\n' for i, (name, genre) in enumerate(ARTISTS))
-    (root / "artists.csv").write_text("id,name,years,genre,nationality,bio,wikipedia,paintings\n" + rows,
-                                      encoding="utf-8")
+    rows = "".join(
+        f'{i},{name},1400 - 1500,"{genre}",X,bio,http://x,{10 + i}\n' for i, (name, genre) in enumerate(ARTISTS)
+    )
+    (root / "artists.csv").write_text(
+        "id,name,years,genre,nationality,bio,wikipedia,paintings\n" + rows, encoding="utf-8"
+    )
 
 
 def write_image(path, seed):
@@ -115,8 +149,23 @@ def test_unmatched_and_duplicate_folders_are_named_and_counted(kaggle, tmp_path,
     assert len(data.train) + len(data.val) + len(data.test) == 100
 
     out = tmp_path / "m.pt"
-    res = CliRunner().invoke(app, ["train", "--dataset", "artworks", "--data-dir", str(kaggle), "--image-size", "8",
-                                   "--epochs", "1", "--out", str(out), "-q"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--dataset",
+            "artworks",
+            "--data-dir",
+            str(kaggle),
+            "--image-size",
+            "8",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "Unknown_Painter" in res.output  # the warning is shown even with -q
     info = json.loads(CliRunner().invoke(app, ["info", str(out), "--json"]).output)

@@ -17,8 +17,8 @@ from laya_cli.auditing.methods import (
     saliency,
     unavailable_reason,
 )
-from laya_cli.testing import make_head_and_features
 from laya_cli.runtime.errors import LayaError
+from laya_cli.testing import make_head_and_features
 
 DIMS = [12, 8, 6, 10]
 C = 5
@@ -44,8 +44,11 @@ def test_ig_equals_a_direct_captum_call():
     head, feats, ref, target = make()
     ours = integrated_gradients(head, feats, target, ref, n_steps=16)
     attrs = IntegratedGradients(captum_forward(head)).attribute(
-        leaves(feats), baselines=tuple(r.unsqueeze(0).expand_as(f) for r, f in zip(ref, feats)), target=target,
-        n_steps=16)
+        leaves(feats),
+        baselines=tuple(r.unsqueeze(0).expand_as(f) for r, f in zip(ref, feats)),
+        target=target,
+        n_steps=16,
+    )
     expected = torch.stack([a.sum(-1) for a in attrs], 1)
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-7)
 
@@ -148,8 +151,13 @@ def test_random_is_seeded_uniform():
 @pytest.mark.parametrize("kind", ["laya", "last", "concat", "scalarmix"])
 def test_every_method_gives_b_by_l_scores_or_says_why_not(kind):
     head, feats, ref, target = make(kind)
-    ctx = AttributionContext(target, ref, n_steps=4, generator=torch.Generator().manual_seed(0),
-                             global_weights=torch.full((len(DIMS),), 0.25))
+    ctx = AttributionContext(
+        target,
+        ref,
+        n_steps=4,
+        generator=torch.Generator().manual_seed(0),
+        global_weights=torch.full((len(DIMS),), 0.25),
+    )
     for name, fn in METHODS.items():
         reason = unavailable_reason(name, head)
         if reason:

@@ -1,4 +1,5 @@
-"""`laya audit` from the outside: table, JSON, Markdown, gating, every head kind, bad input; CliRunner and subprocess."""
+"""`laya audit` from the outside: table, JSON, Markdown, gating, every head kind, bad input; CliRunner and
+subprocess."""
 
 import json
 
@@ -7,12 +8,40 @@ import pytest
 from laya_cli.testing import assert_user_error, invoke, run_laya
 
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
-METHOD_KEYS = {"faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
-               "deletion@1_random", "deletion@1_normalised", "available", "note", "degenerate"}
-DEEPER_KEYS = {"aopc", "aopc_std", "aopc_undefined", "deletion_curve", "sufficiency@1", "sufficiency@1_oracle",
-               "sufficiency@1_random", "sufficiency@1_normalised", "sufficiency@1_undefined", "insertion_curve",
-               "completeness", "completeness_error", "completeness_effect", "completeness_flagged", "randomisation",
-               "randomisation_spearman", "randomisation_undefined", "randomisation_flagged", "randomisation_cascade"}
+METHOD_KEYS = {
+    "faithfulness",
+    "faithfulness_std",
+    "undefined",
+    "defined",
+    "deletion@1",
+    "deletion@1_oracle",
+    "deletion@1_random",
+    "deletion@1_normalised",
+    "available",
+    "note",
+    "degenerate",
+}
+DEEPER_KEYS = {
+    "aopc",
+    "aopc_std",
+    "aopc_undefined",
+    "deletion_curve",
+    "sufficiency@1",
+    "sufficiency@1_oracle",
+    "sufficiency@1_random",
+    "sufficiency@1_normalised",
+    "sufficiency@1_undefined",
+    "insertion_curve",
+    "completeness",
+    "completeness_error",
+    "completeness_effect",
+    "completeness_flagged",
+    "randomisation",
+    "randomisation_spearman",
+    "randomisation_undefined",
+    "randomisation_flagged",
+    "randomisation_cascade",
+}
 
 
 def audit(*args):
@@ -21,8 +50,9 @@ def audit(*args):
 
 def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     js, md = tmp_path / "audit.json", tmp_path / "audit.md"
-    result = audit(digits_ckpt, "--compare", "all", "--samples", 120, "--by-class", "--json", js, "--markdown", md,
-                    "--steps", 8)
+    result = audit(
+        digits_ckpt, "--compare", "all", "--samples", 120, "--by-class", "--json", js, "--markdown", md, "--steps", 8
+    )
     assert result.exit_code == 0, result.output
     for m in ALL:
         assert m in result.stdout
@@ -32,7 +62,13 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     assert all(set(v) == METHOD_KEYS | DEEPER_KEYS for v in doc["methods"].values())  # the deeper metrics, always
     s = doc["settings"]
     assert (s["samples"], s["steps"], s["ablation"], s["target"], s["reduce"], s["head"]) == (
-        120, 8, "mean", "predicted", "sum", "laya")
+        120,
+        8,
+        "mean",
+        "predicted",
+        "sum",
+        "laya",
+    )
     assert s["model"] == str(digits_ckpt) and s["dataset"] == "digits" and s["methods"] == ALL
     assert doc["n_samples"] == 120 and 0.8 < doc["accuracy"] <= 1
     assert sum(c["n"] for c in doc["by_class"].values()) == 120 and len(doc["by_class"]) == 10
@@ -51,14 +87,27 @@ def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
     plain = audit(digits_ckpt, "--samples", 40, "--steps", 4)
     assert plain.exit_code == 0 and "aopc" not in plain.stdout and "randomisation" not in plain.stdout
     js, md = tmp_path / "a.json", tmp_path / "a.md"
-    full = audit(digits_ckpt, "--samples", 40, "--steps", 4, "--metrics", "all", "--json", js, "--markdown", md,
-                 "--fail-under", "ig:completeness=-100,aopc=-1,randomisation=3")  # not -q: that prints only the verdict
+    full = audit(
+        digits_ckpt,
+        "--samples",
+        40,
+        "--steps",
+        4,
+        "--metrics",
+        "all",
+        "--json",
+        js,
+        "--markdown",
+        md,
+        "--fail-under",
+        "ig:completeness=-100,aopc=-1,randomisation=3",
+    )  # not -q: that prints only the verdict
     assert full.exit_code == 1, full.output
     for header in ("aopc", "suff@1", "completeness", "randomisation"):
         assert header in full.stdout and f" {header} |" in md.read_text()
     assert "deeper metrics" in full.stdout and "! flagged" in full.stdout
-    misses = [l for l in full.stderr.splitlines() if l.startswith("fail-under:")]
-    assert [l.split()[1] for l in misses] == ["laya:", "ig:", "gradxact:"]  # randomisation < 3, nothing else
+    misses = [line for line in full.stderr.splitlines() if line.startswith("fail-under:")]
+    assert [line.split()[1] for line in misses] == ["laya:", "ig:", "gradxact:"]  # randomisation < 3, nothing else
     doc = json.loads(js.read_text())
     assert doc["randomisation_stages"] == ["classifier", "scorer", "adapters"]
     assert doc["methods"]["random"]["randomisation_flagged"] is True
@@ -71,11 +120,24 @@ def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
     assert ok.exit_code == 0, ok.output
     assert "threshold(s) met" in ok.stderr
     js, md = tmp_path / "a.json", tmp_path / "a.md"
-    miss = audit(digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "faithfulness=1.01",
-                  "--fail-under", "random:deletion@1=5,accuracy=0", "--json", js, "--markdown", md)
+    miss = audit(
+        digits_ckpt,
+        "--samples",
+        60,
+        "--steps",
+        4,
+        "--fail-under",
+        "faithfulness=1.01",
+        "--fail-under",
+        "random:deletion@1=5,accuracy=0",
+        "--json",
+        js,
+        "--markdown",
+        md,
+    )
     assert miss.exit_code == 1, miss.output
-    lines = [l for l in miss.stderr.splitlines() if l.startswith("fail-under:")]
-    assert [l.split()[1] for l in lines] == ["laya:", "ig:", "gradxact:", "random:"]
+    lines = [line for line in miss.stderr.splitlines() if line.startswith("fail-under:")]
+    assert [line.split()[1] for line in lines] == ["laya:", "ig:", "gradxact:", "random:"]
     doc = json.loads(js.read_text())  # outputs are still written for the CI summary
     assert doc["fail_under"]["passed"] is False and len(doc["fail_under"]["misses"]) == 4
     assert doc["settings"]["fail_under"] == ["faithfulness=1.01", "random:deletion@1=5", "accuracy=0"]
@@ -84,21 +146,51 @@ def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
 
 def test_other_settings_are_recorded(digits_ckpt, tmp_path):
     js = tmp_path / "a.json"
-    result = audit(digits_ckpt, "--dataset", "digits", "--samples", 50, "--seed", 3, "--ablation", "zero",
-                    "--target", "label", "--reduce", "abs", "--steps", 4, "--internal-batch-size", 16,
-                    "--batch-size", 20, "--compare", "ig,saliency", "--json", js, "-q")
+    result = audit(
+        digits_ckpt,
+        "--dataset",
+        "digits",
+        "--samples",
+        50,
+        "--seed",
+        3,
+        "--ablation",
+        "zero",
+        "--target",
+        "label",
+        "--reduce",
+        "abs",
+        "--steps",
+        4,
+        "--internal-batch-size",
+        16,
+        "--batch-size",
+        20,
+        "--compare",
+        "ig,saliency",
+        "--json",
+        js,
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     s = json.loads(js.read_text())["settings"]
     assert (s["ablation"], s["target"], s["reduce"], s["internal_batch_size"], s["batch_size"], s["seed"]) == (
-        "zero", "label", "abs", 16, 20, 3)
+        "zero",
+        "label",
+        "abs",
+        16,
+        20,
+        3,
+    )
 
 
 @pytest.mark.parametrize("kind", ["laya", "last", "concat", "scalarmix"])
 def test_every_head_kind_audits(digits_ckpts, tmp_path, kind):
     js = tmp_path / "a.json"
     ablation = "mask" if kind == "scalarmix" else "mean"
-    result = audit(digits_ckpts[kind], "--compare", "all", "--samples", 60, "--steps", 4, "--ablation", ablation,
-                    "--json", js)
+    result = audit(
+        digits_ckpts[kind], "--compare", "all", "--samples", 60, "--steps", 4, "--ablation", ablation, "--json", js
+    )
     assert result.exit_code == 0, result.output
     m = json.loads(js.read_text())["methods"]
     intrinsic = {"laya": {"laya", "contrib", "global"}, "scalarmix": {"laya", "global"}}.get(kind, set())
@@ -121,8 +213,10 @@ def test_few_layers_are_warned_about(tmp_path):
 
 
 def test_mask_ablation_on_a_head_without_weights_is_a_user_error(digits_ckpts):
-    assert_user_error(audit(digits_ckpts["concat"], "--ablation", "mask", "--samples", 10),
-                      "--ablation mask needs a head with layer weights")
+    assert_user_error(
+        audit(digits_ckpts["concat"], "--ablation", "mask", "--samples", 10),
+        "--ablation mask needs a head with layer weights",
+    )
 
 
 BAD = [
@@ -156,14 +250,28 @@ def test_not_a_checkpoint(tmp_path):
 
 
 def test_classes_that_do_not_match_the_data(digits_ckpt, image_folder):
-    assert_user_error(audit(digits_ckpt, "--dataset", f"folder:{image_folder}"),
-                      "has 3 classes but the checkpoint was trained on 10")
+    assert_user_error(
+        audit(digits_ckpt, "--dataset", f"folder:{image_folder}"), "has 3 classes but the checkpoint was trained on 10"
+    )
 
 
 def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
     js = tmp_path / "a.json"
-    ok = run_laya("audit", digits_ckpt, "--samples", 40, "--compare", "ig", "--steps", 4, "--json", js,
-                  "--fail-under", "ig:faithfulness=-1", "-q")
+    ok = run_laya(
+        "audit",
+        digits_ckpt,
+        "--samples",
+        40,
+        "--compare",
+        "ig",
+        "--steps",
+        4,
+        "--json",
+        js,
+        "--fail-under",
+        "ig:faithfulness=-1",
+        "-q",
+    )
     assert ok.returncode == 0, ok.stderr
     assert "laya audit" in ok.stdout and json.loads(js.read_text())["fail_under"]["passed"] is True
     bad = run_laya("audit", digits_ckpt, "--compare", "ig", "--fail-under", "ig:faithfulness=")
@@ -175,8 +283,22 @@ def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
 def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
     from laya_cli.speed.audit_speed import main
 
-    out = main(["--images", "4", "--repeats", "1", "--steps", "4", "--naive-blocks", "1", "--naive-images", "1",
-                "--device", "cpu"])
+    out = main(
+        [
+            "--images",
+            "4",
+            "--repeats",
+            "1",
+            "--steps",
+            "4",
+            "--naive-blocks",
+            "1",
+            "--naive-images",
+            "1",
+            "--device",
+            "cpu",
+        ]
+    )
     assert out["audit_over_plain"] > 0 and out["naive_over_audit"] > 0  # ratios only; speed is judged by the benchmarks
     assert out["naive_blocks"] == [6] and out["naive_images"] == 1
 
@@ -184,8 +306,18 @@ def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
 def test_audit_and_export_reuse_the_test_features_training_extracted(tmp_path, image_folder):
     """One feature key for train, audit and export: the frozen backbone runs once per split."""
     ckpt = tmp_path / "vit.pt"
-    trained = invoke("train", "--backbone", "timm:vit_tiny_patch16_224", "--no-pretrained",
-                     "--dataset", f"folder:{image_folder}", "--epochs", "1", "--out", ckpt)
+    trained = invoke(
+        "train",
+        "--backbone",
+        "timm:vit_tiny_patch16_224",
+        "--no-pretrained",
+        "--dataset",
+        f"folder:{image_folder}",
+        "--epochs",
+        "1",
+        "--out",
+        ckpt,
+    )
     assert trained.exit_code == 0, trained.output
     assert "reusing" not in trained.output
     audited = audit(ckpt, "--compare", "", "--samples", 5)
@@ -198,8 +330,24 @@ def test_audit_and_export_reuse_the_test_features_training_extracted(tmp_path, i
 
 def test_method_and_setting_names_are_case_insensitive(digits_ckpt, tmp_path):
     js = tmp_path / "a.json"
-    result = audit(digits_ckpt, "--compare", "IG,GradXAct", "--ablation", "MEAN", "--target", "Predicted",
-                   "--samples", 30, "--steps", 4, "--json", js, "--fail-under", "IG:faithfulness=-1", "-q")
+    result = audit(
+        digits_ckpt,
+        "--compare",
+        "IG,GradXAct",
+        "--ablation",
+        "MEAN",
+        "--target",
+        "Predicted",
+        "--samples",
+        30,
+        "--steps",
+        4,
+        "--json",
+        js,
+        "--fail-under",
+        "IG:faithfulness=-1",
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     settings = json.loads(js.read_text())["settings"]
     assert settings["methods"] == ["laya", "ig", "gradxact", "random"] and settings["ablation"] == "mean"

@@ -13,13 +13,6 @@ from scipy.stats import spearmanr
 
 from laya_cli.auditing import methods as attribution
 from laya_cli.auditing.methods import CONVERGENCE, METHODS, AttributionContext
-from laya_cli.auditing.names import parse_methods, parse_metric_groups
-from laya_cli.auditing.run import run_audit
-from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
-from laya_cli.runtime.config import AuditSettings
-from laya_cli.runtime.errors import LayaError
-from laya_cli.features.extraction import LayerFeatures
-from laya_cli.model.heads import cascade_stages, randomised_copy
 from laya_cli.auditing.metrics import (
     ablated_probability,
     aopc,
@@ -32,6 +25,13 @@ from laya_cli.auditing.metrics import (
     rank_layers,
     target_probability,
 )
+from laya_cli.auditing.names import parse_methods, parse_metric_groups
+from laya_cli.auditing.run import run_audit
+from laya_cli.features.extraction import LayerFeatures
+from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
+from laya_cli.model.heads import cascade_stages, randomised_copy
+from laya_cli.runtime.config import AuditSettings
+from laya_cli.runtime.errors import LayaError
 from laya_cli.testing import make_head_and_features
 
 DIMS = [7, 5, 6, 4]
@@ -46,8 +46,9 @@ def make(kind="laya", batch=9, seed=0, dims=DIMS):
 
 
 def fake_model(head, ref, dims=DIMS):
-    return SimpleNamespace(head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))],
-                           classes=[f"c{i}" for i in range(C)])
+    return SimpleNamespace(
+        head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))], classes=[f"c{i}" for i in range(C)]
+    )
 
 
 def data(feats):
@@ -59,7 +60,7 @@ def data(feats):
 
 def p_one(head, feats, b, target, removed, ref, ablation):
     """p_ŷ of sample b with the layers in ``removed`` (a set) taken away, built by hand for that one sample."""
-    rows = [f[b:b + 1].clone() for f in feats]
+    rows = [f[b : b + 1].clone() for f in feats]
     with torch.no_grad():
         if ablation == "mask":
             mask = torch.tensor([[0.0 if i in removed else 1.0 for i in range(len(rows))]])
@@ -115,15 +116,16 @@ def test_deletion_and_insertion_curves_by_hand(ablation):
         full = p_one(head, feats, b, target, set(), ref, ablation)
         for k in range(1, L + 1):
             top = set(rank[:k])
-            assert dc[b, k - 1].item() == pytest.approx(full - p_one(head, feats, b, target, top, ref, ablation),
-                                                        abs=1e-6)
+            assert dc[b, k - 1].item() == pytest.approx(
+                full - p_one(head, feats, b, target, top, ref, ablation), abs=1e-6
+            )
             assert ic[b, k - 1].item() == pytest.approx(
-                p_one(head, feats, b, target, set(range(L)) - top, ref, ablation), abs=1e-6)
+                p_one(head, feats, b, target, set(range(L)) - top, ref, ablation), abs=1e-6
+            )
     # D_1 is Deletion@1 (no ties here); I_L is p_ŷ(x)
     d1 = deletion_at_1(a, lolo_effects(head, feats, target, ref, ablation))[0]
     torch.testing.assert_close(dc[:, 0].double(), d1, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(ic[:, -1], target_probability(head(feats).logits, target).detach(), atol=1e-6,
-                               rtol=1e-5)
+    torch.testing.assert_close(ic[:, -1], target_probability(head(feats).logits, target).detach(), atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("ablation", ABLATIONS)
@@ -153,7 +155,8 @@ def test_completeness_summary_and_captums_own_delta():
     forward = lambda *r: torch.softmax(head(list(r)).logits, -1)
     inputs = tuple(f.clone().requires_grad_(True) for f in feats)
     attrs, captum_delta = IntegratedGradients(forward).attribute(
-        inputs, baselines=tuple(r.view(1, -1) for r in ref), target=target, n_steps=4, return_convergence_delta=True)
+        inputs, baselines=tuple(r.view(1, -1) for r in ref), target=target, n_steps=4, return_convergence_delta=True
+    )
     torch.testing.assert_close(delta, captum_delta, atol=1e-6, rtol=1e-5)
     with torch.no_grad():
         p = lambda fs: torch.softmax(head(fs).logits, -1).gather(1, target[:, None]).squeeze(1)
@@ -170,9 +173,15 @@ def test_completeness_summary_and_captums_own_delta():
 # --------------------------------------------------------------------------- model randomisation
 
 
-@pytest.mark.parametrize("kind, stages", [("laya", ["classifier", "scorer", "adapters"]), ("last", ["classifier"]),
-                                          ("concat", ["classifier", "adapters"]),
-                                          ("scalarmix", ["classifier", "gamma", "mix_logits", "adapters"])])
+@pytest.mark.parametrize(
+    "kind, stages",
+    [
+        ("laya", ["classifier", "scorer", "adapters"]),
+        ("last", ["classifier"]),
+        ("concat", ["classifier", "adapters"]),
+        ("scalarmix", ["classifier", "gamma", "mix_logits", "adapters"]),
+    ],
+)
 def test_randomised_copy_cascades_and_never_touches_the_head(kind, stages):
     head, *_ = make(kind)
     assert cascade_stages(head) == stages  # ψ = identity has no parameters: skipped
@@ -185,7 +194,7 @@ def test_randomised_copy_cascades_and_never_touches_the_head(kind, stages):
         for name, value in copy.state_dict().items():
             group = name.split(".")[0]
             changed = not torch.equal(value, before[name])
-            assert changed == (group in stages[:k + 1]), (k, name)
+            assert changed == (group in stages[: k + 1]), (k, name)
             if k and group in stages[:k]:  # a group re-initialised the same way at every later stage
                 assert torch.equal(value, copies[k - 1].state_dict()[name])
     again = randomised_copy(head, len(stages), seed=5).state_dict()
@@ -195,8 +204,8 @@ def test_randomised_copy_cascades_and_never_touches_the_head(kind, stages):
 
 
 def test_psi_mlp_is_a_stage():
-    from laya_cli.runtime.config import HeadConfig
     from laya_cli.model.heads import build_head
+    from laya_cli.runtime.config import HeadConfig
 
     head = build_head("laya", DIMS, C, HeadConfig(d_star=8, score_hidden=16, psi="mlp"))
     assert cascade_stages(head) == ["classifier", "scorer", "psi", "adapters"]
@@ -235,15 +244,18 @@ def test_run_audit_new_metrics_equal_by_hand_references():
             assert s.randomisation_cascade[k]["spearman"] == pytest.approx(sum(rho) / len(rho), abs=1e-9)
         assert s.randomisation == pytest.approx(1 - s.randomisation_cascade[-1]["spearman"])
     # the curves end where they must: all layers removed / all kept is the same for every method
-    dl, il = (result.methods[m].deletion_curve[-1] for m in ("laya", "ig")), [
-        result.methods[m].insertion_curve[-1] for m in ("laya", "ig")]
+    dl, il = (
+        (result.methods[m].deletion_curve[-1] for m in ("laya", "ig")),
+        [result.methods[m].insertion_curve[-1] for m in ("laya", "ig")],
+    )
     assert len(set(round(v, 9) for v in dl)) == 1
     assert il[0] == pytest.approx(target_probability(head(feats).logits, target).double().mean().item(), abs=1e-6)
     # completeness only for IG, equal to the summary of Captum's deltas
     _, delta = CONVERGENCE["ig"](head, feats, AttributionContext(target, ref, n_steps=6))
     with torch.no_grad():
         effect = target_probability(head(feats).logits, target) - target_probability(
-            head([r.expand_as(f) for r, f in zip(ref, feats)]).logits, target)
+            head([r.expand_as(f) for r, f in zip(ref, feats)]).logits, target
+        )
     assert result.methods["ig"].completeness == pytest.approx(completeness(delta.abs(), effect.abs())[0], abs=1e-6)
     assert math.isnan(result.methods["laya"].completeness) and result.methods["laya"].completeness_flagged is None
 
@@ -314,8 +326,9 @@ def test_json_keys_unavailable_methods_and_by_class():
 
 
 def test_thresholds_on_the_new_metrics():
-    ts = parse_thresholds("aopc=0.1,sufficiency@1=0.2,ig:completeness=0.95,randomisation=0.5,"
-                          "sufficiency@1_normalised=0")
+    ts = parse_thresholds(
+        "aopc=0.1,sufficiency@1=0.2,ig:completeness=0.95,randomisation=0.5,sufficiency@1_normalised=0"
+    )
     assert ts[2] == Threshold("completeness", 0.95, "ig") and len(ts) == 5
     with pytest.raises(LayaError, match="did you mean aopc"):
         parse_thresholds("aopcc=0.1")
@@ -352,14 +365,19 @@ def test_metric_columns_only_when_asked():
     deeper = audit_deeper_table(result, ["aopc", "sufficiency"])
     assert [c.header for c in deeper.columns] == ["method", "aopc", "suff@1", "suff. norm."]
     assert "| `random` |" in audit_markdown(result, metrics=["randomisation"])
-    assert [l for l in audit_markdown(result, metrics=["randomisation"]).splitlines()
-            if l.startswith("| `random`")][0].endswith("| 0.000 ! |")  # random's flag is shown
+    assert [
+        line for line in audit_markdown(result, metrics=["randomisation"]).splitlines() if line.startswith("| `random`")
+    ][0].endswith("| 0.000 ! |")  # random's flag is shown
 
 
 def test_randomisation_runs_on_the_first_samples_in_whole_batches():
     head, feats, ref, target = make(batch=30)
-    result = run_audit(fake_model(head, ref), data(feats), ["laya", "random"],
-                       AuditSettings(batch_size=8, randomisation_samples=10, seed=1))
+    result = run_audit(
+        fake_model(head, ref),
+        data(feats),
+        ["laya", "random"],
+        AuditSettings(batch_size=8, randomisation_samples=10, seed=1),
+    )
     assert result.randomisation_samples == 16  # 10 rounded up to 2 batches of 8
     a = METHODS["laya"](head, feats, None)[:16]
     other = METHODS["laya"](randomised_copy(head, 3, seed=1), [f[:16] for f in feats], None)

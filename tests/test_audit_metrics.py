@@ -12,13 +12,6 @@ from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from laya_cli.auditing import methods as attribution
-from laya_cli.auditing.names import parse_methods
-from laya_cli.auditing.run import run_audit
-from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
-from laya_cli.runtime.config import AuditSettings
-from laya_cli.runtime.errors import LayaError
-from laya_cli.features.extraction import LayerFeatures
-from laya_cli.testing import make_head_and_features
 from laya_cli.auditing.metrics import (
     average_ranks,
     chance_level,
@@ -31,6 +24,13 @@ from laya_cli.auditing.metrics import (
     spearman_rows,
     target_probability,
 )
+from laya_cli.auditing.names import parse_methods
+from laya_cli.auditing.run import run_audit
+from laya_cli.features.extraction import LayerFeatures
+from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
+from laya_cli.runtime.config import AuditSettings
+from laya_cli.runtime.errors import LayaError
+from laya_cli.testing import make_head_and_features
 
 DIMS = [10, 6, 8, 5]
 C = 4
@@ -41,8 +41,9 @@ def make(kind="laya", seed=0, batch=64, dims=DIMS):
 
 
 def fake_model(head, ref, dims=DIMS):
-    return SimpleNamespace(head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))],
-                           classes=[f"c{i}" for i in range(C)])
+    return SimpleNamespace(
+        head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))], classes=[f"c{i}" for i in range(C)]
+    )
 
 
 def features(feats, seed=0):
@@ -77,9 +78,16 @@ def test_spearman_equals_scipy_with_ties_and_constant_rows():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9).flatmap(lambda n: st.tuples(
-    st.lists(st.lists(st.integers(-3, 3), min_size=n, max_size=n), min_size=1, max_size=8),
-    st.lists(st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=n, max_size=n), min_size=8, max_size=8))))
+@given(
+    st.integers(1, 9).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.lists(st.integers(-3, 3), min_size=n, max_size=n), min_size=1, max_size=8),
+            st.lists(
+                st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=n, max_size=n), min_size=8, max_size=8
+            ),
+        )
+    )
+)
 def test_spearman_matches_scipy_property(data):
     ints, floats = data
     a = torch.tensor(ints, dtype=torch.float64)
@@ -141,7 +149,7 @@ def test_lolo_effects_by_hand(ablation):
             removed = p_target(head, feats, target, alpha_mask=mask)
         else:
             fill = torch.zeros_like(feats[i]) if ablation == "zero" else ref[i].expand_as(feats[i])
-            removed = p_target(head, [*feats[:i], fill, *feats[i + 1:]], target)
+            removed = p_target(head, [*feats[:i], fill, *feats[i + 1 :]], target)
         torch.testing.assert_close(delta[:, i], base - removed)
 
 
@@ -198,14 +206,22 @@ def test_run_audit_streams_in_batches_with_the_same_result():
 
 def test_run_audit_by_class_and_json_shape():
     head, feats, ref = make(batch=80)
-    result = run_audit(fake_model(head, ref), features(feats), parse_methods("ig,contrib"),
-                       AuditSettings(steps=4, by_class=True))
+    result = run_audit(
+        fake_model(head, ref), features(feats), parse_methods("ig,contrib"), AuditSettings(steps=4, by_class=True)
+    )
     doc = json.loads(result.to_json())
     assert set(doc) >= {"settings", "accuracy", "methods", "by_class", "notes"}
     assert list(doc["methods"]) == ["laya", "ig", "contrib", "random"]
     for m in doc["methods"].values():
-        assert set(m) >= {"faithfulness", "faithfulness_std", "undefined", "deletion@1", "deletion@1_normalised",
-                          "deletion@1_oracle", "deletion@1_random"}
+        assert set(m) >= {
+            "faithfulness",
+            "faithfulness_std",
+            "undefined",
+            "deletion@1",
+            "deletion@1_normalised",
+            "deletion@1_oracle",
+            "deletion@1_random",
+        }
     assert sum(c["n"] for c in doc["by_class"].values()) == 80
     assert doc["settings"]["ablation"] == "mean" and doc["settings"]["steps"] == 4
 
@@ -260,13 +276,22 @@ def test_parse_methods():
 
 def test_parse_thresholds():
     ts = parse_thresholds("faithfulness=0.7, ig:faithfulness=0.8,laya:deletion@1=0.2")
-    assert ts == [Threshold("faithfulness", 0.7), Threshold("faithfulness", 0.8, "ig"),
-                  Threshold("deletion@1", 0.2, "laya")]
+    assert ts == [
+        Threshold("faithfulness", 0.7),
+        Threshold("faithfulness", 0.8, "ig"),
+        Threshold("deletion@1", 0.2, "laya"),
+    ]
     assert parse_thresholds(["accuracy=0.9", "deletion@1_normalised=0.5"])[0] == Threshold("accuracy", 0.9)
-    for bad, msg in [("faithfulness", "expected METRIC=VALUE"), ("faithfulness=high", "not a number"),
-                     ("faithfulnes=0.7", "did you mean faithfulness"), ("ig:acc=1", "did you mean"),
-                     ("igg:faithfulness=0.7", "did you mean ig"), ("a:b:c=1", "expected"),
-                     ("ig:accuracy=0.9", "belongs to the model"), ("faithfulness=nan", "finite")]:
+    for bad, msg in [
+        ("faithfulness", "expected METRIC=VALUE"),
+        ("faithfulness=high", "not a number"),
+        ("faithfulnes=0.7", "did you mean faithfulness"),
+        ("ig:acc=1", "did you mean"),
+        ("igg:faithfulness=0.7", "did you mean ig"),
+        ("a:b:c=1", "expected"),
+        ("ig:accuracy=0.9", "belongs to the model"),
+        ("faithfulness=nan", "finite"),
+    ]:
         with pytest.raises(LayaError, match=msg):
             parse_thresholds(bad)
     with pytest.raises(LayaError, match="not audited; add --compare saliency"):

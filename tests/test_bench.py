@@ -17,8 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADS = ["laya", "last"]
 SEEDS = [1337, 1338]
 METHODS = ["laya", "ig", "gradxact", "contrib", "global", "random"]
-TINY = {"--dataset": "digits", "--heads": ",".join(HEADS), "--seeds": 2, "--epochs": 1, "--audit-samples": 60,
-        "--steps": 4, "--d-star": 16, "--score-hidden": 16}
+TINY = {
+    "--dataset": "digits",
+    "--heads": ",".join(HEADS),
+    "--seeds": 2,
+    "--epochs": 1,
+    "--audit-samples": 60,
+    "--steps": 4,
+    "--d-star": 16,
+    "--score-hidden": 16,
+}
 
 
 def bench(out: Path, *extra, **changes):
@@ -35,8 +43,13 @@ def tiny(tmp_path_factory):
     js, md = root / "bench.json", root / "bench.md"
     result = bench(root / "out", "--json", js, "--markdown", md, "-q")
     assert result.exit_code == 0, result.output
-    return {"root": root, "out": root / "out", "result": result, "json": json.loads(js.read_text()),
-            "markdown": md.read_text()}
+    return {
+        "root": root,
+        "out": root / "out",
+        "result": result,
+        "json": json.loads(js.read_text()),
+        "markdown": md.read_text(),
+    }
 
 
 def _is_stat(s, n, with_std=True):
@@ -51,7 +64,13 @@ def test_tiny_bench_json_is_complete(tiny):
     doc = tiny["json"]
     assert doc["format"] == "laya-bench"
     b = doc["bench"]
-    assert (b["dataset"], b["backbone"], b["heads"], b["seeds"], b["base_seed"]) == ("digits", "mlp", HEADS, SEEDS, 1337)
+    assert (b["dataset"], b["backbone"], b["heads"], b["seeds"], b["base_seed"]) == (
+        "digits",
+        "mlp",
+        HEADS,
+        SEEDS,
+        1337,
+    )
     assert b["audit"]["methods"] == METHODS and b["audit"]["samples"] == 60 and b["train"]["epochs"] == 1
     assert b["head_config"] == {"d_star": 16, "tau": 1.5, "psi": "identity", "score_hidden": 16}
     assert list(doc["heads"]) == HEADS
@@ -63,8 +82,17 @@ def test_tiny_bench_json_is_complete(tiny):
         assert e["epochs_run"]["values"] == [1, 1]
         assert list(e["methods"]) == METHODS
         for m, s in e["methods"].items():
-            assert set(s) >= {"available", "note", "faithfulness", "deletion@1", "deletion@1_normalised",
-                              "deletion@1_oracle", "deletion@1_random", "undefined", "defined"}
+            assert set(s) >= {
+                "available",
+                "note",
+                "faithfulness",
+                "deletion@1",
+                "deletion@1_normalised",
+                "deletion@1_oracle",
+                "deletion@1_random",
+                "undefined",
+                "defined",
+            }
             defined_here = head == "laya" or m not in ("laya", "contrib", "global")
             assert s["available"] is defined_here, (head, m)
             if defined_here:
@@ -98,9 +126,9 @@ def test_tiny_bench_tables_and_markdown(tiny):
     assert md.startswith("### laya bench: digits, mlp")
     assert md.count("| head |") == 1 and md.count("| method | laya head | last head |") == 2
     assert "#### Faithfulness" in md and "#### Deletion@1" in md and "**" in md
-    rows = [l for l in md.splitlines() if l.startswith("| `")]
+    rows = [line for line in md.splitlines() if line.startswith("| `")]
     assert len(rows) == len(HEADS) + 2 * len(METHODS)
-    assert all(l.count("|") == rows[0].count("|") for l in rows[:len(HEADS)])
+    assert all(row.count("|") == rows[0].count("|") for row in rows[: len(HEADS)])
 
 
 def test_run_files_are_laid_out_per_run(tiny):
@@ -166,15 +194,17 @@ def test_an_extra_seed_trains_only_the_new_runs(tiny, tmp_path):
 
 
 def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
-    from laya_cli.training import bench as B
-    from laya_cli.runtime.errors import TrainingInterrupted
     from laya_cli.runtime.config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.runtime.errors import TrainingInterrupted
+    from laya_cli.training import bench as B
     from laya_cli.training.loop import train
 
-    template = TrainRequest(data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8),
-                            train=TrainConfig(epochs=2))
-    req = B.BenchRequest(train=template, audit=AuditSettings(steps=2), heads=["laya"], seeds=1, audit_samples=20,
-                         out=str(tmp_path / "b"))
+    template = TrainRequest(
+        data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8), train=TrainConfig(epochs=2)
+    )
+    req = B.BenchRequest(
+        train=template, audit=AuditSettings(steps=2), heads=["laya"], seeds=1, audit_samples=20, out=str(tmp_path / "b")
+    )
     first = req.train_request("laya", 1337)
     req.folder.mkdir(parents=True)
 
@@ -190,16 +220,19 @@ def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
     assert result.runs[0]["reused"] is False and not first.state_path.exists()
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["--heads", "laya,lyaa"], ["unknown head 'lyaa'", "did you mean laya"]),
-    (["--heads", ","], ["--heads is empty"]),
-    (["--seeds", "0"], ["--seeds must be at least 1"]),
-    (["--dataset", "fashion-mnst"], ["unknown dataset 'fashion-mnst'", "fashion-mnist"]),
-    (["--audit-samples", "0"], ["--audit-samples must be at least 1"]),
-    (["--compare", "ig,gradx"], ["unknown method 'gradx'"]),
-    (["--epochs", "0"], ["--epochs must be at least 1"]),
-    (["--ablation", "mask"], ["--ablation mask needs heads with layer weights"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--heads", "laya,lyaa"], ["unknown head 'lyaa'", "did you mean laya"]),
+        (["--heads", ","], ["--heads is empty"]),
+        (["--seeds", "0"], ["--seeds must be at least 1"]),
+        (["--dataset", "fashion-mnst"], ["unknown dataset 'fashion-mnst'", "fashion-mnist"]),
+        (["--audit-samples", "0"], ["--audit-samples must be at least 1"]),
+        (["--compare", "ig,gradx"], ["unknown method 'gradx'"]),
+        (["--epochs", "0"], ["--epochs must be at least 1"]),
+        (["--ablation", "mask"], ["--ablation mask needs heads with layer weights"]),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
     result = invoke(*["bench", "--out", str(tmp_path / "b"), *args])
     assert_user_error(result, *fragments)
@@ -224,30 +257,93 @@ def test_stats_mean_and_sample_std():
 
 
 FAKE_SUMMARY = {
-    "quick": True, "device": "cpu", "torch_threads": 2, "cpu_count": 2, "wall_s": 12.0,
+    "quick": True,
+    "device": "cpu",
+    "torch_threads": 2,
+    "cpu_count": 2,
+    "wall_s": 12.0,
     "runs": {
         "baseline": {"ok": True, "result": {}, "peak_rss_mb": 800.0, "wall_s": 3.0},
-        "train_cache": {"ok": True, "peak_rss_mb": 950.0, "wall_s": 4.0, "result": {
-            "images": 12, "epochs": 2, "naive_s": 20.0, "cold_s": 4.0, "warm_s": 2.0, "naive/warm": 10.0,
-            "cold/warm": 2.0}},
-        "audit_speed": {"ok": True, "peak_rss_mb": 990.0, "wall_s": 3.0, "result": {
-            "device": "cpu, 2 torch threads", "images": 4, "plain_s": 1.0, "audit_s": 1.2, "naive_s": 60.0,
-            "naive_blocks": [6], "naive_images": 1, "naive_measured_s": 1.25, "steps": 4, "audit_over_plain": 1.2, "naive_over_audit": 50.0}},
-        "plain": {"ok": True, "result": {"seconds": 1.0, "floor_mb": 880.0, "phase_peak_mb": 20.0},
-                  "peak_rss_mb": 900.0, "wall_s": 1.0},
-        "audit": {"ok": True, "result": {"seconds": 1.2, "floor_mb": 880.0, "phase_peak_mb": 30.0},
-                  "peak_rss_mb": 950.0, "wall_s": 1.0},
-        "audit_memory": {"ok": True, "peak_rss_mb": 700.0, "wall_s": 5.0, "result": {
-            "dataset": "digits", "rows": {"streamed": [{"samples": 30, "peak_mb": 900.0, "floor_mb": 850.0},
-                                                       {"samples": 300, "peak_mb": 950.0, "floor_mb": 850.0}]}}},
-        "startup": {"ok": True, "peak_rss_mb": 700.0, "wall_s": 9.0, "result": {
-            "torch_s": 2.0, "rounds": 1, "rows": [
-                {"command": "torch", "median_s": 2.0, "over_torch": 1.0, "cpu_over_torch": 1.0},
-                {"command": "laya --help", "median_s": 0.2, "over_torch": 0.1, "cpu_over_torch": 0.09},
-                {"command": "laya train --help", "median_s": 0.24, "over_torch": 0.12, "cpu_over_torch": 0.1},
-                {"command": "laya audit --help", "median_s": 0.26, "over_torch": 0.13, "cpu_over_torch": 0.1},
-                {"command": "laya info model.pt", "median_s": 2.5, "over_torch": 1.25, "minus_torch_s": 0.5,
-                 "cpu_over_torch": 1.2}]}},
+        "train_cache": {
+            "ok": True,
+            "peak_rss_mb": 950.0,
+            "wall_s": 4.0,
+            "result": {
+                "images": 12,
+                "epochs": 2,
+                "naive_s": 20.0,
+                "cold_s": 4.0,
+                "warm_s": 2.0,
+                "naive/warm": 10.0,
+                "cold/warm": 2.0,
+            },
+        },
+        "audit_speed": {
+            "ok": True,
+            "peak_rss_mb": 990.0,
+            "wall_s": 3.0,
+            "result": {
+                "device": "cpu, 2 torch threads",
+                "images": 4,
+                "plain_s": 1.0,
+                "audit_s": 1.2,
+                "naive_s": 60.0,
+                "naive_blocks": [6],
+                "naive_images": 1,
+                "naive_measured_s": 1.25,
+                "steps": 4,
+                "audit_over_plain": 1.2,
+                "naive_over_audit": 50.0,
+            },
+        },
+        "plain": {
+            "ok": True,
+            "result": {"seconds": 1.0, "floor_mb": 880.0, "phase_peak_mb": 20.0},
+            "peak_rss_mb": 900.0,
+            "wall_s": 1.0,
+        },
+        "audit": {
+            "ok": True,
+            "result": {"seconds": 1.2, "floor_mb": 880.0, "phase_peak_mb": 30.0},
+            "peak_rss_mb": 950.0,
+            "wall_s": 1.0,
+        },
+        "audit_memory": {
+            "ok": True,
+            "peak_rss_mb": 700.0,
+            "wall_s": 5.0,
+            "result": {
+                "dataset": "digits",
+                "rows": {
+                    "streamed": [
+                        {"samples": 30, "peak_mb": 900.0, "floor_mb": 850.0},
+                        {"samples": 300, "peak_mb": 950.0, "floor_mb": 850.0},
+                    ]
+                },
+            },
+        },
+        "startup": {
+            "ok": True,
+            "peak_rss_mb": 700.0,
+            "wall_s": 9.0,
+            "result": {
+                "torch_s": 2.0,
+                "rounds": 1,
+                "rows": [
+                    {"command": "torch", "median_s": 2.0, "over_torch": 1.0, "cpu_over_torch": 1.0},
+                    {"command": "laya --help", "median_s": 0.2, "over_torch": 0.1, "cpu_over_torch": 0.09},
+                    {"command": "laya train --help", "median_s": 0.24, "over_torch": 0.12, "cpu_over_torch": 0.1},
+                    {"command": "laya audit --help", "median_s": 0.26, "over_torch": 0.13, "cpu_over_torch": 0.1},
+                    {
+                        "command": "laya info model.pt",
+                        "median_s": 2.5,
+                        "over_torch": 1.25,
+                        "minus_torch_s": 0.5,
+                        "cpu_over_torch": 1.2,
+                    },
+                ],
+            },
+        },
     },
 }
 
@@ -261,10 +357,17 @@ def test_speed_summary_puts_every_ratio_side_by_side():
     summary = dict(FAKE_SUMMARY)
     summary["ratios"] = ratios(summary)
     whats = [r["what"] for r in summary["ratios"]]
-    assert whats == ["audit / plain inference", "naive Captum / ours", "train: no cache / warm cache",
-                     "train: cold cache / warm cache", "peak RSS: audit / plain",
-                     "audit memory, streamed: 300 / 30", "laya --help / import torch",
-                     "laya audit --help / import torch", "laya info / import torch"]
+    assert whats == [
+        "audit / plain inference",
+        "naive Captum / ours",
+        "train: no cache / warm cache",
+        "train: cold cache / warm cache",
+        "peak RSS: audit / plain",
+        "audit memory, streamed: 300 / 30",
+        "laya --help / import torch",
+        "laya audit --help / import torch",
+        "laya info / import torch",
+    ]
     assert [r["ratio"] for r in summary["ratios"][-3:]] == [0.1, 0.13, 1.25]  # the slowest '<cmd> --help' shown
     rss = summary["ratios"][4]
     assert rss["ratio"] == pytest.approx(30 / 20)  # each phase alone, above its floor
@@ -272,8 +375,22 @@ def test_speed_summary_puts_every_ratio_side_by_side():
     console = Console(width=120, record=True)
     console.print(speed_tables(summary))
     text = console.export_text()
-    for fragment in ("1.20×", "50×", "10×", "1.50×", "2.00×", "≤ 1.5×", "≥ 20×", "≥ 10×", "peak RSS", "baseline", "+150",
-                     "≤ 0.15×", "≤ torch + 1 s", "torch + 0.50 s"):
+    for fragment in (
+        "1.20×",
+        "50×",
+        "10×",
+        "1.50×",
+        "2.00×",
+        "≤ 1.5×",
+        "≥ 20×",
+        "≥ 10×",
+        "peak RSS",
+        "baseline",
+        "+150",
+        "≤ 0.15×",
+        "≤ torch + 1 s",
+        "torch + 0.50 s",
+    ):
         assert fragment in text
 
 
@@ -301,18 +418,28 @@ def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
 def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
     """The checkout's shim (``python -m benchmarks``) runs the packaged benchmarks."""
     js = tmp_path / "speed.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--device", "cpu", "--json", str(js)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--device", "cpu", "--json", str(js)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(js.read_text())
     assert set(doc["runs"]) == {"baseline", "train_cache", "audit_speed", "audit_memory", "startup"}  # QUICK_JOBS
     assert all(r["peak_rss_mb"] > 0 for r in doc["runs"].values())
     assert len(doc["ratios"]) >= 7 and all(r["ratio"] > 0 for r in doc["ratios"][:4])
-    assert [r["what"] for r in doc["ratios"][-3:]] == ["laya --help / import torch", "laya train --help / import torch",
-                                                      "laya info / import torch"]
+    assert [r["what"] for r in doc["ratios"][-3:]] == [
+        "laya --help / import torch",
+        "laya train --help / import torch",
+        "laya info / import torch",
+    ]
     assert "laya speed benchmarks" in proc.stdout
 
 
 def test_bench_options_given_to_bench_speed_are_refused():
-    assert_user_error(invoke("bench", "--dataset", "fashion-mnist", "--seeds", "2", "speed", "--quick"),
-                      "--dataset, --seeds belong to 'laya bench', not to 'laya bench speed'")
+    assert_user_error(
+        invoke("bench", "--dataset", "fashion-mnist", "--seeds", "2", "speed", "--quick"),
+        "--dataset, --seeds belong to 'laya bench', not to 'laya bench speed'",
+    )

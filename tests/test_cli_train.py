@@ -8,10 +8,6 @@ import torch
 
 from laya_cli.testing import assert_user_error, invoke, run_laya
 
-
-
-
-
 BAD_TRAIN = [
     (["--backbone", "mlpp"], ["unknown backbone 'mlpp'", "did you mean mlp"]),
     (["--backbone", "timm:vit_tiny_patch16_22"], ["did you mean vit_tiny_patch16_224"]),
@@ -42,7 +38,9 @@ def test_bad_train_input_is_one_line_and_exit_2(tmp_path, args, fragments):
 def test_fashion_mnist_missing_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setattr("laya_cli.data.datasets.DEBIAN_FASHION_MNIST", tmp_path / "debian")
     result = invoke("train", "--dataset", "fashion-mnist", "--out", tmp_path / "m.pt")
-    assert_user_error(result, "FashionMNIST not found", str(tmp_path / "debian"), "apt-get install dataset-fashion-mnist")
+    assert_user_error(
+        result, "FashionMNIST not found", str(tmp_path / "debian"), "apt-get install dataset-fashion-mnist"
+    )
 
 
 @pytest.mark.parametrize("dataset", ["fashion-mnist", "cifar10", "artworks"])
@@ -53,16 +51,22 @@ def test_an_explicit_data_dir_without_the_data_is_an_error_not_a_fallback(tmp_pa
     if exists:
         typo.mkdir()
     result = invoke("train", "--dataset", dataset, "--data-dir", typo, "--out", tmp_path / "m.pt", "-q")
-    assert_user_error(result, f"--data-dir {typo}", "no such folder" if not exists else f"does not hold {dataset}",
-                      str(typo) + "/")
+    assert_user_error(
+        result, f"--data-dir {typo}", "no such folder" if not exists else f"does not hold {dataset}", str(typo) + "/"
+    )
     assert not (tmp_path / "m.pt").exists()
 
 
 def test_data_dir_for_a_dataset_that_has_none_is_an_error(tmp_path, image_folder):
-    assert_user_error(invoke("train", "--data-dir", tmp_path, "-q", "--out", tmp_path / "m.pt"),
-                      "does not apply to digits")
-    assert_user_error(invoke("train", "--dataset", f"folder:{image_folder}", "--data-dir", tmp_path, "-q",
-                             "--out", tmp_path / "m.pt"), "does not apply to folder:PATH")
+    assert_user_error(
+        invoke("train", "--data-dir", tmp_path, "-q", "--out", tmp_path / "m.pt"), "does not apply to digits"
+    )
+    assert_user_error(
+        invoke(
+            "train", "--dataset", f"folder:{image_folder}", "--data-dir", tmp_path, "-q", "--out", tmp_path / "m.pt"
+        ),
+        "does not apply to folder:PATH",
+    )
 
 
 @pytest.mark.parametrize("out", ["/no/such/dir/m.pt", ".", "/proc/m.pt"])
@@ -81,15 +85,18 @@ def test_unwritable_out_folder(tmp_path):
 def test_garbage_weights_file(tmp_path):
     bad = tmp_path / "w.pt"
     bad.write_bytes(os.urandom(256))
-    assert_user_error(invoke("train", "--backbone", "timm:resnet18", "--weights", bad, "--out", tmp_path / "m.pt"),
-                      "corrupt")
+    assert_user_error(
+        invoke("train", "--backbone", "timm:resnet18", "--weights", bad, "--out", tmp_path / "m.pt"), "corrupt"
+    )
     assert not (tmp_path / "m.pt").exists()
 
 
 def test_weights_that_do_not_fit_the_arch(tmp_path):
     torch.save({"conv1.weight": torch.zeros(3)}, tmp_path / "w.pt")
-    assert_user_error(invoke("train", "--backbone", "timm:resnet18", "--weights", tmp_path / "w.pt",
-                             "--out", tmp_path / "m.pt"), "weights do not fit timm:resnet18")
+    assert_user_error(
+        invoke("train", "--backbone", "timm:resnet18", "--weights", tmp_path / "w.pt", "--out", tmp_path / "m.pt"),
+        "weights do not fit timm:resnet18",
+    )
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage", os.urandom(300)], ids=["empty", "text", "random"])
@@ -138,8 +145,23 @@ def test_info_panel(digits_ckpt):
 def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):
     out = tmp_path / "m.pt"
     # names are case-insensitive; the checkpoint records the canonical ones
-    result = invoke("train", "--out", out, "--epochs", "3", "--head", "ScalarMix", "--dataset", "Digits",
-                    "--psi", "Identity", "--d-star", "16", "--seed", "1")
+    result = invoke(
+        "train",
+        "--out",
+        out,
+        "--epochs",
+        "3",
+        "--head",
+        "ScalarMix",
+        "--dataset",
+        "Digits",
+        "--psi",
+        "Identity",
+        "--d-star",
+        "16",
+        "--seed",
+        "1",
+    )
     assert result.exit_code == 0, result.output
     from laya_cli.model.checkpoint import read_checkpoint
 
@@ -149,8 +171,6 @@ def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):
     assert "epoch   1" in result.output and "test accuracy" in result.output
     assert torch.load(out, weights_only=True)["head"]["kind"] == "scalarmix"
     assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]
-
-
 
 
 def test_subprocess_train_then_info(tmp_path):

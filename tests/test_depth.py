@@ -9,15 +9,15 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from laya_cli.depthing import early_exit as ee
 from laya_cli.backbones.build import BackboneSpec, build_backbone
+from laya_cli.depthing import early_exit as ee
+from laya_cli.depthing.compute import model_flops, tap_flops
+from laya_cli.depthing.truncation import fold_head, masked_output
+from laya_cli.features.evaldata import load_eval_data
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.laya_model import load_model
-from laya_cli.depthing.compute import model_flops, tap_flops
 from laya_cli.runtime.config import HeadConfig
-from laya_cli.features.evaldata import load_eval_data
 from laya_cli.testing import assert_user_error, invoke, make_head_and_features
-from laya_cli.depthing.truncation import fold_head, masked_output
 
 # --------------------------------------------------------------------------- masked heads, by hand
 
@@ -32,7 +32,7 @@ def _by_hand_laya(head, feats, ref, k):
     s = head.scorer[2](torch.nn.functional.gelu(head.scorer[0](u)))
     alpha = torch.softmax(s / head.tau, dim=1)
     kept = alpha[:, :k] / alpha[:, :k].sum(1, keepdim=True)
-    h = sum(kept[:, i:i + 1] * z[i] for i in range(k))
+    h = sum(kept[:, i : i + 1] * z[i] for i in range(k))
     return head.classifier(h), alpha
 
 
@@ -141,8 +141,9 @@ def test_full_backbone_flops_equal_flopcountermode_on_the_plain_model(name, shap
 def test_vit_block_flops_by_hand():
     """timm ViT-tiny at 32×32 (4 patches + CLS): every block costs 24·N·D² + 4·N²·D (qkv, proj, MLP; QKᵀ and
     AV, attention counted on the CPU too), the first tap adds the patch embedding."""
-    b = build_backbone(BackboneSpec("timm:vit_tiny_patch16_224", in_channels=3, image_size=(32, 32),
-                                    input_size=32)).eval()
+    b = build_backbone(
+        BackboneSpec("timm:vit_tiny_patch16_224", in_channels=3, image_size=(32, 32), input_size=32)
+    ).eval()
     x = torch.rand(1, 3, 32, 32)
     flops = tap_flops(b, x)
     N, D = 5, 192
@@ -156,8 +157,18 @@ def test_vit_block_flops_by_hand():
 
 
 def test_depth_table_json_markdown_plot(digits_ckpt, tmp_path):
-    r = invoke("depth", digits_ckpt, "--time-repeats", 1, "--json", tmp_path / "d.json", "--markdown",
-               tmp_path / "d.md", "--plot", tmp_path / "d.png")
+    r = invoke(
+        "depth",
+        digits_ckpt,
+        "--time-repeats",
+        1,
+        "--json",
+        tmp_path / "d.json",
+        "--markdown",
+        tmp_path / "d.md",
+        "--plot",
+        tmp_path / "d.png",
+    )
     assert r.exit_code == 0, r.output
     assert "laya depth: truncation" in r.output and "within 1pp" in r.output
     doc = json.loads((tmp_path / "d.json").read_text())
@@ -192,7 +203,10 @@ def test_truncated_checkpoint_predicts_as_the_masked_full_model(digits_ckpt, tmp
     info = invoke("info", small, "--json")
     assert info.exit_code == 0, info.output
     summary = json.loads(info.stdout)
-    assert summary["truncated"]["depth"] == 2 and summary["backbone"]["parameters"] < summary["truncated"]["parameters_full"]
+    assert (
+        summary["truncated"]["depth"] == 2
+        and summary["backbone"]["parameters"] < summary["truncated"]["parameters_full"]
+    )
     audited = invoke("audit", small, "--compare", "", "--samples", 20)
     assert audited.exit_code == 0, audited.output
 
@@ -231,8 +245,17 @@ def test_public_load_of_a_truncated_checkpoint_predicts_as_the_masked_full_model
 
 
 def test_refit_works_for_a_head_without_alpha(digits_ckpts, tmp_path):
-    r = invoke("depth", digits_ckpts["last"], "--refit", "--refit-epochs", 1, "--time-repeats", 0,
-               "--json", tmp_path / "d.json")
+    r = invoke(
+        "depth",
+        digits_ckpts["last"],
+        "--refit",
+        "--refit-epochs",
+        1,
+        "--time-repeats",
+        0,
+        "--json",
+        tmp_path / "d.json",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "d.json").read_text())
     assert all(row["refit_accuracy"] is not None and row["accuracy"] is None for row in doc["truncation"])
@@ -244,16 +267,19 @@ def test_refit_works_for_a_head_without_alpha(digits_ckpts, tmp_path):
     assert read_checkpoint(small)["truncated"]["head"] == "refit"
 
 
-@pytest.mark.parametrize("args,fragments", [
-    (["--truncate", "4", "--out", "x.pt"], ["--truncate must be a depth between 1 and 3", "got 4"]),
-    (["--truncate", "0", "--out", "x.pt"], ["between 1 and 3", "got 0"]),
-    (["--thresholds", "0,0.5"], ["--thresholds values must be in (0, 1]", "got 0"]),
-    (["--thresholds", "1.01"], ["(0, 1]", "got 1.01"]),
-    (["--thresholds", "high"], ["--thresholds: 'high' is not a number"]),
-    (["--truncate", "2"], ["--out small.pt"]),
-    (["--out", "x.pt"], ["add --truncate K"]),
-    (["--time-repeats", "-1"], ["--time-repeats must be at least 0"]),
-])
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["--truncate", "4", "--out", "x.pt"], ["--truncate must be a depth between 1 and 3", "got 4"]),
+        (["--truncate", "0", "--out", "x.pt"], ["between 1 and 3", "got 0"]),
+        (["--thresholds", "0,0.5"], ["--thresholds values must be in (0, 1]", "got 0"]),
+        (["--thresholds", "1.01"], ["(0, 1]", "got 1.01"]),
+        (["--thresholds", "high"], ["--thresholds: 'high' is not a number"]),
+        (["--truncate", "2"], ["--out small.pt"]),
+        (["--out", "x.pt"], ["add --truncate K"]),
+        (["--time-repeats", "-1"], ["--time-repeats must be at least 0"]),
+    ],
+)
 def test_bad_input_is_one_line(digits_ckpt, tmp_path, monkeypatch, args, fragments):
     monkeypatch.chdir(tmp_path)
     assert_user_error(invoke("depth", digits_ckpt, *args), *fragments)
@@ -261,8 +287,12 @@ def test_bad_input_is_one_line(digits_ckpt, tmp_path, monkeypatch, args, fragmen
 
 
 def test_head_without_alpha_says_refit_works(digits_ckpts):
-    assert_user_error(invoke("depth", digits_ckpts["concat"]), "concat head has no layer weighting α",
-                      "--refit", "works for every head")
+    assert_user_error(
+        invoke("depth", digits_ckpts["concat"]),
+        "concat head has no layer weighting α",
+        "--refit",
+        "works for every head",
+    )
 
 
 def test_export_shows_the_depth_section(digits_ckpt, tmp_path):
@@ -272,9 +302,14 @@ def test_export_shows_the_depth_section(digits_ckpt, tmp_path):
     assert r.exit_code == 0, r.output
     html = (tmp_path / "exp" / "report.html").read_text()
     assert "Depth: how deep must the model be" in html and (tmp_path / "exp" / "plots" / "depth.png").is_file()
-    assert json.loads((tmp_path / "exp" / "depth.json").read_text()) == json.loads(d.read_text())  # attached as a result
+    assert json.loads((tmp_path / "exp" / "depth.json").read_text()) == json.loads(
+        d.read_text()
+    )  # attached as a result
     plain = invoke("export", digits_ckpt, "--out", tmp_path / "exp2", "--samples", 30, "--no-plots")
-    assert plain.exit_code == 0 and "Depth: how deep must the model be" not in (tmp_path / "exp2" / "report.html").read_text()
+    assert (
+        plain.exit_code == 0
+        and "Depth: how deep must the model be" not in (tmp_path / "exp2" / "report.html").read_text()
+    )
     # found beside the checkpoint: MODEL.depth.json; one for other layers is skipped with a note
     import shutil
 
@@ -287,8 +322,10 @@ def test_export_shows_the_depth_section(digits_ckpt, tmp_path):
     (tmp_path / "m.depth.json").write_text(json.dumps({**doc, "layers": ["a", "b", "c"]}))
     foreign = invoke("export", model, "--out", tmp_path / "exp4", "--samples", 30, "--no-plots")
     assert foreign.exit_code == 0 and "m.depth.json beside the checkpoint was not shown" in foreign.output
-    assert_user_error(invoke("export", model, "--out", tmp_path / "exp5", "--depth", tmp_path / "m.depth.json"),
-                      "computed for other layers")
+    assert_user_error(
+        invoke("export", model, "--out", tmp_path / "exp5", "--depth", tmp_path / "m.depth.json"),
+        "computed for other layers",
+    )
     assert not (tmp_path / "exp5").exists()
 
 
@@ -296,8 +333,21 @@ def test_frozen_vit_truncated_checkpoint(tmp_path, image_folder):
     """A frozen timm ViT (random weights) cut after block 4 by timm's own prune_intermediate_layers:
     the stored weights hold no later block, and the rebuilt model predicts as the masked full one."""
     ckpt, small = tmp_path / "vit.pt", tmp_path / "vit4.pt"
-    trained = invoke("train", "--backbone", "timm:vit_tiny_patch16_224", "--no-pretrained", "--input-size", 32,
-                     "--dataset", f"folder:{image_folder}", "--epochs", 2, "--out", ckpt, "--quiet")
+    trained = invoke(
+        "train",
+        "--backbone",
+        "timm:vit_tiny_patch16_224",
+        "--no-pretrained",
+        "--input-size",
+        32,
+        "--dataset",
+        f"folder:{image_folder}",
+        "--epochs",
+        2,
+        "--out",
+        ckpt,
+        "--quiet",
+    )
     assert trained.exit_code == 0, trained.output
     r = invoke("depth", ckpt, "--truncate", 4, "--out", small)
     assert r.exit_code == 0, r.output
@@ -315,8 +365,20 @@ def test_depth_benchmark_smoke(digits_ckpt, tmp_path):
     """The benchmark's plumbing (a smoke run: its timings are not a measurement)."""
     from laya_cli.speed.depth import main
 
-    rows = main(["--model", f"{digits_ckpt}@2", "--images", "16", "--batch", "8", "--repeats", "1",
-                 "--json", str(tmp_path / "b.json")])
+    rows = main(
+        [
+            "--model",
+            f"{digits_ckpt}@2",
+            "--images",
+            "16",
+            "--batch",
+            "8",
+            "--repeats",
+            "1",
+            "--json",
+            str(tmp_path / "b.json"),
+        ]
+    )
     assert rows[0]["k"] == 2 and rows[0]["parameters"] < rows[0]["parameters_full"]
     assert rows[0]["flops_ratio"] == pytest.approx(rows[0]["flops_full"] / rows[0]["flops_truncated"])
     assert json.loads((tmp_path / "b.json").read_text())[0]["images"] == 16

@@ -31,7 +31,7 @@ from laya_cli.testing import assert_close_tree, invoke
 def test_shards_cover_range_in_order_in_whole_blocks(n, align, world):
     bounds = [D.shard_bounds(n, align, r, world) for r in range(world)]
     assert bounds[0][0] == 0 and bounds[-1][1] == n
-    for (a, b), (c, _) in zip(bounds, bounds[1:]):
+    for (_, b), (c, _) in zip(bounds, bounds[1:]):
         assert b == c  # contiguous, in rank order
     for start, stop in bounds:
         assert start <= stop
@@ -81,8 +81,9 @@ def _run_group(check: str, world: int = 3):
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_group_main, args=(world, os.path.join(tmp, "init"), check), nprocs=world,
-                           start_method="spawn")
+        mp.start_processes(
+            _group_main, args=(world, os.path.join(tmp, "init"), check), nprocs=world, start_method="spawn"
+        )
 
 
 def _check_gather(rank: int, world: int):
@@ -115,11 +116,12 @@ def test_gather_rows_reassembles_uneven_shards_in_order():
 
 def _check_audit_in_group(rank: int, world: int):
     """The library (no CLI): run_audit over sharded batches equals a one-process run on every rank."""
-    from laya_cli.auditing.run import parse_methods, run_audit
-    from laya_cli.runtime.config import AuditSettings
-    from laya_cli.testing import make_head_and_features
+    from laya_cli.auditing.names import parse_methods
+    from laya_cli.auditing.run import run_audit
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.laya_model import LayaModel
+    from laya_cli.runtime.config import AuditSettings
+    from laya_cli.testing import make_head_and_features
 
     head, feats, ref = make_head_and_features(batch=23)
     data = LayerFeatures(feats, torch.arange(23) % 5)
@@ -155,8 +157,11 @@ def _env() -> dict:
 
 def laya(*args, procs: int = 1, expect: int = 0) -> subprocess.CompletedProcess:
     """``laya ARGS`` in a fresh process, or under ``torchrun --nproc-per-node procs``."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}",
-                "-m", "laya_cli"] if procs > 1 else [sys.executable, "-m", "laya_cli"]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}", "-m", "laya_cli"]
+        if procs > 1
+        else [sys.executable, "-m", "laya_cli"]
+    )
     r = subprocess.run([*launcher, *map(str, args)], capture_output=True, text=True, env=_env(), timeout=600)
     assert r.returncode == expect, r.stdout + r.stderr
     return r
@@ -184,9 +189,9 @@ def test_torchrun_training_matches_one_process(two_trainings):
     b = torch.load(root / "two" / "model.pt", weights_only=True)
     for k, w in a["head"]["weights"].items():
         # float summation order only (each rank sums half the batch; observed max |Δ| ≈ 1e-7)
-        torch.testing.assertassert_close_tree(b["head"]["weights"][k], w, rtol=0, atol=1e-5, msg=k)
+        torch.testing.assert_close(b["head"]["weights"][k], w, rtol=0, atol=1e-5, msg=k)
     for k, w in a["backbone"]["weights"].items():
-        torch.testing.assertassert_close_tree(b["backbone"]["weights"][k], w, rtol=0, atol=1e-4, msg=k)
+        torch.testing.assert_close(b["backbone"]["weights"][k], w, rtol=0, atol=1e-4, msg=k)
     assert a["metrics"] == b["metrics"]
     assert [r["val_accuracy"] for r in a["history"]] == [r["val_accuracy"] for r in b["history"]]
     # printed once: 3 epoch lines and one result line, as with one process
@@ -199,8 +204,18 @@ def test_torchrun_audit_matches_one_process(two_trainings, tmp_path):
     root, _, _ = two_trainings
     model = root / "one" / "model.pt"
     # A gate that fails (exit 1 on every rank) must still leave rank 0's JSON behind.
-    args = ["audit", model, "--compare", "all", "--by-class", "--batch-size", "100", "-q",
-            "--fail-under", "random:faithfulness=0.99"]
+    args = [
+        "audit",
+        model,
+        "--compare",
+        "all",
+        "--by-class",
+        "--batch-size",
+        "100",
+        "-q",
+        "--fail-under",
+        "random:faithfulness=0.99",
+    ]
     one = laya(*args, "--json", tmp_path / "one.json", expect=1)
     two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
@@ -215,8 +230,23 @@ def test_torchrun_network_scope_audit_matches_one_process(two_trainings, tmp_pat
     """--scope both under torchrun: the network loop is sharded in whole batches and gathered back."""
     root, _, _ = two_trainings
     # A network-scope gate that fails (exit 1 on every rank): -q prints its verdict line once.
-    args = ["audit", root / "one" / "model.pt", "--scope", "both", "--compare", "all", "--samples", "90",
-            "--steps", "4", "--batch-size", "30", "-q", "--fail-under", "network:random:faithfulness=0.99"]
+    args = [
+        "audit",
+        root / "one" / "model.pt",
+        "--scope",
+        "both",
+        "--compare",
+        "all",
+        "--samples",
+        "90",
+        "--steps",
+        "4",
+        "--batch-size",
+        "30",
+        "-q",
+        "--fail-under",
+        "network:random:faithfulness=0.99",
+    ]
     one = laya(*args, "--json", tmp_path / "one.json", expect=1)
     two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
@@ -257,7 +287,9 @@ def test_torchrun_frozen_backbone_cache_and_three_ranks(tmp_path):
     audit = ["audit", tmp_path / "one.pt", "--compare", "all", "--batch-size", "256", "-q"]
     laya(*audit, "--json", tmp_path / "a1.json")
     laya(*audit, "--json", tmp_path / "a3.json", procs=3)  # 359 rows = 2 batches: rank 2 gets none
-    assert_close_tree(json.loads((tmp_path / "a1.json").read_text()), json.loads((tmp_path / "a3.json").read_text()), 1e-6)
+    assert_close_tree(
+        json.loads((tmp_path / "a1.json").read_text()), json.loads((tmp_path / "a3.json").read_text()), 1e-6
+    )
 
 
 # --------------------------------------------------------------------------- devices
@@ -268,7 +300,10 @@ def test_mps_unavailable_is_a_one_line_error(command, tmp_path):
     if torch.backends.mps.is_available():
         pytest.skip("this machine has MPS")
     target = [] if command == "train" else [str(tmp_path / "model.pt")]
-    r = invoke(*[command, *target, "--device", "mps", "--out", str(tmp_path / "out")]
-               if command != "audit" else [command, *target, "--device", "mps"])
+    r = invoke(
+        *[command, *target, "--device", "mps", "--out", str(tmp_path / "out")]
+        if command != "audit"
+        else [command, *target, "--device", "mps"]
+    )
     assert r.exit_code == 2 and r.output.startswith("error: --device mps") and "Traceback" not in r.output, r.output
     assert sorted(tmp_path.iterdir()) == []

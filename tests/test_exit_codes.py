@@ -25,8 +25,9 @@ def test_0_done(digits_ckpt):
 
 
 def test_1_only_for_a_missed_gate(digits_ckpt):
-    result = invoke("audit", digits_ckpt, "--compare", "ig", "--steps", 4, "--samples", 60,
-                    "--fail-under", "ig:faithfulness=1.01")
+    result = invoke(
+        "audit", digits_ckpt, "--compare", "ig", "--steps", 4, "--samples", 60, "--fail-under", "ig:faithfulness=1.01"
+    )
     assert result.exit_code == 1, result.output
     assert "fail-under:" in result.stderr and "Traceback" not in result.output
     assert result.stdout.splitlines()[-1].startswith("laya audit: FAIL")
@@ -63,11 +64,13 @@ def test_3_internal_error_keeps_the_traceback_and_says_it_is_a_bug(digits_ckpt, 
 
 
 def test_3_from_a_real_process(digits_ckpt):
-    code = ("import sys, laya_cli.checkpoint as c\n"
-            "def broken(*a, **k):\n    raise ZeroDivisionError('injected')\n"
-            "c.checkpoint_summary = broken\n"
-            f"sys.argv = ['laya', 'info', {str(digits_ckpt)!r}]\n"
-            "from laya_cli.cli import main\nmain()\n")
+    code = (
+        "import sys, laya_cli.checkpoint as c\n"
+        "def broken(*a, **k):\n    raise ZeroDivisionError('injected')\n"
+        "c.checkpoint_summary = broken\n"
+        f"sys.argv = ['laya', 'info', {str(digits_ckpt)!r}]\n"
+        "from laya_cli.cli import main\nmain()\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" in proc.stderr and "ZeroDivisionError: injected" in proc.stderr
@@ -104,9 +107,15 @@ def _sigint_as_from_a_shell():
 
 def test_ctrl_c_during_bench_speed_stops_its_child_and_says_interrupted(tmp_path):
     """A real SIGINT to the process group (what Ctrl-C sends) while the first benchmark runs."""
-    proc = subprocess.Popen([sys.executable, "-m", "laya_cli", "bench", "speed", "--quick", "--device", "cpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "LAYA_OFFLINE": "1"}, preexec_fn=_sigint_as_from_a_shell)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "laya_cli", "bench", "speed", "--quick", "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "LAYA_OFFLINE": "1"},
+        preexec_fn=_sigint_as_from_a_shell,
+    )
     try:
         line = proc.stdout.readline()  # "--- baseline": the child is starting
         assert line.startswith("---"), line
@@ -144,12 +153,20 @@ def test_pretrained_weights_offline_fail_fast_in_one_line(tmp_path):
     """LAYA_OFFLINE=1 puts the hub offline: a missing pretrained weight is one line at once, not ~55 s of
     hub retries. Timed against the imports the command cannot avoid, measured in the same test."""
     floor_start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch, timm, sklearn.datasets, laya_cli.train"], check=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", "import torch, timm, sklearn.datasets, laya_cli.train"], check=True, timeout=300
+    )
     floor = time.perf_counter() - floor_start
     start = time.perf_counter()
-    proc = run_laya("train", "--backbone", "timm:resnet18", "--pretrained", "--out", tmp_path / "m.pt",
-                    env={"LAYA_OFFLINE": "1", "HF_HUB_OFFLINE": "", "HF_HOME": str(tmp_path / "hf")})
+    proc = run_laya(
+        "train",
+        "--backbone",
+        "timm:resnet18",
+        "--pretrained",
+        "--out",
+        tmp_path / "m.pt",
+        env={"LAYA_OFFLINE": "1", "HF_HUB_OFFLINE": "", "HF_HOME": str(tmp_path / "hf")},
+    )
     seconds = time.perf_counter() - start
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

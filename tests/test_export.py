@@ -18,16 +18,14 @@ import torch
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
 
-from laya_cli.runtime.errors import LayaError
-from laya_cli.exporting.run import assemble, build_table, run_export, write_export
 from laya_cli.exporting.profiles import js_divergence
+from laya_cli.exporting.run import assemble, build_table, run_export, write_export
+from laya_cli.runtime.errors import LayaError
 from laya_cli.testing import assert_user_error, invoke
 
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
 CLASSES = [str(i) for i in range(10)]
 BASE_COLUMNS = ["index", "label", "label_name", "predicted", "predicted_name", "correct", "p_pred"]
-
-
 
 
 def no_leftovers(folder: Path) -> bool:
@@ -38,8 +36,8 @@ def no_leftovers(folder: Path) -> bool:
 def swap_head(src: Path, dst: Path, kind: str) -> Path:
     """A copy of a checkpoint with a freshly initialised head of another kind (no training needed)."""
     from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
-    from laya_cli.runtime.config import HeadConfig
     from laya_cli.model.heads import build_head
+    from laya_cli.runtime.config import HeadConfig
 
     ckpt = read_checkpoint(src)
     torch.manual_seed(0)
@@ -68,7 +66,9 @@ def synthetic():
     n, L, C = 600, 4, 5
     layers, classes = [f"stage{i}" for i in range(L)], ["cat", "dog", "bird", "ship", "truck"]
     labels = torch.tensor(rng.integers(0, C, n))
-    logits = torch.randn(n, C, generator=torch.Generator().manual_seed(1)) + 1.2 * torch.nn.functional.one_hot(labels, C)
+    logits = torch.randn(n, C, generator=torch.Generator().manual_seed(1)) + 1.2 * torch.nn.functional.one_hot(
+        labels, C
+    )
     correct = logits.argmax(-1) == labels
     conc = np.where(correct.numpy()[:, None], [4.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 4.0])
     conc = conc * (1 + labels.numpy()[:, None] * 0.5)  # different shift per class
@@ -84,8 +84,14 @@ def test_files_exist_and_parse(exported, samples_csv):
     exp, out = exported
     on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert on_disk == sorted(exp.files)
-    for name in ["samples.csv", "profiles.csv", "global_profile.csv", "attention_shift.csv", "summary.json",
-                 "report.html"]:
+    for name in [
+        "samples.csv",
+        "profiles.csv",
+        "global_profile.csv",
+        "attention_shift.csv",
+        "summary.json",
+        "report.html",
+    ]:
         assert (out / name).is_file() and (out / name).stat().st_size > 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["format"] == "laya-export" and summary["n_samples"] == 359
@@ -109,8 +115,8 @@ def test_samples_table_columns_and_values(exported, samples_csv):
 
 def test_contrib_matches_the_margin(exported, samples_csv):
     """Σ_i contrib_i = logit_ŷ − logit_ŷ₂ − (b_ŷ − b_ŷ₂): recompute from the model itself."""
-    from laya_cli.model.laya_model import load_model
     from laya_cli.features.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
 
     exp, _ = exported
     model = load_model(exp.info["checkpoint"])
@@ -143,8 +149,17 @@ def _pandas_profiles(t: pd.DataFrame, quantity: str) -> pd.DataFrame:
 def test_profiles_equal_an_independent_pandas_groupby(exported, samples_csv, quantity):
     _, out = exported
     prof = pd.read_csv(out / "profiles.csv")
-    assert list(prof.columns) == ["quantity", "subset", "class", "class_name", "layer", "layer_index", "mean",
-                                  "std", "n"]
+    assert list(prof.columns) == [
+        "quantity",
+        "subset",
+        "class",
+        "class_name",
+        "layer",
+        "layer_index",
+        "mean",
+        "std",
+        "n",
+    ]
     prof = prof[prof["quantity"] == quantity]
     assert len(prof) == 3 * 10 * 3  # every subset × class × layer, even when empty
     ref = _pandas_profiles(samples_csv, quantity)
@@ -222,8 +237,15 @@ def test_pngs_decode_to_nonzero_images(exported):
     exp, out = exported
     pngs = sorted((out / "plots").glob("*.png"))
     names = {p.name for p in pngs}
-    assert {"global_attention.png", "class_layer_all.png", "class_layer_correct.png", "class_layer_incorrect.png",
-            "class_layer_shift.png", "attention_shift.png", "samples_strip.png"} == names
+    assert {
+        "global_attention.png",
+        "class_layer_all.png",
+        "class_layer_correct.png",
+        "class_layer_incorrect.png",
+        "class_layer_shift.png",
+        "attention_shift.png",
+        "samples_strip.png",
+    } == names
     for p in pngs:
         with Image.open(p) as im:
             im.load()
@@ -260,8 +282,13 @@ def test_plots_read_for_12_layers_and_rgb_images(tmp_path):
     logits = torch.randn(n, C, generator=torch.Generator().manual_seed(0)) + 2 * torch.nn.functional.one_hot(labels, C)
     alpha = torch.tensor(rng.dirichlet(np.ones(L), n), dtype=torch.float32)
     images = torch.randint(0, 255, (n, 3, 32, 32), dtype=torch.uint8)
-    exp = assemble(build_table(torch.arange(n), labels, logits, alpha, alpha, layers, classes), layers, classes,
-                   images, {"head": "laya", "backbone": "vit_base"})
+    exp = assemble(
+        build_table(torch.arange(n), labels, logits, alpha, alpha, layers, classes),
+        layers,
+        classes,
+        images,
+        {"head": "laya", "backbone": "vit_base"},
+    )
     write_export(exp, tmp_path / "out", strip=5)
     for name in ("class_layer_all.png", "samples_strip.png", "global_attention.png"):
         with Image.open(tmp_path / "out" / "plots" / name) as im:
@@ -278,9 +305,12 @@ def test_parquet_and_npz_hold_the_same_table(digits_ckpt, tmp_path, samples_csv)
     run_export(digits_ckpt, tmp_path / "npz", fmt="npz", plots=False, use_cache=False)
     pq = pd.read_parquet(tmp_path / "pq" / "samples.parquet")
     assert list(pq.columns) == list(samples_csv.columns)
-    pd.testing.assert_frame_equal(pq.astype({"label_name": str, "predicted_name": str}),
-                                  samples_csv.astype({"label_name": str, "predicted_name": str}),
-                                  check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(
+        pq.astype({"label_name": str, "predicted_name": str}),
+        samples_csv.astype({"label_name": str, "predicted_name": str}),
+        check_exact=False,
+        rtol=1e-12,
+    )
     assert (tmp_path / "pq" / "report.html").is_file() and not (tmp_path / "pq" / "plots").exists()
     with np.load(tmp_path / "npz" / "samples.npz", allow_pickle=False) as z:
         assert z["alpha"].shape == (359, 3) and z["contrib"].shape == (359, 3)
@@ -328,8 +358,11 @@ def test_samples_and_seed_pick_a_reproducible_subset(digits_ckpt, tmp_path):
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(digits_ckpt, tmp_path):
     out = tmp_path / "out"
-    assert_user_error(invoke("export", digits_ckpt, "--out", out, "--format", "parqet"),
-                      "unknown format 'parqet'", "did you mean parquet")
+    assert_user_error(
+        invoke("export", digits_ckpt, "--out", out, "--format", "parqet"),
+        "unknown format 'parqet'",
+        "did you mean parquet",
+    )
     assert_user_error(invoke("export", tmp_path / "missing.pt", "--out", out), "checkpoint not found")
     assert_user_error(invoke("export", digits_ckpt, "--out", out, "--strip", -1), "--strip")
     assert_user_error(invoke("export", digits_ckpt, "--out", out, "--samples", 0), "--samples")
@@ -413,9 +446,27 @@ def test_library_refuses_unknown_format_before_work(tmp_path):
 def test_subprocess_export(digits_ckpt, tmp_path):
     env = dict(os.environ, LAYA_CACHE_DIR=str(tmp_path / "cache"))
     out = tmp_path / "ci-artifact"
-    proc = subprocess.run([sys.executable, "-m", "laya_cli", "export", str(digits_ckpt), "--out", str(out),
-                           "--samples", "120", "--strip", "4", "--device", "cpu"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "laya_cli",
+            "export",
+            str(digits_ckpt),
+            "--out",
+            str(out),
+            "--samples",
+            "120",
+            "--strip",
+            "4",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Attention shift" in proc.stdout and "exported 120 samples" in proc.stdout
     assert (out / "report.html").is_file() and (out / "plots" / "samples_strip.png").is_file()
@@ -440,7 +491,9 @@ def test_the_documented_pandas_snippet_gives_the_documented_types(exported, tmp_
     t, prof, shift = ns["t"], ns["prof"], ns["shift"]
     assert all(type(v) is str for v in t["label_name"]) and all(type(v) is str for v in t["predicted_name"])
     assert set(t["label_name"]) <= set(CLASSES)
-    assert str(t["label"].dtype) == "int64" and str(t["correct"].dtype) == "bool" and str(t["p_pred"].dtype) == "float64"
+    assert (
+        str(t["label"].dtype) == "int64" and str(t["correct"].dtype) == "bool" and str(t["p_pred"].dtype) == "float64"
+    )
     assert all(type(v) is str for v in prof["class_name"]) and all(type(v) is str for v in shift["class_name"])
     assert list(ns["alpha"].columns) == LAYERS
     assert list(ns["heat"].index) == sorted(CLASSES)  # text, sorted as text

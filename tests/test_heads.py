@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from laya_cli.runtime.errors import LayaError
 from laya_cli.model.heads import HEADS, HeadConfig, LAYAHead, build_head
+from laya_cli.runtime.errors import LayaError
 
 DIMS = [64, 32, 16]
 

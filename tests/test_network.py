@@ -10,14 +10,14 @@ import torch
 
 from laya_cli import backbones as bb
 from laya_cli.auditing import network
+from laya_cli.auditing.metrics import lolo_effects
+from laya_cli.features.evaldata import load_eval_data
+from laya_cli.features.extraction import tap_means, to_float_images
 from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
+from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
-from laya_cli.features.evaldata import load_eval_data
-from laya_cli.features.extraction import tap_means, to_float_images
-from laya_cli.model.heads import build_head
-from laya_cli.auditing.metrics import lolo_effects
 from laya_cli.testing import assert_close_tree, assert_user_error, invoke
 
 # (backbone, input side): chains of every engine/layout, small and random (no downloads)
@@ -37,8 +37,9 @@ def scope_for(name: str, side: int, reference: str = "mean"):
     if (name, side, reference) not in _cache:
         torch.manual_seed(0)
         channels = 1 if name in ("mlp", "cnn") else 3
-        spec = bb.BackboneSpec(name, in_channels=channels, image_size=(side, side),
-                               input_size=None if name in ("mlp", "cnn") else side)
+        spec = bb.BackboneSpec(
+            name, in_channels=channels, image_size=(side, side), input_size=None if name in ("mlp", "cnn") else side
+        )
         b = bb.build_backbone(spec).eval()
         for p in b.parameters():
             p.requires_grad_(False)
@@ -67,8 +68,9 @@ def test_prefix_cached_patched_pass_equals_a_full_forward_with_a_replacing_hook(
         fill = scope.fill(i, hs[i])
         for a, b in zip(scope.later(i, fill, x), full.later(i, fill, x)):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    torch.testing.assert_close(scope.effects(x, hs, feats, target), full.effects(x, hs, feats, target),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        scope.effects(x, hs, feats, target), full.effects(x, hs, feats, target), rtol=0, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("name,side", FAMILIES)
@@ -111,8 +113,9 @@ def test_network_gradxact_equals_total_derivatives_by_autograd():
 
 
 def test_taps_that_are_graph_nodes_cannot_be_patched():
-    b = bb.build_backbone(bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3,
-                                          image_size=(32, 32), input_size=32))
+    b = bb.build_backbone(
+        bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3, image_size=(32, 32), input_size=32)
+    )
     with pytest.raises(LayaError, match="layer1.0.add is a traced graph node, not a module"):
         network.NetworkScope(b, build_head("laya", [64, 128, 256, 512], 3), None)
 
@@ -176,8 +179,21 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
     common = ["audit", str(digits_ckpt), "--compare", "all", "--samples", "60", "--steps", "4"]
     r = invoke(*common, "-q", "--json", head_json)
     assert r.exit_code == EXIT_OK, r.output
-    r = invoke(*common, "--scope", "both", "--json", both_json, "--markdown", md, "--junit", junit,
-               "--fail-under", "network:ig:faithfulness=-1", "--fail-under", "faithfulness=-1")
+    r = invoke(
+        *common,
+        "--scope",
+        "both",
+        "--json",
+        both_json,
+        "--markdown",
+        md,
+        "--junit",
+        junit,
+        "--fail-under",
+        "network:ig:faithfulness=-1",
+        "--fail-under",
+        "faithfulness=-1",
+    )
     assert r.exit_code == EXIT_OK, r.output
     for title in ("head scope (direct effects)", "network scope (total effects)", "ρ(head, network)", "direct share"):
         assert title in r.output
@@ -214,8 +230,13 @@ def test_network_fail_under_gates(digits_ckpt, tmp_path):
     assert r.exit_code == EXIT_OK, r.output
     assert r.output.strip().startswith("laya audit: PASS · 1 of 1 gate checks passed"), r.output
     assert "network:laya:deletion@1" in (tmp_path / "j.xml").read_text()
-    r = invoke(*common, "--fail-under", "network:random:faithfulness=0.99,network:laya:deletion@1=0",
-               "--json", tmp_path / "a.json")
+    r = invoke(
+        *common,
+        "--fail-under",
+        "network:random:faithfulness=0.99,network:laya:deletion@1=0",
+        "--json",
+        tmp_path / "a.json",
+    )
     assert r.exit_code == EXIT_GATE_FAILED, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("laya audit: FAIL · 1 of 2 gate checks failed"), r.output
@@ -246,15 +267,18 @@ def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
     assert "FAIL · 1 of 1 gate checks failed: network:laya: faithfulness dropped 0.5000" in r.output
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--fail-under", "network:ig:faithfulness=0.5"], "add --scope network"),
-    (["--scope", "network", "--fail-under", "ig:faithfulness=0.5"], "write network:ig:faithfulness=0.5"),
-    (["--scope", "network", "--ablation", "mask"], "use --ablation mean or zero"),
-    (["--scope", "everywhere"], "--scope"),
-    (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),
-    (["--scope", "both", "--fail-under", "network:accuracy=0.5"], "belongs to the model"),
-    (["--max-drop", "network:faithfulness=0.1", "--baseline", "x.json"], "add --scope network"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--fail-under", "network:ig:faithfulness=0.5"], "add --scope network"),
+        (["--scope", "network", "--fail-under", "ig:faithfulness=0.5"], "write network:ig:faithfulness=0.5"),
+        (["--scope", "network", "--ablation", "mask"], "use --ablation mean or zero"),
+        (["--scope", "everywhere"], "--scope"),
+        (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),
+        (["--scope", "both", "--fail-under", "network:accuracy=0.5"], "belongs to the model"),
+        (["--max-drop", "network:faithfulness=0.1", "--baseline", "x.json"], "add --scope network"),
+    ],
+)
 def test_network_scope_bad_input_is_one_line(digits_ckpt, args, fragment):
     assert_user_error(invoke("audit", str(digits_ckpt), "--samples", "10", "-q", *args), fragment)
 
@@ -272,17 +296,42 @@ def test_report_html_shows_the_network_scope():
     from laya_cli.report.html import audit_section
 
     def scores(f):
-        return {"faithfulness": f, "faithfulness_std": 0.1, "undefined": 0, "defined": 10, "degenerate": 0,
-                "deletion@1": 0.5, "deletion@1_oracle": 0.6, "deletion@1_random": 0.3, "deletion@1_normalised": 0.667,
-                "available": True, "note": None}
+        return {
+            "faithfulness": f,
+            "faithfulness_std": 0.1,
+            "undefined": 0,
+            "defined": 10,
+            "degenerate": 0,
+            "deletion@1": 0.5,
+            "deletion@1_oracle": 0.6,
+            "deletion@1_random": 0.3,
+            "deletion@1_normalised": 0.667,
+            "available": True,
+            "note": None,
+        }
 
-    doc = {"settings": {"dataset": "digits", "head": "laya", "target": "predicted", "ablation": "mean",
-                        "reduce": "sum", "steps": 4, "scope": "both"},
-           "n_samples": 10, "accuracy": 0.9, "layers": ["a", "b", "c"], "methods": {"laya": scores(0.111)},
-           "network": {"methods": {"laya": scores(0.612), "ig": scores(0.987)}, "patched": "prefix",
-                       "reference": "mean", "notes": [],
-                       "scopes": {"methods": {}, "layers": {"a": {"delta_head": 0.1, "delta_network": 0.4,
-                                                                  "direct_share": 0.25}}}}}
+    doc = {
+        "settings": {
+            "dataset": "digits",
+            "head": "laya",
+            "target": "predicted",
+            "ablation": "mean",
+            "reduce": "sum",
+            "steps": 4,
+            "scope": "both",
+        },
+        "n_samples": 10,
+        "accuracy": 0.9,
+        "layers": ["a", "b", "c"],
+        "methods": {"laya": scores(0.111)},
+        "network": {
+            "methods": {"laya": scores(0.612), "ig": scores(0.987)},
+            "patched": "prefix",
+            "reference": "mean",
+            "notes": [],
+            "scopes": {"methods": {}, "layers": {"a": {"delta_head": 0.1, "delta_network": 0.4, "direct_share": 0.25}}},
+        },
+    }
     page = audit_section(doc)
     assert "0.111" in page and "Network scope (total effects)" in page and "0.612" in page
     assert '<span class="best">0.987</span>' in page and "0.250" in page and "Direct share" in page
@@ -301,7 +350,7 @@ def test_python_api_audit_scope_equals_the_command_route(digits_ckpt):
     settings = AuditSettings(steps=4, batch_size=16)
     command = network.run_scoped_audit(model, data, ["laya", "ig", "random"], settings, "both").to_dict()
     labels = data.features.labels
-    loader = [(to_float_images(data.images[i:i + 16]), labels[i:i + 16]) for i in range(0, 40, 16)]
+    loader = [(to_float_images(data.images[i : i + 16]), labels[i : i + 16]) for i in range(0, 40, 16)]
     api = laya_cli.audit(model, loader, "ig", steps=4, batch_size=16, scope="both", device="cpu", progress=False)
     # The loader's batches go through the backbone at another batch size than the command's extraction: equal
     # to float32 rounding (seen: 1e-8), not bit for bit.

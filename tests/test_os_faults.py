@@ -111,9 +111,10 @@ def test_written_files_keep_the_umask_mode_not_the_temp_files_0600(tmp_path, dig
     finally:
         os.umask(previous)
     files = [ckpt, tmp_path / "a.json", *(tmp_path / "export").iterdir()]
+    import torch
+
     from laya_cli.features.cache import FeatureCache
     from laya_cli.features.extraction import LayerFeatures
-    import torch
 
     previous = os.umask(umask)
     try:

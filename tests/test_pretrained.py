@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from laya_cli.testing import assert_user_error, make_image_folder
 from laya_cli import backbones as bb
-from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.cli.group import app
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.testing import assert_user_error, make_image_folder
 
 runner = CliRunner()
 TIMM = "timm:test_resnet"  # timm's own tiny test model; its hub weights: timm/test_resnet.r160_in1k
@@ -69,16 +69,29 @@ def test_hub_backbones_are_pretrained_by_default_only_when_frozen():
 def test_offline_without_the_weights_is_one_line(empty_caches, folder, backbone):
     out = empty_caches / "m.pt"
     res = invoke("train", "--backbone", backbone, "--dataset", f"folder:{folder}", "--out", out)
-    assert_user_error(res, "pretrained weights for", "--weights FILE", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_HOME",
-                      "--no-pretrained")
+    assert_user_error(
+        res, "pretrained weights for", "--weights FILE", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_HOME", "--no-pretrained"
+    )
     assert not out.exists()
 
 
 def test_warm_hf_cache_then_weights_that_changed_are_refused(empty_caches, folder):
     fake_hf_cache(empty_caches / "hf", HUB_ID, random_state(1))
     out = empty_caches / "m.pt"
-    res = invoke("train", "--backbone", TIMM, "--dataset", f"folder:{folder}", "--input-size", "32", "--epochs", "2",
-                 "--out", out, "-q")
+    res = invoke(
+        "train",
+        "--backbone",
+        TIMM,
+        "--dataset",
+        f"folder:{folder}",
+        "--input-size",
+        "32",
+        "--epochs",
+        "2",
+        "--out",
+        out,
+        "-q",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert ckpt["backbone"]["spec"]["pretrained"] and ckpt["backbone"]["weights"] is None  # loaded by name
@@ -105,8 +118,20 @@ def test_warm_torch_home_for_torchvision(empty_caches, folder):
     src = torchvision.models.mobilenet_v3_small().state_dict()
     torch.save(src, target)
     out = empty_caches / "m.pt"
-    res = invoke("train", "--backbone", "torchvision:mobilenet_v3_small", "--dataset", f"folder:{folder}",
-                 "--input-size", "32", "--epochs", "1", "--out", out, "-q")
+    res = invoke(
+        "train",
+        "--backbone",
+        "torchvision:mobilenet_v3_small",
+        "--dataset",
+        f"folder:{folder}",
+        "--input-size",
+        "32",
+        "--epochs",
+        "1",
+        "--out",
+        out,
+        "-q",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert ckpt["backbone"]["source"].startswith("torchvision pretrained MobileNet_V3_Small_Weights.IMAGENET1K_V1")
@@ -122,8 +147,22 @@ def test_a_hub_weights_file_given_as_weights(empty_caches, folder, filename):
     else:
         torch.save(src, path)
     out = empty_caches / "m.pt"
-    res = invoke("train", "--backbone", TIMM, "--weights", path, "--dataset", f"folder:{folder}", "--input-size", "32",
-                 "--epochs", "1", "--out", out, "-q")
+    res = invoke(
+        "train",
+        "--backbone",
+        TIMM,
+        "--weights",
+        path,
+        "--dataset",
+        f"folder:{folder}",
+        "--input-size",
+        "32",
+        "--epochs",
+        "1",
+        "--out",
+        out,
+        "-q",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert not ckpt["backbone"]["spec"]["pretrained"]  # --weights, not the hub

@@ -4,17 +4,22 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laya_cli.runtime.config import HeadConfig
-from laya_cli.model.heads import build_head
 from laya_cli.auditing.metrics import deletion_at_1, spearman_rows
+from laya_cli.model.heads import build_head
+from laya_cli.runtime.config import HeadConfig
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 
 
 def matrices(min_layers=2, max_layers=8):
-    return st.integers(1, 6).flatmap(lambda rows: st.integers(min_layers, max_layers).flatmap(
-        lambda cols: st.tuples(st.lists(st.lists(finite, min_size=cols, max_size=cols), min_size=rows, max_size=rows),
-                               st.lists(st.lists(finite, min_size=cols, max_size=cols), min_size=rows, max_size=rows))))
+    return st.integers(1, 6).flatmap(
+        lambda rows: st.integers(min_layers, max_layers).flatmap(
+            lambda cols: st.tuples(
+                st.lists(st.lists(finite, min_size=cols, max_size=cols), min_size=rows, max_size=rows),
+                st.lists(st.lists(finite, min_size=cols, max_size=cols), min_size=rows, max_size=rows),
+            )
+        )
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -31,8 +36,9 @@ def test_faithfulness_is_within_minus_one_and_one(ab):
 def test_faithfulness_is_invariant_to_monotone_rescaling_of_attributions(ab, scale, shift, kind):
     a, b = (torch.tensor(x, dtype=torch.float64) for x in ab)
     a = a.round(decimals=2)  # keep ties exact under the transforms below
-    transform = {"affine": lambda x: scale * x + shift, "cube": lambda x: x ** 3,
-                 "exp": lambda x: torch.exp(x / 1000)}[kind]
+    transform = {"affine": lambda x: scale * x + shift, "cube": lambda x: x**3, "exp": lambda x: torch.exp(x / 1000)}[
+        kind
+    ]
     rho, rho_t = spearman_rows(a, b), spearman_rows(transform(a), b)
     torch.testing.assert_close(rho, rho_t, equal_nan=True, atol=1e-9, rtol=0)
 
@@ -48,8 +54,13 @@ def test_deletion_at_1_never_exceeds_its_oracle_nor_falls_below_the_minimum(ab):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(1, 6), st.lists(st.integers(1, 12), min_size=1, max_size=5),
-       st.floats(0.05, 20), st.sampled_from(["identity", "mlp"]), st.integers(0, 2**16))
+@given(
+    st.integers(1, 6),
+    st.lists(st.integers(1, 12), min_size=1, max_size=5),
+    st.floats(0.05, 20),
+    st.sampled_from(["identity", "mlp"]),
+    st.integers(0, 2**16),
+)
 def test_alpha_rows_always_sum_to_one(batch, dims, tau, psi, seed):
     torch.manual_seed(seed)
     head = build_head("laya", dims, 3, HeadConfig(d_star=4, tau=tau, psi=psi, score_hidden=5))

@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SKIP = [
     ("make ", "creates a virtual environment and installs packages (the .ci/run job does that)"),
     ("pip install", "installs packages"),
-    ("--dataset fashion-mnist", "trains or benches on the 60,000 Fashion-MNIST images: minutes to hours "
-                                "(the slow tests and docs/results/ cover it)"),
+    (
+        "--dataset fashion-mnist",
+        "trains or benches on the 60,000 Fashion-MNIST images: minutes to hours "
+        "(the slow tests and docs/results/ cover it)",
+    ),
     ("--backbone vit_base", "needs the Best Artworks data set and pretrained ViT-B weights (network)"),
     ("--backbone timm:resnet50 --weights", "needs the user's own weights file and image folder"),
     ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),

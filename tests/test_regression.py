@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from laya_cli.runtime.errors import LayaError
 from laya_cli.gates.checks import Check, verdict
 from laya_cli.gates.junit import junit_xml
 from laya_cli.gates.regression import (
@@ -21,6 +20,7 @@ from laya_cli.gates.regression import (
     read_audit_json,
     settings_differences,
 )
+from laya_cli.runtime.errors import LayaError
 from laya_cli.testing import assert_user_error, invoke
 
 XSD = Path(__file__).parent / "data" / "junit-10.xsd"
@@ -28,7 +28,9 @@ FAST = ["--samples", "60", "--steps", "4"]
 
 
 def schema():
-    xmlschema = pytest.importorskip("xmlschema", reason="xmlschema validates the JUnit file (pip install 'laya-audit[test]')")
+    xmlschema = pytest.importorskip(
+        "xmlschema", reason="xmlschema validates the JUnit file (pip install 'laya-audit[test]')"
+    )
     return xmlschema.XMLSchema(str(XSD))
 
 
@@ -37,9 +39,24 @@ def doc(**metrics) -> dict:
     methods = {}
     for m, f in {"laya": 0.80, "ig": 0.85, "random": 0.0, **metrics}.items():
         methods[m] = {"faithfulness": f, "deletion@1": 0.5, "deletion@1_normalised": 0.9, "available": True}
-    return {"settings": {"dataset": "digits", "samples": 200, "seed": 0, "ablation": "mean", "target": "predicted",
-                         "reduce": "sum", "steps": 32, "methods": list(methods), "head": "laya", "layers": 3},
-            "n_samples": 200, "accuracy": 0.95, "layers": ["blocks.0", "blocks.1", "blocks.2"], "methods": methods}
+    return {
+        "settings": {
+            "dataset": "digits",
+            "samples": 200,
+            "seed": 0,
+            "ablation": "mean",
+            "target": "predicted",
+            "reduce": "sum",
+            "steps": 32,
+            "methods": list(methods),
+            "head": "laya",
+            "layers": 3,
+        },
+        "n_samples": 200,
+        "accuracy": 0.95,
+        "layers": ["blocks.0", "blocks.1", "blocks.2"],
+        "methods": methods,
+    }
 
 
 # --------------------------------------------------------------------------- --max-drop, by hand
@@ -47,20 +64,27 @@ def doc(**metrics) -> dict:
 
 def test_parse_max_drop_absolute_relative_method_and_model():
     rules = parse_max_drop(["faithfulness=0.02,laya:deletion@1=5%", "accuracy=0.01"], ["laya", "ig", "random"])
-    assert rules == [MaxDrop("faithfulness", 0.02), MaxDrop("deletion@1", 0.05, True, "laya"), MaxDrop("accuracy", 0.01)]
+    assert rules == [
+        MaxDrop("faithfulness", 0.02),
+        MaxDrop("deletion@1", 0.05, True, "laya"),
+        MaxDrop("accuracy", 0.01),
+    ]
     assert [str(r) for r in rules] == ["faithfulness=0.02", "laya:deletion@1=5%", "accuracy=0.01"]
     assert rules[1].allowed(-0.4) == pytest.approx(0.02)  # relative to the magnitude of the baseline
 
 
-@pytest.mark.parametrize("spec,fragment", [
-    ("faithfulnes=0.1", "unknown --max-drop metric 'faithfulnes': did you mean faithfulness"),
-    ("lya:faithfulness=0.1", "unknown --max-drop method 'lya'"),
-    ("faithfulness", "bad --max-drop 'faithfulness'"),
-    ("faithfulness=-0.1", "≥ 0"),
-    ("faithfulness=abc", "'abc' is not a number"),
-    ("laya:accuracy=0.1", "belongs to the model"),
-    ("saliency:faithfulness=0.1", "not audited; add --compare saliency"),
-])
+@pytest.mark.parametrize(
+    "spec,fragment",
+    [
+        ("faithfulnes=0.1", "unknown --max-drop metric 'faithfulnes': did you mean faithfulness"),
+        ("lya:faithfulness=0.1", "unknown --max-drop method 'lya'"),
+        ("faithfulness", "bad --max-drop 'faithfulness'"),
+        ("faithfulness=-0.1", "≥ 0"),
+        ("faithfulness=abc", "'abc' is not a number"),
+        ("laya:accuracy=0.1", "belongs to the model"),
+        ("saliency:faithfulness=0.1", "not audited; add --compare saliency"),
+    ],
+)
 def test_parse_max_drop_errors(spec, fragment):
     with pytest.raises(LayaError, match=None) as e:
         parse_max_drop(spec, ["laya", "ig", "random"])
@@ -94,27 +118,36 @@ def test_network_scope_max_drop_by_hand():
     rules = parse_max_drop("network:faithfulness=0.05,faithfulness=0.05", ["laya", "ig", "random"], "both")
     assert [str(r) for r in rules] == ["network:faithfulness=0.05", "faithfulness=0.05"]
     assert parse_max_drop("Network:IG:faithfulness=0.05", ["laya", "ig"], "network") == [
-        MaxDrop("faithfulness", 0.05, method="ig", scope="network")]  # names are case-insensitive
+        MaxDrop("faithfulness", 0.05, method="ig", scope="network")
+    ]  # names are case-insensitive
     c = compare(base, now, rules)
     by = {c_.name: c_ for c_ in c.checks}
-    assert set(by) == {"network:laya:faithfulness drop<=0.05", "network:ig:faithfulness drop<=0.05",
-                       "laya:faithfulness drop<=0.05", "ig:faithfulness drop<=0.05"}  # random skipped at both scopes
+    assert set(by) == {
+        "network:laya:faithfulness drop<=0.05",
+        "network:ig:faithfulness drop<=0.05",
+        "laya:faithfulness drop<=0.05",
+        "ig:faithfulness drop<=0.05",
+    }  # random skipped at both scopes
     assert by["network:laya:faithfulness drop<=0.05"].failed and by["network:ig:faithfulness drop<=0.05"].passed
     assert by["laya:faithfulness drop<=0.05"].passed  # the head scope did not move
     assert c.methods["network:laya"]["faithfulness"]["change"] == pytest.approx(-0.10)
     # a baseline without the network scope: each network rule is a failed check that says why
     c = compare(doc(), now, parse_max_drop("network:ig:faithfulness=0.05", ["laya", "ig", "random"], "both"))
     assert [c_.message for c_ in c.checks if c_.failed] == [
-        "network:ig: faithfulness is not in both audits (required by --max-drop network:ig:faithfulness=0.05)"]
+        "network:ig: faithfulness is not in both audits (required by --max-drop network:ig:faithfulness=0.05)"
+    ]
     # a head-scope baseline compared with a head-scope audit: no network keys anywhere
     assert not any(m.startswith("network:") for m in compare(doc(), doc(), []).methods)
 
 
-@pytest.mark.parametrize("spec,scope,fragment", [
-    ("network:faithfulness=0.1", "head", "add --scope network or --scope both"),
-    ("faithfulness=0.1", "network", "write network:faithfulness=0.1"),
-    ("network:aopc=0.1", "both", "aopc is not computed at network scope"),
-])
+@pytest.mark.parametrize(
+    "spec,scope,fragment",
+    [
+        ("network:faithfulness=0.1", "head", "add --scope network or --scope both"),
+        ("faithfulness=0.1", "network", "write network:faithfulness=0.1"),
+        ("network:aopc=0.1", "both", "aopc is not computed at network scope"),
+    ],
+)
 def test_network_max_drop_errors(spec, scope, fragment):
     with pytest.raises(LayaError) as e:
         parse_max_drop(spec, ["laya", "ig", "random"], scope)
@@ -155,7 +188,11 @@ def test_settings_that_must_match_are_each_named():
     assert [d.split()[0] for d in diffs] == ["samples", "ablation", "steps", "layers", "n_samples"]
     with pytest.raises(LayaError) as e:
         check_settings(base, now, allow_change=False, baseline_path="main.json")
-    assert "main.json" in str(e.value) and "ablation mean -> zero" in str(e.value) and "--allow-settings-change" in str(e.value)
+    assert (
+        "main.json" in str(e.value)
+        and "ablation mean -> zero" in str(e.value)
+        and "--allow-settings-change" in str(e.value)
+    )
     assert check_settings(base, now, allow_change=True) == diffs
     same = doc()
     same["settings"]["methods"] = list(reversed(same["settings"]["methods"]))  # the order methods were listed in
@@ -167,17 +204,49 @@ def test_settings_that_must_match_are_each_named():
 
 
 def test_junit_validates_against_the_schema_and_carries_measured_and_required():
-    checks = [Check("fail-under", "ig:faithfulness>=0.8", "faithfulness", "ig", 0.62, ">= 0.8", False,
-                    "ig: faithfulness 0.6200 < 0.8"),
-              Check("max-drop", "laya:faithfulness drop<=0.02", "faithfulness", "laya", 0.9, ">= 0.8 (baseline 0.82 - 0.02)",
-                    True, "laya: faithfulness rose 0.08 (0.82 -> 0.90), within the allowed 0.02"),
-              Check("max-drop", "gradxact:faithfulness drop<=0.02", "faithfulness", "gradxact", None, "a defined baseline value",
-                    True, "no baseline value", skipped=True)]
-    text = junit_xml(checks, properties={"model": "m.pt", "note": "<&\">"}, seconds=1234.5)
+    checks = [
+        Check(
+            "fail-under",
+            "ig:faithfulness>=0.8",
+            "faithfulness",
+            "ig",
+            0.62,
+            ">= 0.8",
+            False,
+            "ig: faithfulness 0.6200 < 0.8",
+        ),
+        Check(
+            "max-drop",
+            "laya:faithfulness drop<=0.02",
+            "faithfulness",
+            "laya",
+            0.9,
+            ">= 0.8 (baseline 0.82 - 0.02)",
+            True,
+            "laya: faithfulness rose 0.08 (0.82 -> 0.90), within the allowed 0.02",
+        ),
+        Check(
+            "max-drop",
+            "gradxact:faithfulness drop<=0.02",
+            "faithfulness",
+            "gradxact",
+            None,
+            "a defined baseline value",
+            True,
+            "no baseline value",
+            skipped=True,
+        ),
+    ]
+    text = junit_xml(checks, properties={"model": "m.pt", "note": '<&">'}, seconds=1234.5)
     schema().validate(text)
     root = ET.fromstring(text)
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("3", "1", "0", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "3",
+        "1",
+        "0",
+        "1",
+    )
     cases = suite.findall("testcase")
     assert [c.get("classname") for c in cases] == ["laya.fail_under", "laya.max_drop", "laya.max_drop"]
     failure = cases[0].find("failure")
@@ -185,7 +254,7 @@ def test_junit_validates_against_the_schema_and_carries_measured_and_required():
     assert "measured: 0.62" in failure.text and "required: >= 0.8" in failure.text
     assert cases[1].find("failure") is None and cases[2].find("skipped") is not None
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    assert props == {"model": "m.pt", "note": "<&\">"}
+    assert props == {"model": "m.pt", "note": '<&">'}
     assert not schema().is_valid("<testsuites><testsuite name='x'/></testsuites>")  # the schema does reject
 
 
@@ -218,14 +287,32 @@ def doctored(baseline: Path, tmp_path: Path, **raise_by) -> Path:
 
 def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
     junit, js, md = tmp_path / "j.xml", tmp_path / "a.json", tmp_path / "a.md"
-    r = invoke("audit", digits_ckpt, *FAST, "--baseline", baseline, "--max-drop", "faithfulness=0,accuracy=0",
-               "--junit", junit, "--json", js, "--markdown", md)
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        *FAST,
+        "--baseline",
+        baseline,
+        "--max-drop",
+        "faithfulness=0,accuracy=0",
+        "--junit",
+        junit,
+        "--json",
+        js,
+        "--markdown",
+        md,
+    )
     assert r.exit_code == 0, r.output
     assert "base" in r.stdout and "Δ" in r.stdout and "+0.000" in r.stdout and "baseline" in r.stdout
     assert r.stdout.strip().splitlines()[-1].startswith("laya audit: PASS · 4 of 4 gate checks passed")
     d = json.loads(js.read_text())
-    assert d["baseline"]["passed"] is True and d["verdict"] == {"passed": True, "verdict": "pass", "checks": 4,
-                                                                 "failed": 0, "skipped": 0}
+    assert d["baseline"]["passed"] is True and d["verdict"] == {
+        "passed": True,
+        "verdict": "pass",
+        "checks": 4,
+        "failed": 0,
+        "skipped": 0,
+    }
     assert d["baseline"]["methods"]["laya"]["faithfulness"]["change"] == 0
     schema().validate(junit.read_text())
     assert "| faithfulness | baseline | Δ |" in md.read_text()
@@ -234,8 +321,23 @@ def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
 def test_failing_gate_names_each_metric_that_dropped(digits_ckpt, baseline, tmp_path):
     base = doctored(baseline, tmp_path, laya=0.05, ig=0.015)
     junit, js, md = tmp_path / "j.xml", tmp_path / "a.json", tmp_path / "a.md"
-    r = invoke("audit", digits_ckpt, *FAST, "--baseline", base, "--max-drop", "faithfulness=0.02",
-               "--fail-under", "faithfulness=-1", "--junit", junit, "--json", js, "--markdown", md)
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        *FAST,
+        "--baseline",
+        base,
+        "--max-drop",
+        "faithfulness=0.02",
+        "--fail-under",
+        "faithfulness=-1",
+        "--junit",
+        junit,
+        "--json",
+        js,
+        "--markdown",
+        md,
+    )
     assert r.exit_code == 1, r.output
     misses = [line for line in r.stderr.splitlines() if line.startswith("max-drop:")]
     assert len(misses) == 1 and misses[0].startswith("max-drop: laya: faithfulness dropped 0.0500"), r.stderr
@@ -254,8 +356,16 @@ def test_failing_gate_names_each_metric_that_dropped(digits_ckpt, baseline, tmp_
 
 
 def test_quiet_prints_only_the_verdict_line(digits_ckpt, baseline, tmp_path):
-    r = invoke("audit", digits_ckpt, *FAST, "--baseline", doctored(baseline, tmp_path, laya=0.05),
-               "--max-drop", "laya:faithfulness=0.02", "-q")
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        *FAST,
+        "--baseline",
+        doctored(baseline, tmp_path, laya=0.05),
+        "--max-drop",
+        "laya:faithfulness=0.02",
+        "-q",
+    )
     assert r.exit_code == 1
     assert r.stderr == "" and len(r.stdout.splitlines()) == 1, r.output
     assert r.stdout.startswith("laya audit: FAIL · 1 of 1 gate checks failed: laya: faithfulness dropped")
@@ -266,23 +376,54 @@ def test_quiet_prints_only_the_verdict_line(digits_ckpt, baseline, tmp_path):
 def test_step_summary_is_appended_without_a_flag(digits_ckpt, baseline, tmp_path):
     summary = tmp_path / "step_summary.md"
     summary.write_text("## earlier step\n")
-    r = invoke("audit", digits_ckpt, *FAST, "--baseline", baseline, "--max-drop", "faithfulness=0.02", "-q",
-               env={"GITHUB_STEP_SUMMARY": str(summary)})
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        *FAST,
+        "--baseline",
+        baseline,
+        "--max-drop",
+        "faithfulness=0.02",
+        "-q",
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert r.exit_code == 0, r.output
     text = summary.read_text()
     assert text.startswith("## earlier step\n### laya audit\n")
-    assert "| method | faithfulness | baseline | Δ |" in text and "max-drop: no metric dropped more than allowed" in text
+    assert (
+        "| method | faithfulness | baseline | Δ |" in text and "max-drop: no metric dropped more than allowed" in text
+    )
 
 
 def test_settings_mismatch_is_exit_2_before_the_work_unless_allowed(digits_ckpt, baseline, tmp_path):
     js = tmp_path / "a.json"
-    r = invoke("audit", digits_ckpt, "--samples", 30, "--steps", 8, "--compare", "ig", "--baseline", baseline,
-               "--json", js)
-    assert_user_error(r, "was audited with other settings", "samples 60 -> 30", "steps 4 -> 8",
-                      "methods gradxact,ig,laya,random -> ig,laya,random", "--allow-settings-change")
+    r = invoke(
+        "audit", digits_ckpt, "--samples", 30, "--steps", 8, "--compare", "ig", "--baseline", baseline, "--json", js
+    )
+    assert_user_error(
+        r,
+        "was audited with other settings",
+        "samples 60 -> 30",
+        "steps 4 -> 8",
+        "methods gradxact,ig,laya,random -> ig,laya,random",
+        "--allow-settings-change",
+    )
     assert not js.exists()
-    r = invoke("audit", digits_ckpt, "--samples", 30, "--steps", 4, "--baseline", baseline, "--allow-settings-change",
-               "--max-drop", "accuracy=1", "--json", js)
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        "--samples",
+        30,
+        "--steps",
+        4,
+        "--baseline",
+        baseline,
+        "--allow-settings-change",
+        "--max-drop",
+        "accuracy=1",
+        "--json",
+        js,
+    )
     assert r.exit_code == 0, r.output
     assert "settings changed (allowed): samples 60 -> 30" in " ".join(r.stdout.split())
     assert json.loads(js.read_text())["baseline"]["settings_changed"] == ["samples 60 -> 30", "n_samples 60 -> 30"]
@@ -299,7 +440,10 @@ def test_bad_baseline_and_gate_input(digits_ckpt, baseline, tmp_path):
         (["--baseline", tmp_path / "bench.json"], ["is not a laya audit JSON", "missing settings"]),
         (["--baseline", tmp_path / "text.md"], ["is not JSON"]),
         (["--baseline", tmp_path], ["is a directory"]),
-        (["--baseline", baseline, "--max-drop", "faithfulnes=0.1"], ["unknown --max-drop metric", "did you mean faithfulness"]),
+        (
+            ["--baseline", baseline, "--max-drop", "faithfulnes=0.1"],
+            ["unknown --max-drop metric", "did you mean faithfulness"],
+        ),
         (["--max-drop", "faithfulness=0.1"], ["--max-drop needs --baseline"]),
         (["--baseline", baseline, "--junit", tmp_path / "no" / "j.xml"], ["cannot write", "does not exist"]),
         (["--junit", tmp_path], ["cannot write", "is a directory"]),

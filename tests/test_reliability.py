@@ -1,14 +1,13 @@
 """Feature cache integrity, non-finite features, folder images that fail to decode."""
 
+import pytest
 import torch
 from torch import nn
 
-import pytest
-
-from laya_cli.testing import invoke, make_image_folder
-from laya_cli.runtime.errors import LayaError
 from laya_cli.features.cache import FeatureCache, cached_extract
 from laya_cli.features.extraction import LayerFeatures
+from laya_cli.runtime.errors import LayaError
+from laya_cli.testing import invoke, make_image_folder
 
 
 def toy_features(n=6):

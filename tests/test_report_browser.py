@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from laya_cli.report import browser as lb
 from laya_cli.exporting.run import assemble, build_table, run_export, write_export
+from laya_cli.report import browser as lb
 from laya_cli.testing import invoke
 
 REASON = lb.unavailable_reason()
@@ -76,10 +76,13 @@ def open_ready(chromium, report: Path):
 
 
 def rendered(page) -> list[dict]:
-    return page.eval_on_selector_all("#x-body tr.x-row", """rows => rows.map(r => ({
+    return page.eval_on_selector_all(
+        "#x-body tr.x-row",
+        """rows => rows.map(r => ({
         index: +r.dataset.index, label: +r.querySelector('.c-label').dataset.label,
         pred: +r.querySelector('.c-pred').dataset.pred, p: +r.querySelector('.c-p').textContent,
-        correct: r.querySelector('.c-correct').classList.contains('ok')}))""")
+        correct: r.querySelector('.c-correct').classList.contains('ok')}))""",
+    )
 
 
 def scroll_to(page, where: str) -> None:
@@ -112,7 +115,8 @@ def test_every_image_decodes(chromium, digits_export):
         thumbs = page.evaluate("""async () => {
             const D = JSON.parse(document.getElementById('laya-data').textContent);
             return Promise.all(D.thumbs.map(async t => { const im = new Image();
-                im.src = 'data:image/png;base64,' + t; await im.decode(); return [im.naturalWidth, im.naturalHeight]; }));
+                im.src = 'data:image/png;base64,' + t; await im.decode();
+                return [im.naturalWidth, im.naturalHeight]; }));
         }""")
         assert len(thumbs) == 359 and set(map(tuple, thumbs)) == {(8, 8)}  # digits are 8×8, kept as they are
         assert watch.console_errors == [] and watch.page_errors == []

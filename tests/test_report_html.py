@@ -28,8 +28,19 @@ def data_block(html: str) -> dict:
 def audited_export(digits_ckpt, tmp_path_factory):
     root = tmp_path_factory.mktemp("audited")
     audit = root / "audit.json"
-    r = invoke("audit", digits_ckpt, "--samples", 60, "--steps", 4, "--fail-under", "gradxact:faithfulness=0.99",
-               "--json", audit, "-q")
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        "--samples",
+        60,
+        "--steps",
+        4,
+        "--fail-under",
+        "gradxact:faithfulness=0.99",
+        "--json",
+        audit,
+        "-q",
+    )
     assert r.exit_code == 1, r.output  # a missed gate: the report shows it
     r = invoke("export", digits_ckpt, "--out", root / "export", "--audit", audit, "--no-plots", "-q")
     assert r.exit_code == 0, r.output
@@ -70,9 +81,14 @@ def test_an_audit_of_another_model_or_not_an_audit_is_refused(digits_ckpt, audit
     other = dict(audit, layers=["fc1", "fc2", "fc3"])
     (tmp_path / "other.json").write_text(json.dumps(other))
     (tmp_path / "junk.json").write_text("{not json")
-    for path, fragment in ((tmp_path / "other.json", "other layers"), (tmp_path / "junk.json", "is not JSON"),
-                           (tmp_path / "missing.json", "no such file")):
-        assert_user_error(invoke("export", digits_ckpt, "--out", tmp_path / "out", "--audit", path), "--audit", fragment)
+    for path, fragment in (
+        (tmp_path / "other.json", "other layers"),
+        (tmp_path / "junk.json", "is not JSON"),
+        (tmp_path / "missing.json", "no such file"),
+    ):
+        assert_user_error(
+            invoke("export", digits_ckpt, "--out", tmp_path / "out", "--audit", path), "--audit", fragment
+        )
         assert not (tmp_path / "out").exists()
 
 

@@ -3,9 +3,8 @@
 import json
 
 import pytest
+
 from laya_cli.testing import invoke
-
-
 
 
 def test_audit_numbers_are_identical_across_runs(digits_ckpt, tmp_path):
@@ -21,16 +20,17 @@ def test_audit_numbers_are_identical_across_runs(digits_ckpt, tmp_path):
 
 def test_export_tables_are_identical_across_runs(digits_ckpt, tmp_path):
     for i in range(2):
-        r = invoke(*["export", str(digits_ckpt), "--out", str(tmp_path / f"e{i}"), "--no-plots",
-                                "--samples", "100"])
+        r = invoke(*["export", str(digits_ckpt), "--out", str(tmp_path / f"e{i}"), "--no-plots", "--samples", "100"])
         assert r.exit_code == 0, r.output
     for name in ("samples.csv", "profiles.csv", "attention_shift.csv"):
         assert (tmp_path / "e0" / name).read_bytes() == (tmp_path / "e1" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("command", ["audit", "export"])
-@pytest.mark.parametrize("args,fragment", [(["--samples", "-1"], "--samples must be at least 1"),
-                                           (["--samples", "0"], "--samples must be at least 1")])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [(["--samples", "-1"], "--samples must be at least 1"), (["--samples", "0"], "--samples must be at least 1")],
+)
 def test_absurd_sizes_are_user_errors(digits_ckpt, tmp_path, command, args, fragment):
     extra = ["--out", str(tmp_path / "e")] if command == "export" else []
     r = invoke(*[command, str(digits_ckpt), *args, *extra])

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from laya_cli.testing import train_digits
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.testing import train_digits
 
 # Long enough (30 epochs) that the signal lands mid-training even on an idle machine.
 ARGS = ["--epochs", "30", "--patience", "30", "--seed", "5", "--d-star", "16", "--score-hidden", "16"]
@@ -18,8 +18,14 @@ ARGS = ["--epochs", "30", "--patience", "30", "--seed", "5", "--d-star", "16", "
 
 def laya(*args, **kw):
     env = {**os.environ, "LAYA_OFFLINE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "laya_cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "laya_cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )
 
 
 def assert_same_weights(a: dict, b: dict):
@@ -30,8 +36,9 @@ def assert_same_weights(a: dict, b: dict):
             assert torch.equal(wa[k], wb[k]), f"{part}.{k} differs"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
-                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)], ids=["SIGTERM", "SIGINT"]
+)
 def test_killed_run_resumes_to_the_uninterrupted_weights(tmp_path, sig):
     out = tmp_path / "m.pt"
     state = tmp_path / "m.pt.state"
@@ -79,21 +86,34 @@ def _interrupted_state(req, with_options: bool = True):
         backbone, spec, _ = tr.prepare_backbone(req, data)
         head = tr.build_head(req.head, [512, 256, 128], 10, req.head_config)
         model = tr.EndToEnd(backbone, head)
-        tr.fit(model, ([data.train.images], data.train.labels), ([data.val.images], data.val.labels), req.train,
-               stop, req.state_path, False, req.fingerprint(), options=req.recorded_options() if with_options else None)
+        tr.fit(
+            model,
+            ([data.train.images], data.train.labels),
+            ([data.val.images], data.val.labels),
+            req.train,
+            stop,
+            req.state_path,
+            False,
+            req.fingerprint(),
+            options=req.recorded_options() if with_options else None,
+        )
     assert req.state_path.exists()
 
 
 def _request(tmp_path, **train):
     from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
 
-    return TrainRequest(data=DataRequest("digits", seed=0), train=TrainConfig(**{"epochs": 3, "seed": 0, **train}),
-                        head_config=HeadConfig(d_star=16, score_hidden=16), out=str(tmp_path / "m.pt"))
+    return TrainRequest(
+        data=DataRequest("digits", seed=0),
+        train=TrainConfig(**{"epochs": 3, "seed": 0, **train}),
+        head_config=HeadConfig(d_star=16, score_hidden=16),
+        out=str(tmp_path / "m.pt"),
+    )
 
 
 def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(tmp_path):
-    from laya_cli.training import loop as tr
     from laya_cli.runtime.errors import LayaError
+    from laya_cli.training import loop as tr
 
     _interrupted_state(_request(tmp_path))
     other = _request(tmp_path, lr=1e-3)
@@ -104,8 +124,8 @@ def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(
 
 def test_resume_of_an_older_state_without_options_still_refuses(tmp_path):
     """States written before the options were stored carry only the fingerprint: still read, still checked."""
-    from laya_cli.training import loop as tr
     from laya_cli.runtime.errors import LayaError
+    from laya_cli.training import loop as tr
 
     _interrupted_state(_request(tmp_path), with_options=False)
     other = _request(tmp_path, lr=1e-3)
@@ -124,8 +144,9 @@ def test_rerun_without_resume_refuses_to_overwrite_the_state_and_restart_starts_
     _interrupted_state(req)
     before = req.state_path.read_bytes()
     args = ["train", "--out", req.out, "--epochs", "3", "--seed", "0", "--d-star", "16", "--score-hidden", "16", "-q"]
-    assert_user_error(invoke(*args), f"{req.state_path} holds an interrupted training run (after epoch 1)",
-                      "--resume", "--restart")
+    assert_user_error(
+        invoke(*args), f"{req.state_path} holds an interrupted training run (after epoch 1)", "--resume", "--restart"
+    )
     assert req.state_path.read_bytes() == before  # untouched
     assert_user_error(invoke(*args, "--resume", "--restart"), "exclude each other")
     result = invoke(*args, "--restart")

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
 from laya_cli.data.datasets import _labelled_files, load_dataset
-from laya_cli.features.store import extract_to_store
 from laya_cli.data.synthetic import frozen_cnn_and_images
+from laya_cli.features.store import extract_to_store
+from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
 from laya_cli.testing import assert_user_error, invoke, make_image_folder
 from laya_cli.training.loop import train
 
@@ -31,10 +31,15 @@ def _train(tmp_path, dataset: str, name: str, monkeypatch, env: dict | None = No
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / f"cache-{name}"))
-    req = TrainRequest(backbone="cnn", finetune=False, data=DataRequest(dataset, seed=0, image_size=16, **data),
-                       train=TrainConfig(epochs=3, patience=3, seed=0, batch_size=16), out=str(tmp_path / f"{name}.pt"))
+    req = TrainRequest(
+        backbone="cnn",
+        finetune=False,
+        data=DataRequest(dataset, seed=0, image_size=16, **data),
+        train=TrainConfig(epochs=3, patience=3, seed=0, batch_size=16),
+        out=str(tmp_path / f"{name}.pt"),
+    )
     ckpt = train(req)
-    for k in (env or {}):
+    for k in env or {}:
         monkeypatch.delenv(k)
     return ckpt
 
@@ -79,8 +84,9 @@ def _write_parquet(folder: Path, path: Path, row_group_size: int = 8) -> str:
     import pyarrow.parquet as pq
 
     files, names = _labelled_files(folder)
-    pq.write_table(pa.table({"img": [f.read_bytes() for f in files], "style": names}), path,
-                   row_group_size=row_group_size)
+    pq.write_table(
+        pa.table({"img": [f.read_bytes() for f in files], "style": names}), path, row_group_size=row_group_size
+    )
     return f"parquet:{path}"
 
 
@@ -129,8 +135,10 @@ def test_head_from_a_hugging_face_dataset_on_disk_equals_the_folder_head(shapes,
     files, names = _labelled_files(shapes)
     classes = sorted(set(names))
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": None} for f in files],
-                                     "label": [classes.index(n) for n in names]}, features=features)
+    ds = datasets.Dataset.from_dict(
+        {"image": [{"bytes": f.read_bytes(), "path": None} for f in files], "label": [classes.index(n) for n in names]},
+        features=features,
+    )
     ds.save_to_disk(str(tmp_path / "hf"))
     ckpt = _train(tmp_path, f"hf-disk:{tmp_path / 'hf'}", "hf", monkeypatch)
     _assert_same_head(folder_head, ckpt)
@@ -164,11 +172,14 @@ def test_a_killed_extraction_resumes_to_the_store_an_uninterrupted_one_writes(tm
     """SIGKILL mid-extraction, a shard corrupted and a checksum lost on top: the resumed store equals
     the uninterrupted one, shard for shard, and only the missing or corrupt shards were redone."""
     monkeypatch.setenv("LAYA_SHARD_MB", "0.00001")  # one 4-row batch per shard: 10 shards
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                         os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
     killed = tmp_path / "killed.store"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(killed)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     deadline = time.time() + 300
     while len(list(killed.glob("*.sha256"))) < 4:
         assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
@@ -185,8 +196,9 @@ def test_a_killed_extraction_resumes_to_the_store_an_uninterrupted_one_writes(tm
 
     backbone, images, labels = frozen_cnn_and_images()
     resumed = extract_to_store(backbone, images, labels, "key", killed, [32, 64, 128, 256], batch_size=4)
-    whole = extract_to_store(backbone, images, labels, "key", tmp_path / "whole.store", [32, 64, 128, 256],
-                             batch_size=4)
+    whole = extract_to_store(
+        backbone, images, labels, "key", tmp_path / "whole.store", [32, 64, 128, 256], batch_size=4
+    )
     a, b = _store_doc(killed), _store_doc(tmp_path / "whole.store")
     assert a == b and len(a["shards"]) == 10  # every shard's checksum equal: the same bytes
     assert not list(killed.glob(".*.tmp"))  # nothing half-written left behind
@@ -226,9 +238,14 @@ def test_feature_dtype_float16_is_its_own_entry_and_halves_the_store(shapes, tmp
     a = _train(tmp_path, f"folder:{shapes}", "f16", monkeypatch, STREAM)
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache-f16"))
     monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
-    req = TrainRequest(backbone="cnn", finetune=False, data=DataRequest(f"folder:{shapes}", seed=0, image_size=16),
-                       train=TrainConfig(epochs=3, patience=3, seed=0, batch_size=16), out=str(tmp_path / "h.pt"),
-                       feature_dtype="float16")
+    req = TrainRequest(
+        backbone="cnn",
+        finetune=False,
+        data=DataRequest(f"folder:{shapes}", seed=0, image_size=16),
+        train=TrainConfig(epochs=3, patience=3, seed=0, batch_size=16),
+        out=str(tmp_path / "h.pt"),
+        feature_dtype="float16",
+    )
     b = train(req)
     stores = sorted((tmp_path / "cache-f16").glob("*.store"), key=lambda p: p.stat().st_mtime_ns)
     assert len(stores) == 6  # float32 and float16 entries side by side
@@ -283,8 +300,17 @@ def test_a_tar_member_that_is_not_an_image_is_skipped_and_counted_or_fails_stric
     for strict_name in ("zz0001", "zz0002"):
         only = {k: v for k, v in members.items() if not k.startswith("zz") or k.startswith(strict_name)}
         _tar(tmp_path / "strict.tar", only)
-        r = invoke("train", "--backbone", "cnn", "--dataset", f"wds:{tmp_path}/strict.tar", "--strict",
-                   "--out", tmp_path / "m.pt", "-q")
+        r = invoke(
+            "train",
+            "--backbone",
+            "cnn",
+            "--dataset",
+            f"wds:{tmp_path}/strict.tar",
+            "--strict",
+            "--out",
+            tmp_path / "m.pt",
+            "-q",
+        )
         assert_user_error(r, strict_name)
         assert not (tmp_path / "m.pt").exists()
 
@@ -351,21 +377,54 @@ def test_torchrun_ranks_write_their_own_shards_and_train_the_head_with_ddp(tmp_p
     """Two ranks: each extracts and writes its shards of the store (the same bytes as one process), then
     the head is trained with DDP over the ranks' shards."""
     folder = make_image_folder(tmp_path / "shapes", per_class=260, size=16)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "LAYA_OFFLINE": "1", "LAYA_DIST_TIMEOUT": "300",
-           "LAYA_IN_MEMORY_MB": "0", "LAYA_SHUFFLE_MB": "0.2",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
-    args = ["-m", "laya_cli", "train", "--backbone", "cnn", "--frozen", "--dataset", f"folder:{folder}",
-            "--image-size", "16", "--epochs", "3", "--patience", "3", "--seed", "0", "-q"]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "LAYA_OFFLINE": "1",
+        "LAYA_DIST_TIMEOUT": "300",
+        "LAYA_IN_MEMORY_MB": "0",
+        "LAYA_SHUFFLE_MB": "0.2",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
+    args = [
+        "-m",
+        "laya_cli",
+        "train",
+        "--backbone",
+        "cnn",
+        "--frozen",
+        "--dataset",
+        f"folder:{folder}",
+        "--image-size",
+        "16",
+        "--epochs",
+        "3",
+        "--patience",
+        "3",
+        "--seed",
+        "0",
+        "-q",
+    ]
     runs = {}
     for procs in (1, 2):
-        launcher = [sys.executable] if procs == 1 else [sys.executable, "-m", "torch.distributed.run",
-                                                        "--standalone", "--nproc-per-node=2"]
+        launcher = (
+            [sys.executable]
+            if procs == 1
+            else [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        )
         cache = tmp_path / f"cache{procs}"
-        r = subprocess.run([*launcher, *args, "--out", tmp_path / f"m{procs}.pt"], capture_output=True, text=True,
-                           env={**env, "LAYA_CACHE_DIR": str(cache)}, timeout=900)
+        r = subprocess.run(
+            [*launcher, *args, "--out", tmp_path / f"m{procs}.pt"],
+            capture_output=True,
+            text=True,
+            env={**env, "LAYA_CACHE_DIR": str(cache)},
+            timeout=900,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
-        runs[procs] = ({_store_doc(s)["rows"]: _store_doc(s) for s in cache.glob("*.store")},
-                       torch.load(tmp_path / f"m{procs}.pt", weights_only=True))
+        runs[procs] = (
+            {_store_doc(s)["rows"]: _store_doc(s) for s in cache.glob("*.store")},
+            torch.load(tmp_path / f"m{procs}.pt", weights_only=True),
+        )
     (stores1, one), (stores2, two) = runs[1], runs[2]
     assert stores1 == stores2 and max(len(d["shards"]) for d in stores1.values()) >= 2
     assert two["metrics"]["n_train"] == one["metrics"]["n_train"]
@@ -376,11 +435,29 @@ def test_torchrun_ranks_write_their_own_shards_and_train_the_head_with_ddp(tmp_p
 @pytest.mark.slow
 def test_data_scale_benchmark_runs_and_reports_every_cell(tmp_path):
     """A smoke run of ``python -m laya_cli.speed.data_scale`` at tiny sizes (not a measurement)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "laya_cli.speed.data_scale", "--sizes", "300,600", "--ranks", "1,2",
-                        "--epochs", "1", "--json", str(tmp_path / "d.json")], capture_output=True, text=True,
-                       env=env, timeout=1800)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "laya_cli.speed.data_scale",
+            "--sizes",
+            "300,600",
+            "--ranks",
+            "1,2",
+            "--epochs",
+            "1",
+            "--json",
+            str(tmp_path / "d.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((tmp_path / "d.json").read_text())
     assert len(doc["cells"]) == 8 and {c["mode"] for c in doc["cells"]} == {"in-memory", "streamed"}

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from laya_cli.testing import invoke
-
-
 
 
 class Payload:
@@ -38,8 +37,15 @@ def commands(path: Path, tmp_path: Path) -> dict[str, list[str]]:
         "info": ["info", str(path)],
         "audit": ["audit", str(path), "--samples", "5"],
         "export": ["export", str(path), "--out", str(tmp_path / "exp")],
-        "train --weights": ["train", "--backbone", "timm:resnet18", "--weights", str(path), "--out",
-                            str(tmp_path / "m.pt")],
+        "train --weights": [
+            "train",
+            "--backbone",
+            "timm:resnet18",
+            "--weights",
+            str(path),
+            "--out",
+            str(tmp_path / "m.pt"),
+        ],
     }
 
 
@@ -66,8 +72,22 @@ def test_trust_pickle_is_the_only_door_and_warns(tmp_path):
 
     model = timm.create_model("resnet18", pretrained=False, num_classes=3)
     torch.save(model, tmp_path / "module.pt")  # a fully pickled nn.Module
-    refused = invoke(*["train", "--backbone", "timm:resnet18", "--weights", str(tmp_path / "module.pt"),
-                                  "--out", str(tmp_path / "a.pt"), "--epochs", "1", "--dataset", "digits", "-q"])
+    refused = invoke(
+        *[
+            "train",
+            "--backbone",
+            "timm:resnet18",
+            "--weights",
+            str(tmp_path / "module.pt"),
+            "--out",
+            str(tmp_path / "a.pt"),
+            "--epochs",
+            "1",
+            "--dataset",
+            "digits",
+            "-q",
+        ]
+    )
     assert refused.exit_code == 2 and "--trust-pickle" in refused.output
     from laya_cli import backbones as bb
 
@@ -103,6 +123,6 @@ def test_corrupt_checkpoints_are_one_line_errors_everywhere(tmp_path, digits_ckp
     args = commands(path, tmp_path)[command]
     result = invoke(*args)
     assert result.exit_code == 2, result.output
-    lines = [l for l in result.output.splitlines() if l.strip()]
+    lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
     assert not (tmp_path / "exp").exists()

@@ -1,13 +1,13 @@
 """Long runs on real data (`make test-slow`): the paper's MLP config on real Fashion-MNIST."""
 
-
 import pytest
 
-from laya_cli.runtime.config import DataRequest
 from laya_cli.data.datasets import DEBIAN_FASHION_MNIST, load_dataset
+from laya_cli.runtime.config import DataRequest
 
-needs_fashion = pytest.mark.skipif(not (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file(),
-                                   reason="apt-get install dataset-fashion-mnist")
+needs_fashion = pytest.mark.skipif(
+    not (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file(), reason="apt-get install dataset-fashion-mnist"
+)
 
 
 @needs_fashion
@@ -25,8 +25,12 @@ def test_paper_mlp_config_reaches_088_on_fashion_mnist(tmp_path):
     from laya_cli.runtime.config import HeadConfig, TrainConfig, TrainRequest
     from laya_cli.training.loop import train
 
-    req = TrainRequest(head="laya", head_config=HeadConfig(96, 1.5, "identity", 192),
-                       data=DataRequest("fashion-mnist", seed=1337), train=TrainConfig(seed=1337),
-                       out=str(tmp_path / "fm.pt"))
+    req = TrainRequest(
+        head="laya",
+        head_config=HeadConfig(96, 1.5, "identity", 192),
+        data=DataRequest("fashion-mnist", seed=1337),
+        train=TrainConfig(seed=1337),
+        out=str(tmp_path / "fm.pt"),
+    )
     ckpt = train(req)
     assert ckpt["metrics"]["test_accuracy"] >= 0.88

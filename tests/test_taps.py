@@ -32,8 +32,9 @@ def backbone(name: str, side: int) -> bb.TappedBackbone:
     if (name, side) not in _cache:
         torch.manual_seed(0)
         channels = 1 if name in ("mlp", "cnn") else 3
-        spec = bb.BackboneSpec(name, in_channels=channels, image_size=(side, side),
-                               input_size=None if name in ("mlp", "cnn") else side)
+        spec = bb.BackboneSpec(
+            name, in_channels=channels, image_size=(side, side), input_size=None if name in ("mlp", "cnn") else side
+        )
         _cache[(name, side)] = bb.build_backbone(spec).eval()
     return _cache[(name, side)]
 
@@ -54,7 +55,9 @@ def replacing_forward(b: bb.TappedBackbone, i: int, h_new: torch.Tensor, x: torc
     """The reference: a full forward of the plain model with a hook that replaces tap i's output."""
     modules = dict(b.model.named_modules())
     got: dict = {}
-    handles = [modules[n].register_forward_hook(lambda m, a, o, n=n: got.setdefault(n, o)) for n in b.layer_names[i + 1:]]
+    handles = [
+        modules[n].register_forward_hook(lambda m, a, o, n=n: got.setdefault(n, o)) for n in b.layer_names[i + 1 :]
+    ]
     handles.append(modules[b.layer_names[i]].register_forward_hook(lambda m, a, o: h_new))
     try:
         with torch.no_grad():
@@ -62,7 +65,7 @@ def replacing_forward(b: bb.TappedBackbone, i: int, h_new: torch.Tensor, x: torc
     finally:
         for h in handles:
             h.remove()
-    return [got[n] for n in b.layer_names[i + 1:]]
+    return [got[n] for n in b.layer_names[i + 1 :]]
 
 
 @pytest.mark.parametrize("name,side", CHAIN_FAMILIES)
@@ -105,7 +108,7 @@ def test_continue_from_equals_a_full_forward_with_a_replacing_hook(name, side):
             # the backbone's own full pass with a replacing hook (the fallback of patched audits)
             full = b.patched_activations(x, i, patched)
             assert torch.equal(full[i], patched) and len(full) == len(hs)
-            for f, w in zip(full[i + 1:], want):
+            for f, w in zip(full[i + 1 :], want):
                 torch.testing.assert_close(f, w, rtol=0, atol=1e-6)
         k = min(3, len(hs))
         assert len(b.continue_from(0, hs[0], upto=k)) == k - 1
@@ -125,7 +128,8 @@ def test_truncated_stops_at_tap_k_and_holds_nothing_above(name, side):
     assert n(t.model) < n(b.model)
     above = dict(b.model.named_modules())[b.layer_names[k]]
     assert not any(p.numel() for p in above.parameters()) or all(
-        not any(p is q for q in t.model.parameters()) for p in above.parameters())
+        not any(p is q for q in t.model.parameters()) for p in above.parameters()
+    )
     kept = dict(t.model.named_modules())
     assert b.layer_names[k] not in kept or not any(True for _ in kept[b.layer_names[k]].parameters())
 
@@ -151,8 +155,9 @@ class Skippy(nn.Module):
 
 
 def test_a_model_with_skip_connections_cannot_continue():
-    b = bb.TappedBackbone(Skippy(), bb.InputConfig(1, None, (0.5,), (0.5,)), ["a", "b", "c"], "mean",
-                          example_shape=(1, 2, 2))
+    b = bb.TappedBackbone(
+        Skippy(), bb.InputConfig(1, None, (0.5,), (0.5,)), ["a", "b", "c"], "mean", example_shape=(1, 2, 2)
+    )
     x = torch.rand(2, 1, 2, 2)
     assert len(b(x)) == 3 and b.tap_formats == ["NC"] * 3
     assert not b.can_continue
@@ -176,8 +181,9 @@ def test_pooling_follows_the_declared_format_not_the_rank():
 
 
 def test_declared_layouts_per_family():
-    deit = bb.build_backbone(bb.BackboneSpec("timm:deit_tiny_distilled_patch16_224", in_channels=3,
-                                             image_size=(32, 32), input_size=32))
+    deit = bb.build_backbone(
+        bb.BackboneSpec("timm:deit_tiny_distilled_patch16_224", in_channels=3, image_size=(32, 32), input_size=32)
+    )
     x = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
         r = deit(x)
@@ -204,8 +210,9 @@ def test_state_fingerprint_of_batchnorm_models():
 
 
 def test_torchvision_graph_node_names_are_taps_too():
-    b = bb.build_backbone(bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3,
-                                          image_size=(32, 32), input_size=32))
+    b = bb.build_backbone(
+        bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3, image_size=(32, 32), input_size=32)
+    )
     assert b.layer_names == ["layer1.0.add", "layer2.0.add", "layer3.0.add", "layer4.0.add"]
     assert b.dims(torch.rand(1, 3, 32, 32)) == [64, 128, 256, 512]
 

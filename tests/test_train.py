@@ -1,11 +1,11 @@
 import torch
 
-from laya_cli.testing import make_image_folder, train_digits
 from laya_cli import backbones as bb
+from laya_cli.data.datasets import load_dataset
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import DataRequest
-from laya_cli.data.datasets import load_dataset
+from laya_cli.testing import make_image_folder, train_digits
 from laya_cli.training.loop import predict
 
 
@@ -40,8 +40,9 @@ def test_round_trip_gives_identical_predictions(digits_ckpt):
     # the stored test accuracy was measured on the live model before saving
     assert abs(acc - read_checkpoint(digits_ckpt)["metrics"]["test_accuracy"]) < 1e-9
     again = load_model(digits_ckpt)
-    torch.testing.assert_close(again.head(again.features(data.test.images)).logits, model.head(feats).logits,
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        again.head(again.features(data.test.images)).logits, model.head(feats).logits, rtol=0, atol=0
+    )
 
 
 def test_reference_is_the_mean_training_feature(digits_ckpt):
@@ -71,8 +72,13 @@ def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, caps
     monkeypatch.setattr("laya_cli.features.cache.log", messages.append)
 
     def run(out):
-        req = TrainRequest(backbone="timm:vit_tiny_patch16_224", data=DataRequest(f"folder:{folder}", seed=0),
-                           train=TrainConfig(epochs=2, seed=0), out=str(tmp_path / out), pretrained=False)
+        req = TrainRequest(
+            backbone="timm:vit_tiny_patch16_224",
+            data=DataRequest(f"folder:{folder}", seed=0),
+            train=TrainConfig(epochs=2, seed=0),
+            out=str(tmp_path / out),
+            pretrained=False,
+        )
         return train(req)
 
     first = run("a.pt")
@@ -95,9 +101,16 @@ def test_layer_globs_choose_taps_per_family():
     vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0)
     assert bb.resolve_layers(vit, None) == [f"blocks.{i}" for i in range(12)]
     assert bb.resolve_layers(vit, ["blocks.1*"]) == ["blocks.1", "blocks.10", "blocks.11"]
-    assert bb.resolve_layers(vit, ["blocks.0.*"]) == ["blocks.0.norm1", "blocks.0.attn", "blocks.0.ls1",
-                                                    "blocks.0.drop_path1", "blocks.0.norm2", "blocks.0.mlp",
-                                                    "blocks.0.ls2", "blocks.0.drop_path2"]
+    assert bb.resolve_layers(vit, ["blocks.0.*"]) == [
+        "blocks.0.norm1",
+        "blocks.0.attn",
+        "blocks.0.ls1",
+        "blocks.0.drop_path1",
+        "blocks.0.norm2",
+        "blocks.0.mlp",
+        "blocks.0.ls2",
+        "blocks.0.drop_path2",
+    ]
     resnet = torchvision.models.resnet18()
     assert bb.resolve_layers(resnet, None) == ["layer1", "layer2", "layer3", "layer4"]
 
@@ -155,8 +168,9 @@ def test_undecodable_images_are_skipped_and_counted(tmp_path):
     (root / "circle" / "broken.png").write_bytes(b"not a png")
     data = load_dataset(DataRequest(f"folder:{root}", image_size=16))
     assert data.skipped == 1 and len(data.train) + len(data.val) + len(data.test) == 18
-    from laya_cli.runtime.errors import LayaError
     import pytest
+
+    from laya_cli.runtime.errors import LayaError
 
     with pytest.raises(LayaError, match="broken.png"):
         load_dataset(DataRequest(f"folder:{root}", image_size=16, strict=True))
@@ -170,7 +184,8 @@ def test_artworks_layout_labels_by_genre_or_artist(tmp_path):
         "id,name,years,genre,nationality\n"
         "0,Vincent van Gogh,1853-1890,Post-Impressionism,Dutch\n"
         "1,Claude Monet,1840-1926,Impressionism,French\n"
-        '2,Pablo Picasso,1881-1973,"Cubism,Surrealism",Spanish\n')
+        '2,Pablo Picasso,1881-1973,"Cubism,Surrealism",Spanish\n'
+    )
     by_genre = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=16))
     assert by_genre.classes == ["Cubism", "Impressionism", "Post-Impressionism"]
     by_artist = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=16, label="artist"))

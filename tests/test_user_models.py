@@ -15,10 +15,10 @@ from safetensors.torch import save_file
 from torch import nn
 from typer.testing import CliRunner
 
-from laya_cli.testing import assert_user_error, make_image_folder
 from laya_cli.backbones import usercode
-from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.cli.group import app
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.testing import assert_user_error, make_image_folder
 
 HERE = Path(__file__).resolve()
 runner = CliRunner()
@@ -30,10 +30,12 @@ class TinyNet(nn.Module):
     def __init__(self, num_classes: int = 7):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
-        self.stages = nn.Sequential(*[
-            nn.Sequential(nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU())
-            for c in (8, 16, 32)
-        ])
+        self.stages = nn.Sequential(
+            *[
+                nn.Sequential(nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU())
+                for c in (8, 16, 32)
+            ]
+        )
         self.head = nn.Linear(64, num_classes)
 
     def forward(self, x):
@@ -97,8 +99,22 @@ def test_own_architecture_with_its_weights_end_to_end(tmp_path, folder):
         p.data.normal_()
     save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(tmp_path / "w.safetensors"))
     out = tmp_path / "m.pt"
-    res = invoke("train", "--arch", arch, "--weights", tmp_path / "w.safetensors", "--dataset", f"folder:{folder}",
-                 "--image-size", "16", "--epochs", "3", "--out", out, "-q")
+    res = invoke(
+        "train",
+        "--arch",
+        arch,
+        "--weights",
+        tmp_path / "w.safetensors",
+        "--dataset",
+        f"folder:{folder}",
+        "--image-size",
+        "16",
+        "--epochs",
+        "3",
+        "--out",
+        out,
+        "-q",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     spec = ckpt["backbone"]["spec"]
@@ -120,8 +136,20 @@ def test_own_architecture_with_its_weights_end_to_end(tmp_path, folder):
 def test_own_architecture_by_module_path_without_weights(tmp_path, folder, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE.parent))
     out = tmp_path / "m.pt"
-    res = invoke("train", "--arch", "test_user_models:TinyNet", "--dataset", f"folder:{folder}", "--image-size", "16",
-                 "--epochs", "2", "--out", out, "-q")
+    res = invoke(
+        "train",
+        "--arch",
+        "test_user_models:TinyNet",
+        "--dataset",
+        f"folder:{folder}",
+        "--image-size",
+        "16",
+        "--epochs",
+        "2",
+        "--out",
+        out,
+        "-q",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert ckpt["backbone"]["spec"]["name"] == "arch:test_user_models:TinyNet"
@@ -165,8 +193,9 @@ def test_torch_export_program_taps_by_module_name(tmp_path, program):
     pt2 = tmp_path / "net.pt2"
     pt2.write_bytes(program)
     ref = build_tiny_net().eval()
-    b = bb.build_backbone(bb.BackboneSpec(bb.backbone_name(str(pt2)), ["stem", "stages.*"], in_channels=3,
-                                          image_size=(16, 16)))
+    b = bb.build_backbone(
+        bb.BackboneSpec(bb.backbone_name(str(pt2)), ["stem", "stages.*"], in_channels=3, image_size=(16, 16))
+    )
     x = torch.rand(4, 3, 16, 16)
     plain = bb.TappedBackbone(ref, b.input_cfg, ["stem", "stages.0", "stages.1", "stages.2"], "mean")
     with torch.no_grad():
@@ -177,15 +206,18 @@ def test_torch_export_program_taps_by_module_name(tmp_path, program):
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("arch,fragments", [
-    ("no_such_module_xyz:Net", ["cannot import no_such_module_xyz", "ModuleNotFoundError"]),
-    ("/no/such/file.py:Net", ["file not found"]),
-    (f"{HERE}:NoSuchThing", ["has no attribute 'NoSuchThing'"]),
-    (f"{HERE}:NOT_CALLABLE", ["is a int, not a callable"]),
-    (f"{HERE}:returns_int", ["returned a int, not a torch.nn.Module"]),
-    (f"{HERE}:raises", ["raised ValueError", "the user's constructor failed"]),
-    ("justaname", ["expected module.path:callable"]),
-])
+@pytest.mark.parametrize(
+    "arch,fragments",
+    [
+        ("no_such_module_xyz:Net", ["cannot import no_such_module_xyz", "ModuleNotFoundError"]),
+        ("/no/such/file.py:Net", ["file not found"]),
+        (f"{HERE}:NoSuchThing", ["has no attribute 'NoSuchThing'"]),
+        (f"{HERE}:NOT_CALLABLE", ["is a int, not a callable"]),
+        (f"{HERE}:returns_int", ["returned a int, not a torch.nn.Module"]),
+        (f"{HERE}:raises", ["raised ValueError", "the user's constructor failed"]),
+        ("justaname", ["expected module.path:callable"]),
+    ],
+)
 def test_bad_arch_is_one_line(tmp_path, folder, arch, fragments):
     out = tmp_path / "m.pt"
     res = invoke("train", "--arch", arch, "--dataset", f"folder:{folder}", "--image-size", "16", "--out", out)
@@ -239,19 +271,46 @@ def test_corrupt_and_unsafe_programs_are_refused(tmp_path, folder, program):
 
     refused(rewrite("pickled.pt2", pickled_weight), "pickled weights", "--trust-pickle")
     assert not marker.exists()
-    assert_user_error(invoke("train", "--backbone", tmp_path / "good.pt2", "--finetune", "--dataset",
-                             f"folder:{folder}", "--out", out), "drop --finetune")
+    assert_user_error(
+        invoke(
+            "train", "--backbone", tmp_path / "good.pt2", "--finetune", "--dataset", f"folder:{folder}", "--out", out
+        ),
+        "drop --finetune",
+    )
 
 
 def test_unpoolable_taps_and_empty_globs_are_one_line(tmp_path, folder):
     out = tmp_path / "m.pt"
-    res = invoke("train", "--arch", f"{HERE}:Unpoolable", "--layers", "blocks.*", "--dataset", f"folder:{folder}",
-                 "--image-size", "16", "--out", out)
+    res = invoke(
+        "train",
+        "--arch",
+        f"{HERE}:Unpoolable",
+        "--layers",
+        "blocks.*",
+        "--dataset",
+        f"folder:{folder}",
+        "--image-size",
+        "16",
+        "--out",
+        out,
+    )
     assert_user_error(res, "outputs a dict", "cannot be pooled")
-    res = invoke("train", "--arch", f"{HERE}:build_tiny_net", "--layers", "nothing.here*", "--dataset",
-                 f"folder:{folder}", "--image-size", "16", "--out", out)
+    res = invoke(
+        "train",
+        "--arch",
+        f"{HERE}:build_tiny_net",
+        "--layers",
+        "nothing.here*",
+        "--dataset",
+        f"folder:{folder}",
+        "--image-size",
+        "16",
+        "--out",
+        out,
+    )
     assert_user_error(res, "matched no module", "stages")
-    res = invoke("train", "--arch", f"{HERE}:build_tiny_net", "--backbone", "cnn", "--dataset", f"folder:{folder}",
-                 "--out", out)
+    res = invoke(
+        "train", "--arch", f"{HERE}:build_tiny_net", "--backbone", "cnn", "--dataset", f"folder:{folder}", "--out", out
+    )
     assert_user_error(res, "drop --backbone")
     assert not out.exists()

@@ -22,7 +22,9 @@ def run(cmd, **kw):
 
 @pytest.mark.slow
 def test_installed_wheel_runs_outside_the_checkout(tmp_path):
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist", ROOT])
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist", ROOT]
+    )
     wheel = next((tmp_path / "dist").glob("laya_audit-*.whl"))
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", venv])

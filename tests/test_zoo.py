@@ -35,12 +35,38 @@ def test_frozen_train_audit_export(entry, tmp_path_factory):
 
 def test_the_zoo_spans_the_families():
     timm_families = {e.family for e in TIMM_ZOO}
-    for needed in ("ResNet", "ResNet-D", "ResNetV2", "ConvNeXt", "EfficientNet", "MobileNetV3", "RegNet", "DenseNet",
-                   "VGG", "ViT", "Swin", "MaxViT", "CoAtNet", "MLP-Mixer", "hybrid ResNet+ViT"):
+    for needed in (
+        "ResNet",
+        "ResNet-D",
+        "ResNetV2",
+        "ConvNeXt",
+        "EfficientNet",
+        "MobileNetV3",
+        "RegNet",
+        "DenseNet",
+        "VGG",
+        "ViT",
+        "Swin",
+        "MaxViT",
+        "CoAtNet",
+        "MLP-Mixer",
+        "hybrid ResNet+ViT",
+    ):
         assert needed in timm_families
     assert {"BEiT", "EVA-02"} & timm_families and any(f.startswith("DeiT") for f in timm_families)
     assert len(TIMM_ZOO) >= 15 and len(TORCHVISION_ZOO) >= 10
     tv_families = {e.family for e in TORCHVISION_ZOO}
-    for needed in ("ResNet", "ResNeXt", "VGG-BN", "MobileNetV2", "MobileNetV3", "EfficientNet", "RegNet", "ConvNeXt",
-                   "DenseNet", "ViT", "Swin"):
+    for needed in (
+        "ResNet",
+        "ResNeXt",
+        "VGG-BN",
+        "MobileNetV2",
+        "MobileNetV3",
+        "EfficientNet",
+        "RegNet",
+        "ConvNeXt",
+        "DenseNet",
+        "ViT",
+        "Swin",
+    ):
         assert needed in tv_families

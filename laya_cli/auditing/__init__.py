@@ -5,4 +5,4 @@ metric functions (``metrics``), the head-scope run (``run``) and the network sco
 from .._moved import moved_names
 
 # What the module this package replaced exported, still importable from here (deprecated).
-__getattr__ = moved_names(__name__, 'auditing.run', 'gates.thresholds')
+__getattr__ = moved_names(__name__, "auditing.run", "gates.thresholds")

@@ -8,14 +8,14 @@ output p_ŷ (softmax probability of the target class); never re-implemented here
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ..runtime.errors import LayaError, unknown_choice
 from ..model.heads import head_kind
+from ..runtime.errors import LayaError, unknown_choice
 
 
 def laya_attention(head: nn.Module, feats: Sequence[Tensor]) -> Tensor:
@@ -100,10 +100,16 @@ def _baselines(baseline: Sequence[Tensor] | None, inputs: Sequence[Tensor]) -> t
     return tuple(b.to(x.device, x.dtype).reshape(1, *x.shape[1:]) for b, x in zip(baseline, inputs))
 
 
-def integrated_gradients(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
-                         baseline: Sequence[Tensor] | None = None, n_steps: int = 32,
-                         internal_batch_size: int | None = None, reduce: str = "sum",
-                         return_delta: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def integrated_gradients(
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    baseline: Sequence[Tensor] | None = None,
+    n_steps: int = 32,
+    internal_batch_size: int | None = None,
+    reduce: str = "sum",
+    return_delta: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Captum IntegratedGradients of p_ŷ over the tuple (r_1 … r_L) from the baseline r̄.
 
     One Captum call attributes all layers (the r_i are independent inputs of the head).
@@ -116,16 +122,31 @@ def integrated_gradients(head: nn.Module, feats: Sequence[Tensor], target: Tenso
 
     if internal_batch_size is not None and len(target) > internal_batch_size:
         # Captum's chunks never go below one row per sample: split the samples ourselves.
-        parts = [integrated_gradients(head, [f[s:s + internal_batch_size] for f in feats],
-                                      target[s:s + internal_batch_size], baseline, n_steps, internal_batch_size,
-                                      reduce, return_delta) for s in range(0, len(target), internal_batch_size)]
+        parts = [
+            integrated_gradients(
+                head,
+                [f[s : s + internal_batch_size] for f in feats],
+                target[s : s + internal_batch_size],
+                baseline,
+                n_steps,
+                internal_batch_size,
+                reduce,
+                return_delta,
+            )
+            for s in range(0, len(target), internal_batch_size)
+        ]
         if return_delta:
             return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         return torch.cat(parts)
     inputs = _leaves(feats)
     out = IntegratedGradients(probability_forward(head)).attribute(
-        inputs, baselines=_baselines(baseline, inputs), target=target, n_steps=n_steps,
-        internal_batch_size=internal_batch_size, return_convergence_delta=return_delta)
+        inputs,
+        baselines=_baselines(baseline, inputs),
+        target=target,
+        n_steps=n_steps,
+        internal_batch_size=internal_batch_size,
+        return_convergence_delta=return_delta,
+    )
     if return_delta:
         attrs, delta = out
         return reduce_layers(attrs, reduce).detach(), delta.detach()
@@ -199,7 +220,8 @@ METHODS: dict[str, Method] = {
     "laya": lambda head, feats, ctx: laya_attention(head, feats),
     "contrib": lambda head, feats, ctx: contrib(head, feats, ctx.target),
     "ig": lambda head, feats, ctx: integrated_gradients(
-        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce),
+        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce
+    ),
     "gradxact": lambda head, feats, ctx: gradient_x_activation(head, feats, ctx.target, ctx.reduce),
     "saliency": lambda head, feats, ctx: saliency(head, feats, ctx.target, ctx.reduce),
     "global": lambda head, feats, ctx: global_weights(ctx.global_weights, len(feats[0])),
@@ -212,7 +234,8 @@ METHODS: dict[str, Method] = {
 # attributions). The audit calls these instead of their METHODS entry (same scores).
 CONVERGENCE: dict[str, Callable[[nn.Module, Sequence[Tensor], AttributionContext], tuple[Tensor, Tensor]]] = {
     "ig": lambda head, feats, ctx: integrated_gradients(
-        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce, return_delta=True),
+        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce, return_delta=True
+    ),
 }
 
 

@@ -5,14 +5,14 @@ completeness, the model-randomisation sanity check)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from ..model.heads import MASKABLE_HEADS
 from ..runtime.config import ABLATIONS
 from ..runtime.errors import LayaError, unknown_choice
-from ..model.heads import MASKABLE_HEADS
 
 
 def accuracy(pred: Tensor, target: Tensor) -> float:
@@ -45,13 +45,20 @@ def check_ablation(head: nn.Module, ablation: str) -> None:
     if ablation not in ABLATIONS:
         raise unknown_choice("ablation", ablation, ABLATIONS)
     if ablation == "mask" and not getattr(head, "maskable", False):
-        raise LayaError(f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
-                        f"use --ablation mean or zero for this head")
+        raise LayaError(
+            f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
+            f"use --ablation mean or zero for this head"
+        )
 
 
 @torch.no_grad()
-def lolo_effects(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
-                 reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+def lolo_effects(
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    reference: Sequence[Tensor] | None = None,
+    ablation: str = "mean",
+) -> Tensor:
     """Leave-one-layer-out effects Δ_i(x) = p_ŷ(x) − p_ŷ(x with layer i removed): (B, L).
 
     L+1 head passes. ``mean``: r_i := r̄_i (``reference``, the training mean); ``zero``:
@@ -75,7 +82,7 @@ def lolo_effects(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
             raise LayaError(f"the reference has {len(reference)} layers but the features have {n_layers}")
         for i, r in enumerate(feats):
             fill = torch.zeros_like(r) if ablation == "zero" else reference[i].to(r).expand_as(r)
-            removed.append(target_probability(head([*feats[:i], fill, *feats[i + 1:]]).logits, target))
+            removed.append(target_probability(head([*feats[:i], fill, *feats[i + 1 :]]).logits, target))
     return base.unsqueeze(1) - torch.stack(removed, dim=1)
 
 
@@ -187,8 +194,14 @@ def _check_reference(n_layers: int, reference, ablation: str) -> None:
 
 
 @torch.no_grad()
-def ablated_probability(head: nn.Module, feats: Sequence[Tensor], target: Tensor, removed: Tensor,
-                        reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+def ablated_probability(
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    removed: Tensor,
+    reference: Sequence[Tensor] | None = None,
+    ablation: str = "mean",
+) -> Tensor:
     """p_ŷ with the layers where ``removed`` is true removed, per row.
 
     ``removed``: (B, L) booleans -> (B,); or (K, B, L), K variants of the batch evaluated in one
@@ -243,9 +256,15 @@ def top_k_masks(order: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def deletion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, order: Tensor,
-                   reference: Sequence[Tensor] | None = None, ablation: str = "mean",
-                   base: Tensor | None = None) -> Tensor:
+def deletion_curve(
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    order: Tensor,
+    reference: Sequence[Tensor] | None = None,
+    ablation: str = "mean",
+    base: Tensor | None = None,
+) -> Tensor:
     """D_k(x) = p_ŷ(x) − p_ŷ(x with its top-k layers removed), k = 1 … L: (B, L).
 
     ``order``: (B, L) layer indices, most important first (``rank_layers``); the removal is
@@ -258,8 +277,14 @@ def deletion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, ord
 
 
 @torch.no_grad()
-def insertion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, order: Tensor,
-                    reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+def insertion_curve(
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    order: Tensor,
+    reference: Sequence[Tensor] | None = None,
+    ablation: str = "mean",
+) -> Tensor:
     """I_k(x) = p_ŷ(x with only its top-k layers kept, the others removed), k = 1 … L: (B, L).
 
     One head pass of L·B rows; I_L(x) = p_ŷ(x) up to rounding (nothing removed).
@@ -268,8 +293,13 @@ def insertion_curve(head: nn.Module, feats: Sequence[Tensor], target: Tensor, or
 
 
 @torch.no_grad()
-def keep_only_probability(head: nn.Module, feats: Sequence[Tensor], target: Tensor,
-                          reference: Sequence[Tensor] | None = None, ablation: str = "mean") -> Tensor:
+def keep_only_probability(
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    reference: Sequence[Tensor] | None = None,
+    ablation: str = "mean",
+) -> Tensor:
     """K_i(x) = p_ŷ(x with only layer i kept, every other layer removed): (B, L). One pass of L·B rows.
 
     Sufficiency@1 of a method is K at its top layer (``deletion_at_1(a, K)``: ties averaged),

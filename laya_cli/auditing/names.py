@@ -5,14 +5,22 @@ No torch: the gates (``laya_cli.gates``) and the command line read these without
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..runtime.errors import match_choice, unknown_choice
 
 ALWAYS = ("laya", "random")
 COMPARE = ("ig", "gradxact", "saliency", "contrib", "global")
-METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised",  # per method, higher is better
-           "aopc", "sufficiency@1", "sufficiency@1_normalised", "completeness", "randomisation")
+METRICS = (
+    "faithfulness",
+    "deletion@1",
+    "deletion@1_normalised",  # per method, higher is better
+    "aopc",
+    "sufficiency@1",
+    "sufficiency@1_normalised",
+    "completeness",
+    "randomisation",
+)
 GLOBAL_METRICS = ("accuracy",)
 # Metrics that only some methods have: a threshold on every method skips the others.
 ONLY_FOR = {"completeness": ("ig",)}  # the methods of methods.CONVERGENCE (checked in run.py)
@@ -48,6 +56,8 @@ def parse_methods(compare: str | Sequence[str] | None) -> list[str]:
             if m not in chosen:
                 chosen.append(m)
     return ["laya", *chosen, "random"]
+
+
 # What a network-scope audit computes per method (docs/metrics.md, "Two scopes"); a ``network:`` gate item
 # on another metric is a usage error, not a check that can only ever be undefined.
 NETWORK_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")

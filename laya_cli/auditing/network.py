@@ -23,12 +23,20 @@ Methods at network scope (Captum wrapped, never re-implemented):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from ..data.images import image_batches
+from ..features.extraction import tap_means, to_float_images
+from ..model.heads import head_kind
+from ..runtime.config import AuditSettings, ScopeSettings
+from ..runtime.device import to_device
+from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
+from ..runtime.errors import LayaError, unknown_choice
+from ..runtime.progress import log, track
 from .methods import (
     METHODS,
     REDUCTIONS,
@@ -38,15 +46,6 @@ from .methods import (
     random_scores,
     unavailable_reason,
 )
-from .names import NETWORK_METRICS
-from .run import AuditResult, MethodScores, _notes, run_audit
-from ..runtime.config import AuditSettings, ScopeSettings
-from ..runtime.device import to_device
-from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
-from ..runtime.errors import LayaError, unknown_choice
-from ..features.extraction import tap_means, to_float_images
-from ..model.heads import head_kind
-from ..data.images import image_batches
 from .metrics import (
     accuracy,
     check_ablation,
@@ -58,54 +57,75 @@ from .metrics import (
     spearman_rows,
     target_probability,
 )
-from ..runtime.progress import log, track
+from .names import NETWORK_METRICS
+from .run import AuditResult, MethodScores, _notes, run_audit
 
 SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores
 # The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
 # scope — AOPC, sufficiency, completeness, randomisation — are not computed here: docs/metrics.md).
-NETWORK_KEYS = ("faithfulness", "faithfulness_std", "undefined", "defined", "deletion@1", "deletion@1_oracle",
-                "deletion@1_random", "deletion@1_normalised", "available", "note", "degenerate")
+NETWORK_KEYS = (
+    "faithfulness",
+    "faithfulness_std",
+    "undefined",
+    "defined",
+    "deletion@1",
+    "deletion@1_oracle",
+    "deletion@1_random",
+    "deletion@1_normalised",
+    "available",
+    "note",
+    "degenerate",
+)
 assert set(NETWORK_METRICS) <= set(NETWORK_KEYS)
 
 
 # --------------------------------------------------------------------------- the reference activation
 
 
-def network_reference(model, ablation: str = "mean", device: str = "cpu", use_cache: bool = True) -> list[Tensor] | None:
+def network_reference(
+    model, ablation: str = "mean", device: str = "cpu", use_cache: bool = True
+) -> list[Tensor] | None:
     """What a patched layer is replaced by: ``None`` for ``zero``; for ``mean`` the training mean of
     each tap's unpooled activation — from the checkpoint (``tap_reference``), else computed once over
     the checkpoint's training split and cached beside the features (keyed like them)."""
     if ablation == "zero":
         return None
     if ablation != "mean":
-        raise LayaError(f"--scope network patches activations inside the backbone: use --ablation mean or zero "
-                        f"(--ablation {ablation} only changes the head)")
+        raise LayaError(
+            f"--scope network patches activations inside the backbone: use --ablation mean or zero "
+            f"(--ablation {ablation} only changes the head)"
+        )
     stored = model.checkpoint.get("tap_reference")
     if stored is not None:
         return [t.float() for t in stored]
-    from ..features.cache import FeatureCache, feature_key
-    from ..runtime.config import digest
     from ..data.datasets import USER_DATASET
-    from ..runtime.distributed import is_main
+    from ..features.cache import FeatureCache, feature_key
     from ..features.evaldata import model_dataset
     from ..features.extraction import LayerFeatures
+    from ..runtime.config import digest
+    from ..runtime.distributed import is_main
 
     if model.checkpoint.get("dataset", {}).get("name") == USER_DATASET:
-        raise LayaError("this model stores no tap means and was trained from your own DataLoader, which laya cannot "
-                        "reload to compute them: audit the network scope with --ablation zero (ablation=\"zero\")")
+        raise LayaError(
+            "this model stores no tap means and was trained from your own DataLoader, which laya cannot "
+            'reload to compute them: audit the network scope with --ablation zero (ablation="zero")'
+        )
     req, data = model_dataset(model)
     train = data.train
     model.backbone.to(device)
     cache = FeatureCache() if use_cache else None
-    key = digest(features=feature_key(model.backbone, data.identity, "train", req.seed, len(train), device),
-                 what="tap-means")
+    key = digest(
+        features=feature_key(model.backbone, data.identity, "train", req.seed, len(train), device), what="tap-means"
+    )
     if cache is not None:
         hit = cache.load(key)
         if hit is not None and len(hit.feats) == len(model.layer_names):
             log(f"reusing cached tap means ({cache.path(key)})")
             return [f[0] for f in hit.feats]
-    log(f"the checkpoint stores no tap means (older laya, or a frozen backbone): computing them over "
-        f"{len(train):,} training images once")
+    log(
+        f"the checkpoint stores no tap means (older laya, or a frozen backbone): computing them over "
+        f"{len(train):,} training images once"
+    )
     means = tap_means(model.backbone, train.images, device=device, description="tap means (train)")
     if cache is not None and is_main():  # one row per layer, stored as a feature entry
         cache.save(key, LayerFeatures([m.unsqueeze(0) for m in means], torch.zeros(1, dtype=torch.long)))
@@ -116,8 +136,10 @@ def check_network_scope(model, ablation: str) -> None:
     """Fail before any work: an ablation that has no network-scope meaning, or taps that cannot be
     patched (not modules of the model)."""
     if ablation not in ("mean", "zero"):
-        raise LayaError(f"--scope network patches activations inside the backbone: use --ablation mean or zero "
-                        f"(--ablation {ablation} only changes the head)")
+        raise LayaError(
+            f"--scope network patches activations inside the backbone: use --ablation mean or zero "
+            f"(--ablation {ablation} only changes the head)"
+        )
     model.backbone.tap_modules()
 
 
@@ -145,8 +167,9 @@ class NetworkScope:
     passes with a replacing hook (what non-chain backbones get).
     """
 
-    def __init__(self, backbone, head: nn.Module, reference: Sequence[Tensor] | None = None,
-                 prefix: bool | None = None):
+    def __init__(
+        self, backbone, head: nn.Module, reference: Sequence[Tensor] | None = None, prefix: bool | None = None
+    ):
         self.backbone, self.head = backbone, head
         self.modules = backbone.tap_modules()  # a tap that is not a module cannot be patched: one line
         n = len(backbone.layer_names)
@@ -167,8 +190,10 @@ class NetworkScope:
             return torch.zeros_like(h)
         ref = self.reference[i].to(h.device, h.dtype)
         if tuple(ref.shape) != tuple(h.shape[1:]):
-            raise LayaError(f"the mean activation of layer {self.backbone.layer_names[i]} has shape "
-                            f"{tuple(ref.shape)} but the model gives {tuple(h.shape[1:])} (another input size?)")
+            raise LayaError(
+                f"the mean activation of layer {self.backbone.layer_names[i]} has shape "
+                f"{tuple(ref.shape)} but the model gives {tuple(h.shape[1:])} (another input size?)"
+            )
         return ref.unsqueeze(0).expand_as(h)
 
     def pooled(self, hs: Sequence[Tensor], first: int = 0) -> list[Tensor]:
@@ -186,7 +211,7 @@ class NetworkScope:
         """h_{i+1}..h_L with tap i's output = ``h``: only the later layers on a chain, else a full pass."""
         if self.prefix:
             return self.backbone.continue_from(i, h)
-        return self.backbone.patched_activations(x, i, h)[i + 1:]
+        return self.backbone.patched_activations(x, i, h)[i + 1 :]
 
     @torch.no_grad()
     def effects(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor) -> Tensor:
@@ -199,14 +224,23 @@ class NetworkScope:
         for i, h in enumerate(hs):
             fill = self.fill(i, h)
             rest = self.pooled(self.later(i, fill, x), i + 1)
-            patched.append(target_probability(self.head([*feats[:i], self.backbone.pool_tap(i, fill), *rest]).logits,
-                                              target))
+            patched.append(
+                target_probability(self.head([*feats[:i], self.backbone.pool_tap(i, fill), *rest]).logits, target)
+            )
         return base.unsqueeze(1) - torch.stack(patched, dim=1)
 
     # ------------------------------------------------------------------ Captum's layer methods
 
-    def integrated_gradients(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor,
-                             n_steps: int = 32, internal_batch_size: int | None = None, reduce: str = "sum") -> Tensor:
+    def integrated_gradients(
+        self,
+        x: Tensor,
+        hs: Sequence[Tensor],
+        feats: Sequence[Tensor],
+        target: Tensor,
+        n_steps: int = 32,
+        internal_batch_size: int | None = None,
+        reduce: str = "sum",
+    ) -> Tensor:
         """Captum ``LayerIntegratedGradients`` of p_ŷ per tapped layer, layer baseline = the reference
         activation, reduced per layer: (B, L).
 
@@ -215,8 +249,16 @@ class NetworkScope:
         r_j are fixed (passed as Captum's additional forward arguments, expanded with the steps).
         Elsewhere: ``full_model_layer_ig`` (Captum over the full model, one call per layer)."""
         if not self.prefix:
-            return full_model_layer_ig(self.backbone, self.head, x, target, self.reference, n_steps=n_steps,
-                                       internal_batch_size=internal_batch_size, reduce=reduce)
+            return full_model_layer_ig(
+                self.backbone,
+                self.head,
+                x,
+                target,
+                self.reference,
+                n_steps=n_steps,
+                internal_batch_size=internal_batch_size,
+                reduce=reduce,
+            )
         from captum.attr import LayerIntegratedGradients
 
         scores = []
@@ -225,13 +267,19 @@ class NetworkScope:
 
             def forward(hi, *before, i=i, point=point):
                 hi = point(hi)
-                return self.probs([*before, self.backbone.pool_tap(i, hi),
-                                   *self.pooled(self.backbone.continue_from(i, hi), i + 1)])
+                return self.probs(
+                    [*before, self.backbone.pool_tap(i, hi), *self.pooled(self.backbone.continue_from(i, hi), i + 1)]
+                )
 
             before = tuple(f.detach() for f in feats[:i])
             attr = LayerIntegratedGradients(forward, point).attribute(
-                h.detach(), baselines=self.fill(i, h).contiguous(), target=target,
-                additional_forward_args=before or None, n_steps=n_steps, internal_batch_size=internal_batch_size)
+                h.detach(),
+                baselines=self.fill(i, h).contiguous(),
+                target=target,
+                additional_forward_args=before or None,
+                n_steps=n_steps,
+                internal_batch_size=internal_batch_size,
+            )
             scores.append(REDUCTIONS[reduce](_first(attr).flatten(1)).detach())
         return torch.stack(scores, dim=1)
 
@@ -243,7 +291,8 @@ class NetworkScope:
         forward = lambda images: self.probs(self.pooled(self.backbone.patched_activations(images)))
         # Images that require grad: with a frozen backbone the tap outputs are otherwise outside autograd.
         attrs = LayerGradientXActivation(forward, list(self.modules), multiply_by_inputs=multiply).attribute(
-            x.detach().requires_grad_(True), target=target)
+            x.detach().requires_grad_(True), target=target
+        )
         return [_first(a).detach() for a in attrs]
 
     def gradient_x_activation(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
@@ -254,9 +303,17 @@ class NetworkScope:
         return torch.stack([REDUCTIONS[reduce](g.abs().flatten(1)) for g in grads], dim=1)
 
 
-def full_model_layer_ig(backbone, head: nn.Module, x: Tensor, target: Tensor,
-                        reference: Sequence[Tensor] | None, layers: Sequence[int] | None = None,
-                        n_steps: int = 32, internal_batch_size: int | None = None, reduce: str = "sum") -> Tensor:
+def full_model_layer_ig(
+    backbone,
+    head: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    reference: Sequence[Tensor] | None,
+    layers: Sequence[int] | None = None,
+    n_steps: int = 32,
+    internal_batch_size: int | None = None,
+    reduce: str = "sum",
+) -> Tensor:
     """Captum's straightforward route: one ``LayerIntegratedGradients`` per tapped layer over the
     full model (images → backbone → head → p_ŷ), every step a full forward and backward pass.
 
@@ -278,7 +335,8 @@ def full_model_layer_ig(backbone, head: nn.Module, x: Tensor, target: Tensor,
             return scope.probs(scope.pooled(backbone.patched_activations(images, i, patch=patch)))
 
         attr = LayerIntegratedGradients(forward, blend).attribute(
-            (x, on), baselines=(x, off), target=target, n_steps=n_steps, internal_batch_size=internal_batch_size)
+            (x, on), baselines=(x, off), target=target, n_steps=n_steps, internal_batch_size=internal_batch_size
+        )
         scores.append(REDUCTIONS[reduce](_first(attr).flatten(1)).detach())
     return torch.stack(scores, dim=1)
 
@@ -309,9 +367,14 @@ class NetworkResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        out = {"methods": {m: {k: v for k, v in s.to_dict().items() if k in NETWORK_KEYS}
-                           for m, s in self.methods.items()}, "patched": self.patched,
-               "reference": self.reference, "notes": self.notes}
+        out = {
+            "methods": {
+                m: {k: v for k, v in s.to_dict().items() if k in NETWORK_KEYS} for m, s in self.methods.items()
+            },
+            "patched": self.patched,
+            "reference": self.reference,
+            "notes": self.notes,
+        }
         if self.comparison is not None:
             out["scopes"] = self.comparison.to_dict()
         return out
@@ -332,13 +395,25 @@ def _method_scores(methods, rho, d1, oracle, random, reasons, degenerate: Tensor
     out = {}
     for m in methods:
         if reasons[m]:
-            out[m] = MethodScores(nan, nan, 0, len(oracle), nan, or_m, ra_m, nan, available=False, note=reasons[m],
-                                  degenerate=n_degenerate)
+            out[m] = MethodScores(
+                nan,
+                nan,
+                0,
+                len(oracle),
+                nan,
+                or_m,
+                ra_m,
+                nan,
+                available=False,
+                note=reasons[m],
+                degenerate=n_degenerate,
+            )
             continue
         f, std, n_def, undefined = nan_summary(rho[m].masked_fill(degenerate, nan))
         d = mean(d1[m])
-        out[m] = MethodScores(f, std, n_def, undefined, d, or_m, ra_m, normalised_deletion(d, or_m, ra_m),
-                              degenerate=n_degenerate)
+        out[m] = MethodScores(
+            f, std, n_def, undefined, d, or_m, ra_m, normalised_deletion(d, or_m, ra_m), degenerate=n_degenerate
+        )
     return out
 
 
@@ -347,9 +422,16 @@ def _summary(values: Tensor) -> dict:
     return {"spearman": mean, "spearman_std": std, "defined": n, "undefined": undefined}
 
 
-def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None,
-                     scope: str = "both", reference: Sequence[Tensor] | None = None,
-                     use_cache: bool = True, prefix: bool | None = None) -> AuditResult:
+def run_scoped_audit(
+    model,
+    eval_data,
+    methods: Sequence[str],
+    settings: AuditSettings | None = None,
+    scope: str = "both",
+    reference: Sequence[Tensor] | None = None,
+    use_cache: bool = True,
+    prefix: bool | None = None,
+) -> AuditResult:
     """``laya audit --scope network|both``: the network-scope audit (and, for ``both``, the head
     scope's own ``run_audit`` plus their comparison). ``eval_data`` must hold the images (EvalData).
 
@@ -407,15 +489,16 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
     batches = image_batches(images, bs, start, stop)
     for s, xb in track(zip(range(start, stop, bs), batches), "auditing (network scope)", total=n_batches):
         x = to_float_images(to_device(xb, dev))
-        y = labels_all[s:s + len(xb)].to(dev)
+        y = labels_all[s : s + len(xb)].to(dev)
         hs = net.activations(x)
         with torch.no_grad():
             feats = net.pooled(hs)
             pred = head(feats).logits.argmax(-1)
         target = pred if settings.target == "predicted" else y
         delta = net.effects(x, hs, feats, target).cpu()
-        ctx = AttributionContext(target, head_base, settings.steps, settings.internal_batch_size, settings.reduce,
-                                 generator, None)
+        ctx = AttributionContext(
+            target, head_base, settings.steps, settings.internal_batch_size, settings.reduce, generator, None
+        )
         if both:
             dh = lolo_effects(head, feats, target, head_ref, settings.ablation).cpu()
             cross["lolo_effects"].append(spearman_rows(dh, delta))
@@ -425,8 +508,9 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
             if reasons[m] or m == "global":
                 continue
             if m == "ig":
-                a = net.integrated_gradients(x, hs, feats, target, settings.steps, settings.internal_batch_size,
-                                             settings.reduce)
+                a = net.integrated_gradients(
+                    x, hs, feats, target, settings.steps, settings.internal_batch_size, settings.reduce
+                )
             elif m == "gradxact":
                 a = net.gradient_x_activation(x, target, settings.reduce)
             elif m == "saliency":
@@ -470,25 +554,47 @@ def run_scoped_audit(model, eval_data, methods: Sequence[str], settings: AuditSe
         mh, mn = (gathered_sum(part, n_layers) / n for part in (dh_sum, dn_sum))
         comparison = ScopeComparison(
             methods={k: _summary(v) for k, v in cross_all.items()},
-            layers={name: {"delta_head": float(mh[i]), "delta_network": float(mn[i]),
-                           "direct_share": float(mh[i] / mn[i]) if abs(float(mn[i])) > 1e-12 else float("nan")}
-                    for i, name in enumerate(layer_names)})
+            layers={
+                name: {
+                    "delta_head": float(mh[i]),
+                    "delta_network": float(mn[i]),
+                    "direct_share": float(mh[i] / mn[i]) if abs(float(mn[i])) > 1e-12 else float("nan"),
+                }
+                for i, name in enumerate(layer_names)
+            },
+        )
     net_notes = []
     if settings.by_class:
         net_notes.append("--by-class covers the head scope only")
     if any(m in methods for m in ("laya", "contrib", "global")):
-        net_notes.append("network scope: laya, contrib and global are the head's own (direct-effect) scores, "
-                         "here scored against total effects")
-    network = NetworkResult(_method_scores(methods, rho, d1, oracle, rand, reasons, degenerate),
-                            "prefix" if net.prefix else "full", settings.ablation, comparison, net_notes)
+        net_notes.append(
+            "network scope: laya, contrib and global are the head's own (direct-effect) scores, "
+            "here scored against total effects"
+        )
+    network = NetworkResult(
+        _method_scores(methods, rho, d1, oracle, rand, reasons, degenerate),
+        "prefix" if net.prefix else "full",
+        settings.ablation,
+        comparison,
+        net_notes,
+    )
     if head_result is None:
         from dataclasses import asdict
 
         head_result = AuditResult(
-            settings={**asdict(settings), "methods": methods, "head": kind,
-                      "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},
-            n_samples=len(labels), accuracy=accuracy(preds, labels), layers=layer_names, methods={},
-            notes=_notes(methods, reasons, n_layers, kind, settings))
+            settings={
+                **asdict(settings),
+                "methods": methods,
+                "head": kind,
+                "dataset": getattr(eval_data, "dataset", None),
+                "layers": n_layers,
+            },
+            n_samples=len(labels),
+            accuracy=accuracy(preds, labels),
+            layers=layer_names,
+            methods={},
+            notes=_notes(methods, reasons, n_layers, kind, settings),
+        )
     head_result.settings["scope"] = scope
     head_result.network = network
     return head_result

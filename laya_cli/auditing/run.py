@@ -15,13 +15,19 @@ torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions: 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor
 
+from ..features.extraction import feature_batches, num_layers
+from ..model.heads import cascade_stages, head_kind, randomised_copy
+from ..runtime.config import AuditSettings
+from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
+from ..runtime.errors import LayaError, match_choice
+from ..runtime.fileio import json_safe, strict_json
+from ..runtime.progress import track
 from .methods import (
     CONVERGENCE,
     METHODS,
@@ -30,13 +36,6 @@ from .methods import (
     random_scores,
     unavailable_reason,
 )
-from ..runtime.config import AuditSettings
-from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
-from ..features.extraction import feature_batches, num_layers
-from ..runtime.errors import LayaError, match_choice, unknown_choice
-from ..runtime.fileio import json_safe, strict_json
-from ..gates.checks import Check
-from ..model.heads import cascade_stages, head_kind, randomised_copy
 from .metrics import (
     COMPLETENESS_FLAG,
     RANDOMISATION_FLAG,
@@ -58,10 +57,9 @@ from .metrics import (
     spearman_rows,
     target_probability,
 )
-from ..runtime.progress import track
-
-from .names import (ALWAYS, COMPARE, GLOBAL_METRICS, METRIC_GROUPS, METRICS, NETWORK_METRICS, ONLY_FOR,
-                    parse_methods, parse_metric_groups)
+from .names import (
+    ONLY_FOR,
+)
 
 assert set(ONLY_FOR["completeness"]) == set(CONVERGENCE)  # the methods that report a convergence delta
 # Seed offset of the tie-breaking draws of the deletion/insertion curves (independent of ``random``'s).
@@ -103,10 +101,16 @@ class MethodScores:
     randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
 
     def metric(self, name: str) -> float:
-        return {"faithfulness": self.faithfulness, "deletion@1": self.deletion_at_1,
-                "deletion@1_normalised": self.normalised, "aopc": self.aopc, "sufficiency@1": self.sufficiency,
-                "sufficiency@1_normalised": self.sufficiency_normalised, "completeness": self.completeness,
-                "randomisation": self.randomisation}[name]
+        return {
+            "faithfulness": self.faithfulness,
+            "deletion@1": self.deletion_at_1,
+            "deletion@1_normalised": self.normalised,
+            "aopc": self.aopc,
+            "sufficiency@1": self.sufficiency,
+            "sufficiency@1_normalised": self.sufficiency_normalised,
+            "completeness": self.completeness,
+            "randomisation": self.randomisation,
+        }[name]
 
     @property
     def completeness_flagged(self) -> bool | None:
@@ -119,22 +123,38 @@ class MethodScores:
         return None if math.isnan(self.randomisation) else self.randomisation < RANDOMISATION_FLAG
 
     def to_dict(self) -> dict:
-        return {"faithfulness": self.faithfulness, "faithfulness_std": self.faithfulness_std,
-                "undefined": self.undefined, "defined": self.defined, "deletion@1": self.deletion_at_1,
-                "deletion@1_oracle": self.oracle, "deletion@1_random": self.random,
-                "deletion@1_normalised": self.normalised, "available": self.available, "note": self.note,
-                "degenerate": self.degenerate, "aopc": self.aopc, "aopc_std": self.aopc_std, "aopc_undefined": self.aopc_undefined,
-                "deletion_curve": self.deletion_curve,
-                "sufficiency@1": self.sufficiency, "sufficiency@1_oracle": self.sufficiency_oracle,
-                "sufficiency@1_random": self.sufficiency_random,
-                "sufficiency@1_normalised": self.sufficiency_normalised,
-                "sufficiency@1_undefined": self.sufficiency_undefined, "insertion_curve": self.insertion_curve,
-                "completeness": self.completeness, "completeness_error": self.completeness_error,
-                "completeness_effect": self.completeness_effect, "completeness_flagged": self.completeness_flagged,
-                "randomisation": self.randomisation, "randomisation_spearman": self.randomisation_spearman,
-                "randomisation_undefined": self.randomisation_undefined,
-                "randomisation_flagged": self.randomisation_flagged,
-                "randomisation_cascade": self.randomisation_cascade}
+        return {
+            "faithfulness": self.faithfulness,
+            "faithfulness_std": self.faithfulness_std,
+            "undefined": self.undefined,
+            "defined": self.defined,
+            "deletion@1": self.deletion_at_1,
+            "deletion@1_oracle": self.oracle,
+            "deletion@1_random": self.random,
+            "deletion@1_normalised": self.normalised,
+            "available": self.available,
+            "note": self.note,
+            "degenerate": self.degenerate,
+            "aopc": self.aopc,
+            "aopc_std": self.aopc_std,
+            "aopc_undefined": self.aopc_undefined,
+            "deletion_curve": self.deletion_curve,
+            "sufficiency@1": self.sufficiency,
+            "sufficiency@1_oracle": self.sufficiency_oracle,
+            "sufficiency@1_random": self.sufficiency_random,
+            "sufficiency@1_normalised": self.sufficiency_normalised,
+            "sufficiency@1_undefined": self.sufficiency_undefined,
+            "insertion_curve": self.insertion_curve,
+            "completeness": self.completeness,
+            "completeness_error": self.completeness_error,
+            "completeness_effect": self.completeness_effect,
+            "completeness_flagged": self.completeness_flagged,
+            "randomisation": self.randomisation,
+            "randomisation_spearman": self.randomisation_spearman,
+            "randomisation_undefined": self.randomisation_undefined,
+            "randomisation_flagged": self.randomisation_flagged,
+            "randomisation_cascade": self.randomisation_cascade,
+        }
 
 
 @dataclass
@@ -204,10 +224,16 @@ class AuditResult:
         return pd.DataFrame(cols)
 
     def to_dict(self) -> dict:
-        out = {"settings": self.settings, "n_samples": self.n_samples, "accuracy": self.accuracy,
-               "layers": self.layers, "methods": {m: s.to_dict() for m, s in self.methods.items()},
-               "notes": self.notes, "randomisation_stages": self.randomisation_stages,
-               "randomisation_samples": self.randomisation_samples}
+        out = {
+            "settings": self.settings,
+            "n_samples": self.n_samples,
+            "accuracy": self.accuracy,
+            "layers": self.layers,
+            "methods": {m: s.to_dict() for m, s in self.methods.items()},
+            "notes": self.notes,
+            "randomisation_stages": self.randomisation_stages,
+            "randomisation_samples": self.randomisation_samples,
+        }
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
         if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
@@ -240,18 +266,29 @@ def _summarise(per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequen
     rho = per["rho"].masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
     mean, std, n, undefined = nan_summary(rho)
     d1_m, or_m, ra_m = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
-    s = MethodScores(mean, std, n, undefined, d1_m, or_m, ra_m, normalised_deletion(d1_m, or_m, ra_m),
-                     degenerate=int(degenerate.sum()))
+    s = MethodScores(
+        mean,
+        std,
+        n,
+        undefined,
+        d1_m,
+        or_m,
+        ra_m,
+        normalised_deletion(d1_m, or_m, ra_m),
+        degenerate=int(degenerate.sum()),
+    )
     s.aopc, s.aopc_std, _, s.aopc_undefined = nan_summary(per["aopc"])
     s.deletion_curve, s.insertion_curve = _curve(per["deletion_curve"]), _curve(per["insertion_curve"])
     ok = ~per["sufficiency"].isnan()
     s.sufficiency_undefined = int((~ok).sum())
     s.sufficiency, s.sufficiency_oracle, s.sufficiency_random = (
-        _mean(t[ok]) for t in (per["sufficiency"], common["keep_oracle"], common["keep_random"]))
+        _mean(t[ok]) for t in (per["sufficiency"], common["keep_oracle"], common["keep_random"])
+    )
     s.sufficiency_normalised = normalised_deletion(s.sufficiency, s.sufficiency_oracle, s.sufficiency_random)
     if "completeness_error" in per:
         s.completeness, s.completeness_error, s.completeness_effect = completeness(
-            per["completeness_error"], per["completeness_effect"])
+            per["completeness_error"], per["completeness_effect"]
+        )
     checked = common["checked"]  # the samples of the model-randomisation check
     for k, stage in enumerate(stages):
         rho, _, _, undef = nan_summary(per[f"randomised{k}"][checked])
@@ -267,19 +304,40 @@ def _unavailable(n: int, common: dict[str, Tensor], note: str, n_layers: int, st
     nan = float("nan")
     or_m, ra_m = _mean(common["oracle"]), _mean(common["random"])
     checked = int(common["checked"].sum()) if stages else 0
-    return MethodScores(nan, nan, 0, n, nan, or_m, ra_m, nan, available=False, note=note,
-                        aopc_undefined=n, deletion_curve=[nan] * n_layers, sufficiency_undefined=n,
-                        sufficiency_oracle=_mean(common["keep_oracle"]), sufficiency_random=_mean(common["keep_random"]),
-                        insertion_curve=[nan] * n_layers, randomisation_undefined=checked,
-                        randomisation_cascade=[{"stage": st, "spearman": nan, "undefined": checked} for st in stages])
+    return MethodScores(
+        nan,
+        nan,
+        0,
+        n,
+        nan,
+        or_m,
+        ra_m,
+        nan,
+        available=False,
+        note=note,
+        aopc_undefined=n,
+        deletion_curve=[nan] * n_layers,
+        sufficiency_undefined=n,
+        sufficiency_oracle=_mean(common["keep_oracle"]),
+        sufficiency_random=_mean(common["keep_random"]),
+        insertion_curve=[nan] * n_layers,
+        randomisation_undefined=checked,
+        randomisation_cascade=[{"stage": st, "spearman": nan, "undefined": checked} for st in stages],
+    )
 
 
 def _scores(methods, per, common, reasons, n_layers, stages, rows=None) -> dict[str, MethodScores]:
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     common = {k: pick(v) for k, v in common.items()}
     n = len(common["oracle"])
-    return {m: (_unavailable(n, common, reasons[m], n_layers, stages) if reasons[m]
-                else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages)) for m in methods}
+    return {
+        m: (
+            _unavailable(n, common, reasons[m], n_layers, stages)
+            if reasons[m]
+            else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages)
+        )
+        for m in methods
+    }
 
 
 def _features(eval_data):
@@ -315,8 +373,9 @@ def _replayed(state: Tensor) -> torch.Generator:
     return g
 
 
-def _method_rows(m, head, x, ctx, stage_heads, stage_ctxs, delta, keep, keys, base, effect, lolo_ref,
-                 ablation) -> dict[str, Tensor]:
+def _method_rows(
+    m, head, x, ctx, stage_heads, stage_ctxs, delta, keep, keys, base, effect, lolo_ref, ablation
+) -> dict[str, Tensor]:
     """One method on one batch: its per-sample numbers (float64, on the CPU)."""
     out = {}
     if m in CONVERGENCE:
@@ -333,8 +392,12 @@ def _method_rows(m, head, x, ctx, stage_heads, stage_ctxs, delta, keep, keys, ba
     order = rank_layers(a, keys).to(base.device)
     for key, fn in (("deletion_curve", deletion_curve), ("insertion_curve", insertion_curve)):
         extra = {"base": base} if fn is deletion_curve else {}
-        out[key] = fn(head, x, ctx.target, order, lolo_ref, ablation, **extra).cpu().double().masked_fill(
-            bad.unsqueeze(-1), float("nan"))
+        out[key] = (
+            fn(head, x, ctx.target, order, lolo_ref, ablation, **extra)
+            .cpu()
+            .double()
+            .masked_fill(bad.unsqueeze(-1), float("nan"))
+        )
     out["aopc"] = aopc(out["deletion_curve"])
     out["sufficiency"] = deletion_at_1(a, keep)[0].masked_fill(bad, float("nan"))
     for k, (h, c) in enumerate(zip(stage_heads, stage_ctxs)):
@@ -388,13 +451,17 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     stages = cascade_stages(head) if check_stop else []
     stage_heads = [randomised_copy(head, k + 1, settings.seed) for k in range(len(stages))]
     # ``global`` = mean α over the whole audited set, for the head and each randomised copy.
-    weights = (_mean_alpha([head, *stage_heads], feats, bs, start, stop, n, n_layers, dev) if "global" in active
-               else [None] * (1 + len(stages)))
+    weights = (
+        _mean_alpha([head, *stage_heads], feats, bs, start, stop, n, n_layers, dev)
+        if "global" in active
+        else [None] * (1 + len(stages))
+    )
     need_effect = any(m in CONVERGENCE for m in active)
 
     per = {m: {k: [] for k in _row_keys(m, len(stages))} for m in active}
-    common = {k: [] for k in ("oracle", "random", "keep_oracle", "keep_random", "checked", "degenerate",
-                              "delta", "target")}
+    common = {
+        k: [] for k in ("oracle", "random", "keep_oracle", "keep_random", "checked", "degenerate", "delta", "target")
+    }
     preds, labels = [], []
     n_batches = (stop - start + bs - 1) // bs
     for b, (xs, y) in enumerate(track(feature_batches(feats, bs, start, stop), "auditing", total=n_batches)):
@@ -410,17 +477,37 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         keys = random_scores(len(y), n_layers, ties)
         effect = None
         if need_effect:  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
-            at_ref = [torch.zeros_like(r) for r in x] if baseline is None else [b.expand_as(r) for b, r in zip(baseline, x)]
+            at_ref = (
+                [torch.zeros_like(r) for r in x] if baseline is None else [b.expand_as(r) for b, r in zip(baseline, x)]
+            )
             with torch.no_grad():
                 effect = (base - target_probability(head(at_ref).logits, target)).abs().double().cpu()
         state = generator.get_state()  # ``random`` on a randomised head draws the very same scores
-        ctx = AttributionContext(target, baseline, settings.steps, settings.internal_batch_size, settings.reduce,
-                                 generator, weights[0])
-        stage_ctxs = [AttributionContext(target, baseline, settings.steps, settings.internal_batch_size,
-                                         settings.reduce, _replayed(state), w) for w in weights[1:]]
+        ctx = AttributionContext(
+            target, baseline, settings.steps, settings.internal_batch_size, settings.reduce, generator, weights[0]
+        )
+        stage_ctxs = [
+            AttributionContext(
+                target, baseline, settings.steps, settings.internal_batch_size, settings.reduce, _replayed(state), w
+            )
+            for w in weights[1:]
+        ]
         for m in active:
-            rows = _method_rows(m, head, x, ctx, stage_heads if check else [], stage_ctxs, delta, keep, keys, base,
-                                effect, lolo_ref, settings.ablation)
+            rows = _method_rows(
+                m,
+                head,
+                x,
+                ctx,
+                stage_heads if check else [],
+                stage_ctxs,
+                delta,
+                keep,
+                keys,
+                base,
+                effect,
+                lolo_ref,
+                settings.ablation,
+            )
             for k in range(len(stages) if not check else 0):
                 rows[f"randomised{k}"] = torch.full((len(y),), float("nan"), dtype=torch.float64)
             for k, v in rows.items():
@@ -429,8 +516,10 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         common["degenerate"].append(degenerate_effects(delta))
         common["delta"].append(delta.double())
         common["target"].append(target.cpu().double())
-        for (hi, mean_), t in (((common["oracle"], common["random"]), delta), ((common["keep_oracle"],
-                                                                              common["keep_random"]), keep)):
+        for (hi, mean_), t in (
+            ((common["oracle"], common["random"]), delta),
+            ((common["keep_oracle"], common["keep_random"]), keep),
+        ):
             _, top, avg = deletion_at_1(t, t)
             hi.append(top)
             mean_.append(avg)
@@ -440,25 +529,42 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     # Back in the original order, on every rank (a no-op without torchrun).
     preds, labels = gather_rows([cat_rows(preds, torch.long), cat_rows(labels, torch.long)], n)
     flags = ("checked", "degenerate")  # gathered as uint8: every backend gathers it
-    common = {k: gather_rows(cat_rows(v, torch.bool).to(torch.uint8), n).bool() if k in flags
-              else gather_rows(cat_rows(v, width=n_layers if k == "delta" else None), n) for k, v in common.items()}
-    per = {m: {k: gather_rows(cat_rows(v, width=n_layers if k in _WIDE else None), n) for k, v in rows.items()}
-           for m, rows in per.items()}
+    common = {
+        k: gather_rows(cat_rows(v, torch.bool).to(torch.uint8), n).bool()
+        if k in flags
+        else gather_rows(cat_rows(v, width=n_layers if k == "delta" else None), n)
+        for k, v in common.items()
+    }
+    per = {
+        m: {k: gather_rows(cat_rows(v, width=n_layers if k in _WIDE else None), n) for k, v in rows.items()}
+        for m, rows in per.items()
+    }
     result = AuditResult(
-        settings={**asdict(settings), "methods": methods, "head": kind,
-                  "dataset": getattr(eval_data, "dataset", None), "layers": n_layers},
-        n_samples=len(labels), accuracy=accuracy(preds, labels),
+        settings={
+            **asdict(settings),
+            "methods": methods,
+            "head": kind,
+            "dataset": getattr(eval_data, "dataset", None),
+            "layers": n_layers,
+        },
+        n_samples=len(labels),
+        accuracy=accuracy(preds, labels),
         layers=list(getattr(model, "layer_names", None) or [f"layer{i}" for i in range(n_layers)]),
         methods=_scores(methods, per, common, reasons, n_layers, stages),
-        randomisation_stages=stages, randomisation_samples=int(common["checked"].sum()) if stages else 0,
+        randomisation_stages=stages,
+        randomisation_samples=int(common["checked"].sum()) if stages else 0,
     )
     result.notes = _notes(methods, reasons, n_layers, kind, settings, result.methods)
-    result.notes += _warnings(result, labels, len(getattr(model, "classes", None) or []),
-                              int(common["degenerate"].sum()))
+    result.notes += _warnings(
+        result, labels, len(getattr(model, "classes", None) or []), int(common["degenerate"].sum())
+    )
     index = getattr(eval_data, "index", None)
     result.samples = {
         "index": torch.as_tensor(index).long() if index is not None else torch.arange(n),
-        "label": labels, "predicted": preds, "target": common["target"].long(), "delta": common["delta"].float(),
+        "label": labels,
+        "predicted": preds,
+        "target": common["target"].long(),
+        "delta": common["delta"].float(),
         # ρ is undefined (NaN) where every Δ is equal, as in the summary (docs/metrics.md)
         "scores": {m: per[m]["scores"] for m in active},
         "faithfulness": {m: per[m]["rho"].masked_fill(common["degenerate"], float("nan")) for m in active},
@@ -470,38 +576,51 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         for c in labels.unique(sorted=True).tolist():
             rows = labels == c
             name = classes[c] if c < len(classes) else str(c)
-            result.by_class[name] = ClassScores(int(rows.sum()), accuracy(preds[rows], labels[rows]),
-                                                _scores(methods, per, common, reasons, n_layers, stages, rows))
+            result.by_class[name] = ClassScores(
+                int(rows.sum()),
+                accuracy(preds[rows], labels[rows]),
+                _scores(methods, per, common, reasons, n_layers, stages, rows),
+            )
     return result
 
 
-def _notes(methods, reasons, n_layers, kind, settings: AuditSettings, scores: dict[str, MethodScores] | None = None
-           ) -> list[str]:
+def _notes(
+    methods, reasons, n_layers, kind, settings: AuditSettings, scores: dict[str, MethodScores] | None = None
+) -> list[str]:
     notes = [f"{m}: {reasons[m]}" for m in methods if reasons[m]]
     if n_layers == 1:
-        notes.append("only 1 layer: faithfulness (a rank correlation over layers) is undefined for every sample, "
-                     "and Deletion@1 equals its oracle and random expectation")
+        notes.append(
+            "only 1 layer: faithfulness (a rank correlation over layers) is undefined for every sample, "
+            "and Deletion@1 equals its oracle and random expectation"
+        )
     elif n_layers < 3:
-        notes.append(f"only {n_layers} layers: faithfulness (Spearman over {n_layers} values) can only be ±1 "
-                     "and means little; tap at least 3 layers")
+        notes.append(
+            f"only {n_layers} layers: faithfulness (Spearman over {n_layers} values) can only be ±1 "
+            "and means little; tap at least 3 layers"
+        )
     if kind == "last":
         notes.append("the last head reads only the last layer: removing any other layer changes nothing (Δ_i = 0)")
     if kind == "scalarmix" and "laya" in methods:
         notes.append("on a scalarmix head, laya's α is the static softmax(w), the same for every sample")
     if settings.ablation == "mask" and "ig" in methods:
-        notes.append("--ablation mask has no input-space reference: IG uses the mean training features r̄ "
-                     "as its baseline")
+        notes.append(
+            "--ablation mask has no input-space reference: IG uses the mean training features r̄ as its baseline"
+        )
     if settings.randomisation_samples == 0:
         notes.append("model-randomisation check skipped (--randomisation-samples 0)")
     for m, s in (scores or {}).items():
         if s.completeness_flagged:
-            notes.append(f"{m}: completeness {s.completeness:.3f} < {COMPLETENESS_FLAG:g}: its attributions miss "
-                         f"{100 * (1 - s.completeness):.1f} % of the effect they explain (Captum's convergence "
-                         f"delta); raise --steps (now {settings.steps})")
+            notes.append(
+                f"{m}: completeness {s.completeness:.3f} < {COMPLETENESS_FLAG:g}: its attributions miss "
+                f"{100 * (1 - s.completeness):.1f} % of the effect they explain (Captum's convergence "
+                f"delta); raise --steps (now {settings.steps})"
+            )
         if s.randomisation_flagged and m != "random":  # random is model-independent by construction
-            notes.append(f"{m}: model-randomisation check: its layer scores keep Spearman "
-                         f"{s.randomisation_spearman:.2f} with those of the re-initialised head (randomisation "
-                         f"{s.randomisation:.2f} < {RANDOMISATION_FLAG:g}): they barely depend on the head's parameters")
+            notes.append(
+                f"{m}: model-randomisation check: its layer scores keep Spearman "
+                f"{s.randomisation_spearman:.2f} with those of the re-initialised head (randomisation "
+                f"{s.randomisation:.2f} < {RANDOMISATION_FLAG:g}): they barely depend on the head's parameters"
+            )
     return notes
 
 
@@ -512,13 +631,17 @@ def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate:
     classes = max(num_classes, int(labels.max()) + 1 if len(labels) else 0)
     chance = chance_level(labels, classes) if classes else float("nan")
     if near_chance(result.accuracy, chance, n):
-        out.append(f"warning: accuracy {result.accuracy:.3f} on {n} samples is within noise of chance "
-                   f"({chance:.3f}, {classes} classes): the model has learnt little, so no attribution of its "
-                   f"decisions (faithfulness or Deletion@1, of any method) means much")
+        out.append(
+            f"warning: accuracy {result.accuracy:.3f} on {n} samples is within noise of chance "
+            f"({chance:.3f}, {classes} classes): the model has learnt little, so no attribution of its "
+            f"decisions (faithfulness or Deletion@1, of any method) means much"
+        )
     if degenerate:
         every = degenerate == n
-        out.append(f"faithfulness is degenerate on {'all ' if every else ''}{degenerate} of {n} samples: removing "
-                   f"any layer but one changes nothing there (Δ varies in at most one layer), so a rank "
-                   f"correlation over layers measures nothing; they count as undefined"
-                   + (" and faithfulness is undefined for every method" if every else ""))
+        out.append(
+            f"faithfulness is degenerate on {'all ' if every else ''}{degenerate} of {n} samples: removing "
+            f"any layer but one changes nothing there (Δ varies in at most one layer), so a rank "
+            f"correlation over layers measures nothing; they count as undefined"
+            + (" and faithfulness is undefined for every method" if every else "")
+        )
     return out

@@ -13,9 +13,9 @@ caches), ``usercode`` (``--arch``), ``program`` (``.pt2``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +26,7 @@ from .families import BACKBONES, BUILTIN, FAMILIES, Family, TorchvisionFamily, f
 from .pooling import Layouts, TapFormat, pool_tokens
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
 from .taps import InputAdapter, TappedBackbone, match_layers
-from .usercode import normalize_ref, trust_code
+from .usercode import trust_code
 from .weights import (
     CLASSIFIER_KEYS,
     file_sha256,
@@ -39,12 +39,41 @@ from .weights import (
 BUILTIN_FINETUNE = ("mlp", "cnn")  # trained from scratch, end to end, by default
 
 __all__ = [
-    "BACKBONES", "FAMILIES", "BUILTIN_FINETUNE", "BackboneSpec", "InputConfig", "InputAdapter", "Layouts", "PaperMLP",
-    "SmallCNN", "TapFormat", "TappedBackbone", "CLASSIFIER_KEYS", "IMAGENET_MEAN", "IMAGENET_STD",
-    "backbone_from_checkpoint", "backbone_name", "build_backbone", "check_sha256", "cut_backbone", "tap_model", "build_model", "checkpoint_extras",
-    "checkpoint_weights", "default_pretrained", "family_of", "input_side", "is_builtin", "load_state", "pool_tokens",
+    "BACKBONES",
+    "FAMILIES",
+    "BUILTIN_FINETUNE",
+    "BackboneSpec",
+    "InputConfig",
+    "InputAdapter",
+    "Layouts",
+    "PaperMLP",
+    "SmallCNN",
+    "TapFormat",
+    "TappedBackbone",
+    "CLASSIFIER_KEYS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "backbone_from_checkpoint",
+    "backbone_name",
+    "build_backbone",
+    "check_sha256",
+    "cut_backbone",
+    "tap_model",
+    "build_model",
+    "checkpoint_extras",
+    "checkpoint_weights",
+    "default_pretrained",
+    "family_of",
+    "input_side",
+    "is_builtin",
+    "load_state",
+    "pool_tokens",
     "preflight",
-    "read_weights_file", "resolve_layers", "state_fingerprint", "trust_code", "weights_sha256",
+    "read_weights_file",
+    "resolve_layers",
+    "state_fingerprint",
+    "trust_code",
+    "weights_sha256",
 ]
 
 
@@ -74,19 +103,21 @@ def default_pretrained(name: str, finetune: bool, weights: str | None = None) ->
     return family.hub and not finetune and not weights
 
 
-def preflight(backbone: str, arch: str | None, finetune: bool | None, pretrained: bool | None,
-              weights: str | None) -> None:
+def preflight(
+    backbone: str, arch: str | None, finetune: bool | None, pretrained: bool | None, weights: str | None
+) -> None:
     """Fail before any data is loaded: an unknown backbone, or pretrained weights that are
     neither cached nor downloadable (one line, naming --weights, the caches and --no-pretrained)."""
     name = backbone_name(backbone, arch)
     family, model_name = family_of(name)
     finetune = is_builtin(name) if finetune is None else finetune
-    if (default_pretrained(name, finetune, weights) if pretrained is None else pretrained):
+    if default_pretrained(name, finetune, weights) if pretrained is None else pretrained:
         family.check_pretrained(model_name)
 
 
-def build_model(spec: BackboneSpec, *, program: bytes | None = None,
-                trust_pickle: bool = False) -> tuple[nn.Module, InputConfig]:
+def build_model(
+    spec: BackboneSpec, *, program: bytes | None = None, trust_pickle: bool = False
+) -> tuple[nn.Module, InputConfig]:
     family, model_name = family_of(spec.name)
     return family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
 
@@ -107,8 +138,12 @@ def _default_probe(model: nn.Module) -> Tensor:
     return torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
 
 
-def resolve_layers(model: nn.Module, patterns: Sequence[str] | None, family: Family | None = None,
-                   probe: Callable[[], Tensor] | None = None) -> list[str]:
+def resolve_layers(
+    model: nn.Module,
+    patterns: Sequence[str] | None,
+    family: Family | None = None,
+    probe: Callable[[], Tensor] | None = None,
+) -> list[str]:
     """Module names matching the globs, in model order; without globs the family's default taps."""
     family = family or family_for_model(model)
     if not patterns:
@@ -143,8 +178,14 @@ def _shape_probe(input_cfg: InputConfig, shape: tuple[int, ...]) -> Callable[[],
     return probe
 
 
-def tap_model(model: nn.Module, input_cfg: InputConfig, spec: BackboneSpec, *, family: Family | None = None,
-              example_shape: tuple[int, ...] | None = None) -> TappedBackbone:
+def tap_model(
+    model: nn.Module,
+    input_cfg: InputConfig,
+    spec: BackboneSpec,
+    *,
+    family: Family | None = None,
+    example_shape: tuple[int, ...] | None = None,
+) -> TappedBackbone:
     """Wrap a built ``model`` in a ``TappedBackbone``: the spec's taps (its family's defaults without
     globs), its pool (``auto``: the family's choice) and tap formats. ``family``: the model's family
     (default: the one that owns it, e.g. a timm or torchvision model a user built). ``example_shape``:
@@ -161,9 +202,19 @@ def tap_model(model: nn.Module, input_cfg: InputConfig, spec: BackboneSpec, *, f
     if spec.pool == "auto":
         spec.pool = family.default_pool(model)
     formats = spec.formats if len(spec.formats) == len(layers) else None
-    return TappedBackbone(model, input_cfg, layers, spec.pool, formats, family=family, engine=family.engine,
-                          layouts=family.layouts(model), expected_widths=family.expected_widths(model, layers),
-                          example_shape=example_shape, spec=spec)  # type: ignore[arg-type]
+    return TappedBackbone(
+        model,
+        input_cfg,
+        layers,
+        spec.pool,
+        formats,
+        family=family,
+        engine=family.engine,
+        layouts=family.layouts(model),
+        expected_widths=family.expected_widths(model, layers),
+        example_shape=example_shape,
+        spec=spec,
+    )  # type: ignore[arg-type]
 
 
 def check_sha256(state_dict: dict, expect_sha256: str | None, where: str) -> None:
@@ -171,12 +222,20 @@ def check_sha256(state_dict: dict, expect_sha256: str | None, where: str) -> Non
     if expect_sha256:
         got = weights_sha256(state_dict)
         if got != expect_sha256:
-            raise LayaError(f"the backbone weights differ from those the checkpoint was trained with (sha256 "
-                            f"{expect_sha256[:12]}… recorded, {got[:12]}… loaded from {where}); refusing to use them")
+            raise LayaError(
+                f"the backbone weights differ from those the checkpoint was trained with (sha256 "
+                f"{expect_sha256[:12]}… recorded, {got[:12]}… loaded from {where}); refusing to use them"
+            )
 
 
-def build_backbone(spec: BackboneSpec, state_dict: dict | None = None, *, program: bytes | None = None,
-                   trust_pickle: bool = False, expect_sha256: str | None = None) -> TappedBackbone:
+def build_backbone(
+    spec: BackboneSpec,
+    state_dict: dict | None = None,
+    *,
+    program: bytes | None = None,
+    trust_pickle: bool = False,
+    expect_sha256: str | None = None,
+) -> TappedBackbone:
     """Build the spec's model, load ``state_dict`` into it, resolve the taps and wrap it in a
     ``TappedBackbone`` (``tap_model``). The caller's spec is left as it was; ``backbone.spec`` is the
     resolved copy (layer names, pool and tap formats filled in) that a checkpoint stores.
@@ -228,8 +287,11 @@ def checkpoint_extras(backbone: TappedBackbone, spec: BackboneSpec, weights_file
         source = f"file {path.resolve()}" + (f" (sha256 {file_sha256(path)})" if path.is_file() else "")
     if spec.finetune:
         source += ", fine-tuned end to end"
-    extras = {"source": source, "sha256": weights_sha256(backbone.model.state_dict()),
-              "formats": list(backbone.tap_formats)}
+    extras = {
+        "source": source,
+        "sha256": weights_sha256(backbone.model.state_dict()),
+        "formats": list(backbone.tap_formats),
+    }
     program = getattr(backbone.model, "laya_program", None)
     if program is not None:
         extras["program"] = torch.frombuffer(bytearray(program), dtype=torch.uint8)
@@ -240,13 +302,21 @@ def _recorded_input(section: dict) -> InputConfig | None:
     rec = section.get("input")
     if not rec:
         return None
-    return InputConfig(int(rec["channels"]), tuple(rec["size"]) or None,  # type: ignore[arg-type]
-                       tuple(float(v) for v in rec["mean"]), tuple(float(v) for v in rec["std"]))
+    return InputConfig(
+        int(rec["channels"]),
+        tuple(rec["size"]) or None,  # type: ignore[arg-type]
+        tuple(float(v) for v in rec["mean"]),
+        tuple(float(v) for v in rec["std"]),
+    )
 
 
 def _same_input(adapter: InputAdapter, cfg: InputConfig) -> bool:
-    return (adapter.channels == cfg.channels and tuple(adapter.size or ()) == tuple(cfg.size or ())
-            and adapter.mean.flatten().tolist() == list(cfg.mean) and adapter.std.flatten().tolist() == list(cfg.std))
+    return (
+        adapter.channels == cfg.channels
+        and tuple(adapter.size or ()) == tuple(cfg.size or ())
+        and adapter.mean.flatten().tolist() == list(cfg.mean)
+        and adapter.std.flatten().tolist() == list(cfg.std)
+    )
 
 
 def backbone_from_checkpoint(section: dict, model: nn.Module | None = None) -> TappedBackbone:

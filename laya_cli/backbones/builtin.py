@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import Tensor, nn
 
@@ -36,8 +36,12 @@ class SmallCNN(nn.Module):
         for i, (a, b) in enumerate(zip(chans, chans[1:])):
             layers = [] if i == 0 else [nn.MaxPool2d(2, ceil_mode=True)]
             layers += [
-                nn.Conv2d(a, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
-                nn.Conv2d(b, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
+                nn.Conv2d(a, b, 3, padding=1, bias=False),
+                nn.BatchNorm2d(b),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(b, b, 3, padding=1, bias=False),
+                nn.BatchNorm2d(b),
+                nn.ReLU(inplace=True),
             ]
             stages.append(nn.Sequential(*layers))
         self.stages = nn.ModuleList(stages)

@@ -19,18 +19,16 @@ family          default taps                               layouts
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
-import torch
 from torch import Tensor, nn
 
 from ..runtime.errors import LayaError, unknown_choice
 from .builtin import PaperMLP, SmallCNN
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
-from .taps import chain_children, generic_default_taps, match_layers, stage_ends
+from .taps import chain_children, generic_default_taps, stage_ends
 from .weights import (
     hf_cache_dir,
     hub_file_cached,
@@ -84,8 +82,9 @@ class Family:
     engine = "hooks"  # how taps are read: forward hooks, or "fx" (torchvision's feature extraction)
     hub = False  # pretrained by default when frozen
 
-    def build(self, model_name: str, spec: BackboneSpec, *, program: bytes | None = None,
-              trust_pickle: bool = False) -> tuple[nn.Module, InputConfig]:
+    def build(
+        self, model_name: str, spec: BackboneSpec, *, program: bytes | None = None, trust_pickle: bool = False
+    ) -> tuple[nn.Module, InputConfig]:
         raise NotImplementedError
 
     def owns(self, model: nn.Module) -> bool:
@@ -199,7 +198,9 @@ class TimmFamily(Family):
             raise
         except Exception as e:
             if spec.pretrained:
-                raise pretrained_unavailable(f"timm:{model_name}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
+                raise pretrained_unavailable(
+                    f"timm:{model_name}", f"{type(e).__name__}: {_first_line(e)[:80]}"
+                ) from None
             raise LayaError(f"could not create timm:{model_name}: {type(e).__name__}: {_first_line(e)}") from None
         cfg = model.pretrained_cfg
         c, h, w = cfg.get("input_size", (3, 224, 224))
@@ -211,8 +212,9 @@ class TimmFamily(Family):
         return type(model).__module__.startswith("timm.")
 
     def check_pretrained(self, model_name: str) -> bool:
-        import timm
         from urllib.parse import urlparse
+
+        import timm
 
         self._check_name(model_name)
         cfg = timm.get_pretrained_cfg(model_name)
@@ -220,7 +222,9 @@ class TimmFamily(Family):
             raise LayaError(f"timm:{model_name} has no pretrained weights; use --no-pretrained or --weights FILE")
         if cfg.file:
             return True
-        if cfg.hf_hub_id and hub_file_cached(cfg.hf_hub_id, ("model.safetensors", "pytorch_model.bin", cfg.hf_hub_filename)):
+        if cfg.hf_hub_id and hub_file_cached(
+            cfg.hf_hub_id, ("model.safetensors", "pytorch_model.bin", cfg.hf_hub_filename)
+        ):
             return True
         if cfg.url and not cfg.hf_hub_id and torch_hub_cached(cfg.url).is_file():  # timm prefers the HF hub
             return True
@@ -311,7 +315,9 @@ class TorchvisionFamily(Family):
         kwargs = {}
         if spec.input_size and model_name.startswith("vit_"):
             if spec.pretrained and spec.input_size != 224:
-                raise LayaError(f"torchvision:{model_name} pretrained weights are for 224×224 inputs; drop --input-size")
+                raise LayaError(
+                    f"torchvision:{model_name} pretrained weights are for 224×224 inputs; drop --input-size"
+                )
             kwargs["image_size"] = spec.input_size
         if spec.pretrained:
             self.check_pretrained(model_name)
@@ -319,8 +325,12 @@ class TorchvisionFamily(Family):
             model = torchvision.models.get_model(model_name, weights=weights if spec.pretrained else None, **kwargs)
         except Exception as e:
             if spec.pretrained:
-                raise pretrained_unavailable(f"torchvision:{model_name}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
-            raise LayaError(f"could not create torchvision:{model_name}: {type(e).__name__}: {_first_line(e)}") from None
+                raise pretrained_unavailable(
+                    f"torchvision:{model_name}", f"{type(e).__name__}: {_first_line(e)[:80]}"
+                ) from None
+            raise LayaError(
+                f"could not create torchvision:{model_name}: {type(e).__name__}: {_first_line(e)}"
+            ) from None
         size, mean, std = 224, IMAGENET_MEAN, IMAGENET_STD
         if weights is not None:
             t = weights.transforms()
@@ -408,7 +418,9 @@ class ArchFamily(Family):
         if isinstance(cfg, dict) and cfg.get("input_size"):
             c, h, w = cfg["input_size"]
             size = (spec.input_size,) * 2 if spec.input_size else (h, w)
-            return model, InputConfig(c, size, tuple(cfg.get("mean", IMAGENET_MEAN)), tuple(cfg.get("std", IMAGENET_STD)))
+            return model, InputConfig(
+                c, size, tuple(cfg.get("mean", IMAGENET_MEAN)), tuple(cfg.get("std", IMAGENET_STD))
+            )
         conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
         channels = conv.in_channels if conv is not None else spec.in_channels
         mean, std = _norm_for(channels)
@@ -428,8 +440,10 @@ class ProgramFamily(Family):
         from .program import load_program
 
         if spec.finetune:
-            raise LayaError("a torch.export program (.pt2) is an inference graph: it can only be a frozen backbone "
-                            "(drop --finetune)")
+            raise LayaError(
+                "a torch.export program (.pt2) is an inference graph: it can only be a frozen backbone "
+                "(drop --finetune)"
+            )
         where = model_name
         if program is None:
             path = Path(model_name)

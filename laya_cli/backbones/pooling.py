@@ -36,7 +36,7 @@ class TapFormat:
         return f"NLC+{self.prefix}" if self.layout == "NLC" and self.prefix else self.layout
 
     @classmethod
-    def parse(cls, text: str) -> "TapFormat":
+    def parse(cls, text: str) -> TapFormat:
         layout, _, prefix = str(text).partition("+")
         if layout not in _NDIM or (prefix and (layout != "NLC" or not prefix.isdigit())):
             raise LayaError(f"unknown tap format '{text}' (expected NC, NCHW, NHWC, NLC or NLC+P)")
@@ -60,11 +60,15 @@ class TapFormat:
 
     def check(self, h, name: str) -> Tensor:
         if not isinstance(h, Tensor):
-            raise LayaError(f"layer {name} outputs a {type(h).__name__}, not a tensor; it cannot be pooled — "
-                            "choose other layers with --layers")
+            raise LayaError(
+                f"layer {name} outputs a {type(h).__name__}, not a tensor; it cannot be pooled — "
+                "choose other layers with --layers"
+            )
         if h.ndim != self.ndim:
-            raise LayaError(f"layer {name} produced a {h.ndim}-D output of shape {tuple(h.shape)} but its declared "
-                            f"format is {self}; it cannot be pooled — choose other layers with --layers")
+            raise LayaError(
+                f"layer {name} produced a {h.ndim}-D output of shape {tuple(h.shape)} but its declared "
+                f"format is {self}; it cannot be pooled — choose other layers with --layers"
+            )
         return h
 
     def pool(self, h: Tensor, how: str = "mean", name: str = "?") -> Tensor:
@@ -78,7 +82,7 @@ class TapFormat:
             return h.mean(dim=(1, 2))
         if how == "cls":
             return h[:, 0]
-        tokens = h[:, self.prefix:] if h.shape[1] > self.prefix else h
+        tokens = h[:, self.prefix :] if h.shape[1] > self.prefix else h
         return tokens.mean(dim=1)
 
 
@@ -97,10 +101,14 @@ class Layouts:
                 return TapFormat("NLC", self.prefix)
             if h.ndim == 4:
                 return TapFormat(self.spatial)
-            raise LayaError(f"layer {name} produced a {h.ndim}-D output of shape {tuple(h.shape)}; laya pools "
-                            "B×D, B×C×H×W, B×H×W×C and B×N×D outputs — choose other layers with --layers")
-        raise LayaError(f"layer {name} outputs a {type(h).__name__}, not a tensor; it cannot be pooled — "
-                        "choose other layers with --layers")
+            raise LayaError(
+                f"layer {name} produced a {h.ndim}-D output of shape {tuple(h.shape)}; laya pools "
+                "B×D, B×C×H×W, B×H×W×C and B×N×D outputs — choose other layers with --layers"
+            )
+        raise LayaError(
+            f"layer {name} outputs a {type(h).__name__}, not a tensor; it cannot be pooled — "
+            "choose other layers with --layers"
+        )
 
 
 def pool_tokens(h: Tensor, pool: str) -> Tensor:

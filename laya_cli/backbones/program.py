@@ -25,7 +25,7 @@ from ..runtime.errors import LayaError
 
 
 def _risky_payloads(z: zipfile.ZipFile, root: str, rel: set[str]) -> list[str]:
-    models = sorted(r[len("models/"):-len(".json")] for r in rel if r.startswith("models/") and r.endswith(".json"))
+    models = sorted(r[len("models/") : -len(".json")] for r in rel if r.startswith("models/") and r.endswith(".json"))
     risky = []
     if any(r.startswith(("data/aotinductor/", "data/executorch/", "data/mtia")) for r in rel):
         risky.append("compiled code (AOTInductor)")
@@ -66,12 +66,14 @@ def check_program(data: bytes, where: str, trust_pickle: bool = False) -> None:
             if len(roots) != 1 or any("/" not in n for n in names):
                 raise LayaError(f"{where} is not a torch.export program (.pt2): unexpected archive layout")
             root = roots.pop() + "/"
-            rel = {n[len(root):] for n in names}
+            rel = {n[len(root) :] for n in names}
             if "archive_version" not in rel or not any(r.startswith("models/") for r in rel):
                 if trust_pickle:
                     return
-                raise LayaError(f"{where} is not a torch.export program in the current .pt2 format (an older format "
-                                "may hold pickles); re-save it with torch.export.save")
+                raise LayaError(
+                    f"{where} is not a torch.export program in the current .pt2 format (an older format "
+                    "may hold pickles); re-save it with torch.export.save"
+                )
             risky = _risky_payloads(z, root, rel)
     except LayaError as e:
         if str(e).startswith("its "):
@@ -80,23 +82,25 @@ def check_program(data: bytes, where: str, trust_pickle: bool = False) -> None:
     except (zipfile.BadZipFile, OSError, KeyError, ValueError) as e:
         raise LayaError(f"{where} is a corrupt .pt2 archive ({type(e).__name__})") from None
     if risky and not trust_pickle:
-        raise LayaError(f"{where} holds {risky[0]}, which would run code when loaded; laya refuses "
-                        "(add --trust-pickle only for a file you trust)")
+        raise LayaError(
+            f"{where} holds {risky[0]}, which would run code when loaded; laya refuses "
+            "(add --trust-pickle only for a file you trust)"
+        )
 
 
 @contextlib.contextmanager
 def _quiet_torch_export():
     loggers = [logging.getLogger(n) for n in ("torch.export", "torch._export", "torch.export.pt2_archive._package")]
-    levels = [l.level for l in loggers]
-    for l in loggers:
-        l.setLevel(logging.CRITICAL)
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for l, lv in zip(loggers, levels):
-            l.setLevel(lv)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def load_program(data: bytes, where: str, trust_pickle: bool = False) -> tuple[nn.Module, tuple]:
@@ -130,6 +134,8 @@ def _input_shape(ep, where: str) -> tuple:
     if len(shape) != 4:
         raise LayaError(f"{where} takes an input of shape {tuple(shape)}; laya feeds image batches B×C×H×W")
     if isinstance(shape[0], int):
-        raise LayaError(f"{where} was exported with a fixed batch size {shape[0]}; export it with a dynamic batch: "
-                        "dynamic_shapes={'x': {0: torch.export.Dim('batch')}}")
+        raise LayaError(
+            f"{where} was exported with a fixed batch size {shape[0]}; export it with a dynamic batch: "
+            "dynamic_shapes={'x': {0: torch.export.Dim('batch')}}"
+        )
     return tuple(int(s) if isinstance(s, int) else None for s in shape[1:])

@@ -35,7 +35,9 @@ class BackboneSpec:
     image_size: tuple[int, int] = (8, 8)
     input_size: int | None = None  # side of the images the backbone sees; None: the model's own
     formats: list[str] = field(default_factory=list)  # per tap: NC, NCHW, NHWC, NLC or NLC+P (P prefix tokens)
-    cut: bool = False  # the model ends at its last tap: modules above it are neither built nor stored (laya depth --truncate)
+    cut: bool = (
+        False  # the model ends at its last tap: modules above it are neither built nor stored (laya depth --truncate)
+    )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -45,7 +47,7 @@ class BackboneSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BackboneSpec":
+    def from_dict(cls, d: dict) -> BackboneSpec:
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
         d["image_size"] = tuple(d["image_size"])

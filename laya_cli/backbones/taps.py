@@ -20,8 +20,8 @@ import contextlib
 import copy
 import itertools
 import re
-from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -187,8 +187,9 @@ class Call:
         return len(self.args) == 1 and not self.kwargs and isinstance(self.args[0], Tensor)
 
 
-def trace_calls(model: nn.Module, x: Tensor, stop_when: Sequence[str] = (),
-                only: Sequence[str] | None = None) -> dict[str, list[Call]]:
+def trace_calls(
+    model: nn.Module, x: Tensor, stop_when: Sequence[str] = (), only: Sequence[str] | None = None
+) -> dict[str, list[Call]]:
     """Every module call of one forward, in order: start/end ticks, inputs, output.
 
     With ``stop_when``, the forward stops once all those modules have finished (what a tap run
@@ -244,8 +245,14 @@ def find_chain(calls: dict[str, list[Call]], taps: Sequence[str]) -> list[list[s
             best = None
             for name, cl in calls.items():
                 c = cl[0]
-                if c.start > after and c.single_input and c.args[0] is cur and _is_ancestor(scope, name) \
-                        and name != scope and (best is None or c.start < best[0]):
+                if (
+                    c.start > after
+                    and c.single_input
+                    and c.args[0] is cur
+                    and _is_ancestor(scope, name)
+                    and name != scope
+                    and (best is None or c.start < best[0])
+                ):
                     best = (c.start, name)
             if best is None:
                 return None
@@ -338,8 +345,10 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
         if len(ran) >= 3 and (best is None or key > best[0]):
             best = (key, ran)
     if best is None:
-        raise LayaError("this model declares no feature layers and has no run of 3 or more blocks; "
-                        "choose the layers to tap with --layers 'glob,glob'")
+        raise LayaError(
+            "this model declares no feature layers and has no run of 3 or more blocks; "
+            "choose the layers to tap with --layers 'glob,glob'"
+        )
     names = best[1]
     ends = stage_ends(names, [calls[n][0].out for n in names], layouts)
     return ends if len(ends) >= 3 else names
@@ -358,10 +367,21 @@ class TappedBackbone(nn.Module):
     given), ``engine`` ``"hooks"`` or ``"fx"``.
     """
 
-    def __init__(self, model: nn.Module, input_cfg: InputConfig, layer_names: Sequence[str], pool: str,
-                 formats: Sequence[str] | None = None, *, family=None, engine: str = "hooks",
-                 layouts: Layouts | None = None, expected_widths: Sequence[int | None] | None = None,
-                 example_shape: tuple[int, int, int] | None = None, spec=None):
+    def __init__(
+        self,
+        model: nn.Module,
+        input_cfg: InputConfig,
+        layer_names: Sequence[str],
+        pool: str,
+        formats: Sequence[str] | None = None,
+        *,
+        family=None,
+        engine: str = "hooks",
+        layouts: Layouts | None = None,
+        expected_widths: Sequence[int | None] | None = None,
+        example_shape: tuple[int, int, int] | None = None,
+        spec=None,
+    ):
         super().__init__()
         self.model = model
         self.adapter = InputAdapter(input_cfg)
@@ -417,8 +437,10 @@ class TappedBackbone(nn.Module):
         if not self._checked[i]:
             want = self.expected_widths[i]
             if want is not None and r.shape[-1] != want:
-                raise LayaError(f"layer {name} pooled to width {r.shape[-1]} but the model declares {want} channels "
-                                f"there; its output {tuple(h.shape)} is not laid out as {self.formats[i]}")
+                raise LayaError(
+                    f"layer {name} pooled to width {r.shape[-1]} but the model declares {want} channels "
+                    f"there; its output {tuple(h.shape)} is not laid out as {self.formats[i]}"
+                )
             self._checked[i] = True
         return r
 
@@ -493,8 +515,9 @@ class TappedBackbone(nn.Module):
         if not 0 <= i < k:
             raise LayaError(f"tap index {i} is outside 0..{k - 1}")
         if self._chain is _UNSET and not self.can_continue or self._chain is None:
-            raise LayaError("this backbone cannot continue from a tap: its taps are not a chain of modules "
-                            "(see docs/backbones.md)")
+            raise LayaError(
+                "this backbone cannot continue from a tap: its taps are not a chain of modules (see docs/backbones.md)"
+            )
         modules = dict(self.model.named_modules())
         out, x = [], h.clone()  # a step may work in place (ReLU(inplace=True)): never on the caller's tensor
         for j in range(i, k - 1):
@@ -509,12 +532,15 @@ class TappedBackbone(nn.Module):
         modules = dict(self.model.named_modules())
         for name in self.layer_names:
             if name not in modules:
-                raise LayaError(f"layer {name} is a traced graph node, not a module of the model: its output cannot "
-                                f"be patched by a hook; choose module layers with --layers")
+                raise LayaError(
+                    f"layer {name} is a traced graph node, not a module of the model: its output cannot "
+                    f"be patched by a hook; choose module layers with --layers"
+                )
         return [modules[n] for n in self.layer_names]
 
-    def patched_activations(self, x: Tensor, i: int | None = None, h: Tensor | None = None,
-                            upto: int | None = None, patch=None) -> list[Tensor]:
+    def patched_activations(
+        self, x: Tensor, i: int | None = None, h: Tensor | None = None, upto: int | None = None, patch=None
+    ) -> list[Tensor]:
         """Raw h_1..h_k from a full forward of the plain model with forward hooks (whatever the
         engine), tap ``i``'s output replaced by ``h`` — or by ``patch(output)`` — so every later
         layer sees the replacement. What ``continue_from`` is checked against, and the fallback of
@@ -541,7 +567,7 @@ class TappedBackbone(nn.Module):
 
     # ------------------------------------------------------------------ truncation
 
-    def truncated(self, k: int) -> "TappedBackbone":
+    def truncated(self, k: int) -> TappedBackbone:
         """A copy that stops after tap ``k`` (a count) and holds no module above it."""
         k = self._k(k)
         names = self.layer_names[:k]
@@ -549,16 +575,27 @@ class TappedBackbone(nn.Module):
         x = self.probe_input()
         with torch.no_grad(), eval_mode(self):
             want = self.activations(x, k)
-        cuts = [lambda m: self.family.truncate(m, self.layer_names, k) if self.family is not None else None,
-                lambda m: prune_after(m, names, self.adapter(x))]  # the family's own cut, else the generic one
+        cuts = [
+            lambda m: self.family.truncate(m, self.layer_names, k) if self.family is not None else None,
+            lambda m: prune_after(m, names, self.adapter(x)),
+        ]  # the family's own cut, else the generic one
         for cut in cuts:
             try:
                 pruned = cut(copy.deepcopy(self.model))
                 if pruned is None:
                     continue
-                out = TappedBackbone(pruned, self.input_cfg, names, self.pool, formats, family=self.family,
-                                     engine=self.engine_kind, layouts=self.layouts,
-                                     expected_widths=self.expected_widths[:k], example_shape=self.example_shape)
+                out = TappedBackbone(
+                    pruned,
+                    self.input_cfg,
+                    names,
+                    self.pool,
+                    formats,
+                    family=self.family,
+                    engine=self.engine_kind,
+                    layouts=self.layouts,
+                    expected_widths=self.expected_widths[:k],
+                    example_shape=self.example_shape,
+                )
                 out.to(self.adapter.mean.device)
                 with torch.no_grad(), eval_mode(out):
                     got = out.activations(x)

@@ -50,8 +50,10 @@ def build_user_module(ref: str) -> nn.Module:
     """Import ``ref`` and call it with no arguments; every failure is one line."""
     ref = normalize_ref(ref)
     if ref not in _trusted:
-        raise LayaError(f"this model's architecture is your own code ({ref}); laya imports code only when you name "
-                        f"it: add --arch {ref}")
+        raise LayaError(
+            f"this model's architecture is your own code ({ref}); laya imports code only when you name "
+            f"it: add --arch {ref}"
+        )
     target, _, attr = ref.rpartition(":")
     module = _import(target)
     obj = module

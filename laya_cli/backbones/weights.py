@@ -53,12 +53,15 @@ def load_state(model: nn.Module, state_dict: dict, name: str) -> None:
     """Load weights; the checkpoint's own classifier is ignored (we replace it with a head): classifier
     tensors that do not fit the model's own (a model attached with a 10-class ``fc``) are left out."""
     target = model.state_dict()
-    state_dict = {k: v for k, v in state_dict.items()
-                  if not (k.startswith(CLASSIFIER_KEYS) and (k not in target or target[k].shape != v.shape))}
+    state_dict = {
+        k: v
+        for k, v in state_dict.items()
+        if not (k.startswith(CLASSIFIER_KEYS) and (k not in target or target[k].shape != v.shape))
+    }
     try:
         missing, unexpected = model.load_state_dict(state_dict, strict=False)
     except RuntimeError as e:  # shape mismatches
-        detail = next((l.strip() for l in str(e).splitlines() if "mismatch" in l), "shape mismatch")
+        detail = next((line.strip() for line in str(e).splitlines() if "mismatch" in line), "shape mismatch")
         raise LayaError(f"weights do not fit {name}: {detail[:200]}") from None
     unexpected = [k for k in unexpected if not k.startswith(CLASSIFIER_KEYS)]
     missing = [k for k in missing if not k.startswith(CLASSIFIER_KEYS)]
@@ -96,8 +99,10 @@ def weights_sha256(state: dict[str, Tensor]) -> str:
 
 def offline() -> bool:
     """No download attempts: LAYA_OFFLINE or HF_HUB_OFFLINE set."""
-    return any(os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no")
-               for v in ("LAYA_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no")
+        for v in ("LAYA_OFFLINE", "HF_HUB_OFFLINE")
+    )
 
 
 _reachable: dict[str, bool] = {}
@@ -135,8 +140,11 @@ def hub_file_cached(repo_id: str, filenames) -> bool:
     except Exception:  # pragma: no cover
         return False
     repo, _, revision = repo_id.partition("@")
-    return any(isinstance(try_to_load_from_cache(repo, f, cache_dir=str(hf_cache_dir()), revision=revision or None), str)
-               for f in filenames if f)
+    return any(
+        isinstance(try_to_load_from_cache(repo, f, cache_dir=str(hf_cache_dir()), revision=revision or None), str)
+        for f in filenames
+        if f
+    )
 
 
 def torch_hub_cached(url: str) -> Path:

@@ -20,7 +20,8 @@ from typer.core import TyperGroup
 from ..runtime import progress
 from ..runtime.distributed import env_world_size
 from ..runtime.errors import LayaError, TrainingInterrupted
-from .options import (
+from ..runtime.progress import LazyConsole
+from .options import (  # CI gates (docs/ci.md)
     AUDIT,
     BENCH,
     DATA,
@@ -31,10 +32,14 @@ from .options import (
     TRAIN,
     Ablation,
     Align,
+    AllowSettingsChange,
     Arch,
     ArchImport,
     AuditBatchSize,
+    AuditIn,
+    AuditQuiet,
     Backbone,
+    Baseline,
     BatchSize,
     BenchAlign,
     ByClass,
@@ -42,6 +47,9 @@ from .options import (
     Compare,
     DataDir,
     Dataset,
+    DepthBatchSize,
+    DepthIn,
+    DepthSeed,
     Device,
     DStar,
     Epochs,
@@ -55,24 +63,29 @@ from .options import (
     InputSize,
     InternalBatchSize,
     JsonOut,
+    JunitOut,
     Label,
     LabelColumn,
     Layers,
     Lr,
     MarkdownOut,
+    MaxDrop,
     MetricColumns,
     ModelPath,
     Patience,
+    PlotOut,
     Pool,
     Pretrained,
     Psi,
     Quiet,
     RandomisationSamples,
     Reduce,
+    Refit,
+    RefitEpochs,
     Restart,
     Resume,
-    SampleSeed,
     Samples,
+    SampleSeed,
     Scope,
     ScoreHidden,
     Seed,
@@ -80,25 +93,15 @@ from .options import (
     Strict,
     Target,
     Tau,
-    TrustPickle,
-    Weights,
-    train_request,
-)
-from .options import AllowSettingsChange, AuditIn, AuditQuiet, Baseline, JunitOut, MaxDrop  # CI gates (docs/ci.md)
-from .options import (
-    DepthBatchSize,
-    DepthIn,
-    DepthSeed,
-    PlotOut,
-    Refit,
-    RefitEpochs,
     Thresholds,
     TimeBatch,
     TimeRepeats,
     Truncate,
     TruncateOut,
+    TrustPickle,
+    Weights,
+    train_request,
 )
-from ..runtime.progress import LazyConsole
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
 err_console = LazyConsole(stderr=True)
@@ -192,9 +195,11 @@ def _report_internal_error() -> None:
     from .. import __version__
 
     traceback.print_exc(file=sys.stderr)
-    sys.stderr.write(f"internal error (exit {EXIT_INTERNAL_ERROR}): this is a bug in laya {__version__}, not a "
-                     f"problem with your input; please report it with the command and the traceback above "
-                     f"to {issue_tracker()}\n")
+    sys.stderr.write(
+        f"internal error (exit {EXIT_INTERNAL_ERROR}): this is a bug in laya {__version__}, not a "
+        f"problem with your input; please report it with the command and the traceback above "
+        f"to {issue_tracker()}\n"
+    )
     sys.stderr.flush()
 
 
@@ -293,8 +298,11 @@ def _trust_arch(arch: str | None) -> None:
 
 def _note(text: str) -> None:
     """A note of the library on stderr; one that starts with 'warning: ' is shown as a warning."""
-    label, rest = ("[bold yellow]warning:[/]", text[len("warning: "):]) if text.startswith("warning: ") else (
-        "[yellow]note:[/]", text)
+    label, rest = (
+        ("[bold yellow]warning:[/]", text[len("warning: ") :])
+        if text.startswith("warning: ")
+        else ("[yellow]note:[/]", text)
+    )
     err_console.print(f"{label} {rest}", highlight=False, soft_wrap=True)
 
 
@@ -352,27 +360,60 @@ def train(
     from ..training.loop import train as run_training
 
     with progress.enabled(not quiet):
-        req = train_request(backbone=backbone, dataset=dataset, head=head, out=out, data_dir=data_dir, label=label,
-                            image_size=image_size, strict=strict, image_column=image_column,
-                            label_column=label_column, feature_dtype=feature_dtype, d_star=d_star, tau=tau, psi=psi,
-                            score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
-                            seed=seed, layers=layers, pool=pool, pretrained=pretrained, weights=weights,
-                            finetune=finetune, trust_pickle=trust_pickle, cache=cache, resume=resume,
-                            restart=restart, device=_device(device), arch=arch, input_size=input_size,
-                            align=align)
+        req = train_request(
+            backbone=backbone,
+            dataset=dataset,
+            head=head,
+            out=out,
+            data_dir=data_dir,
+            label=label,
+            image_size=image_size,
+            strict=strict,
+            image_column=image_column,
+            label_column=label_column,
+            feature_dtype=feature_dtype,
+            d_star=d_star,
+            tau=tau,
+            psi=psi,
+            score_hidden=score_hidden,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            layers=layers,
+            pool=pool,
+            pretrained=pretrained,
+            weights=weights,
+            finetune=finetune,
+            trust_pickle=trust_pickle,
+            cache=cache,
+            resume=resume,
+            restart=restart,
+            device=_device(device),
+            arch=arch,
+            input_size=input_size,
+            align=align,
+        )
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
 
         def on_epoch(r):
             if not quiet:
                 mark = " [green]*best[/]" if r.best else ""
-                console.print(f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
-                              f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}", highlight=False)
+                console.print(
+                    f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
+                    f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}",
+                    highlight=False,
+                )
 
         ckpt = run_training(req, on_epoch)
     m = ckpt["metrics"]
-    console.print(f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
-                  f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}", highlight=False)
+    console.print(
+        f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
+        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}",
+        highlight=False,
+    )
 
 
 # --------------------------------------------------------------------------- audit
@@ -411,17 +452,15 @@ def audit(
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     import time
 
+    from ..auditing import names as audit_names
     from ..auditing import run as auditing
-    from ..gates import thresholds as gate_thresholds
-    from ..runtime import distributed
-    from ..gates import regression
-    from ..model.laya_model import load_model
-    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
+    from ..auditing.metrics import check_ablation
     from ..features.evaldata import load_eval_data
-    from ..runtime.fileio import append_text, atomic_write_text, check_writable, strict_json
+    from ..gates import regression
+    from ..gates import thresholds as gate_thresholds
     from ..gates.checks import verdict as gate_verdict
     from ..gates.junit import junit_xml
-    from ..auditing.metrics import check_ablation
+    from ..model.laya_model import load_model
     from ..report.tables import (
         HEAD_TITLE,
         NETWORK_TITLE,
@@ -435,19 +474,30 @@ def audit(
         scope_tables,
         verdict_line,
     )
+    from ..runtime import distributed
+    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
+    from ..runtime.fileio import append_text, atomic_write_text, check_writable, strict_json
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
         _trust_arch(arch)
         check_at_least("--samples", samples)
-        settings = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
-                                 internal_batch_size=internal_batch_size, batch_size=batch_size, seed=seed,
-                                 by_class=by_class, device=_device(device),
-                                 randomisation_samples=randomisation_samples).validate()
+        settings = AuditSettings(
+            ablation=ablation,
+            target=target,
+            reduce=reduce,
+            steps=steps,
+            internal_batch_size=internal_batch_size,
+            batch_size=batch_size,
+            seed=seed,
+            by_class=by_class,
+            device=_device(device),
+            randomisation_samples=randomisation_samples,
+        ).validate()
         scope = ScopeSettings(scope).validate().scope
-        methods = auditing.parse_methods(compare)
+        methods = audit_names.parse_methods(compare)
         thresholds = gate_thresholds.parse_thresholds(fail_under, methods, scope)
-        columns = auditing.parse_metric_groups(metrics)
+        columns = audit_names.parse_metric_groups(metrics)
         drops = regression.parse_max_drop(max_drop, methods, scope)
         if drops and baseline is None:
             raise LayaError("--max-drop needs --baseline FILE (the JSON of a previous laya audit --json)")
@@ -458,20 +508,26 @@ def audit(
         laya_model = load_model(model)
         check_ablation(laya_model.head, settings.ablation)  # before any feature extraction
         if base_doc is not None:  # what is known before the run: a mismatch fails now, not after the work
-            regression.check_settings(base_doc, regression.planned_audit(settings, methods, samples, laya_model),
-                                      allow_settings_change, baseline)
+            regression.check_settings(
+                base_doc,
+                regression.planned_audit(settings, methods, samples, laya_model),
+                allow_settings_change,
+                baseline,
+            )
         if scope != "head":
             from ..auditing.network import check_network_scope, run_scoped_audit
 
             check_network_scope(laya_model, settings.ablation)  # taps that cannot be patched: before any work
-        data = load_eval_data(laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache,
-                              stream=True)
+        data = load_eval_data(
+            laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True
+        )
         if scope == "head":
             result = auditing.run_audit(laya_model, data, methods, settings)
         else:
             result = run_scoped_audit(laya_model, data, methods, settings, scope, use_cache=cache)
-    result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir,
-                            "fail_under": [str(t) for t in thresholds]})
+    result.settings.update(
+        {"model": str(model), "samples": samples, "data_dir": data_dir, "fail_under": [str(t) for t in thresholds]}
+    )
     doc = result.to_dict()
     comparison = regression.gate(base_doc, doc, drops, allow_settings_change, baseline) if base_doc else None
     checks = gate_thresholds.threshold_checks(result, thresholds) + (comparison.checks if comparison else [])
@@ -483,29 +539,47 @@ def audit(
     network = result.network  # --scope network|both (laya_cli/network.py); None: the head scope alone
     if not quiet:
         if result.methods:  # empty for --scope network
-            table = (audit_rich_table(result, comparison=compared) if network is None
-                     else audit_rich_table(result, HEAD_TITLE, comparison=compared))
+            table = (
+                audit_rich_table(result, comparison=compared)
+                if network is None
+                else audit_rich_table(result, HEAD_TITLE, comparison=compared)
+            )
             _wide([table]).print(table)
             if (deeper := audit_deeper_table(result, columns, comparison=compared)) is not None:
                 _wide([deeper]).print(deeper)
         for table in audit_class_tables(result):
             console.print(table)
         if network is not None:
-            table = audit_rich_table(result, NETWORK_TITLE, network.methods, network_caption(result, compared),
-                                     comparison=network_comparison(compared))
+            table = audit_rich_table(
+                result,
+                NETWORK_TITLE,
+                network.methods,
+                network_caption(result, compared),
+                comparison=network_comparison(compared),
+            )
             _wide([table]).print(table)
             for table in scope_tables(result):
                 console.print(table)
         for note in result.notes + (network.notes if network is not None else []):
             _note(note)
     gate_shown = misses if thresholds else None
-    markdown_text = audit_markdown(result, gate_shown, HEAD_TITLE if network is not None else "laya audit",
-                                   metrics=columns, comparison=compared,
-                                   drop_misses=drop_misses if drops else None) if result.methods else ""
+    markdown_text = (
+        audit_markdown(
+            result,
+            gate_shown,
+            HEAD_TITLE if network is not None else "laya audit",
+            metrics=columns,
+            comparison=compared,
+            drop_misses=drop_misses if drops else None,
+        )
+        if result.methods
+        else ""
+    )
     if network is not None:  # --scope network: its section carries the gate's outcome
         alone = not result.methods
         markdown_text += ("\n" if markdown_text else "") + network_markdown(
-            result, gate_shown if alone else None, compared, drop_misses if drops and alone else None)
+            result, gate_shown if alone else None, compared, drop_misses if drops and alone else None
+        )
     if distributed.is_main():  # under torchrun only rank 0 writes
         if json_out is not None:
             doc["fail_under"] = {"thresholds": [str(t) for t in thresholds], "misses": misses, "passed": not misses}
@@ -516,15 +590,20 @@ def audit(
         if markdown is not None:
             atomic_write_text(markdown, markdown_text)
         if junit is not None:
-            atomic_write_text(junit, junit_xml(checks, properties=regression.junit_properties(doc, baseline),
-                                               seconds=time.perf_counter() - started))
+            atomic_write_text(
+                junit,
+                junit_xml(
+                    checks, properties=regression.junit_properties(doc, baseline), seconds=time.perf_counter() - started
+                ),
+            )
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:  # GitHub Actions: the job summary shows the table without any flag
             try:
                 append_text(summary, markdown_text + "\n")
             except LayaError as e:
-                err_console.print(f"[bold yellow]warning:[/] $GITHUB_STEP_SUMMARY: {_escape(str(e))}",
-                                  highlight=False, soft_wrap=True)
+                err_console.print(
+                    f"[bold yellow]warning:[/] $GITHUB_STEP_SUMMARY: {_escape(str(e))}", highlight=False, soft_wrap=True
+                )
     if not quiet:
         for c in verdict.failures:
             err_console.print(f"[bold red]{c.gate}:[/] {_escape(c.message)}", highlight=False, soft_wrap=True)
@@ -532,7 +611,9 @@ def audit(
             err_console.print(f"[green]fail-under: all {len(thresholds)} threshold(s) met[/]", highlight=False)
         if drops and not drop_misses:
             n = sum(c.gate == "max-drop" and not c.skipped for c in checks)
-            err_console.print(f"[green]max-drop: no metric dropped more than allowed ({n} check(s))[/]", highlight=False)
+            err_console.print(
+                f"[green]max-drop: no metric dropped more than allowed ({n} check(s))[/]", highlight=False
+            )
     console.print(verdict_line(verdict, result.n_samples), highlight=False, soft_wrap=True, markup=False)
     if not verdict.passed:
         raise typer.Exit(EXIT_GATE_FAILED)
@@ -566,22 +647,29 @@ def depth(
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
     from ..depthing import run as depthing
+    from ..depthing.truncation import check_k, check_maskable
+    from ..features.evaldata import load_eval_data, load_fit_features
+    from ..model.laya_model import load_model
+    from ..report.tables import depth_markdown, depth_rich_tables, truncate_line
     from ..runtime import distributed
     from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least
-    from ..features.evaldata import load_eval_data, load_fit_features
     from ..runtime.fileio import atomic_path, atomic_write_text, check_writable
-    from ..model.laya_model import load_model
     from .options import split_csv
-    from ..report.tables import depth_markdown, depth_rich_tables, truncate_line
-    from ..depthing.truncation import check_k, check_maskable
 
     with progress.enabled(not quiet):
         _trust_arch(arch)
         check_at_least("--samples", samples)
-        settings = DepthSettings(batch_size=batch_size, seed=seed, refit=refit, refit_epochs=refit_epochs,
-                                 thresholds=tuple(split_csv(thresholds)) if thresholds is not None else EXIT_THRESHOLDS,
-                                 time_repeats=time_repeats, time_batch=time_batch, truncate=truncate,
-                                 device=_device(device)).validate()
+        settings = DepthSettings(
+            batch_size=batch_size,
+            seed=seed,
+            refit=refit,
+            refit_epochs=refit_epochs,
+            thresholds=tuple(split_csv(thresholds)) if thresholds is not None else EXIT_THRESHOLDS,
+            time_repeats=time_repeats,
+            time_batch=time_batch,
+            truncate=truncate,
+            device=_device(device),
+        ).validate()
         if truncate is not None and out is None:
             raise LayaError("--truncate K writes a checkpoint: name it with --out small.pt")
         if out is not None and truncate is None:
@@ -631,17 +719,30 @@ def depth(
 @app.command("export")
 def export_cmd(
     model: ModelPath,
-    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite.")] = Path("export"),
-    fmt: Annotated[str, typer.Option("--format", help="Per-sample table format: csv, parquet (needs pyarrow) or npz.")] = "csv",
-    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")] = True,
-    strip: Annotated[int, typer.Option("--strip", metavar="K", help="How many samples the image strip shows (0 = no strip).")] = 8,
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite."),
+    ] = Path("export"),
+    fmt: Annotated[
+        str, typer.Option("--format", help="Per-sample table format: csv, parquet (needs pyarrow) or npz.")
+    ] = "csv",
+    plots: Annotated[
+        bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")
+    ] = True,
+    strip: Annotated[
+        int, typer.Option("--strip", metavar="K", help="How many samples the image strip shows (0 = no strip).")
+    ] = 8,
     dataset: EvalDataset = None,
     data_dir: DataDir = None,
     samples: Samples = None,
     seed: Annotated[int, typer.Option(help="Seed of the --samples subset.")] = 0,
     device: Device = "auto",
-    overwrite: Annotated[bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")
+    ] = False,
     arch: ArchImport = None,
     audit: AuditIn = None,
     depth: DepthIn = None,
@@ -655,9 +756,21 @@ def export_cmd(
 
     with progress.enabled(not quiet):
         _trust_arch(arch)
-        exp = run_export(model, out, fmt=fmt, plots=plots, strip=strip, dataset=dataset, data_dir=data_dir,
-                         samples=samples, seed=seed, device=_device(device), overwrite=overwrite, audit=audit,
-                         depth=depth)
+        exp = run_export(
+            model,
+            out,
+            fmt=fmt,
+            plots=plots,
+            strip=strip,
+            dataset=dataset,
+            data_dir=data_dir,
+            samples=samples,
+            seed=seed,
+            device=_device(device),
+            overwrite=overwrite,
+            audit=audit,
+            depth=depth,
+        )
     for note in exp.notes:
         _note(note)
     if quiet:
@@ -665,18 +778,26 @@ def export_cmd(
     if exp.has_alpha:
         g = exp.global_profile
         a = g[(g["quantity"] == "alpha") & (g["subset"] == "all")]
-        console.print("mean α per layer:  " + "  ".join(f"{name} {m:.3f}" for name, m in zip(a["layer"], a["mean"])),
-                      highlight=False)
+        console.print(
+            "mean α per layer:  " + "  ".join(f"{name} {m:.3f}" for name, m in zip(a["layer"], a["mean"])),
+            highlight=False,
+        )
         console.print(shift_table(exp))
-    console.print(f"[bold]exported {exp.n:,} samples[/] (accuracy {exp.accuracy:.4f}, {len(exp.files)} files) "
-                  f"-> {exp.out}/   report: {exp.out / 'report.html'}", highlight=False)
+    console.print(
+        f"[bold]exported {exp.n:,} samples[/] (accuracy {exp.accuracy:.4f}, {len(exp.files)} files) "
+        f"-> {exp.out}/   report: {exp.out / 'report.html'}",
+        highlight=False,
+    )
 
 
 # --------------------------------------------------------------------------- bench
 
 bench_app = typer.Typer(
     help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
-    invoke_without_command=True, no_args_is_help=False, add_completion=False, rich_markup_mode=None,
+    invoke_without_command=True,
+    no_args_is_help=False,
+    add_completion=False,
+    rich_markup_mode=None,
 )
 app.add_typer(bench_app, name="bench")
 
@@ -686,11 +807,21 @@ def bench(
     ctx: typer.Context,
     dataset: Dataset = DATA.name,
     backbone: Backbone = JOB.backbone,
-    heads: Annotated[str, typer.Option(help="Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained with --align).")] = ",".join(BENCH.heads),
+    heads: Annotated[
+        str,
+        typer.Option(
+            help="Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained "
+            "with --align)."
+        ),
+    ] = ",".join(BENCH.heads),
     align: BenchAlign = BENCH.align,
-    seeds: Annotated[int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")] = BENCH.seeds,
+    seeds: Annotated[
+        int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")
+    ] = BENCH.seeds,
     base_seed: Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")] = BENCH.base_seed,
-    out: Annotated[Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")] = Path(BENCH.out),
+    out: Annotated[
+        Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")
+    ] = Path(BENCH.out),
     data_dir: DataDir = DATA.data_dir,
     label: Label = DATA.label,
     image_size: ImageSize = DATA.image_size,
@@ -713,7 +844,12 @@ def bench(
     trust_pickle: TrustPickle = JOB.trust_pickle,
     feature_dtype: FeatureDtype = JOB.feature_dtype,
     compare: Compare = BENCH.compare,
-    audit_samples: Annotated[int, typer.Option(help="Audit this many test samples (the same seeded subset for every run; more than the test split = all).")] = BENCH.audit_samples,
+    audit_samples: Annotated[
+        int,
+        typer.Option(
+            help="Audit this many test samples (the same seeded subset for every run; more than the test split = all)."
+        ),
+    ] = BENCH.audit_samples,
     audit_seed: Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")] = AUDIT.seed,
     ablation: Ablation = AUDIT.ablation,
     target: Target = AUDIT.target,
@@ -728,33 +864,68 @@ def bench(
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
     if ctx.invoked_subcommand is not None:
-        given = [p.opts[0] for p in ctx.command.params
-                 if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"]
+        given = [
+            p.opts[0]
+            for p in ctx.command.params
+            if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"
+        ]
         if given:
-            raise LayaError(f"{', '.join(given)} belong to 'laya bench', not to 'laya bench {ctx.invoked_subcommand}'; "
-                            f"see laya bench {ctx.invoked_subcommand} --help")
+            raise LayaError(
+                f"{', '.join(given)} belong to 'laya bench', not to 'laya bench {ctx.invoked_subcommand}'; "
+                f"see laya bench {ctx.invoked_subcommand} --help"
+            )
         return
-    from ..training import bench as B
+    from ..report.tables import bench_caption, bench_counts, bench_markdown, bench_rich_tables
     from ..runtime.config import AuditSettings
     from ..runtime.fileio import atomic_write_text, check_writable
-    from ..report.tables import bench_caption, bench_counts, bench_markdown, bench_rich_tables
+    from ..training import bench as B
 
     with progress.enabled(not quiet):
         for path in (json_out, markdown):
             if path is not None:
                 check_writable(path)
-        template = train_request(backbone=backbone, dataset=dataset, head="laya", out="model.pt", data_dir=data_dir,
-                                 label=label, image_size=image_size, strict=strict, image_column=image_column,
-                                 label_column=label_column, feature_dtype=feature_dtype, d_star=d_star, tau=tau, psi=psi,
-                                 score_hidden=score_hidden, epochs=epochs, batch_size=batch_size, lr=lr,
-                                 patience=patience, seed=base_seed, layers=layers, pool=pool, pretrained=pretrained,
-                                 weights=weights, finetune=finetune, trust_pickle=trust_pickle, cache=cache,
-                                 resume=False, device=_device(device))
+        template = train_request(
+            backbone=backbone,
+            dataset=dataset,
+            head="laya",
+            out="model.pt",
+            data_dir=data_dir,
+            label=label,
+            image_size=image_size,
+            strict=strict,
+            image_column=image_column,
+            label_column=label_column,
+            feature_dtype=feature_dtype,
+            d_star=d_star,
+            tau=tau,
+            psi=psi,
+            score_hidden=score_hidden,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=base_seed,
+            layers=layers,
+            pool=pool,
+            pretrained=pretrained,
+            weights=weights,
+            finetune=finetune,
+            trust_pickle=trust_pickle,
+            cache=cache,
+            resume=False,
+            device=_device(device),
+        )
         req = B.BenchRequest(
-            train=template, audit=AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps,
-                                                seed=audit_seed),
-            heads=B.parse_heads(heads), seeds=seeds, base_seed=base_seed, out=str(out), compare=compare,
-            audit_samples=audit_samples, redo=redo, align=align,
+            train=template,
+            audit=AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps, seed=audit_seed),
+            heads=B.parse_heads(heads),
+            seeds=seeds,
+            base_seed=base_seed,
+            out=str(out),
+            compare=compare,
+            audit_samples=audit_samples,
+            redo=redo,
+            align=align,
         ).validate()
 
         def on_run(o, i, n):
@@ -762,8 +933,11 @@ def bench(
                 return
             m = o.record["metrics"]
             what = "reused" if not o.trained and not o.audited else ("re-audited" if not o.trained else "trained")
-            console.print(f"[{i}/{n}] {o.head:<9} seed {o.seed}  test acc {m['test_accuracy']:.4f}  macro-F1 "
-                          f"{m['test_macro_f1']:.4f}  ({what})", highlight=False)
+            console.print(
+                f"[{i}/{n}] {o.head:<9} seed {o.seed}  test acc {m['test_accuracy']:.4f}  macro-F1 "
+                f"{m['test_macro_f1']:.4f}  ({what})",
+                highlight=False,
+            )
 
         result = B.run_bench(req, on_run)
     tables = bench_rich_tables(result)
@@ -781,14 +955,17 @@ def bench(
 
 @bench_app.command("speed")
 def bench_speed(
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one shared process (a smoke run under ~30 s, not a measurement).")] = False,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Tiny sizes, one shared process (a smoke run under ~30 s, not a measurement)."),
+    ] = False,
     device: Device = "auto",
     json_out: JsonOut = None,
 ):
     """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
     from .. import speed
-    from ..runtime.fileio import atomic_write_text, check_writable, strict_json
     from ..report.tables import speed_tables
+    from ..runtime.fileio import atomic_write_text, check_writable, strict_json
 
     if json_out is not None:
         check_writable(json_out)

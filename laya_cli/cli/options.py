@@ -9,11 +9,10 @@ CLI must start fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from ..training.bench import BenchRequest
 from ..runtime.config import (
     AuditSettings,
     DataRequest,
@@ -23,6 +22,7 @@ from ..runtime.config import (
     TrainConfig,
     TrainRequest,
 )
+from ..training.bench import BenchRequest
 
 HEAD, TRAIN, DATA, AUDIT, JOB = HeadConfig(), TrainConfig(), DataRequest(), AuditSettings(), TrainRequest()
 DEPTH, SCOPE = DepthSettings(), ScopeSettings()
@@ -39,20 +39,33 @@ Device = Annotated[str, typer.Option(help="auto, cpu, cuda or mps (auto: CUDA if
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")]
 Cache = Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")]
 ModelPath = Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")]
-JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write every number and setting as JSON to this file.")]
-MarkdownOut = Annotated[Optional[Path], typer.Option(help="Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")]
+JsonOut = Annotated[Path | None, typer.Option("--json", help="Write every number and setting as JSON to this file.")]
+MarkdownOut = Annotated[
+    Path | None, typer.Option(help="Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")
+]
 
 # --------------------------------------------------------------------------- data
 
-Dataset = Annotated[str, typer.Option(help="digits, fashion-mnist, cifar10, artworks, folder:PATH, wds:PATH/{000..099}.tar, parquet:PATH or hf-disk:PATH.")]
-EvalDataset = Annotated[Optional[str], typer.Option(help="Use another dataset (default: the checkpoint's own test split).")]
-DataDir = Annotated[Optional[str], typer.Option(help="Where the dataset lives (see docs/datasets.md).")]
+Dataset = Annotated[
+    str,
+    typer.Option(
+        help="digits, fashion-mnist, cifar10, artworks, folder:PATH, wds:PATH/{000..099}.tar, parquet:PATH or "
+        "hf-disk:PATH."
+    ),
+]
+EvalDataset = Annotated[
+    str | None, typer.Option(help="Use another dataset (default: the checkpoint's own test split).")
+]
+DataDir = Annotated[str | None, typer.Option(help="Where the dataset lives (see docs/datasets.md).")]
 Label = Annotated[str, typer.Option(help="artworks only: genre or artist.")]
-ImageSize = Annotated[Optional[int], typer.Option(help="Side of file-based images (default: the backbone's input).")]
-Strict = Annotated[bool, typer.Option(help="Fail on an undecodable image (or a tar sample without image or class) instead of skipping it.")]
+ImageSize = Annotated[int | None, typer.Option(help="Side of file-based images (default: the backbone's input).")]
+Strict = Annotated[
+    bool,
+    typer.Option(help="Fail on an undecodable image (or a tar sample without image or class) instead of skipping it."),
+]
 ImageColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the encoded images.")]
 LabelColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the class (index or name).")]
-Samples = Annotated[Optional[int], typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
+Samples = Annotated[int | None, typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
 SampleSeed = Annotated[int, typer.Option(help="Seed of the --samples subset (and of the random method).")]
 
 # --------------------------------------------------------------------------- backbone and head
@@ -63,16 +76,61 @@ DStar = Annotated[int, typer.Option("--d-star", help="Adapter width d*.")]
 Tau = Annotated[float, typer.Option(help="Softmax temperature of the attention (fixed).")]
 Psi = Annotated[str, typer.Option(help="Shared transform ψ before scoring: identity or mlp.")]
 ScoreHidden = Annotated[int, typer.Option(help="Hidden width of the scoring MLP.")]
-Layers = Annotated[Optional[str], typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).")]
+Layers = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any)."),
+]
 Pool = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
-Pretrained = Annotated[Optional[bool], typer.Option("--pretrained/--no-pretrained", help="Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or a local hub cache).")]
-Weights = Annotated[Optional[Path], typer.Option(help="A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch.")]
-Arch = Annotated[Optional[str], typer.Option(help="Your own architecture: module.path:callable or path/to/file.py:callable (imported: trusted code, see docs/backbones.md); its weights come from --weights.")]
-InputSize = Annotated[Optional[int], typer.Option(help="Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).")]
-ArchImport = Annotated[Optional[str], typer.Option("--arch", help="Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.")]
-Finetune = Annotated[Optional[bool], typer.Option("--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.")]
-FeatureDtype = Annotated[str, typer.Option(help="Frozen features as stored and trained on: float32, float16 or bfloat16 (halves the feature cache).")]
-TrustPickle = Annotated[bool, typer.Option(help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.")]
+Pretrained = Annotated[
+    bool | None,
+    typer.Option(
+        "--pretrained/--no-pretrained",
+        help="Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or "
+        "a local hub cache).",
+    ),
+]
+Weights = Annotated[
+    Path | None,
+    typer.Option(
+        help="A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch."
+    ),
+]
+Arch = Annotated[
+    str | None,
+    typer.Option(
+        help="Your own architecture: module.path:callable or path/to/file.py:callable (imported: trusted code, "
+        "see docs/backbones.md); its weights come from --weights."
+    ),
+]
+InputSize = Annotated[
+    int | None,
+    typer.Option(help="Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's)."),
+]
+ArchImport = Annotated[
+    str | None,
+    typer.Option(
+        "--arch",
+        help="Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.",
+    ),
+]
+Finetune = Annotated[
+    bool | None,
+    typer.Option(
+        "--finetune/--frozen", help="Train the backbone too (default for mlp/cnn) or keep it frozen and cache features."
+    ),
+]
+FeatureDtype = Annotated[
+    str,
+    typer.Option(
+        help="Frozen features as stored and trained on: float32, float16 or bfloat16 (halves the feature cache)."
+    ),
+]
+TrustPickle = Annotated[
+    bool,
+    typer.Option(
+        help="Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust."
+    ),
+]
 
 # --------------------------------------------------------------------------- training
 
@@ -80,65 +138,234 @@ Epochs = Annotated[int, typer.Option(help="Maximum epochs.")]
 BatchSize = Annotated[int, typer.Option(help="Batch size.")]
 Lr = Annotated[float, typer.Option(help="Adam learning rate.")]
 Patience = Annotated[int, typer.Option(help="Early-stopping patience on validation accuracy.")]
-Align = Annotated[float, typer.Option(help="λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya heads; 0 = off, 1 = recommended; docs/metrics.md#aligned-training).")]
-BenchAlign = Annotated[float, typer.Option("--align", help="λ for the laya-aligned head of --heads (a laya head trained with --align λ).")]
+Align = Annotated[
+    float,
+    typer.Option(
+        help="λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
+        "heads; 0 = off, 1 = recommended; docs/metrics.md#aligned-training)."
+    ),
+]
+BenchAlign = Annotated[
+    float, typer.Option("--align", help="λ for the laya-aligned head of --heads (a laya head trained with --align λ).")
+]
 Seed = Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")]
-Resume = Annotated[bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")]
-Restart = Annotated[bool, typer.Option(help="Discard the state an interrupted run left beside --out and start over (without --resume or --restart, such a state is an error).")]
+Resume = Annotated[
+    bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")
+]
+Restart = Annotated[
+    bool,
+    typer.Option(
+        help="Discard the state an interrupted run left beside --out and start over (without --resume or "
+        "--restart, such a state is an error)."
+    ),
+]
 
 # --------------------------------------------------------------------------- audit
 
-Compare = Annotated[str, typer.Option(help="Methods to compare with laya and random: ig, gradxact, saliency, contrib, global (comma list), 'all', or '' for none.")]
-Ablation = Annotated[str, typer.Option(help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads).")]
+Compare = Annotated[
+    str,
+    typer.Option(
+        help="Methods to compare with laya and random: ig, gradxact, saliency, contrib, global (comma list), "
+        "'all', or '' for none."
+    ),
+]
+Ablation = Annotated[
+    str,
+    typer.Option(
+        help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads)."
+    ),
+]
 Target = Annotated[str, typer.Option(help="Class explained: predicted (ŷ) or label (the true class).")]
 Reduce = Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum (signed), abs or l2.")]
 Steps = Annotated[int, typer.Option(help="Integrated Gradients steps.")]
-InternalBatchSize = Annotated[Optional[int], typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).")]
+InternalBatchSize = Annotated[
+    int | None,
+    typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size)."),
+]
 AuditBatchSize = Annotated[int, typer.Option(help="Samples per audited batch.")]
 ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
-Scope = Annotated[str, typer.Option(help="Where a layer is removed: head (at the head's inputs: direct effects), network (patched inside the backbone, later layers see it: total effects) or both (and their comparison).")]
-FailUnder = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or 'ig:faithfulness=0.8,laya:deletion@1=0.2'; prefix 'network:' for the network scope ('network:ig:faithfulness=0.8'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.")]
-RandomisationSamples = Annotated[int, typer.Option(help="The model-randomisation sanity check runs on the first N audited samples (whole batches; 0 skips it).")]
-MetricColumns = Annotated[str, typer.Option("--metrics", help="Extra table columns: aopc, sufficiency, completeness, randomisation (comma list) or 'all'. The JSON always has every metric.")]
-AuditQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict line (PASS/FAIL and each failed check); errors still print.")]
-Baseline = Annotated[Optional[Path], typer.Option(metavar="FILE", help="A previous 'laya audit --json' taken on the same data, samples and settings: show its values and the change beside each metric; gate with --max-drop.")]
-MaxDrop = Annotated[Optional[list[str]], typer.Option(help="Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' (absolute, every method but random), 'laya:deletion@1=5%' (relative to the baseline value), 'accuracy=0.01'. Repeatable.")]
-AllowSettingsChange = Annotated[bool, typer.Option(help="Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the differences are noted.")]
-JunitOut = Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.")]
-AuditIn = Annotated[Optional[Path], typer.Option("--audit", metavar="FILE", help="A 'laya audit --json' of this model: adds the audit section to report.html (copied into the export as audit.json).")]
+Scope = Annotated[
+    str,
+    typer.Option(
+        help="Where a layer is removed: head (at the head's inputs: direct effects), network (patched inside "
+        "the backbone, later layers see it: total effects) or both (and their comparison)."
+    ),
+]
+FailUnder = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or "
+        "'ig:faithfulness=0.8,laya:deletion@1=0.2'; prefix 'network:' for the network scope "
+        "('network:ig:faithfulness=0.8'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, "
+        "sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable."
+    ),
+]
+RandomisationSamples = Annotated[
+    int,
+    typer.Option(
+        help="The model-randomisation sanity check runs on the first N audited samples (whole batches; 0 skips it)."
+    ),
+]
+MetricColumns = Annotated[
+    str,
+    typer.Option(
+        "--metrics",
+        help="Extra table columns: aopc, sufficiency, completeness, randomisation (comma list) or 'all'. The "
+        "JSON always has every metric.",
+    ),
+]
+AuditQuiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Print only the verdict line (PASS/FAIL and each failed check); errors still print."
+    ),
+]
+Baseline = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="A previous 'laya audit --json' taken on the same data, samples and settings: show its values and "
+        "the change beside each metric; gate with --max-drop.",
+    ),
+]
+MaxDrop = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' "
+        "(absolute, every method but random), 'laya:deletion@1=5%' (relative to the baseline value), "
+        "'accuracy=0.01'. Repeatable."
+    ),
+]
+AllowSettingsChange = Annotated[
+    bool,
+    typer.Option(
+        help="Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the "
+        "differences are noted."
+    ),
+]
+JunitOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--junit",
+        metavar="FILE",
+        help="Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.",
+    ),
+]
+AuditIn = Annotated[
+    Path | None,
+    typer.Option(
+        "--audit",
+        metavar="FILE",
+        help="A 'laya audit --json' of this model: adds the audit section to report.html (copied into the "
+        "export as audit.json).",
+    ),
+]
 
 
 # --------------------------------------------------------------------------- depth
 
-Refit = Annotated[bool, typer.Option("--refit", help="Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training settings, on its training data).")]
-RefitEpochs = Annotated[Optional[int], typer.Option(help="Maximum epochs of each --refit head (default: the checkpoint's own).")]
-Thresholds = Annotated[Optional[str], typer.Option(help="Early-exit thresholds in (0, 1], comma list (default: 0.5 … 0.999, 1).")]
+Refit = Annotated[
+    bool,
+    typer.Option(
+        "--refit",
+        help="Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training "
+        "settings, on its training data).",
+    ),
+]
+RefitEpochs = Annotated[
+    int | None, typer.Option(help="Maximum epochs of each --refit head (default: the checkpoint's own).")
+]
+Thresholds = Annotated[
+    str | None, typer.Option(help="Early-exit thresholds in (0, 1], comma list (default: 0.5 … 0.999, 1).")
+]
 TimeRepeats = Annotated[int, typer.Option(help="Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.")]
 TimeBatch = Annotated[int, typer.Option(help="Images per timed backbone pass.")]
 DepthSeed = Annotated[int, typer.Option("--seed", help="Seed of the --samples subset.")]
 DepthBatchSize = Annotated[int, typer.Option("--batch-size", help="Samples per evaluated batch.")]
-Truncate = Annotated[Optional[int], typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")]
-TruncateOut = Annotated[Optional[Path], typer.Option("--out", help="Where --truncate writes the truncated checkpoint.")]
-PlotOut = Annotated[Optional[Path], typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG.")]
-DepthIn = Annotated[Optional[Path], typer.Option("--depth", metavar="FILE", help="A 'laya depth --json' result to add to report.html (default: MODEL.depth.json beside the checkpoint, if there).")]
+Truncate = Annotated[
+    int | None, typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")
+]
+TruncateOut = Annotated[Path | None, typer.Option("--out", help="Where --truncate writes the truncated checkpoint.")]
+PlotOut = Annotated[
+    Path | None,
+    typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG."),
+]
+DepthIn = Annotated[
+    Path | None,
+    typer.Option(
+        "--depth",
+        metavar="FILE",
+        help="A 'laya depth --json' result to add to report.html (default: MODEL.depth.json beside the "
+        "checkpoint, if there).",
+    ),
+]
 
 
-def train_request(*, backbone: str, dataset: str, head: str, out: Path | str, data_dir: str | None, label: str,
-                  image_size: int | None, strict: bool, image_column: str = DATA.image_column,
-                  label_column: str = DATA.label_column, feature_dtype: str = JOB.feature_dtype, d_star: int, tau: float, psi: str, score_hidden: int,
-                  epochs: int, batch_size: int, lr: float, patience: int, seed: int, layers: str | None, pool: str,
-                  pretrained: bool | None, weights: Path | None, finetune: bool | None, trust_pickle: bool, cache: bool,
-                  resume: bool, device: str, arch: str | None = None, input_size: int | None = None,
-                  restart: bool = False, align: float = TRAIN.align) -> TrainRequest:
+def train_request(
+    *,
+    backbone: str,
+    dataset: str,
+    head: str,
+    out: Path | str,
+    data_dir: str | None,
+    label: str,
+    image_size: int | None,
+    strict: bool,
+    image_column: str = DATA.image_column,
+    label_column: str = DATA.label_column,
+    feature_dtype: str = JOB.feature_dtype,
+    d_star: int,
+    tau: float,
+    psi: str,
+    score_hidden: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    patience: int,
+    seed: int,
+    layers: str | None,
+    pool: str,
+    pretrained: bool | None,
+    weights: Path | None,
+    finetune: bool | None,
+    trust_pickle: bool,
+    cache: bool,
+    resume: bool,
+    device: str,
+    arch: str | None = None,
+    input_size: int | None = None,
+    restart: bool = False,
+    align: float = TRAIN.align,
+) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
     return TrainRequest(
-        backbone=backbone, head=head,
+        backbone=backbone,
+        head=head,
         head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
-        data=DataRequest(name=dataset, data_dir=data_dir, image_size=image_size, label=label, seed=seed, strict=strict,
-                         image_column=image_column, label_column=label_column),
-        train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device,
-                          align=align),
-        layers=split_csv(layers), pool=pool, pretrained=pretrained, weights=str(weights) if weights else None,
-        finetune=finetune, trust_pickle=trust_pickle, use_cache=cache, out=str(out), resume=resume, restart=restart,
-        feature_dtype=feature_dtype, arch=arch, input_size=input_size,
+        data=DataRequest(
+            name=dataset,
+            data_dir=data_dir,
+            image_size=image_size,
+            label=label,
+            seed=seed,
+            strict=strict,
+            image_column=image_column,
+            label_column=label_column,
+        ),
+        train=TrainConfig(
+            epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device, align=align
+        ),
+        layers=split_csv(layers),
+        pool=pool,
+        pretrained=pretrained,
+        weights=str(weights) if weights else None,
+        finetune=finetune,
+        trust_pickle=trust_pickle,
+        use_cache=cache,
+        out=str(out),
+        resume=resume,
+        restart=restart,
+        feature_dtype=feature_dtype,
+        arch=arch,
+        input_size=input_size,
     ).validate()

@@ -5,4 +5,4 @@ sources and decoding (``images``), large-data shards (``shards``), and made-up i
 from .._moved import moved_names
 
 # What the module this package replaced exported, still importable from here (deprecated).
-__getattr__ = moved_names(__name__, 'data.datasets')
+__getattr__ = moved_names(__name__, "data.datasets")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 import gzip
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ class ImageTensorDataset(Dataset):
         x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
         return x, self.labels[i]
 
-    def subset(self, index: Tensor) -> "ImageTensorDataset":
+    def subset(self, index: Tensor) -> ImageTensorDataset:
         return ImageTensorDataset(take(self.images, index), self.labels[index])
 
 
@@ -81,11 +81,19 @@ def stratified_split(labels: Tensor, fraction: float, seed: int) -> tuple[Tensor
     return torch.cat(kept).sort().values, torch.cat(held).sort().values
 
 
-def _finish(train: ImageTensorDataset, test: ImageTensorDataset, classes, req: DataRequest, identity: str, skipped=0,
-            unmatched=()):
+def _finish(
+    train: ImageTensorDataset,
+    test: ImageTensorDataset,
+    classes,
+    req: DataRequest,
+    identity: str,
+    skipped=0,
+    unmatched=(),
+):
     kept, val = stratified_split(train.labels, 0.1, req.seed)
-    return DataSplits(train.subset(kept), train.subset(val), test, list(classes), req.name, identity, skipped,
-                      list(unmatched))
+    return DataSplits(
+        train.subset(kept), train.subset(val), test, list(classes), req.name, identity, skipped, list(unmatched)
+    )
 
 
 def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTensorDataset]:
@@ -98,8 +106,9 @@ def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTens
 
 def load_digits(req: DataRequest) -> DataSplits:
     if req.data_dir:
-        raise DataDirMissing(f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); "
-                             f"leave it out")
+        raise DataDirMissing(
+            f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); leave it out"
+        )
     from sklearn.datasets import load_digits as sk_digits
 
     d = sk_digits()
@@ -110,7 +119,18 @@ def load_digits(req: DataRequest) -> DataSplits:
 
 # --------------------------------------------------------------------------- fashion-mnist
 
-FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+FASHION_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 FASHION_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -131,8 +151,12 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def _find_idx(folder: Path, stem: str) -> Path | None:
-    for candidate in (folder / stem, folder / f"{stem}.gz", folder / "FashionMNIST" / "raw" / stem,
-                      folder / "FashionMNIST" / "raw" / f"{stem}.gz"):
+    for candidate in (
+        folder / stem,
+        folder / f"{stem}.gz",
+        folder / "FashionMNIST" / "raw" / stem,
+        folder / "FashionMNIST" / "raw" / f"{stem}.gz",
+    ):
         if candidate.is_file():
             return candidate
     return None
@@ -164,8 +188,9 @@ def default_data_dir() -> Path:
 def load_fashion_mnist(req: DataRequest) -> DataSplits:
     looked = _fashion_dirs(req)
     stem = FASHION_FILES["test"][0]
-    folder = explicit_dir(req, lambda d: _find_idx(d, stem) is not None,
-                          f"{{dir}}/{stem}[.gz] or {{dir}}/FashionMNIST/raw/{stem}[.gz]")
+    folder = explicit_dir(
+        req, lambda d: _find_idx(d, stem) is not None, f"{{dir}}/{stem}[.gz] or {{dir}}/FashionMNIST/raw/{stem}[.gz]"
+    )
     if folder is None:
         folder = next((d for d in looked if _find_idx(d, stem)), None)
     if folder is None:
@@ -175,8 +200,9 @@ def load_fashion_mnist(req: DataRequest) -> DataSplits:
         img, lbl = _find_idx(folder, img_stem), _find_idx(folder, lbl_stem)
         if img is None or lbl is None:
             raise LayaError(f"fashion-mnist in {folder} lacks the {split} split ({img_stem}, {lbl_stem})")
-        arrays[split] = ImageTensorDataset(torch.from_numpy(read_idx(img).copy()).unsqueeze(1),
-                                           torch.from_numpy(read_idx(lbl).astype(np.int64)))
+        arrays[split] = ImageTensorDataset(
+            torch.from_numpy(read_idx(img).copy()).unsqueeze(1), torch.from_numpy(read_idx(lbl).astype(np.int64))
+        )
     return _finish(arrays["train"], arrays["test"], FASHION_CLASSES, req, f"fashion-mnist:{folder.resolve()}")
 
 
@@ -196,7 +222,9 @@ def _download_torchvision(dataset: str, looked: list[Path]) -> Path:
             "FashionMNIST": "apt-get install dataset-fashion-mnist, or put the IDX .gz files in --data-dir",
             "CIFAR10": "put cifar-10-batches-py/ under --data-dir",
         }[dataset]
-        raise LayaError(f"{dataset} not found (looked in {where}) and download failed ({str(e)[:80]}); {hint}") from None
+        raise LayaError(
+            f"{dataset} not found (looked in {where}) and download failed ({str(e)[:80]}); {hint}"
+        ) from None
     return root
 
 
@@ -252,8 +280,9 @@ def _source_dataset(source, names, classes, size, strict) -> tuple[ImageTensorDa
 def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
     root = Path(root or req.name.partition(":")[2]).expanduser()
     if req.data_dir:
-        raise DataDirMissing(f"--data-dir {req.data_dir} does not apply to folder:PATH datasets (the path is the "
-                             f"data); leave it out")
+        raise DataDirMissing(
+            f"--data-dir {req.data_dir} does not apply to folder:PATH datasets (the path is the data); leave it out"
+        )
     if not root.is_dir():
         raise LayaError(f"image folder not found: {root} (expected {root}/<class>/<image>)")
     size = req.image_size or 32
@@ -335,7 +364,9 @@ def _artwork_groups(root: Path) -> tuple[Path, dict[str, list[Path]]]:
                 artist, _, number = f.stem.rpartition("_")
                 groups.setdefault(artist if artist and number.isdigit() else f.stem, []).append(f)
             return resized, groups
-    raise LayaError(f"artworks: no images under {root} (expected images/images/<Artist>/… or resized/resized/<Artist>_N.jpg)")
+    raise LayaError(
+        f"artworks: no images under {root} (expected images/images/<Artist>/… or resized/resized/<Artist>_N.jpg)"
+    )
 
 
 def _warn(message: str) -> None:
@@ -358,8 +389,10 @@ def load_artworks(req: DataRequest) -> DataSplits:
         )
     label_rule = check_choice("--label", req.label, LABELS)
     with open(root / "artists.csv", newline="", encoding="utf-8-sig") as f:
-        rows = {repair_mojibake(row["name"]).replace(" ", "_"): row["genre"].split(",")[0].strip()
-                for row in csv.DictReader(f)}
+        rows = {
+            repair_mojibake(row["name"]).replace(" ", "_"): row["genre"].split(",")[0].strip()
+            for row in csv.DictReader(f)
+        }
     exact = {k.casefold(): (k, g) for k, g in rows.items()}
     folded = {_folded(k.casefold()): (k, g) for k, g in rows.items()}
     images_dir, groups = _artwork_groups(root)
@@ -384,8 +417,10 @@ def load_artworks(req: DataRequest) -> DataSplits:
         names += [label] * len(group)
     if unmatched:
         what = "left out (no genre)" if label_rule == "genre" else "kept, labelled by folder name"
-        _warn(f"artworks: {len(unmatched)} artist folder(s) match no row of artists.csv and are {what}: "
-              + ", ".join(repr(u) for u in unmatched))
+        _warn(
+            f"artworks: {len(unmatched)} artist folder(s) match no row of artists.csv and are {what}: "
+            + ", ".join(repr(u) for u in unmatched)
+        )
     if not files:
         raise LayaError(f"artworks: no artist under {images_dir} matches artists.csv")
     classes = sorted(set(names))

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -142,8 +143,16 @@ def _decoded(source, size: int, row_batches: Sequence[Sequence[int]], keep: bool
     if not workers:
         return (work[k] for k in range(len(work)))
     # In order (the DataLoader default), two batches in flight per worker; seeded, though decoding draws nothing.
-    return iter(DataLoader(work, batch_size=None, num_workers=workers, collate_fn=_as_is, prefetch_factor=2,
-                           generator=torch.Generator().manual_seed(0)))
+    return iter(
+        DataLoader(
+            work,
+            batch_size=None,
+            num_workers=workers,
+            collate_fn=_as_is,
+            prefetch_factor=2,
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
 
 
 def _row_batches(rows: Tensor | np.ndarray, batch: int = BATCH) -> list[np.ndarray]:
@@ -174,7 +183,7 @@ class LazyImages:
     def __repr__(self) -> str:
         return f"LazyImages({len(self)} × 3×{self.size}×{self.size})"
 
-    def subset(self, index) -> "LazyImages":
+    def subset(self, index) -> LazyImages:
         return LazyImages(self.source, self.rows[index], self.size)
 
     def __getitem__(self, key):
@@ -189,8 +198,10 @@ class LazyImages:
     def _check(self, item) -> Tensor:
         _, images, ok, failed, error = item
         if not ok.all():
-            raise LayaError(f"cannot decode image {self.source.describe(failed)}: {error} (it decoded when the "
-                            f"data set was scanned: was it changed since?)")
+            raise LayaError(
+                f"cannot decode image {self.source.describe(failed)}: {error} (it decoded when the "
+                f"data set was scanned: was it changed since?)"
+            )
         return images
 
     def batches(self, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[Tensor]:
@@ -239,8 +250,10 @@ def load_images(source, size: int, strict: bool, what: str = "images") -> tuple[
     if mib <= budget:
         images, kept = _decode_all(source, size, strict)
         return images, kept
-    log(f"{what}: {n:,} images of 3×{size}×{size} ({_size(mib)}) exceed the in-memory budget "
-        f"(LAYA_IN_MEMORY_MB={budget:g}): decoded batch by batch as they are used")
+    log(
+        f"{what}: {n:,} images of 3×{size}×{size} ({_size(mib)}) exceed the in-memory budget "
+        f"(LAYA_IN_MEMORY_MB={budget:g}): decoded batch by batch as they are used"
+    )
     ok = scan(source, size, strict)
     kept = np.flatnonzero(ok).tolist()
     if not kept:
@@ -286,8 +299,12 @@ def _scan(source, size: int) -> np.ndarray:
     n = len(source)
     start, stop = distributed.shard_bounds(n, BATCH)
     batches = _row_batches(np.arange(start, stop))
-    masks = [mask for _, _, mask, _, _ in track(_decoded(source, size, batches, keep=False), "scanning images",
-                                             total=len(batches))]
+    masks = [
+        mask
+        for _, _, mask, _, _ in track(
+            _decoded(source, size, batches, keep=False), "scanning images", total=len(batches)
+        )
+    ]
     mine = torch.cat(masks) if masks else torch.zeros(0, dtype=torch.bool)
     return distributed.gather_rows(mine, n).numpy()
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -137,8 +137,10 @@ def read_wds(pattern: str, strict: bool) -> Found:
     shards = expand_shards(pattern)
     missing = [p for p in shards if not p.is_file()]
     if not shards or missing:
-        raise LayaError(f"WebDataset shards not found: {missing[0] if missing else pattern} "
-                        f"(expected --dataset wds:PATH/{{000..099}}.tar or a folder of .tar files)")
+        raise LayaError(
+            f"WebDataset shards not found: {missing[0] if missing else pattern} "
+            f"(expected --dataset wds:PATH/{{000..099}}.tar or a folder of .tar files)"
+        )
     shard_i, offsets, sizes, members, labels = [], [], [], [], []
     skipped, kinds = [], set()
 
@@ -163,8 +165,10 @@ def read_wds(pattern: str, strict: bool) -> Found:
         try:
             tar = tarfile.open(path, "r:")
         except (tarfile.TarError, OSError) as e:
-            raise LayaError(f"{path} is not an uncompressed tar shard ({str(e).splitlines()[0][:80]}); "
-                            f"WebDataset shards for laya are .tar files") from None
+            raise LayaError(
+                f"{path} is not an uncompressed tar shard ({str(e).splitlines()[0][:80]}); "
+                f"WebDataset shards for laya are .tar files"
+            ) from None
         key, sample = None, {}
         with tar:
             try:
@@ -200,8 +204,13 @@ def read_wds(pattern: str, strict: bool) -> Found:
     else:
         values = labels
     names, classes = _labels_to_names(values, None)
-    source = TarSource([str(p) for p in shards], np.asarray(shard_i, dtype=np.int32), np.asarray(offsets, dtype=np.int64),
-                       np.asarray(sizes, dtype=np.int64), members)
+    source = TarSource(
+        [str(p) for p in shards],
+        np.asarray(shard_i, dtype=np.int32),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(sizes, dtype=np.int64),
+        members,
+    )
     identity = f"wds:{[str(p.resolve()) for p in shards]}:{source.stamp()}"
     return Found(Part(source, names), None, classes, identity, len(skipped))
 
@@ -284,7 +293,9 @@ def _parquet_part(files: list[Path], image_column: str, label_column: str) -> tu
         names = pf.schema_arrow.names
         for option, column in (("--image-column", image_column), ("--label-column", label_column)):
             if column not in names:
-                raise LayaError(f"{path} has no column '{column}' (columns: {', '.join(names)}); choose it with {option}")
+                raise LayaError(
+                    f"{path} has no column '{column}' (columns: {', '.join(names)}); choose it with {option}"
+                )
         declared = declared or _hf_class_names(pf.schema_arrow, label_column)
         labels += pf.read(columns=[label_column]).column(0).to_pylist()
         for g in range(pf.metadata.num_row_groups):
@@ -295,8 +306,9 @@ def _parquet_part(files: list[Path], image_column: str, label_column: str) -> tu
     if any(v is None for v in labels):
         raise LayaError(f"column '{label_column}' has empty cells: every image needs a class")
     cat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    source = ParquetSource([str(p) for p in files], image_column, cat(file_i, np.int32), cat(groups, np.int32),
-                           cat(rows, np.int32))
+    source = ParquetSource(
+        [str(p) for p in files], image_column, cat(file_i, np.int32), cat(groups, np.int32), cat(rows, np.int32)
+    )
     return source, labels, declared
 
 
@@ -354,8 +366,9 @@ def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
     try:
         import datasets
     except ImportError:
-        raise LayaError("--dataset hf-disk: needs the Hugging Face datasets package: "
-                        "pip install 'laya-audit[hf]'") from None
+        raise LayaError(
+            "--dataset hf-disk: needs the Hugging Face datasets package: pip install 'laya-audit[hf]'"
+        ) from None
     root = Path(os.path.expanduser(path))
     if not root.is_dir():
         raise LayaError(f"Hugging Face dataset not found: {root} (a folder written by save_to_disk)")
@@ -375,8 +388,9 @@ def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
         columns = list(ds.column_names)
         for option, column in (("--image-column", image_column), ("--label-column", label_column)):
             if column not in columns:
-                raise LayaError(f"{root} ({name}) has no column '{column}' (columns: {', '.join(columns)}); "
-                                f"choose it with {option}")
+                raise LayaError(
+                    f"{root} ({name}) has no column '{column}' (columns: {', '.join(columns)}); choose it with {option}"
+                )
         feature = ds.features[label_column]
         declared = declared or (list(feature.names) if isinstance(feature, datasets.ClassLabel) else None)
         labels = ds.select_columns([label_column])[label_column]
@@ -388,7 +402,9 @@ def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
     n_train = len(prepared[0][1])
     train = Part(prepared[0][0], names_all[:n_train])
     test = Part(prepared[1][0], names_all[n_train:]) if len(prepared) > 1 else None
-    identity = f"hf-disk:{root.resolve()}:{image_column}:{label_column}:{digest(parts=[s.stamp() for s, _ in prepared])}"
+    identity = (
+        f"hf-disk:{root.resolve()}:{image_column}:{label_column}:{digest(parts=[s.stamp() for s, _ in prepared])}"
+    )
     return Found(train, test, classes, identity)
 
 

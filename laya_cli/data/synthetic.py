@@ -5,14 +5,19 @@ benchmarks, and by anyone who wants a laya model to try something on without dow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 
-def make_image_folder(root: Path, classes: Sequence[str] = ("circle", "square", "cross"), per_class: int = 12,
-                      size: int = 40, seed: int = 0) -> Path:
+def make_image_folder(
+    root: Path,
+    classes: Sequence[str] = ("circle", "square", "cross"),
+    per_class: int = 12,
+    size: int = 40,
+    seed: int = 0,
+) -> Path:
     """Draw a small, learnable ImageFolder tree: one simple shape per class, random placement."""
     from PIL import Image, ImageDraw
 
@@ -37,13 +42,14 @@ def make_image_folder(root: Path, classes: Sequence[str] = ("circle", "square", 
     return root
 
 
-def make_head_and_features(kind: str = "laya", seed: int = 0, batch: int = 7, dims=(12, 8, 6, 10),
-                           num_classes: int = 5):
+def make_head_and_features(
+    kind: str = "laya", seed: int = 0, batch: int = 7, dims=(12, 8, 6, 10), num_classes: int = 5
+):
     """A small seeded head with random layer features and an ablation reference: (head, feats, ref)."""
     import torch
 
-    from ..runtime.config import HeadConfig
     from ..model.heads import build_head
+    from ..runtime.config import HeadConfig
 
     torch.manual_seed(seed)
     head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
@@ -53,17 +59,30 @@ def make_head_and_features(kind: str = "laya", seed: int = 0, batch: int = 7, di
     return head, feats, ref
 
 
-def train_digits(out: Path, head: str = "laya", epochs: int = 8, seed: int = 0, patience: int | None = None,
-                 d_star: int = 96, score_hidden: int = 192, align: float = 0.0, **extra) -> Path:
+def train_digits(
+    out: Path,
+    head: str = "laya",
+    epochs: int = 8,
+    seed: int = 0,
+    patience: int | None = None,
+    d_star: int = 96,
+    score_hidden: int = 192,
+    align: float = 0.0,
+    **extra,
+) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
     from ..runtime import progress
     from ..runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
     from ..training.loop import train
 
-    req = TrainRequest(head=head, data=DataRequest("digits", seed=seed),
-                       head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
-                       train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align), out=str(out),
-                       **extra)
+    req = TrainRequest(
+        head=head,
+        data=DataRequest("digits", seed=seed),
+        head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
+        train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align),
+        out=str(out),
+        **extra,
+    )
     with progress.enabled(False):
         train(req)
     return Path(out)

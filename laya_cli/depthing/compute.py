@@ -12,7 +12,7 @@ PyTorch's own attention formula, so a ViT's FLOPs are the same on CPU and GPU.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -46,7 +46,7 @@ def tap_flops(backbone, x: Tensor) -> list[int]:
     was = _eval(backbone)
     try:
         n = x.shape[0]
-        return [count_flops(lambda: backbone(x, upto=k)) // n for k in range(1, len(backbone.layer_names) + 1)]
+        return [count_flops(lambda k=k: backbone(x, upto=k)) // n for k in range(1, len(backbone.layer_names) + 1)]
     finally:
         backbone.train(was)
 

@@ -11,8 +11,8 @@ how to read them: docs/depth.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -59,8 +59,16 @@ class ExitPoint:
         return asdict(self)
 
 
-def sweep(policy: str, preds: Tensor, scores: Tensor, labels: Tensor, thresholds: Sequence[float],
-          flops_fraction: Sequence[float], time_fraction: Sequence[float] | None, num_classes: int) -> list[ExitPoint]:
+def sweep(
+    policy: str,
+    preds: Tensor,
+    scores: Tensor,
+    labels: Tensor,
+    thresholds: Sequence[float],
+    flops_fraction: Sequence[float],
+    time_fraction: Sequence[float] | None,
+    num_classes: int,
+) -> list[ExitPoint]:
     """One operating point per threshold: accuracy and mean compute of the policy."""
     full = accuracy(preds[:, -1], labels)
     flops = torch.tensor(list(flops_fraction), dtype=torch.float64)
@@ -70,10 +78,19 @@ def sweep(policy: str, preds: Tensor, scores: Tensor, labels: Tensor, thresholds
         depth = exit_depth(scores, t)
         pred = take_depth(preds, depth)
         acc = accuracy(pred, labels)
-        out.append(ExitPoint(policy, float(t), acc, macro_f1(pred, labels, num_classes), acc - full,
-                             float(depth.double().mean() + 1), float(flops[depth].mean()),
-                             float(secs[depth].mean()) if secs is not None else None,
-                             depth_histogram(depth, preds.shape[1])))
+        out.append(
+            ExitPoint(
+                policy,
+                float(t),
+                acc,
+                macro_f1(pred, labels, num_classes),
+                acc - full,
+                float(depth.double().mean() + 1),
+                float(flops[depth].mean()),
+                float(secs[depth].mean()) if secs is not None else None,
+                depth_histogram(depth, preds.shape[1]),
+            )
+        )
     return out
 
 

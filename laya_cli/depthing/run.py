@@ -14,17 +14,17 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import early_exit as ee
+from ..auditing.metrics import accuracy, macro_f1
+from ..data.images import take
+from ..features.evaldata import in_memory
+from ..features.extraction import LayerFeatures, to_float_images
+from ..model.heads import head_kind
 from ..runtime.config import DepthSettings, HeadConfig, TrainConfig
 from ..runtime.distributed import barrier, is_main
 from ..runtime.errors import LayaError
-from ..features.evaldata import in_memory
-from ..features.extraction import LayerFeatures, to_float_images
 from ..runtime.fileio import json_safe, strict_json
-from ..model.heads import head_kind
-from ..data.images import take
-from ..auditing.metrics import accuracy, macro_f1
 from ..runtime.progress import log
+from . import early_exit as ee
 from .truncation import check_k, check_maskable, fold_head, masked_output, refit_head
 
 DEPTH_FORMAT = "laya-depth"
@@ -66,8 +66,9 @@ class DepthResult:
 
 
 @torch.no_grad()
-def depth_predictions(head, feats: LayerFeatures, reference: list[Tensor], batch_size: int = 256,
-                      device: str = "cpu") -> tuple[Tensor, Tensor, Tensor | None]:
+def depth_predictions(
+    head, feats: LayerFeatures, reference: list[Tensor], batch_size: int = 256, device: str = "cpu"
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """(N, L) predictions and p_max of the head masked above each depth k (column L-1: the full head),
     and (N, L) the α mass of the layers ≤ k (None for a head without α)."""
     check_maskable(head)
@@ -90,13 +91,14 @@ def depth_predictions(head, feats: LayerFeatures, reference: list[Tensor], batch
 
 
 @torch.no_grad()
-def head_predictions(head, feats: LayerFeatures, k: int, batch_size: int = 256,
-                     device: str = "cpu") -> tuple[Tensor, Tensor]:
+def head_predictions(
+    head, feats: LayerFeatures, k: int, batch_size: int = 256, device: str = "cpu"
+) -> tuple[Tensor, Tensor]:
     """Predictions and p_max of a head that reads the first k layers."""
     head.eval().to(device)
     preds, pmax = [], []
     for s in range(0, len(feats), batch_size):
-        logits = head([f[s:s + batch_size].to(device).float() for f in feats.feats[:k]]).logits
+        logits = head([f[s : s + batch_size].to(device).float() for f in feats.feats[:k]]).logits
         preds.append(logits.argmax(-1).cpu())
         pmax.append(torch.softmax(logits.double(), -1).max(-1).values.cpu())
     return torch.cat(preds), torch.cat(pmax)
@@ -120,10 +122,18 @@ def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: De
     for k in depths:
         log(f"refit: {model.head_kind} head on the first {k} layer(s)")
         # One line per epoch: a refit on a large split runs for minutes, silence would look like a hang.
-        head, history = refit_head(model.head_kind, (train.feats, train.labels), (val.feats, val.labels), k,
-                                   len(model.classes), head_cfg, cfg,
-                                   on_epoch=lambda r, k=k: log(f"  refit k={k} epoch {r.epoch:3d}  val acc "
-                                                               f"{r.val_accuracy:.4f}{'  *best' if r.best else ''}"))
+        head, history = refit_head(
+            model.head_kind,
+            (train.feats, train.labels),
+            (val.feats, val.labels),
+            k,
+            len(model.classes),
+            head_cfg,
+            cfg,
+            on_epoch=lambda r, k=k: log(
+                f"  refit k={k} epoch {r.epoch:3d}  val acc {r.val_accuracy:.4f}{'  *best' if r.best else ''}"
+            ),
+        )
         out[k] = (head, len(history))
     return out
 
@@ -150,22 +160,30 @@ def measure_compute(model, data, settings: DepthSettings) -> dict:
     x = _compute_input(data, model, settings.time_batch, settings.device)
     flops = tap_flops(backbone, x[:1])
     full = model_flops(backbone, x[:1])
-    out = {"flops": flops, "flops_block": [f - p for f, p in zip(flops, [0, *flops[:-1]])],
-           "flops_full_model": full, "flops_fraction": [f / full if full else float("nan") for f in flops],
-           "seconds_per_image": None, "seconds_full_model": None, "time_fraction": None,
-           "time_batch": settings.time_batch, "time_repeats": settings.time_repeats, "device": settings.device}
+    out = {
+        "flops": flops,
+        "flops_block": [f - p for f, p in zip(flops, [0, *flops[:-1]])],
+        "flops_full_model": full,
+        "flops_fraction": [f / full if full else float("nan") for f in flops],
+        "seconds_per_image": None,
+        "seconds_full_model": None,
+        "time_fraction": None,
+        "time_batch": settings.time_batch,
+        "time_repeats": settings.time_repeats,
+        "device": settings.device,
+    }
     if settings.time_repeats:
         secs, full_secs = tap_seconds(backbone, x, settings.time_repeats)
-        out.update(seconds_per_image=secs, seconds_full_model=full_secs,
-                   time_fraction=[s / full_secs for s in secs])
+        out.update(seconds_per_image=secs, seconds_full_model=full_secs, time_fraction=[s / full_secs for s in secs])
     return out
 
 
 # --------------------------------------------------------------------------- the run
 
 
-def run_depth(model, data, settings: DepthSettings | None = None,
-              fit_feats: dict[str, LayerFeatures] | None = None) -> DepthResult:
+def run_depth(
+    model, data, settings: DepthSettings | None = None, fit_feats: dict[str, LayerFeatures] | None = None
+) -> DepthResult:
     """The whole analysis on ``data`` (EvalData or features). ``fit_feats`` (train/val features of the
     checkpoint's data) are needed with ``settings.refit``."""
     settings = (settings or DepthSettings()).validate()
@@ -202,15 +220,22 @@ def run_depth(model, data, settings: DepthSettings | None = None,
             p = masked[0][:, k - 1]
             acc = accuracy(p, labels)
             row.update(accuracy=acc, macro_f1=macro_f1(p, labels, C), delta=acc - full_acc)
-        row.update(flops=compute["flops"][k - 1], flops_block=compute["flops_block"][k - 1],
-                   flops_fraction=flops_frac[k - 1],
-                   seconds_per_image=compute["seconds_per_image"][k - 1] if time_frac else None,
-                   time_fraction=time_frac[k - 1] if time_frac else None)
+        row.update(
+            flops=compute["flops"][k - 1],
+            flops_block=compute["flops_block"][k - 1],
+            flops_fraction=flops_frac[k - 1],
+            seconds_per_image=compute["seconds_per_image"][k - 1] if time_frac else None,
+            time_fraction=time_frac[k - 1] if time_frac else None,
+        )
         if refit is not None:
             p, _, epochs = refit[k]
             acc = accuracy(p, labels)
-            row.update(refit_accuracy=acc, refit_macro_f1=macro_f1(p, labels, C), refit_delta=acc - full_acc,
-                       refit_epochs=epochs)
+            row.update(
+                refit_accuracy=acc,
+                refit_macro_f1=macro_f1(p, labels, C),
+                refit_delta=acc - full_acc,
+                refit_epochs=epochs,
+            )
         rows.append(row)
 
     # Early exit and the oracle read the masked predictions, or the refitted heads' when the head has no α
@@ -222,18 +247,24 @@ def run_depth(model, data, settings: DepthSettings | None = None,
         preds = torch.stack([refit[k][0] for k in range(1, L)] + [full_pred], 1)
         pmax = torch.stack([refit[k][1] for k in range(1, L)] + [full_pmax], 1)
         mass = None
-        notes.append(f"a {head_kind(head)} head has no α: early exit and the oracle use the refitted heads "
-                     f"below depth {L}")
+        notes.append(
+            f"a {head_kind(head)} head has no α: early exit and the oracle use the refitted heads below depth {L}"
+        )
     points = ee.sweep("p_max", preds, pmax, labels, settings.thresholds, flops_frac, time_frac, C)
     if mass is not None:
         points += ee.sweep("alpha_mass", preds, mass, labels, settings.thresholds, flops_frac, time_frac, C)
     operating = {}
     for tol in TOLERANCES:
         best = ee.cheapest_within(points, full_acc, tol)
-        by_policy = {pol: ee.cheapest_within([p for p in points if p.policy == pol], full_acc, tol)
-                     for pol in dict.fromkeys(p.policy for p in points)}
-        operating[f"{tol * 100:g}pp"] = {"tolerance": tol, "best": best.to_dict() if best else None,
-                                         "by_policy": {k: v.to_dict() if v else None for k, v in by_policy.items()}}
+        by_policy = {
+            pol: ee.cheapest_within([p for p in points if p.policy == pol], full_acc, tol)
+            for pol in dict.fromkeys(p.policy for p in points)
+        }
+        operating[f"{tol * 100:g}pp"] = {
+            "tolerance": tol,
+            "best": best.to_dict() if best else None,
+            "by_policy": {k: v.to_dict() if v else None for k, v in by_policy.items()},
+        }
     early = {"source": source, "points": [p.to_dict() for p in points], "operating_points": operating}
 
     depth = ee.minimal_sufficient_depth(preds)
@@ -243,17 +274,29 @@ def run_depth(model, data, settings: DepthSettings | None = None,
         rows_c = labels == c
         if rows_c.any():
             by_class[model.classes[c]] = ee.depth_histogram(depth[rows_c], L)
-    oracle = {"source": source, "mean_depth": float(depth.double().mean() + 1),
-              "flops_fraction": float(flops_t[depth].mean()),
-              "time_fraction": float(torch.tensor(time_frac, dtype=torch.float64)[depth].mean()) if time_frac else None,
-              "histogram": ee.depth_histogram(depth, L), "by_class": by_class}
+    oracle = {
+        "source": source,
+        "mean_depth": float(depth.double().mean() + 1),
+        "flops_fraction": float(flops_t[depth].mean()),
+        "time_fraction": float(torch.tensor(time_frac, dtype=torch.float64)[depth].mean()) if time_frac else None,
+        "histogram": ee.depth_histogram(depth, L),
+        "by_class": by_class,
+    }
     if L < 2:
         notes.append("only 1 layer: there is no shallower model to compare with")
     return DepthResult(
         settings={**asdict(settings), "head": head_kind(head), "dataset": getattr(data, "dataset", None)},
-        n_samples=len(labels), layers=layers, classes=list(model.classes), head=head_kind(head),
-        full={"accuracy": full_acc, "macro_f1": macro_f1(full_pred, labels, C)}, compute=compute,
-        truncation=rows, early_exit=early, oracle=oracle, notes=notes)
+        n_samples=len(labels),
+        layers=layers,
+        classes=list(model.classes),
+        head=head_kind(head),
+        full={"accuracy": full_acc, "macro_f1": macro_f1(full_pred, labels, C)},
+        compute=compute,
+        truncation=rows,
+        early_exit=early,
+        oracle=oracle,
+        notes=notes,
+    )
 
 
 # --------------------------------------------------------------------------- a truncated model out
@@ -277,8 +320,9 @@ def _n_params(state: dict) -> int:
     return int(sum(t.numel() for t in state.values() if t.is_floating_point()))
 
 
-def truncate_model(model, data, settings: DepthSettings, out: str | Path,
-                   fit_feats: dict[str, LayerFeatures] | None = None) -> TruncateResult:
+def truncate_model(
+    model, data, settings: DepthSettings, out: str | Path, fit_feats: dict[str, LayerFeatures] | None = None
+) -> TruncateResult:
     """Write a laya checkpoint whose backbone stops after tap K and whose head reads the taps ≤ K
     (the masked head folded into a K-layer head, or with ``refit`` a retrained one). It is built by the
     one checkpoint builder (``checkpoint.checkpoint_body``) from the cut backbone, so its weights are the
@@ -292,8 +336,10 @@ def truncate_model(model, data, settings: DepthSettings, out: str | Path,
     k = check_k(settings.truncate, L)
     ckpt = model.checkpoint
     if ckpt["backbone"].get("program") is not None:
-        raise LayaError("a torch.export program (.pt2) backbone cannot be written truncated; "
-                        "export the model up to the layer you want instead")
+        raise LayaError(
+            "a torch.export program (.pt2) backbone cannot be written truncated; "
+            "export the model up to the layer you want instead"
+        )
     if not settings.refit:
         check_maskable(model.head)
     feats = in_memory(getattr(data, "features", data))
@@ -306,8 +352,7 @@ def truncate_model(model, data, settings: DepthSettings, out: str | Path,
         head, _ = refit_heads(model, fit_feats, [k], settings)[k]
         how = "refit"
     else:
-        head = fold_head(model.head, [r.to(dev) for r in model.reference], k,
-                         HeadConfig(**ckpt["head"]["config"]), C)
+        head = fold_head(model.head, [r.to(dev) for r in model.reference], k, HeadConfig(**ckpt["head"]["config"]), C)
         how = "masked"
     pred, _ = head_predictions(head, feats, k, settings.batch_size, dev)
     full_pred, _ = head_predictions(model.head, feats, L, settings.batch_size, dev)
@@ -319,21 +364,48 @@ def truncate_model(model, data, settings: DepthSettings, out: str | Path,
     flops_frac = tap_flops(model.backbone.to(dev), x)[k - 1] / max(model_flops(model.backbone, x), 1)
     acc, full_acc = accuracy(pred, labels), accuracy(full_pred, labels)
     n_kept, n_full = _n_params(kept), _n_params(full_state)
-    source = (f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
-              f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})")
+    source = (
+        f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
+        f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})"
+    )
     small = checkpoint_body(
-        backbone=small_backbone, spec=spec, head=head, head_config=dict(ckpt["head"]["config"]),
-        dims=list(ckpt["dims"][:k]), classes=model.classes, dataset=ckpt.get("dataset", {}),
-        reference=[r.detach().cpu() for r in model.reference[:k]], history=ckpt.get("history", []),
+        backbone=small_backbone,
+        spec=spec,
+        head=head,
+        head_config=dict(ckpt["head"]["config"]),
+        dims=list(ckpt["dims"][:k]),
+        classes=model.classes,
+        dataset=ckpt.get("dataset", {}),
+        reference=[r.detach().cpu() for r in model.reference[:k]],
+        history=ckpt.get("history", []),
         metrics={**ckpt["metrics"], "test_accuracy": acc, "test_macro_f1": macro_f1(pred, labels, C)},
-        train_config=ckpt.get("train_config", {}), feature_dtype=ckpt.get("feature_dtype", "float32"),
-        recorded={**ckpt["backbone"], "source": source})
-    small["truncated"] = {"depth": k, "of": L, "layer": model.layer_names[k - 1], "head": how,
-                          "parameters": n_kept, "parameters_full": n_full,
-                          "flops_fraction": flops_frac, "full_test_accuracy": full_acc,
-                          "evaluated_on": {"dataset": getattr(data, "dataset", None), "samples": len(labels)}}
+        train_config=ckpt.get("train_config", {}),
+        feature_dtype=ckpt.get("feature_dtype", "float32"),
+        recorded={**ckpt["backbone"], "source": source},
+    )
+    small["truncated"] = {
+        "depth": k,
+        "of": L,
+        "layer": model.layer_names[k - 1],
+        "head": how,
+        "parameters": n_kept,
+        "parameters_full": n_full,
+        "flops_fraction": flops_frac,
+        "full_test_accuracy": full_acc,
+        "evaluated_on": {"dataset": getattr(data, "dataset", None), "samples": len(labels)},
+    }
     if is_main():  # under torchrun every rank computes the same; rank 0 writes
         save_checkpoint(small, out)
     barrier()
-    return TruncateResult(k, model.layer_names[k - 1], how, acc, small["metrics"]["test_macro_f1"],
-                          full_acc, n_kept, n_full, flops_frac, str(out))
+    return TruncateResult(
+        k,
+        model.layer_names[k - 1],
+        how,
+        acc,
+        small["metrics"]["test_macro_f1"],
+        full_acc,
+        n_kept,
+        n_full,
+        flops_frac,
+        str(out),
+    )

@@ -14,26 +14,30 @@ cached features of the taps ≤ k (every head kind).
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from ..model.heads import HeadOutput, build_head, head_kind
 from ..runtime.config import HeadConfig, TrainConfig
 from ..runtime.errors import LayaError
-from ..model.heads import HeadOutput, build_head, head_kind
 
 
 def check_k(k: int, n_layers: int, option: str = "--truncate") -> int:
     if not isinstance(k, int) or not 1 <= k <= n_layers:
-        raise LayaError(f"{option} must be a depth between 1 and {n_layers} (the model taps {n_layers} layers), got {k}")
+        raise LayaError(
+            f"{option} must be a depth between 1 and {n_layers} (the model taps {n_layers} layers), got {k}"
+        )
     return k
 
 
 def check_maskable(head: nn.Module) -> None:
     if not getattr(head, "maskable", False):
-        raise LayaError(f"a {head_kind(head)} head has no layer weighting α to mask above depth k; "
-                        f"--refit retrains a head on the layers ≤ k and works for every head")
+        raise LayaError(
+            f"a {head_kind(head)} head has no layer weighting α to mask above depth k; "
+            f"--refit retrains a head on the layers ≤ k and works for every head"
+        )
 
 
 def keep_mask(n_layers: int, k: int, device=None) -> Tensor:
@@ -85,7 +89,7 @@ def fold_head(head: nn.Module, reference: Sequence[Tensor], k: int, cfg: HeadCon
         first, last = head.scorer[0], head.scorer[2]
         s_first, s_last = small.scorer[0], small.scorer[2]
         s_first.weight.copy_(first.weight[:, : k * d])
-        s_first.bias.copy_(first.bias + first.weight[:, k * d:] @ u_above.flatten())
+        s_first.bias.copy_(first.bias + first.weight[:, k * d :] @ u_above.flatten())
         s_last.weight.copy_(last.weight[:k])
         s_last.bias.copy_(last.bias[:k])
     elif kind == "scalarmix":
@@ -98,9 +102,16 @@ def fold_head(head: nn.Module, reference: Sequence[Tensor], k: int, cfg: HeadCon
     return small.eval()
 
 
-def refit_head(kind: str, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor], k: int,
-               num_classes: int, head_cfg: HeadConfig, train_cfg: TrainConfig,
-               on_epoch=None) -> tuple[nn.Module, list]:
+def refit_head(
+    kind: str,
+    train: tuple[list[Tensor], Tensor],
+    val: tuple[list[Tensor], Tensor],
+    k: int,
+    num_classes: int,
+    head_cfg: HeadConfig,
+    train_cfg: TrainConfig,
+    on_epoch=None,
+) -> tuple[nn.Module, list]:
     """A head of ``kind`` trained from scratch on the first k layers' features (Adam, early stopping on
     validation accuracy, best weights restored: ``train.fit`` with the checkpoint's settings)."""
     from ..training.loop import fit

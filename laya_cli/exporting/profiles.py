@@ -8,7 +8,7 @@ writes as profiles.csv, global_profile.csv and attention_shift.csv (docs/export.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,8 +38,9 @@ def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
-def class_layer_profiles(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str],
-                         quantities: Sequence[str] = ("alpha",)) -> pd.DataFrame:
+def class_layer_profiles(
+    table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str], quantities: Sequence[str] = ("alpha",)
+) -> pd.DataFrame:
     """Long table of mean/std/n per (quantity, subset, true class, layer); n=0 rows have NaN stats."""
     labels = table["label"].to_numpy()
     rows = []
@@ -53,8 +54,9 @@ def class_layer_profiles(table: pd.DataFrame, layers: Sequence[str], classes: Se
                 mean, std = _mean_std(sel)
                 for i, name in enumerate(layers):
                     rows.append((quantity, subset, c, cname, name, i, mean[i], std[i], len(sel)))
-    return pd.DataFrame(rows, columns=["quantity", "subset", "class", "class_name", "layer", "layer_index",
-                                       "mean", "std", "n"])
+    return pd.DataFrame(
+        rows, columns=["quantity", "subset", "class", "class_name", "layer", "layer_index", "mean", "std", "n"]
+    )
 
 
 def global_profile(table: pd.DataFrame, layers: Sequence[str], quantities: Sequence[str] = ("alpha",)) -> pd.DataFrame:
@@ -110,9 +112,18 @@ def attention_shift(table: pd.DataFrame, layers: Sequence[str], classes: Sequenc
             layer, shift = layers[top], float(diff[top])
         else:
             js, layer, shift = float("nan"), None, float("nan")
-        rows.append({"class": c, "class_name": cname, "n_correct": len(ok), "n_incorrect": len(bad),
-                     "js_divergence": js, "js_distance": math.sqrt(js) if js == js else float("nan"),
-                     "most_shifted_layer": layer, "shift": shift})
+        rows.append(
+            {
+                "class": c,
+                "class_name": cname,
+                "n_correct": len(ok),
+                "n_incorrect": len(bad),
+                "js_divergence": js,
+                "js_distance": math.sqrt(js) if js == js else float("nan"),
+                "most_shifted_layer": layer,
+                "shift": shift,
+            }
+        )
     df = pd.DataFrame(rows)
     df = df.sort_values(["js_divergence", "class"], ascending=[False, True], na_position="last", kind="stable")
     df.insert(0, "rank", np.arange(1, len(df) + 1))

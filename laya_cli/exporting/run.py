@@ -22,21 +22,21 @@ so an error or an interrupt never leaves a half-written export behind.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from ..runtime import fileio
 from ..auditing.methods import contrib as contrib_scores
+from ..features.extraction import feature_batches, num_layers
+from ..runtime import fileio
 from ..runtime.config import check_at_least
 from ..runtime.distributed import broadcast_object, gather_rows, is_main, shard_bounds
 from ..runtime.errors import LayaError, match_choice, unknown_choice
-from ..features.extraction import feature_batches, num_layers
 from ..runtime.fileio import json_safe, strict_json
 from .profiles import (
     alpha_col,
@@ -51,7 +51,10 @@ EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
 FORMATS = ("csv", "parquet", "npz")
 SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
-RESULT_FILES = {"audit": "audit.json", "depth": "depth.json"}  # attached results (report.html shows each), copied into the export
+RESULT_FILES = {
+    "audit": "audit.json",
+    "depth": "depth.json",
+}  # attached results (report.html shows each), copied into the export
 
 
 # --------------------------------------------------------------------------- the result
@@ -90,13 +93,15 @@ class Export:
         if self.profiles is None:
             raise LayaError("this export has no layer attention")
         p = self.profiles[(self.profiles["quantity"] == quantity) & (self.profiles["subset"] == subset)]
-        return p.pivot(index="class", columns="layer_index", values=stat).reindex(
-            index=range(len(self.classes)), columns=range(len(self.layers))).to_numpy(dtype=float)
+        return (
+            p.pivot(index="class", columns="layer_index", values=stat)
+            .reindex(index=range(len(self.classes)), columns=range(len(self.layers)))
+            .to_numpy(dtype=float)
+        )
 
     def counts(self, subset: str = "all") -> np.ndarray:
         """(C,) number of samples per true class in a subset."""
-        return np.bincount(self.table["label"].to_numpy()[subset_mask(self.table, subset)],
-                           minlength=len(self.classes))
+        return np.bincount(self.table["label"].to_numpy()[subset_mask(self.table, subset)], minlength=len(self.classes))
 
 
 # --------------------------------------------------------------------------- computing
@@ -124,15 +129,22 @@ def _predict(model, feats, device: str, batch_size: int):
             alphas.append(out.alpha.float().cpu())
             if can_contrib:
                 contribs.append(contrib_scores(head, x, out.logits.argmax(-1)).cpu())
-    cat = (lambda xs, w, dt=torch.float32: torch.cat(xs) if xs else torch.zeros(0, w, dtype=dt))
+    cat = lambda xs, w, dt=torch.float32: torch.cat(xs) if xs else torch.zeros(0, w, dtype=dt)
     logits = gather_rows(cat(logits, n_classes), n)
     alpha = gather_rows(cat(alphas, n_layers), n) if has_alpha else None
     contrib = gather_rows(cat(contribs, n_layers, torch.float64), n) if has_alpha and can_contrib else None
     return logits, alpha, contrib
 
 
-def build_table(index, labels, logits: Tensor, alpha: Tensor | None, contrib: Tensor | None,
-                layers: Sequence[str], classes: Sequence[str]) -> pd.DataFrame:
+def build_table(
+    index,
+    labels,
+    logits: Tensor,
+    alpha: Tensor | None,
+    contrib: Tensor | None,
+    layers: Sequence[str],
+    classes: Sequence[str],
+) -> pd.DataFrame:
     labels = torch.as_tensor(labels).long()
     probs = torch.softmax(logits.double(), -1)
     p_pred, pred = probs.max(-1)
@@ -155,8 +167,15 @@ def build_table(index, labels, logits: Tensor, alpha: Tensor | None, contrib: Te
     return pd.DataFrame(cols)
 
 
-def assemble(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str], images: Tensor | None = None,
-             info: dict | None = None, alpha_is_global: bool = False, notes: Sequence[str] = ()) -> Export:
+def assemble(
+    table: pd.DataFrame,
+    layers: Sequence[str],
+    classes: Sequence[str],
+    images: Tensor | None = None,
+    info: dict | None = None,
+    alpha_is_global: bool = False,
+    notes: Sequence[str] = (),
+) -> Export:
     """Derive profiles, global profile and the JS ranking from a per-sample table."""
     layers, classes = list(layers), list(classes)
     has_alpha = all(alpha_col(n) in table for n in layers) and bool(layers)
@@ -165,8 +184,20 @@ def assemble(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str],
     profiles = class_layer_profiles(table, layers, classes, quantities) if has_alpha else None
     gprofile = global_profile(table, layers, quantities) if has_alpha else None
     shift = attention_shift(table, layers, classes) if has_alpha else None
-    return Export(table, layers, classes, has_alpha, has_contrib, alpha_is_global, profiles, gprofile, shift,
-                  images, dict(info or {}), list(notes))
+    return Export(
+        table,
+        layers,
+        classes,
+        has_alpha,
+        has_contrib,
+        alpha_is_global,
+        profiles,
+        gprofile,
+        shift,
+        images,
+        dict(info or {}),
+        list(notes),
+    )
 
 
 def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, info: dict | None = None) -> Export:
@@ -175,15 +206,20 @@ def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, inf
     notes = []
     kind = model.head_kind
     if alpha is None:
-        notes.append(f"the {kind} head has no layer attention: exporting predictions only "
-                     f"(no alpha[…]/contrib[…] columns, profiles, heatmaps or attention shift)")
+        notes.append(
+            f"the {kind} head has no layer attention: exporting predictions only "
+            f"(no alpha[…]/contrib[…] columns, profiles, heatmaps or attention shift)"
+        )
     elif contrib is None:
-        notes.append(f"the {kind} head has no per-layer logits: contrib[…] columns are left out "
-                     f"(contrib needs a laya head)")
+        notes.append(
+            f"the {kind} head has no per-layer logits: contrib[…] columns are left out (contrib needs a laya head)"
+        )
     alpha_is_global = kind == "scalarmix"
     if alpha is not None and alpha_is_global:
-        notes.append("the scalarmix head's α is global (the same for every input), so class profiles are flat "
-                     "and the attention shift is 0")
+        notes.append(
+            "the scalarmix head's α is global (the same for every input), so class profiles are flat "
+            "and the attention shift is 0"
+        )
     table = build_table(data.index, data.features.labels, logits, alpha, contrib, model.layer_names, model.classes)
     metrics = model.checkpoint.get("metrics", {})
     base = {
@@ -210,7 +246,9 @@ def check_format(fmt: str) -> str:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise LayaError("--format parquet needs pyarrow: pip install 'laya-audit[parquet]' (or use csv/npz)") from None
+            raise LayaError(
+                "--format parquet needs pyarrow: pip install 'laya-audit[parquet]' (or use csv/npz)"
+            ) from None
     return fmt
 
 
@@ -264,24 +302,26 @@ def write_samples(exp: Export, path: Path, fmt: str) -> None:
 def summary(exp: Export, fmt: str) -> dict:
     from .. import __version__
 
-    return json_safe({
-        "format": EXPORT_FORMAT,
-        "format_version": EXPORT_VERSION,
-        "laya_version": __version__,
-        "model": exp.info,
-        "n_samples": exp.n,
-        "accuracy": exp.accuracy,
-        "samples_file": SAMPLE_FILES[fmt],
-        "columns": list(exp.table.columns),
-        "has_alpha": exp.has_alpha,
-        "has_contrib": exp.has_contrib,
-        "alpha_is_global": exp.alpha_is_global,
-        "notes": exp.notes,
-        "results": {key: RESULT_FILES.get(key, f"{key}.json") for key in exp.results},
-        "global_profile": _records(exp.global_profile),
-        "attention_shift": _records(exp.shift),
-        "files": exp.files,
-    })
+    return json_safe(
+        {
+            "format": EXPORT_FORMAT,
+            "format_version": EXPORT_VERSION,
+            "laya_version": __version__,
+            "model": exp.info,
+            "n_samples": exp.n,
+            "accuracy": exp.accuracy,
+            "samples_file": SAMPLE_FILES[fmt],
+            "columns": list(exp.table.columns),
+            "has_alpha": exp.has_alpha,
+            "has_contrib": exp.has_contrib,
+            "alpha_is_global": exp.alpha_is_global,
+            "notes": exp.notes,
+            "results": {key: RESULT_FILES.get(key, f"{key}.json") for key in exp.results},
+            "global_profile": _records(exp.global_profile),
+            "attention_shift": _records(exp.shift),
+            "files": exp.files,
+        }
+    )
 
 
 def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
@@ -291,8 +331,11 @@ def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> li
     files = []
     write_samples(exp, root / SAMPLE_FILES[fmt], fmt)
     files.append(SAMPLE_FILES[fmt])
-    for name, df in (("profiles.csv", exp.profiles), ("global_profile.csv", exp.global_profile),
-                     ("attention_shift.csv", exp.shift)):
+    for name, df in (
+        ("profiles.csv", exp.profiles),
+        ("global_profile.csv", exp.global_profile),
+        ("attention_shift.csv", exp.shift),
+    ):
         if df is not None:
             df.to_csv(root / name, index=False)
             files.append(name)
@@ -309,13 +352,13 @@ def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> li
     exp.files = files
     thumbs = thumbnails(exp.images) if can_strip(exp) else None  # the explorer's thumbnails
     (root / "summary.json").write_text(strict_json(summary(exp, fmt)), encoding="utf-8")
-    (root / "report.html").write_text(render_html(exp, root, pngs, SAMPLE_FILES[fmt], plots, thumbs),
-                                      encoding="utf-8")
+    (root / "report.html").write_text(render_html(exp, root, pngs, SAMPLE_FILES[fmt], plots, thumbs), encoding="utf-8")
     return files
 
 
-def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = True, strip: int = 8,
-                 overwrite: bool = False) -> Export:
+def write_export(
+    exp: Export, out: str | Path, fmt: str = "csv", plots: bool = True, strip: int = 8, overwrite: bool = False
+) -> Export:
     """Write every file into a temp folder beside ``out``, then rename it into place."""
     fmt = check_format(fmt)
     check_at_least("--strip", strip, 0)
@@ -325,10 +368,23 @@ def write_export(exp: Export, out: str | Path, fmt: str = "csv", plots: bool = T
     return exp
 
 
-def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "csv", plots: bool = True,
-               strip: int = 8, dataset: str | None = None, data_dir: str | None = None, samples: int | None = None,
-               seed: int = 0, device: str = "cpu", overwrite: bool = False, use_cache: bool = True,
-               stream: bool = True, audit: str | Path | None = None, depth: str | Path | None = None) -> Export:
+def run_export(
+    model_path: str | Path,
+    out: str | Path = "export",
+    fmt: str = "csv",
+    plots: bool = True,
+    strip: int = 8,
+    dataset: str | None = None,
+    data_dir: str | None = None,
+    samples: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    overwrite: bool = False,
+    use_cache: bool = True,
+    stream: bool = True,
+    audit: str | Path | None = None,
+    depth: str | Path | None = None,
+) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
     ``stream``: without a feature cache, features are computed batch by batch and never held all
@@ -337,9 +393,9 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
     when there), shown in report.html and copied as depth.json.
     """
-    from ..model.laya_model import load_model
     from ..features.evaldata import load_eval_data
     from ..gates.regression import read_audit_json
+    from ..model.laya_model import load_model
 
     fmt = check_format(fmt)
     check_at_least("--strip", strip, 0)
@@ -351,16 +407,44 @@ def run_export(model_path: str | Path, out: str | Path = "export", fmt: str = "c
     depth_doc, depth_note = read_depth(model_path, model.layer_names, depth)
     if depth_doc is not None:
         results["depth"] = depth_doc
-    data = load_eval_data(model, dataset=dataset, data_dir=data_dir, samples=samples, seed=seed, device=device,
-                          use_cache=use_cache, stream=stream)
-    return export_data(model, data, out, fmt=fmt, plots=plots, strip=strip, overwrite=overwrite, device=device,
-                       info={"checkpoint": str(model_path), "samples": samples, "seed": seed}, results=results,
-                       notes=[depth_note] if depth_note else [])
+    data = load_eval_data(
+        model,
+        dataset=dataset,
+        data_dir=data_dir,
+        samples=samples,
+        seed=seed,
+        device=device,
+        use_cache=use_cache,
+        stream=stream,
+    )
+    return export_data(
+        model,
+        data,
+        out,
+        fmt=fmt,
+        plots=plots,
+        strip=strip,
+        overwrite=overwrite,
+        device=device,
+        info={"checkpoint": str(model_path), "samples": samples, "seed": seed},
+        results=results,
+        notes=[depth_note] if depth_note else [],
+    )
 
 
-def export_data(model, data, out: str | Path | None = None, fmt: str = "csv", plots: bool = True, strip: int = 8,
-                overwrite: bool = False, device: str = "cpu", info: dict | None = None,
-                results: dict | None = None, notes: Sequence[str] = ()) -> Export:
+def export_data(
+    model,
+    data,
+    out: str | Path | None = None,
+    fmt: str = "csv",
+    plots: bool = True,
+    strip: int = 8,
+    overwrite: bool = False,
+    device: str = "cpu",
+    info: dict | None = None,
+    results: dict | None = None,
+    notes: Sequence[str] = (),
+) -> Export:
     """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
 
     What ``laya export`` and ``laya_cli.export`` both run. ``results``: attached results shown in
@@ -384,9 +468,11 @@ def check_results_match(results: dict, model, path=None) -> None:
     """An attached audit must come from a model with the same layers (else its numbers describe another model)."""
     doc = results.get("audit")
     if doc is not None and list(doc.get("layers", [])) != list(model.layer_names):
-        raise LayaError(f"--audit {path} was taken on a model with other layers "
-                        f"({', '.join(map(str, doc.get('layers', []))) or 'none'}) than this checkpoint "
-                        f"({', '.join(model.layer_names)})")
+        raise LayaError(
+            f"--audit {path} was taken on a model with other layers "
+            f"({', '.join(map(str, doc.get('layers', []))) or 'none'}) than this checkpoint "
+            f"({', '.join(model.layer_names)})"
+        )
 
 
 def depth_beside(model_path: str | Path) -> Path:
@@ -395,7 +481,9 @@ def depth_beside(model_path: str | Path) -> Path:
     return p.with_name(p.stem + ".depth.json")
 
 
-def read_depth(model_path: str | Path, layers: Sequence[str], given: str | Path | None) -> tuple[dict | None, str | None]:
+def read_depth(
+    model_path: str | Path, layers: Sequence[str], given: str | Path | None
+) -> tuple[dict | None, str | None]:
     """The ``laya depth --json`` result to show: the file given (bad or foreign: one-line error), else
     MODEL.depth.json beside the checkpoint when present (bad or foreign: a note, and no section)."""
     path = Path(given).expanduser() if given is not None else depth_beside(model_path)
@@ -409,11 +497,15 @@ def read_depth(model_path: str | Path, layers: Sequence[str], given: str | Path 
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise LayaError(f"--depth {path} is not a laya depth result ({type(e).__name__})") from None
         if not isinstance(doc, dict) or doc.get("format") != "laya-depth":
-            raise LayaError(f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
-                            f"write one with laya depth MODEL --json FILE")
+            raise LayaError(
+                f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
+                f"write one with laya depth MODEL --json FILE"
+            )
         if list(doc.get("layers", [])) != list(layers):
-            raise LayaError(f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
-                            f"than this checkpoint's")
+            raise LayaError(
+                f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
+                f"than this checkpoint's"
+            )
     except LayaError as e:
         if given is not None:
             raise

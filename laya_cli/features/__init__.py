@@ -5,4 +5,4 @@ and its one key (``cache``), and the data a trained model is audited or exported
 from .._moved import moved_names
 
 # What the module this package replaced exported, still importable from here (deprecated).
-__getattr__ = moved_names(__name__, 'features.extraction')
+__getattr__ = moved_names(__name__, "features.extraction")

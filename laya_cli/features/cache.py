@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -30,9 +30,9 @@ from ..runtime.config import cache_dir, digest, in_memory_budget_mb
 from ..runtime.device import feature_precision
 from ..runtime.distributed import all_true, is_main
 from ..runtime.errors import LayaError
-from .extraction import LayerFeatures, backbone_forward, extract, to_float_images
 from ..runtime.fileio import atomic_write_bytes
 from ..runtime.progress import log
+from .extraction import LayerFeatures, backbone_forward, extract, to_float_images
 from .store import FeatureStore, StoredFeatures, extract_to_store, torch_dtype
 
 __all__ = ["cache_dir", "feature_key", "FeatureCache", "cached_extract", "backbone_identity"]
@@ -43,25 +43,46 @@ def backbone_identity(backbone) -> dict:
     from ..backbones.build import state_fingerprint
 
     adapter = backbone.adapter
-    return {"weights": state_fingerprint(backbone.model.state_dict()), "layers": list(backbone.layer_names),
-            "pool": backbone.pool,
-            # how each tap is pooled (NCHW, NHWC, NLC+P…): entries from before declared formats (Swin pooled
-            # over H instead of C) must not be read back as if they were right
-            "formats": list(getattr(backbone, "tap_formats", [])),
-            "input": [adapter.channels, list(adapter.size or []), adapter.mean.flatten().tolist(),
-                      adapter.std.flatten().tolist()]}
+    return {
+        "weights": state_fingerprint(backbone.model.state_dict()),
+        "layers": list(backbone.layer_names),
+        "pool": backbone.pool,
+        # how each tap is pooled (NCHW, NHWC, NLC+P…): entries from before declared formats (Swin pooled
+        # over H instead of C) must not be read back as if they were right
+        "formats": list(getattr(backbone, "tap_formats", [])),
+        "input": [
+            adapter.channels,
+            list(adapter.size or []),
+            adapter.mean.flatten().tolist(),
+            adapter.std.flatten().tolist(),
+        ],
+    }
 
 
-def feature_key(backbone, data_identity: str, split: str, split_seed: int | None, rows: int | Sequence[int],
-                device, dtype: str = "float32") -> str:
+def feature_key(
+    backbone,
+    data_identity: str,
+    split: str,
+    split_seed: int | None,
+    rows: int | Sequence[int],
+    device,
+    dtype: str = "float32",
+) -> str:
     """The cache key of one split's features: ``rows`` = the split's length (all of it) or a list of
     row indices (a subset, as ``--samples`` takes); ``dtype`` = how they are stored (``--feature-dtype``)."""
     rows = rows if isinstance(rows, int) else [int(i) for i in rows]
     if split == "test":
         split_seed = None  # the test split never moves with the run's seed (docs/datasets.md)
     extra = {} if dtype == "float32" else {"dtype": dtype}  # float32 keys are the keys laya always had
-    return digest(backbone=backbone_identity(backbone), data=data_identity, split=split, split_seed=split_seed,
-                  rows=rows, precision=feature_precision(device) or "float32", **extra)
+    return digest(
+        backbone=backbone_identity(backbone),
+        data=data_identity,
+        split=split,
+        split_seed=split_seed,
+        rows=rows,
+        precision=feature_precision(device) or "float32",
+        **extra,
+    )
 
 
 class FeatureCache:
@@ -110,9 +131,18 @@ class FeatureCache:
         return True
 
 
-def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: FeatureCache | None,
-                   batch_size: int = 256, device: str = "cpu", description: str = "features",
-                   fallback: tuple[str, Tensor] | None = None, dtype: str = "float32"):
+def cached_extract(
+    backbone,
+    images: Tensor,
+    labels: Tensor,
+    key: str,
+    cache: FeatureCache | None,
+    batch_size: int = 256,
+    device: str = "cpu",
+    description: str = "features",
+    fallback: tuple[str, Tensor] | None = None,
+    dtype: str = "float32",
+):
     """Features from the cache when present, else extracted and stored: ``LayerFeatures`` in memory, or
     ``StoredFeatures`` read from a sharded store when the split is larger than the in-memory budget.
 
@@ -145,12 +175,17 @@ def cached_extract(backbone, images: Tensor, labels: Tensor, key: str, cache: Fe
         resuming = all_true(store_path.is_dir())  # a killed store extraction: finish it
         if mib > budget or resuming:
             if not resuming:
-                log(f"{description}: {n:,} × {sum(dims):,} features ({mib:,.1f} MiB as float32) exceed the in-memory "
-                    f"budget (LAYA_IN_MEMORY_MB={budget:g}): sharded feature store, read shard by shard")
-            return extract_to_store(backbone, images, labels, key, store_path, dims, batch_size, device, dtype,
-                                    description)
-        log(f"{description}: {n:,} × {sum(dims):,} features ({mib:,.1f} MiB) held in memory "
-            f"(≤ LAYA_IN_MEMORY_MB={budget:g}), single-file cache entry")
+                log(
+                    f"{description}: {n:,} × {sum(dims):,} features ({mib:,.1f} MiB as float32) exceed the in-memory "
+                    f"budget (LAYA_IN_MEMORY_MB={budget:g}): sharded feature store, read shard by shard"
+                )
+            return extract_to_store(
+                backbone, images, labels, key, store_path, dims, batch_size, device, dtype, description
+            )
+        log(
+            f"{description}: {n:,} × {sum(dims):,} features ({mib:,.1f} MiB) held in memory "
+            f"(≤ LAYA_IN_MEMORY_MB={budget:g}), single-file cache entry"
+        )
     feats = extract(backbone, images, labels, batch_size, device, description)
     if dtype != "float32":  # what a stored entry gives back, whichever kind of entry
         feats = LayerFeatures([f.to(torch_dtype(dtype)).float() for f in feats.feats], feats.labels)

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .cache import FeatureCache, cached_extract, feature_key
-from ..runtime.config import DataRequest, check_at_least
 from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
-from ..runtime.errors import LayaError
-from .extraction import LayerFeatures, StreamedFeatures, feature_batches
 from ..data.images import take
 from ..model.laya_model import LayaModel
+from ..runtime.config import DataRequest, check_at_least
+from ..runtime.errors import LayaError
 from ..runtime.progress import log
+from .cache import FeatureCache, cached_extract, feature_key
+from .extraction import LayerFeatures, StreamedFeatures, feature_batches
 
 
 @dataclass
@@ -55,9 +55,11 @@ def check_input_fits(model: LayaModel, image_shape, name: str) -> None:
     have = tuple(int(s) for s in image_shape)
     if tuple(have[-2:]) != tuple(want[-2:]):
         trained_on = model.checkpoint.get("dataset", {}).get("name", "?")
-        raise LayaError(f"the checkpoint expects {_shape(want)} images (its {model.spec.name} backbone was trained on "
-                        f"{trained_on} and takes only that size) but {name} has {_shape(have)} images; use data of "
-                        f"that size, or train a model on {name}")
+        raise LayaError(
+            f"the checkpoint expects {_shape(want)} images (its {model.spec.name} backbone was trained on "
+            f"{trained_on} and takes only that size) but {name} has {_shape(have)} images; use data of "
+            f"that size, or train a model on {name}"
+        )
 
 
 def _load(req: DataRequest, recorded: bool):
@@ -81,9 +83,11 @@ def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | 
     (network.py)."""
     ds = dict(model.checkpoint.get("dataset", {}))
     if dataset is None and ds.get("name") == USER_DATASET:
-        raise LayaError(f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
-                        f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
-                        f"docs/datasets.md), or audit it in Python with laya_cli.audit(model, loader)")
+        raise LayaError(
+            f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
+            f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
+            f"docs/datasets.md), or audit it in Python with laya_cli.audit(model, loader)"
+        )
     name = dataset_name(dataset or ds.get("name", "digits"))
     same = name == ds.get("name")
     image_size = ds.get("image_size") if same else None
@@ -91,18 +95,30 @@ def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | 
         size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
         image_size = size[0] if size else 32
     recorded = ds.get("data_dir") if same and data_dir is None else None
-    req = DataRequest(name=name, data_dir=data_dir if data_dir is not None else recorded,
-                      image_size=image_size, label=ds.get("label", "genre"), seed=ds.get("seed", 1337),
-                      **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()})
+    req = DataRequest(
+        name=name,
+        data_dir=data_dir if data_dir is not None else recorded,
+        image_size=image_size,
+        label=ds.get("label", "genre"),
+        seed=ds.get("seed", 1337),
+        **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()},
+    )
     data = _load(req, recorded=bool(recorded))
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
     return req, data
 
 
-def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str | None = None,
-                   samples: int | None = None, seed: int = 0, device: str = "cpu",
-                   use_cache: bool = True, stream: bool = False) -> EvalData:
+def load_eval_data(
+    model: LayaModel,
+    dataset: str | None = None,
+    data_dir: str | None = None,
+    samples: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    use_cache: bool = True,
+    stream: bool = False,
+) -> EvalData:
     """The test split's features (and images) for audit/export.
 
     Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
@@ -128,21 +144,33 @@ def load_eval_data(model: LayaModel, dataset: str | None = None, data_dir: str |
     whole = feature_key(model.backbone, data.identity, "test", req.seed, len(test), device, dtype)
     subset = len(index) < len(test)
     key = feature_key(model.backbone, data.identity, "test", req.seed, index, device, dtype) if subset else whole
-    feats = cached_extract(model.backbone, images, labels, key, cache, device=device, description="test features",
-                           fallback=(whole, index) if subset else None, dtype=dtype)
+    feats = cached_extract(
+        model.backbone,
+        images,
+        labels,
+        key,
+        cache,
+        device=device,
+        description="test features",
+        fallback=(whole, index) if subset else None,
+        dtype=dtype,
+    )
     return EvalData(feats, images, index, name)
 
 
-def load_fit_features(model: LayaModel, device: str = "cpu", use_cache: bool = True,
-                      splits: tuple[str, ...] = ("train", "val")) -> dict[str, LayerFeatures]:
+def load_fit_features(
+    model: LayaModel, device: str = "cpu", use_cache: bool = True, splits: tuple[str, ...] = ("train", "val")
+) -> dict[str, LayerFeatures]:
     """Features of the checkpoint's own training splits, as its backbone (frozen now) computes them:
     what a head retrained on the checkpoint's data reads (``laya depth --refit``). Cached like the
     training run's own features (same keys: a frozen backbone's are reused)."""
     ds = dict(model.checkpoint.get("dataset", {}))
     if ds.get("name") == USER_DATASET:
-        raise LayaError(f"--refit retrains heads on the checkpoint's training data, but this model was trained "
-                        f"from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), which laya cannot load "
-                        f"by name; run laya depth without --refit")
+        raise LayaError(
+            f"--refit retrains heads on the checkpoint's training data, but this model was trained "
+            f"from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), which laya cannot load "
+            f"by name; run laya depth without --refit"
+        )
     req, data = model_dataset(model)
     model.backbone.to(device)
     cache = FeatureCache() if use_cache else None
@@ -151,8 +179,16 @@ def load_fit_features(model: LayaModel, device: str = "cpu", use_cache: bool = T
     for split in splits:
         part = getattr(data, split)
         key = feature_key(model.backbone, data.identity, split, req.seed, len(part), device, dtype)
-        feats = cached_extract(model.backbone, part.images, part.labels, key, cache, device=device,
-                               description=f"{split} features", dtype=dtype)
+        feats = cached_extract(
+            model.backbone,
+            part.images,
+            part.labels,
+            key,
+            cache,
+            device=device,
+            description=f"{split} features",
+            dtype=dtype,
+        )
         out[split] = in_memory(feats)
     return out
 
@@ -164,5 +200,7 @@ def in_memory(feats) -> LayerFeatures:
     parts = list(feature_batches(feats, 4096))
     if not parts:
         raise LayaError("no samples")
-    return LayerFeatures([torch.cat([p[0][i].cpu().float() for p in parts]) for i in range(len(parts[0][0]))],
-                         torch.cat([p[1] for p in parts]))
+    return LayerFeatures(
+        [torch.cat([p[0][i].cpu().float() for p in parts]) for i in range(len(parts[0][0]))],
+        torch.cat([p[1] for p in parts]),
+    )

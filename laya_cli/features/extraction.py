@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
+from ..data.images import image_batches, image_ranges, take
 from ..runtime.device import autocast, to_device
 from ..runtime.distributed import active, gather_rows, shard_bounds
 from ..runtime.errors import LayaError
-from ..data.images import image_batches, image_ranges, take
 from ..runtime.progress import track
 
 
@@ -26,7 +26,7 @@ class LayerFeatures:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def subset(self, index: Tensor) -> "LayerFeatures":
+    def subset(self, index: Tensor) -> LayerFeatures:
         return LayerFeatures([f[index] for f in self.feats], self.labels[index])
 
     def mean(self) -> list[Tensor]:
@@ -36,7 +36,9 @@ class LayerFeatures:
     def num_layers(self) -> int:
         return len(self.feats)
 
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[list[Tensor], Tensor]]:
+    def batches(
+        self, batch_size: int, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[list[Tensor], Tensor]]:
         """(features, labels) for rows [start, stop) in slices of ``batch_size`` (on the CPU)."""
         stop = len(self) if stop is None else stop
         for s in range(start, stop, batch_size):
@@ -44,13 +46,17 @@ class LayerFeatures:
             yield [f[s:e] for f in self.feats], self.labels[s:e]
 
 
-def batches(tensors: Sequence[Tensor], batch_size: int, generator: torch.Generator | None = None) -> Iterator[list[Tensor]]:
+def batches(
+    tensors: Sequence[Tensor], batch_size: int, generator: torch.Generator | None = None
+) -> Iterator[list[Tensor]]:
     """Slices of aligned tensors; shuffled when a generator is given. Streamed file images
     (``LazyImages``) among them are decoded ahead by worker processes, batch by batch."""
     n = len(tensors[0])
     order = torch.randperm(n, generator=generator) if generator is not None else None
-    index = [order[s : s + batch_size] if order is not None else torch.arange(s, min(s + batch_size, n))
-             for s in range(0, n, batch_size)]
+    index = [
+        order[s : s + batch_size] if order is not None else torch.arange(s, min(s + batch_size, n))
+        for s in range(0, n, batch_size)
+    ]
     streams = [t.take_batches(index) if hasattr(t, "take_batches") else None for t in tensors]
     for k, idx in enumerate(index):
         if order is None:
@@ -76,8 +82,15 @@ def check_finite(names: Sequence[str], feats: Sequence[Tensor]) -> None:
 
 
 @torch.no_grad()
-def extract(backbone, images: Tensor, labels: Tensor, batch_size: int = 256, device: str = "cpu",
-            description: str = "features", shard: bool = True) -> LayerFeatures:
+def extract(
+    backbone,
+    images: Tensor,
+    labels: Tensor,
+    batch_size: int = 256,
+    device: str = "cpu",
+    description: str = "features",
+    shard: bool = True,
+) -> LayerFeatures:
     """Run the tapped backbone over all images; features are kept on the CPU in float32.
 
     Under torchrun (``shard``) each rank extracts its own contiguous whole batches and the
@@ -116,15 +129,22 @@ def image_batch(batch, where: str = "the loader") -> tuple[Tensor, Tensor]:
         raise LayaError(f"{where} must yield float (or uint8) images; got {images.dtype}")
     labels = torch.as_tensor(labels)
     if labels.ndim != 1 or labels.is_floating_point() or len(labels) != len(images):
-        raise LayaError(f"{where} must yield one integer class label per image; got labels of shape "
-                        f"{tuple(labels.shape)} ({labels.dtype}) for {len(images)} images")
+        raise LayaError(
+            f"{where} must yield one integer class label per image; got labels of shape "
+            f"{tuple(labels.shape)} ({labels.dtype}) for {len(images)} images"
+        )
     return images, labels.long()
 
 
 @torch.no_grad()
-def extract_batches(backbone, batches: Iterable[tuple[Tensor, Tensor]], device: str = "cpu",
-                    description: str = "features", total: int | None = None,
-                    keep_images: bool = False) -> tuple[LayerFeatures, Tensor | None]:
+def extract_batches(
+    backbone,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    device: str = "cpu",
+    description: str = "features",
+    total: int | None = None,
+    keep_images: bool = False,
+) -> tuple[LayerFeatures, Tensor | None]:
     """Features of (images, labels) batches as they come (a user's DataLoader), on the CPU in float32;
     with ``keep_images`` the images too. One process: the batches are not sharded under torchrun."""
     backbone.eval()
@@ -145,8 +165,9 @@ def extract_batches(backbone, batches: Iterable[tuple[Tensor, Tensor]], device: 
 
 
 @torch.no_grad()
-def tap_means(backbone, images: Tensor, batch_size: int = 256, device: str = "cpu",
-              description: str = "tap means") -> list[Tensor]:
+def tap_means(
+    backbone, images: Tensor, batch_size: int = 256, device: str = "cpu", description: str = "tap means"
+) -> list[Tensor]:
     """The mean of each tap's raw (unpooled) activation over ``images``, in float32 on the CPU:
     the reference a network-scope audit patches a layer with (docs/metrics.md, "Two scopes").
     Streamed: one batch of activations at a time, sums in float64. Under torchrun each rank sums
@@ -193,18 +214,25 @@ class StreamedFeatures:
         return len(self.backbone.layer_names)
 
     @torch.no_grad()
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[list[Tensor], Tensor]]:
+    def batches(
+        self, batch_size: int, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[list[Tensor], Tensor]]:
         """(features on the device, labels) for rows [start, stop) in slices of ``batch_size``."""
         self.backbone.eval()
         stop = len(self) if stop is None else stop
-        bounds = [[(i, min(i + self.backbone_batch, min(s + batch_size, stop)))
-                   for i in range(s, min(s + batch_size, stop), self.backbone_batch)]
-                  for s in range(start, stop, batch_size)]
+        bounds = [
+            [
+                (i, min(i + self.backbone_batch, min(s + batch_size, stop)))
+                for i in range(s, min(s + batch_size, stop), self.backbone_batch)
+            ]
+            for s in range(start, stop, batch_size)
+        ]
         chunks = image_ranges(self.images, [r for rs in bounds for r in rs])  # decoded ahead for file images
         for s, ranges in zip(range(start, stop, batch_size), bounds):
             e = min(s + batch_size, stop)
-            parts = [backbone_forward(self.backbone, to_float_images(to_device(next(chunks), self.device)))
-                     for _ in ranges]
+            parts = [
+                backbone_forward(self.backbone, to_float_images(to_device(next(chunks), self.device))) for _ in ranges
+            ]
             feats = parts[0] if len(parts) == 1 else [torch.cat(layer) for layer in zip(*parts)]
             check_finite(self.backbone.layer_names, feats)
             yield feats, self.labels[s:e]
@@ -218,15 +246,18 @@ class StreamedFeatures:
     def feats(self) -> list[Tensor]:
         return self.materialize().feats
 
-    def subset(self, index: Tensor) -> "StreamedFeatures":
-        return StreamedFeatures(self.backbone, take(self.images, index), self.labels[index], self.device,
-                                self.backbone_batch)
+    def subset(self, index: Tensor) -> StreamedFeatures:
+        return StreamedFeatures(
+            self.backbone, take(self.images, index), self.labels[index], self.device, self.backbone_batch
+        )
 
     def mean(self) -> list[Tensor]:
         return self.materialize().mean()
 
 
-def feature_batches(feats, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[list[Tensor], Tensor]]:
+def feature_batches(
+    feats, batch_size: int, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[list[Tensor], Tensor]]:
     """(features, labels) in batches over rows [start, stop) of LayerFeatures, StreamedFeatures or alike."""
     stop = len(feats) if stop is None else stop
     if hasattr(feats, "batches"):

@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -41,9 +41,9 @@ from ..runtime import distributed
 from ..runtime.config import FEATURE_DTYPES
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
-from .extraction import LayerFeatures, backbone_forward, check_finite, to_float_images
 from ..runtime.fileio import atomic_path, atomic_write_bytes, atomic_write_text, file_sha256
 from ..runtime.progress import log, track
+from .extraction import LayerFeatures, backbone_forward, check_finite, to_float_images
 
 FORMAT = "laya-feature-store"
 FORMAT_VERSION = 1
@@ -71,7 +71,6 @@ def shuffle_rows(dims: Sequence[int]) -> int:
     return max(1, int(mb * 2**20 // ((sum(dims) + 2) * 4)))
 
 
-
 def shard_name(k: int) -> str:
     return f"shard-{k:05d}.safetensors"
 
@@ -93,9 +92,13 @@ class FeatureStore:
         try:
             doc = json.loads(self.manifest_path.read_text())
         except (OSError, ValueError) as e:
-            raise LayaError(f"feature store {self.path}: unreadable manifest ({e}); remove the folder to re-extract") from None
+            raise LayaError(
+                f"feature store {self.path}: unreadable manifest ({e}); remove the folder to re-extract"
+            ) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("format_version", 99) > FORMAT_VERSION:
-            raise LayaError(f"feature store {self.path}: not a laya feature store manifest; remove the folder to re-extract")
+            raise LayaError(
+                f"feature store {self.path}: not a laya feature store manifest; remove the folder to re-extract"
+            )
         return doc
 
     def _valid_shard(self, k: int) -> bool:
@@ -124,10 +127,14 @@ class FeatureStore:
         first = next((k for k, b in enumerate(bad) if b), None)
         if first is not None:
             what = "is missing" if not (self.path / shards[first]["file"]).is_file() else "does not match its checksum"
-            problems.append(f"shard {shards[first]['file']} {what} ({int(sum(1 for b in bad if b))} of {len(shards)} shards bad)")
+            problems.append(
+                f"shard {shards[first]['file']} {what} ({int(sum(1 for b in bad if b))} of {len(shards)} shards bad)"
+            )
         if problems:
-            raise LayaError(f"feature store {self.path} does not match its manifest: {problems[0]}; "
-                            f"remove the folder to re-extract, or use --no-cache")
+            raise LayaError(
+                f"feature store {self.path} does not match its manifest: {problems[0]}; "
+                f"remove the folder to re-extract, or use --no-cache"
+            )
         return doc
 
 
@@ -135,9 +142,18 @@ class FeatureStore:
 
 
 @torch.no_grad()
-def extract_to_store(backbone, images, labels: Tensor, key: str, path: Path, dims: Sequence[int],
-                     batch_size: int = 256, device: str = "cpu", dtype: str = "float32",
-                     description: str = "features") -> "StoredFeatures":
+def extract_to_store(
+    backbone,
+    images,
+    labels: Tensor,
+    key: str,
+    path: Path,
+    dims: Sequence[int],
+    batch_size: int = 256,
+    device: str = "cpu",
+    dtype: str = "float32",
+    description: str = "features",
+) -> StoredFeatures:
     """Extract features into a sharded store (resuming a killed extraction); return the store for reading.
 
     Every rank extracts and writes shards k ≡ rank (mod world); rank 0 writes the manifest last.
@@ -159,8 +175,10 @@ def extract_to_store(backbone, images, labels: Tensor, key: str, path: Path, dim
     missing = [k for k, m in enumerate(missing) if m]
     if len(missing) < n_shards:
         first = f"from shard {missing[0]}" if missing else "none left"
-        log(f"{description}: resuming the feature store {path}: {n_shards - len(missing)} of {n_shards} shards "
-            f"already extracted and intact; extracting {len(missing)} ({first})")
+        log(
+            f"{description}: resuming the feature store {path}: {n_shards - len(missing)} of {n_shards} shards "
+            f"already extracted and intact; extracting {len(missing)} ({first})"
+        )
     else:
         log(f"{description}: {n:,} rows → feature store {path} ({n_shards} shard(s) of up to {rps:,} rows, {dtype})")
     backbone.eval()
@@ -196,8 +214,9 @@ def _shard_batches(backbone, images, shards: list[int], rps: int, n: int, batch_
         yield k, backbone_forward(backbone, to_float_images(to_device(x, device)))
 
 
-def _write_shard(store: FeatureStore, k: int, parts: list[list[Tensor]], labels: Tensor, rps: int,
-                 dtype: torch.dtype) -> None:
+def _write_shard(
+    store: FeatureStore, k: int, parts: list[list[Tensor]], labels: Tensor, rps: int, dtype: torch.dtype
+) -> None:
     from safetensors.torch import save_file
 
     layers = [torch.cat(layer) for layer in zip(*parts)]
@@ -211,18 +230,36 @@ def _write_shard(store: FeatureStore, k: int, parts: list[list[Tensor]], labels:
     atomic_write_bytes(store.path / f"shard-{k:05d}.sha256", file_sha256(data).encode())
 
 
-def _write_manifest(store: FeatureStore, key: str, n: int, rps: int, n_shards: int, layers: list[str],
-                    dims: list[int], dtype: str) -> None:
+def _write_manifest(
+    store: FeatureStore, key: str, n: int, rps: int, n_shards: int, layers: list[str], dims: list[int], dtype: str
+) -> None:
     shards = []
     for k in range(n_shards):
         p = store.path / shard_name(k)
         if not store._valid_shard(k):
-            raise LayaError(f"feature store {store.path}: shard {p.name} was not written whole (is the cache folder "
-                            f"shared by every rank?)")
-        shards.append({"file": p.name, "rows": min(rps, n - k * rps), "bytes": p.stat().st_size,
-                       "sha256": (store.path / f"shard-{k:05d}.sha256").read_text().strip()})
-    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "rows": n, "rows_per_shard": rps,
-           "layers": layers, "dims": dims, "dtype": dtype, "shards": shards}
+            raise LayaError(
+                f"feature store {store.path}: shard {p.name} was not written whole (is the cache folder "
+                f"shared by every rank?)"
+            )
+        shards.append(
+            {
+                "file": p.name,
+                "rows": min(rps, n - k * rps),
+                "bytes": p.stat().st_size,
+                "sha256": (store.path / f"shard-{k:05d}.sha256").read_text().strip(),
+            }
+        )
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "key": key,
+        "rows": n,
+        "rows_per_shard": rps,
+        "layers": layers,
+        "dims": dims,
+        "dtype": dtype,
+        "shards": shards,
+    }
     atomic_write_text(store.manifest_path, json.dumps(doc, indent=1))
     for stale in store.path.glob(".shard-*.tmp"):  # a killed run's half-written shard (every rank is done now)
         stale.unlink(missing_ok=True)
@@ -248,7 +285,7 @@ class StoredFeatures:
             self.labels = self.labels[rows]
 
     @classmethod
-    def open(cls, path: Path, key: str) -> "StoredFeatures":
+    def open(cls, path: Path, key: str) -> StoredFeatures:
         return cls(path, FeatureStore(path).verify(key))
 
     def __len__(self) -> int:
@@ -296,14 +333,16 @@ class StoredFeatures:
             return np.arange(start, stop)
         return np.asarray(self.rows[start:stop], dtype=np.int64)
 
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[list[Tensor], Tensor]]:
+    def batches(
+        self, batch_size: int, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[list[Tensor], Tensor]]:
         """(features, labels) for rows [start, stop) in order, in slices of ``batch_size``."""
         stop = len(self) if stop is None else stop
         for s in range(start, stop, batch_size):
             e = min(s + batch_size, stop)
             yield self.read_rows(self._store_rows(s, e)), self.labels[s:e]
 
-    def subset(self, index) -> "StoredFeatures":
+    def subset(self, index) -> StoredFeatures:
         index = torch.as_tensor(index, dtype=torch.long)
         rows = index if self.rows is None else self.rows[index]
         return StoredFeatures(self.path, self.manifest, rows, self.labels[index])
@@ -325,8 +364,9 @@ class StoredFeatures:
 
     # ----------------------------------------------------------------------- shuffled training batches
 
-    def epoch_batches(self, batch_size: int, generator: torch.Generator, rank: int = 0,
-                      world: int = 1) -> Iterator[tuple[list[Tensor], Tensor]]:
+    def epoch_batches(
+        self, batch_size: int, generator: torch.Generator, rank: int = 0, world: int = 1
+    ) -> Iterator[tuple[list[Tensor], Tensor]]:
         """One epoch of shuffled mini-batches read shard-wise through a bounded shuffle buffer.
 
         Rows are dealt to ranks by shard (shard k to rank k mod world). Each round reads a chunk

@@ -5,4 +5,4 @@
 from .._moved import moved_names
 
 # What the module this package replaced exported, still importable from here (deprecated).
-__getattr__ = moved_names(__name__, 'gates.checks')
+__getattr__ = moved_names(__name__, "gates.checks")

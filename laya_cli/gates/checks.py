@@ -8,8 +8,8 @@ read one list. Plain data, no torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,13 @@ class Verdict:
         return "pass" if self.passed else "fail"
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "verdict": self.word, "checks": len(self.checks),
-                "failed": len(self.failures), "skipped": len(self.skipped)}
+        return {
+            "passed": self.passed,
+            "verdict": self.word,
+            "checks": len(self.checks),
+            "failed": len(self.failures),
+            "skipped": len(self.skipped),
+        }
 
 
 def verdict(checks: Sequence[Check]) -> Verdict:

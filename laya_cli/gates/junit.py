@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import xml.etree.ElementTree as ET
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from .checks import Check
 
@@ -25,26 +25,45 @@ def _value(v: float | None) -> str:
     return "undefined" if v is None else f"{v:.6g}"
 
 
-def junit_xml(checks: Sequence[Check], suite: str = "laya audit", properties: Mapping[str, object] | None = None,
-              seconds: float = 0.0, timestamp: _dt.datetime | None = None, hostname: str | None = None) -> str:
+def junit_xml(
+    checks: Sequence[Check],
+    suite: str = "laya audit",
+    properties: Mapping[str, object] | None = None,
+    seconds: float = 0.0,
+    timestamp: _dt.datetime | None = None,
+    hostname: str | None = None,
+) -> str:
     """The JUnit XML document (a string, UTF-8 declaration included) for ``checks``."""
     failures = sum(c.failed for c in checks)
     skipped = sum(c.skipped for c in checks)
     stamp = (timestamp or _dt.datetime.now().astimezone()).replace(microsecond=0).isoformat()
     time_text = f"{max(seconds, 0.0):.3f}"
-    root = ET.Element("testsuites", {"name": suite, "tests": str(len(checks)), "failures": str(failures),
-                                     "errors": "0", "time": time_text})
-    ts = ET.SubElement(root, "testsuite", {
-        "name": suite, "tests": str(len(checks)), "failures": str(failures), "errors": "0",
-        "skipped": str(skipped), "time": time_text, "timestamp": stamp,
-        "hostname": hostname if hostname is not None else socket.gethostname()})
+    root = ET.Element(
+        "testsuites",
+        {"name": suite, "tests": str(len(checks)), "failures": str(failures), "errors": "0", "time": time_text},
+    )
+    ts = ET.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": suite,
+            "tests": str(len(checks)),
+            "failures": str(failures),
+            "errors": "0",
+            "skipped": str(skipped),
+            "time": time_text,
+            "timestamp": stamp,
+            "hostname": hostname if hostname is not None else socket.gethostname(),
+        },
+    )
     if properties:
         props = ET.SubElement(ts, "properties")
         for k, v in properties.items():
             ET.SubElement(props, "property", {"name": str(k), "value": "" if v is None else str(v)})
     for c in checks:
-        case = ET.SubElement(ts, "testcase", {"classname": CLASSNAMES.get(c.gate, f"laya.{c.gate}"), "name": c.name,
-                                              "time": "0.000"})
+        case = ET.SubElement(
+            ts, "testcase", {"classname": CLASSNAMES.get(c.gate, f"laya.{c.gate}"), "name": c.name, "time": "0.000"}
+        )
         detail = f"measured: {_value(c.measured)}\nrequired: {c.required}"
         if c.failed:
             el = ET.SubElement(case, "failure", {"type": c.gate, "message": c.message})

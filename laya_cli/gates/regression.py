@@ -21,23 +21,27 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ..auditing.names import GLOBAL_METRICS, METRICS
-from .thresholds import gate_items
 from ..runtime.errors import LayaError
 from .checks import Check
+from .thresholds import gate_items
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
 # that is the point). ``n_samples`` and the layer names live at the top level of the JSON.
 SETTINGS = ("dataset", "samples", "seed", "ablation", "target", "reduce", "steps", "methods", "head", "layers")
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
-_ITEM = re.compile(r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$")
-SYNTAX = ("METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated; "
-          "prefix network: for the network scope")
+_ITEM = re.compile(
+    r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$"
+)
+SYNTAX = (
+    "METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated; "
+    "prefix network: for the network scope"
+)
 NETWORK = "network:"  # the prefix of network-scope methods in a comparison (``network:ig``)
 
 
@@ -58,14 +62,24 @@ def read_audit_json(path: str | Path, option: str = "--baseline") -> dict:
     try:
         doc = json.loads(text)
     except ValueError as e:
-        raise LayaError(f"{option} {path} is not JSON ({e.msg} at line {e.lineno}); "
-                        "expected the file laya audit --json writes") from None
-    missing = [k for k in ("settings", "n_samples", "accuracy", "layers", "methods") if not isinstance(doc, dict)
-               or k not in doc]
-    if missing or not isinstance(doc["settings"], dict) or not isinstance(doc["methods"], dict) or not all(
-            isinstance(v, dict) for v in doc["methods"].values()):
+        raise LayaError(
+            f"{option} {path} is not JSON ({e.msg} at line {e.lineno}); expected the file laya audit --json writes"
+        ) from None
+    missing = [
+        k
+        for k in ("settings", "n_samples", "accuracy", "layers", "methods")
+        if not isinstance(doc, dict) or k not in doc
+    ]
+    if (
+        missing
+        or not isinstance(doc["settings"], dict)
+        or not isinstance(doc["methods"], dict)
+        or not all(isinstance(v, dict) for v in doc["methods"].values())
+    ):
         what = f"missing {', '.join(missing)}" if missing else "malformed settings or methods"
-        raise LayaError(f"{option} {path} is not a laya audit JSON ({what}); expected the file laya audit --json writes")
+        raise LayaError(
+            f"{option} {path} is not a laya audit JSON ({what}); expected the file laya audit --json writes"
+        )
     return doc
 
 
@@ -90,8 +104,9 @@ class MaxDrop:
         return self.amount * abs(baseline) if self.relative else self.amount
 
 
-def parse_max_drop(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None,
-                   scope: str = "head") -> list[MaxDrop]:
+def parse_max_drop(
+    spec: str | Sequence[str] | None, methods: Sequence[str] | None = None, scope: str = "head"
+) -> list[MaxDrop]:
     """Parse ``--max-drop`` items; with ``methods``, also check the named methods are audited.
     ``scope``: the audit's ``--scope`` (``gate_items`` checks a ``network:`` item against it)."""
     out = []
@@ -100,8 +115,11 @@ def parse_max_drop(spec: str | Sequence[str] | None, methods: Sequence[str] | No
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")
         pct = m.group("pct")
-        out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method,
-                           "network" if m.group("scope") else "head"))
+        out.append(
+            MaxDrop(
+                metric, amount / 100 if pct else amount, bool(pct), method, "network" if m.group("scope") else "head"
+            )
+        )
     return out
 
 
@@ -142,12 +160,15 @@ def _show(v) -> str:
 
 
 def check_settings(baseline: dict, current: dict, allow_change: bool, baseline_path: str | Path = "") -> list[str]:
-    """Raise (exit 2) when the audits were taken with other settings, unless ``allow_change``; returns the differences."""
+    """Raise (exit 2) when the audits were taken with other settings, unless ``allow_change``; returns the
+    differences."""
     diffs = settings_differences(baseline, current)
     if diffs and not allow_change:
         where = f" {baseline_path}" if baseline_path else ""
-        raise LayaError(f"the baseline{where} was audited with other settings: {'; '.join(diffs)}. "
-                        "Audit with the baseline's settings, or pass --allow-settings-change to compare anyway")
+        raise LayaError(
+            f"the baseline{where} was audited with other settings: {'; '.join(diffs)}. "
+            "Audit with the baseline's settings, or pass --allow-settings-change to compare anyway"
+        )
     return diffs
 
 
@@ -176,9 +197,15 @@ class Comparison:
         return not any(c.failed for c in self.checks)
 
     def to_dict(self) -> dict:
-        return {"path": self.baseline_path, "settings_changed": self.settings_changed,
-                "max_drop": [str(r) for r in self.rules], "passed": self.passed,
-                "accuracy": self.accuracy, "methods": self.methods, "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "path": self.baseline_path,
+            "settings_changed": self.settings_changed,
+            "max_drop": [str(r) for r in self.rules],
+            "passed": self.passed,
+            "accuracy": self.accuracy,
+            "methods": self.methods,
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
 
 def _pair(base, now) -> dict:
@@ -194,8 +221,13 @@ def _network_methods(doc: dict) -> dict[str, dict]:
     return {NETWORK + m: v for m, v in methods.items() if isinstance(v, dict)}
 
 
-def compare(baseline: dict, current: dict, rules: Sequence[MaxDrop] = (), baseline_path: str | Path = "",
-            settings_changed: Sequence[str] = ()) -> Comparison:
+def compare(
+    baseline: dict,
+    current: dict,
+    rules: Sequence[MaxDrop] = (),
+    baseline_path: str | Path = "",
+    settings_changed: Sequence[str] = (),
+) -> Comparison:
     """Compare two audit JSON documents (``current``: ``AuditResult.to_dict()``) and run the ``--max-drop`` rules.
     Network-scope results present in both are compared too, keyed ``network:METHOD``."""
     base_methods = {**baseline["methods"], **_network_methods(baseline)}
@@ -215,8 +247,14 @@ def compare(baseline: dict, current: dict, rules: Sequence[MaxDrop] = (), baseli
         if rule.method is not None:
             targets = [prefix + rule.method]
         else:
-            targets = [m for m in shared if m.startswith(NETWORK) == bool(prefix) and m != prefix + "random"
-                       and now_methods[m].get("available", True) and base_methods[m].get("available", True)]
+            targets = [
+                m
+                for m in shared
+                if m.startswith(NETWORK) == bool(prefix)
+                and m != prefix + "random"
+                and now_methods[m].get("available", True)
+                and base_methods[m].get("available", True)
+            ]
         for m in targets:
             pair = methods.get(m, {}).get(rule.metric)
             checks.append(_drop_check(rule, m, pair))
@@ -228,40 +266,79 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
     amount = f"{rule.amount * 100:g}%" if rule.relative else f"{rule.amount:g}"
     name = f"{method + ':' if method else ''}{rule.metric} drop<={amount}"
     if pair is None:
-        return Check("max-drop", name, rule.metric, method, None, "present in both audits", False,
-                     f"{who}{rule.metric} is not in both audits (required by --max-drop {rule})")
+        return Check(
+            "max-drop",
+            name,
+            rule.metric,
+            method,
+            None,
+            "present in both audits",
+            False,
+            f"{who}{rule.metric} is not in both audits (required by --max-drop {rule})",
+        )
     base, now = pair["baseline"], pair["current"]
     if base is None:
-        return Check("max-drop", name, rule.metric, method, now, "a defined baseline value", True,
-                     f"{who}{rule.metric} has no baseline value (undefined in the baseline): nothing to compare",
-                     skipped=True)
+        return Check(
+            "max-drop",
+            name,
+            rule.metric,
+            method,
+            now,
+            "a defined baseline value",
+            True,
+            f"{who}{rule.metric} has no baseline value (undefined in the baseline): nothing to compare",
+            skipped=True,
+        )
     allowed = rule.allowed(base)
     floor = base - allowed
     required = f">= {floor:.4f} (baseline {base:.4f} - {allowed:.4g})"
     if now is None:
         pair["failed"] = True
-        return Check("max-drop", name, rule.metric, method, None, required, False,
-                     f"{who}{rule.metric} is undefined now, was {base:.4f} (required by --max-drop {rule})")
+        return Check(
+            "max-drop",
+            name,
+            rule.metric,
+            method,
+            None,
+            required,
+            False,
+            f"{who}{rule.metric} is undefined now, was {base:.4f} (required by --max-drop {rule})",
+        )
     drop = base - now
     ok = drop <= allowed + EPS
     pair["failed"] = pair["failed"] or not ok
     verb = f"dropped {drop:.4f}" if drop > 0 else f"rose {-drop:.4f}" if drop < 0 else "unchanged"
     limit = f"{rule.amount * 100:g}% of the baseline = {allowed:.4f}" if rule.relative else f"{allowed:g}"
-    message = (f"{who}{rule.metric} {verb} ({base:.4f} -> {now:.4f}), "
-               + (f"within the allowed {limit}" if ok else f"more than the allowed {limit}"))
+    message = f"{who}{rule.metric} {verb} ({base:.4f} -> {now:.4f}), " + (
+        f"within the allowed {limit}" if ok else f"more than the allowed {limit}"
+    )
     return Check("max-drop", name, rule.metric, method, now, required, ok, message)
 
 
 def planned_audit(settings, methods: Sequence[str], samples: int | None, model) -> dict:
     """The settings of an audit about to run, in the JSON's shape, so a baseline mismatch fails before the work."""
-    return {"settings": {"samples": samples, "seed": settings.seed, "ablation": settings.ablation,
-                         "target": settings.target, "reduce": settings.reduce, "steps": settings.steps,
-                         "methods": list(methods), "head": model.head_kind},
-            "layers": list(model.layer_names)}
+    return {
+        "settings": {
+            "samples": samples,
+            "seed": settings.seed,
+            "ablation": settings.ablation,
+            "target": settings.target,
+            "reduce": settings.reduce,
+            "steps": settings.steps,
+            "methods": list(methods),
+            "head": model.head_kind,
+        },
+        "layers": list(model.layer_names),
+    }
 
 
-def gate(baseline: dict, current: dict, rules: Sequence[MaxDrop], allow_settings_change: bool = False,
-         baseline_path: str | Path = "") -> Comparison:
+def gate(
+    baseline: dict,
+    current: dict,
+    rules: Sequence[MaxDrop],
+    allow_settings_change: bool = False,
+    baseline_path: str | Path = "",
+) -> Comparison:
     """Check the settings match (or are allowed to differ), then compare and run the ``--max-drop`` rules."""
     changed = check_settings(baseline, current, allow_settings_change, baseline_path)
     return compare(baseline, current, rules, baseline_path, changed)
@@ -270,11 +347,22 @@ def gate(baseline: dict, current: dict, rules: Sequence[MaxDrop], allow_settings
 def junit_properties(doc: dict, baseline_path: str | Path | None = None) -> dict:
     """What a JUnit report records beside the checks: the model, the data and the audit's settings."""
     s = doc.get("settings", {})
-    props = {"model": s.get("model"), "dataset": s.get("dataset"), "n_samples": doc.get("n_samples"),
-             "accuracy": doc.get("accuracy"), "head": s.get("head"), "layers": ",".join(doc.get("layers", [])),
-             "methods": ",".join(s.get("methods", [])), "samples": s.get("samples"), "seed": s.get("seed"),
-             "ablation": s.get("ablation"), "target": s.get("target"), "reduce": s.get("reduce"),
-             "steps": s.get("steps"), "fail_under": ",".join(s.get("fail_under") or [])}
+    props = {
+        "model": s.get("model"),
+        "dataset": s.get("dataset"),
+        "n_samples": doc.get("n_samples"),
+        "accuracy": doc.get("accuracy"),
+        "head": s.get("head"),
+        "layers": ",".join(doc.get("layers", [])),
+        "methods": ",".join(s.get("methods", [])),
+        "samples": s.get("samples"),
+        "seed": s.get("seed"),
+        "ablation": s.get("ablation"),
+        "target": s.get("target"),
+        "reduce": s.get("reduce"),
+        "steps": s.get("steps"),
+        "fail_under": ",".join(s.get("fail_under") or []),
+    }
     if baseline_path is not None:
         props["baseline"] = str(baseline_path)
     return props

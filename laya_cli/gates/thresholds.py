@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..auditing.names import ALWAYS, COMPARE, GLOBAL_METRICS, METRICS, NETWORK_METRICS, ONLY_FOR
 from ..runtime.errors import LayaError, match_choice, unknown_choice
@@ -18,9 +19,15 @@ from .checks import Check
 if TYPE_CHECKING:
     from ..auditing.run import AuditResult
 
-_THRESHOLD = re.compile(r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$")
-THRESHOLD_SYNTAX = ("METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); "
-                    "prefix network: for the network scope")
+_THRESHOLD = re.compile(
+    r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$"
+)
+THRESHOLD_SYNTAX = (
+    "METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); "
+    "prefix network: for the network scope"
+)
+
+
 @dataclass(frozen=True)
 class Threshold:
     metric: str
@@ -33,8 +40,14 @@ class Threshold:
         return f"{prefix}{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
 
 
-def gate_items(spec: str | Sequence[str] | None, option: str, pattern: re.Pattern, expected: str,
-               methods: Sequence[str] | None = None, scope: str = "head"):
+def gate_items(
+    spec: str | Sequence[str] | None,
+    option: str,
+    pattern: re.Pattern,
+    expected: str,
+    methods: Sequence[str] | None = None,
+    scope: str = "head",
+):
     """The items of a gate option (``--fail-under``, ``--max-drop``): comma-separated, repeatable
     ``[network:][METHOD:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a known
     method (any case) that is audited when ``methods`` is given, and a scope the audit has: ``scope`` is the
@@ -54,19 +67,24 @@ def gate_items(spec: str | Sequence[str] | None, option: str, pattern: re.Patter
             raise LayaError(f"bad {option} '{item}': '{raw}' is not a number") from None
         if metric in GLOBAL_METRICS:
             if method or network:
-                raise LayaError(f"bad {option} '{item}': {metric} belongs to the model, not to a method; "
-                                f"write {metric}={m.string.partition('=')[2]}")
+                raise LayaError(
+                    f"bad {option} '{item}': {metric} belongs to the model, not to a method; "
+                    f"write {metric}={m.string.partition('=')[2]}"
+                )
         elif metric not in METRICS:
             raise unknown_choice(f"{option} metric", metric, [*METRICS, *GLOBAL_METRICS])
         else:
             if network and scope == "head":
                 raise LayaError(f"{option} {item} checks the network scope; add --scope network or --scope both")
             if not network and scope == "network":
-                raise LayaError(f"{option} {item} checks the head scope, which --scope network does not audit; "
-                                f"write network:{item}")
+                raise LayaError(
+                    f"{option} {item} checks the head scope, which --scope network does not audit; write network:{item}"
+                )
             if network and metric not in NETWORK_METRICS:
-                raise LayaError(f"{option} {item}: {metric} is not computed at network scope "
-                                f"(only {', '.join(NETWORK_METRICS)}; docs/metrics.md)")
+                raise LayaError(
+                    f"{option} {item}: {metric} is not computed at network scope "
+                    f"(only {', '.join(NETWORK_METRICS)}; docs/metrics.md)"
+                )
         if method is not None:
             method = match_choice(f"{option} method", method, [*ALWAYS, *COMPARE])
             if methods is not None and method not in methods:
@@ -74,13 +92,15 @@ def gate_items(spec: str | Sequence[str] | None, option: str, pattern: re.Patter
         yield item, m, method, metric, number
 
 
-def parse_thresholds(spec: str | Sequence[str] | None, methods: Sequence[str] | None = None,
-                     scope: str = "head") -> list[Threshold]:
+def parse_thresholds(
+    spec: str | Sequence[str] | None, methods: Sequence[str] | None = None, scope: str = "head"
+) -> list[Threshold]:
     """Parse ``--fail-under`` specs; with ``methods``, also check they name audited methods.
     ``scope``: the audit's ``--scope`` (see ``gate_items``)."""
     out = []
-    for item, m, method, metric, value in gate_items(spec, "--fail-under", _THRESHOLD, THRESHOLD_SYNTAX, methods,
-                                                     scope):
+    for item, m, method, metric, value in gate_items(
+        spec, "--fail-under", _THRESHOLD, THRESHOLD_SYNTAX, methods, scope
+    ):
         if not math.isfinite(value):
             raise LayaError(f"bad --fail-under '{item}': the threshold must be a finite number")
         out.append(Threshold(metric, value, method, "network" if m.group("scope") else "head"))
@@ -95,9 +115,18 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
         if t.metric in GLOBAL_METRICS:
             value = result.accuracy
             ok = value >= t.value
-            checks.append(Check("fail-under", f"{t.metric}>={t.value:g}", t.metric, None,
-                                None if math.isnan(value) else value, f">= {t.value:g}", ok,
-                                f"{t.metric} {value:.4f} " + (">=" if ok else "<") + f" {t.value:g}"))
+            checks.append(
+                Check(
+                    "fail-under",
+                    f"{t.metric}>={t.value:g}",
+                    t.metric,
+                    None,
+                    None if math.isnan(value) else value,
+                    f">= {t.value:g}",
+                    ok,
+                    f"{t.metric} {value:.4f} " + (">=" if ok else "<") + f" {t.value:g}",
+                )
+            )
             continue
         network = t.scope == "network"
         scored = (result.network.methods if result.network is not None else {}) if network else result.methods
@@ -105,8 +134,7 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
         if t.method is not None:
             targets = [t.method]
         else:  # every audited method but random, that is defined for the head and has this metric
-            targets = [m for m, s in scored.items()
-                       if m != "random" and s.available and (only is None or m in only)]
+            targets = [m for m, s in scored.items() if m != "random" and s.available and (only is None or m in only)]
         for m in targets:
             scores = scored.get(m)
             value = None if scores is None or not scores.available else scores.metric(t.metric)
@@ -121,13 +149,25 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
             elif value is None:
                 why = "undefined on this data"
                 if t.metric == "faithfulness" and scores.degenerate and scores.degenerate == scores.undefined:
-                    why = (f"undefined: degenerate on all {scores.degenerate} samples (Δ varies in at most one "
-                           f"layer, e.g. a last head), nothing to rank")
+                    why = (
+                        f"undefined: degenerate on all {scores.degenerate} samples (Δ varies in at most one "
+                        f"layer, e.g. a last head), nothing to rank"
+                    )
                 message = f"{who}: {t.metric} is {why} (required by --fail-under {t})"
             else:
                 message = f"{who}: {t.metric} {value:.4f} " + (">=" if value >= t.value else "<") + f" {t.value:g}"
-            checks.append(Check("fail-under", f"{who}:{t.metric}>={t.value:g}", t.metric, who, value, f">= {t.value:g}",
-                                value is not None and value >= t.value, message))
+            checks.append(
+                Check(
+                    "fail-under",
+                    f"{who}:{t.metric}>={t.value:g}",
+                    t.metric,
+                    who,
+                    value,
+                    f">= {t.value:g}",
+                    value is not None and value >= t.value,
+                    message,
+                )
+            )
     return checks
 
 

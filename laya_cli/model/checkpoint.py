@@ -11,8 +11,8 @@ call it); rebuilding a model from it is ``model.model_from_checkpoint``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -52,10 +52,24 @@ def read_checkpoint(path: str | Path) -> dict:
     return ckpt
 
 
-def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[int], classes: Sequence[str],
-                    dataset: dict, reference: Sequence[torch.Tensor], history: list[dict], metrics: dict,
-                    train_config: dict, weights_file: str | None = None, feature_dtype: str = "float32",
-                    recorded: dict | None = None, tap_reference: Sequence[torch.Tensor] | None = None) -> dict:
+def checkpoint_body(
+    *,
+    backbone,
+    spec,
+    head,
+    head_config: dict,
+    dims: Sequence[int],
+    classes: Sequence[str],
+    dataset: dict,
+    reference: Sequence[torch.Tensor],
+    history: list[dict],
+    metrics: dict,
+    train_config: dict,
+    weights_file: str | None = None,
+    feature_dtype: str = "float32",
+    recorded: dict | None = None,
+    tap_reference: Sequence[torch.Tensor] | None = None,
+) -> dict:
     """Everything a checkpoint holds except the format header ``save_checkpoint`` adds.
 
     ``backbone``: the TappedBackbone; ``spec`` its resolved BackboneSpec. The backbone weights
@@ -78,13 +92,20 @@ def checkpoint_body(*, backbone, spec, head, head_config: dict, dims: Sequence[i
             "spec": spec.to_dict(),
             "weights": weights,
             **extras,  # source, sha256, formats (.pt2: program)
-            "input": {"channels": adapter.channels, "size": list(adapter.size or []),
-                      "mean": adapter.mean.flatten().tolist(), "std": adapter.std.flatten().tolist()},
+            "input": {
+                "channels": adapter.channels,
+                "size": list(adapter.size or []),
+                "mean": adapter.mean.flatten().tolist(),
+                "std": adapter.std.flatten().tolist(),
+            },
         },
         "layers": list(spec.layers),
         "dims": list(dims),
-        "head": {"kind": head.kind, "config": dict(head_config),
-                 "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()}},
+        "head": {
+            "kind": head.kind,
+            "config": dict(head_config),
+            "weights": {k: v.detach().cpu() for k, v in head.state_dict().items()},
+        },
         "classes": list(classes),
         "dataset": dict(dataset),
         "feature_dtype": feature_dtype,
@@ -103,14 +124,23 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "format_version": ckpt["format_version"],
         "versions": ckpt["versions"],
         "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
-        "backbone": {"name": spec["name"], "pretrained": spec["pretrained"], "finetune": spec["finetune"],
-                     "pool": spec["pool"], "weights_in_file": ckpt["backbone"]["weights"] is not None,
-                     # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
-                     "weights_source": ckpt["backbone"].get("source"), "weights_sha256": ckpt["backbone"].get("sha256"),
-                     "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),
-                     # parameters stored in the file (None when the weights load by name)
-                     "parameters": (sum(int(t.numel()) for t in ckpt["backbone"]["weights"].values()
-                                        if t.is_floating_point()) if ckpt["backbone"]["weights"] is not None else None)},
+        "backbone": {
+            "name": spec["name"],
+            "pretrained": spec["pretrained"],
+            "finetune": spec["finetune"],
+            "pool": spec["pool"],
+            "weights_in_file": ckpt["backbone"]["weights"] is not None,
+            # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
+            "weights_source": ckpt["backbone"].get("source"),
+            "weights_sha256": ckpt["backbone"].get("sha256"),
+            "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),
+            # parameters stored in the file (None when the weights load by name)
+            "parameters": (
+                sum(int(t.numel()) for t in ckpt["backbone"]["weights"].values() if t.is_floating_point())
+                if ckpt["backbone"]["weights"] is not None
+                else None
+            ),
+        },
         "layers": list(ckpt["layers"]),
         "dims": list(ckpt["dims"]),
         "classes": list(ckpt["classes"]),

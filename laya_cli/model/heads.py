@@ -17,7 +17,8 @@ Each head class says what it can do, so callers never guess from its type:
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -184,7 +185,7 @@ def randomised_copy(head: nn.Module, stages: int, seed: int = 0) -> nn.Module:
     out = copy.deepcopy(head).cpu()
     for name in cascade_stages(head)[:stages]:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(digest(seed=seed, group=name), 16) % (2 ** 63))
+            torch.manual_seed(int(digest(seed=seed, group=name), 16) % (2**63))
             part = getattr(out, name)
             if isinstance(part, nn.Parameter):
                 nn.init.normal_(part)

@@ -14,10 +14,10 @@ from torch import Tensor, nn
 
 from .. import backbones as bb
 from ..backbones.build import BackboneSpec, TappedBackbone
-from .checkpoint import checkpoint_body, read_checkpoint, save_checkpoint
+from ..features.extraction import backbone_forward, to_float_images
 from ..runtime.config import HeadConfig
 from ..runtime.errors import LayaError
-from ..features.extraction import backbone_forward, to_float_images
+from .checkpoint import checkpoint_body, read_checkpoint, save_checkpoint
 from .heads import HeadOutput, build_head
 
 # The spec name of a backbone that is the user's own nn.Module class (``laya_cli.attach``):
@@ -77,13 +77,13 @@ class LayaModel:
     def num_layers(self) -> int:
         return len(self.spec.layers)
 
-    def to(self, device: str) -> "LayaModel":
+    def to(self, device: str) -> LayaModel:
         self.backbone.to(device)
         self.head.to(device)
         self.reference = [r.to(device) for r in self.reference]
         return self
 
-    def eval(self) -> "LayaModel":
+    def eval(self) -> LayaModel:
         self.backbone.eval()
         self.head.eval()
         return self
@@ -106,11 +106,21 @@ class LayaModel:
         if "head" not in meta or "dims" not in meta:
             raise LayaError("this model has no training record to save; make it with laya_cli.fit or laya_cli.load")
         return checkpoint_body(
-            backbone=self.backbone, spec=self.spec, head=self.head, head_config=meta["head"]["config"],
-            dims=meta["dims"], classes=self.classes, dataset=meta.get("dataset", {}), reference=self.reference,
-            history=meta.get("history", []), metrics=meta.get("metrics", {}),
-            train_config=meta.get("train_config", {}), feature_dtype=meta.get("feature_dtype", "float32"),
-            recorded=meta.get("backbone"), tap_reference=meta.get("tap_reference"))
+            backbone=self.backbone,
+            spec=self.spec,
+            head=self.head,
+            head_config=meta["head"]["config"],
+            dims=meta["dims"],
+            classes=self.classes,
+            dataset=meta.get("dataset", {}),
+            reference=self.reference,
+            history=meta.get("history", []),
+            metrics=meta.get("metrics", {}),
+            train_config=meta.get("train_config", {}),
+            feature_dtype=meta.get("feature_dtype", "float32"),
+            recorded=meta.get("backbone"),
+            tap_reference=meta.get("tap_reference"),
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write the checkpoint ``laya train`` writes (atomically): ``laya info/audit/export`` read it.
@@ -133,9 +143,11 @@ class LayaModel:
 
 def _rebuild_backbone(section: dict, spec: BackboneSpec, module: nn.Module | None) -> TappedBackbone:
     if module is None and spec.name.startswith(USER_BACKBONE):
-        cls = spec.name[len(USER_BACKBONE):]
-        raise LayaError(f"the backbone is your own model class ({cls}), which laya cannot build from a file: "
-                        f"load it in Python with laya_cli.load(path, backbone={cls.rpartition('.')[2]}(...))")
+        cls = spec.name[len(USER_BACKBONE) :]
+        raise LayaError(
+            f"the backbone is your own model class ({cls}), which laya cannot build from a file: "
+            f"load it in Python with laya_cli.load(path, backbone={cls.rpartition('.')[2]}(...))"
+        )
     # The zoo rebuilds it (SHA-256 check, pre-format pooling, --arch code) or loads it into ``module``.
     return bb.backbone_from_checkpoint(section, module)
 
@@ -145,14 +157,17 @@ def model_from_checkpoint(ckpt: dict, backbone: nn.Module | None = None) -> Laya
     try:
         spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
         tapped = _rebuild_backbone(ckpt["backbone"], spec, backbone)
-        head = build_head(ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
+        head = build_head(
+            ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"])
+        )
         head.load_state_dict(ckpt["head"]["weights"])
     except LayaError:
         raise
     except (KeyError, RuntimeError, TypeError) as e:
         raise LayaError(f"checkpoint is inconsistent: {str(e).splitlines()[0][:160]}") from None
-    model = LayaModel(tapped, head, spec, ckpt["head"]["kind"], list(ckpt["classes"]),
-                      [r.float() for r in ckpt["reference"]], ckpt)
+    model = LayaModel(
+        tapped, head, spec, ckpt["head"]["kind"], list(ckpt["classes"]), [r.float() for r in ckpt["reference"]], ckpt
+    )
     return model.eval()
 
 

@@ -15,8 +15,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -39,8 +45,7 @@ def unavailable_reason() -> str | None:
     except ImportError:
         return "Playwright is not installed (pip install playwright, or laya-audit[test])"
     if find_chromium() is None:
-        return ("no Chromium found (Debian: apt-get install chromium; or set LAYA_CHROMIUM to a Chromium/Chrome "
-                "binary)")
+        return "no Chromium found (Debian: apt-get install chromium; or set LAYA_CHROMIUM to a Chromium/Chrome binary)"
     return None
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -39,8 +39,14 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: Path) -> None:
-    fig.savefig(path, dpi=DPI, facecolor="white", bbox_inches="tight", pad_inches=0.08,
-                metadata={"Software": "laya export (matplotlib)"})
+    fig.savefig(
+        path,
+        dpi=DPI,
+        facecolor="white",
+        bbox_inches="tight",
+        pad_inches=0.08,
+        metadata={"Software": "laya export (matplotlib)"},
+    )
 
 
 def short_layer_labels(layers: Sequence[str]) -> tuple[list[str], str]:
@@ -48,7 +54,7 @@ def short_layer_labels(layers: Sequence[str]) -> tuple[list[str], str]:
     if len(layers) < 2:
         return list(layers), ""
     prefix = os.path.commonprefix(list(layers)).rstrip("0123456789")
-    rest = [name[len(prefix):] for name in layers]
+    rest = [name[len(prefix) :] for name in layers]
     if not prefix or any(not r for r in rest):
         return list(layers), ""
     return rest, prefix
@@ -59,8 +65,14 @@ def _layer_axis(ax, layers: Sequence[str], axis: str = "x", fontsize: float = 9)
     longest = max((len(n) for n in layers), default=0)
     rotate = len(layers) * max(longest, 2) > 36
     if axis == "x":
-        ax.set_xticks(pos, list(layers), rotation=45 if rotate else 0, ha="right" if rotate else "center",
-                      rotation_mode="anchor", fontsize=fontsize)
+        ax.set_xticks(
+            pos,
+            list(layers),
+            rotation=45 if rotate else 0,
+            ha="right" if rotate else "center",
+            rotation_mode="anchor",
+            fontsize=fontsize,
+        )
     else:
         ax.set_yticks(pos, list(layers), fontsize=fontsize)
 
@@ -88,14 +100,32 @@ def plot_global(exp, path: Path) -> None:
     a = rows["all"]
     n_all = int(a["n"].iloc[0])
     std = a["std"].fillna(0).to_numpy()
-    ax.bar(x, a["mean"], yerr=std, capsize=4, color=NEUTRAL, alpha=0.85, width=0.65,
-           error_kw={"ecolor": "#333333", "elinewidth": 1}, label=f"all samples (n={_fmt_n(n_all)}), ± 1 std")
+    ax.bar(
+        x,
+        a["mean"],
+        yerr=std,
+        capsize=4,
+        color=NEUTRAL,
+        alpha=0.85,
+        width=0.65,
+        error_kw={"ecolor": "#333333", "elinewidth": 1},
+        label=f"all samples (n={_fmt_n(n_all)}), ± 1 std",
+    )
     for subset, marker, colour, dx in (("correct", "o", CORRECT, -0.14), ("incorrect", "X", WRONG, 0.14)):
         s = rows[subset]
         n = int(s["n"].iloc[0])
         if n:
-            ax.plot(x + dx, s["mean"], marker, color=colour, markersize=8, markeredgecolor="white",
-                    linestyle="none", label=f"mean over {subset} predictions (n={_fmt_n(n)})", zorder=3)
+            ax.plot(
+                x + dx,
+                s["mean"],
+                marker,
+                color=colour,
+                markersize=8,
+                markeredgecolor="white",
+                linestyle="none",
+                label=f"mean over {subset} predictions (n={_fmt_n(n)})",
+                zorder=3,
+            )
     ax.axhline(1.0 / L, linestyle="--", color="#777777", linewidth=1, label=f"uniform 1/L = {1.0 / L:.3f}")
     top = float(np.nanmax(a["mean"].to_numpy() + std)) if n_all else 1.0
     for s in ("correct", "incorrect"):
@@ -106,15 +136,20 @@ def plot_global(exp, path: Path) -> None:
     ax.set_xlabel("layer (shallow → deep)")
     ax.set_ylabel("attention weight α")
     what = "global α (the same for every input)" if exp.alpha_is_global else "mean layer attention α"
-    ax.set_title(f"{exp.info.get('head', 'laya')} head: {what} per layer\n"
-                 f"{exp.info.get('dataset', '')} test samples, n = {_fmt_n(n_all)}", fontsize=11)
+    ax.set_title(
+        f"{exp.info.get('head', 'laya')} head: {what} per layer\n"
+        f"{exp.info.get('dataset', '')} test samples, n = {_fmt_n(n_all)}",
+        fontsize=11,
+    )
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     _save(fig, path)
 
 
-def _heatmap_size(n_rows: int, n_cols: int, row_labels: Sequence[str], col_labels: Sequence[str]) -> tuple[float, float]:
+def _heatmap_size(
+    n_rows: int, n_cols: int, row_labels: Sequence[str], col_labels: Sequence[str]
+) -> tuple[float, float]:
     label_w = 0.075 * max((len(s) for s in row_labels), default=4)
     col_h = 0.065 * max((len(s) for s in col_labels), default=4) if n_cols > 5 else 0.3
     width = max(6.0, 2.6 + label_w + 0.62 * n_cols)
@@ -122,9 +157,18 @@ def _heatmap_size(n_rows: int, n_cols: int, row_labels: Sequence[str], col_label
     return width, height
 
 
-def plot_heatmap(matrix: np.ndarray, row_labels: Sequence[str], layers: Sequence[str], title: str,
-                 colour_label: str, path: Path, cmap: str = "viridis", vmin: float | None = None,
-                 vmax: float | None = None, fmt: str = "{:.2f}") -> None:
+def plot_heatmap(
+    matrix: np.ndarray,
+    row_labels: Sequence[str],
+    layers: Sequence[str],
+    title: str,
+    colour_label: str,
+    path: Path,
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    fmt: str = "{:.2f}",
+) -> None:
     """Class × layer heatmap with class names, layer names, a labelled colour bar and cell values."""
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
@@ -179,11 +223,14 @@ def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
         if subset == "incorrect" and counts.sum() == 0:
             continue  # nothing to show; the report says so
         rows = [f"{name} (n={_fmt_n(int(n))})" for name, n in zip(exp.classes, counts)]
-        title = (f"Mean layer attention α by true class — {words[subset]} (n = {_fmt_n(int(counts.sum()))})\n"
-                 f"colour scale shared by the all / correct / incorrect maps; grey = no samples")
+        title = (
+            f"Mean layer attention α by true class — {words[subset]} (n = {_fmt_n(int(counts.sum()))})\n"
+            f"colour scale shared by the all / correct / incorrect maps; grey = no samples"
+        )
         key = f"heatmap_{subset}"
-        plot_heatmap(mat, rows, exp.layers, title, "mean α (attention weight)", folder / PLOT_FILES[key],
-                     vmin=lo, vmax=hi)
+        plot_heatmap(
+            mat, rows, exp.layers, title, "mean α (attention weight)", folder / PLOT_FILES[key], vmin=lo, vmax=hi
+        )
         out[key] = PLOT_FILES[key]
     n_ok, n_bad = exp.counts("correct"), exp.counts("incorrect")
     if n_bad.sum() and n_ok.sum():
@@ -192,12 +239,23 @@ def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
         lim = float(np.abs(finite).max()) if len(finite) else 0.0
         lim = lim if lim > 1e-9 else 0.01
         rows = [f"{name} ({int(a)} ok / {int(b)} wrong)" for name, a, b in zip(exp.classes, n_ok, n_bad)]
-        title = ("Attention shift by true class: mean α(incorrect) − mean α(correct)\n"
-                 "red = more weight when wrong, blue = less; grey = n/a")
+        title = (
+            "Attention shift by true class: mean α(incorrect) − mean α(correct)\n"
+            "red = more weight when wrong, blue = less; grey = n/a"
+        )
         decimals = min(6, max(2, 1 - math.floor(math.log10(lim))))
-        plot_heatmap(diff, rows, exp.layers, title, "Δ mean α (incorrect − correct)",
-                     folder / PLOT_FILES["heatmap_shift"], cmap="RdBu_r", vmin=-lim, vmax=lim,
-                     fmt="{:+." + str(decimals) + "f}")
+        plot_heatmap(
+            diff,
+            rows,
+            exp.layers,
+            title,
+            "Δ mean α (incorrect − correct)",
+            folder / PLOT_FILES["heatmap_shift"],
+            cmap="RdBu_r",
+            vmin=-lim,
+            vmax=lim,
+            fmt="{:+." + str(decimals) + "f}",
+        )
         out["heatmap_shift"] = PLOT_FILES["heatmap_shift"]
     return out
 
@@ -225,13 +283,23 @@ def plot_shift_ranking(exp, path: Path) -> None:
             note = f"{r.n_correct} ok / {r.n_incorrect} wrong"
         else:
             note = "n/a: no incorrect" if r.n_incorrect == 0 else "n/a: no correct"
-        ax.text(1.02, i, note, transform=trans, va="center", ha="left", fontsize=8,
-                color="#333333" if defined[i] else "#888888")
+        ax.text(
+            1.02,
+            i,
+            note,
+            transform=trans,
+            va="center",
+            ha="left",
+            fontsize=8,
+            color="#333333" if defined[i] else "#888888",
+        )
     ax.set_xlabel("Jensen–Shannon divergence of mean α, correct vs incorrect\n(base 2: 0 = same profile, 1 = disjoint)")
     ax.set_ylabel("true class (rank 1 on top)")
     n_bad = int(s["n_incorrect"].sum())
-    ax.set_title(f"Attention shift per class when the model is wrong ({_fmt_n(n_bad)} incorrect of "
-                 f"{_fmt_n(exp.n)})", fontsize=10.5)
+    ax.set_title(
+        f"Attention shift per class when the model is wrong ({_fmt_n(n_bad)} incorrect of {_fmt_n(exp.n)})",
+        fontsize=10.5,
+    )
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     _save(fig, path)
@@ -278,8 +346,9 @@ def plot_strip(exp, path: Path, k: int) -> None:
         for spine in ax.spines.values():
             spine.set_edgecolor(colour)
             spine.set_linewidth(2.5)
-        ax.set_title(f"#{r.index}\ntrue: {r.label_name}\npred: {r.predicted_name}\np = {r.p_pred:.2f}",
-                     fontsize=8, color=colour)
+        ax.set_title(
+            f"#{r.index}\ntrue: {r.label_name}\npred: {r.predicted_name}\np = {r.p_pred:.2f}", fontsize=8, color=colour
+        )
         if has_alpha:
             axb = fig.add_subplot(gs[1, j], sharey=bar_axes[0] if bar_axes else None)
             bar_axes.append(axb)
@@ -294,7 +363,8 @@ def plot_strip(exp, path: Path, k: int) -> None:
                 axb.tick_params(axis="y", labelleft=False)
             axb.set_xlabel(f"{prefix}*" if prefix else "layer", fontsize=7)
     what = "input, prediction (green = correct, red = wrong)" + (
-        " and layer attention α (dashed = uniform 1/L)" if has_alpha else "")
+        " and layer attention α (dashed = uniform 1/L)" if has_alpha else ""
+    )
     fig.suptitle(f"First {k} exported samples: {what}", fontsize=10)
     _save(fig, path)
 
@@ -358,31 +428,62 @@ def plot_depth(doc: dict, path: Path) -> None:
     if any(r["accuracy"] is not None for r in rows):
         ax.plot(x, [r["accuracy"] for r in rows], "o-", color=NEUTRAL, label="truncated at k (α masked)")
         for xi, r in zip(x, rows):
-            ax.annotate(f"k={r['k']}", (xi, r["accuracy"]), textcoords="offset points", xytext=(4, -10), fontsize=7,
-                        color="#555")
+            ax.annotate(
+                f"k={r['k']}",
+                (xi, r["accuracy"]),
+                textcoords="offset points",
+                xytext=(4, -10),
+                fontsize=7,
+                color="#555",
+            )
     if any("refit_accuracy" in r for r in rows):
         ax.plot(x, [r["refit_accuracy"] for r in rows], "s--", color="#8e44ad", label="head refitted on taps ≤ k")
-    markers = {"p_max": ("^-", "#e67e22", "early exit: p_max > t"),
-               "alpha_mass": ("v-", "#16a085", "early exit: α mass ≤ k > t")}
+    markers = {
+        "p_max": ("^-", "#e67e22", "early exit: p_max > t"),
+        "alpha_mass": ("v-", "#16a085", "early exit: α mass ≤ k > t"),
+    }
     points = (doc.get("early_exit") or {}).get("points", [])
     for policy, (style, colour, label) in markers.items():
         pts = sorted((p for p in points if p["policy"] == policy), key=lambda p: p["flops_fraction"])
         if pts:
-            ax.plot([100 * p["flops_fraction"] for p in pts], [p["accuracy"] for p in pts], style, color=colour,
-                    markersize=4, linewidth=1, label=label)
+            ax.plot(
+                [100 * p["flops_fraction"] for p in pts],
+                [p["accuracy"] for p in pts],
+                style,
+                color=colour,
+                markersize=4,
+                linewidth=1,
+                label=label,
+            )
     o = doc["oracle"]
-    ax.plot([100 * o["flops_fraction"]], [full], "*", color=CORRECT, markersize=12, label="oracle (minimal sufficient depth)")
+    ax.plot(
+        [100 * o["flops_fraction"]],
+        [full],
+        "*",
+        color=CORRECT,
+        markersize=12,
+        label="oracle (minimal sufficient depth)",
+    )
     ax.axhline(full, color="#888", linestyle=":", linewidth=1, label=f"full model ({full:.4f})")
     ax.axhline(full - 0.01, color="#bbb", linestyle="--", linewidth=0.8, label="full − 1 pp")
     ax.set_xlabel("mean backbone FLOPs (% of the full model)")
     ax.set_ylabel("accuracy")
     ax.set_xlim(0, 105)
-    shown = ([r["accuracy"] for r in rows if r["accuracy"] is not None]
-             + [r["refit_accuracy"] for r in rows if r.get("refit_accuracy") is not None]
-             + [p["accuracy"] for p in points])
+    shown = (
+        [r["accuracy"] for r in rows if r["accuracy"] is not None]
+        + [r["refit_accuracy"] for r in rows if r.get("refit_accuracy") is not None]
+        + [p["accuracy"] for p in points]
+    )
     ax.set_ylim(max(0.0, min([full - 0.05, *shown]) - 0.02), min(1.005, max([full + 0.02, *shown]) + 0.02))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     ax.set_title(f"laya depth: accuracy vs compute ({doc['n_samples']:,} samples, {doc['head']} head)", fontsize=10)
-    fig.savefig(path, format="png", dpi=DPI, facecolor="white", bbox_inches="tight", pad_inches=0.08,
-                metadata={"Software": "laya depth (matplotlib)"})
+    fig.savefig(
+        path,
+        format="png",
+        dpi=DPI,
+        facecolor="white",
+        bbox_inches="tight",
+        pad_inches=0.08,
+        metadata={"Software": "laya depth (matplotlib)"},
+    )

@@ -21,8 +21,8 @@ import datetime as _dt
 import html
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -60,16 +60,16 @@ svg.x-bars { display: block; }
 
 _CAPTIONS = {
     "global": "Mean α per layer over all exported samples (bars, ± 1 std) with the means over correct and "
-              "incorrect predictions (markers); the dashed line is the uniform weighting 1/L.",
+    "incorrect predictions (markers); the dashed line is the uniform weighting 1/L.",
     "heatmap_all": "Mean α per true class and layer, all predictions.",
     "heatmap_correct": "Mean α per true class and layer, correct predictions only.",
     "heatmap_incorrect": "Mean α per true class and layer, incorrect predictions only (grey: no errors).",
     "heatmap_shift": "Mean α(incorrect) − mean α(correct) per true class and layer.",
     "shift_ranking": "Jensen–Shannon divergence (base 2) between the mean α of correct and of incorrect "
-                     "predictions, per true class, ranked.",
+    "predictions, per true class, ranked.",
     "strip": "The first exported samples with their prediction and layer attention.",
     "depth": "Accuracy against mean backbone FLOPs (% of the full model): the model cut after each tap (α masked "
-             "above k), heads refitted on the taps ≤ k, the early-exit threshold sweeps and the oracle.",
+    "above k), heads refitted on the taps ≤ k, the early-exit threshold sweeps and the oracle.",
 }
 
 
@@ -100,8 +100,9 @@ def _img(folder: Path, name: str, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
 
-def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots: bool,
-                thumbs: Sequence[str] | None = None) -> str:
+def render_html(
+    exp, root: Path, pngs: dict[str, str], samples_file: str, plots: bool, thumbs: Sequence[str] | None = None
+) -> str:
     """One self-contained page: model info, attached results, tables, every PNG embedded as base64 (no
     external links) and the per-sample explorer (``thumbs``: one base64 PNG per sample, or None)."""
     from .. import __version__
@@ -111,8 +112,11 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
     classes = exp.classes
     class_text = ", ".join(classes[:30]) + (f" … ({len(classes)} in all)" if len(classes) > 30 else "")
     ckpt_acc = info.get("checkpoint_test_accuracy")
-    sample_note = (f"{exp.n:,} (seeded subset of the test split, --samples {info['samples']}, --seed {info.get('seed')})"
-                   if info.get("samples") else f"{exp.n:,} (the whole test split)")
+    sample_note = (
+        f"{exp.n:,} (seeded subset of the test split, --samples {info['samples']}, --seed {info.get('seed')})"
+        if info.get("samples")
+        else f"{exp.n:,} (the whole test split)"
+    )
     model_rows = [
         ("checkpoint", e(str(info.get("checkpoint", "")))),
         ("backbone", e(str(info.get("backbone", "")))),
@@ -125,7 +129,8 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
         ("checkpoint test accuracy", _num(ckpt_acc) if ckpt_acc is not None else "n/a"),
     ]
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>laya export — {e(str(info.get('backbone', '')))} / {e(str(info.get('head', '')))}</title>",
         f"<style>{_CSS}</style></head><body>",
@@ -133,14 +138,16 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
         f'<p class="sub">{e(str(info.get("checkpoint", "")))} · {e(str(info.get("dataset", "")))} · '
         f"{exp.n:,} samples</p>",
         "<!--laya:toc-->",
-        '<h2 id="model">Model</h2>', _table(None, [(f"<b>{k}</b>", v) for k, v in model_rows]),
+        '<h2 id="model">Model</h2>',
+        _table(None, [(f"<b>{k}</b>", v) for k, v in model_rows]),
     ]
     toc = [("model", "Model")]
 
     def figure(key: str) -> str:
         if key not in pngs:
             return ""
-        return f"<figure>{_img(root / 'plots', pngs[key], _CAPTIONS[key])}<figcaption>{e(_CAPTIONS[key])}</figcaption></figure>"
+        caption = _CAPTIONS[key]
+        return f"<figure>{_img(root / 'plots', pngs[key], caption)}<figcaption>{e(caption)}</figcaption></figure>"
 
     for anchor, title, body in result_sections(getattr(exp, "results", None) or {}, {"depth": figure("depth")}):
         parts += [f'<h2 id="{anchor}">{e(title)}</h2>', body]
@@ -175,25 +182,50 @@ def render_html(exp, root: Path, pngs: dict[str, str], samples_file: str, plots:
         parts.append('<h2 id="class-layer">Class × layer attention</h2>')
         if exp.counts("incorrect").sum() == 0:
             parts.append('<p class="note">no incorrect predictions among the exported samples.</p>')
-        parts.append('<div class="grid">' + "".join(figure(k) for k in
-                     ("heatmap_all", "heatmap_correct", "heatmap_incorrect", "heatmap_shift")) + "</div>")
+        parts.append(
+            '<div class="grid">'
+            + "".join(figure(k) for k in ("heatmap_all", "heatmap_correct", "heatmap_incorrect", "heatmap_shift"))
+            + "</div>"
+        )
         parts.append('<h2 id="shift">Attention shift: correct vs incorrect</h2>')
         parts.append(
             "<p>Per true class, the Jensen–Shannon divergence (base 2, in [0, 1]) between the mean α of its "
             "correctly and of its incorrectly predicted samples. Note that scipy's <code>jensenshannon</code> "
             "returns the JS <em>distance</em>, the square root of this divergence (also given below). Classes "
-            "with no incorrect (or no correct) predictions have no divergence (n/a) and rank last.</p>")
+            "with no incorrect (or no correct) predictions have no divergence (n/a) and rank last.</p>"
+        )
         parts.append(figure("shift_ranking"))
         rows = []
         for r in exp.shift.itertuples(index=False):
             defined = r.js_divergence == r.js_divergence
-            rows.append([str(r.rank), e(str(r.class_name)), _num(r.js_divergence), _num(r.js_distance),
-                         str(r.n_correct), str(r.n_incorrect),
-                         e(str(r.most_shifted_layer)) if defined else "—",
-                         _num(r.shift, "{:+.4f}") if defined else "—"])
-        parts.append(_table(["rank", "class", "JS divergence", "JS distance", "n correct", "n incorrect",
-                             "most shifted layer", "Δ mean α there (incorrect − correct)"], rows,
-                            [True, False, True, True, True, True, False, True]))
+            rows.append(
+                [
+                    str(r.rank),
+                    e(str(r.class_name)),
+                    _num(r.js_divergence),
+                    _num(r.js_distance),
+                    str(r.n_correct),
+                    str(r.n_incorrect),
+                    e(str(r.most_shifted_layer)) if defined else "—",
+                    _num(r.shift, "{:+.4f}") if defined else "—",
+                ]
+            )
+        parts.append(
+            _table(
+                [
+                    "rank",
+                    "class",
+                    "JS divergence",
+                    "JS distance",
+                    "n correct",
+                    "n incorrect",
+                    "most shifted layer",
+                    "Δ mean α there (incorrect − correct)",
+                ],
+                rows,
+                [True, False, True, True, True, True, False, True],
+            )
+        )
     if "strip" in pngs:
         parts += ["<h2>Samples</h2>", figure("strip")]
     parts.append(explorer_section(exp, thumbs))
@@ -309,7 +341,8 @@ _EXPLORER_JS = r"""
   function row(j) {
     var ok = correct[j], s = '<tr class="x-row" data-j="' + j + '" data-index="' + D.index[j] + '">';
     s += '<td class="num c-index">' + D.index[j] + "</td>";
-    if (D.thumbs) s += '<td class="c-img"><img alt="sample ' + D.index[j] + '" src="data:image/png;base64,' + D.thumbs[j] + '"></td>';
+    if (D.thumbs) s += '<td class="c-img"><img alt="sample ' + D.index[j]
+      + '" src="data:image/png;base64,' + D.thumbs[j] + '"></td>';
     s += '<td class="c-label" data-label="' + D.label[j] + '">' + esc(D.classes[D.label[j]]) + "</td>";
     s += '<td class="c-pred" data-pred="' + D.pred[j] + '">' + esc(D.classes[D.pred[j]]) + "</td>";
     s += '<td class="c-correct ' + (ok ? "ok" : "no") + '">' + (ok ? "\u2713" : "\u2717") + "</td>";
@@ -318,7 +351,9 @@ _EXPLORER_JS = r"""
     if (D.contrib) s += '<td class="c-contrib">' + bars(D.contrib, j, cMax, true) + "</td>";
     return s + "</tr>";
   }
-  function pad(h) { return h > 0 ? '<tr class="x-pad" style="height:' + h + 'px"><td colspan="' + ncols + '"></td></tr>' : ""; }
+  function pad(h) {
+    return h > 0 ? '<tr class="x-pad" style="height:' + h + 'px"><td colspan="' + ncols + '"></td></tr>' : "";
+  }
   function render() {
     var top = Math.max(0, scroller.scrollTop - head.offsetHeight), h = scroller.clientHeight;
     var first = Math.max(0, Math.floor(top / ROW) - BUF);
@@ -378,11 +413,17 @@ def explorer_data(exp, thumbs: Sequence[str] | None) -> dict:
     t = exp.table
     layers = list(exp.layers)
     data = {
-        "layers": layers, "classes": [str(c) for c in exp.classes],
-        "index": [int(v) for v in t["index"]], "label": [int(v) for v in t["label"]],
-        "pred": [int(v) for v in t["predicted"]], "p": _round(t["p_pred"], 4),
-        "alpha": None, "contrib": None, "thumbs": list(thumbs) if thumbs is not None else None,
-        "bar_width": max(3, min(16, 120 // max(len(layers), 1))), "contrib_scale": None,
+        "layers": layers,
+        "classes": [str(c) for c in exp.classes],
+        "index": [int(v) for v in t["index"]],
+        "label": [int(v) for v in t["label"]],
+        "pred": [int(v) for v in t["predicted"]],
+        "p": _round(t["p_pred"], 4),
+        "alpha": None,
+        "contrib": None,
+        "thumbs": list(thumbs) if thumbs is not None else None,
+        "bar_width": max(3, min(16, 120 // max(len(layers), 1))),
+        "contrib_scale": None,
     }
     if exp.has_alpha:
         data["alpha"] = _round(t[[f"alpha[{n}]" for n in layers]].to_numpy(dtype=float).ravel(), 4)
@@ -404,22 +445,38 @@ def explorer_section(exp, thumbs: Sequence[str] | None) -> str:
     short, _ = short_layer_labels(exp.layers)
 
     def layer_buttons(kind: str) -> str:
-        return '<div class="x-layers">' + "".join(
-            f'<button type="button" data-sort="{kind}:{k}" title="sort by {kind}[{e(name)}]" '
-            f'style="width:{bw}px">{e(short[k]) if bw >= 8 else ""}</button>'
-            for k, name in enumerate(exp.layers)) + "</div>"
+        return (
+            '<div class="x-layers">'
+            + "".join(
+                f'<button type="button" data-sort="{kind}:{k}" title="sort by {kind}[{e(name)}]" '
+                f'style="width:{bw}px">{e(short[k]) if bw >= 8 else ""}</button>'
+                for k, name in enumerate(exp.layers)
+            )
+            + "</div>"
+        )
 
     def th(key: str, label: str, title: str) -> str:
-        return (f'<th><button type="button" data-sort="{key}" title="sort by {e(title)}">{e(label)}'
-                f'<span class="x-mark"></span></button></th>')
+        return (
+            f'<th><button type="button" data-sort="{key}" title="sort by {e(title)}">{e(label)}'
+            f'<span class="x-mark"></span></button></th>'
+        )
 
     cols = [th("index", "#", "position in the test split")]
     if thumbs is not None:
         cols.append("<th>image</th>")
-    cols += [th("label", "true", "true class"), th("pred", "predicted", "predicted class"),
-             th("correct", "✓", "correct / incorrect"), th("p", "p", "probability of the predicted class")]
-    sort_options = [("index", "# (test-split position)"), ("label", "true class"), ("pred", "predicted class"),
-                    ("correct", "correct"), ("p", "p")]
+    cols += [
+        th("label", "true", "true class"),
+        th("pred", "predicted", "predicted class"),
+        th("correct", "✓", "correct / incorrect"),
+        th("p", "p", "probability of the predicted class"),
+    ]
+    sort_options = [
+        ("index", "# (test-split position)"),
+        ("label", "true class"),
+        ("pred", "predicted class"),
+        ("correct", "correct"),
+        ("p", "p"),
+    ]
     if exp.has_alpha:
         cols.append(f'<th class="x-vec">α per layer{layer_buttons("alpha")}</th>')
         sort_options += [(f"alpha:{k}", f"α[{n}]") for k, n in enumerate(exp.layers)]
@@ -431,38 +488,45 @@ def explorer_section(exp, thumbs: Sequence[str] | None) -> str:
     if exp.has_alpha:
         what.append("α per layer (bars on one scale for all samples; hover for the values)")
     if exp.has_contrib:
-        what.append("contrib per layer (green: for ŷ, red: for the runner-up; bars clipped at the 99th "
-                    "percentile of |contrib|)")
+        what.append(
+            "contrib per layer (green: for ŷ, red: for the runner-up; bars clipped at the 99th percentile of |contrib|)"
+        )
     sort_select = "".join(f'<option value="{k}">{e(v)}</option>' for k, v in sort_options)
-    return "\n".join([
-        '<h2 id="explorer">Samples explorer</h2>',
-        f"<p>All {exp.n:,} exported samples: {e(', '.join(what))}. Filter by class and outcome; click a column "
-        "header (or a layer under α/contrib) to sort by it, again to reverse. Rows are drawn as you scroll.</p>",
-        '<div class="x-controls">',
-        '<label>true class <select id="x-label"><option value="">all</option></select></label>',
-        '<label>predicted <select id="x-pred"><option value="">all</option></select></label>',
-        '<label>outcome <select id="x-outcome"><option value="">all</option><option value="correct">correct'
-        '</option><option value="incorrect">incorrect</option></select></label>',
-        f'<label>sort by <select id="x-sort">{sort_select}</select></label>',
-        '<button type="button" id="x-dir">▲ ascending</button>',
-        '<button type="button" id="x-reset">reset</button>',
-        '<span id="x-count" aria-live="polite"></span>',
-        "</div>",
-        '<div id="x-scroll" class="x-scroll"><table id="x-table" class="x-table">',
-        f"<thead><tr>{''.join(cols)}</tr></thead>",
-        '<tbody id="x-body"></tbody></table></div>',
-        "<noscript><p class=\"note\">The explorer needs JavaScript; the same table is in the samples file.</p></noscript>",
-        f'<script type="application/json" id="laya-data">{_script_json(data)}</script>',
-        f"<script>{_EXPLORER_JS}</script>",
-    ])
+    return "\n".join(
+        [
+            '<h2 id="explorer">Samples explorer</h2>',
+            f"<p>All {exp.n:,} exported samples: {e(', '.join(what))}. Filter by class and outcome; click a column "
+            "header (or a layer under α/contrib) to sort by it, again to reverse. Rows are drawn as you scroll.</p>",
+            '<div class="x-controls">',
+            '<label>true class <select id="x-label"><option value="">all</option></select></label>',
+            '<label>predicted <select id="x-pred"><option value="">all</option></select></label>',
+            '<label>outcome <select id="x-outcome"><option value="">all</option><option value="correct">correct'
+            '</option><option value="incorrect">incorrect</option></select></label>',
+            f'<label>sort by <select id="x-sort">{sort_select}</select></label>',
+            '<button type="button" id="x-dir">▲ ascending</button>',
+            '<button type="button" id="x-reset">reset</button>',
+            '<span id="x-count" aria-live="polite"></span>',
+            "</div>",
+            '<div id="x-scroll" class="x-scroll"><table id="x-table" class="x-table">',
+            f"<thead><tr>{''.join(cols)}</tr></thead>",
+            '<tbody id="x-body"></tbody></table></div>',
+            '<noscript><p class="note">The explorer needs JavaScript; the same table is in the samples '
+            "file.</p></noscript>",
+            f'<script type="application/json" id="laya-data">{_script_json(data)}</script>',
+            f"<script>{_EXPLORER_JS}</script>",
+        ]
+    )
 
 
 # --------------------------------------------------------------------------- attached results (audit, depth)
 
 _AUDIT_COLUMNS = [  # (header, key, format, higher is better)
-    ("faithfulness", "faithfulness", "{:.3f}", True), ("± std", "faithfulness_std", "{:.3f}", False),
-    ("undef.", "undefined", "{:d}", False), ("deletion@1", "deletion@1", "{:.3f}", True),
-    ("oracle", "deletion@1_oracle", "{:.3f}", False), ("random", "deletion@1_random", "{:.3f}", False),
+    ("faithfulness", "faithfulness", "{:.3f}", True),
+    ("± std", "faithfulness_std", "{:.3f}", False),
+    ("undef.", "undefined", "{:d}", False),
+    ("deletion@1", "deletion@1", "{:.3f}", True),
+    ("oracle", "deletion@1_oracle", "{:.3f}", False),
+    ("random", "deletion@1_random", "{:.3f}", False),
     ("normalised", "deletion@1_normalised", "{:.3f}", True),
 ]
 
@@ -489,13 +553,15 @@ def _audit_method_table(methods: dict, compared: dict) -> str:
             keys += [(key, spec, False, "base"), (key, spec, False, "delta")]
     best = {}
     for key, _, hi, kind in keys:
-        vals = [m.get(key) for m in methods.values() if m.get("available", True) and isinstance(m.get(key), (int, float))]
+        vals = [
+            m.get(key) for m in methods.values() if m.get("available", True) and isinstance(m.get(key), (int, float))
+        ]
         if hi and kind == "value" and vals:
             best[key] = max(vals)
     rows = []
     for name, m in methods.items():
         row = [f"<code>{e(name)}</code>"]
-        for key, spec, hi, kind in keys:
+        for key, spec, _higher, kind in keys:
             if kind == "value":
                 text = _cell(m.get(key), spec)
                 row.append(f'<span class="best">{text}</span>' if key in best and m.get(key) == best[key] else text)
@@ -520,20 +586,34 @@ def _network_section(doc: dict, compared: dict) -> list[str]:
         return []
     e = html.escape
     prefix = "network:"
-    ncompared = {m[len(prefix):]: v for m, v in compared.items() if m.startswith(prefix)}
-    how = "only the layers after the patched one ran" if net.get("patched") == "prefix" else \
-        "full passes with a replacing hook"
-    parts = ["<h3>Network scope (total effects)</h3>",
-             "<p>Each layer's output replaced inside the backbone by its "
-             f"{'training-mean activation' if net.get('reference') == 'mean' else 'zero'}, every later layer "
-             f"run on it ({e(how)}): faithfulness and Deletion@1 against these total effects.</p>",
-             _audit_method_table(net["methods"], ncompared)]
+    ncompared = {m[len(prefix) :]: v for m, v in compared.items() if m.startswith(prefix)}
+    how = (
+        "only the layers after the patched one ran"
+        if net.get("patched") == "prefix"
+        else "full passes with a replacing hook"
+    )
+    parts = [
+        "<h3>Network scope (total effects)</h3>",
+        "<p>Each layer's output replaced inside the backbone by its "
+        f"{'training-mean activation' if net.get('reference') == 'mean' else 'zero'}, every later layer "
+        f"run on it ({e(how)}): faithfulness and Deletion@1 against these total effects.</p>",
+        _audit_method_table(net["methods"], ncompared),
+    ]
     layers = (net.get("scopes") or {}).get("layers") or {}
     if layers:
-        rows = [[f"<code>{e(name)}</code>", _cell(v.get("delta_head"), "{:.4f}"), _cell(v.get("delta_network"), "{:.4f}"),
-                 _cell(v.get("direct_share"), "{:.3f}")] for name, v in layers.items()]
-        parts += ["<h3>Direct share of each layer's total effect</h3>",
-                  _table(["layer", "mean Δ head", "mean Δ network", "direct share"], rows, [False, True, True, True])]
+        rows = [
+            [
+                f"<code>{e(name)}</code>",
+                _cell(v.get("delta_head"), "{:.4f}"),
+                _cell(v.get("delta_network"), "{:.4f}"),
+                _cell(v.get("direct_share"), "{:.3f}"),
+            ]
+            for name, v in layers.items()
+        ]
+        parts += [
+            "<h3>Direct share of each layer's total effect</h3>",
+            _table(["layer", "mean Δ head", "mean Δ network", "direct share"], rows, [False, True, True, True]),
+        ]
     return parts
 
 
@@ -544,30 +624,43 @@ def audit_section(doc: dict) -> str:
     s, methods = doc.get("settings", {}), doc.get("methods", {})
     base = doc.get("baseline") or {}
     compared = base.get("methods", {})
-    caption = (f"{e(str(s.get('model', '')))} · {doc.get('n_samples', '?')} samples of {e(str(s.get('dataset', '')))} · "
-               f"accuracy {_cell(doc.get('accuracy'), '{:.4f}')} · {e(str(s.get('head', '?')))} head, "
-               f"{len(doc.get('layers', []))} layers · target {e(str(s.get('target')))} · ablation "
-               f"{e(str(s.get('ablation')))} · reduce {e(str(s.get('reduce')))} · IG steps {e(str(s.get('steps')))}")
-    parts = ["<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
-             "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "
-             "docs/metrics.md).</p>",
-             *([_audit_method_table(methods, compared)] if methods or not doc.get("network") else []),
-             f'<p class="sub">{caption}</p>', *_network_section(doc, compared)]
+    caption = (
+        f"{e(str(s.get('model', '')))} · {doc.get('n_samples', '?')} samples of {e(str(s.get('dataset', '')))} · "
+        f"accuracy {_cell(doc.get('accuracy'), '{:.4f}')} · {e(str(s.get('head', '?')))} head, "
+        f"{len(doc.get('layers', []))} layers · target {e(str(s.get('target')))} · ablation "
+        f"{e(str(s.get('ablation')))} · reduce {e(str(s.get('reduce')))} · IG steps {e(str(s.get('steps')))}"
+    )
+    parts = [
+        "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
+        "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "
+        "docs/metrics.md).</p>",
+        *([_audit_method_table(methods, compared)] if methods or not doc.get("network") else []),
+        f'<p class="sub">{caption}</p>',
+        *_network_section(doc, compared),
+    ]
     if base:
         acc = base.get("accuracy", {})
-        parts.append(f"<p>Compared with the baseline <code>{e(str(base.get('path', '')))}</code>: accuracy "
-                     f"{_cell(acc.get('baseline'), '{:.4f}')} → {_cell(acc.get('current'), '{:.4f}')} "
-                     f"(Δ {_cell(acc.get('change'), '{:+.4f}')}).</p>")
+        parts.append(
+            f"<p>Compared with the baseline <code>{e(str(base.get('path', '')))}</code>: accuracy "
+            f"{_cell(acc.get('baseline'), '{:.4f}')} → {_cell(acc.get('current'), '{:.4f}')} "
+            f"(Δ {_cell(acc.get('change'), '{:+.4f}')}).</p>"
+        )
         if base.get("settings_changed"):
-            parts.append(f'<p class="note">settings differ from the baseline (allowed): '
-                         f'{e("; ".join(base["settings_changed"]))}</p>')
+            parts.append(
+                f'<p class="note">settings differ from the baseline (allowed): '
+                f"{e('; '.join(base['settings_changed']))}</p>"
+            )
     checks = [("fail-under", m) for m in (doc.get("fail_under") or {}).get("misses", [])]
-    checks += [("max-drop", c["message"]) for c in base.get("checks", []) if not c.get("passed") and not c.get("skipped")]
+    checks += [
+        ("max-drop", c["message"]) for c in base.get("checks", []) if not c.get("passed") and not c.get("skipped")
+    ]
     verdict = doc.get("verdict")
     if verdict:
         word = "PASS" if verdict.get("passed") else "FAIL"
-        parts.append(f'<p>Gate: <span class="{word.lower()}">{word}</span> — {verdict.get("checks", 0)} check(s), '
-                     f'{verdict.get("failed", 0)} failed, {verdict.get("skipped", 0)} skipped.</p>')
+        parts.append(
+            f'<p>Gate: <span class="{word.lower()}">{word}</span> — {verdict.get("checks", 0)} check(s), '
+            f"{verdict.get('failed', 0)} failed, {verdict.get('skipped', 0)} skipped.</p>"
+        )
     if checks:
         parts.append("<ul>" + "".join(f"<li><b>{e(g)}</b>: {e(msg)}</li>" for g, msg in checks) + "</ul>")
     for note in doc.get("notes", []):
@@ -587,9 +680,14 @@ def result_sections(results: dict, figures: dict[str, str] | None = None) -> lis
             out.append((anchor, title, render(doc, figure_html) if figure_html else render(doc)))
         else:
             raw = html.escape(json.dumps(doc, indent=2, allow_nan=False, default=str))
-            out.append((anchor, f"{key} results",
-                        f"<p>No dedicated view for <code>{html.escape(key)}</code> results yet; the document "
-                        f"as attached:</p><details><summary>{html.escape(key)} (JSON)</summary><pre>{raw}</pre></details>"))
+            out.append(
+                (
+                    anchor,
+                    f"{key} results",
+                    f"<p>No dedicated view for <code>{html.escape(key)}</code> results yet; the document "
+                    f"as attached:</p><details><summary>{html.escape(key)} (JSON)</summary><pre>{raw}</pre></details>",
+                )
+            )
     return out
 
 
@@ -603,15 +701,24 @@ def depth_section(doc: dict, figure_html: str = "") -> str:
     parts.append(_table(header, [[e(c) for c in r] for r in rows], [i != 1 for i in range(len(header))]))
     if doc.get("early_exit"):
         header, rows = depth_exit_rows(doc)
-        parts.append(f"<h3>Early exit ({e(doc['early_exit']['source'])} predictions): the cheapest operating "
-                     f"points of the threshold sweep</h3>")
+        parts.append(
+            f"<h3>Early exit ({e(doc['early_exit']['source'])} predictions): the cheapest operating "
+            f"points of the threshold sweep</h3>"
+        )
         parts.append(_table(header, [[e(c) for c in r] for r in rows], [i >= 2 for i in range(len(header))]))
     o = doc["oracle"]
     ks = [f"k={k}" for k in range(1, len(doc["layers"]) + 1)]
-    parts.append("<h3>Minimal sufficient depth per class</h3><p>Samples whose prediction first equals the full "
-                 "model's at depth k, per true class.</p>")
-    parts.append(_table(["class", *ks], [[e(c), *map(str, h)] for c, h in o["by_class"].items()]
-                        + [["<b>all</b>", *map(str, o["histogram"])]], [False] + [True] * len(ks)))
+    parts.append(
+        "<h3>Minimal sufficient depth per class</h3><p>Samples whose prediction first equals the full "
+        "model's at depth k, per true class.</p>"
+    )
+    parts.append(
+        _table(
+            ["class", *ks],
+            [[e(c), *map(str, h)] for c, h in o["by_class"].items()] + [["<b>all</b>", *map(str, o["histogram"])]],
+            [False] + [True] * len(ks),
+        )
+    )
     for note in doc.get("notes", []):
         parts.append(f'<p class="note">{e(note)}</p>')
     return "\n".join(p for p in parts if p)

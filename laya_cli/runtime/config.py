@@ -91,7 +91,7 @@ class HeadConfig:
     psi: str = "identity"
     score_hidden: int = 192
 
-    def validate(self) -> "HeadConfig":
+    def validate(self) -> HeadConfig:
         if self.d_star <= 0:
             raise LayaError(f"--d-star must be positive, got {self.d_star}")
         if not self.tau > 0:
@@ -117,7 +117,7 @@ class TrainConfig:
 
     LATER = {"align": 0.0}  # as DataRequest.LATER
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         check_at_least("--epochs", self.epochs)
         check_at_least("--batch-size", self.batch_size)
         if not self.lr > 0:
@@ -197,7 +197,7 @@ class TrainRequest:
     def fingerprint(self) -> str:
         return digest(**self.options())
 
-    def validate(self) -> "TrainRequest":
+    def validate(self) -> TrainRequest:
         self.train.validate()
         self.head_config.validate()
         self.pool = check_choice("--pool", self.pool, POOL_CHOICES)
@@ -218,7 +218,7 @@ class ScopeSettings:
 
     scope: str = "head"
 
-    def validate(self) -> "ScopeSettings":
+    def validate(self) -> ScopeSettings:
         self.scope = check_choice("--scope", self.scope, SCOPES)
         return self
 
@@ -238,12 +238,15 @@ class AuditSettings:
     # a property of the method, not of a sample, that costs every method once more per cascade stage.
     randomisation_samples: int = 256
 
-    def validate(self) -> "AuditSettings":
+    def validate(self) -> AuditSettings:
         self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
         self.target = check_choice("--target", self.target, TARGETS)
         self.reduce = check_choice("--reduce", self.reduce, REDUCES)
-        for option, value in (("--steps", self.steps), ("--batch-size", self.batch_size),
-                              ("--internal-batch-size", self.internal_batch_size)):
+        for option, value in (
+            ("--steps", self.steps),
+            ("--batch-size", self.batch_size),
+            ("--internal-batch-size", self.internal_batch_size),
+        ):
             check_at_least(option, value)
         check_at_least("--randomisation-samples", self.randomisation_samples, 0)
         return self
@@ -284,7 +287,7 @@ class DepthSettings:
     truncate: int | None = None  # K: write a checkpoint cut after tap K
     device: str = "cpu"
 
-    def validate(self) -> "DepthSettings":
+    def validate(self) -> DepthSettings:
         check_at_least("--batch-size", self.batch_size)
         check_at_least("--refit-epochs", self.refit_epochs)
         check_at_least("--time-repeats", self.time_repeats, 0)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -84,8 +85,10 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     except (ValueError, RuntimeError) as e:
         from .errors import LayaError
 
-        raise LayaError(f"WORLD_SIZE={env_world_size()} but the process group could not start "
-                        f"({str(e).splitlines()[0][:160]}); launch with torchrun") from None
+        raise LayaError(
+            f"WORLD_SIZE={env_world_size()} but the process group could not start "
+            f"({str(e).splitlines()[0][:160]}); launch with torchrun"
+        ) from None
     _owned = True
     return True
 
@@ -193,8 +196,9 @@ def shard_bounds(n: int, align: int = 1, rank_: int | None = None, world: int | 
     return min(first * align, n), min((first + count) * align, n)
 
 
-def shard_indices(n: int, align: int = 1, strided: bool = False, rank_: int | None = None,
-                  world: int | None = None) -> Tensor:
+def shard_indices(
+    n: int, align: int = 1, strided: bool = False, rank_: int | None = None, world: int | None = None
+) -> Tensor:
     """This rank's indices of range(n): contiguous whole blocks (default) or every world-th one."""
     import torch
 
@@ -248,8 +252,7 @@ def _gather_tensor(x: Tensor, n: int | None, dst: int | None, strided: bool) -> 
     return out.to(device)
 
 
-def gather_rows(x: Tensor | Sequence[Tensor], n: int | None = None, dst: int | None = None,
-                strided: bool = False):
+def gather_rows(x: Tensor | Sequence[Tensor], n: int | None = None, dst: int | None = None, strided: bool = False):
     """Reassemble sharded rows (dim 0) in the original order.
 
     ``x``: this rank's rows — a tensor, or a list/tuple of tensors (each gathered). Shards may

@@ -15,8 +15,8 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .errors import LayaError
 
@@ -137,11 +137,14 @@ def check_out_dir(out: str | Path, overwrite: bool, ours: Callable[[Path], bool]
         raise LayaError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
-            raise LayaError(f"--out {out} is not empty; pass --overwrite to replace a previous {what}, "
-                            f"or choose another folder")
+            raise LayaError(
+                f"--out {out} is not empty; pass --overwrite to replace a previous {what}, or choose another folder"
+            )
         if not ours(out):
-            raise LayaError(f"--out {out} is not empty and is not a {what} (no summary.json marker); "
-                            f"refusing to replace it, even with --overwrite")
+            raise LayaError(
+                f"--out {out} is not empty and is not a {what} (no summary.json marker); "
+                f"refusing to replace it, even with --overwrite"
+            )
     anchor = out.parent if out.exists() else existing_ancestor(out.parent)
     if not anchor.is_dir():
         raise LayaError(f"cannot write {out}: {anchor} is not a folder")

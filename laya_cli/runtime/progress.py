@@ -8,7 +8,8 @@ setting on exit, so one command (or a test) never changes what the next one prin
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -70,10 +71,22 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
     if not _enabled or not (console.is_terminal or console.is_jupyter):  # no bars in logs and pipes
         yield from items
         return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     with Progress(*columns, console=console.get(), transient=True) as progress:
         yield from progress.track(items, total=total, description=description)
 

@@ -16,7 +16,13 @@ def _reason(e: Exception) -> str:
     if "Unsupported global" in text or "unsupported GLOBAL" in text:
         return "it holds pickled Python objects, which would run code when loaded; laya refuses"
     detail = (text.strip().splitlines() or [""])[0].split(". ")[0].strip()
-    if isinstance(e, (KeyError, IndexError)) or not detail or "eights only" in detail or "weights_only" in detail or len(detail) > 120:
+    if (
+        isinstance(e, (KeyError, IndexError))
+        or not detail
+        or "eights only" in detail
+        or "weights_only" in detail
+        or len(detail) > 120
+    ):
         detail = "not a torch file" if "Unsupported operand" in text else type(e).__name__
     return f"it is corrupt or truncated ({detail})"
 

@@ -46,11 +46,12 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
     """
     import time
 
-    from ..runtime import progress
-    from ..auditing.run import parse_methods, run_audit
-    from ..model.laya_model import load_model
-    from ..runtime.config import AuditSettings
+    from ..auditing.names import parse_methods
+    from ..auditing.run import run_audit
     from ..features.evaldata import load_eval_data
+    from ..model.laya_model import load_model
+    from ..runtime import progress
+    from ..runtime.config import AuditSettings
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore
     # The floor: every import and the model. The audit then loads the dataset (every split, as
@@ -63,13 +64,31 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
     start = time.perf_counter()
     data = load_eval_data(m, data_dir=data_dir, samples=samples, stream=mode == "streamed")
     n = run_audit(m, data, parse_methods(compare), AuditSettings(batch_size=batch_size)).n_samples
-    return {"mode": mode, "samples": n, "peak_mb": peak_rss_mb(), "floor_mb": floor,
-            "seconds": time.perf_counter() - start}
+    return {
+        "mode": mode,
+        "samples": n,
+        "peak_mb": peak_rss_mb(),
+        "floor_mb": floor,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def _measure(model: str, samples: int, mode: str, compare: str, batch_size: int, data_dir: str | None) -> dict:
-    cmd = [sys.executable, "-m", "laya_cli.speed.audit_memory", "--child", model, "--samples", str(samples),
-           "--mode", mode, "--compare", compare, "--batch-size", str(batch_size)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "laya_cli.speed.audit_memory",
+        "--child",
+        model,
+        "--samples",
+        str(samples),
+        "--mode",
+        mode,
+        "--compare",
+        compare,
+        "--batch-size",
+        str(batch_size),
+    ]
     if data_dir:
         cmd += ["--data-dir", data_dir]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -87,13 +106,26 @@ def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
     from ..training.loop import train
 
     with progress.enabled(False):
-        train(TrainRequest(data=DataRequest(dataset, data_dir=data_dir, seed=0),
-                           train=TrainConfig(epochs=epochs, patience=epochs, seed=0), out=str(out)))
+        train(
+            TrainRequest(
+                data=DataRequest(dataset, data_dir=data_dir, seed=0),
+                train=TrainConfig(epochs=epochs, patience=epochs, seed=0),
+                out=str(out),
+            )
+        )
 
 
-def run(dataset: str = "fashion-mnist", sizes=(1000, 10000), compare: str = "ig,gradxact", model: str | None = None,
-        batch_size: int = 256, data_dir: str | None = None, epochs: int = 1,
-        modes=("streamed", "materialised"), in_process: bool = False) -> dict:
+def run(
+    dataset: str = "fashion-mnist",
+    sizes=(1000, 10000),
+    compare: str = "ig,gradxact",
+    model: str | None = None,
+    batch_size: int = 256,
+    data_dir: str | None = None,
+    epochs: int = 1,
+    modes=("streamed", "materialised"),
+    in_process: bool = False,
+) -> dict:
     """``in_process``: every cell in this process, one after the other (a smoke run of the code path for
     ``laya bench speed --quick``: no fresh process, so its memory figures measure nothing)."""
     measure = child if in_process else _measure
@@ -102,24 +134,36 @@ def run(dataset: str = "fashion-mnist", sizes=(1000, 10000), compare: str = "ig,
             model = str(Path(tmp) / "model.pt")
             _train(dataset, data_dir, Path(model), epochs)
         rows = {mode: [measure(model, n, mode, compare, batch_size, data_dir) for n in sizes] for mode in modes}
-    return {"dataset": dataset, "sizes": list(sizes), "compare": compare, "batch_size": batch_size, "rows": rows,
-            "in_process": in_process}
+    return {
+        "dataset": dataset,
+        "sizes": list(sizes),
+        "compare": compare,
+        "batch_size": batch_size,
+        "rows": rows,
+        "in_process": in_process,
+    }
 
 
 def report(r: dict) -> str:
-    lines = [f"laya audit peak memory (RSS, MiB): paper MLP + LAYA head, {r['dataset']} test split, "
-             f"--compare {r['compare']}, batch {r['batch_size']}, one fresh process per cell",
-             f"{'features':<13}{'samples':>9}{'peak':>9}{'floor':>9}{'audit':>9}{'seconds':>9}"]
+    lines = [
+        f"laya audit peak memory (RSS, MiB): paper MLP + LAYA head, {r['dataset']} test split, "
+        f"--compare {r['compare']}, batch {r['batch_size']}, one fresh process per cell",
+        f"{'features':<13}{'samples':>9}{'peak':>9}{'floor':>9}{'audit':>9}{'seconds':>9}",
+    ]
     for mode, cells in r["rows"].items():
         for c in cells:
-            lines.append(f"{mode:<13}{c['samples']:>9,}{c['peak_mb']:>9.0f}{c['floor_mb']:>9.0f}"
-                         f"{c['peak_mb'] - c['floor_mb']:>9.0f}{c['seconds']:>9.1f}")
+            lines.append(
+                f"{mode:<13}{c['samples']:>9,}{c['peak_mb']:>9.0f}{c['floor_mb']:>9.0f}"
+                f"{c['peak_mb'] - c['floor_mb']:>9.0f}{c['seconds']:>9.1f}"
+            )
         if len(cells) >= 2:
             a, b = cells[0], cells[-1]
             grow_a, grow_b = a["peak_mb"] - a["floor_mb"], b["peak_mb"] - b["floor_mb"]
             audit_ratio = f"{grow_b / grow_a:>9.2f}" if grow_a >= 1 else f"{'—':>9}"
-            lines.append(f"{'':<13}{'ratio':>9}{b['peak_mb'] / a['peak_mb']:>9.2f}{'':>9}{audit_ratio}"
-                         f"   ({b['samples']:,} vs {a['samples']:,} samples)")
+            lines.append(
+                f"{'':<13}{'ratio':>9}{b['peak_mb'] / a['peak_mb']:>9.2f}{'':>9}{audit_ratio}"
+                f"   ({b['samples']:,} vs {a['samples']:,} samples)"
+            )
     lines.append("floor = RSS after imports and the model; audit = peak - floor (dataset loading, features, audit)")
     return "\n".join(lines)
 
@@ -134,7 +178,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--modes", default="streamed,materialised")
-    ap.add_argument("--in-process", action="store_true", help="no fresh process per cell: a smoke run, not a measurement")
+    ap.add_argument(
+        "--in-process", action="store_true", help="no fresh process per cell: a smoke run, not a measurement"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="streamed", help=argparse.SUPPRESS)
@@ -143,8 +189,17 @@ def main(argv=None) -> dict:
         out = child(args.child, args.samples, args.mode, args.compare, args.batch_size, args.data_dir)
         sys.stdout.write(json.dumps(out) + "\n")  # the one line the parent reads
         return out
-    r = run(args.dataset, [int(s) for s in args.sizes.split(",")], args.compare, args.model, args.batch_size,
-            args.data_dir, args.epochs, [m for m in args.modes.split(",") if m], args.in_process)
+    r = run(
+        args.dataset,
+        [int(s) for s in args.sizes.split(",")],
+        args.compare,
+        args.model,
+        args.batch_size,
+        args.data_dir,
+        args.epochs,
+        [m for m in args.modes.split(",") if m],
+        args.in_process,
+    )
     Console(width=110).print(report(r), highlight=False)
     return r
 

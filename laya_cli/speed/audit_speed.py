@@ -65,8 +65,9 @@ def build(n_images: int, device: str, seed: int = 0):
     from ..model.laya_model import LayaModel
 
     torch.manual_seed(seed)
-    spec = BackboneSpec(f"timm:{MODEL}", [], "auto", pretrained=False, finetune=False, in_channels=3,
-                        image_size=(224, 224))
+    spec = BackboneSpec(
+        f"timm:{MODEL}", [], "auto", pretrained=False, finetune=False, in_channels=3, image_size=(224, 224)
+    )
     backbone = build_backbone(spec).eval().to(device)
     for p in backbone.parameters():
         p.requires_grad_(False)
@@ -94,8 +95,8 @@ def plain_inference(plain, model, images, device: str):
 def audit(model, images, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """The audit's work for these images: one tapped backbone pass, then head-only methods and every metric."""
     from ..auditing.run import run_audit
-    from ..runtime.config import AuditSettings
     from ..features.extraction import LayerFeatures
+    from ..runtime.config import AuditSettings
 
     feats = model.features(images.to(device))
     labels = torch.zeros(len(images), dtype=torch.long)
@@ -130,8 +131,13 @@ def naive_layer_ig(plain, model, images, blocks, steps: int, device: str, intern
     scores = []
     for i in blocks:
         lig = LayerIntegratedGradients(forward, plain.blocks[i])
-        attr = lig.attribute(x, baselines=torch.zeros_like(x), target=target, n_steps=steps,
-                             internal_batch_size=max(internal_batch_size, len(x)))
+        attr = lig.attribute(
+            x,
+            baselines=torch.zeros_like(x),
+            target=target,
+            n_steps=steps,
+            internal_batch_size=max(internal_batch_size, len(x)),
+        )
         scores.append(attr.flatten(1).sum(-1).detach())
     return torch.stack(scores, 1)
 
@@ -147,7 +153,6 @@ def evenly_spaced(n: int, k: int) -> list[int]:
 def main(argv=None) -> dict:
     from ..runtime import progress
     from ..runtime.device import resolve_device
-
     from .harness import say
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -156,8 +161,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs before each timing (0: a smoke run)")
-    parser.add_argument("--naive-blocks", type=int, default=None, help="blocks measured (default: all on cuda, 2 on cpu)")
-    parser.add_argument("--naive-images", type=int, default=None, help="images measured (default: all on cuda, 8 on cpu)")
+    parser.add_argument(
+        "--naive-blocks", type=int, default=None, help="blocks measured (default: all on cuda, 2 on cpu)"
+    )
+    parser.add_argument(
+        "--naive-images", type=int, default=None, help="images measured (default: all on cuda, 8 on cpu)"
+    )
     args = parser.parse_args(argv)
     progress.set_enabled(False)  # a benchmark process of its own
     device = resolve_device(args.device)
@@ -168,8 +177,9 @@ def main(argv=None) -> dict:
     t_plain = timed(lambda: plain_inference(plain, model, images, device), device, args.repeats, warmup=args.warmup)
     t_extract = timed(lambda: model.features(images.to(device)), device, args.repeats, warmup=args.warmup)
     t_audit = timed(lambda: audit(model, images, args.steps, device), device, args.repeats, warmup=args.warmup)
-    t_ig_only = timed(lambda: audit(model, images, args.steps, device, methods=("ig",)), device, args.repeats,
-                      warmup=args.warmup)
+    t_ig_only = timed(
+        lambda: audit(model, images, args.steps, device, methods=("ig",)), device, args.repeats, warmup=args.warmup
+    )
 
     k = min(args.naive_blocks or (n_blocks if on_gpu else 2), n_blocks)
     m = min(args.naive_images or (args.images if on_gpu else 8), args.images)
@@ -184,20 +194,33 @@ def main(argv=None) -> dict:
     threads = torch.get_num_threads()
     where = torch.cuda.get_device_name() if on_gpu else f"cpu, {threads} torch threads"
     out = {
-        "device": where, "images": args.images, "steps": args.steps,
-        "plain_s": t_plain, "extract_s": t_extract, "audit_s": t_audit, "extract_plus_ig_s": t_ig_only,
-        "naive_s": t_naive, "naive_measured_s": t_naive_measured, "naive_blocks": blocks, "naive_images": m,
-        "audit_over_plain": t_audit / t_plain, "naive_over_audit": t_naive / t_audit,
+        "device": where,
+        "images": args.images,
+        "steps": args.steps,
+        "plain_s": t_plain,
+        "extract_s": t_extract,
+        "audit_s": t_audit,
+        "extract_plus_ig_s": t_ig_only,
+        "naive_s": t_naive,
+        "naive_measured_s": t_naive_measured,
+        "naive_blocks": blocks,
+        "naive_images": m,
+        "audit_over_plain": t_audit / t_plain,
+        "naive_over_audit": t_naive / t_audit,
         "naive_over_extract_plus_ig": t_naive / t_ig_only,
     }
-    say(f"{MODEL} (frozen, random weights) + LAYA head over {n_blocks} blocks; "
-          f"{args.images} images 224×224; {where}")
+    say(f"{MODEL} (frozen, random weights) + LAYA head over {n_blocks} blocks; {args.images} images 224×224; {where}")
     say(f"  plain inference (one timm forward)          {t_plain:8.3f} s")
-    say(f"  audit: laya,ig,gradxact, all metrics, +feats {t_audit:8.3f} s   "
-          f"(feature extraction {t_extract:.3f} s, head work {t_audit - t_extract:.3f} s)")
+    say(
+        f"  audit: laya,ig,gradxact, all metrics, +feats {t_audit:8.3f} s   "
+        f"(feature extraction {t_extract:.3f} s, head work {t_audit - t_extract:.3f} s)"
+    )
     say(f"  audit: ig only, incl. features               {t_ig_only:8.3f} s")
-    extrap = "" if scale == 1 else (f"   (measured {t_naive_measured:.1f} s on blocks {blocks} × {m} images, "
-                                     f"scaled ×{scale:g})")
+    extrap = (
+        ""
+        if scale == 1
+        else (f"   (measured {t_naive_measured:.1f} s on blocks {blocks} × {m} images, scaled ×{scale:g})")
+    )
     say(f"  naive Captum LayerIG, {n_blocks} blocks × {args.steps} steps {t_naive:8.1f} s{extrap}")
     say(f"ratio audit / plain inference   = {out['audit_over_plain']:.2f}×   (target ≤ 1.5×)")
     say(f"ratio naive / audit             = {out['naive_over_audit']:.0f}×   (target ≥ 20×)")

@@ -100,11 +100,9 @@ def pattern(folder: Path, n: int) -> str:
 
 def worker(dataset: str, epochs: int, out: str, report: str) -> None:
     """``laya train`` on this rank (library call, as the command makes it); writes this rank's figures."""
-    from ..runtime import distributed
-    from ..runtime import progress
+    from ..runtime import distributed, progress
     from ..runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
     from ..training.loop import train
-
     from .memory import peak_rss_mb
 
     start = time.perf_counter()
@@ -117,15 +115,29 @@ def worker(dataset: str, epochs: int, out: str, report: str) -> None:
             first.append(time.perf_counter() - r.seconds)  # when the first epoch started
         epochs_s.append(r.seconds)
 
-    req = TrainRequest(backbone="cnn", finetune=False, head="laya", head_config=HeadConfig(),
-                       data=DataRequest(dataset, seed=0),
-                       train=TrainConfig(epochs=epochs, patience=epochs, seed=0, batch_size=128), out=out)
+    req = TrainRequest(
+        backbone="cnn",
+        finetune=False,
+        head="laya",
+        head_config=HeadConfig(),
+        data=DataRequest(dataset, seed=0),
+        train=TrainConfig(epochs=epochs, patience=epochs, seed=0, batch_size=128),
+        out=out,
+    )
     ckpt = train(req, on_epoch)
     m = ckpt["metrics"]
-    doc = {"rank": distributed.rank(), "world": distributed.world_size(), "extract_s": first[0] - start,
-           "train_s": sum(epochs_s), "epochs": len(epochs_s), "n": m["n_train"] + m["n_val"] + m["n_test"],
-           "n_train": m["n_train"], "test_accuracy": m["test_accuracy"], "peak_rss_mb": peak_rss_mb(),
-           "total_s": time.perf_counter() - start}
+    doc = {
+        "rank": distributed.rank(),
+        "world": distributed.world_size(),
+        "extract_s": first[0] - start,
+        "train_s": sum(epochs_s),
+        "epochs": len(epochs_s),
+        "n": m["n_train"] + m["n_val"] + m["n_test"],
+        "n_train": m["n_train"],
+        "test_accuracy": m["test_accuracy"],
+        "peak_rss_mb": peak_rss_mb(),
+        "total_s": time.perf_counter() - start,
+    }
     Path(f"{report}.{distributed.rank()}").write_text(json.dumps(doc))
     distributed.cleanup()
 
@@ -133,11 +145,32 @@ def worker(dataset: str, epochs: int, out: str, report: str) -> None:
 def measure(dataset: str, mode: str, ranks: int, epochs: int, tmp: Path) -> dict:
     """One cell in fresh processes; the ranks' figures combined (max RSS and times, rank 0's counts)."""
     cell = Path(tempfile.mkdtemp(prefix=f"{mode}-{ranks}-", dir=tmp))
-    env = {**os.environ, **SCALED, **MODES[mode], "LAYA_CACHE_DIR": str(cell / "cache"), "LAYA_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-           "-m", "laya_cli.speed.data_scale", "--worker", dataset, "--epochs", str(epochs),
-           "--out", str(cell / "model.pt"), "--report", str(cell / "report")]
+    env = {
+        **os.environ,
+        **SCALED,
+        **MODES[mode],
+        "LAYA_CACHE_DIR": str(cell / "cache"),
+        "LAYA_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        "-m",
+        "laya_cli.speed.data_scale",
+        "--worker",
+        dataset,
+        "--epochs",
+        str(epochs),
+        "--out",
+        str(cell / "model.pt"),
+        "--report",
+        str(cell / "report"),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"data_scale cell {mode} × {ranks} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
@@ -145,9 +178,13 @@ def measure(dataset: str, mode: str, ranks: int, epochs: int, tmp: Path) -> dict
     out = dict(docs[0])
     for k in ("extract_s", "train_s", "peak_rss_mb", "total_s"):
         out[k] = max(d[k] for d in docs)
-    out.update(mode=mode, ranks=ranks, rss_per_rank=[d["peak_rss_mb"] for d in docs],
-               extract_ips=out["n"] / out["extract_s"],
-               train_ips=out["n_train"] * out["epochs"] / out["train_s"] if out["train_s"] else float("nan"))
+    out.update(
+        mode=mode,
+        ranks=ranks,
+        rss_per_rank=[d["peak_rss_mb"] for d in docs],
+        extract_ips=out["n"] / out["extract_s"],
+        train_ips=out["n_train"] * out["epochs"] / out["train_s"] if out["train_s"] else float("nan"),
+    )
     return out
 
 
@@ -164,11 +201,20 @@ def run(sizes, ranks, epochs: int = 3, keep: str | None = None, say=print) -> di
                     c = measure(f"wds:{pattern(folder, n)}", mode, k, epochs, tmp)
                     c["size"] = n
                     cells.append(c)
-                    say(f"  {mode:<9} ranks {k}  {n:>7,} images  extract {c['extract_s']:6.1f} s  "
-                        f"train {c['train_s']:6.1f} s  peak RSS {c['peak_rss_mb']:6.0f} MiB")
-    return {"sizes": list(sizes), "ranks": list(ranks), "epochs": epochs, "cells": cells, "cpu_count": os.cpu_count(),
-            "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None, "wall_s": time.perf_counter() - start,
-            "settings": SCALED}
+                    say(
+                        f"  {mode:<9} ranks {k}  {n:>7,} images  extract {c['extract_s']:6.1f} s  "
+                        f"train {c['train_s']:6.1f} s  peak RSS {c['peak_rss_mb']:6.0f} MiB"
+                    )
+    return {
+        "sizes": list(sizes),
+        "ranks": list(ranks),
+        "epochs": epochs,
+        "cells": cells,
+        "cpu_count": os.cpu_count(),
+        "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "wall_s": time.perf_counter() - start,
+        "settings": SCALED,
+    }
 
 
 def per_image_costs(device: str = "cpu", images: int = 16, batch: int = 16) -> dict:
@@ -183,8 +229,8 @@ def per_image_costs(device: str = "cpu", images: int = 16, batch: int = 16) -> d
     from PIL import Image
 
     from ..backbones.build import BackboneSpec, build_backbone
-    from ..features.extraction import extract
     from ..data.images import decode_image
+    from ..features.extraction import extract
 
     torch.manual_seed(0)
     backbone = build_backbone(BackboneSpec("vit_base", in_channels=3, image_size=(224, 224))).to(device).eval()
@@ -205,9 +251,15 @@ def per_image_costs(device: str = "cpu", images: int = 16, batch: int = 16) -> d
     for _ in range(k):
         decode_image(io.BytesIO(jpeg), 224)
     decode = (time.perf_counter() - t) / k
-    return {"device": device, "torch_threads": torch.get_num_threads(), "vit_b16_s_per_image": vit,
-            "jpeg_decode_s_per_image": decode, "floats_per_image": sum(f.shape[1] for f in feats.feats),
-            "layers": feats.num_layers, "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None}
+    return {
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "vit_b16_s_per_image": vit,
+        "jpeg_decode_s_per_image": decode,
+        "floats_per_image": sum(f.shape[1] for f in feats.feats),
+        "layers": feats.num_layers,
+        "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
 
 
 def main(argv=None) -> dict:
@@ -216,8 +268,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--ranks", default="1,2", help="comma list of torchrun process counts")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
-    ap.add_argument("--per-image", action="store_true",
-                    help="only measure the per-image costs of the ImageNet calculation (ViT-B/16 extraction, JPEG decode)")
+    ap.add_argument(
+        "--per-image",
+        action="store_true",
+        help="only measure the per-image costs of the ImageNet calculation (ViT-B/16 extraction, JPEG decode)",
+    )
     ap.add_argument("--device", default="cpu", help="--per-image: cpu or cuda")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -230,10 +285,12 @@ def main(argv=None) -> dict:
         from .harness import say
 
         r = per_image_costs(args.device)
-        say(f"ViT-B/16, {r['layers']} taps ({r['floats_per_image']:,} floats per image), {r['device']}, "
-              f"{r['torch_threads']} threads: {r['vit_b16_s_per_image'] * 1000:.1f} ms per image extracted; "
-              f"JPEG 500×375 → 224×224 decode on one core: {r['jpeg_decode_s_per_image'] * 1000:.2f} ms per image"
-              + (f" (load average {r['load_avg'][0]:.1f})" if r["load_avg"] else ""))
+        say(
+            f"ViT-B/16, {r['layers']} taps ({r['floats_per_image']:,} floats per image), {r['device']}, "
+            f"{r['torch_threads']} threads: {r['vit_b16_s_per_image'] * 1000:.1f} ms per image extracted; "
+            f"JPEG 500×375 → 224×224 decode on one core: {r['jpeg_decode_s_per_image'] * 1000:.2f} ms per image"
+            + (f" (load average {r['load_avg'][0]:.1f})" if r["load_avg"] else "")
+        )
         return r
     from rich.console import Console
 

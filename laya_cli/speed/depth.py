@@ -36,17 +36,24 @@ def _time(fn, sync) -> float:
     return time.perf_counter() - t0
 
 
-def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repeats: int = 5,
-            device: str = "cpu", workdir: Path | None = None) -> dict:
+def measure(
+    model_path: str,
+    k: int,
+    images: int = 1024,
+    batch: int = 256,
+    repeats: int = 5,
+    device: str = "cpu",
+    workdir: Path | None = None,
+) -> dict:
     import torch
 
-    from ..model.laya_model import load_model
+    from ..data.images import take
     from ..depthing.compute import model_flops, tap_flops
-    from ..runtime.config import DepthSettings
     from ..depthing.run import truncate_model
     from ..features.evaldata import load_eval_data
     from ..features.extraction import to_float_images
-    from ..data.images import take
+    from ..model.laya_model import load_model
+    from ..runtime.config import DepthSettings
 
     full = load_model(model_path).to(device)
     data = load_eval_data(full, samples=None, device=device)
@@ -65,7 +72,7 @@ def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repea
         with torch.no_grad():
             return m.head(m.backbone(xb)).logits.argmax(-1)
 
-    batches = [x[s:s + batch] for s in range(0, n, batch)]
+    batches = [x[s : s + batch] for s in range(0, n, batch)]
     preds = {name: torch.cat([infer(m, xb) for xb in batches]) for name, m in models.items()}  # the warm-up pass
     times = {name: [] for name in models}
     for r in range(repeats):
@@ -73,7 +80,7 @@ def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repea
         order = list(models) if r % 2 == 0 else list(models)[::-1]
         for xb in batches:  # alternate batch by batch: a change of machine load hits both alike
             for name in order:
-                total[name] += _time(lambda: infer(models[name], xb), sync)
+                total[name] += _time(lambda name=name, xb=xb: infer(models[name], xb), sync)
         for name in models:
             times[name].append(total[name])
     best = {name: min(t) / n for name, t in times.items()}
@@ -82,26 +89,43 @@ def measure(model_path: str, k: int, images: int = 1024, batch: int = 256, repea
     one = x[:1]
     flops_full = model_flops(full.backbone, one)
     flops_small = tap_flops(full.backbone, one)[k - 1]
-    return {"model": str(model_path), "k": k, "layer": full.layer_names[k - 1], "layers": full.num_layers,
-            "images": n, "batch": batch, "repeats": repeats, "device": device,
-            "seconds_per_image": best, "median_seconds_per_image": median,
-            "ratio": best["full"] / best["truncated"], "median_ratio": statistics.median(ratios),
-            "flops_full": flops_full, "flops_truncated": flops_small, "flops_ratio": flops_full / max(flops_small, 1),
-            "agreement": float((preds["full"] == preds["truncated"]).float().mean()),
-            "parameters": sum(p.numel() for p in small.backbone.model.parameters()),
-            "parameters_full": sum(p.numel() for p in full.backbone.model.parameters())}
+    return {
+        "model": str(model_path),
+        "k": k,
+        "layer": full.layer_names[k - 1],
+        "layers": full.num_layers,
+        "images": n,
+        "batch": batch,
+        "repeats": repeats,
+        "device": device,
+        "seconds_per_image": best,
+        "median_seconds_per_image": median,
+        "ratio": best["full"] / best["truncated"],
+        "median_ratio": statistics.median(ratios),
+        "flops_full": flops_full,
+        "flops_truncated": flops_small,
+        "flops_ratio": flops_full / max(flops_small, 1),
+        "agreement": float((preds["full"] == preds["truncated"]).float().mean()),
+        "parameters": sum(p.numel() for p in small.backbone.model.parameters()),
+        "parameters_full": sum(p.numel() for p in full.backbone.model.parameters()),
+    }
 
 
 def main(argv=None) -> list[dict]:
     from rich.console import Console
 
+    from ..report.tables import depth_speed_table
     from ..runtime.device import resolve_device
     from ..runtime.fileio import atomic_write_text, strict_json
-    from ..report.tables import depth_speed_table
 
     ap = argparse.ArgumentParser(prog="python -m laya_cli.speed.depth", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", action="append", default=[], metavar="MODEL.pt@K",
-                    help="A checkpoint and the tap to cut it after (repeatable).")
+    ap.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="MODEL.pt@K",
+        help="A checkpoint and the tap to cut it after (repeatable).",
+    )
     ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)

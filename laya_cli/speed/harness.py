@@ -26,7 +26,8 @@ memory high-water mark cannot hide another's:
                ``laya info`` next to ``python -c "import torch"``, each a fresh process.
 
 Peak memory is each process's peak resident set size, read by the process itself when its
-work is done (``memory.peak_rss_mb``), reported whole and above the baseline process. On CUDA, also ``torch.cuda.max_memory_allocated()`` (tensors only, no
+work is done (``memory.peak_rss_mb``), reported whole and above the baseline process. On CUDA,
+also ``torch.cuda.max_memory_allocated()`` (tensors only, no
 allocator cache). RSS counts everything the process touched (Python, torch's libraries,
 allocator caches), so only differences between processes of the same kind are meaningful.
 
@@ -58,16 +59,35 @@ from .memory import peak_rss_mb, reset_peak
 
 # Arguments per benchmark: full (the documented measurement) and quick (a smoke run).
 SIZES = {
-    "full": {"train_cache": {"images_per_class": 30, "epochs": 20},
-             "audit_speed": [], "phase_images": 64, "phase_steps": 32,
-             "audit_memory": ["--dataset", "fashion-mnist", "--sizes", "1000,10000"],
-             "startup": {"rounds": 5, "quick": False}},
-    "quick": {"train_cache": {"images_per_class": 3, "epochs": 1},
-              "audit_speed": ["--images", "2", "--steps", "2", "--repeats", "1", "--warmup", "0",
-                              "--naive-blocks", "1", "--naive-images", "1"],
-              "phase_images": 2, "phase_steps": 2,
-              "audit_memory": ["--dataset", "digits", "--sizes", "30,60", "--modes", "streamed", "--in-process"],
-              "startup": {"rounds": 1, "quick": True}},
+    "full": {
+        "train_cache": {"images_per_class": 30, "epochs": 20},
+        "audit_speed": [],
+        "phase_images": 64,
+        "phase_steps": 32,
+        "audit_memory": ["--dataset", "fashion-mnist", "--sizes", "1000,10000"],
+        "startup": {"rounds": 5, "quick": False},
+    },
+    "quick": {
+        "train_cache": {"images_per_class": 3, "epochs": 1},
+        "audit_speed": [
+            "--images",
+            "2",
+            "--steps",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--naive-blocks",
+            "1",
+            "--naive-images",
+            "1",
+        ],
+        "phase_images": 2,
+        "phase_steps": 2,
+        "audit_memory": ["--dataset", "digits", "--sizes", "30,60", "--modes", "streamed", "--in-process"],
+        "startup": {"rounds": 1, "quick": True},
+    },
 }
 JOBS = ("baseline", "train_cache", "audit_speed", "plain", "audit", "audit_memory", "startup")
 # --quick runs every benchmark in one shared process, where the peak-memory phases "plain" and "audit"
@@ -86,6 +106,7 @@ def _job(name: str, size: dict, device: str) -> dict:
     import laya_cli.auditing.run  # noqa: F401
     import laya_cli.model.checkpoint  # noqa: F401
     import laya_cli.training.loop  # noqa: F401
+
     from ..runtime import progress
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore
@@ -99,8 +120,12 @@ def _job(name: str, size: dict, device: str) -> dict:
     if name == "train_cache":
         from .harness import train_cache
 
-        return train_cache.main([f"--images-per-class={size['train_cache']['images_per_class']}",
-                                 f"--epochs={size['train_cache']['epochs']}"])
+        return train_cache.main(
+            [
+                f"--images-per-class={size['train_cache']['images_per_class']}",
+                f"--epochs={size['train_cache']['epochs']}",
+            ]
+        )
     if name == "audit_speed":
         from .harness import audit_speed
 
@@ -206,7 +231,9 @@ def run_children(names: list[str], size: dict, device: str):
                     break
                 except queue_mod.Empty:
                     if not proc.is_alive():
-                        raise RuntimeError(f"benchmark {name} died without a result (exit code {proc.exitcode})") from None
+                        raise RuntimeError(
+                            f"benchmark {name} died without a result (exit code {proc.exitcode})"
+                        ) from None
             if out.get("interrupted"):
                 raise KeyboardInterrupt
             now = time.perf_counter()
@@ -276,7 +303,6 @@ def say(line: str) -> None:
     sys.stdout.flush()  # in order with what the child processes print, even into a file
 
 
-
 def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
     """Every benchmark; SIGTERM (a CI timeout) stops the running child and its processes, like Ctrl-C."""
     from ..runtime.errors import sigterm_as_interrupt
@@ -303,7 +329,7 @@ def _run_all(quick: bool, device: str, jobs) -> dict:
                     say(f"skipped {name}: {skipped[name]}")
                 else:
                     runs[name] = out
-                following = group[group.index(name) + 1:]
+                following = group[group.index(name) + 1 :]
                 if following:
                     say(f"--- {following[0]}")
         except RuntimeError as e:
@@ -316,8 +342,15 @@ def _run_all(quick: bool, device: str, jobs) -> dict:
         import torch
 
         threads = torch.get_num_threads()
-    summary = {"quick": quick, "device": device, "torch_threads": threads,
-               "cpu_count": os.cpu_count(), "runs": runs, "skipped": skipped, "wall_s": time.perf_counter() - start}
+    summary = {
+        "quick": quick,
+        "device": device,
+        "torch_threads": threads,
+        "cpu_count": os.cpu_count(),
+        "runs": runs,
+        "skipped": skipped,
+        "wall_s": time.perf_counter() - start,
+    }
     summary["ratios"] = ratios(summary)
     return summary
 
@@ -328,43 +361,94 @@ def ratios(summary: dict) -> list[dict]:
     rows = []
     if "audit_speed" in runs:
         a = runs["audit_speed"]["result"]
-        rows.append({"what": "audit / plain inference", "num": f"{a['audit_s']:.3f} s", "den": f"{a['plain_s']:.3f} s",
-                     "ratio": a["audit_over_plain"], "target": "≤ 1.5×",
-                     "note": f"audit = features + laya + ig + gradxact + LOLO; {a['images']} images, {a['device']}"})
+        rows.append(
+            {
+                "what": "audit / plain inference",
+                "num": f"{a['audit_s']:.3f} s",
+                "den": f"{a['plain_s']:.3f} s",
+                "ratio": a["audit_over_plain"],
+                "target": "≤ 1.5×",
+                "note": f"audit = features + laya + ig + gradxact + LOLO; {a['images']} images, {a['device']}",
+            }
+        )
         scaled = a["naive_images"] != a["images"] or len(a["naive_blocks"]) != 12
-        rows.append({"what": "naive Captum / ours", "num": f"{a['naive_s']:.1f} s",
-                     "den": f"{a['audit_s']:.3f} s", "ratio": a["naive_over_audit"], "target": "≥ 20×",
-                     "note": ("naive: Captum LayerIntegratedGradients per block over the full model, "
-                              f"{a['steps']} steps; "
-                              + (f"measured {a['naive_measured_s']:.1f} s on blocks {a['naive_blocks']} × "
-                                 f"{a['naive_images']} images and scaled linearly to all" if scaled
-                                 else "measured in full"))})
+        rows.append(
+            {
+                "what": "naive Captum / ours",
+                "num": f"{a['naive_s']:.1f} s",
+                "den": f"{a['audit_s']:.3f} s",
+                "ratio": a["naive_over_audit"],
+                "target": "≥ 20×",
+                "note": (
+                    "naive: Captum LayerIntegratedGradients per block over the full model, "
+                    f"{a['steps']} steps; "
+                    + (
+                        f"measured {a['naive_measured_s']:.1f} s on blocks {a['naive_blocks']} × "
+                        f"{a['naive_images']} images and scaled linearly to all"
+                        if scaled
+                        else "measured in full"
+                    )
+                ),
+            }
+        )
     if "train_cache" in runs:
         t = runs["train_cache"]["result"]
-        rows.append({"what": "train: no cache / warm cache", "num": f"{t['naive_s']:.2f} s",
-                     "den": f"{t['warm_s']:.2f} s", "ratio": t["naive/warm"], "target": "≥ 10×",
-                     "note": f"frozen ViT-tiny, {t['images']} images, {t['epochs']} epochs; no cache = backbone on every batch"})
-        rows.append({"what": "train: cold cache / warm cache", "num": f"{t['cold_s']:.2f} s",
-                     "den": f"{t['warm_s']:.2f} s", "ratio": t["cold/warm"], "target": "",
-                     "note": "cold = extract once + train"})
+        rows.append(
+            {
+                "what": "train: no cache / warm cache",
+                "num": f"{t['naive_s']:.2f} s",
+                "den": f"{t['warm_s']:.2f} s",
+                "ratio": t["naive/warm"],
+                "target": "≥ 10×",
+                "note": f"frozen ViT-tiny, {t['images']} images, {t['epochs']} epochs; no cache = backbone on "
+                f"every batch",
+            }
+        )
+        rows.append(
+            {
+                "what": "train: cold cache / warm cache",
+                "num": f"{t['cold_s']:.2f} s",
+                "den": f"{t['warm_s']:.2f} s",
+                "ratio": t["cold/warm"],
+                "target": "",
+                "note": "cold = extract once + train",
+            }
+        )
     if "plain" in runs and "audit" in runs:
         p, q = runs["plain"], runs["audit"]
         pr, qr = p["result"], q["result"]
         if "phase_peak_mb" in pr and "phase_peak_mb" in qr:
             a, b = qr["phase_peak_mb"], pr["phase_peak_mb"]
-            note = (f"peak RSS of the phase alone, above the RSS once model and images are built "
-                    f"({qr['floor_mb']:.0f} / {pr['floor_mb']:.0f} MiB); whole processes "
-                    f"{q['peak_rss_mb']:.0f} / {p['peak_rss_mb']:.0f} MiB")
+            note = (
+                f"peak RSS of the phase alone, above the RSS once model and images are built "
+                f"({qr['floor_mb']:.0f} / {pr['floor_mb']:.0f} MiB); whole processes "
+                f"{q['peak_rss_mb']:.0f} / {p['peak_rss_mb']:.0f} MiB"
+            )
         else:  # no peak reset on this OS: whole processes above the baseline process
             base = runs.get("baseline", {}).get("peak_rss_mb") or 0.0
             a, b = q["peak_rss_mb"] - base, p["peak_rss_mb"] - base
             note = f"whole processes above the baseline process ({base:.0f} MiB)"
-        rows.append({"what": "peak RSS: audit / plain", "num": f"{a:.0f} MiB", "den": f"{b:.0f} MiB",
-                     "ratio": a / b if b > 0 else float("nan"), "target": "", "note": note})
+        rows.append(
+            {
+                "what": "peak RSS: audit / plain",
+                "num": f"{a:.0f} MiB",
+                "den": f"{b:.0f} MiB",
+                "ratio": a / b if b > 0 else float("nan"),
+                "target": "",
+                "note": note,
+            }
+        )
         if pr.get("phase_cuda_mb"):
-            rows.append({"what": "peak CUDA: audit / plain", "num": f"{qr['phase_cuda_mb']:.0f} MiB",
-                         "den": f"{pr['phase_cuda_mb']:.0f} MiB", "ratio": qr["phase_cuda_mb"] / pr["phase_cuda_mb"],
-                         "target": "", "note": "torch.cuda.max_memory_allocated above the built model, the phase alone"})
+            rows.append(
+                {
+                    "what": "peak CUDA: audit / plain",
+                    "num": f"{qr['phase_cuda_mb']:.0f} MiB",
+                    "den": f"{pr['phase_cuda_mb']:.0f} MiB",
+                    "ratio": qr["phase_cuda_mb"] / pr["phase_cuda_mb"],
+                    "target": "",
+                    "note": "torch.cuda.max_memory_allocated above the built model, the phase alone",
+                }
+            )
     if "audit_memory" in runs:
         rows += _audit_memory_rows(runs["audit_memory"]["result"])
     if "startup" in runs:
@@ -379,15 +463,29 @@ def _startup_rows(r: dict) -> list[dict]:
         torch_s = r["torch_s"]
         helps = [x for x in r["rows"] if x["command"].endswith("--help")]
         for x in helps[:1] + sorted(helps[1:], key=lambda x: -x["median_s"])[:1]:  # laya --help, the slowest other
-            rows.append({"what": f"{x['command']} / import torch", "num": f"{x['median_s']:.2f} s",
-                         "den": f"{torch_s:.2f} s", "ratio": x["over_torch"], "target": "≤ 0.15×",
-                         "note": f"startup: wall time, fresh process each, median of {r['rounds']} round-robin "
-                                 f"round(s); CPU time {x.get('cpu_over_torch', float('nan')):.3f}× torch's"
-                                 + ("" if x is helps[0] else " (the slowest 'laya <cmd> --help')")})
+            rows.append(
+                {
+                    "what": f"{x['command']} / import torch",
+                    "num": f"{x['median_s']:.2f} s",
+                    "den": f"{torch_s:.2f} s",
+                    "ratio": x["over_torch"],
+                    "target": "≤ 0.15×",
+                    "note": f"startup: wall time, fresh process each, median of {r['rounds']} round-robin "
+                    f"round(s); CPU time {x.get('cpu_over_torch', float('nan')):.3f}× torch's"
+                    + ("" if x is helps[0] else " (the slowest 'laya <cmd> --help')"),
+                }
+            )
         for x in (x for x in r["rows"] if x["command"].startswith("laya info")):
-            rows.append({"what": "laya info / import torch", "num": f"{x['median_s']:.2f} s",
-                         "den": f"{torch_s:.2f} s", "ratio": x["over_torch"], "target": "≤ torch + 1 s",
-                         "note": f"startup: laya info on a digits checkpoint = torch + {x['minus_torch_s']:.2f} s"})
+            rows.append(
+                {
+                    "what": "laya info / import torch",
+                    "num": f"{x['median_s']:.2f} s",
+                    "den": f"{torch_s:.2f} s",
+                    "ratio": x["over_torch"],
+                    "target": "≤ torch + 1 s",
+                    "note": f"startup: laya info on a digits checkpoint = torch + {x['minus_torch_s']:.2f} s",
+                }
+            )
     except (KeyError, TypeError, ZeroDivisionError):  # another version of startup: its own printout stands
         pass
     return rows
@@ -402,11 +500,17 @@ def _audit_memory_rows(r: dict) -> list[dict]:
                 continue
             a, b = cells[0], cells[-1]
             grow_a, grow_b = a["peak_mb"] - a["floor_mb"], b["peak_mb"] - b["floor_mb"]
-            rows.append({"what": f"audit memory, {mode}: {b['samples']:,} / {a['samples']:,}",
-                         "num": f"{grow_b:.0f} MiB", "den": f"{grow_a:.0f} MiB",
-                         "ratio": grow_b / grow_a if grow_a >= 1 else float("nan"), "target": "",
-                         "note": f"audit_memory, {r['dataset']} test samples, features {mode}: peak RSS "
-                                 f"above the process's floor (imports + model), one fresh process per size"})
+            rows.append(
+                {
+                    "what": f"audit memory, {mode}: {b['samples']:,} / {a['samples']:,}",
+                    "num": f"{grow_b:.0f} MiB",
+                    "den": f"{grow_a:.0f} MiB",
+                    "ratio": grow_b / grow_a if grow_a >= 1 else float("nan"),
+                    "target": "",
+                    "note": f"audit_memory, {r['dataset']} test samples, features {mode}: peak RSS "
+                    f"above the process's floor (imports + model), one fresh process per size",
+                }
+            )
     except (KeyError, TypeError, IndexError):  # another version of audit_memory: its own printout stands
         pass
     return rows
@@ -418,8 +522,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
     args = parser.parse_args(argv)
-    from ..runtime.fileio import atomic_write_text
     from ..report.tables import speed_tables
+    from ..runtime.fileio import atomic_write_text
 
     if args.device.strip().lower() == "cpu":
         device = "cpu"  # no torch in this process: the benchmarks import it in their own

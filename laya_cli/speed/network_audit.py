@@ -40,8 +40,8 @@ from .audit_speed import MODEL, build, plain_inference, timed
 
 def network_setup(model, images, device: str):
     """(NetworkScope, float images, targets, tap means of 16 other images)."""
-    from ..features.extraction import tap_means, to_float_images
     from ..auditing.network import NetworkScope
+    from ..features.extraction import tap_means, to_float_images
 
     g = torch.Generator().manual_seed(1)
     others = torch.randint(0, 256, (16, *images.shape[1:]), dtype=torch.uint8, generator=g)
@@ -60,10 +60,10 @@ def lolo(scope, x, target):
 
 def network_audit(model, images, reference, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """What ``laya audit --scope network`` does for these images (one batch)."""
-    from ..runtime.config import AuditSettings
+    from ..auditing.network import run_scoped_audit
     from ..features.evaldata import EvalData
     from ..features.extraction import LayerFeatures
-    from ..auditing.network import run_scoped_audit
+    from ..runtime.config import AuditSettings
 
     labels = torch.zeros(len(images), dtype=torch.long)
     data = EvalData(LayerFeatures([], labels), images, torch.arange(len(images)), "random")
@@ -72,10 +72,9 @@ def network_audit(model, images, reference, steps: int, device: str, methods=("l
 
 
 def main(argv=None) -> dict:
+    from ..auditing.network import full_model_layer_ig
     from ..runtime import progress
     from ..runtime.device import resolve_device
-    from ..auditing.network import full_model_layer_ig
-
     from .harness import say
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -83,10 +82,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--audit-images", type=int, default=None, help="images the network audit is timed on, "
-                        "scaled linearly to --images (default: all on cuda, 8 on cpu)")
-    parser.add_argument("--route-images", type=int, default=None, help="images for the two IG routes "
-                        "(default: all on cuda, 8 on cpu)")
+    parser.add_argument(
+        "--audit-images",
+        type=int,
+        default=None,
+        help="images the network audit is timed on, scaled linearly to --images (default: all on cuda, 8 on cpu)",
+    )
+    parser.add_argument(
+        "--route-images", type=int, default=None, help="images for the two IG routes (default: all on cuda, 8 on cpu)"
+    )
     args = parser.parse_args(argv)
     progress.set_enabled(False)
     device = resolve_device(args.device)
@@ -118,23 +122,40 @@ def main(argv=None) -> dict:
 
     threads = torch.get_num_threads()
     where = torch.cuda.get_device_name() if on_gpu else f"cpu, {threads} torch threads"
-    out = {"device": where, "images": args.images, "steps": args.steps, "layers": L,
-           "plain_s": t_plain, "lolo_s": t_lolo, "audit_s": t_audit, "audit_measured_s": t_audit_measured,
-           "audit_images": k, "route_images": m,
-           "ours_ig_s": t_ours, "captum_ig_s": t_theirs, "max_abs_diff": diff,
-           "lolo_in_plain_passes": t_lolo / t_plain, "audit_over_plain": t_audit / t_plain,
-           "captum_over_ours": t_theirs / t_ours, "lolo_target": L / 2 + 2}
+    out = {
+        "device": where,
+        "images": args.images,
+        "steps": args.steps,
+        "layers": L,
+        "plain_s": t_plain,
+        "lolo_s": t_lolo,
+        "audit_s": t_audit,
+        "audit_measured_s": t_audit_measured,
+        "audit_images": k,
+        "route_images": m,
+        "ours_ig_s": t_ours,
+        "captum_ig_s": t_theirs,
+        "max_abs_diff": diff,
+        "lolo_in_plain_passes": t_lolo / t_plain,
+        "audit_over_plain": t_audit / t_plain,
+        "captum_over_ours": t_theirs / t_ours,
+        "lolo_target": L / 2 + 2,
+    }
     say(f"{MODEL} (frozen, random weights) + LAYA head over {L} blocks; {args.images} images 224×224; {where}")
     say(f"  plain inference (one timm forward)               {t_plain:8.3f} s")
     say(f"  patched LOLO (network scope, prefix-cached)      {t_lolo:8.3f} s")
-    scaled = "" if k == args.images else f"   (measured {t_audit_measured:.1f} s on {k} images, scaled ×{args.images / k:g})"
+    scaled = (
+        "" if k == args.images else f"   (measured {t_audit_measured:.1f} s on {k} images, scaled ×{args.images / k:g})"
+    )
     say(f"  network audit: laya+ig+gradxact+random+LOLO      {t_audit:8.3f} s{scaled}")
     sub = "" if m == args.images else f"   (on {m} of the {args.images} images, all {L} blocks)"
     say(f"  network IG, ours (prefix-cached)                 {t_ours:8.3f} s{sub}")
     say(f"  network IG, Captum LayerIG per block, full model {t_theirs:8.3f} s{sub}")
     say(f"  max |ours − Captum's| over {m}×{L} scores         {diff:.2e}   (asserted ≤ 1e-5)")
-    say(f"ratio patched LOLO / plain inference = {out['lolo_in_plain_passes']:.2f} plain passes   "
-        f"(target ≤ L/2 + 2 = {L / 2 + 2:g})")
+    say(
+        f"ratio patched LOLO / plain inference = {out['lolo_in_plain_passes']:.2f} plain passes   "
+        f"(target ≤ L/2 + 2 = {L / 2 + 2:g})"
+    )
     say(f"ratio network audit / plain inference = {out['audit_over_plain']:.1f}×")
     say(f"ratio Captum's route / ours (network IG) = {out['captum_over_ours']:.2f}×   (target ≥ 1.5×)")
     return out

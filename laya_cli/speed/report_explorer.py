@@ -54,8 +54,8 @@ def made_up_export(n: int, out: Path, layers: int = 12, classes: int = 10, side:
 
 
 def real_export(model: str, n: int, out: Path) -> Path:
-    from ..runtime import progress
     from ..exporting.run import run_export
+    from ..runtime import progress
 
     with progress.enabled(False):
         run_export(model, out, samples=n, plots=False)
@@ -81,8 +81,10 @@ def measure(browser_, report: Path) -> dict:
         out["sort"] = page.evaluate(f"""async () => {{ const t0 = performance.now();
             document.querySelector('th button[data-sort=p]').click(); await ({FRAME})();
             return performance.now() - t0; }}""")
-        page.evaluate("() => { const s = document.getElementById('x-label'); s.value = ''; "
-                      "s.dispatchEvent(new Event('change')); }")
+        page.evaluate(
+            "() => { const s = document.getElementById('x-label'); s.value = ''; "
+            "s.dispatchEvent(new Event('change')); }"
+        )
         out["scroll"] = page.evaluate(f"""async () => {{ const t0 = performance.now();
             const s = document.getElementById('x-scroll'); s.scrollTop = s.scrollHeight / 2;
             await ({FRAME})(); return performance.now() - t0; }}""")
@@ -130,16 +132,24 @@ def main(argv=None) -> dict:
 
     what = f"real export of {args.model}" if args.model else "made-up exports (12 layers, 28×28 noise thumbnails)"
     say(f"report.html explorer, {what}; median of {args.repeats} page loads; {load_line()}")
-    head = f"{'samples':>8} {'MiB':>6} {'ready ms':>9} {'load ms':>8} {'filter ms':>10} {'sort ms':>8} " \
-           f"{'scroll ms':>10} {'DOM rows':>9} {'errors':>7} {'export s':>9}"
+    head = (
+        f"{'samples':>8} {'MiB':>6} {'ready ms':>9} {'load ms':>8} {'filter ms':>10} {'sort ms':>8} "
+        f"{'scroll ms':>10} {'DOM rows':>9} {'errors':>7} {'export s':>9}"
+    )
     say(head)
     for n, r in rows.items():
-        say(f"{n:>8,} {r['mb']:>6.1f} {r['ready']:>9.0f} {r['load']:>8.0f} {r['filter']:>10.1f} {r['sort']:>8.1f} "
-              f"{r['scroll']:>10.1f} {r['rows_in_dom']:>9.0f} {r['errors']:>7d} {r['export_s']:>9.1f}")
+        say(
+            f"{n:>8,} {r['mb']:>6.1f} {r['ready']:>9.0f} {r['load']:>8.0f} {r['filter']:>10.1f} {r['sort']:>8.1f} "
+            f"{r['scroll']:>10.1f} {r['rows_in_dom']:>9.0f} {r['errors']:>7d} {r['export_s']:>9.1f}"
+        )
     if len(rows) > 1:
         small, big = rows[min(rows)], rows[max(rows)]
-        say(f"ratios {max(rows):,} / {min(rows):,} samples: " + ", ".join(
-            f"{k} {big[k] / small[k]:.2f}×" for k in ("mb", "ready", "load", "filter", "sort", "scroll") if small[k]))
+        say(
+            f"ratios {max(rows):,} / {min(rows):,} samples: "
+            + ", ".join(
+                f"{k} {big[k] / small[k]:.2f}×" for k in ("mb", "ready", "load", "filter", "sort", "scroll") if small[k]
+            )
+        )
     return rows
 
 

@@ -83,8 +83,14 @@ def summarise(times: dict[str, list[tuple[float, float]]]) -> dict:
     torch_s, torch_cpu = med["torch"], cpu["torch"]
     rows = []
     for name, s in med.items():
-        row = {"command": name, "median_s": s, "times_s": [w for w, _ in times[name]], "over_torch": s / torch_s,
-               "cpu_s": cpu[name], "cpu_over_torch": cpu[name] / torch_cpu if torch_cpu > 0 else float("nan")}
+        row = {
+            "command": name,
+            "median_s": s,
+            "times_s": [w for w, _ in times[name]],
+            "over_torch": s / torch_s,
+            "cpu_s": cpu[name],
+            "cpu_over_torch": cpu[name] / torch_cpu if torch_cpu > 0 else float("nan"),
+        }
         if name.endswith("--help"):
             row["target"] = f"≤ {HELP_TARGET}× torch"
             row["met"] = s <= HELP_TARGET * torch_s
@@ -93,8 +99,13 @@ def summarise(times: dict[str, list[tuple[float, float]]]) -> dict:
             row["target"] = f"≤ torch + {INFO_TARGET_S:g} s"
             row["met"] = s <= torch_s + INFO_TARGET_S
         rows.append(row)
-    return {"torch_s": torch_s, "torch_cpu_s": torch_cpu, "rows": rows, "rounds": len(times["torch"]),
-            "all_met": all(r.get("met", True) for r in rows)}
+    return {
+        "torch_s": torch_s,
+        "torch_cpu_s": torch_cpu,
+        "rows": rows,
+        "rounds": len(times["torch"]),
+        "all_met": all(r.get("met", True) for r in rows),
+    }
 
 
 def run(rounds: int = 5, quick: bool = False) -> dict:
@@ -108,13 +119,14 @@ def run(rounds: int = 5, quick: bool = False) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = [f"{'command':<22} {'wall':>8} {'× torch':>8} {'CPU':>8} {'× torch':>8}  target (on wall time)",
-             "-" * 86]
+    lines = [f"{'command':<22} {'wall':>8} {'× torch':>8} {'CPU':>8} {'× torch':>8}  target (on wall time)", "-" * 86]
     for r in result["rows"]:
         extra = f"  (torch + {r['minus_torch_s']:.2f} s)" if "minus_torch_s" in r else ""
         mark = "" if "met" not in r else ("  met" if r["met"] else "  MISSED")
-        lines.append(f"{r['command']:<22} {r['median_s']:>7.3f}s {r['over_torch']:>7.3f}× {r['cpu_s']:>7.3f}s "
-                     f"{r['cpu_over_torch']:>7.3f}×  {r.get('target', '')}{mark}{extra}")
+        lines.append(
+            f"{r['command']:<22} {r['median_s']:>7.3f}s {r['over_torch']:>7.3f}× {r['cpu_s']:>7.3f}s "
+            f"{r['cpu_over_torch']:>7.3f}×  {r.get('target', '')}{mark}{extra}"
+        )
     lines.append(f"medians of {result['rounds']} round(s), each command a fresh process, round-robin")
     return "\n".join(lines)
 

@@ -22,12 +22,12 @@ import torch
 
 
 def run(images_per_class: int = 30, epochs: int = 20) -> dict:
-    from ..runtime import progress
-    from ..runtime.config import DataRequest, TrainConfig, TrainRequest
     from ..data.datasets import load_dataset
+    from ..data.synthetic import make_image_folder
     from ..model.heads import build_head
     from ..model.laya_model import EndToEnd
-    from ..data.synthetic import make_image_folder
+    from ..runtime import progress
+    from ..runtime.config import DataRequest, TrainConfig, TrainRequest
     from ..training.loop import fit, prepare_backbone, train
 
     progress.set_enabled(False)  # a benchmark process of its own
@@ -38,9 +38,13 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
         cfg = TrainConfig(epochs=epochs, patience=epochs, seed=0, batch_size=32)
 
         def request(out: str) -> TrainRequest:
-            return TrainRequest(backbone="timm:vit_tiny_patch16_224",
-                                data=DataRequest(f"folder:{folder}", image_size=224, seed=0), train=cfg,
-                                out=str(tmp / out), pretrained=False)  # random weights: no download
+            return TrainRequest(
+                backbone="timm:vit_tiny_patch16_224",
+                data=DataRequest(f"folder:{folder}", image_size=224, seed=0),
+                train=cfg,
+                out=str(tmp / out),
+                pretrained=False,
+            )  # random weights: no download
 
         # naive: same data, same head, but the frozen backbone runs every batch
         start = time.perf_counter()
@@ -51,7 +55,12 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
             p.requires_grad_(False)
         dims = backbone.dims(data.train.images[:1].float() / 255)
         head = build_head("laya", dims, len(data.classes))
-        fit(EndToEnd(backbone, head), ([data.train.images], data.train.labels), ([data.val.images], data.val.labels), cfg)
+        fit(
+            EndToEnd(backbone, head),
+            ([data.train.images], data.train.labels),
+            ([data.val.images], data.val.labels),
+            cfg,
+        )
         naive = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -60,8 +69,15 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
         start = time.perf_counter()
         train(request("warm.pt"))
         warm = time.perf_counter() - start
-    return {"images": 3 * images_per_class, "epochs": epochs, "naive_s": naive, "cold_s": cold, "warm_s": warm,
-            "naive/warm": naive / warm, "cold/warm": cold / warm}
+    return {
+        "images": 3 * images_per_class,
+        "epochs": epochs,
+        "naive_s": naive,
+        "cold_s": cold,
+        "warm_s": warm,
+        "naive/warm": naive / warm,
+        "cold/warm": cold / warm,
+    }
 
 
 def main(argv=None) -> dict:
@@ -72,8 +88,10 @@ def main(argv=None) -> dict:
     r = run(args.images_per_class, args.epochs)
     from .harness import say
 
-    say(f"frozen timm:vit_tiny_patch16_224, {r['images']} images, {r['epochs']} epochs, "
-          f"{torch.get_num_threads()} threads")
+    say(
+        f"frozen timm:vit_tiny_patch16_224, {r['images']} images, {r['epochs']} epochs, "
+        f"{torch.get_num_threads()} threads"
+    )
     say(f"  naive (backbone every epoch) {r['naive_s']:7.2f} s")
     say(f"  laya train, cold cache       {r['cold_s']:7.2f} s")
     say(f"  laya train, warm cache       {r['warm_s']:7.2f} s")

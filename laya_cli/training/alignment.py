@@ -21,14 +21,14 @@ or the backbone. Why these choices (and what else was tried): docs/metrics.md#al
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime.errors import LayaError
 from ..auditing.metrics import lolo_effects
+from ..runtime.errors import LayaError
 
 EMA_MOMENTUM = 0.95  # r̄ during end-to-end training: the backbone moves, so a running mean
 
@@ -68,15 +68,20 @@ class Alignment:
     @staticmethod
     def check_head(head: nn.Module) -> None:
         if not (getattr(head, "has_alpha", False) and hasattr(head, "attention")):
-            raise LayaError(f"--align needs input-conditioned attention α: --head laya "
-                            f"(not {getattr(head, 'kind', type(head).__name__)})")
+            raise LayaError(
+                f"--align needs input-conditioned attention α: --head laya "
+                f"(not {getattr(head, 'kind', type(head).__name__)})"
+            )
 
     def _reference_for(self, feats: Sequence[Tensor]) -> list[Tensor]:
         if self.fixed:
             return [r.to(f.device) for r, f in zip(self.reference, feats)]
         means = [f.detach().mean(0) for f in feats]
-        self.reference = means if self.reference is None else [
-            self.momentum * r.to(m.device) + (1 - self.momentum) * m for r, m in zip(self.reference, means)]
+        self.reference = (
+            means
+            if self.reference is None
+            else [self.momentum * r.to(m.device) + (1 - self.momentum) * m for r, m in zip(self.reference, means)]
+        )
         return self.reference
 
     def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor) -> Tensor:

@@ -27,9 +27,9 @@ import platform
 import re
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ..runtime import distributed
 from ..runtime.config import AuditSettings, TrainRequest, check_at_least, diff_options
@@ -115,7 +115,7 @@ class BenchRequest:
         return [self.base_seed + k for k in range(self.seeds)]
 
     def methods(self) -> list[str]:
-        from ..auditing.run import parse_methods
+        from ..auditing.names import parse_methods
 
         return parse_methods(self.compare)
 
@@ -141,7 +141,7 @@ class BenchRequest:
         s.pop("internal_batch_size")  # a memory bound: same numbers either way
         return {**s, "methods": self.methods(), "samples": self.audit_samples}
 
-    def validate(self) -> "BenchRequest":
+    def validate(self) -> BenchRequest:
         self.train.data.name = check_dataset_name(self.dataset)
         self.heads = parse_heads(self.heads)
         check_at_least("--seeds", self.seeds)
@@ -153,8 +153,10 @@ class BenchRequest:
         self.audit_settings().validate()
         self.methods()
         if self.audit.ablation == "mask" and any(VARIANTS.get(h, h) not in ("laya", "scalarmix") for h in self.heads):
-            raise LayaError("--ablation mask needs heads with layer weights (laya, scalarmix); "
-                            "use --ablation mean or zero to compare every head")
+            raise LayaError(
+                "--ablation mask needs heads with layer weights (laya, scalarmix); "
+                "use --ablation mean or zero to compare every head"
+            )
         return self
 
 
@@ -167,7 +169,6 @@ def options_changes(recorded: dict, wanted: dict) -> list[str]:
     """How ``wanted`` differs from ``recorded`` training options. An option that a newer laya added
     (absent from the record) counts as a change only when it is set to something else than its default."""
     return diff_options(recorded, wanted, train_options(TrainRequest()))
-
 
 
 def _read_record(path: Path) -> dict | None:
@@ -214,23 +215,33 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
     ckpt = train(req)
     seconds = time.perf_counter() - start
     return {
-        "format": RECORD_FORMAT, "version": RECORD_VERSION, "head": head, "seed": seed,
-        "checkpoint": Path(req.out).name, "checkpoint_sha256": file_sha256(Path(req.out)),
-        "train_options": options, "metrics": ckpt["metrics"], "train_seconds": seconds,
-        "resumed": req.resume, "device": bench.device, "audit_options": None, "audit": None,
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
+        "head": head,
+        "seed": seed,
+        "checkpoint": Path(req.out).name,
+        "checkpoint_sha256": file_sha256(Path(req.out)),
+        "train_options": options,
+        "metrics": ckpt["metrics"],
+        "train_seconds": seconds,
+        "resumed": req.resume,
+        "device": bench.device,
+        "audit_options": None,
+        "audit": None,
     }
 
 
 def _audit_run(bench: BenchRequest, record: dict) -> dict:
     from ..auditing.run import run_audit
-    from ..model.laya_model import load_model
     from ..features.evaldata import load_eval_data
+    from ..model.laya_model import load_model
 
     path = bench.folder / record["checkpoint"]
     start = time.perf_counter()
     model = load_model(path)
-    data = load_eval_data(model, samples=bench.audit_samples, seed=bench.audit.seed, device=bench.device,
-                          use_cache=bench.train.use_cache)
+    data = load_eval_data(
+        model, samples=bench.audit_samples, seed=bench.audit.seed, device=bench.device, use_cache=bench.train.use_cache
+    )
     result = run_audit(model, data, bench.methods(), bench.audit_settings())
     result.settings.update({"model": str(path), "samples": bench.audit_samples})
     record = dict(record)
@@ -249,8 +260,9 @@ def _reusable_training(bench: BenchRequest, head: str, seed: int, record: dict |
     changes = options_changes(record.get("train_options") or {}, wanted)
     if changes:
         shown = "; ".join(changes[:4]) + (f"; … ({len(changes)} in all)" if len(changes) > 4 else "")
-        raise LayaError(f"{ckpt} was trained with other options ({shown}); use another --out, "
-                        f"or --redo to retrain every run")
+        raise LayaError(
+            f"{ckpt} was trained with other options ({shown}); use another --out, or --redo to retrain every run"
+        )
     if record.get("checkpoint_sha256") != file_sha256(ckpt):
         log(f"[yellow]{ckpt} changed since it was recorded: retraining it[/]")
         return False
@@ -288,11 +300,14 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
     methods = bench.methods()
     for head in bench.heads:
         recs = [o.record for o in outcomes if o.head == head]
-        metric = lambda k: _stats([r["metrics"][k] for r in recs])
+        metric = lambda k, recs=recs: _stats([r["metrics"][k] for r in recs])
         entry = {
-            "runs": len(recs), "seeds": [r["seed"] for r in recs],
-            "test_accuracy": metric("test_accuracy"), "test_macro_f1": metric("test_macro_f1"),
-            "val_accuracy": metric("val_accuracy"), "epochs_run": metric("epochs_run"),
+            "runs": len(recs),
+            "seeds": [r["seed"] for r in recs],
+            "test_accuracy": metric("test_accuracy"),
+            "test_macro_f1": metric("test_macro_f1"),
+            "val_accuracy": metric("val_accuracy"),
+            "epochs_run": metric("epochs_run"),
             "train_seconds": _stats([r.get("train_seconds") for r in recs]),
             "audit_seconds": _stats([r.get("audit_seconds") for r in recs]),
             "audit_accuracy": _stats([r["audit"]["accuracy"] for r in recs]),
@@ -328,9 +343,14 @@ def machine() -> dict:
 
     from .. import __version__
 
-    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": str(torch.__version__), "laya": __version__}
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": str(torch.__version__),
+        "laya": __version__,
+    }
     if torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name()
     return info
@@ -348,24 +368,44 @@ class BenchResult:
     def to_dict(self) -> dict:
         b = self.request
         t = b.train
-        return json_safe({
-            "format": BENCH_FORMAT, "version": RECORD_VERSION,
-            "bench": {
-                "dataset": b.dataset, "backbone": b.backbone, "heads": list(b.heads), "seeds": b.seed_values,
-                "base_seed": b.base_seed, "folder": str(b.folder), "data_dir": t.data.data_dir,
-                "head_config": t.head_config.to_dict(),
-                "train": {"epochs": t.train.epochs, "batch_size": t.train.batch_size, "lr": t.train.lr,
-                          "patience": t.train.patience, "layers": list(t.layers), "pool": t.pool,
-                          "pretrained": t.pretrained, "weights": t.weights, "finetune": t.finetune},
-                "audit": b.audit_options(), "device": b.device,
-            },
-            "heads": self.heads,
-            "runs": self.runs,
-            "reused": self.reused, "reaudited": self.reaudited,
-            "wall_seconds": self.wall_seconds,
-            "compute_seconds": sum((r.get("train_seconds") or 0) + (r.get("audit_seconds") or 0) for r in self.runs),
-            "machine": machine(),
-        })
+        return json_safe(
+            {
+                "format": BENCH_FORMAT,
+                "version": RECORD_VERSION,
+                "bench": {
+                    "dataset": b.dataset,
+                    "backbone": b.backbone,
+                    "heads": list(b.heads),
+                    "seeds": b.seed_values,
+                    "base_seed": b.base_seed,
+                    "folder": str(b.folder),
+                    "data_dir": t.data.data_dir,
+                    "head_config": t.head_config.to_dict(),
+                    "train": {
+                        "epochs": t.train.epochs,
+                        "batch_size": t.train.batch_size,
+                        "lr": t.train.lr,
+                        "patience": t.train.patience,
+                        "layers": list(t.layers),
+                        "pool": t.pool,
+                        "pretrained": t.pretrained,
+                        "weights": t.weights,
+                        "finetune": t.finetune,
+                    },
+                    "audit": b.audit_options(),
+                    "device": b.device,
+                },
+                "heads": self.heads,
+                "runs": self.runs,
+                "reused": self.reused,
+                "reaudited": self.reaudited,
+                "wall_seconds": self.wall_seconds,
+                "compute_seconds": sum(
+                    (r.get("train_seconds") or 0) + (r.get("audit_seconds") or 0) for r in self.runs
+                ),
+                "machine": machine(),
+            }
+        )
 
     def to_json(self) -> str:
         return strict_json(self.to_dict())
@@ -375,8 +415,10 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
     """Train and audit every (head, seed) run that is not already finished, then aggregate."""
     bench.validate()
     if distributed.active() or distributed.env_world_size() > 1:
-        raise LayaError("laya bench runs in one process, not under torchrun; run it with plain `laya bench` "
-                        "(use torchrun for single `laya train`/`laya audit` runs)")
+        raise LayaError(
+            "laya bench runs in one process, not under torchrun; run it with plain `laya bench` "
+            "(use torchrun for single `laya train`/`laya audit` runs)"
+        )
     try:
         bench.folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -397,7 +439,8 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
             done = len(outcomes)
             raise TrainingInterrupted(
                 f"bench interrupted in run {head} seed {seed} ({done} of {len(pairs)} runs finished and kept "
-                f"in {bench.folder}); run the same command again to continue") from None
+                f"in {bench.folder}); run the same command again to continue"
+            ) from None
         outcomes.append(outcome)
         if on_run:
             on_run(outcome, i, len(pairs))
@@ -406,12 +449,22 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
     runs = []
     for o in outcomes:
         r = o.record
-        runs.append({"head": o.head, "seed": o.seed, "checkpoint": str(bench.folder / r["checkpoint"]),
-                     "record": str(bench.run_path(o.head, o.seed, ".json")), "reused": not o.trained,
-                     "reaudited": (not o.trained) and o.audited,
-                     **{k: r["metrics"][k] for k in ("test_accuracy", "test_macro_f1", "val_accuracy",
-                                                     "epochs_run", "best_epoch")},
-                     "train_seconds": r.get("train_seconds"), "audit_seconds": r.get("audit_seconds")})
+        runs.append(
+            {
+                "head": o.head,
+                "seed": o.seed,
+                "checkpoint": str(bench.folder / r["checkpoint"]),
+                "record": str(bench.run_path(o.head, o.seed, ".json")),
+                "reused": not o.trained,
+                "reaudited": (not o.trained) and o.audited,
+                **{
+                    k: r["metrics"][k]
+                    for k in ("test_accuracy", "test_macro_f1", "val_accuracy", "epochs_run", "best_epoch")
+                },
+                "train_seconds": r.get("train_seconds"),
+                "audit_seconds": r.get("audit_seconds"),
+            }
+        )
     return BenchResult(bench, aggregate(bench, outcomes), runs, reused, reaudited, time.perf_counter() - start)
 
 
@@ -423,6 +476,9 @@ def _is_finished(bench: BenchRequest, head: str, seed: int) -> bool:
     if not (rec_path.is_file() and ckpt.is_file()):
         return False
     rec = _read_record(rec_path)
-    return (rec is not None and not options_changes(rec.get("train_options") or {},
-                                                    train_options(bench.train_request(head, seed)))
-            and rec.get("audit") is not None and rec.get("audit_options") == bench.audit_options())
+    return (
+        rec is not None
+        and not options_changes(rec.get("train_options") or {}, train_options(bench.train_request(head, seed)))
+        and rec.get("audit") is not None
+        and rec.get("audit_options") == bench.audit_options()
+    )

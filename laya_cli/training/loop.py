@@ -8,32 +8,32 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import backbones as bb
-from ..runtime import distributed
-from .alignment import Alignment
-from ..features.cache import FeatureCache, cached_extract, feature_key
-from ..model.checkpoint import checkpoint_body, save_checkpoint
-from ..runtime.config import TrainConfig, TrainRequest, diff_options
+from ..auditing.metrics import accuracy, macro_f1
 from ..data.datasets import DataSplits, dataset_name, is_file_dataset, load_dataset
+from ..data.images import take
+from ..features.cache import FeatureCache, cached_extract, feature_key
+from ..features.extraction import LayerFeatures, batches, extract, tap_means, to_float_images
+from ..model.checkpoint import checkpoint_body, save_checkpoint
+from ..model.heads import HEADS, build_head
+from ..model.laya_model import EndToEnd
+from ..runtime import distributed
+from ..runtime.config import TrainConfig, TrainRequest, diff_options
 from ..runtime.device import to_device
 from ..runtime.distributed import gather_rows, shard_bounds
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
-from ..features.extraction import LayerFeatures, batches, extract, tap_means, to_float_images
 from ..runtime.fileio import atomic_torch_save, check_writable
-from ..model.heads import HEADS, build_head
-from ..data.images import take
-from ..auditing.metrics import accuracy, macro_f1
-from ..model.laya_model import EndToEnd
 from ..runtime.progress import log, track
 from ..runtime.trust import safe_torch_load
+from .alignment import Alignment
 
 
 @dataclass
@@ -56,8 +56,11 @@ def predict(model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu
     model.eval()
     n = len(inputs) if hasattr(inputs, "batches") else len(inputs[0])
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
-    chunks = (xs for xs, _ in inputs.batches(batch_size, start, stop)) if hasattr(inputs, "batches") else \
-        batches([take(t, slice(start, stop)) for t in inputs], batch_size)  # file images stay lazy
+    chunks = (
+        (xs for xs, _ in inputs.batches(batch_size, start, stop))
+        if hasattr(inputs, "batches")
+        else batches([take(t, slice(start, stop)) for t in inputs], batch_size)
+    )  # file images stay lazy
     preds = [model([to_device(t, device) for t in chunk]).logits.argmax(-1).cpu() for chunk in chunks]
     out = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.long)
     return gather_rows(out, n) if shard else out
@@ -67,11 +70,19 @@ def _clone_state(module: nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Tensor], Tensor],
-        cfg: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None,
-        state_path: str | Path | None = None, resume: bool = False, fingerprint: str = "",
-        data_parallel: bool = False, options: dict | None = None,
-        alignment: Alignment | None = None) -> list[EpochRecord]:
+def fit(
+    model: nn.Module,
+    train: tuple[list[Tensor], Tensor],
+    val: tuple[list[Tensor], Tensor],
+    cfg: TrainConfig,
+    on_epoch: Callable[[EpochRecord], None] | None = None,
+    state_path: str | Path | None = None,
+    resume: bool = False,
+    fingerprint: str = "",
+    data_parallel: bool = False,
+    options: dict | None = None,
+    alignment: Alignment | None = None,
+) -> list[EpochRecord]:
     """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights.
 
     With ``state_path``, everything needed to continue (weights, optimizer, RNG states, best
@@ -125,9 +136,15 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
         loss_sum, correct = 0.0, 0
         if store_ddp:
             loss_sum, correct = _store_ddp_epoch(model, ddp, optimizer, train_x, cfg, shuffle, epoch)
-        epoch_batches = () if store_ddp else (
-            ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, shuffle)) if from_store
-            else batches([*train_x, train_y], cfg.batch_size, shuffle))
+        epoch_batches = (
+            ()
+            if store_ddp
+            else (
+                ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, shuffle))
+                if from_store
+                else batches([*train_x, train_y], cfg.batch_size, shuffle)
+            )
+        )
         for *xs, y in track(epoch_batches, f"epoch {epoch}", n_batches):
             if ddp is not None:
                 # This rank's contiguous share of the global batch; loss = its part of the batch mean
@@ -165,18 +182,28 @@ def fit(model: nn.Module, train: tuple[list[Tensor], Tensor], val: tuple[list[Te
             best_acc, since_best, best_state = val_acc, 0, _clone_state(model)
         else:
             since_best += 1
-        record = EpochRecord(epoch, loss_sum / len(train_y), correct / len(train_y), val_acc,
-                             time.perf_counter() - start, improved)
+        record = EpochRecord(
+            epoch, loss_sum / len(train_y), correct / len(train_y), val_acc, time.perf_counter() - start, improved
+        )
         history.append(record)
         if state_path is not None and distributed.is_main():
-            save_train_state({
-                "format": "laya-train-state", "fingerprint": fingerprint, "options": options,
-                "model": _clone_state(model),
-                "optimizer": optimizer.state_dict(), "shuffle_rng": shuffle.get_state(),
-                "torch_rng": torch.get_rng_state(), "best_accuracy": best_acc, "best_model": best_state,
-                "since_best": since_best, "history": [asdict(r) for r in history],
-                **({"alignment": alignment.state_dict()} if alignment is not None else {}),
-            }, state_path)
+            save_train_state(
+                {
+                    "format": "laya-train-state",
+                    "fingerprint": fingerprint,
+                    "options": options,
+                    "model": _clone_state(model),
+                    "optimizer": optimizer.state_dict(),
+                    "shuffle_rng": shuffle.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "best_accuracy": best_acc,
+                    "best_model": best_state,
+                    "since_best": since_best,
+                    "history": [asdict(r) for r in history],
+                    **({"alignment": alignment.state_dict()} if alignment is not None else {}),
+                },
+                state_path,
+            )
         if on_epoch:
             on_epoch(record)
     model.load_state_dict(best_state)
@@ -188,8 +215,9 @@ def _pair(data):
     return (data, data.labels) if hasattr(data, "epoch_batches") else data
 
 
-def _store_ddp_epoch(model, ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator,
-                     epoch: int) -> tuple[float, int]:
+def _store_ddp_epoch(
+    model, ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int
+) -> tuple[float, int]:
     """One epoch of DDP head training where each rank reads its own store shards.
 
     Every rank takes local batches of ceil(batch / world) rows from its shards; ranks that run out
@@ -234,8 +262,11 @@ def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:
     if is_cuda and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         nn.SyncBatchNorm.convert_sync_batchnorm(model)
     index = torch.device(device).index if is_cuda else None
-    return DistributedDataParallel(model, device_ids=[index] if index is not None else None,
-                                   find_unused_parameters=getattr(model, "find_unused_parameters", True))
+    return DistributedDataParallel(
+        model,
+        device_ids=[index] if index is not None else None,
+        find_unused_parameters=getattr(model, "find_unused_parameters", True),
+    )
 
 
 def save_train_state(state: dict, path: str | Path) -> None:
@@ -244,8 +275,14 @@ def save_train_state(state: dict, path: str | Path) -> None:
     try:
         atomic_torch_save(state, path)
     except LayaError as e:
-        hint = (f"the state of epoch {len(state['history']) - 1} is kept there: free space and run the same "
-                f"command with --resume") if kept else "free space and run the command again"
+        hint = (
+            (
+                f"the state of epoch {len(state['history']) - 1} is kept there: free space and run the same "
+                f"command with --resume"
+            )
+            if kept
+            else "free space and run the command again"
+        )
         raise LayaError(f"{e}; {hint}") from None
 
 
@@ -264,10 +301,15 @@ def load_train_state(path: str | Path | None, fingerprint: str, options: dict | 
         changes = []
         if isinstance(st.get("options"), dict) and options is not None:
             changes = diff_options(st["options"], options, TrainRequest().recorded_options())
-        shown = (" (" + "; ".join(changes[:4]) + (f"; … {len(changes)} in all" if len(changes) > 4 else "") + ")"
-                 if changes else "")
-        raise LayaError(f"--resume: {path} was written by a run with other options{shown}; use the same options, "
-                        f"or --restart to start over")
+        shown = (
+            " (" + "; ".join(changes[:4]) + (f"; … {len(changes)} in all" if len(changes) > 4 else "") + ")"
+            if changes
+            else ""
+        )
+        raise LayaError(
+            f"--resume: {path} was written by a run with other options{shown}; use the same options, "
+            f"or --restart to start over"
+        )
     return st
 
 
@@ -275,8 +317,9 @@ def check_no_unfinished_run(req: TrainRequest) -> None:
     """Refuse to silently restart over an interrupted run's state: ``--resume`` continues it, ``--restart``
     replaces it. ``--restart`` removes the old state (before any work, so nothing mixes)."""
     if req.resume and req.restart:
-        raise LayaError("--resume and --restart exclude each other: --resume continues the saved run, "
-                        "--restart discards it")
+        raise LayaError(
+            "--resume and --restart exclude each other: --resume continues the saved run, --restart discards it"
+        )
     if not req.state_path.is_file():
         if req.resume:  # before loading any data
             raise LayaError(f"--resume: no saved training state at {req.state_path}; start without --resume")
@@ -286,8 +329,10 @@ def check_no_unfinished_run(req: TrainRequest) -> None:
             req.state_path.unlink(missing_ok=True)
         return
     if not req.resume:
-        raise LayaError(f"{req.state_path} holds an interrupted training run{_epochs_in(req.state_path)}: run the "
-                        f"same command with --resume to continue it, or with --restart to start over")
+        raise LayaError(
+            f"{req.state_path} holds an interrupted training run{_epochs_in(req.state_path)}: run the "
+            f"same command with --resume to continue it, or with --restart to start over"
+        )
 
 
 def _epochs_in(path: Path) -> str:
@@ -339,8 +384,15 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     if spec.finetune:
         model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(spec.name))
         to_inputs = lambda ds: ([ds.images], ds.labels)
-        history = _fit_resumable(req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True,
-                                 alignment=_alignment(req, head, None))
+        history = _fit_resumable(
+            req,
+            model,
+            to_inputs(data.train),
+            to_inputs(data.val),
+            on_epoch,
+            data_parallel=True,
+            alignment=_alignment(req, head, None),
+        )
         test_pred = predict(model, [data.test.images], device=dev)
         train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
         # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
@@ -354,8 +406,14 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         train_feats = split_feats["train"]
         # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
         as_inputs = lambda f: f if hasattr(f, "epoch_batches") else (f.feats, f.labels)
-        history = _fit_resumable(req, head, as_inputs(train_feats), as_inputs(split_feats["val"]), on_epoch,
-                                 alignment=_alignment(req, head, train_feats))
+        history = _fit_resumable(
+            req,
+            head,
+            as_inputs(train_feats),
+            as_inputs(split_feats["val"]),
+            on_epoch,
+            alignment=_alignment(req, head, train_feats),
+        )
         test = split_feats["test"]
         test_pred = predict(head, test if hasattr(test, "epoch_batches") else test.feats, device=dev)
 
@@ -366,18 +424,34 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         "val_accuracy": max(r.val_accuracy for r in history),
         "epochs_run": len(history),
         "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
-        "n_train": len(data.train), "n_val": len(data.val), "n_test": len(data.test),
+        "n_train": len(data.train),
+        "n_val": len(data.val),
+        "n_test": len(data.test),
     }
     ckpt = checkpoint_body(
-        backbone=backbone, spec=spec, head=head, head_config=req.head_config.to_dict(), dims=dims,
+        backbone=backbone,
+        spec=spec,
+        head=head,
+        head_config=req.head_config.to_dict(),
+        dims=dims,
         classes=data.classes,
-        dataset={"name": req.data.name, "data_dir": req.data.data_dir, "image_size": req.data.image_size,
-                 "label": req.data.label, "seed": req.data.seed, "unmatched": list(data.unmatched),
-                 **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v}},
-        reference=train_feats.mean(), history=[asdict(r) for r in history], metrics=metrics,
+        dataset={
+            "name": req.data.name,
+            "data_dir": req.data.data_dir,
+            "image_size": req.data.image_size,
+            "label": req.data.label,
+            "seed": req.data.seed,
+            "unmatched": list(data.unmatched),
+            **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v},
+        },
+        reference=train_feats.mean(),
+        history=[asdict(r) for r in history],
+        metrics=metrics,
         train_config=asdict(req.train),
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
-        weights_file=req.weights, feature_dtype=req.feature_dtype, tap_reference=tap_reference,
+        weights_file=req.weights,
+        feature_dtype=req.feature_dtype,
+        tap_reference=tap_reference,
     )
     if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
         try:
@@ -385,8 +459,10 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         except LayaError as e:
             if not req.state_path.is_file():
                 raise
-            raise LayaError(f"{e}; the finished training is kept in {req.state_path}: free space and run the "
-                            f"same command with --resume to write the checkpoint") from None
+            raise LayaError(
+                f"{e}; the finished training is kept in {req.state_path}: free space and run the "
+                f"same command with --resume to write the checkpoint"
+            ) from None
         req.state_path.unlink(missing_ok=True)
     distributed.barrier()
     return ckpt
@@ -401,8 +477,15 @@ def _alignment(req: TrainRequest, head: nn.Module, fixed_feats) -> Alignment | N
     return Alignment(req.train.align, fixed_feats.mean() if fixed_feats is not None else None)
 
 
-def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
-                   data_parallel: bool = False, alignment: Alignment | None = None) -> list[EpochRecord]:
+def _fit_resumable(
+    req: TrainRequest,
+    model,
+    train_data,
+    val_data,
+    on_epoch,
+    data_parallel: bool = False,
+    alignment: Alignment | None = None,
+) -> list[EpochRecord]:
     """fit() with its state beside --out after every epoch; Ctrl-C/SIGTERM leave it resumable."""
     done = []
 
@@ -413,8 +496,19 @@ def _fit_resumable(req: TrainRequest, model, train_data, val_data, on_epoch,
 
     try:
         with sigterm_as_interrupt():
-            return fit(model, train_data, val_data, req.train, record, req.state_path, req.resume, req.fingerprint(),
-                       data_parallel=data_parallel, options=req.recorded_options(), alignment=alignment)
+            return fit(
+                model,
+                train_data,
+                val_data,
+                req.train,
+                record,
+                req.state_path,
+                req.resume,
+                req.fingerprint(),
+                data_parallel=data_parallel,
+                options=req.recorded_options(),
+                alignment=alignment,
+            )
     except KeyboardInterrupt:
         where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
         hint = f"; run the same command with --resume to continue from {req.state_path}" if done or req.resume else ""
@@ -432,6 +526,14 @@ def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dic
     for split in ("train", "val", "test"):
         ds = getattr(data, split)
         key = feature_key(backbone, data.identity, split, req.data.seed, len(ds), req.train.device, req.feature_dtype)
-        out[split] = cached_extract(backbone, ds.images, ds.labels, key, cache, device=req.train.device,
-                                    description=f"{split} features", dtype=req.feature_dtype)
+        out[split] = cached_extract(
+            backbone,
+            ds.images,
+            ds.labels,
+            key,
+            cache,
+            device=req.train.device,
+            description=f"{split} features",
+            dtype=req.feature_dtype,
+        )
     return out
