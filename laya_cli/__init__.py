@@ -61,7 +61,7 @@ _MOVED = {
     "parse_methods": "auditing.names",
     "parse_thresholds": "gates.thresholds",
     "run_audit": "auditing.run",
-    "load_eval_data": "features.evaldata",
+    "load_eval_data": "model.evaldata",
     "threshold_checks": "gates.thresholds",
     "read_audit_json": "gates.regression",
     "parse_max_drop": "gates.regression",

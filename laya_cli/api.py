@@ -30,7 +30,6 @@ from .depthing.run import DepthResult, run_depth
 from .depthing.truncation import check_maskable
 from .exporting.run import Export, check_format, check_out_dir, export_data
 from .features.cache import FeatureCache, feature_key
-from .features.evaldata import EvalData, load_fit_features
 from .features.extraction import (
     LayerFeatures,
     backbone_forward,
@@ -39,6 +38,7 @@ from .features.extraction import (
     image_batch,
     to_float_images,
 )
+from .model.evaldata import EvalData, load_fit_features
 from .model.heads import HEADS, build_head
 from .model.laya_model import USER_BACKBONE, EndToEnd, LayaModel, load_model
 from .runtime import progress as _progress

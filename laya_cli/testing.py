@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .data.synthetic import make_head_and_features, make_image_folder, train_digits
+from .synthetic import make_head_and_features, make_image_folder, train_digits
 
 __all__ = ["make_image_folder", "make_head_and_features", "train_digits", "invoke", "run_laya", "assert_user_error"]
 

@@ -13,8 +13,8 @@ from laya_cli.backbones.build import BackboneSpec, build_backbone
 from laya_cli.depthing import early_exit as ee
 from laya_cli.depthing.compute import model_flops, tap_flops
 from laya_cli.depthing.truncation import fold_head, masked_output
-from laya_cli.features.evaldata import load_eval_data
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import HeadConfig
 from laya_cli.testing import assert_user_error, invoke, make_head_and_features

@@ -115,7 +115,7 @@ def test_samples_table_columns_and_values(exported, samples_csv):
 
 def test_contrib_matches_the_margin(exported, samples_csv):
     """Σ_i contrib_i = logit_ŷ − logit_ŷ₂ − (b_ŷ − b_ŷ₂): recompute from the model itself."""
-    from laya_cli.features.evaldata import load_eval_data
+    from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model
 
     exp, _ = exported
@@ -346,7 +346,7 @@ def test_scalarmix_has_global_alpha_and_no_contrib(digits_ckpt, tmp_path):
 
 
 def test_samples_and_seed_pick_a_reproducible_subset(digits_ckpt, tmp_path):
-    from laya_cli.features.evaldata import select_samples
+    from laya_cli.model.evaldata import select_samples
 
     a = run_export(digits_ckpt, tmp_path / "a", samples=40, seed=3, plots=False, use_cache=False)
     assert a.table["index"].tolist() == select_samples(359, 40, 3).tolist()

@@ -11,9 +11,9 @@ import torch
 from laya_cli import backbones as bb
 from laya_cli.auditing import network
 from laya_cli.auditing.metrics import lolo_effects
-from laya_cli.features.evaldata import load_eval_data
 from laya_cli.features.extraction import tap_means, to_float_images
 from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
+from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import AuditSettings

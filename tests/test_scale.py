@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from laya_cli.data.datasets import _labelled_files, load_dataset
-from laya_cli.data.synthetic import frozen_cnn_and_images
 from laya_cli.features.store import extract_to_store
 from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
+from laya_cli.synthetic import frozen_cnn_and_images
 from laya_cli.testing import assert_user_error, invoke, make_image_folder
 from laya_cli.training.loop import train
 

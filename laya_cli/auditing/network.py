@@ -100,8 +100,8 @@ def network_reference(
         return [t.float() for t in stored]
     from ..data.datasets import USER_DATASET
     from ..features.cache import FeatureCache, feature_key
-    from ..features.evaldata import model_dataset
     from ..features.extraction import LayerFeatures
+    from ..model.evaldata import model_dataset
     from ..runtime.config import digest
     from ..runtime.distributed import is_main
 

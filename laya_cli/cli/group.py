@@ -455,11 +455,11 @@ def audit(
     from ..auditing import names as audit_names
     from ..auditing import run as auditing
     from ..auditing.metrics import check_ablation
-    from ..features.evaldata import load_eval_data
     from ..gates import regression
     from ..gates import thresholds as gate_thresholds
     from ..gates.checks import verdict as gate_verdict
     from ..gates.junit import junit_xml
+    from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
     from ..report.tables import (
         HEAD_TITLE,
@@ -648,7 +648,7 @@ def depth(
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
     from ..depthing import run as depthing
     from ..depthing.truncation import check_k, check_maskable
-    from ..features.evaldata import load_eval_data, load_fit_features
+    from ..model.evaldata import load_eval_data, load_fit_features
     from ..model.laya_model import load_model
     from ..report.tables import depth_markdown, depth_rich_tables, truncate_line
     from ..runtime import distributed

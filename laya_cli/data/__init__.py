@@ -1,5 +1,5 @@
 """Data sets as image tensors or lazily decoded file images: the registry and split rule (``datasets``), image
-sources and decoding (``images``), large-data shards (``shards``), and made-up inputs (``synthetic``).
+sources and decoding (``images``), and large-data shards (``shards``).
 """
 
 from .._moved import moved_names

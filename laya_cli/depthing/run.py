@@ -16,8 +16,8 @@ from torch import Tensor
 
 from ..auditing.metrics import accuracy, macro_f1
 from ..data.images import take
-from ..features.evaldata import in_memory
 from ..features.extraction import LayerFeatures, to_float_images
+from ..model.evaldata import in_memory
 from ..model.heads import head_kind
 from ..runtime.config import DepthSettings, HeadConfig, TrainConfig
 from ..runtime.distributed import barrier, is_main

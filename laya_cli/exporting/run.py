@@ -393,8 +393,8 @@ def run_export(
     ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
     when there), shown in report.html and copied as depth.json.
     """
-    from ..features.evaldata import load_eval_data
     from ..gates.regression import read_audit_json
+    from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
 
     fmt = check_format(fmt)

@@ -1,5 +1,5 @@
-"""Per-layer features r_1 … r_L: extraction (``extraction``), the sharded store (``store``), the on-disk cache
-and its one key (``cache``), and the data a trained model is audited or exported on (``evaldata``).
+"""Per-layer features r_1 … r_L: extraction (``extraction``), the sharded store (``store``), and the on-disk cache
+and its one key (``cache``).
 """
 
 from .._moved import moved_names

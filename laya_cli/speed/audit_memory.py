@@ -48,7 +48,7 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
 
     from ..auditing.names import parse_methods
     from ..auditing.run import run_audit
-    from ..features.evaldata import load_eval_data
+    from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
     from ..runtime import progress
     from ..runtime.config import AuditSettings

@@ -50,8 +50,8 @@ def measure(
     from ..data.images import take
     from ..depthing.compute import model_flops, tap_flops
     from ..depthing.run import truncate_model
-    from ..features.evaldata import load_eval_data
     from ..features.extraction import to_float_images
+    from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
     from ..runtime.config import DepthSettings
 
@@ -136,7 +136,7 @@ def main(argv=None) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="laya-depth-bench-"))
     models = args.model
     if not models:
-        from ..data.synthetic import train_digits
+        from ..synthetic import train_digits
 
         models = [f"{train_digits(work / 'digits-mlp.pt', epochs=4)}@2"]
     rows = []

@@ -61,8 +61,8 @@ def lolo(scope, x, target):
 def network_audit(model, images, reference, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """What ``laya audit --scope network`` does for these images (one batch)."""
     from ..auditing.network import run_scoped_audit
-    from ..features.evaldata import EvalData
     from ..features.extraction import LayerFeatures
+    from ..model.evaldata import EvalData
     from ..runtime.config import AuditSettings
 
     labels = torch.zeros(len(images), dtype=torch.long)

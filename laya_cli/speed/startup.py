@@ -110,7 +110,7 @@ def summarise(times: dict[str, list[tuple[float, float]]]) -> dict:
 
 def run(rounds: int = 5, quick: bool = False) -> dict:
     """Train a small digits checkpoint (for ``laya info``), then time every command."""
-    from ..data.synthetic import train_digits
+    from ..synthetic import train_digits
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = train_digits(Path(tmp) / "model.pt", epochs=1)

@@ -23,11 +23,11 @@ import torch
 
 def run(images_per_class: int = 30, epochs: int = 20) -> dict:
     from ..data.datasets import load_dataset
-    from ..data.synthetic import make_image_folder
     from ..model.heads import build_head
     from ..model.laya_model import EndToEnd
     from ..runtime import progress
     from ..runtime.config import DataRequest, TrainConfig, TrainRequest
+    from ..synthetic import make_image_folder
     from ..training.loop import fit, prepare_backbone, train
 
     progress.set_enabled(False)  # a benchmark process of its own

@@ -233,7 +233,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
 
 def _audit_run(bench: BenchRequest, record: dict) -> dict:
     from ..auditing.run import run_audit
-    from ..features.evaldata import load_eval_data
+    from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
 
     path = bench.folder / record["checkpoint"]

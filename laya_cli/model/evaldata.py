@@ -13,12 +13,12 @@ from torch import Tensor
 
 from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
 from ..data.images import take
-from ..model.laya_model import LayaModel
+from ..features.cache import FeatureCache, cached_extract, feature_key
+from ..features.extraction import LayerFeatures, StreamedFeatures, feature_batches
 from ..runtime.config import DataRequest, check_at_least
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
-from .cache import FeatureCache, cached_extract, feature_key
-from .extraction import LayerFeatures, StreamedFeatures, feature_batches
+from .laya_model import LayaModel
 
 
 @dataclass

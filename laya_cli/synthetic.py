@@ -48,8 +48,8 @@ def make_head_and_features(
     """A small seeded head with random layer features and an ablation reference: (head, feats, ref)."""
     import torch
 
-    from ..model.heads import build_head
-    from ..runtime.config import HeadConfig
+    from .model.heads import build_head
+    from .runtime.config import HeadConfig
 
     torch.manual_seed(seed)
     head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
@@ -71,9 +71,9 @@ def train_digits(
     **extra,
 ) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
-    from ..runtime import progress
-    from ..runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
-    from ..training.loop import train
+    from .runtime import progress
+    from .runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from .training.loop import train
 
     req = TrainRequest(
         head=head,
@@ -93,7 +93,7 @@ def frozen_cnn_and_images(n: int = 40, size: int = 16, seed: int = 0):
     (backbone, images, labels). Feature extraction on it is fast and deterministic."""
     import torch
 
-    from ..backbones.build import BackboneSpec, build_backbone
+    from .backbones.build import BackboneSpec, build_backbone
 
     torch.manual_seed(seed)
     backbone = build_backbone(BackboneSpec("cnn", in_channels=3, image_size=(size, size))).eval()
