@@ -245,12 +245,12 @@ def test_an_out_folder_that_cannot_be_made_is_a_user_error(tmp_path):
 
 
 def test_stats_mean_and_sample_std():
-    from laya_cli.training.bench import _stats
+    from laya_cli.training.bench import seed_stats
 
-    s = _stats([0.8, 0.9, 1.0])
+    s = seed_stats([0.8, 0.9, 1.0])
     assert s["mean"] == pytest.approx(0.9) and s["std"] == pytest.approx(0.1) and s["n"] == 3
-    assert _stats([0.5])["std"] is None  # one seed: no spread to report
-    assert _stats([None, float("nan")])["mean"] is None
+    assert seed_stats([0.5])["std"] is None  # one seed: no spread to report
+    assert seed_stats([None, float("nan")])["mean"] is None
 
 
 # --------------------------------------------------------------------------- speed

@@ -188,11 +188,11 @@ def default_sigint():
 def test_ctrl_c_while_a_benchmark_child_starts_is_held_not_lost(default_sigint):
     """The window in which `laya bench speed` starts its child: a Ctrl-C there used to be ignored
     (the run went on and exited 0); now it is blocked, then delivered when the window ends."""
-    from laya_cli.speed.harness import _release_sigint, _sigint_held
+    from laya_cli.speed.harness import release_sigint, sigint_held
 
     reached_end_of_window = False
     with pytest.raises(KeyboardInterrupt):
-        with _sigint_held():
+        with sigint_held():
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # this thread's mask decides
             time.sleep(0.05)  # not delivered inside the window
             reached_end_of_window = True
@@ -202,6 +202,6 @@ def test_ctrl_c_while_a_benchmark_child_starts_is_held_not_lost(default_sigint):
     try:
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
-            _release_sigint()
+            release_sigint()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

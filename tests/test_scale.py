@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from laya_cli.data.datasets import _labelled_files, load_dataset
+from laya_cli.data.datasets import labelled_files, load_dataset
 from laya_cli.features.store import extract_to_store
 from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
 from laya_cli.synthetic import frozen_cnn_and_images
@@ -69,7 +69,7 @@ def folder_head(shapes, tmp_path_factory) -> dict:
 def _write_wds(folder: Path, out: Path, per_shard: int = 10) -> str:
     """The folder's images, in its order, as WebDataset shards written by webdataset's own TarWriter."""
     wds = pytest.importorskip("webdataset")
-    files, names = _labelled_files(folder)
+    files, names = labelled_files(folder)
     classes = sorted(set(names))
     out.mkdir(parents=True)
     for s in range(0, len(files), per_shard):
@@ -83,7 +83,7 @@ def _write_parquet(folder: Path, path: Path, row_group_size: int = 8) -> str:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    files, names = _labelled_files(folder)
+    files, names = labelled_files(folder)
     pq.write_table(
         pa.table({"img": [f.read_bytes() for f in files], "style": names}), path, row_group_size=row_group_size
     )
@@ -132,7 +132,7 @@ def test_head_from_a_parquet_file_equals_the_folder_head(shapes, folder_head, tm
 
 def test_head_from_a_hugging_face_dataset_on_disk_equals_the_folder_head(shapes, folder_head, tmp_path, monkeypatch):
     datasets = pytest.importorskip("datasets", reason="the hf-disk: format needs the optional 'hf' extra (datasets)")
-    files, names = _labelled_files(shapes)
+    files, names = labelled_files(shapes)
     classes = sorted(set(names))
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
     ds = datasets.Dataset.from_dict(
@@ -286,7 +286,7 @@ def _tar(path: Path, members: dict[str, bytes]) -> None:
 
 
 def test_a_tar_member_that_is_not_an_image_is_skipped_and_counted_or_fails_strict(shapes, tmp_path):
-    files, names = _labelled_files(shapes)
+    files, names = labelled_files(shapes)
     classes = sorted(set(names))
     members = {}
     for i, (f, n) in enumerate(zip(files, names)):

@@ -87,9 +87,9 @@ def folder(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _forget_trusted_code():
-    usercode._trusted.clear()
+    usercode.forget_trusted()
     yield
-    usercode._trusted.clear()
+    usercode.forget_trusted()
 
 
 def test_own_architecture_with_its_weights_end_to_end(tmp_path, folder):
@@ -124,7 +124,7 @@ def test_own_architecture_with_its_weights_end_to_end(tmp_path, folder):
     assert ckpt["backbone"]["source"].startswith(f"file {tmp_path / 'w.safetensors'} (sha256 ")
     assert len(ckpt["backbone"]["sha256"]) == 64 and ckpt["backbone"]["formats"] == ["NCHW"] * 3
 
-    usercode._trusted.clear()  # a new process: the checkpoint alone never imports code
+    usercode.forget_trusted()  # a new process: the checkpoint alone never imports code
     assert_user_error(invoke("audit", out, "-q"), "your own code", "--arch")
     assert invoke("audit", out, "--arch", arch, "--compare", "ig", "--steps", "4", "-q").exit_code == 0
     res = invoke("export", out, "--arch", arch, "--out", tmp_path / "exp", "--no-plots", "-q")

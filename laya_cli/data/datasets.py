@@ -255,7 +255,7 @@ def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
-def _labelled_files(root: Path) -> tuple[list[Path], list[str]]:
+def labelled_files(root: Path) -> tuple[list[Path], list[str]]:
     """ImageFolder layout: root/<class>/**/image; returns files and their class names."""
     files, labels = [], []
     for class_dir in sorted(d for d in root.iterdir() if d.is_dir()):
@@ -288,14 +288,14 @@ def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
     size = req.image_size or 32
     test_dir = next((root / n for n in ("test", "val") if (root / n).is_dir() and (root / "train").is_dir()), None)
     if test_dir is not None:
-        train_files, train_names = _labelled_files(root / "train")
-        test_files, test_names = _labelled_files(test_dir)
+        train_files, train_names = labelled_files(root / "train")
+        test_files, test_names = labelled_files(test_dir)
         classes = sorted(set(train_names))
         train, s1 = _files_dataset(train_files, train_names, classes, size, req.strict)
         test, s2 = _files_dataset(test_files, test_names, classes, size, req.strict)
         skipped = s1 + s2
     else:
-        files, names = _labelled_files(root)
+        files, names = labelled_files(root)
         classes = sorted(set(names))
         full, skipped = _files_dataset(files, names, classes, size, req.strict)
         train, test = _split_test(full)

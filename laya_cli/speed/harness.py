@@ -172,7 +172,7 @@ def _child(names: list[str], size: dict, device: str, queue) -> None:
     if hasattr(os, "setpgrp"):
         os.setpgrp()
     try:
-        _release_sigint()  # a Ctrl-C that arrived while this process started is delivered here
+        release_sigint()  # a Ctrl-C that arrived while this process started is delivered here
     except KeyboardInterrupt:
         queue.put({"ok": False, "interrupted": True, "name": names[0]})
         return
@@ -222,7 +222,7 @@ def run_children(names: list[str], size: dict, device: str):
     proc = ctx.Process(target=_child, args=(list(names), size, device, queue), name=f"bench-{'+'.join(names)}")
     start = time.perf_counter()
     try:
-        with _sigint_held():  # the child starts deaf to Ctrl-C (no traceback from its bootstrap), then
+        with sigint_held():  # the child starts deaf to Ctrl-C (no traceback from its bootstrap), then
             proc.start()  # leaves the terminal's process group; the parent stops it below
         for name in names:
             while True:  # read before join: a large result must be drained for the child to exit
@@ -246,9 +246,9 @@ def run_children(names: list[str], size: dict, device: str):
 
 
 @contextlib.contextmanager
-def _sigint_held():
+def sigint_held():
     """SIGINT blocked, not ignored, while a child process starts: the child inherits the blocked mask
-    (deaf during its bootstrap, until ``_release_sigint``), and a Ctrl-C in this window stays pending
+    (deaf during its bootstrap, until ``release_sigint``), and a Ctrl-C in this window stays pending
     and reaches the parent as KeyboardInterrupt when the block ends (ignoring it lost it: the run went on)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
@@ -260,8 +260,8 @@ def _sigint_held():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # checks signals: a pending Ctrl-C raises here
 
 
-def _release_sigint() -> None:
-    """Unblock SIGINT in a benchmark child (blocked by ``_sigint_held``); one that is pending raises now."""
+def release_sigint() -> None:
+    """Unblock SIGINT in a benchmark child (blocked by ``sigint_held``); one that is pending raises now."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 

@@ -287,7 +287,7 @@ def run_one(bench: BenchRequest, head: str, seed: int) -> RunOutcome:
 # --------------------------------------------------------------------------- the bench
 
 
-def _stats(values: list[float]) -> dict:
+def seed_stats(values: list[float]) -> dict:
     """Mean and sample standard deviation (n − 1; null with one value) over seeds, NaN-free values only."""
     vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     mean = statistics.fmean(vals) if vals else None
@@ -300,7 +300,7 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
     methods = bench.methods()
     for head in bench.heads:
         recs = [o.record for o in outcomes if o.head == head]
-        metric = lambda k, recs=recs: _stats([r["metrics"][k] for r in recs])
+        metric = lambda k, recs=recs: seed_stats([r["metrics"][k] for r in recs])
         entry = {
             "runs": len(recs),
             "seeds": [r["seed"] for r in recs],
@@ -308,9 +308,9 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
             "test_macro_f1": metric("test_macro_f1"),
             "val_accuracy": metric("val_accuracy"),
             "epochs_run": metric("epochs_run"),
-            "train_seconds": _stats([r.get("train_seconds") for r in recs]),
-            "audit_seconds": _stats([r.get("audit_seconds") for r in recs]),
-            "audit_accuracy": _stats([r["audit"]["accuracy"] for r in recs]),
+            "train_seconds": seed_stats([r.get("train_seconds") for r in recs]),
+            "audit_seconds": seed_stats([r.get("audit_seconds") for r in recs]),
+            "audit_accuracy": seed_stats([r["audit"]["accuracy"] for r in recs]),
             "audit_samples": recs[0]["audit"]["n_samples"] if recs else None,
             "methods": {},
         }
@@ -320,11 +320,11 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
             entry["methods"][m] = {
                 "available": available,
                 "note": next((p["note"] for p in per_run if p.get("note")), None),
-                "faithfulness": _stats([p["faithfulness"] for p in per_run]),
-                "deletion@1": _stats([p["deletion@1"] for p in per_run]),
-                "deletion@1_normalised": _stats([p["deletion@1_normalised"] for p in per_run]),
-                "deletion@1_oracle": _stats([p["deletion@1_oracle"] for p in per_run]),
-                "deletion@1_random": _stats([p["deletion@1_random"] for p in per_run]),
+                "faithfulness": seed_stats([p["faithfulness"] for p in per_run]),
+                "deletion@1": seed_stats([p["deletion@1"] for p in per_run]),
+                "deletion@1_normalised": seed_stats([p["deletion@1_normalised"] for p in per_run]),
+                "deletion@1_oracle": seed_stats([p["deletion@1_oracle"] for p in per_run]),
+                "deletion@1_random": seed_stats([p["deletion@1_random"] for p in per_run]),
                 "undefined": sum(int(p["undefined"]) for p in per_run),
                 "defined": sum(int(p["defined"]) for p in per_run),
             }
