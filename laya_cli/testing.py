@@ -1,6 +1,7 @@
 """What laya's tests (and a user's tests of a laya integration) need: the command line run in-process
-(Typer's CliRunner) or as a real subprocess, the one-line-error assertion, and the makers of small
-inputs from ``synthetic.py``. No pytest import, no side effects on import.
+(Typer's CliRunner) or as a real subprocess (under torchrun too), the one-line-error assertion, and the
+makers of small inputs (``synthetic.py``'s, and seeded heads, backbones and models built from them). No
+pytest import, no side effects on import.
 """
 
 from __future__ import annotations
@@ -9,10 +10,26 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from .synthetic import make_head_and_features, make_image_folder, train_digits
 
-__all__ = ["make_image_folder", "make_head_and_features", "train_digits", "invoke", "run_laya", "assert_user_error"]
+__all__ = [
+    "make_image_folder",
+    "make_head_and_features",
+    "make_attribution_inputs",
+    "head_only_model",
+    "make_backbone",
+    "train_digits",
+    "invoke",
+    "run_laya",
+    "child_env",
+    "assert_user_error",
+    "assert_close_tree",
+]
+
+# The folder that holds this laya_cli package: first on a child process's import path (``child_env``).
+_PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 
 
 def invoke(*args, **kwargs):
@@ -24,17 +41,70 @@ def invoke(*args, **kwargs):
     return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
 
 
-def run_laya(*args, cwd: str | Path | None = None, env: dict | None = None, timeout: float = 300):
-    """``python -m laya_cli ARGS…`` as a real subprocess, offline; a CompletedProcess with text output."""
+def run_laya(*args, cwd: str | Path | None = None, env: dict | None = None, timeout: float = 300, procs: int = 1):
+    """``python -m laya_cli ARGS…`` as a real subprocess, offline; a CompletedProcess with text output.
+
+    ``procs`` > 1: under ``torchrun --standalone --nproc-per-node PROCS`` (one process per rank).
+    """
     env = {**os.environ, "LAYA_OFFLINE": "1", **(env or {})}
+    launcher = [sys.executable]
+    if procs > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
     return subprocess.run(
-        [sys.executable, "-m", "laya_cli", *map(str, args)],
+        [*launcher, "-m", "laya_cli", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
         env=env,
         timeout=timeout,
     )
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child Python that must import this very laya_cli whatever its
+    working directory (the folder above the package first on PYTHONPATH), offline, ``extra`` on top."""
+    path = os.pathsep.join([str(_PACKAGE_PARENT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "LAYA_OFFLINE": "1", "PYTHONPATH": path, **extra}
+
+
+def make_attribution_inputs(
+    kind: str = "laya", seed: int = 0, batch: int = 7, dims=(12, 8, 6, 10), num_classes: int = 5
+):
+    """``make_head_and_features`` and the class the head predicts for each sample, the target an
+    attribution method explains: (head, feats, ref, target)."""
+    import torch
+
+    head, feats, ref = make_head_and_features(kind, seed, batch, dims, num_classes)
+    with torch.no_grad():
+        target = head(feats).logits.argmax(-1)
+    return head, feats, ref, target
+
+
+def head_only_model(head, reference, num_classes: int) -> SimpleNamespace:
+    """A bare head and its ablation reference as the model an audit takes (``auditing.run.run_audit``),
+    with layers named l0, l1, … and classes c0, c1, …"""
+    return SimpleNamespace(
+        head=head,
+        reference=reference,
+        layer_names=[f"l{i}" for i in range(len(reference))],
+        classes=[f"c{i}" for i in range(num_classes)],
+    )
+
+
+def make_backbone(name: str, side: int, seed: int = 0):
+    """A tapped backbone ``name``, randomly initialised after ``torch.manual_seed(seed)``, in eval mode, for
+    ``side``×``side`` images: the built-ins (mlp, cnn) on one channel at that size, hub models on three
+    channels resized to input size ``side``."""
+    import torch
+
+    from .backbones.build import BackboneSpec, build_backbone
+
+    torch.manual_seed(seed)
+    builtin = name in ("mlp", "cnn")
+    spec = BackboneSpec(
+        name, in_channels=1 if builtin else 3, image_size=(side, side), input_size=None if builtin else side
+    )
+    return build_backbone(spec).eval()
 
 
 def assert_user_error(result, *fragments: str) -> None:

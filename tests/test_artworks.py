@@ -8,10 +8,9 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
-from typer.testing import CliRunner
 
-from laya_cli.cli.group import app
 from laya_cli.data.datasets import DataRequest, load_dataset, repair_mojibake
+from laya_cli.testing import invoke
 
 # artists.csv (name, first genre) of the Kaggle dataset, in its order
 ARTISTS = [
@@ -149,26 +148,12 @@ def test_unmatched_and_duplicate_folders_are_named_and_counted(kaggle, tmp_path,
     assert len(data.train) + len(data.val) + len(data.test) == 100
 
     out = tmp_path / "m.pt"
-    res = CliRunner().invoke(
-        app,
-        [
-            "train",
-            "--dataset",
-            "artworks",
-            "--data-dir",
-            str(kaggle),
-            "--image-size",
-            "8",
-            "--epochs",
-            "1",
-            "--out",
-            str(out),
-            "-q",
-        ],
+    res = invoke(
+        "train", "--dataset", "artworks", "--data-dir", kaggle, "--image-size", "8", "--epochs", "1", "--out", out, "-q"
     )
     assert res.exit_code == 0, res.output
     assert "Unknown_Painter" in res.output  # the warning is shown even with -q
-    info = json.loads(CliRunner().invoke(app, ["info", str(out), "--json"]).output)
+    info = json.loads(invoke("info", out, "--json").output)
     assert info["dataset"]["unmatched"] == ["Unknown_Painter"]
-    panel = CliRunner().invoke(app, ["info", str(out)]).output
+    panel = invoke("info", out).output
     assert "unmatched" in panel and "Unknown_Painter" in panel

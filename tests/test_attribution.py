@@ -1,5 +1,7 @@
 """Attribution methods against references: Captum called directly, IG completeness, contrib by hand."""
 
+from functools import partial
+
 import pytest
 import torch
 from captum.attr import InputXGradient, IntegratedGradients, Saliency
@@ -18,17 +20,13 @@ from laya_cli.auditing.methods import (
     unavailable_reason,
 )
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import make_head_and_features
+from laya_cli.testing import make_attribution_inputs
 
 DIMS = [12, 8, 6, 10]
 C = 5
 
 
-def make(kind="laya", seed=0, batch=7, dims=DIMS):
-    head, feats, ref = make_head_and_features(kind, seed, batch, dims, C)
-    with torch.no_grad():
-        target = head(feats).logits.argmax(-1)
-    return head, feats, ref, target
+make = partial(make_attribution_inputs, batch=7, dims=DIMS, num_classes=C)  # (head, feats, ref, target)
 
 
 def captum_forward(head):

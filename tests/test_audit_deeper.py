@@ -4,7 +4,7 @@ tiny head (one sample, one layer set at a time), Captum's own convergence delta,
 
 import json
 import math
-from types import SimpleNamespace
+from functools import partial
 
 import pytest
 import torch
@@ -32,23 +32,13 @@ from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresho
 from laya_cli.model.heads import cascade_stages, randomised_copy
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import make_head_and_features
+from laya_cli.testing import head_only_model, make_attribution_inputs
 
 DIMS = [7, 5, 6, 4]
 L, C = len(DIMS), 4
 
 
-def make(kind="laya", batch=9, seed=0, dims=DIMS):
-    head, feats, ref = make_head_and_features(kind, seed, batch, dims, C)
-    with torch.no_grad():
-        target = head(feats).logits.argmax(-1)
-    return head, feats, ref, target
-
-
-def fake_model(head, ref, dims=DIMS):
-    return SimpleNamespace(
-        head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))], classes=[f"c{i}" for i in range(C)]
-    )
+make = partial(make_attribution_inputs, batch=9, dims=DIMS, num_classes=C)  # (head, feats, ref, target)
 
 
 def data(feats):
@@ -216,7 +206,7 @@ def test_psi_mlp_is_a_stage():
 
 def test_run_audit_new_metrics_equal_by_hand_references():
     head, feats, ref, target = make(batch=20)
-    model = fake_model(head, ref)
+    model = head_only_model(head, ref, C)
     state = {k: v.clone() for k, v in head.state_dict().items()}
     result = run_audit(model, data(feats), parse_methods("ig"), AuditSettings(batch_size=8, steps=6, seed=2))
     assert all(torch.equal(v, state[k]) for k, v in head.state_dict().items())  # the model is never modified
@@ -264,7 +254,7 @@ def test_random_is_flagged_by_the_sanity_check_and_a_model_free_method_is_noted(
     head, feats, ref, _ = make(batch=30)
     norms = lambda h, f, ctx: torch.stack([x.norm(dim=-1) for x in f], 1)  # ignores the model entirely
     monkeypatch.setitem(attribution.METHODS, "norms", norms)
-    result = run_audit(fake_model(head, ref), data(feats), ["laya", "norms", "random"], AuditSettings(steps=4))
+    result = run_audit(head_only_model(head, ref, C), data(feats), ["laya", "norms", "random"], AuditSettings(steps=4))
     for m in ("norms", "random"):  # the same scores whatever the head: ρ = 1 at every stage
         s = result.methods[m]
         assert s.randomisation_spearman == pytest.approx(1.0) and s.randomisation == pytest.approx(0.0)
@@ -282,7 +272,7 @@ def test_few_ig_steps_are_flagged_with_advice():
     head, feats, ref, _ = make(batch=30)
     for p in head.parameters():  # a sharper head: one IG step cannot integrate it
         p.data.mul_(4)
-    result = run_audit(fake_model(head, ref), data(feats), parse_methods("ig"), AuditSettings(steps=1))
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=1))
     s = result.methods["ig"]
     assert s.completeness_flagged is True and s.completeness < 0.95
     assert any("ig: completeness" in n and "raise --steps (now 1)" in n for n in result.notes)
@@ -292,8 +282,8 @@ def test_few_ig_steps_are_flagged_with_advice():
 def test_new_metrics_stream_in_batches_with_the_same_result():
     head, feats, ref, _ = make(batch=24)
     methods = parse_methods("ig,contrib,global")  # global: the weights pass; ig: completeness
-    one = run_audit(fake_model(head, ref), data(feats), methods, AuditSettings(batch_size=24, steps=4))
-    many = run_audit(fake_model(head, ref), data(feats), methods, AuditSettings(batch_size=10, steps=4))
+    one = run_audit(head_only_model(head, ref, C), data(feats), methods, AuditSettings(batch_size=24, steps=4))
+    many = run_audit(head_only_model(head, ref, C), data(feats), methods, AuditSettings(batch_size=10, steps=4))
     for m in methods:
         if m == "random":  # the same generator consumed in other shapes
             continue
@@ -306,7 +296,9 @@ def test_new_metrics_stream_in_batches_with_the_same_result():
 
 def test_json_keys_unavailable_methods_and_by_class():
     head, feats, ref, _ = make("last", batch=24)
-    result = run_audit(fake_model(head, ref), data(feats), parse_methods("all"), AuditSettings(steps=4, by_class=True))
+    result = run_audit(
+        head_only_model(head, ref, C), data(feats), parse_methods("all"), AuditSettings(steps=4, by_class=True)
+    )
     doc = json.loads(result.to_json())
     assert doc["randomisation_stages"] == ["classifier"]
     for m in ("laya", "contrib", "global"):  # undefined for a last head: null values, every sample undefined
@@ -333,7 +325,7 @@ def test_thresholds_on_the_new_metrics():
     with pytest.raises(LayaError, match="did you mean aopc"):
         parse_thresholds("aopcc=0.1")
     head, feats, ref, _ = make(batch=20)
-    result = run_audit(fake_model(head, ref), data(feats), parse_methods("ig"), AuditSettings(steps=16))
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=16))
     assert check_thresholds(result, parse_thresholds("completeness=-5")) == []  # only IG has it: others skipped
     misses = check_thresholds(result, parse_thresholds("laya:completeness=0"))
     assert misses == ["laya: completeness applies to ig only (required by --fail-under laya:completeness=0)"]
@@ -355,7 +347,7 @@ def test_metric_columns_only_when_asked():
     from laya_cli.report.tables import audit_deeper_table, audit_markdown, audit_rich_table
 
     head, feats, ref, _ = make(batch=20)
-    result = run_audit(fake_model(head, ref), data(feats), parse_methods("ig"), AuditSettings(steps=4))
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=4))
     plain = audit_markdown(result).splitlines()[2]
     assert plain == ("| method | faithfulness | ± std | undef. | deletion@1 | oracle | random | normalised |")
     full = audit_markdown(result, metrics=parse_metric_groups("all")).splitlines()[2]
@@ -373,7 +365,7 @@ def test_metric_columns_only_when_asked():
 def test_randomisation_runs_on_the_first_samples_in_whole_batches():
     head, feats, ref, target = make(batch=30)
     result = run_audit(
-        fake_model(head, ref),
+        head_only_model(head, ref, C),
         data(feats),
         ["laya", "random"],
         AuditSettings(batch_size=8, randomisation_samples=10, seed=1),
@@ -385,7 +377,7 @@ def test_randomisation_runs_on_the_first_samples_in_whole_batches():
     assert result.methods["laya"].randomisation_spearman == pytest.approx(want, abs=1e-9)
     assert result.methods["laya"].randomisation_undefined == 0
     assert result.methods["random"].randomisation_spearman == pytest.approx(1.0)  # same draws, batch by batch
-    off = run_audit(fake_model(head, ref), data(feats), ["laya"], AuditSettings(randomisation_samples=0))
+    off = run_audit(head_only_model(head, ref, C), data(feats), ["laya"], AuditSettings(randomisation_samples=0))
     assert off.randomisation_stages == [] and off.randomisation_samples == 0
     assert math.isnan(off.methods["laya"].randomisation) and off.methods["laya"].randomisation_cascade == []
     assert "model-randomisation check skipped" in " ".join(off.notes)

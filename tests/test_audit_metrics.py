@@ -2,7 +2,7 @@
 
 import json
 import math
-from types import SimpleNamespace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -30,20 +30,13 @@ from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import make_head_and_features
+from laya_cli.testing import head_only_model, make_head_and_features
 
 DIMS = [10, 6, 8, 5]
 C = 4
 
 
-def make(kind="laya", seed=0, batch=64, dims=DIMS):
-    return make_head_and_features(kind, seed, batch, dims, C)
-
-
-def fake_model(head, ref, dims=DIMS):
-    return SimpleNamespace(
-        head=head, reference=ref, layer_names=[f"l{i}" for i in range(len(dims))], classes=[f"c{i}" for i in range(C)]
-    )
+make = partial(make_head_and_features, batch=64, dims=DIMS, num_classes=C)  # (head, feats, ref)
 
 
 def features(feats, seed=0):
@@ -165,7 +158,9 @@ def test_lolo_oracle_as_attribution_scores_faithfulness_1_and_deletion_oracle(mo
     head, feats, ref = make(batch=150)
     oracle = lambda h, f, ctx: lolo_effects(h, f, ctx.target, ctx.baseline, "mean")
     monkeypatch.setitem(attribution.METHODS, "oracle", oracle)
-    result = run_audit(fake_model(head, ref), features(feats), ["oracle", "random"], AuditSettings(batch_size=64))
+    result = run_audit(
+        head_only_model(head, ref, C), features(feats), ["oracle", "random"], AuditSettings(batch_size=64)
+    )
     s = result.methods["oracle"]
     assert s.faithfulness == pytest.approx(1.0) and s.faithfulness_std == pytest.approx(0.0)
     assert s.deletion_at_1 == pytest.approx(s.oracle)
@@ -194,8 +189,8 @@ def test_random_averages_zero_faithfulness():
 def test_run_audit_streams_in_batches_with_the_same_result():
     head, feats, ref = make(batch=50)
     methods = parse_methods("all")
-    one = run_audit(fake_model(head, ref), features(feats), methods, AuditSettings(batch_size=50, steps=8))
-    many = run_audit(fake_model(head, ref), features(feats), methods, AuditSettings(batch_size=16, steps=8))
+    one = run_audit(head_only_model(head, ref, C), features(feats), methods, AuditSettings(batch_size=50, steps=8))
+    many = run_audit(head_only_model(head, ref, C), features(feats), methods, AuditSettings(batch_size=16, steps=8))
     for m in methods:
         if m == "random":  # same generator, consumed in different shapes
             continue
@@ -207,7 +202,10 @@ def test_run_audit_streams_in_batches_with_the_same_result():
 def test_run_audit_by_class_and_json_shape():
     head, feats, ref = make(batch=80)
     result = run_audit(
-        fake_model(head, ref), features(feats), parse_methods("ig,contrib"), AuditSettings(steps=4, by_class=True)
+        head_only_model(head, ref, C),
+        features(feats),
+        parse_methods("ig,contrib"),
+        AuditSettings(steps=4, by_class=True),
     )
     doc = json.loads(result.to_json())
     assert set(doc) >= {"settings", "accuracy", "methods", "by_class", "notes"}
@@ -228,7 +226,7 @@ def test_run_audit_by_class_and_json_shape():
 
 def test_undefined_methods_are_reported_not_raised():
     head, feats, ref = make("last", batch=30)
-    result = run_audit(fake_model(head, ref), features(feats), parse_methods("all"), AuditSettings(steps=4))
+    result = run_audit(head_only_model(head, ref, C), features(feats), parse_methods("all"), AuditSettings(steps=4))
     for m in ("laya", "contrib", "global"):
         assert not result.methods[m].available and "last head" in result.methods[m].note
         assert math.isnan(result.methods[m].faithfulness) and result.methods[m].undefined == 30
@@ -243,10 +241,10 @@ def test_undefined_methods_are_reported_not_raised():
 
 def test_few_layers_warn_and_one_layer_is_undefined():
     head, feats, ref = make(batch=20, dims=[6, 5])
-    two = run_audit(fake_model(head, ref, [6, 5]), features(feats), ["laya", "random"])
+    two = run_audit(head_only_model(head, ref, C), features(feats), ["laya", "random"])
     assert any("only 2 layers" in n for n in two.notes)
     head, feats, ref = make(batch=20, dims=[6])
-    one = run_audit(fake_model(head, ref, [6]), features(feats), parse_methods("ig"), AuditSettings(steps=4))
+    one = run_audit(head_only_model(head, ref, C), features(feats), parse_methods("ig"), AuditSettings(steps=4))
     assert any("only 1 layer" in n for n in one.notes)
     assert one.methods["ig"].undefined == 20 and math.isnan(one.methods["ig"].faithfulness)
     assert one.methods["ig"].deletion_at_1 == pytest.approx(one.methods["ig"].oracle)
@@ -300,7 +298,7 @@ def test_parse_thresholds():
 
 def test_check_thresholds_names_each_miss():
     head, feats, ref = make(batch=40)
-    result = run_audit(fake_model(head, ref), features(feats), parse_methods("ig"), AuditSettings(steps=4))
+    result = run_audit(head_only_model(head, ref, C), features(feats), parse_methods("ig"), AuditSettings(steps=4))
     f = {m: s.faithfulness for m, s in result.methods.items()}
     assert check_thresholds(result, parse_thresholds("faithfulness=-1,accuracy=0")) == []
     misses = check_thresholds(result, parse_thresholds(f"faithfulness={max(f['laya'], f['ig']) + 0.01}"))
@@ -337,17 +335,19 @@ def test_chance_level_and_noise_band_by_hand():
 
 def test_chance_level_accuracy_is_warned_about():
     head, feats, ref = make(batch=120)  # an untrained head on random labels: chance level
-    result = run_audit(fake_model(head, ref), features(feats), ["laya", "random"])
+    result = run_audit(head_only_model(head, ref, C), features(feats), ["laya", "random"])
     assert any(n.startswith("warning: accuracy") and "within noise of chance" in n for n in result.notes)
     trained = features(feats)
     trained.labels = head(feats).logits.argmax(-1)  # labels the head predicts: accuracy 1
-    result = run_audit(fake_model(head, ref), trained, ["laya", "random"])
+    result = run_audit(head_only_model(head, ref, C), trained, ["laya", "random"])
     assert result.accuracy == 1.0 and not any("chance" in n for n in result.notes)
 
 
 def test_the_gate_says_faithfulness_is_degenerate_on_a_last_head():
     head, feats, ref = make("last", batch=30)
-    result = run_audit(fake_model(head, ref), features(feats), parse_methods("ig,gradxact"), AuditSettings(steps=4))
+    result = run_audit(
+        head_only_model(head, ref, C), features(feats), parse_methods("ig,gradxact"), AuditSettings(steps=4)
+    )
     assert any("degenerate on all 30 of 30 samples" in n for n in result.notes)
     misses = check_thresholds(result, parse_thresholds("faithfulness=0.7"))
     assert len(misses) == 2 and all("degenerate on all 30 samples" in m for m in misses)

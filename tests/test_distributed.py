@@ -12,7 +12,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 from laya_cli.runtime import distributed as D
-from laya_cli.testing import assert_close_tree, invoke
+from laya_cli.testing import assert_close_tree, child_env, invoke, run_laya
 
 # --------------------------------------------------------------------------- sharding (no process group)
 
@@ -148,23 +147,23 @@ def test_run_audit_sharded_equals_single_process():
 # --------------------------------------------------------------------------- the CLI under torchrun
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", LAYA_DIST_TIMEOUT="120", LAYA_OFFLINE="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    return env
-
-
 def laya(*args, procs: int = 1, expect: int = 0) -> subprocess.CompletedProcess:
-    """``laya ARGS`` in a fresh process, or under ``torchrun --nproc-per-node procs``."""
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}", "-m", "laya_cli"]
-        if procs > 1
-        else [sys.executable, "-m", "laya_cli"]
-    )
-    r = subprocess.run([*launcher, *map(str, args)], capture_output=True, text=True, env=_env(), timeout=600)
+    """``laya ARGS`` in a fresh process, or under ``torchrun --nproc-per-node procs``; exits ``expect``."""
+    env = child_env(OMP_NUM_THREADS="1", LAYA_DIST_TIMEOUT="120", PYTHONUNBUFFERED="1")
+    r = run_laya(*args, env=env, timeout=600, procs=procs)
     assert r.returncode == expect, r.stdout + r.stderr
     return r
+
+
+def audit_alike_in_one_and_two_processes(args: list, tmp_path: Path, expect: int) -> tuple[dict, str]:
+    """``laya ARGS --json`` in one process and under torchrun with two: the same JSON (floats to 1e-6;
+    observed: bit-identical) and the same stdout, printed once. Returns the JSON and the stdout."""
+    one = laya(*args, "--json", tmp_path / "one.json", expect=expect)
+    two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=expect)
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    assert_close_tree(a, b, 1e-6)
+    assert two.stdout == one.stdout
+    return a, one.stdout
 
 
 TRAIN = ["train", "--dataset", "digits", "--epochs", "3", "--patience", "3", "--seed", "0"]
@@ -216,13 +215,9 @@ def test_torchrun_audit_matches_one_process(two_trainings, tmp_path):
         "--fail-under",
         "random:faithfulness=0.99",
     ]
-    one = laya(*args, "--json", tmp_path / "one.json", expect=1)
-    two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
-    a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
-    assert a["n_samples"] == b["n_samples"] == 359
-    assert_close_tree(a, b, 1e-6)  # observed: bit-identical
-    assert two.stdout == one.stdout  # -q: the verdict line, printed once
-    assert two.stdout.count("laya audit: FAIL") == 1 and two.stdout.count("random: faithfulness") == 1
+    doc, stdout = audit_alike_in_one_and_two_processes(args, tmp_path, expect=1)
+    assert doc["n_samples"] == 359
+    assert stdout.count("laya audit: FAIL") == 1 and stdout.count("random: faithfulness") == 1  # -q: the verdict
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "two.json"]
 
 
@@ -247,13 +242,9 @@ def test_torchrun_network_scope_audit_matches_one_process(two_trainings, tmp_pat
         "--fail-under",
         "network:random:faithfulness=0.99",
     ]
-    one = laya(*args, "--json", tmp_path / "one.json", expect=1)
-    two = laya(*args, "--json", tmp_path / "two.json", procs=2, expect=1)
-    a, b = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
-    assert a["network"]["scopes"]["layers"] and a["n_samples"] == 90
-    assert_close_tree(a, b, 1e-6)
-    assert two.stdout == one.stdout
-    assert two.stdout.count("laya audit: FAIL") == 1 and two.stdout.count("network:random: faithfulness") == 1
+    doc, stdout = audit_alike_in_one_and_two_processes(args, tmp_path, expect=1)
+    assert doc["network"]["scopes"]["layers"] and doc["n_samples"] == 90
+    assert stdout.count("laya audit: FAIL") == 1 and stdout.count("network:random: faithfulness") == 1
 
 
 @pytest.mark.slow

@@ -65,7 +65,7 @@ def test_3_internal_error_keeps_the_traceback_and_says_it_is_a_bug(digits_ckpt, 
 
 def test_3_from_a_real_process(digits_ckpt):
     code = (
-        "import sys, laya_cli.checkpoint as c\n"
+        "import sys, laya_cli.model.checkpoint as c\n"
         "def broken(*a, **k):\n    raise ZeroDivisionError('injected')\n"
         "c.checkpoint_summary = broken\n"
         f"sys.argv = ['laya', 'info', {str(digits_ckpt)!r}]\n"
@@ -154,7 +154,7 @@ def test_pretrained_weights_offline_fail_fast_in_one_line(tmp_path):
     hub retries. Timed against the imports the command cannot avoid, measured in the same test."""
     floor_start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", "import torch, timm, sklearn.datasets, laya_cli.train"], check=True, timeout=300
+        [sys.executable, "-c", "import torch, timm, sklearn.datasets, laya_cli.training.loop"], check=True, timeout=300
     )
     floor = time.perf_counter() - floor_start
     start = time.perf_counter()

@@ -7,8 +7,6 @@ import copy
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ from scipy.spatial.distance import jensenshannon
 from laya_cli.exporting.profiles import js_divergence
 from laya_cli.exporting.run import assemble, build_table, run_export, write_export
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import assert_user_error, invoke
+from laya_cli.testing import assert_user_error, invoke, run_laya
 
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
 CLASSES = [str(i) for i in range(10)]
@@ -444,28 +442,9 @@ def test_library_refuses_unknown_format_before_work(tmp_path):
 
 
 def test_subprocess_export(digits_ckpt, tmp_path):
-    env = dict(os.environ, LAYA_CACHE_DIR=str(tmp_path / "cache"))
-    out = tmp_path / "ci-artifact"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "laya_cli",
-            "export",
-            str(digits_ckpt),
-            "--out",
-            str(out),
-            "--samples",
-            "120",
-            "--strip",
-            "4",
-            "--device",
-            "cpu",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    out, env = tmp_path / "ci-artifact", {"LAYA_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run_laya(
+        "export", digits_ckpt, "--out", out, "--samples", 120, "--strip", 4, "--device", "cpu", env=env, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     assert "Attention shift" in proc.stdout and "exported 120 samples" in proc.stdout

@@ -18,7 +18,7 @@ from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import assert_close_tree, assert_user_error, invoke
+from laya_cli.testing import assert_close_tree, assert_user_error, invoke, make_backbone
 
 # (backbone, input side): chains of every engine/layout, small and random (no downloads)
 FAMILIES = [
@@ -35,17 +35,12 @@ _cache: dict = {}
 def scope_for(name: str, side: int, reference: str = "mean"):
     """(NetworkScope on a random tapped backbone + random LAYA head, images, targets)."""
     if (name, side, reference) not in _cache:
-        torch.manual_seed(0)
-        channels = 1 if name in ("mlp", "cnn") else 3
-        spec = bb.BackboneSpec(
-            name, in_channels=channels, image_size=(side, side), input_size=None if name in ("mlp", "cnn") else side
-        )
-        b = bb.build_backbone(spec).eval()
+        b = make_backbone(name, side)
         for p in b.parameters():
             p.requires_grad_(False)
         g = torch.Generator().manual_seed(1)
-        train = torch.rand(16, channels, side, side, generator=g)
-        x = torch.rand(4, channels, side, side, generator=g)
+        train = torch.rand(16, *b.example_shape, generator=g)
+        x = torch.rand(4, *b.example_shape, generator=g)
         ref = tap_means(b, train) if reference == "mean" else None
         with torch.no_grad():
             dims = [r.shape[-1] for r in b(x)]

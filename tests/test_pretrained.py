@@ -9,20 +9,13 @@ import json
 import pytest
 import torch
 from safetensors.torch import save_file
-from typer.testing import CliRunner
 
 from laya_cli import backbones as bb
-from laya_cli.cli.group import app
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.testing import assert_user_error, make_image_folder
+from laya_cli.testing import assert_user_error, invoke, make_image_folder
 
-runner = CliRunner()
 TIMM = "timm:test_resnet"  # timm's own tiny test model; its hub weights: timm/test_resnet.r160_in1k
 HUB_ID = "timm/test_resnet.r160_in1k"
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture()
@@ -35,8 +28,10 @@ def empty_caches(tmp_path, monkeypatch):
 
 
 @pytest.fixture()
-def folder(tmp_path):
-    return make_image_folder(tmp_path / "shapes", per_class=6, size=16)
+def on_folder(tmp_path):
+    """The options that train on a small folder of drawn shapes, resized to the hub models' input at 32×32."""
+    folder = make_image_folder(tmp_path / "shapes", per_class=6, size=16)
+    return ("--dataset", f"folder:{folder}", "--input-size", "32")
 
 
 def fake_hf_cache(hf_home, repo_id: str, state: dict) -> None:
@@ -66,32 +61,19 @@ def test_hub_backbones_are_pretrained_by_default_only_when_frozen():
 
 
 @pytest.mark.parametrize("backbone", ["vit_base", TIMM, "torchvision:mobilenet_v3_small"])
-def test_offline_without_the_weights_is_one_line(empty_caches, folder, backbone):
+def test_offline_without_the_weights_is_one_line(empty_caches, on_folder, backbone):
     out = empty_caches / "m.pt"
-    res = invoke("train", "--backbone", backbone, "--dataset", f"folder:{folder}", "--out", out)
+    res = invoke("train", "--backbone", backbone, *on_folder, "--out", out)
     assert_user_error(
         res, "pretrained weights for", "--weights FILE", "HF_HOME", "HF_HUB_OFFLINE", "TORCH_HOME", "--no-pretrained"
     )
     assert not out.exists()
 
 
-def test_warm_hf_cache_then_weights_that_changed_are_refused(empty_caches, folder):
+def test_warm_hf_cache_then_weights_that_changed_are_refused(empty_caches, on_folder):
     fake_hf_cache(empty_caches / "hf", HUB_ID, random_state(1))
     out = empty_caches / "m.pt"
-    res = invoke(
-        "train",
-        "--backbone",
-        TIMM,
-        "--dataset",
-        f"folder:{folder}",
-        "--input-size",
-        "32",
-        "--epochs",
-        "2",
-        "--out",
-        out,
-        "-q",
-    )
+    res = invoke("train", "--backbone", TIMM, *on_folder, "--epochs", "2", "--out", out, "-q")
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert ckpt["backbone"]["spec"]["pretrained"] and ckpt["backbone"]["weights"] is None  # loaded by name
@@ -108,7 +90,7 @@ def test_warm_hf_cache_then_weights_that_changed_are_refused(empty_caches, folde
     assert not (empty_caches / "exp").exists()
 
 
-def test_warm_torch_home_for_torchvision(empty_caches, folder):
+def test_warm_torch_home_for_torchvision(empty_caches, on_folder):
     import torchvision
 
     weights = torchvision.models.get_model_weights("mobilenet_v3_small").DEFAULT
@@ -119,18 +101,7 @@ def test_warm_torch_home_for_torchvision(empty_caches, folder):
     torch.save(src, target)
     out = empty_caches / "m.pt"
     res = invoke(
-        "train",
-        "--backbone",
-        "torchvision:mobilenet_v3_small",
-        "--dataset",
-        f"folder:{folder}",
-        "--input-size",
-        "32",
-        "--epochs",
-        "1",
-        "--out",
-        out,
-        "-q",
+        "train", "--backbone", "torchvision:mobilenet_v3_small", *on_folder, "--epochs", "1", "--out", out, "-q"
     )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
@@ -139,7 +110,7 @@ def test_warm_torch_home_for_torchvision(empty_caches, folder):
 
 
 @pytest.mark.parametrize("filename", [pytest.param("model.safetensors", marks=pytest.mark.slow), "pytorch_model.bin"])
-def test_a_hub_weights_file_given_as_weights(empty_caches, folder, filename):
+def test_a_hub_weights_file_given_as_weights(empty_caches, on_folder, filename):
     src = random_state(4)
     path = empty_caches / filename
     if filename.endswith(".safetensors"):
@@ -147,22 +118,7 @@ def test_a_hub_weights_file_given_as_weights(empty_caches, folder, filename):
     else:
         torch.save(src, path)
     out = empty_caches / "m.pt"
-    res = invoke(
-        "train",
-        "--backbone",
-        TIMM,
-        "--weights",
-        path,
-        "--dataset",
-        f"folder:{folder}",
-        "--input-size",
-        "32",
-        "--epochs",
-        "1",
-        "--out",
-        out,
-        "-q",
-    )
+    res = invoke("train", "--backbone", TIMM, "--weights", path, *on_folder, "--epochs", "1", "--out", out, "-q")
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert not ckpt["backbone"]["spec"]["pretrained"]  # --weights, not the hub

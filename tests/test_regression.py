@@ -287,21 +287,8 @@ def doctored(baseline: Path, tmp_path: Path, **raise_by) -> Path:
 
 def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
     junit, js, md = tmp_path / "j.xml", tmp_path / "a.json", tmp_path / "a.md"
-    r = invoke(
-        "audit",
-        digits_ckpt,
-        *FAST,
-        "--baseline",
-        baseline,
-        "--max-drop",
-        "faithfulness=0,accuracy=0",
-        "--junit",
-        junit,
-        "--json",
-        js,
-        "--markdown",
-        md,
-    )
+    gate = ("--baseline", baseline, "--max-drop", "faithfulness=0,accuracy=0")
+    r = invoke("audit", digits_ckpt, *FAST, *gate, "--junit", junit, "--json", js, "--markdown", md)
     assert r.exit_code == 0, r.output
     assert "base" in r.stdout and "Δ" in r.stdout and "+0.000" in r.stdout and "baseline" in r.stdout
     assert r.stdout.strip().splitlines()[-1].startswith("laya audit: PASS · 4 of 4 gate checks passed")
@@ -321,23 +308,8 @@ def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
 def test_failing_gate_names_each_metric_that_dropped(digits_ckpt, baseline, tmp_path):
     base = doctored(baseline, tmp_path, laya=0.05, ig=0.015)
     junit, js, md = tmp_path / "j.xml", tmp_path / "a.json", tmp_path / "a.md"
-    r = invoke(
-        "audit",
-        digits_ckpt,
-        *FAST,
-        "--baseline",
-        base,
-        "--max-drop",
-        "faithfulness=0.02",
-        "--fail-under",
-        "faithfulness=-1",
-        "--junit",
-        junit,
-        "--json",
-        js,
-        "--markdown",
-        md,
-    )
+    gate = ("--baseline", base, "--max-drop", "faithfulness=0.02", "--fail-under", "faithfulness=-1")
+    r = invoke("audit", digits_ckpt, *FAST, *gate, "--junit", junit, "--json", js, "--markdown", md)
     assert r.exit_code == 1, r.output
     misses = [line for line in r.stderr.splitlines() if line.startswith("max-drop:")]
     assert len(misses) == 1 and misses[0].startswith("max-drop: laya: faithfulness dropped 0.0500"), r.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from laya_cli.data.datasets import labelled_files, load_dataset
 from laya_cli.features.store import extract_to_store
 from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
 from laya_cli.synthetic import frozen_cnn_and_images
-from laya_cli.testing import assert_user_error, invoke, make_image_folder
+from laya_cli.testing import assert_user_error, child_env, invoke, make_image_folder, run_laya
 from laya_cli.training.loop import train
 
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
@@ -155,7 +154,7 @@ def _store_doc(path: Path) -> dict:
 KILLED = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from laya_cli import store
+    from laya_cli.features import store
     from laya_cli.synthetic import frozen_cnn_and_images
 
     real = store.backbone_forward
@@ -172,10 +171,7 @@ def test_a_killed_extraction_resumes_to_the_store_an_uninterrupted_one_writes(tm
     """SIGKILL mid-extraction, a shard corrupted and a checksum lost on top: the resumed store equals
     the uninterrupted one, shard for shard, and only the missing or corrupt shards were redone."""
     monkeypatch.setenv("LAYA_SHARD_MB", "0.00001")  # one 4-row batch per shard: 10 shards
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = child_env()
     killed = tmp_path / "killed.store"
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED, str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -377,53 +373,18 @@ def test_torchrun_ranks_write_their_own_shards_and_train_the_head_with_ddp(tmp_p
     """Two ranks: each extracts and writes its shards of the store (the same bytes as one process), then
     the head is trained with DDP over the ranks' shards."""
     folder = make_image_folder(tmp_path / "shapes", per_class=260, size=16)
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "LAYA_OFFLINE": "1",
-        "LAYA_DIST_TIMEOUT": "300",
-        "LAYA_IN_MEMORY_MB": "0",
-        "LAYA_SHUFFLE_MB": "0.2",
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
-    }
-    args = [
-        "-m",
-        "laya_cli",
-        "train",
-        "--backbone",
-        "cnn",
-        "--frozen",
-        "--dataset",
-        f"folder:{folder}",
-        "--image-size",
-        "16",
-        "--epochs",
-        "3",
-        "--patience",
-        "3",
-        "--seed",
-        "0",
-        "-q",
-    ]
+    env = child_env(OMP_NUM_THREADS="1", LAYA_DIST_TIMEOUT="300", LAYA_IN_MEMORY_MB="0", LAYA_SHUFFLE_MB="0.2")
+    data = ["--dataset", f"folder:{folder}", "--image-size", "16"]
+    train = ["train", "--backbone", "cnn", "--frozen", *data, "--epochs", "3", "--patience", "3", "--seed", "0", "-q"]
     runs = {}
     for procs in (1, 2):
-        launcher = (
-            [sys.executable]
-            if procs == 1
-            else [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-        )
         cache = tmp_path / f"cache{procs}"
-        r = subprocess.run(
-            [*launcher, *args, "--out", tmp_path / f"m{procs}.pt"],
-            capture_output=True,
-            text=True,
-            env={**env, "LAYA_CACHE_DIR": str(cache)},
-            timeout=900,
-        )
+        out = tmp_path / f"m{procs}.pt"
+        r = run_laya(*train, "--out", out, env={**env, "LAYA_CACHE_DIR": str(cache)}, timeout=900, procs=procs)
         assert r.returncode == 0, r.stdout + r.stderr
         runs[procs] = (
             {_store_doc(s)["rows"]: _store_doc(s) for s in cache.glob("*.store")},
-            torch.load(tmp_path / f"m{procs}.pt", weights_only=True),
+            torch.load(out, weights_only=True),
         )
     (stores1, one), (stores2, two) = runs[1], runs[2]
     assert stores1 == stores2 and max(len(d["shards"]) for d in stores1.values()) >= 2
@@ -435,10 +396,7 @@ def test_torchrun_ranks_write_their_own_shards_and_train_the_head_with_ddp(tmp_p
 @pytest.mark.slow
 def test_data_scale_benchmark_runs_and_reports_every_cell(tmp_path):
     """A smoke run of ``python -m laya_cli.speed.data_scale`` at tiny sizes (not a measurement)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = child_env()
     r = subprocess.run(
         [
             sys.executable,

@@ -3,6 +3,8 @@ raw activations and per-tap pooling, continue from tap k, truncated models; form
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -10,6 +12,7 @@ from torch import nn
 from laya_cli import backbones as bb
 from laya_cli.backbones.pooling import TapFormat
 from laya_cli.runtime.errors import LayaError
+from laya_cli.testing import make_backbone
 
 # (backbone, input side): one per engine / layout, all small and random (no downloads)
 CHAIN_FAMILIES = [
@@ -25,18 +28,10 @@ CHAIN_FAMILIES = [
     pytest.param("torchvision:convnext_tiny", 32, marks=pytest.mark.slow),
 ]
 
-_cache: dict = {}
 
-
+@functools.cache
 def backbone(name: str, side: int) -> bb.TappedBackbone:
-    if (name, side) not in _cache:
-        torch.manual_seed(0)
-        channels = 1 if name in ("mlp", "cnn") else 3
-        spec = bb.BackboneSpec(
-            name, in_channels=channels, image_size=(side, side), input_size=None if name in ("mlp", "cnn") else side
-        )
-        _cache[(name, side)] = bb.build_backbone(spec).eval()
-    return _cache[(name, side)]
+    return make_backbone(name, side)
 
 
 def images(b: bb.TappedBackbone, n: int = 3) -> torch.Tensor:

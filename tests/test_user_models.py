@@ -13,15 +13,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from typer.testing import CliRunner
 
 from laya_cli.backbones import usercode
-from laya_cli.cli.group import app
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.testing import assert_user_error, make_image_folder
+from laya_cli.testing import assert_user_error, invoke, make_image_folder
 
 HERE = Path(__file__).resolve()
-runner = CliRunner()
 
 
 class TinyNet(nn.Module):
@@ -76,13 +73,15 @@ def raises():
     raise ValueError("the user's constructor failed")
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
 @pytest.fixture()
 def folder(tmp_path):
     return make_image_folder(tmp_path / "shapes", per_class=8, size=16)
+
+
+@pytest.fixture()
+def on_folder(folder):
+    """The options that train on ``folder`` at its own image size."""
+    return ("--dataset", f"folder:{folder}", "--image-size", "16")
 
 
 @pytest.fixture(autouse=True)
@@ -92,36 +91,21 @@ def _forget_trusted_code():
     usercode.forget_trusted()
 
 
-def test_own_architecture_with_its_weights_end_to_end(tmp_path, folder):
+def test_own_architecture_with_its_weights_end_to_end(tmp_path, on_folder):
     arch = f"{HERE}:build_tiny_net"
     src = build_tiny_net()
     for p in src.parameters():
         p.data.normal_()
-    save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(tmp_path / "w.safetensors"))
-    out = tmp_path / "m.pt"
-    res = invoke(
-        "train",
-        "--arch",
-        arch,
-        "--weights",
-        tmp_path / "w.safetensors",
-        "--dataset",
-        f"folder:{folder}",
-        "--image-size",
-        "16",
-        "--epochs",
-        "3",
-        "--out",
-        out,
-        "-q",
-    )
+    weights, out = tmp_path / "w.safetensors", tmp_path / "m.pt"
+    save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(weights))
+    res = invoke("train", "--arch", arch, "--weights", weights, *on_folder, "--epochs", "3", "--out", out, "-q")
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     spec = ckpt["backbone"]["spec"]
     assert spec["name"] == f"arch:{arch}" and not spec["finetune"] and not spec["pretrained"]
     assert ckpt["layers"] == ["stages.0", "stages.1", "stages.2"] and ckpt["dims"] == [16, 32, 64]
     torch.testing.assert_close(ckpt["backbone"]["weights"]["stem.0.weight"], src.stem[0].weight)
-    assert ckpt["backbone"]["source"].startswith(f"file {tmp_path / 'w.safetensors'} (sha256 ")
+    assert ckpt["backbone"]["source"].startswith(f"file {weights} (sha256 ")
     assert len(ckpt["backbone"]["sha256"]) == 64 and ckpt["backbone"]["formats"] == ["NCHW"] * 3
 
     usercode.forget_trusted()  # a new process: the checkpoint alone never imports code
@@ -133,23 +117,10 @@ def test_own_architecture_with_its_weights_end_to_end(tmp_path, folder):
     assert info["backbone"]["weights_sha256"] == ckpt["backbone"]["sha256"]
 
 
-def test_own_architecture_by_module_path_without_weights(tmp_path, folder, monkeypatch):
+def test_own_architecture_by_module_path_without_weights(tmp_path, on_folder, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE.parent))
     out = tmp_path / "m.pt"
-    res = invoke(
-        "train",
-        "--arch",
-        "test_user_models:TinyNet",
-        "--dataset",
-        f"folder:{folder}",
-        "--image-size",
-        "16",
-        "--epochs",
-        "2",
-        "--out",
-        out,
-        "-q",
-    )
+    res = invoke("train", "--arch", "test_user_models:TinyNet", *on_folder, "--epochs", "2", "--out", out, "-q")
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out)
     assert ckpt["backbone"]["spec"]["name"] == "arch:test_user_models:TinyNet"
@@ -218,9 +189,9 @@ def test_torch_export_program_taps_by_module_name(tmp_path, program):
         ("justaname", ["expected module.path:callable"]),
     ],
 )
-def test_bad_arch_is_one_line(tmp_path, folder, arch, fragments):
+def test_bad_arch_is_one_line(tmp_path, on_folder, arch, fragments):
     out = tmp_path / "m.pt"
-    res = invoke("train", "--arch", arch, "--dataset", f"folder:{folder}", "--image-size", "16", "--out", out)
+    res = invoke("train", "--arch", arch, *on_folder, "--out", out)
     assert_user_error(res, *fragments)
     assert not out.exists()
 
@@ -279,35 +250,11 @@ def test_corrupt_and_unsafe_programs_are_refused(tmp_path, folder, program):
     )
 
 
-def test_unpoolable_taps_and_empty_globs_are_one_line(tmp_path, folder):
+def test_unpoolable_taps_and_empty_globs_are_one_line(tmp_path, folder, on_folder):
     out = tmp_path / "m.pt"
-    res = invoke(
-        "train",
-        "--arch",
-        f"{HERE}:Unpoolable",
-        "--layers",
-        "blocks.*",
-        "--dataset",
-        f"folder:{folder}",
-        "--image-size",
-        "16",
-        "--out",
-        out,
-    )
+    res = invoke("train", "--arch", f"{HERE}:Unpoolable", "--layers", "blocks.*", *on_folder, "--out", out)
     assert_user_error(res, "outputs a dict", "cannot be pooled")
-    res = invoke(
-        "train",
-        "--arch",
-        f"{HERE}:build_tiny_net",
-        "--layers",
-        "nothing.here*",
-        "--dataset",
-        f"folder:{folder}",
-        "--image-size",
-        "16",
-        "--out",
-        out,
-    )
+    res = invoke("train", "--arch", f"{HERE}:build_tiny_net", "--layers", "nothing.here*", *on_folder, "--out", out)
     assert_user_error(res, "matched no module", "stages")
     res = invoke(
         "train", "--arch", f"{HERE}:build_tiny_net", "--backbone", "cnn", "--dataset", f"folder:{folder}", "--out", out
