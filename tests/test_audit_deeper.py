@@ -344,7 +344,7 @@ def test_parse_metric_groups():
 
 
 def test_metric_columns_only_when_asked():
-    from laya_cli.report.tables import audit_deeper_table, audit_markdown, audit_rich_table
+    from laya_cli.report.audit import audit_deeper_table, audit_markdown, audit_rich_table
 
     head, feats, ref, _ = make(batch=20)
     result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=4))

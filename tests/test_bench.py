@@ -351,7 +351,7 @@ FAKE_SUMMARY = {
 def test_speed_summary_puts_every_ratio_side_by_side():
     from rich.console import Console
 
-    from laya_cli.report.tables import speed_tables
+    from laya_cli.report.speed import speed_tables
     from laya_cli.speed.harness import ratios
 
     summary = dict(FAKE_SUMMARY)

@@ -461,18 +461,14 @@ def audit(
     from ..gates.junit import junit_xml
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
-    from ..report.tables import (
+    from ..report.audit import audit_class_tables, audit_deeper_table, audit_markdown, audit_rich_table, verdict_line
+    from ..report.network import (
         HEAD_TITLE,
         NETWORK_TITLE,
-        audit_class_tables,
-        audit_deeper_table,
-        audit_markdown,
-        audit_rich_table,
         network_caption,
         network_comparison,
         network_markdown,
         scope_tables,
-        verdict_line,
     )
     from ..runtime import distributed
     from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
@@ -650,7 +646,7 @@ def depth(
     from ..depthing.truncation import check_k, check_maskable
     from ..model.evaldata import load_eval_data, load_fit_features
     from ..model.laya_model import load_model
-    from ..report.tables import depth_markdown, depth_rich_tables, truncate_line
+    from ..report.depth import depth_markdown, depth_rich_tables, truncate_line
     from ..runtime import distributed
     from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least
     from ..runtime.fileio import atomic_path, atomic_write_text, check_writable
@@ -752,7 +748,7 @@ def export_cmd(
 
     matplotlib.use("Agg")  # headless: no display needed (figures.py draws without pyplot anyway)
     from ..exporting.run import run_export
-    from ..report.tables import shift_table
+    from ..report.export import shift_table
 
     with progress.enabled(not quiet):
         _trust_arch(arch)
@@ -875,7 +871,7 @@ def bench(
                 f"see laya bench {ctx.invoked_subcommand} --help"
             )
         return
-    from ..report.tables import bench_caption, bench_counts, bench_markdown, bench_rich_tables
+    from ..report.bench import bench_caption, bench_counts, bench_markdown, bench_rich_tables
     from ..runtime.config import AuditSettings
     from ..runtime.fileio import atomic_write_text, check_writable
     from ..training import bench as B
@@ -964,7 +960,7 @@ def bench_speed(
 ):
     """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
     from .. import speed
-    from ..report.tables import speed_tables
+    from ..report.speed import speed_tables
     from ..runtime.fileio import atomic_write_text, check_writable, strict_json
 
     if json_out is not None:
@@ -989,7 +985,7 @@ def info(
 ):
     """Show what a checkpoint holds: backbone, layers, head, classes and test metrics."""
     from ..model.checkpoint import checkpoint_summary, read_checkpoint
-    from ..report.tables import info_panel
+    from ..report.info import info_panel
 
     summary = checkpoint_summary(read_checkpoint(model))
     if as_json:

@@ -294,7 +294,7 @@ def main(argv=None) -> dict:
         return r
     from rich.console import Console
 
-    from ..report.tables import data_scale_table
+    from ..report.speed import data_scale_table
     from .harness import say
 
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -114,7 +114,7 @@ def measure(
 def main(argv=None) -> list[dict]:
     from rich.console import Console
 
-    from ..report.tables import depth_speed_table
+    from ..report.speed import depth_speed_table
     from ..runtime.device import resolve_device
     from ..runtime.fileio import atomic_write_text, strict_json
 

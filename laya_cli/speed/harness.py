@@ -522,7 +522,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
     args = parser.parse_args(argv)
-    from ..report.tables import speed_tables
+    from ..report.speed import speed_tables
     from ..runtime.fileio import atomic_write_text
 
     if args.device.strip().lower() == "cpu":

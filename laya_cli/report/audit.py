@@ -1,0 +1,309 @@
+"""``laya audit``'s tables: methods as rows, metrics as columns, for the terminal, Markdown and report.html.
+
+One column model (``AUDIT_COLUMNS``, the ``--metrics`` groups, a ``--baseline``'s value and change beside each
+compared metric) and one cell builder (``method_cells``) serve all three forms. Also here: the per-class
+tables (--by-class), the captions and the verdict line the command ends with.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from .cells import (
+    MD_MARKS,
+    RICH_MARKS,
+    Cell,
+    Column,
+    best,
+    fmt,
+    html_marked,
+    html_table,
+    marked,
+    md_table,
+    rich_table,
+)
+
+AUDIT_COLUMNS = [
+    Column("faithfulness", "faithfulness", best=True),
+    Column("± std", "faithfulness_std"),
+    Column("undef.", "undefined", "{:d}"),
+    Column("deletion@1", "deletion@1", best=True),
+    Column("oracle", "deletion@1_oracle"),
+    Column("random", "deletion@1_random"),
+    Column("normalised", "deletion@1_normalised", best=True),
+]
+
+# ``--metrics`` groups: extra columns of the audit table (the JSON always has them all).
+AUDIT_EXTRA_COLUMNS = {
+    "aopc": [Column("aopc", "aopc", best=True)],
+    "sufficiency": [
+        Column("suff@1", "sufficiency@1", best=True),
+        Column("suff. norm.", "sufficiency@1_normalised", best=True),
+    ],
+    "completeness": [Column("completeness", "completeness", flag="completeness_flagged")],
+    "randomisation": [Column("randomisation", "randomisation", flag="randomisation_flagged")],
+}
+
+CLASS_TABLES = (  # --by-class: (metric, terminal title, Markdown title)
+    ("faithfulness", "faithfulness by class", "Faithfulness by class"),
+    ("deletion@1", "deletion@1 by class", "Deletion@1 by class"),
+)
+
+
+def extra_columns(metrics: Sequence[str]) -> list[Column]:
+    return [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
+
+
+def compared_columns(columns: Sequence[Column], compared: dict | None) -> list[Column]:
+    """``columns``, each metric that ``compared`` (a comparison's methods: method -> metric -> its baseline
+    value, change and --max-drop outcome) holds followed by the baseline's value and the change."""
+    held = {k for per in (compared or {}).values() for k in per}
+    out = []
+    for c in columns:
+        out.append(c)
+        if c.key in held:
+            out += [
+                Column("baseline", c.key, c.spec, kind="base", short="base"),
+                Column("Δ", c.key, "{:+.3f}", kind="delta"),
+            ]
+    return out
+
+
+def method_rows(methods: dict) -> dict[str, dict]:
+    """Method -> its scores as a dict (``MethodScores`` or already the JSON's dicts)."""
+    return {m: (v.to_dict() if hasattr(v, "to_dict") else v) for m, v in methods.items()}
+
+
+def method_cells(rows: dict[str, dict], columns: Sequence[Column], compared: dict | None) -> dict[str, list[Cell]]:
+    """Each method's cells: the best value of a higher-is-better column among the available methods marked,
+    flagged values and changes that failed their --max-drop too."""
+    bests = {
+        c.key: best(r.get(c.key) for r in rows.values() if r.get("available", True))
+        for c in columns
+        if c.best and c.kind == "value"
+    }
+    return {name: [_method_cell(name, row, c, bests, compared or {}) for c in columns] for name, row in rows.items()}
+
+
+def _method_cell(name: str, row: dict, column: Column, bests: dict, compared: dict) -> Cell:
+    if column.kind != "value":  # '—' where the baseline has no such value
+        pair = compared.get(name, {}).get(column.key)
+        if pair is None:
+            return Cell("—")
+        if column.kind == "base":
+            return Cell(fmt(pair.get("baseline"), column.spec))
+        return Cell(fmt(pair.get("change"), column.spec), "failed" if pair.get("failed") else None)
+    value = row.get(column.key)
+    text = fmt(value, column.spec)
+    if column.best and row.get("available", True) and bests.get(column.key) is not None and value == bests[column.key]:
+        return Cell(text, "best")
+    if column.flag and row.get(column.flag):
+        return Cell(text, "flag")
+    return Cell(text)
+
+
+def compared_methods(comparison: dict | None) -> dict:
+    """A --baseline comparison's (``regression.Comparison.to_dict()``) methods; {} without one."""
+    return (comparison or {}).get("methods", {})
+
+
+# --------------------------------------------------------------------------- the terminal
+
+
+def audit_rich_table(
+    result,
+    title: str = "laya audit",
+    methods: dict | None = None,
+    caption: str | None = None,
+    comparison: dict | None = None,
+) -> Table:
+    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class).
+
+    ``comparison`` (``regression.Comparison.to_dict()``): a baseline and a change column beside each metric.
+    """
+    if caption is None:
+        caption = audit_caption(result) + (f"\n{baseline_caption(comparison)}" if comparison else "")
+    rows = method_rows(methods if methods is not None else result.methods)
+    return rich_methods_table(rows, AUDIT_COLUMNS, title, caption, compared_methods(comparison))
+
+
+def audit_deeper_table(
+    result, metrics: Sequence[str], title: str = "deeper metrics", comparison: dict | None = None
+) -> Table | None:
+    """``--metrics``: the asked-for column groups, as a second table under the audit table (one 80-column
+    terminal cannot hold them all beside the default columns); None when none is asked for."""
+    if not metrics:
+        return None
+    caption = "! flagged · docs/metrics.md"
+    return rich_methods_table(
+        method_rows(result.methods), extra_columns(metrics), title, caption, compared_methods(comparison)
+    )
+
+
+def rich_methods_table(
+    rows: dict[str, dict], columns: Sequence[Column], title: str, caption: str, compared: dict | None
+) -> Table:
+    """Methods as rows (an unavailable one dimmed), ``columns`` with the compared ones' baseline and change."""
+    columns = compared_columns(columns, compared)
+    table = rich_table(title, caption=caption, caption_justify="left")
+    table.add_column("method", style="bold", no_wrap=True)
+    for c in columns:
+        table.add_column(c.short or c.header, justify="right", no_wrap=True)
+    for name, cells in method_cells(rows, columns, compared).items():
+        table.add_row(name if rows[name].get("available", True) else f"[dim]{name}[/]", *marked(cells, RICH_MARKS))
+    return table
+
+
+def class_rows(result, key: str) -> list[list[Cell]]:
+    """--by-class: per class, its size, accuracy and each method's ``key`` (the best of the class marked)."""
+    out = []
+    for name, cls in result.by_class.items():
+        rows = method_rows(cls.methods)
+        top = best(r.get(key) for r in rows.values() if r.get("available", True))
+        cells = [
+            Cell(
+                fmt(r.get(key)), "best" if r.get("available", True) and top is not None and r.get(key) == top else None
+            )
+            for r in (rows[m] for m in result.methods)
+        ]
+        out.append([Cell(name), Cell(str(cls.n)), Cell(fmt(cls.accuracy)), *cells])
+    return out
+
+
+def audit_class_tables(result) -> list[Table]:
+    """--by-class: faithfulness and Deletion@1 per class (classes as rows, methods as columns)."""
+    if not result.by_class:
+        return []
+    tables = []
+    for key, title, _ in CLASS_TABLES:
+        table = rich_table(title)
+        table.add_column("class", style="bold")
+        for header in ("n", "acc.", *result.methods):
+            table.add_column(header, justify="right", no_wrap=True)
+        for row in class_rows(result, key):
+            table.add_row(*marked(row, RICH_MARKS))
+        tables.append(table)
+    return tables
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def md_methods_table(rows: dict[str, dict], columns: Sequence[Column], compared: dict | None) -> list[str]:
+    columns = compared_columns(columns, compared)
+    body = [[f"`{name}`", *marked(cells, MD_MARKS)] for name, cells in method_cells(rows, columns, compared).items()]
+    return md_table(["method", *(c.header for c in columns)], body)
+
+
+def audit_markdown(
+    result,
+    misses: list[str] | None = None,
+    title: str = "laya audit",
+    metrics: Sequence[str] = (),
+    comparison: dict | None = None,
+    drop_misses: list[str] | None = None,
+) -> str:
+    """The same table as Markdown (GitHub-flavoured), e.g. for ``$GITHUB_STEP_SUMMARY``.
+
+    ``metrics``: the ``--metrics`` column groups; ``comparison``: baseline and change columns beside each
+    metric; ``drop_misses``: the --max-drop outcome.
+    """
+    columns = AUDIT_COLUMNS + extra_columns(metrics)
+    lines = [
+        f"### {title}",
+        "",
+        *md_methods_table(method_rows(result.methods), columns, compared_methods(comparison)),
+        "",
+        f"_{audit_caption(result)}_",
+    ]
+    if comparison:
+        lines += ["", f"_{baseline_caption(comparison)}_"]
+    if result.by_class:
+        header = ["class", "n", "accuracy", *result.methods]
+        for key, _, title_ in CLASS_TABLES:  # unmarked: the class tables' Markdown has never marked the best
+            body = [[c.text for c in row] for row in class_rows(result, key)]
+            lines += ["", f"#### {title_}", "", *md_table(header, body)]
+    return "\n".join(lines + closing_lines(result.notes, misses, drop_misses)) + "\n"
+
+
+def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None) -> list[str]:
+    """The end of an audit's Markdown: its notes, then the --fail-under and --max-drop outcomes (when gated)."""
+    lines = ["", *(f"- note: {n}" for n in notes)] if notes else []
+    if misses is not None:
+        lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
+        lines += [f"- {m}" for m in misses]
+    if drop_misses is not None:
+        lines += [
+            "",
+            "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed",
+        ]
+        lines += [f"- {m}" for m in drop_misses]
+    return lines
+
+
+# --------------------------------------------------------------------------- report.html
+
+
+def html_methods_table(methods: dict, compared: dict) -> str:
+    """The default metrics of the methods of a ``laya audit --json`` (with the baseline and the change where
+    ``compared`` holds them, keyed like ``methods``)."""
+    columns = compared_columns(AUDIT_COLUMNS, compared)
+    body = [
+        [f"<code>{html.escape(name)}</code>", *html_marked(cells)]
+        for name, cells in method_cells(methods, columns, compared).items()
+    ]
+    return html_table(["method", *(c.header for c in columns)], body, "l" + "r" * len(columns))
+
+
+# --------------------------------------------------------------------------- captions, the verdict line
+
+
+def audit_caption(result) -> str:
+    s = result.settings
+    parts = [
+        f"{result.n_samples} samples" + (f" of {s['dataset']}" if s.get("dataset") else ""),
+        f"accuracy {fmt(result.accuracy, '{:.4f}')}",
+        f"{s.get('head', '?')} head, {len(result.layers)} layers",
+        f"target {s['target']}",
+        f"ablation {s['ablation']}",
+        f"reduce {s['reduce']}",
+    ]
+    if "ig" in s.get("methods", ["ig"]):  # IG's settings only when IG ran
+        parts.append(f"IG steps {s['steps']}")
+        if s.get("internal_batch_size"):
+            parts.append(f"IG internal batch {s['internal_batch_size']}")
+    if s.get("model"):
+        parts.insert(0, str(s["model"]))
+    return " · ".join(parts)
+
+
+def baseline_caption(comparison: dict) -> str:
+    """One line under the table: which baseline, its accuracy and the change, and settings allowed to differ."""
+    acc = comparison.get("accuracy", {})
+    text = (
+        f"baseline {comparison.get('path') or '(given)'} · accuracy {fmt(acc.get('baseline'), '{:.4f}')} "
+        f"→ {fmt(acc.get('current'), '{:.4f}')} (Δ {fmt(acc.get('change'), '{:+.4f}')})"
+    )
+    if comparison.get("settings_changed"):
+        text += " · settings changed (allowed): " + "; ".join(comparison["settings_changed"])
+    return text
+
+
+def verdict_line(verdict, n_samples: int, model=None) -> str:
+    """The one line ``laya audit`` ends with (all that ``--quiet`` prints): PASS or FAIL, and why."""
+    where = f"{model} · " if model else ""
+    checks, failures, skipped = len(verdict.checks), verdict.failures, verdict.skipped
+    extra = f", {len(skipped)} skipped" if skipped else ""
+    if not checks:
+        return f"laya audit: PASS · {where}{n_samples:,} samples audited · no gate checks"
+    if not failures:
+        return (
+            f"laya audit: PASS · {where}{checks - len(skipped)} of {checks} gate checks passed{extra} · "
+            f"{n_samples:,} samples"
+        )
+    return f"laya audit: FAIL · {where}{len(failures)} of {checks} gate checks failed{extra}: " + "; ".join(
+        c.message for c in failures
+    )

@@ -1,0 +1,112 @@
+"""The table model every renderer shares: a table is columns and rows of cells, a cell is a text and an optional
+mark, and each form writes the marks its own way.
+
+The per-command modules (``audit``, ``network``, ``bench``, ``depth``, ...) build a table's cells once; the
+terminal (rich markup), Markdown and report.html (HTML) only choose the marks, so a value reads the same in all
+three: formatted by ``fmt`` ("n/a" where undefined), the best value of a higher-is-better column marked
+``best``, a flagged value ``flag``, a change that failed its --max-drop ``failed``, an n/a to fade ``dim``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from rich import box
+from rich.table import Table
+
+
+class Column(NamedTuple):
+    """A metric column: its header, the key of its value in a row dict, the value's format, whether its best
+    (largest) value is marked, and the row key whose truth flags a value."""
+
+    header: str
+    key: str
+    spec: str = "{:.3f}"
+    best: bool = False
+    flag: str | None = None
+    kind: str = "value"  # "value": the row's own; "base" and "delta": a --baseline's value and the change
+    short: str = ""  # the terminal's header, where ``header`` is too wide for it
+
+
+class Cell(NamedTuple):
+    text: str
+    mark: str | None = None  # "best", "flag", "failed" or "dim"; a form without the mark shows the plain text
+
+
+RICH_MARKS = {
+    "best": "[bold green]{}[/]",
+    "flag": "[yellow]{} ![/]",
+    "failed": "[bold red]{} ✗[/]",
+    "dim": "[dim]{}[/]",
+}
+MD_MARKS = {"best": "**{}**", "flag": "{} !", "failed": "**{} ✗**"}
+HTML_MARKS = {"best": '<span class="best">{}</span>', "flag": "{} !", "failed": '<span class="fail">{} ✗</span>'}
+
+
+def fmt(value, spec: str = "{:.3f}") -> str:
+    """``value`` in the format ``spec``; "n/a" where it is undefined (None or NaN), as it is where it does not
+    fit the format (an attached JSON may hold anything)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    try:
+        return spec.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def best(values: Iterable) -> float | None:
+    """The largest defined number (None and NaN ignored), or None."""
+    vals = [v for v in values if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))]
+    return max(vals) if vals else None
+
+
+def marked(cells: Iterable[Cell], marks: dict[str, str]) -> list[str]:
+    """The cells as text in one form (``marks``: RICH_MARKS, MD_MARKS; ``{}`` for none)."""
+    return [marks[c.mark].format(c.text) if c.mark in marks else c.text for c in cells]
+
+
+def html_marked(cells: Iterable[Cell]) -> list[str]:
+    """The cells as HTML: each text escaped, then marked."""
+    return marked((Cell(html.escape(c.text), c.mark) for c in cells), HTML_MARKS)
+
+
+def align_of(header: Sequence[str], left: Sequence[int] = (0,)) -> str:
+    """'l' or 'r' per column: the columns at ``left`` left-aligned (text), the others right-aligned (numbers)."""
+    return "".join("l" if i in left else "r" for i in range(len(header)))
+
+
+def justify(align: str) -> str:
+    """A column's 'l' or 'r' as rich's justify."""
+    return "left" if align == "l" else "right"
+
+
+def rich_table(title: str, **kw) -> Table:
+    """The terminal's table: a rule under the header, no outer border."""
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, **kw)
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
+    """A GitHub-flavoured Markdown table; ``align`` per column, 'l' or 'r' (default: first left, rest right)."""
+    align = align or align_of(header)
+    marks = {"l": ":---", "r": "---:"}
+    return [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(marks[a] for a in align) + " |",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def html_table(header: Sequence[str] | None, rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> str:
+    """An HTML table of cells already written as HTML (the header is escaped here); ``align`` per column, 'r'
+    for a number (right-aligned, tabular digits; default: every column left)."""
+    align = align or "l" * max(len(header or ()), max((len(r) for r in rows), default=0))
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header) if header else ""
+    body = []
+    for r in rows:
+        cells = "".join(f'<td class="num">{c}</td>' if a == "r" else f"<td>{c}</td>" for c, a in zip(r, align))
+        body.append(f"<tr>{cells}</tr>")
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table>{thead}<tbody>{''.join(body)}</tbody></table>"

@@ -1,0 +1,214 @@
+"""``laya depth``'s tables, for the terminal, Markdown and report.html: accuracy and compute when the model is
+cut after each tap, the early-exit operating points and the minimal sufficient depth per class.
+
+Each table is built once as (header, rows, align) from the JSON dict of ``depthing.DepthResult.to_dict()`` (so
+export's report can show an attached ``laya depth --json``); ``truncate_line`` is what ``--truncate K`` prints.
+"""
+
+from __future__ import annotations
+
+import html
+
+from rich.table import Table
+
+from .cells import align_of, fmt, html_table, justify, md_table, rich_table
+
+
+def human_flops(f) -> str:
+    if f is None:
+        return "n/a"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if f >= div:
+            return f"{f / div:.3g} {unit}"
+    return f"{f:.0f}"
+
+
+def _pct(v, spec: str = "{:.1f} %") -> str:
+    return fmt(None if v is None else 100 * v, spec)
+
+
+def _pp(v) -> str:
+    return fmt(None if v is None else 100 * v, "{:+.2f}")
+
+
+def seconds_per_image(v) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v * 1e6:.1f} µs" if v < 1e-3 else f"{v * 1e3:.2f} ms"
+
+
+def depth_table_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the truncation table (one row per depth k)."""
+    refit = any("refit_accuracy" in r for r in doc["truncation"])
+    timed = doc["compute"].get("time_fraction") is not None
+    header = ["k", "layer", "accuracy", "Δ pp", "macro-F1", "FLOPs/img", "block FLOPs", "FLOPs %"]
+    header += ["time/img", "time %"] if timed else []
+    header += ["refit acc.", "refit Δ pp"] if refit else []
+    rows = []
+    for r in doc["truncation"]:
+        row = [
+            str(r["k"]),
+            r["layer"],
+            fmt(r["accuracy"], "{:.4f}"),
+            _pp(r["delta"]),
+            fmt(r["macro_f1"], "{:.4f}"),
+            human_flops(r["flops"]),
+            human_flops(r["flops_block"]),
+            _pct(r["flops_fraction"]),
+        ]
+        if timed:
+            row += [seconds_per_image(r["seconds_per_image"]), _pct(r["time_fraction"])]
+        if refit:
+            row += [fmt(r.get("refit_accuracy"), "{:.4f}"), _pp(r.get("refit_delta"))]
+        rows.append(row)
+    return header, rows
+
+
+EXIT_HEADER = [
+    "operating point",
+    "policy",
+    "threshold",
+    "accuracy",
+    "Δ pp",
+    "mean depth",
+    "FLOPs %",
+    "FLOPs saved",
+    "time %",
+]
+
+
+def _exit_row(point: str, policy: str, threshold: str, p: dict) -> list[str]:
+    return [
+        point,
+        policy,
+        threshold,
+        f"{p['accuracy']:.4f}",
+        _pp(p["delta"]),
+        f"{p['mean_depth']:.2f}",
+        _pct(p["flops_fraction"]),
+        _pct(1 - p["flops_fraction"]),
+        _pct(p["time_fraction"]),
+    ]
+
+
+def depth_exit_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """The early-exit operating points (cheapest within 1 pp and 0.5 pp, per policy) and the oracle."""
+    rows = []
+    ops = (doc.get("early_exit") or {}).get("operating_points", {})
+    for name, op in ops.items():
+        for policy, p in op["by_policy"].items():
+            if p is None:
+                rows.append([f"within {name}", policy, "none", "", "", "", "", "", ""])
+                continue
+            mark = " (best)" if op["best"] is not None and p == op["best"] else ""
+            rows.append(_exit_row(f"within {name}{mark}", policy, f"{p['threshold']:g}", p))
+    o = doc["oracle"]  # every sample exits where its prediction first equals the full model's: its accuracy
+    oracle = {**o, "accuracy": doc["full"]["accuracy"], "delta": 0.0}
+    rows.append(_exit_row("oracle (minimal sufficient depth)", o["source"], "—", oracle))
+    return EXIT_HEADER, rows
+
+
+def depth_class_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """Per true class (then all), how many samples' prediction first equals the full model's at depth k."""
+    o = doc["oracle"]
+    header = ["class", *[f"k={k}" for k in range(1, len(doc["layers"]) + 1)]]
+    rows = [[c, *map(str, h)] for c, h in o["by_class"].items()] + [["all", *map(str, o["histogram"])]]
+    return header, rows
+
+
+TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
+
+
+def depth_caption(doc: dict) -> str:
+    c = doc["compute"]
+    timed = (
+        (
+            f"; time: fastest of {c['time_repeats']} rounds of {c['time_batch']} images on {c['device']}, "
+            f"full model {seconds_per_image(c['seconds_full_model'])}/img"
+        )
+        if c.get("time_fraction")
+        else ""
+    )
+    return (
+        f"{doc['n_samples']:,} samples, {doc['head']} head, full model accuracy {doc['full']['accuracy']:.4f}; "
+        f"accuracy at k: α masked above k and renormalised; FLOPs % and time % of the whole backbone "
+        f"({human_flops(c['flops_full_model'])} FLOPs/img){timed}"
+    )
+
+
+def exit_title(doc: dict) -> str:
+    return f"Early exit ({doc['early_exit']['source']} predictions)"
+
+
+def _rich(title: str, header: list[str], rows: list[list[str]], left, **kw) -> Table:
+    table = rich_table(title, **kw)
+    for h, a in zip(header, align_of(header, left)):
+        table.add_column(h, justify=justify(a))
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def depth_rich_tables(doc: dict) -> list:
+    out = [_rich("laya depth: truncation", *depth_table_rows(doc), TRUNCATION_LEFT, caption=depth_caption(doc))]
+    if doc.get("early_exit"):
+        title = (
+            f"laya depth: early exit ({doc['early_exit']['source']} predictions; "
+            f"cheapest operating points of the threshold sweep)"
+        )
+        out.append(_rich(title, *depth_exit_rows(doc), EXIT_LEFT))
+    return out
+
+
+def depth_markdown(doc: dict, title: str = "laya depth") -> str:
+    header, rows = depth_table_rows(doc)
+    lines = [
+        f"## {title}",
+        "",
+        depth_caption(doc) + ".",
+        "",
+        *md_table(header, rows, align_of(header, TRUNCATION_LEFT)),
+    ]
+    if doc.get("early_exit"):
+        header, rows = depth_exit_rows(doc)
+        lines += ["", f"### {exit_title(doc)}", "", *md_table(header, rows, align_of(header, EXIT_LEFT))]
+    lines += [
+        "",
+        "### Minimal sufficient depth per class (samples whose prediction first equals the full model's at k)",
+        "",
+        *md_table(*depth_class_rows(doc)),
+    ]
+    for note in doc.get("notes", []):
+        lines += ["", f"> note: {note}"]
+    return "\n".join(lines) + "\n"
+
+
+def depth_section(doc: dict, figure_html: str = "") -> str:
+    """The ``laya depth`` section of report.html, from the depth JSON (docs/depth.md)."""
+    e = html.escape
+    parts = [f'<p class="sub">{e(depth_caption(doc))}. Definitions: laya\'s docs/depth.md.</p>', figure_html]
+    header, rows = depth_table_rows(doc)
+    parts.append(html_table(header, [[e(c) for c in r] for r in rows], align_of(header, TRUNCATION_LEFT)))
+    if doc.get("early_exit"):
+        header, rows = depth_exit_rows(doc)
+        parts.append(f"<h3>{e(exit_title(doc))}: the cheapest operating points of the threshold sweep</h3>")
+        parts.append(html_table(header, [[e(c) for c in r] for r in rows], align_of(header, EXIT_LEFT)))
+    header, rows = depth_class_rows(doc)
+    parts.append(
+        "<h3>Minimal sufficient depth per class</h3><p>Samples whose prediction first equals the full "
+        "model's at depth k, per true class.</p>"
+    )
+    body = [[e(c) for c in r] for r in rows[:-1]] + [["<b>all</b>", *rows[-1][1:]]]
+    parts.append(html_table(header, body, align_of(header)))
+    for note in doc.get("notes", []):
+        parts.append(f'<p class="note">{e(note)}</p>')
+    return "\n".join(p for p in parts if p)
+
+
+def truncate_line(res) -> str:
+    return (
+        f"truncated after {res.layer} (tap {res.k}, {res.head} head): accuracy {res.accuracy:.4f} "
+        f"(full {res.full_accuracy:.4f}, {100 * (res.accuracy - res.full_accuracy):+.2f} pp), backbone "
+        f"{res.parameters:,} of {res.parameters_full:,} parameters, {100 * res.flops_fraction:.1f} % of its FLOPs "
+        f"-> {res.out}"
+    )

@@ -1,0 +1,63 @@
+"""``laya info``: what a checkpoint holds, as one panel for the terminal."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def _maybe(value, missing: str = "not measured (no test split: trained with laya_cli.fit)") -> str:
+    return missing if value is None else f"{value:.4f}"
+
+
+def info_panel(summary: dict, path):
+    """``laya info``: what a checkpoint holds (``summary``: ``checkpoint.checkpoint_summary``)."""
+    from rich.panel import Panel
+
+    table = Table.grid(padding=(0, 2))
+    b, h, m = summary["backbone"], summary["head"], summary["metrics"]
+    rows = [
+        ("backbone", f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']})"),
+        ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
+        ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
+        (
+            "classes",
+            f"{len(summary['classes'])}: "
+            + ", ".join(summary["classes"][:12])
+            + (" …" if len(summary["classes"]) > 12 else ""),
+        ),
+        (
+            "dataset",
+            summary["dataset"]["name"]
+            + (f" ({summary['dataset']['source']})" if summary["dataset"].get("source") else ""),
+        ),
+        *(
+            [("unmatched", f"{len(u)} artist folder(s) match no row of artists.csv: " + ", ".join(u))]
+            if (u := summary["dataset"].get("unmatched"))
+            else []
+        ),
+        *(
+            [("weights", f"{b['weights_source']}  sha256 {(b['weights_sha256'] or '')[:16]}")]
+            if b.get("weights_source")
+            else []
+        ),
+        *([("parameters", f"{b['parameters']:,} in the backbone")] if b.get("parameters") is not None else []),
+        *(
+            [
+                (
+                    "truncated",
+                    f"after {t['layer']} (tap {t['depth']} of {t['of']}, {t['head']} head; "
+                    f"{t['parameters']:,} of {t['parameters_full']:,} backbone parameters, "
+                    f"{100 * t['flops_fraction']:.1f} % of its FLOPs)",
+                )
+            ]
+            if (t := summary.get("truncated"))
+            else []
+        ),
+        ("test accuracy", _maybe(m.get("test_accuracy"))),
+        ("test macro-F1", _maybe(m.get("test_macro_f1"))),
+        ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
+        ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/]", v)
+    return Panel(table, title=f"laya checkpoint {path}", expand=False)
