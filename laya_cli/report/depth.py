@@ -1,8 +1,9 @@
 """``laya depth``'s tables, for the terminal, Markdown and report.html: accuracy and compute when the model is
 cut after each tap, the early-exit operating points and the minimal sufficient depth per class.
 
-Each table is built once as (header, rows, align) from the JSON dict of ``depthing.DepthResult.to_dict()`` (so
-export's report can show an attached ``laya depth --json``); ``truncate_line`` is what ``--truncate K`` prints.
+Each table is built once, as its header and rows of text, from the JSON dict of ``depthing.DepthResult.to_dict()``
+(so export's report can show an attached ``laya depth --json``), and written in the three forms with the same
+text columns left-aligned. ``truncate_line`` is what ``--truncate K`` prints.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import html
 from rich.table import Table
 
 from .cells import align_of, fmt, html_table, justify, md_table, rich_table
+
+TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
 
 
 def human_flops(f) -> str:
@@ -114,9 +117,6 @@ def depth_class_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     header = ["class", *[f"k={k}" for k in range(1, len(doc["layers"]) + 1)]]
     rows = [[c, *map(str, h)] for c, h in o["by_class"].items()] + [["all", *map(str, o["histogram"])]]
     return header, rows
-
-
-TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
 
 
 def depth_caption(doc: dict) -> str:
