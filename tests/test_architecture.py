@@ -88,6 +88,15 @@ def test_the_command_line_starts_without_torch():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("module", ["checks", "thresholds", "regression", "junit", "outcome", "outputs"])
+def test_the_gates_import_without_torch(module):
+    """A CI step that only gates (reads an audit JSON, compares, writes JUnit) needs no torch."""
+    name = f"laya_cli.gates.{module}"
+    code = f"import sys, {name}; assert 'torch' not in sys.modules, 'torch imported by {name}'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_lazy_exports_resolve():
     for name in laya_cli.__all__:
         assert getattr(laya_cli, name) is getattr(importlib.import_module(f"laya_cli.{laya_cli._EXPORTS[name]}"), name)
