@@ -1,7 +1,7 @@
 """The Python API (``laya_cli.attach/fit/audit/export/load``): your model, your DataLoaders, DataFrames back.
 
 Everything here calls the functions the command line calls — tap choice (``backbones``), the
-training loop (``train.fit``), the audit (``auditing.run_audit``), the export
+training loop (``train.fit``), the audit and depth jobs (``auditing.job``, ``depthing.job``), the export
 (``exporting.export_data``), the checkpoint (``LayaModel.save``/``model.load_model``) — so the two
 cannot drift. Documented in docs/api.md, which quotes these docstrings.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,12 @@ import torch
 from torch import Tensor, nn
 
 from . import backbones as bb
-from .auditing.metrics import check_ablation
+from .auditing.job import audit_job
 from .auditing.names import parse_methods
-from .auditing.network import check_network_scope, run_scoped_audit
-from .auditing.run import AuditResult, run_audit
+from .auditing.run import AuditResult
 from .data.datasets import USER_DATASET, stratified_split
-from .depthing.run import DepthResult, run_depth
-from .depthing.truncation import check_maskable
+from .depthing.job import depth_job
+from .depthing.run import DepthResult
 from .exporting.run import Export, check_format, check_out_dir, export_data
 from .features.cache import FeatureCache, feature_key
 from .features.extraction import (
@@ -38,7 +38,7 @@ from .features.extraction import (
     image_batch,
     to_float_images,
 )
-from .model.evaldata import EvalData, load_fit_features
+from .model.evaldata import EvalData
 from .model.heads import HEADS, build_head
 from .model.laya_model import USER_BACKBONE, EndToEnd, LayaModel, load_model
 from .runtime import progress as _progress
@@ -558,7 +558,7 @@ def _describe(loader: Loader) -> str:
 # --------------------------------------------------------------------------- audit and export
 
 
-def _eval_data(model: LayaModel, loader: Loader | EvalData, device: str, keep_images: bool = False) -> EvalData:
+def eval_data(model: LayaModel, loader: Loader | EvalData, device: str, keep_images: bool = False) -> EvalData:
     """The samples to audit or export: a loader's features, extracted once in its order (or the data
     ``laya audit``/``laya export`` prepared, as it is)."""
     if isinstance(loader, EvalData):
@@ -645,14 +645,11 @@ def audit(
     ).validate()
     methods = parse_methods(compare)
     scope = ScopeSettings(scope).validate().scope
-    check_ablation(model.head, settings.ablation)  # before any feature extraction
-    if scope != "head":
-        check_network_scope(model, settings.ablation)
+    keep_images = scope != "head"  # the network runs on images
     with _progress.enabled(progress):
-        data = _eval_data(model, loader, settings.device, keep_images=scope != "head")  # the network runs on images
-        if scope == "head":
-            return run_audit(model, data, methods, settings)
-        return run_scoped_audit(model, data, methods, settings, scope)
+        return audit_job(
+            model, partial(eval_data, model, loader, settings.device, keep_images), methods, settings, scope
+        )
 
 
 def export(
@@ -695,7 +692,7 @@ def export(
         check_at_least("--strip", strip, 0)
         check_out_dir(out, overwrite)
     with _progress.enabled(progress):
-        data = _eval_data(model, loader, dev, keep_images=out is not None and plots and strip > 0)
+        data = eval_data(model, loader, dev, keep_images=out is not None and plots and strip > 0)
         return export_data(
             model,
             data,
@@ -762,12 +759,8 @@ def depth(
         time_batch=time_batch,
         device=resolve_device(device),
     ).validate()
-    if not refit:
-        check_maskable(model.head)  # before any feature extraction
     with _progress.enabled(progress):
-        fit_feats = load_fit_features(model, settings.device) if refit else None
-        data = _eval_data(model, loader, settings.device, keep_images=True)
-        return run_depth(model, data, settings, fit_feats)
+        return depth_job(model, partial(eval_data, model, loader, settings.device, keep_images=True), settings)
 
 
 # --------------------------------------------------------------------------- load

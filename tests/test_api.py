@@ -187,13 +187,13 @@ def test_depth_on_a_loader_over_the_test_split_equals_laya_depth_json(digits_ckp
 def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model, tmp_path):
     """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
     the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
-    from laya_cli.api import _eval_data
+    from laya_cli.api import eval_data
     from laya_cli.depthing.run import truncate_model
     from laya_cli.depthing.truncation import masked_output
     from laya_cli.runtime.config import DepthSettings
 
     full = laya_cli.load(tiny_model.save(tmp_path / "tiny.pt"), backbone=TinyNet())
-    data = _eval_data(full, digits_test_loader(), "cpu", keep_images=True)
+    data = eval_data(full, digits_test_loader(), "cpu", keep_images=True)
     truncate_model(full, data, DepthSettings(truncate=2, time_repeats=0), tmp_path / "tiny2.pt")
     cut = laya_cli.load(tmp_path / "tiny2.pt", backbone=TinyNet())
     assert isinstance(cut.backbone.model.blocks[2], nn.Identity) and cut.layer_names == ["blocks.0", "blocks.1"]
@@ -380,6 +380,20 @@ def test_mistakes_are_one_line_laya_errors_with_the_cli_messages(tiny_model):
     msg = one_line(lambda: laya_cli.audit(model, [(images, labels)], compare="ig,bogus", progress=False), "bogus")
     cli = invoke("audit", "/nonexistent.pt", "--compare", "ig,bogus")
     assert_user_error(cli, msg)  # the command line says the same words
+
+
+def test_the_jobs_check_their_settings_before_reading_the_loader(tiny_model):
+    """audit and depth run the command line's jobs (auditing.job, depthing.job): a setting the model cannot
+    do fails before a single batch is read."""
+
+    class Unread:
+        def __iter__(self):
+            raise AssertionError("the loader was read before the settings were checked")
+
+    with pytest.raises(LayaError, match="--ablation mean or zero"):
+        laya_cli.audit(tiny_model, Unread(), scope="network", ablation="mask", progress=False)
+    with pytest.raises(LayaError, match="--refit retrains heads"):  # trained from a DataLoader: no data to refit on
+        laya_cli.depth(tiny_model, Unread(), refit=True, progress=False)
 
 
 def test_attaching_twice_leaves_the_users_own_forward_working():

@@ -195,7 +195,6 @@ def run_depth(
     if len(feats) == 0:
         raise LayaError("nothing to analyse: the data set has no samples")
     L, labels, C = len(feats.feats), feats.labels, len(model.classes)
-    layers = list(model.layer_names)
     notes: list[str] = []
 
     full_pred, full_pmax = head_predictions(head, feats, L, bs, dev)
@@ -210,11 +209,47 @@ def run_depth(
         refit = {k: (*head_predictions(h, feats, k, bs, dev), epochs) for k, (h, epochs) in heads.items()}
 
     compute = measure_compute(model, data, settings)
-    flops_frac = compute["flops_fraction"]
-    time_frac = compute["time_fraction"]
+    rows = truncation_rows(list(model.layer_names), labels, C, full_acc, masked, refit, compute)
 
+    # Early exit and the oracle read the masked predictions, or the refitted heads' when the head has no α
+    # (the full model stays the checkpoint's own head at k = L).
+    if masked is not None:
+        source, (preds, pmax, mass) = "masked", masked
+    else:
+        source = "refit"
+        preds = torch.stack([refit[k][0] for k in range(1, L)] + [full_pred], 1)
+        pmax = torch.stack([refit[k][1] for k in range(1, L)] + [full_pmax], 1)
+        mass = None
+        notes.append(
+            f"a {head_kind(head)} head has no α: early exit and the oracle use the refitted heads below depth {L}"
+        )
+    early = early_exit_summary(source, preds, pmax, mass, labels, full_acc, settings.thresholds, compute, C)
+    oracle = oracle_depth(source, preds, labels, model.classes, compute)
+    if L < 2:
+        notes.append("only 1 layer: there is no shallower model to compare with")
+    return DepthResult(
+        settings={**asdict(settings), "head": head_kind(head), "dataset": getattr(data, "dataset", None)},
+        n_samples=len(labels),
+        layers=list(model.layer_names),
+        classes=list(model.classes),
+        head=head_kind(head),
+        full={"accuracy": full_acc, "macro_f1": macro_f1(full_pred, labels, C)},
+        compute=compute,
+        truncation=rows,
+        early_exit=early,
+        oracle=oracle,
+        notes=notes,
+    )
+
+
+def truncation_rows(
+    layers: list[str], labels: Tensor, C: int, full_acc: float, masked, refit: dict | None, compute: dict
+) -> list[dict]:
+    """One row per depth k: the masked model's accuracy (a head with α), the compute up to tap k, and with
+    refit the refitted head's accuracy."""
+    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
     rows = []
-    for k in range(1, L + 1):
+    for k in range(1, len(layers) + 1):
         row = {"k": k, "layer": layers[k - 1], "accuracy": None, "macro_f1": None, "delta": None}
         if masked is not None:
             p = masked[0][:, k - 1]
@@ -237,22 +272,26 @@ def run_depth(
                 refit_epochs=epochs,
             )
         rows.append(row)
+    return rows
 
-    # Early exit and the oracle read the masked predictions, or the refitted heads' when the head has no α
-    # (the full model stays the checkpoint's own head at k = L).
-    if masked is not None:
-        source, preds, pmax, mass = "masked", masked[0], masked[1], masked[2]
-    else:
-        source = "refit"
-        preds = torch.stack([refit[k][0] for k in range(1, L)] + [full_pred], 1)
-        pmax = torch.stack([refit[k][1] for k in range(1, L)] + [full_pmax], 1)
-        mass = None
-        notes.append(
-            f"a {head_kind(head)} head has no α: early exit and the oracle use the refitted heads below depth {L}"
-        )
-    points = ee.sweep("p_max", preds, pmax, labels, settings.thresholds, flops_frac, time_frac, C)
+
+def early_exit_summary(
+    source: str,
+    preds: Tensor,
+    pmax: Tensor,
+    mass: Tensor | None,
+    labels: Tensor,
+    full_acc: float,
+    thresholds,
+    compute: dict,
+    C: int,
+) -> dict:
+    """The threshold sweeps of each policy (p_max; α mass for a head with α) and their cheapest operating
+    points within each of ``TOLERANCES`` of the full model's accuracy, best overall and per policy."""
+    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
+    points = ee.sweep("p_max", preds, pmax, labels, thresholds, flops_frac, time_frac, C)
     if mass is not None:
-        points += ee.sweep("alpha_mass", preds, mass, labels, settings.thresholds, flops_frac, time_frac, C)
+        points += ee.sweep("alpha_mass", preds, mass, labels, thresholds, flops_frac, time_frac, C)
     operating = {}
     for tol in TOLERANCES:
         best = ee.cheapest_within(points, full_acc, tol)
@@ -265,38 +304,27 @@ def run_depth(
             "best": best.to_dict() if best else None,
             "by_policy": {k: v.to_dict() if v else None for k, v in by_policy.items()},
         }
-    early = {"source": source, "points": [p.to_dict() for p in points], "operating_points": operating}
+    return {"source": source, "points": [p.to_dict() for p in points], "operating_points": operating}
 
+
+def oracle_depth(source: str, preds: Tensor, labels: Tensor, classes: list[str], compute: dict) -> dict:
+    """The per-sample minimal sufficient depth: its mean, the compute it would take, its histogram (per class)."""
+    L = preds.shape[1]
+    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
     depth = ee.minimal_sufficient_depth(preds)
-    flops_t = torch.tensor(flops_frac, dtype=torch.float64)
     by_class = {}
-    for c in range(C):
+    for c in range(len(classes)):
         rows_c = labels == c
         if rows_c.any():
-            by_class[model.classes[c]] = ee.depth_histogram(depth[rows_c], L)
-    oracle = {
+            by_class[classes[c]] = ee.depth_histogram(depth[rows_c], L)
+    return {
         "source": source,
         "mean_depth": float(depth.double().mean() + 1),
-        "flops_fraction": float(flops_t[depth].mean()),
+        "flops_fraction": float(torch.tensor(flops_frac, dtype=torch.float64)[depth].mean()),
         "time_fraction": float(torch.tensor(time_frac, dtype=torch.float64)[depth].mean()) if time_frac else None,
         "histogram": ee.depth_histogram(depth, L),
         "by_class": by_class,
     }
-    if L < 2:
-        notes.append("only 1 layer: there is no shallower model to compare with")
-    return DepthResult(
-        settings={**asdict(settings), "head": head_kind(head), "dataset": getattr(data, "dataset", None)},
-        n_samples=len(labels),
-        layers=layers,
-        classes=list(model.classes),
-        head=head_kind(head),
-        full={"accuracy": full_acc, "macro_f1": macro_f1(full_pred, labels, C)},
-        compute=compute,
-        truncation=rows,
-        early_exit=early,
-        oracle=oracle,
-        notes=notes,
-    )
 
 
 # --------------------------------------------------------------------------- a truncated model out
@@ -327,15 +355,13 @@ def truncate_model(
     (the masked head folded into a K-layer head, or with ``refit`` a retrained one). It is built by the
     one checkpoint builder (``checkpoint.checkpoint_body``) from the cut backbone, so its weights are the
     kept ones, its SHA-256 is theirs, and ``model.load_model`` rebuilds it (``spec.cut``)."""
-    from ..backbones.build import BackboneSpec
-    from ..model.checkpoint import checkpoint_body, save_checkpoint
+    from ..model.checkpoint import save_checkpoint
     from .compute import model_flops, tap_flops
 
     settings = settings.validate()
     L = model.num_layers
     k = check_k(settings.truncate, L)
-    ckpt = model.checkpoint
-    if ckpt["backbone"].get("program") is not None:
+    if model.checkpoint["backbone"].get("program") is not None:
         raise LayaError(
             "a torch.export program (.pt2) backbone cannot be written truncated; "
             "export the model up to the layer you want instead"
@@ -346,42 +372,15 @@ def truncate_model(
     labels, C = feats.labels, len(model.classes)
     dev = settings.device
     small_backbone = model.backbone.truncated(k)  # one line when the model cannot be cut there
-    if settings.refit:
-        if fit_feats is None:
-            raise LayaError("--refit needs the features of the checkpoint's training data")
-        head, _ = refit_heads(model, fit_feats, [k], settings)[k]
-        how = "refit"
-    else:
-        head = fold_head(model.head, [r.to(dev) for r in model.reference], k, HeadConfig(**ckpt["head"]["config"]), C)
-        how = "masked"
+    head, how = truncated_head(model, k, settings, fit_feats)
     pred, _ = head_predictions(head, feats, k, settings.batch_size, dev)
     full_pred, _ = head_predictions(model.head, feats, L, settings.batch_size, dev)
-    spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
-    spec.layers, spec.formats, spec.cut = list(model.layer_names[:k]), list(model.backbone.tap_formats[:k]), True
-    kept = small_backbone.model.state_dict()
-    full_state = model.backbone.model.state_dict()
+    n_kept, n_full = _n_params(small_backbone.model.state_dict()), _n_params(model.backbone.model.state_dict())
     x = _compute_input(data, model, 1, dev)
     flops_frac = tap_flops(model.backbone.to(dev), x)[k - 1] / max(model_flops(model.backbone, x), 1)
     acc, full_acc = accuracy(pred, labels), accuracy(full_pred, labels)
-    n_kept, n_full = _n_params(kept), _n_params(full_state)
-    source = (
-        f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
-        f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})"
-    )
-    small = checkpoint_body(
-        backbone=small_backbone,
-        spec=spec,
-        head=head,
-        head_config=dict(ckpt["head"]["config"]),
-        dims=list(ckpt["dims"][:k]),
-        classes=model.classes,
-        dataset=ckpt.get("dataset", {}),
-        reference=[r.detach().cpu() for r in model.reference[:k]],
-        history=ckpt.get("history", []),
-        metrics={**ckpt["metrics"], "test_accuracy": acc, "test_macro_f1": macro_f1(pred, labels, C)},
-        train_config=ckpt.get("train_config", {}),
-        feature_dtype=ckpt.get("feature_dtype", "float32"),
-        recorded={**ckpt["backbone"], "source": source},
+    small = cut_checkpoint(
+        model, small_backbone, head, k, {"test_accuracy": acc, "test_macro_f1": macro_f1(pred, labels, C)}
     )
     small["truncated"] = {
         "depth": k,
@@ -398,14 +397,57 @@ def truncate_model(
         save_checkpoint(small, out)
     barrier()
     return TruncateResult(
-        k,
-        model.layer_names[k - 1],
-        how,
-        acc,
-        small["metrics"]["test_macro_f1"],
-        full_acc,
-        n_kept,
-        n_full,
-        flops_frac,
-        str(out),
+        k=k,
+        layer=model.layer_names[k - 1],
+        head=how,
+        accuracy=acc,
+        macro_f1=small["metrics"]["test_macro_f1"],
+        full_accuracy=full_acc,
+        parameters=n_kept,
+        parameters_full=n_full,
+        flops_fraction=flops_frac,
+        out=str(out),
+    )
+
+
+def truncated_head(model, k: int, settings: DepthSettings, fit_feats: dict[str, LayerFeatures] | None):
+    """``(head, how)``: the head of a model cut after tap k, the masked head folded into a k-layer one
+    (``"masked"``) or, with ``settings.refit``, one retrained on the taps ≤ k (``"refit"``)."""
+    if settings.refit:
+        if fit_feats is None:
+            raise LayaError("--refit needs the features of the checkpoint's training data")
+        head, _ = refit_heads(model, fit_feats, [k], settings)[k]
+        return head, "refit"
+    reference = [r.to(settings.device) for r in model.reference]
+    config = HeadConfig(**model.checkpoint["head"]["config"])
+    return fold_head(model.head, reference, k, config, len(model.classes)), "masked"
+
+
+def cut_checkpoint(model, small_backbone, head, k: int, metrics: dict) -> dict:
+    """The checkpoint of ``model`` cut after tap k (``small_backbone``, ``head``), its test ``metrics`` those
+    of the cut model: the spec names the kept taps and is marked cut, the weights' source says where."""
+    from ..backbones.build import BackboneSpec
+    from ..model.checkpoint import checkpoint_body
+
+    ckpt, L = model.checkpoint, model.num_layers
+    spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
+    spec.layers, spec.formats, spec.cut = list(model.layer_names[:k]), list(model.backbone.tap_formats[:k]), True
+    source = (
+        f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
+        f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})"
+    )
+    return checkpoint_body(
+        backbone=small_backbone,
+        spec=spec,
+        head=head,
+        head_config=dict(ckpt["head"]["config"]),
+        dims=list(ckpt["dims"][:k]),
+        classes=model.classes,
+        dataset=ckpt.get("dataset", {}),
+        reference=[r.detach().cpu() for r in model.reference[:k]],
+        history=ckpt.get("history", []),
+        metrics={**ckpt["metrics"], **metrics},
+        train_config=ckpt.get("train_config", {}),
+        feature_dtype=ckpt.get("feature_dtype", "float32"),
+        recorded={**ckpt["backbone"], "source": source},
     )

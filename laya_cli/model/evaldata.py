@@ -158,19 +158,24 @@ def load_eval_data(
     return EvalData(feats, images, index, name)
 
 
-def load_fit_features(
-    model: LayaModel, device: str = "cpu", use_cache: bool = True, splits: tuple[str, ...] = ("train", "val")
-) -> dict[str, LayerFeatures]:
-    """Features of the checkpoint's own training splits, as its backbone (frozen now) computes them:
-    what a head retrained on the checkpoint's data reads (``laya depth --refit``). Cached like the
-    training run's own features (same keys: a frozen backbone's are reused)."""
-    ds = dict(model.checkpoint.get("dataset", {}))
+def check_fit_data(model: LayaModel) -> None:
+    """Refuse, before any work, to load the training data of a model trained from the user's own DataLoader."""
+    ds = model.checkpoint.get("dataset", {})
     if ds.get("name") == USER_DATASET:
         raise LayaError(
             f"--refit retrains heads on the checkpoint's training data, but this model was trained "
             f"from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), which laya cannot load "
             f"by name; run laya depth without --refit"
         )
+
+
+def load_fit_features(
+    model: LayaModel, device: str = "cpu", use_cache: bool = True, splits: tuple[str, ...] = ("train", "val")
+) -> dict[str, LayerFeatures]:
+    """Features of the checkpoint's own training splits, as its backbone (frozen now) computes them:
+    what a head retrained on the checkpoint's data reads (``laya depth --refit``). Cached like the
+    training run's own features (same keys: a frozen backbone's are reused)."""
+    check_fit_data(model)
     req, data = model_dataset(model)
     model.backbone.to(device)
     cache = FeatureCache() if use_cache else None

@@ -1,0 +1,41 @@
+"""The depth job ``laya depth`` and ``laya_cli.depth`` both run: the checks that need no data, then the data
+(and with refit the checkpoint's training features), then the analysis (``run.run_depth``) or, with
+``settings.truncate``, the cut checkpoint (``run.truncate_model``). Each caller brings its own data (the
+command a test split by name, the API a DataLoader), as a callable, so a bad setting fails before any
+feature is extracted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..model.evaldata import EvalData, check_fit_data, load_fit_features
+from ..runtime.config import DepthSettings
+from .run import DepthResult, TruncateResult, run_depth, truncate_model
+from .truncation import check_k, check_maskable
+
+
+def depth_job(
+    model,
+    load_data: Callable[[], EvalData],
+    settings: DepthSettings,
+    out: str | Path | None = None,
+    use_cache: bool = True,
+) -> DepthResult | TruncateResult:
+    """``laya depth`` on ``model`` (a LayaModel) and ``load_data()`` with validated ``settings``: a
+    ``DepthResult``, or with ``settings.truncate`` the ``TruncateResult`` of the checkpoint written to ``out``.
+    ``use_cache``: the training features of ``settings.refit`` may come from the feature cache."""
+    if settings.truncate is not None:
+        check_k(settings.truncate, model.num_layers)
+    if settings.refit:
+        check_fit_data(model)
+    else:
+        check_maskable(model.head)  # before any feature extraction
+    data = load_data()
+    fit_feats = load_fit_features(model, settings.device, use_cache) if settings.refit else None
+    if settings.truncate is not None:
+        if out is None:
+            raise ValueError("settings.truncate writes a checkpoint: give it an out path")
+        return truncate_model(model, data, settings, out, fit_feats)  # rank 0 writes
+    return run_depth(model, data, settings, fit_feats)
