@@ -168,7 +168,7 @@ def _head_keys(doc: dict) -> dict:
 
 
 def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
-    from laya_cli.cli.group import EXIT_OK
+    from laya_cli.cli.common import EXIT_OK
 
     head_json, both_json, md, junit = (tmp_path / n for n in ("head.json", "both.json", "a.md", "junit.xml"))
     common = ["audit", str(digits_ckpt), "--compare", "all", "--samples", "60", "--steps", "4"]
@@ -218,7 +218,7 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
 def test_network_fail_under_gates(digits_ckpt, tmp_path):
     """``--fail-under network:…`` passes (exit 0) and fails (exit 1) like a head-scope threshold; with -q the
     verdict line alone names the network-scope check."""
-    from laya_cli.cli.group import EXIT_GATE_FAILED, EXIT_OK
+    from laya_cli.cli.common import EXIT_GATE_FAILED, EXIT_OK
 
     common = ["audit", str(digits_ckpt), "--samples", "40", "--steps", "4", "--scope", "network", "-q"]
     r = invoke(*common, "--fail-under", "network:laya:deletion@1=0", "--junit", tmp_path / "j.xml")
@@ -243,7 +243,7 @@ def test_network_fail_under_gates(digits_ckpt, tmp_path):
 
 def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
     """--baseline/--max-drop compare network-scope results (keys network:METHOD) when both audits hold them."""
-    from laya_cli.cli.group import EXIT_GATE_FAILED, EXIT_OK
+    from laya_cli.cli.common import EXIT_GATE_FAILED, EXIT_OK
 
     common = ["audit", str(digits_ckpt), "--samples", "40", "--steps", "4", "--scope", "network"]
     base = tmp_path / "base.json"

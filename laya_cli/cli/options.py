@@ -8,6 +8,7 @@ CLI must start fast.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -67,6 +68,7 @@ ImageColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column hol
 LabelColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the class (index or name).")]
 Samples = Annotated[int | None, typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
 SampleSeed = Annotated[int, typer.Option(help="Seed of the --samples subset (and of the random method).")]
+SubsetSeed = Annotated[int, typer.Option("--seed", help="Seed of the --samples subset.")]
 
 # --------------------------------------------------------------------------- backbone and head
 
@@ -134,6 +136,7 @@ TrustPickle = Annotated[
 
 # --------------------------------------------------------------------------- training
 
+CheckpointOut = Annotated[Path, typer.Option(help="Where to write the checkpoint.")]
 Epochs = Annotated[int, typer.Option(help="Maximum epochs.")]
 BatchSize = Annotated[int, typer.Option(help="Batch size.")]
 Lr = Annotated[float, typer.Option(help="Adam learning rate.")]
@@ -280,7 +283,6 @@ Thresholds = Annotated[
 ]
 TimeRepeats = Annotated[int, typer.Option(help="Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.")]
 TimeBatch = Annotated[int, typer.Option(help="Images per timed backbone pass.")]
-DepthSeed = Annotated[int, typer.Option("--seed", help="Seed of the --samples subset.")]
 DepthBatchSize = Annotated[int, typer.Option("--batch-size", help="Samples per evaluated batch.")]
 Truncate = Annotated[
     int | None, typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")
@@ -299,6 +301,95 @@ DepthIn = Annotated[
         "checkpoint, if there).",
     ),
 ]
+
+
+# --------------------------------------------------------------------------- export
+
+ExportOut = Annotated[
+    Path,
+    typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite."),
+]
+ExportFormat = Annotated[
+    str, typer.Option("--format", help="Per-sample table format: csv, parquet (needs pyarrow) or npz.")
+]
+Plots = Annotated[
+    bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")
+]
+Strip = Annotated[
+    int, typer.Option("--strip", metavar="K", help="How many samples the image strip shows (0 = no strip).")
+]
+Overwrite = Annotated[
+    bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")
+]
+ExportQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")]
+
+# --------------------------------------------------------------------------- bench
+
+BenchHeads = Annotated[
+    str,
+    typer.Option(
+        help="Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained with --align)."
+    ),
+]
+BenchSeeds = Annotated[
+    int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")
+]
+BaseSeed = Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")]
+BenchOut = Annotated[
+    Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")
+]
+BenchAuditSamples = Annotated[
+    int,
+    typer.Option(
+        help="Audit this many test samples (the same seeded subset for every run; more than the test split = all)."
+    ),
+]
+BenchAuditSeed = Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")]
+Redo = Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")]
+SpeedQuick = Annotated[
+    bool,
+    typer.Option("--quick", help="Tiny sizes, one shared process (a smoke run under ~30 s, not a measurement)."),
+]
+
+# --------------------------------------------------------------------------- info
+
+InfoJson = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")]
+
+# --------------------------------------------------------------------------- the training job
+
+# The options of a training job that ``laya train`` and ``laya bench`` share, by their parameter names; each
+# command sets the others itself (bench: head, seed, out, resume for each of its runs).
+JOB_OPTIONS = (
+    "backbone",
+    "dataset",
+    "data_dir",
+    "label",
+    "image_size",
+    "strict",
+    "image_column",
+    "label_column",
+    "feature_dtype",
+    "d_star",
+    "tau",
+    "psi",
+    "score_hidden",
+    "epochs",
+    "batch_size",
+    "lr",
+    "patience",
+    "layers",
+    "pool",
+    "pretrained",
+    "weights",
+    "finetune",
+    "trust_pickle",
+    "cache",
+)
+
+
+def job_options(given: Mapping[str, object]) -> dict:
+    """The ``JOB_OPTIONS`` of a command's parsed options (by name), to pass on to ``train_request``."""
+    return {name: given[name] for name in JOB_OPTIONS}
 
 
 def train_request(

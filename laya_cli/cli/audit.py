@@ -1,0 +1,216 @@
+"""``laya audit``: parse, run the audit job (``auditing.job``), judge the gates (``gates.outcome``), write their
+files (``gates.outputs``), render the tables and the verdict line; exit 1 when a gate failed."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import typer
+
+from ..runtime import progress
+from .common import EXIT_GATE_FAILED, console, err_console, escape, note, pick_device, trust_arch, warn
+from .common import wide as wide_console
+from .options import (
+    AUDIT,
+    SCOPE,
+    Ablation,
+    AllowSettingsChange,
+    ArchImport,
+    AuditBatchSize,
+    AuditQuiet,
+    Baseline,
+    ByClass,
+    Cache,
+    Compare,
+    DataDir,
+    Device,
+    EvalDataset,
+    FailUnder,
+    InternalBatchSize,
+    JsonOut,
+    JunitOut,
+    MarkdownOut,
+    MaxDrop,
+    MetricColumns,
+    ModelPath,
+    RandomisationSamples,
+    Reduce,
+    Samples,
+    SampleSeed,
+    Scope,
+    Steps,
+    Target,
+)
+
+
+def audit(
+    model: ModelPath,
+    compare: Compare = "ig,gradxact",
+    samples: Samples = None,
+    seed: SampleSeed = AUDIT.seed,
+    dataset: EvalDataset = None,
+    data_dir: DataDir = None,
+    ablation: Ablation = AUDIT.ablation,
+    target: Target = AUDIT.target,
+    reduce: Reduce = AUDIT.reduce,
+    steps: Steps = AUDIT.steps,
+    internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
+    batch_size: AuditBatchSize = AUDIT.batch_size,
+    by_class: ByClass = AUDIT.by_class,
+    scope: Scope = SCOPE.scope,
+    json_out: JsonOut = None,
+    markdown: MarkdownOut = None,
+    fail_under: FailUnder = None,
+    metrics: MetricColumns = "",
+    randomisation_samples: RandomisationSamples = AUDIT.randomisation_samples,
+    cache: Cache = True,
+    device: Device = "auto",
+    quiet: AuditQuiet = False,
+    baseline: Baseline = None,
+    max_drop: MaxDrop = None,
+    allow_settings_change: AllowSettingsChange = False,
+    junit: JunitOut = None,
+    arch: ArchImport = None,
+):
+    """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
+    from ..auditing.job import audit_job
+    from ..auditing.names import parse_methods, parse_metric_groups
+    from ..gates.outcome import GateRequest
+    from ..gates.outputs import AuditOutputs
+    from ..gates.regression import parse_max_drop
+    from ..gates.thresholds import parse_thresholds
+    from ..model.evaldata import load_eval_data
+    from ..model.laya_model import load_model
+    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
+
+    started = time.perf_counter()
+    with progress.enabled(not quiet):
+        trust_arch(arch)
+        check_at_least("--samples", samples)
+        settings = AuditSettings(
+            ablation=ablation,
+            target=target,
+            reduce=reduce,
+            steps=steps,
+            internal_batch_size=internal_batch_size,
+            batch_size=batch_size,
+            seed=seed,
+            by_class=by_class,
+            device=pick_device(device),
+            randomisation_samples=randomisation_samples,
+        ).validate()
+        scope = ScopeSettings(scope).validate().scope
+        methods = parse_methods(compare)
+        thresholds = parse_thresholds(fail_under, methods, scope)
+        columns = parse_metric_groups(metrics)
+        drops = parse_max_drop(max_drop, methods, scope)
+        gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change)
+        files = AuditOutputs(json_out, markdown, junit)
+        files.check_writable()
+        laya_model = load_model(model)
+        gates.check_planned(settings, methods, samples, laya_model)
+        data = partial(  # the job loads it after its checks
+            load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True
+        )
+        result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache)
+    result.settings.update(
+        {"model": str(model), "samples": samples, "data_dir": data_dir, "fail_under": [str(t) for t in thresholds]}
+    )
+    doc = result.to_dict()
+    outcome = gates.judge(result, doc)
+    render(result, doc, outcome, columns, files, quiet, seconds=time.perf_counter() - started)
+    if not outcome.verdict.passed:
+        raise typer.Exit(EXIT_GATE_FAILED)
+
+
+def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: float) -> None:
+    """The tables (unless quiet), the files asked for (rank 0), the failed checks and the verdict line."""
+    from ..report.audit import verdict_line
+    from ..runtime import distributed
+
+    compared = outcome.compared
+    if not quiet:
+        print_tables(result, columns, compared)
+    text = markdown_text(result, outcome, columns, compared)
+    if distributed.is_main():  # under torchrun only rank 0 writes
+        warning = files.write(doc, text, outcome, seconds)
+        if warning is not None:
+            warn(warning)
+    if not quiet:
+        print_gates(outcome)
+    console.print(verdict_line(outcome.verdict, result.n_samples), highlight=False, soft_wrap=True, markup=False)
+
+
+def print_tables(result, columns, compared: dict | None) -> None:
+    """The head scope's tables (none for ``--scope network``), per class, the network scope's, then the notes."""
+    from ..report.audit import audit_class_tables, audit_deeper_table, audit_rich_table
+    from ..report.network import HEAD_TITLE, NETWORK_TITLE, network_caption, network_comparison, scope_tables
+
+    network = result.network  # --scope network|both (auditing/network.py); None: the head scope alone
+    if result.methods:  # empty for --scope network
+        table = (
+            audit_rich_table(result, comparison=compared)
+            if network is None
+            else audit_rich_table(result, HEAD_TITLE, comparison=compared)
+        )
+        wide_console([table]).print(table)
+        if (deeper := audit_deeper_table(result, columns, comparison=compared)) is not None:
+            wide_console([deeper]).print(deeper)
+    for table in audit_class_tables(result):
+        console.print(table)
+    if network is not None:
+        table = audit_rich_table(
+            result,
+            NETWORK_TITLE,
+            network.methods,
+            network_caption(result, compared),
+            comparison=network_comparison(compared),
+        )
+        wide_console([table]).print(table)
+        for table in scope_tables(result):
+            console.print(table)
+    for text in result.notes + (network.notes if network is not None else []):
+        note(text)
+
+
+def markdown_text(result, outcome, columns, compared: dict | None) -> str:
+    """The Markdown of ``--markdown`` and the job summary; the section of the scope audited carries the gates'
+    misses (the network's when it is audited alone)."""
+    from ..report.audit import audit_markdown
+    from ..report.network import HEAD_TITLE, network_markdown
+
+    network = result.network
+    gate_shown = outcome.misses if outcome.thresholds else None
+    drop_misses = outcome.drop_misses if outcome.drops else None
+    text = (
+        audit_markdown(
+            result,
+            gate_shown,
+            HEAD_TITLE if network is not None else "laya audit",
+            metrics=columns,
+            comparison=compared,
+            drop_misses=drop_misses,
+        )
+        if result.methods
+        else ""
+    )
+    if network is not None:  # --scope network: its section carries the gate's outcome
+        alone = not result.methods
+        text += ("\n" if text else "") + network_markdown(
+            result, gate_shown if alone else None, compared, drop_misses if alone else None
+        )
+    return text
+
+
+def print_gates(outcome) -> None:
+    """Each failed check on stderr, or that every threshold was met and no metric dropped too far."""
+    for c in outcome.verdict.failures:
+        err_console.print(f"[bold red]{c.gate}:[/] {escape(c.message)}", highlight=False, soft_wrap=True)
+    if outcome.thresholds and not outcome.misses:
+        err_console.print(f"[green]fail-under: all {len(outcome.thresholds)} threshold(s) met[/]", highlight=False)
+    if outcome.drops and not outcome.drop_misses:
+        err_console.print(
+            f"[green]max-drop: no metric dropped more than allowed ({outcome.drop_checks} check(s))[/]",
+            highlight=False,
+        )

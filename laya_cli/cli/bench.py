@@ -1,0 +1,213 @@
+"""``laya bench``: train every head with every seed, audit each and compare (the job:
+``training.bench.run_bench``); ``laya bench speed``: the speed benchmarks (``speed.run_all``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..runtime import progress
+from ..runtime.errors import LayaError
+from .common import check_writable, console, pick_device, wide
+from .options import (
+    AUDIT,
+    BENCH,
+    DATA,
+    HEAD,
+    JOB,
+    TRAIN,
+    Ablation,
+    Backbone,
+    BaseSeed,
+    BatchSize,
+    BenchAlign,
+    BenchAuditSamples,
+    BenchAuditSeed,
+    BenchHeads,
+    BenchOut,
+    BenchSeeds,
+    Cache,
+    Compare,
+    DataDir,
+    Dataset,
+    Device,
+    DStar,
+    Epochs,
+    FeatureDtype,
+    Finetune,
+    ImageColumn,
+    ImageSize,
+    JsonOut,
+    Label,
+    LabelColumn,
+    Layers,
+    Lr,
+    MarkdownOut,
+    Patience,
+    Pool,
+    Pretrained,
+    Psi,
+    Quiet,
+    Redo,
+    Reduce,
+    ScoreHidden,
+    SpeedQuick,
+    Steps,
+    Strict,
+    Target,
+    Tau,
+    TrustPickle,
+    Weights,
+    job_options,
+    train_request,
+)
+
+HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
+
+bench_app = typer.Typer(
+    help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+
+@bench_app.callback()
+def bench(
+    ctx: typer.Context,
+    dataset: Dataset = DATA.name,
+    backbone: Backbone = JOB.backbone,
+    heads: BenchHeads = HEADS,
+    align: BenchAlign = BENCH.align,
+    seeds: BenchSeeds = BENCH.seeds,
+    base_seed: BaseSeed = BENCH.base_seed,
+    out: BenchOut = Path(BENCH.out),
+    data_dir: DataDir = DATA.data_dir,
+    label: Label = DATA.label,
+    image_size: ImageSize = DATA.image_size,
+    strict: Strict = DATA.strict,
+    image_column: ImageColumn = DATA.image_column,
+    label_column: LabelColumn = DATA.label_column,
+    d_star: DStar = HEAD.d_star,
+    tau: Tau = HEAD.tau,
+    psi: Psi = HEAD.psi,
+    score_hidden: ScoreHidden = HEAD.score_hidden,
+    epochs: Epochs = TRAIN.epochs,
+    batch_size: BatchSize = TRAIN.batch_size,
+    lr: Lr = TRAIN.lr,
+    patience: Patience = TRAIN.patience,
+    layers: Layers = None,
+    pool: Pool = JOB.pool,
+    pretrained: Pretrained = JOB.pretrained,
+    weights: Weights = None,
+    finetune: Finetune = JOB.finetune,
+    trust_pickle: TrustPickle = JOB.trust_pickle,
+    feature_dtype: FeatureDtype = JOB.feature_dtype,
+    compare: Compare = BENCH.compare,
+    audit_samples: BenchAuditSamples = BENCH.audit_samples,
+    audit_seed: BenchAuditSeed = AUDIT.seed,
+    ablation: Ablation = AUDIT.ablation,
+    target: Target = AUDIT.target,
+    reduce: Reduce = AUDIT.reduce,
+    steps: Steps = AUDIT.steps,
+    json_out: JsonOut = None,
+    markdown: MarkdownOut = None,
+    redo: Redo = BENCH.redo,
+    cache: Cache = JOB.use_cache,
+    device: Device = "auto",
+    quiet: Quiet = False,
+):
+    """Train every head with every seed, audit each, and print the paper's comparison tables."""
+    options = locals()  # the parsed options by name: the shared ones go to train_request as they are
+    if ctx.invoked_subcommand is not None:
+        return refuse_bench_options(ctx)
+    from ..runtime.config import AuditSettings
+    from ..training import bench as B
+
+    with progress.enabled(not quiet):
+        check_writable(json_out, markdown)
+        template = train_request(
+            **job_options(options),
+            head="laya",
+            out="model.pt",
+            seed=base_seed,
+            resume=False,
+            device=pick_device(device),
+        )
+        req = B.BenchRequest(
+            train=template,
+            audit=AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps, seed=audit_seed),
+            heads=B.parse_heads(heads),
+            seeds=seeds,
+            base_seed=base_seed,
+            out=str(out),
+            compare=compare,
+            audit_samples=audit_samples,
+            redo=redo,
+            align=align,
+        ).validate()
+        result = B.run_bench(req, None if quiet else print_run)
+    render(result, req, quiet, json_out, markdown)
+
+
+def refuse_bench_options(ctx: typer.Context) -> None:
+    """``laya bench --epochs 3 speed``: the options of ``laya bench`` are not the subcommand's; say so."""
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"
+    ]
+    if given:
+        raise LayaError(
+            f"{', '.join(given)} belong to 'laya bench', not to 'laya bench {ctx.invoked_subcommand}'; "
+            f"see laya bench {ctx.invoked_subcommand} --help"
+        )
+
+
+def print_run(o, i: int, n: int) -> None:
+    """One line per finished run (a ``RunOutcome``): its test metrics and whether it was trained or reused."""
+    m = o.record["metrics"]
+    what = "reused" if not o.trained and not o.audited else ("re-audited" if not o.trained else "trained")
+    console.print(
+        f"[{i}/{n}] {o.head:<9} seed {o.seed}  test acc {m['test_accuracy']:.4f}  macro-F1 "
+        f"{m['test_macro_f1']:.4f}  ({what})",
+        highlight=False,
+    )
+
+
+def render(result, req, quiet: bool, json_out, markdown) -> None:
+    """The comparison tables and their caption; the JSON and Markdown asked for."""
+    from ..report.bench import bench_caption, bench_counts, bench_markdown, bench_rich_tables
+    from ..runtime.fileio import atomic_write_text
+
+    tables = bench_rich_tables(result)
+    console_for_tables = wide(tables)
+    for table in tables:
+        console_for_tables.print(table)
+    console_for_tables.print(bench_caption(result), style="dim", highlight=False)
+    if not quiet:
+        console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
+    if json_out is not None:
+        atomic_write_text(json_out, result.to_json())
+    if markdown is not None:
+        atomic_write_text(markdown, bench_markdown(result))
+
+
+@bench_app.command("speed")
+def bench_speed(quick: SpeedQuick = False, device: Device = "auto", json_out: JsonOut = None):
+    """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
+    from .. import speed
+    from ..report.speed import speed_tables
+    from ..runtime.fileio import atomic_write_text, strict_json
+
+    check_writable(json_out)
+    # --device cpu needs no torch in this process (the benchmarks import it in their own processes).
+    dev = "cpu" if device.strip().lower() == "cpu" else pick_device(device)
+    summary = speed.run_all(quick=quick, device=dev)  # Ctrl-C: the child stops, "interrupted" (130)
+    from rich.console import Console
+
+    (console if console.is_terminal else Console(width=110)).print(speed_tables(summary))
+    if json_out is not None:
+        atomic_write_text(json_out, strict_json(summary))

@@ -1,0 +1,120 @@
+"""``laya depth``: parse, run the depth job (``depthing.job``), render its tables and write its files."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ..runtime import progress
+from ..runtime.errors import LayaError
+from .common import check_writable, console, note, pick_device, trust_arch, wide
+from .options import (
+    DEPTH,
+    ArchImport,
+    Cache,
+    DataDir,
+    DepthBatchSize,
+    Device,
+    EvalDataset,
+    JsonOut,
+    MarkdownOut,
+    ModelPath,
+    PlotOut,
+    Quiet,
+    Refit,
+    RefitEpochs,
+    Samples,
+    SubsetSeed,
+    Thresholds,
+    TimeBatch,
+    TimeRepeats,
+    Truncate,
+    TruncateOut,
+    split_csv,
+)
+
+
+def depth(
+    model: ModelPath,
+    refit: Refit = DEPTH.refit,
+    refit_epochs: RefitEpochs = None,
+    thresholds: Thresholds = None,
+    truncate: Truncate = None,
+    out: TruncateOut = None,
+    samples: Samples = None,
+    seed: SubsetSeed = DEPTH.seed,
+    dataset: EvalDataset = None,
+    data_dir: DataDir = None,
+    batch_size: DepthBatchSize = DEPTH.batch_size,
+    time_repeats: TimeRepeats = DEPTH.time_repeats,
+    time_batch: TimeBatch = DEPTH.time_batch,
+    json_out: JsonOut = None,
+    markdown: MarkdownOut = None,
+    plot: PlotOut = None,
+    cache: Cache = True,
+    device: Device = "auto",
+    quiet: Quiet = False,
+    arch: ArchImport = None,
+):
+    """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
+    from ..depthing.job import depth_job
+    from ..model.evaldata import load_eval_data
+    from ..model.laya_model import load_model
+    from ..report.depth import truncate_line
+    from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least
+
+    with progress.enabled(not quiet):
+        trust_arch(arch)
+        check_at_least("--samples", samples)
+        settings = DepthSettings(
+            batch_size=batch_size,
+            seed=seed,
+            refit=refit,
+            refit_epochs=refit_epochs,
+            thresholds=tuple(split_csv(thresholds)) if thresholds is not None else EXIT_THRESHOLDS,
+            time_repeats=time_repeats,
+            time_batch=time_batch,
+            truncate=truncate,
+            device=pick_device(device),
+        ).validate()
+        if truncate is not None and out is None:
+            raise LayaError("--truncate K writes a checkpoint: name it with --out small.pt")
+        if out is not None and truncate is None:
+            raise LayaError("--out names the checkpoint --truncate K writes; add --truncate K")
+        check_writable(json_out, markdown, plot, out)
+        laya_model = load_model(model)
+        data = partial(load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
+        result = depth_job(laya_model, data, settings, out, use_cache=cache)
+        if truncate is not None:
+            console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
+            return
+    result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir})
+    render(result, json_out, markdown, plot)
+
+
+def render(result, json_out, markdown, plot) -> None:
+    """The tables and notes on the terminal; the JSON, Markdown and plot asked for (rank 0 only)."""
+    from ..report.depth import depth_markdown, depth_rich_tables
+    from ..runtime import distributed
+    from ..runtime.fileio import atomic_path, atomic_write_text
+
+    doc = result.to_dict()
+    tables = depth_rich_tables(doc)
+    console_for_tables = wide(tables)
+    for table in tables:
+        console_for_tables.print(table)
+    for text in result.notes:
+        note(text)
+    if not distributed.is_main():
+        return
+    if json_out is not None:
+        atomic_write_text(json_out, result.to_json())
+    if markdown is not None:
+        atomic_write_text(markdown, depth_markdown(doc))
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from ..report.figures import plot_depth
+
+        with atomic_path(plot) as tmp:
+            plot_depth(doc, tmp)

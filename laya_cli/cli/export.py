@@ -1,0 +1,86 @@
+"""``laya export``: per-sample layer attention as tables, PNG plots and report.html (the job:
+``exporting.run.run_export``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..runtime import progress
+from .common import console, note, pick_device, trust_arch
+from .options import (
+    ArchImport,
+    AuditIn,
+    DataDir,
+    DepthIn,
+    Device,
+    EvalDataset,
+    ExportFormat,
+    ExportOut,
+    ExportQuiet,
+    ModelPath,
+    Overwrite,
+    Plots,
+    Samples,
+    Strip,
+    SubsetSeed,
+)
+
+
+def export(
+    model: ModelPath,
+    out: ExportOut = Path("export"),
+    fmt: ExportFormat = "csv",
+    plots: Plots = True,
+    strip: Strip = 8,
+    dataset: EvalDataset = None,
+    data_dir: DataDir = None,
+    samples: Samples = None,
+    seed: SubsetSeed = 0,
+    device: Device = "auto",
+    overwrite: Overwrite = False,
+    quiet: ExportQuiet = False,
+    arch: ArchImport = None,
+    audit: AuditIn = None,
+    depth: DepthIn = None,
+):
+    """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display needed (figures.py draws without pyplot anyway)
+    from ..exporting.run import run_export
+    from ..report.export import shift_table
+
+    with progress.enabled(not quiet):
+        trust_arch(arch)
+        exp = run_export(
+            model,
+            out,
+            fmt=fmt,
+            plots=plots,
+            strip=strip,
+            dataset=dataset,
+            data_dir=data_dir,
+            samples=samples,
+            seed=seed,
+            device=pick_device(device),
+            overwrite=overwrite,
+            audit=audit,
+            depth=depth,
+        )
+    for text in exp.notes:
+        note(text)
+    if quiet:
+        return
+    if exp.has_alpha:
+        g = exp.global_profile
+        a = g[(g["quantity"] == "alpha") & (g["subset"] == "all")]
+        console.print(
+            "mean α per layer:  " + "  ".join(f"{name} {m:.3f}" for name, m in zip(a["layer"], a["mean"])),
+            highlight=False,
+        )
+        console.print(shift_table(exp))
+    console.print(
+        f"[bold]exported {exp.n:,} samples[/] (accuracy {exp.accuracy:.4f}, {len(exp.files)} files) "
+        f"-> {exp.out}/   report: {exp.out / 'report.html'}",
+        highlight=False,
+    )

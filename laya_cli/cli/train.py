@@ -1,0 +1,124 @@
+"""``laya train``: train a head on a backbone and write a checkpoint (the job: ``training.loop.train``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..runtime import progress
+from .common import console, err_console, pick_device
+from .options import (
+    DATA,
+    HEAD,
+    JOB,
+    TRAIN,
+    Align,
+    Arch,
+    Backbone,
+    BatchSize,
+    Cache,
+    CheckpointOut,
+    DataDir,
+    Dataset,
+    Device,
+    DStar,
+    Epochs,
+    FeatureDtype,
+    Finetune,
+    Head,
+    ImageColumn,
+    ImageSize,
+    InputSize,
+    Label,
+    LabelColumn,
+    Layers,
+    Lr,
+    Patience,
+    Pool,
+    Pretrained,
+    Psi,
+    Quiet,
+    Restart,
+    Resume,
+    ScoreHidden,
+    Seed,
+    Strict,
+    Tau,
+    TrustPickle,
+    Weights,
+    job_options,
+    train_request,
+)
+
+
+def train(
+    backbone: Backbone = JOB.backbone,
+    dataset: Dataset = DATA.name,
+    head: Head = JOB.head,
+    out: CheckpointOut = Path(JOB.out),
+    data_dir: DataDir = DATA.data_dir,
+    label: Label = DATA.label,
+    image_size: ImageSize = DATA.image_size,
+    strict: Strict = DATA.strict,
+    image_column: ImageColumn = DATA.image_column,
+    label_column: LabelColumn = DATA.label_column,
+    d_star: DStar = HEAD.d_star,
+    tau: Tau = HEAD.tau,
+    psi: Psi = HEAD.psi,
+    score_hidden: ScoreHidden = HEAD.score_hidden,
+    epochs: Epochs = TRAIN.epochs,
+    batch_size: BatchSize = TRAIN.batch_size,
+    lr: Lr = TRAIN.lr,
+    patience: Patience = TRAIN.patience,
+    align: Align = TRAIN.align,
+    seed: Seed = TRAIN.seed,
+    layers: Layers = None,
+    pool: Pool = JOB.pool,
+    pretrained: Pretrained = JOB.pretrained,
+    weights: Weights = None,
+    arch: Arch = JOB.arch,
+    input_size: InputSize = JOB.input_size,
+    finetune: Finetune = JOB.finetune,
+    trust_pickle: TrustPickle = JOB.trust_pickle,
+    feature_dtype: FeatureDtype = JOB.feature_dtype,
+    cache: Cache = JOB.use_cache,
+    resume: Resume = JOB.resume,
+    restart: Restart = JOB.restart,
+    device: Device = "auto",
+    quiet: Quiet = False,
+):
+    """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
+    options = locals()  # the parsed options by name: the shared ones go to train_request as they are
+    from ..training.loop import train as run_training
+
+    with progress.enabled(not quiet):
+        req = train_request(
+            **job_options(options),
+            head=head,
+            out=out,
+            seed=seed,
+            resume=resume,
+            restart=restart,
+            device=pick_device(device),
+            arch=arch,
+            input_size=input_size,
+            align=align,
+        )
+        if trust_pickle:
+            err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
+        ckpt = run_training(req, None if quiet else print_epoch)
+    m = ckpt["metrics"]
+    console.print(
+        f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
+        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}",
+        highlight=False,
+    )
+
+
+def print_epoch(r) -> None:
+    """One line per epoch (an ``EpochRecord``); the best so far is marked."""
+    mark = " [green]*best[/]" if r.best else ""
+    console.print(
+        f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
+        f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}",
+        highlight=False,
+    )
