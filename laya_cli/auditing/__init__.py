@@ -1,5 +1,6 @@
 """Auditing: the audit's vocabulary (``names``), attribution methods (``methods``: Captum wrapped), pure
-metric functions (``metrics``), the head-scope run (``run``) and the network scope (``network``).
+metric functions (``metrics``), the head-scope run (``run``), the network scope (``network``) and the job the
+command and the API run (``job``).
 """
 
 from .._moved import moved_names

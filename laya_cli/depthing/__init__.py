@@ -1,5 +1,5 @@
-"""``laya depth``: truncation (``truncation``), compute per tap (``compute``), early exit (``early_exit``) and
-the job (``run``).
+"""``laya depth``: truncation (``truncation``), compute per tap (``compute``), early exit (``early_exit``), the
+analysis (``run``) and the job the command and the API run (``job``).
 """
 
 from .._moved import moved_names
