@@ -9,8 +9,7 @@ from functools import partial
 import typer
 
 from ..runtime import progress
-from .common import EXIT_GATE_FAILED, console, err_console, escape, note, pick_device, trust_arch, warn
-from .common import wide as wide_console
+from .common import EXIT_GATE_FAILED, console, err_console, escape, note, pick_device, trust_arch, warn, wide_console
 from .options import (
     AUDIT,
     SCOPE,

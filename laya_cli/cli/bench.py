@@ -9,7 +9,7 @@ import typer
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import check_writable, console, pick_device, wide
+from .common import check_writable, console, pick_device, wide_console
 from .options import (
     AUDIT,
     BENCH,
@@ -183,10 +183,10 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
     from ..runtime.fileio import atomic_write_text
 
     tables = bench_rich_tables(result)
-    console_for_tables = wide(tables)
+    wide = wide_console(tables)
     for table in tables:
-        console_for_tables.print(table)
-    console_for_tables.print(bench_caption(result), style="dim", highlight=False)
+        wide.print(table)
+    wide.print(bench_caption(result), style="dim", highlight=False)
     if not quiet:
         console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
     if json_out is not None:

@@ -54,7 +54,7 @@ def warn(text: str) -> None:
     err_console.print(f"[bold yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
-def wide(renderables):
+def wide_console(renderables):
     """The console for wide tables: a log or a pipe has no width, so print them whole, not cut to 80 columns."""
     if console.is_terminal:
         return console

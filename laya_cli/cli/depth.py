@@ -6,7 +6,7 @@ from functools import partial
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import check_writable, console, note, pick_device, trust_arch, wide
+from .common import check_writable, console, note, pick_device, trust_arch, wide_console
 from .options import (
     DEPTH,
     ArchImport,
@@ -99,9 +99,9 @@ def render(result, json_out, markdown, plot) -> None:
 
     doc = result.to_dict()
     tables = depth_rich_tables(doc)
-    console_for_tables = wide(tables)
+    wide = wide_console(tables)
     for table in tables:
-        console_for_tables.print(table)
+        wide.print(table)
     for text in result.notes:
         note(text)
     if not distributed.is_main():
