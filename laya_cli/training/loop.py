@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,67 @@ class EpochRecord:
     val_accuracy: float
     seconds: float
     best: bool
+
+
+@dataclass
+class EarlyStopping:
+    """Early stopping on validation accuracy: the best weights so far and the epochs since them."""
+
+    patience: int
+    best_accuracy: float = -1.0
+    best_model: dict | None = None
+    since_best: int = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.since_best >= self.patience
+
+    def update(self, val_accuracy: float, model: nn.Module) -> bool:
+        """Whether ``val_accuracy`` is a new best; if so, ``model``'s weights are kept."""
+        if val_accuracy > self.best_accuracy:
+            self.best_accuracy, self.since_best, self.best_model = val_accuracy, 0, _clone_state(model)
+            return True
+        self.since_best += 1
+        return False
+
+
+@dataclass
+class _Run:
+    """What a run carries from one epoch to the next: exactly what its resumable state holds."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    shuffle: torch.Generator
+    stopping: EarlyStopping
+    alignment: Alignment | None = None
+    history: list[EpochRecord] = field(default_factory=list)
+
+    def state_dict(self, fingerprint: str, options: dict | None) -> dict:
+        return {
+            "format": "laya-train-state",
+            "fingerprint": fingerprint,
+            "options": options,
+            "model": _clone_state(self.model),
+            "optimizer": self.optimizer.state_dict(),
+            "shuffle_rng": self.shuffle.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "best_accuracy": self.stopping.best_accuracy,
+            "best_model": self.stopping.best_model,
+            "since_best": self.stopping.since_best,
+            "history": [asdict(r) for r in self.history],
+            **({"alignment": self.alignment.state_dict()} if self.alignment is not None else {}),
+        }
+
+    def load_state_dict(self, st: dict) -> None:
+        self.model.load_state_dict(st["model"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.shuffle.set_state(st["shuffle_rng"])
+        torch.set_rng_state(st["torch_rng"])
+        self.stopping.best_accuracy, self.stopping.best_model = st["best_accuracy"], st["best_model"]
+        self.stopping.since_best = st["since_best"]
+        self.history = [EpochRecord(**r) for r in st["history"]]
+        if self.alignment is not None:
+            self.alignment.load_state_dict(st.get("alignment"))
 
 
 @torch.no_grad()
@@ -105,118 +167,111 @@ def fit(
     ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (one process).
     """
     torch.manual_seed(cfg.seed)
-    shuffle = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    run = _Run(model, optimizer, torch.Generator().manual_seed(cfg.seed), EarlyStopping(cfg.patience), alignment)
     (train_x, train_y), (val_x, val_y) = _pair(train), _pair(val)
-    from_store = hasattr(train_x, "epoch_batches")
-    best_acc, best_state, since_best, history = -1.0, None, 0, []
     if resume:
-        st = load_train_state(state_path, fingerprint, options)
-        model.load_state_dict(st["model"])
-        optimizer.load_state_dict(st["optimizer"])
-        shuffle.set_state(st["shuffle_rng"])
-        torch.set_rng_state(st["torch_rng"])
-        best_acc, best_state, since_best = st["best_accuracy"], st["best_model"], st["since_best"]
-        history = [EpochRecord(**r) for r in st["history"]]
-        if alignment is not None:
-            alignment.load_state_dict(st.get("alignment"))
-        log(f"resuming after epoch {len(history)} from {state_path}")
-    store_ddp = from_store and distributed.active()
-    ddp = _wrap_ddp(model, cfg.device) if (data_parallel or store_ddp) and distributed.active() else None
-    if alignment is not None and (ddp is not None or store_ddp):
-        raise LayaError("--align does not run data-parallel under torchrun yet; train with one process")
-    head = getattr(model, "head", model)  # what the alignment term trains: the LAYA head
-    n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
-    for epoch in range(len(history) + 1, cfg.epochs + 1):
-        if since_best >= cfg.patience:
+        run.load_state_dict(load_train_state(state_path, fingerprint, options))
+        log(f"resuming after epoch {len(run.history)} from {state_path}")
+    ddp = _data_parallel(model, cfg.device, data_parallel or _from_store(train_x), alignment)
+    for epoch in range(len(run.history) + 1, cfg.epochs + 1):
+        if run.stopping.exhausted:
             break
         start = time.perf_counter()
-        model.train()
-        loss_sum, correct = 0.0, 0
-        if store_ddp:
-            loss_sum, correct = _store_ddp_epoch(model, ddp, optimizer, train_x, cfg, shuffle, epoch)
-        epoch_batches = (
-            ()
-            if store_ddp
-            else (
-                ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, shuffle))
-                if from_store
-                else batches([*train_x, train_y], cfg.batch_size, shuffle)
-            )
-        )
-        for *xs, y in track(epoch_batches, f"epoch {epoch}", n_batches):
-            if ddp is not None:
-                # This rank's contiguous share of the global batch; loss = its part of the batch mean
-                # times the world size, since DDP averages the ranks' gradients.
-                lo, hi = distributed.shard_bounds(len(y))
-                xs, y_all, y = [to_device(x[lo:hi], cfg.device) for x in xs], y, to_device(y[lo:hi], cfg.device)
-                logits = ddp(xs).logits
-                ce = F.cross_entropy(logits, y, reduction="sum")
-                loss = ce * (distributed.world_size() / len(y_all))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                loss_sum += ce.item()
-            else:
-                xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
-                if alignment is None:
-                    logits = model(xs).logits
-                    loss = F.cross_entropy(logits, y)
-                else:
-                    feats = model.features(xs) if isinstance(model, EndToEnd) else xs
-                    logits = head(feats).logits
-                    loss = F.cross_entropy(logits, y) + alignment.loss(head, feats, logits)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                loss_sum += loss.item() * len(y)
-            correct += (logits.argmax(-1) == y).sum().item()
-        if ddp is not None:
-            loss_sum, correct = distributed.all_sum([loss_sum, correct])
-            correct = int(correct)
-            distributed.broadcast_buffers(model)  # BatchNorm running stats: rank 0's, everywhere
+        loss_sum, correct = _train_epoch(run, ddp, train_x, train_y, cfg, epoch)
         val_acc = accuracy(predict(model, val_x, device=cfg.device), val_y)
-        improved = val_acc > best_acc
-        if improved:
-            best_acc, since_best, best_state = val_acc, 0, _clone_state(model)
-        else:
-            since_best += 1
-        record = EpochRecord(
-            epoch, loss_sum / len(train_y), correct / len(train_y), val_acc, time.perf_counter() - start, improved
-        )
-        history.append(record)
+        improved = run.stopping.update(val_acc, model)
+        n = len(train_y)
+        record = EpochRecord(epoch, loss_sum / n, correct / n, val_acc, time.perf_counter() - start, improved)
+        run.history.append(record)
         if state_path is not None and distributed.is_main():
-            save_train_state(
-                {
-                    "format": "laya-train-state",
-                    "fingerprint": fingerprint,
-                    "options": options,
-                    "model": _clone_state(model),
-                    "optimizer": optimizer.state_dict(),
-                    "shuffle_rng": shuffle.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "best_accuracy": best_acc,
-                    "best_model": best_state,
-                    "since_best": since_best,
-                    "history": [asdict(r) for r in history],
-                    **({"alignment": alignment.state_dict()} if alignment is not None else {}),
-                },
-                state_path,
-            )
+            save_train_state(run.state_dict(fingerprint, options), state_path)
         if on_epoch:
             on_epoch(record)
-    model.load_state_dict(best_state)
-    return history
+    model.load_state_dict(run.stopping.best_model)
+    return run.history
 
 
 def _pair(data):
     """(inputs, labels) from a (list, labels) pair or from features read batch by batch (a store)."""
-    return (data, data.labels) if hasattr(data, "epoch_batches") else data
+    return (data, data.labels) if _from_store(data) else data
+
+
+def _from_store(data) -> bool:
+    """Whether ``data`` are features read batch by batch from a sharded store (``StoredFeatures``)."""
+    return hasattr(data, "epoch_batches")
+
+
+def _data_parallel(model: nn.Module, device: str, split_batches: bool, alignment: Alignment | None):
+    """The DistributedDataParallel wrapper when torchrun's ranks split the batches; None otherwise."""
+    if not (split_batches and distributed.active()):
+        return None
+    if alignment is not None:
+        raise LayaError("--align does not run data-parallel under torchrun yet; train with one process")
+    return _wrap_ddp(model, device)
+
+
+def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
+    """One pass over the training data: (summed loss, correct predictions), over all the ranks."""
+    run.model.train()
+    if ddp is not None and _from_store(train_x):  # each rank reads its own shards
+        loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch)
+    else:
+        loss_sum, correct = 0.0, 0
+        shuffled = (
+            ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, run.shuffle))
+            if _from_store(train_x)
+            else batches([*train_x, train_y], cfg.batch_size, run.shuffle)
+        )
+        n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
+        for *xs, y in track(shuffled, f"epoch {epoch}", n_batches):
+            if ddp is not None:
+                batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device)
+            else:
+                batch_loss, batch_correct = _step(run.model, run.optimizer, xs, y, cfg.device, run.alignment)
+            loss_sum += batch_loss
+            correct += batch_correct
+    if ddp is not None:
+        loss_sum, correct = distributed.all_sum([loss_sum, correct])
+        distributed.broadcast_buffers(run.model)  # BatchNorm running stats: rank 0's, everywhere
+    return loss_sum, int(correct)
+
+
+def _step(model: nn.Module, optimizer, xs, y, device: str, alignment: Alignment | None) -> tuple[float, int]:
+    """One batch on one process: (summed loss, correct predictions)."""
+    xs, y = [to_device(x, device) for x in xs], to_device(y, device)
+    if alignment is None:
+        logits = model(xs).logits
+        loss = F.cross_entropy(logits, y)
+    else:
+        head = getattr(model, "head", model)  # what the alignment term trains: the LAYA head
+        feats = model.features(xs) if isinstance(model, EndToEnd) else xs
+        logits = head(feats).logits
+        loss = F.cross_entropy(logits, y) + alignment.loss(head, feats, logits)
+    _descend(optimizer, loss)
+    return loss.item() * len(y), (logits.argmax(-1) == y).sum().item()
+
+
+def _ddp_step(ddp: nn.Module, optimizer, xs, y, device: str) -> tuple[float, int]:
+    """One global batch under DDP: this rank's contiguous share of it, whose loss is its part of the batch
+    mean times the world size, since DDP averages the ranks' gradients. This rank's (summed loss, correct)."""
+    lo, hi = distributed.shard_bounds(len(y))
+    mine, y_mine = [to_device(x[lo:hi], device) for x in xs], to_device(y[lo:hi], device)
+    logits = ddp(mine).logits
+    ce = F.cross_entropy(logits, y_mine, reduction="sum")
+    _descend(optimizer, ce * (distributed.world_size() / len(y)))
+    return ce.item(), (logits.argmax(-1) == y_mine).sum().item()
+
+
+def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 
 
 def _store_ddp_epoch(
-    model, ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int
+    ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int
 ) -> tuple[float, int]:
     """One epoch of DDP head training where each rank reads its own store shards.
 
@@ -240,13 +295,10 @@ def _store_ddp_epoch(
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
         logits = ddp(xs).logits
         ce = F.cross_entropy(logits, y, reduction="sum")
-        loss = ce * (world / sum(rows_at(c, step) for c in counts))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        _descend(optimizer, ce * (world / sum(rows_at(c, step) for c in counts)))
         loss_sum += ce.item()
         correct += (logits.argmax(-1) == y).sum().item()
-    return loss_sum, int(correct)  # this rank's; fit() sums them over the ranks
+    return loss_sum, int(correct)  # this rank's; _train_epoch sums them over the ranks
 
 
 def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:
@@ -363,14 +415,7 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
 
 def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
     """Run a whole training job and write the checkpoint; returns the checkpoint dict."""
-    req = copy.deepcopy(req).validate()  # the caller's request is never changed
-    req.head = match_choice("head", req.head, HEADS)
-    req.data.name = dataset_name(req.data.name)
-    check_writable(req.out)
-    bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)  # before loading any data
-    check_no_unfinished_run(req)
-    if req.data.image_size is None and is_file_dataset(req.data.name):
-        req.data.image_size = _image_side(req)
+    req = _checked(req)
     data = load_dataset(req.data)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
@@ -380,54 +425,9 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     dims = backbone.dims(to_float_images(data.train.images[:1]).to(dev))
     torch.manual_seed(req.train.seed)
     head = build_head(req.head, dims, len(data.classes), req.head_config).to(dev)
-
-    if spec.finetune:
-        model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(spec.name))
-        to_inputs = lambda ds: ([ds.images], ds.labels)
-        history = _fit_resumable(
-            req,
-            model,
-            to_inputs(data.train),
-            to_inputs(data.val),
-            on_epoch,
-            data_parallel=True,
-            alignment=_alignment(req, head, None),
-        )
-        test_pred = predict(model, [data.test.images], device=dev)
-        train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
-        # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
-        # so that head training from cached features never needs a backbone pass.
-        tap_reference = tap_means(backbone, data.train.images, device=dev, description="tap means")
-    else:
-        tap_reference = None
-        for p in backbone.parameters():
-            p.requires_grad_(False)
-        split_feats = _frozen_features(backbone, spec, data, req)
-        train_feats = split_feats["train"]
-        # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
-        as_inputs = lambda f: f if hasattr(f, "epoch_batches") else (f.feats, f.labels)
-        history = _fit_resumable(
-            req,
-            head,
-            as_inputs(train_feats),
-            as_inputs(split_feats["val"]),
-            on_epoch,
-            alignment=_alignment(req, head, train_feats),
-        )
-        test = split_feats["test"]
-        test_pred = predict(head, test if hasattr(test, "epoch_batches") else test.feats, device=dev)
-
-    test_y = data.test.labels
-    metrics = {
-        "test_accuracy": accuracy(test_pred, test_y),
-        "test_macro_f1": macro_f1(test_pred, test_y, len(data.classes)),
-        "val_accuracy": max(r.val_accuracy for r in history),
-        "epochs_run": len(history),
-        "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
-        "n_train": len(data.train),
-        "n_val": len(data.val),
-        "n_test": len(data.test),
-    }
+    route = _train_end_to_end if spec.finetune else _train_frozen
+    trained = route(req, backbone, spec, head, data, on_epoch)
+    history = trained.history
     ckpt = checkpoint_body(
         backbone=backbone,
         spec=spec,
@@ -435,25 +435,117 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         head_config=req.head_config.to_dict(),
         dims=dims,
         classes=data.classes,
-        dataset={
-            "name": req.data.name,
-            "data_dir": req.data.data_dir,
-            "image_size": req.data.image_size,
-            "label": req.data.label,
-            "seed": req.data.seed,
-            "unmatched": list(data.unmatched),
-            **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v},
-        },
-        reference=train_feats.mean(),
+        dataset=_dataset_record(req, data),
+        reference=trained.features.mean(),
         history=[asdict(r) for r in history],
-        metrics=metrics,
+        metrics=train_metrics(
+            history, len(data.train), len(data.val), trained.test_pred, data.test.labels, len(data.classes)
+        ),
         train_config=asdict(req.train),
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
         weights_file=req.weights,
         feature_dtype=req.feature_dtype,
-        tap_reference=tap_reference,
+        tap_reference=trained.tap_reference,
     )
-    if distributed.is_main():  # under torchrun only rank 0 writes; the others wait until it is there
+    _write_checkpoint(ckpt, req)
+    return ckpt
+
+
+def train_metrics(
+    history: list[EpochRecord],
+    n_train: int,
+    n_val: int,
+    test_pred: Tensor | None = None,
+    test_labels: Tensor | None = None,
+    num_classes: int = 0,
+) -> dict:
+    """A checkpoint's ``metrics``, for ``laya train`` and ``laya_cli.fit`` alike: the test accuracy and
+    macro-F1 (None without a test split, as for the API), the best validation accuracy and its epoch."""
+    tested = test_labels is not None
+    return {
+        "test_accuracy": accuracy(test_pred, test_labels) if tested else None,
+        "test_macro_f1": macro_f1(test_pred, test_labels, num_classes) if tested else None,
+        "val_accuracy": max(r.val_accuracy for r in history),
+        "epochs_run": len(history),
+        "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
+        "n_train": n_train,
+        "n_val": n_val,
+        "n_test": len(test_labels) if tested else None,
+    }
+
+
+class _Trained(NamedTuple):
+    """What either route of ``train`` leaves for the checkpoint."""
+
+    history: list[EpochRecord]
+    test_pred: Tensor
+    features: LayerFeatures  # the training features: their mean is the head-scope reference
+    tap_reference: list[Tensor] | None = None  # the network scope's, where the backbone trained too
+
+
+def _train_end_to_end(req: TrainRequest, backbone, spec, head: nn.Module, data: DataSplits, on_epoch) -> _Trained:
+    """Backbone and head trained together on the images (``--finetune``)."""
+    dev = req.train.device
+    model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(spec.name))
+    to_inputs = lambda ds: ([ds.images], ds.labels)
+    alignment = _alignment(req, head, None)
+    history = _fit_resumable(
+        req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True, alignment=alignment
+    )
+    test_pred = predict(model, [data.test.images], device=dev)
+    train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
+    # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
+    # so that head training from cached features never needs a backbone pass.
+    tap_reference = tap_means(backbone, data.train.images, device=dev, description="tap means")
+    return _Trained(history, test_pred, train_feats, tap_reference)
+
+
+def _train_frozen(req: TrainRequest, backbone, spec, head: nn.Module, data: DataSplits, on_epoch) -> _Trained:
+    """The head alone, on the frozen backbone's features (extracted once, or read from the cache)."""
+    for p in backbone.parameters():
+        p.requires_grad_(False)
+    feats = _frozen_features(backbone, spec, data, req)
+    # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
+    as_inputs = lambda f: f if _from_store(f) else (f.feats, f.labels)
+    alignment = _alignment(req, head, feats["train"])
+    history = _fit_resumable(
+        req, head, as_inputs(feats["train"]), as_inputs(feats["val"]), on_epoch, alignment=alignment
+    )
+    test = feats["test"]
+    test_pred = predict(head, test if _from_store(test) else test.feats, device=req.train.device)
+    return _Trained(history, test_pred, feats["train"])
+
+
+def _checked(req: TrainRequest) -> TrainRequest:
+    """A validated copy of the request (the caller's is never changed), checked before any data is loaded."""
+    req = copy.deepcopy(req).validate()
+    req.head = match_choice("head", req.head, HEADS)
+    req.data.name = dataset_name(req.data.name)
+    check_writable(req.out)
+    bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
+    check_no_unfinished_run(req)
+    if req.data.image_size is None and is_file_dataset(req.data.name):
+        req.data.image_size = _image_side(req)
+    return req
+
+
+def _dataset_record(req: TrainRequest, data: DataSplits) -> dict:
+    """The checkpoint's ``dataset``: how to load the same data again."""
+    return {
+        "name": req.data.name,
+        "data_dir": req.data.data_dir,
+        "image_size": req.data.image_size,
+        "label": req.data.label,
+        "seed": req.data.seed,
+        "unmatched": list(data.unmatched),
+        **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v},
+    }
+
+
+def _write_checkpoint(ckpt: dict, req: TrainRequest) -> None:
+    """Rank 0 writes the checkpoint, then removes the resumable state; the other ranks wait until it is there.
+    On a full disk the finished training stays resumable."""
+    if distributed.is_main():
         try:
             save_checkpoint(ckpt, req.out)
         except LayaError as e:
@@ -465,7 +557,6 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
             ) from None
         req.state_path.unlink(missing_ok=True)
     distributed.barrier()
-    return ckpt
 
 
 def _alignment(req: TrainRequest, head: nn.Module, fixed_feats) -> Alignment | None:
