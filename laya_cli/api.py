@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -55,6 +55,7 @@ from .runtime.config import (
 )
 from .runtime.device import resolve_device
 from .runtime.errors import LayaError, match_choice
+from .training.loop import EpochRecord, train_metrics
 from .training.loop import fit as train_loop
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "load"]
@@ -249,17 +250,8 @@ def attach(
     if not isinstance(model, nn.Module):
         raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
     check_choice("--pool", pool, POOL_CHOICES)
-    if (mean is None) != (std is None):
-        raise LayaError("give mean and std together (the normalisation of your loader's images), or neither")
-    if mean is not None and std is not None:
-        mean, std = [float(v) for v in mean], [float(v) for v in std]
-        if len(mean) != len(std) or not mean:
-            raise LayaError(f"mean and std need one value per channel each; got {len(mean)} and {len(std)}")
-        if not all(v > 0 for v in std):
-            raise LayaError(f"std must be positive, got {std}")
+    cfg = _input_config(mean, std)
     patterns = [p.strip() for p in layers.split(",") if p.strip()] if isinstance(layers, str) else list(layers or [])
-    channels = len(mean) if mean is not None and len(mean) > 1 else 0  # 0: as the first batch has
-    cfg = bb.InputConfig(channels, None, tuple(mean or (0.0,)), tuple(std or (1.0,)))
     spec = bb.BackboneSpec(backbone_name(model), patterns, pool)
     # The taps, pooling and tap formats `laya train` would choose (backbones.tap_model, which
     # build_backbone calls too). A model that declares no taps is run once to find its blocks: on a
@@ -273,6 +265,21 @@ def attach(
     except Exception:
         backbone = None
     return Tapped(model, spec, cfg, backbone)
+
+
+def _input_config(mean: Sequence[float] | None, std: Sequence[float] | None) -> bb.InputConfig:
+    """How the loader's images are normalised before the model: by ``mean``/``std`` (one value per channel,
+    which then fixes the channels), or not at all (the channels are the first batch's)."""
+    if (mean is None) != (std is None):
+        raise LayaError("give mean and std together (the normalisation of your loader's images), or neither")
+    if mean is None or std is None:
+        return bb.InputConfig(0, None, (0.0,), (1.0,))
+    mean, std = [float(v) for v in mean], [float(v) for v in std]
+    if len(mean) != len(std) or not mean:
+        raise LayaError(f"mean and std need one value per channel each; got {len(mean)} and {len(std)}")
+    if not all(v > 0 for v in std):
+        raise LayaError(f"std must be positive, got {std}")
+    return bb.InputConfig(len(mean) if len(mean) > 1 else 0, None, tuple(mean), tuple(std))
 
 
 # --------------------------------------------------------------------------- reading loaders
@@ -455,8 +462,7 @@ def fit(
     Raises:
         LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
     """
-    if not isinstance(tapped, Tapped):
-        tapped = attach(tapped)
+    tapped = tapped if isinstance(tapped, Tapped) else attach(tapped)
     head = match_choice("head", head, HEADS)  # case-insensitive, as on the command line
     check_choice("cache", cache, CACHES)
     head_cfg = HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden).validate()
@@ -465,87 +471,117 @@ def fit(
     cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=dev).validate()
     if val_loader is None and not 0 < val_fraction < 1:
         raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
-    first = next(_batches(train_loader, "the train loader", tapped), None)  # binds the input, chooses deferred taps
+    first = _first_images(train_loader, tapped)
+    job = _FitJob(tapped, train_loader, val_loader, head, head_cfg, cfg, val_fraction, classes)
+    with _progress.enabled(progress):
+        tapped.backbone.to(dev)
+        tapped.backbone.dims(to_float_images(first[:1]).to(dev))  # one line if the model cannot take these
+        torch.manual_seed(seed)  # the loaders' shuffling (a DataLoader draws its order from torch's RNG)
+        fitted = job.frozen(cache) if frozen else job.end_to_end()
+    return job.laya_model(fitted, frozen)
+
+
+def _first_images(loader: Loader, tapped: Tapped) -> Tensor:
+    """The first batch's images; binding the input to them chooses the taps a model defers to its first batch."""
+    first = next(_batches(loader, "the train loader", tapped), None)
     if first is None:
         raise LayaError("the train loader yielded no batches")
-    backbone = tapped.backbone
-    dev_first = to_float_images(first[0][:1]).to(dev)
-    with _progress.enabled(progress):
-        backbone.to(dev)
-        backbone.dims(dev_first)  # runs the model once: one line if it cannot take these images; tap formats
-        torch.manual_seed(seed)  # the loaders' shuffling (a DataLoader draws its order from torch's RNG)
-        if frozen:
-            train = _read_features(tapped, train_loader, dev, "train", cache)
-            if val_loader is not None:
-                val = _read_features(tapped, val_loader, dev, "val", cache)
-            else:
-                kept, held = stratified_split(train.labels, val_fraction, seed)
-                train, val = train.subset(kept), train.subset(held)
-            names = _classes(classes, train_loader, [train.labels, val.labels])
-            dims = [f.shape[1] for f in train.feats]
-            torch.manual_seed(seed)
-            head_module = build_head(head, dims, len(names), head_cfg).to(dev)
-            history = train_loop(head_module, (train.feats, train.labels), (val.feats, val.labels), cfg)
-            reference = train.mean()
-            n_train, n_val = len(train), len(val)
+    return first[0]
+
+
+class _Fitted(NamedTuple):
+    head: nn.Module
+    history: list[EpochRecord]
+    reference: list[Tensor]  # the mean training features
+    classes: list[str]
+    dims: list[int]
+    n_train: int
+    n_val: int
+
+
+@dataclass
+class _FitJob:
+    """``fit``'s checked settings, the two ways it trains (backbone frozen or not), and the model it returns."""
+
+    tapped: Tapped
+    train_loader: Loader
+    val_loader: Loader | None
+    head: str
+    head_cfg: HeadConfig
+    cfg: TrainConfig
+    val_fraction: float
+    classes: Sequence[str] | None
+
+    def frozen(self, cache: str) -> _Fitted:
+        """The head alone, on features the backbone computes once per loader."""
+        train = _read_features(self.tapped, self.train_loader, self.cfg.device, "train", cache)
+        if self.val_loader is not None:
+            val = _read_features(self.tapped, self.val_loader, self.cfg.device, "val", cache)
         else:
-            images, labels = _read_images(train_loader, "train", tapped)
-            if val_loader is not None:
-                val_images, val_labels = _read_images(val_loader, "val", tapped)
-            else:
-                kept, held = stratified_split(labels, val_fraction, seed)
-                images, labels, val_images, val_labels = images[kept], labels[kept], images[held], labels[held]
-            names = _classes(classes, train_loader, [labels, val_labels])
-            dims = backbone.dims(to_float_images(images[:1]).to(dev))
-            torch.manual_seed(seed)
-            head_module = build_head(head, dims, len(names), head_cfg).to(dev)
-            history = train_loop(
-                EndToEnd(backbone, head_module), ([images], labels), ([val_images], val_labels), cfg, data_parallel=True
-            )
-            reference = extract(backbone, images, labels, device=dev, description="reference", shard=False).mean()
-            n_train, n_val = len(labels), len(val_labels)
-    c, h, w = tapped.image_shape or (0, 0, 0)
-    formats = backbone.tap_formats
-    spec = bb.BackboneSpec(
-        tapped.name,
-        tapped.layers,
-        tapped.pool,
-        pretrained=False,
-        finetune=not frozen,
-        in_channels=c,
-        image_size=(h, w),
-        formats=formats if "?" not in formats else [],
-    )
-    records = [asdict(r) for r in history]
-    meta = {
-        "layers": list(spec.layers),
-        "dims": list(dims),
-        "head": {"kind": head, "config": head_cfg.to_dict()},
-        "classes": names,
-        "dataset": {
-            "name": USER_DATASET,
-            "data_dir": None,
-            "image_size": None,
-            "label": "genre",
-            "seed": seed,
-            "unmatched": [],
-            "source": _describe(train_loader),
-        },
-        "history": records,
-        "metrics": {
-            "test_accuracy": None,
-            "test_macro_f1": None,
-            "val_accuracy": max(r.val_accuracy for r in history),
-            "epochs_run": len(history),
-            "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
-            "n_train": n_train,
-            "n_val": n_val,
-            "n_test": None,
-        },
-        "train_config": asdict(cfg),
-    }
-    model = LayaModel(backbone, head_module, spec, head, names, [r.cpu() for r in reference], meta)
-    return model.eval()
+            kept, held = stratified_split(train.labels, self.val_fraction, self.cfg.seed)
+            train, val = train.subset(kept), train.subset(held)
+        names = _classes(self.classes, self.train_loader, [train.labels, val.labels])
+        dims = [f.shape[1] for f in train.feats]
+        head = self._new_head(dims, len(names))
+        history = train_loop(head, (train.feats, train.labels), (val.feats, val.labels), self.cfg)
+        return _Fitted(head, history, train.mean(), names, dims, len(train), len(val))
+
+    def end_to_end(self) -> _Fitted:
+        """Backbone (in place) and head together, on the loaders' images read into memory once."""
+        backbone, dev = self.tapped.backbone, self.cfg.device
+        images, labels = _read_images(self.train_loader, "train", self.tapped)
+        if self.val_loader is not None:
+            val_images, val_labels = _read_images(self.val_loader, "val", self.tapped)
+        else:
+            kept, held = stratified_split(labels, self.val_fraction, self.cfg.seed)
+            images, labels, val_images, val_labels = images[kept], labels[kept], images[held], labels[held]
+        names = _classes(self.classes, self.train_loader, [labels, val_labels])
+        dims = backbone.dims(to_float_images(images[:1]).to(dev))
+        head = self._new_head(dims, len(names))
+        model = EndToEnd(backbone, head)
+        history = train_loop(model, ([images], labels), ([val_images], val_labels), self.cfg, data_parallel=True)
+        reference = extract(backbone, images, labels, device=dev, description="reference", shard=False).mean()
+        return _Fitted(head, history, reference, names, dims, len(labels), len(val_labels))
+
+    def _new_head(self, dims: Sequence[int], num_classes: int) -> nn.Module:
+        torch.manual_seed(self.cfg.seed)
+        return build_head(self.head, dims, num_classes, self.head_cfg).to(self.cfg.device)
+
+    def laya_model(self, fitted: _Fitted, frozen: bool) -> LayaModel:
+        """The trained model, its checkpoint metadata as ``laya train`` writes it."""
+        tapped = self.tapped
+        c, h, w = tapped.image_shape or (0, 0, 0)
+        formats = tapped.backbone.tap_formats
+        spec = bb.BackboneSpec(
+            tapped.name,
+            tapped.layers,
+            tapped.pool,
+            pretrained=False,
+            finetune=not frozen,
+            in_channels=c,
+            image_size=(h, w),
+            formats=formats if "?" not in formats else [],
+        )
+        meta = {
+            "layers": list(spec.layers),
+            "dims": list(fitted.dims),
+            "head": {"kind": self.head, "config": self.head_cfg.to_dict()},
+            "classes": fitted.classes,
+            "dataset": {
+                "name": USER_DATASET,
+                "data_dir": None,
+                "image_size": None,
+                "label": "genre",
+                "seed": self.cfg.seed,
+                "unmatched": [],
+                "source": _describe(self.train_loader),
+            },
+            "history": [asdict(r) for r in fitted.history],
+            "metrics": train_metrics(fitted.history, fitted.n_train, fitted.n_val),
+            "train_config": asdict(self.cfg),
+        }
+        reference = [r.cpu() for r in fitted.reference]
+        return LayaModel(tapped.backbone, fitted.head, spec, self.head, fitted.classes, reference, meta).eval()
 
 
 def _describe(loader: Loader) -> str:
