@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from laya_cli.model.heads import HEADS, HeadConfig, LAYAHead, build_head
+from laya_cli.model.heads import HEADS, Head, HeadConfig, LAYAHead, build_head
 from laya_cli.runtime.errors import LayaError
 
 DIMS = [64, 32, 16]
@@ -92,3 +92,21 @@ def test_paper_defaults():
     assert (cfg.d_star, cfg.tau, cfg.psi, cfg.score_hidden) == (96, 1.5, "identity", 192)
     head = LAYAHead(DIMS, 10, cfg)
     assert head.scorer[0].in_features == 3 * 96 and head.scorer[0].out_features == 192
+
+
+# (has_alpha, maskable, has_layer_logits) of each head: what the audit, depth and export read.
+FLAGS = {
+    "laya": (True, True, True),
+    "scalarmix": (True, True, False),
+    "concat": (False, False, False),
+    "last": (False, False, False),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HEADS))
+def test_every_head_is_a_head_whose_class_carries_its_flags(kind):
+    head = build_head(kind, DIMS, 4)
+    assert isinstance(head, Head) and head.kind == kind == HEADS[kind].kind
+    assert (head.has_alpha, head.maskable, head.has_layer_logits) == FLAGS[kind]
+    assert head.cascade[0] == "classifier" and all(hasattr(head, name) for name in head.cascade)
+    assert (head(feats()).alpha is not None) == head.has_alpha

@@ -1,24 +1,15 @@
 """Heads that read the pooled layer representations r_1..r_L and predict classes.
 
-Every head has the same signature: ``head(feats) -> HeadOutput`` where ``feats`` is a
-list of L tensors of shape (B, d_i). ``alpha`` is the (B, L) layer weighting the head
-actually used (None where it has none).
-
-Each head class says what it can do, so callers never guess from its type:
-  ``has_alpha``         it returns a layer weighting α (``laya``, ``global`` attributions apply);
-  ``maskable``          ``head(feats, alpha_mask=m)`` drops layers and renormalises α (``--ablation mask``);
-  ``has_layer_logits``  ``head.layer_logits(feats)`` is (B, L, C) with
-                        ``logits = Σ_i α_i · layer_logits_i + bias`` (the intrinsic ``contrib``).
-  ``cascade``           its parameter groups (attribute names) from the output down to the
-                        adapters: the order of the model-randomisation sanity check
-                        (``randomised_copy``, docs/metrics.md).
+Every head is a ``Head``: ``head(feats) -> HeadOutput`` where ``feats`` is a list of L tensors of
+shape (B, d_i). ``alpha`` is the (B, L) layer weighting the head actually used (None where it has
+none). Its class attributes say what it can do, so callers read flags and never test types.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +24,45 @@ class HeadOutput(NamedTuple):
     alpha: Tensor | None = None
 
 
+class Head(nn.Module):
+    """What every head is, and the capability flags its callers read.
+
+    ``kind``              its name in ``HEADS`` (``--head``) and in checkpoints;
+    ``has_alpha``         it returns a layer weighting α (``laya``, ``global`` attributions apply);
+    ``maskable``          ``head(feats, alpha_mask=m)`` drops layers and renormalises α (``--ablation mask``);
+    ``has_layer_logits``  ``head.layer_logits(feats)`` is (B, L, C) with
+                          ``logits = Σ_i α_i · layer_logits_i + bias`` (the intrinsic ``contrib``);
+    ``cascade``           its parameter groups (attribute names) from the output down to the
+                          adapters: the order of the model-randomisation sanity check
+                          (``randomised_copy``, docs/metrics.md).
+    """
+
+    kind: ClassVar[str]
+    has_alpha: ClassVar[bool] = False
+    maskable: ClassVar[bool] = False
+    has_layer_logits: ClassVar[bool] = False
+    cascade: ClassVar[tuple[str, ...]] = ("classifier",)
+
+    def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
+        raise NotImplementedError
+
+    def layer_logits(self, feats: Sequence[Tensor]) -> Tensor:
+        raise NotImplementedError(f"the {self.kind} head has no additive per-layer logits")
+
+
 def _adapters(dims: Sequence[int], d_star: int) -> nn.ModuleList:
     return nn.ModuleList(nn.Linear(d, d_star) for d in dims)
 
 
-class LAYAHead(nn.Module):
+def _masked(alpha: Tensor, alpha_mask: Tensor | None) -> Tensor:
+    """The "mask" ablation: α with the masked layers dropped and the rest renormalised."""
+    if alpha_mask is None:
+        return alpha
+    alpha = alpha * alpha_mask
+    return alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+class LAYAHead(Head):
     """Layer-wise Attention Aggregator: input-conditioned softmax attention over layers."""
 
     kind, has_alpha, maskable, has_layer_logits = "laya", True, True, True
@@ -67,10 +92,7 @@ class LAYAHead(nn.Module):
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
         z = self.embed(feats)
-        alpha = self.attention(z)
-        if alpha_mask is not None:  # "mask" ablation: drop layers, renormalise the rest
-            alpha = alpha * alpha_mask
-            alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
+        alpha = _masked(self.attention(z), alpha_mask)
         h = (alpha.unsqueeze(-1) * z).sum(1)
         return HeadOutput(self.classifier(h), alpha)
 
@@ -79,11 +101,10 @@ class LAYAHead(nn.Module):
         return F.linear(self.embed(feats), self.classifier.weight)
 
 
-class LastLayerHead(nn.Module):
+class LastLayerHead(Head):
     """The standard output layer: a linear classifier on the last tapped layer only."""
 
-    kind, has_alpha, maskable, has_layer_logits = "last", False, False, False
-    cascade = ("classifier",)
+    kind = "last"
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
@@ -93,10 +114,10 @@ class LastLayerHead(nn.Module):
         return HeadOutput(self.classifier(feats[-1]))
 
 
-class ConcatHead(nn.Module):
+class ConcatHead(Head):
     """Static concatenation of the adapted layers."""
 
-    kind, has_alpha, maskable, has_layer_logits = "concat", False, False, False
+    kind = "concat"
     cascade = ("classifier", "adapters")
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
@@ -109,10 +130,10 @@ class ConcatHead(nn.Module):
         return HeadOutput(self.classifier(z))
 
 
-class ScalarMixHead(nn.Module):
+class ScalarMixHead(Head):
     """ELMo-style scalar mix: global learned softmax weights over layers, times gamma."""
 
-    kind, has_alpha, maskable, has_layer_logits = "scalarmix", True, True, False
+    kind, has_alpha, maskable = "scalarmix", True, True
     cascade = ("classifier", "gamma", "mix_logits", "adapters")
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
@@ -124,15 +145,12 @@ class ScalarMixHead(nn.Module):
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
         z = torch.stack([g(r) for g, r in zip(self.adapters, feats)], dim=1)
-        alpha = torch.softmax(self.mix_logits, dim=0).expand(z.shape[0], -1)
-        if alpha_mask is not None:
-            alpha = alpha * alpha_mask
-            alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
+        alpha = _masked(torch.softmax(self.mix_logits, dim=0).expand(z.shape[0], -1), alpha_mask)
         h = self.gamma * (alpha.unsqueeze(-1) * z).sum(1)
         return HeadOutput(self.classifier(h), alpha)
 
 
-HEADS: dict[str, type[nn.Module]] = {cls.kind: cls for cls in (LAYAHead, LastLayerHead, ConcatHead, ScalarMixHead)}
+HEADS: dict[str, type[Head]] = {cls.kind: cls for cls in (LAYAHead, LastLayerHead, ConcatHead, ScalarMixHead)}
 
 # Heads whose alpha is a real (renormalisable) layer weighting, so "mask" ablation applies.
 MASKABLE_HEADS = tuple(k for k, cls in HEADS.items() if cls.maskable)
@@ -142,7 +160,7 @@ def head_kind(head: nn.Module) -> str:
     return getattr(head, "kind", type(head).__name__)
 
 
-def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> nn.Module:
+def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> Head:
     kind = match_choice("head", kind, HEADS)
     cfg = (cfg or HeadConfig()).validate()
     return HEADS[kind](list(dims), num_classes, cfg)
