@@ -360,99 +360,108 @@ def ratios(summary: dict) -> list[dict]:
     runs = summary["runs"]
     rows = []
     if "audit_speed" in runs:
-        a = runs["audit_speed"]["result"]
-        rows.append(
-            {
-                "what": "audit / plain inference",
-                "num": f"{a['audit_s']:.3f} s",
-                "den": f"{a['plain_s']:.3f} s",
-                "ratio": a["audit_over_plain"],
-                "target": "≤ 1.5×",
-                "note": f"audit = features + laya + ig + gradxact + LOLO; {a['images']} images, {a['device']}",
-            }
-        )
-        scaled = a["naive_images"] != a["images"] or len(a["naive_blocks"]) != 12
-        rows.append(
-            {
-                "what": "naive Captum / ours",
-                "num": f"{a['naive_s']:.1f} s",
-                "den": f"{a['audit_s']:.3f} s",
-                "ratio": a["naive_over_audit"],
-                "target": "≥ 20×",
-                "note": (
-                    "naive: Captum LayerIntegratedGradients per block over the full model, "
-                    f"{a['steps']} steps; "
-                    + (
-                        f"measured {a['naive_measured_s']:.1f} s on blocks {a['naive_blocks']} × "
-                        f"{a['naive_images']} images and scaled linearly to all"
-                        if scaled
-                        else "measured in full"
-                    )
-                ),
-            }
-        )
+        rows += _audit_speed_rows(runs["audit_speed"]["result"])
     if "train_cache" in runs:
-        t = runs["train_cache"]["result"]
-        rows.append(
-            {
-                "what": "train: no cache / warm cache",
-                "num": f"{t['naive_s']:.2f} s",
-                "den": f"{t['warm_s']:.2f} s",
-                "ratio": t["naive/warm"],
-                "target": "≥ 10×",
-                "note": f"frozen ViT-tiny, {t['images']} images, {t['epochs']} epochs; no cache = backbone on "
-                f"every batch",
-            }
-        )
-        rows.append(
-            {
-                "what": "train: cold cache / warm cache",
-                "num": f"{t['cold_s']:.2f} s",
-                "den": f"{t['warm_s']:.2f} s",
-                "ratio": t["cold/warm"],
-                "target": "",
-                "note": "cold = extract once + train",
-            }
-        )
+        rows += _train_cache_rows(runs["train_cache"]["result"])
     if "plain" in runs and "audit" in runs:
-        p, q = runs["plain"], runs["audit"]
-        pr, qr = p["result"], q["result"]
-        if "phase_peak_mb" in pr and "phase_peak_mb" in qr:
-            a, b = qr["phase_peak_mb"], pr["phase_peak_mb"]
-            note = (
-                f"peak RSS of the phase alone, above the RSS once model and images are built "
-                f"({qr['floor_mb']:.0f} / {pr['floor_mb']:.0f} MiB); whole processes "
-                f"{q['peak_rss_mb']:.0f} / {p['peak_rss_mb']:.0f} MiB"
-            )
-        else:  # no peak reset on this OS: whole processes above the baseline process
-            base = runs.get("baseline", {}).get("peak_rss_mb") or 0.0
-            a, b = q["peak_rss_mb"] - base, p["peak_rss_mb"] - base
-            note = f"whole processes above the baseline process ({base:.0f} MiB)"
-        rows.append(
-            {
-                "what": "peak RSS: audit / plain",
-                "num": f"{a:.0f} MiB",
-                "den": f"{b:.0f} MiB",
-                "ratio": a / b if b > 0 else float("nan"),
-                "target": "",
-                "note": note,
-            }
-        )
-        if pr.get("phase_cuda_mb"):
-            rows.append(
-                {
-                    "what": "peak CUDA: audit / plain",
-                    "num": f"{qr['phase_cuda_mb']:.0f} MiB",
-                    "den": f"{pr['phase_cuda_mb']:.0f} MiB",
-                    "ratio": qr["phase_cuda_mb"] / pr["phase_cuda_mb"],
-                    "target": "",
-                    "note": "torch.cuda.max_memory_allocated above the built model, the phase alone",
-                }
-            )
+        rows += _peak_memory_rows(runs)
     if "audit_memory" in runs:
         rows += _audit_memory_rows(runs["audit_memory"]["result"])
     if "startup" in runs:
         rows += _startup_rows(runs["startup"]["result"])
+    return rows
+
+
+def _audit_speed_rows(a: dict) -> list[dict]:
+    """laya_cli.speed.audit_speed: the audit against plain inference, and naive Captum against the audit."""
+    scaled = a["naive_images"] != a["images"] or len(a["naive_blocks"]) != 12
+    return [
+        {
+            "what": "audit / plain inference",
+            "num": f"{a['audit_s']:.3f} s",
+            "den": f"{a['plain_s']:.3f} s",
+            "ratio": a["audit_over_plain"],
+            "target": "≤ 1.5×",
+            "note": f"audit = features + laya + ig + gradxact + LOLO; {a['images']} images, {a['device']}",
+        },
+        {
+            "what": "naive Captum / ours",
+            "num": f"{a['naive_s']:.1f} s",
+            "den": f"{a['audit_s']:.3f} s",
+            "ratio": a["naive_over_audit"],
+            "target": "≥ 20×",
+            "note": (
+                "naive: Captum LayerIntegratedGradients per block over the full model, "
+                f"{a['steps']} steps; "
+                + (
+                    f"measured {a['naive_measured_s']:.1f} s on blocks {a['naive_blocks']} × "
+                    f"{a['naive_images']} images and scaled linearly to all"
+                    if scaled
+                    else "measured in full"
+                )
+            ),
+        },
+    ]
+
+
+def _train_cache_rows(t: dict) -> list[dict]:
+    """laya_cli.speed.train_cache: head training without the feature cache, and with it cold, against warm."""
+    return [
+        {
+            "what": "train: no cache / warm cache",
+            "num": f"{t['naive_s']:.2f} s",
+            "den": f"{t['warm_s']:.2f} s",
+            "ratio": t["naive/warm"],
+            "target": "≥ 10×",
+            "note": f"frozen ViT-tiny, {t['images']} images, {t['epochs']} epochs; no cache = backbone on every batch",
+        },
+        {
+            "what": "train: cold cache / warm cache",
+            "num": f"{t['cold_s']:.2f} s",
+            "den": f"{t['warm_s']:.2f} s",
+            "ratio": t["cold/warm"],
+            "target": "",
+            "note": "cold = extract once + train",
+        },
+    ]
+
+
+def _peak_memory_rows(runs: dict) -> list[dict]:
+    """The plain and audit runs: the audit's peak memory against plain inference's (RSS, and CUDA if used)."""
+    p, q = runs["plain"], runs["audit"]
+    pr, qr = p["result"], q["result"]
+    if "phase_peak_mb" in pr and "phase_peak_mb" in qr:
+        a, b = qr["phase_peak_mb"], pr["phase_peak_mb"]
+        note = (
+            f"peak RSS of the phase alone, above the RSS once model and images are built "
+            f"({qr['floor_mb']:.0f} / {pr['floor_mb']:.0f} MiB); whole processes "
+            f"{q['peak_rss_mb']:.0f} / {p['peak_rss_mb']:.0f} MiB"
+        )
+    else:  # no peak reset on this OS: whole processes above the baseline process
+        base = runs.get("baseline", {}).get("peak_rss_mb") or 0.0
+        a, b = q["peak_rss_mb"] - base, p["peak_rss_mb"] - base
+        note = f"whole processes above the baseline process ({base:.0f} MiB)"
+    rows = [
+        {
+            "what": "peak RSS: audit / plain",
+            "num": f"{a:.0f} MiB",
+            "den": f"{b:.0f} MiB",
+            "ratio": a / b if b > 0 else float("nan"),
+            "target": "",
+            "note": note,
+        }
+    ]
+    if pr.get("phase_cuda_mb"):
+        rows.append(
+            {
+                "what": "peak CUDA: audit / plain",
+                "num": f"{qr['phase_cuda_mb']:.0f} MiB",
+                "den": f"{pr['phase_cuda_mb']:.0f} MiB",
+                "ratio": qr["phase_cuda_mb"] / pr["phase_cuda_mb"],
+                "target": "",
+                "note": "torch.cuda.max_memory_allocated above the built model, the phase alone",
+            }
+        )
     return rows
 
 

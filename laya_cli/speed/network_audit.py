@@ -71,27 +71,29 @@ def network_audit(model, images, reference, steps: int, device: str, methods=("l
     return run_scoped_audit(model, data, [*methods, "random"], settings, "network", reference=reference)
 
 
-def main(argv=None) -> dict:
+def ig_routes(model, scope, xs, targets, reference, steps: int, device: str) -> tuple[float, float, float]:
+    """Network IG two ways on the same images: (seconds ours, seconds Captum's straightforward route, the
+    largest difference of their scores), which must agree to 1e-5."""
     from ..auditing.network import full_model_layer_ig
+
+    hs = scope.activations(xs)
+    feats = scope.pooled(hs)
+    ours_fn = lambda: scope.integrated_gradients(xs, hs, feats, targets, steps)
+    theirs_fn = lambda: full_model_layer_ig(model.backbone, model.head, xs, targets, reference, n_steps=steps)
+    scope.integrated_gradients(xs[:1], [h[:1] for h in hs], [f[:1] for f in feats], targets[:1], 2)  # warm-up
+    results = {}
+    t_ours = timed(lambda: results.__setitem__("ours", ours_fn()), device)
+    t_theirs = timed(lambda: results.__setitem__("theirs", theirs_fn()), device)
+    diff = (results["ours"] - results["theirs"]).abs().max().item()
+    assert diff <= 1e-5, f"network IG differs from Captum's straightforward route by {diff:g}"
+    return t_ours, t_theirs, diff
+
+
+def main(argv=None) -> dict:
     from ..runtime import progress
     from ..runtime.device import resolve_device
-    from .harness import say
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--audit-images",
-        type=int,
-        default=None,
-        help="images the network audit is timed on, scaled linearly to --images (default: all on cuda, 8 on cpu)",
-    )
-    parser.add_argument(
-        "--route-images", type=int, default=None, help="images for the two IG routes (default: all on cuda, 8 on cpu)"
-    )
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     progress.set_enabled(False)
     device = resolve_device(args.device)
     on_gpu = device == "cuda"
@@ -106,24 +108,12 @@ def main(argv=None) -> dict:
     network_audit(model, images[:1], reference, 2, device)  # warm-up
     t_audit_measured = timed(lambda: network_audit(model, images[:k], reference, args.steps, device), device)
     t_audit = t_audit_measured * args.images / k
-
     m = min(args.route_images or (args.images if on_gpu else 8), args.images)
-    xs, ts = x[:m], target[:m]
-    hs = scope.activations(xs)
-    feats = scope.pooled(hs)
-    ours_fn = lambda: scope.integrated_gradients(xs, hs, feats, ts, args.steps)
-    theirs_fn = lambda: full_model_layer_ig(model.backbone, model.head, xs, ts, reference, n_steps=args.steps)
-    scope.integrated_gradients(xs[:1], [h[:1] for h in hs], [f[:1] for f in feats], ts[:1], 2)  # warm-up
-    results = {}
-    t_ours = timed(lambda: results.__setitem__("ours", ours_fn()), device)
-    t_theirs = timed(lambda: results.__setitem__("theirs", theirs_fn()), device)
-    diff = (results["ours"] - results["theirs"]).abs().max().item()
-    assert diff <= 1e-5, f"network IG differs from Captum's straightforward route by {diff:g}"
+    t_ours, t_theirs, diff = ig_routes(model, scope, x[:m], target[:m], reference, args.steps, device)
 
     threads = torch.get_num_threads()
-    where = torch.cuda.get_device_name() if on_gpu else f"cpu, {threads} torch threads"
     out = {
-        "device": where,
+        "device": torch.cuda.get_device_name() if on_gpu else f"cpu, {threads} torch threads",
         "images": args.images,
         "steps": args.steps,
         "layers": L,
@@ -141,24 +131,47 @@ def main(argv=None) -> dict:
         "captum_over_ours": t_theirs / t_ours,
         "lolo_target": L / 2 + 2,
     }
-    say(f"{MODEL} (frozen, random weights) + LAYA head over {L} blocks; {args.images} images 224×224; {where}")
-    say(f"  plain inference (one timm forward)               {t_plain:8.3f} s")
-    say(f"  patched LOLO (network scope, prefix-cached)      {t_lolo:8.3f} s")
-    scaled = (
-        "" if k == args.images else f"   (measured {t_audit_measured:.1f} s on {k} images, scaled ×{args.images / k:g})"
+    _report(out)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--audit-images",
+        type=int,
+        default=None,
+        help="images the network audit is timed on, scaled linearly to --images (default: all on cuda, 8 on cpu)",
     )
-    say(f"  network audit: laya+ig+gradxact+random+LOLO      {t_audit:8.3f} s{scaled}")
-    sub = "" if m == args.images else f"   (on {m} of the {args.images} images, all {L} blocks)"
-    say(f"  network IG, ours (prefix-cached)                 {t_ours:8.3f} s{sub}")
-    say(f"  network IG, Captum LayerIG per block, full model {t_theirs:8.3f} s{sub}")
-    say(f"  max |ours − Captum's| over {m}×{L} scores         {diff:.2e}   (asserted ≤ 1e-5)")
+    parser.add_argument(
+        "--route-images", type=int, default=None, help="images for the two IG routes (default: all on cuda, 8 on cpu)"
+    )
+    return parser
+
+
+def _report(out: dict) -> None:
+    from .harness import say
+
+    n, k, m, L = out["images"], out["audit_images"], out["route_images"], out["layers"]
+    say(f"{MODEL} (frozen, random weights) + LAYA head over {L} blocks; {n} images 224×224; {out['device']}")
+    say(f"  plain inference (one timm forward)               {out['plain_s']:8.3f} s")
+    say(f"  patched LOLO (network scope, prefix-cached)      {out['lolo_s']:8.3f} s")
+    scaled = "" if k == n else f"   (measured {out['audit_measured_s']:.1f} s on {k} images, scaled ×{n / k:g})"
+    say(f"  network audit: laya+ig+gradxact+random+LOLO      {out['audit_s']:8.3f} s{scaled}")
+    sub = "" if m == n else f"   (on {m} of the {n} images, all {L} blocks)"
+    say(f"  network IG, ours (prefix-cached)                 {out['ours_ig_s']:8.3f} s{sub}")
+    say(f"  network IG, Captum LayerIG per block, full model {out['captum_ig_s']:8.3f} s{sub}")
+    say(f"  max |ours − Captum's| over {m}×{L} scores         {out['max_abs_diff']:.2e}   (asserted ≤ 1e-5)")
     say(
         f"ratio patched LOLO / plain inference = {out['lolo_in_plain_passes']:.2f} plain passes   "
         f"(target ≤ L/2 + 2 = {L / 2 + 2:g})"
     )
     say(f"ratio network audit / plain inference = {out['audit_over_plain']:.1f}×")
     say(f"ratio Captum's route / ours (network IG) = {out['captum_over_ours']:.2f}×   (target ≥ 1.5×)")
-    return out
 
 
 if __name__ == "__main__":
