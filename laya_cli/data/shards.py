@@ -24,7 +24,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,8 +132,6 @@ def _file_stamp(path) -> str:
 
 
 def read_wds(pattern: str, strict: bool) -> Found:
-    import tarfile
-
     shards = expand_shards(pattern)
     missing = [p for p in shards if not p.is_file()]
     if not shards or missing:
@@ -143,67 +141,25 @@ def read_wds(pattern: str, strict: bool) -> Found:
         )
     shard_i, offsets, sizes, members, labels = [], [], [], [], []
     skipped, kinds = [], set()
-
-    def finish(k: int, key: str | None, sample: dict) -> None:
-        if key is None:
-            return
-        image = next((sample[e] for e in IMAGE_EXTENSIONS if e in sample), None)
-        label_ext = next((e for e in CLASS_EXTENSIONS if e in sample), None)
-        if image is None or label_ext is None:
-            what = "no image member" if image is None else "no .cls/.txt class member"
-            skipped.append(f"{shards[k]}:{key} ({what}: {', '.join(sorted(sample)) or 'empty'})")
-            return
-        info, value = image, sample[label_ext]
-        shard_i.append(k)
-        offsets.append(info.offset_data)
-        sizes.append(info.size)
-        members.append(info.name)
-        labels.append(value)
-        kinds.add("index" if label_ext.startswith("cls") else "name")
-
     for k, path in enumerate(shards):
-        try:
-            tar = tarfile.open(path, "r:")
-        except (tarfile.TarError, OSError) as e:
-            raise LayaError(
-                f"{path} is not an uncompressed tar shard ({str(e).splitlines()[0][:80]}); "
-                f"WebDataset shards for laya are .tar files"
-            ) from None
-        key, sample = None, {}
-        with tar:
-            try:
-                for info in tar:
-                    if not info.isfile():
-                        continue
-                    base = info.name.rsplit("/", 1)[-1]
-                    if base.startswith("__") and base.endswith("__"):
-                        continue  # webdataset's metadata members
-                    prefix, ext = base_plus_ext(info.name)
-                    if prefix is None:
-                        continue
-                    if prefix != key:
-                        finish(k, key, sample)
-                        key, sample = prefix, {}
-                    ext = ext.lower()
-                    if ext in CLASS_EXTENSIONS:
-                        sample[ext] = tar.extractfile(info).read().decode("utf-8", "replace").strip()
-                    else:
-                        sample[ext] = info
-            except tarfile.TarError as e:
-                raise LayaError(f"{path} is a damaged tar shard ({str(e).splitlines()[0][:80]})") from None
-            finish(k, key, sample)
+        for key, sample in _tar_samples(path):
+            image = next((sample[e] for e in IMAGE_EXTENSIONS if e in sample), None)
+            label_ext = next((e for e in CLASS_EXTENSIONS if e in sample), None)
+            if image is None or label_ext is None:
+                what = "no image member" if image is None else "no .cls/.txt class member"
+                skipped.append(f"{path}:{key} ({what}: {', '.join(sorted(sample)) or 'empty'})")
+                continue
+            shard_i.append(k)
+            offsets.append(image.offset_data)
+            sizes.append(image.size)
+            members.append(image.name)
+            labels.append(sample[label_ext])
+            kinds.add("index" if label_ext.startswith("cls") else "name")
     if skipped and strict:
         raise LayaError(f"sample {skipped[0]} is not an image sample (--strict)")
     if not offsets:
         raise LayaError(f"no image sample with a class found in {len(shards)} shard(s) of {pattern}")
-    if kinds == {"index"}:
-        try:
-            values = [int(v) for v in labels]
-        except ValueError:
-            raise LayaError(f"a .cls member of {pattern} is not a class index: use .txt for class names") from None
-    else:
-        values = labels
-    names, classes = _labels_to_names(values, None)
+    names, classes = _labels_to_names(_class_values(labels, kinds, pattern), None)
     source = TarSource(
         [str(p) for p in shards],
         np.asarray(shard_i, dtype=np.int32),
@@ -213,6 +169,55 @@ def read_wds(pattern: str, strict: bool) -> Found:
     )
     identity = f"wds:{[str(p.resolve()) for p in shards]}:{source.stamp()}"
     return Found(Part(source, names), None, classes, identity, len(skipped))
+
+
+def _tar_samples(path: Path) -> Iterator[tuple[str, dict]]:
+    """The samples of one WebDataset shard in order: (key, {extension: its TarInfo, or a class member's
+    text}), the members that share a key being one sample. The image bytes are not read here."""
+    import tarfile
+
+    try:
+        tar = tarfile.open(path, "r:")
+    except (tarfile.TarError, OSError) as e:
+        raise LayaError(
+            f"{path} is not an uncompressed tar shard ({str(e).splitlines()[0][:80]}); "
+            f"WebDataset shards for laya are .tar files"
+        ) from None
+    key, sample = None, {}
+    with tar:
+        try:
+            for info in tar:
+                if not info.isfile():
+                    continue
+                base = info.name.rsplit("/", 1)[-1]
+                if base.startswith("__") and base.endswith("__"):
+                    continue  # webdataset's metadata members
+                prefix, ext = base_plus_ext(info.name)
+                if prefix is None:
+                    continue
+                if prefix != key:
+                    if key is not None:
+                        yield key, sample
+                    key, sample = prefix, {}
+                ext = ext.lower()
+                if ext in CLASS_EXTENSIONS:
+                    sample[ext] = tar.extractfile(info).read().decode("utf-8", "replace").strip()
+                else:
+                    sample[ext] = info
+        except tarfile.TarError as e:
+            raise LayaError(f"{path} is a damaged tar shard ({str(e).splitlines()[0][:80]})") from None
+        if key is not None:
+            yield key, sample
+
+
+def _class_values(labels: list[str], kinds: set[str], pattern: str) -> list:
+    """Class indices when every sample's class is a .cls member, else the class names as written."""
+    if kinds != {"index"}:
+        return labels
+    try:
+        return [int(v) for v in labels]
+    except ValueError:
+        raise LayaError(f"a .cls member of {pattern} is not a class index: use .txt for class names") from None
 
 
 # --------------------------------------------------------------------------- Parquet
