@@ -118,7 +118,7 @@ def _job(name: str, size: dict, device: str) -> dict:
 
         return {"torch_threads": torch.get_num_threads()}
     if name == "train_cache":
-        from .harness import train_cache
+        from . import train_cache
 
         return train_cache.main(
             [
@@ -127,19 +127,19 @@ def _job(name: str, size: dict, device: str) -> dict:
             ]
         )
     if name == "audit_speed":
-        from .harness import audit_speed
+        from . import audit_speed
 
         return audit_speed.main([*size["audit_speed"], "--device", device])
     if name == "audit_memory":
-        from .harness import audit_memory
+        from . import audit_memory
 
         return audit_memory.main(size["audit_memory"])
     if name == "startup":
-        from .harness import startup
+        from . import startup
 
         return startup.run(**size["startup"])
     if name in ("plain", "audit"):
-        from .harness import audit_speed
+        from . import audit_speed
 
         plain, model, images, _ = audit_speed.build(size["phase_images"], device)
         floor = reset_peak()  # the model and images are built: measure the phase alone
