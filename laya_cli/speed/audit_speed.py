@@ -153,7 +153,7 @@ def evenly_spaced(n: int, k: int) -> list[int]:
 def main(argv=None) -> dict:
     from ..runtime import progress
     from ..runtime.device import resolve_device
-    from .harness import say
+    from .say import say
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=64)

@@ -282,7 +282,7 @@ def main(argv=None) -> dict:
         worker(args.worker, args.epochs, args.out, args.report)
         return {}
     if args.per_image:
-        from .harness import say
+        from .say import say
 
         r = per_image_costs(args.device)
         say(
@@ -295,7 +295,7 @@ def main(argv=None) -> dict:
     from rich.console import Console
 
     from ..report.speed import data_scale_table
-    from .harness import say
+    from .say import say
 
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     ranks = [int(s) for s in args.ranks.split(",") if s.strip()]

@@ -50,12 +50,12 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
 
 from .memory import peak_rss_mb, reset_peak
+from .say import console, say
 
 # Arguments per benchmark: full (the documented measurement) and quick (a smoke run).
 SIZES = {
@@ -288,19 +288,6 @@ def run_child(name: str, size: dict, device: str) -> dict:
 
 
 # --------------------------------------------------------------------------- all of them
-
-
-def _console():
-    from rich.console import Console
-
-    console = Console()
-    return console if console.is_terminal else Console(width=110)  # a log or a pipe: whole lines
-
-
-def say(line: str) -> None:
-    """One line (or a block of plain text) of a benchmark's report, through rich as all CLI output."""
-    _console().print(line, highlight=False, markup=False, soft_wrap=True)
-    sys.stdout.flush()  # in order with what the child processes print, even into a file
 
 
 def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
@@ -541,7 +528,7 @@ def main(argv=None) -> dict:
 
         device = resolve_device(args.device)
     summary = run_all(quick=args.quick, device=device)
-    _console().print(speed_tables(summary))
+    console().print(speed_tables(summary))
     if args.json_out:
         atomic_write_text(args.json_out, json.dumps(summary, indent=2) + "\n")
     return summary

@@ -154,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _report(out: dict) -> None:
-    from .harness import say
+    from .say import say
 
     n, k, m, L = out["images"], out["audit_images"], out["route_images"], out["layers"]
     say(f"{MODEL} (frozen, random weights) + LAYA head over {L} blocks; {n} images 224×224; {out['device']}")

@@ -128,7 +128,7 @@ def main(argv=None) -> dict:
             med["mb"] = report.stat().st_size / 2**20
             med["export_s"] = export_s
             rows[n] = med
-    from .harness import say
+    from .say import say
 
     what = f"real export of {args.model}" if args.model else "made-up exports (12 layers, 28×28 noise thumbnails)"
     say(f"report.html explorer, {what}; median of {args.repeats} page loads; {load_line()}")

@@ -138,7 +138,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
     args = parser.parse_args(argv)
     result = run(1 if args.quick else max(1, args.rounds), quick=args.quick)
-    from .harness import say
+    from .say import say
 
     say(table(result))
     if args.json_out:

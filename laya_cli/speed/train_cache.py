@@ -86,7 +86,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--epochs", type=int, default=20)
     args = ap.parse_args(argv)
     r = run(args.images_per_class, args.epochs)
-    from .harness import say
+    from .say import say
 
     say(
         f"frozen timm:vit_tiny_patch16_224, {r['images']} images, {r['epochs']} epochs, "
