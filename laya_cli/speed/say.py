@@ -6,10 +6,11 @@ import sys
 
 
 def console():
+    """A rich console: the terminal's width, or 110 columns into a log or a pipe (whole lines)."""
     from rich.console import Console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=110)  # a log or a pipe: whole lines
+    terminal = Console()
+    return terminal if terminal.is_terminal else Console(width=110)
 
 
 def say(line: str) -> None:
