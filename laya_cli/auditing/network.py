@@ -31,24 +31,19 @@ from torch import Tensor, nn
 
 from ..data.images import image_batches
 from ..features.extraction import tap_means, to_float_images
-from ..model.heads import head_kind
 from ..runtime.config import AuditSettings, ScopeSettings
 from ..runtime.device import to_device
-from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
-from ..runtime.errors import LayaError, unknown_choice
-from ..runtime.progress import log, track
+from ..runtime.errors import LayaError
+from ..runtime.progress import log
 from .methods import (
     METHODS,
     REDUCTIONS,
     AttributionContext,
     global_weights,
     laya_attention,
-    random_scores,
-    unavailable_reason,
 )
 from .metrics import (
     accuracy,
-    check_ablation,
     degenerate_effects,
     deletion_at_1,
     lolo_effects,
@@ -58,7 +53,8 @@ from .metrics import (
     target_probability,
 )
 from .names import NETWORK_METRICS
-from .run import AuditResult, MethodScores, _notes, run_audit
+from .run import AuditResult, MethodScores, run_audit
+from .scaffold import AuditPlan, Rows
 
 SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores
 # The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
@@ -383,36 +379,32 @@ class NetworkResult:
 # --------------------------------------------------------------------------- the run
 
 
-def _method_scores(methods, rho, d1, oracle, random, reasons, degenerate: Tensor) -> dict[str, MethodScores]:
+def _method_scores(plan: AuditPlan, rho: dict, d1: dict, common: dict[str, Tensor]) -> dict[str, MethodScores]:
     """Faithfulness and Deletion@1 per method from the per-sample rows, as at head scope (built here,
     with MethodScores' own fields, so that the head scope's summaries can grow without touching this).
-    ``degenerate``: (N,) samples whose total effects vary in at most one layer; their ρ is undefined, as
-    at head scope. The deeper metrics keep their defaults (not computed here; not in the JSON)."""
+    ``common["degenerate"]``: the samples whose total effects vary in at most one layer; their ρ is
+    undefined, as at head scope. The deeper metrics keep their defaults (not computed here; not in the JSON)."""
     nan = float("nan")
     mean = lambda t: t.double().mean().item() if len(t) else nan
-    or_m, ra_m = mean(oracle), mean(random)
-    n_degenerate = int(degenerate.sum())
+    oracle, random, degenerate = mean(common["oracle"]), mean(common["random"]), common["degenerate"]
+    n, n_degenerate = len(common["oracle"]), int(degenerate.sum())
     out = {}
-    for m in methods:
-        if reasons[m]:
-            out[m] = MethodScores(
-                nan,
-                nan,
-                0,
-                len(oracle),
-                nan,
-                or_m,
-                ra_m,
-                nan,
-                available=False,
-                note=reasons[m],
-                degenerate=n_degenerate,
-            )
+    for m in plan.methods:
+        if plan.reasons[m]:
+            out[m] = MethodScores.unavailable(plan.reasons[m], n, oracle, random, degenerate=n_degenerate)
             continue
-        f, std, n_def, undefined = nan_summary(rho[m].masked_fill(degenerate, nan))
+        faithfulness, std, defined, undefined = nan_summary(rho[m].masked_fill(degenerate, nan))
         d = mean(d1[m])
         out[m] = MethodScores(
-            f, std, n_def, undefined, d, or_m, ra_m, normalised_deletion(d, or_m, ra_m), degenerate=n_degenerate
+            faithfulness=faithfulness,
+            faithfulness_std=std,
+            defined=defined,
+            undefined=undefined,
+            deletion_at_1=d,
+            oracle=oracle,
+            random=random,
+            normalised=normalised_deletion(d, oracle, random),
+            degenerate=n_degenerate,
         )
     return out
 
@@ -420,6 +412,122 @@ def _method_scores(methods, rho, d1, oracle, random, reasons, degenerate: Tensor
 def _summary(values: Tensor) -> dict:
     mean, std, n, undefined = nan_summary(values)
     return {"spearman": mean, "spearman_std": std, "defined": n, "undefined": undefined}
+
+
+def _comparison(cross: dict[str, Tensor], sums: dict[str, Tensor], n: int, layer_names) -> ScopeComparison:
+    """--scope both: ρ(head-scope scores, network-scope scores) per method; the mean Δ per layer at each scope."""
+    head, network = sums["head"] / n, sums["network"] / n
+    return ScopeComparison(
+        methods={k: _summary(v) for k, v in cross.items()},
+        layers={
+            name: {
+                "delta_head": float(head[i]),
+                "delta_network": float(network[i]),
+                "direct_share": float(head[i] / network[i]) if abs(float(network[i])) > 1e-12 else float("nan"),
+            }
+            for i, name in enumerate(layer_names)
+        },
+    )
+
+
+def _network_notes(plan: AuditPlan) -> list[str]:
+    notes = []
+    if plan.settings.by_class:
+        notes.append("--by-class covers the head scope only")
+    if any(m in plan.methods for m in ("laya", "contrib", "global")):
+        notes.append(
+            "network scope: laya, contrib and global are the head's own (direct-effect) scores, "
+            "here scored against total effects"
+        )
+    return notes
+
+
+@dataclass
+class _NetworkRun:
+    """What every batch of a network-scope audit uses besides its own rows."""
+
+    plan: AuditPlan
+    net: NetworkScope
+    generator: torch.Generator  # ``random``'s draws
+    labels: Tensor  # every sample's label
+    both: bool  # --scope both: also compare each method's scores with its head-scope ones
+    computed: list[str]  # the methods scored per batch (``global`` needs the mean α of all: after the batches)
+
+    @classmethod
+    def prepare(cls, plan: AuditPlan, net: NetworkScope, eval_data, both: bool) -> _NetworkRun:
+        active = plan.active
+        return cls(
+            plan=plan,
+            net=net,
+            generator=plan.generator(plan.settings.seed, replay="random" in active),
+            labels=eval_data.features.labels if hasattr(eval_data, "features") else eval_data.labels,
+            both=both,
+            computed=[m for m in active if m != "global"],
+        )
+
+    def rows(self) -> dict[str, Rows]:
+        """The per-sample states, declared alike on every rank (one with an empty shard still takes part in
+        each gather)."""
+        n, n_layers = self.plan.n, self.plan.n_layers
+        per_method = lambda names: Rows(n).add_states(names)
+        rows = {
+            "common": Rows(n)
+            .add_states(["pred", "label"], torch.long)
+            .add_states(["oracle", "random"])
+            .add_state("degenerate", torch.bool),
+            "rho": per_method(self.computed),
+            "d1": per_method(self.computed),
+        }
+        if "global" in self.plan.active:  # the head's mean α (summed in batch order) and the total effects
+            rows["global"] = Rows(n).add_state("alpha", width=n_layers, reduce="sum")
+            rows["global"].add_state("delta", torch.float32, n_layers)
+        if self.both:
+            rows["cross"] = per_method(["lolo_effects", *self.computed])
+            rows["sums"] = Rows(n).add_states(["head", "network"], width=n_layers, reduce="sum")
+        return rows
+
+
+def _scores_on(run: _NetworkRun, m: str, x: Tensor, hs, feats, ctx: AttributionContext) -> Tensor:
+    """Method ``m``'s (B, L) layer scores at network scope (Captum's, for SCOPED_METHODS)."""
+    s, net = run.plan.settings, run.net
+    if m == "ig":
+        return net.integrated_gradients(x, hs, feats, ctx.target, s.steps, s.internal_batch_size, s.reduce)
+    if m == "gradxact":
+        return net.gradient_x_activation(x, ctx.target, s.reduce)
+    if m == "saliency":
+        return net.saliency(x, ctx.target, s.reduce)
+    return METHODS[m](net.head, feats, ctx)
+
+
+def _network_batch(run: _NetworkRun, first: int, xb, rows: dict[str, Rows]) -> None:
+    """Score every method on the batch of images [first, first + B) against its total effects: append the rows."""
+    s, net, head = run.plan.settings, run.net, run.net.head
+    x = to_float_images(to_device(xb, s.device))
+    y = run.labels[first : first + len(xb)].to(s.device)
+    hs = net.activations(x)
+    with torch.no_grad():
+        feats = net.pooled(hs)
+        pred = head(feats).logits.argmax(-1)
+    target = pred if s.target == "predicted" else y
+    delta = net.effects(x, hs, feats, target).cpu()
+    ctx = run.plan.context(target, run.generator)
+    if run.both:
+        dh = lolo_effects(head, feats, target, run.plan.references.removal, s.ablation).cpu()
+        rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
+        rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
+    for m in run.computed:
+        a = _scores_on(run, m, x, hs, feats, ctx).cpu()
+        rows["rho"].append({m: spearman_rows(a, delta)})
+        rows["d1"].append({m: deletion_at_1(a, delta)[0]})
+        if run.both:
+            a_head = METHODS[m](head, feats, ctx).cpu() if m in SCOPED_METHODS else a
+            rows["cross"].append({m: spearman_rows(a_head, a)})
+    if "global" in rows:
+        rows["global"].append(alpha=laya_attention(head, feats).cpu().double().sum(0, keepdim=True), delta=delta)
+    _, oracle, random = deletion_at_1(delta, delta)
+    rows["common"].append(
+        pred=pred.cpu(), label=y.cpu(), oracle=oracle, random=random, degenerate=degenerate_effects(delta)
+    )
 
 
 def run_scoped_audit(
@@ -435,10 +543,11 @@ def run_scoped_audit(
     """``laya audit --scope network|both``: the network-scope audit (and, for ``both``, the head
     scope's own ``run_audit`` plus their comparison). ``eval_data`` must hold the images (EvalData).
 
-    ``reference``: the unpooled activation a patched layer takes (default: ``network_reference``).
-    Streams in batches of ``settings.batch_size``; under torchrun the batches are sharded as in
-    ``run_audit`` and the per-sample numbers gathered. Returns an ``AuditResult`` whose ``network``
-    holds the network scope (for ``network`` alone its head-scope ``methods`` are empty).
+    ``methods``: as ``run_audit`` takes them (in any case). ``reference``: the unpooled activation a
+    patched layer takes (default: ``network_reference``). Streams in batches of ``settings.batch_size``;
+    under torchrun the batches are sharded as in ``run_audit`` and the per-sample numbers gathered.
+    Returns an ``AuditResult`` whose ``network`` holds the network scope (for ``network`` alone its
+    head-scope ``methods`` are empty).
     """
     settings = (settings or AuditSettings()).validate()
     scope = ScopeSettings(scope).validate().scope
@@ -447,153 +556,43 @@ def run_scoped_audit(
     images = getattr(eval_data, "images", None)
     if images is None:
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
-    head, dev, backbone = model.head, settings.device, model.backbone
-    methods = list(dict.fromkeys(methods))
-    for m in methods:
-        if m not in METHODS:
-            raise unknown_choice("method", m, METHODS)
-    check_ablation(head, settings.ablation)
+    plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
     check_network_scope(model, settings.ablation)
     if reference is None:
-        reference = network_reference(model, settings.ablation, dev, use_cache)
-    backbone.eval().to(dev)
-    head.eval().to(dev)
-    net = NetworkScope(backbone, head, reference, prefix)
-    head_result = run_audit(model, eval_data, methods, settings) if scope == "both" else None
-    both = head_result is not None
-
-    reasons = {m: unavailable_reason(m, head) for m in methods}
-    kind, n_layers = head_kind(head), net.num_layers
-    n = len(images)
-    if n == 0:
-        raise LayaError("nothing to audit: the data set has no samples")
-    mean_ref = [r.to(dev).float() for r in model.reference] if model.reference is not None else None
-    head_ref = None if settings.ablation == "zero" else mean_ref  # head-scope Δ (for the comparison)
-    head_base = [torch.zeros_like(r) for r in mean_ref] if settings.ablation == "zero" and mean_ref else mean_ref
-    labels_all = eval_data.features.labels if hasattr(eval_data, "features") else eval_data.labels
-
-    bs = settings.batch_size
-    start, stop = shard_bounds(n, bs)
-    generator = torch.Generator().manual_seed(settings.seed)
-    if "random" in methods and not reasons["random"]:
-        for s in range(0, start, bs):  # the draws of earlier ranks' batches: the numbers of one process
-            random_scores(min(bs, n - s), n_layers, generator)
-    want_global = "global" in methods and not reasons["global"]
-    alpha_sums, deltas = [], []
-    preds, labels, oracle, rand, degenerate = [], [], [], [], []
-    rho = {m: [] for m in methods}
-    d1 = {m: [] for m in methods}
-    cross = {m: [] for m in ["lolo_effects", *methods]}  # ρ(head-scope scores, network-scope scores)
-    dh_sum, dn_sum = [], []
-    n_batches = (stop - start + bs - 1) // bs
-    batches = image_batches(images, bs, start, stop)
-    for s, xb in track(zip(range(start, stop, bs), batches), "auditing (network scope)", total=n_batches):
-        x = to_float_images(to_device(xb, dev))
-        y = labels_all[s : s + len(xb)].to(dev)
-        hs = net.activations(x)
-        with torch.no_grad():
-            feats = net.pooled(hs)
-            pred = head(feats).logits.argmax(-1)
-        target = pred if settings.target == "predicted" else y
-        delta = net.effects(x, hs, feats, target).cpu()
-        ctx = AttributionContext(
-            target, head_base, settings.steps, settings.internal_batch_size, settings.reduce, generator, None
+        reference = network_reference(model, settings.ablation, settings.device, use_cache)
+    model.backbone.eval().to(settings.device)
+    model.head.eval().to(settings.device)
+    net = NetworkScope(model.backbone, model.head, reference, prefix)
+    head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
+    run = _NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
+    rows = run.rows()
+    batches = image_batches(images, settings.batch_size, plan.shard.start, plan.shard.stop)
+    for first, xb in plan.shard.walk(batches, "auditing (network scope)"):
+        _network_batch(run, first, xb, rows)
+    got = {k: r.gather() for k, r in rows.items()}  # back in the original order, on every rank
+    common, rho, d1 = got["common"], got["rho"], got["d1"]
+    if "global" in got:  # the mean α of the whole audited set, scored on every sample
+        a = global_weights((got["global"]["alpha"] / plan.n).float(), plan.n)
+        rho["global"], d1["global"] = (
+            spearman_rows(a, got["global"]["delta"]),
+            deletion_at_1(a, got["global"]["delta"])[0],
         )
-        if both:
-            dh = lolo_effects(head, feats, target, head_ref, settings.ablation).cpu()
-            cross["lolo_effects"].append(spearman_rows(dh, delta))
-            dh_sum.append(dh.double().sum(0, keepdim=True))
-            dn_sum.append(delta.double().sum(0, keepdim=True))
-        for m in methods:
-            if reasons[m] or m == "global":
-                continue
-            if m == "ig":
-                a = net.integrated_gradients(
-                    x, hs, feats, target, settings.steps, settings.internal_batch_size, settings.reduce
-                )
-            elif m == "gradxact":
-                a = net.gradient_x_activation(x, target, settings.reduce)
-            elif m == "saliency":
-                a = net.saliency(x, target, settings.reduce)
-            else:
-                a = METHODS[m](head, feats, ctx)
-            a = a.cpu()
-            rho[m].append(spearman_rows(a, delta))
-            d1[m].append(deletion_at_1(a, delta)[0])
-            if both:
-                a_head = METHODS[m](head, feats, ctx).cpu() if m in SCOPED_METHODS else a
-                cross[m].append(spearman_rows(a_head, a))
-        if want_global:
-            alpha_sums.append(laya_attention(head, feats).cpu().double().sum(0, keepdim=True))
-            deltas.append(delta)
-        _, o, r = deletion_at_1(delta, delta)
-        oracle.append(o)
-        rand.append(r)
-        degenerate.append(degenerate_effects(delta).to(torch.uint8))  # gathered as uint8, as run_audit does
-        preds.append(pred.cpu())
-        labels.append(y.cpu())
-
-    preds, labels = gather_rows([cat_rows(preds, torch.long), cat_rows(labels, torch.long)], n)
-    oracle, rand = gather_rows([cat_rows(oracle), cat_rows(rand)], n)
-    degenerate = gather_rows(cat_rows(degenerate, torch.uint8), n).bool()
-    computed = lambda m: not reasons[m] and m != "global"
-    rho = {m: gather_rows(cat_rows(v), n) if computed(m) else cat_rows(v) for m, v in rho.items()}
-    d1 = {m: gather_rows(cat_rows(v), n) if computed(m) else cat_rows(v) for m, v in d1.items()}
-    global_w = None
-    if want_global:
-        global_w = (gathered_sum(alpha_sums, n_layers) / n).float()
-        delta_all = gather_rows(cat_rows(deltas, torch.float32, n_layers), n)
-        a = global_weights(global_w, n)
-        rho["global"], d1["global"] = spearman_rows(a, delta_all), deletion_at_1(a, delta_all)[0]
-
-    layer_names = list(getattr(model, "layer_names", None) or backbone.layer_names)
-    comparison = None
-    if both:
-        # keys decided alike on every rank (a rank with an empty shard still takes part in each gather)
-        cross_all = {k: gather_rows(cat_rows(v), n) for k, v in cross.items() if k == "lolo_effects" or computed(k)}
-        mh, mn = (gathered_sum(part, n_layers) / n for part in (dh_sum, dn_sum))
-        comparison = ScopeComparison(
-            methods={k: _summary(v) for k, v in cross_all.items()},
-            layers={
-                name: {
-                    "delta_head": float(mh[i]),
-                    "delta_network": float(mn[i]),
-                    "direct_share": float(mh[i] / mn[i]) if abs(float(mn[i])) > 1e-12 else float("nan"),
-                }
-                for i, name in enumerate(layer_names)
-            },
-        )
-    net_notes = []
-    if settings.by_class:
-        net_notes.append("--by-class covers the head scope only")
-    if any(m in methods for m in ("laya", "contrib", "global")):
-        net_notes.append(
-            "network scope: laya, contrib and global are the head's own (direct-effect) scores, "
-            "here scored against total effects"
-        )
+    layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     network = NetworkResult(
-        _method_scores(methods, rho, d1, oracle, rand, reasons, degenerate),
-        "prefix" if net.prefix else "full",
-        settings.ablation,
-        comparison,
-        net_notes,
+        methods=_method_scores(plan, rho, d1, common),
+        patched="prefix" if net.prefix else "full",
+        reference=settings.ablation,
+        comparison=_comparison(got["cross"], got["sums"], plan.n, layer_names) if run.both else None,
+        notes=_network_notes(plan),
     )
     if head_result is None:
-        from dataclasses import asdict
-
         head_result = AuditResult(
-            settings={
-                **asdict(settings),
-                "methods": methods,
-                "head": kind,
-                "dataset": getattr(eval_data, "dataset", None),
-                "layers": n_layers,
-            },
-            n_samples=len(labels),
-            accuracy=accuracy(preds, labels),
+            settings=plan.settings_dict(eval_data),
+            n_samples=len(common["label"]),
+            accuracy=accuracy(common["pred"], common["label"]),
             layers=layer_names,
             methods={},
-            notes=_notes(methods, reasons, n_layers, kind, settings),
+            notes=plan.notes(),
         )
     head_result.settings["scope"] = scope
     head_result.network = network

@@ -16,33 +16,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from ..features.extraction import feature_batches, num_layers
-from ..model.heads import cascade_stages, head_kind, randomised_copy
+from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
-from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
-from ..runtime.errors import LayaError, match_choice
+from ..runtime.errors import LayaError
 from ..runtime.fileio import json_safe, strict_json
-from ..runtime.progress import track
-from .methods import (
-    CONVERGENCE,
-    METHODS,
-    AttributionContext,
-    laya_attention,
-    random_scores,
-    unavailable_reason,
-)
+from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
 from .metrics import (
     COMPLETENESS_FLAG,
     RANDOMISATION_FLAG,
     accuracy,
     aopc,
     chance_level,
-    check_ablation,
     completeness,
     degenerate_effects,
     deletion_at_1,
@@ -57,18 +47,17 @@ from .metrics import (
     spearman_rows,
     target_probability,
 )
-from .names import (
-    ONLY_FOR,
-)
+from .names import ONLY_FOR
+from .scaffold import AuditPlan, Rows
 
 assert set(ONLY_FOR["completeness"]) == set(CONVERGENCE)  # the methods that report a convergence delta
 # Seed offset of the tie-breaking draws of the deletion/insertion curves (independent of ``random``'s).
 _TIE_SEED = 0x7135
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MethodScores:
-    """One method's metrics over a set of samples (NaN where undefined)."""
+    """One method's metrics over a set of samples (NaN where undefined). Built by keyword only."""
 
     faithfulness: float
     faithfulness_std: float
@@ -99,6 +88,25 @@ class MethodScores:
     randomisation_spearman: float = math.nan
     randomisation_undefined: int = 0
     randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
+
+    @classmethod
+    def unavailable(cls, note: str, n: int, oracle: float, random: float, **known) -> MethodScores:
+        """A method the head cannot support, on ``n`` samples: its own scores undefined (NaN), the
+        method-independent ones kept (Deletion@1's oracle and random expectation; ``known``: any other)."""
+        nan = math.nan
+        return cls(
+            faithfulness=nan,
+            faithfulness_std=nan,
+            defined=0,
+            undefined=n,
+            deletion_at_1=nan,
+            oracle=oracle,
+            random=random,
+            normalised=nan,
+            available=False,
+            note=note,
+            **known,
+        )
 
     def metric(self, name: str) -> float:
         return {
@@ -245,7 +253,7 @@ class AuditResult:
         return strict_json(self.to_dict())
 
 
-# --------------------------------------------------------------------------- the run
+# --------------------------------------------------------------------------- summaries
 
 _CURVES = ("deletion_curve", "insertion_curve")  # per-sample rows of L values
 _WIDE = (*_CURVES, "scores")  # per-sample rows of L values (``scores``: the method's own, for per_sample())
@@ -261,60 +269,70 @@ def _curve(rows: Tensor) -> list[float]:
     return rows[ok].mean(0).tolist() if ok.any() else [float("nan")] * rows.shape[-1]
 
 
+def _cascade(per: dict[str, Tensor], checked: Tensor, stages: Sequence[str]) -> list[dict]:
+    """The model-randomisation check per stage, over the samples it ran on: mean ρ and undefined samples."""
+    out = []
+    for k, stage in enumerate(stages):
+        rho, _, _, undefined = nan_summary(per[f"randomised{k}"][checked])
+        out.append({"stage": stage, "spearman": rho, "undefined": undefined})
+    return out
+
+
 def _summarise(per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str]) -> MethodScores:
     degenerate = common["degenerate"]
     rho = per["rho"].masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
-    mean, std, n, undefined = nan_summary(rho)
-    d1_m, or_m, ra_m = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
-    s = MethodScores(
-        mean,
-        std,
-        n,
-        undefined,
-        d1_m,
-        or_m,
-        ra_m,
-        normalised_deletion(d1_m, or_m, ra_m),
-        degenerate=int(degenerate.sum()),
-    )
-    s.aopc, s.aopc_std, _, s.aopc_undefined = nan_summary(per["aopc"])
-    s.deletion_curve, s.insertion_curve = _curve(per["deletion_curve"]), _curve(per["insertion_curve"])
+    faithfulness, faithfulness_std, defined, undefined = nan_summary(rho)
+    d1, oracle, random = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
+    aopc_, aopc_std, _, aopc_undefined = nan_summary(per["aopc"])
     ok = ~per["sufficiency"].isnan()
-    s.sufficiency_undefined = int((~ok).sum())
-    s.sufficiency, s.sufficiency_oracle, s.sufficiency_random = (
+    sufficiency, sufficiency_oracle, sufficiency_random = (
         _mean(t[ok]) for t in (per["sufficiency"], common["keep_oracle"], common["keep_random"])
     )
-    s.sufficiency_normalised = normalised_deletion(s.sufficiency, s.sufficiency_oracle, s.sufficiency_random)
-    if "completeness_error" in per:
-        s.completeness, s.completeness_error, s.completeness_effect = completeness(
-            per["completeness_error"], per["completeness_effect"]
-        )
-    checked = common["checked"]  # the samples of the model-randomisation check
-    for k, stage in enumerate(stages):
-        rho, _, _, undef = nan_summary(per[f"randomised{k}"][checked])
-        s.randomisation_cascade.append({"stage": stage, "spearman": rho, "undefined": undef})
-    if stages:
-        last = s.randomisation_cascade[-1]
-        s.randomisation_spearman, s.randomisation_undefined = last["spearman"], last["undefined"]
-        s.randomisation = 1 - s.randomisation_spearman
-    return s
-
-
-def _unavailable(n: int, common: dict[str, Tensor], note: str, n_layers: int, stages: Sequence[str]) -> MethodScores:
-    nan = float("nan")
-    or_m, ra_m = _mean(common["oracle"]), _mean(common["random"])
-    checked = int(common["checked"].sum()) if stages else 0
+    complete = (
+        completeness(per["completeness_error"], per["completeness_effect"])
+        if "completeness_error" in per
+        else (math.nan,) * 3
+    )
+    cascade = _cascade(per, common["checked"], stages)
+    last = cascade[-1] if cascade else {"spearman": math.nan, "undefined": 0}  # the fully re-initialised head
     return MethodScores(
-        nan,
-        nan,
-        0,
+        faithfulness=faithfulness,
+        faithfulness_std=faithfulness_std,
+        defined=defined,
+        undefined=undefined,
+        deletion_at_1=d1,
+        oracle=oracle,
+        random=random,
+        normalised=normalised_deletion(d1, oracle, random),
+        degenerate=int(degenerate.sum()),
+        aopc=aopc_,
+        aopc_std=aopc_std,
+        aopc_undefined=aopc_undefined,
+        deletion_curve=_curve(per["deletion_curve"]),
+        sufficiency=sufficiency,
+        sufficiency_oracle=sufficiency_oracle,
+        sufficiency_random=sufficiency_random,
+        sufficiency_normalised=normalised_deletion(sufficiency, sufficiency_oracle, sufficiency_random),
+        sufficiency_undefined=int((~ok).sum()),
+        insertion_curve=_curve(per["insertion_curve"]),
+        completeness=complete[0],
+        completeness_error=complete[1],
+        completeness_effect=complete[2],
+        randomisation=1 - last["spearman"],
+        randomisation_spearman=last["spearman"],
+        randomisation_undefined=last["undefined"],
+        randomisation_cascade=cascade,
+    )
+
+
+def _unavailable(note: str, common: dict[str, Tensor], n_layers: int, stages: Sequence[str]) -> MethodScores:
+    n, nan = len(common["oracle"]), math.nan
+    checked = int(common["checked"].sum()) if stages else 0
+    return MethodScores.unavailable(
+        note,
         n,
-        nan,
-        or_m,
-        ra_m,
-        nan,
-        available=False,
-        note=note,
+        oracle=_mean(common["oracle"]),
+        random=_mean(common["random"]),
         aopc_undefined=n,
         deletion_curve=[nan] * n_layers,
         sufficiency_undefined=n,
@@ -326,45 +344,44 @@ def _unavailable(n: int, common: dict[str, Tensor], note: str, n_layers: int, st
     )
 
 
-def _scores(methods, per, common, reasons, n_layers, stages, rows=None) -> dict[str, MethodScores]:
+def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) -> dict[str, MethodScores]:
+    """Every method's scores over the audited samples (``rows``: a mask of them)."""
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     common = {k: pick(v) for k, v in common.items()}
-    n = len(common["oracle"])
     return {
         m: (
-            _unavailable(n, common, reasons[m], n_layers, stages)
-            if reasons[m]
+            _unavailable(plan.reasons[m], common, plan.n_layers, stages)
+            if plan.reasons[m]
             else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages)
         )
-        for m in methods
+        for m in plan.methods
     }
 
 
-def _features(eval_data):
-    return eval_data.features if hasattr(eval_data, "features") else eval_data
+# --------------------------------------------------------------------------- the run
 
 
-def _row_keys(method: str, n_stages: int) -> list[str]:
+def _common_rows(n: int, n_layers: int) -> Rows:
+    """The per-sample numbers every method shares."""
+    rows = Rows(n).add_state("pred", torch.long).add_state("label", torch.long)
+    for name in ("oracle", "random", "keep_oracle", "keep_random", "target"):
+        rows.add_state(name)
+    return rows.add_state("checked", torch.bool).add_state("degenerate", torch.bool).add_state("delta", width=n_layers)
+
+
+def _method_rows(method: str, n: int, n_layers: int, n_stages: int) -> Rows:
     """The per-sample numbers run_audit keeps for one method."""
     keys = ["rho", "d1", "scores", "aopc", *_CURVES, "sufficiency"]
     if method in CONVERGENCE:
         keys += ["completeness_error", "completeness_effect"]
-    return keys + [f"randomised{k}" for k in range(n_stages)]
+    rows = Rows(n)
+    for key in keys + [f"randomised{k}" for k in range(n_stages)]:
+        rows.add_state(key, width=n_layers if key in _WIDE else None)
+    return rows
 
 
-def _mean_alpha(heads: Sequence, feats, bs: int, start: int, stop: int, n: int, n_layers: int, dev) -> list[Tensor]:
-    """The ``global`` weights of each head: its mean α over the whole audited set (a forward-only pass).
-
-    Per-batch sums are gathered from every rank and added in batch order, so the weights are
-    bit-identical to a one-process run.
-    """
-    sums: list[list[Tensor]] = [[] for _ in heads]
-    n_batches = (stop - start + bs - 1) // bs
-    for xs, _ in track(feature_batches(feats, bs, start, stop), "global weights", total=n_batches):
-        x = [t.to(dev).float() for t in xs]
-        for j, h in enumerate(heads):
-            sums[j].append(laya_attention(h, x).cpu().double().sum(0, keepdim=True))
-    return [(gathered_sum(rows, n_layers) / n).float().to(dev) for rows in sums]
+def _features(eval_data):
+    return eval_data.features if hasattr(eval_data, "features") else eval_data
 
 
 def _replayed(state: Tensor) -> torch.Generator:
@@ -373,42 +390,152 @@ def _replayed(state: Tensor) -> torch.Generator:
     return g
 
 
-def _method_rows(
-    m, head, x, ctx, stage_heads, stage_ctxs, delta, keep, keys, base, effect, lolo_ref, ablation
-) -> dict[str, Tensor]:
+@dataclass
+class _HeadScope:
+    """What every batch of a head-scope audit uses besides its own rows."""
+
+    plan: AuditPlan
+    head: torch.nn.Module
+    generator: torch.Generator  # ``random``'s draws
+    ties: torch.Generator  # the tie-breaking of the curves' rankings
+    check_stop: int  # the model-randomisation check runs on samples [0, check_stop)
+    stages: list[str]  # its cascade, output → adapters
+    stage_heads: list  # the copies of the head re-initialised down to each stage
+    weights: list  # ``global``: the mean α of the head, then of each copy (None without ``global``)
+
+    @classmethod
+    def prepare(cls, plan: AuditPlan, head, feats) -> _HeadScope:
+        s, active = plan.settings, plan.active
+        generator = plan.generator(s.seed, replay="random" in active)
+        ties = plan.generator(s.seed + _TIE_SEED)
+        # The model-randomisation check: copies of the head re-initialised from the classifier down
+        # (cascading), seeded; the loaded head is never touched. It runs on the first
+        # ``randomisation_samples`` rows, rounded up to whole batches (so ``random`` replays its draws).
+        check_stop = min(plan.n, -(-s.randomisation_samples // s.batch_size) * s.batch_size)
+        stages = cascade_stages(head) if check_stop else []
+        stage_heads = [randomised_copy(head, k + 1, s.seed) for k in range(len(stages))]
+        heads = [head, *stage_heads]
+        weights = _mean_alpha(plan, heads, feats) if "global" in active else [None] * len(heads)
+        return cls(plan, head, generator, ties, check_stop, stages, stage_heads, weights)
+
+
+@dataclass
+class _Batch:
+    """One batch of a head-scope audit and what every method on it is scored against."""
+
+    x: list[Tensor]
+    target: Tensor  # the explained class ŷ
+    base: Tensor  # p_ŷ(x)
+    delta: Tensor  # (B, L) LOLO effects Δ, on the CPU
+    keep: Tensor  # (B, L) p_ŷ with only layer i kept, on the CPU
+    keys: Tensor  # (B, L) tie-breaking keys of the curves' rankings
+    check: bool  # in the model-randomisation check
+    effect: Tensor | None = None  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
+
+
+def _mean_alpha(plan: AuditPlan, heads: Sequence, feats) -> list[Tensor]:
+    """The ``global`` weights of each head: its mean α over the whole audited set (a forward-only pass).
+
+    Per-batch sums are gathered from every rank and added in batch order, so the weights are
+    bit-identical to a one-process run.
+    """
+    sums = Rows(plan.n)
+    for j in range(len(heads)):
+        sums.add_state(f"head{j}", width=plan.n_layers, reduce="sum")
+    dev = plan.settings.device
+    batches = feature_batches(feats, plan.settings.batch_size, plan.shard.start, plan.shard.stop)
+    for _, (xs, _) in plan.shard.walk(batches, "global weights"):
+        x = [t.to(dev).float() for t in xs]
+        sums.append({f"head{j}": laya_attention(h, x).cpu().double().sum(0, keepdim=True) for j, h in enumerate(heads)})
+    return [(total / plan.n).float().to(dev) for total in sums.gather().values()]
+
+
+def _scored(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Tensor]:
     """One method on one batch: its per-sample numbers (float64, on the CPU)."""
+    head, ablation, removal = run.head, run.plan.settings.ablation, run.plan.references.removal
     out = {}
     if m in CONVERGENCE:
-        a, conv = CONVERGENCE[m](head, x, ctx)
+        a, conv = CONVERGENCE[m](head, b.x, ctx)
         out["completeness_error"] = conv.detach().abs().double().cpu()
-        out["completeness_effect"] = effect
+        out["completeness_effect"] = b.effect
     else:
-        a = METHODS[m](head, x, ctx)
+        a = METHODS[m](head, b.x, ctx)
     a = a.cpu()  # the (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64)
     bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
-    out["rho"] = spearman_rows(a, delta)
-    out["d1"] = deletion_at_1(a, delta)[0]
+    out["rho"] = spearman_rows(a, b.delta)
+    out["d1"] = deletion_at_1(a, b.delta)[0]
     out["scores"] = a.double()
-    order = rank_layers(a, keys).to(base.device)
-    for key, fn in (("deletion_curve", deletion_curve), ("insertion_curve", insertion_curve)):
-        extra = {"base": base} if fn is deletion_curve else {}
-        out[key] = (
-            fn(head, x, ctx.target, order, lolo_ref, ablation, **extra)
-            .cpu()
-            .double()
-            .masked_fill(bad.unsqueeze(-1), float("nan"))
-        )
+    order = rank_layers(a, b.keys).to(b.base.device)
+    curves = {
+        "deletion_curve": deletion_curve(head, b.x, b.target, order, removal, ablation, base=b.base),
+        "insertion_curve": insertion_curve(head, b.x, b.target, order, removal, ablation),
+    }
+    for key, curve in curves.items():
+        out[key] = curve.cpu().double().masked_fill(bad.unsqueeze(-1), float("nan"))
     out["aopc"] = aopc(out["deletion_curve"])
-    out["sufficiency"] = deletion_at_1(a, keep)[0].masked_fill(bad, float("nan"))
-    for k, (h, c) in enumerate(zip(stage_heads, stage_ctxs)):
-        out[f"randomised{k}"] = spearman_rows(a, METHODS[m](h, x, c).cpu())
+    out["sufficiency"] = deletion_at_1(a, b.keep)[0].masked_fill(bad, float("nan"))
+    for k, (h, c) in enumerate(zip(run.stage_heads, stage_ctxs)):
+        out[f"randomised{k}"] = (
+            spearman_rows(a, METHODS[m](h, b.x, c).cpu())
+            if b.check
+            else torch.full((len(a),), float("nan"), dtype=torch.float64)
+        )
     return out
+
+
+def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
+    """Score every method on the batch of samples [first, first + B): append their rows."""
+    s, head, removal = run.plan.settings, run.head, run.plan.references.removal
+    x, y = [t.to(s.device).float() for t in xs], y.to(s.device)
+    with torch.no_grad():
+        logits = head(x).logits
+    pred = logits.argmax(-1)
+    target = pred if s.target == "predicted" else y
+    b = _Batch(
+        x=x,
+        target=target,
+        base=target_probability(logits, target),
+        delta=lolo_effects(head, x, target, removal, s.ablation).cpu(),
+        keep=keep_only_probability(head, x, target, removal, s.ablation).cpu(),
+        keys=random_scores(len(y), run.plan.n_layers, run.ties),
+        check=first < run.check_stop,
+    )
+    if any(m in CONVERGENCE for m in run.plan.active):
+        b.effect = _ig_effect(head, b, run.plan.references.baseline)
+    state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
+    ctx = run.plan.context(target, run.generator, run.weights[0])
+    stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
+    for m in run.plan.active:
+        per[m].append(_scored(run, m, b, ctx, stage_ctxs))
+    _, oracle, random = deletion_at_1(b.delta, b.delta)
+    _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep)
+    common.append(
+        pred=pred.cpu(),
+        label=y.cpu(),
+        oracle=oracle,
+        random=random,
+        keep_oracle=keep_oracle,
+        keep_random=keep_random,
+        target=target.cpu().double(),
+        checked=torch.full((len(y),), b.check),
+        degenerate=degenerate_effects(b.delta),
+        delta=b.delta.double(),
+    )
+
+
+def _ig_effect(head, b: _Batch, baseline) -> Tensor:
+    """|p_ŷ(x) − p_ŷ(r̄)| per sample: what IG's attributions should add up to (float64, on the CPU)."""
+    at_ref = (
+        [torch.zeros_like(r) for r in b.x] if baseline is None else [ref.expand_as(r) for ref, r in zip(baseline, b.x)]
+    )
+    with torch.no_grad():
+        return (b.base - target_probability(head(at_ref).logits, b.target)).abs().double().cpu()
 
 
 def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None) -> AuditResult:
     """Audit ``model`` (a LayaModel) on ``eval_data`` (EvalData, LayerFeatures or StreamedFeatures).
 
-    ``methods``: names from ``attribution.METHODS`` (see ``parse_methods``). Methods a head
+    ``methods``: names from ``attribution.METHODS`` (see ``parse_methods``), in any case. Methods a head
     cannot support (``laya`` on a ``last`` head, say) are reported as undefined, not raised.
 
     Streams in batches of ``settings.batch_size`` and keeps only a few numbers per sample. Under
@@ -419,209 +546,60 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     """
     settings = (settings or AuditSettings()).validate()
     feats = _features(eval_data)
-    head, dev, n_layers = model.head, settings.device, num_layers(feats)
-    head.eval().to(dev)
-    methods = list(dict.fromkeys(match_choice("method", m, METHODS) for m in methods))
-    n = len(feats)
-    if n == 0:
-        raise LayaError("nothing to audit: the data set has no samples")
-    check_ablation(head, settings.ablation)
-    reasons = {m: unavailable_reason(m, head) for m in methods}
-    active = [m for m in methods if not reasons[m]]
-    kind = head_kind(head)
-
-    # What "removing" a layer means, and the IG baseline r̄ (mask has no input-space reference:
-    # IG then uses the checkpoint's mean features).
-    mean_ref = [r.to(dev).float() for r in model.reference] if model.reference is not None else None
-    lolo_ref = None if settings.ablation == "zero" else mean_ref
-    baseline = [torch.zeros_like(r) for r in mean_ref] if settings.ablation == "zero" and mean_ref else mean_ref
-
-    bs = settings.batch_size
-    start, stop = shard_bounds(n, bs)
-    generator = torch.Generator().manual_seed(settings.seed)
-    ties = torch.Generator().manual_seed(settings.seed + _TIE_SEED)  # tie-breaking of the curves' rankings
-    for s in range(0, start, bs):  # replay the draws of earlier ranks' batches: same numbers as 1 process
-        if "random" in active:
-            random_scores(min(bs, n - s), n_layers, generator)
-        random_scores(min(bs, n - s), n_layers, ties)
-    # The model-randomisation check: copies of the head re-initialised from the classifier down
-    # (cascading), seeded; the loaded head is never touched. It runs on the first
-    # ``randomisation_samples`` rows, rounded up to whole batches (so ``random`` replays its draws).
-    check_stop = min(n, -(-settings.randomisation_samples // bs) * bs)
-    stages = cascade_stages(head) if check_stop else []
-    stage_heads = [randomised_copy(head, k + 1, settings.seed) for k in range(len(stages))]
-    # ``global`` = mean α over the whole audited set, for the head and each randomised copy.
-    weights = (
-        _mean_alpha([head, *stage_heads], feats, bs, start, stop, n, n_layers, dev)
-        if "global" in active
-        else [None] * (1 + len(stages))
-    )
-    need_effect = any(m in CONVERGENCE for m in active)
-
-    per = {m: {k: [] for k in _row_keys(m, len(stages))} for m in active}
-    common = {
-        k: [] for k in ("oracle", "random", "keep_oracle", "keep_random", "checked", "degenerate", "delta", "target")
-    }
-    preds, labels = [], []
-    n_batches = (stop - start + bs - 1) // bs
-    for b, (xs, y) in enumerate(track(feature_batches(feats, bs, start, stop), "auditing", total=n_batches)):
-        check = start + b * bs < check_stop
-        x, y = [t.to(dev).float() for t in xs], y.to(dev)
-        with torch.no_grad():
-            logits = head(x).logits
-        pred = logits.argmax(-1)
-        target = pred if settings.target == "predicted" else y
-        base = target_probability(logits, target)
-        delta = lolo_effects(head, x, target, lolo_ref, settings.ablation).cpu()
-        keep = keep_only_probability(head, x, target, lolo_ref, settings.ablation).cpu()
-        keys = random_scores(len(y), n_layers, ties)
-        effect = None
-        if need_effect:  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
-            at_ref = (
-                [torch.zeros_like(r) for r in x] if baseline is None else [b.expand_as(r) for b, r in zip(baseline, x)]
-            )
-            with torch.no_grad():
-                effect = (base - target_probability(head(at_ref).logits, target)).abs().double().cpu()
-        state = generator.get_state()  # ``random`` on a randomised head draws the very same scores
-        ctx = AttributionContext(
-            target, baseline, settings.steps, settings.internal_batch_size, settings.reduce, generator, weights[0]
-        )
-        stage_ctxs = [
-            AttributionContext(
-                target, baseline, settings.steps, settings.internal_batch_size, settings.reduce, _replayed(state), w
-            )
-            for w in weights[1:]
-        ]
-        for m in active:
-            rows = _method_rows(
-                m,
-                head,
-                x,
-                ctx,
-                stage_heads if check else [],
-                stage_ctxs,
-                delta,
-                keep,
-                keys,
-                base,
-                effect,
-                lolo_ref,
-                settings.ablation,
-            )
-            for k in range(len(stages) if not check else 0):
-                rows[f"randomised{k}"] = torch.full((len(y),), float("nan"), dtype=torch.float64)
-            for k, v in rows.items():
-                per[m][k].append(v)
-        common["checked"].append(torch.full((len(y),), check))
-        common["degenerate"].append(degenerate_effects(delta))
-        common["delta"].append(delta.double())
-        common["target"].append(target.cpu().double())
-        for (hi, mean_), t in (
-            ((common["oracle"], common["random"]), delta),
-            ((common["keep_oracle"], common["keep_random"]), keep),
-        ):
-            _, top, avg = deletion_at_1(t, t)
-            hi.append(top)
-            mean_.append(avg)
-        preds.append(pred.cpu())
-        labels.append(y.cpu())
-
+    model.head.eval().to(settings.device)
+    plan = AuditPlan.prepare(model, methods, settings, len(feats), num_layers(feats))
+    run = _HeadScope.prepare(plan, model.head, feats)
+    common = _common_rows(plan.n, plan.n_layers)
+    per = {m: _method_rows(m, plan.n, plan.n_layers, len(run.stages)) for m in plan.active}
+    batches = feature_batches(feats, settings.batch_size, plan.shard.start, plan.shard.stop)
+    for first, (xs, y) in plan.shard.walk(batches, "auditing"):
+        _audit_batch(run, first, xs, y, common, per)
     # Back in the original order, on every rank (a no-op without torchrun).
-    preds, labels = gather_rows([cat_rows(preds, torch.long), cat_rows(labels, torch.long)], n)
-    flags = ("checked", "degenerate")  # gathered as uint8: every backend gathers it
-    common = {
-        k: gather_rows(cat_rows(v, torch.bool).to(torch.uint8), n).bool()
-        if k in flags
-        else gather_rows(cat_rows(v, width=n_layers if k == "delta" else None), n)
-        for k, v in common.items()
-    }
-    per = {
-        m: {k: gather_rows(cat_rows(v, width=n_layers if k in _WIDE else None), n) for k, v in rows.items()}
-        for m, rows in per.items()
-    }
+    common, per = common.gather(), {m: rows.gather() for m, rows in per.items()}
+    labels, preds, stages = common["label"], common["pred"], run.stages
     result = AuditResult(
-        settings={
-            **asdict(settings),
-            "methods": methods,
-            "head": kind,
-            "dataset": getattr(eval_data, "dataset", None),
-            "layers": n_layers,
-        },
+        settings=plan.settings_dict(eval_data),
         n_samples=len(labels),
         accuracy=accuracy(preds, labels),
-        layers=list(getattr(model, "layer_names", None) or [f"layer{i}" for i in range(n_layers)]),
-        methods=_scores(methods, per, common, reasons, n_layers, stages),
+        layers=list(getattr(model, "layer_names", None) or [f"layer{i}" for i in range(plan.n_layers)]),
+        methods=_scores(plan, per, common, stages),
         randomisation_stages=stages,
         randomisation_samples=int(common["checked"].sum()) if stages else 0,
     )
-    result.notes = _notes(methods, reasons, n_layers, kind, settings, result.methods)
-    result.notes += _warnings(
-        result, labels, len(getattr(model, "classes", None) or []), int(common["degenerate"].sum())
-    )
-    index = getattr(eval_data, "index", None)
-    result.samples = {
-        "index": torch.as_tensor(index).long() if index is not None else torch.arange(n),
-        "label": labels,
-        "predicted": preds,
-        "target": common["target"].long(),
-        "delta": common["delta"].float(),
-        # ρ is undefined (NaN) where every Δ is equal, as in the summary (docs/metrics.md)
-        "scores": {m: per[m]["scores"] for m in active},
-        "faithfulness": {m: per[m]["rho"].masked_fill(common["degenerate"], float("nan")) for m in active},
-        "deletion@1": {m: per[m]["d1"] for m in active},
-    }
+    num_classes = len(getattr(model, "classes", None) or [])
+    result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, int(common["degenerate"].sum()))
+    result.samples = _samples(getattr(eval_data, "index", None), common, per)
     if settings.by_class:
-        classes = list(getattr(model, "classes", None) or [])
-        result.by_class = {}
-        for c in labels.unique(sorted=True).tolist():
-            rows = labels == c
-            name = classes[c] if c < len(classes) else str(c)
-            result.by_class[name] = ClassScores(
-                int(rows.sum()),
-                accuracy(preds[rows], labels[rows]),
-                _scores(methods, per, common, reasons, n_layers, stages, rows),
-            )
+        result.by_class = _by_class(list(getattr(model, "classes", None) or []), plan, stages, common, per)
     return result
 
 
-def _notes(
-    methods, reasons, n_layers, kind, settings: AuditSettings, scores: dict[str, MethodScores] | None = None
-) -> list[str]:
-    notes = [f"{m}: {reasons[m]}" for m in methods if reasons[m]]
-    if n_layers == 1:
-        notes.append(
-            "only 1 layer: faithfulness (a rank correlation over layers) is undefined for every sample, "
-            "and Deletion@1 equals its oracle and random expectation"
+def _samples(index, common: dict[str, Tensor], per: dict[str, dict[str, Tensor]]) -> dict:
+    """What ``AuditResult.per_sample`` tabulates."""
+    return {
+        "index": torch.as_tensor(index).long() if index is not None else torch.arange(len(common["label"])),
+        "label": common["label"],
+        "predicted": common["pred"],
+        "target": common["target"].long(),
+        "delta": common["delta"].float(),
+        "scores": {m: rows["scores"] for m, rows in per.items()},
+        # ρ is undefined (NaN) where every Δ is equal, as in the summary (docs/metrics.md)
+        "faithfulness": {m: rows["rho"].masked_fill(common["degenerate"], float("nan")) for m, rows in per.items()},
+        "deletion@1": {m: rows["d1"] for m, rows in per.items()},
+    }
+
+
+def _by_class(classes: list[str], plan: AuditPlan, stages, common, per) -> dict[str, ClassScores]:
+    """Every method's scores over the samples of each true class."""
+    labels, preds, out = common["label"], common["pred"], {}
+    for c in labels.unique(sorted=True).tolist():
+        rows = labels == c
+        out[classes[c] if c < len(classes) else str(c)] = ClassScores(
+            n=int(rows.sum()),
+            accuracy=accuracy(preds[rows], labels[rows]),
+            methods=_scores(plan, per, common, stages, rows),
         )
-    elif n_layers < 3:
-        notes.append(
-            f"only {n_layers} layers: faithfulness (Spearman over {n_layers} values) can only be ±1 "
-            "and means little; tap at least 3 layers"
-        )
-    if kind == "last":
-        notes.append("the last head reads only the last layer: removing any other layer changes nothing (Δ_i = 0)")
-    if kind == "scalarmix" and "laya" in methods:
-        notes.append("on a scalarmix head, laya's α is the static softmax(w), the same for every sample")
-    if settings.ablation == "mask" and "ig" in methods:
-        notes.append(
-            "--ablation mask has no input-space reference: IG uses the mean training features r̄ as its baseline"
-        )
-    if settings.randomisation_samples == 0:
-        notes.append("model-randomisation check skipped (--randomisation-samples 0)")
-    for m, s in (scores or {}).items():
-        if s.completeness_flagged:
-            notes.append(
-                f"{m}: completeness {s.completeness:.3f} < {COMPLETENESS_FLAG:g}: its attributions miss "
-                f"{100 * (1 - s.completeness):.1f} % of the effect they explain (Captum's convergence "
-                f"delta); raise --steps (now {settings.steps})"
-            )
-        if s.randomisation_flagged and m != "random":  # random is model-independent by construction
-            notes.append(
-                f"{m}: model-randomisation check: its layer scores keep Spearman "
-                f"{s.randomisation_spearman:.2f} with those of the re-initialised head (randomisation "
-                f"{s.randomisation:.2f} < {RANDOMISATION_FLAG:g}): they barely depend on the head's parameters"
-            )
-    return notes
+    return out
 
 
 def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate: int) -> list[str]:
