@@ -62,6 +62,20 @@ def test_without_torchrun_everything_is_a_no_op(monkeypatch):
     D.cleanup()
 
 
+def test_rows_without_torchrun_concatenate_the_batches():
+    from laya_cli.auditing.scaffold import Rows
+
+    rows = Rows(5).add_state("x", width=2).add_state("flag", torch.bool).add_state("total", width=2, reduce="sum")
+    for part in torch.arange(10, dtype=torch.float64).view(5, 2).split(2):
+        rows.append({"x": part, "flag": part[:, 0] > 3}, total=part.sum(0, keepdim=True))
+    got = rows.gather()
+    assert torch.equal(got["x"], torch.arange(10, dtype=torch.float64).view(5, 2))
+    assert got["flag"].tolist() == [False, False, True, True, True]
+    assert got["total"].tolist() == [20.0, 25.0]
+    empty = Rows(0).add_state("x", torch.float32, 3).add_state("i", torch.long).gather()  # no batch: still tensors
+    assert empty["x"].shape == (0, 3) and empty["x"].dtype == torch.float32 and empty["i"].dtype == torch.long
+
+
 # --------------------------------------------------------------------------- gather (real gloo group)
 
 
@@ -111,6 +125,36 @@ def _check_gather(rank: int, world: int):
 
 def test_gather_rows_reassembles_uneven_shards_in_order():
     _run_group("_check_gather", world=3)
+
+
+def _check_rows(rank: int, world: int):
+    """The audit scaffold's Rows: states declared alike on every rank come back in sample order (with uneven and
+    empty shards), sums add in batch order; Shard's generators replay the draws of the earlier ranks' batches."""
+    from laya_cli.auditing.methods import random_scores
+    from laya_cli.auditing.scaffold import Rows, Shard
+
+    for n, bs in ((10, 3), (5, 4), (2, 1)):  # (5, 4): 2 batches over 3 ranks, one shard empty
+        shard, full = Shard(n, bs), torch.arange(n * 3, dtype=torch.float64).view(n, 3)
+        rows = Rows(n).add_state("x", width=3).add_state("i", torch.long).add_state("flag", torch.bool)
+        rows.add_state("total", width=3, reduce="sum").add_state("draws", width=3)
+        g = shard.generator(7, n_layers=3)
+        for first, _ in shard.walk(range(shard.n_batches), "rows"):
+            part = full[first : first + bs]
+            rows.append(x=part, i=part[:, 0].long(), flag=part[:, 0] % 2 == 0, total=part.sum(0, keepdim=True))
+            rows.append(draws=random_scores(len(part), 3, g).double())
+        got = rows.gather()
+        assert torch.equal(got["x"], full) and torch.equal(got["i"], full[:, 0].long())
+        assert torch.equal(got["flag"], full[:, 0] % 2 == 0) and got["flag"].dtype == torch.bool
+        one, total = torch.Generator().manual_seed(7), None
+        for part in full.split(bs):  # one process: the batches in order
+            total = part.sum(0) if total is None else total + part.sum(0)
+        assert torch.equal(got["total"], total)
+        draws = [random_scores(len(part), 3, one).double() for part in full.split(bs)]
+        assert torch.equal(got["draws"], torch.cat(draws))
+
+
+def test_rows_gather_every_rank_in_sample_order():
+    _run_group("_check_rows", world=3)
 
 
 def _check_audit_in_group(rank: int, world: int):

@@ -278,6 +278,25 @@ def test_network_scope_bad_input_is_one_line(digits_ckpt, args, fragment):
     assert_user_error(invoke("audit", str(digits_ckpt), "--samples", "10", "-q", *args), fragment)
 
 
+def test_scope_network_takes_method_names_in_any_case(digits_ckpt, tmp_path):
+    """``--scope network --compare IG`` audits ig, and run_scoped_audit matches names case-insensitively as
+    run_audit does (it once matched them exactly): the same numbers as the command's."""
+    out = tmp_path / "net.json"
+    common = ["--samples", "20", "--steps", "2", "--batch-size", "8", "-q", "--json", out]
+    r = invoke("audit", str(digits_ckpt), "--scope", "network", "--compare", "IG", *common)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["methods"] == ["laya", "ig", "random"] and doc["methods"] == {}
+    assert list(doc["network"]["methods"]) == ["laya", "ig", "random"]
+    assert doc["network"]["methods"]["ig"]["available"] and doc["network"]["methods"]["ig"]["defined"] > 0
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=20)
+    settings = AuditSettings(steps=2, batch_size=8)
+    result = network.run_scoped_audit(model, data, ["LAYA", "IG", "Random", "ig"], settings, "network")
+    assert result.settings["methods"] == ["laya", "ig", "random"]
+    assert result.to_dict()["network"] == doc["network"]
+
+
 def test_run_scoped_audit_needs_images(digits_ckpt):
     model = load_model(digits_ckpt)
     feats = load_eval_data(model, samples=10).features

@@ -32,10 +32,11 @@ import torch
 from torch import Tensor
 
 from ..auditing.methods import contrib as contrib_scores
+from ..auditing.scaffold import Rows, Shard
 from ..features.extraction import feature_batches, num_layers
 from ..runtime import fileio
 from ..runtime.config import check_at_least
-from ..runtime.distributed import broadcast_object, gather_rows, is_main, shard_bounds
+from ..runtime.distributed import broadcast_object, is_main
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
 from .profiles import (
@@ -116,24 +117,25 @@ def _predict(model, feats, device: str, batch_size: int):
     """
     head = model.head.to(device).eval()
     has_alpha, can_contrib = head.has_alpha, head.has_layer_logits  # decided up front: a rank may get no batch
-    n, n_layers, n_classes = len(feats), num_layers(feats), len(model.classes)
-    start, stop = shard_bounds(n, batch_size)
-    logits, alphas, contribs = [], [], []
-    for chunk, _ in feature_batches(feats, batch_size, start, stop):
+    n_layers = num_layers(feats)
+    shard = Shard(len(feats), batch_size)
+    rows = Rows(shard.n).add_state("logits", torch.float32, len(model.classes))
+    if has_alpha:
+        rows.add_state("alpha", torch.float32, n_layers)
+        if can_contrib:
+            rows.add_state("contrib", torch.float64, n_layers)
+    for chunk, _ in feature_batches(feats, batch_size, shard.start, shard.stop):
         x = [f.to(device).float() for f in chunk]
         out = head(x)
-        logits.append(out.logits.float().cpu())
+        rows.append(logits=out.logits.float().cpu())
         if has_alpha:
             if out.alpha is None:
                 raise LayaError(f"the {model.head_kind} head returned no layer attention")
-            alphas.append(out.alpha.float().cpu())
+            rows.append(alpha=out.alpha.float().cpu())
             if can_contrib:
-                contribs.append(contrib_scores(head, x, out.logits.argmax(-1)).cpu())
-    cat = lambda xs, w, dt=torch.float32: torch.cat(xs) if xs else torch.zeros(0, w, dtype=dt)
-    logits = gather_rows(cat(logits, n_classes), n)
-    alpha = gather_rows(cat(alphas, n_layers), n) if has_alpha else None
-    contrib = gather_rows(cat(contribs, n_layers, torch.float64), n) if has_alpha and can_contrib else None
-    return logits, alpha, contrib
+                rows.append(contrib=contrib_scores(head, x, out.logits.argmax(-1)).cpu())
+    got = rows.gather()
+    return got["logits"], got.get("alpha"), got.get("contrib")
 
 
 def build_table(
