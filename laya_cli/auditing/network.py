@@ -391,7 +391,7 @@ def _method_scores(plan: AuditPlan, rho: dict, d1: dict, common: dict[str, Tenso
     out = {}
     for m in plan.methods:
         if plan.reasons[m]:
-            out[m] = MethodScores.unavailable(plan.reasons[m], n, oracle, random, degenerate=n_degenerate)
+            out[m] = MethodScores.unavailable(plan.reasons[m], n, oracle=oracle, random=random, degenerate=n_degenerate)
             continue
         faithfulness, std, defined, undefined = nan_summary(rho[m].masked_fill(degenerate, nan))
         d = mean(d1[m])
@@ -572,11 +572,9 @@ def run_scoped_audit(
     got = {k: r.gather() for k, r in rows.items()}  # back in the original order, on every rank
     common, rho, d1 = got["common"], got["rho"], got["d1"]
     if "global" in got:  # the mean α of the whole audited set, scored on every sample
-        a = global_weights((got["global"]["alpha"] / plan.n).float(), plan.n)
-        rho["global"], d1["global"] = (
-            spearman_rows(a, got["global"]["delta"]),
-            deletion_at_1(a, got["global"]["delta"])[0],
-        )
+        alpha, delta = got["global"]["alpha"], got["global"]["delta"]
+        a = global_weights((alpha / plan.n).float(), plan.n)
+        rho["global"], d1["global"] = spearman_rows(a, delta), deletion_at_1(a, delta)[0]
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     network = NetworkResult(
         methods=_method_scores(plan, rho, d1, common),

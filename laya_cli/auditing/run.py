@@ -90,7 +90,7 @@ class MethodScores:
     randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
 
     @classmethod
-    def unavailable(cls, note: str, n: int, oracle: float, random: float, **known) -> MethodScores:
+    def unavailable(cls, note: str, n: int, *, oracle: float, random: float, **known) -> MethodScores:
         """A method the head cannot support, on ``n`` samples: its own scores undefined (NaN), the
         method-independent ones kept (Deletion@1's oracle and random expectation; ``known``: any other)."""
         nan = math.nan
@@ -361,7 +361,7 @@ def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) ->
 # --------------------------------------------------------------------------- the run
 
 
-def _common_rows(n: int, n_layers: int) -> Rows:
+def _common_states(n: int, n_layers: int) -> Rows:
     """The per-sample numbers every method shares."""
     rows = Rows(n).add_state("pred", torch.long).add_state("label", torch.long)
     for name in ("oracle", "random", "keep_oracle", "keep_random", "target"):
@@ -369,7 +369,7 @@ def _common_rows(n: int, n_layers: int) -> Rows:
     return rows.add_state("checked", torch.bool).add_state("degenerate", torch.bool).add_state("delta", width=n_layers)
 
 
-def _method_rows(method: str, n: int, n_layers: int, n_stages: int) -> Rows:
+def _method_states(method: str, n: int, n_layers: int, n_stages: int) -> Rows:
     """The per-sample numbers run_audit keeps for one method."""
     keys = ["rho", "d1", "scores", "aopc", *_CURVES, "sufficiency"]
     if method in CONVERGENCE:
@@ -388,6 +388,23 @@ def _replayed(state: Tensor) -> torch.Generator:
     g = torch.Generator()
     g.set_state(state)
     return g
+
+
+def _mean_alpha(plan: AuditPlan, heads: Sequence, feats) -> list[Tensor]:
+    """The ``global`` weights of each head: its mean α over the whole audited set (a forward-only pass).
+
+    Per-batch sums are gathered from every rank and added in batch order, so the weights are
+    bit-identical to a one-process run.
+    """
+    sums = Rows(plan.n)
+    for j in range(len(heads)):
+        sums.add_state(f"head{j}", width=plan.n_layers, reduce="sum")
+    dev = plan.settings.device
+    batches = feature_batches(feats, plan.settings.batch_size, plan.shard.start, plan.shard.stop)
+    for _, (xs, _) in plan.shard.walk(batches, "global weights"):
+        x = [t.to(dev).float() for t in xs]
+        sums.append({f"head{j}": laya_attention(h, x).cpu().double().sum(0, keepdim=True) for j, h in enumerate(heads)})
+    return [(total / plan.n).float().to(dev) for total in sums.gather().values()]
 
 
 @dataclass
@@ -416,7 +433,16 @@ class _HeadScope:
         stage_heads = [randomised_copy(head, k + 1, s.seed) for k in range(len(stages))]
         heads = [head, *stage_heads]
         weights = _mean_alpha(plan, heads, feats) if "global" in active else [None] * len(heads)
-        return cls(plan, head, generator, ties, check_stop, stages, stage_heads, weights)
+        return cls(
+            plan=plan,
+            head=head,
+            generator=generator,
+            ties=ties,
+            check_stop=check_stop,
+            stages=stages,
+            stage_heads=stage_heads,
+            weights=weights,
+        )
 
 
 @dataclass
@@ -433,24 +459,7 @@ class _Batch:
     effect: Tensor | None = None  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
 
 
-def _mean_alpha(plan: AuditPlan, heads: Sequence, feats) -> list[Tensor]:
-    """The ``global`` weights of each head: its mean α over the whole audited set (a forward-only pass).
-
-    Per-batch sums are gathered from every rank and added in batch order, so the weights are
-    bit-identical to a one-process run.
-    """
-    sums = Rows(plan.n)
-    for j in range(len(heads)):
-        sums.add_state(f"head{j}", width=plan.n_layers, reduce="sum")
-    dev = plan.settings.device
-    batches = feature_batches(feats, plan.settings.batch_size, plan.shard.start, plan.shard.stop)
-    for _, (xs, _) in plan.shard.walk(batches, "global weights"):
-        x = [t.to(dev).float() for t in xs]
-        sums.append({f"head{j}": laya_attention(h, x).cpu().double().sum(0, keepdim=True) for j, h in enumerate(heads)})
-    return [(total / plan.n).float().to(dev) for total in sums.gather().values()]
-
-
-def _scored(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Tensor]:
+def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Tensor]:
     """One method on one batch: its per-sample numbers (float64, on the CPU)."""
     head, ablation, removal = run.head, run.plan.settings.ablation, run.plan.references.removal
     out = {}
@@ -483,6 +492,15 @@ def _scored(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Te
     return out
 
 
+def _ig_effect(head, b: _Batch, baseline) -> Tensor:
+    """|p_ŷ(x) − p_ŷ(r̄)| per sample: what IG's attributions should add up to (float64, on the CPU)."""
+    at_ref = (
+        [torch.zeros_like(r) for r in b.x] if baseline is None else [ref.expand_as(r) for ref, r in zip(baseline, b.x)]
+    )
+    with torch.no_grad():
+        return (b.base - target_probability(head(at_ref).logits, b.target)).abs().double().cpu()
+
+
 def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
     """Score every method on the batch of samples [first, first + B): append their rows."""
     s, head, removal = run.plan.settings, run.head, run.plan.references.removal
@@ -506,7 +524,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     ctx = run.plan.context(target, run.generator, run.weights[0])
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
     for m in run.plan.active:
-        per[m].append(_scored(run, m, b, ctx, stage_ctxs))
+        per[m].append(_method_on_batch(run, m, b, ctx, stage_ctxs))
     _, oracle, random = deletion_at_1(b.delta, b.delta)
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep)
     common.append(
@@ -521,15 +539,6 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         degenerate=degenerate_effects(b.delta),
         delta=b.delta.double(),
     )
-
-
-def _ig_effect(head, b: _Batch, baseline) -> Tensor:
-    """|p_ŷ(x) − p_ŷ(r̄)| per sample: what IG's attributions should add up to (float64, on the CPU)."""
-    at_ref = (
-        [torch.zeros_like(r) for r in b.x] if baseline is None else [ref.expand_as(r) for ref, r in zip(baseline, b.x)]
-    )
-    with torch.no_grad():
-        return (b.base - target_probability(head(at_ref).logits, b.target)).abs().double().cpu()
 
 
 def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None) -> AuditResult:
@@ -549,8 +558,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     model.head.eval().to(settings.device)
     plan = AuditPlan.prepare(model, methods, settings, len(feats), num_layers(feats))
     run = _HeadScope.prepare(plan, model.head, feats)
-    common = _common_rows(plan.n, plan.n_layers)
-    per = {m: _method_rows(m, plan.n, plan.n_layers, len(run.stages)) for m in plan.active}
+    common = _common_states(plan.n, plan.n_layers)
+    per = {m: _method_states(m, plan.n, plan.n_layers, len(run.stages)) for m in plan.active}
     batches = feature_batches(feats, settings.batch_size, plan.shard.start, plan.shard.stop)
     for first, (xs, y) in plan.shard.walk(batches, "auditing"):
         _audit_batch(run, first, xs, y, common, per)

@@ -73,7 +73,7 @@ class Shard:
         """A generator seeded with ``seed`` that has drawn ``random_scores`` for every batch of the earlier
         ranks (``replay``), as one process would have by this rank's first batch."""
         g = torch.Generator().manual_seed(seed)
-        for s in range(0, self.start if replay else 0, self.batch_size):
+        for s in range(0, self.start, self.batch_size) if replay else ():
             random_scores(min(self.batch_size, self.n - s), n_layers, g)
         return g
 
@@ -93,7 +93,7 @@ class Rows:
         self._states: dict[str, tuple[torch.dtype, int | None, str]] = {}
         self._parts: dict[str, list[Tensor]] = {}
 
-    def add_state(self, name: str, dtype: torch.dtype = torch.float64, width: int | None = None, reduce="cat"):
+    def add_state(self, name: str, dtype: torch.dtype = torch.float64, width: int | None = None, reduce="cat") -> Rows:
         """A state of (B,) rows, or (B, width) ones; ``dtype`` and ``width`` also shape an empty shard's."""
         if reduce not in ("cat", "sum"):
             raise ValueError(f"reduce must be cat or sum, not {reduce!r}")
@@ -101,7 +101,7 @@ class Rows:
         self._parts[name] = []
         return self
 
-    def add_states(self, names: Iterable[str], dtype: torch.dtype = torch.float64, width=None, reduce="cat"):
+    def add_states(self, names: Iterable[str], dtype: torch.dtype = torch.float64, width=None, reduce="cat") -> Rows:
         """Several states alike."""
         for name in names:
             self.add_state(name, dtype, width, reduce)
