@@ -1,6 +1,7 @@
 """Auditing: the audit's vocabulary (``names``), attribution methods (``methods``: Captum wrapped), pure
-metric functions (``metrics``), the head-scope run (``run``), the network scope (``network``) and the job the
-command and the API run (``job``).
+metric functions (``metrics``), what an audit returns (``results``), what both scopes share around their
+batches (``scaffold``), the head-scope run (``run``), the network scope (``network``) and the job the command
+and the API run (``job``).
 """
 
 from .._moved import moved_names

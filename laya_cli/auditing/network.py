@@ -53,7 +53,8 @@ from .metrics import (
     target_probability,
 )
 from .names import NETWORK_METRICS
-from .run import AuditResult, MethodScores, run_audit
+from .results import AuditResult, MethodScores
+from .run import run_audit
 from .scaffold import AuditPlan, Rows
 
 SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores

@@ -32,7 +32,7 @@ from .methods import METHODS, AttributionContext, random_scores, unavailable_rea
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG, check_ablation
 
 if TYPE_CHECKING:
-    from .run import MethodScores
+    from .results import MethodScores
 
 T = TypeVar("T")
 

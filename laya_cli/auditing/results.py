@@ -1,0 +1,209 @@
+"""What an audit returns: per method its scores (``MethodScores``), per class (``ClassScores``), and the whole
+result (``AuditResult``: the JSON of ``laya audit --json``, pandas tables, the per-sample numbers)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..runtime.errors import LayaError
+from ..runtime.fileio import json_safe, strict_json
+from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
+
+
+@dataclass(kw_only=True)
+class MethodScores:
+    """One method's metrics over a set of samples (NaN where undefined). Built by keyword only."""
+
+    faithfulness: float
+    faithfulness_std: float
+    defined: int  # samples where ρ is defined (both vectors vary)
+    undefined: int
+    deletion_at_1: float
+    oracle: float
+    random: float
+    normalised: float
+    available: bool = True
+    note: str | None = None
+    degenerate: int = 0  # of the undefined samples: those whose Δ varies in at most one layer
+    # The deeper metrics (docs/metrics.md); NaN where undefined or not applicable to the method.
+    aopc: float = math.nan
+    aopc_std: float = math.nan
+    aopc_undefined: int = 0
+    deletion_curve: list[float] = field(default_factory=list)  # mean D_k, k = 1 … L
+    sufficiency: float = math.nan  # sufficiency@1
+    sufficiency_oracle: float = math.nan
+    sufficiency_random: float = math.nan
+    sufficiency_normalised: float = math.nan
+    sufficiency_undefined: int = 0
+    insertion_curve: list[float] = field(default_factory=list)  # mean I_k, k = 1 … L
+    completeness: float = math.nan  # 1 − mean |δ| / mean |p_ŷ(x) − p_ŷ(r̄)| (IG only)
+    completeness_error: float = math.nan
+    completeness_effect: float = math.nan
+    randomisation: float = math.nan  # 1 − mean ρ(scores, scores on the fully re-initialised head)
+    randomisation_spearman: float = math.nan
+    randomisation_undefined: int = 0
+    randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
+
+    @classmethod
+    def unavailable(cls, note: str, n: int, *, oracle: float, random: float, **known) -> MethodScores:
+        """A method the head cannot support, on ``n`` samples: its own scores undefined (NaN), the
+        method-independent ones kept (Deletion@1's oracle and random expectation; ``known``: any other)."""
+        nan = math.nan
+        return cls(
+            faithfulness=nan,
+            faithfulness_std=nan,
+            defined=0,
+            undefined=n,
+            deletion_at_1=nan,
+            oracle=oracle,
+            random=random,
+            normalised=nan,
+            available=False,
+            note=note,
+            **known,
+        )
+
+    def metric(self, name: str) -> float:
+        return {
+            "faithfulness": self.faithfulness,
+            "deletion@1": self.deletion_at_1,
+            "deletion@1_normalised": self.normalised,
+            "aopc": self.aopc,
+            "sufficiency@1": self.sufficiency,
+            "sufficiency@1_normalised": self.sufficiency_normalised,
+            "completeness": self.completeness,
+            "randomisation": self.randomisation,
+        }[name]
+
+    @property
+    def completeness_flagged(self) -> bool | None:
+        """IG's attributions miss more than 5 % of the effect: raise --steps. None: not applicable."""
+        return None if math.isnan(self.completeness) else self.completeness < COMPLETENESS_FLAG
+
+    @property
+    def randomisation_flagged(self) -> bool | None:
+        """The scores barely change when the head is re-initialised. None: undefined."""
+        return None if math.isnan(self.randomisation) else self.randomisation < RANDOMISATION_FLAG
+
+    def to_dict(self) -> dict:
+        return {
+            "faithfulness": self.faithfulness,
+            "faithfulness_std": self.faithfulness_std,
+            "undefined": self.undefined,
+            "defined": self.defined,
+            "deletion@1": self.deletion_at_1,
+            "deletion@1_oracle": self.oracle,
+            "deletion@1_random": self.random,
+            "deletion@1_normalised": self.normalised,
+            "available": self.available,
+            "note": self.note,
+            "degenerate": self.degenerate,
+            "aopc": self.aopc,
+            "aopc_std": self.aopc_std,
+            "aopc_undefined": self.aopc_undefined,
+            "deletion_curve": self.deletion_curve,
+            "sufficiency@1": self.sufficiency,
+            "sufficiency@1_oracle": self.sufficiency_oracle,
+            "sufficiency@1_random": self.sufficiency_random,
+            "sufficiency@1_normalised": self.sufficiency_normalised,
+            "sufficiency@1_undefined": self.sufficiency_undefined,
+            "insertion_curve": self.insertion_curve,
+            "completeness": self.completeness,
+            "completeness_error": self.completeness_error,
+            "completeness_effect": self.completeness_effect,
+            "completeness_flagged": self.completeness_flagged,
+            "randomisation": self.randomisation,
+            "randomisation_spearman": self.randomisation_spearman,
+            "randomisation_undefined": self.randomisation_undefined,
+            "randomisation_flagged": self.randomisation_flagged,
+            "randomisation_cascade": self.randomisation_cascade,
+        }
+
+
+@dataclass
+class ClassScores:
+    n: int
+    accuracy: float
+    methods: dict[str, MethodScores]
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "accuracy": self.accuracy, "methods": {m: s.to_dict() for m, s in self.methods.items()}}
+
+
+@dataclass
+class AuditResult:
+    settings: dict
+    n_samples: int
+    accuracy: float
+    layers: list[str]
+    methods: dict[str, MethodScores]
+    by_class: dict[str, ClassScores] | None = None
+    notes: list[str] = field(default_factory=list)
+    randomisation_stages: list[str] = field(default_factory=list)  # the cascade, output → adapters
+    randomisation_samples: int = 0  # samples the model-randomisation check ran on
+    # Per sample (not in the JSON): index, label, predicted, target (N,), delta (N, L), and per
+    # method its attribution scores (N, L), faithfulness ρ (N,) and Deletion@1 (N,).
+    samples: dict | None = field(default=None, repr=False)
+    network: object | None = None  # --scope network|both: a network.NetworkResult (docs/metrics.md)
+
+    @property
+    def summary(self) -> dict:
+        """The JSON document of ``laya audit --json`` (without its ``fail_under`` block), as a dict."""
+        return self.to_dict()
+
+    def to_pandas(self, by_class: bool = False):
+        """One row per method: faithfulness (mean ρ, std, defined/undefined samples) and Deletion@1
+        (value, oracle, random expectation, normalised). ``by_class``: one row per (class, method)."""
+        import pandas as pd
+
+        def rows(methods: dict[str, MethodScores], **extra) -> list[dict]:
+            return [{**extra, "method": m, **s.to_dict()} for m, s in methods.items()]
+
+        if by_class:
+            if self.by_class is None:
+                raise LayaError("this audit has no per-class results: run it with by_class=True")
+            data = [r for c, cs in self.by_class.items() for r in rows(cs.methods, **{"class": c, "n": cs.n})]
+            return pd.DataFrame(data).set_index(["class", "method"])
+        return pd.DataFrame(rows(self.methods)).set_index("method")
+
+    def per_sample(self):
+        """One row per audited sample: ``index``, ``label``, ``predicted``, ``target`` (the class
+        explained), ``delta[<layer>]`` (Δ_i, the drop in p_target when layer i is removed), and per
+        method ``faithfulness[<method>]`` (ρ), ``deletion@1[<method>]`` and ``<method>[<layer>]``
+        (its attribution score of each layer)."""
+        import pandas as pd
+
+        if self.samples is None:
+            raise LayaError("this audit kept no per-sample results")
+        s = self.samples
+        cols: dict[str, object] = {k: s[k].numpy() for k in ("index", "label", "predicted", "target")}
+        for i, name in enumerate(self.layers):
+            cols[f"delta[{name}]"] = s["delta"][:, i].double().numpy()
+        for m in s["scores"]:
+            cols[f"faithfulness[{m}]"] = s["faithfulness"][m].numpy()
+            cols[f"deletion@1[{m}]"] = s["deletion@1"][m].numpy()
+            for i, name in enumerate(self.layers):
+                cols[f"{m}[{name}]"] = s["scores"][m][:, i].double().numpy()
+        return pd.DataFrame(cols)
+
+    def to_dict(self) -> dict:
+        out = {
+            "settings": self.settings,
+            "n_samples": self.n_samples,
+            "accuracy": self.accuracy,
+            "layers": self.layers,
+            "methods": {m: s.to_dict() for m, s in self.methods.items()},
+            "notes": self.notes,
+            "randomisation_stages": self.randomisation_stages,
+            "randomisation_samples": self.randomisation_samples,
+        }
+        if self.by_class is not None:
+            out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
+        if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
+            out["network"] = self.network.to_dict()
+        return json_safe(out)
+
+    def to_json(self) -> str:
+        """Strict JSON (NaN and ±inf written as null)."""
+        return strict_json(self.to_dict())
