@@ -11,7 +11,7 @@ from ..model.evaldata import EvalData
 from ..runtime.config import AuditSettings
 from .metrics import check_ablation
 from .network import check_network_scope, run_scoped_audit
-from .run import AuditResult
+from .results import AuditResult
 
 
 def audit_job(
