@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from . import backbones as bb
 from .auditing.job import audit_job
 from .auditing.names import parse_methods
-from .auditing.run import AuditResult
+from .auditing.results import AuditResult
 from .data.datasets import USER_DATASET, stratified_split
 from .depthing.job import depth_job
 from .depthing.run import DepthResult

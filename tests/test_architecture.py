@@ -26,11 +26,27 @@ def module_files() -> dict[str, Path]:
     return out
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> tuple[set[str], set[str]]:
-    """(laya_cli modules, other top-level names) that ``name`` imports anywhere, function bodies included."""
+def _without_typing_blocks(tree: ast.Module) -> ast.Module:
+    """The module without its ``if TYPE_CHECKING:`` blocks (imports a type checker reads, never run)."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list):
+                setattr(node, field, [s for s in stmts if not _is_typing_block(s)])
+    return tree
+
+
+def _is_typing_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(name: str, path: Path, known: set[str], typing: bool = True) -> tuple[set[str], set[str]]:
+    """(laya_cli modules, other top-level names) that ``name`` imports anywhere, function bodies included;
+    ``typing=False`` leaves out the imports under ``if TYPE_CHECKING:``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     inner, outer = set(), set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree if typing else _without_typing_blocks(tree)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -134,3 +150,61 @@ def test_laya_info_needs_torch_and_nothing_on_top_of_it(digits_ckpt):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# What each package (or top-level module) may import from the rest of laya_cli (docs/architecture.md): data
+# flows one way, runtime < backbones < data < features < model < auditing < training < gates < depthing
+# < exporting; report formats what it is given; the command line, the Python API and the shipped helpers sit
+# on top. The package root (``__version__``) and ``_moved`` (old paths) may be imported from anywhere.
+_PIPELINE = ("runtime", "backbones", "data", "features", "model", "auditing", "training")
+MAY_IMPORT = {
+    **{pkg: set(_PIPELINE[:i]) for i, pkg in enumerate(_PIPELINE)},
+    "gates": {"runtime", "auditing.names"},  # no torch: the vocabulary only
+    "depthing": {*_PIPELINE},
+    "exporting": {"runtime", "features", "model", "auditing", "gates", "report"},
+    "report": set(),
+    "synthetic": {*_PIPELINE},
+    "speed": {*_PIPELINE, "gates", "depthing", "exporting", "report", "synthetic"},
+    "api": {*_PIPELINE, "gates", "depthing", "exporting"},
+    "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report", "speed", "synthetic"},
+    "testing": {"backbones", "cli", "synthetic"},
+    "__main__": {"cli"},
+}
+ANYWHERE = {"laya_cli", "laya_cli._moved"}
+
+
+def _allowed(importer: str, imported: str) -> bool:
+    if imported in ANYWHERE:
+        return True
+    src, dst = importer.split(".")[1], imported.split(".")[1]
+    if src == dst:
+        return True
+    rules = MAY_IMPORT.get(src, set())
+    return dst in rules or ".".join(imported.split(".")[1:3]) in rules
+
+
+def test_packages_import_only_what_docs_architecture_allows():
+    files = module_files()
+    stray = sorted(
+        f"{name} -> {dep}"
+        for name, path in files.items()
+        if name != "laya_cli" and not name.startswith("laya_cli._moved")
+        for dep in imports_of(name, path, set(files), typing=False)[0]
+        if not _allowed(name, dep)
+    )
+    assert stray == []
+
+
+def test_no_function_is_longer_than_80_lines():
+    """Long functions hide the steps a reader needs named; the longest ten are printed (pytest -s) to watch."""
+    lengths = sorted(
+        (
+            (node.end_lineno - node.lineno + 1, f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")
+            for path in PACKAGE.rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ),
+        reverse=True,
+    )
+    print("\nlongest functions in laya_cli:", *(f"{n:4d}  {where}" for n, where in lengths[:10]), sep="\n")
+    assert [where for n, where in lengths if n > 80] == []

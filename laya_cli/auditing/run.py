@@ -1,4 +1,4 @@
-"""``laya audit``: run attribution methods and faithfulness metrics over a data set, and gate on them.
+"""The head-scope audit: attribution methods and faithfulness metrics over a data set (gating: ``laya_cli.gates``).
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
 forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), the keep-only-one-layer

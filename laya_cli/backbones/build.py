@@ -1,14 +1,10 @@
-"""Backbones: a model plus the layers we tap and how each tap is pooled to a vector.
+"""Building a backbone, tapping it, and restoring it from a checkpoint.
 
 Every backbone family answers the same small interface (``families.Family``): it builds the
 model and its input config, names the default taps (timm's ``feature_info``, torchvision's
 feature-extraction nodes, …), declares how tap outputs are laid out, and how to cut the model
 after a tap. ``build_backbone`` puts a family's model into a ``TappedBackbone``, which returns
 ``[r_1, ..., r_L]`` — or runs only up to tap k, or continues from tap k (``taps.py``).
-
-Modules: ``spec`` (what is stored), ``builtin`` (mlp, cnn), ``families`` (the registry),
-``taps`` (running and continuing), ``pooling`` (tap formats), ``weights`` (files, hashes, hub
-caches), ``usercode`` (``--arch``), ``program`` (``.pt2``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from .regression import Comparison, MaxDrop, check_settings, gate, planned_audit
 from .thresholds import Threshold, threshold_checks
 
 if TYPE_CHECKING:
-    from ..auditing.run import AuditResult
+    from ..auditing.results import AuditResult
 
 
 @dataclass(frozen=True)

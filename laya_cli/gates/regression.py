@@ -265,12 +265,12 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
     who = f"{method}: " if method else ""
     amount = f"{rule.amount * 100:g}%" if rule.relative else f"{rule.amount:g}"
     name = f"{method + ':' if method else ''}{rule.metric} drop<={amount}"
+
+    def check(measured: float | None, required: str, passed: bool, message: str, **kw) -> Check:
+        return Check("max-drop", name, rule.metric, method, measured, required, passed, message, **kw)
+
     if pair is None:
-        return Check(
-            "max-drop",
-            name,
-            rule.metric,
-            method,
+        return check(
             None,
             "present in both audits",
             False,
@@ -278,11 +278,7 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
         )
     base, now = pair["baseline"], pair["current"]
     if base is None:
-        return Check(
-            "max-drop",
-            name,
-            rule.metric,
-            method,
+        return check(
             now,
             "a defined baseline value",
             True,
@@ -294,11 +290,7 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
     required = f">= {floor:.4f} (baseline {base:.4f} - {allowed:.4g})"
     if now is None:
         pair["failed"] = True
-        return Check(
-            "max-drop",
-            name,
-            rule.metric,
-            method,
+        return check(
             None,
             required,
             False,
@@ -312,7 +304,7 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
     message = f"{who}{rule.metric} {verb} ({base:.4f} -> {now:.4f}), " + (
         f"within the allowed {limit}" if ok else f"more than the allowed {limit}"
     )
-    return Check("max-drop", name, rule.metric, method, now, required, ok, message)
+    return check(now, required, ok, message)
 
 
 def planned_audit(settings, methods: Sequence[str], samples: int | None, model) -> dict:

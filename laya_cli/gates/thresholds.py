@@ -17,7 +17,7 @@ from ..runtime.errors import LayaError, match_choice, unknown_choice
 from .checks import Check
 
 if TYPE_CHECKING:
-    from ..auditing.run import AuditResult
+    from ..auditing.results import AuditResult
 
 _THRESHOLD = re.compile(
     r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$"
