@@ -157,7 +157,7 @@ class FxEngine:
             except Exception as e:
                 detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
                 raise LayaError(f"torchvision could not extract layers {', '.join(self.names[:k])}: {detail}") from None
-            self._extractors[k] = ex
+            self._extractors[k] = _without_asserts(ex)
         ex = self._extractors[k]
         if ex.training != self.model.training:
             ex.train(self.model.training)
@@ -166,6 +166,20 @@ class FxEngine:
     def run(self, x: Tensor, k: int) -> list:
         out = self._extractor(k)(x)
         return [_first_tensor(out[str(i)]) for i in range(k)]
+
+
+def _without_asserts(graph_module: nn.Module) -> nn.Module:
+    """The traced graph without its ``torch._assert`` calls, then without its dead code. torchvision's blocks
+    assert their input's rank (ViT's EncoderBlock); an assert is impure, so dead-code elimination kept every block
+    after the last tap alive to feed it, and ``upto=k`` ran the whole encoder. What they check holds by
+    construction: the input adapter hands every model a B×C×H×W batch, and the blocks' inputs follow from it."""
+    graph = graph_module.graph
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch._assert:
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph_module.recompile()
+    return graph_module
 
 
 ENGINES = {"hooks": HookEngine, "fx": FxEngine}
