@@ -9,7 +9,7 @@ import typer
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import check_writable, console, pick_device, wide_console
+from .common import console, pick_device, wide_console
 from .options import (
     AUDIT,
     BENCH,
@@ -124,10 +124,11 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return refuse_bench_options(ctx)
     from ..runtime.config import AuditSettings
+    from ..runtime.fileio import check_outputs
     from ..training import bench as B
 
     with progress.enabled(not quiet):
-        check_writable(json_out, markdown)
+        check_outputs(json_out, markdown)
         template = train_request(
             **job_options(options),
             head="laya",
@@ -200,9 +201,9 @@ def bench_speed(quick: SpeedQuick = False, device: Device = "auto", json_out: Js
     """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
     from .. import speed
     from ..report.speed import speed_tables
-    from ..runtime.fileio import atomic_write_text, strict_json
+    from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
 
-    check_writable(json_out)
+    check_outputs(json_out)
     # --device cpu needs no torch in this process (the benchmarks import it in their own processes).
     dev = "cpu" if device.strip().lower() == "cpu" else pick_device(device)
     summary = speed.run_all(quick=quick, device=dev)  # Ctrl-C: the child stops, "interrupted" (130)

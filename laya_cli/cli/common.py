@@ -62,12 +62,3 @@ def wide_console(renderables):
 
     unbounded = console.options.update_width(10_000)  # measured against 80 columns, a table never looks wider
     return Console(width=max([console.width, *(console.measure(t, options=unbounded).maximum for t in renderables)]))
-
-
-def check_writable(*paths) -> None:
-    """Every output file given (None: not asked for) can be written: fail now, not after the work."""
-    from ..runtime.fileio import check_writable as writable
-
-    for path in paths:
-        if path is not None:
-            writable(path)

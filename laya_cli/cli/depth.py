@@ -6,7 +6,7 @@ from functools import partial
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import check_writable, console, note, pick_device, trust_arch, wide_console
+from .common import console, note, pick_device, trust_arch, wide_console
 from .options import (
     DEPTH,
     ArchImport,
@@ -61,6 +61,7 @@ def depth(
     from ..model.laya_model import load_model
     from ..report.depth import truncate_line
     from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least
+    from ..runtime.fileio import check_outputs
 
     with progress.enabled(not quiet):
         trust_arch(arch)
@@ -80,7 +81,7 @@ def depth(
             raise LayaError("--truncate K writes a checkpoint: name it with --out small.pt")
         if out is not None and truncate is None:
             raise LayaError("--out names the checkpoint --truncate K writes; add --truncate K")
-        check_writable(json_out, markdown, plot, out)
+        check_outputs(json_out, markdown, plot, out)
         laya_model = load_model(model)
         data = partial(load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
         result = depth_job(laya_model, data, settings, out, use_cache=cache)

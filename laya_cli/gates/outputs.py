@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.errors import LayaError
-from ..runtime.fileio import append_text, atomic_write_text, check_writable, strict_json
+from ..runtime.fileio import append_text, atomic_write_text, check_outputs, strict_json
 from .junit import junit_xml
 from .outcome import GateOutcome
 from .regression import junit_properties
@@ -50,9 +50,7 @@ class AuditOutputs:
 
     def check_writable(self) -> None:
         """Each file asked for can be written: a LayaError now, not after the audit."""
-        for path in (self.json, self.markdown, self.junit):
-            if path is not None:
-                check_writable(path)
+        check_outputs(self.json, self.markdown, self.junit)
 
     def write(self, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0) -> str | None:
         """Write each file asked for, atomically, and append ``markdown`` to the job summary; returns the warning

@@ -55,6 +55,13 @@ def check_writable(path: str | Path) -> Path:
     return path
 
 
+def check_outputs(*paths: str | Path | None) -> None:
+    """Each output file asked for (None: not asked) can be written: fail now, not after the work."""
+    for path in paths:
+        if path is not None:
+            check_writable(path)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
