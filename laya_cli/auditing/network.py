@@ -286,9 +286,10 @@ class NetworkScope:
         from captum.attr import LayerGradientXActivation
 
         forward = lambda images: self.probs(self.pooled(self.backbone.patched_activations(images)))
-        # Images that require grad: with a frozen backbone the tap outputs are otherwise outside autograd.
+        # Images that require grad: with a frozen backbone the tap outputs are otherwise outside autograd (token
+        # ids cannot: a text backbone's embeddings output requires grad instead, backbones/hf.py).
         attrs = LayerGradientXActivation(forward, list(self.modules), multiply_by_inputs=multiply).attribute(
-            x.detach().requires_grad_(True), target=target
+            x.detach().requires_grad_(x.is_floating_point()), target=target
         )
         return [_first(a).detach() for a in attrs]
 

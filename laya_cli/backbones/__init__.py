@@ -3,7 +3,8 @@
 Every backbone family answers the same small interface (``families.Family``). Modules: ``spec`` (what is
 stored), ``builtin`` (mlp, cnn), ``families`` (the registry), ``taps`` (running up to and continuing from a
 tap), ``pooling`` (tap formats), ``weights`` (files, hashes, hub caches), ``usercode`` (``--arch``),
-``program`` (``.pt2``), ``build`` (building, tapping and restoring a backbone). This file only re-exports.
+``program`` (``.pt2``), ``hf`` (Hugging Face transformers), ``build`` (building, tapping and restoring a
+backbone). This file only re-exports.
 """
 
 from .build import (
@@ -26,8 +27,8 @@ from .build import (
 from .builtin import PaperMLP, SmallCNN
 from .families import BACKBONES, BUILTIN, FAMILIES, Family, TorchvisionFamily, family_for_model, family_of
 from .pooling import Layouts, TapFormat, pool_tokens
-from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
-from .taps import InputAdapter, TappedBackbone, match_layers
+from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
+from .taps import InputAdapter, TappedBackbone, TokenAdapter, match_layers
 from .usercode import normalize_ref, trust_code
 from .weights import CLASSIFIER_KEYS, file_sha256, load_state, read_weights_file, state_fingerprint, weights_sha256
 
@@ -48,6 +49,8 @@ __all__ = [
     "SmallCNN",
     "TapFormat",
     "TappedBackbone",
+    "TextInput",
+    "TokenAdapter",
     "TorchvisionFamily",
     "backbone_from_checkpoint",
     "backbone_name",

@@ -18,10 +18,10 @@ from torch import Tensor, nn
 
 from ..runtime.errors import LayaError
 from .builtin import PaperMLP, SmallCNN
-from .families import BACKBONES, BUILTIN, FAMILIES, Family, TorchvisionFamily, family_for_model, family_of
+from .families import BACKBONES, BUILTIN, FAMILIES, Family, family_for_model, family_of
 from .pooling import Layouts, TapFormat, pool_tokens
-from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
-from .taps import InputAdapter, TappedBackbone, match_layers
+from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
+from .taps import InputAdapter, TappedBackbone, make_adapter, random_tokens
 from .usercode import trust_code
 from .weights import (
     CLASSIFIER_KEYS,
@@ -153,23 +153,15 @@ def resolve_layers(
         if not taps:
             raise LayaError("no default layers for this model; choose them with --layers 'glob,glob'")
         return taps
-    try:
-        return match_layers(family.candidates(model), patterns)
-    except LayaError:
-        if isinstance(family, TorchvisionFamily):  # torchvision's own graph node names (e.g. layer1.0.add)
-            nodes = family.graph_nodes(model)
-            if nodes:
-                try:
-                    return match_layers(nodes, patterns)
-                except LayaError:
-                    pass
-        raise
+    return family.select_layers(model, patterns, probe or (lambda: _default_probe(model)))
 
 
-def _shape_probe(input_cfg: InputConfig, shape: tuple[int, ...]) -> Callable[[], Tensor]:
+def _shape_probe(input_cfg: InputConfig | TextInput, shape: tuple[int, ...]) -> Callable[[], Tensor]:
     def probe() -> Tensor:
-        x = torch.rand(2, *shape, generator=torch.Generator().manual_seed(0))
-        return InputAdapter(input_cfg)(x)
+        adapter = make_adapter(input_cfg)
+        if isinstance(input_cfg, TextInput):
+            return adapter(random_tokens(input_cfg, 2))
+        return adapter(torch.rand(2, *shape, generator=torch.Generator().manual_seed(0)))
 
     return probe
 
@@ -190,6 +182,7 @@ def tap_model(
     resolved copy (layer names, pool and tap formats filled in) that a checkpoint stores."""
     spec = replace(spec, layers=list(spec.layers), formats=list(spec.formats))
     family = family or family_for_model(model)
+    family.prepare(model)
     probe = None if example_shape is None else _shape_probe(input_cfg, tuple(example_shape))
     layers = resolve_layers(model, spec.layers, family, probe)
     if layers != spec.layers:
@@ -294,10 +287,12 @@ def checkpoint_extras(backbone: TappedBackbone, spec: BackboneSpec, weights_file
     return extras
 
 
-def _recorded_input(section: dict) -> InputConfig | None:
+def _recorded_input(section: dict) -> InputConfig | TextInput | None:
     rec = section.get("input")
     if not rec:
         return None
+    if rec.get("kind") == "tokens":
+        return TextInput(**{k: v for k, v in rec.items() if k != "kind"})
     return InputConfig(
         int(rec["channels"]),
         tuple(rec["size"]) or None,  # type: ignore[arg-type]
@@ -306,7 +301,9 @@ def _recorded_input(section: dict) -> InputConfig | None:
     )
 
 
-def _same_input(adapter: InputAdapter, cfg: InputConfig) -> bool:
+def _same_input(adapter, cfg: InputConfig | TextInput) -> bool:
+    if isinstance(cfg, TextInput) or not isinstance(adapter, InputAdapter):
+        return adapter.record() == make_adapter(cfg).record()
     return (
         adapter.channels == cfg.channels
         and tuple(adapter.size or ()) == tuple(cfg.size or ())
@@ -349,6 +346,6 @@ def backbone_from_checkpoint(section: dict, model: nn.Module | None = None) -> T
         backbone.layouts = Layouts(backbone.layouts.spatial, 0)
     backbone.weights_source = section.get("source", backbone.weights_source)
     if recorded is not None and not _same_input(backbone.adapter, recorded):
-        backbone.adapter = InputAdapter(recorded)
+        backbone.adapter = make_adapter(recorded)  # text: the tokenizer the head was trained with
         backbone.input_cfg = recorded
     return backbone

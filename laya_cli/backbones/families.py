@@ -14,21 +14,25 @@ family          default taps                               layouts
 ``arch``        the model's ``feature_info`` if it has     its ``output_fmt``/``num_prefix_tokens``
                 one, else the longest run of blocks        attributes if any, else NCHW / NLC+0
 ``pt2``         the longest run of blocks                  NCHW / NLC+0
+``hf``          every layer after the embeddings (the      text: NLC with its attention mask;
+                ModuleList whose outputs are the model's   vision: NLC+P (CLS, registers),
+                ``hidden_states``), ``hf.py``              NCHW stages (ConvNeXt)
 ==============  =========================================  =====================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from torch import Tensor, nn
+from torch import nn
 
 from ..runtime.errors import LayaError, unknown_choice
 from .builtin import PaperMLP, SmallCNN
+from .family import Family, Probe, _declared_layouts, _feature_info_modules, _first_line, _norm_for  # noqa: F401
+from .hf import HFFamily
 from .pooling import Layouts
-from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
-from .taps import chain_children, generic_default_taps, stage_ends
+from .spec import IMAGENET_MEAN, IMAGENET_STD, InputConfig
+from .taps import chain_children, generic_default_taps, match_layers, stage_ends
 from .weights import (
     hf_cache_dir,
     hub_file_cached,
@@ -38,94 +42,6 @@ from .weights import (
     reachable,
     torch_hub_cached,
 )
-
-Probe = Callable[[], Tensor]  # a batch of model inputs, made only when a rule needs to run the model
-
-
-def _norm_for(channels: int) -> tuple[tuple, tuple]:
-    return (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.5,) * channels, (0.5,) * channels)
-
-
-def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-
-
-def _declared_layouts(model: nn.Module) -> Layouts:
-    """timm's conventions, also honoured on your own modules: ``output_fmt`` and
-    ``num_prefix_tokens`` (or a ``cls_token``/``class_token`` attribute: one prefix token)."""
-    fmt = getattr(model, "output_fmt", "NCHW")
-    fmt = getattr(fmt, "value", fmt)
-    prefix = getattr(model, "num_prefix_tokens", None)
-    if not isinstance(prefix, int):
-        prefix = int(getattr(model, "cls_token", None) is not None or getattr(model, "class_token", None) is not None)
-    return Layouts("NHWC" if fmt == "NHWC" else "NCHW", prefix)
-
-
-def _feature_info_modules(model: nn.Module) -> list[tuple[str, int | None]]:
-    """(module, channels) of a timm-style ``feature_info``; [] when the model has none."""
-    info = getattr(model, "feature_info", None)
-    info = getattr(info, "info", info)
-    if not isinstance(info, (list, tuple)):
-        return []
-    out = []
-    for entry in info:
-        if isinstance(entry, dict) and isinstance(entry.get("module"), str):
-            out.append((entry["module"], entry.get("num_chs")))
-    names = {n for n, _ in model.named_modules()}
-    return out if out and all(m in names for m, _ in out) else []
-
-
-class Family:
-    """The interface. Override what differs; the defaults suit a plain ``nn.Module``."""
-
-    name = "generic"
-    engine = "hooks"  # how taps are read: forward hooks, or "fx" (torchvision's feature extraction)
-    hub = False  # pretrained by default when frozen
-
-    def build(
-        self, model_name: str, spec: BackboneSpec, *, program: bytes | None = None, trust_pickle: bool = False
-    ) -> tuple[nn.Module, InputConfig]:
-        raise NotImplementedError
-
-    def owns(self, model: nn.Module) -> bool:
-        return False
-
-    def input_side(self, model_name: str, spec: BackboneSpec) -> int | None:
-        """Side at which file datasets are decoded for this backbone (cheap: no model built)."""
-        return spec.input_size
-
-    def layouts(self, model: nn.Module) -> Layouts:
-        return _declared_layouts(model)
-
-    def default_taps(self, model: nn.Module, probe: Probe) -> list[str]:
-        fi = _feature_info_modules(model)
-        if fi:
-            return [m for m, _ in fi]
-        return generic_default_taps(model, self.layouts(model), probe())
-
-    def candidates(self, model: nn.Module) -> list[str]:
-        """Names that ``--layers`` globs match, in model order."""
-        return [n for n, _ in model.named_modules() if n]
-
-    def expected_widths(self, model: nn.Module, taps: Sequence[str]) -> list[int | None]:
-        chans = dict(_feature_info_modules(model))
-        return [chans.get(t) for t in taps]
-
-    def truncate(self, model: nn.Module, taps: Sequence[str], k: int) -> nn.Module | None:
-        """This family's own way to cut ``model`` after tap k, or None for the generic one."""
-        return None
-
-    def check_pretrained(self, model_name: str) -> bool:
-        """Before any work: True when the pretrained weights are cached locally, False when they
-        can be downloaded, a one-line error when neither."""
-        raise LayaError(f"{self.name} backbones have no published weights; drop --pretrained")
-
-    def default_pool(self, model: nn.Module) -> str:
-        return "cls" if self.layouts(model).prefix else "mean"
-
-    def weights_source(self, model_name: str, spec: BackboneSpec, model: nn.Module) -> str:
-        return "random initialisation"
-
 
 # --------------------------------------------------------------------------- built-ins
 
@@ -382,6 +298,19 @@ class TorchvisionFamily(Family):
             return names
         return stage_ends(names, outputs, self.layouts(model))
 
+    def select_layers(self, model, patterns, probe):
+        try:
+            return super().select_layers(model, patterns, probe)
+        except LayaError:  # torchvision's own graph node names (e.g. layer1.0.add)
+            nodes = self.graph_nodes(model)
+            if not nodes:
+                raise
+            try:
+                return match_layers(nodes, patterns)
+            except LayaError:
+                pass
+            raise
+
     def graph_nodes(self, model: nn.Module) -> list[str]:
         """torchvision's own node names (``get_graph_node_names``, eval graph), in graph order."""
         import warnings
@@ -485,6 +414,7 @@ FAMILIES: dict[str, Family] = {
     "torchvision": TorchvisionFamily(),
     "arch": ArchFamily(),
     "pt2": ProgramFamily(),
+    "hf": HFFamily(),
 }
 BACKBONES: dict[str, tuple[Family, str]] = {  # named backbones
     "mlp": (BUILTIN, "mlp"),
@@ -503,7 +433,7 @@ def family_of(name: str) -> tuple[Family, str]:
         return FAMILIES[prefix], rest
     if sep and prefix and prefix not in FAMILIES and "/" not in prefix and "\\" not in prefix and len(prefix) > 1:
         raise unknown_choice("backbone family", prefix, FAMILIES)
-    raise unknown_choice("backbone", name, [*BACKBONES, "timm:NAME", "torchvision:NAME", "FILE.pt2"])
+    raise unknown_choice("backbone", name, [*BACKBONES, "timm:NAME", "torchvision:NAME", "hf:NAME", "FILE.pt2"])
 
 
 def family_for_model(model: nn.Module) -> Family:

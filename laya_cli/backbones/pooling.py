@@ -10,7 +10,12 @@ format      shape                   r_i
 ``NHWC``    B×H×W×C (Swin)          mean over H, W
 ``NLC+P``   B×(P+N)×D, P prefix     ``cls``: token 0; ``mean``: mean of the N
             (class/distillation)    non-prefix tokens (timm's ``avg`` pool)
+``NLC``     B×L×D text, with its    ``cls``: token 0; ``mean``: mean over the real
+            attention mask B×L      tokens; ``last``: the last real token (decoders)
 ==========  ======================  ===============================================
+
+Token sequences come with their attention mask (1 = a real token, 0 = padding, right-padded): padding
+never enters r_i.
 
 The declaration comes from the model's family (timm: ``output_fmt`` and ``num_prefix_tokens``;
 torchvision: per family; ours: per model). The tensor's rank is only *checked* against it.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from ..runtime.errors import LayaError
@@ -71,8 +77,9 @@ class TapFormat:
             )
         return h
 
-    def pool(self, h: Tensor, how: str = "mean", name: str = "?") -> Tensor:
-        """r_i from a raw tap output; ``how`` (cls | mean) only matters for token sequences."""
+    def pool(self, h: Tensor, how: str = "mean", name: str = "?", mask: Tensor | None = None) -> Tensor:
+        """r_i from a raw tap output; ``how`` (cls | mean | last) only matters for token sequences,
+        ``mask`` (B×L, text) keeps padding out of them."""
         self.check(h, name)
         if self.layout == "NC":
             return h
@@ -82,8 +89,21 @@ class TapFormat:
             return h.mean(dim=(1, 2))
         if how == "cls":
             return h[:, 0]
+        if mask is not None:
+            return masked_pool(h, mask, how)
+        if how == "last":
+            return h[:, -1]
         tokens = h[:, self.prefix :] if h.shape[1] > self.prefix else h
         return tokens.mean(dim=1)
+
+
+def masked_pool(h: Tensor, mask: Tensor, how: str) -> Tensor:
+    """Mean over the real tokens, or the last real token, of B×L×D ``h`` under a right-padded B×L mask."""
+    mask = mask.to(h.dtype)
+    if how == "last":
+        last = (mask.sum(dim=1).long() - 1).clamp(min=0)
+        return h[torch.arange(len(h), device=h.device), last]
+    return (h * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True).clamp(min=1)
 
 
 @dataclass(frozen=True)

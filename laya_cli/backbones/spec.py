@@ -19,6 +19,26 @@ class InputConfig:
 
 
 @dataclass
+class TextInput:
+    """What a token-sequence backbone expects: its tokenizer (``tokenizers`` JSON, stored in the checkpoint so
+    audits need no hub), every text padded and truncated to ``max_length`` tokens (one fixed length: the
+    network scope's reference activations are per position), padded with ``pad_id`` on the right.
+
+    Token batches travel through laya as B×2×L integer tensors: row 0 the token ids, row 1 the attention mask.
+    """
+
+    max_length: int
+    tokenizer: str = ""  # tokenizers.Tokenizer JSON; "" until one is chosen or trained
+    pad_id: int = 0
+    vocab_size: int = 0  # the model's embedding rows: a tokenizer with more ids does not fit
+    source: str = ""  # where the tokenizer came from: the hub's, a local dir's, trained on a split
+
+    @property
+    def channels(self) -> int:  # the two rows of a token batch (ids, mask): what check_input_fits compares
+        return 2
+
+
+@dataclass
 class BackboneSpec:
     """Everything needed to rebuild a backbone (stored in the checkpoint).
 
@@ -35,6 +55,7 @@ class BackboneSpec:
     image_size: tuple[int, int] = (8, 8)
     input_size: int | None = None  # side of the images the backbone sees; None: the model's own
     formats: list[str] = field(default_factory=list)  # per tap: NC, NCHW, NHWC, NLC or NLC+P (P prefix tokens)
+    max_length: int | None = None  # token sequences: tokens per text (None: images)
     cut: bool = (
         False  # the model ends at its last tap: modules above it are neither built nor stored (laya depth --truncate)
     )
@@ -44,6 +65,8 @@ class BackboneSpec:
         d["image_size"] = list(self.image_size)
         if not self.cut:  # only truncated checkpoints carry it: ordinary ones keep their old layout
             d.pop("cut")
+        if self.max_length is None:  # image backbones keep the layout they had before token sequences
+            d.pop("max_length")
         return d
 
     @classmethod

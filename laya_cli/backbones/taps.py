@@ -21,7 +21,7 @@ import copy
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ..runtime.errors import LayaError
 from .pooling import Layouts, TapFormat
-from .spec import InputConfig
+from .spec import InputConfig, TextInput
 
 
 class _StopForward(BaseException):
@@ -72,11 +72,80 @@ class InputAdapter(nn.Module):
         self.register_buffer("std", torch.tensor(cfg.std).view(1, -1, 1, 1), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.ndim == 3 and not x.is_floating_point():
+            raise LayaError(
+                "this is an image model: it takes B×C×H×W images, not B×2×L token batches "
+                "(text given to an image model?)"
+            )
         if x.shape[1] != self.channels:
             x = x.expand(-1, self.channels, -1, -1) if x.shape[1] == 1 else x.mean(1, keepdim=True)
         if self.size is not None and tuple(x.shape[-2:]) != tuple(self.size):
             x = F.interpolate(x, size=self.size, mode="bilinear", antialias=True, align_corners=False)
         return (x - self.mean) / self.std
+
+    def record(self) -> dict:
+        """What the checkpoint stores as the backbone's ``input``."""
+        return {
+            "channels": self.channels,
+            "size": list(self.size or []),
+            "mean": self.mean.flatten().tolist(),
+            "std": self.std.flatten().tolist(),
+        }
+
+    def batch_mask(self, h: Tensor) -> None:
+        return None
+
+
+class TokenAdapter(nn.Module):
+    """Turns B×2×L token batches (ids, attention mask) into a text model's keyword inputs, and keeps the
+    mask of the batch it last saw: pooling a tap of that batch (or of Captum's copies of it, stacked
+    along the batch) reads it, so padding never enters r_i."""
+
+    def __init__(self, cfg: TextInput):
+        super().__init__()
+        self.text = cfg
+        self.channels, self.size = 2, None
+        self.mask: Tensor | None = None
+
+    def forward(self, x: Tensor) -> dict:
+        if x.ndim != 3 or x.shape[1] != 2 or x.is_floating_point():
+            shape = "×".join(str(s) for s in x.shape)
+            raise LayaError(
+                f"this is a text model: it takes B×2×L token batches (ids, attention mask), not a {shape} "
+                f"{x.dtype} tensor (images given to a text model?)"
+            )
+        ids, mask = x[:, 0].long(), x[:, 1].long()
+        self.mask = mask
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def record(self) -> dict:
+        return {"kind": "tokens", **asdict(self.text)}
+
+    def batch_mask(self, h: Tensor) -> Tensor | None:
+        """The mask of ``h``'s rows: the last batch's, repeated when Captum stacked copies of it."""
+        if self.mask is None or h.ndim != 3 or h.shape[1] != self.mask.shape[1]:
+            return None
+        copies, rest = divmod(len(h), len(self.mask))
+        if rest or not copies:
+            raise LayaError(f"a batch of {len(h)} rows cannot be pooled with the mask of {len(self.mask)} texts")
+        return self.mask.repeat(copies, 1).to(h.device)
+
+
+def make_adapter(cfg: InputConfig | TextInput) -> InputAdapter | TokenAdapter:
+    return TokenAdapter(cfg) if isinstance(cfg, TextInput) else InputAdapter(cfg)
+
+
+def random_tokens(cfg: TextInput, batch: int, length: int = 16) -> Tensor:
+    """A seeded batch of random token ids with a full attention mask (a probe input)."""
+    g = torch.Generator().manual_seed(0)
+    length = min(length, cfg.max_length)
+    ids = torch.randint(0, max(cfg.vocab_size, 2), (batch, length), generator=g)
+    return torch.stack([ids, torch.ones_like(ids)], dim=1)
+
+
+def call_model(model: nn.Module, inputs):
+    """``model(inputs)``, or ``model(**inputs)`` for a text model's keyword inputs."""
+    return model(**inputs) if isinstance(inputs, dict) else model(inputs)
 
 
 # --------------------------------------------------------------------------- engines
@@ -119,7 +188,7 @@ class HookEngine:
 
         handles = [modules[n].register_forward_hook(make(i)) for i, n in enumerate(self.names[:k])]
         try:
-            self.model(x)
+            call_model(self.model, x)
         except _StopForward:
             pass
         finally:
@@ -230,7 +299,7 @@ def trace_calls(
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
     try:
-        model(x)
+        call_model(model, x)
     except _StopForward:
         pass
     finally:
@@ -398,7 +467,7 @@ class TappedBackbone(nn.Module):
     ):
         super().__init__()
         self.model = model
-        self.adapter = InputAdapter(input_cfg)
+        self.adapter = make_adapter(input_cfg)
         self.input_cfg = input_cfg
         self.layer_names = list(layer_names)
         self.pool = pool
@@ -434,6 +503,10 @@ class TappedBackbone(nn.Module):
     def forward(self, x: Tensor, upto: int | None = None) -> list[Tensor]:
         return [self.pool_tap(i, h) for i, h in enumerate(self.activations(x, upto))]
 
+    def whole_model(self, x: Tensor):
+        """The plain model's own forward on a batch (everything it runs, past the last tap too)."""
+        return call_model(self.model, self.adapter(x))
+
     def tap_format(self, i: int, h=None) -> TapFormat:
         fmt = self.formats[i]
         if fmt is None:
@@ -447,7 +520,7 @@ class TappedBackbone(nn.Module):
     def pool_tap(self, i: int, h: Tensor) -> Tensor:
         """r_i from a raw activation of tap ``i``, following the tap's declared format."""
         name = self.layer_names[i]
-        r = self.tap_format(i, h).pool(h, self.pool, name)
+        r = self.tap_format(i, h).pool(h, self.pool, name, self.adapter.batch_mask(h))
         if not self._checked[i]:
             want = self.expected_widths[i]
             if want is not None and r.shape[-1] != want:
@@ -471,7 +544,7 @@ class TappedBackbone(nn.Module):
                 raise
             except Exception as e:  # a model that cannot run on this input (size, channels)
                 detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                shape = "×".join(str(s) for s in self.adapter(example[:1]).shape[1:])
+                shape = "×".join(str(s) for s in example.shape[1:])
                 raise LayaError(f"the backbone fails on a {shape} input: {type(e).__name__}: {detail}") from None
 
     def _apply(self, fn, *args, **kwargs):
@@ -482,14 +555,21 @@ class TappedBackbone(nn.Module):
 
     def probe_input(self, batch: int = 2) -> Tensor:
         """A seeded random [0, 1] batch of the backbone's example shape (on its device)."""
+        if isinstance(self.input_cfg, TextInput):
+            return random_tokens(self.input_cfg, batch).to(self.adapter_device)
         shape = self.example_shape
         if shape is None:
             if self.adapter.size is None:
                 raise LayaError("this backbone needs an example input shape")
             shape = (self.adapter.channels, *self.adapter.size)
         g = torch.Generator().manual_seed(0)
-        device = next(itertools.chain(self.model.parameters(), self.model.buffers(), [self.adapter.mean])).device
-        return torch.rand(batch, *shape, generator=g).to(device)
+        return torch.rand(batch, *shape, generator=g).to(self.adapter_device)
+
+    @property
+    def adapter_device(self) -> torch.device:
+        """Where the model's inputs go: its parameters' device."""
+        extra = [self.adapter.mean] if isinstance(self.adapter, InputAdapter) else [torch.zeros(())]
+        return next(itertools.chain(self.model.parameters(), self.model.buffers(), extra)).device
 
     # ------------------------------------------------------------------ continuing from a tap
 
@@ -610,7 +690,7 @@ class TappedBackbone(nn.Module):
                     expected_widths=self.expected_widths[:k],
                     example_shape=self.example_shape,
                 )
-                out.to(self.adapter.mean.device)
+                out.to(self.adapter_device)
                 with torch.no_grad(), eval_mode(out):
                     got = out.activations(x)
             except Exception:  # a cut that breaks the forward: try the next one

@@ -50,8 +50,8 @@ MarkdownOut = Annotated[
 Dataset = Annotated[
     str,
     typer.Option(
-        help="digits, fashion-mnist, cifar10, artworks, folder:PATH, wds:PATH/{000..099}.tar, parquet:PATH or "
-        "hf-disk:PATH."
+        help="digits, fashion-mnist, cifar10, artworks, wordnet-supersenses (text), folder:PATH, "
+        "wds:PATH/{000..099}.tar, parquet:PATH, hf-disk:PATH, csv:PATH or jsonl:PATH (text)."
     ),
 ]
 EvalDataset = Annotated[
@@ -65,7 +65,19 @@ Strict = Annotated[
     typer.Option(help="Fail on an undecodable image (or a tar sample without image or class) instead of skipping it."),
 ]
 ImageColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the encoded images.")]
-LabelColumn = Annotated[str, typer.Option(help="parquet:/hf-disk: the column holding the class (index or name).")]
+LabelColumn = Annotated[
+    str, typer.Option(help="parquet:/hf-disk:/csv:/jsonl: the column holding the class (index or name).")
+]
+TextColumn = Annotated[
+    str | None,
+    typer.Option(
+        help="Text data: the column holding the texts (csv:/jsonl: default 'text'; parquet:/hf-disk: set it for text)."
+    ),
+]
+MaxLength = Annotated[
+    int | None,
+    typer.Option(help="Text models: tokens per text, padded and truncated (default: min(128, the model's positions))."),
+]
 Samples = Annotated[int | None, typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
 SampleSeed = Annotated[int, typer.Option(help="Seed of the --samples subset (and of the random method).")]
 SubsetSeed = Annotated[int, typer.Option("--seed", help="Seed of the --samples subset.")]
@@ -82,7 +94,13 @@ Layers = Annotated[
     str | None,
     typer.Option(help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any)."),
 ]
-Pool = Annotated[str, typer.Option(help="Token pooling for B×N×D layers: auto, cls or mean.")]
+Pool = Annotated[
+    str,
+    typer.Option(
+        help="Token pooling for B×N×D layers: auto, cls (first token), mean (over real tokens) or last (the last "
+        "real token; text decoders). auto: the family's choice (hf text: last for decoders, cls for encoders)."
+    ),
+]
 Pretrained = Annotated[
     bool | None,
     typer.Option(
@@ -368,6 +386,8 @@ JOB_OPTIONS = (
     "strict",
     "image_column",
     "label_column",
+    "text_column",
+    "max_length",
     "feature_dtype",
     "d_star",
     "tau",
@@ -404,6 +424,8 @@ def train_request(
     strict: bool,
     image_column: str = DATA.image_column,
     label_column: str = DATA.label_column,
+    text_column: str | None = DATA.text_column,
+    max_length: int | None = JOB.max_length,
     feature_dtype: str = JOB.feature_dtype,
     d_star: int,
     tau: float,
@@ -442,6 +464,7 @@ def train_request(
             strict=strict,
             image_column=image_column,
             label_column=label_column,
+            text_column=text_column,
         ),
         train=TrainConfig(
             epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device, align=align
@@ -459,4 +482,5 @@ def train_request(
         feature_dtype=feature_dtype,
         arch=arch,
         input_size=input_size,
+        max_length=max_length,
     ).validate()

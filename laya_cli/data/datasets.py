@@ -11,94 +11,26 @@ import csv
 import gzip
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
-from torch.utils.data import Dataset
 
 from ..runtime.config import LABELS, DataRequest, check_choice, offline
 from ..runtime.errors import LayaError, match_choice
 from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
+from .splits import (  # noqa: F401  (datasets.DataSplits etc.: where they lived before splits.py)
+    TEST_SPLIT_SEED,
+    DataDirMissing,
+    DataSplits,
+    ImageTensorDataset,
+    _finish,
+    _split_test,
+    stratified_split,
+)
+from .text import load_text_columns, load_wordnet_supersenses
 
-
-class DataDirMissing(LayaError):
-    """A ``--data-dir`` that does not hold the dataset, or that the dataset does not use (an explicit one is
-    never silently replaced by another copy)."""
-
-
-TEST_SPLIT_SEED = 0
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-
-
-class ImageTensorDataset(Dataset):
-    """Images kept as uint8 (N, C, H, W) (or float in [0, 1]), or file images decoded as they are
-    used (``images.LazyImages``, for data larger than the in-memory budget); served as float in [0, 1]."""
-
-    def __init__(self, images: Tensor | LazyImages, labels: Tensor):
-        self.images, self.labels = images, labels.long()
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        x = self.images[i]
-        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
-        return x, self.labels[i]
-
-    def subset(self, index: Tensor) -> ImageTensorDataset:
-        return ImageTensorDataset(take(self.images, index), self.labels[index])
-
-
-@dataclass
-class DataSplits:
-    train: ImageTensorDataset
-    val: ImageTensorDataset
-    test: ImageTensorDataset
-    classes: list[str]
-    name: str
-    identity: str  # what the feature cache keys on: name, files, label rule, image size
-    skipped: int = 0  # undecodable images left out
-    unmatched: list[str] = field(default_factory=list)  # artworks: artist folders that match no row of artists.csv
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.train.images.shape[1:])  # type: ignore[return-value]
-
-
-def stratified_split(labels: Tensor, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
-    """(kept, held_out) indices; held_out takes ``fraction`` of each class, at least one."""
-    g = torch.Generator().manual_seed(seed)
-    kept, held = [], []
-    for c in labels.unique(sorted=True):
-        idx = (labels == c).nonzero().flatten()
-        idx = idx[torch.randperm(len(idx), generator=g)]
-        n = max(1, round(fraction * len(idx))) if len(idx) > 1 else 0
-        held.append(idx[:n])
-        kept.append(idx[n:])
-    return torch.cat(kept).sort().values, torch.cat(held).sort().values
-
-
-def _finish(
-    train: ImageTensorDataset,
-    test: ImageTensorDataset,
-    classes,
-    req: DataRequest,
-    identity: str,
-    skipped=0,
-    unmatched=(),
-):
-    kept, val = stratified_split(train.labels, 0.1, req.seed)
-    return DataSplits(
-        train.subset(kept), train.subset(val), test, list(classes), req.name, identity, skipped, list(unmatched)
-    )
-
-
-def _split_test(full: ImageTensorDataset) -> tuple[ImageTensorDataset, ImageTensorDataset]:
-    train, test = stratified_split(full.labels, 0.2, TEST_SPLIT_SEED)
-    return full.subset(train), full.subset(test)
 
 
 # --------------------------------------------------------------------------- digits
@@ -434,10 +366,13 @@ def load_artworks(req: DataRequest) -> DataSplits:
 
 
 def load_sharded(req: DataRequest) -> DataSplits:
-    """``wds:``, ``parquet:`` and ``hf-disk:`` data sets: read by shards.py, split like an image folder."""
+    """``wds:``, ``parquet:`` and ``hf-disk:`` data sets: read by shards.py, split like an image folder;
+    with ``--text-column``, a text column instead (text.py)."""
     from . import shards
 
     kind, _, path = req.name.partition(":")
+    if req.text_column and kind != "wds":
+        return load_text(req)
     if kind == "wds":
         found = shards.read_wds(path, req.strict)
     else:
@@ -454,6 +389,10 @@ def load_sharded(req: DataRequest) -> DataSplits:
     return _finish(train, test, found.classes, req, f"{found.identity}:{size}", skipped + found.skipped)
 
 
+def load_text(req: DataRequest) -> DataSplits:
+    return load_text_columns(req)
+
+
 # --------------------------------------------------------------------------- registry
 
 DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
@@ -461,6 +400,7 @@ DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
     "fashion-mnist": load_fashion_mnist,
     "cifar10": load_cifar10,
     "artworks": load_artworks,
+    "wordnet-supersenses": load_wordnet_supersenses,
 }
 
 
@@ -470,6 +410,8 @@ PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
     "wds": load_sharded,
     "parquet": load_sharded,
     "hf-disk": load_sharded,
+    "csv": load_text,
+    "jsonl": load_text,
 }
 
 # The dataset name a checkpoint records when its head was trained from the user's own DataLoader
@@ -477,9 +419,13 @@ PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
 USER_DATASET = "user"
 
 
+TEXT_PREFIXES = ("csv", "jsonl")
+
+
 def is_file_dataset(name: str) -> bool:
     """Datasets decoded from image files, at a size the backbone chooses."""
-    return name == "artworks" or name.partition(":")[0] in PREFIXED and ":" in name
+    prefix, colon, _ = name.partition(":")
+    return name == "artworks" or (colon and prefix in PREFIXED and prefix not in TEXT_PREFIXES)
 
 
 def dataset_name(name: str) -> str:

@@ -300,6 +300,7 @@ def _parquet_part(files: list[Path], image_column: str, label_column: str) -> tu
             if column not in names:
                 raise LayaError(
                     f"{path} has no column '{column}' (columns: {', '.join(names)}); choose it with {option}"
+                    + (" (text data: pass --text-column)" if option == "--image-column" else "")
                 )
         declared = declared or _hf_class_names(pf.schema_arrow, label_column)
         labels += pf.read(columns=[label_column]).column(0).to_pylist()
@@ -367,14 +368,15 @@ class HFSource:
         return digest(fingerprint=getattr(self.dataset, "_fingerprint", None), n=len(self), column=self.column)
 
 
-def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
+def read_hf_splits(root: Path, label_column: str) -> tuple[list, list[str] | None]:
+    """[(split name, Dataset)] of a ``save_to_disk`` folder (train, then test or validation, when it has
+    splits) and the label column's declared class names (a ClassLabel), if any."""
     try:
         import datasets
     except ImportError:
         raise LayaError(
             "--dataset hf-disk: needs the Hugging Face datasets package: pip install 'laya-audit[hf]'"
         ) from None
-    root = Path(os.path.expanduser(path))
     if not root.is_dir():
         raise LayaError(f"Hugging Face dataset not found: {root} (a folder written by save_to_disk)")
     try:
@@ -388,18 +390,26 @@ def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
         splits = [("train", loaded["train"])] + ([(test_name, loaded[test_name])] if test_name else [])
     else:
         splits = [("all", loaded)]
-    prepared, declared = [], None
+    feature = splits[0][1].features.get(label_column)
+    declared = list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+    return splits, declared
+
+
+def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
+    import datasets
+
+    root = Path(os.path.expanduser(path))
+    splits, declared = read_hf_splits(root, label_column)
+    prepared = []
     for name, ds in splits:
         columns = list(ds.column_names)
         for option, column in (("--image-column", image_column), ("--label-column", label_column)):
             if column not in columns:
                 raise LayaError(
                     f"{root} ({name}) has no column '{column}' (columns: {', '.join(columns)}); choose it with {option}"
+                    + (" (text data: pass --text-column)" if option == "--image-column" else "")
                 )
-        feature = ds.features[label_column]
-        declared = declared or (list(feature.names) if isinstance(feature, datasets.ClassLabel) else None)
-        labels = ds.select_columns([label_column])[label_column]
-        labels = list(labels)
+        labels = list(ds.select_columns([label_column])[label_column])
         if isinstance(ds.features[image_column], datasets.Image):
             ds = ds.cast_column(image_column, datasets.Image(decode=False))
         prepared.append((HFSource(ds.select_columns([image_column]), image_column, f"{root} ({name})"), labels))

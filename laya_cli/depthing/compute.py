@@ -55,7 +55,7 @@ def model_flops(backbone, x: Tensor) -> int:
     """FLOPs per image of the whole plain model (everything its forward runs, past the last tap too)."""
     was = _eval(backbone)
     try:
-        return count_flops(lambda: backbone.model(backbone.adapter(x))) // x.shape[0]
+        return count_flops(lambda: backbone.whole_model(x)) // x.shape[0]
     finally:
         backbone.train(was)
 
@@ -71,7 +71,7 @@ def tap_seconds(backbone, x: Tensor, repeats: int = 5) -> tuple[list[float], flo
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     L = len(backbone.layer_names)
     runs = [(lambda k=k: backbone(x, upto=k)) for k in range(1, L + 1)]
-    runs.append(lambda: backbone.model(backbone.adapter(x)))
+    runs.append(lambda: backbone.whole_model(x))
     try:
         for run in runs:
             run()

@@ -50,7 +50,10 @@ def backbone_identity(backbone) -> dict:
         # how each tap is pooled (NCHW, NHWC, NLC+P…): entries from before declared formats (Swin pooled
         # over H instead of C) must not be read back as if they were right
         "formats": list(getattr(backbone, "tap_formats", [])),
-        "input": [
+        # images: the same list as before text backbones (existing cache keys stay valid); text: the tokenizer
+        "input": list(adapter.record().values())
+        if hasattr(adapter, "text")
+        else [
             adapter.channels,
             list(adapter.size or []),
             adapter.mean.flatten().tolist(),

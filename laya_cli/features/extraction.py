@@ -65,7 +65,12 @@ def batches(
 
 
 def to_float_images(x: Tensor) -> Tensor:
-    return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+    """Images as float in [0, 1] (uint8 scaled); B×2×L integer token batches (text) stay as they are."""
+    if x.dtype == torch.uint8:
+        return x.float() / 255.0
+    if not x.is_floating_point() and x.ndim == 3:
+        return x
+    return x.float()
 
 
 def backbone_forward(backbone, x: Tensor) -> list[Tensor]:

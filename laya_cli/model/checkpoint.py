@@ -92,12 +92,7 @@ def checkpoint_body(
             "spec": spec.to_dict(),
             "weights": weights,
             **extras,  # source, sha256, formats (.pt2: program)
-            "input": {
-                "channels": adapter.channels,
-                "size": list(adapter.size or []),
-                "mean": adapter.mean.flatten().tolist(),
-                "std": adapter.std.flatten().tolist(),
-            },
+            "input": adapter.record(),  # images: channels, size, mean, std; text: kind "tokens", tokenizer…
         },
         "layers": list(spec.layers),
         "dims": list(dims),

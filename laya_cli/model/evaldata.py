@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
 from ..data.images import take
+from ..data.text import tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures, StreamedFeatures, feature_batches
 from ..runtime.config import DataRequest, check_at_least
@@ -103,7 +104,7 @@ def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | 
         seed=ds.get("seed", 1337),
         **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()},
     )
-    data = _load(req, recorded=bool(recorded))
+    data = tokenize_splits(_load(req, recorded=bool(recorded)), model.backbone)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
     return req, data

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from .errors import LayaError, match_choice
 
 PSI_CHOICES = ("identity", "mlp")
-POOL_CHOICES = ("auto", "cls", "mean")
+POOL_CHOICES = ("auto", "cls", "mean", "last")  # last: the last real token (decoders; text only)
 ABLATIONS = ("mean", "zero", "mask")
 TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
@@ -138,10 +138,11 @@ class DataRequest:
     strict: bool = False  # folder data: fail on an undecodable image instead of skipping it
     image_column: str = "image"  # parquet:/hf-disk: the column holding the encoded images
     label_column: str = "label"  # parquet:/hf-disk: the column holding the class (int or name)
+    text_column: str | None = None  # csv:/jsonl:/parquet:/hf-disk: the column holding texts (csv/jsonl: "text")
 
     # Added after run records existed: left out of TrainRequest.options() while at these defaults, so
     # the fingerprints of earlier runs (--resume states, laya bench records) stay valid.
-    LATER = {"image_column": "image", "label_column": "label"}
+    LATER = {"image_column": "image", "label_column": "label", "text_column": None}
 
 
 @dataclass
@@ -159,6 +160,7 @@ class TrainRequest:
     weights: str | None = None  # a user's weights file (state dict), with backbone = its arch
     arch: str | None = None  # the user's own architecture: module.path:callable or file.py:callable
     input_size: int | None = None  # side of the images the backbone sees (None: its own)
+    max_length: int | None = None  # text: tokens per text (None: the backbone's default, docs/text.md)
     finetune: bool | None = None  # None: end to end for built-ins, frozen otherwise
     trust_pickle: bool = False
     use_cache: bool = True
@@ -167,7 +169,7 @@ class TrainRequest:
     feature_dtype: str = "float32"  # frozen features as stored and trained on: float32, float16, bfloat16
     restart: bool = False  # discard that state and start over (without either, a state there is an error)
 
-    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None}  # as DataRequest.LATER
+    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataRequest.LATER
 
     # Not part of what the run computes: where it is written, how, and on which device.
     RUN_ONLY = ("out", "resume", "restart", "use_cache")

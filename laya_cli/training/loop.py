@@ -21,6 +21,7 @@ from .. import backbones as bb
 from ..auditing.metrics import accuracy, macro_f1
 from ..data.datasets import DataSplits, dataset_name, is_file_dataset, load_dataset
 from ..data.images import take
+from ..data.text import is_text, tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures, batches, extract, tap_means, to_float_images
 from ..model.checkpoint import checkpoint_body, save_checkpoint
@@ -396,11 +397,15 @@ def _epochs_in(path: Path) -> str:
 
 
 def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBackbone, bb.BackboneSpec, dict | None]:
-    c, h, w = data.image_shape
+    """The backbone, its resolved spec and the --weights state it was loaded with; ``data`` must then go
+    through ``tokenize_splits`` (a text backbone's tokenizer may be trained on its training split)."""
+    c, h, w = (1, 8, 8) if is_text(data) else data.image_shape  # text: the backbone's tokenizer sets the input
     name = bb.backbone_name(req.backbone, req.arch)  # --arch / FILE.pt2 (docs/backbones.md)
     finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
     pretrained = bb.default_pretrained(name, finetune, req.weights) if req.pretrained is None else req.pretrained
-    spec = bb.BackboneSpec(name, list(req.layers), req.pool, pretrained, finetune, c, (h, w), req.input_size)
+    spec = bb.BackboneSpec(
+        name, list(req.layers), req.pool, pretrained, finetune, c, (h, w), req.input_size, max_length=req.max_length
+    )
     state = None
     if req.weights:
         loaded = bb.read_weights_file(req.weights, req.trust_pickle)
@@ -410,6 +415,8 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
             state = loaded
     torch.manual_seed(req.train.seed)
     backbone = bb.build_backbone(spec, state, trust_pickle=req.trust_pickle)
+    if req.max_length is not None and not isinstance(backbone.input_cfg, bb.TextInput):
+        raise LayaError(f"--max-length applies to text models; {name} takes images")
     return backbone, backbone.spec, state
 
 
@@ -420,6 +427,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
     backbone, spec, _ = prepare_backbone(req, data)
+    data = tokenize_splits(data, backbone)
     dev = req.train.device
     backbone.to(dev)
     dims = backbone.dims(to_float_images(data.train.images[:1]).to(dev))

@@ -1,0 +1,375 @@
+"""Hugging Face transformers (``hf:NAME`` from the hub, ``hf:DIR`` from ``save_pretrained`` output).
+
+The model is ``AutoModel``'s (a task model is reduced to its base model); its taps are its layers, one per
+hidden state after the embeddings: the container whose children's outputs are the model's own
+``output_hidden_states`` (checked on a probe batch, never assumed from names). A tap is the layer's output —
+the residual stream; a decoder's last hidden state in ``output_hidden_states`` has its final norm applied
+on top, a tap has not (docs/text.md).
+
+Text models take B×2×L token batches (ids, attention mask: ``TokenAdapter``), tokenised by the model's own
+tokenizer, or one trained on the training split when the model has none (``train_tokenizer``); pooling
+respects the attention mask (``pooling.py``). Vision models take images as every other family, normalised
+by their image processor's mean and std.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..runtime.errors import LayaError
+from .family import Family, _first_line
+from .pooling import Layouts
+from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
+from .taps import call_model, eval_mode
+from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, reachable
+
+DEFAULT_MAX_LENGTH = 128
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+
+
+def transformers_module():
+    try:
+        import transformers
+    except ImportError:
+        raise LayaError("hf: backbones need transformers: pip install 'laya-audit[hf]'") from None
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def local_dir(model_name: str) -> Path | None:
+    """``hf:DIR``: a folder of ``save_pretrained`` output (holding config.json); None for a hub id."""
+    path = Path(model_name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise LayaError(f"hf:{model_name} is a folder without config.json: not save_pretrained output")
+        return path
+    if model_name.startswith((".", "/", "~")) or model_name.count("/") > 1:
+        raise LayaError(f"hf:{model_name}: no such folder")
+    return None
+
+
+def is_text(model: nn.Module) -> bool:
+    return getattr(model, "main_input_name", "") == "input_ids"
+
+
+def _config(transformers, where: str, cached: bool):
+    try:
+        return transformers.AutoConfig.from_pretrained(where, local_files_only=cached or offline())
+    except Exception as e:
+        raise LayaError(f"hf:{where}: cannot read its config: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _base_model(model: nn.Module, where: str) -> nn.Module:
+    """The transformer under a task model; CLIP-style dual towers: the vision tower."""
+    model = getattr(model, "base_model", model)
+    if not is_text(model) and getattr(model, "main_input_name", "") != "pixel_values":
+        vision = getattr(model, "vision_model", None)
+        if isinstance(vision, nn.Module) and getattr(vision, "main_input_name", "") == "pixel_values":
+            return vision
+        raise LayaError(f"hf:{where} takes {getattr(model, 'main_input_name', '?')}: laya taps text and image models")
+    return model
+
+
+def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Module:
+    config = _config(transformers, where, cached)
+    try:
+        if spec.pretrained:
+            with hub_session(offline_now=cached or offline()):
+                model = transformers.AutoModel.from_pretrained(where, cache_dir=str(hf_cache_dir()))
+        else:
+            model = transformers.AutoModel.from_config(config)
+    except ValueError as e:
+        if "Unrecognized configuration" in str(e) or "not recognized" in str(e):
+            raise LayaError(f"hf:{where} ({config.model_type}) is not a model transformers' AutoModel knows") from None
+        raise LayaError(f"could not create hf:{where}: {_first_line(e)}") from None
+    except Exception as e:
+        if spec.pretrained:
+            raise pretrained_unavailable(f"hf:{where}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
+        raise LayaError(f"could not create hf:{where}: {type(e).__name__}: {_first_line(e)}") from None
+    return _base_model(model, where)
+
+
+def _positions(model: nn.Module) -> int | None:
+    cfg = model.config
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def text_input(model: nn.Module, where: str, max_length: int | None, cached: bool) -> TextInput:
+    """The model's token input: its own tokenizer when it has one (a hub or local tokenizer), else none yet
+    (``train_tokenizer`` makes one on the training split); ``max_length`` checked against its positions."""
+    positions = _positions(model)
+    if max_length is not None and max_length < 1:
+        raise LayaError(f"--max-length must be at least 1, got {max_length}")
+    if max_length is not None and positions is not None and max_length > positions:
+        raise LayaError(f"--max-length {max_length} is beyond hf:{where}'s {positions} positions")
+    length = max_length or min(DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
+    vocab = int(model.get_input_embeddings().num_embeddings)
+    text = TextInput(length, vocab_size=vocab)
+    folder = local_dir(where)
+    saved = any((folder / f).is_file() for f in TOKENIZER_FILES) if folder else hub_file_cached(where, TOKENIZER_FILES)
+    if not saved and (folder or offline()):
+        return text  # no tokenizer beside the model: trained on the training split
+    transformers = transformers_module()
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(where, local_files_only=cached or offline())
+    except Exception:
+        return text  # no tokenizer beside the model: trained on the training split
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        raise LayaError(f"hf:{where}'s tokenizer is not a fast tokenizer; save one with tokenizer.json")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    return set_tokenizer(text, backend.to_str(), int(pad), f"the tokenizer of hf:{where}")
+
+
+def set_tokenizer(text: TextInput, tokenizer_json: str, pad_id: int, source: str) -> TextInput:
+    from tokenizers import Tokenizer
+
+    size = Tokenizer.from_str(tokenizer_json).get_vocab_size(with_added_tokens=True)
+    if text.vocab_size and size > text.vocab_size:
+        raise LayaError(
+            f"{source} has {size} token ids but the model embeds only {text.vocab_size}: "
+            "the tokenizer does not match the model's vocabulary"
+        )
+    text.tokenizer, text.pad_id, text.source = tokenizer_json, pad_id, source
+    return text
+
+
+def train_tokenizer(text: TextInput, texts: list[str], what: str) -> TextInput:
+    """A WordPiece tokenizer learnt on ``texts`` (the training split) within the model's vocabulary size:
+    for models built from a config alone. Stored in the checkpoint; deterministic for the same texts."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    size = min(text.vocab_size or 8000, 8000)
+    if size < len(specials) + 30:
+        raise LayaError(f"the model embeds only {text.vocab_size} tokens: too few to train a tokenizer for it")
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=size, special_tokens=specials))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    source = f"WordPiece trained on {what} ({tok.get_vocab_size()} tokens)"
+    return set_tokenizer(text, tok.to_str(), tok.token_to_id("[PAD]"), source)
+
+
+def encode(text: TextInput, texts: list[str]) -> torch.Tensor:
+    """N×2×L int32 (ids, attention mask): right-padded with ``pad_id`` and truncated to ``max_length``."""
+    from tokenizers import Tokenizer
+
+    if not text.tokenizer:
+        raise LayaError("this text backbone has no tokenizer yet")
+    tok = Tokenizer.from_str(text.tokenizer)
+    tok.enable_truncation(text.max_length)
+    tok.enable_padding(length=text.max_length, pad_id=text.pad_id, direction="right")
+    out = tok.encode_batch([str(t) for t in texts])
+    ids = torch.tensor([e.ids for e in out], dtype=torch.int32).reshape(len(texts), text.max_length)
+    mask = torch.tensor([e.attention_mask for e in out], dtype=torch.int32).reshape(len(texts), text.max_length)
+    return torch.stack([ids, mask], dim=1)
+
+
+def _embedding_grads(model: nn.Module) -> None:
+    """A frozen model fed integer ids has no tensor in autograd until its embeddings' output: make that
+    output require grad (when grad is on) so Captum's layer gradients reach the taps."""
+    if getattr(model, "_laya_embedding_grads", False) or not is_text(model):
+        return
+
+    def hook(module, args, output):
+        if torch.is_grad_enabled() and not output.requires_grad:
+            return output.detach().requires_grad_(True)
+        return output
+
+    model.get_input_embeddings().register_forward_hook(hook)
+    model._laya_embedding_grads = True
+
+
+def _probe_inputs(model: nn.Module, length: int = 12):
+    g = torch.Generator().manual_seed(0)
+    device = next(model.parameters()).device
+    if is_text(model):
+        ids = torch.randint(0, int(model.get_input_embeddings().num_embeddings), (2, length), generator=g)
+        return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+    cfg = model.config
+    size = getattr(cfg, "image_size", 224)
+    size = size[0] if isinstance(size, (list, tuple)) else size
+    return {"pixel_values": torch.rand(2, getattr(cfg, "num_channels", 3), size, size, generator=g).to(device)}
+
+
+def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
+    """The model's ``hidden_states`` and every ModuleList's children's first outputs on one forward."""
+    lists = {n: m for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)}
+    outs: dict[str, list] = {n: [] for n in lists}
+    handles = []
+    for name, ml in lists.items():
+        for child in ml:
+            handles.append(
+                child.register_forward_hook(
+                    lambda m, a, o, name=name: outs[name].append(o[0] if isinstance(o, (tuple, list)) else o)
+                )
+            )
+    try:
+        with torch.no_grad(), eval_mode(model):
+            result = call_model(model, {**inputs, "output_hidden_states": True})
+    finally:
+        for h in handles:
+            h.remove()
+    hidden = getattr(result, "hidden_states", None)
+    if hidden is None:
+        raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
+    return list(hidden), outs
+
+
+def _matches(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def layer_taps(model: nn.Module) -> list[str]:
+    """One tap per hidden state after the embeddings: the children of the ModuleList whose outputs are
+    ``hidden_states[1:]`` (the last may differ: a decoder's final norm), or whose count is theirs."""
+    hidden, outs = _layer_outputs(model, _probe_inputs(model))
+    want = len(hidden) - 1
+    best = None
+    for name, got in outs.items():
+        if len(got) != want:
+            continue
+        same = sum(_matches(g, h) for g, h in zip(got, hidden[1:]))
+        if best is None or same > best[0]:
+            best = (same, name)
+    if best is None:
+        raise LayaError(
+            f"{type(model).__name__}: no list of layers matches its {want} hidden states; "
+            "choose the layers with --layers 'glob,glob'"
+        )
+    return [f"{best[1]}.{i}" for i in range(want)]
+
+
+def causal(model: nn.Module) -> bool:
+    """Whether the first position's output ignores later tokens: a decoder (GPT-2, Llama…), checked on a
+    probe, so the default pool is the last real token; an encoder's is its first ([CLS])."""
+    inputs = _probe_inputs(model, 6)
+    changed = {**inputs, "input_ids": inputs["input_ids"].clone()}
+    changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % model.get_input_embeddings().num_embeddings
+    with torch.no_grad(), eval_mode(model):
+        a = call_model(model, inputs).last_hidden_state[:, 0]
+        b = call_model(model, changed).last_hidden_state[:, 0]
+    return bool(torch.allclose(a, b, atol=1e-5))
+
+
+def _prefix_tokens(model: nn.Module) -> int:
+    cfg = model.config
+    if getattr(model, "main_input_name", "") != "pixel_values":
+        return 0
+    embeddings = getattr(model, "embeddings", None)
+    cls = int(getattr(embeddings, "cls_token", None) is not None)
+    dist = int(getattr(embeddings, "distillation_token", None) is not None)
+    return cls + dist + int(getattr(cfg, "num_register_tokens", 0) or 0) if cls else 0
+
+
+def parse_index_ranges(patterns: list[str], n: int) -> list[int] | None:
+    """``--layers 6-11`` / ``0,3,5-7``: layer indices into the default taps; None when the patterns are globs."""
+    if not patterns or not all(p.replace("-", "").isdigit() and not p.startswith("-") for p in patterns):
+        return None
+    chosen: list[int] = []
+    for p in patterns:
+        lo, _, hi = p.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if a > b or b >= n:
+            raise LayaError(f"--layers {p}: this model has layers 0-{n - 1}")
+        chosen += [i for i in range(a, b + 1) if i not in chosen]
+    return sorted(chosen)
+
+
+class HFFamily(Family):
+    """``hf:NAME`` / ``hf:DIR``: transformers' ``AutoModel``, tapped after every layer."""
+
+    name = "hf"
+    hub = True
+
+    def build(self, model_name, spec, **_):
+        transformers = transformers_module()
+        folder = local_dir(model_name)
+        where = str(folder) if folder else model_name
+        cached = bool(folder) or (spec.pretrained and self.check_pretrained(model_name))
+        model = _load(transformers, where, spec, cached)
+        _embedding_grads(model)
+        if is_text(model):
+            return model, text_input(model, where, spec.max_length, cached)
+        if spec.max_length is not None:
+            raise LayaError(f"hf:{model_name} is an image model: --max-length applies to text models")
+        return model, self._image_input(transformers, model, where, spec, cached)
+
+    def _image_input(self, transformers, model, where, spec, cached) -> InputConfig:
+        mean, std = IMAGENET_MEAN, IMAGENET_STD
+        try:
+            proc = transformers.AutoImageProcessor.from_pretrained(where, local_files_only=cached or offline())
+            mean, std = tuple(proc.image_mean), tuple(proc.image_std)
+        except Exception:
+            pass  # no image processor saved beside the model: ImageNet's statistics
+        size = getattr(model.config, "image_size", 224)
+        size = size[0] if isinstance(size, (list, tuple)) else int(size)
+        size = spec.input_size or size
+        return InputConfig(int(getattr(model.config, "num_channels", 3)), (size, size), mean, std)
+
+    def owns(self, model):
+        return type(model).__module__.startswith("transformers.")
+
+    def prepare(self, model):
+        _embedding_grads(model)
+
+    def check_pretrained(self, model_name: str) -> bool:
+        if local_dir(model_name):
+            return True
+        transformers_module()
+        if hub_file_cached(model_name, ("config.json",)) and hub_file_cached(model_name, WEIGHT_FILES):
+            return True
+        if offline() or not reachable("huggingface.co"):
+            why = "downloads are off (LAYA_OFFLINE/HF_HUB_OFFLINE)" if offline() else "huggingface.co is unreachable"
+            raise pretrained_unavailable(f"hf:{model_name}", f"{model_name} is not in the local hub cache and {why}")
+        return False
+
+    def input_side(self, model_name, spec):
+        if spec.input_size:
+            return spec.input_size
+        folder = local_dir(model_name)
+        config = folder / "config.json" if folder else None
+        if config is not None:
+            size = json.loads(config.read_text()).get("image_size")
+            if isinstance(size, int):
+                return size
+        return None
+
+    def layouts(self, model):
+        return Layouts("NCHW", _prefix_tokens(model))
+
+    def default_taps(self, model, probe):
+        return layer_taps(model)
+
+    def select_layers(self, model, patterns, probe):
+        taps = layer_taps(model)
+        index = parse_index_ranges(list(patterns), len(taps))
+        if index is None:
+            return super().select_layers(model, patterns, probe)
+        return [taps[i] for i in index]
+
+    def default_pool(self, model):
+        if is_text(model):
+            return "last" if causal(model) else "cls"
+        return "cls" if _prefix_tokens(model) else "mean"
+
+    def weights_source(self, model_name, spec, model):
+        if not spec.pretrained:
+            return "random initialisation"
+        folder = local_dir(model_name)
+        return f"hf pretrained {folder.resolve() if folder else model_name}"
