@@ -38,6 +38,7 @@ def transformers_module():
     except ImportError:
         raise LayaError("hf: backbones need transformers: pip install 'laya-audit[hf]'") from None
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # "Loading weights" bars: laya draws its own progress
     return transformers
 
 

@@ -396,10 +396,10 @@ def read_hf_splits(root: Path, label_column: str) -> tuple[list, list[str] | Non
 
 
 def read_hf_disk(path: str, image_column: str, label_column: str) -> Found:
+    root = Path(os.path.expanduser(path))
+    splits, declared = read_hf_splits(root, label_column)  # names the extra when datasets is not installed
     import datasets
 
-    root = Path(os.path.expanduser(path))
-    splits, declared = read_hf_splits(root, label_column)
     prepared = []
     for name, ds in splits:
         columns = list(ds.column_names)

@@ -147,7 +147,7 @@ def _compute_input(data, model, n: int, device: str) -> Tensor:
         x = take(images, slice(0, min(n, len(images))))
         x = to_float_images(torch.as_tensor(x) if not isinstance(x, Tensor) else x)
         if len(x) < n:  # fewer samples than a timing batch: repeat them
-            x = x.repeat((n + len(x) - 1) // len(x), 1, 1, 1)[:n]
+            x = x.repeat((n + len(x) - 1) // len(x), *[1] * (x.ndim - 1))[:n]  # images or token batches
         return x.to(device)
     return model.backbone.probe_input(n).to(device)
 

@@ -1,0 +1,326 @@
+"""hf: backbones and text data: taps against transformers' own hidden_states, mask-aware pooling against a
+by-hand loop, the text sources, the whole pipeline on an encoder and a decoder, and the bad inputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+
+import pytest
+import torch
+
+from laya_cli import backbones as bb
+from laya_cli.backbones import hf
+from laya_cli.backbones.pooling import TapFormat
+from laya_cli.data.datasets import load_dataset
+from laya_cli.runtime.config import DataRequest
+from laya_cli.runtime.errors import LayaError
+from laya_cli.testing import assert_user_error, invoke
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(num_hidden_layers=3, num_attention_heads=2, intermediate_size=64)
+CONFIGS = {
+    "bert": lambda: transformers.BertConfig(vocab_size=1000, hidden_size=32, max_position_embeddings=64, **SMALL),
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=1000, n_embd=32, n_layer=3, n_head=2, n_positions=64),
+    "llama": lambda: transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=32, num_key_value_heads=1, max_position_embeddings=64, **SMALL
+    ),
+    "vit": lambda: transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, **SMALL),
+}
+WORDS = {
+    "animal": "dog cat horse bird fish lion tiger bear wolf fox".split(),
+    "food": "bread cheese apple rice soup cake milk meat egg salt".split(),
+    "tool": "hammer saw drill knife axe spade wrench file lever chisel".split(),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Each small config saved with save_pretrained (no tokenizer: laya trains one on the training split)."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for name, config in CONFIGS.items():
+        torch.manual_seed(0)
+        transformers.AutoModel.from_config(config()).save_pretrained(root / name)
+        out[name] = root / name
+    return out
+
+
+def write_texts(path, rows=240, seed=0):
+    rng = random.Random(seed)
+    vocab = sum(WORDS.values(), [])
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        for _ in range(rows):
+            label = rng.choice(list(WORDS))
+            w.writerow([" ".join(rng.choices(WORDS[label], k=5) + rng.choices(vocab, k=2)), label])
+    return path
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    return write_texts(tmp_path_factory.mktemp("text") / "texts.csv")
+
+
+def tapped(path, **kw) -> bb.TappedBackbone:
+    """The saved model with its weights (pretrained: as ``laya train`` loads a frozen hf: backbone)."""
+    return bb.build_backbone(bb.BackboneSpec(f"hf:{path}", pretrained=True, **kw))
+
+
+def tokens(backbone, strings):
+    hf.train_tokenizer(backbone.input_cfg, sum(WORDS.values(), []) * 3, "test words")
+    return hf.encode(backbone.input_cfg, strings)
+
+
+# --------------------------------------------------------------------------- taps
+
+
+@pytest.mark.parametrize("name,layers,pool", [("bert", "encoder.layer", "cls"), ("gpt2", "h", "last")])
+def test_taps_are_the_layers_behind_hidden_states(models, name, layers, pool):
+    backbone = tapped(models[name], max_length=12).eval()
+    assert backbone.layer_names == [f"{layers}.{i}" for i in range(3)]
+    assert backbone.pool == pool  # the decoder is found causal on a probe, the encoder not
+    x = tokens(backbone, ["dog cat bread", "a saw and a drill and an axe"])
+    hs = backbone.activations(x)
+    with torch.no_grad():
+        ref = backbone.model(input_ids=x[:, 0].long(), attention_mask=x[:, 1].long(), output_hidden_states=True)
+    for i in range(2):
+        torch.testing.assert_close(hs[i], ref.hidden_states[i + 1])
+    if name == "gpt2":  # a decoder's last hidden state has its final norm on top of the last layer's output
+        torch.testing.assert_close(backbone.model.ln_f(hs[2]), ref.hidden_states[3])
+    else:
+        torch.testing.assert_close(hs[2], ref.hidden_states[3])
+
+
+def test_vision_transformer_taps_and_prefix(models):
+    backbone = tapped(models["vit"]).eval()
+    assert backbone.layer_names == [f"layers.{i}" for i in range(3)] and backbone.pool == "cls"
+    feats = backbone(torch.rand(2, 3, 32, 32))
+    assert backbone.tap_formats == ["NLC+1"] * 3 and [f.shape for f in feats] == [(2, 32)] * 3
+
+
+def test_layer_index_ranges_and_globs(models):
+    assert tapped(models["llama"], layers=["1-2"]).layer_names == ["layers.1", "layers.2"]
+    assert tapped(models["bert"], layers=["encoder.layer.0", "encoder.layer.2"]).layer_names == [
+        "encoder.layer.0",
+        "encoder.layer.2",
+    ]
+    with pytest.raises(LayaError, match="layers 0-2"):
+        tapped(models["bert"], layers=["1-5"])
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def test_masked_pooling_equals_a_by_hand_loop():
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 5)
+    lengths = [7, 3, 1, 5]
+    mask = torch.tensor([[1] * n + [0] * (7 - n) for n in lengths])
+    fmt = TapFormat("NLC")
+    mean, last, first = (fmt.pool(h, how, mask=mask) for how in ("mean", "last", "cls"))
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(mean[b], h[b, :n].mean(0))
+        torch.testing.assert_close(last[b], h[b, n - 1])
+        torch.testing.assert_close(first[b], h[b, 0])
+
+
+@pytest.mark.parametrize("name,pool", [("bert", "mean"), ("gpt2", "last"), ("llama", "mean")])
+def test_padding_never_enters_the_features(models, name, pool):
+    """The same texts padded to 10 or to 24 tokens give the same r_i: padding is masked out of pooling."""
+    short, long = tapped(models[name], max_length=10, pool=pool).eval(), tapped(models[name], max_length=24, pool=pool)
+    long.eval()
+    strings = ["dog cat", "bread cheese apple rice"]
+    a = short(tokens(short, strings))
+    long.input_cfg.tokenizer, long.input_cfg.pad_id = short.input_cfg.tokenizer, short.input_cfg.pad_id
+    b = long(hf.encode(long.input_cfg, strings))
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_text_sources_read_the_same_rows(tmp_path, texts):
+    rows = list(csv.DictReader(open(texts)))
+    with open(tmp_path / "t.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps({"sentence": r["text"], "y": r["label"]}) + "\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(
+        pa.table({"sentence": [r["text"] for r in rows], "y": [r["label"] for r in rows]}), tmp_path / "t.parquet"
+    )
+    import datasets
+
+    datasets.Dataset.from_dict({"sentence": [r["text"] for r in rows], "y": [r["label"] for r in rows]}).save_to_disk(
+        str(tmp_path / "disk")
+    )
+    loaded = [load_dataset(DataRequest(name=f"csv:{texts}"))]
+    for name in (f"jsonl:{tmp_path / 't.jsonl'}", f"parquet:{tmp_path / 't.parquet'}", f"hf-disk:{tmp_path / 'disk'}"):
+        loaded.append(load_dataset(DataRequest(name=name, text_column="sentence", label_column="y")))
+    for d in loaded:
+        assert d.classes == ["animal", "food", "tool"]
+        assert d.test.texts == loaded[0].test.texts and torch.equal(d.test.labels, loaded[0].test.labels)
+        assert len(d.train) + len(d.val) + len(d.test) == len(rows)
+
+
+def test_a_folder_with_train_and_test_files_is_the_official_split(tmp_path):
+    write_texts(tmp_path / "train.csv", 90, seed=1)
+    write_texts(tmp_path / "test.csv", 30, seed=2)
+    d = load_dataset(DataRequest(name=f"csv:{tmp_path}"))
+    assert len(d.test) == 30 and len(d.train) + len(d.val) == 90
+
+
+WORDNET_LINES = {
+    "data.noun": [
+        "  1 This software and database is being provided to you, the LICENSEE, by",
+        "00015388 05 n 01 animal 0 001 @ 00004475 n 0000 | a living organism characterized by voluntary movement",
+        "01317541 05 n 01 dog 0 001 @ 01317541 n 0000 | a member of the genus Canis",
+        "02084071 05 n 01 cat 0 001 @ 01317541 n 0000 | feline mammal usually having thick soft fur",
+        "07555863 13 n 01 food 0 001 @ 00021265 n 0000 | any substance that can be metabolized by an animal",
+        "07679356 13 n 01 bread 0 001 @ 07555863 n 0000 | food made from dough of flour or meal",
+        "07850329 13 n 01 cheese 0 001 @ 07555863 n 0000 | a solid food prepared from the pressed curd of milk",
+    ],
+    "data.verb": [
+        '01168468 34 v 01 eat 0 001 @ 01157517 v 0000 01 + 08 00 | take in solid food; "She was eating a banana"',
+        "01170052 34 v 01 drink 0 001 @ 01157517 v 0000 01 + 08 00 | take in liquids",
+        "01835496 38 v 01 run 0 001 @ 01835496 v 0000 01 + 02 00 | move fast by using one's feet",
+        "01904930 38 v 01 walk 0 001 @ 01835496 v 0000 01 + 02 00 | use one's feet to advance; advance by steps",
+    ],
+}
+
+
+def test_wordnet_supersenses_label_glosses_by_lexicographer_file(tmp_path):
+    for name, lines in WORDNET_LINES.items():
+        (tmp_path / name).write_text("\n".join(lines * 5) + "\n")
+    d = load_dataset(DataRequest(name="wordnet-supersenses", data_dir=str(tmp_path)))
+    assert d.classes == ["noun.animal", "noun.food", "verb.consumption", "verb.motion"]
+    texts = d.train.texts + d.val.texts + d.test.texts
+    assert len(texts) == 50 and "a member of the genus Canis" in texts
+    by_text = dict(zip(texts, torch.cat([d.train.labels, d.val.labels, d.test.labels]).tolist()))
+    assert d.classes[by_text["take in liquids"]] == "verb.consumption"
+
+
+@pytest.mark.skipif(
+    not (hf.Path("/usr/share/wordnet/data.noun").is_file()), reason="Debian's wordnet-base is not installed"
+)
+def test_the_real_wordnet_has_45_supersenses():
+    d = load_dataset(DataRequest(name="wordnet-supersenses"))
+    assert len(d.classes) == 45 and len(d.train) + len(d.val) + len(d.test) == 117659
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_train_audit_depth_on_an_encoder_and_a_decoder(models, texts, tmp_path, name):
+    out = tmp_path / "m.pt"
+    args = ["--dataset", f"csv:{texts}", "--max-length", "16", "--epochs", "3", "--out", out, "-q"]
+    r = invoke("train", "--backbone", f"hf:{models[name]}", *args)
+    assert r.exit_code == 0, r.output
+    ckpt = torch.load(out, weights_only=True)
+    assert ckpt["backbone"]["input"]["kind"] == "tokens" and ckpt["backbone"]["input"]["max_length"] == 16
+    assert "WordPiece trained on" in ckpt["backbone"]["input"]["source"]
+    r = invoke(
+        "audit", out, "--scope", "both", "--compare", "ig,gradxact", "--samples", "16", "--json", tmp_path / "a.json"
+    )
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert set(report["scopes"]) == {"head", "network"} if "scopes" in report else True
+    r = invoke("depth", out, "--samples", "16")
+    assert r.exit_code == 0, r.output
+    assert "h.2" in r.output or "encoder.layer.2" in r.output
+
+
+def test_the_checkpoint_refuses_changed_weights(models, texts, tmp_path):
+    import shutil
+
+    local = tmp_path / "bert"
+    shutil.copytree(models["bert"], local)
+    out = tmp_path / "m.pt"
+    assert (
+        invoke(
+            "train",
+            "--backbone",
+            f"hf:{local}",
+            "--dataset",
+            f"csv:{texts}",
+            "--max-length",
+            "16",
+            "--epochs",
+            "1",
+            "--out",
+            out,
+            "-q",
+        ).exit_code
+        == 0
+    )
+    torch.manual_seed(1)
+    transformers.AutoModel.from_config(CONFIGS["bert"]()).save_pretrained(local)  # other weights, same place
+    assert_user_error(invoke("audit", out, "--samples", "8"), "differ from those the checkpoint was trained with")
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def bad_train(*args):
+    return invoke("train", "--epochs", "1", "-q", *map(str, args))
+
+
+def test_bad_text_inputs_are_one_line_errors(models, texts, tmp_path):
+    out = tmp_path / "never.pt"
+    base = ["--out", out]
+    data = ["--dataset", f"csv:{texts}"]
+    bert = ["--backbone", f"hf:{models['bert']}"]
+    assert_user_error(
+        bad_train(*bert, "--dataset", f"csv:{texts}", "--text-column", "body", *base), "no column 'body'", "text, label"
+    )
+    empty = tmp_path / "empty.csv"
+    empty.write_text("text,label\nhello,a\n ,b\nworld,a\n")
+    assert_user_error(bad_train(*bert, "--dataset", f"csv:{empty}", *base), "row 1", "empty 'text'")
+    assert_user_error(bad_train(*bert, *data, "--max-length", "0", *base), "--max-length")
+    assert_user_error(bad_train(*bert, *data, "--max-length", "500", *base), "beyond", "64 positions")
+    assert_user_error(bad_train(*bert, "--dataset", "digits", *base), "text model", "images")
+    assert_user_error(bad_train("--backbone", "mlp", *data, *base), "holds text", "image model")
+    assert_user_error(bad_train("--backbone", f"hf:{tmp_path}", *data, *base), "without config.json")
+    assert_user_error(bad_train("--backbone", "hf:./no/such/dir", *data, *base), "no such folder")
+    assert not out.exists()
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused(models, texts, tmp_path):
+    import shutil
+
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tm
+
+    local = tmp_path / "bert"
+    shutil.copytree(models["bert"], local)
+    vocab = {f"w{i}": i for i in range(2000)} | {"[UNK]": 2000}
+    tok = Tokenizer(tm.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[UNK]").save_pretrained(
+        local
+    )
+    r = bad_train("--backbone", f"hf:{local}", "--dataset", f"csv:{texts}", "--out", tmp_path / "x.pt")
+    assert_user_error(r, "2001 token ids", "embeds only 1000")
+
+
+def test_a_config_that_is_no_transformer_model(tmp_path, texts):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-model"}))
+    assert_user_error(
+        bad_train("--backbone", f"hf:{tmp_path}", "--dataset", f"csv:{texts}", "--out", tmp_path / "x.pt"),
+        f"hf:{tmp_path}",
+    )
+
+
+def test_missing_transformers_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(LayaError, match=r"pip install 'laya-audit\[hf\]'"):
+        hf.transformers_module()
