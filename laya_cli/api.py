@@ -37,6 +37,7 @@ from .features.extraction import (
     extract_batches,
     image_batch,
     to_float_images,
+    token_batch,
 )
 from .model.evaldata import EvalData
 from .model.heads import HEADS, build_head
@@ -137,7 +138,7 @@ class Tapped:
     @torch.no_grad()
     def __call__(self, images: Tensor) -> list[Tensor]:
         """The pooled representations [r_1, ..., r_L] of a batch (B×C×H×W)."""
-        images, _ = image_batch((images, torch.zeros(len(images), dtype=torch.long)), "images")
+        images, _ = model_batch((images, torch.zeros(len(images), dtype=torch.long)), "images", self._cfg)
         self._bind(images)
         self.backbone.eval()
         return backbone_forward(self.backbone, to_float_images(images))
@@ -219,8 +220,11 @@ def attach(
     *,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
+    tokenizer=None,
+    max_length: int | None = None,
 ) -> Tapped:
-    """Tap the layers of any ``nn.Module`` (timm, torchvision or your own) for a LAYA head.
+    """Tap the layers of any ``nn.Module`` (timm, torchvision, Hugging Face transformers or your own) for a
+    LAYA head.
 
     Args:
         model: the backbone. It is used as is (not copied) and fed exactly what your loader
@@ -239,6 +243,10 @@ def attach(
             [0, 1] images: normalise here rather than in your transforms, and ``laya audit
             --dataset …`` feeds the model the way your loader does.
         std: the per-channel standard deviation divided by (with ``mean``).
+        tokenizer: a text model's tokenizer (a transformers fast tokenizer or a ``tokenizers.Tokenizer``),
+            needed when your loader yields raw strings; it is stored in the checkpoint. Loaders may also
+            yield a tokenizer's dicts (``input_ids``, ``attention_mask``) or B×2×L token tensors.
+        max_length: a text model's tokens per text (padded and truncated; default min(128, its positions)).
 
     Returns:
         A ``Tapped``: ``tapped.layers`` are the chosen taps, ``tapped(images)`` their features.
@@ -250,9 +258,16 @@ def attach(
     if not isinstance(model, nn.Module):
         raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
     check_choice("--pool", pool, POOL_CHOICES)
-    cfg = _input_config(mean, std)
+    from .backbones import hf
+
+    if hf.is_text(model):
+        cfg = hf.given_text_input(model, tokenizer, max_length)
+    elif tokenizer is not None or max_length is not None:
+        raise LayaError("tokenizer and max_length apply to text models; this model takes images")
+    else:
+        cfg = _input_config(mean, std)
     patterns = [p.strip() for p in layers.split(",") if p.strip()] if isinstance(layers, str) else list(layers or [])
-    spec = bb.BackboneSpec(backbone_name(model), patterns, pool)
+    spec = bb.BackboneSpec(backbone_name(model), patterns, pool, max_length=getattr(cfg, "max_length", None))
     # The taps, pooling and tap formats `laya train` would choose (backbones.tap_model, which
     # build_backbone calls too). A model that declares no taps is run once to find its blocks: on a
     # 3×224×224 probe here, or, when it cannot take that, on the first batch of your loader.
@@ -285,7 +300,10 @@ def _input_config(mean: Sequence[float] | None, std: Sequence[float] | None) -> 
 # --------------------------------------------------------------------------- reading loaders
 
 
-def _batches(loader: Loader, where: str, tapped: Tapped | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+def _batches(
+    loader: Loader, where: str, tapped: Tapped | None = None, text: bb.TextInput | None = None
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(images, labels)`` of each batch, checked; a text model's (``tapped``'s, or ``text``) B×2×L tokens."""
     try:
         iterator = iter(loader)
     except TypeError:
@@ -293,10 +311,21 @@ def _batches(loader: Loader, where: str, tapped: Tapped | None = None) -> Iterat
             f"{where} must be a DataLoader (or an iterable of (images, labels)); got {type(loader).__name__}"
         ) from None
     for batch in iterator:
-        images, labels = image_batch(batch, where)
+        images, labels = model_batch(batch, where, tapped._cfg if tapped is not None else text)
         if tapped is not None:
             tapped._bind(images)
         yield images, labels
+
+
+def model_batch(batch, where: str, cfg) -> tuple[Tensor, Tensor]:
+    """A loader's batch as the model takes it: images, or a text model's B×2×L token batches."""
+    if isinstance(cfg, bb.TextInput):
+        return token_batch(batch, where, cfg)
+    return image_batch(batch, where)
+
+
+def _text_of(backbone) -> bb.TextInput | None:
+    return backbone.input_cfg if isinstance(backbone.input_cfg, bb.TextInput) else None
 
 
 def _length(loader: Loader) -> int | None:
@@ -550,7 +579,8 @@ class _FitJob:
     def laya_model(self, fitted: _Fitted, frozen: bool) -> LayaModel:
         """The trained model, its checkpoint metadata as ``laya train`` writes it."""
         tapped = self.tapped
-        c, h, w = tapped.image_shape or (0, 0, 0)
+        text = isinstance(tapped._cfg, bb.TextInput)
+        c, h, w = (1, 8, 8) if text else (tapped.image_shape or (0, 0, 0))
         formats = tapped.backbone.tap_formats
         spec = bb.BackboneSpec(
             tapped.name,
@@ -561,6 +591,7 @@ class _FitJob:
             in_channels=c,
             image_size=(h, w),
             formats=formats if "?" not in formats else [],
+            max_length=tapped._cfg.max_length if text else None,
         )
         meta = {
             "layers": list(spec.layers),
@@ -601,7 +632,12 @@ def eval_data(model: LayaModel, loader: Loader | EvalData, device: str, keep_ima
         return loader
     model.backbone.to(device)
     feats, images = extract_batches(
-        model.backbone, _batches(loader, "the loader"), device, "features", _length(loader), keep_images
+        model.backbone,
+        _batches(loader, "the loader", text=_text_of(model.backbone)),
+        device,
+        "features",
+        _length(loader),
+        keep_images,
     )
     top = int(feats.labels.max()) if len(feats) else -1
     if top >= len(model.classes) or int(feats.labels.min()) < 0:

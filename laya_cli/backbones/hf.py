@@ -104,17 +104,22 @@ def _positions(model: nn.Module) -> int | None:
     return None
 
 
-def text_input(model: nn.Module, where: str, max_length: int | None, cached: bool) -> TextInput:
-    """The model's token input: its own tokenizer when it has one (a hub or local tokenizer), else none yet
-    (``train_tokenizer`` makes one on the training split); ``max_length`` checked against its positions."""
+def text_input_from(model: nn.Module, max_length: int | None, where: str | None) -> TextInput:
+    """A text model's input without a tokenizer yet; ``max_length`` checked against its positions."""
     positions = _positions(model)
+    name = f"hf:{where}" if where else type(model).__name__
     if max_length is not None and max_length < 1:
         raise LayaError(f"--max-length must be at least 1, got {max_length}")
     if max_length is not None and positions is not None and max_length > positions:
-        raise LayaError(f"--max-length {max_length} is beyond hf:{where}'s {positions} positions")
+        raise LayaError(f"--max-length {max_length} is beyond {name}'s {positions} positions")
     length = max_length or min(DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
-    vocab = int(model.get_input_embeddings().num_embeddings)
-    text = TextInput(length, vocab_size=vocab)
+    return TextInput(length, vocab_size=int(model.get_input_embeddings().num_embeddings))
+
+
+def text_input(model: nn.Module, where: str, max_length: int | None, cached: bool) -> TextInput:
+    """The model's token input: its own tokenizer when it has one (a hub or local tokenizer), else none yet
+    (``train_tokenizer`` makes one on the training split); ``max_length`` checked against its positions."""
+    text = text_input_from(model, max_length, where)
     folder = local_dir(where)
     saved = any((folder / f).is_file() for f in TOKENIZER_FILES) if folder else hub_file_cached(where, TOKENIZER_FILES)
     if not saved and (folder or offline()):
@@ -129,6 +134,26 @@ def text_input(model: nn.Module, where: str, max_length: int | None, cached: boo
         raise LayaError(f"hf:{where}'s tokenizer is not a fast tokenizer; save one with tokenizer.json")
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     return set_tokenizer(text, backend.to_str(), int(pad), f"the tokenizer of hf:{where}")
+
+
+def given_text_input(model: nn.Module, tokenizer, max_length: int | None) -> TextInput:
+    """A text model attached in Python: its input from the tokenizer the user passes (or none: their loader
+    then yields token ids)."""
+    text = text_input_from(model, max_length, None)
+    if tokenizer is None:
+        return text
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not hasattr(backend, "to_str"):
+        raise LayaError(
+            "tokenizer must be a fast tokenizer (transformers) or a tokenizers.Tokenizer, "
+            f"got {type(tokenizer).__name__}"
+        )
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None) or 0
+    return set_tokenizer(
+        text, backend.to_str(), int(pad), f"the tokenizer given to attach ({type(tokenizer).__name__})"
+    )
 
 
 def set_tokenizer(text: TextInput, tokenizer_json: str, pad_id: int, source: str) -> TextInput:
@@ -269,13 +294,21 @@ def causal(model: nn.Module) -> bool:
 
 
 def _prefix_tokens(model: nn.Module) -> int:
+    """Tokens before the patches in a vision transformer's sequences (class, distillation, registers): the
+    probe's sequence length less its patch count (a CNN's NCHW stages: 0)."""
     cfg = model.config
-    if getattr(model, "main_input_name", "") != "pixel_values":
+    if is_text(model) or not isinstance(getattr(cfg, "patch_size", None), int):
         return 0
-    embeddings = getattr(model, "embeddings", None)
-    cls = int(getattr(embeddings, "cls_token", None) is not None)
-    dist = int(getattr(embeddings, "distillation_token", None) is not None)
-    return cls + dist + int(getattr(cfg, "num_register_tokens", 0) or 0) if cls else 0
+    cached = getattr(model, "_laya_prefix_tokens", None)
+    if cached is None:
+        inputs = _probe_inputs(model)
+        side = inputs["pixel_values"].shape[-1]
+        with torch.no_grad(), eval_mode(model):
+            first = call_model(model, {**inputs, "output_hidden_states": True}).hidden_states[0]
+        patches = (side // cfg.patch_size) ** 2
+        cached = int(first.shape[1] - patches) if first.ndim == 3 and first.shape[1] >= patches else 0
+        model._laya_prefix_tokens = cached
+    return cached
 
 
 def parse_index_ranges(patterns: list[str], n: int) -> list[int] | None:
@@ -363,6 +396,21 @@ class HFFamily(Family):
         if index is None:
             return super().select_layers(model, patterns, probe)
         return [taps[i] for i in index]
+
+    def truncate(self, model, taps, k):
+        """Keep the layers up to tap k: a transformer of fewer layers (what ``laya depth --truncate`` stores)."""
+        container, _, last = taps[k - 1].rpartition(".")
+        if not last.isdigit() or not all(t.rpartition(".")[0] == container for t in taps[:k]):
+            return None
+        layers = model.get_submodule(container)
+        if not isinstance(layers, nn.ModuleList):
+            return None
+        parent, _, attr = container.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, nn.ModuleList(list(layers)[: int(last) + 1]))
+        for key in ("num_hidden_layers", "n_layer", "n_layers"):
+            if isinstance(getattr(model.config, key, None), int):
+                setattr(model.config, key, int(last) + 1)
+        return model
 
     def default_pool(self, model):
         if is_text(model):

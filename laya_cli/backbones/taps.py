@@ -713,6 +713,8 @@ def prune_after(model: nn.Module, names: Sequence[str], x: Tensor) -> nn.Module:
     for name, _ in list(model.named_modules()):
         if not name or name in calls or any(_is_ancestor(r, name) for r in replaced + finished):
             continue
+        if any(_is_ancestor(name, c) for c in calls):  # a ModuleList its parent iterates: never called itself
+            continue
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, nn.Identity())
         replaced.append(name)

@@ -141,6 +141,51 @@ def image_batch(batch, where: str = "the loader") -> tuple[Tensor, Tensor]:
     return images, labels.long()
 
 
+def token_batch(batch, where: str, text) -> tuple[Tensor, Tensor]:
+    """``(tokens, labels)`` of one batch a user's DataLoader yields for a text model (``text``: its
+    ``TextInput``): B×2×L token batches (ids, attention mask) as laya's own, a tokenizer's dict
+    (``input_ids``, ``attention_mask``; ``labels``/``label`` inside it or beside it), or raw strings,
+    tokenised with the model's tokenizer. A LayaError otherwise."""
+    from ..backbones.hf import encode
+
+    labels = None
+    if isinstance(batch, dict):
+        inputs = batch
+        labels = batch.get("labels", batch.get("label"))
+    elif isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        inputs, labels = batch[0], batch[1]
+    else:
+        raise LayaError(f"{where} must yield (texts, labels) batches; got {type(batch).__name__}")
+    if isinstance(inputs, dict):
+        if "input_ids" not in inputs:
+            raise LayaError(f"{where} yields dicts without input_ids (keys: {', '.join(inputs)})")
+        ids = torch.as_tensor(inputs["input_ids"])
+        mask = torch.as_tensor(inputs.get("attention_mask", torch.ones_like(ids)))
+        tokens = torch.stack([ids, mask], dim=1)
+    elif isinstance(inputs, (list, tuple)) and all(isinstance(t, str) for t in inputs):
+        if not all(t.strip() for t in inputs):
+            raise LayaError(f"{where} yields an empty string: every sample needs a text")
+        tokens = encode(text, list(inputs))
+    elif isinstance(inputs, Tensor) and inputs.ndim == 3 and inputs.shape[1] == 2 and not inputs.is_floating_point():
+        tokens = inputs
+    else:
+        what = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
+        raise LayaError(
+            f"{where} must yield texts for this text model (strings, a tokenizer's input_ids/attention_mask, "
+            f"or B×2×L token tensors); got {what}"
+        )
+    if tokens.shape[-1] > text.max_length:
+        raise LayaError(f"{where} yields {tokens.shape[-1]} tokens per text; the model takes {text.max_length}")
+    if labels is None:
+        raise LayaError(f"{where} yields no labels (a 'labels' key, or (texts, labels) pairs)")
+    labels = torch.as_tensor(labels)
+    if labels.ndim != 1 or labels.is_floating_point() or len(labels) != len(tokens):
+        raise LayaError(
+            f"{where} must yield one integer class label per text; got labels of shape {tuple(labels.shape)}"
+        )
+    return tokens, labels.long()
+
+
 @torch.no_grad()
 def extract_batches(
     backbone,

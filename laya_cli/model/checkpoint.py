@@ -112,6 +112,13 @@ def checkpoint_body(
     }
 
 
+def _text_summary(recorded_input: dict) -> dict | None:
+    if recorded_input.get("kind") != "tokens":
+        return None
+    keys = ("max_length", "pad_id", "vocab_size", "source")
+    return {k: recorded_input.get(k) for k in keys}
+
+
 def checkpoint_summary(ckpt: dict) -> dict:
     """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
     spec = ckpt["backbone"]["spec"]
@@ -129,6 +136,8 @@ def checkpoint_summary(ckpt: dict) -> dict:
             "weights_source": ckpt["backbone"].get("source"),
             "weights_sha256": ckpt["backbone"].get("sha256"),
             "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),
+            # text backbones: tokens per text and where the stored tokenizer came from (docs/text.md)
+            "text": _text_summary(ckpt["backbone"].get("input") or {}),
             # parameters stored in the file (None when the weights load by name)
             "parameters": (
                 sum(int(t.numel()) for t in ckpt["backbone"]["weights"].values() if t.is_floating_point())
