@@ -1,4 +1,4 @@
-"""Shared fixtures: a small trained digits checkpoint, generated image folders, isolated caches.
+"""Shared fixtures: a small trained digits checkpoint, a tiny text model, generated image folders, isolated caches.
 
 Helpers that tests call directly (``assert_user_error``, ``invoke``, ``run_laya``, the makers of
 heads, folders and checkpoints) live in ``laya_cli.testing``.
@@ -6,13 +6,16 @@ heads, folders and checkpoints) live in ``laya_cli.testing``.
 
 from __future__ import annotations
 
+import csv
 import os
+import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from laya_cli.runtime import progress
-from laya_cli.testing import make_image_folder, train_digits
+from laya_cli.testing import invoke, make_image_folder, train_digits
 
 # Tests never touch the user's caches or the network.
 os.environ.setdefault("LAYA_OFFLINE", "1")
@@ -42,3 +45,75 @@ def digits_ckpts(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture()
 def image_folder(tmp_path) -> Path:
     return make_image_folder(tmp_path / "shapes")
+
+
+# Texts the report must show as text, never run: markup (a script, an image whose onerror would run when pasted as
+# HTML), quotes and ampersands, a text longer than the explorer shows, a line break, a character outside the BMP.
+MARKUP_TEXT = '<script>window.layaPwned = 1</script><img src=x onerror="window.layaPwned = 2"> & "quoted" \'single\''
+TOPICS = {
+    "sport": "ball goal team match score player run win league coach".split(),
+    "food": "bread cheese apple soup rice pasta salt sugar bake cook".split(),
+    "tech": "computer code network chip data server cloud robot byte laser".split(),
+}
+
+
+def _topic_texts(n: int, seed: int) -> list[tuple[str, str]]:
+    rng, filler = random.Random(seed), "the a of and with in on very some".split()
+    rows = []
+    for i in range(n):
+        topic = list(TOPICS)[i % len(TOPICS)]
+        words = rng.choices(TOPICS[topic], k=5) + rng.choices(filler, k=3)
+        rng.shuffle(words)
+        rows.append((" ".join(words), topic))
+    return rows
+
+
+def _write_csv(path: Path, rows: list[tuple[str, str]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        w.writerows(rows)
+
+
+@pytest.fixture(scope="session")
+def text_ckpt(tmp_path_factory) -> SimpleNamespace:
+    """A laya head on a tiny BERT (3 layers, built from a config, tokenizer trained on the training split) trained
+    on a made-up 3-topic csv dataset whose test split (``test.csv``, 24 rows) holds the texts above."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    root = tmp_path_factory.mktemp("text")
+    config = transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    transformers.AutoModel.from_config(config).save_pretrained(root / "bert")
+    test = _topic_texts(24, seed=1)
+    test[0] = (MARKUP_TEXT + " " + test[0][0], test[0][1])
+    test[1] = (" ".join([test[1][0]] * 6) + " \U0001f389 end", test[1][1])  # ~300 characters
+    test[2] = ("line one\nline two " + test[2][0], test[2][1])
+    (root / "data").mkdir()
+    _write_csv(root / "data" / "train.csv", _topic_texts(150, seed=0))
+    _write_csv(root / "data" / "test.csv", test)
+    ckpt = root / "text.pt"
+    r = invoke(
+        "train",
+        "--backbone",
+        f"hf:{root / 'bert'}",
+        "--dataset",
+        f"csv:{root / 'data'}",
+        "--max-length",
+        16,
+        "--epochs",
+        3,
+        "--pool",
+        "mean",
+        "--out",
+        ckpt,
+        "-q",
+    )
+    assert r.exit_code == 0, r.output
+    return SimpleNamespace(ckpt=ckpt, texts=[t for t, _ in test], labels=[y for _, y in test])

@@ -217,3 +217,58 @@ def test_a_head_without_alpha_gets_an_explorer_too(chromium, digits_ckpts, tmp_p
         assert {r["label"] for r in rendered(page)} == {7}
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def text_export(text_ckpt, tmp_path_factory) -> Path:
+    """A text model's export: its explorer shows texts where images get thumbnails."""
+    out = tmp_path_factory.mktemp("text") / "export"
+    r = invoke("export", text_ckpt.ckpt, "--out", out, "-q")
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def shown_texts(page) -> list[dict]:
+    return page.eval_on_selector_all(
+        "#x-body tr.x-row",
+        """rows => rows.map(r => ({index: +r.dataset.index, label: +r.querySelector('.c-label').dataset.label,
+        shown: r.querySelector('.c-text').textContent, whole: r.querySelector('.c-text').title}))""",
+    )
+
+
+def clipped(text: str, n: int) -> str:
+    """What the explorer shows of a text: whitespace runs as one space, the first n characters (… when cut)."""
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= n else one_line[: n - 1] + "…"
+
+
+def test_a_text_models_explorer_shows_the_texts_inert_and_filters(chromium, text_export, text_ckpt):
+    t = pd.read_csv(text_export / "samples.csv", keep_default_na=False)
+    shown_n = data_of(text_export / "report.html")["text_shown"]
+    page, watch = open_ready(chromium, text_export / "report.html")
+    try:
+        assert watch.console_errors == [] and watch.page_errors == [] and watch.external_requests == []
+        assert page.locator("td.c-img").count() == 0 and page.locator("#x-table thead th", has_text="text").count()
+        rows = shown_texts(page)
+        assert [r["index"] for r in rows] == t["index"].tolist()  # 24 rows: all in view
+        for r in rows:
+            whole = text_ckpt.texts[r["index"]]
+            assert r["whole"] == whole and r["shown"] == clipped(whole, shown_n)
+        long = rows[1]["shown"]
+        assert len(long) == shown_n and long.endswith("…")  # ~300 characters cut to the first 100
+        assert rows[0]["shown"].startswith('<script>window.layaPwned = 1</script><img src=x onerror="')  # as text
+        assert page.evaluate("typeof window.layaPwned") == "undefined"  # neither the script nor onerror ran
+        assert page.locator("#x-body script, #x-body img").count() == 0
+        label = int(t.loc[0, "label"])
+        page.select_option("#x-label", str(label))
+        want = t.loc[t.label == label, "index"].tolist()
+        assert page.text_content("#x-count") == f"showing {len(want)} of {len(t)} samples"
+        rows = shown_texts(page)
+        assert [r["index"] for r in rows] == want and {r["label"] for r in rows} == {label}
+        assert [r["whole"] for r in rows] == [text_ckpt.texts[i] for i in want]
+        page.click("th button[data-sort=p]")  # sorting still works with the text column in place
+        ps = t.set_index("index").loc[page.evaluate("window.layaExplorer.view()"), "p_pred"].tolist()
+        assert ps == sorted(ps)
+        assert watch.console_errors == [] and watch.page_errors == [] and watch.external_requests == []
+    finally:
+        page.close()

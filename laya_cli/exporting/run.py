@@ -2,8 +2,8 @@
 
 What gets written (documented in docs/export.md):
 
-  DIR/samples.{csv,parquet,npz}   one row per sample: index, label, label_name, predicted,
-                                  predicted_name, correct, p_pred, alpha[<layer>]…, contrib[<layer>]…
+  DIR/samples.{csv,parquet,npz}   one row per sample: index, (text: a text model's input), label, label_name,
+                                  predicted, predicted_name, correct, p_pred, alpha[<layer>]…, contrib[<layer>]…
   DIR/profiles.csv                class × layer mean/std/n of α (and contrib), for all /
                                   correct / incorrect predictions, grouped by the TRUE class
   DIR/global_profile.csv          layer mean/std/n over all samples (all / correct / incorrect)
@@ -74,7 +74,7 @@ class Export:
     profiles: pd.DataFrame | None  # long: quantity, subset, class, class_name, layer, layer_index, mean, std, n
     global_profile: pd.DataFrame | None  # long: quantity, subset, layer, layer_index, mean, std, n
     shift: pd.DataFrame | None  # ranked JS table, one row per class
-    images: Tensor | None  # raw images of the samples, same order as the table (for the strip)
+    images: Tensor | None  # raw images of the samples, same order as the table (for the strip); None for text
     info: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     out: Path | None = None  # set once written
@@ -84,6 +84,11 @@ class Export:
     @property
     def n(self) -> int:
         return len(self.table)
+
+    @property
+    def texts(self) -> list[str] | None:
+        """A text model's samples (the table's ``text`` column, shown where images get thumbnails); None for images."""
+        return self.table["text"].tolist() if "text" in self.table else None
 
     @property
     def accuracy(self) -> float:
@@ -146,13 +151,16 @@ def build_table(
     contrib: Tensor | None,
     layers: Sequence[str],
     classes: Sequence[str],
+    texts: Sequence[str] | None = None,
 ) -> pd.DataFrame:
+    """The per-sample table; a text model's samples get a ``text`` column beside their ``index``."""
     labels = torch.as_tensor(labels).long()
     probs = torch.softmax(logits.double(), -1)
     p_pred, pred = probs.max(-1)
     names = np.asarray(classes, dtype=object)
     cols: dict[str, object] = {
         "index": torch.as_tensor(index).long().numpy(),
+        **({"text": np.asarray(list(texts), dtype=object)} if texts is not None else {}),
         "label": labels.numpy(),
         "label_name": names[labels.numpy()] if len(labels) else np.array([], dtype=object),
         "predicted": pred.numpy(),
@@ -222,7 +230,10 @@ def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, inf
             "the scalarmix head's α is global (the same for every input), so class profiles are flat "
             "and the attention shift is 0"
         )
-    table = build_table(data.index, data.features.labels, logits, alpha, contrib, model.layer_names, model.classes)
+    texts = getattr(data, "texts", None)  # a text model's strings (its images are token ids: no pictures)
+    table = build_table(
+        data.index, data.features.labels, logits, alpha, contrib, model.layer_names, model.classes, texts
+    )
     metrics = model.checkpoint.get("metrics", {})
     base = {
         "backbone": model.spec.name,
@@ -233,7 +244,8 @@ def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, inf
         "checkpoint_test_accuracy": metrics.get("test_accuracy"),
     }
     base.update(info or {})
-    exp = assemble(table, model.layer_names, model.classes, data.images, base, alpha_is_global, notes)
+    images = data.images if texts is None else None
+    exp = assemble(table, model.layer_names, model.classes, images, base, alpha_is_global, notes)
     exp.info["n_samples"] = exp.n
     exp.info["accuracy"] = exp.accuracy
     return exp
@@ -282,6 +294,7 @@ def write_samples(exp: Export, path: Path, fmt: str) -> None:
     elif fmt == "npz":
         arrays = {
             "index": t["index"].to_numpy(np.int64),
+            **({"text": t["text"].to_numpy(str)} if "text" in t else {}),
             "label": t["label"].to_numpy(np.int64),
             "label_name": t["label_name"].to_numpy(str),
             "predicted": t["predicted"].to_numpy(np.int64),

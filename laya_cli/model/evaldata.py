@@ -25,9 +25,10 @@ from .laya_model import LayaModel
 @dataclass
 class EvalData:
     features: LayerFeatures  # or StreamedFeatures (load_eval_data(..., stream=True) without a cache)
-    images: Tensor  # the raw images of the same samples (uint8 or float), for thumbnails
+    images: Tensor  # the raw images of the same samples (uint8 or float), for thumbnails; tokens for text
     index: Tensor  # positions of these samples within the test split
     dataset: str
+    texts: list[str] | None = None  # a text model's samples as the strings they were tokenised from
 
 
 def select_samples(n_total: int, samples: int | None, seed: int) -> Tensor:
@@ -120,7 +121,7 @@ def load_eval_data(
     use_cache: bool = True,
     stream: bool = False,
 ) -> EvalData:
-    """The test split's features (and images) for audit/export.
+    """The test split's features (and images; a text model's strings too) for audit/export.
 
     Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
     Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
@@ -137,10 +138,11 @@ def load_eval_data(
     test = data.test
     index = select_samples(len(test), samples, seed)
     images, labels = take(test.images, index), test.labels[index]  # file images stay lazy
+    texts = [test.texts[int(i)] for i in index] if hasattr(test, "texts") else None
     model.backbone.to(device)
     cache = FeatureCache() if (use_cache and not model.spec.finetune) else None
     if stream and cache is None:
-        return EvalData(StreamedFeatures(model.backbone, images, labels, device), images, index, name)
+        return EvalData(StreamedFeatures(model.backbone, images, labels, device), images, index, name, texts)
     dtype = model.checkpoint.get("feature_dtype", "float32")  # the features the head was trained on
     whole = feature_key(model.backbone, data.identity, "test", req.seed, len(test), device, dtype)
     subset = len(index) < len(test)
@@ -156,7 +158,7 @@ def load_eval_data(
         fallback=(whole, index) if subset else None,
         dtype=dtype,
     )
-    return EvalData(feats, images, index, name)
+    return EvalData(feats, images, index, name, texts)
 
 
 def check_fit_data(model: LayaModel) -> None:

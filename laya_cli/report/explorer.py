@@ -1,7 +1,9 @@
-"""report.html's per-sample explorer: every exported sample with its thumbnail, true and predicted class, p_ŷ,
-α and contrib as small bars per layer; filters by true class, predicted class and correct/incorrect, sorts by
-any column (or any layer's α/contrib). The data travel as one JSON block and plain JavaScript renders only
-the rows in view, so 10,000 samples stay responsive (measured by ``benchmarks/report_explorer.py``).
+"""report.html's per-sample explorer: every exported sample with its thumbnail (a text model's: its text, cut
+to ``TEXT_SHOWN`` characters, whole on hover), true and predicted class, p_ŷ, α and contrib as small bars per
+layer; filters by true class, predicted class and correct/incorrect, sorts by any column (or any layer's
+α/contrib). The data travel as one JSON block and plain JavaScript renders only the rows in view, so 10,000
+samples stay responsive (measured by ``benchmarks/report_explorer.py``). Every string the data carry (class
+names, texts) is written into the page as text, never as markup.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+TEXT_SHOWN = 100  # characters of a text sample shown in its row (hover: the whole text)
+TEXT_KEPT = 1000  # characters of it the page keeps (samples.csv has every text whole): bounds the page's size
 
 EXPLORER_CSS = """\
 .x-controls { display: flex; flex-wrap: wrap; gap: 0.4em 1.2em; align-items: center; margin: 0.6em 0; }
@@ -24,6 +29,7 @@ EXPLORER_CSS = """\
 .x-table td { height: 36px; padding: 0 0.5em; white-space: nowrap; overflow: hidden; border-width: 0 0 1px 0; }
 .x-table tr.x-row:hover td { background: #f5f9ff; }
 .x-table td img { width: 32px; height: 32px; object-fit: contain; image-rendering: pixelated; display: block; }
+.x-table td.c-text { max-width: 40em; text-overflow: ellipsis; }
 .x-table .ok { color: #2a7d34; } .x-table .no { color: #c62828; font-weight: bold; }
 .x-layers { display: flex; gap: 1px; margin-top: 2px; } .x-layers button { font-size: 9px !important;
   font-weight: normal !important; color: #666; overflow: hidden; text-align: center; }
@@ -50,6 +56,10 @@ _EXPLORER_JS = r"""
     });
   }
   function fmt(x, d) { return x === null ? "n/a" : x.toFixed(d); }
+  function clip(t) {  // the first D.text_shown characters (code points, not UTF-16 halves), on one line
+    var c = Array.from(t.replace(/\s+/g, " ").trim());
+    return c.length > D.text_shown ? c.slice(0, D.text_shown - 1).join("") + "\u2026" : c.join("");
+  }
   function options(sel, counts) {
     D.classes.forEach(function (name, c) {
       var o = document.createElement("option");
@@ -123,6 +133,7 @@ _EXPLORER_JS = r"""
     s += '<td class="num c-index">' + D.index[j] + "</td>";
     if (D.thumbs) s += '<td class="c-img"><img alt="sample ' + D.index[j]
       + '" src="data:image/png;base64,' + D.thumbs[j] + '"></td>';
+    if (D.texts) s += '<td class="c-text" title="' + esc(D.texts[j]) + '">' + esc(clip(D.texts[j])) + "</td>";
     s += '<td class="c-label" data-label="' + D.label[j] + '">' + esc(D.classes[D.label[j]]) + "</td>";
     s += '<td class="c-pred" data-pred="' + D.pred[j] + '">' + esc(D.classes[D.pred[j]]) + "</td>";
     s += '<td class="c-correct ' + (ok ? "ok" : "no") + '">' + (ok ? "\u2713" : "\u2717") + "</td>";
@@ -205,6 +216,10 @@ def explorer_data(exp, thumbs: Sequence[str] | None) -> dict:
         "bar_width": max(3, min(16, 120 // max(len(layers), 1))),
         "contrib_scale": None,
     }
+    texts = getattr(exp, "texts", None)
+    if texts is not None:  # only then: an image export's data stay as they were
+        data["texts"] = [t if len(t) <= TEXT_KEPT else t[: TEXT_KEPT - 1] + "…" for t in map(str, texts)]
+        data["text_shown"] = TEXT_SHOWN
     if exp.has_alpha:
         data["alpha"] = _round(t[[f"alpha[{n}]" for n in layers]].to_numpy(dtype=float).ravel(), 4)
     if exp.has_contrib:
@@ -242,6 +257,8 @@ def _header(exp, thumbs: Sequence[str] | None, bar_width: int) -> tuple[list[str
     cols = [th("index", "#", "position in the test split")]
     if thumbs is not None:
         cols.append("<th>image</th>")
+    if getattr(exp, "texts", None) is not None:
+        cols.append("<th>text</th>")
     cols += [
         th("label", "true", "true class"),
         th("pred", "predicted", "predicted class"),
@@ -264,6 +281,8 @@ def _header(exp, thumbs: Sequence[str] | None, bar_width: int) -> tuple[list[str
 
 def _what(exp, thumbs: Sequence[str] | None) -> str:
     what = ["thumbnail"] if thumbs is not None else []
+    if getattr(exp, "texts", None) is not None:
+        what.append(f"text (its first {TEXT_SHOWN} characters; hover for the whole text)")
     what += ["true and predicted class", "p_ŷ"]
     if exp.has_alpha:
         what.append("α per layer (bars on one scale for all samples; hover for the values)")

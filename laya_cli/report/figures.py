@@ -317,8 +317,12 @@ def _thumbnail(img) -> tuple[np.ndarray, str | None, float, float]:
 
 
 def can_strip(exp) -> bool:
+    """Whether the samples are pictures (N×C×H×W, one per row) to draw: a text model's are not (its table has
+    the strings; its token batches, N×2×L integer ids and masks, are never drawn)."""
     im = exp.images
-    return im is not None and getattr(im, "ndim", 0) == 4 and im.shape[1] >= 1 and len(im) == exp.n and exp.n > 0
+    if im is None or getattr(exp, "texts", None) is not None:
+        return False
+    return getattr(im, "ndim", 0) == 4 and im.shape[1] >= 1 and len(im) == exp.n and exp.n > 0
 
 
 def plot_strip(exp, path: Path, k: int) -> None:
