@@ -324,3 +324,42 @@ def test_missing_transformers_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(LayaError, match=r"pip install 'laya-audit\[hf\]'"):
         hf.transformers_module()
+
+
+# --------------------------------------------------------------------------- network scope
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "vit"])
+def test_continuing_from_a_layer_equals_full_passes(models, name):
+    """Network scope on a transformer: re-calling the later layers with the arguments the batch gave them
+    (prefix caching) gives the patched passes and IG of full forwards with a replacing hook."""
+    from laya_cli.auditing import network
+    from laya_cli.features.extraction import tap_means
+    from laya_cli.model.heads import build_head
+
+    backbone = tapped(models[name], **({} if name == "vit" else {"max_length": 12})).eval()
+    if name == "vit":
+        x, train = torch.rand(3, 3, 32, 32), torch.rand(8, 3, 32, 32)
+    else:
+        x = tokens(backbone, ["dog cat", "bread cheese apple rice soup", "saw"])
+        train = hf.encode(backbone.input_cfg, ["dog", "cat bread", "apple rice soup cake"])
+    assert backbone.can_continue
+    with torch.no_grad():
+        dims = [r.shape[-1] for r in backbone(x)]
+    torch.manual_seed(0)
+    head = build_head("laya", dims, 3).eval()
+    scope = network.NetworkScope(backbone, head, tap_means(backbone, train))
+    full = network.NetworkScope(backbone, head, scope.reference, prefix=False)
+    assert scope.prefix
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    torch.testing.assert_close(
+        scope.effects(x, hs, feats, target), full.effects(x, hs, feats, target), rtol=0, atol=1e-6
+    )
+    hs = scope.activations(x)
+    ours = scope.integrated_gradients(x, hs, feats, target, n_steps=8)
+    theirs = full.integrated_gradients(x, hs, feats, target, n_steps=8)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    chunked = scope.integrated_gradients(x, hs, feats, target, n_steps=8, internal_batch_size=6)
+    torch.testing.assert_close(chunked, ours, rtol=0, atol=1e-6)

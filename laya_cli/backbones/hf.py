@@ -329,6 +329,7 @@ class HFFamily(Family):
     """``hf:NAME`` / ``hf:DIR``: transformers' ``AutoModel``, tapped after every layer."""
 
     name = "hf"
+    engine = "replay"  # layers take masks and position embeddings besides the hidden state (taps.ReplayEngine)
     hub = True
 
     def build(self, model_name, spec, **_):
@@ -337,7 +338,7 @@ class HFFamily(Family):
         where = str(folder) if folder else model_name
         cached = bool(folder) or (spec.pretrained and self.check_pretrained(model_name))
         model = _load(transformers, where, spec, cached)
-        _embedding_grads(model)
+        self.prepare(model)
         if is_text(model):
             return model, text_input(model, where, spec.max_length, cached)
         if spec.max_length is not None:
@@ -361,6 +362,8 @@ class HFFamily(Family):
 
     def prepare(self, model):
         _embedding_grads(model)
+        if getattr(model.config, "use_cache", False):  # no key/value cache: a replayed layer must not extend it
+            model.config.use_cache = False
 
     def check_pretrained(self, model_name: str) -> bool:
         if local_dir(model_name):

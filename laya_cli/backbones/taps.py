@@ -122,13 +122,17 @@ class TokenAdapter(nn.Module):
         return {"kind": "tokens", **asdict(self.text)}
 
     def batch_mask(self, h: Tensor) -> Tensor | None:
-        """The mask of ``h``'s rows: the last batch's, repeated when Captum stacked copies of it."""
+        """The mask of ``h``'s rows: the last batch's, repeated when Captum stacked copies of it (or its first
+        rows when the last batch was such copies and ``h`` is one of them)."""
         if self.mask is None or h.ndim != 3 or h.shape[1] != self.mask.shape[1]:
             return None
-        copies, rest = divmod(len(h), len(self.mask))
+        mask, rows = self.mask, len(h)
+        if len(mask) > rows and len(mask) % rows == 0 and torch.equal(mask, mask[:rows].repeat(len(mask) // rows, 1)):
+            mask = mask[:rows]
+        copies, rest = divmod(rows, len(mask))
         if rest or not copies:
-            raise LayaError(f"a batch of {len(h)} rows cannot be pooled with the mask of {len(self.mask)} texts")
-        return self.mask.repeat(copies, 1).to(h.device)
+            raise LayaError(f"a batch of {rows} rows cannot be pooled with the mask of {len(mask)} texts")
+        return mask.repeat(copies, 1).to(h.device)
 
 
 def make_adapter(cfg: InputConfig | TextInput) -> InputAdapter | TokenAdapter:
@@ -136,11 +140,16 @@ def make_adapter(cfg: InputConfig | TextInput) -> InputAdapter | TokenAdapter:
 
 
 def random_tokens(cfg: TextInput, batch: int, length: int = 16) -> Tensor:
-    """A seeded batch of random token ids with a full attention mask (a probe input)."""
+    """A seeded batch of random token ids (a probe input); the last text is padded after half its tokens, so
+    that what is checked on a probe sees an attention mask at work."""
     g = torch.Generator().manual_seed(0)
     length = min(length, cfg.max_length)
     ids = torch.randint(0, max(cfg.vocab_size, 2), (batch, length), generator=g)
-    return torch.stack([ids, torch.ones_like(ids)], dim=1)
+    mask = torch.ones_like(ids)
+    if batch > 1 and length > 1:
+        mask[-1, (length + 1) // 2 :] = 0
+        ids[-1, (length + 1) // 2 :] = cfg.pad_id
+    return torch.stack([ids, mask], dim=1)
 
 
 def call_model(model: nn.Module, inputs):
@@ -200,6 +209,60 @@ class HookEngine:
         return out
 
 
+class ReplayEngine(HookEngine):
+    """Hooks that also keep each tapped layer's call (its inputs after the hidden state, its keyword
+    arguments): a transformer's layers take an attention mask, position embeddings… besides the hidden
+    state, so continuing from tap i re-calls layers i+1.. with the arguments the last batch gave them
+    (``replay``). Captum's copies of that batch, stacked along the batch, get them repeated."""
+
+    kind = "replay"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        super().__init__(model, names)
+        self.calls: list[tuple[tuple, dict] | None] = [None] * len(self.names)
+
+    def run(self, x, k: int) -> list:
+        modules = dict(self.model.named_modules())
+
+        def keep(i):
+            def pre(module, args, kwargs):
+                self.calls[i] = (tuple(args[1:]), dict(kwargs))
+
+            return pre
+
+        handles = [modules[n].register_forward_pre_hook(keep(i), with_kwargs=True) for i, n in enumerate(self.names)]
+        try:
+            return super().run(x, k)
+        finally:
+            for h in handles:
+                h.remove()
+
+    def replay(self, i: int, h: Tensor, k: int) -> list[Tensor]:
+        """Outputs of taps i+1 .. k-1 from ``h`` at tap i, the later layers called as the last batch called them."""
+        modules = dict(self.model.named_modules())
+        out = []
+        for j in range(i + 1, k):
+            if self.calls[j] is None:
+                raise LayaError(f"layer {self.names[j]} has not run on this batch yet")
+            args, kwargs = self.calls[j]
+            rows = len(h)
+            h = _first_tensor(modules[self.names[j]](h, *_rows(args, rows), **_rows(kwargs, rows)))
+            out.append(h)
+        return out
+
+
+def _rows(value, rows: int):
+    """``value`` (a call's tensors, nested in tuples/dicts) for a batch of ``rows``: tensors of the recorded
+    batch repeated as Captum stacks copies of it; anything else (broadcast shapes, None, flags) as it is."""
+    if isinstance(value, dict):
+        return {k: _rows(v, rows) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_rows(v, rows) for v in value)
+    if isinstance(value, Tensor) and value.ndim and 1 < value.shape[0] < rows and rows % value.shape[0] == 0:
+        return value.repeat(rows // value.shape[0], *[1] * (value.ndim - 1))
+    return value
+
+
 class FxEngine:
     """torchvision's ``create_feature_extractor``: a traced graph that returns the taps and
     holds nothing past the last one (dead code is eliminated), cached per ``upto``."""
@@ -251,7 +314,7 @@ def _without_asserts(graph_module: nn.Module) -> nn.Module:
     return graph_module
 
 
-ENGINES = {"hooks": HookEngine, "fx": FxEngine}
+ENGINES = {"hooks": HookEngine, "fx": FxEngine, "replay": ReplayEngine}
 
 
 # --------------------------------------------------------------------------- call traces
@@ -440,6 +503,7 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
 # --------------------------------------------------------------------------- the tapped model
 
 _UNSET = object()
+REPLAY = "replay"  # continue_from re-calls the later layers with their recorded arguments (ReplayEngine)
 
 
 class TappedBackbone(nn.Module):
@@ -573,9 +637,11 @@ class TappedBackbone(nn.Module):
 
     # ------------------------------------------------------------------ continuing from a tap
 
-    def _find_chain(self) -> list[list[str]] | None:
+    def _find_chain(self) -> list[list[str]] | str | None:
         if len(self.layer_names) < 2:
             return []
+        if isinstance(self._engine, ReplayEngine):
+            return self._verify_replay()
         with torch.no_grad(), eval_mode(self):
             x = self.adapter(self.probe_input())
             calls = trace_calls(self.model, x, stop_when=self.layer_names)
@@ -595,6 +661,26 @@ class TappedBackbone(nn.Module):
                 self._chain = _UNSET
         return chain
 
+    def _verify_replay(self) -> str | None:
+        """REPLAY when re-calling the later layers from tap 0 (with their recorded arguments) reproduces every
+        later tap on a probe batch, and on its rows stacked twice (Captum's copies); else None."""
+        stack = lambda t, copies: t.repeat(copies, *[1] * (t.ndim - 1))
+        with torch.no_grad(), eval_mode(self):
+            self._chain = REPLAY
+            try:
+                hs = self.activations(self.probe_input())
+                for copies in (1, 2):
+                    got = self.continue_from(0, stack(hs[0], copies))
+                    for a, b in zip(got, hs[1:]):
+                        b = stack(b, copies)
+                        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
+                            return None
+            except Exception:
+                return None
+            finally:
+                self._chain = _UNSET
+        return REPLAY
+
     @property
     def can_continue(self) -> bool:
         """Whether ``continue_from`` works: each tap feeds the next through plain module calls."""
@@ -612,6 +698,8 @@ class TappedBackbone(nn.Module):
             raise LayaError(
                 "this backbone cannot continue from a tap: its taps are not a chain of modules (see docs/backbones.md)"
             )
+        if self._chain is REPLAY:
+            return self._engine.replay(i, h, k)
         modules = dict(self.model.named_modules())
         out, x = [], h.clone()  # a step may work in place (ReLU(inplace=True)): never on the caller's tensor
         for j in range(i, k - 1):
