@@ -342,3 +342,25 @@ def test_mps_unavailable_is_a_one_line_error(command, tmp_path):
     )
     assert r.exit_code == 2 and r.output.startswith("error: --device mps") and "Traceback" not in r.output, r.output
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_torchrun_text_model_trains_and_audits_as_one_process(tmp_path):
+    """A frozen hf: text backbone under torchrun: sharded token batches, the tokenizer trained once on the
+    training split (the same on every rank), the same checkpoint and the same --scope both audit."""
+    transformers = pytest.importorskip("transformers")
+    from test_text import CONFIGS, write_texts
+
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(CONFIGS["bert"]()).save_pretrained(tmp_path / "bert")
+    texts = write_texts(tmp_path / "texts.csv", rows=120)
+    args = ["train", "--backbone", f"hf:{tmp_path / 'bert'}", "--dataset", f"csv:{texts}", "--max-length", "12"]
+    args += ["--epochs", "2", "--seed", "0", "--batch-size", "32"]
+    laya(*args, "--out", tmp_path / "one.pt")
+    laya(*args, "--out", tmp_path / "two.pt", procs=2)
+    a, b = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", "two"))
+    assert a["backbone"]["input"] == b["backbone"]["input"]  # the same tokenizer on every rank
+    for k, w in a["head"]["weights"].items():
+        torch.testing.assert_close(b["head"]["weights"][k], w, rtol=0, atol=1e-5, msg=k)
+    audit = ["audit", tmp_path / "one.pt", "--scope", "both", "--compare", "ig", "--steps", "4", "--batch-size", "8"]
+    doc, _ = audit_alike_in_one_and_two_processes([*audit, "-q"], tmp_path, expect=0)
+    assert doc["network"]["patched"] == "prefix"

@@ -225,7 +225,7 @@ def test_train_audit_depth_on_an_encoder_and_a_decoder(models, texts, tmp_path, 
     assert r.exit_code == 0, r.output
     ckpt = torch.load(out, weights_only=True)
     assert ckpt["backbone"]["input"]["kind"] == "tokens" and ckpt["backbone"]["input"]["max_length"] == 16
-    assert "WordPiece trained on" in ckpt["backbone"]["input"]["source"]
+    assert "word-level vocabulary of the csv:" in ckpt["backbone"]["input"]["source"]
     r = invoke(
         "audit", out, "--scope", "both", "--compare", "ig,gradxact", "--samples", "16", "--json", tmp_path / "a.json"
     )

@@ -170,25 +170,29 @@ def set_tokenizer(text: TextInput, tokenizer_json: str, pad_id: int, source: str
 
 
 def train_tokenizer(text: TextInput, texts: list[str], what: str) -> TextInput:
-    """A WordPiece tokenizer learnt on ``texts`` (the training split) within the model's vocabulary size:
-    for models built from a config alone. Stored in the checkpoint; deterministic for the same texts."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """A word-level tokenizer learnt on ``texts`` (the training split), for models built from a config alone:
+    lower-cased BERT pre-tokenisation, the most frequent words up to the model's vocabulary size (ties in
+    alphabetical order), [UNK] for the rest, [CLS] … [SEP] around each text. Deterministic — the same texts
+    give the same tokenizer on every run and rank (the ``tokenizers`` trainers break ties by hash order,
+    which changes from run to run). Stored in the checkpoint."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    size = min(text.vocab_size or 8000, 8000)
-    if size < len(specials) + 30:
+    if text.vocab_size and text.vocab_size < len(specials) + 2:
         raise LayaError(f"the model embeds only {text.vocab_size} tokens: too few to train a tokenizer for it")
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=size, special_tokens=specials))
+    normalizer, splitter = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    counts = Counter(w for t in texts for w, _ in splitter.pre_tokenize_str(normalizer.normalize_str(t)))
+    room = (text.vocab_size or 30000) - len(specials)
+    words = sorted(counts, key=lambda w: (-counts[w], w))[:room]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + words)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = normalizer, splitter
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
     )
-    source = f"WordPiece trained on {what} ({tok.get_vocab_size()} tokens)"
-    return set_tokenizer(text, tok.to_str(), tok.token_to_id("[PAD]"), source)
+    source = f"word-level vocabulary of {what} ({len(words)} of {len(counts)} words)"
+    return set_tokenizer(text, tok.to_str(), 0, source)
 
 
 def encode(text: TextInput, texts: list[str]) -> torch.Tensor:
