@@ -29,6 +29,11 @@ SKIP = [
     ),
     ("--backbone vit_base", "needs the Best Artworks data set and pretrained ViT-B weights (network)"),
     ("--backbone timm:resnet50 --weights", "needs the user's own weights file and image folder"),
+    ("--backbone hf:bert-base-uncased", "needs BERT's pretrained weights from the hub (network) and the user's csv"),
+    (
+        "--backbone hf:./my-llama",
+        "needs a model folder and WordNet for minutes of training (tests/test_text.py and benchmarks/text.py do both)",
+    ),
     ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),
     (
         "laya audit new.pt --baseline main-audit.json --max-drop faithfulness=0.02 --junit",

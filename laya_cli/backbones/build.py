@@ -90,6 +90,9 @@ def backbone_name(backbone: str, arch: str | None = None) -> str:
         return "arch:" + trust_code(arch)
     if backbone.endswith(".pt2") and not backbone.startswith("pt2:"):
         return "pt2:" + str(Path(backbone).expanduser().resolve())
+    prefix, _, rest = backbone.partition(":")
+    if prefix == "hf" and (Path(rest).expanduser().is_dir() or rest.startswith((".", "~"))):
+        return "hf:" + str(Path(rest).expanduser().resolve())  # a save_pretrained folder: found from any directory
     return backbone
 
 
