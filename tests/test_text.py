@@ -363,3 +363,86 @@ def test_continuing_from_a_layer_equals_full_passes(models, name):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     chunked = scope.integrated_gradients(x, hs, feats, target, n_steps=8, internal_batch_size=6)
     torch.testing.assert_close(chunked, ours, rtol=0, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- vision, hub, Python API
+
+
+def test_a_frozen_vision_transformer_trains_audits_and_exports(models, tmp_path):
+    out = tmp_path / "vit.pt"
+    r = invoke("train", "--backbone", f"hf:{models['vit']}", "--dataset", "digits", "--epochs", "2", "--out", out, "-q")
+    assert r.exit_code == 0, r.output
+    ckpt = torch.load(out, weights_only=True)
+    assert ckpt["backbone"]["spec"]["formats"] == ["NLC+1"] * 3 and ckpt["backbone"]["weights"] is None
+    r = invoke("audit", out, "--scope", "both", "--compare", "ig", "--samples", "16", "--steps", "4")
+    assert r.exit_code == 0, r.output
+    r = invoke("export", out, "--out", tmp_path / "export", "--samples", "16", "--no-plots")
+    assert r.exit_code == 0 and (tmp_path / "export" / "report.html").is_file(), r.output
+
+
+def test_the_image_processor_sets_the_input(models, tmp_path):
+    import shutil
+
+    local = tmp_path / "vit"
+    shutil.copytree(models["vit"], local)
+    transformers.ViTImageProcessor(image_mean=[0.1, 0.2, 0.3], image_std=[0.4, 0.5, 0.6], size=32).save_pretrained(
+        local
+    )
+    cfg = tapped(local).input_cfg
+    assert cfg.mean == (0.1, 0.2, 0.3) and cfg.std == (0.4, 0.5, 0.6) and cfg.size == (32, 32)
+
+
+def test_a_hub_model_offline_without_a_cached_copy_is_one_line(texts, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hub"))
+    r = invoke("train", "--backbone", "hf:someone/tiny-bert", "--dataset", f"csv:{texts}", "--out", tmp_path / "x.pt")
+    assert_user_error(r, "hf:someone/tiny-bert", "--no-pretrained")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_python_api_fits_strings_tokenizer_dicts_and_token_tensors(models, tmp_path):
+    from tokenizers import Tokenizer, pre_tokenizers, trainers
+    from tokenizers import models as tm
+
+    import laya_cli
+
+    model = transformers.AutoModel.from_pretrained(models["bert"])
+    words = sum(WORDS.values(), [])
+    tok = Tokenizer(tm.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(words * 3, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]"]))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]")
+    rng = random.Random(0)
+    labels = [rng.randrange(3) for _ in range(96)]
+    samples = [(" ".join(rng.choices(WORDS[list(WORDS)[y]], k=4)), y) for y in labels]
+    strings = torch.utils.data.DataLoader(
+        samples, batch_size=16, collate_fn=lambda b: ([t for t, _ in b], torch.tensor([y for _, y in b]))
+    )
+    tapped = laya_cli.attach(model, tokenizer=fast, max_length=8)
+    assert tapped.layers == [f"encoder.layer.{i}" for i in range(3)] and tapped.pool == "cls"
+    fitted = laya_cli.fit(tapped, strings, epochs=2, progress=False)
+    fitted.save(tmp_path / "api.pt")
+    stored = torch.load(tmp_path / "api.pt", weights_only=True)["backbone"]["input"]
+    assert stored["max_length"] == 8 and stored["tokenizer"] == fast.backend_tokenizer.to_str()
+    assert laya_cli.audit(fitted, strings).n_samples == 96
+    enc = fast([t for t, _ in samples], padding="max_length", max_length=8, truncation=True, return_tensors="pt")
+    dicts = [
+        {"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i], "labels": y}
+        for i, y in enumerate(labels)
+    ]
+    by_dict = laya_cli.fit(
+        laya_cli.attach(model, max_length=8),
+        torch.utils.data.DataLoader(dicts, batch_size=16),
+        epochs=2,
+        progress=False,
+    )
+    as_tokens = [(torch.stack([enc["input_ids"][i], enc["attention_mask"][i]]), y) for i, y in enumerate(labels)]
+    by_tensor = laya_cli.fit(
+        laya_cli.attach(model, max_length=8),
+        torch.utils.data.DataLoader(as_tokens, batch_size=16),
+        epochs=2,
+        progress=False,
+    )
+    for a, b in zip(by_dict.head.state_dict().values(), by_tensor.head.state_dict().values()):
+        torch.testing.assert_close(a, b)  # the same batches, however they are spelled
+    with pytest.raises(LayaError, match="tokenizer and max_length apply to text models"):
+        laya_cli.attach(transformers.AutoModel.from_pretrained(models["vit"]), max_length=8)
