@@ -258,10 +258,10 @@ def attach(
     if not isinstance(model, nn.Module):
         raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
     check_choice("--pool", pool, POOL_CHOICES)
-    from .backbones import hf
+    from .backbones import hf, tokens
 
     if hf.is_text(model):
-        cfg = hf.given_text_input(model, tokenizer, max_length)
+        cfg = tokens.given_text_input(model, tokenizer, max_length)
     elif tokenizer is not None or max_length is not None:
         raise LayaError("tokenizer and max_length apply to text models; this model takes images")
     else:

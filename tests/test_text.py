@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
 from laya_cli import backbones as bb
 from laya_cli.backbones import hf
+from laya_cli.backbones import tokens as tokenization
 from laya_cli.backbones.pooling import TapFormat
 from laya_cli.data.datasets import load_dataset
 from laya_cli.runtime.config import DataRequest
@@ -71,8 +73,8 @@ def tapped(path, **kw) -> bb.TappedBackbone:
 
 
 def tokens(backbone, strings):
-    hf.train_tokenizer(backbone.input_cfg, sum(WORDS.values(), []) * 3, "test words")
-    return hf.encode(backbone.input_cfg, strings)
+    tokenization.train_tokenizer(backbone.input_cfg, sum(WORDS.values(), []) * 3, "test words")
+    return tokenization.encode(backbone.input_cfg, strings)
 
 
 # --------------------------------------------------------------------------- taps
@@ -136,7 +138,7 @@ def test_padding_never_enters_the_features(models, name, pool):
     strings = ["dog cat", "bread cheese apple rice"]
     a = short(tokens(short, strings))
     long.input_cfg.tokenizer, long.input_cfg.pad_id = short.input_cfg.tokenizer, short.input_cfg.pad_id
-    b = long(hf.encode(long.input_cfg, strings))
+    b = long(tokenization.encode(long.input_cfg, strings))
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
 
@@ -207,7 +209,7 @@ def test_wordnet_supersenses_label_glosses_by_lexicographer_file(tmp_path):
 
 
 @pytest.mark.skipif(
-    not (hf.Path("/usr/share/wordnet/data.noun").is_file()), reason="Debian's wordnet-base is not installed"
+    not (Path("/usr/share/wordnet/data.noun").is_file()), reason="Debian's wordnet-base is not installed"
 )
 def test_the_real_wordnet_has_45_supersenses():
     d = load_dataset(DataRequest(name="wordnet-supersenses"))
@@ -342,7 +344,7 @@ def test_continuing_from_a_layer_equals_full_passes(models, name):
         x, train = torch.rand(3, 3, 32, 32), torch.rand(8, 3, 32, 32)
     else:
         x = tokens(backbone, ["dog cat", "bread cheese apple rice soup", "saw"])
-        train = hf.encode(backbone.input_cfg, ["dog", "cat bread", "apple rice soup cake"])
+        train = tokenization.encode(backbone.input_cfg, ["dog", "cat bread", "apple rice soup cake"])
     assert backbone.can_continue
     with torch.no_grad():
         dims = [r.shape[-1] for r in backbone(x)]

@@ -25,9 +25,9 @@ from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
 from .taps import call_model, eval_mode
+from .tokens import set_tokenizer, text_input_from
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, reachable
 
-DEFAULT_MAX_LENGTH = 128
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 
@@ -95,27 +95,6 @@ def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Modu
     return _base_model(model, where)
 
 
-def _positions(model: nn.Module) -> int | None:
-    cfg = model.config
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def text_input_from(model: nn.Module, max_length: int | None, where: str | None) -> TextInput:
-    """A text model's input without a tokenizer yet; ``max_length`` checked against its positions."""
-    positions = _positions(model)
-    name = f"hf:{where}" if where else type(model).__name__
-    if max_length is not None and max_length < 1:
-        raise LayaError(f"--max-length must be at least 1, got {max_length}")
-    if max_length is not None and positions is not None and max_length > positions:
-        raise LayaError(f"--max-length {max_length} is beyond {name}'s {positions} positions")
-    length = max_length or min(DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
-    return TextInput(length, vocab_size=int(model.get_input_embeddings().num_embeddings))
-
-
 def text_input(model: nn.Module, where: str, max_length: int | None, cached: bool) -> TextInput:
     """The model's token input: its own tokenizer when it has one (a hub or local tokenizer), else none yet
     (``train_tokenizer`` makes one on the training split); ``max_length`` checked against its positions."""
@@ -134,80 +113,6 @@ def text_input(model: nn.Module, where: str, max_length: int | None, cached: boo
         raise LayaError(f"hf:{where}'s tokenizer is not a fast tokenizer; save one with tokenizer.json")
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     return set_tokenizer(text, backend.to_str(), int(pad), f"the tokenizer of hf:{where}")
-
-
-def given_text_input(model: nn.Module, tokenizer, max_length: int | None) -> TextInput:
-    """A text model attached in Python: its input from the tokenizer the user passes (or none: their loader
-    then yields token ids)."""
-    text = text_input_from(model, max_length, None)
-    if tokenizer is None:
-        return text
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    if not hasattr(backend, "to_str"):
-        raise LayaError(
-            "tokenizer must be a fast tokenizer (transformers) or a tokenizers.Tokenizer, "
-            f"got {type(tokenizer).__name__}"
-        )
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "eos_token_id", None) or 0
-    return set_tokenizer(
-        text, backend.to_str(), int(pad), f"the tokenizer given to attach ({type(tokenizer).__name__})"
-    )
-
-
-def set_tokenizer(text: TextInput, tokenizer_json: str, pad_id: int, source: str) -> TextInput:
-    from tokenizers import Tokenizer
-
-    size = Tokenizer.from_str(tokenizer_json).get_vocab_size(with_added_tokens=True)
-    if text.vocab_size and size > text.vocab_size:
-        raise LayaError(
-            f"{source} has {size} token ids but the model embeds only {text.vocab_size}: "
-            "the tokenizer does not match the model's vocabulary"
-        )
-    text.tokenizer, text.pad_id, text.source = tokenizer_json, pad_id, source
-    return text
-
-
-def train_tokenizer(text: TextInput, texts: list[str], what: str) -> TextInput:
-    """A word-level tokenizer learnt on ``texts`` (the training split), for models built from a config alone:
-    lower-cased BERT pre-tokenisation, the most frequent words up to the model's vocabulary size (ties in
-    alphabetical order), [UNK] for the rest, [CLS] … [SEP] around each text. Deterministic — the same texts
-    give the same tokenizer on every run and rank (the ``tokenizers`` trainers break ties by hash order,
-    which changes from run to run). Stored in the checkpoint."""
-    from collections import Counter
-
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
-    if text.vocab_size and text.vocab_size < len(specials) + 2:
-        raise LayaError(f"the model embeds only {text.vocab_size} tokens: too few to train a tokenizer for it")
-    normalizer, splitter = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
-    counts = Counter(w for t in texts for w, _ in splitter.pre_tokenize_str(normalizer.normalize_str(t)))
-    room = (text.vocab_size or 30000) - len(specials)
-    words = sorted(counts, key=lambda w: (-counts[w], w))[:room]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + words)}, unk_token="[UNK]"))
-    tok.normalizer, tok.pre_tokenizer = normalizer, splitter
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    source = f"word-level vocabulary of {what} ({len(words)} of {len(counts)} words)"
-    return set_tokenizer(text, tok.to_str(), 0, source)
-
-
-def encode(text: TextInput, texts: list[str]) -> torch.Tensor:
-    """N×2×L int32 (ids, attention mask): right-padded with ``pad_id`` and truncated to ``max_length``."""
-    from tokenizers import Tokenizer
-
-    if not text.tokenizer:
-        raise LayaError("this text backbone has no tokenizer yet")
-    tok = Tokenizer.from_str(text.tokenizer)
-    tok.enable_truncation(text.max_length)
-    tok.enable_padding(length=text.max_length, pad_id=text.pad_id, direction="right")
-    out = tok.encode_batch([str(t) for t in texts])
-    ids = torch.tensor([e.ids for e in out], dtype=torch.int32).reshape(len(texts), text.max_length)
-    mask = torch.tensor([e.attention_mask for e in out], dtype=torch.int32).reshape(len(texts), text.max_length)
-    return torch.stack([ids, mask], dim=1)
 
 
 def _embedding_grads(model: nn.Module) -> None:
