@@ -106,6 +106,7 @@ def test_vision_transformer_taps_and_prefix(models):
 
 def test_layer_index_ranges_and_globs(models):
     assert tapped(models["llama"], layers=["1-2"]).layer_names == ["layers.1", "layers.2"]
+    assert tapped(models["llama"], layers=["model.layers.*"]).layer_names == [f"layers.{i}" for i in range(3)]
     assert tapped(models["bert"], layers=["encoder.layer.0", "encoder.layer.2"]).layer_names == [
         "encoder.layer.0",
         "encoder.layer.2",

@@ -305,9 +305,11 @@ class HFFamily(Family):
     def select_layers(self, model, patterns, probe):
         taps = layer_taps(model)
         index = parse_index_ranges(list(patterns), len(taps))
-        if index is None:
-            return super().select_layers(model, patterns, probe)
-        return [taps[i] for i in index]
+        if index is not None:
+            return [taps[i] for i in index]
+        # names as the task model spells them (model.layers.*, bert.encoder.layer.*) name the base model's too
+        prefix = f"{getattr(model, 'base_model_prefix', '')}."
+        return super().select_layers(model, [p.removeprefix(prefix) if prefix != "." else p for p in patterns], probe)
 
     def truncate(self, model, taps, k):
         """Keep the layers up to tap k: a transformer of fewer layers (what ``laya depth --truncate`` stores)."""
