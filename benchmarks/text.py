@@ -85,7 +85,7 @@ def run(name: str, model: Path, out: Path, epochs: int, max_length: int) -> dict
         "--markdown",
         out / f"{name}-audit.md",
     )
-    laya("depth", ckpt, "--samples", 1000, "--json", out / f"{name}-depth.json", "--markdown", out / f"{name}-depth.md")
+    laya("depth", ckpt, "--samples", 500, "--json", out / f"{name}-depth.json", "--markdown", out / f"{name}-depth.md")
     info = json.loads(laya("info", ckpt, "--json"))
     return {"name": name, "metrics": info["metrics"], "layers": info["layers"], "pool": info["backbone"]["pool"]}
 
