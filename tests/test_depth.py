@@ -329,17 +329,25 @@ def test_export_shows_the_depth_section(digits_ckpt, tmp_path):
     assert not (tmp_path / "exp5").exists()
 
 
-def test_frozen_vit_truncated_checkpoint(tmp_path, image_folder):
-    """A frozen timm ViT (random weights) cut after block 4 by timm's own prune_intermediate_layers:
+@pytest.mark.parametrize(
+    "backbone,side,k,kept,dropped",
+    [
+        ("timm:vit_tiny_patch16_224", 32, 4, "blocks.3.", "blocks.4."),
+        # stages read from forward_intermediates (feature_info.<i>): the same cut, timm's own
+        ("timm:mvitv2_tiny", 64, 2, "stages.1.", "stages.2."),
+    ],
+)
+def test_frozen_timm_truncated_checkpoint(tmp_path, image_folder, backbone, side, k, kept, dropped):
+    """A frozen timm model (random weights) cut after tap k by timm's own prune_intermediate_layers:
     the stored weights hold no later block, and the rebuilt model predicts as the masked full one."""
-    ckpt, small = tmp_path / "vit.pt", tmp_path / "vit4.pt"
+    ckpt, small = tmp_path / "full.pt", tmp_path / "cut.pt"
     trained = invoke(
         "train",
         "--backbone",
-        "timm:vit_tiny_patch16_224",
+        backbone,
         "--no-pretrained",
         "--input-size",
-        32,
+        side,
         "--dataset",
         f"folder:{image_folder}",
         "--epochs",
@@ -349,14 +357,14 @@ def test_frozen_vit_truncated_checkpoint(tmp_path, image_folder):
         "--quiet",
     )
     assert trained.exit_code == 0, trained.output
-    r = invoke("depth", ckpt, "--truncate", 4, "--out", small)
+    r = invoke("depth", ckpt, "--truncate", k, "--out", small)
     assert r.exit_code == 0, r.output
     keys = read_checkpoint(small)["backbone"]["weights"]
-    assert any(k.startswith("blocks.3.") for k in keys) and not any(k.startswith("blocks.4.") for k in keys)
+    assert any(n.startswith(kept) for n in keys) and not any(n.startswith(dropped) for n in keys)
     full, cut = load_model(ckpt), load_model(small)
     data = load_eval_data(full)
     with torch.no_grad():
-        want = masked_output(full.head, data.features.feats, full.reference, 4).logits
+        want = masked_output(full.head, data.features.feats, full.reference, k).logits
         got = cut.head(cut.backbone(data.images.float() / 255)).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 

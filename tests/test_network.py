@@ -107,12 +107,17 @@ def test_network_gradxact_equals_total_derivatives_by_autograd():
     torch.testing.assert_close(sal, torch.stack([g.abs().flatten(1).sum(-1) for g in grads], 1), rtol=1e-4, atol=1e-7)
 
 
-def test_taps_that_are_graph_nodes_cannot_be_patched():
+def test_taps_that_are_not_modules_cannot_be_patched():
     b = bb.build_backbone(
         bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3, image_size=(32, 32), input_size=32)
     )
     with pytest.raises(LayaError, match="layer1.0.add is a traced graph node, not a module"):
         network.NetworkScope(b, build_head("laya", [64, 128, 256, 512], 3), None)
+    stages = bb.build_backbone(
+        bb.BackboneSpec("timm:resnet18", ["feature_info.*"], in_channels=3, image_size=(32, 32), input_size=32)
+    )
+    with pytest.raises(LayaError, match="feature_info.0 is a timm stage read from forward_intermediates, not a mod"):
+        network.NetworkScope(stages, build_head("laya", [64, 64, 128, 256, 512], 3), None)
 
 
 # --------------------------------------------------------------------------- on a trained checkpoint

@@ -215,3 +215,68 @@ def test_torchvision_graph_node_names_are_taps_too():
 def test_layer_globs_matching_nothing_is_a_user_error():
     with pytest.raises(LayaError, match="matched no module"):
         bb.build_backbone(bb.BackboneSpec("mlp", ["nothing.*"], in_channels=1, image_size=(8, 8)))
+
+
+# --------------------------------------------------------------------------- timm stages from forward_intermediates
+
+
+def test_timm_stages_that_hooks_cannot_read_come_from_forward_intermediates_and_stop_after_tap_k():
+    """MViTv2 declares ``block.N``, a module it does not have: its taps are the declared stages, read where timm
+    reads them, and ``upto=k`` runs no stage above tap k (timm's ``stop_early``)."""
+    b = backbone("timm:mvitv2_tiny", 64)
+    assert b.layer_names == [f"feature_info.{i}" for i in range(4)] and b.engine_kind == "intermediates"
+    x = images(b)
+    with torch.no_grad():
+        full = b(x)
+        above, handles = calls_of(b.model.stages[2])
+        part = b(x, upto=2)
+        for h in handles:
+            h.remove()
+        want = b.model.forward_intermediates(b.adapter(x), intermediates_only=True)
+    assert len(part) == 2 and not above, "the forward ran past the last needed stage"
+    assert [r.shape[-1] for r in full] == [f["num_chs"] for f in b.model.feature_info]
+    for a, c, w in zip(part, full, want):
+        torch.testing.assert_close(a, c)
+        torch.testing.assert_close(c, w.mean((2, 3)))
+    assert b.tap_formats == ["NCHW"] * 4
+
+
+def test_timm_stages_truncate_with_timms_pruning_and_cannot_be_patched():
+    b = backbone("timm:mvitv2_tiny", 64)
+    t = b.truncated(2)
+    x = images(b)
+    with torch.no_grad():
+        for a, c in zip(t(x), b(x, upto=2)):
+            torch.testing.assert_close(a, c)
+    assert len(t.model.stages) == 2 and t.layer_names == ["feature_info.0", "feature_info.1"]
+    assert not b.can_continue
+    with pytest.raises(LayaError, match="feature_info.0 is a timm stage read from forward_intermediates, not a module"):
+        b.tap_modules()
+
+
+def test_timm_stages_as_layers_and_class_tokens():
+    """``--layers 'feature_info.*'`` reads any timm model's stages (the same r_i as its hooked modules); a model
+    whose stages carry prefix tokens keeps them (NLC+P, class-token pooling); stages and modules do not mix."""
+
+    def build(name, layers):  # the weights of backbone(name, 32): the same seed
+        torch.manual_seed(0)
+        return bb.build_backbone(bb.BackboneSpec(name, layers, in_channels=3, image_size=(32, 32), input_size=32))
+
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    hooked = backbone("timm:resnet18", 32)
+    staged = build("timm:resnet18", ["feature_info.*"]).eval()
+    assert staged.engine_kind == "intermediates" and hooked.engine_kind == "hooks"
+    assert staged.layer_names == [f"feature_info.{i}" for i in range(len(hooked.layer_names))]
+    with torch.no_grad():
+        for a, c in zip(staged(x), hooked(x)):
+            torch.testing.assert_close(a, c)
+    vit = build("timm:vit_tiny_patch16_224", ["feature_info.1*"]).eval()
+    with torch.no_grad():
+        r = vit(x)
+        blocks = backbone("timm:vit_tiny_patch16_224", 32)(x)
+    assert vit.layer_names == ["feature_info.1", "feature_info.10", "feature_info.11"]
+    assert vit.tap_formats == ["NLC+1"] * 3 and vit.pool == "cls"
+    for a, c in zip(r, [blocks[1], blocks[10], blocks[11]]):
+        torch.testing.assert_close(a, c)
+    with pytest.raises(LayaError, match="mix timm stages"):
+        build("timm:resnet18", ["layer1", "feature_info.2"])

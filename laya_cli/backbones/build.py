@@ -201,7 +201,7 @@ def tap_model(
         spec.pool,
         formats,
         family=family,
-        engine=family.engine,
+        engine=family.engine_for(model, layers),
         layouts=family.layouts(model),
         expected_widths=family.expected_widths(model, layers),
         example_shape=example_shape,

@@ -9,7 +9,9 @@ family          default taps                               layouts
 ==============  =========================================  =====================================
 ``builtin``     ``blocks.*`` (mlp), ``stages.*`` (cnn)     B×D, B×C×H×W
 ``timm``        ``model.feature_info`` (timm's own stages  ``output_fmt`` (NHWC: Swin…) and
-                or blocks: what ``features_only`` returns) ``num_prefix_tokens`` of the model
+                or blocks: what ``features_only`` returns) ``num_prefix_tokens`` of the model;
+                by module where hooks read them, else      ``feature_info.<i>``: NCHW, or NLC+P
+                ``feature_info.<i>`` (``stages.py``)       with the prefix tokens timm returns
 ``torchvision`` per family (``TORCHVISION_TAPS``)          per family (Swin NHWC, ViT NLC+1)
 ``arch``        the model's ``feature_info`` if it has     its ``output_fmt``/``num_prefix_tokens``
                 one, else the longest run of blocks        attributes if any, else NCHW / NLC+0
@@ -32,7 +34,8 @@ from .family import Family, Probe, _declared_layouts, _feature_info_modules, _fi
 from .hf import HFFamily
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, InputConfig
-from .taps import chain_children, generic_default_taps, match_layers, stage_ends
+from .stages import declared_stages, hooks_read_stages, stage_indices, stage_names, stage_widths
+from .taps import chain_children, generic_default_taps, match_layers, stage_ends, stage_index
 from .weights import (
     hf_cache_dir,
     hub_file_cached,
@@ -160,12 +163,39 @@ class TimmFamily(Family):
         cfg = timm.get_pretrained_cfg(model_name)
         return int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else 224
 
+    def default_taps(self, model, probe):
+        """The stages ``feature_info`` declares: their modules, when hooks on them read what timm's own
+        ``forward_intermediates`` reads on the probe batch; else the stages themselves, ``feature_info.<i>``,
+        read from ``forward_intermediates`` (``stages.py``)."""
+        stages = declared_stages(model)
+        modules = [m for m, _ in stages]
+        hookable = bool(modules) and all(modules) and len(set(modules)) == len(modules)
+        readable = stage_names(model)
+        if hookable and (not readable or hooks_read_stages(model, modules, self.layouts(model), probe())):
+            return modules  # type: ignore[return-value]
+        return readable or super().default_taps(model, probe)
+
+    def candidates(self, model):
+        return [*super().candidates(model), *stage_names(model)]
+
+    def engine_for(self, model, taps):
+        stages = sum(stage_index(t) is not None for t in taps)
+        if stages and stages < len(taps):
+            raise LayaError(
+                "the layers mix timm stages (feature_info.<i>, read from forward_intermediates) with modules "
+                "(read by hooks); choose one kind with --layers"
+            )
+        return "intermediates" if stages else "hooks"
+
+    def expected_widths(self, model, taps):
+        return stage_widths(model, taps)
+
     def truncate(self, model, taps, k):
-        fi = [m for m, _ in _feature_info_modules(model)]
-        if not hasattr(model, "prune_intermediate_layers") or not all(t in fi for t in taps[:k]):
+        index = stage_indices(model)
+        if not hasattr(model, "prune_intermediate_layers") or not all(t in index for t in taps[:k]):
             return None
         try:
-            model.prune_intermediate_layers(indices=[fi.index(t) for t in taps[:k]], prune_norm=True, prune_head=True)
+            model.prune_intermediate_layers(indices=[index[t] for t in taps[:k]], prune_norm=True, prune_head=True)
         except Exception:
             return None
         return model

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from ..runtime.errors import LayaError
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
+from .stages import feature_info
 from .taps import generic_default_taps, match_layers
 
 Probe = Callable[[], Tensor]  # a batch of model inputs, made only when a rule needs to run the model
@@ -40,13 +41,9 @@ def _declared_layouts(model: nn.Module) -> Layouts:
 
 def _feature_info_modules(model: nn.Module) -> list[tuple[str, int | None]]:
     """(module, channels) of a timm-style ``feature_info``; [] when the model has none."""
-    info = getattr(model, "feature_info", None)
-    info = getattr(info, "info", info)
-    if not isinstance(info, (list, tuple)):
-        return []
     out = []
-    for entry in info:
-        if isinstance(entry, dict) and isinstance(entry.get("module"), str):
+    for entry in feature_info(model):
+        if isinstance(entry.get("module"), str):
             out.append((entry["module"], entry.get("num_chs")))
     names = {n for n, _ in model.named_modules()}
     return out if out and all(m in names for m, _ in out) else []
@@ -56,7 +53,7 @@ class Family:
     """The interface. Override what differs; the defaults suit a plain ``nn.Module``."""
 
     name = "generic"
-    engine = "hooks"  # how taps are read: forward hooks, or "fx" (torchvision's feature extraction)
+    engine = "hooks"  # how taps are read (taps.ENGINES): forward hooks, "fx" (torchvision's feature extraction)…
     hub = False  # pretrained by default when frozen
 
     def build(
@@ -83,6 +80,10 @@ class Family:
     def candidates(self, model: nn.Module) -> list[str]:
         """Names that ``--layers`` globs match, in model order."""
         return [n for n, _ in model.named_modules() if n]
+
+    def engine_for(self, model: nn.Module, taps: Sequence[str]) -> str:
+        """The engine (``taps.ENGINES``) that reads these taps of ``model``."""
+        return self.engine
 
     def select_layers(self, model: nn.Module, patterns: Sequence[str], probe: Probe) -> list[str]:
         """The taps ``--layers`` names: module names matching its globs, in model order."""

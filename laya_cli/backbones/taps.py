@@ -314,7 +314,70 @@ def _without_asserts(graph_module: nn.Module) -> nn.Module:
     return graph_module
 
 
-ENGINES = {"hooks": HookEngine, "fx": FxEngine, "replay": ReplayEngine}
+STAGE_PREFIX = "feature_info."  # a tap read from forward_intermediates: ``feature_info.<index>``
+
+
+def stage_name(index: int) -> str:
+    return f"{STAGE_PREFIX}{index}"
+
+
+def stage_index(name: str) -> int | None:
+    """The ``feature_info`` index a ``feature_info.<index>`` tap names; None for any other name."""
+    rest = name[len(STAGE_PREFIX) :] if name.startswith(STAGE_PREFIX) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+class IntermediatesEngine:
+    """timm's own ``forward_intermediates``: the stages ``feature_info`` declares, taken where the model computes
+    them, for models whose declared modules are not what runs or not laid out as declared (CoaT, CrossViT, HRNet,
+    SAM-ViT, VOLO…). Tap ``feature_info.<i>`` is stage i; the forward stops after the last needed stage where
+    timm allows (``stop_early``). Stages come back as B×C×H×W maps, or — from models that return their prefix
+    tokens (class, registers) — as B×(P+H·W)×C token sequences, so class-token pooling works as on a ViT's blocks.
+    ``layouts`` says which (the engine lays its outputs out itself, whatever the model declares for its modules).
+    """
+
+    kind = "intermediates"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        import inspect
+
+        self.model, self.names = model, list(names)
+        self.indices = [stage_index(n) for n in self.names]
+        bad = next((n for n, i in zip(self.names, self.indices) if i is None), None)
+        if bad is not None:
+            raise LayaError(f"layer {bad} is not a stage of the model (feature_info.<index>)")
+        run = getattr(model, "forward_intermediates", None)
+        stages = len(getattr(model, "feature_info", None) or ())
+        if not callable(run) or not stages:
+            raise LayaError(f"layer {self.names[0]} names a timm stage, but this model has no forward_intermediates")
+        if max(self.indices, default=0) >= stages:
+            raise LayaError(f"layer {stage_name(max(self.indices))} is past the model's {stages} stages")
+        params = inspect.signature(run).parameters
+        prefix = getattr(model, "num_prefix_tokens", 0)
+        self.prefix = int(prefix) if isinstance(prefix, int) and "return_prefix_tokens" in params else 0
+        self.options = {"intermediates_only": True, "stop_early": True}
+        if "output_fmt" in params:
+            self.options["output_fmt"] = "NCHW"
+        if self.prefix:
+            self.options["return_prefix_tokens"] = True
+        self.layouts = Layouts("NCHW", self.prefix)
+
+    def reset(self) -> None:
+        pass
+
+    def run(self, x: Tensor, k: int) -> list:
+        want = self.indices[:k]
+        take = sorted(set(want))
+        out = dict(zip(take, self.model.forward_intermediates(x, indices=take, **self.options)))
+        return [self._tokens(*out[i]) if self.prefix else out[i] for i in want]
+
+    @staticmethod
+    def _tokens(spatial: Tensor, prefix: Tensor) -> Tensor:
+        """B×(P+H·W)×C: the prefix tokens, then the map's positions in row-major order (a ViT block's layout)."""
+        return torch.cat([prefix, spatial.flatten(2).transpose(1, 2)], dim=1)
+
+
+ENGINES = {"hooks": HookEngine, "fx": FxEngine, "replay": ReplayEngine, "intermediates": IntermediatesEngine}
 
 
 # --------------------------------------------------------------------------- call traces
@@ -545,6 +608,7 @@ class TappedBackbone(nn.Module):
         self._checked = [False] * n
         self.engine_kind = engine
         self._engine = ENGINES[engine](model, self.layer_names)
+        self.layouts = getattr(self._engine, "layouts", None) or self.layouts  # an engine that lays out its outputs
         self.example_shape = example_shape
         self.spec = spec  # a BackboneSpec whose ``formats`` are filled in once resolved
         self.weights_source = ""
@@ -642,6 +706,9 @@ class TappedBackbone(nn.Module):
             return []
         if isinstance(self._engine, ReplayEngine):
             return self._verify_replay()
+        modules = dict(self.model.named_modules())
+        if not all(n in modules for n in self.layer_names):  # graph nodes, timm stages: no modules to chain
+            return None
         with torch.no_grad(), eval_mode(self):
             x = self.adapter(self.probe_input())
             calls = trace_calls(self.model, x, stop_when=self.layer_names)
@@ -710,12 +777,14 @@ class TappedBackbone(nn.Module):
 
     def tap_modules(self) -> list[nn.Module]:
         """The module of each tap (what a hook, or Captum's layer methods, attach to). A tap that is
-        not a module (a torchvision graph node such as ``layer1.0.add``) is a one-line error."""
+        not a module (a torchvision graph node such as ``layer1.0.add``, a timm stage ``feature_info.<i>``
+        read from ``forward_intermediates``) is a one-line error."""
         modules = dict(self.model.named_modules())
         for name in self.layer_names:
             if name not in modules:
+                what = "a timm stage read from forward_intermediates" if stage_index(name) is not None else None
                 raise LayaError(
-                    f"layer {name} is a traced graph node, not a module of the model: its output cannot "
+                    f"layer {name} is {what or 'a traced graph node'}, not a module of the model: its output cannot "
                     f"be patched by a hook; choose module layers with --layers"
                 )
         return [modules[n] for n in self.layer_names]
