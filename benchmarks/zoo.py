@@ -1,6 +1,7 @@
 """The backbone zoo: one conformance check over many timm and torchvision architectures.
 
     python -m benchmarks.zoo [--only NAME,NAME] [--no-pipeline] [--markdown FILE]
+    python -m benchmarks.zoo --sweep [--source timm,torchvision] [--only NAME,NAME] [--markdown FILE]
 
 For every architecture (random weights: nothing is downloaded), in the spirit of timm's own
 ``tests/test_models.py``:
@@ -8,14 +9,17 @@ For every architecture (random weights: nothing is downloaded), in the spirit of
 1. default taps: at least 3, in the order the forward runs them;
 2. every r_i is B×d_i with d_i the stage's channel / embedding width — timm: the model's own
    ``feature_info``; torchvision: the widths of the architecture's definition (``widths`` below);
-3. timm only: r_i equals the same stage pooled from timm's own ``forward_intermediates``
-   (NCHW, prefix tokens split off), so the declared layout (NCHW / NHWC / NLC+P) is right;
+3. timm only: the taps are every stage ``feature_info`` declares (its modules, or ``feature_info.<i>``
+   read from ``forward_intermediates``), and r_i equals the same stage pooled from timm's own
+   ``forward_intermediates`` (the mean over positions, and the class token where timm returns
+   prefix tokens), so the declared layout (NCHW / NHWC / NLC+P) is right;
 4. the pipeline: ``laya train`` (frozen) → ``laya audit`` → ``laya export`` on a small
    generated image folder, at a small input size where the model allows one.
 
 Prints a table (model, family, taps, widths, format, pass, seconds) — the one in
 docs/backbones.md. ``tests/test_zoo.py`` runs the same checks: a representative few by
-default, all of them with ``-m slow``.
+default, all of them with ``-m slow``. ``--sweep`` runs checks 1–3 over one small model of
+every timm family and every torchvision classifier (``zoo_sweep.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,20 @@ TIMM_ZOO = [
     ZooModel("timm:mixer_s16_224", "MLP-Mixer", 32),
     ZooModel("timm:vit_tiny_r_s16_p8_224", "hybrid ResNet+ViT", 64),
     ZooModel("timm:mobilevit_xxs", "MobileViT (hybrid)", 64),
+    # feature_info modules that are not what runs, or not laid out as declared: read from forward_intermediates
+    ZooModel("timm:coat_tiny", "CoaT", 64),  # serial_blocks1 never runs; parallel_blocks computes 3 stages
+    ZooModel("timm:crossvit_tiny_240", "CrossViT", 240),  # blocks.0 computes both branches' stages
+    ZooModel("timm:tnt_s_patch16_224", "TNT", 64),  # blocks return pixel tokens first
+    ZooModel("timm:tresnet_m", "TResNet", 64),  # the stem is the whole model ('')
+    ZooModel("timm:samvit_base_patch16_224", "SAM-ViT", 64),  # B×H×W×C blocks
+    ZooModel("timm:volo_d1_224", "VOLO", 64),  # B×H×W×C stages
+    ZooModel("timm:hrnet_w18_small", "HRNet", 64),  # stem: no such module; stages are branch lists
+    ZooModel("timm:mobilenetv5_base", "MobileNetV5", 64),  # bn1: no such module
+    ZooModel("timm:mvitv2_tiny", "MViTv2", 64),  # block.N: no such module (stages.N)
+    ZooModel("timm:twins_svt_small", "Twins", 64),  # block.N: no such module (blocks.N never runs)
+    ZooModel("timm:xcit_nano_12_p8_224", "XCiT", 64),  # blocks carry no class token though the model has one
+    ZooModel("timm:cait_xxs24_224", "CaiT", 64),  # the same
+    ZooModel("timm:convit_tiny", "ConViT", 64),  # the same for its first 10 blocks
 ]
 TORCHVISION_ZOO = [
     ZooModel("torchvision:resnet18", "ResNet", 32, (64, 128, 256, 512)),
@@ -90,6 +108,7 @@ class ZooResult:
     passed: bool = False
     seconds: float = 0.0
     error: str = ""
+    engine: str = ""  # how the taps are read: hooks, fx, intermediates
 
 
 # --------------------------------------------------------------------------- the checks
@@ -126,56 +145,79 @@ def build(entry: ZooModel):
 
 
 def expected_widths(entry: ZooModel, backbone) -> list[int]:
-    """timm: the model's own feature_info; torchvision: the architecture's stage widths."""
+    """timm: the model's own feature_info; torchvision: the architecture's stage widths (none known: [])."""
     if entry.name.startswith("timm:"):
-        chans = {f["module"]: f["num_chs"] for f in backbone.model.feature_info}
-        return [chans[t] for t in backbone.layer_names]
+        from laya_cli.backbones.stages import feature_info, stage_indices
+
+        chans, index = [f["num_chs"] for f in feature_info(backbone.model)], stage_indices(backbone.model)
+        return [chans[index[t]] for t in backbone.layer_names]
     return list(entry.widths)
 
 
 def check_structure(entry: ZooModel, backbone, result: ZooResult | None = None) -> None:
     """Taps (≥ 3, in depth order), widths, and for timm agreement with forward_intermediates."""
-    from laya_cli.backbones.taps import trace_calls
-
     names = backbone.layer_names
     x = torch.rand(2, 3, entry.size, entry.size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        feats = backbone(x)
+        hs = backbone.activations(x)
+        feats = [backbone.pool_tap(i, h) for i, h in enumerate(hs)]
     if result is not None:
         result.taps, result.widths, result.formats = names, [f.shape[-1] for f in feats], backbone.tap_formats
+        result.engine = backbone.engine_kind
     assert len(names) >= 3, f"{entry.name}: only {len(names)} default taps: {names}"
+    if backbone.engine_kind != "intermediates":  # timm's stages come in feature_info's order, checked below
+        _check_depth_order(entry, backbone, x)
+    want = expected_widths(entry, backbone) or [f.shape[-1] for f in feats]
+    assert [tuple(f.shape) for f in feats] == [(2, d) for d in want], (
+        f"{entry.name}: r_i shapes {[tuple(f.shape) for f in feats]}, expected widths {want}"
+    )
+    assert all(torch.isfinite(f).all() for f in feats), f"{entry.name}: r_i not finite"
+    if entry.name.startswith("timm:"):
+        _check_against_timm(entry, backbone, x, hs, feats)
+
+
+def _check_depth_order(entry: ZooModel, backbone, x) -> None:
+    from laya_cli.backbones.taps import trace_calls
+
+    names = backbone.layer_names
     with torch.no_grad():
         calls = trace_calls(backbone.model, backbone.adapter(x), stop_when=names, only=set(names))
     starts = [calls[n][0].start for n in names]
     assert starts == sorted(starts), f"{entry.name}: taps not in depth order: {names}"
-    want = expected_widths(entry, backbone)
-    assert [tuple(f.shape) for f in feats] == [(2, d) for d in want], (
-        f"{entry.name}: r_i shapes {[tuple(f.shape) for f in feats]}, expected widths {want}"
-    )
-    if entry.name.startswith("timm:"):
-        _check_against_timm(entry, backbone, x, feats)
 
 
-def _check_against_timm(entry: ZooModel, backbone, x, feats) -> None:
-    """Our pooled taps == timm's forward_intermediates for the same stages, pooled by hand."""
+def _check_against_timm(entry: ZooModel, backbone, x, hs, feats) -> None:
+    """The taps are the stages feature_info declares (all of them, in its order, as modules or as
+    ``feature_info.<i>``), and each r_i is that stage as timm's own forward_intermediates gives it, pooled by
+    hand: the mean over positions, and the class token where the pool is ``cls`` and timm returns it."""
+    import inspect
+
+    from laya_cli.backbones.stages import feature_info, stage_indices
+
     model = backbone.model
-    fi = [f["module"] for f in model.feature_info]
-    idx = [fi.index(n) for n in backbone.layer_names]
+    index, n = stage_indices(model), len(feature_info(model))
+    idx = [index.get(t) for t in backbone.layer_names]
+    assert idx == list(range(n)), f"{entry.name}: taps {backbone.layer_names} are not the {n} declared stages"
+    params = inspect.signature(model.forward_intermediates).parameters
+    options = {"intermediates_only": True, "stop_early": True}
+    options.update({"output_fmt": "NCHW"} if "output_fmt" in params else {})
+    with_prefix = bool(getattr(model, "num_prefix_tokens", 0)) and "return_prefix_tokens" in params
     with torch.no_grad():
         z = backbone.adapter(x)
-        inter = model.forward_intermediates(z, indices=idx, intermediates_only=True, stop_early=True)
+        inter = model.forward_intermediates(z, indices=idx, **options)
         prefix = None
-        if getattr(model, "num_prefix_tokens", 0):
-            pairs = model.forward_intermediates(
-                z, indices=idx, intermediates_only=True, stop_early=True, return_prefix_tokens=True
-            )
-            prefix = [p for _, p in pairs]
-    for i, (ours, ref) in enumerate(zip(feats, inter)):
-        ref_vec = prefix[i][:, 0] if backbone.pool == "cls" and prefix is not None else ref.mean(dim=(2, 3))
-        assert torch.allclose(ours, ref_vec, rtol=1e-4, atol=1e-5), (
-            f"{entry.name}: tap {backbone.layer_names[i]} ({backbone.tap_formats[i]}) differs from timm's "
-            f"forward_intermediates"
+        if with_prefix:
+            prefix = [p for _, p in model.forward_intermediates(z, indices=idx, return_prefix_tokens=True, **options)]
+    for i, (h, r, ref) in enumerate(zip(hs, feats, inter)):
+        where = f"{entry.name}: tap {backbone.layer_names[i]} ({backbone.tap_formats[i]})"
+        ours = backbone.tap_format(i).pool(h, "mean")
+        assert torch.allclose(ours, ref.flatten(2).mean(2), rtol=1e-4, atol=1e-5), (
+            f"{where}: its mean over positions differs from timm's forward_intermediates"
         )
+        if backbone.pool == "cls" and prefix is not None:
+            assert torch.allclose(r, prefix[i][:, 0], rtol=1e-4, atol=1e-5), (
+                f"{where}: its class token differs from timm's forward_intermediates"
+            )
 
 
 def check_pipeline(entry: ZooModel, workdir: Path) -> None:
@@ -283,8 +325,22 @@ def main(argv: list[str] | None = None) -> list[ZooResult]:
     parser.add_argument("--only", help="comma-separated backbone names (default: the whole zoo)")
     parser.add_argument("--no-pipeline", action="store_true", help="structure checks only (no train/audit/export)")
     parser.add_argument("--markdown", help="also write the table as Markdown to this file")
+    parser.add_argument(
+        "--sweep", action="store_true", help="one small model per timm family and every torchvision classifier"
+    )
+    parser.add_argument("--source", help="with --sweep: comma-separated sources (default: all of them)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="with --sweep: torch threads (default 1: small models at small inputs gain nothing from more, and "
+        "OpenMP threads that wait for a busy core make each op up to 100× slower)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("LAYA_OFFLINE", "1")
+    if args.sweep:
+        torch.set_num_threads(args.threads)
+        return sweep_main(args.source, args.only, args.markdown)
     entries = ZOO
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -330,6 +386,50 @@ def main(argv: list[str] | None = None) -> list[ZooResult]:
     if args.markdown:
         Path(args.markdown).write_text(markdown(results, not args.no_pipeline))
     return results
+
+
+def sweep_main(source: str | None, only: str | None, markdown_file: str | None) -> list[ZooResult]:
+    """``--sweep``: run the sources, print a table and the counts per source, write the Markdown."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from laya_cli.runtime import progress
+
+    from .zoo_sweep import READ_BY, SOURCES, counts, run_sweep, sweep_markdown
+
+    split = lambda text: [n.strip() for n in (text or "").split(",") if n.strip()]
+    sources = split(source) or list(SOURCES)
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown:
+        raise SystemExit(f"unknown source {unknown[0]}; the sources are {', '.join(SOURCES)}")
+    progress.set_enabled(False)
+    start = time.perf_counter()
+    results = run_sweep(sources, split(only), say=lambda line: print(line, file=sys.stderr, flush=True))
+    seconds = time.perf_counter() - start
+    table = Table(title="laya backbone zoo sweep (random weights; default taps)")
+    for col in ("model", "family", "taps", "widths", "formats", "read by", "input", "seconds"):
+        table.add_column(col, justify="right" if col in ("input", "seconds") else "left")
+    for r in (r for rs in results.values() for r in rs):
+        taps = str(len(r.taps)) if r.passed else f"fails: {r.error[:60]}"
+        formats = _format_text(r.formats)
+        table.add_row(
+            r.model.name,
+            r.model.family,
+            taps,
+            _widths_text(r.widths),
+            formats,
+            READ_BY.get(r.engine, ""),
+            str(r.model.size),
+            f"{r.seconds:.1f}",
+        )
+    console = Console(width=200)
+    console.print(table)
+    for line in counts(results):
+        console.print(line)
+    console.print(f"the whole sweep: {seconds / 60:.1f} min (python -m benchmarks.zoo {' '.join(sys.argv[1:])})")
+    if markdown_file:
+        Path(markdown_file).write_text(sweep_markdown(results, seconds))
+    return [r for rs in results.values() for r in rs]
 
 
 if __name__ == "__main__":

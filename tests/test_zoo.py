@@ -15,8 +15,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root ho
 
 from benchmarks.zoo import TIMM_ZOO, TORCHVISION_ZOO, ZOO, build, check_pipeline, check_structure  # noqa: E402
 
-STRUCTURE_FAST = {"timm:swin_tiny_patch4_window7_224", "timm:deit_tiny_distilled_patch16_224", "torchvision:resnet18"}
-PIPELINE_FAST = {"timm:resnet18"}  # BatchNorm (the fingerprint bug), timm feature_info taps, the CLI end to end
+STRUCTURE_FAST = {
+    "timm:swin_tiny_patch4_window7_224",
+    "timm:deit_tiny_distilled_patch16_224",
+    "torchvision:resnet18",
+    # stages read from forward_intermediates: a container that never runs, a module that does not exist, blocks
+    # without the class token the model counts
+    "timm:coat_tiny",
+    "timm:hrnet_w18_small",
+    "timm:tresnet_m",
+    "timm:xcit_nano_12_p8_224",
+}
+PIPELINE_FAST = {
+    "timm:resnet18",  # BatchNorm (the fingerprint bug), timm feature_info taps, the CLI end to end
+    "timm:hrnet_w18_small",  # stages read from forward_intermediates, end to end
+}
+STAGES_FROM_TIMM = {  # families whose feature_info modules cannot be hooked (issue 24's sweep)
+    "CoaT",
+    "CrossViT",
+    "TNT",
+    "TResNet",
+    "SAM-ViT",
+    "VOLO",
+    "HRNet",
+    "MobileNetV5",
+    "MViTv2",
+    "Twins",
+    "XCiT",
+    "CaiT",
+    "ConViT",
+}
 
 
 def params(entries, fast):
@@ -25,7 +53,12 @@ def params(entries, fast):
 
 @pytest.mark.parametrize("entry", params(ZOO, lambda e: e.name in STRUCTURE_FAST))
 def test_default_taps_widths_and_layouts(entry):
-    check_structure(entry, build(entry))
+    b = build(entry)
+    check_structure(entry, b)
+    if entry.name.startswith("timm:"):  # every declared stage: as modules, or read from forward_intermediates
+        stages = entry.family in STAGES_FROM_TIMM
+        assert (b.engine_kind == "intermediates") == stages
+        assert all(n.startswith("feature_info.") for n in b.layer_names) == stages
 
 
 @pytest.mark.parametrize("entry", params(ZOO, lambda e: e.name in PIPELINE_FAST))
@@ -54,6 +87,7 @@ def test_the_zoo_spans_the_families():
     ):
         assert needed in timm_families
     assert {"BEiT", "EVA-02"} & timm_families and any(f.startswith("DeiT") for f in timm_families)
+    assert STAGES_FROM_TIMM <= timm_families
     assert len(TIMM_ZOO) >= 15 and len(TORCHVISION_ZOO) >= 10
     tv_families = {e.family for e in TORCHVISION_ZOO}
     for needed in (
