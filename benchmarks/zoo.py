@@ -1,7 +1,7 @@
 """The backbone zoo: one conformance check over many timm and torchvision architectures.
 
     python -m benchmarks.zoo [--only NAME,NAME] [--no-pipeline] [--markdown FILE]
-    python -m benchmarks.zoo --sweep [--source timm,torchvision] [--only NAME,NAME] [--markdown FILE]
+    python -m benchmarks.zoo --sweep [--source timm,torchvision,hf] [--only NAME,NAME] [--markdown FILE]
 
 For every architecture (random weights: nothing is downloaded), in the spirit of timm's own
 ``tests/test_models.py``:

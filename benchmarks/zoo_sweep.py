@@ -25,6 +25,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
@@ -135,6 +136,27 @@ def torchvision_native_side(entry: ZooModel) -> int:
         return 224
 
 
+# --------------------------------------------------------------------------- Hugging Face: small configs
+
+
+def hf_entries(only: Sequence[str]) -> list[ZooModel]:
+    from .hf_zoo import HF_ZOO
+
+    return [ZooModel(f"hf:{e.name}", e.kind, 32) for e in HF_ZOO if not only or f"hf:{e.name}" in only]
+
+
+def hf_run(entry: ZooModel) -> ZooResult:
+    """``hf_zoo.check``: built from its small config, saved with save_pretrained, tapped as ``hf:DIR``."""
+    import tempfile
+
+    from .hf_zoo import HF_ZOO, check
+
+    family = next(e for e in HF_ZOO if f"hf:{e.name}" == entry.name)
+    with tempfile.TemporaryDirectory() as tmp:
+        r = check(family, Path(tmp))
+    return ZooResult(entry, r.taps, r.widths, r.formats, r.ok, r.seconds, r.error, "replay" if r.prefix_cached else "")
+
+
 SOURCES: dict[str, SweepSource] = {
     "timm": SweepSource("timm families", timm_entries, skipped=TIMM_SKIPPED, native_side=timm_native_side),
     "torchvision": SweepSource(
@@ -142,6 +164,12 @@ SOURCES: dict[str, SweepSource] = {
         torchvision_entries,
         passing="tap their family's stages (≥ 3, in depth order)",
         native_side=torchvision_native_side,
+    ),
+    "hf": SweepSource(
+        "HF families",
+        hf_entries,
+        passing="tap every layer (pool of their kind, prefix cached)",
+        run=hf_run,
     ),
 }
 
