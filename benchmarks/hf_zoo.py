@@ -146,33 +146,3 @@ def check(entry: HFModel, root: Path) -> HFResult:
         return HFResult(
             entry, False, taps, [], [], "", False, time.perf_counter() - start, f"{type(e).__name__}: {detail}"
         )
-
-
-def sweep(root: Path, only: set[str] | None = None) -> list[HFResult]:
-    return [check(entry, root) for entry in HF_ZOO if not only or entry.name in only]
-
-
-def markdown_rows(results: list[HFResult]) -> list[str]:
-    rows = [
-        "| hf family | kind | taps | widths | formats | pool | prefix cached | ok | s |",
-        "|---|---|---|---|---|---|---|---|---:|",
-    ]
-    for r in results:
-        taps = f"{r.taps[0]} … {r.taps[-1]} ({len(r.taps)})" if r.taps else "—"
-        ok = "yes" if r.ok else f"**no**: {r.error}"
-        rows.append(
-            f"| {r.entry.name} | {r.entry.kind} | `{taps}` | {', '.join(map(str, r.widths))} | "
-            f"{', '.join(sorted(set(r.formats)))} | {r.pool} | {'yes' if r.prefix_cached else 'no'} | {ok} "
-            f"| {r.seconds:.1f} |"
-        )
-    return rows
-
-
-if __name__ == "__main__":
-    import sys
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        results = sweep(Path(tmp), set(sys.argv[1:]) or None)
-    print("\n".join(markdown_rows(results)))
-    print(f"hf families: {sum(r.ok for r in results)}/{len(results)} tap every layer")

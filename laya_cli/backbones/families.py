@@ -42,7 +42,7 @@ from .weights import (
     hub_session,
     offline,
     pretrained_unavailable,
-    reachable,
+    require_download,
     torch_hub_cached,
 )
 
@@ -148,11 +148,7 @@ class TimmFamily(Family):
         if cfg.url and not cfg.hf_hub_id and torch_hub_cached(cfg.url).is_file():  # timm prefers the HF hub
             return True
         host = "huggingface.co" if cfg.hf_hub_id else (urlparse(cfg.url).hostname or "")
-        if offline() or not reachable(host):
-            where = cfg.hf_hub_id or cfg.url
-            why = "downloads are off (LAYA_OFFLINE/HF_HUB_OFFLINE)" if offline() else f"{host} is unreachable"
-            raise pretrained_unavailable(f"timm:{model_name}", f"{where} is not in the local hub cache and {why}")
-        return False
+        return require_download(f"timm:{model_name}", host, f"{cfg.hf_hub_id or cfg.url} is not in the local hub cache")
 
     def input_side(self, model_name, spec):
         if spec.input_size:
@@ -302,10 +298,9 @@ class TorchvisionFamily(Family):
         cached = torch_hub_cached(weights.url)
         if cached.is_file():
             return True
-        if offline() or not reachable("download.pytorch.org"):
-            why = "downloads are off (LAYA_OFFLINE)" if offline() else "download.pytorch.org is unreachable"
-            raise pretrained_unavailable(f"torchvision:{model_name}", f"{cached} is missing and {why}")
-        return False
+        return require_download(
+            f"torchvision:{model_name}", "download.pytorch.org", f"{cached} is missing", "LAYA_OFFLINE"
+        )
 
     def input_side(self, model_name, spec):
         if spec.input_size:

@@ -26,7 +26,7 @@ from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
 from .taps import call_model, eval_mode
 from .tokens import set_tokenizer, text_input_from
-from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, reachable
+from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
@@ -280,10 +280,7 @@ class HFFamily(Family):
         transformers_module()
         if hub_file_cached(model_name, ("config.json",)) and hub_file_cached(model_name, WEIGHT_FILES):
             return True
-        if offline() or not reachable("huggingface.co"):
-            why = "downloads are off (LAYA_OFFLINE/HF_HUB_OFFLINE)" if offline() else "huggingface.co is unreachable"
-            raise pretrained_unavailable(f"hf:{model_name}", f"{model_name} is not in the local hub cache and {why}")
-        return False
+        return require_download(f"hf:{model_name}", "huggingface.co", f"{model_name} is not in the local hub cache")
 
     def input_side(self, model_name, spec):
         if spec.input_size:

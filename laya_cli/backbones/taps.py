@@ -127,12 +127,26 @@ class TokenAdapter(nn.Module):
         if self.mask is None or h.ndim != 3 or h.shape[1] != self.mask.shape[1]:
             return None
         mask, rows = self.mask, len(h)
-        if len(mask) > rows and len(mask) % rows == 0 and torch.equal(mask, mask[:rows].repeat(len(mask) // rows, 1)):
+        if (
+            len(mask) > rows
+            and len(mask) % rows == 0
+            and torch.equal(mask, stack_copies(mask[:rows], len(mask) // rows))
+        ):
             mask = mask[:rows]
         copies, rest = divmod(rows, len(mask))
         if rest or not copies:
             raise LayaError(f"a batch of {rows} rows cannot be pooled with the mask of {len(mask)} texts")
-        return mask.repeat(copies, 1).to(h.device)
+        return stack_copies(mask, copies).to(h.device)
+
+
+def stack_copies(t: Tensor, copies: int) -> Tensor:
+    """``copies`` copies of a batch stacked along the batch dimension, as Captum expands a batch for its steps."""
+    return t.repeat(copies, *[1] * (t.ndim - 1))
+
+
+def reproduces(got: Sequence[Tensor], want: Sequence[Tensor], rtol: float, atol: float) -> bool:
+    """Whether outputs computed another way are the taps ``want``: same shapes, close values."""
+    return all(a.shape == b.shape and torch.allclose(a, b, rtol=rtol, atol=atol) for a, b in zip(got, want))
 
 
 def make_adapter(cfg: InputConfig | TextInput) -> InputAdapter | TokenAdapter:
@@ -259,7 +273,7 @@ def _rows(value, rows: int):
     if isinstance(value, (tuple, list)):
         return type(value)(_rows(v, rows) for v in value)
     if isinstance(value, Tensor) and value.ndim and 1 < value.shape[0] < rows and rows % value.shape[0] == 0:
-        return value.repeat(rows // value.shape[0], *[1] * (value.ndim - 1))
+        return stack_copies(value, rows // value.shape[0])
     return value
 
 
@@ -718,10 +732,8 @@ class TappedBackbone(nn.Module):
             self._chain = chain
             hs = [_first_tensor(calls[n][0].out) for n in self.layer_names]
             try:  # verify: from tap 0 the chain (every step of it) reproduces every later tap
-                got = self.continue_from(0, hs[0])
-                for a, b in zip(got, hs[1:]):
-                    if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
-                        return None
+                if not reproduces(self.continue_from(0, hs[0]), hs[1:], rtol=1e-5, atol=1e-6):
+                    return None
             except Exception:
                 return None
             finally:
@@ -731,17 +743,14 @@ class TappedBackbone(nn.Module):
     def _verify_replay(self) -> str | None:
         """REPLAY when re-calling the later layers from tap 0 (with their recorded arguments) reproduces every
         later tap on a probe batch, and on its rows stacked twice (Captum's copies); else None."""
-        stack = lambda t, copies: t.repeat(copies, *[1] * (t.ndim - 1))
         with torch.no_grad(), eval_mode(self):
             self._chain = REPLAY
             try:
                 hs = self.activations(self.probe_input())
                 for copies in (1, 2):
-                    got = self.continue_from(0, stack(hs[0], copies))
-                    for a, b in zip(got, hs[1:]):
-                        b = stack(b, copies)
-                        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
-                            return None
+                    got = self.continue_from(0, stack_copies(hs[0], copies))
+                    if not reproduces(got, [stack_copies(h, copies) for h in hs[1:]], rtol=1e-4, atol=1e-5):
+                        return None
             except Exception:
                 return None
             finally:
@@ -852,7 +861,7 @@ class TappedBackbone(nn.Module):
                     got = out.activations(x)
             except Exception:  # a cut that breaks the forward: try the next one
                 continue
-            if all(a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, want)):
+            if reproduces(got, want, rtol=1e-5, atol=1e-6):
                 out.weights_source = self.weights_source
                 return out
         raise LayaError(f"this model cannot be truncated at layer {names[-1]}: the cut model's taps differ")

@@ -177,6 +177,15 @@ def hub_session(offline_now: bool):
         log.setLevel(level)
 
 
+def require_download(backbone: str, host: str, missing: str, switches: str = "LAYA_OFFLINE/HF_HUB_OFFLINE") -> bool:
+    """Weights that are not cached: False (they will be downloaded) when downloads are on and ``host``
+    answers; else the one-line error saying what is ``missing`` and why it cannot be fetched."""
+    if offline() or not reachable(host):
+        why = f"downloads are off ({switches})" if offline() else f"{host} is unreachable"
+        raise pretrained_unavailable(backbone, f"{missing} and {why}")
+    return False
+
+
 def pretrained_unavailable(backbone: str, cause: str) -> LayaError:
     """The one-line error when pretrained weights cannot be had (offline, empty caches)."""
     return LayaError(
