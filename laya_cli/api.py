@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from . import backbones as bb
 from .auditing.job import audit_job
-from .auditing.names import parse_methods
+from .auditing.names import parse_methods, parse_metric_groups
 from .auditing.results import AuditResult
 from .data.datasets import USER_DATASET, stratified_split
 from .depthing.job import depth_job
@@ -657,6 +657,8 @@ def audit(
     target: str = AUDIT.target,
     reduce: str = AUDIT.reduce,
     steps: int = AUDIT.steps,
+    ig_tol: float = AUDIT.ig_tol,
+    metrics: str | Sequence[str] = (),
     internal_batch_size: int | None = AUDIT.internal_batch_size,
     batch_size: int = AUDIT.batch_size,
     seed: int = AUDIT.seed,
@@ -682,7 +684,12 @@ def audit(
             ``"mask"`` (α_i := 0; laya/scalarmix heads).
         target: the class explained: ``"predicted"`` or ``"label"``.
         reduce: per-layer reduction of gradient attributions: ``"sum"``, ``"abs"`` or ``"l2"``.
-        steps: Integrated Gradients steps.
+        steps: Integrated Gradients' most steps per sample.
+        ig_tol: IG's completeness tolerance: each sample's steps double from 16 until
+            |convergence delta| <= ig_tol * |p(x) - p(baseline)| (at most ``steps``); 0: always ``steps``.
+        metrics: the deeper metric groups to compute: ``"aopc"``, ``"sufficiency"``,
+            ``"completeness"``, ``"randomisation"`` (a comma string or a sequence) or ``"all"``;
+            faithfulness and Deletion@1 are always computed.
         internal_batch_size: at most this many rows per IG head pass (memory bound).
         batch_size: samples per audited batch.
         seed: seed of the ``random`` method.
@@ -709,6 +716,8 @@ def audit(
         target=target,
         reduce=reduce,
         steps=steps,
+        ig_tol=ig_tol,
+        metrics=tuple(parse_metric_groups(metrics)),
         internal_batch_size=internal_batch_size,
         batch_size=batch_size,
         seed=seed,

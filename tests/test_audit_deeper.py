@@ -25,7 +25,7 @@ from laya_cli.auditing.metrics import (
     rank_layers,
     target_probability,
 )
-from laya_cli.auditing.names import parse_methods, parse_metric_groups
+from laya_cli.auditing.names import METRIC_GROUPS, parse_methods, parse_metric_groups
 from laya_cli.auditing.run import run_audit
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
@@ -33,6 +33,12 @@ from laya_cli.model.heads import cascade_stages, randomised_copy
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
 from laya_cli.testing import head_only_model, make_attribution_inputs
+
+
+def Deeper(**kw) -> AuditSettings:
+    """Settings that compute every deeper metric group, IG at exactly ``steps`` (the by-hand references')."""
+    return AuditSettings(**{"metrics": METRIC_GROUPS, "ig_tol": 0.0, **kw})
+
 
 DIMS = [7, 5, 6, 4]
 L, C = len(DIMS), 4
@@ -208,7 +214,7 @@ def test_run_audit_new_metrics_equal_by_hand_references():
     head, feats, ref, target = make(batch=20)
     model = head_only_model(head, ref, C)
     state = {k: v.clone() for k, v in head.state_dict().items()}
-    result = run_audit(model, data(feats), parse_methods("ig"), AuditSettings(batch_size=8, steps=6, seed=2))
+    result = run_audit(model, data(feats), parse_methods("ig"), Deeper(batch_size=8, steps=6, seed=2))
     assert all(torch.equal(v, state[k]) for k, v in head.state_dict().items())  # the model is never modified
     stages = cascade_stages(head)
     assert result.randomisation_stages == stages
@@ -254,7 +260,7 @@ def test_random_is_flagged_by_the_sanity_check_and_a_model_free_method_is_noted(
     head, feats, ref, _ = make(batch=30)
     norms = lambda h, f, ctx: torch.stack([x.norm(dim=-1) for x in f], 1)  # ignores the model entirely
     monkeypatch.setitem(attribution.METHODS, "norms", norms)
-    result = run_audit(head_only_model(head, ref, C), data(feats), ["laya", "norms", "random"], AuditSettings(steps=4))
+    result = run_audit(head_only_model(head, ref, C), data(feats), ["laya", "norms", "random"], Deeper(steps=4))
     for m in ("norms", "random"):  # the same scores whatever the head: ρ = 1 at every stage
         s = result.methods[m]
         assert s.randomisation_spearman == pytest.approx(1.0) and s.randomisation == pytest.approx(0.0)
@@ -272,7 +278,7 @@ def test_few_ig_steps_are_flagged_with_advice():
     head, feats, ref, _ = make(batch=30)
     for p in head.parameters():  # a sharper head: one IG step cannot integrate it
         p.data.mul_(4)
-    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=1))
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), Deeper(steps=1))
     s = result.methods["ig"]
     assert s.completeness_flagged is True and s.completeness < 0.95
     assert any("ig: completeness" in n and "raise --steps (now 1)" in n for n in result.notes)
@@ -282,8 +288,8 @@ def test_few_ig_steps_are_flagged_with_advice():
 def test_new_metrics_stream_in_batches_with_the_same_result():
     head, feats, ref, _ = make(batch=24)
     methods = parse_methods("ig,contrib,global")  # global: the weights pass; ig: completeness
-    one = run_audit(head_only_model(head, ref, C), data(feats), methods, AuditSettings(batch_size=24, steps=4))
-    many = run_audit(head_only_model(head, ref, C), data(feats), methods, AuditSettings(batch_size=10, steps=4))
+    one = run_audit(head_only_model(head, ref, C), data(feats), methods, Deeper(batch_size=24, steps=4))
+    many = run_audit(head_only_model(head, ref, C), data(feats), methods, Deeper(batch_size=10, steps=4))
     for m in methods:
         if m == "random":  # the same generator consumed in other shapes
             continue
@@ -296,9 +302,7 @@ def test_new_metrics_stream_in_batches_with_the_same_result():
 
 def test_json_keys_unavailable_methods_and_by_class():
     head, feats, ref, _ = make("last", batch=24)
-    result = run_audit(
-        head_only_model(head, ref, C), data(feats), parse_methods("all"), AuditSettings(steps=4, by_class=True)
-    )
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("all"), Deeper(steps=4, by_class=True))
     doc = json.loads(result.to_json())
     assert doc["randomisation_stages"] == ["classifier"]
     for m in ("laya", "contrib", "global"):  # undefined for a last head: null values, every sample undefined
@@ -325,7 +329,7 @@ def test_thresholds_on_the_new_metrics():
     with pytest.raises(LayaError, match="did you mean aopc"):
         parse_thresholds("aopcc=0.1")
     head, feats, ref, _ = make(batch=20)
-    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=16))
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), Deeper(steps=16))
     assert check_thresholds(result, parse_thresholds("completeness=-5")) == []  # only IG has it: others skipped
     misses = check_thresholds(result, parse_thresholds("laya:completeness=0"))
     assert misses == ["laya: completeness applies to ig only (required by --fail-under laya:completeness=0)"]
@@ -347,7 +351,7 @@ def test_metric_columns_only_when_asked():
     from laya_cli.report.audit import audit_deeper_table, audit_markdown, audit_rich_table
 
     head, feats, ref, _ = make(batch=20)
-    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), AuditSettings(steps=4))
+    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), Deeper(steps=4))
     plain = audit_markdown(result).splitlines()[2]
     assert plain == ("| method | faithfulness | ± std | undef. | deletion@1 | oracle | random | normalised |")
     full = audit_markdown(result, metrics=parse_metric_groups("all")).splitlines()[2]
@@ -368,7 +372,7 @@ def test_randomisation_runs_on_the_first_samples_in_whole_batches():
         head_only_model(head, ref, C),
         data(feats),
         ["laya", "random"],
-        AuditSettings(batch_size=8, randomisation_samples=10, seed=1),
+        Deeper(batch_size=8, randomisation_samples=10, seed=1),
     )
     assert result.randomisation_samples == 16  # 10 rounded up to 2 batches of 8
     a = METHODS["laya"](head, feats, None)[:16]
@@ -377,10 +381,10 @@ def test_randomisation_runs_on_the_first_samples_in_whole_batches():
     assert result.methods["laya"].randomisation_spearman == pytest.approx(want, abs=1e-9)
     assert result.methods["laya"].randomisation_undefined == 0
     assert result.methods["random"].randomisation_spearman == pytest.approx(1.0)  # same draws, batch by batch
-    off = run_audit(head_only_model(head, ref, C), data(feats), ["laya"], AuditSettings(randomisation_samples=0))
+    off = run_audit(head_only_model(head, ref, C), data(feats), ["laya"], Deeper(randomisation_samples=0))
     assert off.randomisation_stages == [] and off.randomisation_samples == 0
     assert math.isnan(off.methods["laya"].randomisation) and off.methods["laya"].randomisation_cascade == []
     assert "model-randomisation check skipped" in " ".join(off.notes)
     assert off.methods["laya"].aopc == pytest.approx(result.methods["laya"].aopc)  # nothing else changes
     with pytest.raises(LayaError, match="--randomisation-samples must be at least 0"):
-        AuditSettings(randomisation_samples=-1).validate()
+        Deeper(randomisation_samples=-1).validate()

@@ -24,12 +24,33 @@ METRICS = (
 GLOBAL_METRICS = ("accuracy",)
 # Metrics that only some methods have: a threshold on every method skips the others.
 ONLY_FOR = {"completeness": ("ig",)}  # the methods of methods.CONVERGENCE (checked in run.py)
-# Column groups ``--metrics`` adds to the table (the JSON always has every metric).
+# The deeper metrics, in groups that share their work: computed only when asked for (``--metrics``, or a gate
+# naming one of their metrics), then in the table and the JSON. Faithfulness and Deletion@1 are always computed.
 METRIC_GROUPS = ("aopc", "sufficiency", "completeness", "randomisation")
+CORE_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
+GROUP_OF = {
+    "aopc": "aopc",
+    "sufficiency@1": "sufficiency",
+    "sufficiency@1_normalised": "sufficiency",
+    "completeness": "completeness",
+    "randomisation": "randomisation",
+}
+assert set(METRICS) == set(CORE_METRICS) | set(GROUP_OF)
+
+
+def groups_of(metrics: Sequence[str]) -> list[str]:
+    """The deeper metric groups that computing ``metrics`` (metric names, e.g. a gate's) needs, in canonical order."""
+    wanted = {GROUP_OF[m] for m in metrics if m in GROUP_OF}
+    return [g for g in METRIC_GROUPS if g in wanted]
+
+
+def computed_metrics(groups: Sequence[str]) -> list[str]:
+    """The metrics an audit computing the deeper ``groups`` reports, in ``METRICS`` order."""
+    return [m for m in METRICS if m in CORE_METRICS or GROUP_OF[m] in groups]
 
 
 def parse_metric_groups(spec: str | Sequence[str] | None) -> list[str]:
-    """``--metrics``: the extra column groups of the table, in the canonical order (``all`` = every one)."""
+    """``--metrics``: the deeper metric groups computed and shown, in the canonical order (``all`` = every one)."""
     names = spec.split(",") if isinstance(spec, str) else list(spec or [])
     chosen = set()
     for name in (n.strip().lower() for n in names):

@@ -52,6 +52,7 @@ from .metrics import (
     spearman_rows,
     target_probability,
 )
+from .ig_steps import adaptive_ig, steps_summary
 from .names import NETWORK_METRICS
 from .results import AuditResult, MethodScores
 from .run import run_audit
@@ -61,6 +62,7 @@ SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scop
 # The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
 # scope — AOPC, sufficiency, completeness, randomisation — are not computed here: docs/metrics.md).
 NETWORK_KEYS = (
+    "ig_steps",
     "faithfulness",
     "faithfulness_std",
     "undefined",
@@ -256,29 +258,72 @@ class NetworkScope:
                 internal_batch_size=internal_batch_size,
                 reduce=reduce,
             )
+        return torch.stack(
+            [
+                self._layer_ig(i, h, feats[:i], target, n_steps, internal_batch_size, reduce)[0]
+                for i, h in enumerate(hs)
+            ],
+            dim=1,
+        )
+
+    def adaptive_integrated_gradients(
+        self,
+        x: Tensor,
+        hs: Sequence[Tensor],
+        feats: Sequence[Tensor],
+        target: Tensor,
+        effects: Tensor,
+        max_steps: int = 32,
+        tol: float = 0.0,
+        internal_batch_size: int | None = None,
+        reduce: str = "sum",
+    ) -> tuple[Tensor, Tensor]:
+        """``integrated_gradients`` with each (sample, layer)'s steps chosen from its convergence delta
+        (``ig_steps.adaptive_ig``): (B, L) scores and (B, L) steps used. ``effects``: (B, L) the total
+        effects Δ_i, what layer i's attributions add up to. Backbones without ``continue_from`` (and
+        ``tol`` 0) take ``max_steps`` throughout."""
+        if not self.prefix or tol == 0:
+            scores = self.integrated_gradients(x, hs, feats, target, max_steps, internal_batch_size, reduce)
+            return scores, torch.full(scores.shape, max_steps, dtype=torch.long)
+        scores, steps = [], []
+        for i, h in enumerate(hs):
+
+            def attribute(rows: Tensor, n_steps: int, i=i, h=h):
+                on = rows.to(h.device)
+                before = [f[on] for f in feats[:i]]
+                return self._layer_ig(i, h[on], before, target[on], n_steps, internal_batch_size, reduce)
+
+            a, _, used = adaptive_ig(attribute, effects[:, i], max_steps, tol)
+            scores.append(a)
+            steps.append(used)
+        return torch.stack(scores, dim=1), torch.stack(steps, dim=1)
+
+    def _layer_ig(
+        self, i: int, h: Tensor, before: Sequence[Tensor], target: Tensor, n_steps: int, internal_batch_size, reduce
+    ) -> tuple[Tensor, Tensor]:
+        """Captum's ``LayerIntegratedGradients`` at tap i of a chain: (B,) layer scores and (B,) convergence deltas.
+        The attributed point is tap i's activation fed to the rest of the network (``continue_from``), so
+        Captum's steps run only layers i+1..L and the head; ``before`` (the earlier taps' r_j) stays fixed."""
         from captum.attr import LayerIntegratedGradients
 
-        scores = []
-        for i, h in enumerate(hs):
-            point = nn.Identity()
+        point = nn.Identity()
 
-            def forward(hi, *before, i=i, point=point):
-                hi = point(hi)
-                return self.probs(
-                    [*before, self.backbone.pool_tap(i, hi), *self.pooled(self.backbone.continue_from(i, hi), i + 1)]
-                )
-
-            before = tuple(f.detach() for f in feats[:i])
-            attr = LayerIntegratedGradients(forward, point).attribute(
-                h.detach(),
-                baselines=self.fill(i, h).contiguous(),
-                target=target,
-                additional_forward_args=before or None,
-                n_steps=n_steps,
-                internal_batch_size=internal_batch_size,
+        def forward(hi, *before):
+            hi = point(hi)
+            return self.probs(
+                [*before, self.backbone.pool_tap(i, hi), *self.pooled(self.backbone.continue_from(i, hi), i + 1)]
             )
-            scores.append(REDUCTIONS[reduce](_first(attr).flatten(1)).detach())
-        return torch.stack(scores, dim=1)
+
+        attr, delta = LayerIntegratedGradients(forward, point).attribute(
+            h.detach(),
+            baselines=self.fill(i, h).contiguous(),
+            target=target,
+            additional_forward_args=tuple(f.detach() for f in before) or None,
+            n_steps=n_steps,
+            internal_batch_size=internal_batch_size,
+            return_convergence_delta=True,
+        )
+        return REDUCTIONS[reduce](_first(attr).flatten(1)).detach(), delta.detach()
 
     def layer_gradients(self, x: Tensor, target: Tensor, multiply: bool = True) -> list[Tensor]:
         """Captum ``LayerGradientXActivation`` on all tapped modules in one forward and backward of
@@ -483,17 +528,23 @@ class _NetworkRun:
         if "global" in self.plan.active:  # the head's mean α (summed in batch order) and the total effects
             rows["global"] = Rows(n).add_state("alpha", width=n_layers, reduce="sum")
             rows["global"].add_state("delta", torch.float32, n_layers)
+        if "ig" in self.computed:  # the steps IG used per (sample, layer)
+            rows["ig_steps"] = Rows(n).add_state("steps", torch.long, n_layers)
         if self.both:
             rows["cross"] = per_method(["lolo_effects", *self.computed])
             rows["sums"] = Rows(n).add_states(["head", "network"], width=n_layers, reduce="sum")
         return rows
 
 
-def _scores_on(run: _NetworkRun, m: str, x: Tensor, hs, feats, ctx: AttributionContext) -> Tensor:
-    """Method ``m``'s (B, L) layer scores at network scope (Captum's, for SCOPED_METHODS)."""
+def _scores_on(run: _NetworkRun, m: str, x: Tensor, hs, feats, ctx: AttributionContext, rows, delta) -> Tensor:
+    """Method ``m``'s (B, L) layer scores at network scope (Captum's, for SCOPED_METHODS; IG's steps into ``rows``)."""
     s, net = run.plan.settings, run.net
     if m == "ig":
-        return net.integrated_gradients(x, hs, feats, ctx.target, s.steps, s.internal_batch_size, s.reduce)
+        scores, steps = net.adaptive_integrated_gradients(
+            x, hs, feats, ctx.target, delta, s.steps, s.ig_tol, s.internal_batch_size, s.reduce
+        )
+        rows["ig_steps"].append(steps=steps)
+        return scores
     if m == "gradxact":
         return net.gradient_x_activation(x, ctx.target, s.reduce)
     if m == "saliency":
@@ -518,7 +569,7 @@ def _network_batch(run: _NetworkRun, first: int, xb, rows: dict[str, Rows]) -> N
         rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
     for m in run.computed:
-        a = _scores_on(run, m, x, hs, feats, ctx).cpu()
+        a = _scores_on(run, m, x, hs, feats, ctx, rows, delta).cpu()
         rows["rho"].append({m: spearman_rows(a, delta)})
         rows["d1"].append({m: deletion_at_1(a, delta)[0]})
         if run.both:
@@ -578,8 +629,11 @@ def run_scoped_audit(
         a = global_weights((alpha / plan.n).float(), plan.n)
         rho["global"], d1["global"] = spearman_rows(a, delta), deletion_at_1(a, delta)[0]
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
+    methods = _method_scores(plan, rho, d1, common)
+    if "ig_steps" in got and methods["ig"].available:
+        methods["ig"].ig_steps = steps_summary(got["ig_steps"]["steps"], settings.steps, settings.ig_tol)
     network = NetworkResult(
-        methods=_method_scores(plan, rho, d1, common),
+        methods=methods,
         patched="prefix" if net.prefix else "full",
         reference=settings.ablation,
         comparison=_comparison(got["cross"], got["sums"], plan.n, layer_names) if run.both else None,

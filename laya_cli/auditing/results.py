@@ -9,6 +9,29 @@ from dataclasses import dataclass, field
 from ..runtime.errors import LayaError
 from ..runtime.fileio import json_safe, strict_json
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
+from .names import METRIC_GROUPS, computed_metrics
+
+# The JSON keys of each deeper metric group: a method's dict has them only when the group was computed.
+GROUP_KEYS = {
+    "aopc": ("aopc", "aopc_std", "aopc_undefined", "deletion_curve"),
+    "sufficiency": (
+        "sufficiency@1",
+        "sufficiency@1_oracle",
+        "sufficiency@1_random",
+        "sufficiency@1_normalised",
+        "sufficiency@1_undefined",
+        "insertion_curve",
+    ),
+    "completeness": ("completeness", "completeness_error", "completeness_effect", "completeness_flagged"),
+    "randomisation": (
+        "randomisation",
+        "randomisation_spearman",
+        "randomisation_undefined",
+        "randomisation_flagged",
+        "randomisation_cascade",
+    ),
+}
+assert tuple(GROUP_KEYS) == METRIC_GROUPS
 
 
 @dataclass(kw_only=True)
@@ -44,6 +67,8 @@ class MethodScores:
     randomisation_spearman: float = math.nan
     randomisation_undefined: int = 0
     randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
+    groups: tuple[str, ...] = METRIC_GROUPS  # the deeper metric groups computed (the others: not in to_dict)
+    ig_steps: dict | None = None  # IG's adaptive steps: mean, max, the per-sample histogram (docs/metrics.md)
 
     @classmethod
     def unavailable(cls, note: str, n: int, *, oracle: float, random: float, **known) -> MethodScores:
@@ -87,6 +112,14 @@ class MethodScores:
         return None if math.isnan(self.randomisation) else self.randomisation < RANDOMISATION_FLAG
 
     def to_dict(self) -> dict:
+        """The method's dict of ``laya audit --json``: the deeper groups' keys only where computed."""
+        skipped = {k for g in METRIC_GROUPS if g not in self.groups for k in GROUP_KEYS[g]}
+        out = {k: v for k, v in self._fields().items() if k not in skipped}
+        if self.ig_steps is not None:
+            out["ig_steps"] = self.ig_steps
+        return out
+
+    def _fields(self) -> dict:
         return {
             "faithfulness": self.faithfulness,
             "faithfulness_std": self.faithfulness_std,
@@ -146,6 +179,7 @@ class AuditResult:
     # method its attribution scores (N, L), faithfulness ρ (N,) and Deletion@1 (N,).
     samples: dict | None = field(default=None, repr=False)
     network: object | None = None  # --scope network|both: a network.NetworkResult (docs/metrics.md)
+    groups: tuple[str, ...] = METRIC_GROUPS  # the deeper metric groups computed (settings.metrics)
 
     @property
     def summary(self) -> dict:
@@ -197,6 +231,7 @@ class AuditResult:
             "notes": self.notes,
             "randomisation_stages": self.randomisation_stages,
             "randomisation_samples": self.randomisation_samples,
+            "computed_metrics": computed_metrics(self.groups),
         }
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}

@@ -1,22 +1,24 @@
 """The head-scope audit: attribution methods and faithfulness metrics over a data set (gating: ``laya_cli.gates``).
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
-forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes), the keep-only-one-layer
-probabilities (L passes), and for each method its (B, L) scores, its deletion and insertion
-curves (2L passes), and its scores on every stage of a re-initialised copy of the head (the
-model-randomisation check); per sample it keeps only a few numbers (ρ, Deletion@1, the two
-curves, sufficiency@1, IG's convergence delta, the randomisation ρ per stage), so memory does
-not grow with the feature width (it keeps Δ, each method's L scores, ρ and Deletion@1 per
-sample too, for ``AuditResult.per_sample()``). ``global`` needs the mean α of the whole audited
-set first: a forward-only pass over the same batches, only when ``global`` is audited. Under
-torchrun the batches are sharded over the ranks (docs/scaling.md). Definitions: docs/metrics.md.
+forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes) and for each method its
+(B, L) scores (IG's in as few steps as each sample needs, ``ig_steps``), its ρ and Deletion@1.
+The deeper metric groups cost more and run only when asked for (``settings.metrics``): ``aopc``
+the deletion curve (L passes per method), ``sufficiency`` the keep-only-one-layer probabilities
+(L passes) and the insertion curve (L per method), ``randomisation`` every method again on each
+stage of a re-initialised copy of the head; ``completeness`` reuses IG's convergence delta.
+Per sample it keeps only a few numbers, so memory does not grow with the feature width (it keeps
+Δ, each method's L scores, ρ and Deletion@1 per sample too, for ``AuditResult.per_sample()``).
+``global`` needs the mean α of the whole audited set first: a forward-only pass over the same
+batches, only when ``global`` is audited. Under torchrun the batches are sharded over the ranks
+(docs/scaling.md). Definitions: docs/metrics.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -24,6 +26,7 @@ from torch import Tensor
 from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
+from .ig_steps import adaptive_ig, steps_summary
 from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
 from .metrics import (
     accuracy,
@@ -77,23 +80,60 @@ def _cascade(per: dict[str, Tensor], checked: Tensor, stages: Sequence[str]) -> 
     return out
 
 
-def _summarise(per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str]) -> MethodScores:
-    degenerate = common["degenerate"]
+def _aopc(per: dict[str, Tensor]) -> dict:
+    aopc_, aopc_std, _, aopc_undefined = nan_summary(per["aopc"])
+    return {
+        "aopc": aopc_,
+        "aopc_std": aopc_std,
+        "aopc_undefined": aopc_undefined,
+        "deletion_curve": _curve(per["deletion_curve"]),
+    }
+
+
+def _sufficiency(per: dict[str, Tensor], common: dict[str, Tensor]) -> dict:
+    ok = ~per["sufficiency"].isnan()
+    value, oracle, random = (_mean(t[ok]) for t in (per["sufficiency"], common["keep_oracle"], common["keep_random"]))
+    return {
+        "sufficiency": value,
+        "sufficiency_oracle": oracle,
+        "sufficiency_random": random,
+        "sufficiency_normalised": normalised_deletion(value, oracle, random),
+        "sufficiency_undefined": int((~ok).sum()),
+        "insertion_curve": _curve(per["insertion_curve"]),
+    }
+
+
+def _completeness(per: dict[str, Tensor], common: dict[str, Tensor]) -> dict:
+    if "completeness_error" not in per:  # not a method with a convergence delta
+        return {}
+    value, error, effect = completeness(per["completeness_error"], common["effect"])
+    return {"completeness": value, "completeness_error": error, "completeness_effect": effect}
+
+
+def _randomisation(per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str]) -> dict:
+    cascade = _cascade(per, common["checked"], stages)
+    last = cascade[-1] if cascade else {"spearman": math.nan, "undefined": 0}  # the fully re-initialised head
+    return {
+        "randomisation": 1 - last["spearman"],
+        "randomisation_spearman": last["spearman"],
+        "randomisation_undefined": last["undefined"],
+        "randomisation_cascade": cascade,
+    }
+
+
+def _summarise(
+    per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str], plan: AuditPlan
+) -> MethodScores:
+    degenerate, groups, s = common["degenerate"], plan.groups, plan.settings
     rho = per["rho"].masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
     faithfulness, faithfulness_std, defined, undefined = nan_summary(rho)
     d1, oracle, random = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
-    aopc_, aopc_std, _, aopc_undefined = nan_summary(per["aopc"])
-    ok = ~per["sufficiency"].isnan()
-    sufficiency, sufficiency_oracle, sufficiency_random = (
-        _mean(t[ok]) for t in (per["sufficiency"], common["keep_oracle"], common["keep_random"])
-    )
-    complete = (
-        completeness(per["completeness_error"], per["completeness_effect"])
-        if "completeness_error" in per
-        else (math.nan,) * 3
-    )
-    cascade = _cascade(per, common["checked"], stages)
-    last = cascade[-1] if cascade else {"spearman": math.nan, "undefined": 0}  # the fully re-initialised head
+    deeper = {
+        **(_aopc(per) if "aopc" in groups else {}),
+        **(_sufficiency(per, common) if "sufficiency" in groups else {}),
+        **(_completeness(per, common) if "completeness" in groups else {}),
+        **(_randomisation(per, common, stages) if "randomisation" in groups else {}),
+    }
     return MethodScores(
         faithfulness=faithfulness,
         faithfulness_std=faithfulness_std,
@@ -104,42 +144,32 @@ def _summarise(per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequen
         random=random,
         normalised=normalised_deletion(d1, oracle, random),
         degenerate=int(degenerate.sum()),
-        aopc=aopc_,
-        aopc_std=aopc_std,
-        aopc_undefined=aopc_undefined,
-        deletion_curve=_curve(per["deletion_curve"]),
-        sufficiency=sufficiency,
-        sufficiency_oracle=sufficiency_oracle,
-        sufficiency_random=sufficiency_random,
-        sufficiency_normalised=normalised_deletion(sufficiency, sufficiency_oracle, sufficiency_random),
-        sufficiency_undefined=int((~ok).sum()),
-        insertion_curve=_curve(per["insertion_curve"]),
-        completeness=complete[0],
-        completeness_error=complete[1],
-        completeness_effect=complete[2],
-        randomisation=1 - last["spearman"],
-        randomisation_spearman=last["spearman"],
-        randomisation_undefined=last["undefined"],
-        randomisation_cascade=cascade,
+        groups=groups,
+        ig_steps=steps_summary(per["ig_steps"], s.steps, s.ig_tol) if "ig_steps" in per else None,
+        **deeper,
     )
 
 
-def _unavailable(note: str, common: dict[str, Tensor], n_layers: int, stages: Sequence[str]) -> MethodScores:
-    n, nan = len(common["oracle"]), math.nan
+def _unavailable(note: str, common: dict[str, Tensor], plan: AuditPlan, stages: Sequence[str]) -> MethodScores:
+    n, nan, groups, n_layers = len(common["oracle"]), math.nan, plan.groups, plan.n_layers
     checked = int(common["checked"].sum()) if stages else 0
+    known = {}
+    if "aopc" in groups:
+        known.update(aopc_undefined=n, deletion_curve=[nan] * n_layers)
+    if "sufficiency" in groups:
+        known.update(
+            sufficiency_undefined=n,
+            sufficiency_oracle=_mean(common["keep_oracle"]),
+            sufficiency_random=_mean(common["keep_random"]),
+            insertion_curve=[nan] * n_layers,
+        )
+    if "randomisation" in groups:
+        known.update(
+            randomisation_undefined=checked,
+            randomisation_cascade=[{"stage": st, "spearman": nan, "undefined": checked} for st in stages],
+        )
     return MethodScores.unavailable(
-        note,
-        n,
-        oracle=_mean(common["oracle"]),
-        random=_mean(common["random"]),
-        aopc_undefined=n,
-        deletion_curve=[nan] * n_layers,
-        sufficiency_undefined=n,
-        sufficiency_oracle=_mean(common["keep_oracle"]),
-        sufficiency_random=_mean(common["keep_random"]),
-        insertion_curve=[nan] * n_layers,
-        randomisation_undefined=checked,
-        randomisation_cascade=[{"stage": st, "spearman": nan, "undefined": checked} for st in stages],
+        note, n, oracle=_mean(common["oracle"]), random=_mean(common["random"]), groups=groups, **known
     )
 
 
@@ -149,9 +179,9 @@ def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) ->
     common = {k: pick(v) for k, v in common.items()}
     return {
         m: (
-            _unavailable(plan.reasons[m], common, plan.n_layers, stages)
+            _unavailable(plan.reasons[m], common, plan, stages)
             if plan.reasons[m]
-            else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages)
+            else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages, plan)
         )
         for m in plan.methods
     }
@@ -163,19 +193,25 @@ def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) ->
 def _common_states(n: int, n_layers: int) -> Rows:
     """The per-sample numbers every method shares."""
     rows = Rows(n).add_state("pred", torch.long).add_state("label", torch.long)
-    for name in ("oracle", "random", "keep_oracle", "keep_random", "target"):
+    for name in ("oracle", "random", "keep_oracle", "keep_random", "target", "effect"):
         rows.add_state(name)
     return rows.add_state("checked", torch.bool).add_state("degenerate", torch.bool).add_state("delta", width=n_layers)
 
 
-def _method_states(method: str, n: int, n_layers: int, n_stages: int) -> Rows:
-    """The per-sample numbers run_audit keeps for one method."""
-    keys = ["rho", "d1", "scores", "aopc", *_CURVES, "sufficiency"]
-    if method in CONVERGENCE:
-        keys += ["completeness_error", "completeness_effect"]
+def _method_states(method: str, n: int, n_layers: int, n_stages: int, groups: Sequence[str]) -> Rows:
+    """The per-sample numbers run_audit keeps for one method: those of the metric groups computed."""
+    keys = ["rho", "d1", "scores"]
+    if "aopc" in groups:
+        keys += ["aopc", "deletion_curve"]
+    if "sufficiency" in groups:
+        keys += ["sufficiency", "insertion_curve"]
+    if method in CONVERGENCE:  # IG: its steps, and its convergence delta for completeness
+        keys += ["completeness_error"]
     rows = Rows(n)
     for key in keys + [f"randomised{k}" for k in range(n_stages)]:
         rows.add_state(key, width=n_layers if key in _WIDE else None)
+    if method in CONVERGENCE:
+        rows.add_state("ig_steps", torch.long)
     return rows
 
 
@@ -228,6 +264,7 @@ class _HeadScope:
         # (cascading), seeded; the loaded head is never touched. It runs on the first
         # ``randomisation_samples`` rows, rounded up to whole batches (so ``random`` replays its draws).
         check_stop = min(plan.n, -(-s.randomisation_samples // s.batch_size) * s.batch_size)
+        check_stop = check_stop if "randomisation" in plan.groups else 0  # only when asked for
         stages = cascade_stages(head) if check_stop else []
         stage_heads = [randomised_copy(head, k + 1, s.seed) for k in range(len(stages))]
         heads = [head, *stage_heads]
@@ -252,36 +289,55 @@ class _Batch:
     target: Tensor  # the explained class ŷ
     base: Tensor  # p_ŷ(x)
     delta: Tensor  # (B, L) LOLO effects Δ, on the CPU
-    keep: Tensor  # (B, L) p_ŷ with only layer i kept, on the CPU
+    keep: Tensor | None  # (B, L) p_ŷ with only layer i kept, on the CPU (sufficiency only)
     keys: Tensor  # (B, L) tie-breaking keys of the curves' rankings
     check: bool  # in the model-randomisation check
     effect: Tensor | None = None  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
 
 
+def _converging(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dict[str, Tensor]]:
+    """A method with a convergence delta (IG) in as few steps as each sample needs (``ig_steps.adaptive_ig``)."""
+    s = run.plan.settings
+
+    def attribute(rows: Tensor, n_steps: int):
+        on = rows.to(b.target.device)
+        sub = replace(ctx, target=ctx.target[on], n_steps=n_steps)
+        return CONVERGENCE[m](run.head, [t[on] for t in b.x], sub)
+
+    a, conv, steps = adaptive_ig(attribute, b.effect, s.steps, s.ig_tol)
+    return a, {"completeness_error": conv.detach().abs().double().cpu(), "ig_steps": steps}
+
+
+def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
+    """The deletion curve and AOPC, sufficiency@1 and the insertion curve, as far as their groups are asked for."""
+    head, ablation, removal, groups = run.head, run.plan.settings.ablation, run.plan.references.removal, run.plan.groups
+    bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
+    order = rank_layers(a, b.keys).to(b.base.device)
+    curves, out = {}, {}
+    if "aopc" in groups:
+        curves["deletion_curve"] = deletion_curve(head, b.x, b.target, order, removal, ablation, base=b.base)
+    if "sufficiency" in groups:
+        curves["insertion_curve"] = insertion_curve(head, b.x, b.target, order, removal, ablation)
+        out["sufficiency"] = deletion_at_1(a, b.keep)[0].masked_fill(bad, float("nan"))
+    for key, curve in curves.items():
+        out[key] = curve.cpu().double().masked_fill(bad.unsqueeze(-1), float("nan"))
+    if "aopc" in groups:
+        out["aopc"] = aopc(out["deletion_curve"])
+    return out
+
+
 def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Tensor]:
     """One method on one batch: its per-sample numbers (float64, on the CPU)."""
-    head, ablation, removal = run.head, run.plan.settings.ablation, run.plan.references.removal
     out = {}
     if m in CONVERGENCE:
-        a, conv = CONVERGENCE[m](head, b.x, ctx)
-        out["completeness_error"] = conv.detach().abs().double().cpu()
-        out["completeness_effect"] = b.effect
+        a, out = _converging(run, m, b, ctx)
     else:
-        a = METHODS[m](head, b.x, ctx)
+        a = METHODS[m](run.head, b.x, ctx)
     a = a.cpu()  # the (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64)
-    bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
     out["rho"] = spearman_rows(a, b.delta)
     out["d1"] = deletion_at_1(a, b.delta)[0]
     out["scores"] = a.double()
-    order = rank_layers(a, b.keys).to(b.base.device)
-    curves = {
-        "deletion_curve": deletion_curve(head, b.x, b.target, order, removal, ablation, base=b.base),
-        "insertion_curve": insertion_curve(head, b.x, b.target, order, removal, ablation),
-    }
-    for key, curve in curves.items():
-        out[key] = curve.cpu().double().masked_fill(bad.unsqueeze(-1), float("nan"))
-    out["aopc"] = aopc(out["deletion_curve"])
-    out["sufficiency"] = deletion_at_1(a, b.keep)[0].masked_fill(bad, float("nan"))
+    out.update(_curves(run, a, b))
     for k, (h, c) in enumerate(zip(run.stage_heads, stage_ctxs)):
         out[f"randomised{k}"] = (
             spearman_rows(a, METHODS[m](h, b.x, c).cpu())
@@ -302,7 +358,7 @@ def _ig_effect(head, b: _Batch, baseline) -> Tensor:
 
 def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
     """Score every method on the batch of samples [first, first + B): append their rows."""
-    s, head, removal = run.plan.settings, run.head, run.plan.references.removal
+    s, head, removal, groups = run.plan.settings, run.head, run.plan.references.removal, run.plan.groups
     x, y = [t.to(s.device).float() for t in xs], y.to(s.device)
     with torch.no_grad():
         logits = head(x).logits
@@ -313,7 +369,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         target=target,
         base=target_probability(logits, target),
         delta=lolo_effects(head, x, target, removal, s.ablation).cpu(),
-        keep=keep_only_probability(head, x, target, removal, s.ablation).cpu(),
+        keep=keep_only_probability(head, x, target, removal, s.ablation).cpu() if "sufficiency" in groups else None,
         keys=random_scores(len(y), run.plan.n_layers, run.ties),
         check=first < run.check_stop,
     )
@@ -325,7 +381,8 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     for m in run.plan.active:
         per[m].append(_method_on_batch(run, m, b, ctx, stage_ctxs))
     _, oracle, random = deletion_at_1(b.delta, b.delta)
-    _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep)
+    nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
+    _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
         pred=pred.cpu(),
         label=y.cpu(),
@@ -333,6 +390,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         random=random,
         keep_oracle=keep_oracle,
         keep_random=keep_random,
+        effect=b.effect if b.effect is not None else nan_rows,
         target=target.cpu().double(),
         checked=torch.full((len(y),), b.check),
         degenerate=degenerate_effects(b.delta),
@@ -358,7 +416,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     plan = AuditPlan.prepare(model, methods, settings, len(feats), num_layers(feats))
     run = _HeadScope.prepare(plan, model.head, feats)
     common = _common_states(plan.n, plan.n_layers)
-    per = {m: _method_states(m, plan.n, plan.n_layers, len(run.stages)) for m in plan.active}
+    per = {m: _method_states(m, plan.n, plan.n_layers, len(run.stages), plan.groups) for m in plan.active}
     batches = feature_batches(feats, settings.batch_size, plan.shard.start, plan.shard.stop)
     for first, (xs, y) in plan.shard.walk(batches, "auditing"):
         _audit_batch(run, first, xs, y, common, per)
@@ -373,6 +431,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         methods=_scores(plan, per, common, stages),
         randomisation_stages=stages,
         randomisation_samples=int(common["checked"].sum()) if stages else 0,
+        groups=plan.groups,
     )
     num_classes = len(getattr(model, "classes", None) or [])
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, int(common["degenerate"].sum()))

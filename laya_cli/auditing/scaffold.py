@@ -30,6 +30,7 @@ from ..runtime.errors import LayaError, match_choice
 from ..runtime.progress import track
 from .methods import METHODS, AttributionContext, random_scores, unavailable_reason
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG, check_ablation
+from .names import parse_metric_groups
 
 if TYPE_CHECKING:
     from .results import MethodScores
@@ -180,6 +181,11 @@ class AuditPlan:
         return self.shard.n
 
     @property
+    def groups(self) -> tuple[str, ...]:
+        """The deeper metric groups this audit computes (``settings.metrics``, canonical order)."""
+        return tuple(parse_metric_groups(self.settings.metrics))
+
+    @property
     def active(self) -> list[str]:
         """The methods the head supports (the others are reported as unavailable)."""
         return [m for m in self.methods if not self.reasons[m]]
@@ -242,7 +248,7 @@ def audit_notes(
         notes.append(
             "--ablation mask has no input-space reference: IG uses the mean training features r̄ as its baseline"
         )
-    if settings.randomisation_samples == 0:
+    if settings.randomisation_samples == 0 and "randomisation" in parse_metric_groups(settings.metrics):
         notes.append("model-randomisation check skipped (--randomisation-samples 0)")
     for m, s in (scores or {}).items():
         if s.completeness_flagged:

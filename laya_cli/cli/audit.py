@@ -38,6 +38,7 @@ from .options import (
     Samples,
     SampleSeed,
     Scope,
+    IgTol,
     Steps,
     Target,
 )
@@ -54,6 +55,7 @@ def audit(
     target: Target = AUDIT.target,
     reduce: Reduce = AUDIT.reduce,
     steps: Steps = AUDIT.steps,
+    ig_tol: IgTol = AUDIT.ig_tol,
     internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
     batch_size: AuditBatchSize = AUDIT.batch_size,
     by_class: ByClass = AUDIT.by_class,
@@ -74,7 +76,7 @@ def audit(
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_job
-    from ..auditing.names import parse_methods, parse_metric_groups
+    from ..auditing.names import groups_of, parse_methods, parse_metric_groups
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
     from ..gates.regression import parse_max_drop
@@ -87,11 +89,19 @@ def audit(
     with progress.enabled(not quiet):
         trust_arch(arch)
         check_at_least("--samples", samples)
+        methods = parse_methods(compare)
+        scope = ScopeSettings(scope).validate().scope
+        thresholds = parse_thresholds(fail_under, methods, scope)
+        drops = parse_max_drop(max_drop, methods, scope)
+        gated = [g.metric for g in [*thresholds, *drops]]  # a gate computes the metric group it names
+        groups = parse_metric_groups([*parse_metric_groups(metrics), *groups_of(gated)])
         settings = AuditSettings(
             ablation=ablation,
             target=target,
             reduce=reduce,
             steps=steps,
+            ig_tol=ig_tol,
+            metrics=tuple(groups),
             internal_batch_size=internal_batch_size,
             batch_size=batch_size,
             seed=seed,
@@ -99,11 +109,6 @@ def audit(
             device=pick_device(device),
             randomisation_samples=randomisation_samples,
         ).validate()
-        scope = ScopeSettings(scope).validate().scope
-        methods = parse_methods(compare)
-        thresholds = parse_thresholds(fail_under, methods, scope)
-        columns = parse_metric_groups(metrics)
-        drops = parse_max_drop(max_drop, methods, scope)
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change)
         files = AuditOutputs(json_out, markdown, junit)
         files.check_writable()
@@ -118,7 +123,7 @@ def audit(
     )
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
-    render(result, doc, outcome, columns, files, quiet, seconds=time.perf_counter() - started)
+    render(result, doc, outcome, groups, files, quiet, seconds=time.perf_counter() - started)
     if not outcome.verdict.passed:
         raise typer.Exit(EXIT_GATE_FAILED)
 

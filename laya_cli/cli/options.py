@@ -198,7 +198,17 @@ Ablation = Annotated[
 ]
 Target = Annotated[str, typer.Option(help="Class explained: predicted (ŷ) or label (the true class).")]
 Reduce = Annotated[str, typer.Option(help="Per-layer reduction of gradient attributions: sum (signed), abs or l2.")]
-Steps = Annotated[int, typer.Option(help="Integrated Gradients steps.")]
+Steps = Annotated[
+    int, typer.Option(help="Integrated Gradients: the most steps per sample (with --ig-tol 0: exactly these).")
+]
+IgTol = Annotated[
+    float,
+    typer.Option(
+        "--ig-tol",
+        help="Integrated Gradients: each sample's steps double from 16 until |convergence delta| <= TOL x |effect| "
+        "(at most --steps); 0 = always --steps.",
+    ),
+]
 InternalBatchSize = Annotated[
     int | None,
     typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size)."),
@@ -231,8 +241,8 @@ MetricColumns = Annotated[
     str,
     typer.Option(
         "--metrics",
-        help="Extra table columns: aopc, sufficiency, completeness, randomisation (comma list) or 'all'. The "
-        "JSON always has every metric.",
+        help="Deeper metrics to compute and show: aopc, sufficiency, completeness, randomisation (comma list) or "
+        "'all'. Faithfulness and Deletion@1 always are; a gate naming a deeper metric computes its group.",
     ),
 ]
 AuditQuiet = Annotated[

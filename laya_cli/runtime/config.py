@@ -230,7 +230,10 @@ class AuditSettings:
     ablation: str = "mean"  # mean | zero | mask
     target: str = "predicted"  # predicted | label
     reduce: str = "sum"  # sum | abs | l2
-    steps: int = 32  # IG n_steps
+    steps: int = 32  # IG's most steps per sample (``ig_tol`` 0: exactly these)
+    # IG's completeness tolerance: each sample's steps double from 16 (auditing.ig_steps) until Captum's convergence
+    # delta |δ| ≤ ig_tol·|p_ŷ(x) − p_ŷ(baseline)| (or ``steps`` is reached); 0 = always ``steps`` (docs/metrics.md).
+    ig_tol: float = 0.001
     internal_batch_size: int | None = None  # IG rows per head pass (memory bound)
     batch_size: int = 256
     seed: int = 0  # the random method and the --samples subset
@@ -239,6 +242,8 @@ class AuditSettings:
     # The model-randomisation check runs on the first N audited samples, in whole batches (0: skipped):
     # a property of the method, not of a sample, that costs every method once more per cascade stage.
     randomisation_samples: int = 256
+    # The deeper metric groups computed (auditing.names.METRIC_GROUPS); faithfulness and Deletion@1 always are.
+    metrics: tuple[str, ...] = ()
 
     def validate(self) -> AuditSettings:
         self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
@@ -251,6 +256,9 @@ class AuditSettings:
         ):
             check_at_least(option, value)
         check_at_least("--randomisation-samples", self.randomisation_samples, 0)
+        if not 0 <= self.ig_tol < 1:
+            raise LayaError(f"--ig-tol must be in [0, 1) (0 = always --steps), got {self.ig_tol}")
+        self.metrics = tuple(self.metrics)
         return self
 
 

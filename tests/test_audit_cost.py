@@ -1,0 +1,192 @@
+"""An audit computes what is asked for (--metrics, gates) and IG takes as few steps as each sample needs (--ig-tol)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from laya_cli.auditing import ig_steps
+from laya_cli.auditing.metrics import target_probability
+from laya_cli.auditing.methods import CONVERGENCE, AttributionContext
+from laya_cli.auditing.names import CORE_METRICS, METRIC_GROUPS, METRICS, computed_metrics, groups_of
+from laya_cli.auditing.results import GROUP_KEYS
+from laya_cli.auditing.run import run_audit
+from laya_cli.features.extraction import LayerFeatures
+from laya_cli.model.heads import HeadConfig, build_head
+from laya_cli.runtime.config import AuditSettings
+from laya_cli.testing import assert_user_error, head_only_model, invoke
+
+DIMS, C = [6, 5, 7, 4], 3
+DEEPER_KEYS = {k for keys in GROUP_KEYS.values() for k in keys}
+
+
+def make(batch: int = 24, seed: int = 0, sharp: float = 1.0):
+    torch.manual_seed(seed)
+    head = build_head("laya", DIMS, C, HeadConfig(d_star=8, score_hidden=16)).eval()
+    for p in head.parameters():  # a sharper head is less linear along IG's path: more steps needed
+        p.data.mul_(sharp)
+    feats = [torch.randn(batch, d) for d in DIMS]
+    ref = [torch.randn(d) * 0.1 for d in DIMS]
+    return head_only_model(head, ref, C), feats, ref
+
+
+def data(feats) -> LayerFeatures:
+    return LayerFeatures(feats, torch.zeros(len(feats[0]), dtype=torch.long))
+
+
+# --------------------------------------------------------------------------- what is computed
+
+
+def test_metric_names_map_to_their_groups():
+    assert groups_of(["faithfulness", "sufficiency@1_normalised", "aopc"]) == ["aopc", "sufficiency"]
+    assert groups_of(["deletion@1", "accuracy"]) == []
+    assert computed_metrics([]) == list(CORE_METRICS)
+    assert computed_metrics(METRIC_GROUPS) == list(METRICS)
+
+
+def test_the_default_audit_computes_only_the_core_metrics_with_the_same_numbers():
+    model, feats, _ = make()
+    methods = ["laya", "ig", "gradxact", "random"]
+    every = run_audit(model, data(feats), methods, AuditSettings(metrics=METRIC_GROUPS, ig_tol=0.0))
+    core = run_audit(model, data(feats), methods, AuditSettings(ig_tol=0.0))
+    doc = core.to_dict()
+    assert doc["computed_metrics"] == list(CORE_METRICS)
+    assert every.to_dict()["computed_metrics"] == list(METRICS)
+    for m in methods:
+        got, full = doc["methods"][m], every.to_dict()["methods"][m]
+        assert not DEEPER_KEYS & set(got), m  # deeper metrics on request only
+        assert DEEPER_KEYS - {
+            "completeness",
+            "completeness_error",
+            "completeness_effect",
+            "completeness_flagged",
+        } <= set(full)
+        assert {k: v for k, v in full.items() if k in got} == got  # what is computed is identical
+    assert core.randomisation_samples == 0 and core.randomisation_stages == []
+
+
+def test_each_group_alone_is_computed_as_in_the_full_audit():
+    model, feats, _ = make()
+    full = run_audit(model, data(feats), ["laya", "ig"], AuditSettings(metrics=METRIC_GROUPS, ig_tol=0.0)).to_dict()
+    for group in METRIC_GROUPS:
+        one = run_audit(model, data(feats), ["laya", "ig"], AuditSettings(metrics=(group,), ig_tol=0.0)).to_dict()
+        for m in ("laya", "ig"):
+            keys = set(one["methods"][m]) & DEEPER_KEYS
+            assert keys <= set(GROUP_KEYS[group])
+            assert {k: one["methods"][m][k] for k in keys} == {k: full["methods"][m][k] for k in keys}, group
+
+
+# --------------------------------------------------------------------------- adaptive IG
+
+
+def test_adaptive_ig_refines_only_the_samples_that_miss_the_tolerance():
+    calls = []
+    needed = torch.tensor([4, 8, 32, 16])  # the steps each sample needs to converge
+
+    def attribute(rows, n):
+        calls.append((rows.tolist(), n))
+        delta = torch.where(needed[rows] <= n, torch.zeros(len(rows)), torch.ones(len(rows)))
+        return torch.full((len(rows), 2), float(n)), delta
+
+    scores, delta, steps = ig_steps.adaptive_ig(attribute, torch.ones(4), max_steps=32, tol=0.01, first=4)
+    assert steps.tolist() == [4, 8, 32, 16]
+    assert scores[:, 0].tolist() == [4.0, 8.0, 32.0, 16.0] and delta.tolist() == [0, 0, 0, 0]
+    assert calls == [([0, 1, 2, 3], 4), ([1, 2, 3], 8), ([2, 3], 16), ([2], 32)]
+    # tol 0: one call at the most steps, as plain IG; the cap is never exceeded
+    calls.clear()
+    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 32, 0.0)[2].tolist() == [32] * 4 and len(calls) == 1
+    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 12, 0.01, first=4)[2].tolist() == [4, 8, 12, 12]
+    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 32, 0.01)[2].tolist() == [16, 16, 32, 16]
+
+
+def test_head_scope_ig_meets_its_tolerance_and_reports_its_steps():
+    model, feats, ref = make(batch=40, sharp=4.0)
+    tol = 0.001
+    result = run_audit(model, data(feats), ["ig"], AuditSettings(ig_tol=tol, steps=64, metrics=("completeness",)))
+    s = result.methods["ig"]
+    used = s.ig_steps
+    assert used["tol"] == tol and used["max_steps"] == 64 and sum(used["count"].values()) == 40
+    assert len(used["count"]) > 1  # this sharp head needs more than the first steps for some samples
+    assert result.to_dict()["methods"]["ig"]["ig_steps"] == used
+    # each sample's own steps give IG within the tolerance (or the most steps were used)
+    target = model.head(feats).logits.argmax(-1)
+    fixed = {}
+    for n in map(int, used["count"]):
+        a, d = CONVERGENCE["ig"](model.head, feats, AttributionContext(target, ref, n_steps=n))
+        fixed[n] = (a, d)
+    with torch.no_grad():
+        effect = target_probability(model.head(feats).logits, target) - target_probability(
+            model.head([r.expand_as(f) for r, f in zip(ref, feats)]).logits, target
+        )
+    samples = result.samples["scores"]["ig"]
+    ok = 0
+    for i in range(40):
+        # the sample's scores are those of the fewest steps in 4, 8, 16, … that converge
+        n = next(
+            n for n in sorted(fixed) if ig_steps.converged(fixed[n][1][i : i + 1], effect[i : i + 1], tol) or n == 64
+        )
+        torch.testing.assert_close(samples[i].float(), fixed[n][0][i], rtol=0, atol=1e-6)
+        ok += bool(ig_steps.converged(fixed[n][1][i : i + 1], effect[i : i + 1], tol))
+    assert ok >= 38
+    assert s.completeness >= 1 - tol
+
+
+def test_ig_tol_zero_is_plain_ig_at_the_given_steps():
+    model, feats, ref = make()
+    result = run_audit(model, data(feats), ["ig"], AuditSettings(ig_tol=0.0, steps=6))
+    target = model.head(feats).logits.argmax(-1)
+    a, _ = CONVERGENCE["ig"](model.head, feats, AttributionContext(target, ref, n_steps=6))
+    torch.testing.assert_close(result.samples["scores"]["ig"].float(), a, rtol=0, atol=0)
+    assert result.methods["ig"].ig_steps["count"] == {"6": 24}
+
+
+@pytest.mark.parametrize("tol", [-0.1, 1.0, math.nan])
+def test_bad_ig_tol_is_refused(tol):
+    from laya_cli.runtime.errors import LayaError
+
+    with pytest.raises(LayaError, match="--ig-tol"):
+        AuditSettings(ig_tol=tol).validate()
+
+
+def test_network_scope_adaptive_ig_meets_its_tolerance():
+    from test_network import scope_for
+
+    scope, x, target = scope_for("cnn", 16)
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    effects = scope.effects(x, hs, feats, target)
+    fixed = scope.integrated_gradients(x, hs, feats, target, n_steps=16)
+    same, steps = scope.adaptive_integrated_gradients(x, hs, feats, target, effects, 16, 0.0)
+    assert torch.equal(same, fixed) and (steps == 16).all()
+    scores, steps = scope.adaptive_integrated_gradients(x, hs, feats, target, effects, 64, 0.005)
+    assert steps.shape == scores.shape == effects.shape and steps.max() <= 64
+    gap = (scores - effects).abs()  # reduce="sum": a layer's score is the sum of its attributions
+    assert ((gap <= 0.005 * effects.abs() + ig_steps.ABS_SLACK + 1e-6) | (steps == 64)).all()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_cli_default_json_has_core_metrics_and_a_gate_computes_its_group(digits_ckpt, tmp_path):
+    out = tmp_path / "a.json"
+    r = invoke("audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "--quiet")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["computed_metrics"] == list(CORE_METRICS) and "aopc" not in doc["methods"]["laya"]
+    assert doc["methods"]["ig"]["ig_steps"]["tol"] == AuditSettings.ig_tol
+    r = invoke(
+        "audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "--quiet",
+        "--fail-under", "ig:completeness=0.5", "--max-drop", "sufficiency@1=1", "--baseline", str(out),
+    )  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert doc["computed_metrics"] == [*CORE_METRICS, "sufficiency@1", "sufficiency@1_normalised", "completeness"]
+    assert "completeness" in doc["methods"]["ig"] and "aopc" not in doc["methods"]["ig"]
+    r = invoke("audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "--quiet", "--metrics", "all")
+    assert json.loads(out.read_text())["computed_metrics"] == list(METRICS)
+
+
+def test_cli_bad_ig_tol_is_one_line(digits_ckpt):
+    assert_user_error(invoke("audit", str(digits_ckpt), "--ig-tol", "1.5"), "--ig-tol")
