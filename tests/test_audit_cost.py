@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from laya_cli.auditing import ig_steps
-from laya_cli.auditing.metrics import target_probability
 from laya_cli.auditing.methods import CONVERGENCE, AttributionContext
+from laya_cli.auditing.metrics import target_probability
 from laya_cli.auditing.names import CORE_METRICS, METRIC_GROUPS, METRICS, computed_metrics, groups_of
 from laya_cli.auditing.results import GROUP_KEYS
 from laya_cli.auditing.run import run_audit

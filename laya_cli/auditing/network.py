@@ -35,6 +35,7 @@ from ..runtime.config import AuditSettings, ScopeSettings
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
+from .ig_steps import adaptive_ig, steps_summary
 from .methods import (
     METHODS,
     REDUCTIONS,
@@ -52,7 +53,6 @@ from .metrics import (
     spearman_rows,
     target_probability,
 )
-from .ig_steps import adaptive_ig, steps_summary
 from .names import NETWORK_METRICS
 from .results import AuditResult, MethodScores
 from .run import run_audit

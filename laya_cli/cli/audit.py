@@ -26,6 +26,7 @@ from .options import (
     Device,
     EvalDataset,
     FailUnder,
+    IgTol,
     InternalBatchSize,
     JsonOut,
     JunitOut,
@@ -38,7 +39,6 @@ from .options import (
     Samples,
     SampleSeed,
     Scope,
-    IgTol,
     Steps,
     Target,
 )

@@ -192,9 +192,10 @@ def _report(out: dict) -> None:
         f"{out['steps']} steps, completeness {out['captum_completeness']:.5f}"
     )
     say(
-        f"  max |ours − Captum's| at {out['steps']} steps each (2 images)  {out['max_abs_diff']:.2e}   (asserted ≤ 1e-5)"
+        f"  max |ours − Captum's| at {out['steps']} steps each (2 images)  "
+        f"{out['max_abs_diff']:.2e}   (asserted ≤ 1e-5)"
     )
-    say(f"  max |ours adaptive − Captum's 32 steps| over {m}×{L} scores  {out['ours_vs_captum_max_abs']:.2e}")
+    say(f"  max |ours adaptive − Captum's| over {m}×{L} scores  {out['ours_vs_captum_max_abs']:.2e}")
     say(
         f"ratio patched LOLO / plain inference = {out['lolo_in_plain_passes']:.2f} plain passes   "
         f"(target ≤ L/2 + 2 = {L / 2 + 2:g})"
