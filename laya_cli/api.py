@@ -53,6 +53,7 @@ from .runtime.config import (
     TrainConfig,
     check_at_least,
     check_choice,
+    settings_from,
 )
 from .runtime.device import resolve_device
 from .runtime.errors import LayaError, match_choice
@@ -711,19 +712,8 @@ def audit(
         LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    settings = AuditSettings(
-        ablation=ablation,
-        target=target,
-        reduce=reduce,
-        steps=steps,
-        ig_tol=ig_tol,
-        metrics=tuple(parse_metric_groups(metrics)),
-        internal_batch_size=internal_batch_size,
-        batch_size=batch_size,
-        seed=seed,
-        by_class=by_class,
-        device=resolve_device(device),
-    ).validate()
+    metrics, device = tuple(parse_metric_groups(metrics)), resolve_device(device)
+    settings = settings_from(AuditSettings, locals())
     methods = parse_methods(compare)
     scope = ScopeSettings(scope).validate().scope
     keep_images = scope != "head"  # the network runs on images

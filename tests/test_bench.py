@@ -293,7 +293,25 @@ FAKE_SUMMARY = {
                 "naive_measured_s": 1.25,
                 "steps": 4,
                 "audit_over_plain": 1.2,
+                "audit_all_metrics_s": 3.0,
+                "audit_all_metrics_over_plain": 3.0,
                 "naive_over_audit": 50.0,
+            },
+        },
+        "network_ig": {
+            "ok": True,
+            "peak_rss_mb": 990.0,
+            "wall_s": 3.0,
+            "result": {
+                "route_images": 1,
+                "steps": 32,
+                "ig_tol": 0.001,
+                "captum_ig_s": 9.0,
+                "ours_ig_s": 3.0,
+                "captum_over_ours": 3.0,
+                "ours_mean_steps": 16.0,
+                "ours_completeness": 0.99999,
+                "captum_completeness": 0.99998,
             },
         },
         "plain": {
@@ -359,7 +377,9 @@ def test_speed_summary_puts_every_ratio_side_by_side():
     whats = [r["what"] for r in summary["ratios"]]
     assert whats == [
         "audit / plain inference",
+        "audit --metrics all / plain",
         "naive Captum / ours",
+        "network IG: Captum / ours",
         "train: no cache / warm cache",
         "train: cold cache / warm cache",
         "peak RSS: audit / plain",
@@ -369,9 +389,9 @@ def test_speed_summary_puts_every_ratio_side_by_side():
         "laya info / import torch",
     ]
     assert [r["ratio"] for r in summary["ratios"][-3:]] == [0.1, 0.13, 1.25]  # the slowest '<cmd> --help' shown
-    rss = summary["ratios"][4]
+    rss = summary["ratios"][6]
     assert rss["ratio"] == pytest.approx(30 / 20)  # each phase alone, above its floor
-    assert summary["ratios"][5]["ratio"] == pytest.approx(100 / 50)  # above each process's floor
+    assert summary["ratios"][7]["ratio"] == pytest.approx(100 / 50)  # above each process's floor
     console = Console(width=120, record=True)
     console.print(speed_tables(summary))
     text = console.export_text()
@@ -381,7 +401,9 @@ def test_speed_summary_puts_every_ratio_side_by_side():
         "10×",
         "1.50×",
         "2.00×",
-        "≤ 1.5×",
+        "≤ 1.1×",
+        "3.00×",
+        "≥ 2×, completeness no worse",
         "≥ 20×",
         "≥ 10×",
         "peak RSS",

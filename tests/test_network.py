@@ -206,7 +206,8 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
     net = both["network"]
     assert list(net["methods"]) == list(head["methods"])
     # only what the network scope computes: no deeper-metric keys holding defaults that read as results
-    assert all(set(net["methods"][m]) == set(network.NETWORK_KEYS) for m in head["methods"])
+    assert all(set(net["methods"][m]) | {"ig_steps"} == set(network.NETWORK_KEYS) for m in head["methods"])
+    assert "ig_steps" in net["methods"]["ig"] and "ig_steps" not in net["methods"]["laya"]
     assert "aopc" not in net["methods"]["ig"] and "randomisation" not in net["methods"]["ig"]
     assert net["patched"] == "prefix" and net["reference"] == "mean"
     scopes = net["scopes"]

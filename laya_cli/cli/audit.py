@@ -83,7 +83,7 @@ def audit(
     from ..gates.thresholds import parse_thresholds
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
-    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
+    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least, settings_from
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
@@ -93,22 +93,11 @@ def audit(
         scope = ScopeSettings(scope).validate().scope
         thresholds = parse_thresholds(fail_under, methods, scope)
         drops = parse_max_drop(max_drop, methods, scope)
-        gated = [g.metric for g in [*thresholds, *drops]]  # a gate computes the metric group it names
-        groups = parse_metric_groups([*parse_metric_groups(metrics), *groups_of(gated)])
-        settings = AuditSettings(
-            ablation=ablation,
-            target=target,
-            reduce=reduce,
-            steps=steps,
-            ig_tol=ig_tol,
-            metrics=tuple(groups),
-            internal_batch_size=internal_batch_size,
-            batch_size=batch_size,
-            seed=seed,
-            by_class=by_class,
-            device=pick_device(device),
-            randomisation_samples=randomisation_samples,
-        ).validate()
+        gated = [*thresholds, *drops]
+        # the deeper metric groups asked for, and those a gate names
+        metrics = tuple(parse_metric_groups([*parse_metric_groups(metrics), *groups_of([g.metric for g in gated])]))
+        device = pick_device(device)
+        settings = settings_from(AuditSettings, locals())
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change)
         files = AuditOutputs(json_out, markdown, junit)
         files.check_writable()
@@ -123,7 +112,7 @@ def audit(
     )
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
-    render(result, doc, outcome, groups, files, quiet, seconds=time.perf_counter() - started)
+    render(result, doc, outcome, settings.metrics, files, quiet, seconds=time.perf_counter() - started)
     if not outcome.verdict.passed:
         raise typer.Exit(EXIT_GATE_FAILED)
 

@@ -110,6 +110,16 @@ def ig_routes(model, scope, xs, targets, reference, steps: int, tol: float, devi
     }
 
 
+def routes_only(images: int, steps: int, device: str, tol: float = AuditSettings.ig_tol) -> dict:
+    """The two network-IG routes alone (``python -m benchmarks`` runs this): seconds, steps, completeness."""
+    _, model, imgs, _ = build(images, device)
+    scope, x, target, reference = network_setup(model, imgs, device)
+    hs = scope.activations(x[:1])
+    scope.integrated_gradients(x[:1], hs, scope.pooled(hs), target[:1], 2)  # warm-up
+    out = ig_routes(model, scope, x, target, reference, steps, tol, device)
+    return {**out, "route_images": images, "steps": steps, "captum_over_ours": out["captum_ig_s"] / out["ours_ig_s"]}
+
+
 def main(argv=None) -> dict:
     from ..runtime import progress
     from ..runtime.device import resolve_device

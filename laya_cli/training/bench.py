@@ -139,7 +139,7 @@ class BenchRequest:
         s.pop("device")
         s.pop("by_class")
         s.pop("internal_batch_size")  # a memory bound: same numbers either way
-        return {**s, "methods": self.methods(), "samples": self.audit_samples}
+        return {**s, "metrics": list(s["metrics"]), "methods": self.methods(), "samples": self.audit_samples}
 
     def validate(self) -> BenchRequest:
         self.train.data.name = check_dataset_name(self.dataset)
