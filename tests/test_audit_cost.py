@@ -190,3 +190,36 @@ def test_cli_default_json_has_core_metrics_and_a_gate_computes_its_group(digits_
 
 def test_cli_bad_ig_tol_is_one_line(digits_ckpt):
     assert_user_error(invoke("audit", str(digits_ckpt), "--ig-tol", "1.5"), "--ig-tol")
+
+
+@pytest.mark.parametrize("dims", [[6, 5, 7, 4], [6, 5], [6]])
+@pytest.mark.parametrize("ablation", ["mean", "mask"])
+def test_curves_sharing_passes_equal_the_two_curves(dims, ablation):
+    from laya_cli.auditing.metrics import (
+        curves_sharing_passes,
+        deletion_curve,
+        insertion_curve,
+        keep_only_probability,
+        lolo_effects,
+        rank_layers,
+    )
+
+    torch.manual_seed(3)
+    head = build_head("laya", dims, C, HeadConfig(d_star=8, score_hidden=16)).eval()
+    feats = [torch.randn(9, d) for d in dims]
+    ref = None if ablation == "mask" else [torch.randn(d) * 0.1 for d in dims]
+    with torch.no_grad():
+        target = head(feats).logits.argmax(-1)
+        base = target_probability(head(feats).logits, target)
+    order = rank_layers(torch.randn(9, len(dims)))
+    known = {
+        "base": base,
+        "delta": lolo_effects(head, feats, target, ref, ablation),
+        "keep": keep_only_probability(head, feats, target, ref, ablation),
+    }
+    got = curves_sharing_passes(head, feats, target, order, known, ref, ablation)
+    torch.testing.assert_close(got["deletion_curve"], deletion_curve(head, feats, target, order, ref, ablation))
+    torch.testing.assert_close(got["insertion_curve"], insertion_curve(head, feats, target, order, ref, ablation))
+    alone = curves_sharing_passes(head, feats, target, order, {"base": base, "delta": known["delta"]}, ref, ablation)
+    assert set(alone) == {"deletion_curve"}
+    torch.testing.assert_close(alone["deletion_curve"], got["deletion_curve"])

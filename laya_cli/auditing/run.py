@@ -33,10 +33,9 @@ from .metrics import (
     aopc,
     chance_level,
     completeness,
+    curves_sharing_passes,
     degenerate_effects,
     deletion_at_1,
-    deletion_curve,
-    insertion_curve,
     keep_only_probability,
     lolo_effects,
     nan_summary,
@@ -295,34 +294,56 @@ class _Batch:
     effect: Tensor | None = None  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
 
 
-def _converging(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dict[str, Tensor]]:
-    """A method with a convergence delta (IG) in as few steps as each sample needs (``ig_steps.adaptive_ig``)."""
+def _converging(run: _HeadScope, m: str, head, b: _Batch, ctx, effect: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """A method with a convergence delta (IG) on ``head`` in as few steps as each sample needs
+    (``ig_steps.adaptive_ig``); ``effect``: |p_ŷ(x) − p_ŷ(r̄)| on that head."""
     s = run.plan.settings
 
     def attribute(rows: Tensor, n_steps: int):
         on = rows.to(b.target.device)
         sub = replace(ctx, target=ctx.target[on], n_steps=n_steps)
-        return CONVERGENCE[m](run.head, [t[on] for t in b.x], sub)
+        return CONVERGENCE[m](head, [t[on] for t in b.x], sub)
 
-    a, conv, steps = adaptive_ig(attribute, b.effect, s.steps, s.ig_tol)
+    a, conv, steps = adaptive_ig(attribute, effect, s.steps, s.ig_tol)
     return a, {"completeness_error": conv.detach().abs().double().cpu(), "ig_steps": steps}
 
 
+def _randomised(run: _HeadScope, m: str, a: Tensor, b: _Batch, stage_ctxs) -> dict[str, Tensor]:
+    """ρ between the method's scores and its scores on each re-initialised copy of the head (IG through the same
+    adaptive path as on the trained head, so each copy's samples get the steps they need)."""
+    out = {}
+    for k, (h, c) in enumerate(zip(run.stage_heads, stage_ctxs)):
+        if not b.check:
+            out[f"randomised{k}"] = torch.full((len(a),), float("nan"), dtype=torch.float64)
+            continue
+        if m in CONVERGENCE:
+            again = _converging(run, m, h, b, c, _ig_effect(h, b, run.plan.references.baseline))[0]
+        else:
+            again = METHODS[m](h, b.x, c)
+        out[f"randomised{k}"] = spearman_rows(a, again.cpu())
+    return out
+
+
 def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
-    """The deletion curve and AOPC, sufficiency@1 and the insertion curve, as far as their groups are asked for."""
-    head, ablation, removal, groups = run.head, run.plan.settings.ablation, run.plan.references.removal, run.plan.groups
+    """The deletion curve and AOPC, sufficiency@1 and the insertion curve, as far as their groups are asked for:
+    D_1, I_1 and sufficiency@1 reuse the LOLO and keep-only passes (``metrics.curves_sharing_passes``)."""
+    groups = run.plan.groups
+    if "aopc" not in groups and "sufficiency" not in groups:
+        return {}
     bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
     order = rank_layers(a, b.keys).to(b.base.device)
-    curves, out = {}, {}
-    if "aopc" in groups:
-        curves["deletion_curve"] = deletion_curve(head, b.x, b.target, order, removal, ablation, base=b.base)
+    known = {"base": b.base, "delta": b.delta.to(b.base.device)}
     if "sufficiency" in groups:
-        curves["insertion_curve"] = insertion_curve(head, b.x, b.target, order, removal, ablation)
-        out["sufficiency"] = deletion_at_1(a, b.keep)[0].masked_fill(bad, float("nan"))
-    for key, curve in curves.items():
-        out[key] = curve.cpu().double().masked_fill(bad.unsqueeze(-1), float("nan"))
+        known["keep"] = b.keep.to(b.base.device)
+    s, removal = run.plan.settings, run.plan.references.removal
+    curves = curves_sharing_passes(run.head, b.x, b.target, order, known, removal, s.ablation)
+    out = {key: curve.cpu().double().masked_fill(bad.unsqueeze(-1), float("nan")) for key, curve in curves.items()}
     if "aopc" in groups:
         out["aopc"] = aopc(out["deletion_curve"])
+    else:
+        del out["deletion_curve"]
+    if "sufficiency" in groups:
+        out["sufficiency"] = deletion_at_1(a, b.keep)[0].masked_fill(bad, float("nan"))
     return out
 
 
@@ -330,7 +351,7 @@ def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dic
     """One method on one batch: its per-sample numbers (float64, on the CPU)."""
     out = {}
     if m in CONVERGENCE:
-        a, out = _converging(run, m, b, ctx)
+        a, out = _converging(run, m, run.head, b, ctx, b.effect)
     else:
         a = METHODS[m](run.head, b.x, ctx)
     a = a.cpu()  # the (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64)
@@ -338,22 +359,23 @@ def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dic
     out["d1"] = deletion_at_1(a, b.delta)[0]
     out["scores"] = a.double()
     out.update(_curves(run, a, b))
-    for k, (h, c) in enumerate(zip(run.stage_heads, stage_ctxs)):
-        out[f"randomised{k}"] = (
-            spearman_rows(a, METHODS[m](h, b.x, c).cpu())
-            if b.check
-            else torch.full((len(a),), float("nan"), dtype=torch.float64)
-        )
+    out.update(_randomised(run, m, a, b, stage_ctxs))
     return out
 
 
 def _ig_effect(head, b: _Batch, baseline) -> Tensor:
-    """|p_ŷ(x) − p_ŷ(r̄)| per sample: what IG's attributions should add up to (float64, on the CPU)."""
+    """|p_ŷ(x) − p_ŷ(r̄)| per sample on ``head`` (the audited one or a re-initialised copy): what IG's attributions
+    should add up to (float64, on the CPU)."""
     at_ref = (
         [torch.zeros_like(r) for r in b.x] if baseline is None else [ref.expand_as(r) for ref, r in zip(baseline, b.x)]
     )
     with torch.no_grad():
-        return (b.base - target_probability(head(at_ref).logits, b.target)).abs().double().cpu()
+        return (
+            (target_probability(head(b.x).logits, b.target) - target_probability(head(at_ref).logits, b.target))
+            .abs()
+            .double()
+            .cpu()
+        )
 
 
 def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
