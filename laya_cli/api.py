@@ -686,8 +686,8 @@ def audit(
         target: the class explained: ``"predicted"`` or ``"label"``.
         reduce: per-layer reduction of gradient attributions: ``"sum"``, ``"abs"`` or ``"l2"``.
         steps: Integrated Gradients' most steps per sample.
-        ig_tol: IG's completeness tolerance: each sample's steps double from 16 until
-            |convergence delta| <= ig_tol * |p(x) - p(baseline)| (at most ``steps``); 0: always ``steps``.
+        ig_tol: IG's completeness tolerance: each sample's steps double from 4 (network scope: 16)
+            until |convergence delta| <= ig_tol * |p(x) - p(baseline)|, at most ``steps``; 0: ``steps``.
         metrics: the deeper metric groups to compute: ``"aopc"``, ``"sufficiency"``,
             ``"completeness"``, ``"randomisation"`` (a comma string or a sequence) or ``"all"``;
             faithfulness and Deletion@1 are always computed.

@@ -97,9 +97,9 @@ def test_adaptive_ig_refines_only_the_samples_that_miss_the_tolerance():
     assert calls == [([0, 1, 2, 3], 4), ([1, 2, 3], 8), ([2, 3], 16), ([2], 32)]
     # tol 0: one call at the most steps, as plain IG; the cap is never exceeded
     calls.clear()
-    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 32, 0.0)[2].tolist() == [32] * 4 and len(calls) == 1
+    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 32, 0.0, 4)[2].tolist() == [32] * 4 and len(calls) == 1
     assert ig_steps.adaptive_ig(attribute, torch.ones(4), 12, 0.01, first=4)[2].tolist() == [4, 8, 12, 12]
-    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 32, 0.01)[2].tolist() == [16, 16, 32, 16]
+    assert ig_steps.adaptive_ig(attribute, torch.ones(4), 32, 0.01, 16)[2].tolist() == [16, 16, 32, 16]
 
 
 def test_head_scope_ig_meets_its_tolerance_and_reports_its_steps():

@@ -35,7 +35,7 @@ from ..runtime.config import AuditSettings, ScopeSettings
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
-from .ig_steps import adaptive_ig, steps_summary
+from .ig_steps import NETWORK_FIRST_STEPS, adaptive_ig, steps_summary
 from .methods import (
     METHODS,
     REDUCTIONS,
@@ -293,7 +293,7 @@ class NetworkScope:
                 before = [f[on] for f in feats[:i]]
                 return self._layer_ig(i, h[on], before, target[on], n_steps, internal_batch_size, reduce)
 
-            a, _, used = adaptive_ig(attribute, effects[:, i], max_steps, tol)
+            a, _, used = adaptive_ig(attribute, effects[:, i], max_steps, tol, NETWORK_FIRST_STEPS)
             scores.append(a)
             steps.append(used)
         return torch.stack(scores, dim=1), torch.stack(steps, dim=1)

@@ -26,7 +26,7 @@ from torch import Tensor
 from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
-from .ig_steps import adaptive_ig, steps_summary
+from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
 from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
 from .metrics import (
     accuracy,
@@ -304,7 +304,7 @@ def _converging(run: _HeadScope, m: str, head, b: _Batch, ctx, effect: Tensor) -
         sub = replace(ctx, target=ctx.target[on], n_steps=n_steps)
         return CONVERGENCE[m](head, [t[on] for t in b.x], sub)
 
-    a, conv, steps = adaptive_ig(attribute, effect, s.steps, s.ig_tol)
+    a, conv, steps = adaptive_ig(attribute, effect, s.steps, s.ig_tol, HEAD_FIRST_STEPS)
     return a, {"completeness_error": conv.detach().abs().double().cpu(), "ig_steps": steps}
 
 

@@ -205,8 +205,8 @@ IgTol = Annotated[
     float,
     typer.Option(
         "--ig-tol",
-        help="Integrated Gradients: each sample's steps double from 16 until |convergence delta| <= TOL x |effect| "
-        "(at most --steps); 0 = always --steps.",
+        help="Integrated Gradients: each sample's steps double from 4 (network scope: 16) until "
+        "|convergence delta| <= TOL x |effect| (at most --steps); 0 = always --steps.",
     ),
 ]
 InternalBatchSize = Annotated[

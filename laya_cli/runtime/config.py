@@ -237,8 +237,8 @@ class AuditSettings:
     target: str = "predicted"  # predicted | label
     reduce: str = "sum"  # sum | abs | l2
     steps: int = 32  # IG's most steps per sample (``ig_tol`` 0: exactly these)
-    # IG's completeness tolerance: each sample's steps double from 16 (auditing.ig_steps) until Captum's convergence
-    # delta |δ| ≤ ig_tol·|p_ŷ(x) − p_ŷ(baseline)| (or ``steps`` is reached); 0 = always ``steps`` (docs/metrics.md).
+    # IG's completeness tolerance: each sample's steps double from 4 (network scope: 16; auditing.ig_steps) until
+    # Captum's convergence delta |δ| ≤ ig_tol·|p_ŷ(x) − p_ŷ(baseline)| or ``steps`` is reached; 0 = always ``steps``.
     ig_tol: float = 0.001
     internal_batch_size: int | None = None  # IG rows per head pass (memory bound)
     batch_size: int = 256
