@@ -223,3 +223,14 @@ def test_curves_sharing_passes_equal_the_two_curves(dims, ablation):
     alone = curves_sharing_passes(head, feats, target, order, {"base": base, "delta": known["delta"]}, ref, ablation)
     assert set(alone) == {"deletion_curve"}
     torch.testing.assert_close(alone["deletion_curve"], got["deletion_curve"])
+
+
+def test_network_scope_json_says_what_it_computed_and_ig_steps(digits_ckpt, tmp_path):
+    out = tmp_path / "n.json"
+    r = invoke("audit", str(digits_ckpt), "--samples", "30", "--scope", "network", "--json", str(out), "--quiet")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["computed_metrics"] == list(CORE_METRICS) and doc["methods"] == {}
+    steps = doc["network"]["methods"]["ig"]["ig_steps"]
+    assert steps["max_steps"] == 32 and sum(steps["count"].values()) == 30 * len(doc["layers"])
+    assert set(steps["count"]) <= {"16", "32"}  # network scope starts at 16 steps

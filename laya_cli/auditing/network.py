@@ -647,6 +647,7 @@ def run_scoped_audit(
             layers=layer_names,
             methods={},
             notes=plan.notes(),
+            groups=(),  # the network scope computes no deeper metric
         )
     head_result.settings["scope"] = scope
     head_result.network = network
