@@ -18,6 +18,7 @@ from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
+from laya_cli.runtime.memory import MEMORY_KEYS
 from laya_cli.testing import assert_close_tree, assert_user_error, invoke, make_backbone
 
 # (backbone, input side): chains of every engine/layout, small and random (no downloads)
@@ -166,8 +167,8 @@ def test_older_checkpoints_compute_the_tap_means_once_and_cache_them(digits_ckpt
 
 def _head_keys(doc: dict) -> dict:
     """An audit JSON without what only the network scope or the gates add (``network``, ``settings.scope``,
-    the gate outcome, the thresholds asked for)."""
-    out = {k: v for k, v in doc.items() if k not in ("network", "fail_under", "verdict")}
+    the gate outcome, the thresholds asked for), and without the run's memory measurements."""
+    out = {k: v for k, v in doc.items() if k not in ("network", "fail_under", "verdict", *MEMORY_KEYS)}
     out["settings"] = {k: v for k, v in doc["settings"].items() if k not in ("scope", "fail_under")}
     return out
 

@@ -180,6 +180,7 @@ class AuditResult:
     samples: dict | None = field(default=None, repr=False)
     network: object | None = None  # --scope network|both: a network.NetworkResult (docs/metrics.md)
     groups: tuple[str, ...] = METRIC_GROUPS  # the deeper metric groups computed (settings.metrics)
+    memory: dict | None = None  # the memory budget, estimate and measured peak (auditing/budget.py)
 
     @property
     def summary(self) -> dict:
@@ -237,6 +238,7 @@ class AuditResult:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
         if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
             out["network"] = self.network.to_dict()
+        out.update(self.memory or {})
         return json_safe(out)
 
     def to_json(self) -> str:

@@ -9,7 +9,18 @@ from functools import partial
 import typer
 
 from ..runtime import progress
-from .common import EXIT_GATE_FAILED, console, err_console, escape, note, pick_device, trust_arch, warn, wide_console
+from .common import (
+    EXIT_GATE_FAILED,
+    console,
+    err_console,
+    escape,
+    note,
+    pick_device,
+    run_options,
+    trust_arch,
+    warn,
+    wide_console,
+)
 from .options import (
     AUDIT,
     SCOPE,
@@ -32,8 +43,10 @@ from .options import (
     JunitOut,
     MarkdownOut,
     MaxDrop,
+    MaxMemory,
     MetricColumns,
     ModelPath,
+    Precision,
     RandomisationSamples,
     Reduce,
     Samples,
@@ -57,7 +70,7 @@ def audit(
     steps: Steps = AUDIT.steps,
     ig_tol: IgTol = AUDIT.ig_tol,
     internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
-    batch_size: AuditBatchSize = AUDIT.batch_size,
+    batch_size: AuditBatchSize = None,
     by_class: ByClass = AUDIT.by_class,
     scope: Scope = SCOPE.scope,
     json_out: JsonOut = None,
@@ -73,6 +86,8 @@ def audit(
     allow_settings_change: AllowSettingsChange = False,
     junit: JunitOut = None,
     arch: ArchImport = None,
+    max_memory: MaxMemory = None,
+    precision: Precision = "auto",
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_job
@@ -96,6 +111,8 @@ def audit(
         gated = [*thresholds, *drops]
         # the deeper metric groups asked for, and those a gate names
         metrics = tuple(parse_metric_groups([*parse_metric_groups(metrics), *groups_of([g.metric for g in gated])]))
+        job = run_options(max_memory, precision, batch_size=batch_size, internal_batch_size=internal_batch_size)
+        batch_size = AUDIT.batch_size if batch_size is None else batch_size  # None: not given (the plan may lower it)
         device = pick_device(device)
         settings = settings_from(AuditSettings, locals())
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change)
@@ -103,10 +120,9 @@ def audit(
         files.check_writable()
         laya_model = load_model(model)
         gates.check_planned(settings, methods, samples, laya_model)
-        data = partial(  # the job loads it after its checks
-            load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True
-        )
-        result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache)
+        # The job loads the data after its checks (streamed: use_cache=cache, stream=True).
+        data = partial(load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, cache, True)
+        result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache, **job)
     result.settings.update(
         {"model": str(model), "samples": samples, "data_dir": data_dir, "fail_under": [str(t) for t in thresholds]}
     )

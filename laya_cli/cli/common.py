@@ -62,3 +62,12 @@ def wide_console(renderables):
 
     unbounded = console.options.update_width(10_000)  # measured against 80 columns, a table never looks wider
     return Console(width=max([console.width, *(console.measure(t, options=unbounded).maximum for t in renderables)]))
+
+
+def run_options(max_memory: str | None, precision: str, **batches) -> dict:
+    """``--max-memory`` and ``--precision`` of a job, checked now: its ``memory`` (a MemoryRequest that knows
+    which of ``batches`` the user set, not None: the plan never overrides them) and its ``precision``."""
+    from ..runtime.memory import MemoryRequest
+
+    given = frozenset(name for name, value in batches.items() if value is not None)
+    return {"memory": MemoryRequest(max_memory, given), "precision": precision}

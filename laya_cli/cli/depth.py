@@ -6,7 +6,7 @@ from functools import partial
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import console, note, pick_device, trust_arch, wide_console
+from .common import console, note, pick_device, run_options, trust_arch, wide_console
 from .options import (
     DEPTH,
     ArchImport,
@@ -17,6 +17,7 @@ from .options import (
     EvalDataset,
     JsonOut,
     MarkdownOut,
+    MaxMemory,
     ModelPath,
     PlotOut,
     Quiet,
@@ -44,7 +45,7 @@ def depth(
     seed: SubsetSeed = DEPTH.seed,
     dataset: EvalDataset = None,
     data_dir: DataDir = None,
-    batch_size: DepthBatchSize = DEPTH.batch_size,
+    batch_size: DepthBatchSize = None,
     time_repeats: TimeRepeats = DEPTH.time_repeats,
     time_batch: TimeBatch = DEPTH.time_batch,
     json_out: JsonOut = None,
@@ -54,6 +55,7 @@ def depth(
     device: Device = "auto",
     quiet: Quiet = False,
     arch: ArchImport = None,
+    max_memory: MaxMemory = None,
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
     from ..depthing.job import depth_job
@@ -67,7 +69,7 @@ def depth(
         trust_arch(arch)
         check_at_least("--samples", samples)
         settings = DepthSettings(
-            batch_size=batch_size,
+            batch_size=DEPTH.batch_size if batch_size is None else batch_size,
             seed=seed,
             refit=refit,
             refit_epochs=refit_epochs,
@@ -84,7 +86,8 @@ def depth(
         check_outputs(json_out, markdown, plot, out)
         laya_model = load_model(model)
         data = partial(load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
-        result = depth_job(laya_model, data, settings, out, use_cache=cache)
+        memory = run_options(max_memory, "auto", batch_size=batch_size)["memory"]
+        result = depth_job(laya_model, data, settings, out, use_cache=cache, memory=memory)
         if truncate is not None:
             console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
             return

@@ -17,6 +17,7 @@ from .options import (
     ExportFormat,
     ExportOut,
     ExportQuiet,
+    MaxMemory,
     ModelPath,
     Overwrite,
     Plots,
@@ -42,6 +43,7 @@ def export(
     arch: ArchImport = None,
     audit: AuditIn = None,
     depth: DepthIn = None,
+    max_memory: MaxMemory = None,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -49,6 +51,7 @@ def export(
     matplotlib.use("Agg")  # headless: no display needed (figures.py draws without pyplot anyway)
     from ..exporting.run import run_export
     from ..report.export import shift_table
+    from ..runtime.memory import MemoryRequest
 
     with progress.enabled(not quiet):
         trust_arch(arch)
@@ -66,6 +69,7 @@ def export(
             overwrite=overwrite,
             audit=audit,
             depth=depth,
+            memory=MemoryRequest(max_memory),
         )
     for text in exp.notes:
         note(text)

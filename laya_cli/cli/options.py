@@ -44,6 +44,20 @@ JsonOut = Annotated[Path | None, typer.Option("--json", help="Write every number
 MarkdownOut = Annotated[
     Path | None, typer.Option(help="Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")
 ]
+MaxMemory = Annotated[
+    str | None,
+    typer.Option(
+        metavar="SIZE",
+        help="Memory budget the batch sizes are planned within: a size (2G, 512M) or a fraction of the free "
+        "memory (0.5); RSS on the CPU, allocated GPU memory on CUDA (default: 0.5 of the free memory).",
+    ),
+]
+Precision = Annotated[
+    str,
+    typer.Option(
+        help="Backbone passes: auto (bf16 autocast on bf16-capable CUDA, else fp32), bf16 (CUDA only) or fp32."
+    ),
+]
 
 # --------------------------------------------------------------------------- data
 
@@ -213,7 +227,9 @@ InternalBatchSize = Annotated[
     int | None,
     typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size)."),
 ]
-AuditBatchSize = Annotated[int, typer.Option(help="Samples per audited batch.")]
+AuditBatchSize = Annotated[
+    int | None, typer.Option(help="Samples per audited batch (default: 256, fewer when --max-memory needs it).")
+]
 ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
 Scope = Annotated[
     str,
@@ -311,7 +327,10 @@ Thresholds = Annotated[
 ]
 TimeRepeats = Annotated[int, typer.Option(help="Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.")]
 TimeBatch = Annotated[int, typer.Option(help="Images per timed backbone pass.")]
-DepthBatchSize = Annotated[int, typer.Option("--batch-size", help="Samples per evaluated batch.")]
+DepthBatchSize = Annotated[
+    int | None,
+    typer.Option("--batch-size", help="Samples per evaluated batch (default: 256, fewer when --max-memory needs it)."),
+]
 Truncate = Annotated[
     int | None, typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")
 ]
@@ -459,6 +478,7 @@ def train_request(
     input_size: int | None = None,
     restart: bool = False,
     align: float = TRAIN.align,
+    precision: str = TRAIN.precision,
 ) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
     return TrainRequest(
@@ -477,7 +497,14 @@ def train_request(
             text_column=text_column,
         ),
         train=TrainConfig(
-            epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device, align=align
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            patience=patience,
+            seed=seed,
+            device=device,
+            align=align,
+            precision=precision,
         ),
         layers=split_csv(layers),
         pool=pool,

@@ -35,6 +35,7 @@ from .options import (
     MaxLength,
     Patience,
     Pool,
+    Precision,
     Pretrained,
     Psi,
     Quiet,
@@ -89,6 +90,7 @@ def train(
     restart: Restart = JOB.restart,
     device: Device = "auto",
     quiet: Quiet = False,
+    precision: Precision = TRAIN.precision,
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
     options = locals()  # the parsed options by name: the shared ones go to train_request as they are
@@ -106,6 +108,7 @@ def train(
             arch=arch,
             input_size=input_size,
             align=align,
+            precision=precision,
         )
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ..auditing.budget import plan_rows
 from ..model.evaldata import EvalData, check_fit_data, load_fit_features
 from ..runtime.config import DepthSettings
+from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
 from .run import DepthResult, TruncateResult, run_depth, truncate_model
 from .truncation import check_k, check_maskable
 
@@ -22,10 +24,12 @@ def depth_job(
     settings: DepthSettings,
     out: str | Path | None = None,
     use_cache: bool = True,
+    memory: MemoryRequest | None = None,
 ) -> DepthResult | TruncateResult:
     """``laya depth`` on ``model`` (a LayaModel) and ``load_data()`` with validated ``settings``: a
     ``DepthResult``, or with ``settings.truncate`` the ``TruncateResult`` of the checkpoint written to ``out``.
-    ``use_cache``: the training features of ``settings.refit`` may come from the feature cache."""
+    ``use_cache``: the training features of ``settings.refit`` may come from the feature cache. ``memory``:
+    ``settings.batch_size`` planned within its budget (unless the user gave it), budget and peak recorded."""
     if settings.truncate is not None:
         check_k(settings.truncate, model.num_layers)
     if settings.refit:
@@ -34,8 +38,31 @@ def depth_job(
         check_maskable(model.head)  # before any feature extraction
     data = load_data()
     fit_feats = load_fit_features(model, settings.device, use_cache) if settings.refit else None
+    notes, budget = [], None
+    if memory is not None:
+        reset_peak_memory(settings.device)
+        budget = memory_budget(memory.max_memory, settings.device)
+        rows, _ = plan_rows(model, data, settings.device, budget, settings.batch_size)
+        if rows < settings.batch_size and "batch_size" not in memory.given:
+            settings.batch_size = rows
+            notes.append(f"memory budget {budget.describe()}: batch size {rows}")
     if settings.truncate is not None:
         if out is None:
             raise ValueError("settings.truncate writes a checkpoint: give it an out path")
         return truncate_model(model, data, settings, out, fit_feats)  # rank 0 writes
-    return run_depth(model, data, settings, fit_feats)
+    result, retries = retry_halving(lambda: run_depth(model, data, settings, fit_feats), _halver(settings))
+    result.notes += notes + retries
+    if budget is not None:
+        result.settings["memory_budget_mb"] = round(budget.total_mb, 1)
+        result.settings["peak_memory_mb"] = round(peak_memory_mb(settings.device), 1)
+    return result
+
+
+def _halver(settings: DepthSettings):
+    def halve() -> str | None:
+        if settings.batch_size == 1:
+            return None
+        settings.batch_size //= 2
+        return f"batch size {settings.batch_size * 2} -> {settings.batch_size}"
+
+    return halve

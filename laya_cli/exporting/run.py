@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..auditing.budget import plan_rows
 from ..auditing.methods import contrib as contrib_scores
 from ..auditing.scaffold import Rows, Shard
 from ..features.extraction import feature_batches, num_layers
@@ -39,6 +40,7 @@ from ..runtime.config import check_at_least
 from ..runtime.distributed import broadcast_object, is_main
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
+from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
 from .profiles import (
     alpha_col,
     attention_shift,
@@ -50,6 +52,7 @@ from .profiles import (
 
 EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
+EXPORT_BATCH = 1024  # samples per head pass (fewer within a --max-memory budget)
 FORMATS = ("csv", "parquet", "npz")
 SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
 RESULT_FILES = {
@@ -210,7 +213,9 @@ def assemble(
     )
 
 
-def compute_export(model, data, device: str = "cpu", batch_size: int = 1024, info: dict | None = None) -> Export:
+def compute_export(
+    model, data, device: str = "cpu", batch_size: int = EXPORT_BATCH, info: dict | None = None
+) -> Export:
     """Run the head of ``model`` (a LayaModel) over ``data`` (an evaldata.EvalData)."""
     logits, alpha, contrib = _predict(model, data.features, device, batch_size)
     notes = []
@@ -399,6 +404,7 @@ def run_export(
     stream: bool = True,
     audit: str | Path | None = None,
     depth: str | Path | None = None,
+    memory: MemoryRequest | None = None,
 ) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
@@ -432,6 +438,14 @@ def run_export(
         use_cache=use_cache,
         stream=stream,
     )
+    info, notes, batch = {"checkpoint": str(model_path), "samples": samples, "seed": seed}, [], EXPORT_BATCH
+    if memory is not None:
+        reset_peak_memory(device)
+        budget = memory_budget(memory.max_memory, device)
+        batch, _ = plan_rows(model, data, device, budget, EXPORT_BATCH)
+        if batch < EXPORT_BATCH:
+            notes.append(f"memory budget {budget.describe()}: {batch} samples per head pass")
+        info["memory"] = {"memory_budget_mb": round(budget.total_mb, 1)}  # export_data adds the peak
     return export_data(
         model,
         data,
@@ -441,9 +455,10 @@ def run_export(
         strip=strip,
         overwrite=overwrite,
         device=device,
-        info={"checkpoint": str(model_path), "samples": samples, "seed": seed},
+        info=info,
         results=results,
-        notes=[depth_note] if depth_note else [],
+        notes=notes + ([depth_note] if depth_note else []),
+        batch_size=batch,
     )
 
 
@@ -459,17 +474,29 @@ def export_data(
     info: dict | None = None,
     results: dict | None = None,
     notes: Sequence[str] = (),
+    batch_size: int = EXPORT_BATCH,
 ) -> Export:
     """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
 
     What ``laya export`` and ``laya_cli.export`` both run. ``results``: attached results shown in
     report.html (``{"audit": <laya audit --json>, "depth": <laya depth --json>}``, as ``laya export
     --audit/--depth`` give). ``notes``: shown with the export's own. Under torchrun the samples are
-    sharded over the ranks and only rank 0 writes.
+    sharded over the ranks and only rank 0 writes. ``batch_size``: samples per head pass, halved and retried
+    when the device runs out of memory.
     """
-    exp = compute_export(model, data, device=device, info=info)
+    batch = [batch_size]
+
+    def halve() -> str | None:
+        if batch[0] == 1:
+            return None
+        batch[0] //= 2
+        return f"{batch[0] * 2} -> {batch[0]} samples per head pass"
+
+    exp, retries = retry_halving(lambda: compute_export(model, data, device, batch[0], info), halve, device)
+    if "memory" in exp.info:  # run_export planned within a budget: the peak of the computation beside it
+        exp.info["memory"]["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     exp.results = dict(results or {})
-    exp.notes += list(notes)
+    exp.notes += list(notes) + retries
     if out is None:
         return exp
     if is_main():

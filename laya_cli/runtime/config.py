@@ -114,6 +114,7 @@ class TrainConfig:
     seed: int = 1337
     device: str = "cpu"
     align: float = 0.0  # λ of the faithfulness-alignment term (laya heads; 0 = plain training)
+    precision: str = "auto"  # backbone passes: auto, bf16 (CUDA) or fp32 (runtime/device.py); recorded resolved
 
     LATER = {"align": 0.0}  # as DataRequest.LATER
 
@@ -186,6 +187,7 @@ class TrainRequest:
         for k in self.RUN_ONLY:
             d.pop(k)
         d["train"].pop("device")
+        d["train"].pop("precision")  # like the device: how the numbers are computed, not which
         for part, later in ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER)):
             for k, default in later.items():
                 if part.get(k) == default:

@@ -2,7 +2,8 @@
 
 ``resolve_device`` turns ``--device auto|cpu|cuda|mps`` into a torch device string (under
 torchrun, CUDA means this rank's GPU). Backbone passes on CUDA run under bf16 autocast unless
-``LAYA_BF16=0``, read once per process (docs/scaling.md); features always come back float32.
+``LAYA_BF16=0`` (read once per process) or ``--precision fp32`` (docs/scaling.md); ``--precision bf16``
+asks for it (CUDA only: refused elsewhere). Features always come back float32.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
@@ -18,6 +20,8 @@ from . import distributed
 from .errors import LayaError, match_choice
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "bf16", "fp32")  # --precision of backbone passes
+_PRECISION: ContextVar[str] = ContextVar("laya_precision", default="auto")
 
 
 def resolve_device(device: str) -> str:
@@ -46,11 +50,44 @@ def _bf16_allowed() -> bool:
     return os.environ.get("LAYA_BF16", "1") != "0"
 
 
-def bf16_enabled(device) -> bool:
-    """bf16 autocast for backbone passes: on bf16-capable CUDA devices, unless LAYA_BF16=0."""
-    if not str(device).startswith("cuda") or not _bf16_allowed():
-        return False
+def _bf16_capable() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def check_precision(precision: str, device) -> str:
+    """``--precision`` on ``device``: auto, bf16 or fp32 (canonical spelling); bf16 needs a bf16-capable CUDA
+    device (torch's CPU autocast is slower than float32 on most CPUs: refused rather than a silent no-op)."""
+    p = match_choice("--precision", precision, PRECISIONS)
+    if p == "bf16" and not (str(device).startswith("cuda") and _bf16_capable()):
+        raise LayaError(
+            f"--precision bf16 runs backbone passes under CUDA autocast and needs a bf16-capable CUDA device "
+            f"(this run is on {device}); use --precision fp32 or auto"
+        )
+    return p
+
+
+@contextlib.contextmanager
+def precision(p: str):
+    """Backbone passes in this block run at precision ``p`` (auto, bf16 or fp32; checked by check_precision)."""
+    token = _PRECISION.set(p)
+    try:
+        yield
+    finally:
+        _PRECISION.reset(token)
+
+
+def bf16_enabled(device) -> bool:
+    """bf16 autocast for backbone passes: on bf16-capable CUDA devices, unless LAYA_BF16=0 or --precision fp32
+    (``--precision bf16`` overrides LAYA_BF16=0)."""
+    p = _PRECISION.get()
+    if not str(device).startswith("cuda") or p == "fp32" or (p == "auto" and not _bf16_allowed()):
+        return False
+    return _bf16_capable()
+
+
+def resolved_precision(device) -> str:
+    """What backbone passes on ``device`` run at here: 'bf16' or 'fp32' (recorded in checkpoints and audits)."""
+    return "bf16" if bf16_enabled(device) else "fp32"
 
 
 def feature_precision(device) -> str | None:
@@ -66,7 +103,7 @@ def autocast(device):
 
 
 def to_device(x: Tensor, device) -> Tensor:
-    """Host-to-device copy; pinned and asynchronous on CUDA."""
+    """Host-to-device copy; pinned and asynchronous on CUDA (a batch a pinned loader gave is not copied again)."""
     if str(device).startswith("cuda") and x.device.type == "cpu":
-        return x.pin_memory().to(device, non_blocking=True)
+        return (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
     return x.to(device)

@@ -25,6 +25,9 @@ memory high-water mark cannot hide another's:
   audit_memory laya_cli.speed.audit_memory.main(): the audit's peak memory on 1,000 vs
                10,000 Fashion-MNIST test samples (its own fresh process per size); skipped,
                with the reason, when it cannot run (e.g. no Fashion-MNIST).
+  memory_budget laya_cli.speed.memory_budget.main(): peak RSS of the built-in CNN's network-scope IG
+               audit (256 samples × 32 steps) within --max-memory 2G vs unbounded, and whether the
+               results are equal; skipped, with the reason, without Fashion-MNIST. Not in --quick.
   startup      laya_cli.speed.startup.run(): ``laya --help``, ``laya <cmd> --help`` and
                ``laya info`` next to ``python -c "import torch"``, each a fresh process.
 
@@ -69,6 +72,7 @@ SIZES = {
         "phase_images": 64,
         "phase_steps": 32,
         "audit_memory": ["--dataset", "fashion-mnist", "--sizes", "1000,10000"],
+        "memory_budget": [],  # its own fresh processes; not in --quick (it needs Fashion-MNIST and minutes)
         "startup": {"rounds": 5, "quick": False},
     },
     "quick": {
@@ -94,11 +98,21 @@ SIZES = {
         "startup": {"rounds": 1, "quick": True},
     },
 }
-JOBS = ("baseline", "train_cache", "audit_speed", "network_ig", "plain", "audit", "audit_memory", "startup")
+JOBS = (
+    "baseline",
+    "train_cache",
+    "audit_speed",
+    "network_ig",
+    "plain",
+    "audit",
+    "audit_memory",
+    "memory_budget",
+    "startup",
+)
 # --quick runs every benchmark in one shared process, where the peak-memory phases "plain" and "audit"
 # would measure nothing (their code runs inside audit_speed anyway): it leaves them out.
 QUICK_JOBS = ("baseline", "train_cache", "audit_speed", "network_ig", "audit_memory", "startup")
-OPTIONAL = {"audit_memory"}  # reported as skipped (with the reason) when it cannot run, e.g. no data
+OPTIONAL = {"audit_memory", "memory_budget"}  # reported as skipped (with the reason) when it cannot run, e.g. no data
 
 
 # --------------------------------------------------------------------------- child processes
@@ -143,6 +157,10 @@ def _job(name: str, size: dict, device: str) -> dict:
         from . import audit_memory
 
         return audit_memory.main(size["audit_memory"])
+    if name == "memory_budget":
+        from . import memory_budget
+
+        return memory_budget.main(size["memory_budget"])
     if name == "startup":
         from . import startup
 
@@ -365,6 +383,8 @@ def ratios(summary: dict) -> list[dict]:
         rows += _peak_memory_rows(runs)
     if "audit_memory" in runs:
         rows += _audit_memory_rows(runs["audit_memory"]["result"])
+    if "memory_budget" in runs:
+        rows += _memory_budget_rows(runs["memory_budget"]["result"])
     if "startup" in runs:
         rows += _startup_rows(runs["startup"]["result"])
     return rows
@@ -547,6 +567,25 @@ def _audit_memory_rows(r: dict) -> list[dict]:
     except (KeyError, TypeError, IndexError):  # another version of audit_memory: its own printout stands
         pass
     return rows
+
+
+def _memory_budget_rows(r: dict) -> list[dict]:
+    """laya_cli.speed.memory_budget: the CNN network-scope IG audit within --max-memory 2G vs unbounded."""
+    try:
+        a, b = r["rows"][0], r["rows"][-1]
+        return [
+            {
+                "what": f"network IG peak RSS, {b['budget']} / {a['budget']}",
+                "num": f"{b['peak_mb']:.0f} MiB",
+                "den": f"{a['peak_mb']:.0f} MiB",
+                "ratio": b["peak_mb"] / a["peak_mb"],
+                "target": f"≤ {b['budget_mb']:.0f} MiB",
+                "note": f"cnn, {r['samples']} samples × {r['steps']} steps, laya audit --scope network --compare ig; "
+                f"{r['differ']} of {r['compared']} numbers differ (largest {r['max_diff']:.1e})",
+            }
+        ]
+    except (KeyError, TypeError, IndexError, ZeroDivisionError):  # another version: its own printout stands
+        return []
 
 
 def main(argv=None) -> dict:

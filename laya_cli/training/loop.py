@@ -29,7 +29,7 @@ from ..model.heads import HEADS, build_head
 from ..model.laya_model import EndToEnd
 from ..runtime import distributed
 from ..runtime.config import TrainConfig, TrainRequest, diff_options
-from ..runtime.device import to_device
+from ..runtime.device import check_precision, precision, resolved_precision, to_device
 from ..runtime.distributed import gather_rows, shard_bounds
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from ..runtime.fileio import atomic_torch_save, check_writable
@@ -421,7 +421,13 @@ def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBack
 
 
 def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
-    """Run a whole training job and write the checkpoint; returns the checkpoint dict."""
+    """Run a whole training job and write the checkpoint; returns the checkpoint dict. Backbone passes run at
+    ``req.train.precision`` (``--precision``), recorded resolved (bf16 or fp32) in the checkpoint's train_config."""
+    with precision(check_precision(req.train.precision, req.train.device)):
+        return _train(req, on_epoch)
+
+
+def _train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
     req = _checked(req)
     data = load_dataset(req.data)
     if data.skipped:
@@ -449,7 +455,7 @@ def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = No
         metrics=train_metrics(
             history, len(data.train), len(data.val), trained.test_pred, data.test.labels, len(data.classes)
         ),
-        train_config=asdict(req.train),
+        train_config={**asdict(req.train), "precision": resolved_precision(dev)},
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
         weights_file=req.weights,
         feature_dtype=req.feature_dtype,
