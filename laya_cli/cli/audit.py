@@ -120,8 +120,9 @@ def audit(
         files.check_writable()
         laya_model = load_model(model)
         gates.check_planned(settings, methods, samples, laya_model)
-        # The job loads the data after its checks (streamed: use_cache=cache, stream=True).
-        data = partial(load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, cache, True)
+        data = partial(  # the job loads it after its checks
+            load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True
+        )
         result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache, **job)
     result.settings.update(
         {"model": str(model), "samples": samples, "data_dir": data_dir, "fail_under": [str(t) for t in thresholds]}

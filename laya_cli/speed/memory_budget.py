@@ -12,8 +12,10 @@ Debian's ``dataset-fashion-mnist`` installs it).
 
 Each cell is one fresh process running the command itself,
 
-    laya audit MODEL --scope network --compare ig --samples 256 --json OUT.json -q [--max-memory 2G]
+    laya audit MODEL --scope network --compare ig --samples 256 --ig-tol 0 --json OUT.json -q [--max-memory 2G]
 
+(``--ig-tol 0``: every sample at all 32 steps, the case of issue 25 and IG's most memory; with the default
+tolerance most samples stop at 16 steps and the first pass holds half the rows.)
 whose JSON reports its own peak RSS (``peak_memory_mb``: VmHWM, the whole process, Python and torch
 included) beside its budget. "unbounded" passes ``--max-memory 1024G``, a budget no plan reaches, so the
 audit runs as it did before budgets existed: 256 samples × 32 steps = 8,192 rows in one IG pass. The
@@ -72,7 +74,19 @@ def make_checkpoint(out: Path, data_dir: str, seed: int = 0) -> Path:
 def audit_cell(model: Path, out: Path, samples: int, steps: int, budget: str | None) -> dict:
     """One ``laya audit`` in a fresh process: its JSON, and its wall time."""
     cmd = [sys.executable, "-m", "laya_cli", "audit", str(model), "--scope", "network", "--compare", "ig"]
-    cmd += ["--samples", str(samples), "--steps", str(steps), "--json", str(out), "-q", "--device", "cpu"]
+    cmd += [
+        "--samples",
+        str(samples),
+        "--steps",
+        str(steps),
+        "--ig-tol",
+        "0",
+        "--json",
+        str(out),
+        "-q",
+        "--device",
+        "cpu",
+    ]
     cmd += ["--max-memory", budget or UNBOUNDED]
     start = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
