@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from laya_cli.auditing import budget, job
-from laya_cli.auditing.network import NetworkScope
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime import memory
@@ -164,10 +163,8 @@ def test_an_out_of_memory_error_halves_and_retries_with_the_same_numbers(digits_
     clean = job.audit_job(
         model, lambda: load_eval_data(model, samples=48), methods, AuditSettings(steps=8, batch_size=16), scope
     ).to_dict()
-    if scope == "head":
-        calls = _oom_once(monkeypatch, captum.attr.IntegratedGradients, "attribute")
-    else:
-        calls = _oom_once(monkeypatch, NetworkScope, "integrated_gradients")
+    owner = captum.attr.IntegratedGradients if scope == "head" else captum.attr.LayerIntegratedGradients
+    calls = _oom_once(monkeypatch, owner, "attribute")
     settings = AuditSettings(steps=8, batch_size=16)
     result = job.audit_job(model, lambda: load_eval_data(model, samples=48), methods, settings, scope)
     assert len(calls) > 1
