@@ -173,8 +173,8 @@ def plan_audit(
         )
     if need(b, k) > work:
         notes.append(
-            f"warning: the estimated working memory ({need(b, k) / MiB:,.0f} MiB) exceeds the memory budget "
-            f"{budget.describe()}"
+            f"warning: the estimated working memory ({need(b, k) / MiB:,.1f} MiB) exceeds the {work / MiB:,.1f} MiB "
+            f"the memory budget leaves, {budget.describe()}"
             + (f": lower {' or '.join(sorted('--' + g.replace('_', '-') for g in given))}" if given else "")
         )
     # Under torchrun every rank runs rank 0's plan: the batches must be the same everywhere (shards are whole
