@@ -24,7 +24,10 @@ The naive route is slow: on a CPU it is measured on ``--naive-blocks`` evenly sp
 (first and last by default) and ``--naive-images`` images, then scaled linearly to 12
 blocks × 64 images (Captum's chunks keep the same number of rows, so the work is linear in
 both); the printout says when it is. On CUDA it runs in full by default.
-Timings: median of ``--repeats`` runs after one warm-up (the naive route: one run).
+Timings: ``--repeats`` rounds after one warm-up round, each round timing every phase back to back
+(plain, extraction, audit, --metrics all, ig only), so that load drifting on a shared machine slows
+a round's phases alike; times are medians over rounds, a ratio is the median of the per-round
+ratios (the naive route: one run).
 """
 
 from __future__ import annotations
@@ -57,6 +60,24 @@ def timed(fn, device: str, repeats: int = 1, warmup: int = 0) -> float:
         _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved(phases: dict, device: str, repeats: int, warmup: int = 1) -> dict:
+    """Each phase timed once per round, the phases one after the other within a round, so that a machine whose
+    load drifts slows the phases of a round alike: {phase: {"times": [...], "median": s}}."""
+    for _ in range(warmup):
+        for fn in phases.values():
+            fn()
+    times = {k: [] for k in phases}
+    for _ in range(repeats):
+        for k, fn in phases.items():
+            times[k].append(timed(fn, device))
+    return {k: {"times": t, "median": statistics.median(t)} for k, t in times.items()}
+
+
+def median_ratio(num: list[float], den: list[float]) -> float:
+    """The median over rounds of the per-round ratio (each round's two phases ran back to back)."""
+    return statistics.median(a / b for a, b in zip(num, den))
 
 
 def build(n_images: int, device: str, seed: int = 0):
@@ -182,12 +203,15 @@ def main(argv=None) -> dict:
 
     plain, model, images, _ = build(args.images, device)
     n_blocks = len(plain.blocks)
-    measure = lambda fn: timed(fn, device, args.repeats, warmup=args.warmup)
-    t_plain = measure(lambda: plain_inference(plain, model, images, device))
-    t_extract = measure(lambda: model.features(images.to(device)))
-    t_audit = measure(lambda: audit(model, images, args.steps, device))
-    t_all = measure(lambda: audit(model, images, args.steps, device, metrics=METRIC_GROUPS))
-    t_ig_only = measure(lambda: audit(model, images, args.steps, device, methods=("ig",)))
+    phases = {
+        "plain": lambda: plain_inference(plain, model, images, device),
+        "extract": lambda: model.features(images.to(device)),
+        "audit": lambda: audit(model, images, args.steps, device),
+        "all": lambda: audit(model, images, args.steps, device, metrics=METRIC_GROUPS),
+        "ig_only": lambda: audit(model, images, args.steps, device, methods=("ig",)),
+    }
+    rounds = interleaved(phases, device, args.repeats, args.warmup)
+    t_plain, t_extract, t_audit, t_all, t_ig_only = (rounds[k]["median"] for k in phases)
 
     k = min(args.naive_blocks or (n_blocks if on_gpu else 2), n_blocks)
     m = min(args.naive_images or (args.images if on_gpu else 8), args.images)
@@ -215,8 +239,8 @@ def main(argv=None) -> dict:
         "naive_blocks": blocks,
         "naive_images": m,
         "naive_scale": scale,
-        "audit_over_plain": t_audit / t_plain,
-        "audit_all_metrics_over_plain": t_all / t_plain,
+        "audit_over_plain": median_ratio(rounds["audit"]["times"], rounds["plain"]["times"]),
+        "audit_all_metrics_over_plain": median_ratio(rounds["all"]["times"], rounds["plain"]["times"]),
         "naive_over_audit": t_naive / t_audit,
         "naive_over_extract_plus_ig": t_naive / t_ig_only,
     }
