@@ -14,16 +14,19 @@ random 224×224 images; the network reference = the mean block activations of 16
             passes (target ≤ L/2 + 2 = 8).
   audit     what ``laya audit --scope network --compare ig,gradxact`` does for the images: the
             patched LOLO, laya (α), ig (Captum LayerIntegratedGradients per block on the suffix
-            of the network, 32 steps), gradxact (Captum LayerGradientXActivation on all 12
-            blocks in one pass), random, Spearman and Deletion@1.
-  routes    network IG two ways on the same images, same numbers: ours (prefix-cached, as in
-            the audit) and Captum's straightforward route — one LayerIntegratedGradients per
-            block over the full model (images → ViT → head), every step a full pass. Their
-            results must agree to 1e-5 (asserted here).
+            of the network, each (image, block)'s steps from --ig-tol, at most 32), gradxact
+            (Captum LayerGradientXActivation on all 12 blocks in one pass), random, Spearman and
+            Deletion@1.
+  routes    network IG two ways on the same images: ours (prefix-cached, steps per (image,
+            block) from --ig-tol, as in the audit) and Captum's straightforward route — one
+            LayerIntegratedGradients per block over the full model (images → ViT → head), 32
+            steps, every step a full pass — with the completeness of each (1 − mean |Σ attributions
+            − Δ| / mean |Δ|, Δ the total effects). At the same fixed steps the two must agree to
+            1e-5 (asserted here, on 2 images).
 
 Plain inference and the patched LOLO always run on all ``--images``. On a CPU the network audit
 is measured on ``--audit-images`` of them (8 by default) and scaled linearly to all (its work is
-per image: 32 IG steps per image and block), and both IG routes on ``--route-images`` images (8 by
+per image: IG's steps per image and block), and both IG routes on ``--route-images`` images (8 by
 default) over all 12 blocks (their ratio does not depend on the number of images); the printout
 says so. On CUDA everything runs on all the images. Timings: median of ``--repeats`` runs after one
 warm-up (the network audit and the two routes: one run each, after a small warm-up).
