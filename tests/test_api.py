@@ -131,6 +131,7 @@ def test_the_docs_quote_every_public_docstring():
         LayaModel.save,
         AuditResult.to_pandas,
         AuditResult.per_sample,
+        AuditResult.to_model_card,
         laya_cli.depth,
         laya_cli.DepthResult.to_pandas,
     ):

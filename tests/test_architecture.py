@@ -163,10 +163,11 @@ MAY_IMPORT = {
     "depthing": {*_PIPELINE},
     "exporting": {"runtime", "features", "model", "auditing", "gates", "report"},
     "report": set(),
+    "tracking": {"runtime"},  # experiment trackers: fed plain results by the commands
     "synthetic": {*_PIPELINE},
     "speed": {*_PIPELINE, "gates", "depthing", "exporting", "report", "synthetic"},
     "api": {*_PIPELINE, "gates", "depthing", "exporting"},
-    "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report", "speed", "synthetic"},
+    "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report", "speed", "synthetic", "tracking"},
     "testing": {"backbones", "cli", "synthetic"},
     "__main__": {"cli"},
 }

@@ -35,6 +35,11 @@ SKIP = [
         "needs a model folder and WordNet for minutes of training (tests/test_text.py and benchmarks/text.py do both)",
     ),
     ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),
+    ("--config run.toml", "reads the user's own run.toml (tests/test_config_file.py writes and replays one)"),
+    (
+        "--log-to mlflow",
+        "logs to an MLflow database (tests/test_tracking.py logs to a local store and a TensorBoard folder and reads back)",
+    ),
     (
         "laya audit new.pt --baseline main-audit.json --max-drop faithfulness=0.02 --junit",
         "the one-line overview of the regression gate: the CI section below runs the gate on files it makes",

@@ -244,3 +244,21 @@ class AuditResult:
     def to_json(self) -> str:
         """Strict JSON (NaN and ±inf written as null)."""
         return strict_json(self.to_dict())
+
+    def to_model_card(self, name: str | None = None, accuracy: float | None = None) -> str:
+        """A Hugging Face model card (the text of a ``README.md``) carrying this audit: YAML front matter whose
+        ``model-index`` holds the accuracy and each method's faithfulness and Deletion@1, then the audit table.
+
+        Args:
+            name: the model's name in the card (default: "laya model").
+            accuracy: the test accuracy to report (default: the accuracy on the audited samples).
+        """
+        from .card import model_card
+
+        meta = {
+            "name": name,
+            "dataset": self.settings.get("dataset"),
+            "accuracy": self.accuracy if accuracy is None else accuracy,
+            "accuracy_name": "Accuracy (audited samples)" if accuracy is None else "Test accuracy",
+        }
+        return model_card(meta, self.to_dict())

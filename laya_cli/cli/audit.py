@@ -138,8 +138,11 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
     """The tables (unless quiet), the files asked for (rank 0), the failed checks and the verdict line."""
     from ..report.audit import verdict_line
     from ..runtime import distributed
+    from ..tracking.events import log_audit
+    from .command import current_run
 
-    compared = outcome.compared
+    compared, run, verdict = outcome.compared, current_run(), verdict_line(outcome.verdict, result.n_samples)
+    doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
     if not quiet:
         print_tables(result, columns, compared)
     text = markdown_text(result, outcome, columns, compared)
@@ -149,7 +152,10 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
             warn(warning)
     if not quiet:
         print_gates(outcome)
-    console.print(verdict_line(outcome.verdict, result.n_samples), highlight=False, soft_wrap=True, markup=False)
+    log_audit(
+        run.track(f"audit {doc['settings'].get('model')}"), doc, outcome.verdict.passed, verdict, vars(files).values()
+    )
+    console.print(verdict, highlight=False, soft_wrap=True, markup=False)
 
 
 def print_tables(result, columns, compared: dict | None) -> None:

@@ -42,6 +42,7 @@ from .options import (
     Label,
     LabelColumn,
     Layers,
+    LogTo,
     Lr,
     MarkdownOut,
     MaxLength,
@@ -122,6 +123,7 @@ def bench(
     cache: Cache = JOB.use_cache,
     device: Device = "auto",
     quiet: Quiet = False,
+    log_to: LogTo = None,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
     options = locals()  # the parsed options by name: the shared ones go to train_request as they are
@@ -155,6 +157,7 @@ def bench(
         ).validate()
         result = B.run_bench(req, None if quiet else print_run)
     render(result, req, quiet, json_out, markdown)
+    log_bench_run(log_to, options, result, [json_out, markdown])
 
 
 def refuse_bench_options(ctx: typer.Context) -> None:
@@ -198,6 +201,28 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
         atomic_write_text(json_out, result.to_json())
     if markdown is not None:
         atomic_write_text(markdown, bench_markdown(result))
+
+
+def log_bench_run(log_to: str | None, options: dict, result, files) -> None:
+    """``--log-to``: the comparison as one tracker run, the options as its parameters (the option's callback
+    checked the tracker's package before any run)."""
+    from ..tracking import open_tracker
+    from ..tracking.events import log_bench
+
+    tracker = open_tracker(log_to)
+    params = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if k not in ("ctx", "log_to")}
+    tracker.start(f"bench {options['dataset']}-{options['backbone']}", params, {"laya.command": "bench"})
+    try:
+        log_bench(tracker, result.to_dict(), files)
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    where = tracker.where()
+    tracker.finish("FINISHED")
+    if tracker.name != "none" and not options["quiet"]:
+        from .command import say_logged
+
+        say_logged(where, "FINISHED")
 
 
 @bench_app.command("speed")

@@ -100,7 +100,11 @@ def render(result, json_out, markdown, plot) -> None:
     from ..report.depth import depth_markdown, depth_rich_tables
     from ..runtime import distributed
     from ..runtime.fileio import atomic_path, atomic_write_text
+    from ..tracking.events import log_depth
+    from .command import current_run
 
+    run = current_run()
+    result.settings["options"] = run.record  # the resolved options: defaults, --config, flags
     doc = result.to_dict()
     tables = depth_rich_tables(doc)
     wide = wide_console(tables)
@@ -122,3 +126,4 @@ def render(result, json_out, markdown, plot) -> None:
 
         with atomic_path(plot) as tmp:
             plot_depth(doc, tmp)
+    log_depth(run.track(f"depth {result.settings.get('model')}"), doc, [json_out, markdown, plot])

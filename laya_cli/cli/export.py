@@ -18,6 +18,7 @@ from .options import (
     ExportOut,
     ExportQuiet,
     MaxMemory,
+    ModelCard,
     ModelPath,
     Overwrite,
     Plots,
@@ -44,6 +45,7 @@ def export(
     audit: AuditIn = None,
     depth: DepthIn = None,
     max_memory: MaxMemory = None,
+    model_card: ModelCard = False,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -52,6 +54,8 @@ def export(
     from ..exporting.run import run_export
     from ..report.export import shift_table
     from ..runtime.memory import MemoryRequest
+    from ..tracking.events import log_export
+    from .command import current_run
 
     with progress.enabled(not quiet):
         trust_arch(arch)
@@ -70,7 +74,9 @@ def export(
             audit=audit,
             depth=depth,
             memory=MemoryRequest(max_memory),
+            model_card=model_card,
         )
+    log_export(current_run().track(f"export {model}"), exp)
     for text in exp.notes:
         note(text)
     if quiet:

@@ -5,16 +5,24 @@ from __future__ import annotations
 import json
 import sys
 
+from ..runtime.errors import LayaError
 from .common import console
-from .options import InfoJson, ModelPath
+from .options import InfoJson, ModelPath, OptionsToml
 
 
-def info(model: ModelPath, as_json: InfoJson = False):
+def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml = False):
     """Show what a checkpoint holds: backbone, layers, head, classes and test metrics."""
     from ..model.checkpoint import checkpoint_summary, read_checkpoint
     from ..report.info import info_panel
 
     summary = checkpoint_summary(read_checkpoint(model))
+    if options_toml:
+        from .config import options_toml as to_toml
+
+        if not summary.get("options"):
+            raise LayaError(f"{model} records no command-line options (it was not written by laya train)")
+        sys.stdout.write(to_toml(summary["options"], str(model)))
+        return
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return

@@ -368,6 +368,14 @@ Strip = Annotated[
 Overwrite = Annotated[
     bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")
 ]
+ModelCard = Annotated[
+    bool,
+    typer.Option(
+        "--model-card",
+        help="Also write README.md: a Hugging Face model card (model-index with the accuracy and, with --audit, the "
+        "audit's metrics; the audit table, the class × layer picture, how it was produced).",
+    ),
+]
 ExportQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")]
 
 # --------------------------------------------------------------------------- bench
@@ -401,6 +409,14 @@ SpeedQuick = Annotated[
 # --------------------------------------------------------------------------- info
 
 InfoJson = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")]
+OptionsToml = Annotated[
+    bool,
+    typer.Option(
+        "--options-toml",
+        help="Print the options the checkpoint was trained with as a TOML file: 'laya train --config FILE' "
+        "reruns the training.",
+    ),
+]
 
 # --------------------------------------------------------------------------- the training job
 
@@ -521,3 +537,78 @@ def train_request(
         input_size=input_size,
         max_length=max_length,
     ).validate()
+
+
+# --------------------------------------------------------------------------- the command line itself
+
+
+def _show_version(value: bool) -> None:
+    from .manners import show_version
+
+    show_version(value)
+
+
+Version = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        is_eager=True,
+        callback=_show_version,
+        help="Print the versions of laya, torch, timm, captum (and transformers, when installed) and exit.",
+    ),
+]
+NoColor = Annotated[
+    bool, typer.Option("--no-color", help="No colour in the output (as the NO_COLOR environment variable does).")
+]
+
+
+def _remember(ctx: typer.Context, param: typer.CallbackParam, value):
+    """An option the command's function does not take (``command.shared_params``): kept in ``ctx.meta``."""
+    ctx.meta[f"laya.{param.name}"] = value
+    return value
+
+
+def _check_log_to(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
+    """``--log-to``: a known tracker whose package is installed (else exit 2 before any work), kept in ctx.meta."""
+    from ..tracking.registry import check_log_to
+
+    check_log_to(value)
+    return _remember(ctx, param, value)
+
+
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose", "-v", callback=_remember, help="Also print the resolved options (defaults, --config file, flags)."
+    ),
+]
+
+
+def _load_config(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):
+    from .config import load_config
+
+    return load_config(ctx, param, value)
+
+
+Config = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        metavar="FILE",
+        is_eager=True,
+        callback=_load_config,
+        help="Read options from a TOML file (top-level keys and/or a table named after the command; keys are the "
+        "long option names). Flags given on the command line override the file (docs/integrations.md).",
+    ),
+]
+LogTo = Annotated[
+    str | None,
+    typer.Option(
+        "--log-to",
+        envvar="LAYA_LOG_TO",
+        metavar="TRACKER[:TARGET]",
+        callback=_check_log_to,
+        help="Also log the run to an experiment tracker: mlflow[:TRACKING_URI] or tensorboard[:LOG_DIR] (needs "
+        "pip install 'laya-audit[mlflow]' or '[tensorboard]'; docs/integrations.md). Env: LAYA_LOG_TO.",
+    ),
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from ..runtime import progress
@@ -94,8 +95,12 @@ def train(
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
     options = locals()  # the parsed options by name: the shared ones go to train_request as they are
+    from ..tracking.events import log_train
     from ..training.loop import train as run_training
+    from .command import current_run
 
+    run = current_run()
+    tracker = run.track(f"train {out}")
     with progress.enabled(not quiet):
         req = train_request(
             **job_options(options),
@@ -110,15 +115,26 @@ def train(
             align=align,
             precision=precision,
         )
+        req.command_line = run.record
         if trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
-        ckpt = run_training(req, None if quiet else print_epoch)
+        ckpt = run_training(req, partial(on_epoch, tracker, quiet))
+    log_train(tracker, ckpt, out)
     m = ckpt["metrics"]
     console.print(
         f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
         f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}",
         highlight=False,
     )
+
+
+def on_epoch(tracker, quiet: bool, r) -> None:
+    """An epoch ended: log it to the tracker (``--log-to``) and, unless quiet, print it."""
+    from ..tracking.events import log_epoch
+
+    log_epoch(tracker, r)
+    if not quiet:
+        print_epoch(r)
 
 
 def print_epoch(r) -> None:

@@ -14,6 +14,7 @@ What gets written (documented in docs/export.md):
   DIR/report.html                 one self-contained page with every plot embedded and the per-sample explorer
   DIR/audit.json                  with --audit FILE: that audit (the report shows it)
   DIR/depth.json                  with --depth FILE (or MODEL.depth.json beside the checkpoint): that depth result
+  DIR/README.md                   with --model-card: a Hugging Face model card with the audit (card.py)
 
 Everything is built in a hidden temp folder next to DIR and renamed into place at the end,
 so an error or an interrupt never leaves a half-written export behind.
@@ -83,6 +84,7 @@ class Export:
     out: Path | None = None  # set once written
     files: list[str] = field(default_factory=list)  # relative paths written, set once written
     results: dict[str, dict] = field(default_factory=dict)  # attached results, e.g. {"audit": audit JSON}
+    card: dict | None = None  # --model-card: {"model", "checkpoint"} to write README.md from
 
     @property
     def n(self) -> int:
@@ -368,6 +370,10 @@ def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> li
         name = RESULT_FILES.get(key, f"{key}.json")
         (root / name).write_text(strict_json(doc), encoding="utf-8")
         files.append(name)
+    if exp.card is not None:
+        from .card import write_card
+
+        files.append(write_card(exp, root, pngs))
     files += ["summary.json", "report.html"]
     exp.files = files
     thumbs = thumbnails(exp.images) if can_strip(exp) else None  # the explorer's thumbnails
@@ -405,6 +411,7 @@ def run_export(
     audit: str | Path | None = None,
     depth: str | Path | None = None,
     memory: MemoryRequest | None = None,
+    model_card: bool = False,
 ) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
@@ -412,7 +419,8 @@ def run_export(
     at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
     ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
     ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
-    when there), shown in report.html and copied as depth.json.
+    when there), shown in report.html and copied as depth.json. ``model_card``: also write README.md, a
+    Hugging Face model card with the audit (``card.py``).
     """
     from ..gates.regression import read_audit_json
     from ..model.evaldata import load_eval_data
@@ -459,6 +467,7 @@ def run_export(
         results=results,
         notes=notes + ([depth_note] if depth_note else []),
         batch_size=batch,
+        card={"model": model, "checkpoint": str(model_path)} if model_card else None,
     )
 
 
@@ -475,6 +484,7 @@ def export_data(
     results: dict | None = None,
     notes: Sequence[str] = (),
     batch_size: int = EXPORT_BATCH,
+    card: dict | None = None,
 ) -> Export:
     """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
 
@@ -482,7 +492,8 @@ def export_data(
     report.html (``{"audit": <laya audit --json>, "depth": <laya depth --json>}``, as ``laya export
     --audit/--depth`` give). ``notes``: shown with the export's own. Under torchrun the samples are
     sharded over the ranks and only rank 0 writes. ``batch_size``: samples per head pass, halved and retried
-    when the device runs out of memory.
+    when the device runs out of memory. ``card``: write README.md
+    (``Export.card``).
     """
     batch = [batch_size]
 
@@ -496,6 +507,7 @@ def export_data(
     if "memory" in exp.info:  # run_export planned within a budget: the peak of the computation beside it
         exp.info["memory"]["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     exp.results = dict(results or {})
+    exp.card = card
     exp.notes += list(notes) + retries
     if out is None:
         return exp

@@ -69,6 +69,7 @@ def checkpoint_body(
     feature_dtype: str = "float32",
     recorded: dict | None = None,
     tap_reference: Sequence[torch.Tensor] | None = None,
+    options: dict | None = None,
 ) -> dict:
     """Everything a checkpoint holds except the format header ``save_checkpoint`` adds.
 
@@ -79,6 +80,7 @@ def checkpoint_body(
     of the checkpoint a model was loaded from (``LayaModel.save`` of a loaded model): it keeps that
     section's choice of storing the weights and its weights source. ``tap_reference``: the mean
     unpooled activation per tap (the network scope's reference, docs/checkpoint.md), stored when given.
+    ``options``: the command line's resolved options (``{"command", "values"}``), stored when given.
     """
     adapter = backbone.adapter
     weights = bb.checkpoint_weights(backbone, spec, weights_file)
@@ -109,6 +111,7 @@ def checkpoint_body(
         "history": list(history),
         "metrics": dict(metrics),
         "train_config": dict(train_config),
+        **({"options": dict(options)} if options is not None else {}),
     }
 
 
@@ -153,4 +156,5 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "train_config": ckpt.get("train_config", {}),
         "epochs": len(ckpt.get("history", [])),
         "truncated": ckpt.get("truncated"),  # laya depth --truncate: cut after which tap (docs/depth.md)
+        "options": ckpt.get("options"),  # the resolved command line of laya train (docs/integrations.md)
     }

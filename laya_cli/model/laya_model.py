@@ -120,6 +120,7 @@ class LayaModel:
             feature_dtype=meta.get("feature_dtype", "float32"),
             recorded=meta.get("backbone"),
             tap_reference=meta.get("tap_reference"),
+            options=meta.get("options"),
         )
 
     def save(self, path: str | Path) -> Path:

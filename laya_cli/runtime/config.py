@@ -169,11 +169,14 @@ class TrainRequest:
     resume: bool = False  # continue from the state an interrupted run left beside --out
     feature_dtype: str = "float32"  # frozen features as stored and trained on: float32, float16, bfloat16
     restart: bool = False  # discard that state and start over (without either, a state there is an error)
+    # The command line that asked for the run, resolved ({"command", "values"}), recorded in the checkpoint so
+    # ``laya info --options-toml`` can write it back as a --config file (None: not from the command line).
+    command_line: dict | None = None
 
     LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataRequest.LATER
 
     # Not part of what the run computes: where it is written, how, and on which device.
-    RUN_ONLY = ("out", "resume", "restart", "use_cache")
+    RUN_ONLY = ("out", "resume", "restart", "use_cache", "command_line")
 
     @property
     def state_path(self):

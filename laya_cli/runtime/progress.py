@@ -22,6 +22,11 @@ class LazyConsole:
         object.__setattr__(self, "_options", options)
         object.__setattr__(self, "_console", None)
 
+    @property
+    def created(self) -> bool:
+        """Whether the real console exists yet (reading this never creates it)."""
+        return object.__getattribute__(self, "_console") is not None
+
     def get(self):
         real = object.__getattribute__(self, "_console")
         if real is None:

@@ -460,6 +460,7 @@ def _train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = N
         weights_file=req.weights,
         feature_dtype=req.feature_dtype,
         tap_reference=trained.tap_reference,
+        options=req.command_line,
     )
     _write_checkpoint(ckpt, req)
     return ckpt

@@ -1,0 +1,141 @@
+"""``LayaCommand``: the commands that run a job (train, audit, depth, export) all take ``--config FILE``,
+``-v/--verbose`` and ``--log-to`` the same way, added here rather than to each command's parameters.
+
+Before the command runs, ``start`` refuses ``-q`` with ``-v``, records the resolved options (defaults, the
+``--config`` file, then flags: what a checkpoint and an audit JSON keep), prints them with ``-v``, and opens the
+``--log-to`` tracker (a missing extra is exit 2 before any work). The command reads all of it from
+``current_run()``; the tracker's run is finished when the command ends: FINISHED (a missed gate too), FAILED
+(an error) or KILLED (interrupted).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+
+from typer.core import TyperCommand
+
+from .config import META_KEY, recorded_options
+from .options import Config, LogTo, Verbose  # module level: the annotations of shared_params' function
+
+
+@dataclass
+class CommandRun:
+    """One command's resolved options (``record``: ``{"command", "values"}``), verbosity and tracker."""
+
+    record: dict = field(default_factory=lambda: {"command": None, "values": {}})
+    verbose: bool = False
+    tracker: object = None  # a tracking.Tracker; None until opened
+    started: bool = False
+    quiet: bool = False
+
+    def track(self, name: str):
+        """The tracker, its run started on first use (named ``name``, the options as its parameters); without
+        ``--log-to``, the tracker that does nothing."""
+        if self.tracker is None:
+            from ..tracking.base import Tracker
+
+            return Tracker()
+        if not self.started:
+            self.tracker.start(name, self.record["values"], {"laya.command": str(self.record["command"])})
+            self.started = True
+        return self.tracker
+
+    def finish(self, error: BaseException | None) -> None:
+        """End the tracker's run: FINISHED (also a missed gate, exit 1: a result), KILLED (interrupted), FAILED."""
+        if not self.started:
+            return
+        code = getattr(error, "exit_code", getattr(error, "code", None)) if error is not None else 0
+        if code in (0, 1):
+            status = "FINISHED"
+        elif isinstance(error, KeyboardInterrupt) or code == 130 or type(error).__name__ == "TrainingInterrupted":
+            status = "KILLED"
+        else:
+            status = "FAILED"
+        where = self.tracker.where()
+        self.tracker.finish(status)
+        if not self.quiet:
+            say_logged(where, status)
+
+
+_CURRENT: contextvars.ContextVar[CommandRun | None] = contextvars.ContextVar("laya_command_run", default=None)
+
+
+def current_run() -> CommandRun:
+    """The running command's ``CommandRun`` (an empty one outside a ``LayaCommand``: library calls, tests)."""
+    return _CURRENT.get() or CommandRun()
+
+
+def shared_params() -> list:
+    """The click parameters of ``--config``, ``-v/--verbose`` and ``--log-to`` (options.py), not passed to the
+    command's function: their values go to ``ctx.meta``."""
+    import typer
+
+    shared = typer.Typer(add_completion=False)
+
+    @shared.command()
+    def options(config: Config = None, verbose: Verbose = False, log_to: LogTo = None) -> None:
+        """Only its parameters are used."""
+
+    params = typer.main.get_command(shared).params
+    for p in params:
+        p.expose_value = False
+    return params
+
+
+def start(ctx) -> CommandRun:
+    from ..runtime.errors import LayaError
+
+    verbose = bool(ctx.meta.get("laya.verbose"))
+    if verbose and ctx.params.get("quiet"):
+        raise LayaError("--quiet and --verbose ask for opposite things: give one of them")
+    run = CommandRun(
+        {"command": ctx.info_name, "values": recorded_options(ctx)}, verbose, quiet=bool(ctx.params.get("quiet"))
+    )
+    if verbose:
+        say_options(ctx, run.record["values"])
+    log_to = ctx.meta.get("laya.log_to")
+    if log_to:
+        from ..runtime.distributed import is_main
+        from ..tracking import open_tracker
+
+        tracker = open_tracker(log_to)
+        run.tracker = tracker if is_main() else None  # under torchrun rank 0 logs
+    return run
+
+
+def say_logged(where: str, status: str) -> None:
+    """Where ``--log-to`` logged the run (stderr)."""
+    from .common import err_console, escape
+
+    err_console.print(f"[dim]logged ({status.lower()}):[/] {escape(where)}", highlight=False, soft_wrap=True)
+
+
+def say_options(ctx, values: dict) -> None:
+    """``--verbose``: the resolved options on stderr, saying where they came from."""
+    from .common import err_console, escape
+
+    source = ctx.meta.get(META_KEY)
+    where = f"defaults < {source} < flags" if source else "defaults < flags"
+    shown = escape("  ".join(f"{k}={v!r}" for k, v in values.items()))
+    err_console.print(f"[dim]options ({where}):[/] {shown}", highlight=False, soft_wrap=True)
+
+
+class LayaCommand(TyperCommand):
+    """A job's command: its own options and the shared ones (``shared_params``); runs inside a ``CommandRun``."""
+
+    def __init__(self, *args, params=None, **kwargs):
+        super().__init__(*args, params=[*(params or []), *shared_params()], **kwargs)
+
+    def invoke(self, ctx):
+        run = start(ctx)
+        token = _CURRENT.set(run)
+        try:
+            result = super().invoke(ctx)
+        except BaseException as e:
+            run.finish(e)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        run.finish(None)
+        return result
