@@ -38,7 +38,7 @@ SKIP = [
     ("--config run.toml", "reads the user's own run.toml (tests/test_config_file.py writes and replays one)"),
     (
         "--log-to mlflow",
-        "logs to an MLflow database (tests/test_tracking.py logs to a local store and a TensorBoard folder and reads back)",
+        "logs to an MLflow database (tests/test_tracking.py logs to local stores and reads every number back)",
     ),
     (
         "laya audit new.pt --baseline main-audit.json --max-drop faithfulness=0.02 --junit",
