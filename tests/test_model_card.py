@@ -9,6 +9,11 @@ import math
 
 import pytest
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
 from laya_cli.auditing.card import card_metrics, front_matter
 from laya_cli.auditing.results import AuditResult, MethodScores
 from laya_cli.testing import invoke
@@ -57,6 +62,8 @@ def test_export_writes_a_card_the_hub_parses_back(digits_ckpt, audited):
     assert "](plots/class_layer_all.png)" in text and (out / "plots" / "class_layer_all.png").is_file()
     assert "laya export" in text and "## How this card was produced" in text
     assert "README.md" in json.loads((out / "summary.json").read_text())["files"]
+    run_toml = tomllib.loads(text.split("```toml\n")[1].split("```")[0])  # the recorded audit options, a --config
+    assert run_toml["audit"]["samples"] == 120 and run_toml["audit"]["compare"] == "ig,gradxact"
 
 
 def test_a_card_without_an_audit_has_the_accuracy_and_says_how_to_add_one(digits_ckpt, tmp_path):

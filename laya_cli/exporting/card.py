@@ -54,33 +54,37 @@ def profile_section(pngs: dict[str, str], exp) -> str | None:
 
 
 def produced_section(model, checkpoint_path: str | Path, audit: dict | None) -> str:
-    """How the model, its audit and this card were made: the recorded commands (and the training's options)."""
+    """How the model, its audit and this card were made: the commands, and the options the checkpoint and the
+    audit JSON recorded as one ``--config`` file (a ``[train]`` and an ``[audit]`` table)."""
     from .. import __version__
+    from ..runtime.tomlfile import toml_table
 
-    ckpt = model.checkpoint
+    ckpt, name = model.checkpoint, Path(checkpoint_path).name
     versions = ckpt.get("versions") or {}
+    trained, audited = ckpt.get("options"), (audit or {}).get("options")
     lines = ["## How this card was produced", "", "```bash"]
-    options = ckpt.get("options")
     lines.append(
-        f"laya info {Path(checkpoint_path).name} --options-toml > train.toml && laya train --config train.toml"
-        if options
+        f"laya train --config run.toml --out {name}"
+        if trained
         else "# the checkpoint records no laya train options (trained through the Python API)"
     )
     if audit:
-        lines.append(f"laya audit {Path(checkpoint_path).name} --json audit.json   # the audit above")
-    lines += [
-        f"laya export {Path(checkpoint_path).name} --model-card" + (" --audit audit.json" if audit else ""),
-        "```",
-        "",
+        lines.append(
+            "laya audit --config run.toml   # the audit above" if audited else f"laya audit {name} --json audit.json"
+        )
+    lines += [f"laya export {name} --model-card" + (" --audit audit.json" if audit else ""), "```", ""]
+    lines.append(
         f"Trained with laya {versions.get('laya', '?')} (torch {versions.get('torch', '?')}, timm "
-        f"{versions.get('timm', '?')}); this card written by laya {__version__}.",
+        f"{versions.get('timm', '?')}); this card written by laya {__version__}."
+    )
+    tables = [
+        toml_table(rec["command"], rec.get("values") or {}, ("out",), "(where the recorded run wrote)")
+        for rec in (trained, audited)
+        if rec
     ]
-    if options:
-        from ..runtime.tomlfile import toml_table
-
-        lines += ["", "The training's options, as recorded in the checkpoint:", "", "```toml"]
-        lines.append(toml_table(options.get("command", "train"), options.get("values") or {}).rstrip())
-        lines.append("```")
+    if tables:
+        lines += ["", "`run.toml`, the options the checkpoint and the audit recorded:", "", "```toml"]
+        lines += ["\n".join(tables).rstrip(), "```"]
     return "\n".join(lines)
 
 
