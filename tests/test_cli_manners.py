@@ -116,3 +116,16 @@ def test_verbose_prints_the_resolved_options(digits_ckpt, tmp_path):
     result = invoke("audit", digits_ckpt, "--samples", "20", "--compare", "", "-v")
     assert result.exit_code == 0, result.output
     assert "options (defaults < flags):" in result.output and "samples=20" in result.output
+
+
+@pytest.mark.parametrize(
+    "words, cword, expected",
+    [("laya tr", "1", "train"), ("laya audit --con", "2", "--config"), ("laya --ver", "1", "--version")],
+)
+def test_the_completion_script_gets_commands_and_options_from_laya(words, cword, expected):
+    """What the installed script asks laya (bash): the completions of the word under the cursor."""
+    env = child_env(_LAYA_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)
+    code = "import sys; sys.argv = ['laya']; from laya_cli.cli.group import main; main()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert expected in proc.stdout.split()
