@@ -167,8 +167,9 @@ def test_older_checkpoints_compute_the_tap_means_once_and_cache_them(digits_ckpt
 
 def _head_keys(doc: dict) -> dict:
     """An audit JSON without what only the network scope or the gates add (``network``, ``settings.scope``,
-    the gate outcome, the thresholds asked for), and without the run's memory measurements."""
-    out = {k: v for k, v in doc.items() if k not in ("network", "fail_under", "verdict", *MEMORY_KEYS)}
+    the gate outcome, the thresholds asked for), without the run's memory measurements and the command line
+    it recorded (``options``)."""
+    out = {k: v for k, v in doc.items() if k not in ("network", "fail_under", "verdict", "options", *MEMORY_KEYS)}
     out["settings"] = {k: v for k, v in doc["settings"].items() if k not in ("scope", "fail_under")}
     return out
 
