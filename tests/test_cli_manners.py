@@ -10,7 +10,7 @@ import pytest
 
 from laya_cli.testing import assert_user_error, child_env, invoke
 
-COMMANDS_WITH_CONFIG = ("train", "audit", "depth", "export")
+COMMANDS_WITH_CONFIG = ("train", "audit", "depth", "export", "bench")
 
 
 def _colours(text: str) -> list[str]:
@@ -108,7 +108,7 @@ def test_every_command_takes_verbose_quiet_and_config(command):
 
 @pytest.mark.parametrize("command", COMMANDS_WITH_CONFIG)
 def test_quiet_and_verbose_together_is_one_line(command, digits_ckpt):
-    args = [] if command == "train" else [digits_ckpt]
+    args = [] if command in ("train", "bench") else [digits_ckpt]
     assert_user_error(invoke(command, *args, "-q", "-v"), "--quiet and --verbose")
 
 

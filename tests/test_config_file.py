@@ -80,7 +80,7 @@ def test_the_audit_json_records_the_resolved_options_and_the_model_can_come_from
     assert values["fail_under"] == ["faithfulness=-1"] and doc["n_samples"] == 40
 
 
-@pytest.mark.parametrize("command", ["train", "audit", "depth", "export"])
+@pytest.mark.parametrize("command", ["train", "audit", "depth", "export", "bench"])
 @pytest.mark.parametrize(
     "text, fragments",
     [
@@ -92,11 +92,11 @@ def test_the_audit_json_records_the_resolved_options_and_the_model_can_come_from
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path, digits_ckpt, command, text, fragments):
-    if command == "train":
+    if command in ("train", "bench"):
         text = text.replace("samples", "epochs")
     cfg = tmp_path / "bad.toml"
     cfg.write_text(text, encoding="utf-8")
-    args = [] if command == "train" else [digits_ckpt]
+    args = [] if command in ("train", "bench") else [digits_ckpt]
     assert_user_error(invoke(command, *args, "--config", cfg), str(cfg), *fragments)
 
 
@@ -125,3 +125,12 @@ def test_toml_table_leaves_out_none_and_comments_outputs():
     text = toml_table("train", {"a": None, "b": 1, "out": "m.pt"}, ("out",), "(note)")
     assert tomllib.loads(text) == {"train": {"b": 1}}
     assert '# out = "m.pt"  (note)' in text
+
+
+def test_bench_reads_its_table_and_the_environments_tracker_does_not_count_as_a_given_option(tmp_path, monkeypatch):
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text('[bench]\nepochs = 2\n[train]\nepochs = "not read by bench"\n', encoding="utf-8")
+    assert_user_error(invoke("bench", "--config", cfg, "speed", "--help"), "--config belong to 'laya bench'")
+    monkeypatch.setenv("LAYA_LOG_TO", "none")
+    result = invoke("bench", "speed", "--help")
+    assert result.exit_code == 0, result.output

@@ -9,6 +9,7 @@ import typer
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
+from .command import LayaJobGroup
 from .common import console, pick_device, wide_console
 from .options import (
     AUDIT,
@@ -42,7 +43,6 @@ from .options import (
     Label,
     LabelColumn,
     Layers,
-    LogTo,
     Lr,
     MarkdownOut,
     MaxLength,
@@ -69,6 +69,7 @@ from .options import (
 HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
 
 bench_app = typer.Typer(
+    cls=LayaJobGroup,  # --config, -v, --log-to (command.py)
     help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
     invoke_without_command=True,
     no_args_is_help=False,
@@ -123,7 +124,6 @@ def bench(
     cache: Cache = JOB.use_cache,
     device: Device = "auto",
     quiet: Quiet = False,
-    log_to: LogTo = None,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
     options = locals()  # the parsed options by name: the shared ones go to train_request as they are
@@ -157,7 +157,7 @@ def bench(
         ).validate()
         result = B.run_bench(req, None if quiet else print_run)
     render(result, req, quiet, json_out, markdown)
-    log_bench_run(log_to, options, result, [json_out, markdown])
+    log_bench_run(options, result, [json_out, markdown])
 
 
 def refuse_bench_options(ctx: typer.Context) -> None:
@@ -165,7 +165,7 @@ def refuse_bench_options(ctx: typer.Context) -> None:
     given = [
         p.opts[0]
         for p in ctx.command.params
-        if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") != "DEFAULT"
+        if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") == "COMMANDLINE"  # not LAYA_LOG_TO, --config
     ]
     if given:
         raise LayaError(
@@ -203,26 +203,12 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
         atomic_write_text(markdown, bench_markdown(result))
 
 
-def log_bench_run(log_to: str | None, options: dict, result, files) -> None:
-    """``--log-to``: the comparison as one tracker run, the options as its parameters (the option's callback
-    checked the tracker's package before any run)."""
-    from ..tracking import open_tracker
+def log_bench_run(options: dict, result, files) -> None:
+    """``--log-to``: the comparison as one tracker run (``LayaJobGroup`` ends it)."""
     from ..tracking.events import log_bench
+    from .command import current_run
 
-    tracker = open_tracker(log_to)
-    params = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if k not in ("ctx", "log_to")}
-    tracker.start(f"bench {options['dataset']}-{options['backbone']}", params, {"laya.command": "bench"})
-    try:
-        log_bench(tracker, result.to_dict(), files)
-    except BaseException:
-        tracker.finish("FAILED")
-        raise
-    where = tracker.where()
-    tracker.finish("FINISHED")
-    if tracker.name != "none" and not options["quiet"]:
-        from .command import say_logged
-
-        say_logged(where, "FINISHED")
+    log_bench(current_run().track(f"bench {options['dataset']}-{options['backbone']}"), result.to_dict(), files)
 
 
 @bench_app.command("speed")

@@ -1,4 +1,5 @@
-"""``LayaCommand``: the commands that run a job (train, audit, depth, export) all take ``--config FILE``,
+"""``LayaCommand``: the commands that run a job (train, audit, depth, export; bench: ``LayaJobGroup``) all take
+``--config FILE``,
 ``-v/--verbose`` and ``--log-to`` the same way, added here rather than to each command's parameters.
 
 Before the command runs, ``start`` refuses ``-q`` with ``-v``, records the resolved options (defaults, the
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass, field
 
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from .config import META_KEY, recorded_options
 from .options import Config, LogTo, Verbose  # module level: the annotations of shared_params' function
@@ -121,8 +122,9 @@ def say_options(ctx, values: dict) -> None:
     err_console.print(f"[dim]options ({where}):[/] {shown}", highlight=False, soft_wrap=True)
 
 
-class LayaCommand(TyperCommand):
-    """A job's command: its own options and the shared ones (``shared_params``); runs inside a ``CommandRun``."""
+class SharedOptions:
+    """Adds the shared options (``shared_params``) to a click command or group and runs it inside a
+    ``CommandRun`` (``start``, then the tracker's run finished as the command ended)."""
 
     def __init__(self, *args, params=None, **kwargs):
         super().__init__(*args, params=[*(params or []), *shared_params()], **kwargs)
@@ -139,3 +141,11 @@ class LayaCommand(TyperCommand):
             _CURRENT.reset(token)
         run.finish(None)
         return result
+
+
+class LayaCommand(SharedOptions, TyperCommand):
+    """A job's command (train, audit, depth, export): its own options and the shared ones."""
+
+
+class LayaJobGroup(SharedOptions, TyperGroup):
+    """``laya bench``: a group whose callback is a job (the head comparison), with the shared options."""
