@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 # The distributions ``laya --version`` names: laya itself, then what it computes with (optional ones only
 # when installed).
@@ -47,7 +48,7 @@ def show_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def disable_color(consoles) -> callable:
+def disable_color(consoles) -> Callable[[], None]:
     """``--no-color``: no colour from here on (``NO_COLOR`` for consoles not created yet, ``no_color`` on those
     that are); returns what undoes it, so that one command in a process never changes the next."""
     before = os.environ.get("NO_COLOR")
