@@ -12,6 +12,7 @@ Before the command runs, ``start`` refuses ``-q`` with ``-v``, records the resol
 from __future__ import annotations
 
 import contextvars
+import functools
 from dataclasses import dataclass, field
 
 from typer.core import TyperCommand, TyperGroup
@@ -69,7 +70,13 @@ def current_run() -> CommandRun:
 
 def shared_params() -> list:
     """The click parameters of ``--config``, ``-v/--verbose`` and ``--log-to`` (options.py), not passed to the
-    command's function: their values go to ``ctx.meta``."""
+    command's function: their values go to ``ctx.meta``. Built once (a parameter holds no state of a run), so five
+    commands cost one build at every start, ``--help`` included."""
+    return list(_shared_params())
+
+
+@functools.cache
+def _shared_params() -> tuple:
     import typer
 
     shared = typer.Typer(add_completion=False)
@@ -81,7 +88,7 @@ def shared_params() -> list:
     params = typer.main.get_command(shared).params
     for p in params:
         p.expose_value = False
-    return params
+    return tuple(params)
 
 
 def start(ctx) -> CommandRun:
