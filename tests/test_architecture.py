@@ -156,18 +156,19 @@ def test_laya_info_needs_torch_and_nothing_on_top_of_it(digits_ckpt):
 # flows one way, runtime < backbones < data < features < model < auditing < training < gates < depthing
 # < exporting; report formats what it is given; the command line, the Python API and the shipped helpers sit
 # on top. The package root (``__version__``) and ``_moved`` (old paths) may be imported from anywhere.
-_PIPELINE = ("runtime", "backbones", "data", "features", "model", "auditing", "training")
+_PIPELINE = ("runtime", "stats", "backbones", "data", "features", "model", "auditing", "training")
 MAY_IMPORT = {
     **{pkg: set(_PIPELINE[:i]) for i, pkg in enumerate(_PIPELINE)},
-    "gates": {"runtime", "auditing.names"},  # no torch: the vocabulary only
+    "gates": {"runtime", "stats", "auditing.names"},  # no torch: the vocabulary and numpy statistics only
     "depthing": {*_PIPELINE},
-    "exporting": {"runtime", "features", "model", "auditing", "gates", "report"},
+    "diffing": {*_PIPELINE},
+    "exporting": {"runtime", "stats", "features", "model", "auditing", "gates", "report"},
     "report": set(),
     "tracking": {"runtime"},  # experiment trackers: fed plain results by the commands
     "synthetic": {*_PIPELINE},
     "speed": {*_PIPELINE, "gates", "depthing", "exporting", "report", "synthetic"},
     "api": {*_PIPELINE, "gates", "depthing", "exporting"},
-    "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report", "speed", "synthetic", "tracking"},
+    "cli": {*_PIPELINE, "gates", "depthing", "diffing", "exporting", "report", "speed", "synthetic", "tracking"},
     "testing": {"backbones", "cli", "synthetic"},
     "__main__": {"cli"},
 }

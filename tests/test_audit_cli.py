@@ -21,6 +21,7 @@ METHOD_KEYS = {
     "note",
     "degenerate",
 }
+INTERVAL_KEYS = {"ci_level", "ci", "vs_laya"}  # --ci (on by default): docs/metrics.md, "Intervals"
 DEEPER_KEYS = {
     "aopc",
     "aopc_std",
@@ -60,12 +61,13 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     doc = json.loads(js.read_text())
     assert list(doc["methods"]) == ALL
     # the deeper metrics only on request (--metrics, or a gate naming one); IG also says which steps it took
-    assert all(set(v) - {"ig_steps"} == METHOD_KEYS for v in doc["methods"].values())
+    assert all(set(v) - {"ig_steps"} == METHOD_KEYS | INTERVAL_KEYS for v in doc["methods"].values())
     assert doc["computed_metrics"] == ["faithfulness", "deletion@1", "deletion@1_normalised"]
     deeper = audit(digits_ckpt, "--compare", "all", "--samples", 40, "--json", js, "--steps", 8, "--metrics", "all")
     assert deeper.exit_code == 0, deeper.output
     assert all(
-        set(v) - {"ig_steps"} == METHOD_KEYS | DEEPER_KEYS for v in json.loads(js.read_text())["methods"].values()
+        set(v) - {"ig_steps"} == METHOD_KEYS | DEEPER_KEYS | INTERVAL_KEYS
+        for v in json.loads(js.read_text())["methods"].values()
     )
     s = doc["settings"]
     assert (s["samples"], s["steps"], s["ablation"], s["target"], s["reduce"], s["head"]) == (

@@ -298,6 +298,7 @@ def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
         "verdict": "pass",
         "checks": 4,
         "failed": 0,
+        "inconclusive": 0,
         "skipped": 0,
     }
     assert d["baseline"]["methods"]["laya"]["faithfulness"]["change"] == 0
@@ -433,5 +434,12 @@ def test_verdict_counts():
     skip = Check("max-drop", "c", "faithfulness", "ig", None, "x", True, "skip", skipped=True)
     v = verdict([ok, bad, skip])
     assert (v.passed, v.word, len(v.failures), len(v.skipped)) == (False, "fail", 1, 1)
-    assert verdict([ok, skip]).to_dict() == {"passed": True, "verdict": "pass", "checks": 2, "failed": 0, "skipped": 1}
+    assert verdict([ok, skip]).to_dict() == {
+        "passed": True,
+        "verdict": "pass",
+        "checks": 2,
+        "failed": 0,
+        "inconclusive": 0,
+        "skipped": 1,
+    }
     assert copy.deepcopy(v) == v

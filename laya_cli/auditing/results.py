@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from ..runtime.errors import LayaError
 from ..runtime.fileio import json_safe, strict_json
+from ..stats.audit_columns import COMMON
+from ..stats.compact import pack
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
 from .names import METRIC_GROUPS, computed_metrics
 
@@ -69,6 +71,9 @@ class MethodScores:
     randomisation_cascade: list[dict] = field(default_factory=list)  # per stage: stage, spearman, undefined
     groups: tuple[str, ...] = METRIC_GROUPS  # the deeper metric groups computed (the others: not in to_dict)
     ig_steps: dict | None = None  # IG's adaptive steps: mean, max, the per-sample histogram (docs/metrics.md)
+    # --ci (auditing/intervals.py): metric -> stats.bootstrap.Interval, of this method and of it minus laya
+    intervals: dict = field(default_factory=dict)
+    vs_laya: dict = field(default_factory=dict)
 
     @classmethod
     def unavailable(cls, note: str, n: int, *, oracle: float, random: float, **known) -> MethodScores:
@@ -151,7 +156,20 @@ class MethodScores:
             "randomisation_undefined": self.randomisation_undefined,
             "randomisation_flagged": self.randomisation_flagged,
             "randomisation_cascade": self.randomisation_cascade,
+            **_interval_blocks(self.intervals, self.vs_laya),
         }
+
+
+def _interval_blocks(intervals: dict, vs_laya: dict) -> dict:
+    """``ci`` (metric -> ci_low, ci_high, n_defined) and ``vs_laya`` (metric -> difference, ci_low, ci_high,
+    n_defined), when the audit computed intervals (docs/metrics.md, "Intervals")."""
+    if not intervals:
+        return {}
+    return {
+        "ci_level": next(iter(intervals.values())).level,
+        "ci": {k: v.to_dict() for k, v in intervals.items()},
+        "vs_laya": {k: {"difference": v.estimate, **v.to_dict()} for k, v in vs_laya.items()},
+    }
 
 
 @dataclass
@@ -181,6 +199,10 @@ class AuditResult:
     network: object | None = None  # --scope network|both: a network.NetworkResult (docs/metrics.md)
     groups: tuple[str, ...] = METRIC_GROUPS  # the deeper metric groups computed (settings.metrics)
     memory: dict | None = None  # the memory budget, estimate and measured peak (auditing/budget.py)
+    # Per available method its per-sample columns (auditing/intervals.py), written compactly to the JSON's
+    # "per_sample" so a --baseline gate can pair samples; the bootstrap's level, resamples and seed (--ci).
+    columns: dict | None = field(default=None, repr=False)
+    interval_settings: dict = field(default_factory=dict)
 
     @property
     def summary(self) -> dict:
@@ -239,6 +261,10 @@ class AuditResult:
         if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
             out["network"] = self.network.to_dict()
         out.update(self.memory or {})
+        if self.interval_settings:
+            out["intervals"] = self.interval_settings
+        if self.columns:
+            out["per_sample"] = per_sample_block(self.columns, self.samples)
         return json_safe(out)
 
     def to_json(self) -> str:
@@ -262,3 +288,10 @@ class AuditResult:
             "accuracy_name": "Accuracy (audited samples)" if accuracy is None else "Test accuracy",
         }
         return model_card(meta, self.to_dict())
+
+
+def per_sample_block(columns: dict, samples: dict | None) -> dict:
+    """The JSON's ``per_sample``: the audited samples' data-set indices and each method's per-sample columns,
+    compactly (``stats.compact``), so a --baseline gate pairs the same samples (docs/ci.md)."""
+    index = samples["index"].numpy() if samples is not None and "index" in samples else None
+    return pack(columns, COMMON, index)

@@ -27,6 +27,7 @@ from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
 from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
+from .intervals import attach_intervals
 from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
 from .metrics import (
     accuracy,
@@ -458,6 +459,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     num_classes = len(getattr(model, "classes", None) or [])
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, int(common["degenerate"].sum()))
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
+    attach_intervals(result, per, common, settings)  # --ci: bootstrap intervals (auditing/intervals.py)
     if settings.by_class:
         result.by_class = _by_class(list(getattr(model, "classes", None) or []), plan, stages, common, per)
     return result

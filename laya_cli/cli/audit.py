@@ -30,14 +30,18 @@ from .options import (
     AuditBatchSize,
     AuditQuiet,
     Baseline,
+    Bootstrap,
     ByClass,
     Cache,
+    CiLevel,
     Compare,
     DataDir,
     Device,
     EvalDataset,
     FailUnder,
+    GateOn,
     IgTol,
+    InconclusiveExit,
     InternalBatchSize,
     JsonOut,
     JunitOut,
@@ -88,6 +92,10 @@ def audit(
     arch: ArchImport = None,
     max_memory: MaxMemory = None,
     precision: Precision = "auto",
+    ci: CiLevel = AUDIT.ci,
+    bootstrap: Bootstrap = AUDIT.bootstrap,
+    gate_on: GateOn = "estimate",
+    inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_job
@@ -115,7 +123,7 @@ def audit(
         batch_size = AUDIT.batch_size if batch_size is None else batch_size  # None: not given (the plan may lower it)
         device = pick_device(device)
         settings = settings_from(AuditSettings, locals())
-        gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change)
+        gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit)
         files.check_writable()
         laya_model = load_model(model)
@@ -130,8 +138,16 @@ def audit(
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
     render(result, doc, outcome, settings.metrics, files, quiet, seconds=time.perf_counter() - started)
-    if not outcome.verdict.passed:
+    exit_for(outcome.verdict, inconclusive_exit)
+
+
+def exit_for(verdict, inconclusive_exit: int) -> None:
+    """Exit 1 when a gate check failed; ``--inconclusive-exit`` (1 by default) when, with none failed, a
+    ``--gate-on bound`` check's interval straddled its bar (docs/ci.md)."""
+    if verdict.failures:
         raise typer.Exit(EXIT_GATE_FAILED)
+    if verdict.inconclusive and inconclusive_exit:
+        raise typer.Exit(inconclusive_exit)
 
 
 def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: float) -> None:
@@ -160,7 +176,7 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
 
 def print_tables(result, columns, compared: dict | None) -> None:
     """The head scope's tables (none for ``--scope network``), per class, the network scope's, then the notes."""
-    from ..report.audit import audit_class_tables, audit_deeper_table, audit_rich_table
+    from ..report.audit import audit_class_tables, audit_deeper_table, audit_rich_table, vs_laya_rich_table
     from ..report.network import HEAD_TITLE, NETWORK_TITLE, network_caption, network_comparison, scope_tables
 
     network = result.network  # --scope network|both (auditing/network.py); None: the head scope alone
@@ -173,6 +189,8 @@ def print_tables(result, columns, compared: dict | None) -> None:
         wide_console([table]).print(table)
         if (deeper := audit_deeper_table(result, columns, comparison=compared)) is not None:
             wide_console([deeper]).print(deeper)
+        if (paired := vs_laya_rich_table(result, columns)) is not None:  # --ci: each method − laya, paired
+            wide_console([paired]).print(paired)
     for table in audit_class_tables(result):
         console.print(table)
     if network is not None:
@@ -225,6 +243,10 @@ def print_gates(outcome) -> None:
         err_console.print(f"[bold red]{c.gate}:[/] {escape(c.message)}", highlight=False, soft_wrap=True)
     if outcome.thresholds and not outcome.misses:
         err_console.print(f"[green]fail-under: all {len(outcome.thresholds)} threshold(s) met[/]", highlight=False)
+    for message in outcome.passed_on_bound:
+        err_console.print(f"[green]pass:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    for message in outcome.undecided:
+        err_console.print(f"[bold yellow]inconclusive:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if outcome.drops and not outcome.drop_misses:
         err_console.print(
             f"[green]max-drop: no metric dropped more than allowed ({outcome.drop_checks} check(s))[/]",

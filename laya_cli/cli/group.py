@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 from ..runtime import progress
 from ..runtime.distributed import env_world_size
 from ..runtime.errors import LayaError, TrainingInterrupted
-from . import audit, bench, depth, export, info, train
+from . import audit, bench, depth, diff, export, info, train
 from .command import LayaCommand
 from .common import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, EXIT_USER_ERROR, console, err_console, escape
 from .options import NoColor, Version
@@ -210,6 +210,7 @@ app.command(cls=LayaCommand)(train.train)  # --config, -v, --log-to: command.py
 app.command(cls=LayaCommand)(audit.audit)
 app.command(cls=LayaCommand)(depth.depth)
 app.command(cls=LayaCommand)(export.export)
+app.command()(diff.diff)  # no job options to record: laya diff only reads two checkpoints
 app.add_typer(bench.bench_app, name="bench")
 app.command()(info.info)
 

@@ -283,6 +283,27 @@ MaxDrop = Annotated[
         "'accuracy=0.01'. Repeatable."
     ),
 ]
+# --------------------------------------------------------------------------- intervals and significance-aware gates
+
+CiLevel = Annotated[
+    float,
+    typer.Option(
+        "--ci",
+        help="Bootstrap confidence level of every metric's interval and of each method's difference from laya "
+        "(0 = no intervals).",
+    ),
+]
+Bootstrap = Annotated[int, typer.Option(help="Bootstrap resamples of the samples (seeded, paired across methods).")]
+GateOn = Annotated[
+    str,
+    typer.Option(
+        help="'estimate': gate --fail-under/--max-drop on the point value; 'bound': on the confidence interval "
+        "(pass, fail or inconclusive)."
+    ),
+]
+InconclusiveExit = Annotated[
+    int, typer.Option(help="Exit code when a --gate-on bound check is inconclusive (its interval straddles the bar).")
+]
 AllowSettingsChange = Annotated[
     bool,
     typer.Option(

@@ -25,10 +25,15 @@ class Check:
     passed: bool
     message: str  # one line; for a failure, the line printed on stderr
     skipped: bool = False  # nothing to check against (e.g. the baseline value is undefined)
+    # --gate-on bound (significance.py): the number the value is held to (the threshold; the allowed drop), the
+    # confidence interval that decided, and whether it straddled the bar (neither passed nor failed)
+    bar: float | None = None
+    interval: tuple[float, float] | None = None
+    inconclusive: bool = False
 
     @property
     def failed(self) -> bool:
-        return not self.passed and not self.skipped
+        return not self.passed and not self.skipped and not self.inconclusive
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,13 +52,19 @@ class Verdict:
         return [c for c in self.checks if c.skipped]
 
     @property
+    def inconclusive(self) -> list[Check]:
+        """--gate-on bound: the checks whose interval straddled their bar."""
+        return [c for c in self.checks if c.inconclusive]
+
+    @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.inconclusive
 
     @property
     def word(self) -> str:
-        """What CI outputs carry: ``pass`` or ``fail`` (a usage error never gets this far: exit 2)."""
-        return "pass" if self.passed else "fail"
+        """What CI outputs carry: ``pass``, ``fail``, or ``inconclusive`` (no failure, but some check's interval
+        straddled its bar); a usage error never gets this far (exit 2)."""
+        return "fail" if self.failures else "inconclusive" if self.inconclusive else "pass"
 
     def to_dict(self) -> dict:
         return {
@@ -61,6 +72,7 @@ class Verdict:
             "verdict": self.word,
             "checks": len(self.checks),
             "failed": len(self.failures),
+            "inconclusive": len(self.inconclusive),
             "skipped": len(self.skipped),
         }
 

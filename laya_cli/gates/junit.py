@@ -34,7 +34,7 @@ def junit_xml(
     hostname: str | None = None,
 ) -> str:
     """The JUnit XML document (a string, UTF-8 declaration included) for ``checks``."""
-    failures = sum(c.failed for c in checks)
+    failures = sum(c.failed or c.inconclusive for c in checks)
     skipped = sum(c.skipped for c in checks)
     stamp = (timestamp or _dt.datetime.now().astimezone()).replace(microsecond=0).isoformat()
     time_text = f"{max(seconds, 0.0):.3f}"
@@ -65,8 +65,12 @@ def junit_xml(
             ts, "testcase", {"classname": CLASSNAMES.get(c.gate, f"laya.{c.gate}"), "name": c.name, "time": "0.000"}
         )
         detail = f"measured: {_value(c.measured)}\nrequired: {c.required}"
-        if c.failed:
-            el = ET.SubElement(case, "failure", {"type": c.gate, "message": c.message})
+        if c.interval is not None:
+            detail += f"\ninterval: [{_value(c.interval[0])}, {_value(c.interval[1])}]"
+            detail += "\nverdict: " + ("inconclusive" if c.inconclusive else "pass" if c.passed else "fail")
+        if c.failed or c.inconclusive:  # inconclusive (--gate-on bound): a failure of its own type
+            kind = "inconclusive" if c.inconclusive else c.gate
+            el = ET.SubElement(case, "failure", {"type": kind, "message": c.message})
             el.text = detail
         elif c.skipped:
             ET.SubElement(case, "skipped", {"message": c.message})

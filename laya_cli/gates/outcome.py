@@ -7,14 +7,16 @@ once, after the audit, and ``outputs.py`` writes it. No torch: the audit is only
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..runtime.errors import LayaError
+from ..runtime.errors import LayaError, match_choice
 from .checks import Check, Verdict, verdict
 from .regression import Comparison, MaxDrop, check_settings, gate, planned_audit, read_audit_json
+from .significance import GATE_ON, BoundSettings, on_bound
 from .thresholds import Threshold, threshold_checks
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ class GateRequest:
     baseline: dict | None = None  # the baseline audit's JSON document
     baseline_path: str | Path | None = None
     allow_settings_change: bool = False
+    bound: BoundSettings | None = None  # --gate-on bound (significance.py); None: the point values decide
 
     @classmethod
     def read(
@@ -63,7 +66,24 @@ class GateRequest:
             else None
         )
         checks = threshold_checks(result, self.thresholds) + (comparison.checks if comparison else [])
+        if self.bound is not None:
+            checks = on_bound(checks, doc, self.baseline, self.bound)
+            if comparison is not None:
+                comparison.checks = [c for c in checks if c.gate == "max-drop"]
+                for c in comparison.checks:  # the table marks a change that failed on its bound
+                    if (pair := comparison.methods.get(c.method or "", {}).get(c.metric)) is not None:
+                        pair["failed"] = c.failed
         return GateOutcome(self, comparison, checks, verdict(checks))
+
+    def on_bound(self, gate_on: str, settings) -> GateRequest:
+        """This request deciding its checks by their intervals when ``gate_on`` is ``bound`` (``--gate-on``), at
+        the audit's ``settings`` (``AuditSettings``: ``ci``, ``bootstrap``, ``seed``)."""
+        gate_on = match_choice("--gate-on", gate_on, GATE_ON)
+        if gate_on == "estimate":
+            return self
+        if not settings.ci:
+            raise LayaError("--gate-on bound needs intervals: set --ci to a level above 0 (e.g. 0.95)")
+        return dataclasses.replace(self, bound=BoundSettings(settings.ci, settings.bootstrap, settings.seed))
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,16 @@ class GateOutcome:
     def drop_misses(self) -> list[str]:
         """The message of each missed ``--max-drop`` check."""
         return [c.message for c in self.checks if c.failed and c.gate == "max-drop"]
+
+    @property
+    def passed_on_bound(self) -> list[str]:
+        """The message of each --gate-on bound check whose interval cleared its bar (with its detectable change)."""
+        return [c.message for c in self.checks if c.interval is not None and c.passed]
+
+    @property
+    def undecided(self) -> list[str]:
+        """The message of each --gate-on bound check whose interval straddled its bar."""
+        return [c.message for c in self.checks if c.inconclusive]
 
     @property
     def drop_checks(self) -> int:

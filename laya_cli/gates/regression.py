@@ -267,7 +267,8 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
     name = f"{method + ':' if method else ''}{rule.metric} drop<={amount}"
 
     def check(measured: float | None, required: str, passed: bool, message: str, **kw) -> Check:
-        return Check("max-drop", name, rule.metric, method, measured, required, passed, message, **kw)
+        bar = rule.allowed(pair["baseline"]) if pair and pair.get("baseline") is not None else None
+        return Check("max-drop", name, rule.metric, method, measured, required, passed, message, bar=bar, **kw)
 
     if pair is None:
         return check(

@@ -166,6 +166,7 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
                     f">= {t.value:g}",
                     value is not None and value >= t.value,
                     message,
+                    bar=t.value,
                 )
             )
     return checks

@@ -25,6 +25,7 @@ from .cells import (
     md_table,
     rich_table,
 )
+from .intervals import ci_cell, interval_columns, vs_laya_rows
 
 AUDIT_COLUMNS = [
     Column("faithfulness", "faithfulness", best=True),
@@ -47,6 +48,10 @@ AUDIT_EXTRA_COLUMNS = {
     "randomisation": [Column("randomisation", "randomisation", flag="randomisation_flagged")],
 }
 
+VS_LAYA_CAPTION = (
+    "method − laya on the same resampled samples (paired bootstrap); marked: the interval excludes 0 · docs/metrics.md"
+)
+
 CLASS_TABLES = (  # --by-class: (metric, terminal title, Markdown title)
     ("faithfulness", "faithfulness by class", "Faithfulness by class"),
     ("deletion@1", "deletion@1 by class", "Deletion@1 by class"),
@@ -64,7 +69,7 @@ def compared_columns(columns: Sequence[Column], compared: dict | None) -> list[C
     out = []
     for c in columns:
         out.append(c)
-        if c.key in held:
+        if c.key in held and c.kind == "value":
             out += [
                 Column("baseline", c.key, c.spec, kind="base", short="base"),
                 Column("Δ", c.key, "{:+.3f}", kind="delta"),
@@ -89,6 +94,8 @@ def method_cells(rows: dict[str, dict], columns: Sequence[Column], compared: dic
 
 
 def _method_cell(name: str, row: dict, column: Column, bests: dict, compared: dict) -> Cell:
+    if column.kind == "ci":
+        return ci_cell(row, column)
     if column.kind != "value":  # '—' where the baseline has no such value
         pair = compared.get(name, {}).get(column.key)
         if pair is None:
@@ -146,8 +153,9 @@ def audit_deeper_table(
 def rich_methods_table(
     rows: dict[str, dict], columns: Sequence[Column], title: str, caption: str, compared: dict | None
 ) -> Table:
-    """Methods as rows (an unavailable one dimmed), ``columns`` with the compared ones' baseline and change."""
-    columns = compared_columns(columns, compared)
+    """Methods as rows (an unavailable one dimmed), ``columns`` with their intervals and the compared ones'
+    baseline and change."""
+    columns = compared_columns(interval_columns(columns, rows), compared)
     table = rich_table(title, caption=caption, caption_justify="left")
     table.add_column("method", style="bold", no_wrap=True)
     for c in columns:
@@ -193,7 +201,7 @@ def audit_class_tables(result) -> list[Table]:
 
 
 def md_methods_table(rows: dict[str, dict], columns: Sequence[Column], compared: dict | None) -> list[str]:
-    columns = compared_columns(columns, compared)
+    columns = compared_columns(interval_columns(columns, rows), compared)
     body = [[f"`{name}`", *marked(cells, MD_MARKS)] for name, cells in method_cells(rows, columns, compared).items()]
     return md_table(["method", *(c.header for c in columns)], body)
 
@@ -221,12 +229,43 @@ def audit_markdown(
     ]
     if comparison:
         lines += ["", f"_{baseline_caption(comparison)}_"]
+    lines += vs_laya_markdown(method_rows(result.methods), metrics)
     if result.by_class:
         header = ["class", "n", "accuracy", *result.methods]
         for key, _, title_ in CLASS_TABLES:  # unmarked: the class tables' Markdown has never marked the best
             body = [[c.text for c in row] for row in class_rows(result, key)]
             lines += ["", f"#### {title_}", "", *md_table(header, body)]
     return "\n".join(lines + closing_lines(result.notes, misses, drop_misses)) + "\n"
+
+
+def vs_laya_markdown(rows: dict[str, dict], metrics: Sequence[str] = ()) -> list[str]:
+    """The paired differences from ``laya`` (with --ci), as Markdown lines; none without intervals."""
+    header, body = vs_laya_rows(rows, metrics)
+    if not body:
+        return []
+    return [
+        "",
+        "#### Paired difference from `laya`",
+        "",
+        *md_table(header, [marked(r, MD_MARKS) for r in body]),
+        "",
+        f"_{VS_LAYA_CAPTION}_",
+    ]
+
+
+def vs_laya_rich_table(result, metrics: Sequence[str] = ()) -> Table | None:
+    """The paired differences from ``laya`` for the terminal (``metrics``: the --metrics groups shown); None
+    without intervals."""
+    header, body = vs_laya_rows(method_rows(result.methods), metrics)
+    if not body:
+        return None
+    table = rich_table("paired difference from laya", caption=VS_LAYA_CAPTION, caption_justify="left")
+    table.add_column(header[0], style="bold", no_wrap=True)
+    for h in header[1:]:
+        table.add_column(h, justify="right", no_wrap=True)
+    for row in body:
+        table.add_row(*marked(row, RICH_MARKS))
+    return table
 
 
 def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None) -> list[str]:
@@ -250,7 +289,7 @@ def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None
 def html_methods_table(methods: dict, compared: dict) -> str:
     """The default metrics of the methods of a ``laya audit --json`` (with the baseline and the change where
     ``compared`` holds them, keyed like ``methods``)."""
-    columns = compared_columns(AUDIT_COLUMNS, compared)
+    columns = compared_columns(interval_columns(AUDIT_COLUMNS, methods), compared)
     body = [
         [f"<code>{html.escape(name)}</code>", *html_marked(cells)]
         for name, cells in method_cells(methods, columns, compared).items()
@@ -299,11 +338,18 @@ def verdict_line(verdict, n_samples: int, model=None) -> str:
     extra = f", {len(skipped)} skipped" if skipped else ""
     if not checks:
         return f"laya audit: PASS · {where}{n_samples:,} samples audited · no gate checks"
+    undecided = getattr(verdict, "inconclusive", [])
+    if not failures and undecided:
+        return (
+            f"laya audit: INCONCLUSIVE · {where}{len(undecided)} of {checks} gate checks inconclusive (interval "
+            f"straddles the bar){extra} · {n_samples:,} samples: " + "; ".join(c.message for c in undecided)
+        )
     if not failures:
         return (
             f"laya audit: PASS · {where}{checks - len(skipped)} of {checks} gate checks passed{extra} · "
             f"{n_samples:,} samples"
         )
-    return f"laya audit: FAIL · {where}{len(failures)} of {checks} gate checks failed{extra}: " + "; ".join(
+    also = f", {len(undecided)} inconclusive" if undecided else ""
+    return f"laya audit: FAIL · {where}{len(failures)} of {checks} gate checks failed{also}{extra}: " + "; ".join(
         c.message for c in failures
     )

@@ -255,6 +255,9 @@ class AuditSettings:
     randomisation_samples: int = 256
     # The deeper metric groups computed (auditing.names.METRIC_GROUPS); faithfulness and Deletion@1 always are.
     metrics: tuple[str, ...] = ()
+    # Bootstrap intervals of every metric (docs/metrics.md, "Intervals"): the level (0: none) and resamples.
+    ci: float = 0.95
+    bootstrap: int = 1000
 
     def validate(self) -> AuditSettings:
         self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
@@ -270,7 +273,16 @@ class AuditSettings:
         if not 0 <= self.ig_tol < 1:
             raise LayaError(f"--ig-tol must be in [0, 1) (0 = always --steps), got {self.ig_tol}")
         self.metrics = tuple(self.metrics)
+        check_ci(self.ci, self.bootstrap)
         return self
+
+
+def check_ci(level: float, resamples: int) -> None:
+    """``--ci``: a level in [0, 1) (0: no intervals); ``--bootstrap``: resamples, ≥ 1 when intervals are on."""
+    if not isinstance(level, (int, float)) or not 0 <= level < 1:
+        raise LayaError(f"--ci must be a level in [0, 1) (e.g. 0.95; 0 = no intervals), got {level}")
+    if level:
+        check_at_least("--bootstrap", resamples, 1)
 
 
 # Default thresholds of the early-exit sweep (docs/depth.md): a sample stops at the first depth k whose

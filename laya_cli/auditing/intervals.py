@@ -1,0 +1,44 @@
+"""Bootstrap intervals of a head-scope audit (``--ci``, ``--bootstrap``; docs/metrics.md, "Intervals"): the
+per-sample columns of each method, read from the rows ``run_audit`` gathered, and their paired intervals
+(``stats.audit_columns``), attached to the result's ``MethodScores``; the columns themselves go to the JSON,
+compactly, so a later ``--baseline`` gate can pair its samples with them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from torch import Tensor
+
+from ..stats.audit_columns import COLUMNS, method_intervals
+
+_SEED = 0xB007  # offset of the bootstrap's seed from the audit's --seed
+
+
+def method_columns(per: Mapping[str, Tensor], common: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
+    """One method's per-sample columns (float64, NaN where undefined); those not computed are absent."""
+    cols: dict[str, Tensor] = {"oracle": common["oracle"], "random": common["random"]}
+    if "rho" in per:
+        cols["faithfulness"] = per["rho"].double().masked_fill(common["degenerate"], float("nan"))
+    if "d1" in per:
+        cols["deletion@1"] = per["d1"]
+    if "aopc" in per:
+        cols["aopc"] = per["aopc"]
+    if "sufficiency" in per:  # (keep_oracle and keep_random are masked where it is undefined: audit_columns)
+        cols["sufficiency@1"] = per["sufficiency"]
+        cols["keep_oracle"], cols["keep_random"] = common["keep_oracle"], common["keep_random"]
+    return {k: cols[k].double().cpu().numpy() for k in COLUMNS if k in cols}
+
+
+def attach_intervals(result, per: Mapping[str, Mapping[str, Tensor]], common: Mapping[str, Tensor], settings) -> None:
+    """Keep each available method's columns on ``result`` and, unless ``settings.ci`` is 0, attach the
+    intervals of its metrics and of its differences from ``laya`` to its ``MethodScores``."""
+    columns = {m: method_columns(per[m], common) for m in per if result.methods[m].available}
+    result.columns = columns
+    level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
+    if not level or not n_boot or not columns:
+        return
+    result.interval_settings = {"level": level, "bootstrap": n_boot, "seed": settings.seed + _SEED}
+    for m, found in method_intervals(columns, level, n_boot, settings.seed + _SEED).items():
+        result.methods[m].intervals = found["intervals"]
+        result.methods[m].vs_laya = found["vs_laya"]

@@ -1,0 +1,65 @@
+"""What ``laya diff A.pt B.pt`` runs: both checkpoints checked to be comparable (the same taps and classes), both
+audited on the same samples, their per-sample numbers compared (``compare``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.evaldata import load_eval_data
+from ..model.laya_model import load_model
+from ..runtime.errors import LayaError
+from .compare import DiffResult, DiffSettings, compare_profiles
+from .profiles import model_profiles
+
+
+def check_comparable(a, b, path_a: str, path_b: str) -> None:
+    """A LayaError unless both models tap the same layers and predict the same classes."""
+    la, lb = list(a.layer_names), list(b.layer_names)
+    if la != lb:
+        raise LayaError(
+            f"laya diff compares two versions of a model with the same taps, but {path_a} taps "
+            f"{len(la)} layers ({', '.join(la)}) and {path_b} taps {len(lb)} ({', '.join(lb)})"
+        )
+    if list(a.classes) != list(b.classes):
+        raise LayaError(f"{path_a} and {path_b} predict different classes: nothing to compare class by class")
+
+
+def check_gate(changed_if: str | None, classes: list[str]) -> str | None:
+    """``--fail-if-changed``: ``any`` or the name of a class (any case), checked before the work."""
+    if changed_if is None:
+        return None
+    if changed_if.lower() == "any":
+        return "any"
+    for c in classes:
+        if c.lower() == changed_if.lower():
+            return c
+    raise LayaError(f"--fail-if-changed {changed_if}: no such class (any, or one of {', '.join(classes)})")
+
+
+def diff_models(
+    path_a: str,
+    path_b: str,
+    dataset: str | None = None,
+    data_dir: str | None = None,
+    samples: int | None = None,
+    seed: int = 0,
+    settings: DiffSettings | None = None,
+    ablation: str = "mean",
+    device: str = "cpu",
+    use_cache: bool = True,
+) -> DiffResult:
+    settings = settings or DiffSettings()
+    a, b = load_model(path_a), load_model(path_b)
+    check_comparable(a, b, path_a, path_b)
+    data_a = load_eval_data(a, dataset, data_dir, samples, seed, device, use_cache=use_cache)
+    data_b = load_eval_data(b, dataset, data_dir, samples, seed, device, use_cache=use_cache)
+    if not np.array_equal(np.asarray(data_a.index), np.asarray(data_b.index)):
+        raise LayaError(f"{path_a} and {path_b} were evaluated on different samples: give both the same --dataset")
+    pa = model_profiles(a, data_a.features, ablation, device=device)
+    pb = model_profiles(b, data_b.features, ablation, device=device)
+    result = compare_profiles(pa, pb, list(a.classes), list(a.layer_names), settings)
+    result.settings.update(
+        model_a=str(path_a), model_b=str(path_b), dataset=data_a.dataset, samples=samples, sample_seed=seed,
+        ablation=ablation, head_a=a.head_kind, head_b=b.head_kind,
+    )  # fmt: skip
+    return result

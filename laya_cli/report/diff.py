@@ -1,0 +1,94 @@
+"""``laya diff``'s tables (a ``DiffResult.to_dict()``): per class (size, accuracy A → B, the Jensen–Shannon
+divergence of the layer profiles, its permutation p-value raw and corrected, changed or not) and per layer (mean
+α, Δ and contrib under A and B, and the change), for the terminal and as Markdown for a pull-request comment."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from .cells import MD_MARKS, RICH_MARKS, Cell, fmt, marked, md_table, rich_table
+
+CLASS_HEADER = ["class", "n", "acc. A", "acc. B", "JS (bits)", "p", "p adj.", "changed"]
+LAYER_HEADER = ["layer", "α A", "α B", "Δα", "LOLO Δ A", "LOLO Δ B", "change", "contrib A", "contrib B", "change"]
+
+
+def _p(v) -> str:
+    return "n/a" if v is None else ("<0.001" if v < 0.001 else f"{v:.3f}")
+
+
+def class_rows(doc: dict) -> list[list[Cell]]:
+    rows = []
+    for name, c in doc["classes"].items():
+        mark = "flag" if c["changed"] else None
+        rows.append(
+            [
+                Cell(name),
+                Cell(str(c["n"])),
+                Cell(fmt(c["accuracy_a"])),
+                Cell(fmt(c["accuracy_b"])),
+                Cell(fmt(c["js"], "{:.4f}")),
+                Cell(_p(c["p_value"])),
+                Cell(_p(c["p_adjusted"]), mark),
+                Cell("yes" if c["changed"] else "no", mark),
+            ]
+        )
+    return rows
+
+
+def layer_rows(layers: list[dict]) -> list[list[Cell]]:
+    rows = []
+    for r in layers:
+        cells = [Cell(r["layer"])]
+        for q in ("alpha", "delta", "contrib"):
+            cells += [Cell(fmt(r[f"{q}_a"])), Cell(fmt(r[f"{q}_b"])), Cell(fmt(r[f"{q}_change"], "{:+.3f}"))]
+        rows.append(cells)
+    return rows
+
+
+def summary_line(doc: dict) -> str:
+    s, acc = doc["settings"], doc["accuracy"]
+    changed = doc["changed_classes"]
+    return (
+        f"{s['model_a']} → {s['model_b']} · {doc['n_samples']:,} samples of {s.get('dataset')} · accuracy "
+        f"{acc['a']:.4f} → {acc['b']:.4f} ({acc['change']:+.4f}; McNemar exact p = {_p(acc['p_value'])}, "
+        f"{acc['a_only']} right only under A, {acc['b_only']} only under B) · layer profile ({doc['profile']}) "
+        f"JS {doc['overall']['js']:.4f} bits, permutation p = {_p(doc['overall']['p_value'])} · "
+        f"{len(changed)} of {len(doc['classes'])} classes changed their layer usage "
+        f"({s['correction']} corrected, level {s['alpha']:g}, {s['permutations']} permutations)"
+    )
+
+
+def diff_rich_tables(doc: dict) -> list[Table]:
+    classes = rich_table("laya diff: layer usage by class", caption=summary_line(doc), caption_justify="left")
+    for i, h in enumerate(CLASS_HEADER):
+        classes.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in class_rows(doc):
+        classes.add_row(*marked(row, RICH_MARKS))
+    layers = rich_table("laya diff: per layer, all samples (B − A)")
+    for i, h in enumerate(LAYER_HEADER):
+        layers.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in layer_rows(doc["overall"]["layers"]):
+        layers.add_row(*marked(row, RICH_MARKS))
+    return [classes, layers]
+
+
+def diff_markdown(doc: dict) -> str:
+    lines = [
+        "### laya diff",
+        "",
+        f"_{summary_line(doc)}_",
+        "",
+        *md_table(CLASS_HEADER, [marked(r, MD_MARKS) for r in class_rows(doc)]),
+        "",
+        "#### Per layer, all samples",
+        "",
+        *md_table(LAYER_HEADER, [marked(r, MD_MARKS) for r in layer_rows(doc["overall"]["layers"])]),
+    ]
+    changed = doc["changed_classes"]
+    if changed:
+        lines += ["", "<details><summary>Per layer, for each class that changed</summary>", ""]
+        for name in changed:
+            body = [marked(r, MD_MARKS) for r in layer_rows(doc["classes"][name]["layers"])]
+            lines += [f"**{name}**", "", *md_table(LAYER_HEADER, body), ""]
+        lines += ["</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,129 @@
+"""`laya diff` (laya_cli.diffing, docs/audit.md "laya diff") and its statistics (laya_cli.stats): the paired
+permutation test against a by-hand loop, McNemar against scipy's exact binomial test, Holm and BH against
+by-hand and scipy, the JS divergence against scipy; the command end to end, its gate and its errors."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from scipy.spatial.distance import jensenshannon
+
+from laya_cli.diffing.job import check_comparable
+from laya_cli.runtime.errors import LayaError
+from laya_cli.stats.divergence import jensen_shannon
+from laya_cli.stats.mcnemar import mcnemar, mcnemar_exact
+from laya_cli.stats.multiple import benjamini_hochberg, holm
+from laya_cli.stats.permutation import CHUNK, paired_profile_test, swap_signs
+from laya_cli.testing import assert_user_error, invoke
+
+
+def _profiles(rng, n, shift=0.0):
+    a = rng.dirichlet([2, 2, 2], n)
+    b = np.abs(a + rng.normal(0, 0.05, a.shape) + np.array([shift, 0, -shift]))
+    return a, b / b.sum(1, keepdims=True)
+
+
+def test_js_divergence_is_scipys_squared_distance():
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet([1, 1, 1, 1], 5), rng.dirichlet([1, 1, 1, 1], 5)
+    for i in range(5):
+        assert jensen_shannon(p[i], q[i]) == pytest.approx(jensenshannon(p[i], q[i], base=2) ** 2, abs=1e-12)
+    assert jensen_shannon(p[0], p[0]) == 0
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.03])
+def test_the_permutation_test_equals_a_by_hand_loop(shift):
+    rng = np.random.default_rng(1)
+    a, b = _profiles(rng, 150, shift)
+    fast = paired_profile_test(a, b, 300, seed=7)
+    # the same swaps, one permutation at a time, swapping the rows themselves
+    g = np.random.default_rng(7)
+    observed = jensen_shannon(a.mean(0), b.mean(0))
+    exceed, done = 0, 0
+    while done < 300:
+        signs = swap_signs(g, min(CHUNK, 300 - done), len(a))
+        for s in signs:
+            swap = s < 0
+            pa, pb = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
+            exceed += jensen_shannon(pa.mean(0), pb.mean(0)) >= observed - 1e-12
+        done += len(signs)
+    assert fast.statistic == pytest.approx(observed)
+    assert fast.p_value == pytest.approx((1 + exceed) / 301)
+
+
+def test_the_permutation_test_tells_a_shift_from_noise():
+    rng = np.random.default_rng(2)
+    assert paired_profile_test(*_profiles(rng, 400, 0.05), 500, seed=0).p_value < 0.01
+    assert paired_profile_test(*_profiles(rng, 400, 0.0), 500, seed=0).p_value > 0.05
+
+
+@pytest.mark.parametrize(("b", "c"), [(0, 0), (3, 0), (95, 58), (10, 12), (1, 30), (400, 380)])
+def test_mcnemar_exact_matches_scipys_binomial_test(b, c):
+    expected = 1.0 if b + c == 0 else sps.binomtest(b, b + c, 0.5).pvalue
+    assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-9)
+
+
+def test_mcnemar_counts_the_discordant_samples():
+    a = np.array([1, 1, 0, 0, 1, 0], dtype=bool)
+    b = np.array([1, 0, 1, 1, 1, 0], dtype=bool)
+    t = mcnemar(a, b)
+    assert (t.a_only, t.b_only) == (1, 2) and t.p_value == pytest.approx(1.0)
+
+
+def test_holm_and_bh_match_by_hand_and_scipy():
+    p = np.array([0.01, 0.04, 0.03, 0.005, np.nan, 0.2])
+    ok = p[~np.isnan(p)]
+    order = np.argsort(ok)
+    m = len(ok)
+    by_hand = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, (m - rank) * ok[i])
+        by_hand[i] = min(1.0, running)
+    got = holm(p)
+    assert np.isnan(got[4]) and np.allclose(got[~np.isnan(p)], by_hand)
+    bh = benjamini_hochberg(p)
+    assert np.isnan(bh[4]) and np.allclose(bh[~np.isnan(p)], sps.false_discovery_control(ok, method="bh"))
+
+
+def test_models_with_other_taps_are_refused():
+    a = SimpleNamespace(layer_names=["blocks.0", "blocks.1", "blocks.2"], classes=["x", "y"])
+    b = SimpleNamespace(layer_names=["blocks.0", "blocks.2"], classes=["x", "y"])
+    with pytest.raises(LayaError, match="same taps"):
+        check_comparable(a, b, "a.pt", "b.pt")
+    with pytest.raises(LayaError, match="different classes"):
+        check_comparable(a, SimpleNamespace(layer_names=a.layer_names, classes=["x", "z"]), "a.pt", "b.pt")
+
+
+FAST = ["--samples", "200", "--permutations", "200"]
+
+
+def test_a_model_against_itself_changes_nothing(digits_ckpt, tmp_path):
+    out, md = tmp_path / "d.json", tmp_path / "d.md"
+    r = invoke("diff", digits_ckpt, digits_ckpt, *FAST, "--json", out, "--markdown", md, "--fail-if-changed", "any")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["changed_classes"] == [] and doc["accuracy"]["change"] == 0 and doc["accuracy"]["p_value"] == 1
+    assert doc["overall"]["js"] == 0 and all(row["alpha_change"] == 0 for row in doc["overall"]["layers"])
+    assert doc["profile"] == "alpha" and len(doc["classes"]) == 10
+    assert "### laya diff" in md.read_text() and "layer usage by class" in r.output
+
+
+def test_two_models_differ_and_the_gate_fires(digits_ckpt, digits_ckpts, tmp_path):
+    out = tmp_path / "d.json"
+    r = invoke("diff", digits_ckpt, digits_ckpts["laya"], *FAST, "--json", out, "--fail-if-changed", "any")
+    doc = json.loads(out.read_text())
+    assert doc["overall"]["js"] > 0
+    assert r.exit_code == (1 if doc["changed_classes"] else 0), r.output
+    for c in doc["classes"].values():
+        assert 0 < c["p_value"] <= 1 and c["p_adjusted"] >= c["p_value"]
+
+
+def test_diff_usage_errors(digits_ckpt):
+    assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--fail-if-changed", "Zebra"), "no such class")
+    assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--correction", "bonferroni"), "--correction")
+    assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--alpha", "2"), "--alpha")

@@ -1,0 +1,175 @@
+"""Bootstrap intervals (laya_cli.stats.bootstrap, .audit_columns; docs/metrics.md "Intervals"): the vectorised
+resampling against a by-hand loop and scipy.stats.bootstrap, pairing, NaN handling, the compact JSON columns,
+and `laya audit --ci` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from laya_cli.stats.audit_columns import method_intervals, paired_change
+from laya_cli.stats.bootstrap import (
+    column_mean,
+    interval,
+    mean_of,
+    percentile_interval,
+    ratio_of_gains,
+    resample_counts,
+    resampled_means,
+)
+from laya_cli.stats.compact import decode, encode, pack, unpack
+from laya_cli.testing import assert_user_error, invoke
+
+
+def _by_hand(columns: dict, n_boot: int, seed: int) -> dict:
+    """The same resamples drawn one index row at a time, the mean of each column over its defined rows."""
+    rng = np.random.default_rng(seed)
+    n = len(next(iter(columns.values())))
+    out = {k: [] for k in columns}
+    done = 0
+    while done < n_boot:
+        draws = min(128, n_boot - done)
+        idx = rng.integers(0, n, size=(draws, n))
+        for row in idx:
+            for k, v in columns.items():
+                picked = np.asarray(v)[row]
+                picked = picked[~np.isnan(picked)]
+                out[k].append(picked.mean() if len(picked) else np.nan)
+        done += draws
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def test_resampled_means_equal_a_by_hand_loop_with_nan_rows_ignored():
+    rng = np.random.default_rng(3)
+    a = rng.normal(0.8, 0.3, 257)
+    a[rng.random(257) < 0.15] = np.nan
+    b = rng.normal(0.1, 1.0, 257)
+    fast = resampled_means({"a": a, "b": b}, 300, seed=11)
+    slow = _by_hand({"a": a, "b": b}, 300, seed=11)
+    for k in ("a", "b"):
+        np.testing.assert_allclose(fast[k], slow[k], rtol=1e-12, atol=1e-12)
+
+
+def test_resample_counts_are_the_drawn_indices():
+    rng1, rng2 = np.random.default_rng(5), np.random.default_rng(5)
+    w = resample_counts(rng1, 7, 13)
+    idx = rng2.integers(0, 13, size=(7, 13))
+    assert w.shape == (7, 13) and (w.sum(1) == 13).all()
+    for r in range(7):
+        np.testing.assert_array_equal(w[r], np.bincount(idx[r], minlength=13))
+
+
+def test_the_percentile_interval_agrees_with_scipy_bootstrap():
+    """Different random draws, the same estimator: the bounds agree to Monte-Carlo precision."""
+    x = np.random.default_rng(0).normal(0.8, 0.28, 2000)
+    draws = resampled_means({"x": x}, 4000, seed=1)["x"]
+    low, high = percentile_interval(draws, 0.95)
+    ref = sps.bootstrap((x,), np.mean, n_resamples=4000, method="percentile", random_state=2).confidence_interval
+    width = high - low
+    assert abs(low - ref.low) < 0.05 * width and abs(high - ref.high) < 0.05 * width
+    assert low < x.mean() < high
+
+
+def test_intervals_are_seeded_and_cover_the_estimate():
+    x = np.random.default_rng(1).random(500)
+    m = {"x": column_mean(x)}
+    one = interval(mean_of("x"), m, resampled_means({"x": x}, 500, seed=4), 0.9, 500)
+    two = interval(mean_of("x"), m, resampled_means({"x": x}, 500, seed=4), 0.9, 500)
+    other = interval(mean_of("x"), m, resampled_means({"x": x}, 500, seed=5), 0.9, 500)
+    assert one == two and one != other
+    assert one.low < one.estimate < one.high and one.level == 0.9
+
+
+def test_ratio_of_gains_is_the_normalised_deletion():
+    m = {"v": 0.6, "o": 0.8, "r": 0.2}
+    assert ratio_of_gains("v", "o", "r")(m) == pytest.approx(4 / 6)
+    assert np.isnan(ratio_of_gains("v", "o", "r")({"v": 0.5, "o": 0.2, "r": 0.2}))
+
+
+def _cols(rng, n, shift=0.0):
+    faith = np.clip(rng.normal(0.8 + shift, 0.3, n), -1, 1)
+    faith[rng.random(n) < 0.1] = np.nan
+    oracle = rng.random(n) * 0.5 + 0.5
+    return {"faithfulness": faith, "deletion@1": oracle * 0.9, "oracle": oracle, "random": oracle * 0.3}
+
+
+def test_differences_from_laya_are_paired():
+    """ig = laya + a small constant on every sample: paired, the difference's interval is much narrower than
+    either method's own interval (unpaired, the noise between samples would not cancel)."""
+    rng = np.random.default_rng(7)
+    laya = _cols(rng, 800)
+    ig = {**laya, "faithfulness": laya["faithfulness"] + 0.01 + rng.normal(0, 0.005, 800)}
+    out = method_intervals({"laya": laya, "ig": ig}, 0.95, 1000, seed=0)
+    own = out["ig"]["intervals"]["faithfulness"]
+    diff = out["ig"]["vs_laya"]["faithfulness"]
+    assert diff.low > 0 and diff.estimate == pytest.approx(0.01, abs=0.002)
+    assert diff.high - diff.low < 0.1 * (own.high - own.low)
+    assert own.n_defined == int((~np.isnan(ig["faithfulness"])).sum())
+    assert "vs_laya" in out["laya"] and out["laya"]["vs_laya"] == {}
+    assert set(out["ig"]["intervals"]) == {"faithfulness", "deletion@1", "deletion@1_normalised"}  # no aopc column
+
+
+def test_paired_change_detects_a_drop_only_with_enough_samples():
+    rng = np.random.default_rng(2)
+    base = _cols(rng, 2000)
+    now = {**base, "faithfulness": base["faithfulness"] - 0.02 + rng.normal(0, 0.2, 2000)}
+    big = paired_change(base, now, "faithfulness", 0.95, 1000, seed=1)
+    head = {k: v[:100] for k, v in base.items()}, {k: v[:100] for k, v in now.items()}
+    small = paired_change(*head, "faithfulness", 0.95, 1000, seed=1)
+    assert big.high < 0  # a real drop, resolved on 2,000 samples
+    assert small.half_width > 3 * big.half_width  # ~ 1/√n: 100 samples resolve ~4.5× less
+    assert small.n_defined < 100 and big.n_defined > 1700
+    assert paired_change(base, {"oracle": base["oracle"]}, "faithfulness", 0.95, 10, 0) is None
+
+
+def test_compact_columns_round_trip():
+    x = np.array([0.1234, np.nan, -1.0, 1.0, 0.5])
+    y = decode(encode(x))
+    assert np.isnan(y[1]) and np.allclose(np.delete(y, 1), np.delete(x, 1), atol=5e-4)
+    block = pack(
+        {"laya": {"faithfulness": x, "oracle": x}, "ig": {"faithfulness": -x, "oracle": x}},
+        ("oracle",),
+        [3, 1, 2, 0, 4],
+    )
+    assert set(block["common"]) == {"oracle"} and set(block["methods"]["ig"]) == {"faithfulness"}
+    ig = unpack(json.loads(json.dumps(block)), "ig")
+    assert set(ig) == {"faithfulness", "oracle"} and np.allclose(ig["faithfulness"][0], -0.1234, atol=5e-4)
+    assert unpack(block, "gradxact") is None
+
+
+FAST = ["--samples", "120", "--steps", "4", "--randomisation-samples", "0"]
+
+
+def test_audit_json_markdown_and_table_carry_intervals(digits_ckpt, tmp_path):
+    out, md = tmp_path / "a.json", tmp_path / "a.md"
+    r = invoke("audit", digits_ckpt, *FAST, "--bootstrap", "200", "--json", out, "--markdown", md)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["intervals"]["level"] == 0.95 and doc["intervals"]["bootstrap"] == 200
+    laya, ig = doc["methods"]["laya"], doc["methods"]["ig"]
+    for metric in ("faithfulness", "deletion@1", "deletion@1_normalised", "aopc", "sufficiency@1"):
+        block = laya["ci"][metric]
+        assert block["ci_low"] <= laya[metric] <= block["ci_high"], metric
+    assert laya["ci"]["faithfulness"]["n_defined"] == laya["defined"]
+    assert ig["vs_laya"]["faithfulness"]["difference"] == pytest.approx(ig["faithfulness"] - laya["faithfulness"])
+    assert "95% CI" in r.output and "paired difference from laya" in r.output
+    text = md.read_text()
+    assert "| 95% CI |" in text.replace("95% CI | ± std", "95% CI |") and "Paired difference from `laya`" in text
+    assert "per_sample" in doc and len(unpack(doc["per_sample"], "ig")["faithfulness"]) == 120
+
+
+def test_ci_zero_turns_the_intervals_off(digits_ckpt, tmp_path):
+    out = tmp_path / "a.json"
+    r = invoke("audit", digits_ckpt, *FAST, "--ci", "0", "--json", out)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert "ci" not in doc["methods"]["laya"] and "intervals" not in doc and "95% CI" not in r.output
+    assert "per_sample" in doc  # still written: a later --gate-on bound pairs against it
+
+
+@pytest.mark.parametrize(("args", "fragment"), [(["--ci", "1.5"], "--ci"), (["--bootstrap", "0"], "--bootstrap")])
+def test_bad_interval_options_are_usage_errors(digits_ckpt, args, fragment):
+    assert_user_error(invoke("audit", digits_ckpt, *FAST, *args), fragment)
