@@ -145,7 +145,19 @@ FAST = ["--samples", "120", "--steps", "4", "--randomisation-samples", "0"]
 
 def test_audit_json_markdown_and_table_carry_intervals(digits_ckpt, tmp_path):
     out, md = tmp_path / "a.json", tmp_path / "a.md"
-    r = invoke("audit", digits_ckpt, *FAST, "--bootstrap", "200", "--json", out, "--markdown", md)
+    r = invoke(
+        "audit",
+        digits_ckpt,
+        *FAST,
+        "--bootstrap",
+        "200",
+        "--metrics",
+        "aopc,sufficiency",
+        "--json",
+        out,
+        "--markdown",
+        md,
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["intervals"]["level"] == 0.95 and doc["intervals"]["bootstrap"] == 200
@@ -159,6 +171,13 @@ def test_audit_json_markdown_and_table_carry_intervals(digits_ckpt, tmp_path):
     text = md.read_text()
     assert "| 95% CI |" in text.replace("95% CI | ± std", "95% CI |") and "Paired difference from `laya`" in text
     assert "per_sample" in doc and len(unpack(doc["per_sample"], "ig")["faithfulness"]) == 120
+    plain = invoke("audit", digits_ckpt, *FAST, "--bootstrap", "50", "--json", out)  # deeper groups not computed
+    assert plain.exit_code == 0, plain.output
+    assert set(json.loads(out.read_text())["methods"]["laya"]["ci"]) == {
+        "faithfulness",
+        "deletion@1",
+        "deletion@1_normalised",
+    }
 
 
 def test_ci_zero_turns_the_intervals_off(digits_ckpt, tmp_path):
