@@ -351,7 +351,10 @@ def test_metric_columns_only_when_asked():
     from laya_cli.report.audit import audit_deeper_table, audit_markdown, audit_rich_table
 
     head, feats, ref, _ = make(batch=20)
-    result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), Deeper(steps=4))
+    model = head_only_model(head, ref, C)
+    with_ci = run_audit(model, data(feats), parse_methods("ig"), Deeper(steps=4, bootstrap=50))
+    assert audit_markdown(with_ci).splitlines()[2].startswith("| method | faithfulness | 95% CI | ± std |")
+    result = run_audit(model, data(feats), parse_methods("ig"), Deeper(steps=4, ci=0))  # --ci 0: no CI columns
     plain = audit_markdown(result).splitlines()[2]
     assert plain == ("| method | faithfulness | ± std | undef. | deletion@1 | oracle | random | normalised |")
     full = audit_markdown(result, metrics=parse_metric_groups("all")).splitlines()[2]
