@@ -53,7 +53,7 @@ def tiny(tmp_path_factory):
 
 
 def _is_stat(s, n, with_std=True):
-    assert set(s) == {"mean", "std", "n", "values"}, s
+    assert set(s) == {"mean", "std", "n", "values", "ci_low", "ci_high", "ci_level"}, s
     assert s["n"] == n and len(s["values"]) == n
     assert isinstance(s["mean"], float) and math.isfinite(s["mean"])
     if with_std:
@@ -251,6 +251,31 @@ def test_stats_mean_and_sample_std():
     assert s["mean"] == pytest.approx(0.9) and s["std"] == pytest.approx(0.1) and s["n"] == 3
     assert seed_stats([0.5])["std"] is None  # one seed: no spread to report
     assert seed_stats([None, float("nan")])["mean"] is None
+    # the 95 % t-interval over seeds: mean ± t_{0.975, n−1} · std / √n, as scipy computes it
+    from scipy import stats as sps
+
+    lo, hi = sps.t.interval(0.95, 2, loc=0.9, scale=0.1 / math.sqrt(3))
+    assert (s["ci_low"], s["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert seed_stats([0.5])["ci_low"] is None
+
+
+def test_paired_differences_against_laya(tiny):
+    """Each method − the laya method on the same run, each head − the laya head on the same seed, with intervals."""
+    heads = tiny["json"]["heads"]
+    laya = heads["laya"]
+    ig = laya["methods"]["ig"]["vs_laya"]["faithfulness"]
+    want = [
+        a - b
+        for a, b in zip(
+            laya["methods"]["ig"]["faithfulness"]["values"], laya["methods"]["laya"]["faithfulness"]["values"]
+        )
+    ]
+    assert ig["n"] == 2 and ig["mean"] == pytest.approx(sum(want) / 2) and ig["ci_low"] <= ig["mean"] <= ig["ci_high"]
+    other = next(h for h in heads if h != "laya")
+    acc = heads[other]["vs_laya_head"]["test_accuracy"]
+    diffs = [a - b for a, b in zip(heads[other]["test_accuracy"]["values"], laya["test_accuracy"]["values"])]
+    assert acc["mean"] == pytest.approx(sum(diffs) / 2)
+    assert "Paired differences against `laya`" in tiny["markdown"]
 
 
 # --------------------------------------------------------------------------- speed

@@ -14,16 +14,21 @@ BENCH_METRICS = {  # metric -> (terminal title, Markdown title)
 DELETION_REFERENCES = (("oracle", "deletion@1_oracle"), ("random exp.", "deletion@1_random"))
 
 
-def _pm(stats: dict, spec: str = "{:.4f}") -> str:
+def _pm(stats: dict, spec: str = "{:.4f}", interval: bool = True) -> str:
+    """mean ± std, and the 95 % t-interval over seeds in brackets where there is one (two or more seeds)."""
     m, s = stats.get("mean"), stats.get("std")
     if m is None:
         return "n/a"
-    return spec.format(m) + ("" if s is None else " ± " + spec.format(s))
+    text = spec.format(m) + ("" if s is None else " ± " + spec.format(s))
+    lo, hi = stats.get("ci_low"), stats.get("ci_high")
+    if interval and lo is not None and hi is not None:
+        text += f" [{spec.format(lo)}, {spec.format(hi)}]"
+    return text
 
 
 def _seconds(stats: dict) -> str:
     m = stats.get("mean")
-    return "n/a" if m is None else _pm(stats, "{:.1f}" if m < 10 else "{:.0f}") + " s"
+    return "n/a" if m is None else _pm(stats, "{:.1f}" if m < 10 else "{:.0f}", interval=False) + " s"
 
 
 def _best_if(text: str, is_best: bool) -> Cell:
@@ -40,7 +45,7 @@ def bench_accuracy_rows(result) -> list[dict]:
             "cells": [
                 Cell(_pm(e["test_accuracy"]), "best" if e["test_accuracy"]["mean"] == top["test_accuracy"] else None),
                 Cell(_pm(e["test_macro_f1"]), "best" if e["test_macro_f1"]["mean"] == top["test_macro_f1"] else None),
-                Cell(_pm(e["epochs_run"], "{:.1f}")),
+                Cell(_pm(e["epochs_run"], "{:.1f}", interval=False)),
                 Cell(_seconds(e["train_seconds"])),
                 Cell(str(e["runs"])),
             ],
@@ -93,7 +98,7 @@ def bench_caption(result) -> str:
         f"{t.train.batch_size} ≤{t.train.epochs} epochs patience {t.train.patience} · audit {samples} test samples, "
         f"ablation {b.audit.ablation}, target {b.audit.target}"
         + (f", IG steps {b.audit.steps}" if "ig" in b.methods() else "")
-        + " · mean ± std over seeds (std: n−1)"
+        + " · mean ± std over seeds (std: n−1) [95 % t-interval over seeds]"
     )
 
 
@@ -105,6 +110,44 @@ def bench_counts(result) -> str:
         f"{n} run{'s' if n != 1 else ''}: {trained} trained, {result.reaudited} re-audited (checkpoint reused), "
         f"{result.reused} reused (training and audit)"
     )
+
+
+PAIRED_HEADER = ["on head", "difference", "Δ faithfulness", "Δ deletion@1", "Δ normalised"]
+PAIRED_CAPTION = (
+    "paired by run: a method − the laya method on the same head and seed, or a head − the laya head on the same "
+    "seed (its test accuracy, then each method); mean [95 % t-interval over seeds]; marked: the interval excludes 0"
+)
+
+
+def _diff(block: dict | None, spec: str = "{:+.3f}") -> Cell:
+    if not block or block.get("mean") is None:
+        return Cell("n/a", "dim")
+    text = spec.format(block["mean"])
+    lo, hi = block.get("ci_low"), block.get("ci_high")
+    if lo is not None and hi is not None:
+        text += f" [{spec.format(lo)}, {spec.format(hi)}]"
+    return Cell(text, "best" if lo is not None and hi is not None and (lo > 0 or hi < 0) else None)
+
+
+def bench_paired_rows(result) -> list[list[Cell]]:
+    """The paired differences against laya (training/bench_pairs.py), one row per (head, method) pair."""
+    rows = []
+    for h, e in result.heads.items():
+        for m, block in e["methods"].items():
+            if "vs_laya" in block:
+                vs = block["vs_laya"]
+                rows.append([Cell(h), Cell(f"{m} − laya"), *(_diff(vs.get(k)) for k in PAIRED_KEYS)])
+        head_vs = e.get("vs_laya_head") or {}
+        if head_vs:
+            acc = _diff(head_vs.get("test_accuracy"), "{:+.4f}")
+            rows.append([Cell(h), Cell("accuracy − laya head"), acc, Cell(""), Cell("")])
+            for m, vs in head_vs.items():
+                if m != "test_accuracy":
+                    rows.append([Cell(h), Cell(f"{m}: − laya head"), *(_diff(vs.get(k)) for k in PAIRED_KEYS)])
+    return rows
+
+
+PAIRED_KEYS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 
 
 def bench_rich_tables(result) -> list:
@@ -124,6 +167,13 @@ def bench_rich_tables(result) -> list:
         for r in rows[key]:
             t.add_row(f"[dim]{r['method']}[/]" if r["dim"] else r["method"], *marked(r["cells"], RICH_MARKS))
         tables.append(t)
+    if paired := bench_paired_rows(result):
+        t = rich_table("laya bench: paired differences against laya", caption=PAIRED_CAPTION, caption_justify="left")
+        for i, h in enumerate(PAIRED_HEADER):
+            t.add_column(h, justify="left" if i < 2 else "right", no_wrap=True)
+        for r in paired:
+            t.add_row(*marked(r, RICH_MARKS))
+        tables.append(t)
     return tables
 
 
@@ -141,6 +191,10 @@ def bench_markdown(result, title: str = "laya bench") -> str:
             [(f"_{r['method']}_" if r["dim"] else f"`{r['method']}`"), *marked(r["cells"], MD_MARKS)] for r in rows[key]
         ]
         lines += ["", f"#### {name}", "", *md_table(["method", *(f"{h} head" for h in result.heads)], body)]
+    if paired := bench_paired_rows(result):
+        body = [marked(r, MD_MARKS) for r in paired]
+        lines += ["", "#### Paired differences against `laya`", "", *md_table(PAIRED_HEADER, body, "llrrr")]
+        lines += ["", f"_{PAIRED_CAPTION}_"]
     lines += ["", f"_{bench_caption(result)}_"]
     notes = [f"{h} head: {n}" for h, e in result.heads.items() for n in e["notes"]]
     if notes:

@@ -36,6 +36,7 @@ from ..runtime.config import AuditSettings, TrainRequest, check_at_least, diff_o
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
 from ..runtime.fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
 from ..runtime.progress import log
+from .bench_pairs import pair_with_laya, seed_interval
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
 DEFAULT_HEADS = ",".join(HEAD_ORDER)
@@ -288,11 +289,12 @@ def run_one(bench: BenchRequest, head: str, seed: int) -> RunOutcome:
 
 
 def seed_stats(values: list[float]) -> dict:
-    """Mean and sample standard deviation (n − 1; null with one value) over seeds, NaN-free values only."""
+    """Mean, sample standard deviation (n − 1; null with one value) and the 95 % t-interval over seeds, NaN-free
+    values only."""
     vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     mean = statistics.fmean(vals) if vals else None
     std = statistics.stdev(vals) if len(vals) > 1 else None
-    return {"mean": mean, "std": std, "n": len(vals), "values": list(values)}
+    return {"mean": mean, "std": std, "n": len(vals), "values": list(values), **seed_interval(vals)}
 
 
 def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
@@ -335,6 +337,7 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
                     notes.append(n)
         entry["notes"] = notes
         heads[head] = entry
+    pair_with_laya(heads, {h: [o.record for o in outcomes if o.head == h] for h in bench.heads})  # bench_pairs.py
     return heads
 
 

@@ -1,0 +1,60 @@
+"""``laya bench``'s intervals over seeds (docs/benchmarks.md): each run-level number's 95 % Student-t interval
+(``seed_interval``), and paired differences against ``laya`` — within a head, each method minus the ``laya``
+method on the same run; across heads, each head minus the ``laya`` head on the same seed — with their own
+t-intervals. Pairing by run removes what a seed's split and initialisation give every method and head alike."""
+
+from __future__ import annotations
+
+import math
+
+from ..stats.tinterval import t_interval
+
+LEVEL = 0.95
+PAIRED_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
+
+
+def _num(v) -> float:
+    return math.nan if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def seed_interval(values) -> dict:
+    """The t-interval of the defined values (``ci_low``/``ci_high``: None below two values)."""
+    t = t_interval([_num(v) for v in values], LEVEL)
+    ok = t.n > 1 and not math.isnan(t.low)
+    return {"ci_low": t.low if ok else None, "ci_high": t.high if ok else None, "ci_level": LEVEL}
+
+
+def paired(a: list, b: list) -> dict:
+    """Mean, std and t-interval of a − b over the runs where both are defined."""
+    diffs = [x - y for x, y in zip(map(_num, a), map(_num, b)) if not (math.isnan(x) or math.isnan(y))]
+    t = t_interval(diffs, LEVEL)
+    nan = lambda v: None if math.isnan(v) else v  # noqa: E731
+    return {"mean": nan(t.mean), "std": nan(t.std), "ci_low": nan(t.low), "ci_high": nan(t.high), "n": t.n}
+
+
+def pair_with_laya(heads: dict, records: dict[str, list[dict]]) -> None:
+    """Add ``vs_laya`` to each head's methods (method − laya, same run) and to each head (head − the laya head,
+    same seed: test accuracy and each method's metrics). ``records``: head -> its run records in seed order."""
+    for head, entry in heads.items():
+        recs = records[head]
+        runs = [r["audit"]["methods"] for r in recs]
+        for m, block in entry["methods"].items():
+            if m == "laya" or "laya" not in entry["methods"] or not block["available"]:
+                continue
+            if not entry["methods"]["laya"]["available"]:
+                continue
+            block["vs_laya"] = {
+                k: paired([r[m][k] for r in runs], [r["laya"][k] for r in runs]) for k in PAIRED_METRICS
+            }
+        if head == "laya" or "laya" not in heads:
+            continue
+        base = {r["seed"]: r for r in records["laya"]}
+        both = [(r, base[r["seed"]]) for r in recs if r["seed"] in base]
+        vs = {"test_accuracy": paired([r["metrics"]["test_accuracy"] for r, _ in both],
+                                      [b["metrics"]["test_accuracy"] for _, b in both])}  # fmt: skip
+        for m in entry["methods"]:
+            mine = [r["audit"]["methods"][m] for r, _ in both]
+            theirs = [b["audit"]["methods"][m] for _, b in both]
+            if all(p["available"] for p in mine + theirs):
+                vs[m] = {k: paired([p[k] for p in mine], [p[k] for p in theirs]) for k in PAIRED_METRICS}
+        entry["vs_laya_head"] = vs
