@@ -192,3 +192,13 @@ def test_ci_zero_turns_the_intervals_off(digits_ckpt, tmp_path):
 @pytest.mark.parametrize(("args", "fragment"), [(["--ci", "1.5"], "--ci"), (["--bootstrap", "0"], "--bootstrap")])
 def test_bad_interval_options_are_usage_errors(digits_ckpt, args, fragment):
     assert_user_error(invoke("audit", digits_ckpt, *FAST, *args), fragment)
+
+
+def test_report_html_shows_the_intervals(digits_ckpt, tmp_path):
+    audit = tmp_path / "audit.json"
+    assert invoke("audit", digits_ckpt, *FAST, "--bootstrap", "100", "--json", audit, "-q").exit_code == 0
+    r = invoke("export", digits_ckpt, "--out", tmp_path / "export", "--audit", audit, "--no-plots", "-q")
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "export" / "report.html").read_text(encoding="utf-8")
+    ci = json.loads(audit.read_text())["methods"]["laya"]["ci"]["faithfulness"]
+    assert "95% CI" in html and f"[{ci['ci_low']:.3f}, {ci['ci_high']:.3f}]" in html
