@@ -42,3 +42,25 @@ def attach_intervals(result, per: Mapping[str, Mapping[str, Tensor]], common: Ma
     for m, found in method_intervals(columns, level, n_boot, settings.seed + _SEED).items():
         result.methods[m].intervals = found["intervals"]
         result.methods[m].vs_laya = found["vs_laya"]
+
+
+def network_intervals(methods: dict, rho: Mapping, d1: Mapping, common: Mapping[str, Tensor], settings) -> None:
+    """The network scope's intervals (faithfulness and Deletion@1 with its normalisation, per method and of its
+    difference from ``laya``), attached to its ``MethodScores`` unless ``settings.ci`` is 0."""
+    level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
+    if not level or not n_boot:
+        return
+    nan = float("nan")
+    columns = {
+        m: {
+            "faithfulness": rho[m].double().masked_fill(common["degenerate"], nan).cpu().numpy(),
+            "deletion@1": d1[m].double().cpu().numpy(),
+            "oracle": common["oracle"].double().cpu().numpy(),
+            "random": common["random"].double().cpu().numpy(),
+        }
+        for m, s in methods.items()
+        if s.available and m in rho and m in d1
+    }
+    for m, found in method_intervals(columns, level, n_boot, settings.seed + _SEED).items():
+        methods[m].intervals = found["intervals"]
+        methods[m].vs_laya = found["vs_laya"]

@@ -36,6 +36,7 @@ from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
 from .ig_steps import NETWORK_FIRST_STEPS, adaptive_ig, steps_summary
+from .intervals import network_intervals
 from .methods import (
     METHODS,
     REDUCTIONS,
@@ -74,6 +75,9 @@ NETWORK_KEYS = (
     "available",
     "note",
     "degenerate",
+    "ci_level",  # --ci: the bootstrap intervals (auditing/intervals.py), as at head scope
+    "ci",
+    "vs_laya",
 )
 assert set(NETWORK_METRICS) <= set(NETWORK_KEYS)
 
@@ -630,6 +634,7 @@ def run_scoped_audit(
         rho["global"], d1["global"] = spearman_rows(a, delta), deletion_at_1(a, delta)[0]
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     methods = _method_scores(plan, rho, d1, common)
+    network_intervals(methods, rho, d1, common, settings)  # --ci (auditing/intervals.py)
     if "ig_steps" in got and methods["ig"].available:
         methods["ig"].ig_steps = steps_summary(got["ig_steps"]["steps"], settings.steps, settings.ig_tol)
     network = NetworkResult(
