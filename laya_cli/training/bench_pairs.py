@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import math
 
-from ..stats.tinterval import t_interval
-
 LEVEL = 0.95
 PAIRED_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 
@@ -19,6 +17,8 @@ def _num(v) -> float:
 
 def seed_interval(values) -> dict:
     """The t-interval of the defined values (``ci_low``/``ci_high``: None below two values)."""
+    from ..stats.tinterval import t_interval  # numpy: not at import (laya --help imports the bench's defaults)
+
     t = t_interval([_num(v) for v in values], LEVEL)
     ok = t.n > 1 and not math.isnan(t.low)
     return {"ci_low": t.low if ok else None, "ci_high": t.high if ok else None, "ci_level": LEVEL}
@@ -26,6 +26,8 @@ def seed_interval(values) -> dict:
 
 def paired(a: list, b: list) -> dict:
     """Mean, std and t-interval of a − b over the runs where both are defined."""
+    from ..stats.tinterval import t_interval
+
     diffs = [x - y for x, y in zip(map(_num, a), map(_num, b)) if not (math.isnan(x) or math.isnan(y))]
     t = t_interval(diffs, LEVEL)
     nan = lambda v: None if math.isnan(v) else v  # noqa: E731
