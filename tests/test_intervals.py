@@ -202,3 +202,17 @@ def test_report_html_shows_the_intervals(digits_ckpt, tmp_path):
     html = (tmp_path / "export" / "report.html").read_text(encoding="utf-8")
     ci = json.loads(audit.read_text())["methods"]["laya"]["ci"]["faithfulness"]
     assert "95% CI" in html and f"[{ci['ci_low']:.3f}, {ci['ci_high']:.3f}]" in html
+
+
+def test_resampled_means_do_not_depend_on_the_chunking(monkeypatch):
+    """Chunks bound the memory (draws × rows per matrix product); the resamples are the same, the means equal up
+    to the matrix product's rounding."""
+    from laya_cli.stats import bootstrap
+
+    rng = np.random.default_rng(0)
+    columns = {"a": rng.normal(size=300), "b": np.where(rng.random(300) < 0.2, np.nan, rng.normal(size=300))}
+    whole = bootstrap.resampled_means(columns, 257, seed=4)
+    monkeypatch.setattr(bootstrap, "CHUNK_CELLS", 7 * 300)  # 7 resamples per product
+    chunked = bootstrap.resampled_means(columns, 257, seed=4)
+    for k in columns:
+        np.testing.assert_allclose(whole[k], chunked[k], rtol=1e-12, atol=1e-15)

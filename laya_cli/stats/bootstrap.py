@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CHUNK = 128  # resamples per matrix product: B × n weights in memory at a time (128 × 10,000 float64 = 10 MB)
+# Resamples per matrix product: at most 128, and at most CHUNK_CELLS draws × rows, so the few (draws, n) arrays a
+# chunk holds (indices, counts) stay near 4 MB each whatever n (memory flat in the number of audited samples;
+# numpy's draws do not depend on the chunking, so neither do the resamples).
+CHUNK = 128
+CHUNK_CELLS = 1 << 19
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,9 @@ def resampled_means(columns: Mapping[str, np.ndarray], n_boot: int, seed: int) -
     counts = defined.astype(np.float64)
     rng = np.random.default_rng(seed)
     out = np.empty((n_boot, len(names)))
-    for start in range(0, n_boot, CHUNK):
-        w = resample_counts(rng, min(CHUNK, n_boot - start), n)
+    chunk = max(1, min(CHUNK, CHUNK_CELLS // n))
+    for start in range(0, n_boot, chunk):
+        w = resample_counts(rng, min(chunk, n_boot - start), n)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[start : start + len(w)] = (w @ values) / (w @ counts)
     return {k: out[:, j] for j, k in enumerate(names)}
