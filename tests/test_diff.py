@@ -127,3 +127,24 @@ def test_diff_usage_errors(digits_ckpt):
     assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--fail-if-changed", "Zebra"), "no such class")
     assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--correction", "bonferroni"), "--correction")
     assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--alpha", "2"), "--alpha")
+
+
+def test_network_scope_diff_compares_total_effects(digits_ckpt, digits_ckpts, tmp_path):
+    head_json, net_json = tmp_path / "h.json", tmp_path / "n.json"
+    args = ["diff", digits_ckpt, digits_ckpts["laya"], *FAST]
+    assert invoke(*args, "--json", head_json).exit_code in (0, 1)
+    r = invoke(*args, "--json", net_json, "--scope", "network")
+    assert r.exit_code in (0, 1), r.output
+    head, net = json.loads(head_json.read_text()), json.loads(net_json.read_text())
+    assert net["settings"]["scope"] == "network" and head["settings"]["scope"] == "head"
+    assert "LOLO Δ at network scope" in " ".join(r.output.split())
+    # α and accuracy are the head's own at either scope; Δ is the total effect at network scope
+    assert net["accuracy"] == head["accuracy"] and net["overall"]["js"] == head["overall"]["js"]
+    layers = lambda doc, k: [row[k] for row in doc["overall"]["layers"]]
+    assert layers(net, "alpha_a") == layers(head, "alpha_a")
+    assert layers(net, "delta_a") != layers(head, "delta_a")
+    assert layers(net, "delta_a")[-1] == pytest.approx(layers(head, "delta_a")[-1], abs=1e-6)  # nothing after it
+
+
+def test_diff_bad_scope_is_one_line(digits_ckpt):
+    assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--scope", "both"), "--scope")

@@ -17,6 +17,13 @@ ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candida
 Permutations = Annotated[int, typer.Option(help="Permutations of each paired permutation test.")]
 Level = Annotated[float, typer.Option("--alpha", help="Significance level of a changed class, after correction.")]
 Correction = Annotated[str, typer.Option(help="Multiple-testing correction over the classes: holm, bh or none.")]
+DiffScope = Annotated[
+    str,
+    typer.Option(
+        help="Where a layer is removed for the LOLO effects Δ: head (at the head's inputs: direct effects) or "
+        "network (patched inside the backbone: total effects)."
+    ),
+]
 FailIfChanged = Annotated[
     str | None,
     typer.Option(metavar="CLASS|any", help="Exit 1 when this class (or any class) changed its layer usage."),
@@ -34,6 +41,7 @@ def diff(
     alpha: Level = 0.05,
     correction: Correction = "holm",
     fail_if_changed: FailIfChanged = None,
+    scope: DiffScope = "head",
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     device: Device = "auto",
@@ -56,8 +64,9 @@ def diff(
     gate = check_gate(fail_if_changed, list(load_model(model_a).classes))
     with progress.enabled(True):
         result = diff_models(
-            str(model_a), str(model_b), dataset, data_dir, samples, seed, settings, device=pick_device(device)
-        )
+            str(model_a), str(model_b), dataset, data_dir, samples, seed, settings, device=pick_device(device),
+            scope=scope.lower(),
+        )  # fmt: skip
     doc = result.to_dict()
     for table in diff_rich_tables(doc):
         console.print(table)

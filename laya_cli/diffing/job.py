@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..auditing.network import check_network_scope
 from ..model.evaldata import load_eval_data
 from ..model.laya_model import load_model
 from ..runtime.errors import LayaError
 from .compare import DiffResult, DiffSettings, compare_profiles
-from .profiles import model_profiles
+from .profiles import model_profiles, network_deltas
 
 
 def check_comparable(a, b, path_a: str, path_b: str) -> None:
@@ -47,19 +48,30 @@ def diff_models(
     ablation: str = "mean",
     device: str = "cpu",
     use_cache: bool = True,
+    scope: str = "head",
 ) -> DiffResult:
+    """Both models on the same samples, compared; ``scope``: where a layer is removed for Δ (``head``: at the
+    head's inputs, direct effects; ``network``: patched inside the backbone, total effects)."""
     settings = settings or DiffSettings()
     a, b = load_model(path_a), load_model(path_b)
     check_comparable(a, b, path_a, path_b)
+    if scope not in ("head", "network"):
+        raise LayaError(f"--scope {scope}: laya diff takes head or network")
+    if scope == "network":  # taps that cannot be patched, or an ablation the network cannot do: before any work
+        check_network_scope(a, ablation)
+        check_network_scope(b, ablation)
     data_a = load_eval_data(a, dataset, data_dir, samples, seed, device, use_cache=use_cache)
     data_b = load_eval_data(b, dataset, data_dir, samples, seed, device, use_cache=use_cache)
     if not np.array_equal(np.asarray(data_a.index), np.asarray(data_b.index)):
         raise LayaError(f"{path_a} and {path_b} were evaluated on different samples: give both the same --dataset")
     pa = model_profiles(a, data_a.features, ablation, device=device)
     pb = model_profiles(b, data_b.features, ablation, device=device)
+    if scope == "network":
+        pa.delta = network_deltas(a, data_a.images, ablation, device=device, use_cache=use_cache)
+        pb.delta = network_deltas(b, data_b.images, ablation, device=device, use_cache=use_cache)
     result = compare_profiles(pa, pb, list(a.classes), list(a.layer_names), settings)
     result.settings.update(
         model_a=str(path_a), model_b=str(path_b), dataset=data_a.dataset, samples=samples, sample_seed=seed,
-        ablation=ablation, head_a=a.head_kind, head_b=b.head_kind,
+        ablation=ablation, head_a=a.head_kind, head_b=b.head_kind, scope=scope,
     )  # fmt: skip
     return result

@@ -1,5 +1,6 @@
 """The per-sample numbers ``laya diff`` compares, for one model on its evaluation data: the label, the predicted
-class, α (heads with layer weights), the LOLO effects Δ of the predicted class, and contrib (LAYA heads)."""
+class, α (heads with layer weights), the LOLO effects Δ of the predicted class (at head scope, or patched inside
+the network: ``network_deltas``), and contrib (LAYA heads)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import torch
 
 from ..auditing.methods import contrib, laya_attention
 from ..auditing.metrics import lolo_effects
+from ..auditing.network import NetworkScope, network_reference
 from ..auditing.scaffold import References
-from ..features.extraction import feature_batches
+from ..data.images import image_batches
+from ..features.extraction import feature_batches, to_float_images
+from ..runtime.device import to_device
 
 
 @dataclass
@@ -51,3 +55,18 @@ def model_profiles(model, features, ablation: str = "mean", batch_size: int = 25
         alpha=_cat(parts["alpha"]),
         contrib=_cat(parts["contrib"]),
     )
+
+
+@torch.no_grad()
+def network_deltas(model, images, ablation: str = "mean", batch_size: int = 256, device: str = "cpu", use_cache=True):
+    """(n, L) total effects Δ_i of the predicted class: tap i patched to its reference inside the network, every
+    later layer recomputed (the network scope of ``laya audit``, docs/metrics.md)."""
+    reference = network_reference(model, ablation, device, use_cache)
+    net = NetworkScope(model.backbone.eval().to(device), model.head.eval().to(device), reference)
+    parts = []
+    for xb in image_batches(images, batch_size):
+        x = to_float_images(to_device(xb, device))
+        hs = net.activations(x)
+        feats = net.pooled(hs)
+        parts.append(net.effects(x, hs, feats, net.head(feats).logits.argmax(-1)).cpu())
+    return torch.cat(parts).double().numpy()
