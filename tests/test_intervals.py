@@ -216,3 +216,47 @@ def test_resampled_means_do_not_depend_on_the_chunking(monkeypatch):
     chunked = bootstrap.resampled_means(columns, 257, seed=4)
     for k in columns:
         np.testing.assert_allclose(whole[k], chunked[k], rtol=1e-12, atol=1e-15)
+
+
+def test_completeness_and_randomisation_intervals_match_a_by_hand_bootstrap():
+    """IG's completeness (1 − mean |δ| / mean |Δf|) and the randomisation check (1 − mean ρ over the checked
+    samples) get intervals too, when their groups are computed: the point value is the audit's, the bounds a
+    by-hand percentile bootstrap of the same per-sample columns."""
+    import torch
+
+    from laya_cli.auditing.run import run_audit
+    from laya_cli.features.extraction import LayerFeatures
+    from laya_cli.model.heads import HeadConfig, build_head
+    from laya_cli.runtime.config import AuditSettings
+    from laya_cli.testing import head_only_model
+
+    torch.manual_seed(0)
+    dims = [6, 5, 7]
+    head = build_head("laya", dims, 3, HeadConfig(d_star=8, score_hidden=16)).eval()
+    for p in head.parameters():
+        p.data.mul_(3)
+    feats = [torch.randn(60, d) for d in dims]
+    model = head_only_model(head, [torch.zeros(d) for d in dims], 3)
+    data = LayerFeatures(feats, torch.zeros(60, dtype=torch.long))
+    settings = AuditSettings(metrics=("completeness", "randomisation"), randomisation_samples=40, batch_size=20,
+                             ig_tol=0.0, steps=2, bootstrap=400)  # fmt: skip
+    result = run_audit(model, data, ["laya", "ig"], settings)
+    ig, laya = result.methods["ig"], result.methods["laya"]
+    cols = result.columns["ig"]
+    hand = _by_hand({"e": cols["completeness_error"], "f": cols["ig_effect"], "r": cols["randomised"]}, 400,
+                    result.interval_settings["seed"])  # fmt: skip
+    for metric, draws, point in (
+        ("completeness", 1 - hand["e"] / hand["f"], ig.completeness),
+        ("randomisation", 1 - hand["r"], ig.randomisation),
+    ):
+        got = ig.intervals[metric]
+        assert got.estimate == pytest.approx(point, abs=1e-12)
+        lo, hi = np.percentile(draws[np.isfinite(draws)], [2.5, 97.5])
+        assert (got.low, got.high) == pytest.approx((lo, hi), abs=1e-12)
+    assert int((~np.isnan(cols["randomised"])).sum()) == 40  # the checked samples only
+    assert "completeness" not in laya.intervals and "randomisation" in laya.intervals
+    assert "randomisation" in ig.vs_laya and "completeness" not in ig.vs_laya
+    # not asked for: no columns, no intervals
+    plain = run_audit(model, data, ["laya", "ig"], AuditSettings(ig_tol=0.0, steps=2, bootstrap=50))
+    assert not {"completeness", "randomisation"} & set(plain.methods["ig"].intervals)
+    assert not {"completeness_error", "ig_effect", "randomised"} & set(plain.columns["ig"])

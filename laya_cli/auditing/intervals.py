@@ -5,7 +5,7 @@ compactly, so a later ``--baseline`` gate can pair its samples with them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from torch import Tensor
@@ -15,8 +15,11 @@ from ..stats.audit_columns import COLUMNS, method_intervals
 _SEED = 0xB007  # offset of the bootstrap's seed from the audit's --seed
 
 
-def method_columns(per: Mapping[str, Tensor], common: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
-    """One method's per-sample columns (float64, NaN where undefined); those not computed are absent."""
+def method_columns(
+    per: Mapping[str, Tensor], common: Mapping[str, Tensor], groups: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """One method's per-sample columns (float64, NaN where undefined); those not computed (``groups``: the deeper
+    metric groups the audit computed) are absent."""
     cols: dict[str, Tensor] = {"oracle": common["oracle"], "random": common["random"]}
     if "rho" in per:
         cols["faithfulness"] = per["rho"].double().masked_fill(common["degenerate"], float("nan"))
@@ -27,13 +30,18 @@ def method_columns(per: Mapping[str, Tensor], common: Mapping[str, Tensor]) -> d
     if "sufficiency" in per:  # (keep_oracle and keep_random are masked where it is undefined: audit_columns)
         cols["sufficiency@1"] = per["sufficiency"]
         cols["keep_oracle"], cols["keep_random"] = common["keep_oracle"], common["keep_random"]
+    if "completeness" in groups and "completeness_error" in per:  # IG: its |δ| and the effect it explains
+        cols["completeness_error"], cols["ig_effect"] = per["completeness_error"], common["effect"]
+    stages = sorted(k for k in per if k.startswith("randomised"))
+    if "randomisation" in groups and stages:  # the fully re-initialised head: the last stage
+        cols["randomised"] = per[max(stages, key=lambda k: int(k[len("randomised") :]))]
     return {k: cols[k].double().cpu().numpy() for k in COLUMNS if k in cols}
 
 
 def attach_intervals(result, per: Mapping[str, Mapping[str, Tensor]], common: Mapping[str, Tensor], settings) -> None:
     """Keep each available method's columns on ``result`` and, unless ``settings.ci`` is 0, attach the
     intervals of its metrics and of its differences from ``laya`` to its ``MethodScores``."""
-    columns = {m: method_columns(per[m], common) for m in per if result.methods[m].available}
+    columns = {m: method_columns(per[m], common, result.groups) for m in per if result.methods[m].available}
     result.columns = columns
     level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
     if not level or not n_boot or not columns:

@@ -4,8 +4,9 @@ a baseline audited on the same samples. Torch-free: the audit (``auditing.interv
 
 Columns of one method: ``faithfulness`` (ρ, NaN where undefined or degenerate), ``deletion@1``, ``oracle``,
 ``random`` (Deletion@1's oracle and random expectation), ``aopc``, ``sufficiency@1``, ``keep_oracle``,
-``keep_random`` (sufficiency's; read only where sufficiency is defined). A metric whose columns are absent (not
-computed) has no interval.
+``keep_random`` (sufficiency's; read only where sufficiency is defined), ``completeness_error`` and ``ig_effect``
+(IG's |δ| and |p_ŷ(x) − p_ŷ(r̄)|), ``randomised`` (ρ with the fully re-initialised head; NaN outside the checked
+samples). A metric whose columns are absent (not computed) has no interval.
 """
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .bootstrap import Interval, column_mean, difference, interval, mean_of, ratio_of_gains, resampled_means
+from .bootstrap import (
+    Interval,
+    column_mean,
+    difference,
+    interval,
+    mean_of,
+    one_minus,
+    one_minus_ratio,
+    ratio_of_gains,
+    resampled_means,
+)
 
 # metric -> (the column whose defined rows it counts, the statistic of column means)
 STATISTICS = {
@@ -32,8 +43,26 @@ STATISTICS = {
         ratio_of_gains("sufficiency@1", "keep_oracle", "keep_random"),
         ("sufficiency@1", "keep_oracle", "keep_random"),
     ),
+    "completeness": (
+        "completeness_error",
+        one_minus_ratio("completeness_error", "ig_effect"),
+        ("completeness_error", "ig_effect"),
+    ),
+    "randomisation": ("randomised", one_minus("randomised"), ("randomised",)),
 }
-COLUMNS = ("faithfulness", "deletion@1", "oracle", "random", "aopc", "sufficiency@1", "keep_oracle", "keep_random")
+COLUMNS = (
+    "faithfulness",
+    "deletion@1",
+    "oracle",
+    "random",
+    "aopc",
+    "sufficiency@1",
+    "keep_oracle",
+    "keep_random",
+    "completeness_error",
+    "ig_effect",
+    "randomised",
+)
 REFERENCE = "laya"  # every other method's difference is taken from this one
 COMMON = ("oracle", "random", "keep_oracle", "keep_random")  # the same for every method (stored once)
 

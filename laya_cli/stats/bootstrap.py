@@ -122,6 +122,22 @@ def mean_of(name: str) -> Statistic:
     return lambda m: m[name]
 
 
+def one_minus_ratio(num: str, den: str) -> Statistic:
+    """1 − num / den of column means (IG's completeness: 1 − mean |δ| / mean |Δf|); NaN when den is ~0."""
+
+    def stat(m):
+        d = np.asarray(m[den])
+        out = 1 - np.asarray(m[num]) / np.where(np.abs(d) > 1e-12, d, np.nan)
+        return out if np.ndim(out) else float(out)
+
+    return stat
+
+
+def one_minus(name: str) -> Statistic:
+    """1 − the column mean (the model-randomisation check: 1 − mean ρ with the re-initialised head)."""
+    return lambda m: 1 - np.asarray(m[name]) if np.ndim(m[name]) else 1 - float(m[name])
+
+
 def difference(a: Statistic, b: Statistic) -> Statistic:
     """a − b, on the same resamples (paired)."""
     return lambda m: np.asarray(a(m)) - np.asarray(b(m))
