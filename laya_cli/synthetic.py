@@ -68,6 +68,7 @@ def train_digits(
     d_star: int = 96,
     score_hidden: int = 192,
     align: float = 0.0,
+    stop_on: str = "accuracy",
     **extra,
 ) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
@@ -79,7 +80,7 @@ def train_digits(
         head=head,
         data=DataRequest("digits", seed=seed),
         head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
-        train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align),
+        train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align, stop_on=stop_on),
         out=str(out),
         **extra,
     )

@@ -138,3 +138,59 @@ def test_the_term_is_weighted_by_lambda():
     logits = head(feats).logits
     term = Alignment(2.0, ref).loss(head, feats, logits)
     assert term.item() == pytest.approx(2.0 * alignment_loss(head, feats, logits.argmax(-1), ref).item())
+
+
+def test_head_scope_alignment_also_trains_the_adapters():
+    head, feats, ref = make_head_and_features("laya")
+    target = head(feats).logits.argmax(-1)
+    scorer_only = alignment_loss(head, feats, target, ref)
+    whole = alignment_loss(head, feats, target, ref, scope="head")
+    torch.testing.assert_close(whole, scorer_only)  # the same term; only where its gradient goes differs
+    whole.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in head.adapters.parameters())
+    assert head.scorer[0].weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in head.classifier.parameters())
+
+
+def test_validation_faithfulness_is_the_mean_spearman_of_alpha_and_lolo_effects():
+    from scipy.stats import spearmanr
+
+    from laya_cli.training.stopping import stopping_score, validation_faithfulness
+
+    head, feats, ref = make_head_and_features("laya")
+    got = validation_faithfulness(head, feats, ref, batch_size=7)  # several batches
+    with torch.no_grad():
+        out = head(feats)
+        delta = lolo_effects(head, feats, out.logits.argmax(-1), ref, "mean")
+    rhos = [spearmanr(a.numpy(), d.numpy()).statistic for a, d in zip(out.alpha, delta)]
+    rhos = [r for r, d in zip(rhos, delta) if (d != d[0]).sum() > 1 and not math.isnan(r)]
+    assert got == pytest.approx(sum(rhos) / len(rhos), abs=1e-9)
+    assert stopping_score(0.9, None) == 0.9 and stopping_score(0.9, 0.5) == pytest.approx(1.4)
+    assert stopping_score(0.9, math.nan) == 0.9
+
+
+def test_stop_on_combined_records_faithfulness_and_keeps_its_best_epoch(tmp_path):
+    from laya_cli.model.checkpoint import read_checkpoint
+
+    ckpt = read_checkpoint(train_digits(tmp_path / "c.pt", epochs=6, align=1.0, stop_on="combined"))
+    history = ckpt["history"]
+    assert all(isinstance(r["val_faithfulness"], float) for r in history)
+    best = [r for r in history if r["best"]][-1]
+    score = lambda r: r["val_accuracy"] + r["val_faithfulness"]
+    assert best["epoch"] == ckpt["metrics"]["best_epoch"] and best["val_accuracy"] == ckpt["metrics"]["val_accuracy"]
+    assert score(best) == max(score(r) for r in history)
+    assert ckpt["train_config"]["stop_on"] == "combined"
+    plain = read_checkpoint(train_digits(tmp_path / "p.pt", epochs=3))
+    assert all(r["val_faithfulness"] is None for r in plain["history"])
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--stop-on", "combined", "--head", "last"], "--stop-on combined"),
+        (["--stop-on", "loss"], "--stop-on"),
+        (["--align", "1", "--align-scope", "adapters"], "--align-scope"),
+    ],
+)
+def test_bad_stopping_and_align_scope_are_one_line_exit_2(tmp_path, args, fragment):
+    assert_user_error(invoke("train", "--out", str(tmp_path / "x.pt"), *args), fragment)

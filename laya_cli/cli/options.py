@@ -22,6 +22,7 @@ from ..runtime.config import (
     ScopeSettings,
     TrainConfig,
     TrainRequest,
+    settings_from,
 )
 from ..training.bench import BenchRequest
 
@@ -178,6 +179,20 @@ Align = Annotated[
     typer.Option(
         help="λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
         "heads; 0 = off, 1 = recommended; docs/metrics.md#aligned-training)."
+    ),
+]
+AlignScope = Annotated[
+    str,
+    typer.Option(
+        help="What the alignment loss trains: scorer (the scorer and ψ only, the default) or head (the adapters "
+        "too: the whole α path; docs/metrics.md#aligned-training)."
+    ),
+]
+StopOn = Annotated[
+    str,
+    typer.Option(
+        help="Early stopping keeps the epoch with the best validation accuracy, or (combined, laya heads) the best "
+        "validation accuracy + faithfulness of α."
     ),
 ]
 BenchAlign = Annotated[
@@ -515,9 +530,12 @@ def train_request(
     input_size: int | None = None,
     restart: bool = False,
     align: float = TRAIN.align,
+    align_scope: str = TRAIN.align_scope,
+    stop_on: str = TRAIN.stop_on,
     precision: str = TRAIN.precision,
 ) -> TrainRequest:
     """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
+    arguments = locals()
     return TrainRequest(
         backbone=backbone,
         head=head,
@@ -533,16 +551,7 @@ def train_request(
             label_column=label_column,
             text_column=text_column,
         ),
-        train=TrainConfig(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            device=device,
-            align=align,
-            precision=precision,
-        ),
+        train=settings_from(TrainConfig, arguments),  # every TrainConfig field is an option of the same name
         layers=split_csv(layers),
         pool=pool,
         pretrained=pretrained,

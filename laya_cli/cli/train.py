@@ -13,6 +13,7 @@ from .options import (
     JOB,
     TRAIN,
     Align,
+    AlignScope,
     Arch,
     Backbone,
     BatchSize,
@@ -44,6 +45,7 @@ from .options import (
     Resume,
     ScoreHidden,
     Seed,
+    StopOn,
     Strict,
     Tau,
     TextColumn,
@@ -76,6 +78,8 @@ def train(
     lr: Lr = TRAIN.lr,
     patience: Patience = TRAIN.patience,
     align: Align = TRAIN.align,
+    align_scope: AlignScope = TRAIN.align_scope,
+    stop_on: StopOn = TRAIN.stop_on,
     seed: Seed = TRAIN.seed,
     layers: Layers = None,
     pool: Pool = JOB.pool,
@@ -113,6 +117,8 @@ def train(
             arch=arch,
             input_size=input_size,
             align=align,
+            align_scope=align_scope,
+            stop_on=stop_on,
             precision=precision,
         )
         req.command_line = run.record
@@ -142,6 +148,8 @@ def print_epoch(r) -> None:
     mark = " [green]*best[/]" if r.best else ""
     console.print(
         f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  "
-        f"val acc {r.val_accuracy:.4f}  {r.seconds:.1f}s{mark}",
+        f"val acc {r.val_accuracy:.4f}"
+        + ("" if r.val_faithfulness is None else f"  val faith {r.val_faithfulness:.4f}")
+        + f"  {r.seconds:.1f}s{mark}",
         highlight=False,
     )

@@ -105,6 +105,10 @@ class HeadConfig:
         return asdict(self)
 
 
+ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
+STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 50
@@ -114,9 +118,11 @@ class TrainConfig:
     seed: int = 1337
     device: str = "cpu"
     align: float = 0.0  # λ of the faithfulness-alignment term (laya heads; 0 = plain training)
+    align_scope: str = "scorer"  # what the alignment term trains: the scorer (and ψ) only, or the whole head's α path
+    stop_on: str = "accuracy"  # early stopping on validation accuracy, or accuracy + α's faithfulness (combined)
     precision: str = "auto"  # backbone passes: auto, bf16 (CUDA) or fp32 (runtime/device.py); recorded resolved
 
-    LATER = {"align": 0.0}  # as DataRequest.LATER
+    LATER = {"align": 0.0, "align_scope": "scorer", "stop_on": "accuracy"}  # as DataRequest.LATER
 
     def validate(self) -> TrainConfig:
         check_at_least("--epochs", self.epochs)
@@ -126,6 +132,8 @@ class TrainConfig:
         check_at_least("--patience", self.patience)
         if not self.align >= 0:
             raise LayaError(f"--align must be 0 (off) or positive, got {self.align}")
+        self.align_scope = check_choice("--align-scope", self.align_scope, ALIGN_SCOPES)
+        self.stop_on = check_choice("--stop-on", self.stop_on, STOP_ON)
         return self
 
 
@@ -211,6 +219,8 @@ class TrainRequest:
         self.feature_dtype = check_choice("--feature-dtype", self.feature_dtype, FEATURE_DTYPES)
         if self.train.align and self.head.lower() != "laya":  # before any data is loaded
             raise LayaError(f"--align needs input-conditioned attention α: --head laya (not {self.head})")
+        if self.train.stop_on == "combined" and self.head.lower() != "laya":
+            raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {self.head})")
         return self
 
 

@@ -12,10 +12,12 @@ logistic loss over the layer pairs whose effects differ:
         softplus(−sgn(Δ_bi − Δ_bj) · (log α_bi − log α_bj))
 
 log α_i − log α_j = (s_i − s_j)/τ only sees score differences, so the term can reorder the small
-weights of the layers α hardly uses without pulling the large one. α for this term is
-recomputed from the detached adapted layers z = g(r): only the scorer (and ψ) learn from it,
-so it cannot trade classification accuracy for agreement through the adapters, the classifier
-or the backbone. Why these choices (and what else was tried): docs/metrics.md#aligned-training.
+weights of the layers α hardly uses without pulling the large one. By default (``--align-scope
+scorer``) α for this term is recomputed from the detached adapted layers z = g(r): only the
+scorer (and ψ) learn from it, so it cannot trade classification accuracy for agreement through
+the adapters, the classifier or the backbone. ``--align-scope head`` lets its gradient reach the
+adapters too (the whole α path of the head; the backbone's features stay detached). Why these
+choices (and what else was tried): docs/metrics.md#aligned-training.
 λ = 0 skips the term entirely: exactly the plain training.
 """
 
@@ -45,12 +47,16 @@ def ranking_loss(log_alpha: Tensor, delta: Tensor) -> Tensor:
     return (per_pair * pairs).sum() / pairs.sum().clamp_min(1.0)
 
 
-def alignment_loss(head: nn.Module, feats: Sequence[Tensor], target: Tensor, reference: Sequence[Tensor]) -> Tensor:
-    """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches only
-    the scorer and ψ. ``feats``: r_1..r_L as the head reads them; ``target``: ŷ; ``reference``: r̄."""
+def alignment_loss(
+    head: nn.Module, feats: Sequence[Tensor], target: Tensor, reference: Sequence[Tensor], scope: str = "scorer"
+) -> Tensor:
+    """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches the scorer and ψ
+    (``scope`` "scorer") or also the adapters (``scope`` "head"). ``feats``: r_1..r_L as the head reads them;
+    ``target``: ŷ; ``reference``: r̄."""
     feats = [f.detach() for f in feats]
     with torch.no_grad():
         delta = lolo_effects(head, feats, target, reference, "mean")
+    with torch.set_grad_enabled(scope == "head"):
         z = head.embed(feats)
     alpha = head.attention(z)
     return ranking_loss(torch.log(alpha.clamp_min(1e-12)), delta)
@@ -60,8 +66,14 @@ class Alignment:
     """The training term ``weight · alignment_loss`` with its reference r̄: the training mean of the
     features when they are fixed (a frozen backbone), else an EMA of the batch means (end to end)."""
 
-    def __init__(self, weight: float, reference: Sequence[Tensor] | None = None, momentum: float = EMA_MOMENTUM):
-        self.weight, self.momentum = weight, momentum
+    def __init__(
+        self,
+        weight: float,
+        reference: Sequence[Tensor] | None = None,
+        momentum: float = EMA_MOMENTUM,
+        scope: str = "scorer",
+    ):
+        self.weight, self.momentum, self.scope = weight, momentum, scope
         self.fixed = reference is not None
         self.reference = [r.detach() for r in reference] if reference is not None else None
 
@@ -86,7 +98,7 @@ class Alignment:
 
     def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor) -> Tensor:
         target = logits.detach().argmax(-1)
-        return self.weight * alignment_loss(head, feats, target, self._reference_for(feats))
+        return self.weight * alignment_loss(head, feats, target, self._reference_for(feats), self.scope)
 
     def state_dict(self) -> dict:
         """What ``--resume`` must restore: the EMA reference (a fixed one is rebuilt from the data)."""

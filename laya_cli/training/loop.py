@@ -36,6 +36,7 @@ from ..runtime.fileio import atomic_torch_save, check_writable
 from ..runtime.progress import log, track
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
+from .stopping import stopping_score, validation_faithfulness
 
 
 @dataclass
@@ -46,14 +47,16 @@ class EpochRecord:
     val_accuracy: float
     seconds: float
     best: bool
+    val_faithfulness: float | None = None  # --stop-on combined: α's validation faithfulness (training/stopping.py)
 
 
 @dataclass
 class EarlyStopping:
-    """Early stopping on validation accuracy: the best weights so far and the epochs since them."""
+    """Early stopping on a validation score (the accuracy, or accuracy + α's faithfulness with ``--stop-on
+    combined``): the best weights so far and the epochs since them."""
 
     patience: int
-    best_accuracy: float = -1.0
+    best_accuracy: float = -1.0  # the best score (named for the accuracy it was first, as resume states store it)
     best_model: dict | None = None
     since_best: int = 0
 
@@ -61,10 +64,10 @@ class EarlyStopping:
     def exhausted(self) -> bool:
         return self.since_best >= self.patience
 
-    def update(self, val_accuracy: float, model: nn.Module) -> bool:
-        """Whether ``val_accuracy`` is a new best; if so, ``model``'s weights are kept."""
-        if val_accuracy > self.best_accuracy:
-            self.best_accuracy, self.since_best, self.best_model = val_accuracy, 0, _clone_state(model)
+    def update(self, score: float, model: nn.Module) -> bool:
+        """Whether ``score`` is a new best; if so, ``model``'s weights are kept."""
+        if score > self.best_accuracy:
+            self.best_accuracy, self.since_best, self.best_model = score, 0, _clone_state(model)
             return True
         self.since_best += 1
         return False
@@ -182,9 +185,11 @@ def fit(
         start = time.perf_counter()
         loss_sum, correct = _train_epoch(run, ddp, train_x, train_y, cfg, epoch)
         val_acc = accuracy(predict(model, val_x, device=cfg.device), val_y)
-        improved = run.stopping.update(val_acc, model)
+        val_faith = _val_faithfulness(model, val_x, cfg, alignment)
+        improved = run.stopping.update(stopping_score(val_acc, val_faith), model)
         n = len(train_y)
-        record = EpochRecord(epoch, loss_sum / n, correct / n, val_acc, time.perf_counter() - start, improved)
+        seconds = time.perf_counter() - start
+        record = EpochRecord(epoch, loss_sum / n, correct / n, val_acc, seconds, improved, val_faith)
         run.history.append(record)
         if state_path is not None and distributed.is_main():
             save_train_state(run.state_dict(fingerprint, options), state_path)
@@ -192,6 +197,15 @@ def fit(
             on_epoch(record)
     model.load_state_dict(run.stopping.best_model)
     return run.history
+
+
+def _val_faithfulness(model, val_x, cfg: TrainConfig, alignment: Alignment | None) -> float | None:
+    """``--stop-on combined``: α's validation faithfulness against r̄ (the alignment term's reference when there is
+    one: the training mean, or its running mean end to end); None otherwise."""
+    if cfg.stop_on != "combined":
+        return None
+    reference = alignment.reference if alignment is not None else None
+    return validation_faithfulness(model, val_x, reference, cfg.device)
 
 
 def _pair(data):
@@ -466,6 +480,12 @@ def _train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = N
     return ckpt
 
 
+def _best(history: list[EpochRecord]) -> EpochRecord:
+    """The epoch whose weights training restored: the last new best (the first best validation accuracy under the
+    default ``--stop-on accuracy``)."""
+    return [r for r in history if r.best][-1] if any(r.best for r in history) else history[-1]
+
+
 def train_metrics(
     history: list[EpochRecord],
     n_train: int,
@@ -480,9 +500,9 @@ def train_metrics(
     return {
         "test_accuracy": accuracy(test_pred, test_labels) if tested else None,
         "test_macro_f1": macro_f1(test_pred, test_labels, num_classes) if tested else None,
-        "val_accuracy": max(r.val_accuracy for r in history),
+        "val_accuracy": _best(history).val_accuracy,
         "epochs_run": len(history),
-        "best_epoch": max(history, key=lambda r: r.val_accuracy).epoch,
+        "best_epoch": _best(history).epoch,
         "n_train": n_train,
         "n_val": n_val,
         "n_test": len(test_labels) if tested else None,
@@ -580,7 +600,8 @@ def _alignment(req: TrainRequest, head: nn.Module, fixed_feats) -> Alignment | N
     if not req.train.align:
         return None
     Alignment.check_head(head)
-    return Alignment(req.train.align, fixed_feats.mean() if fixed_feats is not None else None)
+    reference = fixed_feats.mean() if fixed_feats is not None else None
+    return Alignment(req.train.align, reference, scope=req.train.align_scope)
 
 
 def _fit_resumable(
