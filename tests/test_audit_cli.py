@@ -368,4 +368,6 @@ def test_the_caption_names_ig_settings_only_when_ig_ran(digits_ckpt):
     assert without.exit_code == 0, without.output
     assert "IG steps" not in without.stdout and "ablation mean" in " ".join(without.stdout.split())
     with_ig = audit(digits_ckpt, "--compare", "ig", "--samples", 30, "--steps", 4)
-    assert "IG steps 4" in " ".join(with_ig.stdout.split())
+    assert "IG steps ≤ 4 (--ig-tol 0.001)" in " ".join(with_ig.stdout.split())
+    fixed = audit(digits_ckpt, "--compare", "ig", "--samples", 30, "--steps", 4, "--ig-tol", 0)
+    assert "IG steps 4 " in " ".join(fixed.stdout.split()) + " "

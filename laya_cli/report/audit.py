@@ -58,6 +58,12 @@ CLASS_TABLES = (  # --by-class: (metric, terminal title, Markdown title)
 )
 
 
+def ig_steps_text(settings: dict) -> str:
+    """IG's steps as the caption states them: at most ``--steps``, each sample's from ``--ig-tol`` (docs/metrics.md)."""
+    steps, tol = settings.get("steps"), settings.get("ig_tol") or 0  # an older audit JSON has no ig_tol
+    return f"IG steps ≤ {steps} (--ig-tol {tol:g})" if tol else f"IG steps {steps}"
+
+
 def extra_columns(metrics: Sequence[str]) -> list[Column]:
     return [c for g in metrics for c in AUDIT_EXTRA_COLUMNS[g]]
 
@@ -311,7 +317,7 @@ def audit_caption(result) -> str:
         f"reduce {s['reduce']}",
     ]
     if "ig" in s.get("methods", ["ig"]):  # IG's settings only when IG ran
-        parts.append(f"IG steps {s['steps']}")
+        parts.append(ig_steps_text(s))
         if s.get("internal_batch_size"):
             parts.append(f"IG internal batch {s['internal_batch_size']}")
     if s.get("model"):

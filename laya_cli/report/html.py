@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._moved import moved_names
-from .audit import html_methods_table
+from .audit import html_methods_table, ig_steps_text
 from .cells import fmt, html_table
 from .depth import depth_section
 from .explorer import EXPLORER_CSS, explorer_section
@@ -262,7 +262,7 @@ def audit_section(doc: dict) -> str:
         f"{e(str(s.get('model', '')))} · {doc.get('n_samples', '?')} samples of {e(str(s.get('dataset', '')))} · "
         f"accuracy {e(fmt(doc.get('accuracy'), '{:.4f}'))} · {e(str(s.get('head', '?')))} head, "
         f"{len(doc.get('layers', []))} layers · target {e(str(s.get('target')))} · ablation "
-        f"{e(str(s.get('ablation')))} · reduce {e(str(s.get('reduce')))} · IG steps {e(str(s.get('steps')))}"
+        f"{e(str(s.get('ablation')))} · reduce {e(str(s.get('reduce')))} · {e(ig_steps_text(s))}"
     )
     parts = [
         "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
