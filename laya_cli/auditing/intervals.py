@@ -32,9 +32,9 @@ def method_columns(
         cols["keep_oracle"], cols["keep_random"] = common["keep_oracle"], common["keep_random"]
     if "completeness" in groups and "completeness_error" in per:  # IG: its |δ| and the effect it explains
         cols["completeness_error"], cols["ig_effect"] = per["completeness_error"], common["effect"]
-    stages = sorted(k for k in per if k.startswith("randomised"))
+    stages = sum(k.startswith("randomised") for k in per)  # randomised0 … randomised{S−1}
     if "randomisation" in groups and stages:  # the fully re-initialised head: the last stage
-        cols["randomised"] = per[max(stages, key=lambda k: int(k[len("randomised") :]))]
+        cols["randomised"] = per[f"randomised{stages - 1}"]
     return {k: cols[k].double().cpu().numpy() for k in COLUMNS if k in cols}
 
 

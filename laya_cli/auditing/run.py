@@ -364,19 +364,15 @@ def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dic
     return out
 
 
-def _ig_effect(head, b: _Batch, baseline) -> Tensor:
+def _ig_effect(head, b: _Batch, baseline, base: Tensor | None = None) -> Tensor:
     """|p_ŷ(x) − p_ŷ(r̄)| per sample on ``head`` (the audited one or a re-initialised copy): what IG's attributions
-    should add up to (float64, on the CPU)."""
+    should add up to (float64, on the CPU). ``base``: p_ŷ(x) on ``head`` when already known."""
     at_ref = (
         [torch.zeros_like(r) for r in b.x] if baseline is None else [ref.expand_as(r) for ref, r in zip(baseline, b.x)]
     )
     with torch.no_grad():
-        return (
-            (target_probability(head(b.x).logits, b.target) - target_probability(head(at_ref).logits, b.target))
-            .abs()
-            .double()
-            .cpu()
-        )
+        base = target_probability(head(b.x).logits, b.target) if base is None else base
+        return (base - target_probability(head(at_ref).logits, b.target)).abs().double().cpu()
 
 
 def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
@@ -397,7 +393,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         check=first < run.check_stop,
     )
     if any(m in CONVERGENCE for m in run.plan.active):
-        b.effect = _ig_effect(head, b, run.plan.references.baseline)
+        b.effect = _ig_effect(head, b, run.plan.references.baseline, b.base)
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
     ctx = run.plan.context(target, run.generator, run.weights[0])
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]

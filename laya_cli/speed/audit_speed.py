@@ -45,7 +45,7 @@ MODEL = "vit_tiny_patch16_224"
 
 
 def _sync(device: str) -> None:
-    if device == "cuda":
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
@@ -80,26 +80,32 @@ def median_ratio(num: list[float], den: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(num, den))
 
 
-def build(n_images: int, device: str, seed: int = 0):
-    """(plain timm model, LayaModel over the same weights, uint8 images, class names)."""
+def frozen_timm(name: str, device: str, seed: int = 0):
+    """(plain timm model ``name``, laya's tapped backbone over the same frozen weights, its spec): random
+    weights (pretrained=False: no download), 224×224 inputs."""
     import timm
 
     from ..backbones.build import BackboneSpec, build_backbone
+
+    torch.manual_seed(seed)
+    spec = BackboneSpec(
+        f"timm:{name}", [], "auto", pretrained=False, finetune=False, in_channels=3, image_size=(224, 224)
+    )
+    backbone = build_backbone(spec).eval().to(device)
+    plain = timm.create_model(name, pretrained=False).eval().to(device)
+    plain.load_state_dict(backbone.model.state_dict(), strict=False)  # same trunk, plus its classifier
+    for p in (*backbone.parameters(), *plain.parameters()):
+        p.requires_grad_(False)
+    return plain, backbone, spec
+
+
+def build(n_images: int, device: str, seed: int = 0):
+    """(plain timm model, LayaModel over the same weights, uint8 images, class names)."""
     from ..features.extraction import to_float_images
     from ..model.heads import build_head
     from ..model.laya_model import LayaModel
 
-    torch.manual_seed(seed)
-    spec = BackboneSpec(
-        f"timm:{MODEL}", [], "auto", pretrained=False, finetune=False, in_channels=3, image_size=(224, 224)
-    )
-    backbone = build_backbone(spec).eval().to(device)
-    for p in backbone.parameters():
-        p.requires_grad_(False)
-    plain = timm.create_model(MODEL, pretrained=False).eval().to(device)
-    plain.load_state_dict(backbone.model.state_dict(), strict=False)  # same trunk, plus its classifier
-    for p in plain.parameters():
-        p.requires_grad_(False)
+    plain, backbone, spec = frozen_timm(MODEL, device, seed)
     g = torch.Generator().manual_seed(seed)
     images = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8, generator=g)
     with torch.no_grad():

@@ -28,48 +28,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 
+from .audit_speed import frozen_timm, timed
+
 MODEL = "vit_base_patch16_224"
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _timed(fn, repeats: int, device: str = "cuda") -> float:
-    fn()  # warm-up: kernels chosen, allocator grown
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def build(device: str, name: str = MODEL):
     """(plain timm model ``name``, LayaModel over the same frozen weights)."""
-    import timm
-
-    from ..backbones.build import BackboneSpec, build_backbone
     from ..model.heads import build_head
     from ..model.laya_model import LayaModel
 
-    torch.manual_seed(0)
-    spec = BackboneSpec(
-        f"timm:{name}", [], "auto", pretrained=False, finetune=False, in_channels=3, image_size=(224, 224)
-    )
-    backbone = build_backbone(spec).eval().to(device)
-    plain = timm.create_model(name, pretrained=False).eval().to(device)
-    plain.load_state_dict(backbone.model.state_dict(), strict=False)  # the same trunk, plus its classifier
-    for p in (*backbone.parameters(), *plain.parameters()):
-        p.requires_grad_(False)
+    plain, backbone, spec = frozen_timm(name, device)
     dims = backbone.dims(backbone.probe_input(1))
     head = build_head("laya", dims, 10).eval().to(device)
     return plain, LayaModel(backbone, head, spec, "laya", [str(c) for c in range(10)], [torch.zeros(d) for d in dims])
@@ -83,7 +56,7 @@ def extraction_rate(model, images, precision: str, repeats: int, device: str = "
     labels = torch.zeros(len(images), dtype=torch.long)
     with at(precision):
         run = lambda: extract(model.backbone, images, labels, device=device, shard=False)
-        return len(images) / _timed(run, repeats, device)
+        return len(images) / timed(run, device, repeats, warmup=1)
 
 
 def audit_and_plain(
@@ -109,7 +82,7 @@ def audit_and_plain(
         return run_audit(model, LayerFeatures(model.features(images), labels), methods, settings)
 
     with at(precision):
-        return _timed(audit, repeats, device), _timed(plain_pass, repeats, device)
+        return timed(audit, device, repeats, warmup=1), timed(plain_pass, device, repeats, warmup=1)
 
 
 def run(

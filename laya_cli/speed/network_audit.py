@@ -78,7 +78,9 @@ def network_audit(model, images, reference, steps: int, device: str, methods=("l
 def completeness_of(scores, effects) -> float:
     """1 − mean |Σ attributions − Δ| / mean |Δ| over (image, layer): with ``reduce="sum"`` a layer's score is
     the sum of its attributions, so every route's completeness is measured alike (docs/metrics.md)."""
-    return 1 - ((scores - effects).abs().double().mean() / effects.abs().double().mean()).item()
+    from ..auditing.metrics import completeness
+
+    return completeness((scores - effects).abs(), effects.abs())[0]
 
 
 def ig_routes(model, scope, xs, targets, reference, steps: int, tol: float, device: str) -> dict:

@@ -9,29 +9,27 @@ import numpy as np
 CORRECTIONS = ("holm", "bh", "none")
 
 
-def holm(p) -> np.ndarray:
+def _ranked(p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p as float64, an all-NaN output like it, the indices of its defined p-values in ascending order)."""
     p = np.asarray(p, dtype=np.float64)
-    out = np.full_like(p, np.nan)
     ok = np.flatnonzero(~np.isnan(p))
-    m = len(ok)
-    if not m:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    scaled = (m - np.arange(m)) * p[order]
-    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
+    return p, np.full_like(p, np.nan), ok[np.argsort(p[ok], kind="stable")]
+
+
+def holm(p) -> np.ndarray:
+    p, out, order = _ranked(p)
+    m = len(order)
+    if m:
+        out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
     return out
 
 
 def benjamini_hochberg(p) -> np.ndarray:
-    p = np.asarray(p, dtype=np.float64)
-    out = np.full_like(p, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    m = len(ok)
-    if not m:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    scaled = p[order] * m / np.arange(1, m + 1)
-    out[order] = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])
+    p, out, order = _ranked(p)
+    m = len(order)
+    if m:
+        scaled = p[order] * m / np.arange(1, m + 1)
+        out[order] = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])
     return out
 
 
