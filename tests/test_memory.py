@@ -222,3 +222,29 @@ def test_depth_plans_its_batch_within_the_budget(digits_ckpt, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["settings"]["batch_size"] == 1 and doc["settings"]["memory_budget_mb"] == 1.0
     assert doc["settings"]["peak_memory_mb"] > 1
+
+
+def test_output_bytes_survive_an_fx_trace_under_the_hooks():
+    """torchvision backbones trace an FX graph on their first call: if that happens while the row-cost hooks are on,
+    the hooks see FX Proxies, which count nothing (they once recursed without end: convnext_tiny, maxvit_t)."""
+    from torch import nn
+
+    from laya_cli.auditing.budget import _OutputBytes
+
+    class Scale(nn.Module):  # not a torch.nn module: the tracer runs through it, hooks and all
+        def forward(self, x):
+            return x * 2
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = Scale()
+
+        def forward(self, x):
+            return self.scale(x) + 1
+
+    net = Net()
+    with _OutputBytes(net) as counted:
+        torch.fx.symbolic_trace(net)
+        net(torch.zeros(2, 3))
+    assert counted.total == 2 * 3 * 4  # the real call's float32 output; the trace's Proxies counted nothing

@@ -39,9 +39,10 @@ def _bytes(out) -> int:
         return out.numel() * out.element_size()
     if isinstance(out, (tuple, list)):
         return sum(_bytes(o) for o in out)
-    if isinstance(out, dict):
+    if isinstance(out, dict):  # a Hugging Face ModelOutput is one too (a NamedTuple such as HeadOutput a tuple)
         return sum(_bytes(o) for o in out.values())
-    return _bytes(getattr(out, "logits", None)) if hasattr(out, "logits") else 0
+    return 0  # anything else holds no tensor memory we count; an FX tracer's Proxy (torchvision) answers every
+    # attribute with another Proxy, so looking further into it would never end
 
 
 class _OutputBytes:
