@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from test_network import FAMILIES as NETWORK_FAMILIES  # noqa: E402  (mlp, cnn; ViT, timm and torchvision ResNets slow)
 
 from laya_cli.auditing import ig_steps
 from laya_cli.auditing.methods import CONVERGENCE, AttributionContext
@@ -156,10 +157,11 @@ def test_bad_ig_tol_is_refused(tol):
         AuditSettings(ig_tol=tol).validate()
 
 
-def test_network_scope_adaptive_ig_meets_its_tolerance():
+@pytest.mark.parametrize("name,side", NETWORK_FAMILIES)
+def test_network_scope_adaptive_ig_meets_its_tolerance(name, side):
     from test_network import scope_for
 
-    scope, x, target = scope_for("cnn", 16)
+    scope, x, target = scope_for(name, side)
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     effects = scope.effects(x, hs, feats, target)
@@ -239,3 +241,14 @@ def test_network_scope_json_says_what_it_computed_and_ig_steps(digits_ckpt, tmp_
     steps = doc["network"]["methods"]["ig"]["ig_steps"]
     assert steps["max_steps"] == 32 and sum(steps["count"].values()) == 30 * len(doc["layers"])
     assert set(steps["count"]) <= {"16", "32"}  # network scope starts at 16 steps
+
+
+def test_the_convergence_benchmark_runs():
+    """``network_audit --convergence``: the figures behind IG's first steps (a smoke run at 2 and 4 steps)."""
+    from laya_cli.runtime import progress
+    from laya_cli.speed import network_audit
+
+    with progress.enabled(False):
+        rows = network_audit.main(["--images", "2", "--convergence", "2,4", "--device", "cpu"])
+    assert [r["steps"] for r in rows] == [2, 4]
+    assert rows[1]["network_gap"] <= rows[0]["network_gap"] and 0.9 < rows[1]["head_completeness"] <= 1

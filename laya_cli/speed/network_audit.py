@@ -115,6 +115,39 @@ def ig_routes(model, scope, xs, targets, reference, steps: int, tol: float, devi
     }
 
 
+def convergence(images: int, steps: list[int], device: str = "cpu") -> list[dict]:
+    """How fast IG converges on the benchmark's ViT-tiny, per number of Gauss–Legendre steps (what the first steps
+    of ``auditing/ig_steps.py`` rest on): at network scope mean |δ| / mean |Δ| over (image, block) and the largest
+    |δ|; at head scope IG's completeness over the same images (1 − mean |δ| / mean |p_ŷ(x) − p_ŷ(r̄)|)."""
+    from ..auditing.methods import CONVERGENCE, AttributionContext
+    from ..auditing.metrics import completeness, target_probability
+
+    _, model, imgs, _ = build(images, device)
+    scope, x, target, _ = network_setup(model, imgs, device)
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    effects = scope.effects(x, hs, feats, target).abs()
+    reference = [r.to(device) for r in model.reference]
+    with torch.no_grad():
+        p_ref = target_probability(model.head([r.expand_as(f) for r, f in zip(reference, feats)]).logits, target)
+        head_effect = (target_probability(model.head(feats).logits, target) - p_ref).abs()
+    rows = []
+    for n in steps:
+        deltas = torch.stack(
+            [scope._layer_ig(i, h, feats[:i], target, n, None, "sum")[1].abs() for i, h in enumerate(hs)], 1
+        )
+        _, head_delta = CONVERGENCE["ig"](model.head, feats, AttributionContext(target, reference, n_steps=n))
+        rows.append(
+            {
+                "steps": n,
+                "network_gap": (deltas.double().mean() / effects.double().mean()).item(),
+                "network_max_abs": deltas.max().item(),
+                "head_completeness": completeness(head_delta.abs(), head_effect)[0],
+            }
+        )
+    return rows
+
+
 def routes_only(images: int, steps: int, device: str, tol: float = AuditSettings.ig_tol) -> dict:
     """The two network-IG routes alone (``python -m benchmarks`` runs this): seconds, steps, completeness."""
     _, model, imgs, _ = build(images, device)
@@ -133,6 +166,8 @@ def main(argv=None) -> dict:
     progress.set_enabled(False)
     device = resolve_device(args.device)
     on_gpu = device == "cuda"
+    if args.convergence:
+        return _report_convergence(convergence(args.images, [int(s) for s in args.convergence.split(",")], device))
 
     plain, model, images, _ = build(args.images, device)
     scope, x, target, reference = network_setup(model, images, device)
@@ -174,6 +209,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--ig-tol", type=float, default=AuditSettings.ig_tol, help="ours: laya audit's --ig-tol")
+    parser.add_argument(
+        "--convergence",
+        metavar="STEPS,STEPS",
+        help="only IG's convergence per number of steps (e.g. 4,8,16,32) on --images images, then exit",
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -186,6 +226,19 @@ def _parser() -> argparse.ArgumentParser:
         "--route-images", type=int, default=None, help="images for the two IG routes (default: all on cuda, 8 on cpu)"
     )
     return parser
+
+
+def _report_convergence(rows: list[dict]) -> list[dict]:
+    from .say import say
+
+    say(f"IG convergence on {MODEL} (random weights): Gauss–Legendre steps vs the gap to completeness")
+    say("  steps   network: mean|δ| / mean|Δ|   largest |δ|   head: completeness")
+    for r in rows:
+        say(
+            f"  {r['steps']:5d}   {r['network_gap']:24.2e}   {r['network_max_abs']:11.1e}   "
+            f"{r['head_completeness']:.10f}"
+        )
+    return rows
 
 
 def _report(out: dict) -> None:
