@@ -17,7 +17,8 @@ Importing the package is cheap: names load their module (and torch) on first use
 
 from __future__ import annotations
 
-from . import _moved
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -38,38 +39,14 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-# Names this package exported before it had a documented API: still importable (with a
-# DeprecationWarning naming their home), but internal; they will be removed.
-_MOVED = {
-    "HeadConfig": "runtime.config",
-    "TrainConfig": "runtime.config",
-    "DataRequest": "runtime.config",
-    "TrainRequest": "runtime.config",
-    "AuditSettings": "runtime.config",
-    "BackboneSpec": "backbones",
-    "TappedBackbone": "backbones",
-    "build_backbone": "backbones",
-    "load_model": "model.laya_model",
-    "read_checkpoint": "model.checkpoint",
-    "save_checkpoint": "model.checkpoint",
-    "load_dataset": "data.datasets",
-    "HEADS": "model.heads",
-    "HeadOutput": "model.heads",
-    "LAYAHead": "model.heads",
-    "build_head": "model.heads",
-    "check_thresholds": "gates.thresholds",
-    "parse_methods": "auditing.names",
-    "parse_thresholds": "gates.thresholds",
-    "run_audit": "auditing.run",
-    "load_eval_data": "model.evaldata",
-    "threshold_checks": "gates.thresholds",
-    "read_audit_json": "gates.regression",
-    "parse_max_drop": "gates.regression",
-    "junit_xml": "gates.junit",
-}
 
-__getattr__ = _moved.lazy_exports(__name__, _EXPORTS, _MOVED)
-_moved.install()  # old module paths (laya_cli.train, laya_cli.heads, ...) resolve to their new homes
+def __getattr__(name: str) -> Any:
+    """A public name, loaded with its module on first use (and kept, so later lookups skip this)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -1,7 +1,7 @@
 """Shared fixtures: a small trained digits checkpoint, a tiny text model, generated image folders, isolated caches.
 
 Helpers that tests call directly (``assert_user_error``, ``invoke``, ``run_laya``, the makers of
-heads, folders and checkpoints) live in ``laya_cli.testing``.
+heads, folders and checkpoints) live in ``helpers``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import invoke, make_image_folder, train_digits
 
 from laya_cli.runtime import progress
-from laya_cli.testing import invoke, make_image_folder, train_digits
 
 # Tests never touch the user's caches or the network.
 os.environ.setdefault("LAYA_OFFLINE", "1")

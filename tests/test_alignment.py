@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
+from helpers import assert_user_error, invoke
 
+from benchmarks.synthetic import make_head_and_features, train_digits
 from laya_cli.auditing.metrics import lolo_effects
 from laya_cli.runtime.config import TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
-from laya_cli.synthetic import make_head_and_features, train_digits
-from laya_cli.testing import assert_user_error, invoke
 from laya_cli.training.alignment import Alignment, alignment_loss, ranking_loss
 from laya_cli.training.bench import BenchRequest, parse_heads
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_user_error, invoke
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import laya_cli
 from laya_cli import LayaError
-from laya_cli.testing import assert_user_error, invoke
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs" / "api.md"
@@ -107,12 +107,12 @@ def test_all_is_the_contract_and_importing_it_does_not_import_torch():
     assert laya_cli.audit is api.audit and laya_cli.fit is api.fit and laya_cli.load is api.load
 
 
-def test_internal_names_still_import_with_a_deprecation_warning():
-    from laya_cli.auditing import run as auditing
-
-    with pytest.warns(DeprecationWarning, match="laya_cli.auditing"):
-        assert laya_cli.run_audit is auditing.run_audit
-    assert "run_audit" not in laya_cli.__all__ and "run_audit" not in dir(laya_cli)
+def test_internal_names_are_not_on_the_package():
+    """The deprecated root names are gone: the package holds the public API only."""
+    for name in ("run_audit", "HEADS", "TrainConfig", "build_backbone"):
+        with pytest.raises(AttributeError):
+            getattr(laya_cli, name)
+    assert not any(name.startswith("_moved") for name in dir(laya_cli))
 
 
 def test_the_docs_quote_every_public_docstring():

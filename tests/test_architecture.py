@@ -154,25 +154,20 @@ def test_laya_info_needs_torch_and_nothing_on_top_of_it(digits_ckpt):
 
 # What each package (or top-level module) may import from the rest of laya_cli (docs/architecture.md): data
 # flows one way, runtime < backbones < data < features < model < auditing < training < gates < depthing
-# < exporting; report formats what it is given; the command line, the Python API and the shipped helpers sit
-# on top. The package root (``__version__``) and ``_moved`` (old paths) may be imported from anywhere.
+# < exporting; report formats what it is given; the command line and the Python API sit on top. The package
+# root (``__version__``) may be imported from anywhere.
 _PIPELINE = ("runtime", "stats", "backbones", "data", "features", "model", "auditing", "training")
 MAY_IMPORT = {
     **{pkg: set(_PIPELINE[:i]) for i, pkg in enumerate(_PIPELINE)},
     "gates": {"runtime", "stats", "auditing.names"},  # no torch: the vocabulary and numpy statistics only
     "depthing": {*_PIPELINE},
-    "diffing": {*_PIPELINE},
     "exporting": {"runtime", "stats", "features", "model", "auditing", "gates", "report"},
     "report": set(),
-    "tracking": {"runtime"},  # experiment trackers: fed plain results by the commands
-    "synthetic": {*_PIPELINE},
-    "speed": {*_PIPELINE, "gates", "depthing", "exporting", "report", "synthetic"},
     "api": {*_PIPELINE, "gates", "depthing", "exporting"},
-    "cli": {*_PIPELINE, "gates", "depthing", "diffing", "exporting", "report", "speed", "synthetic", "tracking"},
-    "testing": {"backbones", "cli", "synthetic"},
+    "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report"},
     "__main__": {"cli"},
 }
-ANYWHERE = {"laya_cli", "laya_cli._moved"}
+ANYWHERE = {"laya_cli"}
 
 
 def _allowed(importer: str, imported: str) -> bool:
@@ -190,7 +185,7 @@ def test_packages_import_only_what_docs_architecture_allows():
     stray = sorted(
         f"{name} -> {dep}"
         for name, path in files.items()
-        if name != "laya_cli" and not name.startswith("laya_cli._moved")
+        if name != "laya_cli"
         for dep in imports_of(name, path, set(files), typing=False)[0]
         if not _allowed(name, dep)
     )
@@ -210,3 +205,18 @@ def test_no_function_is_longer_than_80_lines():
     )
     print("\nlongest functions in laya_cli:", *(f"{n:4d}  {where}" for n, where in lengths[:10]), sep="\n")
     assert [where for n, where in lengths if n > 80] == []
+
+
+def test_the_package_has_at_most_16_rooms_at_the_top():
+    """One entry per pipeline stage, the API and the command line (docs/architecture.md): a new concept joins the
+    stage that owns it."""
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed"))
+    assert len(entries) <= 16, entries
+
+
+@pytest.mark.parametrize("old", ["laya_cli.train", "laya_cli.heads", "laya_cli.speed", "laya_cli.testing"])
+def test_old_module_paths_are_gone(old):
+    """No compatibility layer: the paths of before the stage packages (and the helpers that left the wheel) fail."""
+    code = f"import {old}"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from helpers import invoke
 from PIL import Image
 
 from laya_cli.data.datasets import DataRequest, load_dataset, repair_mojibake
-from laya_cli.testing import invoke
 
 # artists.csv (name, first genre) of the Kaggle dataset, in its order
 ARTISTS = [

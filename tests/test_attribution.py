@@ -5,6 +5,7 @@ from functools import partial
 import pytest
 import torch
 from captum.attr import InputXGradient, IntegratedGradients, Saliency
+from helpers import make_attribution_inputs
 
 from laya_cli.auditing.methods import (
     METHODS,
@@ -20,7 +21,6 @@ from laya_cli.auditing.methods import (
     unavailable_reason,
 )
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import make_attribution_inputs
 
 DIMS = [12, 8, 6, 10]
 C = 5

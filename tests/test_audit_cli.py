@@ -4,8 +4,7 @@ subprocess."""
 import json
 
 import pytest
-
-from laya_cli.testing import assert_user_error, invoke, run_laya
+from helpers import assert_user_error, invoke, run_laya
 
 ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
 METHOD_KEYS = {
@@ -213,7 +212,7 @@ def test_every_head_kind_audits(digits_ckpts, tmp_path, kind):
 
 
 def test_few_layers_are_warned_about(tmp_path):
-    from laya_cli.testing import train_digits
+    from helpers import train_digits
 
     ckpt = train_digits(tmp_path / "two.pt", epochs=1, layers=["blocks.1", "blocks.2"])
     result = audit(ckpt, "--samples", 30, "--steps", 4)
@@ -290,7 +289,7 @@ def test_subprocess_audit_gates_with_real_exit_codes(digits_ckpt, tmp_path):
 
 @pytest.mark.slow
 def test_speed_benchmark_runs_and_reports_ratios(monkeypatch):
-    from laya_cli.speed.audit_speed import main
+    from benchmarks.audit_speed import main
 
     out = main(
         [

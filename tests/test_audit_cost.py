@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import assert_user_error, head_only_model, invoke
 from test_network import FAMILIES as NETWORK_FAMILIES  # noqa: E402  (mlp, cnn; ViT, timm and torchvision ResNets slow)
 
 from laya_cli.auditing import ig_steps
@@ -18,7 +19,6 @@ from laya_cli.auditing.run import run_audit
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.model.heads import HeadConfig, build_head
 from laya_cli.runtime.config import AuditSettings
-from laya_cli.testing import assert_user_error, head_only_model, invoke
 
 DIMS, C = [6, 5, 7, 4], 3
 DEEPER_KEYS = {k for keys in GROUP_KEYS.values() for k in keys}
@@ -245,8 +245,8 @@ def test_network_scope_json_says_what_it_computed_and_ig_steps(digits_ckpt, tmp_
 
 def test_the_convergence_benchmark_runs():
     """``network_audit --convergence``: the figures behind IG's first steps (a smoke run at 2 and 4 steps)."""
+    from benchmarks import network_audit
     from laya_cli.runtime import progress
-    from laya_cli.speed import network_audit
 
     with progress.enabled(False):
         rows = network_audit.main(["--images", "2", "--convergence", "2,4", "--device", "cpu"])

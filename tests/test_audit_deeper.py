@@ -9,6 +9,7 @@ from functools import partial
 import pytest
 import torch
 from captum.attr import IntegratedGradients
+from helpers import head_only_model, make_attribution_inputs
 from scipy.stats import spearmanr
 
 from laya_cli.auditing import methods as attribution
@@ -32,7 +33,6 @@ from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresho
 from laya_cli.model.heads import cascade_stages, randomised_copy
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import head_only_model, make_attribution_inputs
 
 
 def Deeper(**kw) -> AuditSettings:

@@ -7,6 +7,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from helpers import head_only_model, make_head_and_features
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
@@ -30,7 +31,6 @@ from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import head_only_model, make_head_and_features
 
 DIMS = [10, 6, 8, 5]
 C = 4

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from laya_cli.testing import assert_user_error, invoke
+from helpers import assert_user_error, invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ["laya", "last"]
@@ -394,8 +393,8 @@ FAKE_SUMMARY = {
 def test_speed_summary_puts_every_ratio_side_by_side():
     from rich.console import Console
 
-    from laya_cli.report.speed import speed_tables
-    from laya_cli.speed.harness import ratios
+    from benchmarks.harness import ratios
+    from benchmarks.tables import speed_tables
 
     summary = dict(FAKE_SUMMARY)
     summary["ratios"] = ratios(summary)
@@ -441,8 +440,8 @@ def test_speed_summary_puts_every_ratio_side_by_side():
         assert fragment in text
 
 
-def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
-    import laya_cli.speed as speed
+def test_the_speed_benchmarks_print_their_tables_and_json(monkeypatch, tmp_path, capsys):
+    import benchmarks.harness as speed
 
     calls = []
 
@@ -454,16 +453,16 @@ def test_laya_bench_speed_calls_the_benchmarks(monkeypatch, tmp_path):
 
     monkeypatch.setattr(speed, "run_all", fake_run_all)
     js = tmp_path / "speed.json"
-    result = invoke("bench", "speed", "--quick", "--device", "cpu", "--json", js)
-    assert result.exit_code == 0, result.output
+    speed.main(["--quick", "--device", "cpu", "--json", str(js)])
+    out = capsys.readouterr().out
     assert calls == [(True, "cpu")]
-    assert "naive Captum / ours" in result.stdout and "peak memory" in result.stdout
+    assert "naive Captum / ours" in out and "peak memory" in out
     assert json.loads(js.read_text())["ratios"][0]["what"] == "audit / plain inference"
 
 
 @pytest.mark.slow
 def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
-    """The checkout's shim (``python -m benchmarks``) runs the packaged benchmarks."""
+    """``python -m benchmarks`` runs every benchmark (quick sizes)."""
     js = tmp_path / "speed.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--device", "cpu", "--json", str(js)],
@@ -483,10 +482,3 @@ def test_speed_entry_point_smoke_runs_every_benchmark(tmp_path):
         "laya info / import torch",
     ]
     assert "laya speed benchmarks" in proc.stdout
-
-
-def test_bench_options_given_to_bench_speed_are_refused():
-    assert_user_error(
-        invoke("bench", "--dataset", "fashion-mnist", "--seeds", "2", "speed", "--quick"),
-        "--dataset, --seeds belong to 'laya bench', not to 'laya bench speed'",
-    )

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from laya_cli.testing import assert_user_error, child_env, invoke
+from helpers import assert_user_error, child_env, invoke
 
 COMMANDS_WITH_CONFIG = ("train", "audit", "depth", "export", "bench")
 

@@ -5,8 +5,7 @@ import os
 
 import pytest
 import torch
-
-from laya_cli.testing import assert_user_error, invoke, run_laya
+from helpers import assert_user_error, invoke, run_laya
 
 BAD_TRAIN = [
     (["--backbone", "mlpp"], ["unknown backbone 'mlpp'", "did you mean mlp"]),

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from helpers import assert_user_error, invoke, make_head_and_features
 from torch.utils.flop_counter import FlopCounterMode
 
 from laya_cli.backbones.build import BackboneSpec, build_backbone
@@ -17,7 +18,6 @@ from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import HeadConfig
-from laya_cli.testing import assert_user_error, invoke, make_head_and_features
 
 # --------------------------------------------------------------------------- masked heads, by hand
 
@@ -371,7 +371,7 @@ def test_frozen_timm_truncated_checkpoint(tmp_path, image_folder, backbone, side
 
 def test_depth_benchmark_smoke(digits_ckpt, tmp_path):
     """The benchmark's plumbing (a smoke run: its timings are not a measurement)."""
-    from laya_cli.speed.depth import main
+    from benchmarks.depth import main
 
     rows = main(
         [

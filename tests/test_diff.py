@@ -1,4 +1,4 @@
-"""`laya diff` (laya_cli.diffing, docs/audit.md "laya diff") and its statistics (laya_cli.stats): the paired
+"""`laya diff` (laya_cli.auditing.diff, docs/audit.md "laya diff") and its statistics (laya_cli.stats): the paired
 permutation test against a by-hand loop, McNemar against scipy's exact binomial test, Holm and BH against
 by-hand and scipy, the JS divergence against scipy; the command end to end, its gate and its errors."""
 
@@ -9,16 +9,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import assert_user_error, invoke
 from scipy import stats as sps
 from scipy.spatial.distance import jensenshannon
 
-from laya_cli.diffing.job import check_comparable
+from laya_cli.auditing.diff.job import check_comparable
 from laya_cli.runtime.errors import LayaError
 from laya_cli.stats.divergence import jensen_shannon
 from laya_cli.stats.mcnemar import mcnemar, mcnemar_exact
 from laya_cli.stats.multiple import benjamini_hochberg, holm
 from laya_cli.stats.permutation import CHUNK, paired_profile_test, swap_signs
-from laya_cli.testing import assert_user_error, invoke
 
 
 def _profiles(rng, n, shift=0.0):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_close_tree, child_env, invoke, run_laya
 
 from laya_cli.runtime import distributed as D
 from laya_cli.runtime.memory import MEMORY_KEYS
-from laya_cli.testing import assert_close_tree, child_env, invoke, run_laya
 
 # --------------------------------------------------------------------------- sharding (no process group)
 
@@ -160,12 +160,13 @@ def test_rows_gather_every_rank_in_sample_order():
 
 def _check_audit_in_group(rank: int, world: int):
     """The library (no CLI): run_audit over sharded batches equals a one-process run on every rank."""
+    from helpers import make_head_and_features
+
     from laya_cli.auditing.names import parse_methods
     from laya_cli.auditing.run import run_audit
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.laya_model import LayaModel
     from laya_cli.runtime.config import AuditSettings
-    from laya_cli.testing import make_head_and_features
 
     head, feats, ref = make_head_and_features(batch=23)
     data = LayerFeatures(feats, torch.arange(23) % 5)

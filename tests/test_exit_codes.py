@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import assert_user_error, invoke, run_laya
 
 from laya_cli.data.datasets import DEBIAN_FASHION_MNIST
-from laya_cli.testing import assert_user_error, invoke, run_laya
 
+ROOT = Path(__file__).resolve().parents[1]
 HAS_FASHION = (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file()
 
 
@@ -86,15 +87,16 @@ def test_130_interrupted(digits_ckpt, monkeypatch):
     assert result.exit_code == 130 and "interrupted" in result.stderr and "Traceback" not in result.output
 
 
-def test_130_for_bench_speed(monkeypatch):
-    import laya_cli.speed as speed
+def test_130_for_the_speed_benchmarks(monkeypatch, capsys):
+    import benchmarks.harness as speed
 
     def interrupted(**kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(speed, "run_all", interrupted)
-    result = invoke("bench", "speed", "--quick", "--device", "cpu")
-    assert result.exit_code == 130 and "interrupted" in result.stderr and "Traceback" not in result.output
+    with pytest.raises(SystemExit) as stop:
+        speed.main(["--quick", "--device", "cpu"])
+    assert stop.value.code == 130 and capsys.readouterr().err.strip() == "interrupted"
 
 
 def _sigint_as_from_a_shell():
@@ -105,10 +107,11 @@ def _sigint_as_from_a_shell():
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def test_ctrl_c_during_bench_speed_stops_its_child_and_says_interrupted(tmp_path):
+def test_ctrl_c_during_the_speed_benchmarks_stops_their_child_and_says_interrupted(tmp_path):
     """A real SIGINT to the process group (what Ctrl-C sends) while the first benchmark runs."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "laya_cli", "bench", "speed", "--quick", "--device", "cpu"],
+        [sys.executable, "-m", "benchmarks", "--quick", "--device", "cpu"],
+        cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -186,9 +189,9 @@ def default_sigint():
 
 
 def test_ctrl_c_while_a_benchmark_child_starts_is_held_not_lost(default_sigint):
-    """The window in which `laya bench speed` starts its child: a Ctrl-C there used to be ignored
+    """The window in which `python -m benchmarks` starts its child: a Ctrl-C there used to be ignored
     (the run went on and exited 0); now it is blocked, then delivered when the window ends."""
-    from laya_cli.speed.harness import release_sigint, sigint_held
+    from benchmarks.harness import release_sigint, sigint_held
 
     reached_end_of_window = False
     with pytest.raises(KeyboardInterrupt):

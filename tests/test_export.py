@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import assert_user_error, invoke, run_laya
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
 
 from laya_cli.exporting.profiles import js_divergence
 from laya_cli.exporting.run import assemble, build_table, run_export, write_export
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import assert_user_error, invoke, run_laya
 
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
 CLASSES = [str(i) for i in range(10)]

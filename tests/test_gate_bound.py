@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from helpers import assert_user_error, invoke
 
 from laya_cli.gates.checks import Check, verdict
 from laya_cli.gates.significance import BoundSettings, drop_on_bound, threshold_on_bound
 from laya_cli.stats.compact import encode, unpack
-from laya_cli.testing import assert_user_error, invoke
 
 FAST = ["--samples", "150", "--steps", "4", "--randomisation-samples", "0", "--compare", "ig", "--bootstrap", "300"]
 

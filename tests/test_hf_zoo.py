@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.hf_zoo import HF_ZOO, check
+from benchmarks.zoo.hf import HF_ZOO, check
 
 pytest.importorskip("transformers")
 

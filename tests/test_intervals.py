@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import assert_user_error, invoke
 from scipy import stats as sps
 
 from laya_cli.stats.audit_columns import method_intervals, paired_change
@@ -21,7 +22,6 @@ from laya_cli.stats.bootstrap import (
     resampled_means,
 )
 from laya_cli.stats.compact import decode, encode, pack, unpack
-from laya_cli.testing import assert_user_error, invoke
 
 
 def _by_hand(columns: dict, n_boot: int, seed: int) -> dict:
@@ -223,12 +223,12 @@ def test_completeness_and_randomisation_intervals_match_a_by_hand_bootstrap():
     samples) get intervals too, when their groups are computed: the point value is the audit's, the bounds a
     by-hand percentile bootstrap of the same per-sample columns."""
     import torch
+    from helpers import head_only_model
 
     from laya_cli.auditing.run import run_audit
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.heads import HeadConfig, build_head
     from laya_cli.runtime.config import AuditSettings
-    from laya_cli.testing import head_only_model
 
     torch.manual_seed(0)
     dims = [6, 5, 7]

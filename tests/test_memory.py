@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from helpers import assert_close_tree, assert_user_error, invoke
 
 from laya_cli.auditing import budget, job
 from laya_cli.model.evaldata import load_eval_data
@@ -16,7 +17,6 @@ from laya_cli.runtime import memory
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
 from laya_cli.runtime.memory import MemoryBudget, MemoryRequest, MiB
-from laya_cli.testing import assert_close_tree, assert_user_error, invoke
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
+from helpers import invoke
+
 from laya_cli.auditing.card import card_metrics, front_matter
 from laya_cli.auditing.results import AuditResult, MethodScores
-from laya_cli.testing import invoke
 
 hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub (installed with transformers) reads cards")
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from helpers import assert_close_tree, assert_user_error, invoke, make_backbone
 
 from laya_cli import backbones as bb
 from laya_cli.auditing import network
@@ -19,7 +20,6 @@ from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
 from laya_cli.runtime.memory import MEMORY_KEYS
-from laya_cli.testing import assert_close_tree, assert_user_error, invoke, make_backbone
 
 # (backbone, input side): chains of every engine/layout, small and random (no downloads)
 FAMILIES = [

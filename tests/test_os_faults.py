@@ -10,8 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from laya_cli.testing import assert_user_error, invoke, run_laya
+from helpers import assert_user_error, invoke, run_laya
 
 DIGITS = ["--epochs", "2", "--d-star", "16", "--score-hidden", "16", "--seed", "3"]
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 import torch
+from helpers import assert_user_error, invoke
 
 from laya_cli.data import images
 from laya_cli.runtime import device
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import assert_user_error, invoke
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_no_pinned_loaders_without_cuda(monkeypatch):
 
 
 def test_gpu_benchmark_without_cuda_prints_one_line_and_measures_nothing(monkeypatch, capsys):
-    from laya_cli.speed import gpu
+    from benchmarks import gpu
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu.main([]) == {"cuda": False}
@@ -108,7 +108,7 @@ def test_gpu_benchmark_without_cuda_prints_one_line_and_measures_nothing(monkeyp
 def test_gpu_benchmark_code_path_runs_on_the_cpu():
     """The script's own code (extraction at both precisions, audit and plain inference) on a small ViT and the
     CPU, so the GPU run does not meet a bug first; on the CPU both precisions are float32."""
-    from laya_cli.speed import gpu
+    from benchmarks import gpu
 
     r = gpu.run(images=4, audit_images=2, steps=2, repeats=1, device="cpu", name="vit_tiny_patch16_224")
     assert r["extract_fp32_img_s"] > 0 and r["extract_bf16_img_s"] > 0 and r["audit_over_plain_bf16"] > 0

@@ -8,11 +8,11 @@ import json
 
 import pytest
 import torch
+from helpers import assert_user_error, invoke, make_image_folder
 from safetensors.torch import save_file
 
 from laya_cli import backbones as bb
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.testing import assert_user_error, invoke, make_image_folder
 
 TIMM = "timm:test_resnet"  # timm's own tiny test model; its hub weights: timm/test_resnet.r160_in1k
 HUB_ID = "timm/test_resnet.r160_in1k"

@@ -13,8 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from laya_cli.testing import invoke
+from helpers import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import assert_user_error, invoke
 
 from laya_cli.gates.checks import Check, verdict
 from laya_cli.gates.junit import junit_xml
@@ -21,7 +22,6 @@ from laya_cli.gates.regression import (
     settings_differences,
 )
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import assert_user_error, invoke
 
 XSD = Path(__file__).parent / "data" / "junit-10.xsd"
 FAST = ["--samples", "60", "--steps", "4"]

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
+from helpers import invoke, make_image_folder
 from torch import nn
 
 from laya_cli.features.cache import FeatureCache, cached_extract
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import invoke, make_image_folder
 
 
 def toy_features(n=6):

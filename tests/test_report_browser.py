@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import invoke
 
 from laya_cli.exporting.run import assemble, build_table, run_export, write_export
 from laya_cli.report import browser as lb
-from laya_cli.testing import invoke
 
 REASON = lb.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no browser to test report.html in: {REASON}")

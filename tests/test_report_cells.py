@@ -1,9 +1,6 @@
 """The table model (laya_cli.report.cells): one set of cells per audit table, marked alike in the terminal,
 Markdown and report.html; the names of the module the report package replaced still resolve."""
 
-import warnings
-
-import pytest
 from rich.console import Console
 
 from laya_cli.report.audit import AUDIT_COLUMNS, html_methods_table, md_methods_table, rich_methods_table
@@ -47,23 +44,3 @@ def test_a_form_without_a_mark_shows_the_plain_text():
     cells = [Cell("n/a", "dim"), Cell("1.000", "best"), Cell("x")]
     assert marked(cells, {"best": "**{}**"}) == ["n/a", "**1.000**", "x"]
     assert [fmt(None), fmt(float("nan")), fmt(3, "{:d}"), fmt("odd", "{:.3f}")] == ["n/a", "n/a", "3", "odd"]
-
-
-@pytest.mark.parametrize(
-    "old, name, home",
-    [
-        ("laya_cli.report", "audit_markdown", "laya_cli.report.audit"),
-        ("laya_cli.report", "md_table", "laya_cli.report.cells"),
-        ("laya_cli.report", "network_markdown", "laya_cli.report.network"),
-        ("laya_cli.report", "depth_speed_table", "laya_cli.report.speed"),
-        ("laya_cli.report.html", "explorer_data", "laya_cli.report.explorer"),
-    ],
-)
-def test_the_old_names_resolve_with_a_deprecation_warning(old, name, home):
-    import importlib
-
-    module, new = importlib.import_module(old), importlib.import_module(home)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert getattr(module, name) is getattr(new, name)
-    assert any(issubclass(w.category, DeprecationWarning) and home in str(w.message) for w in caught)

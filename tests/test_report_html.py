@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import assert_user_error, invoke
 from PIL import Image
 
 from laya_cli.exporting.run import assemble, build_table, write_export
 from laya_cli.report.figures import thumbnails
-from laya_cli.testing import assert_user_error, invoke
 
 
 def data_block(html: str) -> dict:

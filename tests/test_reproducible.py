@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from laya_cli.testing import invoke
+from helpers import invoke
 
 
 def test_audit_numbers_are_identical_across_runs(digits_ckpt, tmp_path):

@@ -8,9 +8,9 @@ import time
 
 import pytest
 import torch
+from helpers import train_digits
 
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.testing import train_digits
 
 # Long enough (30 epochs) that the signal lands mid-training even on an idle machine.
 ARGS = ["--epochs", "30", "--patience", "30", "--seed", "5", "--d-star", "16", "--score-hidden", "16"]
@@ -138,7 +138,7 @@ def test_resume_of_an_older_state_without_options_still_refuses(tmp_path):
 
 
 def test_rerun_without_resume_refuses_to_overwrite_the_state_and_restart_starts_over(tmp_path):
-    from laya_cli.testing import assert_user_error, invoke
+    from helpers import assert_user_error, invoke
 
     req = _request(tmp_path)
     _interrupted_state(req)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_user_error, child_env, invoke, make_image_folder, run_laya
 
+from benchmarks.synthetic import frozen_cnn_and_images
 from laya_cli.data.datasets import labelled_files, load_dataset
 from laya_cli.features.store import extract_to_store
 from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
-from laya_cli.synthetic import frozen_cnn_and_images
-from laya_cli.testing import assert_user_error, child_env, invoke, make_image_folder, run_laya
 from laya_cli.training.loop import train
 
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
@@ -155,7 +155,7 @@ KILLED = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from laya_cli.features import store
-    from laya_cli.synthetic import frozen_cnn_and_images
+    from benchmarks.synthetic import frozen_cnn_and_images
 
     real = store.backbone_forward
     def slowly(backbone, x):
@@ -400,13 +400,13 @@ def test_torchrun_ranks_write_their_own_shards_and_train_the_head_with_ddp(tmp_p
 
 @pytest.mark.slow
 def test_data_scale_benchmark_runs_and_reports_every_cell(tmp_path):
-    """A smoke run of ``python -m laya_cli.speed.data_scale`` at tiny sizes (not a measurement)."""
+    """A smoke run of ``python -m benchmarks.data_scale`` at tiny sizes (not a measurement)."""
     env = child_env()
     r = subprocess.run(
         [
             sys.executable,
             "-m",
-            "laya_cli.speed.data_scale",
+            "benchmarks.data_scale",
             "--sizes",
             "300,600",
             "--ranks",

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from laya_cli.testing import invoke
+from helpers import invoke
 
 
 class Payload:

@@ -7,12 +7,12 @@ import functools
 
 import pytest
 import torch
+from helpers import make_backbone
 from torch import nn
 
 from laya_cli import backbones as bb
 from laya_cli.backbones.pooling import TapFormat
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import make_backbone
 
 # (backbone, input side): one per engine / layout, all small and random (no downloads)
 CHAIN_FAMILIES = [

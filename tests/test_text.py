@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_user_error, invoke
 
 from laya_cli import backbones as bb
 from laya_cli.backbones import hf
@@ -18,7 +19,6 @@ from laya_cli.backbones.pooling import TapFormat
 from laya_cli.data.datasets import load_dataset
 from laya_cli.runtime.config import DataRequest
 from laya_cli.runtime.errors import LayaError
-from laya_cli.testing import assert_user_error, invoke
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,8 +8,7 @@ import json
 
 import pytest
 import torch
-
-from laya_cli.testing import assert_user_error, invoke
+from helpers import assert_user_error, invoke
 
 
 def _tb_runs(root):

@@ -1,11 +1,11 @@
 import torch
+from helpers import make_image_folder, train_digits
 
 from laya_cli import backbones as bb
 from laya_cli.data.datasets import load_dataset
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime.config import DataRequest
-from laya_cli.testing import make_image_folder, train_digits
 from laya_cli.training.loop import predict
 
 

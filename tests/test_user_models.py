@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_user_error, invoke, make_image_folder
 from safetensors.torch import save_file
 from torch import nn
 
 from laya_cli.backbones import usercode
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.testing import assert_user_error, invoke, make_image_folder
 
 HERE = Path(__file__).resolve()
 

@@ -3,8 +3,3 @@ metric functions (``metrics``), what an audit returns (``results``), what both s
 batches (``scaffold``), the head-scope run (``run``), the network scope (``network``) and the job the command
 and the API run (``job``).
 """
-
-from .._moved import moved_names
-
-# What the module this package replaced exported, still importable from here (deprecated).
-__getattr__ = moved_names(__name__, "auditing.run", "gates.thresholds")

@@ -5,7 +5,7 @@ limit of infinitely many steps; Captum's convergence delta δ = Σ attributions 
 finite number is. Gauss–Legendre quadrature (Captum's default) converges fast on smooth paths: a head
 is nearly linear along IG's path (on the benchmark's ViT-tiny head, 4 points give the completeness of
 32 to within 1e-7), a network's suffix less so (at network scope on the same ViT, mean |δ|/|Δf| is 2e-2 at
-4 points, 2e-4 at 8, 1e-5 at 16: float32's noise; ``python -m laya_cli.speed.network_audit --convergence
+4 points, 2e-4 at 8, 1e-5 at 16: float32's noise; ``python -m benchmarks.network_audit --convergence
 4,8,16,32``). So every sample starts at the first steps of its
 scope (``HEAD_FIRST_STEPS``, ``NETWORK_FIRST_STEPS``); the samples whose |δ| > tol·|Δf| + ``ABS_SLACK``
 are attributed again with twice the steps, until they pass or reach the most steps allowed.

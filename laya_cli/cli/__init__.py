@@ -3,8 +3,6 @@
 every option, declared once (``options``). Imports nothing heavy: ``laya --help`` loads no torch.
 """
 
-from .._moved import moved_names
+from .group import app, main
 
-# What the module this package replaced exported, still importable from here (deprecated). The old names of
-# the commands themselves (``train``, ``audit``, …) are now the modules that hold them.
-__getattr__ = moved_names(__name__, "cli.group", "cli.common", "cli.bench")
+__all__ = ["app", "main"]

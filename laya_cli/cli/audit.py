@@ -154,7 +154,7 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
     """The tables (unless quiet), the files asked for (rank 0), the failed checks and the verdict line."""
     from ..report.audit import verdict_line
     from ..runtime import distributed
-    from ..tracking.events import log_audit
+    from ..runtime.tracking.events import log_audit
     from .command import current_run
 
     compared, run, verdict = outcome.compared, current_run(), verdict_line(outcome.verdict, result.n_samples)

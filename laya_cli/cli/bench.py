@@ -1,15 +1,11 @@
 """``laya bench``: train every head with every seed, audit each and compare (the job:
-``training.bench.run_bench``); ``laya bench speed``: the speed benchmarks (``speed.run_all``)."""
+``training.bench.run_bench``). The speed benchmarks are the checkout's ``python -m benchmarks``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
 from ..runtime import progress
-from ..runtime.errors import LayaError
-from .command import LayaJobGroup
 from .common import console, pick_device, wide_console
 from .options import (
     AUDIT,
@@ -54,7 +50,6 @@ from .options import (
     Redo,
     Reduce,
     ScoreHidden,
-    SpeedQuick,
     Steps,
     Strict,
     Target,
@@ -68,19 +63,8 @@ from .options import (
 
 HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
 
-bench_app = typer.Typer(
-    cls=LayaJobGroup,  # --config, -v, --log-to (command.py)
-    help="Compare heads over seeds (accuracy, faithfulness, Deletion@1); 'laya bench speed' runs the speed benchmarks.",
-    invoke_without_command=True,
-    no_args_is_help=False,
-    add_completion=False,
-    rich_markup_mode=None,
-)
 
-
-@bench_app.callback()
 def bench(
-    ctx: typer.Context,
     dataset: Dataset = DATA.name,
     backbone: Backbone = JOB.backbone,
     heads: BenchHeads = HEADS,
@@ -127,8 +111,6 @@ def bench(
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
     options = locals()  # the parsed options by name: the shared ones go to train_request as they are
-    if ctx.invoked_subcommand is not None:
-        return refuse_bench_options(ctx)
     from ..runtime.config import AuditSettings
     from ..runtime.fileio import check_outputs
     from ..training import bench as B
@@ -158,20 +140,6 @@ def bench(
         result = B.run_bench(req, None if quiet else print_run)
     render(result, req, quiet, json_out, markdown)
     log_bench_run(options, result, [json_out, markdown])
-
-
-def refuse_bench_options(ctx: typer.Context) -> None:
-    """``laya bench --epochs 3 speed``: the options of ``laya bench`` are not the subcommand's; say so."""
-    given = [
-        p.opts[0]
-        for p in ctx.command.params
-        if getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") == "COMMANDLINE"  # not LAYA_LOG_TO, --config
-    ]
-    if given:
-        raise LayaError(
-            f"{', '.join(given)} belong to 'laya bench', not to 'laya bench {ctx.invoked_subcommand}'; "
-            f"see laya bench {ctx.invoked_subcommand} --help"
-        )
 
 
 def print_run(o, i: int, n: int) -> None:
@@ -204,26 +172,8 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
 
 
 def log_bench_run(options: dict, result, files) -> None:
-    """``--log-to``: the comparison as one tracker run (``LayaJobGroup`` ends it)."""
-    from ..tracking.events import log_bench
+    """``--log-to``: the comparison as one tracker run (``LayaCommand`` ends it)."""
+    from ..runtime.tracking.events import log_bench
     from .command import current_run
 
     log_bench(current_run().track(f"bench {options['dataset']}-{options['backbone']}"), result.to_dict(), files)
-
-
-@bench_app.command("speed")
-def bench_speed(quick: SpeedQuick = False, device: Device = "auto", json_out: JsonOut = None):
-    """Run every speed benchmark (each in a fresh process) and print all ratios and peak memory side by side."""
-    from .. import speed
-    from ..report.speed import speed_tables
-    from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
-
-    check_outputs(json_out)
-    # --device cpu needs no torch in this process (the benchmarks import it in their own processes).
-    dev = "cpu" if device.strip().lower() == "cpu" else pick_device(device)
-    summary = speed.run_all(quick=quick, device=dev)  # Ctrl-C: the child stops, "interrupted" (130)
-    from rich.console import Console
-
-    (console if console.is_terminal else Console(width=110)).print(speed_tables(summary))
-    if json_out is not None:
-        atomic_write_text(json_out, strict_json(summary))

@@ -1,5 +1,4 @@
-"""``LayaCommand``: the commands that run a job (train, audit, depth, export; bench: ``LayaJobGroup``) all take
-``--config FILE``,
+"""``LayaCommand``: the commands that run a job (train, audit, depth, export, bench) all take ``--config FILE``,
 ``-v/--verbose`` and ``--log-to`` the same way, added here rather than to each command's parameters.
 
 Before the command runs, ``start`` refuses ``-q`` with ``-v``, records the resolved options (defaults, the
@@ -15,7 +14,7 @@ import contextvars
 import functools
 from dataclasses import dataclass, field
 
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 
 from .config import META_KEY, recorded_options
 from .options import Config, LogTo, Verbose  # module level: the annotations of shared_params' function
@@ -35,7 +34,7 @@ class CommandRun:
         """The tracker, its run started on first use (named ``name``, the options as its parameters); without
         ``--log-to``, the tracker that does nothing."""
         if self.tracker is None:
-            from ..tracking.base import Tracker
+            from ..runtime.tracking.base import Tracker
 
             return Tracker()
         if not self.started:
@@ -105,7 +104,7 @@ def start(ctx) -> CommandRun:
     log_to = ctx.meta.get("laya.log_to")
     if log_to:
         from ..runtime.distributed import is_main
-        from ..tracking import open_tracker
+        from ..runtime.tracking import open_tracker
 
         tracker = open_tracker(log_to)
         run.tracker = tracker if is_main() else None  # under torchrun rank 0 logs
@@ -151,8 +150,4 @@ class SharedOptions:
 
 
 class LayaCommand(SharedOptions, TyperCommand):
-    """A job's command (train, audit, depth, export): its own options and the shared ones."""
-
-
-class LayaJobGroup(SharedOptions, TyperGroup):
-    """``laya bench``: a group whose callback is a job (the head comparison), with the shared options."""
+    """A job's command (train, audit, depth, export, bench): its own options and the shared ones."""

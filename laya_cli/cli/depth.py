@@ -100,7 +100,7 @@ def render(result, json_out, markdown, plot) -> None:
     from ..report.depth import depth_markdown, depth_rich_tables
     from ..runtime import distributed
     from ..runtime.fileio import atomic_path, atomic_write_text
-    from ..tracking.events import log_depth
+    from ..runtime.tracking.events import log_depth
     from .command import current_run
 
     run = current_run()

@@ -47,8 +47,8 @@ def diff(
     device: Device = "auto",
 ):
     """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests."""
-    from ..diffing.compare import DiffSettings
-    from ..diffing.job import check_gate, diff_models
+    from ..auditing.diff.compare import DiffSettings
+    from ..auditing.diff.job import check_gate, diff_models
     from ..model.laya_model import load_model
     from ..report.diff import diff_markdown, diff_rich_tables
     from ..runtime.config import check_at_least

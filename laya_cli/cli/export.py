@@ -54,7 +54,7 @@ def export(
     from ..exporting.run import run_export
     from ..report.export import shift_table
     from ..runtime.memory import MemoryRequest
-    from ..tracking.events import log_export
+    from ..runtime.tracking.events import log_export
     from .command import current_run
 
     with progress.enabled(not quiet):

@@ -211,7 +211,7 @@ app.command(cls=LayaCommand)(audit.audit)
 app.command(cls=LayaCommand)(depth.depth)
 app.command(cls=LayaCommand)(export.export)
 app.command()(diff.diff)  # no job options to record: laya diff only reads two checkpoints
-app.add_typer(bench.bench_app, name="bench")
+app.command(cls=LayaCommand)(bench.bench)
 app.command()(info.info)
 
 

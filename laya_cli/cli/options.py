@@ -437,11 +437,6 @@ BenchAuditSamples = Annotated[
 ]
 BenchAuditSeed = Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")]
 Redo = Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")]
-SpeedQuick = Annotated[
-    bool,
-    typer.Option("--quick", help="Tiny sizes, one shared process (a smoke run under ~30 s, not a measurement)."),
-]
-
 # --------------------------------------------------------------------------- info
 
 InfoJson = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")]
@@ -600,7 +595,7 @@ def _remember(ctx: typer.Context, param: typer.CallbackParam, value):
 
 def _check_log_to(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
     """``--log-to``: a known tracker whose package is installed (else exit 2 before any work), kept in ctx.meta."""
-    from ..tracking.registry import check_log_to
+    from ..runtime.tracking.registry import check_log_to
 
     check_log_to(value)
     return _remember(ctx, param, value)

@@ -99,7 +99,7 @@ def train(
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
     options = locals()  # the parsed options by name: the shared ones go to train_request as they are
-    from ..tracking.events import log_train
+    from ..runtime.tracking.events import log_train
     from ..training.loop import train as run_training
     from .command import current_run
 
@@ -136,7 +136,7 @@ def train(
 
 def on_epoch(tracker, quiet: bool, r) -> None:
     """An epoch ended: log it to the tracker (``--log-to``) and, unless quiet, print it."""
-    from ..tracking.events import log_epoch
+    from ..runtime.tracking.events import log_epoch
 
     log_epoch(tracker, r)
     if not quiet:

@@ -22,15 +22,11 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .._moved import moved_names
 from .audit import html_methods_table, ig_steps_text
 from .cells import fmt, html_table
 from .depth import depth_section
 from .explorer import EXPLORER_CSS, explorer_section
 from .network import network_html
-
-# What this module held before the explorer moved out, still importable from here (deprecated).
-__getattr__ = moved_names(__name__, "report.explorer")
 
 _CSS = (
     """

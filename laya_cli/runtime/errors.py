@@ -45,7 +45,7 @@ def match_choice(kind: str, name: str, choices) -> str:
 @contextlib.contextmanager
 def sigterm_as_interrupt():
     """Treat SIGTERM (a scheduler's or CI's kill) like Ctrl-C inside the block: training leaves a
-    resumable state, ``laya bench speed`` stops its benchmark processes; both exit 130."""
+    resumable state (the checkout's ``python -m benchmarks`` stops its benchmark processes the same way); exit 130."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

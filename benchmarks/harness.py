@@ -1,34 +1,32 @@
 """Every speed benchmark of laya in one run, with peak memory, summarised side by side.
 
-    laya bench speed          [--quick] [--device auto|cpu|cuda] [--json FILE]
-    python -m laya_cli.speed  [--quick] [--device ...]            [--json FILE]   (the same)
-    python -m benchmarks      (from a source checkout: the same, through a thin shim)
+    python -m benchmarks      [--quick] [--device auto|cpu|cuda] [--json FILE]
+    make bench                (the same)
 
-Shipped inside the package, so an installed laya measures itself; nothing here needs the
-source checkout.
+Measurement code of the checkout: it imports ``laya_cli`` as a user would (installed or editable).
 
 Runs, each in a fresh Python process (multiprocessing, spawn), so that one benchmark's
 memory high-water mark cannot hide another's:
 
   baseline     imports torch, timm, captum and laya, nothing else: the memory floor every
                process below starts from.
-  train_cache  laya_cli.speed.train_cache.run(): frozen-backbone head training without the
+  train_cache  benchmarks.train_cache.run(): frozen-backbone head training without the
                feature cache (backbone on every batch), with a cold cache, with a warm cache.
-  audit_speed  laya_cli.speed.audit_speed.main(): audit vs plain inference vs the naive
+  audit_speed  benchmarks.audit_speed.main(): audit vs plain inference vs the naive
                per-block Captum LayerIntegratedGradients route.
-  network_ig   laya_cli.speed.network_audit.ig_routes(): network-scope IG on the benchmark's ViT-tiny,
+  network_ig   benchmarks.network_audit.ig_routes(): network-scope IG on the benchmark's ViT-tiny,
                ours (prefix-cached, steps per (image, layer) from --ig-tol) against Captum's
                straightforward route (32 steps, a full pass each), with the completeness of each.
   plain, audit the two sides of "audit / plain inference" again, alone, for their peak
                memory: the same model and images as audit_speed, then either one plain
                inference pass or the audit (laya + ig + gradxact + LOLO, features included).
-  audit_memory laya_cli.speed.audit_memory.main(): the audit's peak memory on 1,000 vs
+  audit_memory benchmarks.audit_memory.main(): the audit's peak memory on 1,000 vs
                10,000 Fashion-MNIST test samples (its own fresh process per size); skipped,
                with the reason, when it cannot run (e.g. no Fashion-MNIST).
-  memory_budget laya_cli.speed.memory_budget.main(): peak RSS of the built-in CNN's network-scope IG
+  memory_budget benchmarks.memory_budget.main(): peak RSS of the built-in CNN's network-scope IG
                audit (256 samples × 32 steps) within --max-memory 2G vs unbounded, and whether the
                results are equal; skipped, with the reason, without Fashion-MNIST. Not in --quick.
-  startup      laya_cli.speed.startup.run(): ``laya --help``, ``laya <cmd> --help`` and
+  startup      benchmarks.startup.run(): ``laya --help``, ``laya <cmd> --help`` and
                ``laya info`` next to ``python -c "import torch"``, each a fresh process.
 
 Peak memory is each process's peak resident set size, read by the process itself when its
@@ -44,7 +42,7 @@ measurement; its memory column is the shared process's running peak). It leaves 
 cells in that process too, and times fewer startup commands.
 
 Ctrl-C (or SIGTERM) stops the run: each child leads a process group of its own (with the
-processes it starts), which the parent stops; ``laya bench speed`` then prints "interrupted"
+processes it starts), which the parent stops; ``python -m benchmarks`` then prints "interrupted"
 (exit 130), as every laya command does.
 """
 
@@ -56,6 +54,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -125,8 +124,7 @@ def _job(name: str, size: dict, device: str) -> dict:
     import laya_cli.auditing.run  # noqa: F401
     import laya_cli.model.checkpoint  # noqa: F401
     import laya_cli.training.loop  # noqa: F401
-
-    from ..runtime import progress
+    from laya_cli.runtime import progress
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore
     if device == "cuda":
@@ -319,7 +317,7 @@ def run_child(name: str, size: dict, device: str) -> dict:
 
 def run_all(quick: bool = False, device: str = "cpu", jobs=None) -> dict:
     """Every benchmark; SIGTERM (a CI timeout) stops the running child and its processes, like Ctrl-C."""
-    from ..runtime.errors import sigterm_as_interrupt
+    from laya_cli.runtime.errors import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         return _run_all(quick, device, jobs)
@@ -391,7 +389,7 @@ def ratios(summary: dict) -> list[dict]:
 
 
 def _audit_speed_rows(a: dict) -> list[dict]:
-    """laya_cli.speed.audit_speed: the audit against plain inference, and naive Captum against the audit."""
+    """benchmarks.audit_speed: the audit against plain inference, and naive Captum against the audit."""
     scaled = a["naive_images"] != a["images"] or len(a["naive_blocks"]) != 12
     return [
         {
@@ -431,7 +429,7 @@ def _audit_speed_rows(a: dict) -> list[dict]:
 
 
 def _network_ig_rows(n: dict) -> list[dict]:
-    """laya_cli.speed.network_audit.ig_routes: network IG, Captum's straightforward route against ours."""
+    """benchmarks.network_audit.ig_routes: network IG, Captum's straightforward route against ours."""
     return [
         {
             "what": "network IG: Captum / ours",
@@ -449,7 +447,7 @@ def _network_ig_rows(n: dict) -> list[dict]:
 
 
 def _train_cache_rows(t: dict) -> list[dict]:
-    """laya_cli.speed.train_cache: head training without the feature cache, and with it cold, against warm."""
+    """benchmarks.train_cache: head training without the feature cache, and with it cold, against warm."""
     return [
         {
             "what": "train: no cache / warm cache",
@@ -510,7 +508,7 @@ def _peak_memory_rows(runs: dict) -> list[dict]:
 
 
 def _startup_rows(r: dict) -> list[dict]:
-    """laya_cli.speed.startup: each command's start-to-exit time over ``python -c "import torch"``."""
+    """benchmarks.startup: each command's start-to-exit time over ``python -c "import torch"``."""
     rows = []
     try:
         torch_s = r["torch_s"]
@@ -545,7 +543,7 @@ def _startup_rows(r: dict) -> list[dict]:
 
 
 def _audit_memory_rows(r: dict) -> list[dict]:
-    """laya_cli.speed.audit_memory: how the audit's peak memory grows with the number of samples."""
+    """benchmarks.audit_memory: how the audit's peak memory grows with the number of samples."""
     rows = []
     try:
         for mode, cells in r["rows"].items():
@@ -570,7 +568,7 @@ def _audit_memory_rows(r: dict) -> list[dict]:
 
 
 def _memory_budget_rows(r: dict) -> list[dict]:
-    """laya_cli.speed.memory_budget: the CNN network-scope IG audit within --max-memory 2G vs unbounded."""
+    """benchmarks.memory_budget: the CNN network-scope IG audit within --max-memory 2G vs unbounded."""
     try:
         a, b = r["rows"][0], r["rows"][-1]
         return [
@@ -594,16 +592,21 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--json", dest="json_out", default=None, help="write every number to this file")
     args = parser.parse_args(argv)
-    from ..report.speed import speed_tables
-    from ..runtime.fileio import atomic_write_text
+    from laya_cli.runtime.fileio import atomic_write_text
+
+    from .tables import speed_tables
 
     if args.device.strip().lower() == "cpu":
         device = "cpu"  # no torch in this process: the benchmarks import it in their own
     else:
-        from ..runtime.device import resolve_device
+        from laya_cli.runtime.device import resolve_device
 
         device = resolve_device(args.device)
-    summary = run_all(quick=args.quick, device=device)
+    try:
+        summary = run_all(quick=args.quick, device=device)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: run_all stopped its child; exit as every laya command does
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     console().print(speed_tables(summary))
     if args.json_out:
         atomic_write_text(args.json_out, json.dumps(summary, indent=2) + "\n")

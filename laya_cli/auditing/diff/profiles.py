@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..auditing.methods import contrib, laya_attention
-from ..auditing.metrics import lolo_effects
-from ..auditing.network import NetworkScope, network_reference
-from ..auditing.scaffold import References
-from ..data.images import image_batches
-from ..features.extraction import feature_batches, to_float_images
-from ..runtime.device import to_device
+from ...data.images import image_batches
+from ...features.extraction import feature_batches, to_float_images
+from ...runtime.device import to_device
+from ..methods import contrib, laya_attention
+from ..metrics import lolo_effects
+from ..network import NetworkScope, network_reference
+from ..scaffold import References
 
 
 @dataclass

@@ -11,13 +11,13 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 
-from ..runtime.errors import LayaError, match_choice
+from ..errors import LayaError, match_choice
 from .base import Tracker
 
 
 @dataclass(frozen=True)
 class TrackerEntry:
-    module: str  # laya_cli.tracking.<module>
+    module: str  # laya_cli.runtime.tracking.<module>
     cls: str
     package: str  # the import name that must be there
     extra: str  # pip install 'laya-audit[<extra>]'

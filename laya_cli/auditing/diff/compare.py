@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime.fileio import json_safe
-from ..stats.mcnemar import mcnemar
-from ..stats.multiple import adjust
-from ..stats.permutation import paired_profile_test
+from ...runtime.fileio import json_safe
+from ...stats.mcnemar import mcnemar
+from ...stats.multiple import adjust
+from ...stats.permutation import paired_profile_test
 from .profiles import Profiles
 
 QUANTITIES = ("alpha", "delta", "contrib")  # the per-layer means compared

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..auditing.network import check_network_scope
-from ..model.evaldata import load_eval_data
-from ..model.laya_model import load_model
-from ..runtime.errors import LayaError
+from ...model.evaldata import load_eval_data
+from ...model.laya_model import load_model
+from ...runtime.errors import LayaError
+from ..network import check_network_scope
 from .compare import DiffResult, DiffSettings, compare_profiles
 from .profiles import model_profiles, network_deltas
 

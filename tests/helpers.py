@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from .synthetic import make_head_and_features, make_image_folder, train_digits
+from benchmarks.synthetic import make_head_and_features, make_image_folder, train_digits
 
 __all__ = [
     "make_image_folder",
@@ -36,7 +36,7 @@ def invoke(*args, **kwargs):
     """``laya ARGS…`` in this process (Typer's CliRunner); the result has exit_code, stdout, output."""
     from typer.testing import CliRunner
 
-    from .cli.group import app
+    from laya_cli.cli.group import app
 
     return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
 
@@ -97,7 +97,7 @@ def make_backbone(name: str, side: int, seed: int = 0):
     channels resized to input size ``side``."""
     import torch
 
-    from .backbones.build import BackboneSpec, build_backbone
+    from laya_cli.backbones.build import BackboneSpec, build_backbone
 
     torch.manual_seed(seed)
     builtin = name in ("mlp", "cnn")

@@ -1,5 +1,5 @@
 """Small, real, generated inputs: an image folder of drawn shapes, a seeded head with features, a
-briefly trained digits checkpoint. Used by the tests (through ``laya_cli.testing``), by the speed
+briefly trained digits checkpoint. Used by the tests (through ``helpers``), by the speed
 benchmarks, and by anyone who wants a laya model to try something on without downloading data.
 """
 
@@ -48,8 +48,8 @@ def make_head_and_features(
     """A small seeded head with random layer features and an ablation reference: (head, feats, ref)."""
     import torch
 
-    from .model.heads import build_head
-    from .runtime.config import HeadConfig
+    from laya_cli.model.heads import build_head
+    from laya_cli.runtime.config import HeadConfig
 
     torch.manual_seed(seed)
     head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
@@ -72,9 +72,9 @@ def train_digits(
     **extra,
 ) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
-    from .runtime import progress
-    from .runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
-    from .training.loop import train
+    from laya_cli.runtime import progress
+    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.training.loop import train
 
     req = TrainRequest(
         head=head,
@@ -94,7 +94,7 @@ def frozen_cnn_and_images(n: int = 40, size: int = 16, seed: int = 0):
     (backbone, images, labels). Feature extraction on it is fast and deterministic."""
     import torch
 
-    from .backbones.build import BackboneSpec, build_backbone
+    from laya_cli.backbones.build import BackboneSpec, build_backbone
 
     torch.manual_seed(seed)
     backbone = build_backbone(BackboneSpec("cnn", in_channels=3, image_size=(size, size))).eval()

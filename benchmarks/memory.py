@@ -7,6 +7,6 @@ allocator caches), so compare processes of the same kind only.
 
 from __future__ import annotations
 
-from ..runtime.memory import peak_rss_mb, proc_status_mb, reset_peak, rss_mb
+from laya_cli.runtime.memory import peak_rss_mb, proc_status_mb, reset_peak, rss_mb
 
 __all__ = ["peak_rss_mb", "proc_status_mb", "reset_peak", "rss_mb"]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .zoo import TORCHVISION_ZOO, ZooModel, ZooResult, build, check_structure
+from .conformance import TORCHVISION_ZOO, ZooModel, ZooResult, build, check_structure
 
 SMALL_SIDES = (64, 112)  # input sides tried first (112: patch 14 and 16 both divide it); then the model's own
 SMALL_SIDE = SMALL_SIDES[0]
@@ -140,16 +140,16 @@ def torchvision_native_side(entry: ZooModel) -> int:
 
 
 def hf_entries(only: Sequence[str]) -> list[ZooModel]:
-    from .hf_zoo import HF_ZOO
+    from .hf import HF_ZOO
 
     return [ZooModel(f"hf:{e.name}", e.kind, 32) for e in HF_ZOO if not only or f"hf:{e.name}" in only]
 
 
 def hf_run(entry: ZooModel) -> ZooResult:
-    """``hf_zoo.check``: built from its small config, saved with save_pretrained, tapped as ``hf:DIR``."""
+    """``hf.check``: built from its small config, saved with save_pretrained, tapped as ``hf:DIR``."""
     import tempfile
 
-    from .hf_zoo import HF_ZOO, check
+    from .hf import HF_ZOO, check
 
     family = next(e for e in HF_ZOO if f"hf:{e.name}" == entry.name)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,13 +1,13 @@
-"""The speed benchmarks' tables for the terminal: ``laya bench speed`` (every ratio side by side, then peak
-memory per benchmark process), ``python -m laya_cli.speed.data_scale`` and ``python -m laya_cli.speed.depth``.
+"""The speed benchmarks' tables for the terminal: ``python -m benchmarks`` (every ratio side by side, then peak
+memory per benchmark process), ``python -m benchmarks.data_scale`` and ``python -m benchmarks.depth``.
 """
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from .cells import rich_table
-from .depth import seconds_per_image
+from laya_cli.report.cells import rich_table
+from laya_cli.report.depth import seconds_per_image
 
 
 def memory_rows(summary: dict) -> list[tuple[str, str, str, str]]:
@@ -24,7 +24,7 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str]]:
 
 
 def speed_tables(summary: dict):
-    """``laya bench speed``: every ratio side by side, then peak memory per benchmark process."""
+    """``python -m benchmarks``: every ratio side by side, then peak memory per benchmark process."""
     from rich.console import Group
 
     t = rich_table("laya speed benchmarks" + (" (--quick: smoke sizes, not a measurement)" if summary["quick"] else ""))
@@ -72,7 +72,7 @@ def speed_tables(summary: dict):
 
 
 def data_scale_ratios(result: dict) -> list[tuple[str, float, str]]:
-    """(what, ratio, target) of ``laya_cli.speed.data_scale``: streamed peak RSS largest / smallest size, and
+    """(what, ratio, target) of ``benchmarks.data_scale``: streamed peak RSS largest / smallest size, and
     streamed / in-memory throughput at the smallest size, per rank count."""
     cells = {(c["mode"], c["ranks"], c["size"]): c for c in result["cells"]}
     lo, hi = min(result["sizes"]), max(result["sizes"])
@@ -116,7 +116,7 @@ def data_scale_ratios(result: dict) -> list[tuple[str, float, str]]:
 
 
 def data_scale_table(result: dict):
-    """``python -m laya_cli.speed.data_scale``: every cell side by side, then the target ratios."""
+    """``python -m benchmarks.data_scale``: every cell side by side, then the target ratios."""
     from rich.console import Group
 
     t = rich_table("extraction and head training on WebDataset shards: streamed vs in memory")
