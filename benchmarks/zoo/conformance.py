@@ -174,7 +174,7 @@ def check_structure(entry: ZooModel, backbone, result: ZooResult | None = None) 
 
 
 def _check_depth_order(entry: ZooModel, backbone, x) -> None:
-    from laya_cli.backbones.taps import trace_calls
+    from laya_cli.backbones.chain import trace_calls
 
     names = backbone.layer_names
     with torch.no_grad():

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..backbones.taps import eval_mode
+from ..backbones.chain import eval_mode
 from ..data.images import image_ranges
 from ..features.extraction import StreamedFeatures, to_float_images
 from ..runtime.device import to_device

@@ -17,11 +17,12 @@ import torch
 from torch import Tensor, nn
 
 from ..runtime.errors import LayaError
+from .adapters import InputAdapter, make_adapter, random_tokens
 from .builtin import PaperMLP, SmallCNN
 from .families import BACKBONES, BUILTIN, FAMILIES, Family, family_for_model, family_of
 from .pooling import Layouts, TapFormat, pool_tokens
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
-from .taps import InputAdapter, TappedBackbone, make_adapter, random_tokens
+from .taps import TappedBackbone
 from .usercode import trust_code
 from .weights import (
     CLASSIFIER_KEYS,

@@ -30,12 +30,14 @@ from torch import nn
 
 from ..runtime.errors import LayaError, unknown_choice
 from .builtin import PaperMLP, SmallCNN
+from .chain import chain_children, generic_default_taps, stage_ends
+from .engines import stage_index
 from .family import Family, Probe, _declared_layouts, _feature_info_modules, _first_line, _norm_for  # noqa: F401
 from .hf import HFFamily
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, InputConfig
 from .stages import declared_stages, hooks_read_stages, stage_indices, stage_names, stage_widths
-from .taps import chain_children, generic_default_taps, match_layers, stage_ends, stage_index
+from .taps import match_layers
 from .weights import (
     hf_cache_dir,
     hub_file_cached,

@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 
 from ..runtime.errors import LayaError
+from .chain import generic_default_taps
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig
 from .stages import feature_info
-from .taps import generic_default_taps, match_layers
+from .taps import match_layers
 
 Probe = Callable[[], Tensor]  # a batch of model inputs, made only when a rule needs to run the model
 

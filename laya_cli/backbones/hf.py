@@ -21,10 +21,11 @@ import torch
 from torch import nn
 
 from ..runtime.errors import LayaError
+from .chain import eval_mode
+from .engines import call_model
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
-from .taps import call_model, eval_mode
 from .tokens import set_tokenizer, text_input_from
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
@@ -238,7 +239,7 @@ class HFFamily(Family):
     """``hf:NAME`` / ``hf:DIR``: transformers' ``AutoModel``, tapped after every layer."""
 
     name = "hf"
-    engine = "replay"  # layers take masks and position embeddings besides the hidden state (taps.ReplayEngine)
+    engine = "replay"  # layers take masks and position embeddings besides the hidden state (engines.ReplayEngine)
     hub = True
 
     def build(self, model_name, spec, **_):

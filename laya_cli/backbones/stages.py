@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from .engines import HookEngine, IntermediatesEngine, stage_index, stage_name
 from .pooling import Layouts
-from .taps import HookEngine, IntermediatesEngine, stage_index, stage_name
 
 
 def feature_info(model: nn.Module) -> list[dict]:

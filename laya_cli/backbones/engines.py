@@ -1,0 +1,246 @@
+"""How a model is run up to tap k (``ENGINES``): forward hooks that stop the forward once the last needed tap
+fired (``HookEngine``), the same keeping each tapped layer's call so the later layers can be called again from a
+tap (``ReplayEngine``, transformers), torchvision's FX feature extractor (``FxEngine``), and timm's
+``forward_intermediates`` (``IntermediatesEngine``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..runtime.errors import LayaError
+from .adapters import stack_copies
+from .pooling import Layouts
+
+
+class StopForward(BaseException):
+    """Raised from a hook once every needed tap has fired: the rest of the forward is skipped.
+
+    A BaseException so that a model's own ``except Exception`` cannot swallow it."""
+
+
+def call_model(model: nn.Module, inputs):
+    """``model(inputs)``, or ``model(**inputs)`` for a text model's keyword inputs."""
+    return model(**inputs) if isinstance(inputs, dict) else model(inputs)
+
+
+def first_tensor(output):
+    """A module's tap value: the output, or its first element for tuple/list outputs."""
+    return output[0] if isinstance(output, (tuple, list)) and output else output
+
+
+class HookEngine:
+    """Forward hooks on the tapped modules; the last needed one stops the forward."""
+
+    kind = "hooks"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        self.model, self.names = model, list(names)
+        modules = dict(model.named_modules())
+        missing = [n for n in self.names if n not in modules]
+        if missing:
+            raise LayaError(f"layer {missing[0]} is not a module of this model")
+
+    def reset(self) -> None:
+        pass
+
+    def run(self, x: Tensor, k: int) -> list:
+        modules = dict(self.model.named_modules())
+        out: list = [None] * k
+        seen = [0]
+
+        def make(i):
+            def hook(module, args, output):
+                if out[i] is None:
+                    out[i] = first_tensor(output)
+                    seen[0] += 1
+                    if seen[0] == k:
+                        raise StopForward
+
+            return hook
+
+        handles = [modules[n].register_forward_hook(make(i)) for i, n in enumerate(self.names[:k])]
+        try:
+            call_model(self.model, x)
+        except StopForward:
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        for name, h in zip(self.names, out):
+            if h is None:
+                raise LayaError(f"layer {name} did not run in the model's forward; choose other layers with --layers")
+        return out
+
+
+class ReplayEngine(HookEngine):
+    """Hooks that also keep each tapped layer's call (its inputs after the hidden state, its keyword
+    arguments): a transformer's layers take an attention mask, position embeddings… besides the hidden
+    state, so continuing from tap i re-calls layers i+1.. with the arguments the last batch gave them
+    (``replay``). Captum's copies of that batch, stacked along the batch, get them repeated."""
+
+    kind = "replay"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        super().__init__(model, names)
+        self.calls: list[tuple[tuple, dict] | None] = [None] * len(self.names)
+
+    def run(self, x, k: int) -> list:
+        modules = dict(self.model.named_modules())
+
+        def keep(i):
+            def pre(module, args, kwargs):
+                self.calls[i] = (tuple(args[1:]), dict(kwargs))
+
+            return pre
+
+        handles = [modules[n].register_forward_pre_hook(keep(i), with_kwargs=True) for i, n in enumerate(self.names)]
+        try:
+            return super().run(x, k)
+        finally:
+            for h in handles:
+                h.remove()
+
+    def replay(self, i: int, h: Tensor, k: int) -> list[Tensor]:
+        """Outputs of taps i+1 .. k-1 from ``h`` at tap i, the later layers called as the last batch called them."""
+        modules = dict(self.model.named_modules())
+        out = []
+        for j in range(i + 1, k):
+            if self.calls[j] is None:
+                raise LayaError(f"layer {self.names[j]} has not run on this batch yet")
+            args, kwargs = self.calls[j]
+            rows = len(h)
+            h = first_tensor(modules[self.names[j]](h, *_rows(args, rows), **_rows(kwargs, rows)))
+            out.append(h)
+        return out
+
+
+def _rows(value, rows: int):
+    """``value`` (a call's tensors, nested in tuples/dicts) for a batch of ``rows``: tensors of the recorded
+    batch repeated as Captum stacks copies of it; anything else (broadcast shapes, None, flags) as it is."""
+    if isinstance(value, dict):
+        return {k: _rows(v, rows) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_rows(v, rows) for v in value)
+    if isinstance(value, Tensor) and value.ndim and 1 < value.shape[0] < rows and rows % value.shape[0] == 0:
+        return stack_copies(value, rows // value.shape[0])
+    return value
+
+
+class FxEngine:
+    """torchvision's ``create_feature_extractor``: a traced graph that returns the taps and
+    holds nothing past the last one (dead code is eliminated), cached per ``upto``."""
+
+    kind = "fx"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        self.model, self.names = model, list(names)
+        self._extractors: dict[int, nn.Module] = {}
+
+    def reset(self) -> None:
+        self._extractors.clear()
+
+    def _extractor(self, k: int) -> nn.Module:
+        if k not in self._extractors:
+            import warnings
+
+            from torchvision.models.feature_extraction import create_feature_extractor
+
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ex = create_feature_extractor(self.model, {n: str(i) for i, n in enumerate(self.names[:k])})
+            except Exception as e:
+                detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+                raise LayaError(f"torchvision could not extract layers {', '.join(self.names[:k])}: {detail}") from None
+            self._extractors[k] = _without_asserts(ex)
+        ex = self._extractors[k]
+        if ex.training != self.model.training:
+            ex.train(self.model.training)
+        return ex
+
+    def run(self, x: Tensor, k: int) -> list:
+        out = self._extractor(k)(x)
+        return [first_tensor(out[str(i)]) for i in range(k)]
+
+
+def _without_asserts(graph_module: nn.Module) -> nn.Module:
+    """The traced graph without its ``torch._assert`` calls, then without its dead code. torchvision's blocks
+    assert their input's rank (ViT's EncoderBlock); an assert is impure, so dead-code elimination kept every block
+    after the last tap alive to feed it, and ``upto=k`` ran the whole encoder. What they check holds by
+    construction: the input adapter hands every model a B×C×H×W batch, and the blocks' inputs follow from it."""
+    graph = graph_module.graph
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch._assert:
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph_module.recompile()
+    return graph_module
+
+
+STAGE_PREFIX = "feature_info."  # a tap read from forward_intermediates: ``feature_info.<index>``
+
+
+def stage_name(index: int) -> str:
+    return f"{STAGE_PREFIX}{index}"
+
+
+def stage_index(name: str) -> int | None:
+    """The ``feature_info`` index a ``feature_info.<index>`` tap names; None for any other name."""
+    rest = name[len(STAGE_PREFIX) :] if name.startswith(STAGE_PREFIX) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+class IntermediatesEngine:
+    """timm's own ``forward_intermediates``: the stages ``feature_info`` declares, taken where the model computes
+    them, for models whose declared modules are not what runs or not laid out as declared (CoaT, CrossViT, HRNet,
+    SAM-ViT, VOLO…). Tap ``feature_info.<i>`` is stage i; the forward stops after the last needed stage where
+    timm allows (``stop_early``). Stages come back as B×C×H×W maps, or — from models that return their prefix
+    tokens (class, registers) — as B×(P+H·W)×C token sequences, so class-token pooling works as on a ViT's blocks.
+    ``layouts`` says which (the engine lays its outputs out itself, whatever the model declares for its modules).
+    """
+
+    kind = "intermediates"
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        import inspect
+
+        self.model, self.names = model, list(names)
+        self.indices = [stage_index(n) for n in self.names]
+        bad = next((n for n, i in zip(self.names, self.indices) if i is None), None)
+        if bad is not None:
+            raise LayaError(f"layer {bad} is not a stage of the model (feature_info.<index>)")
+        run = getattr(model, "forward_intermediates", None)
+        stages = len(getattr(model, "feature_info", None) or ())
+        if not callable(run) or not stages:
+            raise LayaError(f"layer {self.names[0]} names a timm stage, but this model has no forward_intermediates")
+        if max(self.indices, default=0) >= stages:
+            raise LayaError(f"layer {stage_name(max(self.indices))} is past the model's {stages} stages")
+        params = inspect.signature(run).parameters
+        prefix = getattr(model, "num_prefix_tokens", 0)
+        self.prefix = int(prefix) if isinstance(prefix, int) and "return_prefix_tokens" in params else 0
+        self.options = {"intermediates_only": True, "stop_early": True}
+        if "output_fmt" in params:
+            self.options["output_fmt"] = "NCHW"
+        if self.prefix:
+            self.options["return_prefix_tokens"] = True
+        self.layouts = Layouts("NCHW", self.prefix)
+
+    def reset(self) -> None:
+        pass
+
+    def run(self, x: Tensor, k: int) -> list:
+        want = self.indices[:k]
+        take = sorted(set(want))
+        out = dict(zip(take, self.model.forward_intermediates(x, indices=take, **self.options)))
+        return [self._tokens(*out[i]) if self.prefix else out[i] for i in want]
+
+    @staticmethod
+    def _tokens(spatial: Tensor, prefix: Tensor) -> Tensor:
+        """B×(P+H·W)×C: the prefix tokens, then the map's positions in row-major order (a ViT block's layout)."""
+        return torch.cat([prefix, spatial.flatten(2).transpose(1, 2)], dim=1)
+
+
+ENGINES = {"hooks": HookEngine, "fx": FxEngine, "replay": ReplayEngine, "intermediates": IntermediatesEngine}
