@@ -103,7 +103,7 @@ def _measure(model: str, samples: int, mode: str, compare: str, batch_size: int,
 def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
     from laya_cli.runtime import progress
     from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
-    from laya_cli.training.loop import train
+    from laya_cli.training.job import train
 
     with progress.enabled(False):
         train(

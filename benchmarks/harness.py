@@ -123,7 +123,7 @@ def _job(name: str, size: dict, device: str) -> dict:
     # Every process starts from the same floor: the modules the benchmarks use, imported up front.
     import laya_cli.auditing.run  # noqa: F401
     import laya_cli.model.checkpoint  # noqa: F401
-    import laya_cli.training.loop  # noqa: F401
+    import laya_cli.training.job  # noqa: F401
     from laya_cli.runtime import progress
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore

@@ -74,7 +74,7 @@ def train_digits(
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
     from laya_cli.runtime import progress
     from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
-    from laya_cli.training.loop import train
+    from laya_cli.training.job import train
 
     req = TrainRequest(
         head=head,

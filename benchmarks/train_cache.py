@@ -27,7 +27,8 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
     from laya_cli.model.laya_model import EndToEnd
     from laya_cli.runtime import progress
     from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
-    from laya_cli.training.loop import fit, prepare_backbone, train
+    from laya_cli.training.job import prepare_backbone, train
+    from laya_cli.training.loop import fit
 
     from .synthetic import make_image_folder
 
@@ -51,7 +52,7 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
         start = time.perf_counter()
         req = request("naive.pt")
         data = load_dataset(req.data)
-        backbone, _, _ = prepare_backbone(req, data)
+        backbone = prepare_backbone(req, data)
         for p in backbone.parameters():
             p.requires_grad_(False)
         dims = backbone.dims(data.train.images[:1].float() / 255)

@@ -188,9 +188,9 @@ def test_depth_on_a_loader_over_the_test_split_equals_laya_depth_json(digits_ckp
 def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model, tmp_path):
     """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
     the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
-    from laya_cli.api import eval_data
     from laya_cli.depthing.run import truncate_model
     from laya_cli.depthing.truncation import masked_output
+    from laya_cli.model.evaldata import loader_eval_data as eval_data
     from laya_cli.runtime.config import DepthSettings
 
     full = laya_cli.load(tiny_model.save(tmp_path / "tiny.pt"), backbone=TinyNet())
@@ -305,11 +305,11 @@ def test_fit_your_own_module_frozen_save_load_and_what_the_cli_says(tiny_model, 
 
 
 def test_fit_is_seeded_and_the_disk_cache_serves_a_shuffling_loader(tmp_path, monkeypatch):
-    from laya_cli import api
+    from laya_cli.features import loaders
 
     calls = []
-    real = api.extract_batches
-    monkeypatch.setattr(api, "extract_batches", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = loaders.extract_batches
+    monkeypatch.setattr(loaders, "extract_batches", lambda *a, **k: calls.append(k) or real(*a, **k))
     train, val = user_loaders(n=300)
     runs = []
     for cache in ("memory", "disk", "disk"):
@@ -432,3 +432,14 @@ def test_the_docs_example_runs_and_its_checkpoint_audits_with_the_cli_to_the_sam
     same_numbers(api.summary, cli)
     # Trained from a DataLoader, so there is no dataset to default to: one line saying --dataset.
     assert_user_error(invoke("audit", ckpt), "your own DataLoader", "--dataset")
+
+
+def test_the_reference_section_is_what_the_code_says():
+    """docs/api.md's Reference is written from the docstrings and signatures (tools/api_reference.py)."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "api_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, "docs/api.md is out of date: run python tools/api_reference.py"

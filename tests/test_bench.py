@@ -196,7 +196,7 @@ def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
     from laya_cli.runtime.config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
     from laya_cli.runtime.errors import TrainingInterrupted
     from laya_cli.training import bench as B
-    from laya_cli.training.loop import train
+    from laya_cli.training.job import train
 
     template = TrainRequest(
         data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8), train=TrainConfig(epochs=2)

@@ -157,7 +157,7 @@ def test_pretrained_weights_offline_fail_fast_in_one_line(tmp_path):
     hub retries. Timed against the imports the command cannot avoid, measured in the same test."""
     floor_start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", "import torch, timm, sklearn.datasets, laya_cli.training.loop"], check=True, timeout=300
+        [sys.executable, "-c", "import torch, timm, sklearn.datasets, laya_cli.training.job"], check=True, timeout=300
     )
     floor = time.perf_counter() - floor_start
     start = time.perf_counter()

@@ -71,7 +71,7 @@ def test_export_on_a_full_disk(digits_ckpt, full_disk):
 
 def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_path, monkeypatch):
     """The disk fills up exactly when the final checkpoint is written (a patched writer)."""
-    import laya_cli.training.loop
+    import laya_cli.training.job
     from laya_cli.runtime.fileio import atomic_path
 
     def full(ckpt, path):
@@ -80,7 +80,7 @@ def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_pat
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     out = tmp_path / "m.pt"
-    monkeypatch.setattr(laya_cli.training.loop, "save_checkpoint", full)
+    monkeypatch.setattr(laya_cli.training.job, "save_checkpoint", full)
     result = invoke("train", "--out", out, *DIGITS, "-q")
     assert_user_error(result, f"cannot write {out}", "No space left on device", f"kept in {out}.state", "--resume")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt.state"]  # no partial checkpoint, no temp file

@@ -11,6 +11,7 @@ import torch
 from helpers import train_digits
 
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.training.job import train
 
 # Long enough (30 epochs) that the signal lands mid-training even on an idle machine.
 ARGS = ["--epochs", "30", "--patience", "30", "--seed", "5", "--d-star", "16", "--score-hidden", "16"]
@@ -76,17 +77,21 @@ def test_resume_without_state_is_a_user_error(tmp_path):
 
 def _interrupted_state(req, with_options: bool = True):
     """Leave ``req``'s state beside its --out as an interrupted run does (after epoch 1)."""
-    from laya_cli.training import loop as tr
+    from laya_cli.data.datasets import load_dataset
+    from laya_cli.model.heads import build_head
+    from laya_cli.model.laya_model import EndToEnd
+    from laya_cli.training.job import prepare_backbone
+    from laya_cli.training.loop import fit
 
     def stop(record):  # interrupt right after the first epoch's state is written
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        data = tr.load_dataset(req.data)
-        backbone, spec, _ = tr.prepare_backbone(req, data)
-        head = tr.build_head(req.head, [512, 256, 128], 10, req.head_config)
-        model = tr.EndToEnd(backbone, head)
-        tr.fit(
+        data = load_dataset(req.data)
+        backbone = prepare_backbone(req, data)
+        head = build_head(req.head, [512, 256, 128], 10, req.head_config)
+        model = EndToEnd(backbone, head)
+        fit(
             model,
             ([data.train.images], data.train.labels),
             ([data.val.images], data.val.labels),
@@ -113,28 +118,26 @@ def _request(tmp_path, **train):
 
 def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(tmp_path):
     from laya_cli.runtime.errors import LayaError
-    from laya_cli.training import loop as tr
 
     _interrupted_state(_request(tmp_path))
     other = _request(tmp_path, lr=1e-3)
     other.resume = True
     with pytest.raises(LayaError, match=r"other options \(train\.lr 0\.0003 -> 0\.001\).*--restart"):
-        tr.train(other)
+        train(other)
 
 
 def test_resume_of_an_older_state_without_options_still_refuses(tmp_path):
     """States written before the options were stored carry only the fingerprint: still read, still checked."""
     from laya_cli.runtime.errors import LayaError
-    from laya_cli.training import loop as tr
 
     _interrupted_state(_request(tmp_path), with_options=False)
     other = _request(tmp_path, lr=1e-3)
     other.resume = True
     with pytest.raises(LayaError, match=r"written by a run with other options; use the same options"):
-        tr.train(other)
+        train(other)
     same = _request(tmp_path)
     same.resume = True
-    assert tr.train(same)["metrics"]["epochs_run"] == 3
+    assert train(same)["metrics"]["epochs_run"] == 3
 
 
 def test_rerun_without_resume_refuses_to_overwrite_the_state_and_restart_starts_over(tmp_path):

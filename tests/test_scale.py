@@ -21,7 +21,7 @@ from benchmarks.synthetic import frozen_cnn_and_images
 from laya_cli.data.datasets import labelled_files, load_dataset
 from laya_cli.features.store import extract_to_store
 from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
-from laya_cli.training.loop import train
+from laya_cli.training.job import train
 
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
 

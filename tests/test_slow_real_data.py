@@ -23,7 +23,7 @@ def test_fashion_mnist_loads_the_official_splits():
 @needs_fashion
 def test_paper_mlp_config_reaches_088_on_fashion_mnist(tmp_path):
     from laya_cli.runtime.config import HeadConfig, TrainConfig, TrainRequest
-    from laya_cli.training.loop import train
+    from laya_cli.training.job import train
 
     req = TrainRequest(
         head="laya",

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from helpers import make_image_folder, train_digits
 
@@ -63,7 +64,7 @@ def test_early_stopping_restores_the_best_epoch(tmp_path):
 
 def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, capsys):
     from laya_cli.runtime.config import TrainConfig, TrainRequest
-    from laya_cli.training.loop import train
+    from laya_cli.training.job import train
 
     folder = make_image_folder(tmp_path / "shapes", per_class=8)
     cache_root = tmp_path / "cache"
@@ -221,3 +222,67 @@ def test_hub_style_safetensors_file_loads_offline(tmp_path):
     state = bb.read_weights_file(tmp_path / "model.safetensors")
     backbone = bb.build_backbone(bb.BackboneSpec("timm:vit_tiny_patch16_224", in_channels=3), state)
     torch.testing.assert_close(backbone.model.blocks[3].attn.qkv.weight, src.blocks[3].attn.qkv.weight)
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    """Every leaf of a checkpoint by its dotted path (lists of tensors by index)."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
+    if isinstance(tree, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in tree):
+        return {f"{prefix}{i}": t for i, t in enumerate(tree)}
+    return {prefix.rstrip("."): tree}
+
+
+# Where the data and the command came from: what a DataLoader cannot know of itself, and the command line.
+WHERE_FROM = {"dataset.name", "dataset.label", "dataset.source", "backbone.source"}
+
+
+@pytest.mark.parametrize("finetune", [True, False], ids=["end-to-end", "frozen"])
+def test_fit_on_digits_loaders_writes_the_checkpoint_laya_train_writes(finetune, tmp_path):
+    """One training job behind the command and the API: the same seed, options and samples give identical
+    tensors and the same record, key for key (where the data and the command came from aside)."""
+    from helpers import invoke
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import laya_cli
+
+    seed, epochs = 5, 3
+    flags = ["--finetune"] if finetune else ["--frozen"]
+    cli = invoke(
+        "train", "--dataset", "digits", "--epochs", epochs, "--seed", seed, *flags, "--out", tmp_path / "cli.pt"
+    )
+    assert cli.exit_code == 0, cli.output
+    # The API, given what laya train builds: the digits splits (same split seed), the built-in MLP seeded as
+    # laya train seeds it, and its input normalisation.
+    data = load_dataset(DataRequest("digits", seed=seed))
+    torch.manual_seed(seed)
+    mlp = bb.build_backbone(bb.BackboneSpec("mlp", in_channels=1, image_size=(8, 8), finetune=finetune)).model
+    loader = lambda split: DataLoader(TensorDataset(split.images, split.labels), batch_size=128)
+    tapped = laya_cli.attach(mlp, mean=[0.5], std=[0.5])
+    model = laya_cli.fit(
+        tapped,
+        loader(data.train),
+        loader(data.val),
+        frozen=not finetune,
+        test_loader=loader(data.test),
+        epochs=epochs,
+        seed=seed,
+        batch_size=128,
+        device="cpu",
+        progress=False,
+    )
+    model.save(tmp_path / "api.pt")
+    ours, theirs = (
+        {k: v for k, v in _flat(read_checkpoint(tmp_path / f"{n}.pt")).items() if k.split(".")[0] != "options"}
+        for n in ("cli", "api")
+    )
+    assert set(ours) - WHERE_FROM == set(theirs) - WHERE_FROM
+    differ = sorted(
+        k
+        for k in set(ours) - WHERE_FROM
+        if not (torch.equal(ours[k], theirs[k]) if isinstance(ours[k], torch.Tensor) else ours[k] == theirs[k])
+        and k != "history"  # compared below without the epochs' wall time
+    )
+    assert differ == []
+    assert [{**r, "seconds": 0} for r in ours["history"]] == [{**r, "seconds": 0} for r in theirs["history"]]
+    assert ours["metrics.test_accuracy"] == theirs["metrics.test_accuracy"] > 0.5

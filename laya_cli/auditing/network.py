@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from ..data.images import image_batches
 from ..features.extraction import tap_means, to_float_images
-from ..runtime.config import AuditSettings, ScopeSettings
+from ..runtime.config import AuditSettings
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
@@ -605,16 +605,17 @@ def run_scoped_audit(
     under torchrun the batches are sharded as in ``run_audit`` and the per-sample numbers gathered.
     Returns an ``AuditResult`` whose ``network`` holds the network scope (for ``network`` alone its
     head-scope ``methods`` are empty).
+
+    ``settings`` and ``scope`` are trusted as validated (``laya audit`` and ``laya_cli.audit`` validate them, and
+    ``audit_job`` checks that the taps can be patched, before any work).
     """
-    settings = (settings or AuditSettings()).validate()
-    scope = ScopeSettings(scope).validate().scope
+    settings = settings or AuditSettings()
     if scope == "head":
         return run_audit(model, eval_data, methods, settings)
     images = getattr(eval_data, "images", None)
     if images is None:
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
     plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
-    check_network_scope(model, settings.ablation)
     if reference is None:
         reference = network_reference(model, settings.ablation, settings.device, use_cache)
     model.backbone.eval().to(settings.device)

@@ -7,6 +7,7 @@ tap), ``pooling`` (tap formats), ``weights`` (files, hashes, hub caches), ``user
 backbone). This file only re-exports.
 """
 
+from .adapters import InputAdapter, TokenAdapter
 from .build import (
     BUILTIN_FINETUNE,
     backbone_from_checkpoint,
@@ -27,12 +28,13 @@ from .build import (
 from .builtin import PaperMLP, SmallCNN
 from .families import BACKBONES, BUILTIN, FAMILIES, Family, TorchvisionFamily, family_for_model, family_of
 from .pooling import Layouts, TapFormat, pool_tokens
-from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
-from .taps import InputAdapter, TappedBackbone, TokenAdapter, match_layers
+from .spec import IMAGENET_MEAN, IMAGENET_STD, USER_BACKBONE, BackboneSpec, InputConfig, TextInput
+from .taps import TappedBackbone, match_layers
 from .usercode import normalize_ref, trust_code
 from .weights import CLASSIFIER_KEYS, file_sha256, load_state, read_weights_file, state_fingerprint, weights_sha256
 
 __all__ = [
+    "USER_BACKBONE",
     "BACKBONES",
     "BUILTIN",
     "BUILTIN_FINETUNE",

@@ -8,6 +8,12 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+# The spec name of a backbone that is the user's own nn.Module class (``laya_cli.attach``):
+# ``user:<module>.<qualname>``. Nothing can build it from the name; it loads into a module the
+# user passes (``laya_cli.load(path, backbone=...)``).
+USER_BACKBONE = "user:"
+
+
 @dataclass
 class InputConfig:
     """What the backbone expects: (C, H, W) and the normalisation of [0, 1] pixels."""

@@ -98,15 +98,12 @@ def audit(
     inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
-    from ..auditing.job import audit_job
     from ..auditing.names import groups_of, parse_methods, parse_metric_groups
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
     from ..gates.regression import parse_max_drop
     from ..gates.thresholds import parse_thresholds
-    from ..model.evaldata import load_eval_data
-    from ..model.laya_model import load_model
-    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least, settings_from
+    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
@@ -114,31 +111,61 @@ def audit(
         check_at_least("--samples", samples)
         methods = parse_methods(compare)
         scope = ScopeSettings(scope).validate().scope
-        thresholds = parse_thresholds(fail_under, methods, scope)
-        drops = parse_max_drop(max_drop, methods, scope)
-        gated = [*thresholds, *drops]
-        # the deeper metric groups asked for, and those a gate names
-        metrics = tuple(parse_metric_groups([*parse_metric_groups(metrics), *groups_of([g.metric for g in gated])]))
+        thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
+        gated_groups = groups_of([g.metric for g in [*thresholds, *drops]])  # the deeper metrics a gate names
         job = run_options(max_memory, precision, batch_size=batch_size, internal_batch_size=internal_batch_size)
-        batch_size = AUDIT.batch_size if batch_size is None else batch_size  # None: not given (the plan may lower it)
-        device = pick_device(device)
-        settings = settings_from(AuditSettings, locals())
+        settings = AuditSettings(
+            ablation=ablation,
+            target=target,
+            reduce=reduce,
+            steps=steps,
+            ig_tol=ig_tol,
+            internal_batch_size=internal_batch_size,
+            batch_size=AUDIT.batch_size
+            if batch_size is None
+            else batch_size,  # None: not given (the plan may lower it)
+            seed=seed,
+            by_class=by_class,
+            device=pick_device(device),
+            randomisation_samples=randomisation_samples,
+            metrics=tuple(parse_metric_groups([*parse_metric_groups(metrics), *gated_groups])),
+            ci=ci,
+            bootstrap=bootstrap,
+        ).validate()
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit)
         files.check_writable()
-        laya_model = load_model(model)
-        gates.check_planned(settings, methods, samples, laya_model)
-        data = partial(  # the job loads it after its checks
-            load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache, stream=True
-        )
-        result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache, **job)
-    result.settings.update(
-        {"model": str(model), "samples": samples, "data_dir": data_dir, "fail_under": [str(t) for t in thresholds]}
-    )
+        result = run_job(model, settings, methods, scope, gates, dataset, data_dir, samples, cache, job)
+    result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
     render(result, doc, outcome, settings.metrics, files, quiet, seconds=time.perf_counter() - started)
     exit_for(outcome.verdict, inconclusive_exit)
+
+
+def run_job(path, settings, methods, scope: str, gates, dataset, data_dir, samples, cache: bool, job: dict):
+    """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (loaded by the
+    job, after its own checks)."""
+    from ..auditing.job import audit_job
+    from ..model.evaldata import load_eval_data
+    from ..model.laya_model import load_model
+
+    laya_model = load_model(path)
+    gates.check_planned(settings, methods, samples, laya_model)
+    data = partial(
+        load_eval_data,
+        laya_model,
+        dataset,
+        data_dir,
+        samples,
+        settings.seed,
+        settings.device,
+        use_cache=cache,
+        stream=True,
+    )
+    result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache, **job)
+    result.settings.update({"model": str(path), "samples": samples, "data_dir": data_dir})
+    return result
 
 
 def exit_for(verdict, inconclusive_exit: int) -> None:

@@ -10,91 +10,39 @@ from .common import console, pick_device, wide_console
 from .options import (
     AUDIT,
     BENCH,
-    DATA,
-    HEAD,
-    JOB,
-    TRAIN,
     Ablation,
-    Backbone,
     BaseSeed,
-    BatchSize,
     BenchAlign,
     BenchAuditSamples,
     BenchAuditSeed,
     BenchHeads,
     BenchOut,
     BenchSeeds,
-    Cache,
     Compare,
-    DataDir,
-    Dataset,
     Device,
-    DStar,
-    Epochs,
-    FeatureDtype,
-    Finetune,
-    ImageColumn,
-    ImageSize,
+    JobOptions,
     JsonOut,
-    Label,
-    LabelColumn,
-    Layers,
-    Lr,
     MarkdownOut,
-    MaxLength,
-    Patience,
-    Pool,
-    Pretrained,
-    Psi,
     Quiet,
     Redo,
     Reduce,
-    ScoreHidden,
     Steps,
-    Strict,
     Target,
-    Tau,
-    TextColumn,
-    TrustPickle,
-    Weights,
-    job_options,
     train_request,
+    with_job_options,
 )
 
 HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
 
 
+@with_job_options
 def bench(
-    dataset: Dataset = DATA.name,
-    backbone: Backbone = JOB.backbone,
+    job: JobOptions,
     heads: BenchHeads = HEADS,
     align: BenchAlign = BENCH.align,
     seeds: BenchSeeds = BENCH.seeds,
     base_seed: BaseSeed = BENCH.base_seed,
     out: BenchOut = Path(BENCH.out),
-    data_dir: DataDir = DATA.data_dir,
-    label: Label = DATA.label,
-    image_size: ImageSize = DATA.image_size,
-    strict: Strict = DATA.strict,
-    image_column: ImageColumn = DATA.image_column,
-    label_column: LabelColumn = DATA.label_column,
-    text_column: TextColumn = DATA.text_column,
-    max_length: MaxLength = JOB.max_length,
-    d_star: DStar = HEAD.d_star,
-    tau: Tau = HEAD.tau,
-    psi: Psi = HEAD.psi,
-    score_hidden: ScoreHidden = HEAD.score_hidden,
-    epochs: Epochs = TRAIN.epochs,
-    batch_size: BatchSize = TRAIN.batch_size,
-    lr: Lr = TRAIN.lr,
-    patience: Patience = TRAIN.patience,
-    layers: Layers = None,
-    pool: Pool = JOB.pool,
-    pretrained: Pretrained = JOB.pretrained,
-    weights: Weights = None,
-    finetune: Finetune = JOB.finetune,
-    trust_pickle: TrustPickle = JOB.trust_pickle,
-    feature_dtype: FeatureDtype = JOB.feature_dtype,
     compare: Compare = BENCH.compare,
     audit_samples: BenchAuditSamples = BENCH.audit_samples,
     audit_seed: BenchAuditSeed = AUDIT.seed,
@@ -105,12 +53,10 @@ def bench(
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     redo: Redo = BENCH.redo,
-    cache: Cache = JOB.use_cache,
     device: Device = "auto",
     quiet: Quiet = False,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables."""
-    options = locals()  # the parsed options by name: the shared ones go to train_request as they are
     from ..runtime.config import AuditSettings
     from ..runtime.fileio import check_outputs
     from ..training import bench as B
@@ -118,7 +64,7 @@ def bench(
     with progress.enabled(not quiet):
         check_outputs(json_out, markdown)
         template = train_request(
-            **job_options(options),
+            job,
             head="laya",
             out="model.pt",
             seed=base_seed,
@@ -139,7 +85,7 @@ def bench(
         ).validate()
         result = B.run_bench(req, None if quiet else print_run)
     render(result, req, quiet, json_out, markdown)
-    log_bench_run(options, result, [json_out, markdown])
+    log_bench_run(f"{job.dataset}-{job.backbone}", result, [json_out, markdown])
 
 
 def print_run(o, i: int, n: int) -> None:
@@ -171,9 +117,9 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
         atomic_write_text(markdown, bench_markdown(result))
 
 
-def log_bench_run(options: dict, result, files) -> None:
+def log_bench_run(name: str, result, files) -> None:
     """``--log-to``: the comparison as one tracker run (``LayaCommand`` ends it)."""
     from ..runtime.tracking.events import log_bench
     from .command import current_run
 
-    log_bench(current_run().track(f"bench {options['dataset']}-{options['backbone']}"), result.to_dict(), files)
+    log_bench(current_run().track(f"bench {name}"), result.to_dict(), files)

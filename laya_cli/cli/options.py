@@ -8,7 +8,10 @@ CLI must start fast.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +25,6 @@ from ..runtime.config import (
     ScopeSettings,
     TrainConfig,
     TrainRequest,
-    settings_from,
 )
 from ..training.bench import BenchRequest
 
@@ -451,116 +453,147 @@ OptionsToml = Annotated[
 
 # --------------------------------------------------------------------------- the training job
 
-# The options of a training job that ``laya train`` and ``laya bench`` share, by their parameter names; each
-# command sets the others itself (bench: head, seed, out, resume for each of its runs).
-JOB_OPTIONS = (
-    "backbone",
-    "dataset",
-    "data_dir",
-    "label",
-    "image_size",
-    "strict",
-    "image_column",
-    "label_column",
-    "text_column",
-    "max_length",
-    "feature_dtype",
-    "d_star",
-    "tau",
-    "psi",
-    "score_hidden",
-    "epochs",
-    "batch_size",
-    "lr",
-    "patience",
-    "layers",
-    "pool",
-    "pretrained",
-    "weights",
-    "finetune",
-    "trust_pickle",
-    "cache",
-)
+# The options ``laya train`` and ``laya bench`` share: the backbone, the data, the head's shape and its training.
+# ``with_job_options`` adds them to a command (after its own) and hands it one ``JobOptions``; ``train_request``
+# turns that into the ``TrainRequest`` a run is.
+JOB_OPTIONS = {
+    "backbone": (Backbone, JOB.backbone),
+    "dataset": (Dataset, DATA.name),
+    "data_dir": (DataDir, DATA.data_dir),
+    "label": (Label, DATA.label),
+    "image_size": (ImageSize, DATA.image_size),
+    "strict": (Strict, DATA.strict),
+    "image_column": (ImageColumn, DATA.image_column),
+    "label_column": (LabelColumn, DATA.label_column),
+    "text_column": (TextColumn, DATA.text_column),
+    "max_length": (MaxLength, JOB.max_length),
+    "d_star": (DStar, HEAD.d_star),
+    "tau": (Tau, HEAD.tau),
+    "psi": (Psi, HEAD.psi),
+    "score_hidden": (ScoreHidden, HEAD.score_hidden),
+    "epochs": (Epochs, TRAIN.epochs),
+    "batch_size": (BatchSize, TRAIN.batch_size),
+    "lr": (Lr, TRAIN.lr),
+    "patience": (Patience, TRAIN.patience),
+    "layers": (Layers, None),
+    "pool": (Pool, JOB.pool),
+    "pretrained": (Pretrained, JOB.pretrained),
+    "weights": (Weights, None),
+    "finetune": (Finetune, JOB.finetune),
+    "trust_pickle": (TrustPickle, JOB.trust_pickle),
+    "feature_dtype": (FeatureDtype, JOB.feature_dtype),
+    "cache": (Cache, JOB.use_cache),
+}
 
 
-def job_options(given: Mapping[str, object]) -> dict:
-    """The ``JOB_OPTIONS`` of a command's parsed options (by name), to pass on to ``train_request``."""
-    return {name: given[name] for name in JOB_OPTIONS}
+@dataclass
+class JobOptions:
+    """The parsed values of ``JOB_OPTIONS``, by name."""
+
+    backbone: str
+    dataset: str
+    data_dir: str | None
+    label: str
+    image_size: int | None
+    strict: bool
+    image_column: str
+    label_column: str
+    text_column: str | None
+    max_length: int | None
+    d_star: int
+    tau: float
+    psi: str
+    score_hidden: int
+    epochs: int
+    batch_size: int
+    lr: float
+    patience: int
+    layers: str | None
+    pool: str
+    pretrained: bool | None
+    weights: Path | None
+    finetune: bool | None
+    trust_pickle: bool
+    feature_dtype: str
+    cache: bool
+
+
+def with_job_options(command: Callable) -> Callable:
+    """``command(job: JobOptions, **own)`` as a Typer command taking ``JOB_OPTIONS`` and then its own options."""
+    own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name != "job"]
+    shared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=alias, default=default)
+        for name, (alias, default) in JOB_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def run(**values):
+        return command(job=JobOptions(**{name: values.pop(name) for name in JOB_OPTIONS}), **values)
+
+    run.__signature__ = inspect.Signature(shared + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])
+    run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
+    del run.__wrapped__  # Typer reads the signature above, not the command's
+    return run
 
 
 def train_request(
+    job: JobOptions,
     *,
-    backbone: str,
-    dataset: str,
     head: str,
     out: Path | str,
-    data_dir: str | None,
-    label: str,
-    image_size: int | None,
-    strict: bool,
-    image_column: str = DATA.image_column,
-    label_column: str = DATA.label_column,
-    text_column: str | None = DATA.text_column,
-    max_length: int | None = JOB.max_length,
-    feature_dtype: str = JOB.feature_dtype,
-    d_star: int,
-    tau: float,
-    psi: str,
-    score_hidden: int,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    patience: int,
     seed: int,
-    layers: str | None,
-    pool: str,
-    pretrained: bool | None,
-    weights: Path | None,
-    finetune: bool | None,
-    trust_pickle: bool,
-    cache: bool,
-    resume: bool,
     device: str,
+    resume: bool = False,
+    restart: bool = False,
     arch: str | None = None,
     input_size: int | None = None,
-    restart: bool = False,
     align: float = TRAIN.align,
     align_scope: str = TRAIN.align_scope,
     stop_on: str = TRAIN.stop_on,
     precision: str = TRAIN.precision,
 ) -> TrainRequest:
-    """The training job the options of ``laya train`` (and the shared ones of ``laya bench``) describe."""
-    arguments = locals()
+    """The training run the shared options (and the ones ``laya train`` adds) describe, validated."""
     return TrainRequest(
-        backbone=backbone,
+        backbone=job.backbone,
         head=head,
-        head_config=HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden),
+        head_config=HeadConfig(d_star=job.d_star, tau=job.tau, psi=job.psi, score_hidden=job.score_hidden),
         data=DataRequest(
-            name=dataset,
-            data_dir=data_dir,
-            image_size=image_size,
-            label=label,
+            name=job.dataset,
+            data_dir=job.data_dir,
+            image_size=job.image_size,
+            label=job.label,
             seed=seed,
-            strict=strict,
-            image_column=image_column,
-            label_column=label_column,
-            text_column=text_column,
+            strict=job.strict,
+            image_column=job.image_column,
+            label_column=job.label_column,
+            text_column=job.text_column,
         ),
-        train=settings_from(TrainConfig, arguments),  # every TrainConfig field is an option of the same name
-        layers=split_csv(layers),
-        pool=pool,
-        pretrained=pretrained,
-        weights=str(weights) if weights else None,
-        finetune=finetune,
-        trust_pickle=trust_pickle,
-        use_cache=cache,
+        train=TrainConfig(
+            epochs=job.epochs,
+            batch_size=job.batch_size,
+            lr=job.lr,
+            patience=job.patience,
+            seed=seed,
+            device=device,
+            align=align,
+            align_scope=align_scope,
+            stop_on=stop_on,
+            precision=precision,
+        ),
+        layers=split_csv(job.layers),
+        pool=job.pool,
+        pretrained=job.pretrained,
+        weights=str(job.weights) if job.weights else None,
+        finetune=job.finetune,
+        trust_pickle=job.trust_pickle,
+        use_cache=job.cache,
         out=str(out),
         resume=resume,
         restart=restart,
-        feature_dtype=feature_dtype,
+        feature_dtype=job.feature_dtype,
         arch=arch,
         input_size=input_size,
-        max_length=max_length,
+        max_length=job.max_length,
     ).validate()
 
 

@@ -1,4 +1,4 @@
-"""``laya train``: train a head on a backbone and write a checkpoint (the job: ``training.loop.train``)."""
+"""``laya train``: train a head on a backbone and write a checkpoint (the job: ``training.job.train``)."""
 
 from __future__ import annotations
 
@@ -8,89 +8,38 @@ from pathlib import Path
 from ..runtime import progress
 from .common import console, err_console, pick_device
 from .options import (
-    DATA,
-    HEAD,
     JOB,
     TRAIN,
     Align,
     AlignScope,
     Arch,
-    Backbone,
-    BatchSize,
-    Cache,
     CheckpointOut,
-    DataDir,
-    Dataset,
     Device,
-    DStar,
-    Epochs,
-    FeatureDtype,
-    Finetune,
     Head,
-    ImageColumn,
-    ImageSize,
     InputSize,
-    Label,
-    LabelColumn,
-    Layers,
-    Lr,
-    MaxLength,
-    Patience,
-    Pool,
+    JobOptions,
     Precision,
-    Pretrained,
-    Psi,
     Quiet,
     Restart,
     Resume,
-    ScoreHidden,
     Seed,
     StopOn,
-    Strict,
-    Tau,
-    TextColumn,
-    TrustPickle,
-    Weights,
-    job_options,
     train_request,
+    with_job_options,
 )
 
 
+@with_job_options
 def train(
-    backbone: Backbone = JOB.backbone,
-    dataset: Dataset = DATA.name,
+    job: JobOptions,
     head: Head = JOB.head,
     out: CheckpointOut = Path(JOB.out),
-    data_dir: DataDir = DATA.data_dir,
-    label: Label = DATA.label,
-    image_size: ImageSize = DATA.image_size,
-    strict: Strict = DATA.strict,
-    image_column: ImageColumn = DATA.image_column,
-    label_column: LabelColumn = DATA.label_column,
-    text_column: TextColumn = DATA.text_column,
-    max_length: MaxLength = JOB.max_length,
-    d_star: DStar = HEAD.d_star,
-    tau: Tau = HEAD.tau,
-    psi: Psi = HEAD.psi,
-    score_hidden: ScoreHidden = HEAD.score_hidden,
-    epochs: Epochs = TRAIN.epochs,
-    batch_size: BatchSize = TRAIN.batch_size,
-    lr: Lr = TRAIN.lr,
-    patience: Patience = TRAIN.patience,
     align: Align = TRAIN.align,
     align_scope: AlignScope = TRAIN.align_scope,
     stop_on: StopOn = TRAIN.stop_on,
     seed: Seed = TRAIN.seed,
-    layers: Layers = None,
-    pool: Pool = JOB.pool,
-    pretrained: Pretrained = JOB.pretrained,
-    weights: Weights = None,
     arch: Arch = JOB.arch,
     input_size: InputSize = JOB.input_size,
-    finetune: Finetune = JOB.finetune,
-    trust_pickle: TrustPickle = JOB.trust_pickle,
-    feature_dtype: FeatureDtype = JOB.feature_dtype,
-    cache: Cache = JOB.use_cache,
     resume: Resume = JOB.resume,
     restart: Restart = JOB.restart,
     device: Device = "auto",
@@ -98,16 +47,15 @@ def train(
     precision: Precision = TRAIN.precision,
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
-    options = locals()  # the parsed options by name: the shared ones go to train_request as they are
     from ..runtime.tracking.events import log_train
-    from ..training.loop import train as run_training
+    from ..training.job import train as run_training
     from .command import current_run
 
     run = current_run()
     tracker = run.track(f"train {out}")
     with progress.enabled(not quiet):
         req = train_request(
-            **job_options(options),
+            job,
             head=head,
             out=out,
             seed=seed,
@@ -122,7 +70,7 @@ def train(
             precision=precision,
         )
         req.command_line = run.record
-        if trust_pickle:
+        if job.trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
         ckpt = run_training(req, partial(on_epoch, tracker, quiet))
     log_train(tracker, ckpt, out)

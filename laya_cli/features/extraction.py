@@ -186,6 +186,16 @@ def token_batch(batch, where: str, text) -> tuple[Tensor, Tensor]:
     return tokens, labels.long()
 
 
+def model_batch(batch, where: str, cfg) -> tuple[Tensor, Tensor]:
+    """A loader's batch as the model takes it: images, or a text model's B×2×L token batches (``cfg``: the
+    backbone's input, a ``TextInput`` for text models)."""
+    from ..backbones.spec import TextInput
+
+    if isinstance(cfg, TextInput):
+        return token_batch(batch, where, cfg)
+    return image_batch(batch, where)
+
+
 @torch.no_grad()
 def extract_batches(
     backbone,

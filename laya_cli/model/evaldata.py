@@ -15,7 +15,8 @@ from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, is_file_
 from ..data.images import take
 from ..data.text import tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
-from ..features.extraction import LayerFeatures, StreamedFeatures, feature_batches
+from ..features.extraction import LayerFeatures, StreamedFeatures, extract_batches, feature_batches
+from ..features.loaders import loader_batches, loader_length, text_input_of
 from ..runtime.config import DataRequest, check_at_least
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
@@ -212,3 +213,26 @@ def in_memory(feats) -> LayerFeatures:
         [torch.cat([p[0][i].cpu().float() for p in parts]) for i in range(len(parts[0][0]))],
         torch.cat([p[1] for p in parts]),
     )
+
+
+def loader_eval_data(model: LayaModel, loader, device: str, keep_images: bool = False) -> EvalData:
+    """The samples the Python API audits, exports or analyses: a user's loader's features, extracted once in its
+    order (or an ``EvalData`` the command line prepared, as it is)."""
+    if isinstance(loader, EvalData):
+        return loader
+    model.backbone.to(device)
+    feats, images = extract_batches(
+        model.backbone,
+        loader_batches(loader, "the loader", text=text_input_of(model.backbone)),
+        device,
+        "features",
+        loader_length(loader),
+        keep_images,
+    )
+    top = int(feats.labels.max()) if len(feats) else -1
+    if top >= len(model.classes) or int(feats.labels.min()) < 0:
+        raise LayaError(
+            f"the loader yields class {top} but the model knows {len(model.classes)} classes (0.."
+            f"{len(model.classes) - 1})"
+        )
+    return EvalData(feats, images if images is not None else None, torch.arange(len(feats)), USER_DATASET)  # type: ignore[arg-type]

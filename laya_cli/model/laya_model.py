@@ -20,11 +20,6 @@ from ..runtime.errors import LayaError
 from .checkpoint import checkpoint_body, read_checkpoint, save_checkpoint
 from .heads import HeadOutput, build_head
 
-# The spec name of a backbone that is the user's own nn.Module class (``laya_cli.attach``):
-# ``user:<module>.<qualname>``. Nothing can build it from the name; it loads into a module the
-# user passes (``laya_cli.load(path, backbone=...)``).
-USER_BACKBONE = "user:"
-
 
 class EndToEnd(nn.Module):
     """Images -> backbone taps -> head; what end-to-end training optimises."""
@@ -143,8 +138,8 @@ class LayaModel:
 
 
 def _rebuild_backbone(section: dict, spec: BackboneSpec, module: nn.Module | None) -> TappedBackbone:
-    if module is None and spec.name.startswith(USER_BACKBONE):
-        cls = spec.name[len(USER_BACKBONE) :]
+    if module is None and spec.name.startswith(bb.USER_BACKBONE):
+        cls = spec.name[len(bb.USER_BACKBONE) :]
         raise LayaError(
             f"the backbone is your own model class ({cls}), which laya cannot build from a file: "
             f"load it in Python with laya_cli.load(path, backbone={cls.rpartition('.')[2]}(...))"

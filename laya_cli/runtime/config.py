@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 from .errors import LayaError, match_choice
 
@@ -238,12 +238,6 @@ class ScopeSettings:
     def validate(self) -> ScopeSettings:
         self.scope = check_choice("--scope", self.scope, SCOPES)
         return self
-
-
-def settings_from(cls, arguments: dict):
-    """``cls`` (a settings dataclass) from the arguments of a command or function that name its fields
-    (``locals()``), validated: one place that maps options to settings, whatever options are added."""
-    return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments}).validate()
 
 
 @dataclass

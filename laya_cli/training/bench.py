@@ -200,7 +200,8 @@ class RunOutcome:
 
 def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
     """Train (or continue an interrupted training of) one run; returns its record (no audit yet)."""
-    from .loop import load_train_state, train
+    from .job import train
+    from .loop import load_train_state
 
     req = bench.train_request(head, seed)
     options = train_options(req)

@@ -1,38 +1,31 @@
-"""Training: a head on cached features (frozen backbone) or backbone + head end to end.
+"""The training loop: ``fit`` trains a head on features (frozen backbone) or backbone + head end to end.
 
-Adam, early stopping on validation accuracy with the best weights restored. Same seed,
-same result on CPU: initialisation and shuffling both come from ``--seed``.
+Adam, early stopping on validation accuracy with the best weights restored, a resumable state after every
+epoch, DistributedDataParallel under torchrun. Same seed, same result on CPU: initialisation and shuffling both
+come from ``--seed``. The job around it (data, routes, checkpoint) is ``job.py``.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import backbones as bb
-from ..auditing.metrics import accuracy, macro_f1
-from ..data.datasets import DataSplits, dataset_name, is_file_dataset, load_dataset
+from ..auditing.metrics import accuracy
 from ..data.images import take
-from ..data.text import is_text, tokenize_splits
-from ..features.cache import FeatureCache, cached_extract, feature_key
-from ..features.extraction import LayerFeatures, batches, extract, tap_means, to_float_images
-from ..model.checkpoint import checkpoint_body, save_checkpoint
-from ..model.heads import HEADS, build_head
+from ..features.extraction import batches
 from ..model.laya_model import EndToEnd
 from ..runtime import distributed
 from ..runtime.config import TrainConfig, TrainRequest, diff_options
-from ..runtime.device import check_precision, precision, resolved_precision, to_device
+from ..runtime.device import to_device
 from ..runtime.distributed import gather_rows, shard_bounds
-from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
-from ..runtime.fileio import atomic_torch_save, check_writable
+from ..runtime.errors import LayaError
+from ..runtime.fileio import atomic_torch_save
 from ..runtime.progress import log, track
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
@@ -378,289 +371,3 @@ def load_train_state(path: str | Path | None, fingerprint: str, options: dict | 
             f"or --restart to start over"
         )
     return st
-
-
-def check_no_unfinished_run(req: TrainRequest) -> None:
-    """Refuse to silently restart over an interrupted run's state: ``--resume`` continues it, ``--restart``
-    replaces it. ``--restart`` removes the old state (before any work, so nothing mixes)."""
-    if req.resume and req.restart:
-        raise LayaError(
-            "--resume and --restart exclude each other: --resume continues the saved run, --restart discards it"
-        )
-    if not req.state_path.is_file():
-        if req.resume:  # before loading any data
-            raise LayaError(f"--resume: no saved training state at {req.state_path}; start without --resume")
-        return
-    if req.restart:
-        if distributed.is_main():  # under torchrun rank 0 owns the file
-            req.state_path.unlink(missing_ok=True)
-        return
-    if not req.resume:
-        raise LayaError(
-            f"{req.state_path} holds an interrupted training run{_epochs_in(req.state_path)}: run the "
-            f"same command with --resume to continue it, or with --restart to start over"
-        )
-
-
-def _epochs_in(path: Path) -> str:
-    try:
-        st = safe_torch_load(path, "training state")
-        return f" (after epoch {len(st['history'])})"
-    except Exception:  # unreadable: the message stands without the epoch
-        return ""
-
-
-def prepare_backbone(req: TrainRequest, data: DataSplits) -> tuple[bb.TappedBackbone, bb.BackboneSpec, dict | None]:
-    """The backbone, its resolved spec and the --weights state it was loaded with; ``data`` must then go
-    through ``tokenize_splits`` (a text backbone's tokenizer may be trained on its training split)."""
-    c, h, w = (1, 8, 8) if is_text(data) else data.image_shape  # text: the backbone's tokenizer sets the input
-    name = bb.backbone_name(req.backbone, req.arch)  # --arch / FILE.pt2 (docs/backbones.md)
-    finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
-    pretrained = bb.default_pretrained(name, finetune, req.weights) if req.pretrained is None else req.pretrained
-    spec = bb.BackboneSpec(
-        name, list(req.layers), req.pool, pretrained, finetune, c, (h, w), req.input_size, max_length=req.max_length
-    )
-    state = None
-    if req.weights:
-        loaded = bb.read_weights_file(req.weights, req.trust_pickle)
-        if isinstance(loaded, nn.Module):
-            state = loaded.state_dict()
-        else:
-            state = loaded
-    torch.manual_seed(req.train.seed)
-    backbone = bb.build_backbone(spec, state, trust_pickle=req.trust_pickle)
-    if req.max_length is not None and not isinstance(backbone.input_cfg, bb.TextInput):
-        raise LayaError(f"--max-length applies to text models; {name} takes images")
-    return backbone, backbone.spec, state
-
-
-def train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
-    """Run a whole training job and write the checkpoint; returns the checkpoint dict. Backbone passes run at
-    ``req.train.precision`` (``--precision``), recorded resolved (bf16 or fp32) in the checkpoint's train_config."""
-    with precision(check_precision(req.train.precision, req.train.device)):
-        return _train(req, on_epoch)
-
-
-def _train(req: TrainRequest, on_epoch: Callable[[EpochRecord], None] | None = None) -> dict:
-    req = _checked(req)
-    data = load_dataset(req.data)
-    if data.skipped:
-        log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
-    backbone, spec, _ = prepare_backbone(req, data)
-    data = tokenize_splits(data, backbone)
-    dev = req.train.device
-    backbone.to(dev)
-    dims = backbone.dims(to_float_images(data.train.images[:1]).to(dev))
-    torch.manual_seed(req.train.seed)
-    head = build_head(req.head, dims, len(data.classes), req.head_config).to(dev)
-    route = _train_end_to_end if spec.finetune else _train_frozen
-    trained = route(req, backbone, spec, head, data, on_epoch)
-    history = trained.history
-    ckpt = checkpoint_body(
-        backbone=backbone,
-        spec=spec,
-        head=head,
-        head_config=req.head_config.to_dict(),
-        dims=dims,
-        classes=data.classes,
-        dataset=_dataset_record(req, data),
-        reference=trained.features.mean(),
-        history=[asdict(r) for r in history],
-        metrics=train_metrics(
-            history, len(data.train), len(data.val), trained.test_pred, data.test.labels, len(data.classes)
-        ),
-        train_config={**asdict(req.train), "precision": resolved_precision(dev)},
-        # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
-        weights_file=req.weights,
-        feature_dtype=req.feature_dtype,
-        tap_reference=trained.tap_reference,
-        options=req.command_line,
-    )
-    _write_checkpoint(ckpt, req)
-    return ckpt
-
-
-def _best(history: list[EpochRecord]) -> EpochRecord:
-    """The epoch whose weights training restored: the last new best (the first best validation accuracy under the
-    default ``--stop-on accuracy``)."""
-    return [r for r in history if r.best][-1] if any(r.best for r in history) else history[-1]
-
-
-def train_metrics(
-    history: list[EpochRecord],
-    n_train: int,
-    n_val: int,
-    test_pred: Tensor | None = None,
-    test_labels: Tensor | None = None,
-    num_classes: int = 0,
-) -> dict:
-    """A checkpoint's ``metrics``, for ``laya train`` and ``laya_cli.fit`` alike: the test accuracy and
-    macro-F1 (None without a test split, as for the API), the best validation accuracy and its epoch."""
-    tested = test_labels is not None
-    return {
-        "test_accuracy": accuracy(test_pred, test_labels) if tested else None,
-        "test_macro_f1": macro_f1(test_pred, test_labels, num_classes) if tested else None,
-        "val_accuracy": _best(history).val_accuracy,
-        "epochs_run": len(history),
-        "best_epoch": _best(history).epoch,
-        "n_train": n_train,
-        "n_val": n_val,
-        "n_test": len(test_labels) if tested else None,
-    }
-
-
-class _Trained(NamedTuple):
-    """What either route of ``train`` leaves for the checkpoint."""
-
-    history: list[EpochRecord]
-    test_pred: Tensor
-    features: LayerFeatures  # the training features: their mean is the head-scope reference
-    tap_reference: list[Tensor] | None = None  # the network scope's, where the backbone trained too
-
-
-def _train_end_to_end(req: TrainRequest, backbone, spec, head: nn.Module, data: DataSplits, on_epoch) -> _Trained:
-    """Backbone and head trained together on the images (``--finetune``)."""
-    dev = req.train.device
-    model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(spec.name))
-    to_inputs = lambda ds: ([ds.images], ds.labels)
-    alignment = _alignment(req, head, None)
-    history = _fit_resumable(
-        req, model, to_inputs(data.train), to_inputs(data.val), on_epoch, data_parallel=True, alignment=alignment
-    )
-    test_pred = predict(model, [data.test.images], device=dev)
-    train_feats = extract(backbone, data.train.images, data.train.labels, device=dev, description="reference")
-    # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
-    # so that head training from cached features never needs a backbone pass.
-    tap_reference = tap_means(backbone, data.train.images, device=dev, description="tap means")
-    return _Trained(history, test_pred, train_feats, tap_reference)
-
-
-def _train_frozen(req: TrainRequest, backbone, spec, head: nn.Module, data: DataSplits, on_epoch) -> _Trained:
-    """The head alone, on the frozen backbone's features (extracted once, or read from the cache)."""
-    for p in backbone.parameters():
-        p.requires_grad_(False)
-    feats = _frozen_features(backbone, spec, data, req)
-    # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
-    as_inputs = lambda f: f if _from_store(f) else (f.feats, f.labels)
-    alignment = _alignment(req, head, feats["train"])
-    history = _fit_resumable(
-        req, head, as_inputs(feats["train"]), as_inputs(feats["val"]), on_epoch, alignment=alignment
-    )
-    test = feats["test"]
-    test_pred = predict(head, test if _from_store(test) else test.feats, device=req.train.device)
-    return _Trained(history, test_pred, feats["train"])
-
-
-def _checked(req: TrainRequest) -> TrainRequest:
-    """A validated copy of the request (the caller's is never changed), checked before any data is loaded."""
-    req = copy.deepcopy(req).validate()
-    req.head = match_choice("head", req.head, HEADS)
-    req.data.name = dataset_name(req.data.name)
-    check_writable(req.out)
-    bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
-    check_no_unfinished_run(req)
-    if req.data.image_size is None and is_file_dataset(req.data.name):
-        req.data.image_size = _image_side(req)
-    return req
-
-
-def _dataset_record(req: TrainRequest, data: DataSplits) -> dict:
-    """The checkpoint's ``dataset``: how to load the same data again."""
-    return {
-        "name": req.data.name,
-        "data_dir": req.data.data_dir,
-        "image_size": req.data.image_size,
-        "label": req.data.label,
-        "seed": req.data.seed,
-        "unmatched": list(data.unmatched),
-        **{k: getattr(req.data, k) for k, v in req.data.LATER.items() if getattr(req.data, k) != v},
-    }
-
-
-def _write_checkpoint(ckpt: dict, req: TrainRequest) -> None:
-    """Rank 0 writes the checkpoint, then removes the resumable state; the other ranks wait until it is there.
-    On a full disk the finished training stays resumable."""
-    if distributed.is_main():
-        try:
-            save_checkpoint(ckpt, req.out)
-        except LayaError as e:
-            if not req.state_path.is_file():
-                raise
-            raise LayaError(
-                f"{e}; the finished training is kept in {req.state_path}: free space and run the "
-                f"same command with --resume to write the checkpoint"
-            ) from None
-        req.state_path.unlink(missing_ok=True)
-    distributed.barrier()
-
-
-def _alignment(req: TrainRequest, head: nn.Module, fixed_feats) -> Alignment | None:
-    """``--align λ``: the term with its reference, the mean training features when they are fixed
-    (a frozen backbone) and a running mean of the batches when the backbone trains too."""
-    if not req.train.align:
-        return None
-    Alignment.check_head(head)
-    reference = fixed_feats.mean() if fixed_feats is not None else None
-    return Alignment(req.train.align, reference, scope=req.train.align_scope)
-
-
-def _fit_resumable(
-    req: TrainRequest,
-    model,
-    train_data,
-    val_data,
-    on_epoch,
-    data_parallel: bool = False,
-    alignment: Alignment | None = None,
-) -> list[EpochRecord]:
-    """fit() with its state beside --out after every epoch; Ctrl-C/SIGTERM leave it resumable."""
-    done = []
-
-    def record(r: EpochRecord):
-        done.append(r)
-        if on_epoch:
-            on_epoch(r)
-
-    try:
-        with sigterm_as_interrupt():
-            return fit(
-                model,
-                train_data,
-                val_data,
-                req.train,
-                record,
-                req.state_path,
-                req.resume,
-                req.fingerprint(),
-                data_parallel=data_parallel,
-                options=req.recorded_options(),
-                alignment=alignment,
-            )
-    except KeyboardInterrupt:
-        where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
-        hint = f"; run the same command with --resume to continue from {req.state_path}" if done or req.resume else ""
-        raise TrainingInterrupted(f"training interrupted {where}{hint}") from None
-
-
-def _image_side(req: TrainRequest) -> int:
-    """File-based images are decoded at the backbone's input size (32 for the built-ins)."""
-    return bb.input_side(bb.BackboneSpec(bb.backbone_name(req.backbone, req.arch), input_size=req.input_size))
-
-
-def _frozen_features(backbone, spec, data: DataSplits, req: TrainRequest) -> dict[str, LayerFeatures]:
-    cache = FeatureCache() if req.use_cache else None
-    out = {}
-    for split in ("train", "val", "test"):
-        ds = getattr(data, split)
-        key = feature_key(backbone, data.identity, split, req.data.seed, len(ds), req.train.device, req.feature_dtype)
-        out[split] = cached_extract(
-            backbone,
-            ds.images,
-            ds.labels,
-            key,
-            cache,
-            device=req.train.device,
-            description=f"{split} features",
-            dtype=req.feature_dtype,
-        )
-    return out

@@ -1,0 +1,382 @@
+"""The training job: ``laya train`` and ``laya_cli.fit`` both run ``train_model``.
+
+One job, two ways in. ``train`` (the command) reads a dataset's splits and builds the backbone from its
+name; ``laya_cli.fit`` (the API) reads the user's DataLoaders and takes the module they attached. From there
+the same code trains the head (on the frozen backbone's features, or end to end), predicts the test split
+and writes the checkpoint's record, so a model trained either way is the same model (tests/test_train.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from .. import backbones as bb
+from ..auditing.metrics import accuracy, macro_f1
+from ..data.datasets import dataset_name, is_file_dataset, load_dataset
+from ..data.text import is_text, tokenize_splits
+from ..features.attach import Tapped
+from ..features.extraction import extract, tap_means, to_float_images
+from ..features.loaders import Loader
+from ..model.checkpoint import checkpoint_body, save_checkpoint
+from ..model.heads import HEADS, build_head
+from ..model.laya_model import EndToEnd, LayaModel
+from ..runtime import distributed
+from ..runtime.config import HeadConfig, TrainConfig, TrainRequest
+from ..runtime.device import check_precision, precision, resolved_precision
+from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
+from ..runtime.fileio import check_writable
+from ..runtime.progress import log
+from ..runtime.trust import safe_torch_load
+from .alignment import Alignment
+from .data import DatasetData, LoaderData, TrainingData, from_store
+from .loop import EpochRecord, fit, predict
+
+OnEpoch = Callable[[EpochRecord], None] | None
+
+
+@dataclass
+class Resumable:
+    """Where an interrupted run left its state (beside ``--out``), and what must match to continue it."""
+
+    state_path: Path
+    resume: bool
+    fingerprint: str
+    options: dict
+
+
+@dataclass
+class TrainingJob:
+    """Everything a training run needs besides its data."""
+
+    backbone: bb.TappedBackbone
+    spec: bb.BackboneSpec  # resolved: taps, pool, formats; ``finetune`` picks the route
+    head: str
+    head_config: HeadConfig
+    train: TrainConfig
+    feature_dtype: str = "float32"  # how frozen features are stored and trained on
+    weights_file: str | None = None  # --weights: recorded, and decides whether the weights travel in the file
+    resumable: Resumable | None = None  # the command's state file; None: nothing written until the end
+    command_line: dict | None = None  # the resolved options the checkpoint records
+
+
+class TrainedModel(NamedTuple):
+    checkpoint: dict  # what ``save_checkpoint`` writes (without its header)
+    head: nn.Module  # the trained head (the checkpoint holds copies of its weights)
+
+
+def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) -> TrainedModel:
+    """Train the job's head on ``data`` and return the checkpoint of the trained model. Backbone passes run at
+    ``job.train.precision``, recorded resolved (bf16 or fp32) in the checkpoint's ``train_config``."""
+    dev = job.train.device
+    with precision(check_precision(job.train.precision, dev)):
+        backbone = job.backbone.to(dev)
+        dims = backbone.dims(to_float_images(data.example()).to(dev))  # one line if the model cannot take these
+        classes = data.classes  # (a loader's data are read here, before the head's seed)
+        torch.manual_seed(job.train.seed)
+        head = build_head(job.head, dims, len(classes), job.head_config).to(dev)
+        trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch)
+    ckpt = checkpoint_body(
+        backbone=backbone,
+        spec=job.spec,
+        head=head,
+        head_config=job.head_config.to_dict(),
+        dims=dims,
+        classes=classes,
+        dataset=data.record(),
+        reference=trained.reference,
+        history=[asdict(r) for r in trained.history],
+        metrics=train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test, len(classes)),
+        train_config={**asdict(job.train), "precision": resolved_precision(dev)},
+        # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
+        weights_file=job.weights_file,
+        feature_dtype=job.feature_dtype,
+        tap_reference=trained.tap_reference,
+        options=job.command_line,
+    )
+    return TrainedModel(ckpt, head)
+
+
+class _Trained(NamedTuple):
+    """What either route leaves for the checkpoint."""
+
+    history: list[EpochRecord]
+    reference: list[Tensor]  # the mean training features: the head-scope reference
+    n_train: int
+    n_val: int
+    test: tuple[Tensor, Tensor] | tuple[()]  # (predictions, labels) of the test split; () without one
+    tap_reference: list[Tensor] | None = None  # the network scope's, where the backbone trained too
+
+
+def _end_to_end(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnEpoch) -> _Trained:
+    """Backbone and head trained together on the images (``--finetune``, ``fit(frozen=False)``)."""
+    dev, backbone = job.train.device, job.backbone
+    model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(job.spec.name))
+    (train_x, train_y), (val_x, val_y) = data.images("train"), data.images("val")
+    alignment = _alignment(job, head, None)
+    history = _fit(job, model, ([train_x], train_y), ([val_x], val_y), on_epoch, True, alignment)
+    test = data.images("test")
+    tested = (predict(model, [test[0]], device=dev), test[1]) if test is not None else ()
+    reference = extract(backbone, train_x, train_y, device=dev, description="reference").mean()
+    # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
+    # so that head training from cached features never needs a backbone pass.
+    tap_reference = tap_means(backbone, train_x, device=dev, description="tap means")
+    return _Trained(history, reference, len(train_y), len(val_y), tested, tap_reference)
+
+
+def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnEpoch) -> _Trained:
+    """The head alone, on the frozen backbone's features (extracted once, or read from a cache)."""
+    for p in job.backbone.parameters():
+        p.requires_grad_(False)
+    train, val, test = (data.features(job, split) for split in ("train", "val", "test"))
+    # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
+    as_inputs = lambda f: f if from_store(f) else (f.feats, f.labels)
+    history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, _alignment(job, head, train))
+    tested = ()
+    if test is not None:
+        tested = (predict(head, test if from_store(test) else test.feats, device=job.train.device), test.labels)
+    return _Trained(history, train.mean(), len(train), len(val), tested)
+
+
+def _alignment(job: TrainingJob, head: nn.Module, fixed_feats) -> Alignment | None:
+    """``--align λ``: the term with its reference, the mean training features when they are fixed
+    (a frozen backbone) and a running mean of the batches when the backbone trains too."""
+    if not job.train.align:
+        return None
+    Alignment.check_head(head)
+    reference = fixed_feats.mean() if fixed_feats is not None else None
+    return Alignment(job.train.align, reference, scope=job.train.align_scope)
+
+
+def _fit(
+    job: TrainingJob, model, train, val, on_epoch: OnEpoch, data_parallel: bool, alignment: Alignment | None
+) -> list[EpochRecord]:
+    """``fit``, with the job's state written after every epoch when it has one (Ctrl-C and SIGTERM then leave
+    it resumable)."""
+    state = job.resumable
+    if state is None:
+        return fit(model, train, val, job.train, on_epoch, data_parallel=data_parallel, alignment=alignment)
+    done = []
+
+    def record(r: EpochRecord):
+        done.append(r)
+        if on_epoch:
+            on_epoch(r)
+
+    try:
+        with sigterm_as_interrupt():
+            return fit(
+                model,
+                train,
+                val,
+                job.train,
+                record,
+                state.state_path,
+                state.resume,
+                state.fingerprint,
+                data_parallel=data_parallel,
+                options=state.options,
+                alignment=alignment,
+            )
+    except KeyboardInterrupt:
+        where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"
+        hint = (
+            f"; run the same command with --resume to continue from {state.state_path}" if done or state.resume else ""
+        )
+        raise TrainingInterrupted(f"training interrupted {where}{hint}") from None
+
+
+def _best(history: list[EpochRecord]) -> EpochRecord:
+    """The epoch whose weights training restored: the last new best (the first best validation accuracy under the
+    default ``--stop-on accuracy``)."""
+    return [r for r in history if r.best][-1] if any(r.best for r in history) else history[-1]
+
+
+def train_metrics(
+    history: list[EpochRecord],
+    n_train: int,
+    n_val: int,
+    test_pred: Tensor | None = None,
+    test_labels: Tensor | None = None,
+    num_classes: int = 0,
+) -> dict:
+    """A checkpoint's ``metrics``: the test accuracy and macro-F1 (None without a test split), the best validation
+    accuracy and its epoch."""
+    tested = test_labels is not None
+    return {
+        "test_accuracy": accuracy(test_pred, test_labels) if tested else None,
+        "test_macro_f1": macro_f1(test_pred, test_labels, num_classes) if tested else None,
+        "val_accuracy": _best(history).val_accuracy,
+        "epochs_run": len(history),
+        "best_epoch": _best(history).epoch,
+        "n_train": n_train,
+        "n_val": n_val,
+        "n_test": len(test_labels) if tested else None,
+    }
+
+
+# --------------------------------------------------------------------------- laya_cli.fit
+
+
+def fit_loaders(
+    tapped: Tapped,
+    loaders: dict[str, Loader | None],
+    head: str,
+    head_config: HeadConfig,
+    cfg: TrainConfig,
+    frozen: bool,
+    val_fraction: float,
+    classes: Sequence[str] | None,
+    cache: str,
+) -> LayaModel:
+    """``laya_cli.fit``: the attached model and the user's loaders (``train``, ``val``, ``test``; None where not
+    given) through ``train_model``; the trained ``LayaModel`` back, its ``checkpoint`` what ``laya train`` writes."""
+    data = LoaderData(
+        tapped,
+        loaders,
+        frozen=frozen,
+        val_fraction=val_fraction,
+        seed=cfg.seed,
+        classes=classes,
+        cache=cache,
+        device=cfg.device,
+    )  # reads the first batch: a model that chooses its taps on it has them now
+    spec = tapped.backbone.spec = _attached_spec(tapped, frozen)  # the backbone fills in its tap formats
+    ckpt, trained_head = train_model(TrainingJob(tapped.backbone, spec, head, head_config, cfg), data)
+    reference = [r.cpu() for r in ckpt["reference"]]
+    return LayaModel(tapped.backbone, trained_head, spec, head, list(ckpt["classes"]), reference, ckpt).eval()
+
+
+def _attached_spec(tapped: Tapped, frozen: bool) -> bb.BackboneSpec:
+    """How the checkpoint names an attached backbone: the spec ``attach`` resolved, with the input the loaders
+    showed (the image shape, or a text model's token length)."""
+    text = isinstance(tapped._cfg, bb.TextInput)
+    c, h, w = (1, 8, 8) if text else (tapped.image_shape or (0, 0, 0))
+    formats = tapped.backbone.tap_formats
+    return replace(
+        tapped.backbone.spec,
+        name=tapped.name,
+        pretrained=False,
+        finetune=not frozen,
+        in_channels=c,
+        image_size=(h, w),
+        formats=formats if "?" not in formats else [],
+        max_length=tapped._cfg.max_length if text else None,
+    )
+
+
+# --------------------------------------------------------------------------- laya train
+
+
+def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
+    """``laya train``: the request's dataset and backbone through ``train_model``; writes the checkpoint and
+    returns it."""
+    req = _checked(req)
+    data = load_dataset(req.data)
+    if data.skipped:
+        log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+    backbone = prepare_backbone(req, data)
+    data = tokenize_splits(data, backbone)
+    job = TrainingJob(
+        backbone=backbone,
+        spec=backbone.spec,
+        head=req.head,
+        head_config=req.head_config,
+        train=req.train,
+        feature_dtype=req.feature_dtype,
+        weights_file=req.weights,
+        resumable=Resumable(req.state_path, req.resume, req.fingerprint(), req.recorded_options()),
+        command_line=req.command_line,
+    )
+    ckpt = train_model(job, DatasetData(data, req), on_epoch).checkpoint
+    _write_checkpoint(ckpt, req)
+    return ckpt
+
+
+def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
+    """The request's backbone, built (and loaded with its --weights file) as its spec says; ``data`` must then go
+    through ``tokenize_splits`` (a text backbone's tokenizer may be trained on its training split)."""
+    c, h, w = (1, 8, 8) if is_text(data) else data.image_shape  # text: the backbone's tokenizer sets the input
+    name = bb.backbone_name(req.backbone, req.arch)  # --arch / FILE.pt2 (docs/backbones.md)
+    finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
+    pretrained = bb.default_pretrained(name, finetune, req.weights) if req.pretrained is None else req.pretrained
+    spec = bb.BackboneSpec(
+        name, list(req.layers), req.pool, pretrained, finetune, c, (h, w), req.input_size, max_length=req.max_length
+    )
+    state = None
+    if req.weights:
+        loaded = bb.read_weights_file(req.weights, req.trust_pickle)
+        state = loaded.state_dict() if isinstance(loaded, nn.Module) else loaded
+    torch.manual_seed(req.train.seed)
+    backbone = bb.build_backbone(spec, state, trust_pickle=req.trust_pickle)
+    if req.max_length is not None and not isinstance(backbone.input_cfg, bb.TextInput):
+        raise LayaError(f"--max-length applies to text models; {name} takes images")
+    return backbone
+
+
+def _checked(req: TrainRequest) -> TrainRequest:
+    """A validated copy of the request (the caller's is never changed), checked before any data is loaded."""
+    req = copy.deepcopy(req).validate()
+    req.head = match_choice("head", req.head, HEADS)
+    req.data.name = dataset_name(req.data.name)
+    check_writable(req.out)
+    bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
+    check_no_unfinished_run(req)
+    if req.data.image_size is None and is_file_dataset(req.data.name):
+        # file-based images are decoded at the backbone's input size (32 for the built-ins)
+        spec = bb.BackboneSpec(bb.backbone_name(req.backbone, req.arch), input_size=req.input_size)
+        req.data.image_size = bb.input_side(spec)
+    return req
+
+
+def check_no_unfinished_run(req: TrainRequest) -> None:
+    """Refuse to silently restart over an interrupted run's state: ``--resume`` continues it, ``--restart``
+    replaces it. ``--restart`` removes the old state (before any work, so nothing mixes)."""
+    if req.resume and req.restart:
+        raise LayaError(
+            "--resume and --restart exclude each other: --resume continues the saved run, --restart discards it"
+        )
+    if not req.state_path.is_file():
+        if req.resume:  # before loading any data
+            raise LayaError(f"--resume: no saved training state at {req.state_path}; start without --resume")
+        return
+    if req.restart:
+        if distributed.is_main():  # under torchrun rank 0 owns the file
+            req.state_path.unlink(missing_ok=True)
+        return
+    if not req.resume:
+        raise LayaError(
+            f"{req.state_path} holds an interrupted training run{_epochs_in(req.state_path)}: run the "
+            f"same command with --resume to continue it, or with --restart to start over"
+        )
+
+
+def _epochs_in(path: Path) -> str:
+    try:
+        st = safe_torch_load(path, "training state")
+        return f" (after epoch {len(st['history'])})"
+    except Exception:  # unreadable: the message stands without the epoch
+        return ""
+
+
+def _write_checkpoint(ckpt: dict, req: TrainRequest) -> None:
+    """Rank 0 writes the checkpoint, then removes the resumable state; the other ranks wait until it is there.
+    On a full disk the finished training stays resumable."""
+    if distributed.is_main():
+        try:
+            save_checkpoint(ckpt, req.out)
+        except LayaError as e:
+            if not req.state_path.is_file():
+                raise
+            raise LayaError(
+                f"{e}; the finished training is kept in {req.state_path}: free space and run the "
+                f"same command with --resume to write the checkpoint"
+            ) from None
+        req.state_path.unlink(missing_ok=True)
+    distributed.barrier()
