@@ -368,6 +368,43 @@ def test_continuing_from_a_layer_equals_full_passes(models, name):
     torch.testing.assert_close(chunked, ours, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_network_ig_refines_some_texts_of_a_batch_with_their_own_masks(models, name, monkeypatch):
+    """IG's refinement re-runs only the samples that did not converge (ig_steps.adaptive_ig): a text model's
+    attention mask (pooling) and the later layers' replayed arguments must follow those rows. Texts of unequal
+    lengths; the odd ones are forced to refine: each sample's scores equal plain IG at the steps it ended on."""
+    from laya_cli.auditing import ig_steps, network
+    from laya_cli.features.extraction import tap_means
+    from laya_cli.model.heads import build_head
+
+    backbone = tapped(models[name], max_length=12).eval()
+    texts = ["dog cat", "bread cheese apple rice soup", "saw", "fish lion tiger bear wolf fox dog", "milk egg", "axe"]
+    x = tokens(backbone, texts)
+    train = tokenization.encode(backbone.input_cfg, ["dog", "cat bread", "apple rice soup cake"])
+    with torch.no_grad():
+        dims = [r.shape[-1] for r in backbone(x)]
+    torch.manual_seed(0)
+    head = build_head("laya", dims, 3).eval()
+    scope = network.NetworkScope(backbone, head, tap_means(backbone, train))
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    effects = scope.effects(x, hs, feats, target)
+
+    def odd_ones_need_more(delta, effect, tol):  # the first round: the odd rows do not converge
+        return torch.arange(len(delta)) % 2 == 0 if len(delta) == len(texts) else torch.ones(len(delta), dtype=bool)
+
+    monkeypatch.setattr(ig_steps, "converged", odd_ones_need_more)
+    hs = scope.activations(x)
+    ours, steps = scope.adaptive_integrated_gradients(x, hs, feats, target, effects, max_steps=32, tol=1e-3)
+    first = ig_steps.NETWORK_FIRST_STEPS
+    assert steps[0::2].eq(first).all() and steps[1::2].eq(2 * first).all()
+    for n_steps, rows in ((first, slice(0, None, 2)), (2 * first, slice(1, None, 2))):
+        hs = scope.activations(x)
+        plain = scope.integrated_gradients(x, hs, feats, target, n_steps=n_steps)
+        torch.testing.assert_close(ours[rows], plain[rows], rtol=0, atol=1e-6)
+
+
 # --------------------------------------------------------------------------- vision, hub, Python API
 
 

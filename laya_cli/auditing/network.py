@@ -295,7 +295,8 @@ class NetworkScope:
             def attribute(rows: Tensor, n_steps: int, i=i, h=h):
                 on = rows.to(h.device)
                 before = [f[on] for f in feats[:i]]
-                return self._layer_ig(i, h[on], before, target[on], n_steps, internal_batch_size, reduce)
+                with self.backbone.batch_rows(rows):  # a text model's mask and replayed arguments: these rows'
+                    return self._layer_ig(i, h[on], before, target[on], n_steps, internal_batch_size, reduce)
 
             a, _, used = adaptive_ig(attribute, effects[:, i], max_steps, tol, NETWORK_FIRST_STEPS)
             scores.append(a)

@@ -4,6 +4,7 @@ mask for pooling; ``random_tokens`` makes a probe batch for text models."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 
 import torch
@@ -47,6 +48,9 @@ class InputAdapter(nn.Module):
     def batch_mask(self, h: Tensor) -> None:
         return None
 
+    def select_rows(self, rows: Tensor) -> Callable[[], None]:
+        return lambda: None  # images carry no per-batch state
+
 
 class TokenAdapter(nn.Module):
     """Turns B×2×L token batches (ids, attention mask) into a text model's keyword inputs, and keeps the
@@ -72,6 +76,13 @@ class TokenAdapter(nn.Module):
 
     def record(self) -> dict:
         return {"kind": "tokens", **asdict(self.text)}
+
+    def select_rows(self, rows: Tensor) -> Callable[[], None]:
+        """Keep the mask of only ``rows`` of the last batch (IG refining some of its samples); returns the undo."""
+        saved = self.mask
+        if saved is not None:
+            self.mask = saved[rows.to(saved.device)]
+        return lambda: setattr(self, "mask", saved)
 
     def batch_mask(self, h: Tensor) -> Tensor | None:
         """The mask of ``h``'s rows: the last batch's, repeated when Captum stacked copies of it (or its first

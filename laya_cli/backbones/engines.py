@@ -5,7 +5,7 @@ tap (``ReplayEngine``, transformers), torchvision's FX feature extractor (``FxEn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -45,6 +45,11 @@ class HookEngine:
 
     def reset(self) -> None:
         pass
+
+    def select_rows(self, rows: Tensor) -> Callable[[], None]:
+        """Keep only ``rows`` of what the engine holds of the last batch; returns how to undo it (hooks hold
+        nothing)."""
+        return lambda: None
 
     def run(self, x: Tensor, k: int) -> list:
         modules = dict(self.model.named_modules())
@@ -86,6 +91,7 @@ class ReplayEngine(HookEngine):
     def __init__(self, model: nn.Module, names: Sequence[str]):
         super().__init__(model, names)
         self.calls: list[tuple[tuple, dict] | None] = [None] * len(self.names)
+        self.batch = 0  # rows of the batch the calls were recorded on
 
     def run(self, x, k: int) -> list:
         modules = dict(self.model.named_modules())
@@ -93,6 +99,7 @@ class ReplayEngine(HookEngine):
         def keep(i):
             def pre(module, args, kwargs):
                 self.calls[i] = (tuple(args[1:]), dict(kwargs))
+                self.batch = len(args[0])
 
             return pre
 
@@ -102,6 +109,18 @@ class ReplayEngine(HookEngine):
         finally:
             for h in handles:
                 h.remove()
+
+    def select_rows(self, rows: Tensor) -> Callable[[], None]:
+        """The recorded calls of only ``rows`` of the last batch (IG refining some of its samples): every tensor
+        laid out by the batch's rows is indexed; broadcast shapes (a 1×… mask, rotary tables) stay as they are."""
+        saved, batch = list(self.calls), self.batch
+        self.calls = [None if c is None else _select(c, rows, batch) for c in saved]
+        self.batch = len(rows)
+
+        def undo():
+            self.calls, self.batch = saved, batch
+
+        return undo
 
     def replay(self, i: int, h: Tensor, k: int) -> list[Tensor]:
         """Outputs of taps i+1 .. k-1 from ``h`` at tap i, the later layers called as the last batch called them."""
@@ -129,11 +148,24 @@ def _rows(value, rows: int):
     return value
 
 
+def _select(value, rows: Tensor, batch: int):
+    """``rows`` of a recorded call's tensors (nested in tuples/dicts) that have one row per sample of a batch of
+    ``batch`` (two or more dimensions: a 1-D tensor of that length is a position index, not a batch)."""
+    if isinstance(value, dict):
+        return {k: _select(v, rows, batch) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_select(v, rows, batch) for v in value)
+    if isinstance(value, Tensor) and value.ndim >= 2 and value.shape[0] == batch:
+        return value[rows.to(value.device)]
+    return value
+
+
 class FxEngine:
     """torchvision's ``create_feature_extractor``: a traced graph that returns the taps and
     holds nothing past the last one (dead code is eliminated), cached per ``upto``."""
 
     kind = "fx"
+    select_rows = HookEngine.select_rows  # a traced graph holds nothing of the last batch
 
     def __init__(self, model: nn.Module, names: Sequence[str]):
         self.model, self.names = model, list(names)
@@ -201,6 +233,8 @@ class IntermediatesEngine:
     tokens (class, registers) — as B×(P+H·W)×C token sequences, so class-token pooling works as on a ViT's blocks.
     ``layouts`` says which (the engine lays its outputs out itself, whatever the model declares for its modules).
     """
+
+    select_rows = HookEngine.select_rows  # holds nothing of the last batch
 
     kind = "intermediates"
 

@@ -16,6 +16,7 @@ Tap indices ``i`` are 0-based (``layer_names[i]``); ``upto`` counts taps, so
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import re
@@ -192,6 +193,18 @@ class TappedBackbone(nn.Module):
         """Where the model's inputs go: its parameters' device."""
         extra = [self.adapter.mean] if isinstance(self.adapter, InputAdapter) else [torch.zeros(())]
         return next(itertools.chain(self.model.parameters(), self.model.buffers(), extra)).device
+
+    @contextlib.contextmanager
+    def batch_rows(self, rows: Tensor):
+        """Work on ``rows`` of the last batch: what the backbone keeps of that batch — a text model's attention
+        mask, which pooling reads, and the recorded arguments the later layers are replayed with — holds only those
+        rows meanwhile (network-scope IG refining the samples that need more steps)."""
+        undo = [self.adapter.select_rows(rows), self._engine.select_rows(rows)]
+        try:
+            yield
+        finally:
+            for restore in undo:
+                restore()
 
     # ------------------------------------------------------------------ continuing from a tap
 
