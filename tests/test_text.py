@@ -268,6 +268,24 @@ def test_the_checkpoint_refuses_changed_weights(models, texts, tmp_path):
     assert_user_error(invoke("audit", out, "--samples", "8"), "differ from those the checkpoint was trained with")
 
 
+def test_weights_the_folder_lacks_do_not_make_the_model_unloadable(texts, tmp_path):
+    """A BertModel saved without its pooler: AutoModel creates one at random on every load. Seeded, so the model
+    (and its SHA-256) is the same at every load; recorded in the checkpoint, shown by laya info, one warning."""
+    torch.manual_seed(0)
+    transformers.BertModel(CONFIGS["bert"](), add_pooling_layer=False).save_pretrained(tmp_path / "bert")
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--backbone", f"hf:{tmp_path / 'bert'}", "--dataset", f"csv:{texts}", "--max-length", "16",
+               "--epochs", "1", "--out", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    warned = [line for line in r.stderr.splitlines() if "lacks weights" in line]
+    assert len(warned) == 1 and "pooler.dense.weight" in warned[0] and "on no tap's path" in warned[0]
+    assert torch.load(out, weights_only=True)["backbone"]["initialised"] == ["pooler.dense.bias", "pooler.dense.weight"]
+    r = invoke("audit", out, "--samples", "8", "-q")
+    assert r.exit_code == 0, r.output
+    info = invoke("info", out, "--json")
+    assert json.loads(info.stdout)["backbone"]["initialised_weights"] == ["pooler.dense.bias", "pooler.dense.weight"]
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -17,8 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from ..runtime.errors import LayaError
+from ..runtime.progress import log
 from .adapters import InputAdapter, make_adapter, random_tokens
 from .builtin import PaperMLP, SmallCNN
+from .chain import eval_mode, trace_calls
 from .families import BACKBONES, BUILTIN, FAMILIES, Family, family_for_model, family_of
 from .pooling import Layouts, TapFormat, pool_tokens
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
@@ -242,11 +244,33 @@ def build_backbone(
         load_state(model, state_dict, spec.name)
     backbone = tap_model(model, input_cfg, spec, family=family, example_shape=(spec.in_channels, *spec.image_size))
     backbone.weights_source = family.weights_source(model_name, spec, model)
+    _say_initialised(backbone, spec.name)
     if spec.cut:  # a truncated checkpoint: cut the model after its last tap, then load the weights it kept
         backbone = cut_backbone(backbone, state_dict, spec.name)
     where = "the hub's pretrained weights" if spec.pretrained and state_dict is None else "the stored weights"
     check_sha256(state_dict if state_dict is not None else backbone.model.state_dict(), expect_sha256, where)
     return backbone
+
+
+def _say_initialised(backbone: TappedBackbone, name: str) -> None:
+    """One warning naming the weights the model's library initialised because its files lack them (recorded in the
+    checkpoint), and whether any lies on a tap's path (then the taps read random weights)."""
+    missing = list(getattr(backbone.model, "laya_initialised_weights", None) or [])
+    if not missing:
+        return
+    with torch.no_grad(), eval_mode(backbone.model):
+        ran = trace_calls(backbone.model, backbone.adapter(backbone.probe_input()), stop_when=backbone.layer_names)
+    on_path = [w for w in missing if w.rpartition(".")[0] in ran]
+    shown = ", ".join(missing[:4]) + (f", … ({len(missing)} in all)" if len(missing) > 4 else "")
+    where = (
+        f"{len(on_path)} of them on a tap's path: the taps read randomly initialised weights there"
+        if on_path
+        else "on no tap's path: the taps do not read them"
+    )
+    log(
+        f"[yellow]warning:[/] {name} lacks weights its model creates ({shown}); "
+        f"initialised the same at every load, {where}"
+    )
 
 
 def cut_backbone(backbone: TappedBackbone, state_dict: dict | None, name: str) -> TappedBackbone:
@@ -285,6 +309,8 @@ def checkpoint_extras(backbone: TappedBackbone, spec: BackboneSpec, weights_file
         "sha256": weights_sha256(backbone.model.state_dict()),
         "formats": list(backbone.tap_formats),
     }
+    if initialised := getattr(backbone.model, "laya_initialised_weights", None):
+        extras["initialised"] = list(initialised)  # weights the files lacked, initialised at load (seeded)
     program = getattr(backbone.model, "laya_program", None)
     if program is not None:
         extras["program"] = torch.frombuffer(bytearray(program), dtype=torch.uint8)

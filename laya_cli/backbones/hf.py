@@ -68,7 +68,10 @@ def _config(transformers, where: str, cached: bool):
 
 def _base_model(model: nn.Module, where: str) -> nn.Module:
     """The transformer under a task model; CLIP-style dual towers: the vision tower."""
+    initialised = getattr(model, "laya_initialised_weights", None)
     model = getattr(model, "base_model", model)
+    if initialised is not None:
+        model.laya_initialised_weights = initialised
     if not is_text(model) and getattr(model, "main_input_name", "") != "pixel_values":
         vision = getattr(model, "vision_model", None)
         if isinstance(vision, nn.Module) and getattr(vision, "main_input_name", "") == "pixel_values":
@@ -81,8 +84,14 @@ def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Modu
     config = _config(transformers, where, cached)
     try:
         if spec.pretrained:
-            with hub_session(offline_now=cached or offline()):
-                model = transformers.AutoModel.from_pretrained(where, cache_dir=str(hf_cache_dir()))
+            # Weights AutoModel creates that the folder lacks (a BertModel saved without its pooler) are initialised
+            # at random: seeded, so every load builds the same model (and the same SHA-256).
+            with hub_session(offline_now=cached or offline()), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                model, info = transformers.AutoModel.from_pretrained(
+                    where, cache_dir=str(hf_cache_dir()), output_loading_info=True
+                )
+            model.laya_initialised_weights = sorted(info.get("missing_keys") or [])
         else:
             model = transformers.AutoModel.from_config(config)
     except ValueError as e:

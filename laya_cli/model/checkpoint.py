@@ -138,6 +138,8 @@ def checkpoint_summary(ckpt: dict) -> dict:
             # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
             "weights_source": ckpt["backbone"].get("source"),
             "weights_sha256": ckpt["backbone"].get("sha256"),
+            # weights the model's files lacked, initialised (seeded) by its library at every load (docs/text.md)
+            "initialised_weights": list(ckpt["backbone"].get("initialised") or []),
             "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),
             # text backbones: tokens per text and where the stored tokenizer came from (docs/text.md)
             "text": _text_summary(ckpt["backbone"].get("input") or {}),

@@ -42,6 +42,11 @@ def info_panel(summary: dict, path):
         ),
         *([("parameters", f"{b['parameters']:,} in the backbone")] if b.get("parameters") is not None else []),
         *(
+            [("initialised", f"{len(w)} weight(s) the files lack, initialised at load (seeded): " + ", ".join(w[:6]))]
+            if (w := b.get("initialised_weights"))
+            else []
+        ),
+        *(
             [("text input", f"{t['max_length']} tokens per text (padded and truncated), tokenizer: {t['source']}")]
             if (t := b.get("text"))
             else []
