@@ -286,6 +286,30 @@ def test_weights_the_folder_lacks_do_not_make_the_model_unloadable(texts, tmp_pa
     assert json.loads(info.stdout)["backbone"]["initialised_weights"] == ["pooler.dense.bias", "pooler.dense.weight"]
 
 
+@pytest.mark.parametrize("mode, pool", [("pooling_mode_mean_tokens", "mean"), ("pooling_mode_cls_token", "cls")])
+def test_a_sentence_transformers_folder_pools_as_it_declares(models, tmp_path, mode, pool):
+    """``1_Pooling/config.json`` (named by ``modules.json``) says how the model's sentence embedding pools: --pool
+    auto takes it (MiniLM: mean), the checkpoint records where it came from; without it a BERT pools its CLS."""
+    import shutil
+
+    folder = tmp_path / "st"
+    shutil.copytree(models["bert"], folder)
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))  # fmt: skip
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, mode: True}))
+    backbone = tapped(folder, max_length=12)
+    assert backbone.pool == pool and backbone.spec.pool == pool
+    assert (
+        bb.checkpoint_extras(backbone, backbone.spec, None)["pool_declared_by"]
+        == "1_Pooling/config.json (sentence-transformers)"
+    )
+    assert tapped(models["bert"], max_length=12).pool == "cls"  # a plain BERT folder: its first token
+    assert tapped(folder, max_length=12, pool="cls" if pool == "mean" else "mean").pool != pool  # --pool wins
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -309,6 +309,9 @@ def checkpoint_extras(backbone: TappedBackbone, spec: BackboneSpec, weights_file
         "sha256": weights_sha256(backbone.model.state_dict()),
         "formats": list(backbone.tap_formats),
     }
+    declared = getattr(backbone.model, "laya_declared_pool", None)
+    if declared is not None and spec.pool == declared[0]:
+        extras["pool_declared_by"] = declared[1]  # --pool auto took the model's own pooling
     if initialised := getattr(backbone.model, "laya_initialised_weights", None):
         extras["initialised"] = list(initialised)  # weights the files lacked, initialised at load (seeded)
     program = getattr(backbone.model, "laya_program", None)

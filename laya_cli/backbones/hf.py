@@ -230,6 +230,25 @@ def _prefix_tokens(model: nn.Module) -> int:
     return cached
 
 
+# sentence-transformers' Pooling modes (1_Pooling/config.json) and the pool laya uses for each.
+SENTENCE_POOLS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_lasttoken": "last"}
+
+
+def declared_pool(folder: Path | None) -> tuple[str, str] | None:
+    """(pool, where it was declared) when a sentence-transformers folder says how its embedding pools its tokens
+    (``modules.json`` names a Pooling module whose config turns on one mode laya has); None otherwise."""
+    if folder is None or not (folder / "modules.json").is_file():
+        return None
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+        path = next(m["path"] for m in modules if str(m.get("type", "")).endswith("models.Pooling"))
+        config = json.loads((folder / path / "config.json").read_text())
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        return None
+    on = [pool for key, pool in SENTENCE_POOLS.items() if config.get(key)]
+    return (on[0], f"{path}/config.json (sentence-transformers)") if len(on) == 1 else None
+
+
 def parse_index_ranges(patterns: list[str], n: int) -> list[int] | None:
     """``--layers 6-11`` / ``0,3,5-7``: layer indices into the default taps; None when the patterns are globs."""
     if not patterns or not all(p.replace("-", "").isdigit() and not p.startswith("-") for p in patterns):
@@ -257,6 +276,7 @@ class HFFamily(Family):
         where = str(folder) if folder else model_name
         cached = bool(folder) or (spec.pretrained and self.check_pretrained(model_name))
         model = _load(transformers, where, spec, cached)
+        model.laya_declared_pool = declared_pool(folder)  # --pool auto honours it (default_pool)
         self.prepare(model)
         if is_text(model):
             return model, text_input(model, where, spec.max_length, cached)
@@ -334,6 +354,9 @@ class HFFamily(Family):
         return model
 
     def default_pool(self, model):
+        declared = getattr(model, "laya_declared_pool", None)
+        if declared is not None and is_text(model):
+            return declared[0]
         if is_text(model):
             return "last" if causal(model) else "cls"
         return "cls" if _prefix_tokens(model) else "mean"

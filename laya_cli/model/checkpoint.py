@@ -138,6 +138,7 @@ def checkpoint_summary(ckpt: dict) -> dict:
             # where the weights came from, their SHA-256, each tap's layout (docs/backbones.md)
             "weights_source": ckpt["backbone"].get("source"),
             "weights_sha256": ckpt["backbone"].get("sha256"),
+            "pool_declared_by": ckpt["backbone"].get("pool_declared_by"),  # a sentence-transformers folder's pooling
             # weights the model's files lacked, initialised (seeded) by its library at every load (docs/text.md)
             "initialised_weights": list(ckpt["backbone"].get("initialised") or []),
             "formats": list(ckpt["backbone"].get("formats") or spec.get("formats") or []),

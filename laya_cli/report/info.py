@@ -16,7 +16,12 @@ def info_panel(summary: dict, path):
     table = Table.grid(padding=(0, 2))
     b, h, m = summary["backbone"], summary["head"], summary["metrics"]
     rows = [
-        ("backbone", f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']})"),
+        (
+            "backbone",
+            f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']}"
+            + (f", as {b['pool_declared_by']} declares" if b.get("pool_declared_by") else "")
+            + ")",
+        ),
         ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
         ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
         (
