@@ -371,6 +371,44 @@ def test_missing_transformers_names_the_extra(monkeypatch):
         hf.transformers_module()
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_batches_cut_after_their_longest_text_give_the_features_of_fixed_padding(models, name):
+    """Each batch reaches the model cut after its last real token and texts are extracted grouped by length: the
+    features (and network-scope total effects, whose reference is per position) equal those of every text padded
+    to max_length, in the data's order."""
+    from laya_cli.auditing import network
+    from laya_cli.features.extraction import extract, length_order, tap_means
+    from laya_cli.model.heads import build_head
+
+    backbone = tapped(models[name], max_length=16).eval()
+    texts = ["dog", "bread cheese apple rice soup cake milk", "saw axe", "fish lion tiger", "egg", "hammer saw drill"]
+    x = tokens(backbone, texts)
+    order = length_order(x)
+    assert order.tolist() == [0, 4, 2, 3, 5, 1]  # shortest first, ties in the data's order
+    dynamic = extract(backbone, x, torch.zeros(len(x)), batch_size=2)
+    backbone.adapter.trim = False
+    fixed = [f for f in backbone(x)]
+    backbone.adapter.trim = True
+    for a, b in zip(dynamic.feats, fixed):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    real = int(x[0, 1].sum())  # "dog" and its special tokens
+    assert real < 16 and backbone.activations(x[:1])[0].shape[1] == real  # its tokens reach the model, not 16
+    train = tokenization.encode(backbone.input_cfg, ["dog cat", "bread", "apple rice soup cake milk egg"])
+    reference = tap_means(backbone, train)
+    assert reference[0].shape[0] == 16  # per position, up to max_length
+    torch.manual_seed(0)
+    head = build_head("laya", [f.shape[-1] for f in fixed], 3).eval()
+    scope = network.NetworkScope(backbone, head, reference)
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    cut = scope.effects(x, hs, feats, target)
+    with backbone.full_length():
+        hs = scope.activations(x)
+        whole = scope.effects(x, hs, scope.pooled(hs), target)
+    torch.testing.assert_close(cut, whole, rtol=0, atol=1e-5)
+
+
 # --------------------------------------------------------------------------- network scope
 
 

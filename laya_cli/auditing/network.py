@@ -192,6 +192,8 @@ class NetworkScope:
         if self.reference is None:
             return torch.zeros_like(h)
         ref = self.reference[i].to(h.device, h.dtype)
+        if h.ndim == 3 and ref.ndim == 2 and ref.shape[0] > h.shape[1]:  # a batch of texts cut after its longest
+            ref = ref[: h.shape[1]]
         if tuple(ref.shape) != tuple(h.shape[1:]):
             raise LayaError(
                 f"the mean activation of layer {self.backbone.layer_names[i]} has shape "

@@ -55,13 +55,18 @@ class InputAdapter(nn.Module):
 class TokenAdapter(nn.Module):
     """Turns B×2×L token batches (ids, attention mask) into a text model's keyword inputs, and keeps the
     mask of the batch it last saw: pooling a tap of that batch (or of Captum's copies of it, stacked
-    along the batch) reads it, so padding never enters r_i."""
+    along the batch) reads it, so padding never enters r_i.
+
+    Texts are stored padded to ``max_length``; each batch reaches the model cut after its last real token
+    (``trim``), so a batch costs what its longest text needs. The real tokens' outputs do not change: padding
+    is masked out of every real token's attention (tests/test_text.py)."""
 
     def __init__(self, cfg: TextInput):
         super().__init__()
         self.text = cfg
         self.channels, self.size = 2, None
         self.mask: Tensor | None = None
+        self.trim = True  # False: every batch at max_length (the network scope's per-position reference)
 
     def forward(self, x: Tensor) -> dict:
         if x.ndim != 3 or x.shape[1] != 2 or x.is_floating_point():
@@ -71,6 +76,10 @@ class TokenAdapter(nn.Module):
                 f"{x.dtype} tensor (images given to a text model?)"
             )
         ids, mask = x[:, 0].long(), x[:, 1].long()
+        if self.trim and mask.shape[1] > 1:
+            real = mask.any(0).nonzero()
+            length = int(real.max()) + 1 if len(real) else 1
+            ids, mask = ids[:, :length], mask[:, :length]
         self.mask = mask
         return {"input_ids": ids, "attention_mask": mask}
 

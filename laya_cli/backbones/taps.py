@@ -206,6 +206,19 @@ class TappedBackbone(nn.Module):
             for restore in undo:
                 restore()
 
+    @contextlib.contextmanager
+    def full_length(self):
+        """Token batches at their stored length (``max_length``) meanwhile, not cut after their last real token:
+        for what is kept per position (the network scope's mean activation of every position)."""
+        trim = getattr(self.adapter, "trim", None)
+        if trim is not None:
+            self.adapter.trim = False
+        try:
+            yield
+        finally:
+            if trim is not None:
+                self.adapter.trim = trim
+
     # ------------------------------------------------------------------ continuing from a tap
 
     def _find_chain(self) -> list[list[str]] | str | None:

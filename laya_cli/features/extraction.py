@@ -103,6 +103,9 @@ def extract(
     """
     backbone.eval()
     n = len(images)
+    order = length_order(images)  # texts grouped by length: each batch pads only to its own longest
+    if order is not None:
+        images = images[order]
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
     chunks: list[list[Tensor]] = []
     n_batches = (stop - start + batch_size - 1) // batch_size
@@ -118,8 +121,18 @@ def extract(
         feats = []
     if shard and active():
         feats = gather_rows(feats, n)
+    if order is not None:
+        feats = [f[torch.argsort(order)] for f in feats]  # back in the data's order
     check_finite(backbone.layer_names, feats)
     return LayerFeatures(feats, labels.clone())
+
+
+def length_order(inputs) -> Tensor | None:
+    """The rows of stored token batches (N×2×L: ids, mask) from the shortest text to the longest (stable); None for
+    images."""
+    if not isinstance(inputs, Tensor) or inputs.ndim != 3 or inputs.shape[1] != 2 or inputs.is_floating_point():
+        return None
+    return torch.argsort(inputs[:, 1].sum(1), stable=True)
 
 
 def image_batch(batch, where: str = "the loader") -> tuple[Tensor, Tensor]:
@@ -240,11 +253,13 @@ def tap_means(
     sums = None
     total = (stop - start + batch_size - 1) // batch_size
     for x in track(image_batches(images, batch_size, start, stop), description, total=total):
-        hs = backbone.activations(to_float_images(to_device(x, device)))
+        with backbone.full_length():  # a text model's means are per position, up to max_length
+            hs = backbone.activations(to_float_images(to_device(x, device)))
         part = [h.double().sum(0).cpu() for h in hs]
         sums = part if sums is None else [s + p for s, p in zip(sums, part)]
     if sums is None:  # an empty shard still takes part in the gather
-        hs = backbone.activations(to_float_images(to_device(images[:1], device)))
+        with backbone.full_length():
+            hs = backbone.activations(to_float_images(to_device(images[:1], device)))
         sums = [torch.zeros(h.shape[1:], dtype=torch.float64) for h in hs]
     if active():
         sums = [gather_rows(s.unsqueeze(0)).sum(0) for s in sums]
