@@ -30,6 +30,10 @@ CONFIGS = {
         vocab_size=1000, hidden_size=32, num_key_value_heads=1, max_position_embeddings=64, **SMALL
     ),
     "vit": lambda: transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, **SMALL),
+    # one layer shared across depth: its module runs three times (taps per call)
+    "albert": lambda: transformers.AlbertConfig(
+        vocab_size=1000, embedding_size=16, hidden_size=32, max_position_embeddings=64, **SMALL
+    ),
 }
 WORDS = {
     "animal": "dog cat horse bird fish lion tiger bear wolf fox".split(),
@@ -80,15 +84,25 @@ def tokens(backbone, strings):
 # --------------------------------------------------------------------------- taps
 
 
-@pytest.mark.parametrize("name,layers,pool", [("bert", "encoder.layer", "cls"), ("gpt2", "h", "last")])
+@pytest.mark.parametrize(
+    "name,layers,pool",
+    [
+        ("bert", "encoder.layer.{}", "cls"),
+        ("gpt2", "h.{}", "last"),
+        ("albert", "encoder.albert_layer_groups.0#{}", "cls"),
+    ],
+)
 def test_taps_are_the_layers_behind_hidden_states(models, name, layers, pool):
     backbone = tapped(models[name], max_length=12).eval()
-    assert backbone.layer_names == [f"{layers}.{i}" for i in range(3)]
+    assert backbone.layer_names == [layers.format(i) for i in range(3)]
     assert backbone.pool == pool  # the decoder is found causal on a probe, the encoder not
     x = tokens(backbone, ["dog cat bread", "a saw and a drill and an axe"])
     hs = backbone.activations(x)
+    n = hs[0].shape[1]  # the batch reaches the model cut after its longest text
+    assert n == int(x[:, 1].sum(1).max())
     with torch.no_grad():
-        ref = backbone.model(input_ids=x[:, 0].long(), attention_mask=x[:, 1].long(), output_hidden_states=True)
+        ids, mask = x[:, 0, :n].long(), x[:, 1, :n].long()
+        ref = backbone.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     for i in range(2):
         torch.testing.assert_close(hs[i], ref.hidden_states[i + 1])
     if name == "gpt2":  # a decoder's last hidden state has its final norm on top of the last layer's output
@@ -310,6 +324,27 @@ def test_a_sentence_transformers_folder_pools_as_it_declares(models, tmp_path, m
     assert tapped(folder, max_length=12, pool="cls" if pool == "mean" else "mean").pool != pool  # --pool wins
 
 
+def test_a_layer_shared_across_depth_is_tapped_patched_and_truncated_per_call(models, texts, tmp_path):
+    """ALBERT runs one layer module at every depth: a tap per call (``…#k``), recorded, patched (network scope,
+    Grad×Act through one point per call), truncated (the layer run k times) and read back."""
+    out, small = tmp_path / "m.pt", tmp_path / "small.pt"
+    args = ["--dataset", f"csv:{texts}", "--max-length", "16", "--epochs", "2", "-q"]
+    assert invoke("train", "--backbone", f"hf:{models['albert']}", *args, "--out", out).exit_code == 0
+    layers = torch.load(out, weights_only=True)["layers"]
+    assert layers == [f"encoder.albert_layer_groups.0#{k}" for k in range(3)]
+    r = invoke(
+        "audit", out, "--scope", "both", "--compare", "ig,gradxact", "--samples", "12", "--json", tmp_path / "a.json"
+    )
+    assert r.exit_code == 0, r.output
+    network = json.loads((tmp_path / "a.json").read_text())["network"]
+    assert network["methods"]["gradxact"]["faithfulness"] is not None
+    r = invoke("depth", out, "--samples", "12", "--truncate", "2", "--out", small)
+    assert r.exit_code == 0, r.output
+    cut = torch.load(small, weights_only=True)
+    assert cut["layers"] == layers[:2]
+    assert invoke("audit", small, "--samples", "12", "-q").exit_code == 0
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -412,7 +447,7 @@ def test_batches_cut_after_their_longest_text_give_the_features_of_fixed_padding
 # --------------------------------------------------------------------------- network scope
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "vit"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "vit", "albert"])
 def test_continuing_from_a_layer_equals_full_passes(models, name):
     """Network scope on a transformer: re-calling the later layers with the arguments the batch gave them
     (prefix caching) gives the patched passes and IG of full forwards with a replacing hook."""

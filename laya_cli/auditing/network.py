@@ -333,16 +333,17 @@ class NetworkScope:
         return REDUCTIONS[reduce](_first(attr).flatten(1)).detach(), delta.detach()
 
     def layer_gradients(self, x: Tensor, target: Tensor, multiply: bool = True) -> list[Tensor]:
-        """Captum ``LayerGradientXActivation`` on all tapped modules in one forward and backward of
-        the full model (``multiply=False``: the layer gradients): one tensor per tap."""
+        """Captum ``LayerGradientXActivation`` on every tap (the ``tap_points`` its output passes through) in one
+        forward and backward of the full model (``multiply=False``: the layer gradients): one tensor per tap."""
         from captum.attr import LayerGradientXActivation
 
         forward = lambda images: self.probs(self.pooled(self.backbone.patched_activations(images)))
         # Images that require grad: with a frozen backbone the tap outputs are otherwise outside autograd (token
         # ids cannot: a text backbone's embeddings output requires grad instead, backbones/hf.py).
-        attrs = LayerGradientXActivation(forward, list(self.modules), multiply_by_inputs=multiply).attribute(
-            x.detach().requires_grad_(x.is_floating_point()), target=target
-        )
+        with self.backbone.tap_points() as points:  # one module per tap: a layer called at several depths too
+            attrs = LayerGradientXActivation(forward, points, multiply_by_inputs=multiply).attribute(
+                x.detach().requires_grad_(x.is_floating_point()), target=target
+            )
         return [_first(a).detach() for a in attrs]
 
     def gradient_x_activation(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:

@@ -5,6 +5,7 @@ tap (``ReplayEngine``, transformers), torchvision's FX feature extractor (``FxEn
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -31,17 +32,63 @@ def first_tensor(output):
     return output[0] if isinstance(output, (tuple, list)) and output else output
 
 
+def split_call(name: str) -> tuple[str, int]:
+    """A tap's module and which of its calls in one forward it is: ``layer#2`` is the third call of ``layer`` (a
+    module that runs at several depths, as ALBERT's shared layer); a plain name is its module's first call."""
+    module, sep, call = name.rpartition("#")
+    return (module, int(call)) if sep and call.isdigit() else (name, 0)
+
+
+class TapHooks:
+    """Forward hooks that find each tap's call in a forward of ``model``: calls are counted per module from the
+    model's own call, so ``layer#k`` is told from the other calls of ``layer``."""
+
+    def __init__(self, model: nn.Module, names: Sequence[str]):
+        self.model, modules = model, dict(model.named_modules())
+        self.taps: dict[str, dict[int, int]] = {}  # module name -> {its call -> tap index}
+        for i, name in enumerate(names):
+            module, call = split_call(name)
+            if module not in modules:
+                raise LayaError(f"layer {name} is not a module of this model")
+            self.taps.setdefault(module, {})[call] = i
+        self.modules = {name: modules[name] for name in self.taps}
+
+    @contextlib.contextmanager
+    def installed(self, post=None, pre=None):
+        """Meanwhile ``pre(i, args, kwargs)`` runs before tap i's call and ``post(i, output)`` after it (what it
+        returns, if not None, replaces the output)."""
+        counts: dict[str, int] = {}
+        handles = [self.model.register_forward_pre_hook(lambda *_: counts.clear())]
+        for name, calls in self.taps.items():
+
+            def before(module, args, kwargs, name=name, calls=calls):
+                if pre is not None and counts.get(name, 0) in calls:
+                    pre(calls[counts.get(name, 0)], args, kwargs)
+
+            def after(module, args, output, name=name, calls=calls):
+                call = counts.get(name, 0)
+                counts[name] = call + 1
+                if post is not None and call in calls:
+                    return post(calls[call], output)
+                return None
+
+            handles.append(self.modules[name].register_forward_pre_hook(before, with_kwargs=True))
+            handles.append(self.modules[name].register_forward_hook(after))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+
 class HookEngine:
-    """Forward hooks on the tapped modules; the last needed one stops the forward."""
+    """Forward hooks on the tapped modules' calls (``TapHooks``); the last needed one stops the forward."""
 
     kind = "hooks"
 
     def __init__(self, model: nn.Module, names: Sequence[str]):
         self.model, self.names = model, list(names)
-        modules = dict(model.named_modules())
-        missing = [n for n in self.names if n not in modules]
-        if missing:
-            raise LayaError(f"layer {missing[0]} is not a module of this model")
+        self.hooks = TapHooks(model, self.names)
 
     def reset(self) -> None:
         pass
@@ -51,29 +98,26 @@ class HookEngine:
         nothing)."""
         return lambda: None
 
-    def run(self, x: Tensor, k: int) -> list:
-        modules = dict(self.model.named_modules())
+    def run(self, x: Tensor, k: int, pre=None, replace=None) -> list:
+        """The raw outputs of the first ``k`` taps; ``pre(i, args, kwargs)`` sees each tap's call before it runs,
+        ``replace(i, output)`` may replace a tap's output (the later layers then see the replacement)."""
         out: list = [None] * k
         seen = [0]
 
-        def make(i):
-            def hook(module, args, output):
-                if out[i] is None:
-                    out[i] = first_tensor(output)
-                    seen[0] += 1
-                    if seen[0] == k:
-                        raise StopForward
+        def post(i, output):
+            new = replace(i, output) if replace is not None else None
+            if i < k and out[i] is None:
+                out[i] = first_tensor(output if new is None else new)
+                seen[0] += 1
+                if seen[0] == k:
+                    raise StopForward
+            return new
 
-            return hook
-
-        handles = [modules[n].register_forward_hook(make(i)) for i, n in enumerate(self.names[:k])]
-        try:
-            call_model(self.model, x)
-        except StopForward:
-            pass
-        finally:
-            for h in handles:
-                h.remove()
+        with self.hooks.installed(post=post, pre=pre):
+            try:
+                call_model(self.model, x)
+            except StopForward:
+                pass
         for name, h in zip(self.names, out):
             if h is None:
                 raise LayaError(f"layer {name} did not run in the model's forward; choose other layers with --layers")
@@ -93,22 +137,12 @@ class ReplayEngine(HookEngine):
         self.calls: list[tuple[tuple, dict] | None] = [None] * len(self.names)
         self.batch = 0  # rows of the batch the calls were recorded on
 
-    def run(self, x, k: int) -> list:
-        modules = dict(self.model.named_modules())
+    def run(self, x, k: int, pre=None, replace=None) -> list:
+        def keep(i, args, kwargs):
+            self.calls[i] = (tuple(args[1:]), dict(kwargs))
+            self.batch = len(args[0])
 
-        def keep(i):
-            def pre(module, args, kwargs):
-                self.calls[i] = (tuple(args[1:]), dict(kwargs))
-                self.batch = len(args[0])
-
-            return pre
-
-        handles = [modules[n].register_forward_pre_hook(keep(i), with_kwargs=True) for i, n in enumerate(self.names)]
-        try:
-            return super().run(x, k)
-        finally:
-            for h in handles:
-                h.remove()
+        return super().run(x, k, pre=keep, replace=replace)
 
     def select_rows(self, rows: Tensor) -> Callable[[], None]:
         """The recorded calls of only ``rows`` of the last batch (IG refining some of its samples): every tensor
@@ -124,14 +158,14 @@ class ReplayEngine(HookEngine):
 
     def replay(self, i: int, h: Tensor, k: int) -> list[Tensor]:
         """Outputs of taps i+1 .. k-1 from ``h`` at tap i, the later layers called as the last batch called them."""
-        modules = dict(self.model.named_modules())
         out = []
         for j in range(i + 1, k):
             if self.calls[j] is None:
                 raise LayaError(f"layer {self.names[j]} has not run on this batch yet")
             args, kwargs = self.calls[j]
             rows = len(h)
-            h = first_tensor(modules[self.names[j]](h, *_rows(args, rows), **_rows(kwargs, rows)))
+            module = self.hooks.modules[split_call(self.names[j])[0]]
+            h = first_tensor(module(h, *_rows(args, rows), **_rows(kwargs, rows)))
             out.append(h)
         return out
 

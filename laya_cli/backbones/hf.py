@@ -22,7 +22,7 @@ from torch import nn
 
 from ..runtime.errors import LayaError
 from .chain import eval_mode
-from .engines import call_model
+from .engines import call_model, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
@@ -153,15 +153,17 @@ def _probe_inputs(model: nn.Module, length: int = 12):
 
 
 def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
-    """The model's ``hidden_states`` and every ModuleList's children's first outputs on one forward."""
+    """The model's ``hidden_states`` and, per ModuleList, the taps its children's calls would be, in call order:
+    (tap name, first output). A child called more than once (a layer shared across depth: ALBERT) is tapped per
+    call, ``<list>.<child>#<call>``."""
     lists = {n: m for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)}
-    outs: dict[str, list] = {n: [] for n in lists}
+    calls: dict[str, list] = {n: [] for n in lists}
     handles = []
     for name, ml in lists.items():
-        for child in ml:
+        for c, child in enumerate(ml):
             handles.append(
                 child.register_forward_hook(
-                    lambda m, a, o, name=name: outs[name].append(o[0] if isinstance(o, (tuple, list)) else o)
+                    lambda m, a, o, name=name, c=c: calls[name].append((c, o[0] if isinstance(o, (tuple, list)) else o))
                 )
             )
     try:
@@ -173,6 +175,14 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     hidden = getattr(result, "hidden_states", None)
     if hidden is None:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
+    outs = {}
+    for name, got in calls.items():
+        times = {c: sum(1 for d, _ in got if d == c) for c, _ in got}
+        seen: dict[int, int] = {}
+        outs[name] = []
+        for c, out in got:
+            call = seen[c] = seen.get(c, -1) + 1
+            outs[name].append((f"{name}.{c}" + (f"#{call}" if times[c] > 1 else ""), out))
     return list(hidden), outs
 
 
@@ -181,23 +191,23 @@ def _matches(a, b) -> bool:
 
 
 def layer_taps(model: nn.Module) -> list[str]:
-    """One tap per hidden state after the embeddings: the children of the ModuleList whose outputs are
-    ``hidden_states[1:]`` (the last may differ: a decoder's final norm), or whose count is theirs."""
+    """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
+    are ``hidden_states[1:]`` (the last may differ: a decoder's final norm), or whose count is theirs."""
     hidden, outs = _layer_outputs(model, _probe_inputs(model))
     want = len(hidden) - 1
     best = None
-    for name, got in outs.items():
+    for got in outs.values():
         if len(got) != want:
             continue
-        same = sum(_matches(g, h) for g, h in zip(got, hidden[1:]))
+        same = sum(_matches(out, h) for (_, out), h in zip(got, hidden[1:]))
         if best is None or same > best[0]:
-            best = (same, name)
+            best = (same, [tap for tap, _ in got])
     if best is None:
         raise LayaError(
             f"{type(model).__name__}: no list of layers matches its {want} hidden states; "
             "choose the layers with --layers 'glob,glob'"
         )
-    return [f"{best[1]}.{i}" for i in range(want)]
+    return best[1]
 
 
 def causal(model: nn.Module) -> bool:
@@ -334,12 +344,17 @@ class HFFamily(Family):
         index = parse_index_ranges(list(patterns), len(taps))
         if index is not None:
             return [taps[i] for i in index]
+        if all(p in taps for p in patterns):  # default taps as a checkpoint records them (``layer#k``: a call)
+            return [t for t in taps if t in patterns]
         # names as the task model spells them (model.layers.*, bert.encoder.layer.*) name the base model's too
         prefix = f"{getattr(model, 'base_model_prefix', '')}."
         return super().select_layers(model, [p.removeprefix(prefix) if prefix != "." else p for p in patterns], probe)
 
     def truncate(self, model, taps, k):
-        """Keep the layers up to tap k: a transformer of fewer layers (what ``laya depth --truncate`` stores)."""
+        """Keep the layers up to tap k: a transformer of fewer layers (what ``laya depth --truncate`` stores). A
+        layer shared across depth (taps ``layer#0`` … ``layer#k-1``) stays, run k times (its config's layer count)."""
+        if "#" in taps[k - 1]:
+            return _fewer_calls(model, taps, k)
         container, _, last = taps[k - 1].rpartition(".")
         if not last.isdigit() or not all(t.rpartition(".")[0] == container for t in taps[:k]):
             return None
@@ -348,7 +363,7 @@ class HFFamily(Family):
             return None
         parent, _, attr = container.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, nn.ModuleList(list(layers)[: int(last) + 1]))
-        for key in ("num_hidden_layers", "n_layer", "n_layers"):
+        for key in LAYER_COUNTS:
             if isinstance(getattr(model.config, key, None), int):
                 setattr(model.config, key, int(last) + 1)
         return model
@@ -366,3 +381,19 @@ class HFFamily(Family):
             return "random initialisation"
         folder = local_dir(model_name)
         return f"hf pretrained {folder.resolve() if folder else model_name}"
+
+
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers")  # how configs name their number of layers
+
+
+def _fewer_calls(model: nn.Module, taps, k: int) -> nn.Module | None:
+    """A model whose shared layer runs k times: its config's layer count set to k, where the taps up to k are the
+    first k calls of one module (``TappedBackbone.truncated`` then checks the taps are unchanged)."""
+    calls = [split_call(t) for t in taps[:k]]
+    if len({m for m, _ in calls}) != 1 or [c for _, c in calls] != list(range(k)):
+        return None
+    for key in LAYER_COUNTS:
+        if isinstance(getattr(model.config, key, None), int):
+            setattr(model.config, key, k)
+            return model
+    return None

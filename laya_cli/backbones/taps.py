@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from ..runtime.errors import LayaError
 from .adapters import InputAdapter, make_adapter, random_tokens, stack_copies
 from .chain import eval_mode, find_chain, prune_after, trace_calls
-from .engines import ENGINES, HookEngine, ReplayEngine, call_model, first_tensor, stage_index
+from .engines import ENGINES, HookEngine, ReplayEngine, TapHooks, call_model, first_tensor, split_call, stage_index
 from .pooling import Layouts, TapFormat
 from .spec import InputConfig, TextInput
 
@@ -291,18 +291,28 @@ class TappedBackbone(nn.Module):
         return out
 
     def tap_modules(self) -> list[nn.Module]:
-        """The module of each tap (what a hook, or Captum's layer methods, attach to). A tap that is
-        not a module (a torchvision graph node such as ``layer1.0.add``, a timm stage ``feature_info.<i>``
-        read from ``forward_intermediates``) is a one-line error."""
+        """The module of each tap (a tap ``layer#k`` is a call of ``layer``). A tap that is not a module (a
+        torchvision graph node such as ``layer1.0.add``, a timm stage ``feature_info.<i>`` read from
+        ``forward_intermediates``) cannot be patched by a hook: a one-line error."""
         modules = dict(self.model.named_modules())
         for name in self.layer_names:
-            if name not in modules:
+            if split_call(name)[0] not in modules:
                 what = "a timm stage read from forward_intermediates" if stage_index(name) is not None else None
                 raise LayaError(
                     f"layer {name} is {what or 'a traced graph node'}, not a module of the model: its output cannot "
                     f"be patched by a hook; choose module layers with --layers"
                 )
-        return [modules[n] for n in self.layer_names]
+        return [modules[split_call(n)[0]] for n in self.layer_names]
+
+    @contextlib.contextmanager
+    def tap_points(self):
+        """One ``nn.Identity`` per tap that the tap's output passes through in every forward run meanwhile: what
+        Captum's layer methods attach to — a module called once per forward, even where the tapped module runs at
+        several depths (ALBERT's shared layer, a ``layer#k`` tap)."""
+        self.tap_modules()  # taps that are no modules: one line
+        points = [nn.Identity() for _ in self.layer_names]
+        with TapHooks(self.model, self.layer_names).installed(post=lambda i, out: _replace_first(out, points[i])):
+            yield points
 
     def patched_activations(
         self, x: Tensor, i: int | None = None, h: Tensor | None = None, upto: int | None = None, patch=None
@@ -312,24 +322,14 @@ class TappedBackbone(nn.Module):
         layer sees the replacement. What ``continue_from`` is checked against, and the fallback of
         patched passes for models that cannot continue. Stops after tap k."""
         k = self._k(upto)
-        modules = self.tap_modules()
-        handle = None
+        self.tap_modules()
+        replace = None
         if i is not None:
             if not 0 <= i < k:
                 raise LayaError(f"tap index {i} is outside 0..{k - 1}")
             new = (lambda out: h) if patch is None else patch
-
-            def replace(module, args, output):
-                if isinstance(output, (tuple, list)) and output:
-                    return type(output)([new(output[0]), *output[1:]])
-                return new(output)
-
-            handle = modules[i].register_forward_hook(replace)
-        try:
-            return HookEngine(self.model, self.layer_names).run(self.adapter(x), k)
-        finally:
-            if handle is not None:
-                handle.remove()
+            replace = lambda j, output: _replace_first(output, new) if j == i else None
+        return HookEngine(self.model, self.layer_names).run(self.adapter(x), k, replace=replace)
 
     # ------------------------------------------------------------------ truncation
 
@@ -371,3 +371,10 @@ class TappedBackbone(nn.Module):
                 out.weights_source = self.weights_source
                 return out
         raise LayaError(f"this model cannot be truncated at layer {names[-1]}: the cut model's taps differ")
+
+
+def _replace_first(output, fn):
+    """A module's output with its tap value (the output, or its first element) passed through ``fn``."""
+    if isinstance(output, (tuple, list)) and output:
+        return type(output)([fn(output[0]), *output[1:]])
+    return fn(output)
