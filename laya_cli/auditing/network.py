@@ -127,7 +127,7 @@ def network_reference(
             return [f[0] for f in hit.feats]
     log(
         f"the checkpoint stores no tap means (older laya, or a frozen backbone): computing them over "
-        f"{len(train):,} training images once"
+        f"{len(train):,} training samples once"
     )
     means = tap_means(model.backbone, train.images, device=device, description="tap means (train)")
     if cache is not None and is_main():  # one row per layer, stored as a feature entry

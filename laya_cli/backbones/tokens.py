@@ -1,7 +1,8 @@
 """Text input: a model's tokenizer, one learnt on a training split when it has none, and token batches.
 
 Texts travel through laya as B×2×L integer tensors (``encode``): row 0 the token ids, row 1 the attention
-mask, every text right-padded and truncated to ``TextInput.max_length``. The tokenizer travels as its
+mask, every text right-padded and truncated to ``TextInput.max_length`` (the model is fed each batch cut after
+its last real token: ``TokenAdapter.trim``). The tokenizer travels as its
 ``tokenizers`` JSON inside ``TextInput`` (and so inside the checkpoint): an audit needs no hub.
 """
 

@@ -93,7 +93,7 @@ TextColumn = Annotated[
 ]
 MaxLength = Annotated[
     int | None,
-    typer.Option(help="Text models: tokens per text, padded and truncated (default: min(128, the model's positions))."),
+    typer.Option(help="Text models: most tokens per text, longer ones truncated (default: min(128, its positions))."),
 ]
 Samples = Annotated[int | None, typer.Option(help="Use a seeded random subset of N test samples (default: all).")]
 SampleSeed = Annotated[int, typer.Option(help="Seed of the --samples subset (and of the random method).")]

@@ -190,7 +190,7 @@ def attach(
         tokenizer: a text model's tokenizer (a transformers fast tokenizer or a ``tokenizers.Tokenizer``),
             needed when your loader yields raw strings; it is stored in the checkpoint. Loaders may also
             yield a tokenizer's dicts (``input_ids``, ``attention_mask``) or B×2×L token tensors.
-        max_length: a text model's tokens per text (padded and truncated; default min(128, its positions)).
+        max_length: a text model's tokens per text at most (longer texts truncated; default min(128, its positions)).
 
     Returns:
         A ``Tapped``: ``tapped.layers`` are the chosen taps, ``tapped(images)`` their features.

@@ -52,7 +52,7 @@ def info_panel(summary: dict, path):
             else []
         ),
         *(
-            [("text input", f"{t['max_length']} tokens per text (padded and truncated), tokenizer: {t['source']}")]
+            [("text input", f"at most {t['max_length']} tokens per text, tokenizer: {t['source']}")]
             if (t := b.get("text"))
             else []
         ),
