@@ -170,7 +170,8 @@ def audit(
             ``"gradxact"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string
             or a sequence.
         ablation: how a layer is removed: ``"mean"`` (r_i := its training mean), ``"zero"``,
-            ``"mask"`` (α_i := 0; laya/scalarmix heads).
+            ``"mask"`` (α_i := 0; laya/scalarmix heads); network scope also ``"bypass"`` (output := input)
+            or ``"mean-update"`` (input + the mean update), the head scope then removing by mean.
         target: the class explained: ``"predicted"`` or ``"label"``.
         reduce: per-layer reduction of gradient attributions: ``"sum"``, ``"abs"`` or ``"l2"``.
         steps: Integrated Gradients' most steps per sample.
@@ -184,10 +185,9 @@ def audit(
         seed: seed of the ``random`` method.
         by_class: also score each class (``result.by_class``, ``result.to_pandas(by_class=True)``).
         scope: where a layer is removed: ``"head"`` (at the head's inputs: direct effects),
-            ``"network"`` (patched inside the backbone, every later layer sees it: total effects;
-            ablation ``"mean"`` or ``"zero"``) or ``"both"`` (and their comparison), as
-            ``laya audit --scope``. The network scope is in ``result.network`` and
-            ``result.summary["network"]``; ``to_pandas()`` and ``per_sample()`` cover the head scope.
+            ``"network"`` (patched inside the backbone, every later layer sees it: total effects)
+            or ``"both"`` (and their comparison), as ``laya audit --scope``; the network scope is in
+            ``result.network``, ``result.summary["network"]`` (``to_pandas()``, ``per_sample()``: the head's).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
         progress: rich progress bars (False: silent).
 

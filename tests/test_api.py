@@ -391,7 +391,7 @@ def test_the_jobs_check_their_settings_before_reading_the_loader(tiny_model):
         def __iter__(self):
             raise AssertionError("the loader was read before the settings were checked")
 
-    with pytest.raises(LayaError, match="--ablation mean or zero"):
+    with pytest.raises(LayaError, match="--ablation mask only changes the head"):
         laya_cli.audit(tiny_model, Unread(), scope="network", ablation="mask", progress=False)
     with pytest.raises(LayaError, match="--refit retrains heads"):  # trained from a DataLoader: no data to refit on
         laya_cli.depth(tiny_model, Unread(), refit=True, progress=False)

@@ -158,7 +158,7 @@ def test_older_checkpoints_compute_the_tap_means_once_and_cache_them(digits_ckpt
     second = network.network_reference(load_model(old))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
     assert network.network_reference(model, "zero") is None
-    with pytest.raises(LayaError, match="--ablation mean or zero"):
+    with pytest.raises(LayaError, match="--ablation mask only changes the head"):
         network.network_reference(model, "mask")
 
 
@@ -275,7 +275,7 @@ def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
     [
         (["--fail-under", "network:ig:faithfulness=0.5"], "add --scope network"),
         (["--scope", "network", "--fail-under", "ig:faithfulness=0.5"], "write network:ig:faithfulness=0.5"),
-        (["--scope", "network", "--ablation", "mask"], "use --ablation mean or zero"),
+        (["--scope", "network", "--ablation", "mask"], "--ablation mask only changes the head"),
         (["--scope", "everywhere"], "--scope"),
         (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),
         (["--scope", "both", "--fail-under", "network:accuracy=0.5"], "belongs to the model"),
@@ -381,5 +381,5 @@ def test_python_api_audit_scope_equals_the_command_route(digits_ckpt):
     alone = laya_cli.audit(model, loader, "ig", steps=4, batch_size=16, scope="Network", device="cpu", progress=False)
     assert alone.methods == {}
     assert_close_tree(alone.summary["network"]["methods"], command["network"]["methods"], 1e-6)
-    with pytest.raises(LayaError, match="--ablation mean or zero"):
+    with pytest.raises(LayaError, match="--ablation mask only changes the head"):
         laya_cli.audit(model, loader, scope="network", ablation="mask", progress=False)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..model.evaldata import EvalData
-from ..runtime.config import AuditSettings
+from ..runtime.config import HEAD_ABLATIONS, AuditSettings
 from ..runtime.device import check_precision, resolved_precision
 from ..runtime.device import precision as device_precision
+from ..runtime.errors import LayaError
 from ..runtime.memory import (
     MemoryRequest,
     memory_budget,
@@ -22,7 +23,7 @@ from ..runtime.memory import (
     retry_halving,
 )
 from .budget import IG_METHODS, halver, plan_audit
-from .metrics import check_ablation
+from .metrics import check_ablation, head_ablation
 from .network import check_network_scope, run_scoped_audit
 from .results import AuditResult
 
@@ -49,7 +50,11 @@ def audit_job(
 
 
 def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_cache: bool, memory) -> AuditResult:
-    check_ablation(model.head, settings.ablation)  # before any feature extraction
+    if scope == "head" and settings.ablation not in HEAD_ABLATIONS:
+        raise LayaError(
+            f"--ablation {settings.ablation} removes a block inside the network: use it with --scope network or both"
+        )
+    check_ablation(model.head, head_ablation(settings.ablation))  # before any feature extraction
     if scope != "head":
         check_network_scope(model, settings.ablation)  # taps that cannot be patched: before any work
     data = load_data()

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.heads import MASKABLE_HEADS
-from ..runtime.config import ABLATIONS
+from ..runtime.config import ABLATIONS, HEAD_ABLATIONS
 from ..runtime.errors import LayaError, unknown_choice
 
 
@@ -40,9 +40,15 @@ def target_probability(logits: Tensor, target: Tensor) -> Tensor:
     return torch.softmax(logits.float(), dim=-1).gather(1, target.view(-1, 1)).squeeze(1)
 
 
+def head_ablation(ablation: str) -> str:
+    """The removal the head scope runs: ``ablation``, or ``mean`` for the removals that exist only inside the
+    network (bypass, mean-update: a layer's input is not something the head reads)."""
+    return ablation if ablation in HEAD_ABLATIONS else "mean"
+
+
 def check_ablation(head: nn.Module, ablation: str) -> None:
     """Raise a LayaError unless ``ablation`` is known and applies to this head."""
-    if ablation not in ABLATIONS:
+    if ablation not in HEAD_ABLATIONS:
         raise unknown_choice("ablation", ablation, ABLATIONS)
     if ablation == "mask" and not getattr(head, "maskable", False):
         raise LayaError(

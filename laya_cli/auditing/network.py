@@ -24,14 +24,15 @@ Methods at network scope (Captum wrapped, never re-implemented):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, nn
 
+from ..backbones.adapters import stack_copies
 from ..data.images import image_batches
 from ..features.extraction import tap_means, to_float_images
-from ..runtime.config import AuditSettings
+from ..runtime.config import HEAD_ABLATIONS, NETWORK_ABLATIONS, AuditSettings, check_choice
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
@@ -48,6 +49,7 @@ from .metrics import (
     accuracy,
     degenerate_effects,
     deletion_at_1,
+    head_ablation,
     lolo_effects,
     nan_summary,
     normalised_deletion,
@@ -59,6 +61,7 @@ from .results import AuditResult, MethodScores
 from .run import run_audit
 from .scaffold import AuditPlan, Rows
 
+BY_INPUT = ("bypass", "mean-update")  # removals that put a block's own input in place of its output
 SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores
 # The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
 # scope — AOPC, sufficiency, completeness, randomisation — are not computed here: docs/metrics.md).
@@ -88,62 +91,75 @@ assert set(NETWORK_METRICS) <= set(NETWORK_KEYS)
 def network_reference(
     model, ablation: str = "mean", device: str = "cpu", use_cache: bool = True
 ) -> list[Tensor] | None:
-    """What a patched layer is replaced by: ``None`` for ``zero``; for ``mean`` the training mean of
-    each tap's unpooled activation — from the checkpoint (``tap_reference``), else computed once over
-    the checkpoint's training split and cached beside the features (keyed like them)."""
-    if ablation == "zero":
+    """What a patched layer is replaced by, besides the batch's own inputs: ``None`` for ``zero`` and ``bypass``
+    (tap i's output := its input); for ``mean`` the training mean of each tap's unpooled activation — from the
+    checkpoint (``tap_reference``), else computed once over the checkpoint's training split and cached beside
+    the features (keyed like them); for ``mean-update`` the training mean of each block's update (output − input),
+    computed and cached the same way."""
+    check_network_ablation(ablation)
+    if ablation in ("zero", "bypass"):
         return None
-    if ablation != "mean":
-        raise LayaError(
-            f"--scope network patches activations inside the backbone: use --ablation mean or zero "
-            f"(--ablation {ablation} only changes the head)"
-        )
-    stored = model.checkpoint.get("tap_reference")
+    stored = model.checkpoint.get("tap_reference") if ablation == "mean" else None
     if stored is not None:
         return [t.float() for t in stored]
+    return _training_means(model, ablation, device, use_cache)
+
+
+def _training_means(model, ablation: str, device: str, use_cache: bool) -> list[Tensor]:
+    """``tap_means`` of the outputs (``mean``) or of the updates (``mean-update``) over the training split, cached."""
     from ..data.datasets import USER_DATASET
     from ..features.cache import FeatureCache, feature_key
-    from ..features.extraction import LayerFeatures
+    from ..features.extraction import LayerFeatures, tap_outputs, tap_updates
     from ..model.evaldata import model_dataset
     from ..runtime.config import digest
     from ..runtime.distributed import is_main
 
+    what = "tap means" if ablation == "mean" else "mean updates"
     if model.checkpoint.get("dataset", {}).get("name") == USER_DATASET:
         raise LayaError(
-            "this model stores no tap means and was trained from your own DataLoader, which laya cannot "
-            'reload to compute them: audit the network scope with --ablation zero (ablation="zero")'
+            f"this model stores no {what} and was trained from your own DataLoader, which laya cannot reload to "
+            'compute them: audit the network scope with --ablation zero or bypass (ablation="bypass")'
         )
     req, data = model_dataset(model)
     train = data.train
     model.backbone.to(device)
     cache = FeatureCache() if use_cache else None
     key = digest(
-        features=feature_key(model.backbone, data.identity, "train", req.seed, len(train), device), what="tap-means"
+        features=feature_key(model.backbone, data.identity, "train", req.seed, len(train), device),
+        what="tap-means" if ablation == "mean" else "tap-update-means",
     )
     if cache is not None:
         hit = cache.load(key)
         if hit is not None and len(hit.feats) == len(model.layer_names):
-            log(f"reusing cached tap means ({cache.path(key)})")
+            log(f"reusing cached {what} ({cache.path(key)})")
             return [f[0] for f in hit.feats]
-    log(
-        f"the checkpoint stores no tap means (older laya, or a frozen backbone): computing them over "
-        f"{len(train):,} training samples once"
-    )
-    means = tap_means(model.backbone, train.images, device=device, description="tap means (train)")
+    why = "the checkpoint stores no tap means (older laya, or a frozen backbone)" if ablation == "mean" else what
+    log(f"{why}: computing them over {len(train):,} training samples once")
+    of = tap_outputs if ablation == "mean" else tap_updates
+    means = tap_means(model.backbone, train.images, device=device, description=f"{what} (train)", of=of)
     if cache is not None and is_main():  # one row per layer, stored as a feature entry
         cache.save(key, LayerFeatures([m.unsqueeze(0) for m in means], torch.zeros(1, dtype=torch.long)))
     return means
 
 
+def check_network_ablation(ablation: str) -> str:
+    """``ablation`` if the network scope can remove a layer that way; else one line (mask changes only the head)."""
+    if ablation in HEAD_ABLATIONS and ablation not in NETWORK_ABLATIONS:
+        raise LayaError(
+            f"--scope network patches activations inside the backbone: use --ablation "
+            f"{', '.join(NETWORK_ABLATIONS)} (--ablation {ablation} only changes the head)"
+        )
+    return check_choice("--ablation", ablation, NETWORK_ABLATIONS)
+
+
 def check_network_scope(model, ablation: str) -> None:
     """Fail before any work: an ablation that has no network-scope meaning, or taps that cannot be
     patched (not modules of the model)."""
-    if ablation not in ("mean", "zero"):
-        raise LayaError(
-            f"--scope network patches activations inside the backbone: use --ablation mean or zero "
-            f"(--ablation {ablation} only changes the head)"
-        )
+    check_network_ablation(ablation)
     model.backbone.tap_modules()
+    if ablation in BY_INPUT:  # every tapped block's output must have its input's shape: one line, before any work
+        with torch.no_grad():
+            model.backbone.eval().activations_and_inputs(model.backbone.probe_input())
 
 
 # --------------------------------------------------------------------------- patched passes
@@ -168,12 +184,22 @@ class NetworkScope:
     ``reference``: one unpooled activation per tap (no batch dimension), or None for zeros.
     ``prefix``: use ``continue_from`` (default: when the backbone can continue); False forces full
     passes with a replacing hook (what non-chain backbones get).
+    ``ablation``: how tap i is removed (``NETWORK_ABLATIONS``): its output := ``reference[i]`` (mean, zero), its
+    input (bypass), or its input + ``reference[i]`` (mean-update: ``reference`` then holds the mean updates). The
+    inputs are the last batch's, recorded by ``activations``.
     """
 
     def __init__(
-        self, backbone, head: nn.Module, reference: Sequence[Tensor] | None = None, prefix: bool | None = None
+        self,
+        backbone,
+        head: nn.Module,
+        reference: Sequence[Tensor] | None = None,
+        prefix: bool | None = None,
+        ablation: str = "mean",
     ):
         self.backbone, self.head = backbone, head
+        self.ablation = check_network_ablation(ablation)
+        self.inputs: list[Tensor] = []  # by-input removals: each tap's input on the last batch
         self.modules = backbone.tap_modules()  # a tap that is not a module cannot be patched: one line
         n = len(backbone.layer_names)
         if reference is not None and len(reference) != n:
@@ -187,10 +213,24 @@ class NetworkScope:
     def num_layers(self) -> int:
         return len(self.modules)
 
-    def fill(self, i: int, h: Tensor) -> Tensor:
-        """The reference activation of tap i, shaped like the batch ``h``."""
+    def fill(self, i: int, h: Tensor, rows: Tensor | None = None) -> Tensor:
+        """What tap i's output ``h`` is replaced by, shaped like it: the reference activation, or (by-input
+        removals) the tap's input on the last batch — its ``rows`` only, or repeated as Captum stacks copies."""
+        given = None
+        if self.ablation in BY_INPUT:
+            if not self.inputs:
+                raise LayaError(f"--ablation {self.ablation} needs the batch's activations first")
+            given = self.inputs[i] if rows is None else self.inputs[i][rows.to(self.inputs[i].device)]
+            given = stack_copies(given, len(h) // len(given)).to(h.dtype)
+            if self.ablation == "bypass":
+                return given
         if self.reference is None:
             return torch.zeros_like(h)
+        ref = self._reference(i, h)
+        return ref if given is None else given + ref
+
+    def _reference(self, i: int, h: Tensor) -> Tensor:
+        """``reference[i]`` expanded to the batch ``h`` (a text batch cut after its longest: its first positions)."""
         ref = self.reference[i].to(h.device, h.dtype)
         if h.ndim == 3 and ref.ndim == 2 and ref.shape[0] > h.shape[1]:  # a batch of texts cut after its longest
             ref = ref[: h.shape[1]]
@@ -209,8 +249,12 @@ class NetworkScope:
 
     @torch.no_grad()
     def activations(self, x: Tensor) -> list[Tensor]:
-        """Raw tap activations h_1..h_L of a batch of float images (one pass)."""
-        return self.backbone.activations(x)
+        """Raw tap activations h_1..h_L of a batch of float images (one pass); the taps' inputs are kept too
+        when a removal needs them."""
+        if self.ablation not in BY_INPUT:
+            return self.backbone.activations(x)
+        hs, self.inputs = self.backbone.activations_and_inputs(x)
+        return hs
 
     def later(self, i: int, h: Tensor, x: Tensor) -> list[Tensor]:
         """h_{i+1}..h_L with tap i's output = ``h``: only the later layers on a chain, else a full pass."""
@@ -263,6 +307,7 @@ class NetworkScope:
                 n_steps=n_steps,
                 internal_batch_size=internal_batch_size,
                 reduce=reduce,
+                scope=self,
             )
         return torch.stack(
             [
@@ -298,7 +343,7 @@ class NetworkScope:
                 on = rows.to(h.device)
                 before = [f[on] for f in feats[:i]]
                 with self.backbone.batch_rows(rows):  # a text model's mask and replayed arguments: these rows'
-                    return self._layer_ig(i, h[on], before, target[on], n_steps, internal_batch_size, reduce)
+                    return self._layer_ig(i, h[on], before, target[on], n_steps, internal_batch_size, reduce, on)
 
             a, _, used = adaptive_ig(attribute, effects[:, i], max_steps, tol, NETWORK_FIRST_STEPS)
             scores.append(a)
@@ -306,7 +351,15 @@ class NetworkScope:
         return torch.stack(scores, dim=1), torch.stack(steps, dim=1)
 
     def _layer_ig(
-        self, i: int, h: Tensor, before: Sequence[Tensor], target: Tensor, n_steps: int, internal_batch_size, reduce
+        self,
+        i: int,
+        h: Tensor,
+        before: Sequence[Tensor],
+        target: Tensor,
+        n_steps: int,
+        internal_batch_size,
+        reduce,
+        rows: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Captum's ``LayerIntegratedGradients`` at tap i of a chain: (B,) layer scores and (B,) convergence deltas.
         The attributed point is tap i's activation fed to the rest of the network (``continue_from``), so
@@ -323,7 +376,7 @@ class NetworkScope:
 
         attr, delta = LayerIntegratedGradients(forward, point).attribute(
             h.detach(),
-            baselines=self.fill(i, h).contiguous(),
+            baselines=self.fill(i, h, rows).contiguous(),
             target=target,
             additional_forward_args=tuple(f.detach() for f in before) or None,
             n_steps=n_steps,
@@ -364,9 +417,11 @@ def full_model_layer_ig(
     n_steps: int = 32,
     internal_batch_size: int | None = None,
     reduce: str = "sum",
+    scope: NetworkScope | None = None,
 ) -> Tensor:
     """Captum's straightforward route: one ``LayerIntegratedGradients`` per tapped layer over the
     full model (images → backbone → head → p_ŷ), every step a full forward and backward pass.
+    ``scope``: the NetworkScope whose removal (and last batch's inputs, which must be ``x``'s) it patches with.
 
     Captum takes a layer's baseline from the *input* baseline; to make it the reference
     activation h̄_i, tap i's output goes through a ``_Blend`` point b·h_i + (1 − b)·h̄_i whose
@@ -374,7 +429,7 @@ def full_model_layer_ig(
     same), and Captum attributes to that point. (B, len(layers))."""
     from captum.attr import LayerIntegratedGradients
 
-    scope = NetworkScope(backbone, head, reference, prefix=False)
+    scope = scope or NetworkScope(backbone, head, reference, prefix=False)
     layers = range(scope.num_layers) if layers is None else layers
     on, off = torch.ones(len(x), device=x.device), torch.zeros(len(x), device=x.device)
     scores = []
@@ -619,13 +674,15 @@ def run_scoped_audit(
     images = getattr(eval_data, "images", None)
     if images is None:
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
-    plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
+    # The head scope (and the plan's record of the settings) removes by mean where the network removes by input.
+    head_settings = replace(settings, ablation=head_ablation(settings.ablation))
+    plan = AuditPlan.prepare(model, methods, head_settings, len(images), len(model.backbone.layer_names))
     if reference is None:
         reference = network_reference(model, settings.ablation, settings.device, use_cache)
     model.backbone.eval().to(settings.device)
     model.head.eval().to(settings.device)
-    net = NetworkScope(model.backbone, model.head, reference, prefix)
-    head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
+    net = NetworkScope(model.backbone, model.head, reference, prefix, settings.ablation)
+    head_result = run_audit(model, eval_data, plan.methods, head_settings) if scope == "both" else None
     run = _NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
     rows = run.rows()
     batches = image_batches(images, settings.batch_size, plan.shard.start, plan.shard.stop)

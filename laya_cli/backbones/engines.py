@@ -39,6 +39,14 @@ def split_call(name: str) -> tuple[str, int]:
     return (module, int(call)) if sep and call.isdigit() else (name, 0)
 
 
+def block_input(args: tuple, kwargs: dict) -> Tensor | None:
+    """What a tapped call was given to transform: its first tensor argument (a residual block's hidden state,
+    positional or ``hidden_states=``), None when it has none."""
+    value = args[0] if args else kwargs.get("hidden_states", kwargs.get("x"))
+    value = first_tensor(value)
+    return value if isinstance(value, Tensor) else None
+
+
 class TapHooks:
     """Forward hooks that find each tap's call in a forward of ``model``: calls are counted per module from the
     model's own call, so ``layer#k`` is told from the other calls of ``layer``."""
@@ -141,6 +149,8 @@ class ReplayEngine(HookEngine):
         def keep(i, args, kwargs):
             self.calls[i] = (tuple(args[1:]), dict(kwargs))
             self.batch = len(args[0])
+            if pre is not None:
+                pre(i, args, kwargs)
 
         return super().run(x, k, pre=keep, replace=replace)
 

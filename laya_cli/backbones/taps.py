@@ -28,7 +28,17 @@ from torch import Tensor, nn
 from ..runtime.errors import LayaError
 from .adapters import InputAdapter, make_adapter, random_tokens, stack_copies
 from .chain import eval_mode, find_chain, prune_after, trace_calls
-from .engines import ENGINES, HookEngine, ReplayEngine, TapHooks, call_model, first_tensor, split_call, stage_index
+from .engines import (
+    ENGINES,
+    HookEngine,
+    ReplayEngine,
+    TapHooks,
+    block_input,
+    call_model,
+    first_tensor,
+    split_call,
+    stage_index,
+)
 from .pooling import Layouts, TapFormat
 from .spec import InputConfig, TextInput
 
@@ -125,6 +135,30 @@ class TappedBackbone(nn.Module):
 
     def forward(self, x: Tensor, upto: int | None = None) -> list[Tensor]:
         return [self.pool_tap(i, h) for i, h in enumerate(self.activations(x, upto))]
+
+    def activations_and_inputs(self, x: Tensor, upto: int | None = None) -> tuple[list[Tensor], list[Tensor]]:
+        """``activations`` and what each tapped call was given (``engines.block_input``: a residual block's input,
+        what "bypass" removal puts in place of its output). Taps must be modules; a call without a tensor input,
+        or one whose output has another shape than its input, is refused in one line."""
+        k = self._k(upto)
+        self.tap_modules()
+        engine = self._engine if isinstance(self._engine, HookEngine) else HookEngine(self.model, self.layer_names)
+        inputs: list[Tensor | None] = [None] * k
+
+        def keep(i, args, kwargs):
+            if i < k and inputs[i] is None:
+                value = block_input(args, kwargs)
+                inputs[i] = None if value is None else value.detach().clone()  # a block may work in place
+
+        outputs = engine.run(self.adapter(x), k, pre=keep)
+        for name, h, given in zip(self.layer_names, outputs, inputs):
+            if given is None or given.shape != h.shape:
+                got = "no tensor input" if given is None else f"input {tuple(given.shape)}"
+                raise LayaError(
+                    f"layer {name} has {got} and output {tuple(h.shape)}: removing it by its input (--ablation "
+                    f"bypass or mean-update) needs a block whose output has its input's shape; use --ablation mean"
+                )
+        return outputs, inputs
 
     def whole_model(self, x: Tensor):
         """The plain model's own forward on a batch (everything it runs, past the last tap too)."""

@@ -224,7 +224,8 @@ Compare = Annotated[
 Ablation = Annotated[
     str,
     typer.Option(
-        help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads)."
+        help="How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
+        "at network scope also bypass (a block's output := its input) or mean-update (input + its mean update)."
     ),
 ]
 Target = Annotated[str, typer.Option(help="Class explained: predicted (ŷ) or label (the true class).")]

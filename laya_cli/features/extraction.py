@@ -238,13 +238,30 @@ def extract_batches(
 
 
 @torch.no_grad()
+def tap_outputs(backbone, x: Tensor) -> list[Tensor]:
+    """Each tap's raw output: what ``tap_means`` averages by default."""
+    return backbone.activations(x)
+
+
+def tap_updates(backbone, x: Tensor) -> list[Tensor]:
+    """Each tapped block's update, output − input (what a residual block adds to its stream): the mean that
+    ``--ablation mean-update`` keeps of a removed block."""
+    outputs, inputs = backbone.activations_and_inputs(x)
+    return [h - given for h, given in zip(outputs, inputs)]
+
+
 def tap_means(
-    backbone, images: Tensor, batch_size: int = 256, device: str = "cpu", description: str = "tap means"
+    backbone,
+    images: Tensor,
+    batch_size: int = 256,
+    device: str = "cpu",
+    description: str = "tap means",
+    of=tap_outputs,
 ) -> list[Tensor]:
-    """The mean of each tap's raw (unpooled) activation over ``images``, in float32 on the CPU:
-    the reference a network-scope audit patches a layer with (docs/metrics.md, "Two scopes").
-    Streamed: one batch of activations at a time, sums in float64. Under torchrun each rank sums
-    its own whole batches and the per-rank sums are gathered and added in rank order."""
+    """The mean of each tap's raw (unpooled) activation over ``images`` (or of what ``of(backbone, x)`` gives per
+    tap: ``tap_updates``), in float32 on the CPU: the reference a network-scope audit patches a layer with
+    (docs/metrics.md, "Two scopes"). Streamed: one batch of activations at a time, sums in float64. Under torchrun
+    each rank sums its own whole batches and the per-rank sums are gathered and added in rank order."""
     backbone.eval()
     n = len(images)
     if not n:
@@ -253,13 +270,13 @@ def tap_means(
     sums = None
     total = (stop - start + batch_size - 1) // batch_size
     for x in track(image_batches(images, batch_size, start, stop), description, total=total):
-        with backbone.full_length():  # a text model's means are per position, up to max_length
-            hs = backbone.activations(to_float_images(to_device(x, device)))
+        with backbone.full_length(), torch.no_grad():  # a text model's means are per position, up to max_length
+            hs = of(backbone, to_float_images(to_device(x, device)))
         part = [h.double().sum(0).cpu() for h in hs]
         sums = part if sums is None else [s + p for s, p in zip(sums, part)]
     if sums is None:  # an empty shard still takes part in the gather
-        with backbone.full_length():
-            hs = backbone.activations(to_float_images(to_device(images[:1], device)))
+        with backbone.full_length(), torch.no_grad():
+            hs = of(backbone, to_float_images(to_device(images[:1], device)))
         sums = [torch.zeros(h.shape[1:], dtype=torch.float64) for h in hs]
     if active():
         sums = [gather_rows(s.unsqueeze(0)).sum(0) for s in sums]

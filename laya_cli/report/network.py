@@ -30,6 +30,15 @@ SCOPE_METHOD_HEADER = ["method", "ρ(head, network)", "± std", "undef."]
 SCOPE_LAYER_HEADER = ["layer", "mean Δ head", "mean Δ network", "direct share"]
 
 
+# What a network-scope audit puts in place of a removed layer's output, per --ablation (in words, for the tables).
+NETWORK_REMOVALS = {
+    "mean": "its training-mean activation",
+    "zero": "zeros",
+    "bypass": "its input (the block skipped)",
+    "mean-update": "its input + the training mean of its update",
+}
+
+
 def network_methods(compared: dict) -> dict:
     """The network-scope part of a comparison's methods, keyed by method as the network table's rows."""
     return {m[len(NETWORK) :]: v for m, v in compared.items() if m.startswith(NETWORK)}
@@ -54,9 +63,8 @@ def network_caption(result, comparison: dict | None = None) -> str:
     )
     return (
         (
-            f"{audit_caption(result)} · layer patched inside the backbone with its training-mean activation"
-            if net.reference == "mean"
-            else f"{audit_caption(result)} · layer patched inside the backbone with zeros"
+            f"{audit_caption(result)} · layer patched inside the backbone with "
+            f"{NETWORK_REMOVALS.get(net.reference, net.reference)}"
         )
         + f" · {how}"
         + (f"\n{baseline_caption(comparison)}" if network_comparison(comparison) else "")
@@ -154,8 +162,8 @@ def network_html(doc: dict, compared: dict) -> list[str]:
     )
     parts = [
         "<h3>Network scope (total effects)</h3>",
-        "<p>Each layer's output replaced inside the backbone by its "
-        f"{'training-mean activation' if net.get('reference') == 'mean' else 'zero'}, every later layer "
+        "<p>Each layer's output replaced inside the backbone by "
+        f"{e(NETWORK_REMOVALS.get(net.get('reference'), str(net.get('reference'))))}, every later layer "
         f"run on it ({e(how)}): faithfulness and Deletion@1 against these total effects.</p>",
         html_methods_table(net["methods"], network_methods(compared)),
     ]

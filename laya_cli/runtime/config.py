@@ -17,7 +17,12 @@ from .errors import LayaError, match_choice
 
 PSI_CHOICES = ("identity", "mlp")
 POOL_CHOICES = ("auto", "cls", "mean", "last")  # last: the last real token (decoders; text only)
-ABLATIONS = ("mean", "zero", "mask")
+# How a layer is removed (docs/metrics.md, "Removing a layer"): at head scope r_i := its training mean, zero, or
+# α_i := 0 (mask); at network scope tap i's output := its training mean, zero, its input (bypass: the block's update
+# skipped, as layer-pruning does), or its input + the training mean of its update (mean-update).
+HEAD_ABLATIONS = ("mean", "zero", "mask")
+NETWORK_ABLATIONS = ("mean", "zero", "bypass", "mean-update")
+ABLATIONS = ("mean", "zero", "mask", "bypass", "mean-update")
 TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
 LABELS = ("genre", "artist")
@@ -242,7 +247,7 @@ class ScopeSettings:
 
 @dataclass
 class AuditSettings:
-    ablation: str = "mean"  # mean | zero | mask
+    ablation: str = "mean"  # ABLATIONS: bypass and mean-update at network scope only
     target: str = "predicted"  # predicted | label
     reduce: str = "sum"  # sum | abs | l2
     steps: int = 32  # IG's most steps per sample (``ig_tol`` 0: exactly these)

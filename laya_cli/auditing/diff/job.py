@@ -7,6 +7,7 @@ import numpy as np
 
 from ...model.evaldata import load_eval_data
 from ...model.laya_model import load_model
+from ...runtime.config import HEAD_ABLATIONS
 from ...runtime.errors import LayaError
 from ..network import check_network_scope
 from .compare import DiffResult, DiffSettings, compare_profiles
@@ -57,6 +58,8 @@ def diff_models(
     check_comparable(a, b, path_a, path_b)
     if scope not in ("head", "network"):
         raise LayaError(f"--scope {scope}: laya diff takes head or network")
+    if scope == "head" and ablation not in HEAD_ABLATIONS:
+        raise LayaError(f"--ablation {ablation} removes a block inside the network: use it with --scope network")
     if scope == "network":  # taps that cannot be patched, or an ablation the network cannot do: before any work
         check_network_scope(a, ablation)
         check_network_scope(b, ablation)

@@ -13,7 +13,7 @@ from ...data.images import image_batches
 from ...features.extraction import feature_batches, to_float_images
 from ...runtime.device import to_device
 from ..methods import contrib, laya_attention
-from ..metrics import lolo_effects
+from ..metrics import head_ablation, lolo_effects
 from ..network import NetworkScope, network_reference
 from ..scaffold import References
 
@@ -37,6 +37,7 @@ def _cat(parts: list) -> np.ndarray | None:
 def model_profiles(model, features, ablation: str = "mean", batch_size: int = 256, device: str = "cpu") -> Profiles:
     """Every per-sample number of ``model`` (a LayaModel) on ``features`` (its EvalData's features), in batches."""
     head = model.head.eval().to(device)
+    ablation = head_ablation(ablation)  # bypass, mean-update: the head scope removes by mean
     removal = References.of(model, ablation, device).removal
     has_alpha, has_contrib = getattr(head, "has_alpha", False), getattr(head, "has_layer_logits", False)
     parts: dict[str, list] = {k: [] for k in ("label", "pred", "delta", "alpha", "contrib")}
@@ -62,7 +63,7 @@ def network_deltas(model, images, ablation: str = "mean", batch_size: int = 256,
     """(n, L) total effects Δ_i of the predicted class: tap i patched to its reference inside the network, every
     later layer recomputed (the network scope of ``laya audit``, docs/metrics.md)."""
     reference = network_reference(model, ablation, device, use_cache)
-    net = NetworkScope(model.backbone.eval().to(device), model.head.eval().to(device), reference)
+    net = NetworkScope(model.backbone.eval().to(device), model.head.eval().to(device), reference, ablation=ablation)
     parts = []
     for xb in image_batches(images, batch_size):
         x = to_float_images(to_device(xb, device))

@@ -1,0 +1,183 @@
+"""Removing a layer the way residual networks allow (network scope, --ablation bypass | mean-update): a block's
+output := its input is the model run without that block, checked against an independent forward of a copy whose
+layer list lacks it; mean-update adds the training mean of the block's update, checked against transformers' own
+hidden_states; and the command line's refusals."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from helpers import assert_user_error, invoke
+
+from laya_cli import backbones as bb
+from laya_cli.auditing import network
+from laya_cli.backbones import tokens as tokenization
+from laya_cli.backbones.engines import first_tensor
+from laya_cli.features.extraction import tap_means, tap_updates
+from laya_cli.model.heads import build_head
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(num_hidden_layers=4, num_attention_heads=2, intermediate_size=64)
+TINY = dict(vocab_size=200, max_position_embeddings=64)
+CONFIGS = {  # each with the attribute path of its list of layers
+    "bert": (lambda: transformers.BertConfig(hidden_size=32, **TINY, **SMALL), "encoder.layer"),
+    "gpt2": (lambda: transformers.GPT2Config(vocab_size=200, n_embd=32, n_layer=4, n_head=2, n_positions=64), "h"),
+    "llama": (lambda: transformers.LlamaConfig(hidden_size=32, num_key_value_heads=1, **TINY, **SMALL), "layers"),
+}
+TEXTS = ["dog cat", "bread cheese apple rice soup", "saw", "fish lion tiger bear wolf", "milk egg"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("removal")
+    for name, (config, _) in CONFIGS.items():
+        torch.manual_seed(0)
+        transformers.AutoModel.from_config(config()).save_pretrained(root / name)
+    return root
+
+
+def scoped(folder, name, ablation, reference=None):
+    """A frozen tapped model, a seeded head on its taps, a NetworkScope removing by ``ablation``, and a batch."""
+    backbone = bb.build_backbone(bb.BackboneSpec(f"hf:{folder / name}", pretrained=True, max_length=12)).eval()
+    tokenization.train_tokenizer(backbone.input_cfg, " ".join(TEXTS).split() * 3, "test words")
+    x = tokenization.encode(backbone.input_cfg, TEXTS)
+    with torch.no_grad():
+        dims = [r.shape[-1] for r in backbone(x)]
+    torch.manual_seed(0)
+    head = build_head("laya", dims, 3).eval()
+    return backbone, head, network.NetworkScope(backbone, head, reference, ablation=ablation), x
+
+
+def stream_without(model: torch.nn.Module, layers: str, i: int, inputs: dict) -> list[torch.Tensor]:
+    """An independent forward of a copy of ``model`` whose layer list lacks layer ``i``: the residual stream as it
+    enters the first layer, then after each remaining layer."""
+    model = copy.deepcopy(model)
+    *parent, last = layers.split(".")
+    owner = model.get_submodule(".".join(parent)) if parent else model
+    kept = torch.nn.ModuleList([m for j, m in enumerate(getattr(owner, last)) if j != i])
+    setattr(owner, last, kept)
+    stream = []
+
+    def entering(module, args, kwargs):
+        stream.append(first_tensor(args[0] if args else kwargs["hidden_states"]))
+
+    kept[0].register_forward_pre_hook(entering, with_kwargs=True)
+    for layer in kept:
+        layer.register_forward_hook(lambda m, args, out: stream.append(first_tensor(out)))
+    with torch.no_grad():
+        model(**inputs, use_cache=False)
+    return stream
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("i", [0, 2, 3])
+def test_bypass_is_the_model_run_without_the_layer(folders, name, i):
+    backbone, head, scope, x = scoped(folders, name, "bypass")
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    base = scope.probs(feats).gather(1, target[:, None]).squeeze(1)
+    effects = scope.effects(x, hs, feats, target)
+
+    inputs = backbone.adapter(x)  # the same token batch (cut after its longest text) the scope ran
+    stream = stream_without(backbone.model, CONFIGS[name][1], i, inputs)
+    # taps before i: the stream after each layer; tap i: what enters it, unchanged; taps after i: shifted by one
+    taps = [stream[j + 1] for j in range(i)] + [stream[i]] + [stream[j] for j in range(i + 1, len(hs))]
+    removed = scope.probs([backbone.pool_tap(j, h) for j, h in enumerate(taps)]).gather(1, target[:, None]).squeeze(1)
+    torch.testing.assert_close(effects[:, i], base - removed, rtol=0, atol=1e-5)
+    assert (taps[-1] - hs[-1]).abs().max() > 1e-2  # removing the layer changes the last tap: the check is not vacuous
+
+
+def test_mean_update_adds_the_training_mean_of_each_block_update(folders):
+    """The mean update of layer i is the mean of hidden_states[i+1] − hidden_states[i] (transformers' own, per
+    position over the training texts); its removal puts the input plus it in place of the output."""
+    backbone, head, _, x = scoped(folders, "bert", "bypass")
+    train = tokenization.encode(backbone.input_cfg, ["dog", "cat bread", "apple rice soup cake", "axe saw"])
+    updates = tap_means(backbone, train, of=tap_updates)
+    with torch.no_grad(), backbone.full_length():
+        states = backbone.model(**backbone.adapter(train), output_hidden_states=True).hidden_states
+    for i, mean in enumerate(updates):
+        torch.testing.assert_close(mean, (states[i + 1] - states[i]).mean(0), rtol=0, atol=1e-5)
+
+    scope = network.NetworkScope(backbone, head, updates, ablation="mean-update")
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    effects = scope.effects(x, hs, feats, target)
+    _, inputs = backbone.activations_and_inputs(x)
+    full = network.NetworkScope(backbone, head, None, prefix=False)  # a plain replacing hook, written out here
+    for i in (0, 3):
+        patch = lambda out, i=i: inputs[i] + updates[i][: out.shape[1]]
+        later = backbone.patched_activations(x, i, patch=patch)
+        p = full.probs(full.pooled(later)).gather(1, target[:, None]).squeeze(1)
+        base = full.probs(feats).gather(1, target[:, None]).squeeze(1)
+        torch.testing.assert_close(effects[:, i], base - p, rtol=0, atol=1e-5)
+
+
+def test_network_ig_under_bypass_adds_up_to_the_bypass_effects(folders):
+    """IG's layer baseline is the block's input: its attributions add up to the bypass effect (completeness),
+    on the prefix-cached route and on full passes alike."""
+    backbone, head, scope, x = scoped(folders, "gpt2", "bypass")
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    effects = scope.effects(x, hs, feats, target)
+    ours = scope.integrated_gradients(x, hs, feats, target, n_steps=64)
+    full = network.NetworkScope(backbone, head, None, prefix=False, ablation="bypass")
+    full.activations(x)
+    theirs = full.integrated_gradients(x, hs, feats, target, n_steps=8)
+    torch.testing.assert_close(ours.sum(0), effects.sum(0), rtol=0, atol=2e-3)
+    torch.testing.assert_close(scope.integrated_gradients(x, hs, feats, target, n_steps=8), theirs, rtol=0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def trained(folders, tmp_path_factory):
+    import csv
+    import random
+
+    root = tmp_path_factory.mktemp("trained")
+    words = {"a": "dog cat horse bird fish".split(), "b": "bread cheese apple rice soup".split()}
+    rng = random.Random(0)
+    with open(root / "t.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        for _ in range(80):
+            label = rng.choice("ab")
+            w.writerow([" ".join(rng.choices(words[label], k=4)), label])
+    out = root / "m.pt"
+    r = invoke("train", "--backbone", f"hf:{folders / 'bert'}", "--dataset", f"csv:{root / 't.csv'}",
+               "--max-length", "12", "--epochs", "1", "--out", out, "-q")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.mark.parametrize("ablation", ["bypass", "mean-update"])
+def test_laya_audit_says_which_removal_ran(trained, tmp_path, ablation):
+    out = tmp_path / "a.json"
+    r = invoke("audit", trained, "--scope", "both", "--ablation", ablation, "--compare", "ig,gradxact",
+               "--samples", "12", "--json", out, "--ci", "0")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["network"]["reference"] == ablation and doc["settings"]["ablation"] == "mean"  # the head: by mean
+    caption = " ".join(r.output.split())  # the table's caption, however the terminal wraps it
+    assert ("its input (the block skipped)" if ablation == "bypass" else "the training mean of its update") in caption
+
+
+def test_removals_that_need_a_network_are_refused_elsewhere(trained):
+    assert_user_error(
+        invoke("audit", trained, "--ablation", "bypass", "--samples", "8"), "removes a block inside the network"
+    )
+    assert_user_error(invoke("audit", trained, "--scope", "network", "--ablation", "skip"), "--ablation")
+
+
+def test_a_block_that_changes_shape_cannot_be_bypassed(tmp_path):
+    out = tmp_path / "mlp.pt"
+    assert invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "-q").exit_code == 0
+    assert_user_error(
+        invoke("audit", out, "--scope", "network", "--ablation", "bypass", "--samples", "8"),
+        "needs a block whose output has its input's shape",
+    )
