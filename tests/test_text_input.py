@@ -135,6 +135,17 @@ def test_every_text_route_trains_then_audits(bert, tmp_path, route):
         assert len(d.test) == n_test and len(d.train) + len(d.val) == 60
 
 
+def test_parquet_shards_without_split_names_are_one_data_set(tmp_path):
+    from laya_cli.data.datasets import load_dataset
+    from laya_cli.runtime.config import DataRequest
+
+    (tmp_path / "data").mkdir()
+    write_parquet(tmp_path / "data" / "part-0.parquet", rows(30, 0))
+    write_parquet(tmp_path / "data" / "part-1.parquet", rows(30, 1))
+    d = load_dataset(DataRequest(name=f"parquet:{tmp_path}"))
+    assert len(d.train) + len(d.val) + len(d.test) == 60
+
+
 # --------------------------------------------------------------------------- encodings
 
 
@@ -165,6 +176,7 @@ def test_encoding_reads_the_file_and_is_recorded_for_audit_and_export(bert, tmp_
     assert r.exit_code == 0, r.output
     recorded = torch.load(out, weights_only=True)["dataset"]["encoding"]
     assert recorded == {"latin-1": "iso8859-1", "cp1252": "cp1252", "utf-16": "utf-16"}[encoding]
+    assert f"encoding {recorded}" in invoke("info", out).output
     r = invoke("export", out, "--out", tmp_path / "export", "--no-plots", "-q")  # no --encoding: the recorded one
     assert r.exit_code == 0, r.output
     with open(tmp_path / "export" / "samples.csv", newline="", encoding="utf-8") as f:

@@ -7,7 +7,9 @@ rows, a missing column, a text that is no string: one line each (``LayaError``),
 
 A folder holds one file, or ``train*`` and ``test*`` (or ``validation``/``val``) files: every file of a split
 (``train-00000-of-00002.parquet``, ``train-00001-of-00002.parquet``…, as the Hugging Face hub shards them) is read,
-in name order.
+in name order. Parquet files are found in subfolders too (the hub's ``data/``), and Parquet shards without split
+names are one data set, as the image reader takes them; several csv/jsonl files without a ``train`` one are an
+error (which one is the data?).
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def split_files(kind: str, root: Path) -> list[tuple[str, list[Path]]]:
     if "train" in splits:
         test = next((splits[n] for n in TEST_NAMES if n in splits), None)
         return [("train", splits["train"])] + ([("test", test)] if test else [])
-    if len(found) == 1:
+    if len(found) == 1 or (kind == "parquet" and found):  # Parquet shards without split names: one data set
         return [("all", found)]
     raise LayaError(f"{root} holds no train{suffix} (found: {', '.join(p.name for p in found) or 'nothing'})")
 
