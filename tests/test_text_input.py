@@ -212,6 +212,7 @@ def bad_files(root) -> dict:
     good = rows(20, 0)
     (root / "latin.csv").write_bytes(csv_text(good).encode("latin-1"))
     (root / "utf16.csv").write_bytes(csv_text(good).encode("utf-16"))
+    (root / "utf16le.csv").write_bytes(csv_text(good).encode("utf-16-le"))  # no byte-order mark
     (root / "empty.csv").write_bytes(b"")
     (root / "header.csv").write_text("text,label\n")
     (root / "nolabel.csv").write_text(csv_text(good, header=("text", "topic")))
@@ -233,11 +234,12 @@ def bad_files(root) -> dict:
     return {
         "not utf-8": (f"csv:{root / 'latin.csv'}", [], ["latin.csv line 2, byte", "0xe9 is not UTF-8", "--encoding"]),
         "utf-16": (f"csv:{root / 'utf16.csv'}", [], ["utf16.csv is UTF-16", "--encoding utf-16"]),
+        "utf-16 without bom": (f"csv:{root / 'utf16le.csv'}", [], ["line 1, byte 1 of the file: 0x00", "utf-16-le"]),
         "wrong codec": (f"csv:{root / 'utf16.csv'}", ["--encoding", "ascii"], ["0xff", "is not ascii"]),
         "unknown codec": (f"csv:{root / 'latin.csv'}", ["--encoding", "latin-9000"], ["--encoding latin-9000"]),
         "no codec": (f"csv:{root / 'latin.csv'}", ["--encoding", "base64"], ["not a text encoding"]),
         "codec for parquet": (f"parquet:{root / 'ints.parquet'}", ["--encoding", "latin-1"], ["csv: and jsonl:"]),
-        "jsonl not utf-8": (f"jsonl:{root / 'latin.jsonl'}", [], ["latin.jsonl line 2, byte 42", "0xe9"]),
+        "jsonl not utf-8": (f"jsonl:{root / 'latin.jsonl'}", [], ["latin.jsonl line 2, byte 42 of the file", "0xe9"]),
         "empty csv": (f"csv:{root / 'empty.csv'}", [], ["empty.csv is empty", "header"]),
         "header only": (f"csv:{root / 'header.csv'}", [], ["header.csv has no rows"]),
         "empty jsonl": (f"jsonl:{root / 'empty.jsonl'}", [], ["empty.jsonl has no rows"]),
@@ -267,6 +269,7 @@ def bad(tmp_path_factory):
 BAD = [
     "not utf-8",
     "utf-16",
+    "utf-16 without bom",
     "wrong codec",
     "unknown codec",
     "no codec",

@@ -43,27 +43,45 @@ def decode_file(path: Path, encoding: str | None) -> str:
         data = path.read_bytes()
     except OSError as e:
         raise LayaError(f"cannot read {path}: {e.strerror or e}") from None
+    if encoding is None:
+        check_not_wide(path, data)
     try:
         return data.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as e:
         raise LayaError(undecodable(path, data, e, encoding)) from None
 
 
+def check_not_wide(path: Path, data: bytes) -> None:
+    """UTF-16 or UTF-32 where UTF-8 is expected: said by its byte-order mark, or by NUL bytes (valid UTF-8, but no
+    text: what UTF-16 without a byte-order mark holds after every ASCII character)."""
+    for bom, name in BOMS:
+        if data.startswith(bom):
+            what = name.upper()
+            raise LayaError(
+                f"{path} is {what} (it starts with a {what} byte-order mark), not UTF-8; pass --encoding {name}"
+            )
+    if bytes(1) in data:
+        raise LayaError(
+            f"{path} {_where(data, data.index(bytes(1)))}: 0x00 (NUL) is no text; UTF-16 without a byte-order mark? "
+            f"pass --encoding (e.g. --encoding utf-16-le)"
+        )
+
+
 def undecodable(path: Path, data: bytes, e: UnicodeDecodeError, encoding: str | None) -> str:
     """One line: where the first byte that does not decode is (line, byte offset in the file), and what to pass."""
-    if encoding is None:
-        for bom, name in BOMS:
-            if data.startswith(bom):
-                what = name.upper()
-                return f"{path} is {what} (it starts with a {what} byte-order mark), not UTF-8; pass --encoding {name}"
     shown = " ".join(f"0x{b:02x}" for b in data[e.start : min(e.end, e.start + 4)])
     wide = encoding is not None and encoding.startswith(("utf-16", "utf-32"))  # newlines are not single bytes there
-    line = data.count(b"\n", 0, e.start) + 1
-    where = f"byte {e.start}" if wide else f"line {line}, byte {e.start}"
+    where = f"byte {e.start} of the file" if wide else _where(data, e.start)
     if encoding is None:
         hint = "cp1252" if _decodes(data, "cp1252") else "latin-1"
         return f"{path} {where}: {shown} is not UTF-8; pass --encoding (e.g. --encoding {hint})"
     return f"{path} {where}: {shown} is not {encoding}; pass the file's encoding with --encoding"
+
+
+def _where(data: bytes, at: int) -> str:
+    """Line and byte offset (from 0, as ``xxd``/``dd skip=`` count) of byte ``at`` in a file of one-byte newlines."""
+    line = data.count(b"\n", 0, at) + 1
+    return f"line {line}, byte {at} of the file"
 
 
 def _decodes(data: bytes, encoding: str) -> bool:
