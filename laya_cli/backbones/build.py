@@ -124,14 +124,17 @@ def build_model(
     return family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
 
 
-def input_side(spec: BackboneSpec) -> int:
-    """Side at which file datasets are decoded for this backbone: its input size (32 for mlp/cnn)."""
+def input_side(spec: BackboneSpec) -> int | None:
+    """Side at which file datasets are decoded for this backbone: its input size (32 for mlp/cnn); None for a
+    model that takes no images (a text model: its input is tokens)."""
     family, model_name = family_of(spec.name)
     if family is BUILTIN:
         return spec.input_size or 32
     side = family.input_side(model_name, spec)
     if side is None:
         _, cfg = build_model(spec)
+        if isinstance(cfg, TextInput):
+            return None
         side = cfg.size[0] if cfg.size else 224
     return int(side)
 

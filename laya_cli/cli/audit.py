@@ -37,6 +37,7 @@ from .options import (
     Compare,
     DataDir,
     Device,
+    Encoding,
     EvalDataset,
     FailUnder,
     GateOn,
@@ -68,6 +69,7 @@ def audit(
     seed: SampleSeed = AUDIT.seed,
     dataset: EvalDataset = None,
     data_dir: DataDir = None,
+    encoding: Encoding = None,
     ablation: Ablation = AUDIT.ablation,
     target: Target = AUDIT.target,
     reduce: Reduce = AUDIT.reduce,
@@ -121,9 +123,8 @@ def audit(
             steps=steps,
             ig_tol=ig_tol,
             internal_batch_size=internal_batch_size,
-            batch_size=AUDIT.batch_size
-            if batch_size is None
-            else batch_size,  # None: not given (the plan may lower it)
+            # None: not given (the plan may lower it)
+            batch_size=AUDIT.batch_size if batch_size is None else batch_size,
             seed=seed,
             by_class=by_class,
             device=pick_device(device),
@@ -135,7 +136,7 @@ def audit(
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit)
         files.check_writable()
-        result = run_job(model, settings, methods, scope, gates, dataset, data_dir, samples, cache, job)
+        result = run_job(model, settings, methods, scope, gates, (dataset, data_dir, encoding), samples, cache, job)
     result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
@@ -143,27 +144,31 @@ def audit(
     exit_for(outcome.verdict, inconclusive_exit)
 
 
-def run_job(path, settings, methods, scope: str, gates, dataset, data_dir, samples, cache: bool, job: dict):
-    """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (loaded by the
-    job, after its own checks)."""
+def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, cache: bool, job: dict):
+    """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (``data``:
+    dataset, data_dir and encoding; loaded by the job, after its own checks)."""
     from ..auditing.job import audit_job
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
+    from ..runtime.config import check_encoding
 
+    dataset, data_dir, encoding = data
+    check_encoding(encoding)  # before the checkpoint is read
     laya_model = load_model(path)
     gates.check_planned(settings, methods, samples, laya_model)
-    data = partial(
+    load = partial(
         load_eval_data,
         laya_model,
-        dataset,
-        data_dir,
-        samples,
-        settings.seed,
-        settings.device,
+        samples=samples,
+        seed=settings.seed,
+        device=settings.device,
         use_cache=cache,
         stream=True,
+        dataset=dataset,
+        data_dir=data_dir,
+        encoding=encoding,
     )
-    result = audit_job(laya_model, data, methods, settings, scope, use_cache=cache, **job)
+    result = audit_job(laya_model, load, methods, settings, scope, use_cache=cache, **job)
     result.settings.update({"model": str(path), "samples": samples, "data_dir": data_dir})
     return result
 

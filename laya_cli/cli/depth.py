@@ -14,6 +14,7 @@ from .options import (
     DataDir,
     DepthBatchSize,
     Device,
+    Encoding,
     EvalDataset,
     JsonOut,
     MarkdownOut,
@@ -45,6 +46,7 @@ def depth(
     seed: SubsetSeed = DEPTH.seed,
     dataset: EvalDataset = None,
     data_dir: DataDir = None,
+    encoding: Encoding = None,
     batch_size: DepthBatchSize = None,
     time_repeats: TimeRepeats = DEPTH.time_repeats,
     time_batch: TimeBatch = DEPTH.time_batch,
@@ -62,12 +64,13 @@ def depth(
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
     from ..report.depth import truncate_line
-    from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least
+    from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least, check_encoding
     from ..runtime.fileio import check_outputs
 
     with progress.enabled(not quiet):
         trust_arch(arch)
         check_at_least("--samples", samples)
+        check_encoding(encoding)
         settings = DepthSettings(
             batch_size=DEPTH.batch_size if batch_size is None else batch_size,
             seed=seed,
@@ -85,7 +88,17 @@ def depth(
             raise LayaError("--out names the checkpoint --truncate K writes; add --truncate K")
         check_outputs(json_out, markdown, plot, out)
         laya_model = load_model(model)
-        data = partial(load_eval_data, laya_model, dataset, data_dir, samples, seed, settings.device, use_cache=cache)
+        data = partial(
+            load_eval_data,
+            laya_model,
+            dataset,
+            data_dir,
+            samples,
+            seed,
+            settings.device,
+            use_cache=cache,
+            encoding=encoding,
+        )
         memory = run_options(max_memory, "auto", batch_size=batch_size)["memory"]
         result = depth_job(laya_model, data, settings, out, use_cache=cache, memory=memory)
         if truncate is not None:

@@ -10,7 +10,7 @@ import typer
 
 from ..runtime import progress
 from .common import EXIT_GATE_FAILED, console, err_console, pick_device
-from .options import DataDir, Device, EvalDataset, JsonOut, MarkdownOut, Samples, SubsetSeed
+from .options import DataDir, Device, Encoding, EvalDataset, JsonOut, MarkdownOut, Samples, SubsetSeed
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
 ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candidate, B).", show_default=False)]
@@ -35,6 +35,7 @@ def diff(
     model_b: ModelB,
     dataset: EvalDataset = None,
     data_dir: DataDir = None,
+    encoding: Encoding = None,
     samples: Samples = None,
     seed: SubsetSeed = 0,
     permutations: Permutations = 1000,
@@ -65,7 +66,7 @@ def diff(
     with progress.enabled(True):
         result = diff_models(
             str(model_a), str(model_b), dataset, data_dir, samples, seed, settings, device=pick_device(device),
-            scope=scope.lower(),
+            scope=scope.lower(), encoding=encoding,
         )  # fmt: skip
     doc = result.to_dict()
     for table in diff_rich_tables(doc):

@@ -91,6 +91,13 @@ TextColumn = Annotated[
         help="Text data: the column holding the texts (csv:/jsonl: default 'text'; parquet:/hf-disk: set it for text)."
     ),
 ]
+Encoding = Annotated[
+    str | None,
+    typer.Option(
+        help="csv:/jsonl: the files' text encoding, e.g. latin-1, cp1252, utf-16 (default: UTF-8, with or without "
+        "a byte-order mark); recorded in the checkpoint, so audit and export read the data the same way."
+    ),
+]
 MaxLength = Annotated[
     int | None,
     typer.Option(help="Text models: most tokens per text, longer ones truncated (default: min(128, its positions))."),
@@ -467,6 +474,7 @@ JOB_OPTIONS = {
     "image_column": (ImageColumn, DATA.image_column),
     "label_column": (LabelColumn, DATA.label_column),
     "text_column": (TextColumn, DATA.text_column),
+    "encoding": (Encoding, DATA.encoding),
     "max_length": (MaxLength, JOB.max_length),
     "d_star": (DStar, HEAD.d_star),
     "tau": (Tau, HEAD.tau),
@@ -500,6 +508,7 @@ class JobOptions:
     image_column: str
     label_column: str
     text_column: str | None
+    encoding: str | None
     max_length: int | None
     d_star: int
     tau: float
@@ -568,6 +577,7 @@ def train_request(
             image_column=job.image_column,
             label_column=job.label_column,
             text_column=job.text_column,
+            encoding=job.encoding,
         ),
         train=TrainConfig(
             epochs=job.epochs,

@@ -29,6 +29,7 @@ from .splits import (  # noqa: F401  (datasets.DataSplits etc.: where they lived
     stratified_split,
 )
 from .text import load_text_columns, load_wordnet_supersenses
+from .textfiles import TEXT_FILE_KINDS, holds_text
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -371,7 +372,7 @@ def load_sharded(req: DataRequest) -> DataSplits:
     from . import shards
 
     kind, _, path = req.name.partition(":")
-    if req.text_column and kind != "wds":
+    if kind != "wds" and (req.text_column or holds_text(kind, Path(path).expanduser(), req.image_column)):
         return load_text(req)
     if kind == "wds":
         found = shards.read_wds(path, req.strict)
@@ -419,13 +420,15 @@ PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
 USER_DATASET = "user"
 
 
-TEXT_PREFIXES = ("csv", "jsonl")
-
-
-def is_file_dataset(name: str) -> bool:
-    """Datasets decoded from image files, at a size the backbone chooses."""
-    prefix, colon, _ = name.partition(":")
-    return name == "artworks" or (colon and prefix in PREFIXED and prefix not in TEXT_PREFIXES)
+def holds_images(req: DataRequest) -> bool:
+    """Datasets decoded from image files, at a size the backbone chooses: not text. ``parquet:``/``hf-disk:``
+    data holds text with ``--text-column``, or when it has a ``text`` column and no image column (as a csv does)."""
+    prefix, colon, path = req.name.partition(":")
+    if not colon:
+        return req.name == "artworks"
+    if prefix not in PREFIXED or prefix in TEXT_FILE_KINDS:
+        return False
+    return prefix == "wds" or not (req.text_column or holds_text(prefix, Path(path).expanduser(), req.image_column))
 
 
 def dataset_name(name: str) -> str:
@@ -440,6 +443,9 @@ def dataset_name(name: str) -> str:
 def load_dataset(req: DataRequest) -> DataSplits:
     name = dataset_name(req.name)
     prefix, colon, _ = name.partition(":")
+    if req.validate().encoding and prefix not in TEXT_FILE_KINDS:
+        arrow = " (its texts are Arrow strings, always UTF-8)" if prefix in ("parquet", "hf-disk") else ""
+        raise LayaError(f"--encoding applies to csv: and jsonl: files, not {name}{arrow}; leave it out")
     if colon:
         return PREFIXED[prefix](req)
     return DATASETS[name](req)

@@ -13,8 +13,6 @@ and so its tokenizer, is known: ``TokenDataset`` keeps the strings beside them f
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from ..runtime.config import DataRequest, digest
 from ..runtime.errors import LayaError
 from .shards import _labels_to_names
 from .splits import TEST_SPLIT_SEED, DataDirMissing, DataSplits, ImageTensorDataset, _finish, stratified_split
+from .textfiles import read_files, read_hf_disk
 
 WORDNET_DIRS = (Path("/usr/share/wordnet"), Path("/usr/local/share/wordnet"))
 # lexnames(5WN): the lexicographer files, numbered as the data files' lex_filenum field.
@@ -125,84 +124,6 @@ def load_wordnet_supersenses(req: DataRequest) -> DataSplits:
 # --------------------------------------------------------------------------- columns of files
 
 
-def _columns(where: str, names, text_column: str, label_column: str) -> None:
-    names = list(names)
-    for option, column in (("--text-column", text_column), ("--label-column", label_column)):
-        if column not in names:
-            raise LayaError(f"{where} has no column '{column}' (columns: {', '.join(names)}); choose it with {option}")
-
-
-def _read_csv(path: Path, text_column: str, label_column: str) -> tuple[list, list]:
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        _columns(str(path), reader.fieldnames or [], text_column, label_column)
-        rows = list(reader)
-    return [r[text_column] for r in rows], [r[label_column] for r in rows]
-
-
-def _read_jsonl(path: Path, text_column: str, label_column: str) -> tuple[list, list]:
-    texts, labels = [], []
-    with open(path, encoding="utf-8") as f:
-        for k, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise LayaError(f"{path} line {k} is not JSON") from None
-            if not isinstance(row, dict):
-                raise LayaError(f"{path} line {k} is not a JSON object")
-            _columns(f"{path} line {k}", row, text_column, label_column)
-            texts.append(row[text_column])
-            labels.append(row[label_column])
-    return texts, labels
-
-
-def _read_parquet(path: Path, text_column: str, label_column: str) -> tuple[list, list]:
-    from .shards import _pyarrow
-
-    try:
-        table = _pyarrow().ParquetFile(path)
-    except LayaError:
-        raise
-    except Exception as e:
-        raise LayaError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:80]})") from None
-    _columns(str(path), table.schema_arrow.names, text_column, label_column)
-    cols = table.read(columns=[text_column, label_column])
-    return cols.column(0).to_pylist(), cols.column(1).to_pylist()
-
-
-READERS = {"csv": (".csv", _read_csv), "jsonl": (".jsonl", _read_jsonl), "parquet": (".parquet", _read_parquet)}
-
-
-def _split_files(kind: str, root: Path) -> list[tuple[str, Path]]:
-    suffix = READERS[kind][0]
-    if root.is_file():
-        return [("all", root)]
-    if not root.is_dir():
-        raise LayaError(
-            f"{kind} data not found: {root} (a {suffix} file, or a folder with train{suffix} and test{suffix})"
-        )
-    files = {p.stem.split("-")[0].lower(): p for p in sorted(root.glob(f"*{suffix}"))}
-    if "train" in files:
-        test = files.get("test") or files.get("validation") or files.get("val")
-        return [("train", files["train"])] + ([("test", test)] if test else [])
-    if len(files) == 1:
-        return [("all", next(iter(files.values())))]
-    raise LayaError(f"{root} holds no train{suffix} (found: {', '.join(p.name for p in files.values()) or 'nothing'})")
-
-
-def _read_hf_disk(root: Path, text_column: str, label_column: str) -> tuple[list, list | None]:
-    from .shards import read_hf_splits
-
-    parts = []
-    splits, declared = read_hf_splits(root, label_column)
-    for name, ds in splits:
-        _columns(f"{root} ({name})", ds.column_names, text_column, label_column)
-        parts.append((name, list(ds[text_column]), list(ds[label_column])))
-    return parts, declared
-
-
 def load_text_columns(req: DataRequest) -> DataSplits:
     """``csv:``/``jsonl:``/``parquet:``/``hf-disk:`` PATH with a text column."""
     kind, _, path = req.name.partition(":")
@@ -210,10 +131,9 @@ def load_text_columns(req: DataRequest) -> DataSplits:
     text_column, label_column = req.text_column or "text", req.label_column
     declared = None
     if kind == "hf-disk":
-        parts, declared = _read_hf_disk(root, text_column, label_column)
+        parts, declared = read_hf_disk(root, text_column, label_column)
     else:
-        read = READERS[kind][1]
-        parts = [(name, *read(p, text_column, label_column)) for name, p in _split_files(kind, root)]
+        parts = read_files(kind, root, text_column, label_column, req.encoding)
     for name, texts, labels in parts:
         _check_cells(f"{root} ({name})" if name != "all" else str(root), texts, labels, text_column, label_column)
     names, classes = _labels_to_names([v for _, _, labels in parts for v in labels], declared)

@@ -37,7 +37,7 @@ from ..auditing.methods import contrib as contrib_scores
 from ..auditing.scaffold import Rows, Shard
 from ..features.extraction import feature_batches, num_layers
 from ..runtime import fileio
-from ..runtime.config import check_at_least
+from ..runtime.config import check_at_least, check_encoding
 from ..runtime.distributed import broadcast_object, is_main
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
@@ -412,6 +412,7 @@ def run_export(
     depth: str | Path | None = None,
     memory: MemoryRequest | None = None,
     model_card: bool = False,
+    encoding: str | None = None,
 ) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
@@ -420,7 +421,8 @@ def run_export(
     ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
     ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
     when there), shown in report.html and copied as depth.json. ``model_card``: also write README.md, a
-    Hugging Face model card with the audit (``card.py``).
+    Hugging Face model card with the audit (``card.py``). ``encoding``: a csv:/jsonl: data set's text encoding
+    (default: the one recorded for the checkpoint's own data, else UTF-8).
     """
     from ..gates.regression import read_audit_json
     from ..model.evaldata import load_eval_data
@@ -429,6 +431,7 @@ def run_export(
     fmt = check_format(fmt)
     check_at_least("--strip", strip, 0)
     check_at_least("--samples", samples)
+    check_encoding(encoding)
     check_out_dir(out, overwrite)
     results = {"audit": read_audit_json(audit, "--audit")} if audit is not None else {}
     model = load_model(model_path)
@@ -445,6 +448,7 @@ def run_export(
         device=device,
         use_cache=use_cache,
         stream=stream,
+        encoding=encoding,
     )
     info, notes, batch = {"checkpoint": str(model_path), "samples": samples, "seed": seed}, [], EXPORT_BATCH
     if memory is not None:

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, is_file_dataset, load_dataset
+from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, holds_images, load_dataset
 from ..data.images import take
 from ..data.text import tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures, StreamedFeatures, extract_batches, feature_batches
 from ..features.loaders import loader_batches, loader_length, text_input_of
-from ..runtime.config import DataRequest, check_at_least
+from ..runtime.config import DataRequest, check_at_least, check_encoding
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
 from .laya_model import LayaModel
@@ -78,10 +78,14 @@ def _load(req: DataRequest, recorded: bool):
         return load_dataset(req)
 
 
-def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | None = None):
-    """``(request, splits)``: the checkpoint's own data set (its splits, seed and image size), or
-    ``dataset``/``data_dir``. A folder recorded at training time that no longer holds the data falls back to
-    the default places; one given now must hold it (``DataDirMissing``). Shared by ``load_eval_data``,
+def model_dataset(
+    model: LayaModel, dataset: str | None = None, data_dir: str | None = None, encoding: str | None = None
+):
+    """``(request, splits)``: the checkpoint's own data set (its splits, seed, image size and text encoding), or
+    ``dataset``/``data_dir``/``encoding``. A folder recorded at training time that no longer holds the data falls
+    back to the default places; one given now must hold it (``DataDirMissing``). The recorded encoding applies to
+    the recorded data set only: another file is UTF-8 unless ``encoding`` says otherwise (a codec such as latin-1
+    decodes any bytes, so applying it to a UTF-8 file would garble it silently). Shared by ``load_eval_data``,
     ``load_fit_features`` (``laya depth --refit``) and the network scope's tap means over the training split
     (network.py)."""
     ds = dict(model.checkpoint.get("dataset", {}))
@@ -93,19 +97,19 @@ def model_dataset(model: LayaModel, dataset: str | None = None, data_dir: str | 
         )
     name = dataset_name(dataset or ds.get("name", "digits"))
     same = name == ds.get("name")
-    image_size = ds.get("image_size") if same else None
-    if image_size is None and is_file_dataset(name):
-        size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
-        image_size = size[0] if size else 32
     recorded = ds.get("data_dir") if same and data_dir is None else None
     req = DataRequest(
         name=name,
         data_dir=data_dir if data_dir is not None else recorded,
-        image_size=image_size,
+        image_size=ds.get("image_size") if same else None,
         label=ds.get("label", "genre"),
         seed=ds.get("seed", 1337),
         **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()},
     )
+    req.encoding = check_encoding(encoding) if encoding is not None else ds.get("encoding") if same else None
+    if req.image_size is None and holds_images(req):
+        size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
+        req.image_size = size[0] if size else 32
     data = tokenize_splits(_load(req, recorded=bool(recorded)), model.backbone)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
@@ -121,15 +125,17 @@ def load_eval_data(
     device: str = "cpu",
     use_cache: bool = True,
     stream: bool = False,
+    encoding: str | None = None,
 ) -> EvalData:
-    """The test split's features (and images; a text model's strings too) for audit/export.
+    """The test split's features (and images; a text model's strings too) for audit/export (``encoding``: a csv:
+    or jsonl: data set's text encoding, ``model_dataset``).
 
     Frozen backbones with the cache: features extracted once (sharded under torchrun) and cached.
     Otherwise, with ``stream``, ``features`` is a ``StreamedFeatures`` that runs the backbone batch
     by batch as the audit/export consumes it, so features are never all in memory; without
     ``stream`` they are extracted up front (the library default).
     """
-    req, data = model_dataset(model, dataset, data_dir)
+    req, data = model_dataset(model, dataset, data_dir, encoding)
     name = req.name
     if len(data.classes) != len(model.classes):
         raise LayaError(

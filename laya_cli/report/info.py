@@ -33,7 +33,8 @@ def info_panel(summary: dict, path):
         (
             "dataset",
             summary["dataset"]["name"]
-            + (f" ({summary['dataset']['source']})" if summary["dataset"].get("source") else ""),
+            + (f" ({summary['dataset']['source']})" if summary["dataset"].get("source") else "")
+            + (f"  encoding {enc}" if (enc := summary["dataset"].get("encoding")) else ""),
         ),
         *(
             [("unmatched", f"{len(u)} artist folder(s) match no row of artists.csv: " + ", ".join(u))]

@@ -89,6 +89,23 @@ def check_choice(option: str, value: str, choices) -> str:
     return match_choice(option, value, choices)
 
 
+def check_encoding(name: str | None) -> str | None:
+    """``--encoding``: Python's name of the text codec (``latin-1`` -> ``iso8859-1``; ``utf-8`` for UTF-8 with or
+    without a byte-order mark), None when not given; an unknown name, or a codec that is no text encoding
+    (``base64``), is a LayaError."""
+    import codecs
+
+    if name is None:
+        return None
+    try:
+        codec = codecs.lookup(name.strip())
+    except LookupError:
+        codec = None
+    if codec is None or not getattr(codec, "_is_text_encoding", True):
+        raise LayaError(f"--encoding {name}: not a text encoding Python knows (e.g. utf-8, latin-1, cp1252, utf-16)")
+    return "utf-8" if codec.name in ("utf-8", "utf-8-sig") else codec.name
+
+
 @dataclass
 class HeadConfig:
     d_star: int = 96
@@ -153,10 +170,17 @@ class DataRequest:
     image_column: str = "image"  # parquet:/hf-disk: the column holding the encoded images
     label_column: str = "label"  # parquet:/hf-disk: the column holding the class (int or name)
     text_column: str | None = None  # csv:/jsonl:/parquet:/hf-disk: the column holding texts (csv/jsonl: "text")
+    encoding: str | None = None  # csv:/jsonl: the files' text encoding (None: UTF-8, with or without a BOM)
 
     # Added after run records existed: left out of TrainRequest.options() while at these defaults, so
     # the fingerprints of earlier runs (--resume states, laya bench records) stay valid.
-    LATER = {"image_column": "image", "label_column": "label", "text_column": None}
+    LATER = {"image_column": "image", "label_column": "label", "text_column": None, "encoding": None}
+
+    def validate(self) -> DataRequest:
+        """UTF-8 (with or without a BOM) is what laya reads by default: never recorded, as None."""
+        encoding = check_encoding(self.encoding)
+        self.encoding = None if encoding == "utf-8" else encoding
+        return self
 
 
 @dataclass
@@ -218,6 +242,7 @@ class TrainRequest:
         return digest(**self.options())
 
     def validate(self) -> TrainRequest:
+        self.data.validate()
         self.train.validate()
         self.head_config.validate()
         self.pool = check_choice("--pool", self.pool, POOL_CHOICES)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .. import backbones as bb
 from ..auditing.metrics import accuracy, macro_f1
-from ..data.datasets import dataset_name, is_file_dataset, load_dataset
+from ..data.datasets import dataset_name, holds_images, load_dataset
 from ..data.text import is_text, tokenize_splits
 from ..features.attach import Tapped
 from ..features.extraction import extract, tap_means, to_float_images
@@ -328,10 +328,12 @@ def _checked(req: TrainRequest) -> TrainRequest:
     check_writable(req.out)
     bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
     check_no_unfinished_run(req)
-    if req.data.image_size is None and is_file_dataset(req.data.name):
+    if req.data.image_size is None and holds_images(req.data):
         # file-based images are decoded at the backbone's input size (32 for the built-ins)
         spec = bb.BackboneSpec(bb.backbone_name(req.backbone, req.arch), input_size=req.input_size)
         req.data.image_size = bb.input_side(spec)
+        if req.data.image_size is None:  # before any image is decoded
+            raise LayaError(f"{spec.name} is a text model but dataset {req.data.name} holds images")
     return req
 
 

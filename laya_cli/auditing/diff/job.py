@@ -7,7 +7,7 @@ import numpy as np
 
 from ...model.evaldata import load_eval_data
 from ...model.laya_model import load_model
-from ...runtime.config import HEAD_ABLATIONS
+from ...runtime.config import HEAD_ABLATIONS, check_encoding
 from ...runtime.errors import LayaError
 from ..network import check_network_scope
 from .compare import DiffResult, DiffSettings, compare_profiles
@@ -50,6 +50,7 @@ def diff_models(
     device: str = "cpu",
     use_cache: bool = True,
     scope: str = "head",
+    encoding: str | None = None,
 ) -> DiffResult:
     """Both models on the same samples, compared; ``scope``: where a layer is removed for Δ (``head``: at the
     head's inputs, direct effects; ``network``: patched inside the backbone, total effects)."""
@@ -63,8 +64,9 @@ def diff_models(
     if scope == "network":  # taps that cannot be patched, or an ablation the network cannot do: before any work
         check_network_scope(a, ablation)
         check_network_scope(b, ablation)
-    data_a = load_eval_data(a, dataset, data_dir, samples, seed, device, use_cache=use_cache)
-    data_b = load_eval_data(b, dataset, data_dir, samples, seed, device, use_cache=use_cache)
+    check_encoding(encoding)  # before any work
+    data_a = load_eval_data(a, dataset, data_dir, samples, seed, device, use_cache=use_cache, encoding=encoding)
+    data_b = load_eval_data(b, dataset, data_dir, samples, seed, device, use_cache=use_cache, encoding=encoding)
     if not np.array_equal(np.asarray(data_a.index), np.asarray(data_b.index)):
         raise LayaError(f"{path_a} and {path_b} were evaluated on different samples: give both the same --dataset")
     pa = model_profiles(a, data_a.features, ablation, device=device)
