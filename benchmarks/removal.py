@@ -2,7 +2,7 @@
 
     python -m benchmarks.removal CHECKPOINT [--samples 200] [--out DIR] [--ablations mean,bypass,mean-update]
 
-Runs ``laya audit CHECKPOINT --scope both --compare ig,gradxact --ablation A`` once per removal A (the command a
+Runs ``laya audit CHECKPOINT --scope both --compare ig,gradxact,atp --ablation A`` once per removal A (the command a
 user types, a subprocess each) and prints, per removal, the mean total effect of each layer on p_ŷ and each
 method's faithfulness and Deletion@1 against those effects, with their 95 % intervals. The question it answers
 (docs/metrics.md, "Removing a layer"): does the removal tell layers apart, or does every removal wipe the
@@ -20,8 +20,9 @@ from pathlib import Path
 
 def audit(checkpoint: Path, ablation: str, samples: int, out: Path) -> dict:
     path = out / f"audit-{ablation}.json"
-    cmd = [sys.executable, "-m", "laya_cli", "audit", str(checkpoint), "--scope", "both", "--compare", "ig,gradxact",
-           "--ablation", ablation, "--samples", str(samples), "--json", str(path), "-q"]  # fmt: skip
+    cmd = [sys.executable, "-m", "laya_cli", "audit", str(checkpoint), "--scope", "both",
+           "--compare", "ig,gradxact,atp", "--ablation", ablation, "--samples", str(samples),
+           "--json", str(path), "-q"]  # fmt: skip
     print("$ laya " + " ".join(cmd[3:]), flush=True)
     if subprocess.run(cmd).returncode not in (0, 1):
         raise SystemExit(f"failed: {' '.join(cmd)}")

@@ -167,7 +167,7 @@ def audit(
             ``laya train`` takes [0, 1] images, as laya's datasets serve them); every sample is
             audited, in the loader's order. (``laya audit`` passes its prepared test split here.)
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``,
-            ``"gradxact"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string
+            ``"gradxact"``, ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string
             or a sequence.
         ablation: how a layer is removed: ``"mean"`` (r_i := its training mean), ``"zero"``,
             ``"mask"`` (α_i := 0; laya/scalarmix heads); network scope also ``"bypass"`` (output := input)

@@ -151,6 +151,7 @@ def test_audit_on_a_loader_over_the_test_split_equals_laya_audit_json(digits_ckp
         "laya",
         "ig",
         "gradxact",
+        "atp",
         "saliency",
         "contrib",
         "global",

@@ -6,7 +6,7 @@ import json
 import pytest
 from helpers import assert_user_error, invoke, run_laya
 
-ALL = ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
+ALL = ["laya", "ig", "gradxact", "atp", "saliency", "contrib", "global", "random"]
 METHOD_KEYS = {
     "faithfulness",
     "faithfulness_std",

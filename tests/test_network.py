@@ -219,7 +219,7 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
     text = md.read_text()
     assert "### laya audit · network scope (total effects)" in text and "#### Direct share" in text
     # the network-scope threshold is a gate check like any other: verdict, JSON and JUnit
-    assert both["verdict"]["passed"] and both["verdict"]["checks"] == 1 + 6  # network:ig + every method but random
+    assert both["verdict"]["passed"] and both["verdict"]["checks"] == 1 + 7  # network:ig + every method but random
     assert "network:ig:faithfulness&gt;=-1" in junit.read_text()
 
 

@@ -181,3 +181,38 @@ def test_a_block_that_changes_shape_cannot_be_bypassed(tmp_path):
         invoke("audit", out, "--scope", "network", "--ablation", "bypass", "--samples", "8"),
         "needs a block whose output has its input's shape",
     )
+
+
+def test_attribution_patching_is_the_gradient_times_the_removal_at_both_scopes(folders):
+    """AtP: (activation − the removal's reference) ⊙ ∂p_ŷ/∂activation, against autograd written out here: at the
+    head (r̄ as reference) and inside the network (bypass: the block's input; the total derivative)."""
+    from laya_cli.auditing.methods import attribution_patching
+
+    backbone, head, scope, x = scoped(folders, "bert", "bypass")
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    rows = torch.arange(len(target))
+
+    leaves = [f.detach().clone().requires_grad_() for f in feats]
+    reference = [f.mean(0).detach() for f in feats]
+    grads = torch.autograd.grad(scope.probs(leaves)[rows, target].sum(), leaves)
+    want = torch.stack([((f - r) * g).sum(-1) for f, r, g in zip(feats, reference, grads)], dim=1)
+    torch.testing.assert_close(attribution_patching(head, feats, target, reference), want, rtol=0, atol=1e-6)
+
+    ours = scope.attribution_patching(x, hs, target)
+    for i in (0, 2):
+        leaf = hs[i].detach().clone().requires_grad_()
+        later = backbone.patched_activations(x, i, leaf)
+        (g,) = torch.autograd.grad(scope.probs(scope.pooled(later))[rows, target].sum(), leaf)
+        _, inputs = backbone.activations_and_inputs(x)
+        torch.testing.assert_close(ours[:, i], ((hs[i] - inputs[i]) * g).flatten(1).sum(-1), rtol=0, atol=1e-6)
+
+
+def test_laya_audit_compares_atp_at_both_scopes(trained, tmp_path):
+    out = tmp_path / "a.json"
+    r = invoke("audit", trained, "--scope", "both", "--ablation", "bypass", "--compare", "atp",
+               "--samples", "12", "--json", out, "--ci", "0")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["methods"]["atp"]["available"] and doc["network"]["methods"]["atp"]["available"]

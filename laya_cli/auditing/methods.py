@@ -153,6 +153,20 @@ def integrated_gradients(
     return reduce_layers(out, reduce).detach()
 
 
+def attribution_patching(
+    head: nn.Module, feats: Sequence[Tensor], target: Tensor, baseline: Sequence[Tensor] | None, reduce: str = "sum"
+) -> Tensor:
+    """Attribution patching (AtP; Kramár et al. 2024): (r_i − r̄_i) ⊙ ∂p_ŷ/∂r_i, the first-order estimate of what
+    replacing r_i by the removal's reference does, reduced per layer. The gradients are Captum's (Saliency
+    without the absolute value); ``baseline`` None is the zero reference."""
+    from captum.attr import Saliency
+
+    inputs = _leaves(feats)
+    grads = Saliency(probability_forward(head)).attribute(inputs, target=target, abs=False)
+    refs = _baselines(baseline, inputs)
+    return reduce_layers([(x.detach() - r) * g for x, r, g in zip(inputs, refs, grads)], reduce).detach()
+
+
 def gradient_x_activation(head: nn.Module, feats: Sequence[Tensor], target: Tensor, reduce: str = "sum") -> Tensor:
     """Captum InputXGradient on (r_1 … r_L): r_i ⊙ ∂p_ŷ/∂r_i, reduced per layer."""
     from captum.attr import InputXGradient
@@ -223,6 +237,7 @@ METHODS: dict[str, Method] = {
         head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce
     ),
     "gradxact": lambda head, feats, ctx: gradient_x_activation(head, feats, ctx.target, ctx.reduce),
+    "atp": lambda head, feats, ctx: attribution_patching(head, feats, ctx.target, ctx.baseline, ctx.reduce),
     "saliency": lambda head, feats, ctx: saliency(head, feats, ctx.target, ctx.reduce),
     "global": lambda head, feats, ctx: global_weights(ctx.global_weights, len(feats[0])),
     "random": lambda head, feats, ctx: random_scores(len(feats[0]), len(feats), ctx.generator).to(feats[0].device),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ..runtime.errors import match_choice, unknown_choice
 
 ALWAYS = ("laya", "random")
-COMPARE = ("ig", "gradxact", "saliency", "contrib", "global")
+COMPARE = ("ig", "gradxact", "atp", "saliency", "contrib", "global")
 METRICS = (
     "faithfulness",
     "deletion@1",

@@ -62,7 +62,12 @@ from .run import run_audit
 from .scaffold import AuditPlan, Rows
 
 BY_INPUT = ("bypass", "mean-update")  # removals that put a block's own input in place of its output
-SCOPED_METHODS = ("ig", "gradxact", "saliency")  # computed anew at network scope; the others are the head's scores
+SCOPED_METHODS = (
+    "ig",
+    "gradxact",
+    "atp",
+    "saliency",
+)  # computed anew at network scope; the others are the head's scores
 # The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
 # scope — AOPC, sufficiency, completeness, randomisation — are not computed here: docs/metrics.md).
 NETWORK_KEYS = (
@@ -402,6 +407,15 @@ class NetworkScope:
     def gradient_x_activation(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
         return torch.stack([REDUCTIONS[reduce](a.flatten(1)) for a in self.layer_gradients(x, target)], dim=1)
 
+    def attribution_patching(self, x: Tensor, hs: Sequence[Tensor], target: Tensor, reduce: str = "sum") -> Tensor:
+        """AtP at network scope: (h_i − its removal's fill) ⊙ dp_ŷ/dh_i, the total derivative (Captum's layer
+        gradients): the first-order estimate of the patch effect Δᴺ_i, with the ablation's own reference."""
+        grads = self.layer_gradients(x, target, multiply=False)
+        return torch.stack(
+            [REDUCTIONS[reduce](((h - self.fill(i, h)) * g).flatten(1)) for i, (h, g) in enumerate(zip(hs, grads))],
+            dim=1,
+        )
+
     def saliency(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
         grads = self.layer_gradients(x, target, multiply=False)
         return torch.stack([REDUCTIONS[reduce](g.abs().flatten(1)) for g in grads], dim=1)
@@ -549,6 +563,11 @@ def _network_notes(plan: AuditPlan) -> list[str]:
             "network scope: laya, contrib and global are the head's own (direct-effect) scores, "
             "here scored against total effects"
         )
+    if "ig" in plan.methods:
+        notes.append(
+            "network scope: ig integrates from the patch itself, so its layer scores add up to the patch effects "
+            "(completeness): a reference computed another way, not a competitor"
+        )
     return notes
 
 
@@ -610,6 +629,8 @@ def _scores_on(run: _NetworkRun, m: str, x: Tensor, hs, feats, ctx: AttributionC
         return scores
     if m == "gradxact":
         return net.gradient_x_activation(x, ctx.target, s.reduce)
+    if m == "atp":
+        return net.attribution_patching(x, hs, ctx.target, s.reduce)
     if m == "saliency":
         return net.saliency(x, ctx.target, s.reduce)
     return METHODS[m](net.head, feats, ctx)

@@ -224,7 +224,7 @@ Restart = Annotated[
 Compare = Annotated[
     str,
     typer.Option(
-        help="Methods to compare with laya and random: ig, gradxact, saliency, contrib, global (comma list), "
+        help="Methods to compare with laya and random: ig, gradxact, atp, saliency, contrib, global (comma list), "
         "'all', or '' for none."
     ),
 ]
