@@ -93,39 +93,27 @@ def lolo_effects(
     return base.unsqueeze(1) - torch.stack(removed, dim=1)
 
 
-def tie_levels(values: Tensor, tol: float | Tensor = 0.0) -> Tensor:
+def tie_levels(values: Tensor, tol: float = 0.0) -> Tensor:
     """``values`` (…, L) with each row's near-equal entries snapped to one level: the tie groups of docs/metrics.md.
 
     Per row, the values are sorted and neighbours whose gap is at most ``tol`` are chained into one group (single
     linkage): a group is a maximal run of the sorted row without a gap above ``tol``. Every value is replaced by its
     group's smallest value, so exact comparisons on the result (ranks, argmax, "all equal") see the groups as
     ties. The groups depend only on the row's set of values, never on their order or on a grid's position (rounding
-    to a grid would split two values 1e-12 apart that straddle a grid line). ``tol``: a number, or a tensor that
-    broadcasts against (…, 1) (a per-row tolerance). ``tol`` = 0 keeps exact ties only (the values unchanged).
-    NaN entries stay NaN and join no group.
+    to a grid would split two values 1e-12 apart that straddle a grid line). A group can span more than ``tol``
+    (a chain of small gaps): values in it are not told apart by rounding-proof evidence either. ``tol`` = 0 keeps
+    exact ties only (the values unchanged). NaN entries stay NaN and join no group.
     """
-    if values.shape[-1] < 2 or (not isinstance(tol, Tensor) and tol <= 0):
+    if values.shape[-1] < 2 or tol <= 0:
         return values
     ordered, order = values.sort(dim=-1)  # NaN last
     gap = ordered.diff(dim=-1).double()
-    tol = tol.double() if isinstance(tol, Tensor) else tol
     split = ~(gap <= tol)  # a gap above tol (or a NaN) starts a new group
     starts = torch.cat([torch.ones_like(split[..., :1]), split], dim=-1)
     position = torch.arange(values.shape[-1], device=values.device).expand_as(starts)
     first = torch.where(starts, position, torch.zeros_like(position)).cummax(dim=-1).values
     snapped = torch.empty_like(values).scatter_(-1, order, ordered.gather(-1, first))
     return torch.where(values.isnan(), values, snapped)
-
-
-def score_tolerance(scores: Tensor, tol: float) -> Tensor | float:
-    """The tie tolerance of attribution scores (…, L): ``tol`` relative to each row's largest |score|, (…, 1).
-
-    Effects Δ are probabilities (their scale is 1: ``tol`` applies as it is); scores come in each method's own
-    unit (α sums to 1, IG in p_ŷ, contrib in logits, saliency per feature unit), so their floor scales with the
-    row. 0 when ``tol`` is 0 (exact ties)."""
-    if tol <= 0:
-        return 0.0
-    return tol * scores.double().abs().nan_to_num(0.0).amax(dim=-1, keepdim=True)
 
 
 def average_ranks(x: Tensor) -> Tensor:
@@ -139,11 +127,11 @@ def spearman_rows(a: Tensor, b: Tensor, tol: float = 0.0) -> Tensor:
     """Spearman ρ between matching rows of scores a and effects b (B, L) -> (B,), in float64.
 
     Average ranks for ties; NaN where either row is constant (or holds a NaN), like
-    ``scipy.stats.spearmanr``. ``tol`` (``--tie-tol``): values closer than the noise floor are ties
-    (``tie_levels``): b's within ``tol``, a's within ``score_tolerance(a, tol)``. 0: exact ties only.
+    ``scipy.stats.spearmanr``. ``tol`` (``--tie-tol``): values of a row closer than this noise floor are
+    ties (``tie_levels``, in both rows); 0: exact ties only.
     """
     a, b = a.double(), b.double()
-    ra, rb = average_ranks(tie_levels(a, score_tolerance(a, tol))), average_ranks(tie_levels(b, tol))
+    ra, rb = average_ranks(tie_levels(a, tol)), average_ranks(tie_levels(b, tol))
     ra = ra - ra.mean(-1, keepdim=True)
     rb = rb - rb.mean(-1, keepdim=True)
     den = (ra.square().sum(-1) * rb.square().sum(-1)).sqrt()
@@ -204,11 +192,11 @@ def deletion_at_1(a: Tensor, delta: Tensor, tol: float = 0.0) -> tuple[Tensor, T
 
     Deletion@1 = Δ at argmax_i a_i; where several layers share the top score it is the
     mean Δ over them (the expectation under random tie-breaking). Oracle = max_i Δ_i,
-    random = mean_i Δ_i. ``tol``: scores within ``score_tolerance(a, tol)`` of each other are
-    tied (``tie_levels``), so the top is the top tie group.
+    random = mean_i Δ_i. ``tol``: scores within ``tol`` of each other are tied (``tie_levels``),
+    so the top is the top tie group.
     """
     a, delta = a.double(), delta.double()
-    a = tie_levels(a, score_tolerance(a, tol))
+    a = tie_levels(a, tol)
     top = a == a.max(-1, keepdim=True).values
     d1 = (delta * top).sum(-1) / top.sum(-1)
     return d1, delta.max(-1).values, delta.mean(-1)

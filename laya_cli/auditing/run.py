@@ -43,7 +43,6 @@ from .metrics import (
     near_chance,
     normalised_deletion,
     rank_layers,
-    score_tolerance,
     spearman_rows,
     target_probability,
     tie_levels,
@@ -338,7 +337,7 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
         return {}
     bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
     tol = run.plan.settings.tie_tol
-    order = rank_layers(tie_levels(a, score_tolerance(a, tol)), b.keys).to(b.base.device)
+    order = rank_layers(tie_levels(a, tol), b.keys).to(b.base.device)
     known = {"base": b.base, "delta": b.delta.to(b.base.device)}
     if "sufficiency" in groups:
         known["keep"] = b.keep.to(b.base.device)

@@ -297,8 +297,8 @@ class AuditSettings:
     # Bootstrap intervals of every metric (docs/metrics.md, "Intervals"): the level (0: none) and resamples.
     ci: float = 0.95
     bootstrap: int = 1000
-    # The noise floor of faithfulness and Deletion@1 (docs/metrics.md, "Ties"): effects Δ within tie_tol of each
-    # other (scores within tie_tol × the row's largest |score|) are ties; 0 = exact ties only.
+    # The noise floor of faithfulness and Deletion@1 (docs/metrics.md, "Ties"): effects Δ (and scores) of one
+    # sample within tie_tol of each other are ties; 0 = exact ties only.
     tie_tol: float = TIE_TOL
 
     def validate(self) -> AuditSettings:
