@@ -147,6 +147,7 @@ def audit(
     reduce: str = AUDIT.reduce,
     steps: int = AUDIT.steps,
     ig_tol: float = AUDIT.ig_tol,
+    tie_tol: float = AUDIT.tie_tol,
     metrics: str | Sequence[str] = (),
     internal_batch_size: int | None = AUDIT.internal_batch_size,
     batch_size: int = AUDIT.batch_size,
@@ -177,6 +178,8 @@ def audit(
         steps: Integrated Gradients' most steps per sample.
         ig_tol: IG's completeness tolerance: each sample's steps double from 4 (network scope: 16)
             until |convergence delta| <= ig_tol * |p(x) - p(baseline)|, at most ``steps``; 0: ``steps``.
+        tie_tol: the noise floor of faithfulness and Deletion@1: a sample's effects (and scores) within
+            ``tie_tol`` of each other are ties (float rounding); 0: exact ties only.
         metrics: the deeper metric groups to compute: ``"aopc"``, ``"sufficiency"``,
             ``"completeness"``, ``"randomisation"`` (a comma string or a sequence) or ``"all"``;
             faithfulness and Deletion@1 are always computed.
@@ -206,6 +209,7 @@ def audit(
         reduce=reduce,
         steps=steps,
         ig_tol=ig_tol,
+        tie_tol=tie_tol,
         internal_batch_size=internal_batch_size,
         batch_size=batch_size,
         seed=seed,

@@ -59,6 +59,7 @@ from .options import (
     Scope,
     Steps,
     Target,
+    TieTol,
 )
 
 
@@ -75,6 +76,7 @@ def audit(
     reduce: Reduce = AUDIT.reduce,
     steps: Steps = AUDIT.steps,
     ig_tol: IgTol = AUDIT.ig_tol,
+    tie_tol: TieTol = AUDIT.tie_tol,
     internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
     batch_size: AuditBatchSize = None,
     by_class: ByClass = AUDIT.by_class,
@@ -122,6 +124,7 @@ def audit(
             reduce=reduce,
             steps=steps,
             ig_tol=ig_tol,
+            tie_tol=tie_tol,
             internal_batch_size=internal_batch_size,
             # None: not given (the plan may lower it)
             batch_size=AUDIT.batch_size if batch_size is None else batch_size,
