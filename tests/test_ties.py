@@ -27,6 +27,7 @@ from laya_cli.auditing.metrics import (
 from laya_cli.auditing.run import run_audit
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.regression import settings_differences
+from laya_cli.gates.thresholds import check_thresholds, parse_thresholds
 from laya_cli.runtime.config import TIE_TOL, AuditSettings
 
 N = 64
@@ -188,6 +189,8 @@ def test_collapsed_attention_is_undefined_by_ties_and_reported():
             assert r.ties["undefined_by_ties"][m] == by_ties and r.ties["undefined_other"][m] == N - by_ties
             assert np.isnan(r.columns[m]["faithfulness"]).all()  # the bootstrap's per-sample column too
         assert any("only within the tie tolerance" in n for n in r.notes)
+    misses = check_thresholds(runs[7], parse_thresholds("faithfulness=0.5"))
+    assert misses and all("degenerate on all" in m and "only within --tie-tol" in m for m in misses)
     exact = audit_at(make_collapsed_head(batch=N), 7, tol=0.0)
     assert exact.ties["degenerate"] < N and not math.isnan(exact.methods["ig"].faithfulness)  # rounding ranked
 
