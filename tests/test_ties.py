@@ -229,3 +229,18 @@ def test_diff_profile_drops_effects_within_the_floor():
     assert layer_profile(p, False)[1].sum() == pytest.approx(1.0)  # exact: rounding normalised into a profile
     r = invoke("diff", "a.pt", "b.pt", "--tie-tol", "-1")
     assert r.exit_code == 2
+
+
+def test_cli_audit_of_a_trained_model_does_not_depend_on_the_batch_size(digits_ckpt, tmp_path):
+    """The usual case end to end: a trained digits checkpoint audited at --batch-size 1, 7 and 256."""
+    docs = {}
+    for b in (1, 7, 256):
+        out = tmp_path / f"a{b}.json"
+        args = ["--samples", "60", "--steps", "4", "--ci", "0", "--batch-size", b, "--json", out]
+        assert invoke("audit", digits_ckpt, "--compare", "ig,gradxact", *args).exit_code == 0
+        docs[b] = json.loads(out.read_text())
+    for m in AUDITED:
+        got = {b: d["methods"][m] for b, d in docs.items()}
+        assert max(g["faithfulness"] for g in got.values()) - min(g["faithfulness"] for g in got.values()) <= 1e-6
+        assert len({(g["undefined"], g["undefined_by_ties"]) for g in got.values()}) == 1
+    assert len({json.dumps(d["ties"]) for d in docs.values()}) == 1
