@@ -113,8 +113,7 @@ def audit(
     with progress.enabled(not quiet):
         trust_arch(arch)
         check_at_least("--samples", samples)
-        methods = parse_methods(compare)
-        scope = ScopeSettings(scope).validate().scope
+        methods, scope = parse_methods(compare), ScopeSettings(scope).validate().scope
         thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
         gated_groups = groups_of([g.metric for g in [*thresholds, *drops]])  # the deeper metrics a gate names
         job = run_options(max_memory, precision, batch_size=batch_size, internal_batch_size=internal_batch_size)
@@ -126,8 +125,7 @@ def audit(
             ig_tol=ig_tol,
             tie_tol=tie_tol,
             internal_batch_size=internal_batch_size,
-            # None: not given (the plan may lower it)
-            batch_size=AUDIT.batch_size if batch_size is None else batch_size,
+            batch_size=AUDIT.batch_size if batch_size is None else batch_size,  # None: the plan may lower it
             seed=seed,
             by_class=by_class,
             device=pick_device(device),
