@@ -244,3 +244,12 @@ def test_cli_audit_of_a_trained_model_does_not_depend_on_the_batch_size(digits_c
         assert max(g["faithfulness"] for g in got.values()) - min(g["faithfulness"] for g in got.values()) <= 1e-6
         assert len({(g["undefined"], g["undefined_by_ties"]) for g in got.values()}) == 1
     assert len({json.dumps(d["ties"]) for d in docs.values()}) == 1
+
+
+def test_report_html_states_the_tolerance():
+    from laya_cli.report.html import audit_section
+
+    doc = {"settings": {"tie_tol": 1e-5, "steps": 32, "ig_tol": 0.001}, "methods": {}, "layers": []}
+    assert "ties within 1e-05" in audit_section({**doc, "ties": {"degenerate_by_ties": 0}})
+    assert "(3 samples undefined by ties)" in audit_section({**doc, "ties": {"degenerate_by_ties": 3}})
+    assert "ties within" not in audit_section({**doc, "settings": {"steps": 32}})  # an audit from before the option
