@@ -59,6 +59,31 @@ def make_head_and_features(
     return head, feats, ref
 
 
+def make_collapsed_head(
+    seed: int = 0,
+    batch: int = 256,
+    dims=(12, 8, 6, 10, 9, 7),
+    num_classes: int = 5,
+    collapse: float = 28.0,
+    ignored=None,
+):
+    """``make_head_and_features`` with α collapsed off the ``ignored`` layers (default: all but the last, as a
+    trained head's α often sits on one layer: a real all-MiniLM-L6-v2's, issue #39). Their scores are lowered by
+    ``collapse``, so their α_i ≈ exp(−collapse/τ) × the others' (≈ 1e-8 at 28 and τ = 1.5), and the scorer stops
+    reading them, so their leave-one-layer-out effects Δ_i are float32 rounding around ~1e-8. ``collapse`` = 0:
+    the ordinary seeded head. (head, feats, ref)."""
+    import torch
+
+    head, feats, ref = make_head_and_features("laya", seed, batch, dims, num_classes)
+    ignored = range(len(dims) - 1) if ignored is None else ignored
+    d = head.adapters[0].out_features
+    with torch.no_grad():
+        for i in ignored if collapse else ():
+            head.scorer[-1].bias[i] -= collapse
+            head.scorer[0].weight[:, i * d : (i + 1) * d] = 0  # nor do the other layers' α read it
+    return head, feats, ref
+
+
 def train_digits(
     out: Path,
     head: str = "laya",

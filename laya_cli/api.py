@@ -147,6 +147,7 @@ def audit(
     reduce: str = AUDIT.reduce,
     steps: int = AUDIT.steps,
     ig_tol: float = AUDIT.ig_tol,
+    tie_tol: float = AUDIT.tie_tol,
     metrics: str | Sequence[str] = (),
     internal_batch_size: int | None = AUDIT.internal_batch_size,
     batch_size: int = AUDIT.batch_size,
@@ -163,12 +164,11 @@ def audit(
 
     Args:
         model: a ``LayaModel`` (from ``fit`` or ``load``).
-        loader: yields ``(images, labels)`` as the model was trained on (a model trained by
-            ``laya train`` takes [0, 1] images, as laya's datasets serve them); every sample is
-            audited, in the loader's order. (``laya audit`` passes its prepared test split here.)
-        compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``,
-            ``"gradxact"``, ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string
-            or a sequence.
+        loader: yields ``(images, labels)`` as the model was trained on (a model trained by ``laya train`` takes
+            [0, 1] images, as laya's datasets serve them); every sample is audited, in the loader's order. (``laya
+            audit`` passes its prepared test split here.)
+        compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
+            ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence.
         ablation: how a layer is removed: ``"mean"`` (r_i := its training mean), ``"zero"``,
             ``"mask"`` (α_i := 0; laya/scalarmix heads); network scope also ``"bypass"`` (output := input)
             or ``"mean-update"`` (input + the mean update), the head scope then removing by mean.
@@ -177,9 +177,9 @@ def audit(
         steps: Integrated Gradients' most steps per sample.
         ig_tol: IG's completeness tolerance: each sample's steps double from 4 (network scope: 16)
             until |convergence delta| <= ig_tol * |p(x) - p(baseline)|, at most ``steps``; 0: ``steps``.
-        metrics: the deeper metric groups to compute: ``"aopc"``, ``"sufficiency"``,
-            ``"completeness"``, ``"randomisation"`` (a comma string or a sequence) or ``"all"``;
-            faithfulness and Deletion@1 are always computed.
+        tie_tol: the noise floor: a sample's effects (and scores) within it are ties (rounding); 0: exact ties only.
+        metrics: the deeper metric groups to compute: ``"aopc"``, ``"sufficiency"``, ``"completeness"``,
+            ``"randomisation"`` (a comma string or a sequence) or ``"all"``; faithfulness and Deletion@1 always are.
         internal_batch_size: at most this many rows per IG head pass (memory bound).
         batch_size: samples per audited batch.
         seed: seed of the ``random`` method.
@@ -192,9 +192,8 @@ def audit(
         progress: rich progress bars (False: silent).
 
     Returns:
-        An ``AuditResult``: ``.summary`` (the JSON dict of ``laya audit --json``), ``.to_pandas()``
-        (one row per method) and ``.per_sample()`` (one row per sample: index, label, predicted,
-        target, Δ per layer, and per method ρ, Deletion@1 and its score of each layer).
+        An ``AuditResult``: ``.summary`` (the dict of ``laya audit --json``), ``.to_pandas()`` (a row per method),
+        ``.per_sample()`` (a row per sample: index, label, predicted, target, Δ per layer, per method ρ, D@1, scores).
 
     Raises:
         LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
@@ -206,6 +205,7 @@ def audit(
         reduce=reduce,
         steps=steps,
         ig_tol=ig_tol,
+        tie_tol=tie_tol,
         internal_batch_size=internal_batch_size,
         batch_size=batch_size,
         seed=seed,

@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.synthetic import make_head_and_features, make_image_folder, train_digits
+from benchmarks.synthetic import make_collapsed_head, make_head_and_features, make_image_folder, train_digits
 
 __all__ = [
     "make_image_folder",
     "make_head_and_features",
+    "make_collapsed_head",
     "make_attribution_inputs",
     "head_only_model",
     "make_backbone",

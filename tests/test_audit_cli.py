@@ -19,6 +19,7 @@ METHOD_KEYS = {
     "available",
     "note",
     "degenerate",
+    "undefined_by_ties",
 }
 INTERVAL_KEYS = {"ci_level", "ci", "vs_laya"}  # --ci (on by default): docs/metrics.md, "Intervals"
 DEEPER_KEYS = {

@@ -36,8 +36,9 @@ def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:
 
 
 def target_probability(logits: Tensor, target: Tensor) -> Tensor:
-    """p_ŷ: the softmax probability of the target class, (B,)."""
-    return torch.softmax(logits.float(), dim=-1).gather(1, target.view(-1, 1)).squeeze(1)
+    """p_ŷ: the softmax probability of the target class, (B,): in float32 (float64 logits stay float64)."""
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    return torch.softmax(logits, dim=-1).gather(1, target.view(-1, 1)).squeeze(1)
 
 
 def head_ablation(ablation: str) -> str:
@@ -92,6 +93,29 @@ def lolo_effects(
     return base.unsqueeze(1) - torch.stack(removed, dim=1)
 
 
+def tie_levels(values: Tensor, tol: float = 0.0) -> Tensor:
+    """``values`` (…, L) with each row's near-equal entries snapped to one level: the tie groups of docs/metrics.md.
+
+    Per row, the values are sorted and neighbours whose gap is at most ``tol`` are chained into one group (single
+    linkage): a group is a maximal run of the sorted row without a gap above ``tol``. Every value is replaced by its
+    group's smallest value, so exact comparisons on the result (ranks, argmax, "all equal") see the groups as
+    ties. The groups depend only on the row's set of values, never on their order or on a grid's position (rounding
+    to a grid would split two values 1e-12 apart that straddle a grid line). A group can span more than ``tol``
+    (a chain of small gaps): values in it are not told apart by rounding-proof evidence either. ``tol`` = 0 keeps
+    exact ties only (the values unchanged). NaN entries stay NaN and join no group.
+    """
+    if values.shape[-1] < 2 or tol <= 0:
+        return values
+    ordered, order = values.sort(dim=-1)  # NaN last
+    gap = ordered.diff(dim=-1).double()
+    split = ~(gap <= tol)  # a gap above tol (or a NaN) starts a new group
+    starts = torch.cat([torch.ones_like(split[..., :1]), split], dim=-1)
+    position = torch.arange(values.shape[-1], device=values.device).expand_as(starts)
+    first = torch.where(starts, position, torch.zeros_like(position)).cummax(dim=-1).values
+    snapped = torch.empty_like(values).scatter_(-1, order, ordered.gather(-1, first))
+    return torch.where(values.isnan(), values, snapped)
+
+
 def average_ranks(x: Tensor) -> Tensor:
     """1-based ranks along the last dim, ties given their average rank (as scipy's rankdata)."""
     below = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)  # [b, i] = #{j : x_j < x_i}
@@ -99,14 +123,15 @@ def average_ranks(x: Tensor) -> Tensor:
     return below.double() + (equal.double() + 1) / 2
 
 
-def spearman_rows(a: Tensor, b: Tensor) -> Tensor:
-    """Spearman ρ between matching rows of a and b (B, L) -> (B,), in float64.
+def spearman_rows(a: Tensor, b: Tensor, tol: float = 0.0) -> Tensor:
+    """Spearman ρ between matching rows of scores a and effects b (B, L) -> (B,), in float64.
 
     Average ranks for ties; NaN where either row is constant (or holds a NaN), like
-    ``scipy.stats.spearmanr``.
+    ``scipy.stats.spearmanr``. ``tol`` (``--tie-tol``): values of a row closer than this noise floor are
+    ties (``tie_levels``, in both rows); 0: exact ties only.
     """
     a, b = a.double(), b.double()
-    ra, rb = average_ranks(a), average_ranks(b)
+    ra, rb = average_ranks(tie_levels(a, tol)), average_ranks(tie_levels(b, tol))
     ra = ra - ra.mean(-1, keepdim=True)
     rb = rb - rb.mean(-1, keepdim=True)
     den = (ra.square().sum(-1) * rb.square().sum(-1)).sqrt()
@@ -115,21 +140,34 @@ def spearman_rows(a: Tensor, b: Tensor) -> Tensor:
     return rho.clamp(-1, 1).masked_fill(undefined, float("nan"))
 
 
-def degenerate_effects(delta: Tensor) -> Tensor:
+def degenerate_effects(delta: Tensor, tol: float = 0.0) -> Tensor:
     """(B,) True where a sample's LOLO effects Δ (B, L) vary in at most one layer (L ≥ 3).
 
-    Then every layer but (at most) one has exactly the same effect, typically Δ_i = 0 because the
-    head does not read layer i (a ``last`` head reads only r_L). A rank correlation over layers
-    then only says where a method put that one layer, which any method that gives the unread
-    layers the same score as each other gets right by construction: faithfulness calls such a
-    sample undefined (docs/metrics.md). With L < 3, ρ is ±1 or undefined anyway (the audit warns
-    separately), so no sample is flagged.
+    Then every layer but (at most) one has the same effect, typically Δ_i = 0 because the head does not
+    read layer i (a ``last`` head reads only r_L), or effects within float rounding of each other: "the
+    same" is one tie group of ``tie_levels(Δ, tol)``. A rank correlation over layers then only says where
+    a method put that one layer, which any method that gives the unread layers the same score as each other
+    gets right by construction: faithfulness calls such a sample undefined (docs/metrics.md). With L < 3, ρ
+    is ±1 or undefined anyway (the audit warns separately), so no sample is flagged.
     """
     n_layers = delta.shape[-1]
     if n_layers < 3:
         return torch.zeros(delta.shape[:-1], dtype=torch.bool, device=delta.device)
-    same = (delta.unsqueeze(-1) == delta.unsqueeze(-2)).sum(-1)  # [b, i] = #{j : Δ_j = Δ_i}
+    delta = tie_levels(delta, tol)
+    same = (delta.unsqueeze(-1) == delta.unsqueeze(-2)).sum(-1)  # [b, i] = #{j : Δ_j ~ Δ_i}
     return same.max(-1).values >= n_layers - 1
+
+
+def tie_undefined(rho: Tensor, rho_exact: Tensor, delta: Tensor, tol: float) -> Tensor:
+    """(B,) True where faithfulness is undefined only because of the tie tolerance (the ``ties`` block of the audit).
+
+    ``rho``: ``spearman_rows(a, Δ, tol)``; ``rho_exact``: the same at tol 0. Undefined at ``tol`` (ρ NaN, or Δ
+    degenerate within ``tol``) but defined with exact ties (ρ a number and Δ not exactly degenerate): the sample's
+    ranks differ only by rounding noise. The other undefined samples are undefined for other reasons (a constant
+    score vector, a NaN, Δ exactly equal in all layers but one)."""
+    undefined = rho.isnan() | degenerate_effects(delta, tol)
+    exact = rho_exact.isnan() | degenerate_effects(delta)
+    return undefined & ~exact
 
 
 def chance_level(labels: Tensor, num_classes: int) -> float:
@@ -149,14 +187,16 @@ def near_chance(accuracy_: float, chance: float, n: int, z: float = 2.0) -> bool
     return accuracy_ <= chance + z * (chance * (1 - chance) / n) ** 0.5
 
 
-def deletion_at_1(a: Tensor, delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def deletion_at_1(a: Tensor, delta: Tensor, tol: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
     """Per-row (Deletion@1, oracle, random expectation), each (B,).
 
     Deletion@1 = Δ at argmax_i a_i; where several layers share the top score it is the
     mean Δ over them (the expectation under random tie-breaking). Oracle = max_i Δ_i,
-    random = mean_i Δ_i.
+    random = mean_i Δ_i. ``tol``: scores within ``tol`` of each other are tied (``tie_levels``),
+    so the top is the top tie group.
     """
     a, delta = a.double(), delta.double()
+    a = tie_levels(a, tol)
     top = a == a.max(-1, keepdim=True).values
     d1 = (delta * top).sum(-1) / top.sum(-1)
     return d1, delta.max(-1).values, delta.mean(-1)

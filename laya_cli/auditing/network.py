@@ -55,9 +55,10 @@ from .metrics import (
     normalised_deletion,
     spearman_rows,
     target_probability,
+    tie_undefined,
 )
 from .names import NETWORK_METRICS
-from .results import AuditResult, MethodScores
+from .results import AuditResult, MethodScores, ties_block
 from .run import run_audit
 from .scaffold import AuditPlan, Rows
 
@@ -83,6 +84,7 @@ NETWORK_KEYS = (
     "available",
     "note",
     "degenerate",
+    "undefined_by_ties",
     "ci_level",  # --ci: the bootstrap intervals (auditing/intervals.py), as at head scope
     "ci",
     "vs_laya",
@@ -485,6 +487,7 @@ class NetworkResult:
     reference: str  # "mean" or "zero"
     comparison: ScopeComparison | None = None
     notes: list[str] = field(default_factory=list)
+    ties: dict | None = None  # the tie tolerance and what it made undefined (results.ties_block)
 
     def to_dict(self) -> dict:
         out = {
@@ -497,17 +500,20 @@ class NetworkResult:
         }
         if self.comparison is not None:
             out["scopes"] = self.comparison.to_dict()
+        if self.ties is not None:
+            out["ties"] = self.ties
         return out
 
 
 # --------------------------------------------------------------------------- the run
 
 
-def _method_scores(plan: AuditPlan, rho: dict, d1: dict, common: dict[str, Tensor]) -> dict[str, MethodScores]:
+def _method_scores(plan: AuditPlan, rho: dict, d1: dict, tie: dict, common: dict) -> dict[str, MethodScores]:
     """Faithfulness and Deletion@1 per method from the per-sample rows, as at head scope (built here,
     with MethodScores' own fields, so that the head scope's summaries can grow without touching this).
     ``common["degenerate"]``: the samples whose total effects vary in at most one layer; their ρ is
-    undefined, as at head scope. The deeper metrics keep their defaults (not computed here; not in the JSON)."""
+    undefined, as at head scope; ``tie``: per method, the samples undefined only because of the tie tolerance.
+    The deeper metrics keep their defaults (not computed here; not in the JSON)."""
     nan = float("nan")
     mean = lambda t: t.double().mean().item() if len(t) else nan
     oracle, random, degenerate = mean(common["oracle"]), mean(common["random"]), common["degenerate"]
@@ -529,6 +535,7 @@ def _method_scores(plan: AuditPlan, rho: dict, d1: dict, common: dict[str, Tenso
             random=random,
             normalised=normalised_deletion(d, oracle, random),
             degenerate=n_degenerate,
+            undefined_by_ties=int(tie[m].sum()),
         )
     return out
 
@@ -603,8 +610,9 @@ class _NetworkRun:
             "common": Rows(n)
             .add_states(["pred", "label"], torch.long)
             .add_states(["oracle", "random"])
-            .add_state("degenerate", torch.bool),
+            .add_states(["degenerate", "tie_degenerate"], torch.bool),
             "rho": per_method(self.computed),
+            "tie": Rows(n).add_states(self.computed, torch.bool),
             "d1": per_method(self.computed),
         }
         if "global" in self.plan.active:  # the head's mean α (summed in batch order) and the total effects
@@ -654,16 +662,24 @@ def _network_batch(run: _NetworkRun, first: int, xb, rows: dict[str, Rows]) -> N
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
     for m in run.computed:
         a = _scores_on(run, m, x, hs, feats, ctx, rows, delta).cpu()
-        rows["rho"].append({m: spearman_rows(a, delta)})
-        rows["d1"].append({m: deletion_at_1(a, delta)[0]})
+        rho = spearman_rows(a, delta, s.tie_tol)
+        rows["rho"].append({m: rho})
+        rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})
+        rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
         if run.both:
             a_head = METHODS[m](head, feats, ctx).cpu() if m in SCOPED_METHODS else a
             rows["cross"].append({m: spearman_rows(a_head, a)})
     if "global" in rows:
         rows["global"].append(alpha=laya_attention(head, feats).cpu().double().sum(0, keepdim=True), delta=delta)
     _, oracle, random = deletion_at_1(delta, delta)
+    degenerate = degenerate_effects(delta, s.tie_tol)
     rows["common"].append(
-        pred=pred.cpu(), label=y.cpu(), oracle=oracle, random=random, degenerate=degenerate_effects(delta)
+        pred=pred.cpu(),
+        label=y.cpu(),
+        oracle=oracle,
+        random=random,
+        degenerate=degenerate,
+        tie_degenerate=degenerate & ~degenerate_effects(delta),
     )
 
 
@@ -710,13 +726,14 @@ def run_scoped_audit(
     for first, xb in plan.shard.walk(batches, "auditing (network scope)"):
         _network_batch(run, first, xb, rows)
     got = {k: r.gather() for k, r in rows.items()}  # back in the original order, on every rank
-    common, rho, d1 = got["common"], got["rho"], got["d1"]
+    common, rho, d1, tie, tol = got["common"], got["rho"], got["d1"], got["tie"], settings.tie_tol
     if "global" in got:  # the mean α of the whole audited set, scored on every sample
         alpha, delta = got["global"]["alpha"], got["global"]["delta"]
         a = global_weights((alpha / plan.n).float(), plan.n)
-        rho["global"], d1["global"] = spearman_rows(a, delta), deletion_at_1(a, delta)[0]
+        rho["global"], d1["global"] = spearman_rows(a, delta, tol), deletion_at_1(a, delta, tol)[0]
+        tie["global"] = tie_undefined(rho["global"], spearman_rows(a, delta), delta, tol)
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
-    methods = _method_scores(plan, rho, d1, common)
+    methods = _method_scores(plan, rho, d1, tie, common)
     network_intervals(methods, rho, d1, common, settings)  # --ci (auditing/intervals.py)
     if "ig_steps" in got and methods["ig"].available:
         methods["ig"].ig_steps = steps_summary(got["ig_steps"]["steps"], settings.steps, settings.ig_tol)
@@ -726,6 +743,7 @@ def run_scoped_audit(
         reference=settings.ablation,
         comparison=_comparison(got["cross"], got["sums"], plan.n, layer_names) if run.both else None,
         notes=_network_notes(plan),
+        ties=ties_block(tol, int(common["degenerate"].sum()), int(common["tie_degenerate"].sum()), methods),
     )
     if head_result is None:
         head_result = AuditResult(

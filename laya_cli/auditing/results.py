@@ -51,6 +51,7 @@ class MethodScores:
     available: bool = True
     note: str | None = None
     degenerate: int = 0  # of the undefined samples: those whose Δ varies in at most one layer
+    undefined_by_ties: int = 0  # of the undefined samples: those defined with exact ties (settings.tie_tol)
     # The deeper metrics (docs/metrics.md); NaN where undefined or not applicable to the method.
     aopc: float = math.nan
     aopc_std: float = math.nan
@@ -137,6 +138,7 @@ class MethodScores:
             "available": self.available,
             "note": self.note,
             "degenerate": self.degenerate,
+            "undefined_by_ties": self.undefined_by_ties,
             "aopc": self.aopc,
             "aopc_std": self.aopc_std,
             "aopc_undefined": self.aopc_undefined,
@@ -203,6 +205,7 @@ class AuditResult:
     # "per_sample" so a --baseline gate can pair samples; the bootstrap's level, resamples and seed (--ci).
     columns: dict | None = field(default=None, repr=False)
     interval_settings: dict = field(default_factory=dict)
+    ties: dict | None = None  # the tie tolerance and what it made undefined (``ties_block``)
 
     @property
     def summary(self) -> dict:
@@ -256,6 +259,8 @@ class AuditResult:
             "randomisation_samples": self.randomisation_samples,
             "computed_metrics": computed_metrics(self.groups),
         }
+        if self.ties is not None:
+            out["ties"] = self.ties
         if self.by_class is not None:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
         if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
@@ -288,6 +293,20 @@ class AuditResult:
             "accuracy_name": "Accuracy (audited samples)" if accuracy is None else "Test accuracy",
         }
         return model_card(meta, self.to_dict())
+
+
+def ties_block(tol: float, degenerate: int, degenerate_by_ties: int, methods: dict[str, MethodScores]) -> dict:
+    """The JSON's ``ties`` (docs/metrics.md, "Ties"): the tolerance, the samples whose Δ is degenerate (of them, those
+    only within the tolerance), and per method its undefined samples split into those undefined because of ties
+    (defined with exact ties) and those undefined for other reasons."""
+    available = {m: s for m, s in methods.items() if s.available}
+    return {
+        "tolerance": tol,
+        "degenerate": degenerate,
+        "degenerate_by_ties": degenerate_by_ties,
+        "undefined_by_ties": {m: s.undefined_by_ties for m, s in available.items()},
+        "undefined_other": {m: s.undefined - s.undefined_by_ties for m, s in available.items()},
+    }
 
 
 def per_sample_block(columns: dict, samples: dict | None) -> dict:

@@ -45,9 +45,11 @@ from .metrics import (
     rank_layers,
     spearman_rows,
     target_probability,
+    tie_levels,
+    tie_undefined,
 )
 from .names import ONLY_FOR
-from .results import AuditResult, ClassScores, MethodScores
+from .results import AuditResult, ClassScores, MethodScores, ties_block
 from .scaffold import AuditPlan, Rows
 
 assert set(ONLY_FOR["completeness"]) == set(CONVERGENCE)  # the methods that report a convergence delta
@@ -144,6 +146,7 @@ def _summarise(
         random=random,
         normalised=normalised_deletion(d1, oracle, random),
         degenerate=int(degenerate.sum()),
+        undefined_by_ties=int(per["tie_undefined"].sum()),
         groups=groups,
         ig_steps=steps_summary(per["ig_steps"], s.steps, s.ig_tol) if "ig_steps" in per else None,
         **deeper,
@@ -195,7 +198,8 @@ def _common_states(n: int, n_layers: int) -> Rows:
     rows = Rows(n).add_state("pred", torch.long).add_state("label", torch.long)
     for name in ("oracle", "random", "keep_oracle", "keep_random", "target", "effect"):
         rows.add_state(name)
-    return rows.add_state("checked", torch.bool).add_state("degenerate", torch.bool).add_state("delta", width=n_layers)
+    rows.add_states(("checked", "degenerate", "tie_degenerate"), torch.bool)
+    return rows.add_state("delta", width=n_layers)
 
 
 def _method_states(method: str, n: int, n_layers: int, n_stages: int, groups: Sequence[str]) -> Rows:
@@ -212,7 +216,7 @@ def _method_states(method: str, n: int, n_layers: int, n_stages: int, groups: Se
         rows.add_state(key, width=n_layers if key in _WIDE else None)
     if method in CONVERGENCE:
         rows.add_state("ig_steps", torch.long)
-    return rows
+    return rows.add_state("tie_undefined", torch.bool)
 
 
 def _features(eval_data):
@@ -332,7 +336,8 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
     if "aopc" not in groups and "sufficiency" not in groups:
         return {}
     bad = a.isnan().any(-1)  # no ranking: the curves and sufficiency are undefined there
-    order = rank_layers(a, b.keys).to(b.base.device)
+    tol = run.plan.settings.tie_tol
+    order = rank_layers(tie_levels(a, tol), b.keys).to(b.base.device)
     known = {"base": b.base, "delta": b.delta.to(b.base.device)}
     if "sufficiency" in groups:
         known["keep"] = b.keep.to(b.base.device)
@@ -344,7 +349,7 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
     else:
         del out["deletion_curve"]
     if "sufficiency" in groups:
-        out["sufficiency"] = deletion_at_1(a, b.keep)[0].masked_fill(bad, float("nan"))
+        out["sufficiency"] = deletion_at_1(a, b.keep, tol)[0].masked_fill(bad, float("nan"))
     return out
 
 
@@ -356,8 +361,10 @@ def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dic
     else:
         a = METHODS[m](run.head, b.x, ctx)
     a = a.cpu()  # the (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64)
-    out["rho"] = spearman_rows(a, b.delta)
-    out["d1"] = deletion_at_1(a, b.delta)[0]
+    tol = run.plan.settings.tie_tol
+    out["rho"] = spearman_rows(a, b.delta, tol)
+    out["tie_undefined"] = tie_undefined(out["rho"], spearman_rows(a, b.delta), b.delta, tol)
+    out["d1"] = deletion_at_1(a, b.delta, tol)[0]
     out["scores"] = a.double()
     out.update(_curves(run, a, b))
     out.update(_randomised(run, m, a, b, stage_ctxs))
@@ -399,7 +406,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
     for m in run.plan.active:
         per[m].append(_method_on_batch(run, m, b, ctx, stage_ctxs))
-    _, oracle, random = deletion_at_1(b.delta, b.delta)
+    _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
@@ -412,7 +419,8 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         effect=b.effect if b.effect is not None else nan_rows,
         target=target.cpu().double(),
         checked=torch.full((len(y),), b.check),
-        degenerate=degenerate_effects(b.delta),
+        degenerate=degenerate_effects(b.delta, s.tie_tol),
+        tie_degenerate=degenerate_effects(b.delta, s.tie_tol) & ~degenerate_effects(b.delta),
         delta=b.delta.double(),
     )
 
@@ -453,7 +461,9 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         groups=plan.groups,
     )
     num_classes = len(getattr(model, "classes", None) or [])
-    result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, int(common["degenerate"].sum()))
+    degenerate, by_ties = int(common["degenerate"].sum()), int(common["tie_degenerate"].sum())
+    result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
+    result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties)
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
     attach_intervals(result, per, common, settings)  # --ci: bootstrap intervals (auditing/intervals.py)
     if settings.by_class:
@@ -489,7 +499,7 @@ def _by_class(classes: list[str], plan: AuditPlan, stages, common, per) -> dict[
     return out
 
 
-def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate: int) -> list[str]:
+def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate: int, by_ties: int = 0) -> list[str]:
     """What makes the numbers above read as a finding when they are not one (docs/metrics.md)."""
     out = []
     n = result.n_samples
@@ -502,11 +512,17 @@ def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate:
             f"decisions (faithfulness or Deletion@1, of any method) means much"
         )
     if degenerate:
-        every = degenerate == n
-        out.append(
-            f"faithfulness is degenerate on {'all ' if every else ''}{degenerate} of {n} samples: removing "
-            f"any layer but one changes nothing there (Δ varies in at most one layer), so a rank "
-            f"correlation over layers measures nothing; they count as undefined"
-            + (" and faithfulness is undefined for every method" if every else "")
-        )
+        out.append(degenerate_note(degenerate, n, by_ties, result.settings.get("tie_tol", 0.0)))
     return out
+
+
+def degenerate_note(degenerate: int, n: int, by_ties: int, tol: float) -> str:
+    """The note on samples whose effects Δ vary in at most one layer (``by_ties`` of them only within ``tol``)."""
+    every = degenerate == n
+    ties = f" ({by_ties} of them only within the tie tolerance {tol:g}: float rounding)" if by_ties else ""
+    return (
+        f"faithfulness is degenerate on {'all ' if every else ''}{degenerate} of {n} samples{ties}: removing "
+        f"any layer but one changes nothing there (Δ varies in at most one layer), so a rank "
+        f"correlation over layers measures nothing; they count as undefined"
+        + (" and faithfulness is undefined for every method" if every else "")
+    )

@@ -59,6 +59,7 @@ from .options import (
     Scope,
     Steps,
     Target,
+    TieTol,
 )
 
 
@@ -75,6 +76,7 @@ def audit(
     reduce: Reduce = AUDIT.reduce,
     steps: Steps = AUDIT.steps,
     ig_tol: IgTol = AUDIT.ig_tol,
+    tie_tol: TieTol = AUDIT.tie_tol,
     internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
     batch_size: AuditBatchSize = None,
     by_class: ByClass = AUDIT.by_class,
@@ -111,8 +113,7 @@ def audit(
     with progress.enabled(not quiet):
         trust_arch(arch)
         check_at_least("--samples", samples)
-        methods = parse_methods(compare)
-        scope = ScopeSettings(scope).validate().scope
+        methods, scope = parse_methods(compare), ScopeSettings(scope).validate().scope
         thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
         gated_groups = groups_of([g.metric for g in [*thresholds, *drops]])  # the deeper metrics a gate names
         job = run_options(max_memory, precision, batch_size=batch_size, internal_batch_size=internal_batch_size)
@@ -122,9 +123,9 @@ def audit(
             reduce=reduce,
             steps=steps,
             ig_tol=ig_tol,
+            tie_tol=tie_tol,
             internal_batch_size=internal_batch_size,
-            # None: not given (the plan may lower it)
-            batch_size=AUDIT.batch_size if batch_size is None else batch_size,
+            batch_size=AUDIT.batch_size if batch_size is None else batch_size,  # None: the plan may lower it
             seed=seed,
             by_class=by_class,
             device=pick_device(device),

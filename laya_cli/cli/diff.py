@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from ..runtime import progress
+from ..runtime.config import TIE_TOL
 from .common import EXIT_GATE_FAILED, console, err_console, pick_device
-from .options import DataDir, Device, Encoding, EvalDataset, JsonOut, MarkdownOut, Samples, SubsetSeed
+from .options import DataDir, Device, Encoding, EvalDataset, JsonOut, MarkdownOut, Samples, SubsetSeed, TieTol
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
 ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candidate, B).", show_default=False)]
@@ -43,6 +44,7 @@ def diff(
     correction: Correction = "holm",
     fail_if_changed: FailIfChanged = None,
     scope: DiffScope = "head",
+    tie_tol: TieTol = TIE_TOL,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     device: Device = "auto",
@@ -52,7 +54,7 @@ def diff(
     from ..auditing.diff.job import check_gate, diff_models
     from ..model.laya_model import load_model
     from ..report.diff import diff_markdown, diff_rich_tables
-    from ..runtime.config import check_at_least
+    from ..runtime.config import check_at_least, check_tie_tol
     from ..runtime.errors import LayaError, match_choice
     from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
     from ..stats.multiple import CORRECTIONS
@@ -60,7 +62,8 @@ def diff(
     check_at_least("--permutations", permutations)
     if not 0 < alpha < 1:
         raise LayaError(f"--alpha must be in (0, 1), got {alpha}")
-    settings = DiffSettings(permutations, alpha, match_choice("--correction", correction, CORRECTIONS), seed)
+    correction = match_choice("--correction", correction, CORRECTIONS)
+    settings = DiffSettings(permutations, alpha, correction, seed, check_tie_tol(tie_tol))
     check_outputs(json_out, markdown)
     gate = check_gate(fail_if_changed, list(load_model(model_a).classes))
     with progress.enabled(True):

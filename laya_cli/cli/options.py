@@ -248,6 +248,14 @@ IgTol = Annotated[
         "|convergence delta| <= TOL x |effect| (at most --steps); 0 = always --steps.",
     ),
 ]
+TieTol = Annotated[
+    float,
+    typer.Option(
+        "--tie-tol",
+        help="Noise floor of faithfulness and Deletion@1: a sample's effects Δ (and scores) within TOL of each "
+        "other are ties (float rounding; default 1e-5 of p_ŷ); 0 = exact ties only.",
+    ),
+]
 InternalBatchSize = Annotated[
     int | None,
     typer.Option(help="Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size)."),

@@ -32,7 +32,19 @@ from .thresholds import gate_items
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
 # that is the point). ``n_samples`` and the layer names live at the top level of the JSON.
-SETTINGS = ("dataset", "samples", "seed", "ablation", "target", "reduce", "steps", "methods", "head", "layers")
+SETTINGS = (
+    "dataset",
+    "samples",
+    "seed",
+    "ablation",
+    "target",
+    "reduce",
+    "steps",
+    "methods",
+    "head",
+    "layers",
+    "tie_tol",  # faithfulness's noise floor (docs/metrics.md, "Ties"): other ties, other ranks
+)
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
 _ITEM = re.compile(
@@ -133,6 +145,8 @@ def _setting(doc: dict, key: str):
     if key in TOP_LEVEL and key in doc:
         return doc[key]
     value = doc.get("settings", {}).get(key, _MISSING)
+    if key == "tie_tol" and value is _MISSING and "settings" in doc:
+        return 0.0  # an audit from before --tie-tol: exact ties
     if key == "methods" and isinstance(value, list):
         return sorted(value)  # which methods, not the order they were listed in
     return value
@@ -318,6 +332,7 @@ def planned_audit(settings, methods: Sequence[str], samples: int | None, model) 
             "target": settings.target,
             "reduce": settings.reduce,
             "steps": settings.steps,
+            "tie_tol": settings.tie_tol,
             "methods": list(methods),
             "head": model.head_kind,
         },

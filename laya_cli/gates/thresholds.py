@@ -149,9 +149,11 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
             elif value is None:
                 why = "undefined on this data"
                 if t.metric == "faithfulness" and scores.degenerate and scores.degenerate == scores.undefined:
+                    tied = getattr(scores, "undefined_by_ties", 0)
                     why = (
                         f"undefined: degenerate on all {scores.degenerate} samples (Δ varies in at most one "
-                        f"layer, e.g. a last head), nothing to rank"
+                        f"layer, e.g. a last head{f'; {tied} only within --tie-tol: rounding' if tied else ''}), "
+                        "nothing to rank"
                     )
                 message = f"{who}: {t.metric} is {why} (required by --fail-under {t})"
             else:

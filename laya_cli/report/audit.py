@@ -306,7 +306,19 @@ def html_methods_table(methods: dict, compared: dict) -> str:
 # --------------------------------------------------------------------------- captions, the verdict line
 
 
-def audit_caption(result) -> str:
+def ties_text(settings: dict, ties: dict | None) -> str | None:
+    """The tie tolerance as the caption states it, with the samples it left undefined (docs/metrics.md, "Ties");
+    None for an audit from before the tolerance."""
+    tol = settings.get("tie_tol")
+    if tol is None:
+        return None
+    text = f"ties within {tol:g}" if tol else "exact ties only"
+    by_ties = (ties or {}).get("degenerate_by_ties")
+    return text + (f" ({by_ties} samples undefined by ties)" if by_ties else "")
+
+
+def audit_caption(result, ties: dict | None = None) -> str:
+    """The table's caption: the audit's settings; ``ties``: the tie block of the scope shown (default: the head's)."""
     s = result.settings
     parts = [
         f"{result.n_samples} samples" + (f" of {s['dataset']}" if s.get("dataset") else ""),
@@ -320,6 +332,9 @@ def audit_caption(result) -> str:
         parts.append(ig_steps_text(s))
         if s.get("internal_batch_size"):
             parts.append(f"IG internal batch {s['internal_batch_size']}")
+    tied = ties_text(s, ties if ties is not None else getattr(result, "ties", None))
+    if tied:
+        parts.append(tied)
     if s.get("model"):
         parts.insert(0, str(s["model"]))
     return " · ".join(parts)

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .audit import html_methods_table, ig_steps_text
+from .audit import html_methods_table, ig_steps_text, ties_text
 from .cells import fmt, html_table
 from .depth import depth_section
 from .explorer import EXPLORER_CSS, explorer_section
@@ -260,6 +260,8 @@ def audit_section(doc: dict) -> str:
         f"{len(doc.get('layers', []))} layers · target {e(str(s.get('target')))} · ablation "
         f"{e(str(s.get('ablation')))} · reduce {e(str(s.get('reduce')))} · {e(ig_steps_text(s))}"
     )
+    tied = ties_text(s, doc.get("ties"))
+    caption += f" · {e(tied)}" if tied else ""
     parts = [
         "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
         "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "

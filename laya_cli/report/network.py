@@ -63,7 +63,7 @@ def network_caption(result, comparison: dict | None = None) -> str:
     )
     return (
         (
-            f"{audit_caption(result)} · layer patched inside the backbone with "
+            f"{audit_caption(result, net.ties)} · layer patched inside the backbone with "
             f"{NETWORK_REMOVALS.get(net.reference, net.reference)}"
         )
         + f" · {how}"

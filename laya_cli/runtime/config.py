@@ -270,6 +270,11 @@ class ScopeSettings:
         return self
 
 
+# The default noise floor of faithfulness (docs/metrics.md, "Ties"; measured by benchmarks/ties.py): float32's
+# rounding of effects Δ on p_ŷ between batch sizes and against float64 stays below it with a margin.
+TIE_TOL = 1e-5
+
+
 @dataclass
 class AuditSettings:
     ablation: str = "mean"  # ABLATIONS: bypass and mean-update at network scope only
@@ -292,6 +297,9 @@ class AuditSettings:
     # Bootstrap intervals of every metric (docs/metrics.md, "Intervals"): the level (0: none) and resamples.
     ci: float = 0.95
     bootstrap: int = 1000
+    # The noise floor of faithfulness and Deletion@1 (docs/metrics.md, "Ties"): effects Δ (and scores) of one
+    # sample within tie_tol of each other are ties; 0 = exact ties only.
+    tie_tol: float = TIE_TOL
 
     def validate(self) -> AuditSettings:
         self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
@@ -308,7 +316,15 @@ class AuditSettings:
             raise LayaError(f"--ig-tol must be in [0, 1) (0 = always --steps), got {self.ig_tol}")
         self.metrics = tuple(self.metrics)
         check_ci(self.ci, self.bootstrap)
+        check_tie_tol(self.tie_tol)
         return self
+
+
+def check_tie_tol(tol: float) -> float:
+    """``--tie-tol``: a finite number in [0, 1) (a probability difference; 0 = exact ties only)."""
+    if not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise LayaError(f"--tie-tol must be in [0, 1) (a difference of p_ŷ; 0 = exact ties only), got {tol}")
+    return float(tol)
 
 
 def check_ci(level: float, resamples: int) -> None:

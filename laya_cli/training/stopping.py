@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..auditing.metrics import degenerate_effects, lolo_effects, spearman_rows
+from ..runtime.config import TIE_TOL
 from ..runtime.device import to_device
 
 
@@ -52,7 +53,8 @@ def validation_faithfulness(
         out = head(feats)
         target = out.logits.argmax(-1)
         delta = lolo_effects(head, feats, target, [r.to(device) for r in reference], "mean")
-        rho = spearman_rows(out.alpha.cpu(), delta.cpu()).masked_fill(degenerate_effects(delta.cpu()), math.nan)
+        a, d = out.alpha.cpu(), delta.cpu()  # ties within the audit's default noise floor, as the audit ranks them
+        rho = spearman_rows(a, d, TIE_TOL).masked_fill(degenerate_effects(d, TIE_TOL), math.nan)
         rhos.append(rho)
     rho = torch.cat(rhos) if rhos else torch.zeros(0)
     defined = rho[~rho.isnan()]

@@ -4,7 +4,9 @@ Jensen–Shannon divergence between the two models' mean layer profiles with a p
 p-value corrected over the classes (Holm or Benjamini–Hochberg); the accuracy change with McNemar's exact test.
 
 The layer profile of a sample is α(x) where both heads have layer weights, else its share of |Δ| per layer
-(|Δ_i(x)| / Σ_j |Δ_j(x)|): what each model relies on, as a distribution over layers.
+(|Δ_i(x)| / Σ_j |Δ_j(x)|): what each model relies on, as a distribution over layers. Effects within the tie
+tolerance of zero (``tie_tol``, float rounding: docs/metrics.md, "Ties") count as 0 there, so a sample whose
+effects are all rounding has no profile (all zeros) instead of normalised noise.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...runtime.config import TIE_TOL
 from ...runtime.fileio import json_safe
 from ...stats.mcnemar import mcnemar
 from ...stats.multiple import adjust
@@ -28,6 +31,7 @@ class DiffSettings:
     alpha: float = 0.05  # significance level of a changed class (after correction)
     correction: str = "holm"  # holm | bh | none
     seed: int = 0
+    tie_tol: float = TIE_TOL  # |Δ| at most this is rounding: 0 in the |Δ| share (0 = exact zeros only)
 
 
 @dataclass
@@ -60,10 +64,12 @@ class DiffResult:
         )
 
 
-def layer_profile(p: Profiles, use_alpha: bool) -> np.ndarray:
+def layer_profile(p: Profiles, use_alpha: bool, tie_tol: float = 0.0) -> np.ndarray:
+    """α, or each layer's share of |Δ| with |Δ| ≤ ``tie_tol`` taken as 0 (rounding, not an effect)."""
     if use_alpha:
         return p.alpha
     mag = np.abs(p.delta)
+    mag = np.where(mag <= tie_tol, 0.0, mag) if tie_tol > 0 else mag
     total = mag.sum(-1, keepdims=True)
     return np.divide(mag, total, out=np.zeros_like(mag), where=total > 0)
 
@@ -87,7 +93,7 @@ def compare_profiles(
     a: Profiles, b: Profiles, classes: list[str], layers: list[str], settings: DiffSettings
 ) -> DiffResult:
     use_alpha = a.alpha is not None and b.alpha is not None
-    pa, pb = layer_profile(a, use_alpha), layer_profile(b, use_alpha)
+    pa, pb = layer_profile(a, use_alpha, settings.tie_tol), layer_profile(b, use_alpha, settings.tie_tol)
     every = np.ones(len(a.label), dtype=bool)
     whole = paired_profile_test(pa, pb, settings.permutations, settings.seed)
     test = mcnemar(a.pred == a.label, b.pred == b.label)
