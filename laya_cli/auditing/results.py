@@ -244,7 +244,9 @@ class AuditResult:
                 cols[f"{m}[{name}]"] = s["scores"][m][:, i].double().numpy()
         return pd.DataFrame(cols)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, per_sample: bool = True) -> dict:
+        """The audit JSON's document; ``per_sample=False`` leaves out the per-sample block (``--no-per-sample``:
+        a smaller file, but no baseline for a paired ``--gate-on bound`` gate)."""
         out = {
             "settings": self.settings,
             "n_samples": self.n_samples,
@@ -263,13 +265,13 @@ class AuditResult:
         out.update(self.memory or {})
         if self.interval_settings:
             out["intervals"] = self.interval_settings
-        if self.columns:
+        if self.columns and per_sample:
             out["per_sample"] = per_sample_block(self.columns, self.samples)
         return json_safe(out)
 
-    def to_json(self) -> str:
-        """Strict JSON (NaN and ±inf written as null)."""
-        return strict_json(self.to_dict())
+    def to_json(self, per_sample: bool = True) -> str:
+        """Strict JSON (NaN and ±inf written as null); ``per_sample=False``: without the per-sample block."""
+        return strict_json(self.to_dict(per_sample))
 
     def to_model_card(self, name: str | None = None, accuracy: float | None = None) -> str:
         """A Hugging Face model card (the text of a ``README.md``) carrying this audit: YAML front matter whose

@@ -255,7 +255,17 @@ InternalBatchSize = Annotated[
 AuditBatchSize = Annotated[
     int | None, typer.Option(help="Samples per audited batch (default: 256, fewer when --max-memory needs it).")
 ]
-ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
+ByClass = Annotated[
+    bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class (with intervals, as --ci).")
+]
+PerSample = Annotated[
+    bool,
+    typer.Option(
+        "--per-sample/--no-per-sample",
+        help="Keep the per-sample scores in --json (what a --gate-on bound --max-drop baseline needs); "
+        "--no-per-sample leaves them out (a smaller file).",
+    ),
+]
 Scope = Annotated[
     str,
     typer.Option(
