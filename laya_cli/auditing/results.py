@@ -203,6 +203,37 @@ class AuditResult:
     # "per_sample" so a --baseline gate can pair samples; the bootstrap's level, resamples and seed (--ci).
     columns: dict | None = field(default=None, repr=False)
     interval_settings: dict = field(default_factory=dict)
+    class_names: list[str] = field(default_factory=list, repr=False)  # the model's classes (label i -> name)
+
+    def __repr__(self) -> str:
+        """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
+        from ..report.notebook import audit_text
+
+        return audit_text(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: report.html's tables (intervals included) and the class × layer picture."""
+        from ..report.notebook import audit_html
+
+        return audit_html(self)
+
+    def class_layer(self):
+        """The class × layer picture's numbers: (matrix C × L, row labels with their counts, what it shows) —
+        mean α per true class and layer where ``laya`` was audited, else the mean LOLO effect Δ; None without
+        per-sample results."""
+        import numpy as np
+
+        s = self.samples
+        if s is None or not len(s["label"]):
+            return None
+        laya = self.methods.get("laya")
+        alpha = laya is not None and laya.available and "laya" in s["scores"]
+        values = (s["scores"]["laya"] if alpha else s["delta"]).double().cpu().numpy()
+        labels = s["label"].cpu().numpy()
+        classes = sorted({int(c) for c in labels})
+        names = self.class_names
+        rows = [f"{names[c] if c < len(names) else c} (n={int((labels == c).sum()):,})" for c in classes]
+        return np.stack([values[labels == c].mean(0) for c in classes]), rows, "mean α" if alpha else "mean Δ"
 
     @property
     def summary(self) -> dict:

@@ -455,6 +455,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     num_classes = len(getattr(model, "classes", None) or [])
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, int(common["degenerate"].sum()))
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
+    result.class_names = [str(c) for c in getattr(model, "classes", None) or []]
     attach_intervals(result, per, common, settings)  # --ci: bootstrap intervals (auditing/intervals.py)
     if settings.by_class:
         classes = list(getattr(model, "classes", None) or [])
