@@ -687,7 +687,8 @@ LogTo = Annotated[
         envvar="LAYA_LOG_TO",
         metavar="TRACKER[:TARGET]",
         callback=_check_log_to,
-        help="Also log the run to an experiment tracker: mlflow[:TRACKING_URI] or tensorboard[:LOG_DIR] (needs "
-        "pip install 'laya-audit[mlflow]' or '[tensorboard]'; docs/integrations.md). Env: LAYA_LOG_TO.",
+        help="Also log the run to an experiment tracker: mlflow[:TRACKING_URI], tensorboard[:LOG_DIR] or "
+        "wandb[:PROJECT] (needs pip install 'laya-audit[mlflow]', '[tensorboard]' or '[wandb]'; "
+        "docs/integrations.md). Env: LAYA_LOG_TO.",
     ),
 ]
