@@ -5,6 +5,7 @@ fits a terminal (report/notebook.py). Its HTML is also opened in headless Chromi
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,11 @@ def test_each_result_displays_its_tables_and_picture(executed, tmp_path):
     assert '<div class="laya-result">' in html and "<h3>laya audit</h3>" in html
     assert "95% CI" in html and "Paired difference from laya" in html and "Faithfulness by class" in html
     assert "bootstrap over the class" in html and html.count("data:image/png;base64,") == 1  # mean α by class × layer
-    assert text.startswith("AuditResult · ") and "faithfulness [95% CI]" in text and "deletion@1 by class" in text
-    assert max(len(line) for line in text.splitlines()) <= 100  # a terminal's width (no COLUMNS in the kernel)
+    assert text.startswith("AuditResult · ") and "deletion@1 by class" in text and "…" not in text  # nothing cut
+    assert re.search(r"faithfulness\s*\[95%", text) and re.search(r"\d\.\d{3}\s+\[-?\d\.\d{3},\s+-?\d\.\d{3}\]", text)
+    columns = os.environ.get("COLUMNS", "")
+    width = min(int(columns), 120) if columns.isdigit() else 100  # the kernel has no terminal: COLUMNS, else 100
+    assert max(len(line) for line in text.splitlines()) <= width
 
     depth = _displayed(executed, "\ndeep")
     assert "<h3>laya depth</h3>" in depth["text/html"] and "data:image/png;base64," in depth["text/html"]
@@ -66,7 +70,7 @@ def test_each_result_displays_its_tables_and_picture(executed, tmp_path):
     assert exp["text/plain"].startswith("Export · ") and "Attention shift" in exp["text/plain"]
 
     printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs)
-    assert "faithfulness [95% CI]" in printed  # print(repr(result)): the same text as the display's
+    assert text in printed  # print(repr(result)): the same text as the display's
 
     page = tmp_path / "displays.html"
     page.write_text("<!doctype html><meta charset='utf-8'>" + "".join(

@@ -208,8 +208,8 @@ def audit_class_tables(result) -> list[Table]:
     for key, title, _ in CLASS_TABLES:
         table = rich_table(title, caption=class_caption(result), caption_justify="left")
         table.add_column("class", style="bold")
-        for header in ("n", "acc.", *result.methods):
-            table.add_column(header, justify="right", no_wrap=True)
+        for header in ("n", "acc.", *result.methods):  # a value wraps before its interval rather than being cut
+            table.add_column(header, justify="right", no_wrap=header in ("n", "acc."))
         for row in class_rows(result, key):
             table.add_row(*marked(row, RICH_MARKS))
         tables.append(table)
