@@ -31,6 +31,7 @@ from .model.laya_model import LayaModel, load_model
 from .runtime import progress as _progress
 from .runtime.config import (
     EXIT_THRESHOLDS,
+    HEAD_ABLATIONS,
     AuditSettings,
     DepthSettings,
     HeadConfig,
@@ -375,6 +376,7 @@ def diff(
     if permutations < 1 or not 0 < alpha < 1:
         raise LayaError(f"permutations must be >= 1 and alpha in (0, 1), got {permutations} and {alpha}")
     settings = DiffSettings(permutations, alpha, match_choice("correction", correction, CORRECTIONS), seed)
+    ablation = match_choice("ablation", ablation, HEAD_ABLATIONS)
     check_comparable(model_a, model_b, "model_a", "model_b")
     device = resolve_device(device)
     with _progress.enabled(progress):
