@@ -3,10 +3,11 @@
 #
 # Inputs arrive as environment variables (never pasted into the script: no injection):
 #   LAYA_MODEL (required), LAYA_COMPARE, LAYA_FAIL_UNDER, LAYA_MAX_DROP, LAYA_BASELINE, LAYA_SAMPLES,
+#   LAYA_GATE_ON ('estimate' or 'bound'), LAYA_INCONCLUSIVE_EXIT (the exit code of an inconclusive bound gate),
 #   LAYA_ARGS (split on whitespace), LAYA_JSON, LAYA_JUNIT, LAYA_INSTALL ('action', a pip requirement, or '').
-# Writes json, junit, verdict (pass|fail|error) and exit-code to $GITHUB_OUTPUT when it is set, and
-# exits with laya audit's own code (0 pass, 1 a gate failed, 2 bad input). laya itself appends the
-# Markdown table to $GITHUB_STEP_SUMMARY when that is set.
+# Writes json, junit, verdict (pass|fail|inconclusive|error: the audit JSON's own verdict) and exit-code to
+# $GITHUB_OUTPUT when it is set, and exits with laya audit's own code (0 pass, 1 a gate failed, the
+# inconclusive exit code, 2 bad input). laya itself appends the Markdown table to $GITHUB_STEP_SUMMARY.
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,6 +36,8 @@ args=(audit "$LAYA_MODEL" --compare "${LAYA_COMPARE-ig,gradxact}" --json "$json"
 [ -n "${LAYA_BASELINE:-}" ] && args+=(--baseline "$LAYA_BASELINE")
 [ -n "${LAYA_MAX_DROP:-}" ] && args+=(--max-drop "$LAYA_MAX_DROP")
 [ -n "${LAYA_SAMPLES:-}" ] && args+=(--samples "$LAYA_SAMPLES")
+[ -n "${LAYA_GATE_ON:-}" ] && args+=(--gate-on "$LAYA_GATE_ON")
+[ -n "${LAYA_INCONCLUSIVE_EXIT:-}" ] && args+=(--inconclusive-exit "$LAYA_INCONCLUSIVE_EXIT")
 if [ -n "${LAYA_ARGS:-}" ]; then
   read -r -a extra <<< "$LAYA_ARGS"
   args+=("${extra[@]}")
@@ -42,11 +45,19 @@ fi
 
 laya "${args[@]}"
 rc=$?
-case $rc in
-  0) verdict=pass ;;
-  1) verdict=fail ;;
-  *) verdict=error ;;
-esac
+# The verdict the JSON records (an inconclusive gate may exit 0 or 1, as --inconclusive-exit says); without
+# a JSON (bad input, exit 2, writes nothing), the exit code's.
+verdict=""
+if [ "$rc" != 2 ] && [ -f "$json" ]; then
+  verdict="$(grep -o '"verdict": *"[a-z]*"' "$json" | tail -n 1 | sed 's/.*"\([a-z]*\)"$/\1/')"
+fi
+if [ -z "$verdict" ]; then
+  case $rc in
+    0) verdict=pass ;;
+    1) verdict=fail ;;
+    *) verdict=error ;;
+  esac
+fi
 output json "$json"
 output junit "$( [ -f "$junit" ] && printf '%s' "$junit" )"
 output verdict "$verdict"

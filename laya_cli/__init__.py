@@ -8,6 +8,7 @@ The public Python API is ``__all__`` (docs/api.md); everything else is internal:
     result = laya_cli.audit(laya_model, test_loader)      # .summary, .to_pandas(), .per_sample()
     exp = laya_cli.export(laya_model, test_loader)        # .table, .profiles, .shift (DataFrames)
     deep = laya_cli.depth(laya_model, test_loader)        # .to_pandas(): accuracy and compute per depth k
+    change = laya_cli.diff(laya_model, other, test_loader)  # laya diff: what changed, class by class
     laya_model.save("model.pt")                           # laya info / audit / export read it
     laya_model = laya_cli.load("model.pt")
 
@@ -30,11 +31,13 @@ _EXPORTS = {
     "export": "api",
     "load": "api",
     "depth": "api",
+    "diff": "api",
     "Tapped": "api",
     "LayaModel": "model.laya_model",
     "AuditResult": "auditing.run",
     "Export": "exporting.run",
     "DepthResult": "depthing.run",
+    "DiffResult": "auditing.diff.compare",
     "LayaError": "runtime.errors",
 }
 __all__ = sorted(_EXPORTS)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from torch import nn
 
+from .auditing.diff.compare import DiffResult
 from .auditing.job import audit_job
 from .auditing.names import parse_methods, parse_metric_groups
 from .auditing.results import AuditResult
@@ -30,6 +31,7 @@ from .model.laya_model import LayaModel, load_model
 from .runtime import progress as _progress
 from .runtime.config import (
     EXIT_THRESHOLDS,
+    HEAD_ABLATIONS,
     AuditSettings,
     DepthSettings,
     HeadConfig,
@@ -42,7 +44,7 @@ from .runtime.device import resolve_device
 from .runtime.errors import LayaError, match_choice
 from .training.job import fit_loaders
 
-__all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "load"]
+__all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
 
 HEAD, TRAIN, AUDIT, SCOPE = HeadConfig(), TrainConfig(), AuditSettings(), ScopeSettings()
 DEPTH = DepthSettings()
@@ -328,6 +330,58 @@ def depth(
     ).validate()
     with _progress.enabled(progress):
         return depth_job(model, partial(loader_eval_data, model, loader, settings.device, keep_images=True), settings)
+
+
+def diff(
+    model_a: LayaModel,
+    model_b: LayaModel,
+    loader: Loader | EvalData,
+    *,
+    permutations: int = 1000,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    seed: int = 0,
+    ablation: str = "mean",
+    device: str = "auto",
+    progress: bool = True,
+) -> DiffResult:
+    """What changed between two versions of a model (``laya diff``), on the same samples: per class and layer
+    the change of α, of the LOLO effects Δ and of contrib, a paired permutation test per class (corrected over
+    the classes) and McNemar's test of the accuracy change (docs/audit.md, "laya diff"). Head scope.
+
+    Args:
+        model_a: the baseline ``LayaModel`` (A).
+        model_b: the candidate (B): the same taps and classes.
+        loader: yields ``(images, labels)``; both models see every sample, in its order.
+        permutations: permutations of each paired permutation test.
+        alpha: significance level of a changed class, after correction.
+        correction: ``"holm"``, ``"bh"`` or ``"none"``.
+        seed: seed of the permutations.
+        ablation: how a layer is removed for Δ: ``"mean"``, ``"zero"`` or ``"mask"``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
+        progress: rich progress bars (False: silent).
+
+    Returns:
+        A ``DiffResult``: ``.to_dict()`` (the JSON ``laya diff --json`` writes), ``.changed`` (the classes
+        that changed), ``.classes``, ``.overall``, ``.accuracy``; shown in a notebook as its tables and the
+        class × layer picture of the change.
+
+    Raises:
+        LayaError: models with other taps or classes, a bad setting, or a bad loader.
+    """
+    from .auditing.diff.compare import DiffSettings
+    from .auditing.diff.job import check_comparable, compare_models
+    from .stats.multiple import CORRECTIONS
+
+    if permutations < 1 or not 0 < alpha < 1:
+        raise LayaError(f"permutations must be >= 1 and alpha in (0, 1), got {permutations} and {alpha}")
+    settings = DiffSettings(permutations, alpha, match_choice("correction", correction, CORRECTIONS), seed)
+    ablation = match_choice("ablation", ablation, HEAD_ABLATIONS)
+    check_comparable(model_a, model_b, "model_a", "model_b")
+    device = resolve_device(device)
+    with _progress.enabled(progress):
+        data_a, data_b = (loader_eval_data(m, loader, device) for m in (model_a, model_b))
+        return compare_models(model_a, model_b, data_a, data_b, settings, ablation, device)
 
 
 # --------------------------------------------------------------------------- load

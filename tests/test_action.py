@@ -76,7 +76,10 @@ def run_step(tmp_path: Path, **given) -> tuple[subprocess.CompletedProcess, dict
 def test_the_action_declares_what_the_issue_asks_and_wires_every_input():
     spec = action()
     assert spec["runs"]["using"] == "composite"
-    assert {"model", "compare", "fail-under", "max-drop", "baseline"} <= set(spec["inputs"])
+    assert {"model", "compare", "fail-under", "max-drop", "baseline", "gate-on", "inconclusive-exit"} <= set(
+        spec["inputs"]
+    )
+    assert "inconclusive" in spec["outputs"]["verdict"]["description"]
     assert {"json", "verdict"} <= set(spec["outputs"])
     (step,) = spec["runs"]["steps"]
     wired = {EXPR.search(v).group(1)[len("inputs.") :] for v in step["env"].values()}
@@ -115,6 +118,23 @@ def test_the_run_step_passes_fails_and_errors_like_laya(digits_ckpt, tmp_path):
     assert proc.stderr.strip().startswith("error: --max-drop needs --baseline")
 
 
+def test_an_inconclusive_bound_gate_reads_inconclusive_whatever_its_exit_code(digits_ckpt, tmp_path):
+    """The verdict output is the JSON's: inconclusive with exit 1 (the default) and with inconclusive-exit 0."""
+    common = {"model": str(digits_ckpt), "samples": "60", "args": "--steps 4 --bootstrap 200", "install": ""}
+    proc, outputs, _ = run_step(tmp_path, fail_under="faithfulness=-1", **common)
+    acc = json.loads((tmp_path / "laya-audit.json").read_text())["accuracy"]
+    gate = {"fail_under": f"accuracy={acc:.6f}", "gate_on": "bound"}  # a bar at the estimate: straddled
+    proc, outputs, _ = run_step(tmp_path, **gate, **common)
+    assert proc.returncode == 1, proc.stderr
+    assert outputs["verdict"] == "inconclusive" and outputs["exit-code"] == "1"
+    proc, outputs, summary = run_step(tmp_path, **gate, inconclusive_exit="0", **common)
+    assert proc.returncode == 0, proc.stderr
+    assert outputs["verdict"] == "inconclusive" and outputs["exit-code"] == "0"
+    assert json.loads((tmp_path / "laya-audit.json").read_text())["verdict"]["verdict"] == "inconclusive"
+    proc, outputs, _ = run_step(tmp_path, gate_on="maybe", **common)
+    assert proc.returncode == 2 and outputs["verdict"] == "error"
+
+
 def yaml_blocks(path: Path) -> list:
     text = path.read_text(encoding="utf-8")
     return [yaml.safe_load(b) for b in re.findall(r"```ya?ml\n(.*?)```", text, re.S)]
@@ -123,15 +143,22 @@ def yaml_blocks(path: Path) -> list:
 def test_the_ci_examples_parse_and_use_the_actions_inputs():
     blocks = yaml_blocks(ROOT / "docs" / "ci.md")
     assert len(blocks) >= 3
-    inputs = set(action()["inputs"])
-    used = 0
+    inputs, outputs = set(action()["inputs"]), set(action()["outputs"])
+    used, gated, read = 0, False, set()
     for doc in blocks:
         for job in (doc.get("jobs") or {}).values():
             for step in job.get("steps", []):
                 if str(step.get("uses", "")).split("@")[0].endswith("/laya"):
                     assert set(step.get("with", {})) <= inputs, step["with"]
                     used += 1
-    assert used >= 1
+                    gated = gated or step["with"].get("gate-on") == "bound"
+            text = json.dumps(job)  # every output of the laya step that a later step reads is declared
+            ids = {st.get("id") for st in job.get("steps", []) if str(st.get("uses", "")).endswith("/laya@main")}
+            for step_id, name in re.findall(r"steps\.([\w-]+)\.outputs\.([\w-]+)", text):
+                if step_id in ids:
+                    assert name in outputs, name
+                    read.add(name)
+    assert used >= 1 and gated and "verdict" in read
     gitlab = [b for b in blocks if any(isinstance(v, dict) and "script" in v for v in b.values())]
     assert gitlab and any(
         "junit" in str(v.get("artifacts", {})) for b in gitlab for v in b.values() if isinstance(v, dict)

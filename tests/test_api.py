@@ -25,6 +25,7 @@ DOCS = ROOT / "docs" / "api.md"
 PUBLIC = [
     "AuditResult",
     "DepthResult",
+    "DiffResult",
     "Export",
     "LayaError",
     "LayaModel",
@@ -32,6 +33,7 @@ PUBLIC = [
     "attach",
     "audit",
     "depth",
+    "diff",
     "export",
     "fit",
     "load",
@@ -99,7 +101,7 @@ def test_all_is_the_contract_and_importing_it_does_not_import_torch():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().split(",") == PUBLIC
     package = Path(laya_cli.__file__).parent
-    for name in ("audit", "export", "depth", "fit", "attach", "load"):  # public functions, never modules
+    for name in ("audit", "export", "depth", "diff", "fit", "attach", "load"):  # public functions, never modules
         assert not (package / f"{name}.py").exists() and not (package / name).is_dir(), name
     assert (package / "py.typed").is_file()
     from laya_cli import api

@@ -160,13 +160,15 @@ _PIPELINE = ("runtime", "stats", "backbones", "data", "features", "model", "audi
 MAY_IMPORT = {
     **{pkg: set(_PIPELINE[:i]) for i, pkg in enumerate(_PIPELINE)},
     "gates": {"runtime", "stats", "auditing.names"},  # no torch: the vocabulary and numpy statistics only
-    "depthing": {*_PIPELINE},
+    "depthing": {*_PIPELINE, "report.notebook"},
     "exporting": {"runtime", "stats", "features", "model", "auditing", "gates", "report"},
     "report": set(),
     "api": {*_PIPELINE, "gates", "depthing", "exporting"},
     "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report"},
     "__main__": {"cli"},
 }
+# A result displays itself in a notebook (_repr_html_, report/notebook.py), importing it only when shown.
+MAY_IMPORT["auditing"] = MAY_IMPORT["auditing"] | {"report.notebook"}
 ANYWHERE = {"laya_cli"}
 
 

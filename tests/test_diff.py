@@ -148,3 +148,28 @@ def test_network_scope_diff_compares_total_effects(digits_ckpt, digits_ckpts, tm
 
 def test_diff_bad_scope_is_one_line(digits_ckpt):
     assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--scope", "both"), "--scope")
+
+
+def test_diff_takes_the_shared_options(digits_ckpt, tmp_path):
+    """--config (its own [diff] table), -v (the resolved options), -q (no tables) and --log-to, as every command."""
+    pytest.importorskip("tensorboard", reason="the tensorboard extra: pip install 'laya-audit[tensorboard]'")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config, out, runs = tmp_path / "run.toml", tmp_path / "d.json", tmp_path / "runs"
+    config.write_text("samples = 999\n[diff]\nsamples = 200\npermutations = 200\n[audit]\nsamples = 5\n")
+    r = invoke("diff", digits_ckpt, digits_ckpt, "--config", config, "-v", "--json", out)
+    assert r.exit_code == 0, r.output
+    assert "options (defaults < " in r.output and "samples=200" in r.output and "layer usage by class" in r.output
+    doc = json.loads(out.read_text())
+    assert doc["n_samples"] == 200 and doc["options"]["values"]["permutations"] == 200
+    r = invoke("diff", digits_ckpt, digits_ckpt, *FAST, "-q", "--log-to", f"tensorboard:{runs}", "--json", out)
+    assert r.exit_code == 0 and "layer usage by class" not in r.output, r.output
+    (folder,) = [p for p in runs.iterdir() if p.name.startswith("diff-")]
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert acc.Scalars("diff/js")[0].value == 0 and acc.Scalars("diff/changed_classes")[0].value == 0
+    assert (folder / "artifacts" / "d.json").is_file()
+    assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "-q", "-v"), "--quiet and --verbose")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[diff]\nzebra = 1\n")
+    assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--config", bad), "unknown option 'zebra'")

@@ -122,3 +122,57 @@ def test_bound_gates_need_intervals_and_paired_samples(digits_ckpt, audited, tmp
         ),
         "per-sample scores",
     )
+
+
+def test_wilson_matches_the_textbook_values():
+    """Newcombe (1998), table I: 81 of 263 gives [0.2553, 0.3662]; 0 of 10 gives [0, 0.2775] (stays in [0, 1])."""
+    from laya_cli.stats.proportion import newcombe_difference, wilson
+
+    w = wilson(81, 263, 0.95)
+    assert (round(w.low, 4), round(w.high, 4)) == (0.2553, 0.3662)
+    z = wilson(0, 10, 0.95)
+    assert z.low == 0 and round(z.high, 4) == 0.2775
+    # Newcombe (1998) method 10, example (a): 56/70 − 48/80 = 0.2, interval [0.0524, 0.3339]
+    d = newcombe_difference((48, 80), (56, 70), 0.95)
+    assert (round(d.estimate, 4), round(d.low, 4), round(d.high, 4)) == (0.2, 0.0524, 0.3339)
+
+
+@pytest.mark.parametrize(("bar", "word"), [(0.85, "pass"), (0.95, "fail"), (0.9, "inconclusive")])
+def test_an_accuracy_gate_on_bound_reads_the_wilson_interval(digits_ckpt, audited, bar, word):
+    doc = {"accuracy": 0.9, "n_samples": 500}  # Wilson 95%: [0.8706, 0.9233]
+    c = Check("fail-under", "accuracy>=x", "accuracy", None, 0.9, ">= x", 0.9 >= bar, "m", bar=bar)
+    out = threshold_on_bound(c, doc, 0.95)
+    assert verdict([out]).word == word and "Wilson" in out.message and "at 500 samples" in out.message
+    assert out.interval == pytest.approx((0.8706, 0.9233), abs=1e-4)
+    if word != "inconclusive":
+        return
+    acc = audited[1]["accuracy"]
+    # at the estimate itself the interval straddles the bar: inconclusive, end to end
+    r = invoke("audit", digits_ckpt, *FAST, "--fail-under", f"accuracy={acc:.6f}", "--gate-on", "bound", "-q")
+    assert r.exit_code == 1 and "INCONCLUSIVE" in r.output and "Wilson" in r.output, r.output
+
+
+def test_an_accuracy_drop_on_bound_needs_no_per_sample_scores(digits_ckpt, tmp_path):
+    """--no-per-sample: the JSON without its per-sample block; an accuracy --max-drop on bound still gates on it
+    (Newcombe's interval needs only the counts), a faithfulness one says what the baseline lacks."""
+    small, full = tmp_path / "small.json", tmp_path / "full.json"
+    assert invoke("audit", digits_ckpt, *FAST, "--json", small, "--no-per-sample", "-q").exit_code == 0
+    assert invoke("audit", digits_ckpt, *FAST, "--json", full, "-q").exit_code == 0
+    doc = json.loads(small.read_text())
+    assert "per_sample" not in doc and "per_sample" in json.loads(full.read_text())
+    assert small.stat().st_size < full.stat().st_size and doc["methods"] == json.loads(full.read_text())["methods"]
+    r = invoke("audit", digits_ckpt, *FAST, "--baseline", small, "--max-drop", "accuracy=0.5", "--gate-on", "bound")
+    assert r.exit_code == 0 and "Newcombe" in r.output, r.output
+    r = invoke("audit", digits_ckpt, *FAST, "--baseline", small, "--max-drop", "faithfulness=0.5", "--gate-on", "bound")
+    assert_user_error(r, "--no-per-sample")
+
+
+def test_by_class_tables_carry_intervals(digits_ckpt, tmp_path):
+    md, out = tmp_path / "a.md", tmp_path / "a.json"
+    r = invoke("audit", digits_ckpt, *FAST, "--by-class", "--markdown", md, "--json", out)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    for cls in doc["by_class"].values():
+        ci = cls["methods"]["laya"]["ci"]["faithfulness"]
+        assert ci["n_defined"] <= cls["n"] and ci["ci_low"] <= cls["methods"]["laya"]["faithfulness"] <= ci["ci_high"]
+    assert "bootstrap over the class's samples" in md.read_text() and "95% CI" in r.output

@@ -136,7 +136,7 @@ def test_a_run_that_fails_is_logged_as_failed(tmp_path, mlflow_store):
     assert runs["train"].info.status == "FAILED"
 
 
-@pytest.mark.parametrize("name, extra", [("mlflow", "mlflow"), ("tensorboard", "tensorboard")])
+@pytest.mark.parametrize("name, extra", [("mlflow", "mlflow"), ("tensorboard", "tensorboard"), ("wandb", "wandb")])
 @pytest.mark.parametrize("command", ["train", "audit", "bench"])
 def test_a_missing_extra_is_one_line_naming_the_pip_command(monkeypatch, digits_ckpt, name, extra, command):
     real = importlib.util.find_spec
@@ -146,6 +146,82 @@ def test_a_missing_extra_is_one_line_naming_the_pip_command(monkeypatch, digits_
 
 
 def test_an_unknown_tracker_is_one_line(digits_ckpt, monkeypatch):
-    assert_user_error(invoke("audit", digits_ckpt, "--log-to", "wandb"), "--log-to", "mlflow", "tensorboard")
+    assert_user_error(invoke("audit", digits_ckpt, "--log-to", "neptune"), "--log-to", "mlflow", "tensorboard", "wandb")
     monkeypatch.setenv("LAYA_LOG_TO", "none")
     assert invoke("info", digits_ckpt).exit_code == 0
+
+
+def _wandb_records(path):
+    """The records of an offline W&B run file (``run-<id>.wandb``): wandb's LevelDB-style log (a ``:W&B`` header,
+    then 32 KiB blocks of records, each a 7-byte header — CRC, length, kind: full, first, middle, last — and a
+    slice of one protobuf ``Record``), parsed with wandb's own protobuf classes."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, pos, part, out = path.read_bytes(), 32768, 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (length, kind) == (0, 0):  # the rest of a block is padding
+            pos += left
+            continue
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        part = chunk if kind in (1, 2) else part + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(part)
+            out.append(record)
+    return out
+
+
+def _wandb_run(folder) -> dict:
+    """An offline run read back: name, project, tags, config keys, history rows (step -> values), summary."""
+    (path,) = folder.glob("run-*.wandb")
+    run: dict = {"history": {}, "summary": {}}
+    for r in _wandb_records(path):
+        kind = r.WhichOneof("record_type")
+        if kind == "run":
+            run.update(name=r.run.display_name, project=r.run.project, tags=list(r.run.tags))
+            run["config"] = {u.key: json.loads(u.value_json) for u in r.run.config.update}
+        elif kind == "history":
+            row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            run["history"][r.history.step.num] = row
+        elif kind == "summary":
+            run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.summary.update})
+        elif kind == "exit":
+            run["exit_code"] = r.exit.exit_code
+    return run
+
+
+def test_train_and_audit_logged_to_an_offline_wandb_run_read_back(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="the wandb extra: pip install 'laya-audit[wandb]'")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    model, audit_json = tmp_path / "m.pt", tmp_path / "audit.json"
+    result = invoke("train", "--epochs", "3", "--d-star", "16", "--out", model, "--log-to", "wandb:laya-test")
+    assert result.exit_code == 0, result.output
+    assert "logged (finished): wandb run" in result.output and "(offline)" in result.output
+    args = ["--samples", "60", "--compare", "ig", "--json", audit_json, "--fail-under", "faithfulness=-1", "-q"]
+    assert invoke("audit", model, *args, "--log-to", "wandb:laya-test").exit_code == 0
+
+    folders = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    runs = {r["tags"][0]: (f, r) for f in folders for r in [_wandb_run(f)]}
+    assert set(runs) == {"train", "audit"}
+    _, train = runs["train"]
+    ckpt = torch.load(model, weights_only=True)
+    assert train["project"] == "laya-test" and train["config"]["d_star"] == 16 and train["exit_code"] == 0
+    losses = {step: row["train/loss"] for step, row in train["history"].items() if "train/loss" in row}
+    assert sorted(losses) == [1, 2, 3]
+    assert [losses[k] for k in (1, 2, 3)] == pytest.approx([h["loss"] for h in ckpt["history"]], rel=1e-6)
+    assert train["summary"]["test_accuracy"] == pytest.approx(ckpt["metrics"]["test_accuracy"], rel=1e-6)
+    assert train["summary"]["tags/status"] == "FINISHED"
+
+    folder, audit = runs["audit"]
+    doc = json.loads(audit_json.read_text())
+    for method in ("laya", "ig", "random"):
+        assert audit["summary"][f"faithfulness/{method}"] == pytest.approx(doc["methods"][method]["faithfulness"])
+    assert audit["summary"]["gate/passed"] == 1.0 and audit["summary"]["tags/laya.gate"] == "PASS"
+    assert json.loads((folder / "files" / "audit.json").read_text())["options"]["values"]["samples"] == 60

@@ -27,11 +27,13 @@ def entries() -> list[tuple[str, object]]:
         ("laya_cli.audit", laya_cli.audit),
         ("laya_cli.export", laya_cli.export),
         ("laya_cli.depth", laya_cli.depth),
+        ("laya_cli.diff", laya_cli.diff),
         ("laya_cli.load", laya_cli.load),
         ("LayaModel.save", laya_cli.LayaModel.save),
         ("AuditResult.to_pandas", laya_cli.AuditResult.to_pandas),
         ("AuditResult.per_sample", laya_cli.AuditResult.per_sample),
         ("AuditResult.to_model_card", laya_cli.AuditResult.to_model_card),
+        ("AuditResult.to_json", laya_cli.AuditResult.to_json),
         ("DepthResult.to_pandas", laya_cli.DepthResult.to_pandas),
     ]
 

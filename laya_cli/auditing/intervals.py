@@ -52,6 +52,20 @@ def attach_intervals(result, per: Mapping[str, Mapping[str, Tensor]], common: Ma
         result.methods[m].vs_laya = found["vs_laya"]
 
 
+def class_intervals(by_class: dict, rows: Mapping[str, np.ndarray], columns: Mapping | None, settings) -> None:
+    """``--by-class``: each class's intervals, as the overall ones (the same bootstrap, on the samples of that
+    class: ``rows``, class name -> boolean mask), attached to its ``MethodScores`` unless ``settings.ci`` is 0."""
+    level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
+    if not level or not n_boot or not columns:
+        return
+    for name, mask in rows.items():
+        own = {m: {k: v[mask] for k, v in cols.items()} for m, cols in columns.items()}
+        for m, found in method_intervals(own, level, n_boot, settings.seed + _SEED).items():
+            if m in by_class[name].methods:
+                by_class[name].methods[m].intervals = found["intervals"]
+                by_class[name].methods[m].vs_laya = found["vs_laya"]
+
+
 def network_intervals(methods: dict, rho: Mapping, d1: Mapping, common: Mapping[str, Tensor], settings) -> None:
     """The network scope's intervals (faithfulness and Deletion@1 with its normalisation, per method and of its
     difference from ``laya``), attached to its ``MethodScores`` unless ``settings.ci`` is 0."""

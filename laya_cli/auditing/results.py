@@ -206,6 +206,37 @@ class AuditResult:
     columns: dict | None = field(default=None, repr=False)
     interval_settings: dict = field(default_factory=dict)
     ties: dict | None = None  # the tie tolerance and what it made undefined (``ties_block``)
+    class_names: list[str] = field(default_factory=list, repr=False)  # the model's classes (label i -> name)
+
+    def __repr__(self) -> str:
+        """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
+        from ..report.notebook import audit_text
+
+        return audit_text(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: report.html's tables (intervals included) and the class × layer picture."""
+        from ..report.notebook import audit_html
+
+        return audit_html(self)
+
+    def class_layer(self):
+        """The class × layer picture's numbers: (matrix C × L, row labels with their counts, what it shows) —
+        mean α per true class and layer where ``laya`` was audited, else the mean LOLO effect Δ; None without
+        per-sample results."""
+        import numpy as np
+
+        s = self.samples
+        if s is None or not len(s["label"]):
+            return None
+        laya = self.methods.get("laya")
+        alpha = laya is not None and laya.available and "laya" in s["scores"]
+        values = (s["scores"]["laya"] if alpha else s["delta"]).double().cpu().numpy()
+        labels = s["label"].cpu().numpy()
+        classes = sorted({int(c) for c in labels})
+        names = self.class_names
+        rows = [f"{names[c] if c < len(names) else c} (n={int((labels == c).sum()):,})" for c in classes]
+        return np.stack([values[labels == c].mean(0) for c in classes]), rows, "mean α" if alpha else "mean Δ"
 
     @property
     def summary(self) -> dict:
@@ -247,7 +278,9 @@ class AuditResult:
                 cols[f"{m}[{name}]"] = s["scores"][m][:, i].double().numpy()
         return pd.DataFrame(cols)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, per_sample: bool = True) -> dict:
+        """The audit JSON's document; ``per_sample=False`` leaves out the per-sample block (``--no-per-sample``:
+        a smaller file, but no baseline for a paired ``--gate-on bound`` gate)."""
         out = {
             "settings": self.settings,
             "n_samples": self.n_samples,
@@ -268,13 +301,13 @@ class AuditResult:
         out.update(self.memory or {})
         if self.interval_settings:
             out["intervals"] = self.interval_settings
-        if self.columns:
+        if self.columns and per_sample:
             out["per_sample"] = per_sample_block(self.columns, self.samples)
         return json_safe(out)
 
-    def to_json(self) -> str:
-        """Strict JSON (NaN and ±inf written as null)."""
-        return strict_json(self.to_dict())
+    def to_json(self, per_sample: bool = True) -> str:
+        """Strict JSON (NaN and ±inf written as null); ``per_sample=False``: without the per-sample block."""
+        return strict_json(self.to_dict(per_sample))
 
     def to_model_card(self, name: str | None = None, accuracy: float | None = None) -> str:
         """A Hugging Face model card (the text of a ``README.md``) carrying this audit: YAML front matter whose

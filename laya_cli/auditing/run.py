@@ -27,7 +27,7 @@ from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
 from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
-from .intervals import attach_intervals
+from .intervals import attach_intervals, class_intervals
 from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
 from .metrics import (
     accuracy,
@@ -465,10 +465,18 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties)
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
+    result.class_names = [str(c) for c in getattr(model, "classes", None) or []]
     attach_intervals(result, per, common, settings)  # --ci: bootstrap intervals (auditing/intervals.py)
     if settings.by_class:
-        result.by_class = _by_class(list(getattr(model, "classes", None) or []), plan, stages, common, per)
+        classes = list(getattr(model, "classes", None) or [])
+        result.by_class = _by_class(classes, plan, stages, common, per)
+        rows = {_class_name(classes, c): (labels == c).cpu().numpy() for c in labels.unique(sorted=True).tolist()}
+        class_intervals(result.by_class, rows, result.columns, settings)  # --ci: per class, as the overall ones
     return result
+
+
+def _class_name(classes: list[str], c: int) -> str:
+    return classes[c] if c < len(classes) else str(c)
 
 
 def _samples(index, common: dict[str, Tensor], per: dict[str, dict[str, Tensor]]) -> dict:
@@ -491,7 +499,7 @@ def _by_class(classes: list[str], plan: AuditPlan, stages, common, per) -> dict[
     labels, preds, out = common["label"], common["pred"], {}
     for c in labels.unique(sorted=True).tolist():
         rows = labels == c
-        out[classes[c] if c < len(classes) else str(c)] = ClassScores(
+        out[_class_name(classes, c)] = ClassScores(
             n=int(rows.sum()),
             accuracy=accuracy(preds[rows], labels[rows]),
             methods=_scores(plan, per, common, stages, rows),

@@ -51,6 +51,7 @@ from .options import (
     MaxMemory,
     MetricColumns,
     ModelPath,
+    PerSample,
     Precision,
     RandomisationSamples,
     Reduce,
@@ -100,6 +101,7 @@ def audit(
     bootstrap: Bootstrap = AUDIT.bootstrap,
     gate_on: GateOn = "estimate",
     inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
+    per_sample: PerSample = True,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.names import groups_of, parse_methods, parse_metric_groups
@@ -135,13 +137,12 @@ def audit(
             bootstrap=bootstrap,
         ).validate()
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
-        files = AuditOutputs(json_out, markdown, junit)
-        files.check_writable()
+        files = AuditOutputs(json_out, markdown, junit).check_writable()
         result = run_job(model, settings, methods, scope, gates, (dataset, data_dir, encoding), samples, cache, job)
     result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
-    render(result, doc, outcome, settings.metrics, files, quiet, seconds=time.perf_counter() - started)
+    render(result, doc, outcome, settings.metrics, files, quiet, time.perf_counter() - started, per_sample)
     exit_for(outcome.verdict, inconclusive_exit)
 
 
@@ -183,8 +184,9 @@ def exit_for(verdict, inconclusive_exit: int) -> None:
         raise typer.Exit(inconclusive_exit)
 
 
-def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: float) -> None:
-    """The tables (unless quiet), the files asked for (rank 0), the failed checks and the verdict line."""
+def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: float, per_sample: bool = True) -> None:
+    """The tables (unless quiet), the files asked for (rank 0; ``--no-per-sample``: the JSON without its
+    ``per_sample`` block, which the gates have already read), the failed checks and the verdict line."""
     from ..report.audit import verdict_line
     from ..runtime import distributed
     from ..runtime.tracking.events import log_audit
@@ -192,6 +194,8 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
 
     compared, run, verdict = outcome.compared, current_run(), verdict_line(outcome.verdict, result.n_samples)
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
+    if not per_sample:
+        doc.pop("per_sample", None)
     if not quiet:
         print_tables(result, columns, compared)
     text = markdown_text(result, outcome, columns, compared)

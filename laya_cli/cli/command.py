@@ -1,4 +1,4 @@
-"""``LayaCommand``: the commands that run a job (train, audit, depth, export, bench) all take ``--config FILE``,
+"""``LayaCommand``: the commands that run a job (train, audit, depth, export, bench, diff) all take ``--config FILE``,
 ``-v/--verbose`` and ``--log-to`` the same way, added here rather than to each command's parameters.
 
 Before the command runs, ``start`` refuses ``-q`` with ``-v``, records the resolved options (defaults, the
@@ -150,4 +150,4 @@ class SharedOptions:
 
 
 class LayaCommand(SharedOptions, TyperCommand):
-    """A job's command (train, audit, depth, export, bench): its own options and the shared ones."""
+    """A job's command (train, audit, depth, export, bench, diff): its own options and the shared ones."""

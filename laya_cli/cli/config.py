@@ -1,4 +1,4 @@
-"""``--config run.toml``: any option of ``laya train|audit|depth|export`` from a TOML file, and the resolved
+"""``--config run.toml``: any option of ``laya train|audit|depth|export|bench|diff`` from a TOML file, and the resolved
 options a run records (the checkpoint's ``options``, the audit JSON's ``options``).
 
 The file holds ``key = value`` lines at the top level and/or in a table named after the command (``[train]``,
@@ -16,7 +16,7 @@ from pathlib import Path
 from ..runtime.errors import LayaError
 
 # Tables named after these are one command's options; a command reads its own and skips the others'.
-COMMANDS = ("train", "audit", "depth", "export", "bench", "info")
+COMMANDS = ("train", "audit", "depth", "export", "bench", "diff", "info")
 # Options a file cannot set: the file itself, and --help.
 NOT_IN_FILE = ("config", "help")
 # Not recorded with a run: how it was shown or logged, or continued (a replay starts afresh).

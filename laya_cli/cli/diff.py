@@ -1,5 +1,6 @@
 """``laya diff A.pt B.pt``: what changed between two versions of a model on the same samples (the job:
-``diffing.job.diff_models``); exit 1 when ``--fail-if-changed`` names a class (or ``any``) that changed."""
+``auditing.diff.job.diff_models``); exit 1 when ``--fail-if-changed`` names a class (or ``any``) that changed.
+Like the other commands it takes ``--config``, ``-v`` and ``--log-to`` (``LayaCommand``, command.py) and ``-q``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import typer
 from ..runtime import progress
 from ..runtime.config import TIE_TOL
 from .common import EXIT_GATE_FAILED, console, err_console, pick_device
-from .options import DataDir, Device, Encoding, EvalDataset, JsonOut, MarkdownOut, Samples, SubsetSeed, TieTol
+from .options import DataDir, Device, Encoding, EvalDataset, JsonOut, MarkdownOut, Quiet, Samples, SubsetSeed, TieTol
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
 ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candidate, B).", show_default=False)]
@@ -48,6 +49,7 @@ def diff(
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     device: Device = "auto",
+    quiet: Quiet = False,
 ):
     """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests."""
     from ..auditing.diff.compare import DiffSettings
@@ -57,7 +59,9 @@ def diff(
     from ..runtime.config import check_at_least, check_tie_tol
     from ..runtime.errors import LayaError, match_choice
     from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
+    from ..runtime.tracking.events import log_diff
     from ..stats.multiple import CORRECTIONS
+    from .command import current_run
 
     check_at_least("--permutations", permutations)
     if not 0 < alpha < 1:
@@ -66,18 +70,20 @@ def diff(
     settings = DiffSettings(permutations, alpha, correction, seed, check_tie_tol(tie_tol))
     check_outputs(json_out, markdown)
     gate = check_gate(fail_if_changed, list(load_model(model_a).classes))
-    with progress.enabled(True):
+    with progress.enabled(not quiet):
         result = diff_models(
             str(model_a), str(model_b), dataset, data_dir, samples, seed, settings, device=pick_device(device),
             scope=scope.lower(), encoding=encoding,
         )  # fmt: skip
-    doc = result.to_dict()
-    for table in diff_rich_tables(doc):
+    doc, run = result.to_dict(), current_run()
+    doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
+    for table in [] if quiet else diff_rich_tables(doc):
         console.print(table)
     if json_out is not None:
         atomic_write_text(json_out, strict_json(doc))
     if markdown is not None:
         atomic_write_text(markdown, diff_markdown(doc))
+    log_diff(run.track(f"diff {model_a} {model_b}"), doc, [json_out, markdown])
     hit = result.changed if gate == "any" else [c for c in result.changed if c == gate] if gate else []
     if hit:
         err_console.print(f"[bold red]fail-if-changed:[/] layer usage changed significantly: {', '.join(hit)}")

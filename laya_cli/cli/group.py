@@ -210,7 +210,7 @@ app.command(cls=LayaCommand)(train.train)  # --config, -v, --log-to: command.py
 app.command(cls=LayaCommand)(audit.audit)
 app.command(cls=LayaCommand)(depth.depth)
 app.command(cls=LayaCommand)(export.export)
-app.command()(diff.diff)  # no job options to record: laya diff only reads two checkpoints
+app.command(cls=LayaCommand)(diff.diff)
 app.command(cls=LayaCommand)(bench.bench)
 app.command()(info.info)
 

@@ -263,7 +263,17 @@ InternalBatchSize = Annotated[
 AuditBatchSize = Annotated[
     int | None, typer.Option(help="Samples per audited batch (default: 256, fewer when --max-memory needs it).")
 ]
-ByClass = Annotated[bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class.")]
+ByClass = Annotated[
+    bool, typer.Option("--by-class", help="Add faithfulness and Deletion@1 per class (with intervals, as --ci).")
+]
+PerSample = Annotated[
+    bool,
+    typer.Option(
+        "--per-sample/--no-per-sample",
+        help="Keep the per-sample scores in --json (what a --gate-on bound --max-drop baseline needs); "
+        "--no-per-sample leaves them out (a smaller file).",
+    ),
+]
 Scope = Annotated[
     str,
     typer.Option(
@@ -685,7 +695,8 @@ LogTo = Annotated[
         envvar="LAYA_LOG_TO",
         metavar="TRACKER[:TARGET]",
         callback=_check_log_to,
-        help="Also log the run to an experiment tracker: mlflow[:TRACKING_URI] or tensorboard[:LOG_DIR] (needs "
-        "pip install 'laya-audit[mlflow]' or '[tensorboard]'; docs/integrations.md). Env: LAYA_LOG_TO.",
+        help="Also log the run to an experiment tracker: mlflow[:TRACKING_URI], tensorboard[:LOG_DIR] or "
+        "wandb[:PROJECT] (needs pip install 'laya-audit[mlflow]', '[tensorboard]' or '[wandb]'; "
+        "docs/integrations.md). Env: LAYA_LOG_TO.",
     ),
 ]

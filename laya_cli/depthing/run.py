@@ -52,6 +52,18 @@ class DepthResult:
     def to_json(self) -> str:
         return strict_json(self.to_dict())
 
+    def __repr__(self) -> str:
+        """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
+        from ..report.notebook import depth_text
+
+        return depth_text(self.to_dict())
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: report.html's depth section, its accuracy-against-compute plot inline."""
+        from ..report.notebook import depth_html
+
+        return depth_html(self.to_dict())
+
     def to_pandas(self):
         """The truncation table, one row per depth ``k`` (the index): ``layer``, ``accuracy``, ``macro_f1``
         and ``delta`` (vs the full model) of the model cut after tap k (α masked; None for a head without

@@ -99,6 +99,18 @@ class Export:
     def accuracy(self) -> float:
         return float(self.table["correct"].mean()) if len(self.table) else float("nan")
 
+    def __repr__(self) -> str:
+        """A summary line and the attention-shift table as plain text, at a terminal's width."""
+        from ..report.notebook import export_text
+
+        return export_text(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the class × layer picture of mean α inline, the per-layer and shift tables."""
+        from ..report.notebook import export_html
+
+        return export_html(self)
+
     def matrix(self, subset: str = "all", quantity: str = "alpha", stat: str = "mean") -> np.ndarray:
         """(C, L) class × layer matrix of one statistic from the profiles."""
         if self.profiles is None:

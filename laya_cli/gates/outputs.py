@@ -48,9 +48,10 @@ class AuditOutputs:
     markdown: str | Path | None = None
     junit: str | Path | None = None
 
-    def check_writable(self) -> None:
-        """Each file asked for can be written: a LayaError now, not after the audit."""
+    def check_writable(self) -> AuditOutputs:
+        """Each file asked for can be written: a LayaError now, not after the audit. Returns these outputs."""
         check_outputs(self.json, self.markdown, self.junit)
+        return self
 
     def write(self, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0) -> str | None:
         """Write each file asked for, atomically, and append ``markdown`` to the job summary; returns the warning

@@ -4,8 +4,10 @@ A ``--fail-under METRIC=T`` check passes when the metric's interval lies at or a
 below, and is **inconclusive** when it straddles T. A ``--max-drop METRIC=A`` check takes the paired interval of
 (candidate − baseline) — both audits' per-sample scores, on the very same samples, resampled together — and
 passes when it lies at or above −A, fails when it lies below, and is inconclusive otherwise. Each check says the
-smallest change its sample count resolves: the interval's half-width. Accuracy and network-scope checks keep
-the point value (they have no per-sample columns here). No torch: numpy only.
+smallest change its sample count resolves: the interval's half-width. An accuracy check reads the Wilson score
+interval of the accuracy (``--fail-under``) or Newcombe's hybrid score interval of its change (``--max-drop``;
+``stats.proportion``). Network-scope checks keep the point value (they have no per-sample columns here). No
+torch: numpy only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from ..runtime.errors import LayaError
 from ..stats.audit_columns import STATISTICS, paired_change
 from ..stats.compact import decode_index, unpack
+from ..stats.proportion import newcombe_difference, wilson
 from .checks import Check
 
 GATE_ON = ("estimate", "bound")
@@ -47,7 +50,7 @@ def check_paired(baseline: Mapping, current: Mapping) -> None:
     if not base:
         raise LayaError(
             "--gate-on bound with --max-drop needs the baseline's per-sample scores, which its JSON lacks "
-            "(written by an older laya): audit the baseline model again with --json"
+            "(written with --no-per-sample, or by an older laya): audit the baseline model again with --json"
         )
     b, c = base.get("index"), (now or {}).get("index")
     if b is not None and c is not None and not np.array_equal(decode_index(b), decode_index(c)):
@@ -83,8 +86,45 @@ def _decided(check: Check, verdict: str, low: float, high: float, message: str) 
     )
 
 
+def _correct(doc: Mapping) -> tuple[int, int] | None:
+    """An audit's (correct, n) from its accuracy and sample count (None: not recorded)."""
+    acc, n = doc.get("accuracy"), doc.get("n_samples")
+    if not isinstance(acc, (int, float)) or not isinstance(n, int) or not np.isfinite(acc) or n <= 0:
+        return None
+    return round(acc * n), n
+
+
+def accuracy_on_bound(check: Check, current: Mapping, baseline: Mapping | None, level: float) -> Check:
+    """An accuracy check decided by an interval: ``--fail-under`` by the Wilson score interval of the accuracy,
+    ``--max-drop`` by Newcombe's interval of its change (current − baseline) against −(allowed drop)."""
+    now = _correct(current)
+    if check.bar is None or check.skipped or check.measured is None or now is None:
+        return check
+    if check.gate == "fail-under":
+        found, bar, what = wilson(*now, level), check.bar, f"accuracy {check.measured:.4f}, Wilson"
+    else:
+        base = _correct(baseline or {})
+        if base is None:
+            return check
+        found, bar = newcombe_difference(base, now, level), -check.bar
+        what = f"accuracy change {now[0] / now[1] - base[0] / base[1]:+.4f}, Newcombe"
+    verdict = _verdict(found.low, found.high, bar)
+    if verdict == "undefined":
+        return check
+    versus = f"vs {check.bar:g}" if check.gate == "fail-under" else f"vs allowed drop {check.bar:g}"
+    message = (
+        f"{what} {level * 100:g}% CI [{found.low:.4f}, {found.high:.4f}] {versus}: {verdict.upper()} "
+        f"(smallest resolvable margin ±{found.half_width:.4f} at {now[1]} samples"
+        + _needed(found.estimate - bar, found.half_width, now[1], verdict)
+        + ")"
+    )
+    return _decided(check, verdict, found.low, found.high, message)
+
+
 def threshold_on_bound(check: Check, doc: Mapping, level: float) -> Check:
     """A ``--fail-under`` check of a head-scope method decided by the metric's interval (``ci`` in the JSON)."""
+    if check.method is None and check.metric == "accuracy":
+        return accuracy_on_bound(check, doc, None, level)
     if check.method is None or check.measured is None or check.bar is None or check.skipped:
         return check
     block = ((doc.get("methods") or {}).get(check.method) or {}).get("ci", {}).get(check.metric)
@@ -106,6 +146,8 @@ def threshold_on_bound(check: Check, doc: Mapping, level: float) -> Check:
 
 def drop_on_bound(check: Check, baseline: Mapping, current: Mapping, bound: BoundSettings) -> Check:
     """A ``--max-drop`` check of a head-scope method decided by the paired interval of (candidate − baseline)."""
+    if check.method is None and check.metric == "accuracy":
+        return accuracy_on_bound(check, current, baseline, bound.level)
     if check.method is None or check.skipped or check.bar is None or check.metric not in STATISTICS:
         return check
     base, now = sample_columns(baseline, check.method), sample_columns(current, check.method)
@@ -129,7 +171,7 @@ def drop_on_bound(check: Check, baseline: Mapping, current: Mapping, bound: Boun
 
 def on_bound(checks: Sequence[Check], current: Mapping, baseline: Mapping | None, bound: BoundSettings) -> list[Check]:
     """Every check decided by its interval where it has one (the others by their point value)."""
-    if baseline is not None and any(c.gate == "max-drop" for c in checks):
+    if baseline is not None and any(c.gate == "max-drop" and c.method is not None for c in checks):
         check_paired(baseline, current)
     out = []
     for c in checks:

@@ -125,6 +125,7 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
                     f">= {t.value:g}",
                     ok,
                     f"{t.metric} {value:.4f} " + (">=" if ok else "<") + f" {t.value:g}",
+                    bar=t.value,
                 )
             )
             continue

@@ -25,7 +25,7 @@ from .cells import (
     md_table,
     rich_table,
 )
-from .intervals import ci_cell, interval_columns, vs_laya_rows
+from .intervals import ci_cell, ci_header, ci_text, interval_columns, vs_laya_rows
 
 AUDIT_COLUMNS = [
     Column("faithfulness", "faithfulness", best=True),
@@ -179,12 +179,25 @@ def class_rows(result, key: str) -> list[list[Cell]]:
         top = best(r.get(key) for r in rows.values() if r.get("available", True))
         cells = [
             Cell(
-                fmt(r.get(key)), "best" if r.get("available", True) and top is not None and r.get(key) == top else None
+                with_ci(r, key), "best" if r.get("available", True) and top is not None and r.get(key) == top else None
             )
             for r in (rows[m] for m in result.methods)
         ]
         out.append([Cell(name), Cell(str(cls.n)), Cell(fmt(cls.accuracy)), *cells])
     return out
+
+
+def with_ci(row: dict, key: str) -> str:
+    """A class table's value, followed by its interval when the audit computed one (``0.812 [0.771, 0.850]``)."""
+    block = (row.get("ci") or {}).get(key)
+    return fmt(row.get(key)) + (f" {ci_text(block)}" if block and block.get("ci_low") is not None else "")
+
+
+def class_caption(result) -> str | None:
+    """Under the class tables: the intervals' level, when they have any."""
+    cls = result.by_class.values()
+    level = next((i.level for c in cls for s in c.methods.values() for i in s.intervals.values()), None)
+    return f"value [{ci_header(level)}], bootstrap over the class's samples" if level else None
 
 
 def audit_class_tables(result) -> list[Table]:
@@ -193,10 +206,10 @@ def audit_class_tables(result) -> list[Table]:
         return []
     tables = []
     for key, title, _ in CLASS_TABLES:
-        table = rich_table(title)
+        table = rich_table(title, caption=class_caption(result), caption_justify="left")
         table.add_column("class", style="bold")
-        for header in ("n", "acc.", *result.methods):
-            table.add_column(header, justify="right", no_wrap=True)
+        for header in ("n", "acc.", *result.methods):  # a value wraps before its interval rather than being cut
+            table.add_column(header, justify="right", no_wrap=header in ("n", "acc."))
         for row in class_rows(result, key):
             table.add_row(*marked(row, RICH_MARKS))
         tables.append(table)
@@ -241,6 +254,8 @@ def audit_markdown(
         for key, _, title_ in CLASS_TABLES:  # unmarked: the class tables' Markdown has never marked the best
             body = [[c.text for c in row] for row in class_rows(result, key)]
             lines += ["", f"#### {title_}", "", *md_table(header, body)]
+        if (caption := class_caption(result)) is not None:
+            lines += ["", f"_{caption}_"]
     return "\n".join(lines + closing_lines(result.notes, misses, drop_misses)) + "\n"
 
 

@@ -44,6 +44,18 @@ class DiffResult:
     overall: dict  # the whole set: js, p_value, and the per-layer means
     classes: dict[str, dict] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
+        from ...report.notebook import diff_text
+
+        return diff_text(self.to_dict())
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the tables and the class × layer picture of the change (B − A)."""
+        from ...report.notebook import diff_html
+
+        return diff_html(self.to_dict())
+
     @property
     def changed(self) -> list[str]:
         """The classes whose layer usage changed significantly (corrected p below the level)."""

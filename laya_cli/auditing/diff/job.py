@@ -69,6 +69,16 @@ def diff_models(
     data_b = load_eval_data(b, dataset, data_dir, samples, seed, device, use_cache=use_cache, encoding=encoding)
     if not np.array_equal(np.asarray(data_a.index), np.asarray(data_b.index)):
         raise LayaError(f"{path_a} and {path_b} were evaluated on different samples: give both the same --dataset")
+    result = compare_models(a, b, data_a, data_b, settings, ablation, device, scope, use_cache)
+    result.settings.update(model_a=str(path_a), model_b=str(path_b), samples=samples, sample_seed=seed)
+    return result
+
+
+def compare_models(
+    a, b, data_a, data_b, settings: DiffSettings, ablation: str, device: str, scope: str = "head", use_cache=True
+) -> DiffResult:
+    """Two loaded, comparable models on their evaluation data (the same samples in the same order), compared:
+    what ``laya diff`` and ``laya_cli.diff`` both run."""
     pa = model_profiles(a, data_a.features, ablation, device=device)
     pb = model_profiles(b, data_b.features, ablation, device=device)
     if scope == "network":
@@ -76,7 +86,7 @@ def diff_models(
         pb.delta = network_deltas(b, data_b.images, ablation, device=device, use_cache=use_cache)
     result = compare_profiles(pa, pb, list(a.classes), list(a.layer_names), settings)
     result.settings.update(
-        model_a=str(path_a), model_b=str(path_b), dataset=data_a.dataset, samples=samples, sample_seed=seed,
-        ablation=ablation, head_a=a.head_kind, head_b=b.head_kind, scope=scope,
+        model_a="A", model_b="B", dataset=getattr(data_a, "dataset", None), ablation=ablation,
+        head_a=a.head_kind, head_b=b.head_kind, scope=scope,
     )  # fmt: skip
     return result

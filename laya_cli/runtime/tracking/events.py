@@ -1,5 +1,5 @@
 """What each command logs to a tracker, from the plain results it already has (a checkpoint's records, the
-JSON documents of ``laya audit``, ``laya depth`` and ``laya bench``). Metric names are ``metric_key``'s:
+JSON documents of ``laya audit``, ``laya depth``, ``laya diff`` and ``laya bench``). Metric names are ``metric_key``'s:
 ``<metric>/<method>`` for the audit (``faithfulness/ig``), so a tracker's chart of one metric shows the
 methods side by side, and the method is also each key's last part."""
 
@@ -90,6 +90,19 @@ def log_bench(tracker: Tracker, doc: dict, files) -> None:
                 values[metric_key(k, head, method)] = (scores.get(k) or {}).get("mean")
         tracker.metrics(values)
     tracker.tags({"laya.heads": ",".join(doc.get("heads") or {})})
+    log_files(tracker, files)
+
+
+def log_diff(tracker: Tracker, doc: dict, files) -> None:
+    """A comparison of two models: the accuracies and their change, the overall divergence of the layer profiles
+    and its p-value, how many classes changed (and per class its divergence); the changed classes as a tag."""
+    acc, overall, classes = doc.get("accuracy") or {}, doc.get("overall") or {}, doc.get("classes") or {}
+    values = {metric_key("diff", "accuracy", k): acc.get(k) for k in ("a", "b", "change", "p_value")}
+    values.update({metric_key("diff", k): overall.get(k) for k in ("js", "p_value")})
+    values[metric_key("diff", "changed_classes")] = len(doc.get("changed_classes") or [])
+    values.update({metric_key("diff", "js", name): c.get("js") for name, c in classes.items()})
+    tracker.metrics(values)
+    tracker.tags({"laya.changed_classes": ",".join(doc.get("changed_classes") or []) or "none"})
     log_files(tracker, files)
 
 

@@ -1,7 +1,8 @@
 """The trackers ``--log-to`` knows, by name: the package each needs, the extra that installs it, the class.
 
 ``--log-to NAME[:TARGET]`` (or ``LAYA_LOG_TO``): ``mlflow`` (TARGET: a tracking URI; default: MLflow's own,
-``MLFLOW_TRACKING_URI`` or its default store) or ``tensorboard`` (TARGET: the log folder; default ``runs``). A
+``MLFLOW_TRACKING_URI`` or its default store), ``tensorboard`` (TARGET: the log folder; default ``runs``) or
+``wandb`` (TARGET: the project; default ``WANDB_PROJECT`` or ``laya``; ``WANDB_MODE=offline`` stays on disk). A
 tracker whose package is missing is one line naming the pip command (exit 2), before any work is done.
 """
 
@@ -26,6 +27,7 @@ class TrackerEntry:
 TRACKERS = {
     "mlflow": TrackerEntry("to_mlflow", "MlflowTracker", "mlflow", "mlflow"),
     "tensorboard": TrackerEntry("to_tensorboard", "TensorBoardTracker", "tensorboard", "tensorboard"),
+    "wandb": TrackerEntry("to_wandb", "WandbTracker", "wandb", "wandb"),
 }
 NONE = ("", "none", "off", "0", "false")
 
