@@ -33,6 +33,11 @@ SKIP = [
         "--backbone hf:./my-llama",
         "needs a model folder and WordNet for minutes of training (tests/test_text.py and benchmarks/text.py do both)",
     ),
+    (
+        "--ablation bypass",
+        "needs a residual model whose blocks keep their input's shape (the README's digits MLP is none): "
+        "tests/test_removal.py runs it on BERT, GPT-2 and Llama",
+    ),
     ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),
     ("--config run.toml", "reads the user's own run.toml (tests/test_config_file.py writes and replays one)"),
     (
