@@ -216,3 +216,15 @@ def test_laya_audit_compares_atp_at_both_scopes(trained, tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["methods"]["atp"]["available"] and doc["network"]["methods"]["atp"]["available"]
+
+
+def test_laya_diff_removes_by_bypass_at_network_scope(trained, tmp_path):
+    out = tmp_path / "d.json"
+    r = invoke("diff", trained, trained, "--scope", "network", "--ablation", "bypass", "--samples", "12",
+               "--permutations", "20", "--json", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["ablation"] == "bypass" and doc["settings"]["scope"] == "network"
+    assert "network scope (bypass removal)" in " ".join(r.output.split())
+    head_scope = invoke("diff", trained, trained, "--ablation", "bypass", "--samples", "12")
+    assert_user_error(head_scope, "removes a block inside the network")

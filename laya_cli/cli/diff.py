@@ -12,7 +12,19 @@ import typer
 from ..runtime import progress
 from ..runtime.config import TIE_TOL
 from .common import EXIT_GATE_FAILED, console, err_console, pick_device
-from .options import DataDir, Device, Encoding, EvalDataset, JsonOut, MarkdownOut, Quiet, Samples, SubsetSeed, TieTol
+from .options import (
+    Ablation,
+    DataDir,
+    Device,
+    Encoding,
+    EvalDataset,
+    JsonOut,
+    MarkdownOut,
+    Quiet,
+    Samples,
+    SubsetSeed,
+    TieTol,
+)
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
 ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candidate, B).", show_default=False)]
@@ -45,6 +57,7 @@ def diff(
     correction: Correction = "holm",
     fail_if_changed: FailIfChanged = None,
     scope: DiffScope = "head",
+    ablation: Ablation = "mean",
     tie_tol: TieTol = TIE_TOL,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
@@ -73,7 +86,7 @@ def diff(
     with progress.enabled(not quiet):
         result = diff_models(
             str(model_a), str(model_b), dataset, data_dir, samples, seed, settings, device=pick_device(device),
-            scope=scope.lower(), encoding=encoding,
+            scope=scope.lower(), encoding=encoding, ablation=ablation.lower(),
         )  # fmt: skip
     doc, run = result.to_dict(), current_run()
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)

@@ -53,7 +53,7 @@ def summary_line(doc: dict) -> str:
         f"{acc['a']:.4f} → {acc['b']:.4f} ({acc['change']:+.4f}; McNemar exact p = {_p(acc['p_value'])}, "
         f"{acc['a_only']} right only under A, {acc['b_only']} only under B) · layer profile ({doc['profile']}) "
         f"JS {doc['overall']['js']:.4f} bits, permutation p = {_p(doc['overall']['p_value'])} · "
-        f"LOLO Δ at {s.get('scope', 'head')} scope · "
+        f"LOLO Δ at {s.get('scope', 'head')} scope ({s.get('ablation', 'mean')} removal) · "
         f"{len(changed)} of {len(doc['classes'])} classes changed their layer usage "
         f"({s['correction']} corrected, level {s['alpha']:g}, {s['permutations']} permutations)"
     )
