@@ -52,13 +52,13 @@ def scoped(folder, name, ablation, reference=None):
     return backbone, head, network.NetworkScope(backbone, head, reference, ablation=ablation), x
 
 
-def stream_without(model: torch.nn.Module, layers: str, i: int, inputs: dict) -> list[torch.Tensor]:
-    """An independent forward of a copy of ``model`` whose layer list lacks layer ``i``: the residual stream as it
-    enters the first layer, then after each remaining layer."""
+def stream_without(model: torch.nn.Module, layers: str, drop, inputs: dict) -> list[torch.Tensor]:
+    """An independent forward of a copy of ``model`` whose layer list lacks the layers in ``drop``: the residual
+    stream as it enters the first kept layer, then after each kept layer."""
     model = copy.deepcopy(model)
     *parent, last = layers.split(".")
     owner = model.get_submodule(".".join(parent)) if parent else model
-    kept = torch.nn.ModuleList([m for j, m in enumerate(getattr(owner, last)) if j != i])
+    kept = torch.nn.ModuleList([m for j, m in enumerate(getattr(owner, last)) if j not in drop])
     setattr(owner, last, kept)
     stream = []
 
@@ -73,6 +73,12 @@ def stream_without(model: torch.nn.Module, layers: str, i: int, inputs: dict) ->
     return stream
 
 
+def taps_without(stream: list[torch.Tensor], n_layers: int, drop) -> list[torch.Tensor]:
+    """The original taps in a model without ``drop``: tap j is the stream after the kept layers up to j (a dropped
+    tap: what enters it, unchanged)."""
+    return [stream[sum(1 for m in range(j + 1) if m not in drop)] for j in range(n_layers)]
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("i", [0, 2, 3])
 def test_bypass_is_the_model_run_without_the_layer(folders, name, i):
@@ -84,9 +90,7 @@ def test_bypass_is_the_model_run_without_the_layer(folders, name, i):
     effects = scope.effects(x, hs, feats, target)
 
     inputs = backbone.adapter(x)  # the same token batch (cut after its longest text) the scope ran
-    stream = stream_without(backbone.model, CONFIGS[name][1], i, inputs)
-    # taps before i: the stream after each layer; tap i: what enters it, unchanged; taps after i: shifted by one
-    taps = [stream[j + 1] for j in range(i)] + [stream[i]] + [stream[j] for j in range(i + 1, len(hs))]
+    taps = taps_without(stream_without(backbone.model, CONFIGS[name][1], {i}, inputs), len(hs), {i})
     removed = scope.probs([backbone.pool_tap(j, h) for j, h in enumerate(taps)]).gather(1, target[:, None]).squeeze(1)
     torch.testing.assert_close(effects[:, i], base - removed, rtol=0, atol=1e-5)
     assert (taps[-1] - hs[-1]).abs().max() > 1e-2  # removing the layer changes the last tap: the check is not vacuous
@@ -228,3 +232,38 @@ def test_laya_diff_removes_by_bypass_at_network_scope(trained, tmp_path):
     assert "network scope (bypass removal)" in " ".join(r.output.split())
     head_scope = invoke("diff", trained, trained, "--ablation", "bypass", "--samples", "12")
     assert_user_error(head_scope, "removes a block inside the network")
+
+
+@pytest.mark.parametrize("drop", [{1}, {0, 2}, {1, 2, 3}])
+def test_dropping_layers_is_the_model_run_without_them(folders, drop):
+    backbone, head, scope, x = scoped(folders, "llama", "bypass")
+    ours = backbone.bypassed_activations(x, drop)
+    theirs = taps_without(stream_without(backbone.model, CONFIGS["llama"][1], drop, backbone.adapter(x)), 4, drop)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_the_drop_table_scores_every_order_on_the_test_split(trained):
+    from laya_cli.depthing.dropping import drop_table
+    from laya_cli.model.evaldata import model_dataset
+    from laya_cli.model.laya_model import load_model
+
+    model = load_model(trained)
+    _, data = model_dataset(model)
+    val, test = (data.val.images, data.val.labels), (data.test.images, data.test.labels)
+    table = drop_table(model, val, test, k=2, draws=2)
+    assert set(table["orders"]) == {
+        "alpha",
+        "block_influence",
+        "network",
+        "greedy (validation)",
+        "random 1",
+        "random 2",
+    }
+    assert all(3 not in o for o in table["orders"].values())  # the last tap stays
+    rows = {(r["order"], r["k"]): r for r in table["rows"]}
+    full = rows[("alpha", 0)]["accuracy"]
+    assert all(rows[(name, 0)]["accuracy"] == full for name in table["orders"])  # nothing dropped: the model
+    one = table["orders"]["network"][0]  # dropping one layer is its bypass: the same predictions as the audit's patch
+    want = (dropped := rows[("network", 1)])["accuracy"]
+    assert dropped["dropped"] == [one] and 0 <= dropped["ci_low"] <= want <= dropped["ci_high"] <= 1

@@ -365,6 +365,28 @@ class TappedBackbone(nn.Module):
             replace = lambda j, output: _replace_first(output, new) if j == i else None
         return HookEngine(self.model, self.layer_names).run(self.adapter(x), k, replace=replace)
 
+    def bypassed_activations(self, x: Tensor, drop) -> list[Tensor]:
+        """Raw h_1..h_L from a full forward in which every tap in ``drop`` (indices) is bypassed: its output := its
+        input, so each later layer runs on the stream without those blocks (layer dropping, ``depthing.dropping``)."""
+        n = len(self.layer_names)
+        self.tap_modules()
+        drop, given = set(drop), {}
+
+        def keep(i, args, kwargs):
+            if i in drop:
+                given[i] = block_input(args, kwargs)
+
+        def replace(i, output):
+            if i not in drop:
+                return None
+            if given.get(i) is None or given[i].shape != first_tensor(output).shape:
+                raise LayaError(
+                    f"layer {self.layer_names[i]} cannot be dropped: its output has another shape than its input"
+                )
+            return _replace_first(output, lambda _: given[i])
+
+        return HookEngine(self.model, self.layer_names).run(self.adapter(x), n, pre=keep, replace=replace)
+
     # ------------------------------------------------------------------ truncation
 
     def truncated(self, k: int) -> TappedBackbone:
