@@ -265,7 +265,7 @@ def test_audit_settings_are_validated():
 
 def test_parse_methods():
     assert parse_methods("ig,gradxact") == ["laya", "ig", "gradxact", "random"]
-    assert parse_methods("all") == ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
+    assert parse_methods("all") == ["laya", "ig", "gradxact", "atp", "saliency", "contrib", "global", "random"]
     assert parse_methods("") == ["laya", "random"]
     assert parse_methods("laya,ig,ig") == ["laya", "ig", "random"]
     with pytest.raises(LayaError, match="unknown method 'gradx': did you mean gradxact"):
@@ -357,7 +357,7 @@ def test_the_gate_says_faithfulness_is_degenerate_on_a_last_head():
 
 def test_methods_and_heads_are_case_insensitive():
     assert parse_methods("IG,GradXAct,LAYA") == ["laya", "ig", "gradxact", "random"]
-    assert parse_methods("ALL") == ["laya", "ig", "gradxact", "saliency", "contrib", "global", "random"]
+    assert parse_methods("ALL") == ["laya", "ig", "gradxact", "atp", "saliency", "contrib", "global", "random"]
     assert parse_thresholds("IG:faithfulness=0.5") == [Threshold("faithfulness", 0.5, "ig")]
     assert AuditSettings(ablation="Mean", target="LABEL", reduce="Abs").validate().ablation == "mean"
     with pytest.raises(LayaError, match="unknown method 'IGG': did you mean ig"):
