@@ -1,0 +1,435 @@
+"""Every model type transformers ships, through laya's whole pipeline: ``python -m benchmarks.zoo --sweep --source hf
+--all [--only a,b] [--json FILE] [--markdown FILE] [--timeout S]``.
+
+The types are ``AutoModel``'s (``MODEL_MAPPING_NAMES``). Each is built from its own default config, shrunk
+generically (``shrink``: layers, widths, heads, feed-forward sizes, experts, vocabulary, image size; sub-configs
+too) with ``AutoModel.from_config``, saved with ``save_pretrained`` and run as a user would:
+``laya train --backbone hf:DIR`` on a few synthetic samples (token texts or drawn images) for one epoch, then
+``laya audit --scope both`` (default settings, IG refinement included), ``laya export`` and
+``laya depth --truncate``. Each model runs in a forked child with a timeout, so a hang or a crash is one row.
+
+A row is **pass** (every step exit 0), **refused** (a step exits 2 with a one-line reason), **crash** (exit 3, a
+timeout, a dead child) or **out of scope**: a type that cannot be built from a config offline, or whose model takes
+neither ``input_ids`` nor ``pixel_values`` (audio, time series, multimodal inputs without a text or vision tower
+laya reduces to). Failures are grouped by reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import os
+import random
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+LAYERS, HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB, IMAGE, PATCH = 3, 32, 2, 16, 64, 512, 32, 8
+INT_RULES = {  # config attribute -> a small value (only ints are touched)
+    **dict.fromkeys(
+        (
+            "num_hidden_layers",
+            "num_layers",
+            "n_layer",
+            "n_layers",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "encoder_layers",
+            "decoder_layers",
+            "num_text_layers",
+            "num_vision_layers",
+        ),
+        LAYERS,
+    ),
+    **dict.fromkeys(
+        ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "embedding_size", "word_embed_proj_dim"), HIDDEN
+    ),
+    **dict.fromkeys(
+        ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"), HEADS
+    ),
+    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    **dict.fromkeys(("head_dim", "kv_channels", "d_kv", "attention_head_dim"), HEAD_DIM),
+    **dict.fromkeys(
+        (
+            "intermediate_size",
+            "ffn_dim",
+            "d_ff",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "n_inner",
+            "ffn_hidden_size",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "expert_intermediate_size",
+        ),
+        FFN,
+    ),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "moe_k", "num_selected_experts"), 2),
+    "image_size": IMAGE,
+}
+DERIVED = {"num_layers", "hidden_size", "num_hidden_layers"}  # what a staged config computes from its stages
+WIDTH_LISTS = ("hidden_sizes", "embed_dims", "dims", "channels", "hidden_dims", "neck_hidden_sizes")
+LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
+
+
+@dataclass
+class Row:
+    model_type: str
+    status: str = ""  # pass | refused | crash | out of scope
+    stage: str = ""  # build | train | audit | export | depth
+    reason: str = ""
+    kind: str = ""  # text | vision
+    shrink: str = ""  # how far the config was shrunk: full | layers | none
+    seconds: float = 0.0
+    steps: dict = field(default_factory=dict)  # step -> exit code
+
+
+class OutOfScope(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _sub_configs(config):
+    from transformers import PretrainedConfig
+
+    for value in list(vars(config).values()):
+        if isinstance(value, PretrainedConfig):
+            yield value
+
+
+def _special_ids(config) -> list[int]:
+    ids = []
+    for key, value in vars(config).items():
+        if re.search(r"_(token_id|token_index|id)$", key) and isinstance(value, int) and value >= 0:
+            ids.append(value)
+        elif key.endswith("_token_id") and isinstance(value, list):
+            ids += [v for v in value if isinstance(v, int)]
+    return ids
+
+
+def shrink(config, full: bool = True):
+    """``config`` made small in place: fewer layers always; with ``full``, narrower too (widths, heads,
+    feed-forward, experts, per-stage lists, image size, vocabulary — never below the special token ids)."""
+    for sub in _sub_configs(config):
+        shrink(sub, full)
+    staged = isinstance(getattr(config, "depths", None), (list, tuple))  # Swin-like: layers, width follow the stages
+    for key, small in INT_RULES.items():
+        value = getattr(config, key, None)
+        is_layers = small == LAYERS and "layer" in key
+        if staged and key in DERIVED:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > small and (full or is_layers):
+            setattr(config, key, small)
+    if not full:
+        return config
+    for key, small in LIST_RULES.items():
+        value = getattr(config, key, None)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
+            setattr(config, key, [min(v, small) for v in value])
+    for key in WIDTH_LISTS:  # per-stage widths: scaled so the first is 32 (GroupNorm's 32 groups still divide)
+        value = getattr(config, key, None)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value) and value[0] > 32:
+            factor = value[0] // 32
+            setattr(config, key, [max(8, v // factor) for v in value])
+    size = getattr(config, "image_size", None)
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) and v > 64 for v in size):
+        config.image_size = [64, 64]
+    patch = getattr(config, "patch_size", None)
+    if isinstance(patch, int) and patch > PATCH:
+        config.patch_size = PATCH
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int) and vocab > VOCAB:
+        config.vocab_size = max([VOCAB, *(i + 1 for i in _special_ids(config) if i < vocab)])
+    if getattr(config, "layer_types", None) and isinstance(getattr(config, "num_hidden_layers", None), int):
+        config.layer_types = list(config.layer_types)[: config.num_hidden_layers]
+    return config
+
+
+def _input_kind(model) -> str:
+    """text | vision: the input of what laya taps (its reduction of the model: the base model, an encoder–decoder's
+    encoder, a dual model's vision tower); OutOfScope when that takes neither tokens nor images."""
+    from laya_cli.backbones.hf import _base_model, is_text
+    from laya_cli.runtime.errors import LayaError
+
+    try:
+        tapped = _base_model(model, model.config.model_type)
+    except LayaError as e:
+        raise OutOfScope(str(e).split(": ", 1)[-1]) from None
+    return "text" if is_text(tapped) else "vision"
+
+
+def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
+    """Build the smallest config of ``model_type`` that ``AutoModel`` builds, save it to ``folder``: (kind,
+    shrink). OutOfScope when no config builds offline or the model takes neither tokens nor images."""
+    import torch
+    import transformers
+
+    try:
+        base = transformers.AutoConfig.for_model(model_type)
+    except Exception as e:
+        raise OutOfScope(f"no config offline: {_line(e)}") from None
+    error, built = None, None
+    for how in ("full", "layers", "none"):
+        config = type(base).from_dict(base.to_dict())
+        if how != "none":
+            shrink(config, full=how == "full")
+        try:
+            torch.manual_seed(0)
+            model = transformers.AutoModel.from_config(config)
+        except Exception as e:
+            error = e
+            continue
+        kind = _input_kind(model)
+        built = built or (model, kind, how)
+        if _runs(model, kind) and _reloads(transformers, model, folder):  # a shrink that breaks the model is ours
+            return kind, how
+    if built is None:
+        raise OutOfScope(f"AutoModel cannot build it from its config: {_line(error)}")
+    model, kind, how = built
+    model.save_pretrained(folder)
+    return kind, how
+
+
+def _reloads(transformers, model, folder: Path) -> bool:
+    """Saved to ``folder``, whether ``AutoModel.from_pretrained`` loads it back (the config round-trips)."""
+    try:
+        model.save_pretrained(folder)
+        transformers.AutoModel.from_pretrained(folder)
+        return True
+    except Exception:
+        return False
+
+
+def _runs(model, kind: str) -> bool:
+    """Whether what laya taps runs on a small batch of its input (tokens, or images at its size)."""
+    import torch
+
+    from laya_cli.backbones.hf import _base_model
+
+    try:
+        tapped = _base_model(model, model.config.model_type)
+        with torch.no_grad():
+            if kind == "text":
+                tapped(input_ids=torch.randint(0, 100, (1, 8)))
+            else:
+                size = getattr(tapped.config, "image_size", 224)
+                size = size[0] if isinstance(size, (list, tuple)) else size
+                tapped(pixel_values=torch.rand(1, getattr(tapped.config, "num_channels", 3), size, size))
+        return True
+    except Exception:
+        return False
+
+
+def _line(e: BaseException | None) -> str:
+    text = str(e).strip().splitlines() if e is not None else []
+    return f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
+# --------------------------------------------------------------------------- data and the pipeline
+
+WORDS = {
+    "sport": "ball goal team match score player".split(),
+    "food": "bread cheese apple soup rice pasta".split(),
+    "tech": "computer code network chip data server".split(),
+}
+
+
+def write_texts(root: Path, train: int = 24, test: int = 12) -> Path:
+    rng = random.Random(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", train), ("test", test)):
+        with open(root / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            for i in range(n):
+                topic = list(WORDS)[i % 3]
+                w.writerow([" ".join(rng.choices(WORDS[topic], k=5) + ["the", "a"]), topic])
+    return root
+
+
+def _image_side(folder: Path) -> int:
+    config = json.loads((folder / "config.json").read_text())
+    for c in (config, config.get("vision_config") or {}):
+        size = c.get("image_size")
+        size = size[0] if isinstance(size, list) and size else size
+        if isinstance(size, int):
+            return size
+    return 224
+
+
+def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tuple[str, list[str]]]:
+    ckpt, small = work / "m.pt", work / "small.pt"
+    if kind == "text":
+        dataset = ["--dataset", f"csv:{data / 'text'}", "--max-length", "16"]
+    else:
+        side = _image_side(folder)
+        images = data / f"images{side}"
+        if not images.exists():
+            from benchmarks.synthetic import make_image_folder
+
+            make_image_folder(images, per_class=6, size=side)
+        dataset = ["--dataset", f"folder:{images}"]
+    common = ["--device", "cpu", "-q"]
+    return [
+        (
+            "train",
+            ["train", "--backbone", f"hf:{folder}", *dataset, "--epochs", "1", "--batch-size", "8"]
+            + ["--out", str(ckpt), *common],
+        ),
+        ("audit", ["audit", str(ckpt), "--scope", "both", *common]),
+        ("export", ["export", str(ckpt), "--out", str(work / "export"), "--no-plots", "--overwrite", *common]),
+        ("depth", ["depth", str(ckpt), "--truncate", "2", "--out", str(small), "--device", "cpu"]),
+    ]
+
+
+def _reason(output: str, code: int) -> str:
+    """The one line a step said: a refusal's message; a crash's exception line (before laya's 'internal error')."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    if code == 3:
+        tb = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*", ln)]
+        return tb[-1][:200] if tb else (lines[-1][:200] if lines else "")
+    errs = [ln for ln in lines if ln.lower().startswith(("error", "usage error"))]
+    return (errs[-1] if errs else (lines[-1] if lines else ""))[:200]
+
+
+def run_model(model_type: str, data: Path, work: Path) -> Row:
+    """One type end to end, in this process (``sweep_all`` forks one per type)."""
+    from typer.testing import CliRunner
+
+    from laya_cli.cli.group import app
+
+    row, start = Row(model_type), time.perf_counter()
+    try:
+        row.kind, row.shrink = build_folder(model_type, work / "model")
+    except OutOfScope as e:
+        row.status, row.stage, row.reason = "out of scope", "build", str(e)
+        return row
+    os.environ["LAYA_CACHE_DIR"] = str(work / "cache")
+    for stage, args in pipeline_steps(work / "model", row.kind, data, work):
+        res = CliRunner().invoke(app, args)
+        row.steps[stage] = res.exit_code
+        if res.exit_code != 0:
+            row.stage, row.reason = stage, _reason(res.output, res.exit_code)
+            row.status = "refused" if res.exit_code == 2 else "crash"
+            break
+    else:
+        row.status = "pass"
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def _child(model_type: str, data: Path, work: Path, out: Path) -> None:
+    import warnings
+
+    import transformers
+
+    warnings.simplefilter("ignore")
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        row = run_model(model_type, data, work)
+    except BaseException as e:  # noqa: BLE001 - the sweep's own failure is a row too
+        row = Row(model_type, "crash", "sweep", _line(e))
+    out.write_text(json.dumps(asdict(row)))
+
+
+def run_isolated(model_type: str, data: Path, timeout: float) -> Row:
+    """``run_model`` in a forked child: a hang past ``timeout`` or a dead child is a crash row."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"laya-hf-{model_type[:20]}-") as tmp:
+        work, out = Path(tmp), Path(tmp) / "row.json"
+        proc = multiprocessing.get_context("fork").Process(target=_child, args=(model_type, data, work, out))
+        proc.start()
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            row = Row(model_type, "crash", "timeout", f"no result within {timeout:.0f} s")
+        elif out.is_file():
+            row = Row(**json.loads(out.read_text()))
+        else:
+            row = Row(model_type, "crash", "child", f"the child died (exit {proc.exitcode})")
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def model_types(only=()) -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    types = sorted(MODEL_MAPPING_NAMES)
+    return [t for t in types if t in only] if only else types
+
+
+def sweep_all(only=(), timeout: float = 120.0, say=print, json_file: str | None = None) -> list[Row]:
+    import transformers  # noqa: F401 - imported once, before the forks
+
+    import laya_cli.cli.group  # noqa: F401
+
+    types = model_types(only)
+    say(f"transformers model types: {len(types)} to run")
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="laya-hf-data-") as tmp:
+        data = Path(tmp)
+        write_texts(data / "text")
+        for i, t in enumerate(types, 1):
+            row = run_isolated(t, data, timeout)
+            rows.append(row)
+            what = row.status + (f" at {row.stage}: {row.reason[:110]}" if row.status != "pass" else "")
+            say(f"  [{i}/{len(types)}] {t:36s} {row.kind:6s} {row.seconds:6.1f}s  {what}")
+            if json_file:
+                Path(json_file).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    return rows
+
+
+def _generic(reason: str) -> str:
+    """A reason without the names of models, paths and numbers that make every row's text differ."""
+    reason = re.sub(r"hf:\S+", "hf:DIR", reason)
+    reason = re.sub(r"/tmp/\S+", "PATH", reason)
+    return re.sub(r"\d+", "N", reason)[:140]
+
+
+def summary(rows: list[Row]) -> list[str]:
+    in_scope = [r for r in rows if r.status != "out of scope"]
+    n_pass = sum(r.status == "pass" for r in in_scope)
+    by = defaultdict(int)
+    for r in rows:
+        by[r.status] += 1
+    pct = 100 * n_pass / len(in_scope) if in_scope else 0.0
+    lines = [
+        f"{n_pass} of {len(in_scope)} in-scope transformers model types pass train → audit --scope both → export → "
+        f"depth --truncate ({pct:.0f} %); refused (exit 2): {by['refused']}; crash: {by['crash']}; "
+        f"out of scope: {by['out of scope']} (of {len(rows)} types)"
+    ]
+    for status in ("crash", "refused", "out of scope"):
+        groups = defaultdict(list)
+        for r in rows:
+            if r.status == status:
+                groups[(r.stage, _generic(r.reason))].append(r.model_type)
+        if groups:
+            lines.append(f"{status}:")
+        for (stage, reason), names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            lines.append(
+                f"  {len(names):3d} at {stage}: {reason}  [{', '.join(names[:12])}{' …' if len(names) > 12 else ''}]"
+            )
+    return lines
+
+
+def markdown(rows: list[Row], seconds: float) -> str:
+    head = "| model type | input | result | stage | reason | seconds |\n|---|---|---|---|---|---|\n"
+    body = "\n".join(
+        f"| `{r.model_type}` | {r.kind or '—'} | {r.status} | {r.stage if r.status != 'pass' else ''} | "
+        f"{r.reason.replace('|', '/')[:140]} | {r.seconds:.1f} |"
+        for r in rows
+    )
+    tail = "\n".join(f"- {ln.strip()}" for ln in summary(rows))
+    return f"{head}{body}\n\n{tail}\n\nThe whole sweep: {seconds / 60:.1f} min.\n"
