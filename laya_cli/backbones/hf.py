@@ -66,15 +66,35 @@ def _config(transformers, where: str, cached: bool):
         raise LayaError(f"hf:{where}: cannot read its config: {type(e).__name__}: {_first_line(e)}") from None
 
 
+def _encoder(model: nn.Module) -> nn.Module:
+    """An encoder–decoder's encoder (T5, BART, Switch, T5Gemma…): what reads the input, its layers laya taps (the
+    decoder needs decoder inputs a classifier has none of); any other model as it is."""
+    get = getattr(model, "get_encoder", None)
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False) or not callable(get):
+        return model
+    try:
+        encoder = get()
+    except Exception:  # noqa: BLE001 - a model whose get_encoder is not its own: keep the whole model
+        return model
+    usable = isinstance(encoder, nn.Module) and encoder is not model and hasattr(encoder, "config")
+    return encoder if usable and getattr(encoder, "main_input_name", "") in INPUTS else model
+
+
+INPUTS = ("input_ids", "pixel_values")
+
+
 def _base_model(model: nn.Module, where: str) -> nn.Module:
-    """The transformer under a task model; CLIP-style dual towers: the vision tower."""
+    """The transformer under a task model; an encoder–decoder's encoder; CLIP-style dual towers: the vision tower."""
     initialised = getattr(model, "laya_initialised_weights", None)
-    model = getattr(model, "base_model", model)
+    model = _encoder(getattr(model, "base_model", model))
     if initialised is not None:
         model.laya_initialised_weights = initialised
+    vision = getattr(model, "vision_model", None)
+    tower = isinstance(vision, nn.Module) and getattr(vision, "main_input_name", "") == "pixel_values"
+    if tower and isinstance(getattr(model, "text_model", None), nn.Module):
+        return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…) whose main input is the text's: its images' tower
     if not is_text(model) and getattr(model, "main_input_name", "") != "pixel_values":
-        vision = getattr(model, "vision_model", None)
-        if isinstance(vision, nn.Module) and getattr(vision, "main_input_name", "") == "pixel_values":
+        if tower:
             return vision
         raise LayaError(f"hf:{where} takes {getattr(model, 'main_input_name', '?')}: laya taps text and image models")
     return model
@@ -383,7 +403,13 @@ class HFFamily(Family):
         return f"hf pretrained {folder.resolve() if folder else model_name}"
 
 
-LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers")  # how configs name their number of layers
+LAYER_COUNTS = (
+    "num_hidden_layers",
+    "n_layer",
+    "n_layers",
+    "num_layers",
+    "encoder_layers",
+)  # how configs name their number of layers
 
 
 def _fewer_calls(model: nn.Module, taps, k: int) -> nn.Module | None:
