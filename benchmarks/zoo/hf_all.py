@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+NO_SIZE = 64  # the image side of a model whose config names none (a CNN: any side)
 LAYERS, HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB, IMAGE, PATCH = 3, 32, 2, 16, 64, 512, 32, 8
 INT_RULES = {  # config attribute -> a small value (only ints are touched)
     **dict.fromkeys(
@@ -219,7 +220,7 @@ def _runs(model, kind: str) -> bool:
             if kind == "text":
                 tapped(input_ids=torch.randint(0, 100, (1, 8)))
             else:
-                size = getattr(tapped.config, "image_size", 224)
+                size = getattr(tapped.config, "image_size", NO_SIZE)
                 size = size[0] if isinstance(size, (list, tuple)) else size
                 tapped(pixel_values=torch.rand(1, getattr(tapped.config, "num_channels", 3), size, size))
         return True
@@ -261,7 +262,7 @@ def _image_side(folder: Path) -> int:
         size = size[0] if isinstance(size, list) and size else size
         if isinstance(size, int):
             return size
-    return 224
+    return NO_SIZE
 
 
 def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tuple[str, list[str]]]:
@@ -275,7 +276,7 @@ def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tupl
             from benchmarks.synthetic import make_image_folder
 
             make_image_folder(images, per_class=6, size=side)
-        dataset = ["--dataset", f"folder:{images}"]
+        dataset = ["--dataset", f"folder:{images}", "--input-size", str(side)]
     common = ["--device", "cpu", "-q"]
     return [
         (

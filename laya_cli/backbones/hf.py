@@ -14,6 +14,7 @@ by their image processor's mean and std.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -55,8 +56,22 @@ def local_dir(model_name: str) -> Path | None:
     return None
 
 
+def main_input(model: nn.Module) -> str:
+    """What the model reads: its ``main_input_name`` where its forward takes it, else the one of ``input_ids`` and
+    ``pixel_values`` its forward takes (a vision tower that inherits ``input_ids`` from its base class: SmolVLM's)."""
+    name = getattr(model, "main_input_name", "")
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return name
+    if name in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return name
+    takes = [n for n in INPUTS if n in params]
+    return takes[0] if len(takes) == 1 else name
+
+
 def is_text(model: nn.Module) -> bool:
-    return getattr(model, "main_input_name", "") == "input_ids"
+    return main_input(model) == "input_ids"
 
 
 def _config(transformers, where: str, cached: bool):
@@ -77,7 +92,7 @@ def _encoder(model: nn.Module) -> nn.Module:
     except Exception:  # noqa: BLE001 - a model whose get_encoder is not its own: keep the whole model
         return model
     usable = isinstance(encoder, nn.Module) and encoder is not model and hasattr(encoder, "config")
-    return encoder if usable and getattr(encoder, "main_input_name", "") in INPUTS else model
+    return encoder if usable and main_input(encoder) in INPUTS else model
 
 
 INPUTS = ("input_ids", "pixel_values")
@@ -90,13 +105,13 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
     if initialised is not None:
         model.laya_initialised_weights = initialised
     vision = getattr(model, "vision_model", None)
-    tower = isinstance(vision, nn.Module) and getattr(vision, "main_input_name", "") == "pixel_values"
+    tower = isinstance(vision, nn.Module) and main_input(vision) == "pixel_values"
     if tower and isinstance(getattr(model, "text_model", None), nn.Module):
         return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…) whose main input is the text's: its images' tower
-    if not is_text(model) and getattr(model, "main_input_name", "") != "pixel_values":
+    if not is_text(model) and main_input(model) != "pixel_values":
         if tower:
             return vision
-        raise LayaError(f"hf:{where} takes {getattr(model, 'main_input_name', '?')}: laya taps text and image models")
+        raise LayaError(f"hf:{where} takes {main_input(model) or '?'}: laya taps text and image models")
     return model
 
 
