@@ -94,6 +94,14 @@ class OutOfScope(Exception):
     pass
 
 
+def _get(config, key: str):
+    """``config.key``, None where it is absent or not one value (a per-layer attribute raises on access)."""
+    try:
+        return _get(config, key)
+    except Exception:
+        return None
+
+
 # --------------------------------------------------------------------------- configs
 
 
@@ -120,9 +128,9 @@ def shrink(config, full: bool = True):
     feed-forward, experts, per-stage lists, image size, vocabulary — never below the special token ids)."""
     for sub in _sub_configs(config):
         shrink(sub, full)
-    staged = isinstance(getattr(config, "depths", None), (list, tuple))  # Swin-like: layers, width follow the stages
+    staged = isinstance(_get(config, "depths"), (list, tuple))  # Swin-like: layers, width follow the stages
     for key, small in INT_RULES.items():
-        value = getattr(config, key, None)
+        value = _get(config, key)
         is_layers = small == LAYERS and "layer" in key
         if staged and key in DERIVED:
             continue
@@ -131,24 +139,24 @@ def shrink(config, full: bool = True):
     if not full:
         return config
     for key, small in LIST_RULES.items():
-        value = getattr(config, key, None)
+        value = _get(config, key)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
             setattr(config, key, [min(v, small) for v in value])
     for key in WIDTH_LISTS:  # per-stage widths: scaled so the first is 32 (GroupNorm's 32 groups still divide)
-        value = getattr(config, key, None)
+        value = _get(config, key)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value) and value[0] > 32:
             factor = value[0] // 32
             setattr(config, key, [max(8, v // factor) for v in value])
-    size = getattr(config, "image_size", None)
+    size = _get(config, "image_size")
     if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) and v > 64 for v in size):
         config.image_size = [64, 64]
-    patch = getattr(config, "patch_size", None)
+    patch = _get(config, "patch_size")
     if isinstance(patch, int) and patch > PATCH:
         config.patch_size = PATCH
-    vocab = getattr(config, "vocab_size", None)
+    vocab = _get(config, "vocab_size")
     if isinstance(vocab, int) and vocab > VOCAB:
         config.vocab_size = max([VOCAB, *(i + 1 for i in _special_ids(config) if i < vocab)])
-    if getattr(config, "layer_types", None) and isinstance(getattr(config, "num_hidden_layers", None), int):
+    if _get(config, "layer_types") and isinstance(_get(config, "num_hidden_layers"), int):
         config.layer_types = list(config.layer_types)[: config.num_hidden_layers]
     return config
 

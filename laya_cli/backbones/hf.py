@@ -64,7 +64,7 @@ def main_input(model: nn.Module) -> str:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return name
-    if name in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    if name in params:
         return name
     takes = [n for n in INPUTS if n in params]
     return takes[0] if len(takes) == 1 else name
