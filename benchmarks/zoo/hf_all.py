@@ -97,7 +97,7 @@ class OutOfScope(Exception):
 def _get(config, key: str):
     """``config.key``, None where it is absent or not one value (a per-layer attribute raises on access)."""
     try:
-        return _get(config, key)
+        return getattr(config, key, None)
     except Exception:
         return None
 
