@@ -170,7 +170,7 @@ def _input_kind(model) -> str:
     try:
         tapped = _base_model(model, model.config.model_type)
     except LayaError as e:
-        raise OutOfScope(str(e).split(": ", 1)[-1]) from None
+        raise OutOfScope(str(e).replace(f"hf:{model.config.model_type} ", "")) from None
     return "text" if is_text(tapped) else "vision"
 
 

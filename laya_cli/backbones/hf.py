@@ -67,7 +67,25 @@ def main_input(model: nn.Module) -> str:
     if name in params:
         return name
     takes = [n for n in INPUTS if n in params]
-    return takes[0] if len(takes) == 1 else name
+    if len(takes) == 1:
+        return takes[0]
+    first = next((n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), name)
+    return name if takes else first  # neither (a vision tower fed patches: Glm4v's takes hidden_states)
+
+
+def probe_call(model: nn.Module, inputs):
+    """The model's own forward on a probe batch; a model that fails there is refused in one line naming its error
+    (a model transformers builds but cannot run on token ids or images alone), never a traceback."""
+    try:
+        return call_model(model, inputs)
+    except LayaError:
+        raise
+    except Exception as e:
+        what = "token ids" if "input_ids" in inputs else "images"
+        raise LayaError(
+            f"{type(model).__name__} cannot run on {what} alone (laya's probe batch): {type(e).__name__}: "
+            f"{_first_line(e)[:160]}"
+        ) from None
 
 
 def is_text(model: nn.Module) -> bool:
@@ -203,7 +221,7 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
             )
     try:
         with torch.no_grad(), eval_mode(model):
-            result = call_model(model, {**inputs, "output_hidden_states": True})
+            result = probe_call(model, {**inputs, "output_hidden_states": True})
     finally:
         for h in handles:
             h.remove()
@@ -252,8 +270,8 @@ def causal(model: nn.Module) -> bool:
     changed = {**inputs, "input_ids": inputs["input_ids"].clone()}
     changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % model.get_input_embeddings().num_embeddings
     with torch.no_grad(), eval_mode(model):
-        a = call_model(model, inputs).last_hidden_state[:, 0]
-        b = call_model(model, changed).last_hidden_state[:, 0]
+        a = probe_call(model, inputs).last_hidden_state[:, 0]
+        b = probe_call(model, changed).last_hidden_state[:, 0]
     return bool(torch.allclose(a, b, atol=1e-5))
 
 
@@ -268,7 +286,7 @@ def _prefix_tokens(model: nn.Module) -> int:
         inputs = _probe_inputs(model)
         side = inputs["pixel_values"].shape[-1]
         with torch.no_grad(), eval_mode(model):
-            first = call_model(model, {**inputs, "output_hidden_states": True}).hidden_states[0]
+            first = probe_call(model, {**inputs, "output_hidden_states": True}).hidden_states[0]
         patches = (side // cfg.patch_size) ** 2
         cached = int(first.shape[1] - patches) if first.ndim == 3 and first.shape[1] >= patches else 0
         model._laya_prefix_tokens = cached
