@@ -124,8 +124,8 @@ def _special_ids(config) -> list[int]:
 
 
 def shrink(config, full: bool = True):
-    """``config`` made small in place: fewer layers always; with ``full``, narrower too (widths, heads,
-    feed-forward, experts, per-stage lists, image size, vocabulary — never below the special token ids)."""
+    """``config`` made small in place: fewer layers and a smaller image always; with ``full``, narrower too (widths,
+    heads, feed-forward, experts, per-stage lists, vocabulary — never below the special token ids)."""
     for sub in _sub_configs(config):
         shrink(sub, full)
     staged = isinstance(_get(config, "depths"), (list, tuple))  # Swin-like: layers, width follow the stages
@@ -134,7 +134,12 @@ def shrink(config, full: bool = True):
         is_layers = small == LAYERS and "layer" in key
         if staged and key in DERIVED:
             continue
-        if isinstance(value, int) and not isinstance(value, bool) and value > small and (full or is_layers):
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and value > small
+            and (full or is_layers or key == "image_size")
+        ):
             setattr(config, key, small)
     if not full:
         return config
@@ -223,14 +228,14 @@ def _runs(model, kind: str) -> bool:
     from laya_cli.backbones.hf import _base_model
 
     try:
-        tapped = _base_model(model, model.config.model_type)
+        tapped = _base_model(model, model.config.model_type).eval()
         with torch.no_grad():
             if kind == "text":
-                tapped(input_ids=torch.randint(0, 100, (1, 8)))
+                tapped(input_ids=torch.randint(0, 100, (2, 8)))
             else:
                 size = getattr(tapped.config, "image_size", NO_SIZE)
                 size = size[0] if isinstance(size, (list, tuple)) else size
-                tapped(pixel_values=torch.rand(1, getattr(tapped.config, "num_channels", 3), size, size))
+                tapped(pixel_values=torch.rand(2, getattr(tapped.config, "num_channels", 3), size, size))
         return True
     except Exception:
         return False
