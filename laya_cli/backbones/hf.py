@@ -114,6 +114,7 @@ def _encoder(model: nn.Module) -> nn.Module:
 
 
 INPUTS = ("input_ids", "pixel_values")
+VISION_TOWERS = ("vision_model", "vision_encoder")  # where a model of several parts keeps its image tower
 
 
 def _base_model(model: nn.Module, where: str) -> nn.Module:
@@ -122,10 +123,10 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
     model = _encoder(getattr(model, "base_model", model))
     if initialised is not None:
         model.laya_initialised_weights = initialised
-    vision = getattr(model, "vision_model", None)
-    tower = isinstance(vision, nn.Module) and main_input(vision) == "pixel_values"
-    if tower and isinstance(getattr(model, "text_model", None), nn.Module):
-        return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…) whose main input is the text's: its images' tower
+    vision = next((t for t in map(lambda a: getattr(model, a, None), VISION_TOWERS) if isinstance(t, nn.Module)), None)
+    tower = vision is not None and vision is not model and main_input(vision) == "pixel_values"
+    if tower and (isinstance(getattr(model, "text_model", None), nn.Module) or main_input(model) == "pixel_values"):
+        return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…), or an image model of several parts (SAM): its tower
     if not is_text(model) and main_input(model) != "pixel_values":
         if tower:
             return vision
@@ -199,10 +200,25 @@ def _probe_inputs(model: nn.Module, length: int = 12):
     if is_text(model):
         ids = torch.randint(0, int(model.get_input_embeddings().num_embeddings), (2, length), generator=g)
         return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-    cfg = model.config
-    size = getattr(cfg, "image_size", 224)
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    return {"pixel_values": torch.rand(2, getattr(cfg, "num_channels", 3), size, size, generator=g).to(device)}
+    channels, size = image_geometry(model.config)
+    return {"pixel_values": torch.rand(2, channels, size, size, generator=g).to(device)}
+
+
+def _image_setting(config, key: str):
+    """``key`` of an image model's config, or of its vision sub-config where the top level has none (SAM's)."""
+    read = (lambda c, k: c.get(k)) if isinstance(config, dict) else (lambda c, k: getattr(c, k, None))
+    for cfg in (config, read(config, "vision_config"), read(config, "backbone_config")):
+        value = read(cfg, key) if cfg is not None else None
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def image_geometry(config) -> tuple[int, int]:
+    """(channels, side) of an image model's input, from its config (3 and 224 where it names none)."""
+    return _image_setting(config, "num_channels") or 3, _image_setting(config, "image_size") or 224
 
 
 def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
@@ -255,6 +271,11 @@ def layer_taps(model: nn.Module) -> list[str]:
         same = sum(_matches(out, h) for (_, out), h in zip(got, hidden[1:]))
         if best is None or same > best[0]:
             best = (same, [tap for tap, _ in got])
+    if best is None and not any(outs.values()):
+        raise LayaError(
+            f"{type(model).__name__}: no layer of it runs as a module call (its layers are called as layer.forward(), "
+            "which PyTorch's hooks never see): laya cannot tap it"
+        )
     if best is None:
         raise LayaError(
             f"{type(model).__name__}: no list of layers matches its {want} hidden states; "
@@ -354,10 +375,8 @@ class HFFamily(Family):
             mean, std = tuple(proc.image_mean), tuple(proc.image_std)
         except Exception:
             pass  # no image processor saved beside the model: ImageNet's statistics
-        size = getattr(model.config, "image_size", 224)
-        size = size[0] if isinstance(size, (list, tuple)) else int(size)
-        size = spec.input_size or size
-        return InputConfig(int(getattr(model.config, "num_channels", 3)), (size, size), mean, std)
+        channels, size = image_geometry(model.config)
+        return InputConfig(channels, (spec.input_size or size,) * 2, mean, std)
 
     def owns(self, model):
         return type(model).__module__.startswith("transformers.")
@@ -381,9 +400,7 @@ class HFFamily(Family):
         folder = local_dir(model_name)
         config = folder / "config.json" if folder else None
         if config is not None:
-            size = json.loads(config.read_text()).get("image_size")
-            if isinstance(size, int):
-                return size
+            return _image_setting(json.loads(config.read_text()), "image_size")
         return None
 
     def layouts(self, model):
