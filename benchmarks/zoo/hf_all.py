@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+MAX_PARAMS = 30_000_000  # a shrunk model the sweep runs on CPU in seconds; above it the row says the shrink fell short
 NO_SIZE = 64  # the image side of a model whose config names none (a CNN: any side)
 LAYERS, HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB, IMAGE, PATCH = 3, 32, 2, 16, 64, 512, 32, 8
 INT_RULES = {  # config attribute -> a small value (only ints are touched)
@@ -195,6 +196,14 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
         if how != "none":
             shrink(config, full=how == "full")
         try:
+            with torch.device("meta"):  # counted before anything is allocated
+                params = sum(p.numel() for p in transformers.AutoModel.from_config(config).parameters())
+            if params > MAX_PARAMS:
+                error = OutOfScope(
+                    f"the generic shrink leaves {params / 1e6:.0f} M parameters (the sweep's limit: "
+                    f"{MAX_PARAMS / 1e6:.0f} M)"
+                )
+                continue
             torch.manual_seed(0)
             model = transformers.AutoModel.from_config(config)
         except Exception as e:
@@ -204,6 +213,8 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
         built = built or (model, kind, how)
         if _runs(model, kind) and _reloads(transformers, model, folder):  # a shrink that breaks the model is ours
             return kind, how
+    if built is None and isinstance(error, OutOfScope):
+        raise error
     if built is None:
         raise OutOfScope(f"AutoModel cannot build it from its config: {_line(error)}")
     model, kind, how = built
@@ -384,10 +395,22 @@ def model_types(only=()) -> list[str]:
     return [t for t in types if t in only] if only else types
 
 
-def sweep_all(only=(), timeout: float = 120.0, say=print, json_file: str | None = None) -> list[Row]:
-    import transformers  # noqa: F401 - imported once, before the forks
+def warm_up() -> None:
+    """Import once, before the forks, what every child would import again: transformers' modeling machinery (a
+    first model costs seconds, the next ones a tenth of one) and laya's jobs."""
+    import importlib
 
-    import laya_cli.cli.group  # noqa: F401
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    transformers.AutoModel.from_config(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16))
+    for name in ("cli.group", "training", "auditing", "exporting", "depthing", "report"):
+        importlib.import_module(f"laya_cli.{name}")
+
+
+def sweep_all(only=(), timeout: float = 120.0, say=print, json_file: str | None = None) -> list[Row]:
+    warm_up()
 
     types = model_types(only)
     say(f"transformers model types: {len(types)} to run")
