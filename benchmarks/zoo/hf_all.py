@@ -74,6 +74,7 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
     **dict.fromkeys(("num_experts_per_tok", "moe_k", "num_selected_experts"), 2),
     "image_size": IMAGE,
 }
+FLOAT_RULES = {"width_coefficient": 0.25, "depth_coefficient": 0.25, "width_multiplier": 0.25}
 DERIVED = {"num_layers", "hidden_size", "num_hidden_layers"}  # what a staged config computes from its stages
 WIDTH_LISTS = ("hidden_sizes", "embed_dims", "dims", "channels", "hidden_dims", "neck_hidden_sizes")
 LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
@@ -148,6 +149,10 @@ def shrink(config, full: bool = True):
         value = _get(config, key)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
             setattr(config, key, [min(v, small) for v in value])
+    for key, small in FLOAT_RULES.items():  # EfficientNet-style scaling coefficients
+        value = _get(config, key)
+        if isinstance(value, float) and value > small:
+            setattr(config, key, small)
     for key in WIDTH_LISTS:  # per-stage widths: scaled so the first is 32 (GroupNorm's 32 groups still divide)
         value = _get(config, key)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value) and value[0] > 32:
