@@ -54,6 +54,9 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
         ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"), HEADS
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    **dict.fromkeys(("mamba_n_heads",), HEADS),
+    **dict.fromkeys(("vocab_size_per_layer_input",), VOCAB),
+    **dict.fromkeys(("hidden_size_per_layer_input",), 16),
     **dict.fromkeys(("head_dim", "kv_channels", "d_kv", "attention_head_dim"), HEAD_DIM),
     **dict.fromkeys(
         (
@@ -96,28 +99,12 @@ class OutOfScope(Exception):
     pass
 
 
-def _get(config, key: str):
-    """``config.key``, None where it is absent or not one value (a per-layer attribute raises on access)."""
-    try:
-        return getattr(config, key, None)
-    except Exception:
-        return None
-
-
 # --------------------------------------------------------------------------- configs
 
 
-def _sub_configs(config):
-    from transformers import PretrainedConfig
-
-    for value in list(vars(config).values()):
-        if isinstance(value, PretrainedConfig):
-            yield value
-
-
-def _special_ids(config) -> list[int]:
+def _special_ids(d: dict) -> list[int]:
     ids = []
-    for key, value in vars(config).items():
+    for key, value in d.items():
         if re.search(r"_(token_id|token_index|id)$", key) and isinstance(value, int) and value >= 0:
             ids.append(value)
         elif key.endswith("_token_id") and isinstance(value, list):
@@ -125,51 +112,71 @@ def _special_ids(config) -> list[int]:
     return ids
 
 
-def shrink(config, full: bool = True):
-    """``config`` made small in place: fewer layers and a smaller image always; with ``full``, narrower too (widths,
-    heads, feed-forward, experts, per-stage lists, vocabulary — never below the special token ids)."""
-    for sub in _sub_configs(config):
-        shrink(sub, full)
-    staged = isinstance(_get(config, "depths"), (list, tuple))  # Swin-like: layers, width follow the stages
+def _ints(value) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, int) for v in value)
+
+
+def shrink_dict(d: dict, full: bool = True) -> dict:
+    """A config's ``to_dict()`` made small in place (sub-configs too): fewer layers and a smaller image always; with
+    ``full``, narrower too (widths, heads, feed-forward, experts, per-stage lists, vocabulary — never below the
+    special token ids)."""
+    for value in d.values():
+        if isinstance(value, dict) and "model_type" in value:
+            shrink_dict(value, full)
+    staged = isinstance(d.get("depths"), (list, tuple))  # Swin-like: layers and width follow from the stages
     for key, small in INT_RULES.items():
-        value = _get(config, key)
-        is_layers = small == LAYERS and "layer" in key
-        if staged and key in DERIVED:
+        value, is_layers = d.get(key), small == LAYERS and "layer" in key
+        if staged and key in DERIVED or not (full or is_layers or key == "image_size"):
             continue
-        if (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and value > small
-            and (full or is_layers or key == "image_size")
-        ):
-            setattr(config, key, small)
-    if not full:
-        return config
+        if isinstance(value, int) and not isinstance(value, bool) and value > small:
+            d[key] = small
+    if full:
+        _shrink_widths(d)
+    if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
+        d["image_size"] = [64, 64]
+    layers = d.get("num_hidden_layers")
+    if isinstance(d.get("layer_types"), list) and isinstance(layers, int):
+        d["layer_types"] = d["layer_types"][:layers]
+    return d
+
+
+def _shrink_widths(d: dict) -> None:
     for key, small in LIST_RULES.items():
-        value = _get(config, key)
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
-            setattr(config, key, [min(v, small) for v in value])
+        if _ints(d.get(key)):
+            d[key] = [min(v, small) for v in d[key]]
     for key, small in FLOAT_RULES.items():  # EfficientNet-style scaling coefficients
-        value = _get(config, key)
-        if isinstance(value, float) and value > small:
-            setattr(config, key, small)
+        if isinstance(d.get(key), float) and d[key] > small:
+            d[key] = small
     for key in WIDTH_LISTS:  # per-stage widths: scaled so the first is 32 (GroupNorm's 32 groups still divide)
-        value = _get(config, key)
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value) and value[0] > 32:
-            factor = value[0] // 32
-            setattr(config, key, [max(8, v // factor) for v in value])
-    size = _get(config, "image_size")
-    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) and v > 64 for v in size):
-        config.image_size = [64, 64]
-    patch = _get(config, "patch_size")
-    if isinstance(patch, int) and patch > PATCH:
-        config.patch_size = PATCH
-    vocab = _get(config, "vocab_size")
+        if _ints(d.get(key)) and d[key][0] > 32:
+            factor = d[key][0] // 32
+            d[key] = [max(8, v // factor) for v in d[key]]
+    if isinstance(d.get("patch_size"), int) and d["patch_size"] > PATCH:
+        d["patch_size"] = PATCH
+    vocab = d.get("vocab_size")
     if isinstance(vocab, int) and vocab > VOCAB:
-        config.vocab_size = max([VOCAB, *(i + 1 for i in _special_ids(config) if i < vocab)])
-    if _get(config, "layer_types") and isinstance(_get(config, "num_hidden_layers"), int):
-        config.layer_types = list(config.layer_types)[: config.num_hidden_layers]
-    return config
+        d["vocab_size"] = max([VOCAB, *(i + 1 for i in _special_ids(d) if i < vocab)])
+
+
+def _changed(old: dict, new: dict) -> dict:
+    """What ``new`` changes of ``old``; a changed sub-config whole; the stages a backbone outputs reset (a staged
+    config with fewer layers computes them again)."""
+    out = {k: v for k, v in new.items() if old.get(k) != v}
+    if out:
+        out.update({k: None for k in ("out_features", "out_indices") if old.get(k) is not None})
+    return out
+
+
+def shrink(config, full: bool = True):
+    """A small copy of ``config``: its type built again with the shrunk values (``shrink_dict``) as arguments, so
+    what it derives from them (stage names, per-layer lists) follows."""
+    import copy
+
+    import transformers
+
+    old = config.to_dict()
+    changes = _changed(old, shrink_dict(copy.deepcopy(old), full))
+    return transformers.AutoConfig.for_model(config.model_type, **changes)
 
 
 def _input_kind(model) -> str:
@@ -197,10 +204,8 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
         raise OutOfScope(f"no config offline: {_line(e)}") from None
     error, built = None, None
     for how in ("full", "layers", "none"):
-        config = type(base).from_dict(base.to_dict())
-        if how != "none":
-            shrink(config, full=how == "full")
         try:
+            config = shrink(base, full=how == "full") if how != "none" else base
             with torch.device("meta"):  # counted before anything is allocated
                 params = sum(p.numel() for p in transformers.AutoModel.from_config(config).parameters())
             if params > MAX_PARAMS:
