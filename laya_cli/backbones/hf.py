@@ -27,7 +27,7 @@ from .engines import call_model, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
-from .tokens import set_tokenizer, text_input_from
+from .tokens import input_embeddings, set_tokenizer, text_input_from, vocabulary
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
@@ -127,6 +127,9 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
     tower = vision is not None and vision is not model and main_input(vision) == "pixel_values"
     if tower and (isinstance(getattr(model, "text_model", None), nn.Module) or main_input(model) == "pixel_values"):
         return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…), or an image model of several parts (SAM): its tower
+    text = getattr(model, "text_model", None)
+    if is_text(model) and input_embeddings(model) is None and isinstance(text, nn.Module) and is_text(text):
+        return text  # a text tower beside another (CLAP's audio): the tower that embeds the tokens
     if not is_text(model) and main_input(model) != "pixel_values":
         if tower:
             return vision
@@ -190,7 +193,9 @@ def _embedding_grads(model: nn.Module) -> None:
             return output.detach().requires_grad_(True)
         return output
 
-    model.get_input_embeddings().register_forward_hook(hook)
+    table = input_embeddings(model)
+    if table is not None:  # none: refused where its vocabulary is read (text_input)
+        table.register_forward_hook(hook)
     model._laya_embedding_grads = True
 
 
@@ -198,7 +203,7 @@ def _probe_inputs(model: nn.Module, length: int = 12):
     g = torch.Generator().manual_seed(0)
     device = next(model.parameters()).device
     if is_text(model):
-        ids = torch.randint(0, int(model.get_input_embeddings().num_embeddings), (2, length), generator=g)
+        ids = torch.randint(0, vocabulary(model), (2, length), generator=g)
         return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
     channels, size = image_geometry(model.config)
     return {"pixel_values": torch.rand(2, channels, size, size, generator=g).to(device)}
@@ -289,7 +294,7 @@ def causal(model: nn.Module) -> bool:
     probe, so the default pool is the last real token; an encoder's is its first ([CLS])."""
     inputs = _probe_inputs(model, 6)
     changed = {**inputs, "input_ids": inputs["input_ids"].clone()}
-    changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % model.get_input_embeddings().num_embeddings
+    changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % vocabulary(model)
     with torch.no_grad(), eval_mode(model):
         a = probe_call(model, inputs).last_hidden_state[:, 0]
         b = probe_call(model, changed).last_hidden_state[:, 0]
