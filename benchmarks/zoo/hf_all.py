@@ -55,6 +55,8 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), 1),
     **dict.fromkeys(("mamba_n_heads",), HEADS),
+    **dict.fromkeys(("rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim"), 8),
+    **dict.fromkeys(("v_head_dim", "kv_lora_rank", "q_lora_rank"), HEAD_DIM),
     **dict.fromkeys(("vocab_size_per_layer_input",), VOCAB),
     **dict.fromkeys(("hidden_size_per_layer_input",), 16),
     **dict.fromkeys(("head_dim", "kv_channels", "d_kv", "attention_head_dim"), HEAD_DIM),
@@ -243,20 +245,12 @@ def _reloads(transformers, model, folder: Path) -> bool:
 
 
 def _runs(model, kind: str) -> bool:
-    """Whether what laya taps runs on a small batch of its input (tokens, or images at its size)."""
-    import torch
-
-    from laya_cli.backbones.hf import _base_model
+    """Whether what laya taps runs on laya's own probe batch (a shrink that breaks the model is the sweep's)."""
+    from laya_cli.backbones.hf import _base_model, _probe_inputs, probe_call
 
     try:
         tapped = _base_model(model, model.config.model_type).eval()
-        with torch.no_grad():
-            if kind == "text":
-                tapped(input_ids=torch.randint(0, 100, (2, 8)))
-            else:
-                size = getattr(tapped.config, "image_size", NO_SIZE)
-                size = size[0] if isinstance(size, (list, tuple)) else size
-                tapped(pixel_values=torch.rand(2, getattr(tapped.config, "num_channels", 3), size, size))
+        probe_call(tapped, {**_probe_inputs(tapped), "output_hidden_states": True})
         return True
     except Exception:
         return False
