@@ -53,7 +53,7 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
     **dict.fromkeys(
         ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"), HEADS
     ),
-    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), HEADS),
     **dict.fromkeys(("mamba_n_heads",), HEADS),
     **dict.fromkeys(("rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim"), 8),
     **dict.fromkeys(("v_head_dim", "kv_lora_rank", "q_lora_rank"), HEAD_DIM),
@@ -134,6 +134,13 @@ def shrink_dict(d: dict, full: bool = True) -> dict:
             d[key] = small
     if full:
         _shrink_widths(d)
+    rope = d.get("rope_parameters") or d.get("rope_scaling")
+    if isinstance(rope, dict) and _ints(rope.get("mrope_section")) and isinstance(d.get("head_dim"), int):
+        half, k = d["head_dim"] // 2, len(rope["mrope_section"])  # sections of the rotary half, summing to it
+        rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
+    if isinstance(d.get("qk_rope_head_dim"), int) and "head_dim" in d:  # multi-head latent attention: rotary dims
+        d["head_dim"] = d["qk_rope_head_dim"]
+        d["qk_head_dim"] = d["qk_rope_head_dim"] + d.get("qk_nope_head_dim", 0)
     if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
         d["image_size"] = [64, 64]
     layers = d.get("num_hidden_layers")
@@ -164,8 +171,12 @@ def _changed(old: dict, new: dict) -> dict:
     """What ``new`` changes of ``old``; a changed sub-config whole; the stages a backbone outputs reset (a staged
     config with fewer layers computes them again)."""
     out = {k: v for k, v in new.items() if old.get(k) != v}
-    if out:
-        out.update({k: None for k in ("out_features", "out_indices") if old.get(k) is not None})
+    layers = out.get("num_hidden_layers")
+    if isinstance(layers, int) and not isinstance(new.get("depths"), list):  # a backbone's stages: one per layer
+        if _ints(old.get("out_indices")):
+            out["out_indices"] = [min(i, layers) for i in old["out_indices"][-1:]]
+        if isinstance(old.get("out_features"), list) and old["out_features"]:
+            out["out_features"] = [f"stage{layers}"]
     return out
 
 
