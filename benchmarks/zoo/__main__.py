@@ -2,7 +2,7 @@
 
 python -m benchmarks.zoo [--only NAME,NAME] [--no-pipeline] [--markdown FILE]
 python -m benchmarks.zoo --sweep [--source timm,torchvision,hf] [--only NAME,NAME] [--markdown FILE]
-python -m benchmarks.zoo --sweep --source hf --all [--only TYPE,TYPE] [--json FILE] [--markdown FILE] [--timeout S]
+python -m benchmarks.zoo --sweep --source hf --all [--only T,T] [--json F] [--markdown F] [--timeout S] [--rerun F]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> list[ZooResult]:
         "--all", action="store_true", help="with --sweep --source hf: every model type transformers ships (hf_all.py)"
     )
     parser.add_argument("--json", help="with --all: write the rows as JSON (rewritten after every model)")
+    parser.add_argument("--rerun", help="with --all: keep the rows of this earlier --json that passed, run the rest")
     parser.add_argument("--timeout", type=float, default=120.0, help="with --all: seconds per model (default 120)")
     args = parser.parse_args(argv)
     os.environ.setdefault("LAYA_OFFLINE", "1")
@@ -151,7 +152,7 @@ def hf_all_main(args) -> list:
     only = [n.strip() for n in (args.only or "").split(",") if n.strip()]
     start = time.perf_counter()
     say = lambda line: print(line, file=sys.stderr, flush=True)
-    rows = sweep_all(only, args.timeout, say=say, json_file=args.json)
+    rows = sweep_all(only, args.timeout, say=say, json_file=args.json, rerun=args.rerun)
     for line in summary(rows):
         print(line)
     if args.markdown:

@@ -424,17 +424,23 @@ def warm_up() -> None:
         importlib.import_module(f"laya_cli.{name}")
 
 
-def sweep_all(only=(), timeout: float = 120.0, say=print, json_file: str | None = None) -> list[Row]:
+def sweep_all(
+    only=(), timeout: float = 120.0, say=print, json_file: str | None = None, rerun: str | None = None
+) -> list[Row]:
+    """Every type (or ``only`` those), one forked child each; with ``rerun``, the rows of that earlier ``--json``
+    that passed are kept as they are and only the others run again."""
     warm_up()
 
     types = model_types(only)
-    say(f"transformers model types: {len(types)} to run")
+    kept = {r["model_type"]: Row(**r) for r in json.loads(Path(rerun).read_text())} if rerun else {}
+    kept = {t: r for t, r in kept.items() if r.status == "pass" and t in types}
+    say(f"transformers model types: {len(types)}, {len(types) - len(kept)} to run ({len(kept)} passed in {rerun})")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="laya-hf-data-") as tmp:
         data = Path(tmp)
         write_texts(data / "text")
         for i, t in enumerate(types, 1):
-            row = run_isolated(t, data, timeout)
+            row = kept.get(t) or run_isolated(t, data, timeout)
             rows.append(row)
             what = row.status + (f" at {row.stage}: {row.reason[:110]}" if row.status != "pass" else "")
             say(f"  [{i}/{len(types)}] {t:36s} {row.kind:6s} {row.seconds:6.1f}s  {what}")
