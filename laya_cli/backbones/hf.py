@@ -246,7 +246,7 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     finally:
         for h in handles:
             h.remove()
-    hidden = getattr(result, "hidden_states", None)
+    hidden = hidden_states(result)
     if hidden is None:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
     outs = {}
@@ -258,6 +258,16 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
             call = seen[c] = seen.get(c, -1) + 1
             outs[name].append((f"{name}.{c}" + (f"#{call}" if times[c] > 1 else ""), out))
     return list(hidden), outs
+
+
+def hidden_states(result):
+    """A forward's per-layer states: ``hidden_states``, or an encoder's where the model reads its input with an
+    encoder and returns those apart (DETR's ``encoder_hidden_states``: the layers laya taps); None if neither."""
+    for key in ("hidden_states", "encoder_hidden_states"):
+        hidden = getattr(result, key, None)
+        if isinstance(hidden, (tuple, list)) and hidden:
+            return hidden
+    return None
 
 
 def _matches(a, b) -> bool:
@@ -312,7 +322,7 @@ def _prefix_tokens(model: nn.Module) -> int:
         inputs = _probe_inputs(model)
         side = inputs["pixel_values"].shape[-1]
         with torch.no_grad(), eval_mode(model):
-            first = probe_call(model, {**inputs, "output_hidden_states": True}).hidden_states[0]
+            first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
         patches = (side // cfg.patch_size) ** 2
         cached = int(first.shape[1] - patches) if first.ndim == 3 and first.shape[1] >= patches else 0
         model._laya_prefix_tokens = cached
