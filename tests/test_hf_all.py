@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root ho
 
 transformers = pytest.importorskip("transformers")
 
-from benchmarks.zoo.hf_all import Row, model_types, run_isolated, shrink, summary, write_texts  # noqa: E402
+from benchmarks.zoo.hf_all import Row, model_types, run_isolated, shrink, summary, warm_up, write_texts  # noqa: E402
 
 FAST = {"bert": "text", "gpt2": "text", "t5": "text", "clip": "vision", "vit": "vision"}
 
@@ -24,6 +24,7 @@ FAST = {"bert": "text", "gpt2": "text", "t5": "text", "clip": "vision", "vit": "
 def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hf-all")
     write_texts(root / "text")
+    warm_up()  # transformers' modeling machinery imported once, not in every forked child
     return root
 
 
