@@ -23,7 +23,7 @@ from torch import nn
 
 from ..runtime.errors import LayaError
 from .chain import eval_mode
-from .engines import call_model, split_call
+from .engines import call_model, first_tensor, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
@@ -266,12 +266,17 @@ def hidden_states(result):
     for key in ("hidden_states", "encoder_hidden_states"):
         hidden = getattr(result, key, None)
         if isinstance(hidden, (tuple, list)) and hidden:
-            return hidden
+            return [first_tensor(h) for h in hidden]  # MaskFormer's Swin: (state, its spatial size) per layer
     return None
 
 
 def _matches(a, b) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    )
 
 
 def layer_taps(model: nn.Module) -> list[str]:
