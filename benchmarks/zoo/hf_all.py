@@ -135,8 +135,11 @@ def shrink_dict(d: dict, full: bool = True) -> dict:
     if full:
         _shrink_widths(d)
     rope = d.get("rope_parameters") or d.get("rope_scaling")
-    if isinstance(rope, dict) and _ints(rope.get("mrope_section")) and isinstance(d.get("head_dim"), int):
-        half, k = d["head_dim"] // 2, len(rope["mrope_section"])  # sections of the rotary half, summing to it
+    head_dim = d.get("head_dim")
+    if not isinstance(head_dim, int) and isinstance(d.get("hidden_size"), int) and d.get("num_attention_heads"):
+        head_dim = d["hidden_size"] // d["num_attention_heads"]
+    if isinstance(rope, dict) and _ints(rope.get("mrope_section")) and isinstance(head_dim, int):
+        half, k = head_dim // 2, len(rope["mrope_section"])  # sections of the rotary half, summing to it
         rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
     if isinstance(d.get("qk_rope_head_dim"), int) and "head_dim" in d:  # multi-head latent attention: rotary dims
         d["head_dim"] = d["qk_rope_head_dim"]

@@ -118,7 +118,28 @@ VISION_TOWERS = ("vision_model", "vision_encoder")  # where a model of several p
 
 
 def _base_model(model: nn.Module, where: str) -> nn.Module:
-    """The transformer under a task model; an encoder–decoder's encoder; CLIP-style dual towers: the vision tower."""
+    """The transformer under a task model; an encoder–decoder's encoder; CLIP-style dual towers: the vision tower.
+    A model whose forward needs more than its tokens or images (a vision tower fed ``grid_thw``) is refused."""
+    tapped = _reduced(model, where)
+    extra = _required_besides(tapped, main_input(tapped))
+    if extra:
+        raise LayaError(
+            f"hf:{where} takes {main_input(tapped)} and {', '.join(extra)}: laya feeds a model tokens or images alone"
+        )
+    return tapped
+
+
+def _required_besides(model: nn.Module, main: str) -> list[str]:
+    """The arguments the model's forward requires other than ``main`` (no default value)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [n for n, p in params.items() if p.kind in kinds and p.default is p.empty and n != main]
+
+
+def _reduced(model: nn.Module, where: str) -> nn.Module:
     initialised = getattr(model, "laya_initialised_weights", None)
     model = _encoder(getattr(model, "base_model", model))
     if initialised is not None:
