@@ -60,6 +60,8 @@ def main_input(model: nn.Module) -> str:
     """What the model reads: its ``main_input_name`` where its forward takes it, else the one of ``input_ids`` and
     ``pixel_values`` its forward takes (a vision tower that inherits ``input_ids`` from its base class: SmolVLM's)."""
     name = getattr(model, "main_input_name", "")
+    if not isinstance(name, str):  # OneFormer names two: pixel_values, task_inputs
+        name = next((n for n in name if n in INPUTS), "") if isinstance(name, (list, tuple)) else ""
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
