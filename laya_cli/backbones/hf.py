@@ -272,6 +272,13 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     hidden = hidden_states(result)
     if hidden is None:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
+    batch = len(next(iter(inputs.values())))
+    rows = {int(h.shape[0]) for h in hidden if isinstance(h, torch.Tensor) and h.ndim}
+    if rows != {batch}:  # Pixtral's vision tower packs a batch of images into one sequence
+        raise LayaError(
+            f"{type(model).__name__} gives hidden states of {sorted(rows)} rows for a batch of {batch}: it packs "
+            "its inputs together, and laya needs one row per sample"
+        )
     outs = {}
     for name, got in calls.items():
         times = {c: sum(1 for d, _ in got if d == c) for c, _ in got}
