@@ -313,11 +313,11 @@ def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]`` (the last may differ: a decoder's final norm), or whose count is theirs."""
     hidden, outs = _layer_outputs(model, _probe_inputs(model))
-    want = len(hidden) - 1
+    want, rows = len(hidden) - 1, len(hidden[0])
     best = None
     for got in outs.values():
-        if len(got) != want:
-            continue
+        if len(got) != want or not all(isinstance(o, torch.Tensor) and o.ndim and len(o) == rows for _, o in got):
+            continue  # a list whose outputs are not one row per sample (MobileViT's blocks run on unfolded patches)
         same = sum(_matches(out, h) for (_, out), h in zip(got, hidden[1:]))
         if best is None or same > best[0]:
             best = (same, [tap for tap, _ in got])
