@@ -276,8 +276,8 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     rows = {int(h.shape[0]) for h in hidden if isinstance(h, torch.Tensor) and h.ndim}
     if rows != {batch}:  # Pixtral's vision tower packs a batch of images into one sequence
         raise LayaError(
-            f"{type(model).__name__} gives hidden states of {sorted(rows)} rows for a batch of {batch}: it packs "
-            "its inputs together, and laya needs one row per sample"
+            f"{type(model).__name__} gives hidden states of {sorted(rows)} rows for a batch of {batch} (packed into "
+            "one sequence, or time first): laya needs one row per sample"
         )
     outs = {}
     for name, got in calls.items():
