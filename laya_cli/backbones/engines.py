@@ -176,7 +176,7 @@ class ReplayEngine(HookEngine):
             rows = len(h)
             module = self.hooks.modules[split_call(self.names[j])[0]]
             try:
-                h = first_tensor(module(h, *_rows(args, rows), **_rows(kwargs, rows)))
+                h = first_tensor(module(h.contiguous(), *_rows(args, rows), **_rows(kwargs, rows)))
             except Exception as e:  # a layer whose recorded call does not fit this batch: one line, not a traceback
                 detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
                 raise LayaError(
