@@ -2,6 +2,7 @@
 
 python -m benchmarks.zoo [--only NAME,NAME] [--no-pipeline] [--markdown FILE]
 python -m benchmarks.zoo --sweep [--source timm,torchvision,hf] [--only NAME,NAME] [--markdown FILE]
+python -m benchmarks.zoo --sweep --source hf --all [--only T,T] [--json F] [--markdown F] [--timeout S] [--rerun F]
 """
 
 from __future__ import annotations
@@ -35,8 +36,17 @@ def main(argv: list[str] | None = None) -> list[ZooResult]:
         help="with --sweep: torch threads (default 1: small models at small inputs gain nothing from more, and "
         "OpenMP threads that wait for a busy core make each op up to 100× slower)",
     )
+    parser.add_argument(
+        "--all", action="store_true", help="with --sweep --source hf: every model type transformers ships (hf_all.py)"
+    )
+    parser.add_argument("--json", help="with --all: write the rows as JSON (rewritten after every model)")
+    parser.add_argument("--rerun", help="with --all: keep the rows of this earlier --json that passed, run the rest")
+    parser.add_argument("--timeout", type=float, default=120.0, help="with --all: seconds per model (default 120)")
     args = parser.parse_args(argv)
     os.environ.setdefault("LAYA_OFFLINE", "1")
+    if args.sweep and args.all:
+        torch.set_num_threads(args.threads)
+        return hf_all_main(args)
     if args.sweep:
         torch.set_num_threads(args.threads)
         return sweep_main(args.source, args.only, args.markdown)
@@ -129,6 +139,27 @@ def sweep_main(source: str | None, only: str | None, markdown_file: str | None) 
     return [r for rs in results.values() for r in rs]
 
 
+def hf_all_main(args) -> list:
+    """``--sweep --source hf --all``: every transformers model type, one forked child each (``hf_all.py``)."""
+    from laya_cli.runtime import progress
+
+    from .hf_all import markdown as all_markdown
+    from .hf_all import summary, sweep_all
+
+    if args.source not in (None, "hf"):
+        raise SystemExit("--all sweeps transformers' model types: use it with --source hf")
+    progress.set_enabled(False)
+    only = [n.strip() for n in (args.only or "").split(",") if n.strip()]
+    start = time.perf_counter()
+    say = lambda line: print(line, file=sys.stderr, flush=True)
+    rows = sweep_all(only, args.timeout, say=say, json_file=args.json, rerun=args.rerun)
+    for line in summary(rows):
+        print(line)
+    if args.markdown:
+        Path(args.markdown).write_text(all_markdown(rows, time.perf_counter() - start))
+    return rows
+
+
 if __name__ == "__main__":
     results = main()
-    sys.exit(0 if all(r.passed for r in results) else 1)
+    sys.exit(0 if all(getattr(r, "passed", getattr(r, "status", "") != "crash") for r in results) else 1)

@@ -239,7 +239,8 @@ class NetworkScope:
     def _reference(self, i: int, h: Tensor) -> Tensor:
         """``reference[i]`` expanded to the batch ``h`` (a text batch cut after its longest: its first positions)."""
         ref = self.reference[i].to(h.device, h.dtype)
-        if h.ndim == 3 and ref.ndim == 2 and ref.shape[0] > h.shape[1]:  # a batch of texts cut after its longest
+        cut = h.ndim >= 3 and ref.ndim == h.ndim - 1 and ref.shape[0] > h.shape[1] and ref.shape[1:] == h.shape[2:]
+        if cut:  # a batch of texts cut after its longest (per position: B×L×d, or B×L×streams×d as DeepSeek-V4's)
             ref = ref[: h.shape[1]]
         if tuple(ref.shape) != tuple(h.shape[1:]):
             raise LayaError(

@@ -175,7 +175,14 @@ class ReplayEngine(HookEngine):
             args, kwargs = self.calls[j]
             rows = len(h)
             module = self.hooks.modules[split_call(self.names[j])[0]]
-            h = first_tensor(module(h, *_rows(args, rows), **_rows(kwargs, rows)))
+            try:
+                h = first_tensor(module(h.contiguous(), *_rows(args, rows), **_rows(kwargs, rows)))
+            except Exception as e:  # a layer whose recorded call does not fit this batch: one line, not a traceback
+                detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+                raise LayaError(
+                    f"layer {self.names[j]} cannot be called again from tap {self.names[i]} on a batch of {rows} "
+                    f"(prefix caching): {type(e).__name__}: {detail}"
+                ) from None
             out.append(h)
         return out
 

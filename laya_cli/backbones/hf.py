@@ -14,6 +14,7 @@ by their image processor's mean and std.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -22,11 +23,11 @@ from torch import nn
 
 from ..runtime.errors import LayaError
 from .chain import eval_mode
-from .engines import call_model, split_call
+from .engines import call_model, first_tensor, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
-from .tokens import set_tokenizer, text_input_from
+from .tokens import input_embeddings, set_tokenizer, text_input_from, vocabulary
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
@@ -55,8 +56,42 @@ def local_dir(model_name: str) -> Path | None:
     return None
 
 
+def main_input(model: nn.Module) -> str:
+    """What the model reads: its ``main_input_name`` where its forward takes it, else the one of ``input_ids`` and
+    ``pixel_values`` its forward takes (a vision tower that inherits ``input_ids`` from its base class: SmolVLM's)."""
+    name = getattr(model, "main_input_name", "")
+    if not isinstance(name, str):  # OneFormer names two: pixel_values, task_inputs
+        name = next((n for n in name if n in INPUTS), "") if isinstance(name, (list, tuple)) else ""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return name
+    if name in params:
+        return name
+    takes = [n for n in INPUTS if n in params]
+    if len(takes) == 1:
+        return takes[0]
+    first = next((n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), name)
+    return name if takes else first  # neither (a vision tower fed patches: Glm4v's takes hidden_states)
+
+
+def probe_call(model: nn.Module, inputs):
+    """The model's own forward on a probe batch; a model that fails there is refused in one line naming its error
+    (a model transformers builds but cannot run on token ids or images alone), never a traceback."""
+    try:
+        return call_model(model, inputs)
+    except LayaError:
+        raise
+    except Exception as e:
+        what = "token ids" if "input_ids" in inputs else "images"
+        raise LayaError(
+            f"{type(model).__name__} cannot run on {what} alone (laya's probe batch): {type(e).__name__}: "
+            f"{_first_line(e)[:160]}"
+        ) from None
+
+
 def is_text(model: nn.Module) -> bool:
-    return getattr(model, "main_input_name", "") == "input_ids"
+    return main_input(model) == "input_ids"
 
 
 def _config(transformers, where: str, cached: bool):
@@ -66,17 +101,62 @@ def _config(transformers, where: str, cached: bool):
         raise LayaError(f"hf:{where}: cannot read its config: {type(e).__name__}: {_first_line(e)}") from None
 
 
+def _encoder(model: nn.Module) -> nn.Module:
+    """An encoder–decoder's encoder (T5, BART, Switch, T5Gemma…): what reads the input, its layers laya taps (the
+    decoder needs decoder inputs a classifier has none of); any other model as it is."""
+    get = getattr(model, "get_encoder", None)
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False) or not callable(get):
+        return model
+    try:
+        encoder = get()
+    except Exception:  # noqa: BLE001 - a model whose get_encoder is not its own: keep the whole model
+        return model
+    usable = isinstance(encoder, nn.Module) and encoder is not model and hasattr(encoder, "config")
+    return encoder if usable and main_input(encoder) in INPUTS else model
+
+
+INPUTS = ("input_ids", "pixel_values")
+VISION_TOWERS = ("vision_model", "vision_encoder")  # where a model of several parts keeps its image tower
+
+
 def _base_model(model: nn.Module, where: str) -> nn.Module:
-    """The transformer under a task model; CLIP-style dual towers: the vision tower."""
+    """The transformer under a task model; an encoder–decoder's encoder; CLIP-style dual towers: the vision tower.
+    A model whose forward needs more than its tokens or images (a vision tower fed ``grid_thw``) is refused."""
+    tapped = _reduced(model, where)
+    extra = _required_besides(tapped, main_input(tapped))
+    if extra:
+        raise LayaError(
+            f"hf:{where} takes {main_input(tapped)} and {', '.join(extra)}: laya feeds a model tokens or images alone"
+        )
+    return tapped
+
+
+def _required_besides(model: nn.Module, main: str) -> list[str]:
+    """The arguments the model's forward requires other than ``main`` (no default value)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [n for n, p in params.items() if p.kind in kinds and p.default is p.empty and n != main]
+
+
+def _reduced(model: nn.Module, where: str) -> nn.Module:
     initialised = getattr(model, "laya_initialised_weights", None)
-    model = getattr(model, "base_model", model)
+    model = _encoder(getattr(model, "base_model", model))
     if initialised is not None:
         model.laya_initialised_weights = initialised
-    if not is_text(model) and getattr(model, "main_input_name", "") != "pixel_values":
-        vision = getattr(model, "vision_model", None)
-        if isinstance(vision, nn.Module) and getattr(vision, "main_input_name", "") == "pixel_values":
+    vision = next((t for t in map(lambda a: getattr(model, a, None), VISION_TOWERS) if isinstance(t, nn.Module)), None)
+    tower = vision is not None and vision is not model and main_input(vision) == "pixel_values"
+    if tower and (isinstance(getattr(model, "text_model", None), nn.Module) or main_input(model) == "pixel_values"):
+        return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…), or an image model of several parts (SAM): its tower
+    text = getattr(model, "text_model", None)
+    if is_text(model) and input_embeddings(model) is None and isinstance(text, nn.Module) and is_text(text):
+        return text  # a text tower beside another (CLAP's audio): the tower that embeds the tokens
+    if not is_text(model) and main_input(model) != "pixel_values":
+        if tower:
             return vision
-        raise LayaError(f"hf:{where} takes {getattr(model, 'main_input_name', '?')}: laya taps text and image models")
+        raise LayaError(f"hf:{where} takes {main_input(model) or '?'}: laya taps text and image models")
     return model
 
 
@@ -136,7 +216,9 @@ def _embedding_grads(model: nn.Module) -> None:
             return output.detach().requires_grad_(True)
         return output
 
-    model.get_input_embeddings().register_forward_hook(hook)
+    table = input_embeddings(model)
+    if table is not None:  # none: refused where its vocabulary is read (text_input)
+        table.register_forward_hook(hook)
     model._laya_embedding_grads = True
 
 
@@ -144,12 +226,27 @@ def _probe_inputs(model: nn.Module, length: int = 12):
     g = torch.Generator().manual_seed(0)
     device = next(model.parameters()).device
     if is_text(model):
-        ids = torch.randint(0, int(model.get_input_embeddings().num_embeddings), (2, length), generator=g)
+        ids = torch.randint(0, vocabulary(model), (2, length), generator=g)
         return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-    cfg = model.config
-    size = getattr(cfg, "image_size", 224)
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    return {"pixel_values": torch.rand(2, getattr(cfg, "num_channels", 3), size, size, generator=g).to(device)}
+    channels, size = image_geometry(model.config)
+    return {"pixel_values": torch.rand(2, channels, size, size, generator=g).to(device)}
+
+
+def _image_setting(config, key: str):
+    """``key`` of an image model's config, or of its vision sub-config where the top level has none (SAM's)."""
+    read = (lambda c, k: c.get(k)) if isinstance(config, dict) else (lambda c, k: getattr(c, k, None))
+    for cfg in (config, read(config, "vision_config"), read(config, "backbone_config")):
+        value = read(cfg, key) if cfg is not None else None
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def image_geometry(config) -> tuple[int, int]:
+    """(channels, side) of an image model's input, from its config (3 and 224 where it names none)."""
+    return _image_setting(config, "num_channels") or 3, _image_setting(config, "image_size") or 224
 
 
 def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
@@ -168,13 +265,20 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
             )
     try:
         with torch.no_grad(), eval_mode(model):
-            result = call_model(model, {**inputs, "output_hidden_states": True})
+            result = probe_call(model, {**inputs, "output_hidden_states": True})
     finally:
         for h in handles:
             h.remove()
-    hidden = getattr(result, "hidden_states", None)
+    hidden = hidden_states(result)
     if hidden is None:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
+    batch = len(next(iter(inputs.values())))
+    rows = {int(h.shape[0]) for h in hidden if isinstance(h, torch.Tensor) and h.ndim}
+    if rows != {batch}:  # Pixtral's vision tower packs a batch of images into one sequence
+        raise LayaError(
+            f"{type(model).__name__} gives hidden states of {sorted(rows)} rows for a batch of {batch} (packed into "
+            "one sequence, or time first): laya needs one row per sample"
+        )
     outs = {}
     for name, got in calls.items():
         times = {c: sum(1 for d, _ in got if d == c) for c, _ in got}
@@ -186,22 +290,42 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     return list(hidden), outs
 
 
+def hidden_states(result):
+    """A forward's per-layer states: ``hidden_states``, or an encoder's where the model reads its input with an
+    encoder and returns those apart (DETR's ``encoder_hidden_states``: the layers laya taps); None if neither."""
+    for key in ("hidden_states", "encoder_hidden_states"):
+        hidden = getattr(result, key, None)
+        if isinstance(hidden, (tuple, list)) and hidden:
+            return [first_tensor(h) for h in hidden]  # MaskFormer's Swin: (state, its spatial size) per layer
+    return None
+
+
 def _matches(a, b) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    )
 
 
 def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]`` (the last may differ: a decoder's final norm), or whose count is theirs."""
     hidden, outs = _layer_outputs(model, _probe_inputs(model))
-    want = len(hidden) - 1
+    want, rows = len(hidden) - 1, len(hidden[0])
     best = None
     for got in outs.values():
-        if len(got) != want:
-            continue
+        if len(got) != want or not all(isinstance(o, torch.Tensor) and o.ndim and len(o) == rows for _, o in got):
+            continue  # a list whose outputs are not one row per sample (MobileViT's blocks run on unfolded patches)
         same = sum(_matches(out, h) for (_, out), h in zip(got, hidden[1:]))
         if best is None or same > best[0]:
             best = (same, [tap for tap, _ in got])
+    if best is None and not any(outs.values()):
+        raise LayaError(
+            f"{type(model).__name__}: no layer of it runs as a module call (its layers are called as layer.forward(), "
+            "which PyTorch's hooks never see): laya cannot tap it"
+        )
     if best is None:
         raise LayaError(
             f"{type(model).__name__}: no list of layers matches its {want} hidden states; "
@@ -215,10 +339,10 @@ def causal(model: nn.Module) -> bool:
     probe, so the default pool is the last real token; an encoder's is its first ([CLS])."""
     inputs = _probe_inputs(model, 6)
     changed = {**inputs, "input_ids": inputs["input_ids"].clone()}
-    changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % model.get_input_embeddings().num_embeddings
+    changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % vocabulary(model)
     with torch.no_grad(), eval_mode(model):
-        a = call_model(model, inputs).last_hidden_state[:, 0]
-        b = call_model(model, changed).last_hidden_state[:, 0]
+        a = probe_call(model, inputs).last_hidden_state[:, 0]
+        b = probe_call(model, changed).last_hidden_state[:, 0]
     return bool(torch.allclose(a, b, atol=1e-5))
 
 
@@ -233,7 +357,7 @@ def _prefix_tokens(model: nn.Module) -> int:
         inputs = _probe_inputs(model)
         side = inputs["pixel_values"].shape[-1]
         with torch.no_grad(), eval_mode(model):
-            first = call_model(model, {**inputs, "output_hidden_states": True}).hidden_states[0]
+            first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
         patches = (side // cfg.patch_size) ** 2
         cached = int(first.shape[1] - patches) if first.ndim == 3 and first.shape[1] >= patches else 0
         model._laya_prefix_tokens = cached
@@ -301,10 +425,8 @@ class HFFamily(Family):
             mean, std = tuple(proc.image_mean), tuple(proc.image_std)
         except Exception:
             pass  # no image processor saved beside the model: ImageNet's statistics
-        size = getattr(model.config, "image_size", 224)
-        size = size[0] if isinstance(size, (list, tuple)) else int(size)
-        size = spec.input_size or size
-        return InputConfig(int(getattr(model.config, "num_channels", 3)), (size, size), mean, std)
+        channels, size = image_geometry(model.config)
+        return InputConfig(channels, (spec.input_size or size,) * 2, mean, std)
 
     def owns(self, model):
         return type(model).__module__.startswith("transformers.")
@@ -328,9 +450,7 @@ class HFFamily(Family):
         folder = local_dir(model_name)
         config = folder / "config.json" if folder else None
         if config is not None:
-            size = json.loads(config.read_text()).get("image_size")
-            if isinstance(size, int):
-                return size
+            return _image_setting(json.loads(config.read_text()), "image_size")
         return None
 
     def layouts(self, model):
@@ -383,7 +503,13 @@ class HFFamily(Family):
         return f"hf pretrained {folder.resolve() if folder else model_name}"
 
 
-LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers")  # how configs name their number of layers
+LAYER_COUNTS = (
+    "num_hidden_layers",
+    "n_layer",
+    "n_layers",
+    "num_layers",
+    "encoder_layers",
+)  # how configs name their number of layers
 
 
 def _fewer_calls(model: nn.Module, taps, k: int) -> nn.Module | None:

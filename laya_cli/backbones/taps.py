@@ -161,8 +161,19 @@ class TappedBackbone(nn.Module):
         return outputs, inputs
 
     def whole_model(self, x: Tensor):
-        """The plain model's own forward on a batch (everything it runs, past the last tap too)."""
-        return call_model(self.model, self.adapter(x))
+        """The plain model's own forward on a batch (everything it runs, past the last tap too); a model whose layers
+        after the last tap cannot run on this input (PP-OCRv5's head pools a height the small input lacks) is a
+        one-line error."""
+        try:
+            return call_model(self.model, self.adapter(x))
+        except (LayaError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            shape = "×".join(str(s) for s in x.shape[1:])
+            raise LayaError(
+                f"the whole model fails on a {shape} input past its taps: {type(e).__name__}: {detail}"
+            ) from None
 
     def tap_format(self, i: int, h=None) -> TapFormat:
         fmt = self.formats[i]

@@ -35,7 +35,27 @@ def text_input_from(model: nn.Module, max_length: int | None, where: str | None)
     if max_length is not None and positions is not None and max_length > positions:
         raise LayaError(f"--max-length {max_length} is beyond {name}'s {positions} positions")
     length = max_length or min(DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
-    return TextInput(length, vocab_size=int(model.get_input_embeddings().num_embeddings))
+    return TextInput(length, vocab_size=vocabulary(model))
+
+
+def input_embeddings(model: nn.Module) -> nn.Module | None:
+    """The model's token embedding table, None where it has none a tokenizer can index (CANINE hashes characters;
+    a model of several towers that does not say which embeds its tokens)."""
+    try:
+        table = model.get_input_embeddings()
+    except (NotImplementedError, AttributeError):
+        return None
+    return table if isinstance(table, nn.Module) and isinstance(getattr(table, "num_embeddings", None), int) else None
+
+
+def vocabulary(model: nn.Module) -> int:
+    """How many token ids the model embeds; a one-line error for a text model without a token embedding table."""
+    table = input_embeddings(model)
+    if table is None:
+        raise LayaError(
+            f"{type(model).__name__} has no token embedding table (get_input_embeddings): laya cannot feed it"
+        )
+    return int(table.num_embeddings)
 
 
 def given_text_input(model: nn.Module, tokenizer, max_length: int | None) -> TextInput:

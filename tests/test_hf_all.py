@@ -1,0 +1,67 @@
+"""Every model type transformers ships (benchmarks/zoo/hf_all.py), shrunk from its own config, saved, and run
+through ``laya train`` → ``audit --scope both`` → ``export`` → ``depth --truncate`` in a forked child: a few
+diverse types by default (an encoder, a decoder, an encoder–decoder read through its encoder, a dual model read
+through its vision tower, a vision transformer, a model out of scope); every type with ``-m slow``, where none may
+crash (exit 3, a hang): each passes, is refused in one line (exit 2), or is out of scope."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root holds benchmarks/
+
+transformers = pytest.importorskip("transformers")
+
+from benchmarks.zoo.hf_all import Row, model_types, run_isolated, shrink, summary, warm_up, write_texts  # noqa: E402
+
+FAST = {"bert": "text", "gpt2": "text", "t5": "text", "clip": "vision", "vit": "vision"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("hf-all")
+    write_texts(root / "text")
+    warm_up()  # transformers' modeling machinery imported once, not in every forked child
+    return root
+
+
+@pytest.mark.parametrize("model_type", sorted(FAST))
+def test_a_diverse_few_pass_the_whole_pipeline(model_type, data):
+    row = run_isolated(model_type, data, timeout=240)
+    assert row.status == "pass", f"{row.status} at {row.stage}: {row.reason}"
+    assert row.kind == FAST[model_type] and row.steps == {"train": 0, "audit": 0, "export": 0, "depth": 0}
+
+
+def test_a_model_of_neither_tokens_nor_images_is_out_of_scope(data):
+    row = run_isolated("wav2vec2", data, timeout=120)
+    assert row.status == "out of scope" and "input_values" in row.reason
+
+
+def test_shrink_makes_a_config_small_and_keeps_its_special_ids():
+    config = shrink(transformers.AutoConfig.for_model("gpt2"))
+    assert (config.n_layer, config.n_embd, config.n_head) == (3, 32, 2)
+    assert config.vocab_size > config.eos_token_id  # 50256: the vocabulary still holds it
+    swin = shrink(transformers.AutoConfig.for_model("swin"))
+    assert swin.depths == [1, 1, 1, 1] and swin.num_layers == 4  # a staged config keeps what its stages imply
+
+
+def test_the_summary_counts_in_scope_types_and_groups_reasons():
+    rows = [
+        Row("a", "pass"),
+        Row("b", "refused", "train", "error: x takes 12 tokens"),
+        Row("c", "refused", "train", "error: x takes 16 tokens"),
+        Row("d", "out of scope", "build", "takes input_values"),
+    ]
+    lines = summary(rows)
+    assert lines[0].startswith("1 of 3 in-scope")
+    assert any(line.strip().startswith("2 at train: error: x takes N tokens") for line in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", model_types())
+def test_no_transformers_model_type_crashes(model_type, data):
+    row = run_isolated(model_type, data, timeout=300)
+    assert row.status != "crash", f"{model_type}: crash at {row.stage}: {row.reason}"
