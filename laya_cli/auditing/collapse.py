@@ -1,0 +1,85 @@
+"""How much of the depth α actually uses: pure functions of a batch of layer weightings α, (N, L) rows on the simplex.
+
+- ``alpha_entropy``: H(α(x)) in nats per sample, 0 when all mass is on one layer, log L when uniform.
+- ``effective_layers``: exp H(α(x)), the number of equally weighted layers with the same entropy (1 … L).
+- ``top_layer_spread``: the share of samples whose most attended layer is not the most common one — 0 when every
+  sample puts its peak on the same layer, i.e. α says nothing per sample about *which* depth drives it.
+
+α has **collapsed** (``is_collapsed``) when the mean effective number of layers is below ``COLLAPSE_LAYERS`` and at
+most ``COLLAPSE_SPREAD`` of the samples peak elsewhere: one layer takes (nearly) all the mass for (nearly) everyone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+COLLAPSE_LAYERS = 1.5  # mean effective layers below this: one layer holds most of the mass
+COLLAPSE_SPREAD = 0.05  # and at most this share of samples peak on another layer
+
+
+def alpha_entropy(alpha: Tensor) -> Tensor:
+    """(N,) Shannon entropy in nats of each row of α (0 · log 0 := 0)."""
+    p = alpha.double().clamp_min(0)
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-300)
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def effective_layers(alpha: Tensor) -> Tensor:
+    """(N,) exp of the entropy: how many layers α spreads its mass over, between 1 and L."""
+    return alpha_entropy(alpha).exp()
+
+
+def top_layer_spread(alpha: Tensor) -> float:
+    """The share of samples whose most attended layer differs from the most common most-attended layer."""
+    if alpha.shape[0] == 0:
+        return float("nan")
+    top = alpha.argmax(-1)
+    modal = torch.bincount(top, minlength=alpha.shape[-1]).argmax()
+    return float((top != modal).double().mean())
+
+
+def collapse_summary(alpha: Tensor) -> dict:
+    """What ``laya info``, the audit and report.html show: entropy (mean, sd, quartiles, its maximum log L), the
+    effective number of layers (mean and quartiles), the top-layer spread, the modal top layer and ``collapsed``."""
+    n_layers = alpha.shape[-1]
+    h = alpha_entropy(alpha)
+    eff = h.exp()
+    q = torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)
+    hq, eq = (torch.quantile(v, q).tolist() if len(v) else [math.nan] * 3 for v in (h, eff))
+    spread = top_layer_spread(alpha)
+    modal = int(torch.bincount(alpha.argmax(-1), minlength=n_layers).argmax()) if len(alpha) else None
+    summary = {
+        "samples": int(alpha.shape[0]),
+        "layers": int(n_layers),
+        "entropy_mean": float(h.mean()) if len(h) else math.nan,
+        "entropy_sd": float(h.std(unbiased=False)) if len(h) else math.nan,
+        "entropy_quartiles": hq,
+        "entropy_max": math.log(n_layers),
+        "effective_layers_mean": float(eff.mean()) if len(eff) else math.nan,
+        "effective_layers_quartiles": eq,
+        "top_layer_spread": spread,
+        "modal_top_layer": modal,
+    }
+    summary["collapsed"] = is_collapsed(summary)
+    return summary
+
+
+def is_collapsed(summary: dict) -> bool:
+    """One layer takes (nearly) all of α's mass for (nearly) every sample (thresholds above)."""
+    eff, spread = summary["effective_layers_mean"], summary["top_layer_spread"]
+    return bool(eff < COLLAPSE_LAYERS and spread <= COLLAPSE_SPREAD)
+
+
+def collapse_warning(summary: dict, layer_names=None) -> str:
+    """The one warning for a collapsed α: what it means and what to try (docs/metrics.md, α collapse)."""
+    top = summary["modal_top_layer"]
+    name = layer_names[top] if layer_names is not None and top is not None else f"layer {top}"
+    return (
+        f"α has collapsed onto {name}: {summary['effective_layers_mean']:.2f} effective layers of "
+        f"{summary['layers']} on average, {100 * summary['top_layer_spread']:.1f} % of samples peak elsewhere. "
+        f"α then says little per sample and faithfulness is measured on near-ties; "
+        f"see docs/metrics.md (α collapse) for training options that keep α informative"
+    )

@@ -1,0 +1,55 @@
+"""α collapse measures (auditing/collapse.py) against scipy and by construction."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import entropy
+
+from laya_cli.auditing.collapse import (
+    alpha_entropy,
+    collapse_summary,
+    collapse_warning,
+    effective_layers,
+    top_layer_spread,
+)
+
+
+def test_entropy_matches_scipy_on_random_rows():
+    alpha = torch.softmax(torch.randn(50, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3, -1)
+    want = entropy(alpha.numpy().T)  # scipy: along axis 0
+    np.testing.assert_allclose(alpha_entropy(alpha).numpy(), want, rtol=1e-10)
+
+
+def test_one_hot_rows_have_zero_entropy_and_one_effective_layer():
+    alpha = torch.nn.functional.one_hot(torch.tensor([2, 2, 0]), 4).float()
+    assert alpha_entropy(alpha).tolist() == [0.0, 0.0, 0.0]
+    assert effective_layers(alpha).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_uniform_rows_use_every_layer():
+    alpha = torch.full((3, 6), 1 / 6)
+    assert effective_layers(alpha).tolist() == pytest.approx([6.0] * 3)
+    assert alpha_entropy(alpha)[0].item() == pytest.approx(math.log(6))
+
+
+def test_top_layer_spread_counts_samples_peaking_off_the_modal_layer():
+    alpha = torch.nn.functional.one_hot(torch.tensor([1, 1, 1, 3]), 4).float()
+    assert top_layer_spread(alpha) == 0.25
+
+
+def test_a_head_on_the_last_layer_for_everyone_is_collapsed():
+    alpha = torch.full((400, 6), 1e-5)
+    alpha[:, -1] = 1 - 5e-5
+    s = collapse_summary(alpha)
+    assert s["collapsed"] and s["modal_top_layer"] == 5
+    assert s["effective_layers_mean"] < 1.01
+    assert "collapsed onto L5" in collapse_warning(s, [f"L{i}" for i in range(6)])
+
+
+def test_spread_or_per_sample_variation_is_not_collapse():
+    gen = torch.Generator().manual_seed(1)
+    assert not collapse_summary(torch.softmax(torch.randn(200, 6, generator=gen), -1))["collapsed"]
+    peaks = torch.nn.functional.one_hot(torch.randint(0, 6, (200,), generator=gen), 6).float()
+    assert not collapse_summary(peaks)["collapsed"]  # one layer each, but a different one per sample
