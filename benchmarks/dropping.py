@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
     quarter = max(1, math.floor(0.25 * n_layers))
     if quarter <= args.k:
         acc = {name: rows[quarter]["accuracy"] for name, rows in by.items()}
-        alpha, greedy, influence = acc["alpha"], acc["greedy (validation)"], acc["block_influence"]
+        alpha, greedy, influence = acc["alpha"], acc["greedy"], acc["block-influence"]
         near = "within" if greedy - alpha <= 0.01 else "target missed: more than"
         ahead = "alpha ahead" if alpha > influence else "target missed: alpha not ahead"
         print(f"at k={quarter} (25 % of {n_layers}): alpha {alpha:.3f}, greedy {greedy:.3f} ({near} 1 pp), "

@@ -276,7 +276,7 @@ def test_refit_works_for_a_head_without_alpha(digits_ckpts, tmp_path):
         (["--thresholds", "1.01"], ["(0, 1]", "got 1.01"]),
         (["--thresholds", "high"], ["--thresholds: 'high' is not a number"]),
         (["--truncate", "2"], ["--out small.pt"]),
-        (["--out", "x.pt"], ["add --truncate K"]),
+        (["--out", "x.pt"], ["add one of them", "--truncate K or --drop K"]),
         (["--time-repeats", "-1"], ["--time-repeats must be at least 0"]),
     ],
 )

@@ -18,6 +18,7 @@ from laya_cli.backbones import tokens as tokenization
 from laya_cli.backbones.engines import first_tensor
 from laya_cli.features.extraction import tap_means, tap_updates
 from laya_cli.model.heads import build_head
+from laya_cli.runtime.errors import LayaError
 
 transformers = pytest.importorskip("transformers")
 
@@ -254,9 +255,9 @@ def test_the_drop_table_scores_every_order_on_the_test_split(trained):
     table = drop_table(model, val, test, k=2, draws=2)
     assert set(table["orders"]) == {
         "alpha",
-        "block_influence",
+        "block-influence",
         "network",
-        "greedy (validation)",
+        "greedy",
         "random 1",
         "random 2",
     }
@@ -267,3 +268,73 @@ def test_the_drop_table_scores_every_order_on_the_test_split(trained):
     one = table["orders"]["network"][0]  # dropping one layer is its bypass: the same predictions as the audit's patch
     want = (dropped := rows[("network", 1)])["accuracy"]
     assert dropped["dropped"] == [one] and 0 <= dropped["ci_low"] <= want <= dropped["ci_high"] <= 1
+
+
+# --------------------------------------------------------------------------- laya depth --drop: a model without them
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_dropped_backbone_is_the_model_without_those_layers_and_holds_none_of_their_weights(folders, name):
+    backbone, _, _, x = scoped(folders, name, "bypass")
+    layers, drop = CONFIGS[name][1], {0, 2}
+    small = backbone.dropped(drop)
+    with torch.no_grad():
+        got = small.activations(x)
+    want = taps_without(stream_without(backbone.model, layers, drop, backbone.adapter(x)), 4, drop)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    keys = small.model.state_dict()
+    assert not any(k.startswith((f"{layers}.0.", f"{layers}.2.")) for k in keys)
+    assert any(k.startswith(f"{layers}.1.") for k in keys)
+    assert len(backbone.model.state_dict()) > len(keys)  # the original is untouched
+
+
+def test_a_layer_shared_across_depth_cannot_be_dropped_alone(folders):
+    backbone, *_ = scoped(folders, "bert", "bypass")
+    backbone.layer_names = [f"encoder.layer.0#{i}" for i in range(4)]  # as ALBERT's taps are named
+    with pytest.raises(LayaError, match="shared across depth"):
+        backbone.dropped([1])
+
+
+def test_laya_depth_drop_writes_a_checkpoint_that_info_audit_export_and_truncate_read(trained, tmp_path):
+    small, table = tmp_path / "small.pt", tmp_path / "drop.json"
+    r = invoke("depth", trained, "--drop", "2", "--draws", "1", "--drop-order", "greedy", "--time-repeats", "1",
+               "--out", small, "--json", table, "--markdown", tmp_path / "drop.md")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(table.read_text())
+    assert {row["order"] for row in doc["rows"]} == {"alpha", "block-influence", "network", "greedy", "random 1"}
+    assert [t["k"] for t in doc["timing"]] == [0, 1, 2] and doc["timing"][0]["flops_fraction"] == 1.0
+    assert doc["timing"][2]["flops_fraction"] < doc["timing"][1]["flops_fraction"] < 1  # measured, not assumed
+    written = doc["written"]
+    assert written["dropped"] == sorted(doc["orders"]["greedy"][:2])
+    # the written model, run for real without its layers, predicts what the table's bypass scored
+    assert written["test_accuracy"] == written["table_accuracy"]
+    from laya_cli.model.laya_model import load_model
+
+    model = load_model(small)
+    assert (
+        model.spec.dropped == written["dropped"]
+        and model.checkpoint["metrics"]["test_accuracy"] == (written["test_accuracy"])
+    )
+    assert "dropped" in " ".join(invoke("info", small).output.split())
+    audit = invoke("audit", small, "--scope", "both", "--ablation", "bypass", "--samples", "8", "--ci", "0")
+    assert audit.exit_code == 0, audit.output
+    assert invoke("export", small, "--samples", "8", "--out", tmp_path / "exp").exit_code == 0
+    cut = invoke("depth", small, "--truncate", "2", "--out", tmp_path / "cut.pt")
+    assert cut.exit_code == 0, cut.output
+    assert load_model(tmp_path / "cut.pt").spec.dropped == [i for i in written["dropped"] if i < 2]
+    again = invoke("depth", small, "--drop", "1", "--draws", "0", "--time-repeats", "0", "--json", tmp_path / "b.json")
+    assert again.exit_code == 0, again.output  # what is gone is not offered again
+    orders = json.loads((tmp_path / "b.json").read_text())["orders"]
+    assert all(not set(o) & set(written["dropped"]) for o in orders.values())
+
+
+def test_laya_depth_drop_refuses_bad_input_in_one_line_and_writes_nothing(trained, tmp_path):
+    out = tmp_path / "small.pt"
+    assert_user_error(invoke("depth", trained, "--drop", "0", "--out", out), "--drop must be at least 1")
+    assert_user_error(invoke("depth", trained, "--drop", "4", "--out", out), "at most 3 of this model's 4 layers")
+    assert_user_error(invoke("depth", trained, "--drop", "1", "--truncate", "2", "--out", out), "--drop")
+    assert_user_error(invoke("depth", trained, "--drop", "1", "--drop-order", "alhpa"), "did you mean alpha")
+    assert_user_error(invoke("depth", trained, "--drop", "1", "--plot", tmp_path / "p.png"), "--plot")
+    assert_user_error(invoke("depth", trained, "--out", out), "--truncate K or --drop K")
+    assert not out.exists() and not (tmp_path / "p.png").exists()

@@ -56,7 +56,7 @@ __all__ = [
     "backbone_name",
     "build_backbone",
     "check_sha256",
-    "cut_backbone",
+    "reshaped_backbone",
     "tap_model",
     "build_model",
     "checkpoint_extras",
@@ -243,13 +243,13 @@ def build_backbone(
     matter, the taps never read it), else the model's own weights (the hub's, a program's)."""
     family, model_name = family_of(spec.name)
     model, input_cfg = family.build(model_name, spec, program=program, trust_pickle=trust_pickle)
-    if state_dict is not None and not spec.cut:
+    if state_dict is not None and not spec.reshaped:
         load_state(model, state_dict, spec.name)
     backbone = tap_model(model, input_cfg, spec, family=family, example_shape=(spec.in_channels, *spec.image_size))
     backbone.weights_source = family.weights_source(model_name, spec, model)
     _say_initialised(backbone, spec.name)
-    if spec.cut:  # a truncated checkpoint: cut the model after its last tap, then load the weights it kept
-        backbone = cut_backbone(backbone, state_dict, spec.name)
+    if spec.reshaped:  # a truncated / dropped checkpoint: reshape the model, then load the weights it kept
+        backbone = reshaped_backbone(backbone, state_dict, spec.name)
     where = "the hub's pretrained weights" if spec.pretrained and state_dict is None else "the stored weights"
     check_sha256(state_dict if state_dict is not None else backbone.model.state_dict(), expect_sha256, where)
     return backbone
@@ -276,12 +276,14 @@ def _say_initialised(backbone: TappedBackbone, name: str) -> None:
     )
 
 
-def cut_backbone(backbone: TappedBackbone, state_dict: dict | None, name: str) -> TappedBackbone:
-    """A truncated checkpoint's backbone (``spec.cut``, laya depth --truncate): the model cut after its
-    last tap (``TappedBackbone.truncated``), then the weights the checkpoint kept loaded into what is left.
-    The checkpoint's SHA-256 is of those kept weights (``checkpoint_extras`` hashes the cut model)."""
+def reshaped_backbone(backbone: TappedBackbone, state_dict: dict | None, name: str) -> TappedBackbone:
+    """A truncated or dropped checkpoint's backbone: the blocks of ``spec.dropped`` skipped
+    (``TappedBackbone.dropped``, laya depth --drop), the model cut after its last tap when ``spec.cut``
+    (``TappedBackbone.truncated``, laya depth --truncate), then the weights the checkpoint kept loaded into what
+    is left. The checkpoint's SHA-256 is of those kept weights (``checkpoint_extras`` hashes the reshaped model)."""
     spec, source = backbone.spec, backbone.weights_source
-    small = backbone.truncated(len(backbone.layer_names))
+    small = backbone.dropped(spec.dropped) if spec.dropped else backbone
+    small = small.truncated(len(small.layer_names)) if spec.cut else small
     small.spec, small.weights_source = spec, source
     if state_dict is not None:
         load_state(small.model, state_dict, name)
@@ -294,8 +296,10 @@ def cut_backbone(backbone: TappedBackbone, state_dict: dict | None, name: str) -
 def checkpoint_weights(backbone: TappedBackbone, spec: BackboneSpec, weights_file: str | None) -> dict | None:
     """The backbone weights the checkpoint stores: none for a frozen pretrained hub backbone (loaded
     by name, checked by SHA-256) or a .pt2 program (stored whole); the state dict otherwise."""
-    if spec.name.startswith("pt2:") or (spec.pretrained and not spec.finetune and not weights_file and not spec.cut):
-        return None  # a cut backbone (laya depth --truncate) always stores what it kept
+    if spec.name.startswith("pt2:") or (
+        spec.pretrained and not spec.finetune and not weights_file and not spec.reshaped
+    ):
+        return None  # a cut or dropped backbone (laya depth --truncate/--drop) always stores what it kept
     return {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
 
 
@@ -361,14 +365,14 @@ def backbone_from_checkpoint(section: dict, model: nn.Module | None = None) -> T
         stored = section.get("weights")
         if stored is None:
             raise LayaError("this checkpoint stores no backbone weights to load into the given backbone")
-        if not spec.cut:
+        if not spec.reshaped:
             load_state(model, stored, type(model).__name__)
         check_sha256(stored, section.get("sha256"), "the stored weights")
         cfg = recorded or InputConfig(spec.in_channels, None, (0.0,), (1.0,))
         backbone = tap_model(model, cfg, spec, example_shape=(spec.in_channels, *spec.image_size))
         backbone.weights_source = section.get("source", "")
-        if spec.cut:  # the given module is whole; the checkpoint stores it cut after its last tap
-            backbone = cut_backbone(backbone, stored, type(model).__name__)
+        if spec.reshaped:  # the given module is whole; the checkpoint stores it cut / without its dropped layers
+            backbone = reshaped_backbone(backbone, stored, type(model).__name__)
         return backbone
     program = section.get("program")
     if program is not None:

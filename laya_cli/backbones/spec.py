@@ -65,12 +65,20 @@ class BackboneSpec:
     cut: bool = (
         False  # the model ends at its last tap: modules above it are neither built nor stored (laya depth --truncate)
     )
+    dropped: list[int] = field(default_factory=list)  # taps whose blocks are skipped, not stored (laya depth --drop)
+
+    @property
+    def reshaped(self) -> bool:
+        """Cut or with layers dropped: the checkpoint stores the weights of what is left, loaded after reshaping."""
+        return self.cut or bool(self.dropped)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["image_size"] = list(self.image_size)
         if not self.cut:  # only truncated checkpoints carry it: ordinary ones keep their old layout
             d.pop("cut")
+        if not self.dropped:  # only checkpoints with dropped layers carry it
+            d.pop("dropped")
         if self.max_length is None:  # image backbones keep the layout they had before token sequences
             d.pop("max_length")
         return d

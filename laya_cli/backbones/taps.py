@@ -9,6 +9,7 @@ extraction all use:
 - ``can_continue`` / ``continue_from(i, h_i, upto)`` -> ``[h_{i+1} ..]`` for models that are a chain
   of their tapped modules (found and verified on a probe batch, never assumed from names).
 - ``truncated(k)`` -> a backbone that stops at tap k and holds no module above it.
+- ``dropped(indices)`` -> a backbone whose blocks at those taps are skipped (``bypass.Bypass``).
 
 Tap indices ``i`` are 0-based (``layer_names[i]``); ``upto`` counts taps, so
 ``activations(x)[i + 1:upto] == continue_from(i, activations(x)[i], upto)``.
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 
 from ..runtime.errors import LayaError
 from .adapters import InputAdapter, make_adapter, random_tokens, stack_copies
+from .bypass import bypass_modules, output_arity
 from .chain import eval_mode, find_chain, prune_after, trace_calls
 from .engines import (
     ENGINES,
@@ -404,7 +406,6 @@ class TappedBackbone(nn.Module):
         """A copy that stops after tap ``k`` (a count) and holds no module above it."""
         k = self._k(k)
         names = self.layer_names[:k]
-        formats = [str(f) for f in self.formats[:k]] if all(f is not None for f in self.formats[:k]) else None
         x = self.probe_input()
         with torch.no_grad(), eval_mode(self):
             want = self.activations(x, k)
@@ -417,27 +418,72 @@ class TappedBackbone(nn.Module):
                 pruned = cut(copy.deepcopy(self.model))
                 if pruned is None:
                     continue
-                out = TappedBackbone(
-                    pruned,
-                    self.input_cfg,
-                    names,
-                    self.pool,
-                    formats,
-                    family=self.family,
-                    engine=self.engine_kind,
-                    layouts=self.layouts,
-                    expected_widths=self.expected_widths[:k],
-                    example_shape=self.example_shape,
-                )
-                out.to(self.adapter_device)
+                out = self._with_model(pruned, k)
                 with torch.no_grad(), eval_mode(out):
                     got = out.activations(x)
             except Exception:  # a cut that breaks the forward: try the next one
                 continue
             if reproduces(got, want, rtol=1e-5, atol=1e-6):
-                out.weights_source = self.weights_source
                 return out
         raise LayaError(f"this model cannot be truncated at layer {names[-1]}: the cut model's taps differ")
+
+    def _with_model(self, model: nn.Module, k: int | None = None) -> TappedBackbone:
+        """A backbone over ``model`` (a cut or dropped copy of this one's) tapping this one's first k taps alike."""
+        k = len(self.layer_names) if k is None else k
+        formats = [str(f) for f in self.formats[:k]] if all(f is not None for f in self.formats[:k]) else None
+        out = TappedBackbone(
+            model,
+            self.input_cfg,
+            self.layer_names[:k],
+            self.pool,
+            formats,
+            family=self.family,
+            engine=self.engine_kind,
+            layouts=self.layouts,
+            expected_widths=self.expected_widths[:k],
+            example_shape=self.example_shape,
+        )
+        out.weights_source = self.weights_source
+        return out.to(self.adapter_device)
+
+    # ------------------------------------------------------------------ dropping
+
+    def dropped(self, drop: Sequence[int]) -> TappedBackbone:
+        """A copy without the blocks of the taps in ``drop`` (indices): each module replaced by a ``Bypass`` that
+        hands its input on uncomputed, every tap kept (a dropped tap reads its block's input). Checked on a probe
+        batch against ``bypassed_activations``; one line where a tap is no module of its own (a call of a shared
+        layer, a graph node) or the dropped model's taps differ."""
+        drop = sorted({int(i) for i in drop})
+        n = len(self.layer_names)
+        if not drop:
+            return self
+        if drop[0] < 0 or drop[-1] >= n:
+            raise LayaError(f"layers to drop must be tap indices 0..{n - 1}, got {drop}")
+        shared = [self.layer_names[i] for i in drop if split_call(self.layer_names[i]) != (self.layer_names[i], 0)]
+        if shared:
+            raise LayaError(f"layer {shared[0]} is one call of a layer shared across depth: it cannot be dropped alone")
+        self.tap_modules()
+        x, arities = self.probe_input(), {}
+
+        def record(i, output):
+            arities.setdefault(i, output_arity(output))
+
+        with torch.no_grad(), eval_mode(self):
+            HookEngine(self.model, self.layer_names).run(self.adapter(x), drop[-1] + 1, replace=record)
+            want = self.bypassed_activations(x, drop)
+        names = [self.layer_names[i] for i in drop]
+        out = self._with_model(bypass_modules(copy.deepcopy(self.model), names, [arities[i] for i in drop]))
+        why = "later layers need more from a dropped block than its hidden state"
+        try:
+            with torch.no_grad(), eval_mode(out):
+                got = out.activations(x)
+        except LayaError:
+            raise
+        except Exception as e:  # the forward breaks without the block: say how, in one line
+            got, why = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if got is None or not reproduces(got, want, rtol=1e-5, atol=1e-6):
+            raise LayaError(f"this model cannot run without {', '.join(names)}: {why}")
+        return out
 
 
 def _replace_first(output, fn):

@@ -14,6 +14,9 @@ from .options import (
     DataDir,
     DepthBatchSize,
     Device,
+    Drop,
+    DropDraws,
+    DropOrder,
     Encoding,
     EvalDataset,
     JsonOut,
@@ -42,6 +45,9 @@ def depth(
     thresholds: Thresholds = None,
     truncate: Truncate = None,
     out: TruncateOut = None,
+    drop: Drop = None,
+    drop_order: DropOrder = DEPTH.drop_order,
+    draws: DropDraws = DEPTH.drop_draws,
     samples: Samples = None,
     seed: SubsetSeed = DEPTH.seed,
     dataset: EvalDataset = None,
@@ -60,6 +66,7 @@ def depth(
     max_memory: MaxMemory = None,
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
+    from ..depthing.dropped import load_drop_data
     from ..depthing.job import depth_job
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
@@ -80,14 +87,19 @@ def depth(
             time_repeats=time_repeats,
             time_batch=time_batch,
             truncate=truncate,
+            drop=drop,
+            drop_order=drop_order,
+            drop_draws=draws,
             device=pick_device(device),
         ).validate()
-        if truncate is not None and out is None:
-            raise LayaError("--truncate K writes a checkpoint: name it with --out small.pt")
-        if out is not None and truncate is None:
-            raise LayaError("--out names the checkpoint --truncate K writes; add --truncate K")
+        check_writes(truncate, drop, out, plot)
         check_outputs(json_out, markdown, plot, out)
         laya_model = load_model(model)
+        if drop is not None:
+            load = partial(load_drop_data, laya_model, dataset, data_dir, samples, seed, encoding)
+            result = depth_job(laya_model, load, settings, out)
+            result.settings.update({"model": str(model), "samples": samples})
+            return render_drop(result, json_out, markdown)
         data = partial(
             load_eval_data,
             laya_model,
@@ -106,6 +118,16 @@ def depth(
             return
     result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir})
     render(result, json_out, markdown, plot)
+
+
+def check_writes(truncate, drop, out, plot) -> None:
+    """What each mode writes: --truncate K needs --out, --out needs --truncate or --drop, --drop draws no plot."""
+    if truncate is not None and out is None:
+        raise LayaError("--truncate K writes a checkpoint: name it with --out small.pt")
+    if drop is not None and plot is not None:
+        raise LayaError("--plot draws the truncation curve; --drop prints its table (--json, --markdown)")
+    if out is not None and truncate is None and drop is None:
+        raise LayaError("--out names the checkpoint --truncate K or --drop K writes; add one of them")
 
 
 def render(result, json_out, markdown, plot) -> None:
@@ -140,3 +162,28 @@ def render(result, json_out, markdown, plot) -> None:
         with atomic_path(plot) as tmp:
             plot_depth(doc, tmp)
     log_depth(run.track(f"depth {result.settings.get('model')}"), doc, [json_out, markdown, plot])
+
+
+def render_drop(result, json_out, markdown) -> None:
+    """The drop table and the chosen order's cost on the terminal, the goals and written lines; JSON, Markdown."""
+    from ..report.drop import drop_lines, drop_markdown, drop_rich_tables
+    from ..runtime import distributed
+    from ..runtime.fileio import atomic_write_text
+    from .command import current_run
+
+    result.settings["options"] = current_run().record
+    doc = result.to_dict()
+    tables = drop_rich_tables(doc)
+    wide = wide_console(tables)
+    for table in tables:
+        wide.print(table)
+    for line in drop_lines(doc):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    for text in result.notes:
+        note(text)
+    if not distributed.is_main():
+        return
+    if json_out is not None:
+        atomic_write_text(json_out, result.to_json())
+    if markdown is not None:
+        atomic_write_text(markdown, drop_markdown(doc))

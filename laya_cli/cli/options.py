@@ -398,7 +398,24 @@ DepthBatchSize = Annotated[
 Truncate = Annotated[
     int | None, typer.Option(metavar="K", help="Write a checkpoint whose backbone stops after tap K (1..L) to --out.")
 ]
-TruncateOut = Annotated[Path | None, typer.Option("--out", help="Where --truncate writes the truncated checkpoint.")]
+TruncateOut = Annotated[
+    Path | None, typer.Option("--out", help="Where --truncate or --drop writes the smaller checkpoint.")
+]
+Drop = Annotated[
+    int | None,
+    typer.Option(
+        metavar="K",
+        help="Drop up to K interior layers (bypassed: output := input) in each order and score the test accuracy; "
+        "with --out, write the model without the first K layers of --drop-order.",
+    ),
+]
+DropOrder = Annotated[
+    str,
+    typer.Option(
+        help="Which order --drop K --out follows, least important first: alpha, block-influence, network or greedy."
+    ),
+]
+DropDraws = Annotated[int, typer.Option("--draws", help="Seeded random orders in the --drop table.")]
 PlotOut = Annotated[
     Path | None,
     typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG."),

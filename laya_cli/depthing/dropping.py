@@ -2,10 +2,10 @@
 layer-pruning studies remove a block), and the orders that choose which to drop first.
 
 Orders, least important first: LAYA's mean α (``alpha``), Block Influence 1 − cos(input, output) averaged over the
-real tokens (``block_influence``, ShortGPT), the mean |bypass effect| on p_ŷ at network scope (``network``), seeded
-random orders, and a greedy oracle that drops, one at a time, the layer whose removal keeps validation accuracy
-highest. Every order is chosen on one split (validation) and scored on another (test). The last tap, the
-representation the head was trained to rely on most directly, is never dropped.
+real tokens (``block-influence``, ShortGPT), the mean |bypass effect| on p_ŷ at network scope (``network``), a greedy
+oracle that drops, one at a time, the layer whose removal keeps validation accuracy highest (``greedy``), and seeded
+random orders. Every order is chosen on one split (validation) and scored on another (test). The last tap, the
+representation the head was trained to rely on most directly, is never dropped, nor a layer dropped already.
 """
 
 from __future__ import annotations
@@ -21,13 +21,18 @@ from ..features.extraction import to_float_images
 from ..runtime.device import to_device
 from ..stats.proportion import wilson
 
-SCORED = ("alpha", "block_influence", "network")
+SCORED = ("alpha", "block-influence", "network")  # the orders read off one score per layer
+
+
+def dropped_predictions(model, images, drop: Sequence[int], batch_size: int = 64, device: str = "cpu") -> Tensor:
+    """The head's predictions with the taps in ``drop`` bypassed inside the backbone: (n,)."""
+    return predictions(model.backbone, model.head, images, drop, batch_size, device)
 
 
 @torch.no_grad()
-def dropped_predictions(model, images, drop: Sequence[int], batch_size: int = 64, device: str = "cpu") -> Tensor:
-    """The head's predictions with the taps in ``drop`` bypassed inside the backbone: (n,)."""
-    backbone, head = model.backbone.eval().to(device), model.head.eval().to(device)
+def predictions(backbone, head, images, drop: Sequence[int] = (), batch_size: int = 64, device: str = "cpu") -> Tensor:
+    """``head``'s predictions on ``backbone``'s taps, the taps in ``drop`` bypassed: (n,)."""
+    backbone, head = backbone.eval().to(device), head.eval().to(device)
     preds = []
     for xb in image_batches(images, batch_size):
         hs = backbone.bypassed_activations(to_float_images(to_device(xb, device)), drop)
@@ -57,10 +62,11 @@ def layer_scores(model, images, batch_size: int = 64, device: str = "cpu") -> di
         out = head(feats)
         target = out.logits.argmax(-1)
         influence = [_block_influence(h, g, backbone.adapter.batch_mask(h)) for h, g in zip(hs, scope.inputs)]
-        sums["alpha"] += out.alpha.double().sum(0)
-        sums["block_influence"] += torch.stack(influence, dim=1).double().sum(0)
+        if out.alpha is not None:  # a head without α (last, concat): no alpha order
+            sums["alpha"] += out.alpha.double().sum(0)
+        sums["block-influence"] += torch.stack(influence, dim=1).double().sum(0)
         sums["network"] += scope.effects(x, hs, feats, target).abs().double().sum(0)
-    return {k: (v / len(images)).cpu() for k, v in sums.items()}
+    return {k: (v / len(images)).cpu() for k, v in sums.items() if isinstance(v, Tensor)}
 
 
 def greedy_order(model, images, labels: Tensor, candidates: Sequence[int], k: int, **run) -> list[int]:
@@ -73,15 +79,20 @@ def greedy_order(model, images, labels: Tensor, candidates: Sequence[int], k: in
     return order
 
 
+def droppable(model) -> list[int]:
+    """The taps that may go: all but the last, less those dropped already (a checkpoint written by --drop)."""
+    gone = set(getattr(model.spec, "dropped", None) or [])
+    return [i for i in range(len(model.backbone.layer_names) - 1) if i not in gone]
+
+
 def drop_table(model, val, test, k: int, draws: int = 3, seed: int = 0, **run) -> dict:
     """Test accuracy (with its Wilson 95 % interval) after dropping 0..k layers in each order chosen on ``val``.
     ``val``/``test``: (images, labels)."""
-    n_layers = len(model.backbone.layer_names)
-    candidates = list(range(n_layers - 1))  # the last tap stays
+    candidates = droppable(model)
     k = min(k, len(candidates))
     scores = layer_scores(model, val[0], **run)
-    orders = {name: sorted(candidates, key=lambda i: (float(scores[name][i]), i)) for name in SCORED}
-    orders["greedy (validation)"] = greedy_order(model, val[0], val[1], candidates, k, **run)
+    orders = {name: sorted(candidates, key=lambda i: (float(scores[name][i]), i)) for name in scores}
+    orders["greedy"] = greedy_order(model, val[0], val[1], candidates, k, **run)
     g = torch.Generator().manual_seed(seed)
     randoms = [[candidates[i] for i in torch.randperm(len(candidates), generator=g).tolist()] for _ in range(draws)]
     labels, correct_by_set = test[1], {}  # orders share drop sets (k = 0 always, often the first layers): one pass each

@@ -1,6 +1,7 @@
 """The depth job ``laya depth`` and ``laya_cli.depth`` both run: the checks that need no data, then the data
 (and with refit the checkpoint's training features), then the analysis (``run.run_depth``) or, with
-``settings.truncate``, the cut checkpoint (``run.truncate_model``). Each caller brings its own data (the
+``settings.truncate``, the cut checkpoint (``run.truncate_model``), or with ``settings.drop`` the layer-dropping
+table and checkpoint (``dropped.drop_job``). Each caller brings its own data (the
 command a test split by name, the API a DataLoader), as a callable, so a bad setting fails before any
 feature is extracted.
 """
@@ -14,6 +15,7 @@ from ..auditing.budget import plan_rows
 from ..model.evaldata import EvalData, check_fit_data, load_fit_features
 from ..runtime.config import DepthSettings
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
+from .dropped import DropResult, drop_job
 from .run import DepthResult, TruncateResult, run_depth, truncate_model
 from .truncation import check_k, check_maskable
 
@@ -25,11 +27,14 @@ def depth_job(
     out: str | Path | None = None,
     use_cache: bool = True,
     memory: MemoryRequest | None = None,
-) -> DepthResult | TruncateResult:
+) -> DepthResult | TruncateResult | DropResult:
     """``laya depth`` on ``model`` (a LayaModel) and ``load_data()`` with validated ``settings``: a
     ``DepthResult``, or with ``settings.truncate`` the ``TruncateResult`` of the checkpoint written to ``out``.
     ``use_cache``: the training features of ``settings.refit`` may come from the feature cache. ``memory``:
-    ``settings.batch_size`` planned within its budget (unless the user gave it), budget and peak recorded."""
+    ``settings.batch_size`` planned within its budget (unless the user gave it), budget and peak recorded.
+    With ``settings.drop``, ``load_data`` gives ``dropped.DropData`` and the result is a ``DropResult``."""
+    if settings.drop is not None:
+        return drop_job(model, load_data, settings, out)
     if settings.truncate is not None:
         check_k(settings.truncate, model.num_layers)
     if settings.refit:

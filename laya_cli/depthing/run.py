@@ -356,7 +356,7 @@ class TruncateResult:
     out: str
 
 
-def _n_params(state: dict) -> int:
+def n_parameters(state: dict) -> int:
     return int(sum(t.numel() for t in state.values() if t.is_floating_point()))
 
 
@@ -387,7 +387,7 @@ def truncate_model(
     head, how = truncated_head(model, k, settings, fit_feats)
     pred, _ = head_predictions(head, feats, k, settings.batch_size, dev)
     full_pred, _ = head_predictions(model.head, feats, L, settings.batch_size, dev)
-    n_kept, n_full = _n_params(small_backbone.model.state_dict()), _n_params(model.backbone.model.state_dict())
+    n_kept, n_full = n_parameters(small_backbone.model.state_dict()), n_parameters(model.backbone.model.state_dict())
     x = _compute_input(data, model, 1, dev)
     flops_frac = tap_flops(model.backbone.to(dev), x)[k - 1] / max(model_flops(model.backbone, x), 1)
     acc, full_acc = accuracy(pred, labels), accuracy(full_pred, labels)
@@ -439,15 +439,24 @@ def cut_checkpoint(model, small_backbone, head, k: int, metrics: dict) -> dict:
     """The checkpoint of ``model`` cut after tap k (``small_backbone``, ``head``), its test ``metrics`` those
     of the cut model: the spec names the kept taps and is marked cut, the weights' source says where."""
     from ..backbones.build import BackboneSpec
-    from ..model.checkpoint import checkpoint_body
 
-    ckpt, L = model.checkpoint, model.num_layers
+    ckpt = model.checkpoint
     spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
     spec.layers, spec.formats, spec.cut = list(model.layer_names[:k]), list(model.backbone.tap_formats[:k]), True
-    source = (
-        f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, "
-        f"truncated after {model.layer_names[k - 1]} (tap {k} of {L})"
-    )
+    spec.dropped = [i for i in spec.dropped if i < k]  # layers dropped above the cut are gone with it
+    how = f"truncated after {model.layer_names[k - 1]} (tap {k} of {model.num_layers})"
+    reference = [r.detach().cpu() for r in model.reference[:k]]
+    return reshaped_checkpoint(model, small_backbone, spec, head, reference, metrics, how)
+
+
+def reshaped_checkpoint(model, small_backbone, spec, head, reference, metrics: dict, how: str) -> dict:
+    """The checkpoint of ``model`` reshaped (cut, or with layers dropped) into ``small_backbone`` with ``spec``,
+    ``head`` over its taps and their ``reference``; its test ``metrics`` those of the reshaped model; the weights'
+    source says ``how`` it was reshaped. Built by the one checkpoint builder, so its weights are the kept ones and
+    its SHA-256 is theirs."""
+    from ..model.checkpoint import checkpoint_body
+
+    ckpt, k = model.checkpoint, len(spec.layers)
     return checkpoint_body(
         backbone=small_backbone,
         spec=spec,
@@ -456,10 +465,13 @@ def cut_checkpoint(model, small_backbone, head, k: int, metrics: dict) -> dict:
         dims=list(ckpt["dims"][:k]),
         classes=model.classes,
         dataset=ckpt.get("dataset", {}),
-        reference=[r.detach().cpu() for r in model.reference[:k]],
+        reference=reference,
         history=ckpt.get("history", []),
         metrics={**ckpt["metrics"], **metrics},
         train_config=ckpt.get("train_config", {}),
         feature_dtype=ckpt.get("feature_dtype", "float32"),
-        recorded={**ckpt["backbone"], "source": source},
+        recorded={
+            **ckpt["backbone"],
+            "source": f"{ckpt['backbone'].get('source') or small_backbone.weights_source}, {how}",
+        },
     )

@@ -159,5 +159,6 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "train_config": ckpt.get("train_config", {}),
         "epochs": len(ckpt.get("history", [])),
         "truncated": ckpt.get("truncated"),  # laya depth --truncate: cut after which tap (docs/depth.md)
+        "dropped": ckpt.get("dropped"),  # laya depth --drop: which layers are gone (docs/depth.md)
         "options": ckpt.get("options"),  # the resolved command line of laya train (docs/integrations.md)
     }

@@ -140,7 +140,7 @@ def exit_title(doc: dict) -> str:
     return f"Early exit ({doc['early_exit']['source']} predictions)"
 
 
-def _rich(title: str, header: list[str], rows: list[list[str]], left, **kw) -> Table:
+def rows_table(title: str, header: list[str], rows: list[list[str]], left, **kw) -> Table:
     table = rich_table(title, **kw)
     for h, a in zip(header, align_of(header, left)):
         table.add_column(h, justify=justify(a))
@@ -150,13 +150,13 @@ def _rich(title: str, header: list[str], rows: list[list[str]], left, **kw) -> T
 
 
 def depth_rich_tables(doc: dict) -> list:
-    out = [_rich("laya depth: truncation", *depth_table_rows(doc), TRUNCATION_LEFT, caption=depth_caption(doc))]
+    out = [rows_table("laya depth: truncation", *depth_table_rows(doc), TRUNCATION_LEFT, caption=depth_caption(doc))]
     if doc.get("early_exit"):
         title = (
             f"laya depth: early exit ({doc['early_exit']['source']} predictions; "
             f"cheapest operating points of the threshold sweep)"
         )
-        out.append(_rich(title, *depth_exit_rows(doc), EXIT_LEFT))
+        out.append(rows_table(title, *depth_exit_rows(doc), EXIT_LEFT))
     return out
 
 

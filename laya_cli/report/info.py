@@ -57,18 +57,7 @@ def info_panel(summary: dict, path):
             if (t := b.get("text"))
             else []
         ),
-        *(
-            [
-                (
-                    "truncated",
-                    f"after {t['layer']} (tap {t['depth']} of {t['of']}, {t['head']} head; "
-                    f"{t['parameters']:,} of {t['parameters_full']:,} backbone parameters, "
-                    f"{100 * t['flops_fraction']:.1f} % of its FLOPs)",
-                )
-            ]
-            if (t := summary.get("truncated"))
-            else []
-        ),
+        *_reshaped_rows(summary),
         ("test accuracy", _maybe(m.get("test_accuracy"))),
         ("test macro-F1", _maybe(m.get("test_macro_f1"))),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
@@ -77,3 +66,29 @@ def info_panel(summary: dict, path):
     for k, v in rows:
         table.add_row(f"[bold]{k}[/]", v)
     return Panel(table, title=f"laya checkpoint {path}", expand=False)
+
+
+def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
+    """What ``laya depth --truncate`` cut and ``--drop`` took out, when the checkpoint is such a model."""
+    rows = []
+    if t := summary.get("truncated"):
+        rows.append(
+            (
+                "truncated",
+                f"after {t['layer']} (tap {t['depth']} of {t['of']}, {t['head']} head; "
+                f"{t['parameters']:,} of {t['parameters_full']:,} backbone parameters, "
+                f"{100 * t['flops_fraction']:.1f} % of its FLOPs)",
+            )
+        )
+    if d := summary.get("dropped"):
+        speed = f", {d['speedup']:.2f}× faster measured" if d.get("speedup") else ""
+        rows.append(
+            (
+                "dropped",
+                f"{', '.join(d['layers'])} ({len(d['layers'])} of {d['of']} layers, {d['order']} order; "
+                f"{d['parameters']:,} of {d['parameters_full']:,} backbone parameters, "
+                f"{100 * d['flops_fraction']:.1f} % of its FLOPs{speed}; full model's accuracy "
+                f"{d['full_test_accuracy']:.4f})",
+            )
+        )
+    return rows

@@ -356,6 +356,9 @@ def check_unit_interval(option: str, values) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
+DROP_ORDERS = ("alpha", "block-influence", "network", "greedy")  # laya depth --drop: which layers go first
+
+
 @dataclass
 class DepthSettings:
     """``laya depth``: truncation curve, early exit, a truncated checkpoint (docs/depth.md)."""
@@ -368,9 +371,17 @@ class DepthSettings:
     time_repeats: int = 5  # timed passes per depth (the fastest is kept); 0 = no timing
     time_batch: int = 32  # images per timed pass
     truncate: int | None = None  # K: write a checkpoint cut after tap K
+    drop: int | None = None  # K: the drop table up to K interior layers dropped (and with --out, a checkpoint)
+    drop_order: str = "alpha"  # which order --drop K --out writes: one of DROP_ORDERS
+    drop_draws: int = 3  # random orders in the drop table
     device: str = "cpu"
 
     def validate(self) -> DepthSettings:
+        check_at_least("--drop", self.drop)
+        check_at_least("--draws", self.drop_draws, 0)
+        self.drop_order = check_choice("--drop-order", self.drop_order, DROP_ORDERS)
+        if self.drop is not None and (self.truncate is not None or self.refit):
+            raise LayaError("--drop analyses dropped layers on its own: run it without --truncate and --refit")
         check_at_least("--batch-size", self.batch_size)
         check_at_least("--refit-epochs", self.refit_epochs)
         check_at_least("--time-repeats", self.time_repeats, 0)

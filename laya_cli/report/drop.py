@@ -1,0 +1,104 @@
+"""``laya depth --drop K``: the drop table (test accuracy per order and number of layers dropped), the chosen
+order's measured cost, the goals line and the written checkpoint's line, from the drop JSON (docs/depth.md)."""
+
+from __future__ import annotations
+
+from .cells import align_of, fmt, md_table
+from .depth import human_flops, rows_table, seconds_per_image
+
+TIMING_LEFT = (1,)  # the text column: the dropped layers
+
+
+def _order_left(header) -> tuple[int, ...]:
+    return (0, len(header) - 1)  # the text columns: the order and the layers it drops first
+
+
+def drop_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per order: accuracy [Wilson 95 %] at k = 0..K, then the layers it drops first."""
+    by: dict[str, list[dict]] = {}
+    for r in doc["rows"]:
+        by.setdefault(r["order"], []).append(r)
+    K = max(r["k"] for r in doc["rows"])
+    header = ["order", *[f"k={k}" for k in range(K + 1)], "dropped first"]
+    rows = []
+    for order, rs in by.items():
+        cells = [f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in rs]
+        rows.append([order, *cells, ", ".join(doc["layers"][i] for i in doc["orders"][order][:K])])
+    return header, rows
+
+
+def drop_timing_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """The chosen order at k = 0..K: what is dropped, FLOPs, measured time and the two speed-ups."""
+    header = ["k", "dropped", "FLOPs %", "time/img", "speed-up", "FLOPs speed-up"]
+    rows = [
+        [
+            str(t["k"]),
+            ", ".join(t["dropped_layers"]) or "—",
+            fmt(100 * t["flops_fraction"], "{:.1f} %"),
+            seconds_per_image(t["seconds_per_image"]),
+            fmt(t["speedup"], "{:.2f}×"),
+            fmt(t["flops_speedup"], "{:.2f}×"),
+        ]
+        for t in doc["timing"]
+    ]
+    return header, rows
+
+
+def drop_caption(doc: dict) -> str:
+    s = doc["settings"]
+    return (
+        f"orders chosen on {doc['n_val']:,} validation samples, accuracy on {doc['n_samples']:,} test samples "
+        f"[Wilson 95 %]; a dropped layer is bypassed (its output := its input); the last tap is never dropped; "
+        f"full backbone {human_flops(s['full_flops'])} FLOPs/input"
+    )
+
+
+def timing_caption(doc: dict) -> str:
+    s = doc["settings"]
+    return (
+        f"the {s['drop_order']} order: the model without those layers, fastest of {s['time_repeats']} rounds of "
+        f"{s['time_batch']} inputs on {s['device']}, timed side by side"
+    )
+
+
+def drop_lines(doc: dict) -> list[str]:
+    """The goals at 25 % of the layers dropped, and what --out wrote."""
+    lines = []
+    if g := doc.get("goals"):
+        near = "within 1 pp of" if g["within_1pp_of_greedy"] else "more than 1 pp below"
+        ahead = "ahead of" if g["ahead_of_block_influence"] else "not ahead of"
+        lines.append(
+            f"at k={g['k']} (25 % of the layers): alpha {g['alpha']:.3f}, {near} greedy ({g['greedy']:.3f}), "
+            f"{ahead} block influence ({g['block_influence']:.3f})"
+        )
+    if w := doc.get("written"):
+        speed = f", {w['speedup']:.2f}× faster (measured)" if w.get("speedup") else ""
+        lines.append(
+            f"dropped {', '.join(w['layers'])} ({w['order']} order): accuracy {w['test_accuracy']:.4f} "
+            f"(full {w['full_test_accuracy']:.4f}, {100 * (w['test_accuracy'] - w['full_test_accuracy']):+.2f} pp), "
+            f"backbone {w['parameters']:,} of {w['parameters_full']:,} parameters, "
+            f"{100 * w['flops_fraction']:.1f} % of its FLOPs{speed} -> {w['out']}"
+        )
+    return lines
+
+
+def drop_rich_tables(doc: dict) -> list:
+    header, rows = drop_rows(doc)
+    out = [rows_table("laya depth --drop: test accuracy", header, rows, _order_left(header), caption=drop_caption(doc))]
+    if doc.get("timing"):
+        header, rows = drop_timing_rows(doc)
+        out.append(rows_table("laya depth --drop: cost", header, rows, TIMING_LEFT, caption=timing_caption(doc)))
+    return out
+
+
+def drop_markdown(doc: dict, title: str = "laya depth --drop") -> str:
+    header, rows = drop_rows(doc)
+    lines = [f"## {title}", "", drop_caption(doc) + ".", ""]
+    lines += md_table(header, rows, align_of(header, _order_left(header)))
+    if doc.get("timing"):
+        header, rows = drop_timing_rows(doc)
+        lines += ["", f"### Cost ({timing_caption(doc)})", "", *md_table(header, rows, align_of(header, TIMING_LEFT))]
+    lines += [f"\n{line}" for line in drop_lines(doc)]
+    for note in doc.get("notes", []):
+        lines += ["", f"> note: {note}"]
+    return "\n".join(lines) + "\n"
