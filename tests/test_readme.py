@@ -38,6 +38,11 @@ SKIP = [
         "needs a residual model whose blocks keep their input's shape (the README's digits MLP is none): "
         "tests/test_removal.py runs it on BERT, GPT-2 and Llama",
     ),
+    (
+        "--drop 2",
+        "needs a residual model whose blocks keep their input's shape (the README's digits MLP is none; its refusal "
+        "is tested): tests/test_removal.py runs --drop and --out on BERT",
+    ),
     ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),
     ("--config run.toml", "reads the user's own run.toml (tests/test_config_file.py writes and replays one)"),
     (

@@ -179,13 +179,17 @@ def test_removals_that_need_a_network_are_refused_elsewhere(trained):
     assert_user_error(invoke("audit", trained, "--scope", "network", "--ablation", "skip"), "--ablation")
 
 
-def test_a_block_that_changes_shape_cannot_be_bypassed(tmp_path):
+def test_a_block_that_changes_shape_cannot_be_bypassed_nor_dropped(tmp_path):
     out = tmp_path / "mlp.pt"
     assert invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "-q").exit_code == 0
     assert_user_error(
         invoke("audit", out, "--scope", "network", "--ablation", "bypass", "--samples", "8"),
         "needs a block whose output has its input's shape",
     )
+    assert_user_error(
+        invoke("depth", out, "--drop", "1", "--out", tmp_path / "small.pt"), "dropping layers (--drop) needs blocks"
+    )
+    assert not (tmp_path / "small.pt").exists()
 
 
 def test_attribution_patching_is_the_gradient_times_the_removal_at_both_scopes(folders):

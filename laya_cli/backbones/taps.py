@@ -44,6 +44,15 @@ from .engines import (
 from .pooling import Layouts, TapFormat
 from .spec import InputConfig, TextInput
 
+BYPASS_NEEDS = (
+    "removing it by its input (--ablation bypass or mean-update) needs a block whose output has its input's shape; "
+    "use --ablation mean"
+)
+DROP_NEEDS = (
+    "dropping layers (--drop) needs blocks whose output has their input's shape, as the layers of a residual "
+    "network (a transformer, a ViT) have"
+)
+
 # --------------------------------------------------------------------------- layer globs
 
 
@@ -138,7 +147,9 @@ class TappedBackbone(nn.Module):
     def forward(self, x: Tensor, upto: int | None = None) -> list[Tensor]:
         return [self.pool_tap(i, h) for i, h in enumerate(self.activations(x, upto))]
 
-    def activations_and_inputs(self, x: Tensor, upto: int | None = None) -> tuple[list[Tensor], list[Tensor]]:
+    def activations_and_inputs(
+        self, x: Tensor, upto: int | None = None, needs: str = BYPASS_NEEDS
+    ) -> tuple[list[Tensor], list[Tensor]]:
         """``activations`` and what each tapped call was given (``engines.block_input``: a residual block's input,
         what "bypass" removal puts in place of its output). Taps must be modules; a call without a tensor input,
         or one whose output has another shape than its input, is refused in one line."""
@@ -156,10 +167,7 @@ class TappedBackbone(nn.Module):
         for name, h, given in zip(self.layer_names, outputs, inputs):
             if given is None or given.shape != h.shape:
                 got = "no tensor input" if given is None else f"input {tuple(given.shape)}"
-                raise LayaError(
-                    f"layer {name} has {got} and output {tuple(h.shape)}: removing it by its input (--ablation "
-                    f"bypass or mean-update) needs a block whose output has its input's shape; use --ablation mean"
-                )
+                raise LayaError(f"layer {name} has {got} and output {tuple(h.shape)}: {needs}")
         return outputs, inputs
 
     def whole_model(self, x: Tensor):

@@ -100,6 +100,7 @@ def load_drop_data(model, dataset=None, data_dir=None, samples=None, seed=0, enc
 def drop_job(model, load_data, settings: DepthSettings, out: str | Path | None = None) -> DropResult:
     """``laya depth --drop K [--out small.pt]`` on a loaded model: checks that need no data, the data, the table,
     and the checkpoint. One line when K exceeds the layers that may go, or the chosen order does not exist."""
+    from ..backbones.taps import DROP_NEEDS
     from ..runtime.errors import LayaError
     from .dropping import droppable
 
@@ -109,6 +110,8 @@ def drop_job(model, load_data, settings: DepthSettings, out: str | Path | None =
             f"--drop {settings.drop}: at most {len(candidates)} of this model's {model.num_layers} layers can be "
             f"dropped (never the last tap{', nor one dropped already' if model.spec.dropped else ''})"
         )
+    with torch.no_grad():  # every tap's block must keep its input's shape (the scores read all of them)
+        model.backbone.eval().activations_and_inputs(model.backbone.probe_input(), needs=DROP_NEEDS)
     if settings.drop_order == "alpha" and not getattr(model.head, "has_alpha", False):
         raise LayaError("a head without α has no alpha order: choose --drop-order block-influence, network or greedy")
     data = load_data()
