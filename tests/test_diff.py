@@ -111,6 +111,7 @@ def test_a_model_against_itself_changes_nothing(digits_ckpt, tmp_path):
     assert doc["overall"]["js"] == 0 and all(row["alpha_change"] == 0 for row in doc["overall"]["layers"])
     assert doc["profile"] == "alpha" and len(doc["classes"]) == 10
     assert "### laya diff" in md.read_text() and "layer usage by class" in r.output
+    assert "…" not in r.output  # a pipe is no terminal: the tables print whole, not cut to 80 columns
 
 
 def test_two_models_differ_and_the_gate_fires(digits_ckpt, digits_ckpts, tmp_path):

@@ -11,7 +11,7 @@ import typer
 
 from ..runtime import progress
 from ..runtime.config import TIE_TOL
-from .common import EXIT_GATE_FAILED, console, err_console, pick_device
+from .common import EXIT_GATE_FAILED, err_console, pick_device, wide_console
 from .options import (
     Ablation,
     DataDir,
@@ -90,8 +90,10 @@ def diff(
         )  # fmt: skip
     doc, run = result.to_dict(), current_run()
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
-    for table in [] if quiet else diff_rich_tables(doc):
-        console.print(table)
+    tables = [] if quiet else diff_rich_tables(doc)
+    wide = wide_console(tables)  # a log or a pipe gets the per-layer table whole, not cut to 80 columns
+    for table in tables:
+        wide.print(table)
     if json_out is not None:
         atomic_write_text(json_out, strict_json(doc))
     if markdown is not None:
