@@ -57,7 +57,9 @@ def train_case(case: str, out: Path) -> Path | None:
     import transformers
 
     folder = out / "gpt2-8"
-    config = transformers.GPT2Config(vocab_size=4096, n_embd=128, n_layer=8, n_head=4, n_positions=64)
+    config = transformers.GPT2Config(
+        vocab_size=4096, n_embd=128, n_layer=8, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0
+    )
     transformers.GPT2Model(config).save_pretrained(folder)
     laya("train", "--backbone", f"hf:{folder}", "--finetune", "--dataset", f"csv:{data}", "--max-length", 32,
          "--epochs", 15, "--seed", 0, "--out", ckpt, "-q")  # fmt: skip
