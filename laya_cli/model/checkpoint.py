@@ -109,10 +109,19 @@ def checkpoint_body(
         "reference": [r.detach().cpu() for r in reference],
         **({"tap_reference": [t.detach().cpu() for t in tap_reference]} if tap_reference is not None else {}),
         "history": list(history),
-        "metrics": dict(metrics),
+        "metrics": _metrics_of(metrics, len(dims)),
         "train_config": dict(train_config),
         **({"options": dict(options)} if options is not None else {}),
     }
+
+
+def _metrics_of(metrics: dict, n_layers: int) -> dict:
+    """The metrics as stored, less an α collapse summary measured over another number of layers: a checkpoint that
+    ``laya depth --truncate`` cuts starts from its full model's metrics, and that summary describes the full head."""
+    out = dict(metrics)
+    if (out.get("alpha_collapse") or {}).get("layers", n_layers) != n_layers:
+        del out["alpha_collapse"]
+    return out
 
 
 def _text_summary(recorded_input: dict) -> dict | None:
