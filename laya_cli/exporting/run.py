@@ -231,7 +231,9 @@ def assemble(
         list(notes),
     )
     if has_alpha:
-        exp.alpha_collapse = collapse_summary(torch.as_tensor(table[[alpha_col(n) for n in layers]].to_numpy()))
+        exp.alpha_collapse = collapse_summary(
+            torch.from_numpy(table[[alpha_col(n) for n in layers]].to_numpy(np.float64, copy=True))
+        )
         if exp.alpha_collapse["collapsed"]:
             exp.collapse_warning = collapse_warning(exp.alpha_collapse, layers)
     return exp
