@@ -69,12 +69,12 @@ def test_heads_without_alpha_store_no_summary(digits_ckpts):
     assert read_checkpoint(digits_ckpts["scalarmix"])["metrics"]["alpha_collapse"]["top_layer_spread"] == 0.0
 
 
-def test_a_summary_over_other_layers_is_not_saved(digits_ckpt, tmp_path):
-    """A cut checkpoint (laya depth --truncate) starts from its full model's metrics: that summary is not its own."""
-    model = laya_cli.load(digits_ckpt)
-    model.checkpoint["metrics"]["alpha_collapse"] = {**model.checkpoint["metrics"]["alpha_collapse"], "layers": 5}
-    model.save(tmp_path / "m.pt")
-    assert "alpha_collapse" not in read_checkpoint(tmp_path / "m.pt")["metrics"]
+def test_a_truncated_checkpoint_does_not_keep_its_full_models_summary(digits_ckpt, tmp_path):
+    """laya depth --truncate starts from the full model's metrics: a summary over 3 layers is not the 2-layer head's."""
+    r = invoke("depth", digits_ckpt, "--truncate", 2, "--out", tmp_path / "small.pt", "--time-repeats", 0, "-q")
+    assert r.exit_code == 0, r.output
+    assert "alpha_collapse" in read_checkpoint(digits_ckpt)["metrics"]
+    assert "alpha_collapse" not in read_checkpoint(tmp_path / "small.pt")["metrics"]
 
 
 # --------------------------------------------------------------------------- laya info
