@@ -70,7 +70,8 @@ def test_heads_without_alpha_store_no_summary(digits_ckpts):
 
 
 def test_a_truncated_checkpoint_does_not_keep_its_full_models_summary(digits_ckpt, tmp_path):
-    """laya depth --truncate starts from the full model's metrics: a summary over 3 layers is not the 2-layer head's."""
+    """laya depth --truncate starts from the full model's metrics: their summary is not the cut head's α (--drop, on
+    a residual model: tests/test_removal.py)."""
     r = invoke("depth", digits_ckpt, "--truncate", 2, "--out", tmp_path / "small.pt", "--time-repeats", 0, "-q")
     assert r.exit_code == 0, r.output
     assert "alpha_collapse" in read_checkpoint(digits_ckpt)["metrics"]

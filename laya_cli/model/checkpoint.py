@@ -109,17 +109,18 @@ def checkpoint_body(
         "reference": [r.detach().cpu() for r in reference],
         **({"tap_reference": [t.detach().cpu() for t in tap_reference]} if tap_reference is not None else {}),
         "history": list(history),
-        "metrics": _metrics_of(metrics, len(dims)),
+        "metrics": _metrics_of(metrics, len(dims), getattr(spec, "reshaped", False)),
         "train_config": dict(train_config),
         **({"options": dict(options)} if options is not None else {}),
     }
 
 
-def _metrics_of(metrics: dict, n_layers: int) -> dict:
-    """The metrics as stored, less an α collapse summary measured over another number of layers: a checkpoint that
-    ``laya depth --truncate`` cuts starts from its full model's metrics, and that summary describes the full head."""
+def _metrics_of(metrics: dict, n_layers: int, reshaped: bool) -> dict:
+    """The metrics as stored, less an α collapse summary that is not this head's: a model that ``laya depth`` cut
+    (``--truncate``) or dropped layers from (``--drop``) starts from its full model's metrics, and that summary
+    describes the full model's α (over other layers, or over layers that now read other streams)."""
     out = dict(metrics)
-    if (out.get("alpha_collapse") or {}).get("layers", n_layers) != n_layers:
+    if "alpha_collapse" in out and (reshaped or (out["alpha_collapse"] or {}).get("layers", n_layers) != n_layers):
         del out["alpha_collapse"]
     return out
 
