@@ -64,8 +64,8 @@ def test_train_stores_the_summary_of_alpha_on_the_test_split(digits_ckpt):
     assert stored["modal_top_layer"] == want["modal_top_layer"] and stored["collapsed"] == want["collapsed"]
 
 
-def test_heads_without_alpha_store_no_summary(digits_ckpts):
-    assert "alpha_collapse" not in read_checkpoint(digits_ckpts["last"])["metrics"]
+def test_heads_without_alpha_store_none(digits_ckpts):
+    assert read_checkpoint(digits_ckpts["last"])["metrics"]["alpha_collapse"] is None
     assert read_checkpoint(digits_ckpts["scalarmix"])["metrics"]["alpha_collapse"]["top_layer_spread"] == 0.0
 
 
@@ -74,8 +74,8 @@ def test_a_truncated_checkpoint_does_not_keep_its_full_models_summary(digits_ckp
     a residual model: tests/test_removal.py)."""
     r = invoke("depth", digits_ckpt, "--truncate", 2, "--out", tmp_path / "small.pt", "--time-repeats", 0, "-q")
     assert r.exit_code == 0, r.output
-    assert "alpha_collapse" in read_checkpoint(digits_ckpt)["metrics"]
-    assert "alpha_collapse" not in read_checkpoint(tmp_path / "small.pt")["metrics"]
+    assert read_checkpoint(digits_ckpt)["metrics"]["alpha_collapse"] is not None
+    assert read_checkpoint(tmp_path / "small.pt")["metrics"]["alpha_collapse"] is None
 
 
 # --------------------------------------------------------------------------- laya info
@@ -104,13 +104,17 @@ def test_info_on_a_spread_alpha_shows_it_without_a_warning(spread):
     assert "collapsed" not in text and "warning" not in text
 
 
-def test_info_on_a_checkpoint_from_before_says_nothing(collapsed, tmp_path):
+def test_info_on_a_checkpoint_from_before_or_not_measured_says_nothing(collapsed, tmp_path):
     ckpt = torch.load(collapsed, weights_only=True)
-    del ckpt["metrics"]["alpha_collapse"]
-    torch.save(ckpt, tmp_path / "old.pt")
-    r = invoke("info", tmp_path / "old.pt")
-    assert r.exit_code == 0, r.output
-    assert "α on test" not in r.output and "collapsed" not in r.output
+    for stored in ("absent", None):  # an older checkpoint; a head without α, or no test split
+        if stored is None:
+            ckpt["metrics"]["alpha_collapse"] = None
+        else:
+            del ckpt["metrics"]["alpha_collapse"]
+        torch.save(ckpt, tmp_path / "old.pt")
+        r = invoke("info", tmp_path / "old.pt")
+        assert r.exit_code == 0, r.output
+        assert "α on test" not in r.output and "collapsed" not in r.output
 
 
 # --------------------------------------------------------------------------- laya audit

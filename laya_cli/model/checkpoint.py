@@ -120,8 +120,8 @@ def _metrics_of(metrics: dict, n_layers: int, reshaped: bool) -> dict:
     (``--truncate``) or dropped layers from (``--drop``) starts from its full model's metrics, and that summary
     describes the full model's α (over other layers, or over layers that now read other streams)."""
     out = dict(metrics)
-    if "alpha_collapse" in out and (reshaped or (out["alpha_collapse"] or {}).get("layers", n_layers) != n_layers):
-        del out["alpha_collapse"]
+    if out.get("alpha_collapse") and (reshaped or out["alpha_collapse"].get("layers") != n_layers):
+        out["alpha_collapse"] = None  # not measured on this model
     return out
 
 

@@ -84,8 +84,8 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         head = build_head(job.head, dims, len(classes), job.head_config).to(dev)
         trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch)
     metrics = train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test[:2], len(classes))
-    if len(trained.test) == 3:  # a head with α: how much of the depth it uses on the test split (docs/metrics.md)
-        metrics["alpha_collapse"] = collapse_summary(trained.test[2])
+    # How much of the depth α uses on the test split (docs/metrics.md); None where not measured (no α, no test split)
+    metrics["alpha_collapse"] = collapse_summary(trained.test[2]) if len(trained.test) == 3 else None
     ckpt = checkpoint_body(
         backbone=backbone,
         spec=job.spec,
