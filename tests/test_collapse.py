@@ -1,5 +1,6 @@
 """α collapse measures (auditing/collapse.py) against scipy and by construction."""
 
+import html
 import math
 
 import numpy as np
@@ -9,11 +10,13 @@ from scipy.stats import entropy
 
 from laya_cli.auditing.collapse import (
     alpha_entropy,
+    collapse_notes,
     collapse_summary,
     collapse_warning,
     effective_layers,
     top_layer_spread,
 )
+from laya_cli.report.collapse import collapse_text
 
 
 def test_entropy_matches_scipy_on_random_rows():
@@ -53,3 +56,23 @@ def test_spread_or_per_sample_variation_is_not_collapse():
     assert not collapse_summary(torch.softmax(torch.randn(200, 6, generator=gen), -1))["collapsed"]
     peaks = torch.nn.functional.one_hot(torch.randint(0, 6, (200,), generator=gen), 6).float()
     assert not collapse_summary(peaks)["collapsed"]  # one layer each, but a different one per sample
+
+
+def test_only_a_collapsed_alpha_gets_the_warning_note():
+    collapsed = collapse_summary(torch.nn.functional.one_hot(torch.full((10,), 1), 3).float())
+    (note,) = collapse_notes(collapsed, ["a", "b", "c"])
+    assert note.startswith("warning: α has collapsed onto b: 1.00 effective layers of 3")
+    assert collapse_notes(collapse_summary(torch.full((10, 3), 1 / 3)), ["a", "b", "c"]) == []
+    assert collapse_notes(None) == []  # a head without α
+
+
+def test_the_one_line_every_output_writes():
+    alpha = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])  # H = log 2 for both: 2 effective layers
+    text = collapse_text(collapse_summary(alpha), ["a", "b", "c"])
+    assert text == "entropy 0.693 ± 0.000 of max 1.099 nats, 2.00 of 3 effective layers, top-layer spread 0.0 %"
+    s = collapse_summary(torch.nn.functional.one_hot(torch.tensor([2, 2]), 3).float())
+    assert collapse_text(s, ["a", "b", "<c>"], flag="<b>{}</b>", escape=html.escape).endswith(
+        " — <b>collapsed onto &lt;c&gt;</b>"
+    )
+    assert collapse_text(None) is None
+    assert "entropy n/a ± n/a" in collapse_text(collapse_summary(torch.zeros(0, 3)))  # no samples: undefined, no crash

@@ -320,6 +320,9 @@ def test_laya_depth_drop_writes_a_checkpoint_that_info_audit_export_and_truncate
         model.spec.dropped == written["dropped"]
         and model.checkpoint["metrics"]["test_accuracy"] == (written["test_accuracy"])
     )
+    # the full model's α collapse summary is not this model's (its later taps read other streams now)
+    assert load_model(trained).checkpoint["metrics"]["alpha_collapse"] is not None
+    assert model.checkpoint["metrics"]["alpha_collapse"] is None
     assert "dropped" in " ".join(invoke("info", small).output.split())
     audit = invoke("audit", small, "--scope", "both", "--ablation", "bypass", "--samples", "8", "--ci", "0")
     assert audit.exit_code == 0, audit.output

@@ -102,6 +102,9 @@ def test_the_page_loads_without_errors_or_requests(chromium, digits_export):
         audit = page.text_content("#result-audit + p + table")
         assert "laya" in audit and "faithfulness" in audit
         assert page.locator('figure img[alt^="Accuracy against mean backbone FLOPs"]').count() == 1  # the depth plot
+        # α's collapse summary beside the global profile, and the warning box exactly when it has collapsed
+        collapsed = json.loads((digits_export / "summary.json").read_text())["alpha_collapse"]["collapsed"]
+        assert page.locator("p.collapse").is_visible() and page.locator("p.warning").count() == int(collapsed)
     finally:
         page.close()
 

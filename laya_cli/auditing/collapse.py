@@ -80,6 +80,13 @@ def collapse_warning(summary: dict, layer_names=None) -> str:
     return (
         f"α has collapsed onto {name}: {summary['effective_layers_mean']:.2f} effective layers of "
         f"{summary['layers']} on average, {100 * summary['top_layer_spread']:.1f} % of samples peak elsewhere. "
-        f"α then says little per sample and faithfulness is measured on near-ties; "
-        f"see docs/metrics.md (α collapse) for training options that keep α informative"
+        f"α then says little per sample (nearly everyone gets the same layer) and its faithfulness rests on the "
+        f"small weights left on the other layers (near-ties when they are tiny); see docs/metrics.md (α collapse) "
+        f"for what to try"
     )
+
+
+def collapse_notes(summary: dict | None, layer_names=None) -> list[str]:
+    """The audit's note for a collapsed α (a ``warning:`` note: printed as a warning, kept in the JSON's notes); none
+    for an α that spreads, or a head without α (``summary`` None)."""
+    return [f"warning: {collapse_warning(summary, layer_names)}"] if summary and summary["collapsed"] else []

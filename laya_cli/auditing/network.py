@@ -59,7 +59,7 @@ from .metrics import (
 )
 from .names import NETWORK_METRICS
 from .results import AuditResult, MethodScores, ties_block
-from .run import run_audit
+from .run import record_collapse, run_audit
 from .scaffold import AuditPlan, Rows
 
 BY_INPUT = ("bypass", "mean-update")  # removals that put a block's own input in place of its output
@@ -616,6 +616,8 @@ class _NetworkRun:
             "tie": Rows(n).add_states(self.computed, torch.bool),
             "d1": per_method(self.computed),
         }
+        if getattr(self.net.head, "has_alpha", False) and not self.both:  # --scope network: α's collapse summary
+            rows["common"].add_state("alpha", torch.float32, n_layers)
         if "global" in self.plan.active:  # the head's mean α (summed in batch order) and the total effects
             rows["global"] = Rows(n).add_state("alpha", width=n_layers, reduce="sum")
             rows["global"].add_state("delta", torch.float32, n_layers)
@@ -653,7 +655,10 @@ def _network_batch(run: _NetworkRun, first: int, xb, rows: dict[str, Rows]) -> N
     hs = net.activations(x)
     with torch.no_grad():
         feats = net.pooled(hs)
-        pred = head(feats).logits.argmax(-1)
+        out = head(feats)
+        pred = out.logits.argmax(-1)
+    if "alpha" in rows["common"]:
+        rows["common"].append(alpha=out.alpha.float().cpu())
     target = pred if s.target == "predicted" else y
     delta = net.effects(x, hs, feats, target).cpu()
     ctx = run.plan.context(target, run.generator)
@@ -756,6 +761,7 @@ def run_scoped_audit(
             notes=plan.notes(),
             groups=(),  # the network scope computes no deeper metric
         )
+        record_collapse(head_result, common.get("alpha"))
     head_result.settings["scope"] = scope
     head_result.network = network
     return head_result

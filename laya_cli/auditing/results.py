@@ -207,6 +207,8 @@ class AuditResult:
     interval_settings: dict = field(default_factory=dict)
     ties: dict | None = None  # the tie tolerance and what it made undefined (``ties_block``)
     class_names: list[str] = field(default_factory=list, repr=False)  # the model's classes (label i -> name)
+    # How much of the depth α uses over the audited samples (``collapse.collapse_summary``); None: no α
+    alpha_collapse: dict | None = None
 
     def __repr__(self) -> str:
         """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
@@ -291,6 +293,7 @@ class AuditResult:
             "randomisation_stages": self.randomisation_stages,
             "randomisation_samples": self.randomisation_samples,
             "computed_metrics": computed_metrics(self.groups),
+            "alpha_collapse": self.alpha_collapse,  # null for a head without α (docs/metrics.md, "α collapse")
         }
         if self.ties is not None:
             out["ties"] = self.ties

@@ -26,6 +26,7 @@ from torch import Tensor
 from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
+from .collapse import collapse_notes, collapse_summary
 from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
 from .intervals import attach_intervals, class_intervals
 from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
@@ -193,12 +194,14 @@ def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) ->
 # --------------------------------------------------------------------------- the run
 
 
-def _common_states(n: int, n_layers: int) -> Rows:
-    """The per-sample numbers every method shares."""
+def _common_states(n: int, n_layers: int, alpha: bool = False) -> Rows:
+    """The per-sample numbers every method shares (``alpha``: the head's α too, for its collapse summary)."""
     rows = Rows(n).add_state("pred", torch.long).add_state("label", torch.long)
     for name in ("oracle", "random", "keep_oracle", "keep_random", "target", "effect"):
         rows.add_state(name)
     rows.add_states(("checked", "degenerate", "tie_degenerate"), torch.bool)
+    if alpha:
+        rows.add_state("alpha", torch.float32, n_layers)
     return rows.add_state("delta", width=n_layers)
 
 
@@ -387,8 +390,10 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     s, head, removal, groups = run.plan.settings, run.head, run.plan.references.removal, run.plan.groups
     x, y = [t.to(s.device).float() for t in xs], y.to(s.device)
     with torch.no_grad():
-        logits = head(x).logits
-    pred = logits.argmax(-1)
+        out = head(x)
+    logits, pred = out.logits, out.logits.argmax(-1)
+    if "alpha" in common:  # the head's α, whichever methods run (its collapse summary)
+        common.append(alpha=out.alpha.float().cpu())
     target = pred if s.target == "predicted" else y
     b = _Batch(
         x=x,
@@ -442,7 +447,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     model.head.eval().to(settings.device)
     plan = AuditPlan.prepare(model, methods, settings, len(feats), num_layers(feats))
     run = _HeadScope.prepare(plan, model.head, feats)
-    common = _common_states(plan.n, plan.n_layers)
+    common = _common_states(plan.n, plan.n_layers, alpha=getattr(model.head, "has_alpha", False))
     per = {m: _method_states(m, plan.n, plan.n_layers, len(run.stages), plan.groups) for m in plan.active}
     batches = feature_batches(feats, settings.batch_size, plan.shard.start, plan.shard.stop)
     for first, (xs, y) in plan.shard.walk(batches, "auditing"):
@@ -464,6 +469,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     degenerate, by_ties = int(common["degenerate"].sum()), int(common["tie_degenerate"].sum())
     result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties)
+    record_collapse(result, common.get("alpha"))
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
     result.class_names = [str(c) for c in getattr(model, "classes", None) or []]
     attach_intervals(result, per, common, settings)  # --ci: bootstrap intervals (auditing/intervals.py)
@@ -473,6 +479,13 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
         rows = {_class_name(classes, c): (labels == c).cpu().numpy() for c in labels.unique(sorted=True).tolist()}
         class_intervals(result.by_class, rows, result.columns, settings)  # --ci: per class, as the overall ones
     return result
+
+
+def record_collapse(result: AuditResult, alpha: Tensor | None) -> None:
+    """The summary of how much of the depth α uses over the audited samples (None for a head without α) and, when
+    α has collapsed, the warning note (docs/metrics.md, "α collapse")."""
+    result.alpha_collapse = collapse_summary(alpha) if alpha is not None else None
+    result.notes += collapse_notes(result.alpha_collapse, result.layers)
 
 
 def _class_name(classes: list[str], c: int) -> str:

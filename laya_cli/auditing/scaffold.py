@@ -108,6 +108,10 @@ class Rows:
             self.add_state(name, dtype, width, reduce)
         return self
 
+    def __contains__(self, name: str) -> bool:
+        """Whether the state was declared (a state kept only for some heads, such as α)."""
+        return name in self._states
+
     def append(self, rows: Mapping[str, Tensor] | None = None, /, **more: Tensor) -> None:
         """One batch's rows of some states (``rows`` and ``more``: name -> tensor), each cast to its dtype."""
         for name, value in {**(rows or {}), **more}.items():

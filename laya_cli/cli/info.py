@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..runtime.errors import LayaError
-from .common import console
+from .common import console, warn
 from .options import InfoJson, ModelPath, OptionsToml
 
 
@@ -27,3 +27,8 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
     console.print(info_panel(summary, model))
+    collapse = summary["metrics"].get("alpha_collapse")
+    if collapse and collapse["collapsed"]:  # what it means and what to try, as the audit warns
+        from ..auditing.collapse import collapse_warning
+
+        warn(collapse_warning(collapse, summary["layers"]))

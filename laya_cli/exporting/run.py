@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..auditing.budget import plan_rows
+from ..auditing.collapse import collapse_summary, collapse_warning
 from ..auditing.methods import contrib as contrib_scores
 from ..auditing.scaffold import Rows, Shard
 from ..features.extraction import feature_batches, num_layers
@@ -85,6 +86,10 @@ class Export:
     files: list[str] = field(default_factory=list)  # relative paths written, set once written
     results: dict[str, dict] = field(default_factory=dict)  # attached results, e.g. {"audit": audit JSON}
     card: dict | None = None  # --model-card: {"model", "checkpoint"} to write README.md from
+    # How much of the depth α uses over the exported samples (auditing/collapse.py; None without α), and the
+    # warning report.html shows when it has collapsed
+    alpha_collapse: dict | None = None
+    collapse_warning: str | None = None
 
     @property
     def n(self) -> int:
@@ -211,7 +216,7 @@ def assemble(
     profiles = class_layer_profiles(table, layers, classes, quantities) if has_alpha else None
     gprofile = global_profile(table, layers, quantities) if has_alpha else None
     shift = attention_shift(table, layers, classes) if has_alpha else None
-    return Export(
+    exp = Export(
         table,
         layers,
         classes,
@@ -225,6 +230,13 @@ def assemble(
         dict(info or {}),
         list(notes),
     )
+    if has_alpha:
+        exp.alpha_collapse = collapse_summary(
+            torch.from_numpy(table[[alpha_col(n) for n in layers]].to_numpy(np.float64, copy=True))
+        )
+        if exp.alpha_collapse["collapsed"]:
+            exp.collapse_warning = collapse_warning(exp.alpha_collapse, layers)
+    return exp
 
 
 def compute_export(
@@ -349,6 +361,7 @@ def summary(exp: Export, fmt: str) -> dict:
             "has_alpha": exp.has_alpha,
             "has_contrib": exp.has_contrib,
             "alpha_is_global": exp.alpha_is_global,
+            "alpha_collapse": exp.alpha_collapse,
             "notes": exp.notes,
             "results": {key: RESULT_FILES.get(key, f"{key}.json") for key in exp.results},
             "global_profile": _records(exp.global_profile),

@@ -109,10 +109,20 @@ def checkpoint_body(
         "reference": [r.detach().cpu() for r in reference],
         **({"tap_reference": [t.detach().cpu() for t in tap_reference]} if tap_reference is not None else {}),
         "history": list(history),
-        "metrics": dict(metrics),
+        "metrics": _metrics_of(metrics, len(dims), getattr(spec, "reshaped", False)),
         "train_config": dict(train_config),
         **({"options": dict(options)} if options is not None else {}),
     }
+
+
+def _metrics_of(metrics: dict, n_layers: int, reshaped: bool) -> dict:
+    """The metrics as stored, less an α collapse summary that is not this head's: a model that ``laya depth`` cut
+    (``--truncate``) or dropped layers from (``--drop``) starts from its full model's metrics, and that summary
+    describes the full model's α (over other layers, or over layers that now read other streams)."""
+    out = dict(metrics)
+    if out.get("alpha_collapse") and (reshaped or out["alpha_collapse"].get("layers") != n_layers):
+        out["alpha_collapse"] = None  # not measured on this model
+    return out
 
 
 def _text_summary(recorded_input: dict) -> dict | None:

@@ -25,6 +25,7 @@ from .cells import (
     md_table,
     rich_table,
 )
+from .collapse import collapse_text
 from .intervals import ci_cell, ci_header, ci_text, interval_columns, vs_laya_rows
 
 AUDIT_COLUMNS = [
@@ -350,6 +351,8 @@ def audit_caption(result, ties: dict | None = None) -> str:
     tied = ties_text(s, ties if ties is not None else getattr(result, "ties", None))
     if tied:
         parts.append(tied)
+    if (alpha := collapse_text(getattr(result, "alpha_collapse", None), result.layers)) is not None:
+        parts.append(f"α {alpha}")  # how much of the depth α uses (docs/metrics.md, "α collapse")
     if s.get("model"):
         parts.insert(0, str(s["model"]))
     return " · ".join(parts)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .audit import html_methods_table, ig_steps_text, ties_text
 from .cells import fmt, html_table
+from .collapse import collapse_text
 from .depth import depth_section
 from .explorer import EXPLORER_CSS, explorer_section
 from .network import network_html
@@ -40,6 +41,7 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; } .grid { display: flex; flex-wrap: wrap; gap: 1em; }
 .grid figure { flex: 1 1 480px; } .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: 0.5em 0.8em; }
+.warning { background: #fdecea; border-left: 4px solid #c62828; padding: 0.5em 0.8em; }
 code { background: #f4f4f4; padding: 0 0.25em; border-radius: 3px; } footer { color: #888; margin-top: 3em; }
 nav.toc { font-size: 0.92em; color: #555; } nav.toc a { margin-right: 1em; }
 .pass { color: #2a7d34; font-weight: bold; } .fail { color: #c62828; font-weight: bold; }
@@ -152,7 +154,7 @@ def _model_table(exp) -> str:
 
 def _attention_sections(exp, figure: Callable[[str], str]) -> list[str]:
     """A head with α: the global layer attention, per class × layer, and the attention shift per class."""
-    parts = ['<h2 id="global">Global layer attention</h2>', figure("global"), _global_table(exp)]
+    parts = ['<h2 id="global">Global layer attention</h2>', *_collapse_parts(exp), figure("global"), _global_table(exp)]
     parts.append('<h2 id="class-layer">Class × layer attention</h2>')
     if exp.counts("incorrect").sum() == 0:
         parts.append('<p class="note">no incorrect predictions among the exported samples.</p>')
@@ -167,6 +169,18 @@ def _attention_sections(exp, figure: Callable[[str], str]) -> list[str]:
         figure("shift_ranking"),
         _shift_table(exp),
     ]
+    return parts
+
+
+def _collapse_parts(exp) -> list[str]:
+    """How much of the depth α uses over the exported samples, and the warning when it has collapsed onto one layer
+    (docs/metrics.md, "α collapse")."""
+    text = collapse_text(getattr(exp, "alpha_collapse", None), exp.layers, "<b>{}</b>", html.escape)
+    if text is None:
+        return []
+    parts = [f'<p class="collapse">α over these samples: {text}.</p>']
+    if warning := getattr(exp, "collapse_warning", None):
+        parts.append(f'<p class="warning" role="alert"><b>warning:</b> {html.escape(warning)}</p>')
     return parts
 
 
@@ -262,6 +276,8 @@ def audit_section(doc: dict) -> str:
     )
     tied = ties_text(s, doc.get("ties"))
     caption += f" · {e(tied)}" if tied else ""
+    alpha = collapse_text(doc.get("alpha_collapse"), doc.get("layers"), escape=e)
+    caption += f" · α {alpha}" if alpha else ""
     parts = [
         "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
         "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "

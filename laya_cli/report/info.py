@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
+
+from .collapse import collapse_text
 
 
 def _maybe(value, missing: str = "not measured (no test split: trained with laya_cli.fit)") -> str:
@@ -60,6 +63,7 @@ def info_panel(summary: dict, path):
         *_reshaped_rows(summary),
         ("test accuracy", _maybe(m.get("test_accuracy"))),
         ("test macro-F1", _maybe(m.get("test_macro_f1"))),
+        *_collapse_row(m.get("alpha_collapse"), summary["layers"]),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
         ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
     ]
@@ -92,3 +96,10 @@ def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _collapse_row(collapse: dict | None, layers) -> list[tuple[str, str]]:
+    """How much of the depth α uses on the test split (docs/metrics.md, "α collapse"); none for a head without α or a
+    checkpoint from before laya measured it."""
+    text = collapse_text(collapse, layers, flag="[bold yellow]{}[/]", escape=escape)
+    return [("α on test", f"{collapse['samples']:,} samples: {text}")] if text else []

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import backbones as bb
+from ..auditing.collapse import collapse_summary
 from ..auditing.metrics import accuracy, macro_f1
 from ..data.datasets import dataset_name, holds_images, load_dataset
 from ..data.text import is_text, tokenize_splits
@@ -36,7 +37,7 @@ from ..runtime.progress import log
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
-from .loop import EpochRecord, fit, predict
+from .loop import EpochRecord, fit, predict_outputs
 
 OnEpoch = Callable[[EpochRecord], None] | None
 
@@ -82,6 +83,9 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         torch.manual_seed(job.train.seed)
         head = build_head(job.head, dims, len(classes), job.head_config).to(dev)
         trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch)
+    metrics = train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test[:2], len(classes))
+    # How much of the depth α uses on the test split (docs/metrics.md); None where not measured (no α, no test split)
+    metrics["alpha_collapse"] = collapse_summary(trained.test[2]) if len(trained.test) == 3 else None
     ckpt = checkpoint_body(
         backbone=backbone,
         spec=job.spec,
@@ -92,7 +96,7 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         dataset=data.record(),
         reference=trained.reference,
         history=[asdict(r) for r in trained.history],
-        metrics=train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test, len(classes)),
+        metrics=metrics,
         train_config={**asdict(job.train), "precision": resolved_precision(dev)},
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
         weights_file=job.weights_file,
@@ -110,7 +114,7 @@ class _Trained(NamedTuple):
     reference: list[Tensor]  # the mean training features: the head-scope reference
     n_train: int
     n_val: int
-    test: tuple[Tensor, Tensor] | tuple[()]  # (predictions, labels) of the test split; () without one
+    test: tuple[Tensor, ...]  # (predictions, labels[, α of a head with one]) of the test split; () without one
     tap_reference: list[Tensor] | None = None  # the network scope's, where the backbone trained too
 
 
@@ -122,7 +126,7 @@ def _end_to_end(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch:
     alignment = _alignment(job, head, None)
     history = _fit(job, model, ([train_x], train_y), ([val_x], val_y), on_epoch, True, alignment)
     test = data.images("test")
-    tested = (predict(model, [test[0]], device=dev), test[1]) if test is not None else ()
+    tested = _tested(model, [test[0]], test[1], dev, head) if test is not None else ()
     reference = extract(backbone, train_x, train_y, device=dev, description="reference").mean()
     # The network-scope reference (docs/checkpoint.md): frozen backbones compute it on first use instead,
     # so that head training from cached features never needs a backbone pass.
@@ -140,8 +144,15 @@ def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnE
     history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, _alignment(job, head, train))
     tested = ()
     if test is not None:
-        tested = (predict(head, test if from_store(test) else test.feats, device=job.train.device), test.labels)
+        tested = _tested(head, test if from_store(test) else test.feats, test.labels, job.train.device, head)
     return _Trained(history, train.mean(), len(train), len(val), tested)
+
+
+def _tested(model, inputs, labels: Tensor, device: str, head: nn.Module) -> tuple[Tensor, ...]:
+    """(predictions, labels) of the test split, and α (N, L) when the head has one, from one pass."""
+    width = len(head.adapters) if getattr(head, "has_alpha", False) else None
+    pred, alpha = predict_outputs(model, inputs, device=device, alpha_width=width)
+    return (pred, labels) if alpha is None else (pred, labels, alpha)
 
 
 def _alignment(job: TrainingJob, head: nn.Module, fixed_feats) -> Alignment | None:

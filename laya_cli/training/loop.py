@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +24,7 @@ from ..model.laya_model import EndToEnd
 from ..runtime import distributed
 from ..runtime.config import TrainConfig, TrainRequest, diff_options
 from ..runtime.device import to_device
-from ..runtime.distributed import gather_rows, shard_bounds
+from ..runtime.distributed import cat_rows, gather_rows, shard_bounds
 from ..runtime.errors import LayaError
 from ..runtime.fileio import atomic_torch_save
 from ..runtime.progress import log, track
@@ -105,13 +106,27 @@ class _Run:
             self.alignment.load_state_dict(st.get("alignment"))
 
 
-@torch.no_grad()
 def predict(model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu", shard: bool = True) -> Tensor:
     """Predicted classes for aligned inputs (features list or [images]), or for features read batch
     by batch (a sharded store's ``StoredFeatures``).
 
     Under torchrun (``shard``) each rank predicts its own whole batches; every rank gets all.
     """
+    return predict_outputs(model, inputs, batch_size, device, shard).pred
+
+
+class Predicted(NamedTuple):
+    pred: Tensor  # (N,) predicted classes
+    alpha: Tensor | None  # (N, L) the head's α, where asked for
+
+
+@torch.no_grad()
+def predict_outputs(
+    model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu", shard: bool = True, alpha_width=None
+) -> Predicted:
+    """``predict``, and with ``alpha_width`` (L, for a head with α) the α of every row too, in the same pass (the
+    checkpoint's α collapse summary). The width is given, not read from the outputs, because under torchrun a rank
+    with no batch still takes part in the gather."""
     model.eval()
     n = len(inputs) if hasattr(inputs, "batches") else len(inputs[0])
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
@@ -120,9 +135,17 @@ def predict(model: nn.Module, inputs, batch_size: int = 1024, device: str = "cpu
         if hasattr(inputs, "batches")
         else batches([take(t, slice(start, stop)) for t in inputs], batch_size)
     )  # file images stay lazy
-    preds = [model([to_device(t, device) for t in chunk]).logits.argmax(-1).cpu() for chunk in chunks]
-    out = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.long)
-    return gather_rows(out, n) if shard else out
+    preds, alphas = [], []
+    for chunk in chunks:
+        out = model([to_device(t, device) for t in chunk])
+        preds.append(out.logits.argmax(-1).cpu())
+        if alpha_width is not None:
+            alphas.append(out.alpha.float().cpu())
+    pred = cat_rows(preds, torch.long)
+    alpha = cat_rows(alphas, torch.float32, alpha_width) if alpha_width is not None else None
+    if shard:
+        pred, alpha = gather_rows(pred, n), gather_rows(alpha, n) if alpha is not None else None
+    return Predicted(pred, alpha)
 
 
 def _clone_state(module: nn.Module) -> dict:
