@@ -70,9 +70,12 @@ def test_the_summary_counts_in_scope_types_and_groups_reasons():
         Row("b", "refused", "train", "error: x takes 12 tokens"),
         Row("c", "refused", "train", "error: x takes 16 tokens"),
         Row("d", "out of scope", "build", "takes input_values"),
+        Row("e", "not built", "build", "no small model of it: full: 96 M parameters"),  # the sweep's failure
     ]
     lines = summary(rows)
-    assert lines[0].startswith("1 of 3 in-scope")
+    assert (
+        lines[0].startswith("1 of 4 in-scope") and "not built (no small model of it the sweep could run): 1" in lines[0]
+    )
     assert any(line.strip().startswith("2 at train: error: x takes N tokens") for line in lines)
 
 

@@ -73,3 +73,17 @@ def test_the_cache_is_off_in_every_sub_config():
     model.config.text_config.use_cache = True
     HFFamily().prepare(model)
     assert model.config.text_config.use_cache is False
+
+
+def test_a_replaced_output_is_a_copy_later_layers_may_write_into():
+    from laya_cli.backbones.engines import own_memory
+
+    reference = torch.zeros(1, 3, 4).expand(2, 3, 4)  # broadcast to the batch: one memory for every row
+    leaf = torch.ones(2, 3, 4, requires_grad=True)  # Captum's input
+    for value in (reference, (leaf, "cache")):
+        new = own_memory(value)
+        first = new if isinstance(new, torch.Tensor) else new[0]
+        first.mul_(2)  # FlauBERT's tensor *= mask
+    assert reference.sum() == 0 and leaf.detach().sum() == 24
+    own_memory((leaf, None))[0].sum().backward()
+    assert leaf.grad is not None and leaf.grad.sum() == 24  # the gradient reaches the leaf through the copy

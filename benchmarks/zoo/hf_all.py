@@ -65,7 +65,8 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
         HIDDEN,
     ),
     **dict.fromkeys(
-        ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"), HEADS
+        ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+        HEADS,
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), HEADS),
     **dict.fromkeys(("mamba_n_heads",), HEADS),
@@ -74,7 +75,7 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
     **dict.fromkeys(("linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
     **dict.fromkeys(("rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim"), 8),
     **dict.fromkeys(("v_head_dim", "kv_lora_rank", "q_lora_rank"), HEAD_DIM),
-    **dict.fromkeys(("vocab_size_per_layer_input", "entity_vocab_size"), VOCAB),
+    **dict.fromkeys(("vocab_size_per_layer_input", "entity_vocab_size", "encoder_hash_byte_group_vocab"), VOCAB),
     **dict.fromkeys(("hidden_size_per_layer_input",), 16),
     **dict.fromkeys(("head_dim", "kv_channels", "d_kv", "attention_head_dim"), HEAD_DIM),
     **dict.fromkeys(
@@ -109,13 +110,8 @@ FLOAT_RULES = {  # EfficientNet-style scaling coefficients; ViT-MAE's random mas
     "width_multiplier": 0.25,
     "mask_ratio": 0.0,
 }
-DERIVED = {"num_layers", "hidden_size", "num_hidden_layers"}
-LAYER_KEYS = (
-    "num_hidden_layers",
-    "num_layers",
-    "n_layer",
-    "n_layers",
-)  # a config's own layer count  # what a staged config computes from its stages
+DERIVED = {"num_layers", "hidden_size", "num_hidden_layers"}  # what a staged config computes from its stages
+LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")  # a config's own layer count
 WIDTH_LISTS = (
     "hidden_sizes",
     "embed_dims",
@@ -208,7 +204,7 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True) -> dict:
 def _layer_lists(d: dict, layers: int) -> list[str]:
     """The keys of ``d`` that hold one entry per layer (``layer_types``, ``mlp_layer_types``, ``attention_layers``…):
     lists of names or flags as long as the config's layer count."""
-    flags = (str, bool, type(None))
+    flags = (str, bool, float, type(None))  # names, flags, per-layer rates (Gemma 3n's activation sparsity)
     return [
         k
         for k, v in d.items()
@@ -229,6 +225,9 @@ def _shrink_layer_lists(d: dict, old: dict, kinds: bool = True) -> None:
     index = list(range(layers - len(first))) + first if len(first) < layers else list(range(layers))
     for k in lists:
         d[k] = [old[k][i] for i in index]
+    for k, small in INT_RULES.items():  # per-layer sizes (Gemma 3n's intermediate_size: one per layer)
+        if _ints(old.get(k)) and len(old[k]) == old[key]:
+            d[k] = [min(old[k][i], small) for i in index]
     per_layer = old.get("per_layer_config")
     if isinstance(per_layer, dict) and all(str(k).isdigit() for k in per_layer):
         by_layer = {int(k): v for k, v in per_layer.items()}
@@ -271,7 +270,8 @@ def _shrink_rope(d: dict, old: dict) -> None:
 
 def _head_dim(d: dict) -> int | None:
     head_dim = d.get("head_dim")
-    if not isinstance(head_dim, int) and isinstance(d.get("hidden_size"), int) and d.get("num_attention_heads"):
+    heads = d.get("num_attention_heads")  # a list in a staged config (CLAP's audio Swin): no one head size
+    if not isinstance(head_dim, int) and isinstance(d.get("hidden_size"), int) and isinstance(heads, int) and heads:
         head_dim = d["hidden_size"] // d["num_attention_heads"]
     return head_dim
 
@@ -329,6 +329,9 @@ def _changed(old: dict, new: dict) -> dict:
     """What ``new`` changes of ``old``; a changed sub-config whole; the stages a backbone outputs reset (a staged
     config with fewer layers computes them again)."""
     out = {k: v for k, v in new.items() if old.get(k) != v}
+    for k, v in out.items():  # a sub-config's backbone stages too (DepthPro's DINOv2 outputs its last stage)
+        if isinstance(v, dict) and "model_type" in v and isinstance(old.get(k), dict):
+            out[k] = {**v, **_changed(old[k], v)}
     layers = out.get("num_hidden_layers")
     if isinstance(layers, int) and not isinstance(new.get("depths"), list):  # a backbone's stages: one per layer
         if _ints(old.get("out_indices")):
