@@ -115,3 +115,10 @@ def test_shrink_keeps_the_sizes_a_model_derives_from_each_other():
     sam2 = shrink(transformers.AutoConfig.for_model("sam2")).vision_config
     assert sam2.backbone_channel_list == sam2.backbone_config.embed_dim_per_stage[::-1]
     assert shrink(transformers.AutoConfig.for_model("efficientnet")).hidden_dim == 320  # 1280 × 0.25
+
+
+def test_a_model_that_takes_images_and_more_is_in_scope_and_refused():
+    from benchmarks.zoo.hf_all import NEEDS_MORE
+
+    assert NEEDS_MORE.match("takes pixel_values and grid_thw: laya feeds a model tokens or images alone")
+    assert not NEEDS_MORE.match("takes input_values: laya taps text and image models")  # audio: out of scope

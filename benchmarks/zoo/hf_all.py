@@ -142,6 +142,11 @@ class OutOfScope(Exception):
     pass
 
 
+class NeedsMore(Exception):
+    """A model that takes tokens or images but whose forward requires more (``grid_thw``, task inputs): in scope,
+    refused by laya in one line (``laya train`` says the same), the row's stage ``build``."""
+
+
 class NotBuilt(Exception):
     """A type that takes tokens or images of which the sweep could not make a small model that runs (its generic
     shrink breaks the config or leaves it over ``MAX_PARAMS``; transformers cannot build its default config
@@ -362,8 +367,14 @@ def _input_kind(model) -> str:
     try:
         tapped = _base_model(model, model.config.model_type)
     except LayaError as e:
-        raise OutOfScope(str(e).replace(f"hf:{model.config.model_type} ", "")) from None
+        reason = str(e).replace(f"hf:{model.config.model_type} ", "")
+        if NEEDS_MORE.match(reason):  # it takes tokens or images, and more: in scope, and laya refuses it
+            raise NeedsMore(f"error: {reason}") from None
+        raise OutOfScope(reason) from None
     return "text" if is_text(tapped) else "vision"
+
+
+NEEDS_MORE = re.compile(r"takes (input_ids|pixel_values) and ")  # laya's refusal of a forward needing more
 
 
 def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
@@ -390,7 +401,7 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
                 continue
             torch.manual_seed(0)
             model = transformers.AutoModel.from_config(config)
-        except OutOfScope:
+        except (OutOfScope, NeedsMore):
             raise
         except Exception as e:
             errors.append(f"{how}: {_line(e)}")
@@ -533,6 +544,9 @@ def run_model(model_type: str, data: Path, work: Path) -> Row:
         return row
     except NotBuilt as e:
         row.status, row.stage, row.reason, row.kind = "not built", "build", str(e), e.kind
+        return row
+    except NeedsMore as e:
+        row.status, row.stage, row.reason = "refused", "build", str(e)
         return row
     os.environ["LAYA_CACHE_DIR"] = str(work / "cache")
     for stage, args in pipeline_steps(work / "model", row.kind, data, work):
