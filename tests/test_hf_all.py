@@ -70,9 +70,12 @@ def test_the_summary_counts_in_scope_types_and_groups_reasons():
         Row("b", "refused", "train", "error: x takes 12 tokens"),
         Row("c", "refused", "train", "error: x takes 16 tokens"),
         Row("d", "out of scope", "build", "takes input_values"),
+        Row("e", "not built", "build", "no small model of it: full: 96 M parameters"),  # the sweep's failure
     ]
     lines = summary(rows)
-    assert lines[0].startswith("1 of 3 in-scope")
+    assert (
+        lines[0].startswith("1 of 4 in-scope") and "not built (no small model of it the sweep could run): 1" in lines[0]
+    )
     assert any(line.strip().startswith("2 at train: error: x takes N tokens") for line in lines)
 
 
@@ -81,3 +84,41 @@ def test_the_summary_counts_in_scope_types_and_groups_reasons():
 def test_no_transformers_model_type_crashes(model_type, data):
     row = run_isolated(model_type, data, timeout=300)
     assert row.status != "crash", f"{model_type}: crash at {row.stage}: {row.reason}"
+
+
+def _text(config):
+    return config.get_text_config()
+
+
+def test_shrink_keeps_rotary_sections_summing_to_the_rotary_half():
+    for model_type in ("qwen2_vl", "glm4v"):  # sections the config names none of: the model's code holds them
+        text = _text(shrink(transformers.AutoConfig.for_model(model_type)))
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        assert sum(text.rope_parameters["mrope_section"]) == head_dim // 2
+
+
+def test_shrink_keeps_every_kind_of_layer_and_expert_groups_that_divide():
+    text = _text(shrink(transformers.AutoConfig.for_model("qwen3_5")))
+    assert len(text.layer_types) == text.num_hidden_layers == 3 and "full_attention" in text.layer_types
+    assert text.linear_num_key_heads == 2 and text.linear_key_head_dim == 16  # linear attention is shrunk too
+    axk1 = shrink(transformers.AutoConfig.for_model("axk1"))
+    assert axk1.n_routed_experts % axk1.n_group == 0 and axk1.topk_group <= axk1.n_group
+    assert shrink(transformers.AutoConfig.for_model("deepseek_v2")).num_experts_per_tok == 2  # unset by default
+
+
+def test_shrink_keeps_the_sizes_a_model_derives_from_each_other():
+    mistral4 = shrink(transformers.AutoConfig.for_model("mistral4"))  # latent attention: rotary part of head_dim
+    factor = mistral4.rope_parameters.get("partial_rotary_factor", 1.0)
+    assert mistral4.head_dim * factor == mistral4.qk_rope_head_dim
+    layout = shrink(transformers.AutoConfig.for_model("layoutlmv3"))  # six box embeddings make the width
+    assert 4 * layout.coordinate_size + 2 * layout.shape_size == layout.hidden_size
+    sam2 = shrink(transformers.AutoConfig.for_model("sam2")).vision_config
+    assert sam2.backbone_channel_list == sam2.backbone_config.embed_dim_per_stage[::-1]
+    assert shrink(transformers.AutoConfig.for_model("efficientnet")).hidden_dim == 320  # 1280 × 0.25
+
+
+def test_a_model_that_takes_images_and_more_is_in_scope_and_refused():
+    from benchmarks.zoo.hf_all import NEEDS_MORE
+
+    assert NEEDS_MORE.match("takes pixel_values and grid_thw: laya feeds a model tokens or images alone")
+    assert not NEEDS_MORE.match("takes input_values: laya taps text and image models")  # audio: out of scope

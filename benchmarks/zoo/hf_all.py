@@ -9,7 +9,9 @@ too) with ``AutoModel.from_config``, saved with ``save_pretrained`` and run as a
 ``laya depth --truncate``. Each model runs in a forked child with a timeout, so a hang or a crash is one row.
 
 A row is **pass** (every step exit 0), **refused** (a step exits 2 with a one-line reason), **crash** (exit 3, a
-timeout, a dead child) or **out of scope**: a type that cannot be built from a config offline, or whose model takes
+timeout, a dead child), **not built** (a type that takes tokens or images of which the sweep could not make a small
+model that runs: its shrink breaks the config or leaves it over ``MAX_PARAMS``, or transformers cannot build the
+default config offline — the sweep's failure, counted in scope) or **out of scope**: a type whose model takes
 neither ``input_ids`` nor ``pixel_values`` (audio, time series, multimodal inputs without a text or vision tower
 laya reduces to). Failures are grouped by reason.
 """
@@ -48,16 +50,32 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
         LAYERS,
     ),
     **dict.fromkeys(
-        ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "embedding_size", "word_embed_proj_dim"), HIDDEN
+        (
+            "hidden_size",
+            "d_model",
+            "n_embd",
+            "dim",
+            "embed_dim",
+            "emb_dim",
+            "embedding_size",
+            "word_embed_proj_dim",
+            "out_hidden_size",  # a vision tower's output: the text model's width
+            "text_hidden_size",
+        ),
+        HIDDEN,
     ),
     **dict.fromkeys(
-        ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"), HEADS
+        ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+        HEADS,
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), HEADS),
     **dict.fromkeys(("mamba_n_heads",), HEADS),
+    # linear attention (Qwen3-Next's gated delta net, Kimi's delta attention): its heads and head sizes too
+    **dict.fromkeys(("linear_num_heads", "linear_num_key_heads", "linear_num_value_heads"), HEADS),
+    **dict.fromkeys(("linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
     **dict.fromkeys(("rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim"), 8),
     **dict.fromkeys(("v_head_dim", "kv_lora_rank", "q_lora_rank"), HEAD_DIM),
-    **dict.fromkeys(("vocab_size_per_layer_input",), VOCAB),
+    **dict.fromkeys(("vocab_size_per_layer_input", "entity_vocab_size", "encoder_hash_byte_group_vocab"), VOCAB),
     **dict.fromkeys(("hidden_size_per_layer_input",), 16),
     **dict.fromkeys(("head_dim", "kv_channels", "d_kv", "attention_head_dim"), HEAD_DIM),
     **dict.fromkeys(
@@ -76,29 +94,67 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
         FFN,
     ),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
-    **dict.fromkeys(("num_experts_per_tok", "moe_k", "num_selected_experts"), 2),
+    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "num_selected_experts"), 2),
+    **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),  # expert groups: 4 experts make one
+    "num_queries": 16,  # a detector's object queries: fewer than a small image's anchors (RT-DETR picks the top k)
     "image_size": IMAGE,
 }
-FLOAT_RULES = {"width_coefficient": 0.25, "depth_coefficient": 0.25, "width_multiplier": 0.25}
+EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+PER_TOKEN = ("num_experts_per_tok", "num_experts_per_token")  # unset in a default config with experts: 2 of them
+# how far a config is shrunk, tried in turn until its model runs: all of it; all of it with its per-layer lists cut
+# (a kind of layer the default config cannot build left out: Qwen4-Exp's indexed attention); layers only; none
+SHRINKS = ("full", "full, cut", "layers", "none")
+FLOAT_RULES = {  # EfficientNet-style scaling coefficients; ViT-MAE's random masking off (a feature extractor's use)
+    "width_coefficient": 0.25,
+    "depth_coefficient": 0.25,
+    "width_multiplier": 0.25,
+    "mask_ratio": 0.0,
+}
 DERIVED = {"num_layers", "hidden_size", "num_hidden_layers"}  # what a staged config computes from its stages
-WIDTH_LISTS = ("hidden_sizes", "embed_dims", "dims", "channels", "hidden_dims", "neck_hidden_sizes")
+LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")  # a config's own layer count
+WIDTH_LISTS = (
+    "hidden_sizes",
+    "embed_dims",
+    "dims",
+    "channels",
+    "hidden_dims",
+    "neck_hidden_sizes",
+    "embed_dim_per_stage",
+    "backbone_channel_list",
+)
+LAYOUT_HIDDEN = 48  # a layout model's width: six box embeddings of 8 (LayoutLMv3, LiLT)
 LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
 
 
 @dataclass
 class Row:
     model_type: str
-    status: str = ""  # pass | refused | crash | out of scope
+    status: str = ""  # pass | refused | crash | not built | out of scope
     stage: str = ""  # build | train | audit | export | depth
     reason: str = ""
     kind: str = ""  # text | vision
-    shrink: str = ""  # how far the config was shrunk: full | layers | none
+    shrink: str = ""  # how far the config was shrunk: SHRINKS
     seconds: float = 0.0
     steps: dict = field(default_factory=dict)  # step -> exit code
 
 
 class OutOfScope(Exception):
     pass
+
+
+class NeedsMore(Exception):
+    """A model that takes tokens or images but whose forward requires more (``grid_thw``, task inputs): in scope,
+    refused by laya in one line (``laya train`` says the same), the row's stage ``build``."""
+
+
+class NotBuilt(Exception):
+    """A type that takes tokens or images of which the sweep could not make a small model that runs (its generic
+    shrink breaks the config or leaves it over ``MAX_PARAMS``; transformers cannot build its default config
+    offline): the sweep's failure, not laya's refusal, and counted in scope."""
+
+    def __init__(self, reason: str, kind: str = ""):
+        super().__init__(reason)
+        self.kind = kind
 
 
 # --------------------------------------------------------------------------- configs
@@ -118,51 +174,155 @@ def _ints(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, int) for v in value)
 
 
-def shrink_dict(d: dict, full: bool = True) -> dict:
+def shrink_dict(d: dict, full: bool = True, kinds: bool = True) -> dict:
     """A config's ``to_dict()`` made small in place (sub-configs too): fewer layers and a smaller image always; with
     ``full``, narrower too (widths, heads, feed-forward, experts, per-stage lists, vocabulary — never below the
     special token ids)."""
+    widths: dict[int, int] = {}  # a sub-config's stage widths, old -> new: the same widths named above it follow
     for value in d.values():
         if isinstance(value, dict) and "model_type" in value:
-            shrink_dict(value, full)
+            before = {k: value.get(k) for k in WIDTH_LISTS if _ints(value.get(k))}
+            shrink_dict(value, full, kinds)
+            widths.update(p for k, v in before.items() if _ints(value.get(k)) for p in zip(v, value[k]))
     staged = isinstance(d.get("depths"), (list, tuple))  # Swin-like: layers and width follow from the stages
+    old = dict(d)
+    for key in (*WIDTH_LISTS, "encoder_in_channels"):  # SAM 2's channel list, RT-DETR's: its backbone's widths
+        if full and widths and _ints(d.get(key)) and all(v in widths for v in d[key]):
+            d[key] = [widths[v] for v in d[key]]
     for key, small in INT_RULES.items():
         value, is_layers = d.get(key), small == LAYERS and "layer" in key
-        if staged and key in DERIVED or not (full or is_layers or key == "image_size"):
+        if staged and key in DERIVED or not (full or is_layers or key in ("image_size", "num_queries")):
             continue
         if isinstance(value, int) and not isinstance(value, bool) and value > small:
             d[key] = small
+    _shrink_layer_lists(d, old, kinds)
     if full:
-        _shrink_widths(d)
-    rope = d.get("rope_parameters") or d.get("rope_scaling")
-    head_dim = d.get("head_dim")
-    if not isinstance(head_dim, int) and isinstance(d.get("hidden_size"), int) and d.get("num_attention_heads"):
-        head_dim = d["hidden_size"] // d["num_attention_heads"]
-    if isinstance(rope, dict) and _ints(rope.get("mrope_section")) and isinstance(head_dim, int):
-        half, k = head_dim // 2, len(rope["mrope_section"])  # sections of the rotary half, summing to it
-        rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
-    if isinstance(d.get("qk_rope_head_dim"), int) and "head_dim" in d:  # multi-head latent attention: rotary dims
-        d["head_dim"] = d["qk_rope_head_dim"]
-        d["qk_head_dim"] = d["qk_rope_head_dim"] + d.get("qk_nope_head_dim", 0)
+        _shrink_widths(d, old)
+        _shrink_experts(d)
+        _shrink_ssm(d)
+        _shrink_rope(d, old)
     if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
         d["image_size"] = [64, 64]
-    layers = d.get("num_hidden_layers")
-    if isinstance(d.get("layer_types"), list) and isinstance(layers, int):
-        d["layer_types"] = d["layer_types"][:layers]
     return d
 
 
-def _shrink_widths(d: dict) -> None:
+def _layer_lists(d: dict, layers: int) -> list[str]:
+    """The keys of ``d`` that hold one entry per layer (``layer_types``, ``mlp_layer_types``, ``attention_layers``…):
+    lists of names or flags as long as the config's layer count."""
+    flags = (str, bool, float, type(None))  # names, flags, per-layer rates (Gemma 3n's activation sparsity)
+    return [
+        k
+        for k, v in d.items()
+        if isinstance(v, list) and len(v) == layers and v and all(isinstance(x, flags) for x in v)
+    ]
+
+
+def _shrink_layer_lists(d: dict, old: dict, kinds: bool = True) -> None:
+    """Per-layer lists (and ``per_layer_config``, keyed by layer) cut to the new layer count, their last layers
+    those where each kind of layer the cut would lose first comes (``kinds``): a hybrid model cut to three
+    linear-attention layers is another model (and its cache, with no attention layer, cannot say how long its
+    sequence is)."""
+    key = next((k for k in LAYER_KEYS if isinstance(d.get(k), int) and isinstance(old.get(k), int)), None)
+    if key is None or d[key] == old[key]:
+        return
+    layers, lists = d[key], _layer_lists(old, old[key])
+    first = sorted({old[k].index(x) for k in lists for x in old[k]} - set(range(layers))) if kinds else []
+    index = list(range(layers - len(first))) + first if len(first) < layers else list(range(layers))
+    for k in lists:
+        d[k] = [old[k][i] for i in index]
+    for k, small in INT_RULES.items():  # per-layer sizes (Gemma 3n's intermediate_size: one per layer)
+        if _ints(old.get(k)) and len(old[k]) == old[key]:
+            d[k] = [min(old[k][i], small) for i in index]
+    per_layer = old.get("per_layer_config")
+    if isinstance(per_layer, dict) and all(str(k).isdigit() for k in per_layer):
+        by_layer = {int(k): v for k, v in per_layer.items()}
+        d["per_layer_config"] = {str(n): by_layer[i] for n, i in enumerate(index) if i in by_layer}
+
+
+def _shrink_ssm(d: dict) -> None:
+    """Mamba-2's heads: as many as the expanded width holds (``num_heads × head_dim = expand × hidden_size``), in one
+    group."""
+    if all(isinstance(d.get(k), int) for k in ("num_heads", "head_dim", "expand", "hidden_size", "n_groups")):
+        d["num_heads"] = max(1, d["expand"] * d["hidden_size"] // d["head_dim"])
+        d["n_groups"] = 1
+
+
+def _shrink_experts(d: dict) -> None:
+    """Experts per token where a default config with experts leaves it unset (DeepSeek-V2's)."""
+    if any(isinstance(d.get(k), int) and d[k] > 0 for k in EXPERTS):
+        for k in PER_TOKEN:
+            if k in d and d[k] is None:
+                d[k] = INT_RULES[k]
+
+
+def _shrink_rope(d: dict, old: dict) -> None:
+    """Rotary sizes that follow the new head size: multimodal sections (``mrope_section``, also where only the
+    model's code holds their default) summing to the rotary half; latent attention's rotary head keeping its ratio
+    to ``head_dim`` (Mistral 4's partial rotary factor)."""
+    rope = d.get("rope_parameters") or d.get("rope_scaling")
+    head_dim = _head_dim(d)
+    if isinstance(rope, dict) and isinstance(head_dim, int) and (_ints(rope.get("mrope_section")) or _mrope(d)):
+        factor = rope.get("partial_rotary_factor") or d.get("partial_rotary_factor") or 1.0
+        rotary = d.get("qk_rope_head_dim") if isinstance(d.get("qk_rope_head_dim"), int) else int(head_dim * factor)
+        half, k = rotary // 2, len(rope.get("mrope_section") or [0] * 3)  # sections of the rotary half
+        rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
+    rotary, old_rotary = d.get("qk_rope_head_dim"), old.get("qk_rope_head_dim")
+    if isinstance(rotary, int) and "head_dim" in d:  # multi-head latent attention: rotary dims
+        ratio = old["head_dim"] / old_rotary if isinstance(old.get("head_dim"), int) and old_rotary else 1
+        d["head_dim"] = max(rotary, int(rotary * ratio))
+        d["qk_head_dim"] = rotary + d.get("qk_nope_head_dim", 0)
+
+
+def _head_dim(d: dict) -> int | None:
+    head_dim = d.get("head_dim")
+    heads = d.get("num_attention_heads")  # a list in a staged config (CLAP's audio Swin): no one head size
+    if not isinstance(head_dim, int) and isinstance(d.get("hidden_size"), int) and isinstance(heads, int) and heads:
+        head_dim = d["hidden_size"] // d["num_attention_heads"]
+    return head_dim
+
+
+def _mrope(d: dict) -> bool:
+    """Whether the config's model reads multimodal rotary sections (its config class says so, or its modeling code
+    reads ``mrope_section`` with a default of its own, sized for the full model)."""
+    import importlib
+    import inspect
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if d.get("model_type") not in CONFIG_MAPPING:  # a lazy mapping: its get() answers None
+        return False
+    cls = CONFIG_MAPPING[d["model_type"]]
+    if "mrope_section" in (getattr(cls, "ignore_keys_at_rope_validation", None) or ()):
+        return True
+    try:
+        module = importlib.import_module(cls.__module__.replace(".configuration_", ".modeling_"))
+        return '.get("mrope_section", [' in inspect.getsource(module)
+    except (ImportError, OSError, TypeError):
+        return False
+
+
+def _shrink_widths(d: dict, old: dict) -> None:
     for key, small in LIST_RULES.items():
         if _ints(d.get(key)):
             d[key] = [min(v, small) for v in d[key]]
-    for key, small in FLOAT_RULES.items():  # EfficientNet-style scaling coefficients
+    for key, small in FLOAT_RULES.items():
         if isinstance(d.get(key), float) and d[key] > small:
             d[key] = small
+    if isinstance(d.get("hidden_dim"), int) and d.get("width_coefficient") != old.get("width_coefficient"):
+        d["hidden_dim"] = int(d["hidden_dim"] * d["width_coefficient"] / old["width_coefficient"])  # its last conv
+    width, old_width = d.get("hidden_size"), old.get("hidden_size")
+    shared = old_width // width if isinstance(width, int) and isinstance(old_width, int) and width > 0 else 0
     for key in WIDTH_LISTS:  # per-stage widths: scaled so the first is 32 (GroupNorm's 32 groups still divide)
-        if _ints(d.get(key)) and d[key][0] > 32:
+        if _ints(d.get(key)) and shared > 1 and old_width in d[key] and old_width % width == 0:
+            d[key] = [v // shared for v in d[key]]  # lists of the model's width (SAM 2's stages): its factor
+        elif _ints(d.get(key)) and d[key][0] > 32 and d[key] == old.get(key):
             factor = d[key][0] // 32
             d[key] = [max(8, v // factor) for v in d[key]]
+    if isinstance(d.get("max_2d_position_embeddings"), int) and isinstance(width, int):  # layout models' boxes
+        d["hidden_size"] = LAYOUT_HIDDEN  # six box embeddings (x0, y0, x1, y1, w, h) share the width
+        for key in ("coordinate_size", "shape_size"):
+            if isinstance(d.get(key), int):
+                d[key] = LAYOUT_HIDDEN // 6
     if isinstance(d.get("patch_size"), int) and d["patch_size"] > PATCH:
         d["patch_size"] = PATCH
     vocab = d.get("vocab_size")
@@ -174,6 +334,9 @@ def _changed(old: dict, new: dict) -> dict:
     """What ``new`` changes of ``old``; a changed sub-config whole; the stages a backbone outputs reset (a staged
     config with fewer layers computes them again)."""
     out = {k: v for k, v in new.items() if old.get(k) != v}
+    for k, v in out.items():  # a sub-config's backbone stages too (DepthPro's DINOv2 outputs its last stage)
+        if isinstance(v, dict) and "model_type" in v and isinstance(old.get(k), dict):
+            out[k] = {**v, **_changed(old[k], v)}
     layers = out.get("num_hidden_layers")
     if isinstance(layers, int) and not isinstance(new.get("depths"), list):  # a backbone's stages: one per layer
         if _ints(old.get("out_indices")):
@@ -183,7 +346,7 @@ def _changed(old: dict, new: dict) -> dict:
     return out
 
 
-def shrink(config, full: bool = True):
+def shrink(config, full: bool = True, kinds: bool = True):
     """A small copy of ``config``: its type built again with the shrunk values (``shrink_dict``) as arguments, so
     what it derives from them (stage names, per-layer lists) follows."""
     import copy
@@ -191,7 +354,7 @@ def shrink(config, full: bool = True):
     import transformers
 
     old = config.to_dict()
-    changes = _changed(old, shrink_dict(copy.deepcopy(old), full))
+    changes = _changed(old, shrink_dict(copy.deepcopy(old), full, kinds))
     return transformers.AutoConfig.for_model(config.model_type, **changes)
 
 
@@ -204,13 +367,20 @@ def _input_kind(model) -> str:
     try:
         tapped = _base_model(model, model.config.model_type)
     except LayaError as e:
-        raise OutOfScope(str(e).replace(f"hf:{model.config.model_type} ", "")) from None
+        reason = str(e).replace(f"hf:{model.config.model_type} ", "")
+        if NEEDS_MORE.match(reason):  # it takes tokens or images, and more: in scope, and laya refuses it
+            raise NeedsMore(f"error: {reason}") from None
+        raise OutOfScope(reason) from None
     return "text" if is_text(tapped) else "vision"
+
+
+NEEDS_MORE = re.compile(r"takes (input_ids|pixel_values) and ")  # laya's refusal of a forward needing more
 
 
 def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
     """Build the smallest config of ``model_type`` that ``AutoModel`` builds, save it to ``folder``: (kind,
-    shrink). OutOfScope when no config builds offline or the model takes neither tokens nor images."""
+    shrink). OutOfScope when the model takes neither tokens nor images; NotBuilt when it takes them but no config
+    gives a model the sweep can run (the sweep's failure: counted in scope)."""
     import torch
     import transformers
 
@@ -218,34 +388,50 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
         base = transformers.AutoConfig.for_model(model_type)
     except Exception as e:
         raise OutOfScope(f"no config offline: {_line(e)}") from None
-    error, built = None, None
-    for how in ("full", "layers", "none"):
+    errors, built, kind = [], None, ""
+    for how in SHRINKS:
         try:
-            config = shrink(base, full=how == "full") if how != "none" else base
+            config = shrink(base, full=how != "layers", kinds=how != "full, cut") if how != "none" else base
             with torch.device("meta"):  # counted before anything is allocated
-                params = sum(p.numel() for p in transformers.AutoModel.from_config(config).parameters())
+                meta = transformers.AutoModel.from_config(config)
+            kind = kind or _input_kind(meta)  # OutOfScope: neither tokens nor images
+            params = sum(p.numel() for p in meta.parameters())
             if params > MAX_PARAMS:
-                error = OutOfScope(
-                    f"the generic shrink leaves {params / 1e6:.0f} M parameters (the sweep's limit: "
-                    f"{MAX_PARAMS / 1e6:.0f} M)"
-                )
+                errors.append(f"{how}: {params / 1e6:.0f} M parameters (the sweep's limit: {MAX_PARAMS / 1e6:.0f} M)")
                 continue
             torch.manual_seed(0)
             model = transformers.AutoModel.from_config(config)
+        except (OutOfScope, NeedsMore):
+            raise
         except Exception as e:
-            error = e
+            errors.append(f"{how}: {_line(e)}")
             continue
-        kind = _input_kind(model)
         built = built or (model, kind, how)
         if _runs(model, kind) and _reloads(transformers, model, folder):  # a shrink that breaks the model is ours
             return kind, how
-    if built is None and isinstance(error, OutOfScope):
-        raise error
     if built is None:
-        raise OutOfScope(f"AutoModel cannot build it from its config: {_line(error)}")
+        kind = kind or _class_kind(transformers, base)
+        raise NotBuilt(f"no small model of it: {errors[0][:110]}; {errors[-1][:90]}", kind)
     model, kind, how = built
     model.save_pretrained(folder)
     return kind, how
+
+
+def _class_kind(transformers, config) -> str:
+    """text | vision from the class ``AutoModel`` maps the config to, where no model of it could be built (its
+    default config breaks, a library is missing); OutOfScope when it takes neither; '' when the class is unknown."""
+    import inspect
+
+    try:
+        cls = transformers.AutoModel._model_mapping[type(config)]
+        params = inspect.signature(cls.forward).parameters
+    except Exception:  # noqa: BLE001 - no class to read: the kind is unknown, the type counted in scope
+        return ""
+    name = getattr(cls, "main_input_name", "")
+    takes = [n for n in ("input_ids", "pixel_values") if n in (name, *params)]
+    if not takes:
+        raise OutOfScope(f"takes {name or '?'}: laya taps text and image models")
+    return "text" if takes[0] == "input_ids" else "vision"
 
 
 def _reloads(transformers, model, folder: Path) -> bool:
@@ -271,8 +457,10 @@ def _runs(model, kind: str) -> bool:
 
 
 def _line(e: BaseException | None) -> str:
-    text = str(e).strip().splitlines() if e is not None else []
-    return f"{type(e).__name__}: {text[0][:160] if text else ''}"
+    """An exception's type and first line (two where the first only introduces the second: a validator's name)."""
+    text = [t.strip() for t in str(e).strip().splitlines()] if e is not None else []
+    first = " ".join(text[:2]) if len(text) > 1 and text[0].endswith(":") else (text[0] if text else "")
+    return f"{type(e).__name__}: {first[:200]}"
 
 
 # --------------------------------------------------------------------------- data and the pipeline
@@ -353,6 +541,12 @@ def run_model(model_type: str, data: Path, work: Path) -> Row:
         row.kind, row.shrink = build_folder(model_type, work / "model")
     except OutOfScope as e:
         row.status, row.stage, row.reason = "out of scope", "build", str(e)
+        return row
+    except NotBuilt as e:
+        row.status, row.stage, row.reason, row.kind = "not built", "build", str(e), e.kind
+        return row
+    except NeedsMore as e:
+        row.status, row.stage, row.reason = "refused", "build", str(e)
         return row
     os.environ["LAYA_CACHE_DIR"] = str(work / "cache")
     for stage, args in pipeline_steps(work / "model", row.kind, data, work):
@@ -477,9 +671,10 @@ def summary(rows: list[Row]) -> list[str]:
     lines = [
         f"{n_pass} of {len(in_scope)} in-scope transformers model types pass train → audit --scope both → export → "
         f"depth --truncate ({pct:.0f} %); refused (exit 2): {by['refused']}; crash: {by['crash']}; "
+        f"not built (no small model of it the sweep could run): {by['not built']}; "
         f"out of scope: {by['out of scope']} (of {len(rows)} types)"
     ]
-    for status in ("crash", "refused", "out of scope"):
+    for status in ("crash", "not built", "refused", "out of scope"):
         groups = defaultdict(list)
         for r in rows:
             if r.status == status:

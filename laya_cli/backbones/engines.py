@@ -32,6 +32,20 @@ def first_tensor(output):
     return output[0] if isinstance(output, (tuple, list)) and output else output
 
 
+def own_memory(value):
+    """A replacement output handed on as a copy: later layers may write into it in place (FlauBERT's
+    ``tensor *= mask``), which must change neither what laya holds (a reference, maybe broadcast to the batch with
+    ``expand``: many elements on one location) nor a leaf that requires grad (Captum's inputs: the gradient still
+    reaches it through the copy)."""
+    first = first_tensor(value)
+    if not isinstance(first, Tensor):
+        return value
+    copy = first.clone(memory_format=torch.contiguous_format)
+    if isinstance(value, Tensor):
+        return copy
+    return type(value)([copy, *value[1:]]) if type(value) in (tuple, list) else value
+
+
 def split_call(name: str) -> tuple[str, int]:
     """A tap's module and which of its calls in one forward it is: ``layer#2`` is the third call of ``layer`` (a
     module that runs at several depths, as ALBERT's shared layer); a plain name is its module's first call."""
@@ -113,7 +127,7 @@ class HookEngine:
         seen = [0]
 
         def post(i, output):
-            new = replace(i, output) if replace is not None else None
+            new = own_memory(replace(i, output)) if replace is not None else None
             if i < k and out[i] is None:
                 out[i] = first_tensor(output if new is None else new)
                 seen[0] += 1

@@ -77,7 +77,10 @@ def main_input(model: nn.Module) -> str:
 
 def probe_call(model: nn.Module, inputs):
     """The model's own forward on a probe batch; a model that fails there is refused in one line naming its error
-    (a model transformers builds but cannot run on token ids or images alone), never a traceback."""
+    (a model transformers builds but cannot run on token ids or images alone), never a traceback. A forward that
+    returns a tuple unless told (DPR's encoder: ``return_dict=False`` by default) is told."""
+    if "return_dict" in _parameters(model):
+        inputs = {**inputs, "return_dict": True}
     try:
         return call_model(model, inputs)
     except LayaError:
@@ -88,6 +91,13 @@ def probe_call(model: nn.Module, inputs):
             f"{type(model).__name__} cannot run on {what} alone (laya's probe batch): {type(e).__name__}: "
             f"{_first_line(e)[:160]}"
         ) from None
+
+
+def _parameters(model: nn.Module) -> dict:
+    try:
+        return dict(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return {}
 
 
 def is_text(model: nn.Module) -> bool:
@@ -269,11 +279,11 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     finally:
         for h in handles:
             h.remove()
-    hidden = hidden_states(result)
-    if hidden is None:
+    states = [s for s in map(lambda k: _states(result, k), STATE_KEYS) if s]
+    if not states:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
     batch = len(next(iter(inputs.values())))
-    rows = {int(h.shape[0]) for h in hidden if isinstance(h, torch.Tensor) and h.ndim}
+    rows = {int(h.shape[0]) for h in states[0] if isinstance(h, torch.Tensor) and h.ndim}
     if rows != {batch}:  # Pixtral's vision tower packs a batch of images into one sequence
         raise LayaError(
             f"{type(model).__name__} gives hidden states of {sorted(rows)} rows for a batch of {batch} (packed into "
@@ -287,17 +297,23 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
         for c, out in got:
             call = seen[c] = seen.get(c, -1) + 1
             outs[name].append((f"{name}.{c}" + (f"#{call}" if times[c] > 1 else ""), out))
-    return list(hidden), outs
+    return states, outs
+
+
+STATE_KEYS = ("hidden_states", "encoder_hidden_states")  # a forward's per-layer states, in the order laya tries them
+
+
+def _states(result, key: str) -> list | None:
+    hidden = getattr(result, key, None)
+    if isinstance(hidden, (tuple, list)) and hidden:
+        return [first_tensor(h) for h in hidden]  # MaskFormer's Swin: (state, its spatial size) per layer
+    return None
 
 
 def hidden_states(result):
     """A forward's per-layer states: ``hidden_states``, or an encoder's where the model reads its input with an
     encoder and returns those apart (DETR's ``encoder_hidden_states``: the layers laya taps); None if neither."""
-    for key in ("hidden_states", "encoder_hidden_states"):
-        hidden = getattr(result, key, None)
-        if isinstance(hidden, (tuple, list)) and hidden:
-            return [first_tensor(h) for h in hidden]  # MaskFormer's Swin: (state, its spatial size) per layer
-    return None
+    return next((s for s in map(lambda k: _states(result, k), STATE_KEYS) if s), None)
 
 
 def _matches(a, b) -> bool:
@@ -309,29 +325,92 @@ def _matches(a, b) -> bool:
     )
 
 
-def layer_taps(model: nn.Module) -> list[str]:
-    """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
-    are ``hidden_states[1:]`` (the last may differ: a decoder's final norm), or whose count is theirs."""
-    hidden, outs = _layer_outputs(model, _probe_inputs(model))
-    want, rows = len(hidden) - 1, len(hidden[0])
+def _same_data(a, b) -> bool:
+    """Whether ``a`` holds ``b``'s values per sample, maybe in another layout (a stage's B×N×D tokens that the model
+    returns as B×C×H×W): equal, or equal once each row's values are sorted."""
+    if _matches(a, b):
+        return True
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape[0] != b.shape[0]:
+        return False
+    if a[0].numel() != b[0].numel() or not a.is_floating_point():
+        return False
+    return torch.allclose(a.flatten(1).sort().values, b.flatten(1).sort().values.to(a.dtype), rtol=1e-4, atol=1e-5)
+
+
+def _per_sample(got, rows: int) -> bool:
+    return all(isinstance(o, torch.Tensor) and o.ndim and len(o) == rows for _, o in got)
+
+
+def _after_embeddings(outs: dict[str, list], hidden: list, strict: bool = True) -> list[str] | None:
+    """The list whose calls give ``hidden[1:]`` (the first state is the embeddings'; the last may differ: a
+    decoder's final norm); unless ``strict``, one whose count is theirs: the one with most outputs equal to them."""
     best = None
     for got in outs.values():
-        if len(got) != want or not all(isinstance(o, torch.Tensor) and o.ndim and len(o) == rows for _, o in got):
+        if len(got) != len(hidden) - 1 or not _per_sample(got, len(hidden[0])):
             continue  # a list whose outputs are not one row per sample (MobileViT's blocks run on unfolded patches)
         same = sum(_matches(out, h) for (_, out), h in zip(got, hidden[1:]))
-        if best is None or same > best[0]:
+        if (best is None or same > best[0]) and (not strict or same >= len(got) - 1):
             best = (same, [tap for tap, _ in got])
-    if best is None and not any(outs.values()):
-        raise LayaError(
-            f"{type(model).__name__}: no layer of it runs as a module call (its layers are called as layer.forward(), "
-            "which PyTorch's hooks never see): laya cannot tap it"
+    return best[1] if best else None
+
+
+def _stage_outputs(outs: dict[str, list], hidden: list) -> list[str] | None:
+    """The list whose calls give every state, the first included (a hierarchical vision model that returns its
+    stages' outputs and no embeddings: CvT, MobileNet, SegFormer), each holding its state's values."""
+    for got in outs.values():
+        if len(got) == len(hidden) and all(_same_data(out, h) for (_, out), h in zip(got, hidden)):
+            return [tap for tap, _ in got]
+    return None
+
+
+def layer_taps(model: nn.Module) -> list[str]:
+    """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
+    are ``hidden_states[1:]``, or every state where the model returns its stages alone; a model that returns the
+    states of several parts (MaskFormer) is tapped where its encoder's states are."""
+    states, outs = _layer_outputs(model, _probe_inputs(model))
+    for hidden in states:
+        taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
+        if taps:
+            return taps
+    taps = _after_embeddings(outs, states[0], strict=False)
+    if taps is None:
+        raise _untappable(model, states[0], outs)
+    return taps
+
+
+def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaError:
+    """Why no list of layers gives the hidden states, in one line."""
+    name, want, rows = type(model).__name__, len(hidden) - 1, len(hidden[0])
+    if not any(outs.values()):
+        return LayaError(
+            f"{name}: no layer of it runs as a module call (its layers are called as layer.forward(), which "
+            "PyTorch's hooks never see): laya cannot tap it"
         )
-    if best is None:
-        raise LayaError(
-            f"{type(model).__name__}: no list of layers matches its {want} hidden states; "
-            "choose the layers with --layers 'glob,glob'"
+    sized = [got for got in outs.values() if len(got) == want]
+    if sized and all(
+        isinstance(o, torch.Tensor) and o.ndim > 2 and len(o) != rows == o.shape[1] for g in sized for _, o in g
+    ):
+        return LayaError(
+            f"{name}'s layers run time first (sequence × batch × width, its hidden states transposed after them): "
+            "laya taps layers whose outputs have one row per sample"
         )
-    return best[1]
+    stages = [n for n in outs if n.rpartition(".")[2].isdigit() and n.rpartition(".")[0] in outs]
+    if len(stages) == len(hidden) and not outs[stages[0].rpartition(".")[0]]:
+        return LayaError(
+            f"{name}: its stages are lists of blocks, no one module gives a stage's output (its {want + 1} hidden "
+            "states): laya taps one list of layers"
+        )
+    like = [
+        g for g in outs.values() if g and all(isinstance(o, torch.Tensor) and o.shape == hidden[1].shape for _, o in g)
+    ]
+    if len(like) > 1 and sum(map(len, like)) == want:  # HRM: a low- and a high-level list of layers, called in turn
+        return LayaError(
+            f"{name}: its {want} hidden states come from {len(like)} lists of layers called in turn, no one list "
+            "gives them: laya taps one list of layers"
+        )
+    return LayaError(
+        f"{name}: no list of layers matches its {want} hidden states; choose the layers with --layers 'glob,glob'"
+    )
 
 
 def causal(model: nn.Module) -> bool:
@@ -341,9 +420,18 @@ def causal(model: nn.Module) -> bool:
     changed = {**inputs, "input_ids": inputs["input_ids"].clone()}
     changed["input_ids"][:, -1] = (changed["input_ids"][:, -1] + 1) % vocabulary(model)
     with torch.no_grad(), eval_mode(model):
-        a = probe_call(model, inputs).last_hidden_state[:, 0]
-        b = probe_call(model, changed).last_hidden_state[:, 0]
-    return bool(torch.allclose(a, b, atol=1e-5))
+        a, b = _last_state(probe_call(model, inputs)), _last_state(probe_call(model, changed))
+    return a is not None and b is not None and bool(torch.allclose(a[:, 0], b[:, 0], atol=1e-5))
+
+
+def _last_state(result) -> torch.Tensor | None:
+    """A forward's last hidden state: ``last_hidden_state``, or an encoder's (FastSpeech 2's
+    ``encoder_last_hidden_state``)."""
+    for key in ("last_hidden_state", "encoder_last_hidden_state"):
+        state = first_tensor(getattr(result, key, None))
+        if isinstance(state, torch.Tensor) and state.ndim == 3:
+            return state
+    return None
 
 
 def _prefix_tokens(model: nn.Module) -> int:
@@ -433,8 +521,9 @@ class HFFamily(Family):
 
     def prepare(self, model):
         _embedding_grads(model)
-        if getattr(model.config, "use_cache", False):  # no key/value cache: a replayed layer must not extend it
-            model.config.use_cache = False
+        for config in _configs(model.config):  # no key/value cache: a replayed layer must not extend it
+            if getattr(config, "use_cache", False):
+                config.use_cache = False
 
     def check_pretrained(self, model_name: str) -> bool:
         if local_dir(model_name):
@@ -501,6 +590,12 @@ class HFFamily(Family):
             return "random initialisation"
         folder = local_dir(model_name)
         return f"hf pretrained {folder.resolve() if folder else model_name}"
+
+
+def _configs(config) -> list:
+    """A config and its sub-configs (a multimodal model's text config holds ``use_cache``: Qwen3.5's)."""
+    subs = [getattr(config, k, None) for k in (getattr(config, "sub_configs", None) or {})]
+    return [config, *(c for sub in subs if sub is not None and sub is not config for c in _configs(sub))]
 
 
 LAYER_COUNTS = (

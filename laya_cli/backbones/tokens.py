@@ -40,12 +40,22 @@ def text_input_from(model: nn.Module, max_length: int | None, where: str | None)
 
 def input_embeddings(model: nn.Module) -> nn.Module | None:
     """The model's token embedding table, None where it has none a tokenizer can index (CANINE hashes characters;
-    a model of several towers that does not say which embeds its tokens)."""
+    a model of several towers that does not say which embeds its tokens). Where the model does not name it
+    (``get_input_embeddings`` not implemented: Dia's encoder), the one ``nn.Embedding`` of its config's
+    ``vocab_size`` rows."""
     try:
         table = model.get_input_embeddings()
     except (NotImplementedError, AttributeError):
-        return None
+        table = _embedding_of_vocabulary(model)
     return table if isinstance(table, nn.Module) and isinstance(getattr(table, "num_embeddings", None), int) else None
+
+
+def _embedding_of_vocabulary(model: nn.Module) -> nn.Module | None:
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(vocab, int):
+        return None
+    found = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == vocab]
+    return found[0] if len(found) == 1 else None
 
 
 def vocabulary(model: nn.Module) -> int:

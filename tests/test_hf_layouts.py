@@ -1,0 +1,89 @@
+"""Transformers models whose layers or outputs are laid out unlike a BERT's, tapped (or refused) by what they are,
+not by name: stage outputs returned without an embeddings state (MobileNet, CvT, SegFormer), an encoder's states
+beside other parts' (MaskFormer), layers that run time first (XLNet, FSMT), a forward that returns a tuple unless
+told (DPR), an embedding table the model does not name, a cache switched off in a sub-config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from laya_cli.backbones.hf import HFFamily, _layer_outputs, _probe_inputs, layer_taps
+from laya_cli.backbones.tokens import input_embeddings, vocabulary
+from laya_cli.runtime.errors import LayaError
+
+transformers = pytest.importorskip("transformers")
+
+
+def _model(config):
+    torch.manual_seed(0)
+    return transformers.AutoModel.from_config(config).eval()
+
+
+def test_stage_outputs_without_an_embeddings_state_are_the_taps():
+    model = _model(transformers.MobileNetV1Config(image_size=32, depth_multiplier=0.25))
+    taps = layer_taps(model)
+    states, outs = _layer_outputs(model, _probe_inputs(model))
+    assert len(taps) == len(states[0])  # every state is a layer's output: none is the embeddings'
+    got = dict(outs["layer"])
+    assert all(torch.equal(got[t], h) for t, h in zip(taps, states[0]))  # the taps are the states themselves
+
+
+def test_time_first_layers_are_refused_saying_so():
+    config = transformers.XLNetConfig(vocab_size=64, d_model=16, n_layer=2, n_head=2, d_inner=32)
+    with pytest.raises(LayaError, match="time first"):
+        layer_taps(_model(config))
+
+
+def test_a_forward_that_returns_a_tuple_unless_told_is_told():
+    config = transformers.DPRConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+    )
+    model = _model(config)
+    base = getattr(model, "base_model", model)
+    assert len(layer_taps(base)) == 2
+
+
+class _Unnamed(nn.Module):
+    """A text model whose ``get_input_embeddings`` is not implemented (Dia's encoder)."""
+
+    def __init__(self, vocab: int = 40):
+        super().__init__()
+        self.config = transformers.PretrainedConfig(vocab_size=vocab)
+        self.tokens, self.other = nn.Embedding(vocab, 8), nn.Embedding(7, 8)
+
+    def get_input_embeddings(self):
+        raise NotImplementedError
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.tokens(input_ids)
+
+
+def test_the_embedding_table_of_the_config_vocabulary_is_found_where_the_model_does_not_name_it():
+    model = _Unnamed()
+    assert input_embeddings(model) is model.tokens and vocabulary(model) == 40
+    model.other = nn.Embedding(40, 8)  # two tables of that size: which embeds the tokens is not known
+    assert input_embeddings(model) is None
+
+
+def test_the_cache_is_off_in_every_sub_config():
+    model = _Unnamed()
+    model.config = transformers.Qwen2VLConfig()
+    model.config.text_config.use_cache = True
+    HFFamily().prepare(model)
+    assert model.config.text_config.use_cache is False
+
+
+def test_a_replaced_output_is_a_copy_later_layers_may_write_into():
+    from laya_cli.backbones.engines import own_memory
+
+    reference = torch.zeros(1, 3, 4).expand(2, 3, 4)  # broadcast to the batch: one memory for every row
+    leaf = torch.ones(2, 3, 4, requires_grad=True)  # Captum's input
+    for value in (reference, (leaf, "cache")):
+        new = own_memory(value)
+        first = new if isinstance(new, torch.Tensor) else new[0]
+        first.mul_(2)  # FlauBERT's tensor *= mask
+    assert reference.sum() == 0 and leaf.detach().sum() == 24
+    own_memory((leaf, None))[0].sum().backward()
+    assert leaf.grad is not None and leaf.grad.sum() == 24  # the gradient reaches the leaf through the copy
