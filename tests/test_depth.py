@@ -390,3 +390,21 @@ def test_depth_benchmark_smoke(digits_ckpt, tmp_path):
     assert rows[0]["k"] == 2 and rows[0]["parameters"] < rows[0]["parameters_full"]
     assert rows[0]["flops_ratio"] == pytest.approx(rows[0]["flops_full"] / rows[0]["flops_truncated"])
     assert json.loads((tmp_path / "b.json").read_text())[0]["images"] == 16
+
+
+def test_flops_are_counted_for_a_model_that_returns_one_of_its_parameters():
+    """FLOPs counted with the model named: its parameters stop requiring gradients meanwhile (FlopCounterMode's module
+    tracker failed on RF-DETR's, tests/test_hf_all.py) and require them again after."""
+    from laya_cli.depthing.compute import count_flops
+
+    class Queries(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.queries, self.proj = torch.nn.Parameter(torch.ones(3, 4)), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(x), self.queries
+
+    model = Queries()
+    assert count_flops(lambda: model(torch.ones(2, 4)), model) == 2 * 2 * 4 * 4
+    assert all(p.requires_grad for p in model.parameters())  # as they were

@@ -1,8 +1,9 @@
 """Every model type transformers ships (benchmarks/zoo/hf_all.py), shrunk from its own config, saved, and run
 through ``laya train`` → ``audit --scope both`` → ``export`` → ``depth --truncate`` in a forked child: a few
 diverse types by default (an encoder, a decoder, an encoder–decoder read through its encoder, a dual model read
-through its vision tower, a vision transformer, a model out of scope); every type with ``-m slow``, where none may
-crash (exit 3, a hang): each passes, is refused in one line (exit 2), or is out of scope."""
+through its vision tower, a vision transformer, a detector whose FLOP count once crashed, a model out of scope);
+every type with ``-m slow``, where none may crash (exit 3, a hang): each passes, is refused in one line (exit 2),
+or is out of scope."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from benchmarks.zoo.hf_all import Row, model_types, run_isolated, shrink, summary, warm_up, write_texts  # noqa: E402
 
-FAST = {"bert": "text", "gpt2": "text", "t5": "text", "clip": "vision", "vit": "vision"}
+FAST = {"bert": "text", "gpt2": "text", "t5": "text", "clip": "vision", "vit": "vision", "rf_detr": "vision"}
 ROOT = Path(__file__).resolve().parents[1]
 
 

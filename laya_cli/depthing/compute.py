@@ -28,10 +28,19 @@ def _custom_mapping() -> dict:
     return {op: _sdpa_cpu} if op is not None else {}
 
 
-def count_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of one call of ``fn`` under FlopCounterMode (no gradient)."""
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=_custom_mapping()) as counter:
-        fn()
+def count_flops(fn: Callable[[], object], module: torch.nn.Module | None = None) -> int:
+    """FLOPs of one call of ``fn`` under FlopCounterMode (no gradient). ``module``: the model ``fn`` runs, whose
+    parameters stop requiring gradients meanwhile — FlopCounterMode's module tracker hooks the backward of every
+    output that requires one, and fails on an output that is a parameter itself (RF-DETR returns its queries)."""
+    params = [p for p in module.parameters() if p.requires_grad] if module is not None else []
+    try:
+        for p in params:
+            p.requires_grad_(False)
+        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=_custom_mapping()) as counter:
+            fn()
+    finally:
+        for p in params:
+            p.requires_grad_(True)
     return int(counter.get_total_flops())
 
 
@@ -46,7 +55,9 @@ def tap_flops(backbone, x: Tensor) -> list[int]:
     was = _eval(backbone)
     try:
         n = x.shape[0]
-        return [count_flops(lambda k=k: backbone(x, upto=k)) // n for k in range(1, len(backbone.layer_names) + 1)]
+        return [
+            count_flops(lambda k=k: backbone(x, upto=k), backbone) // n for k in range(1, len(backbone.layer_names) + 1)
+        ]
     finally:
         backbone.train(was)
 
@@ -55,7 +66,7 @@ def model_flops(backbone, x: Tensor) -> int:
     """FLOPs per image of the whole plain model (everything its forward runs, past the last tap too)."""
     was = _eval(backbone)
     try:
-        return count_flops(lambda: backbone.whole_model(x)) // x.shape[0]
+        return count_flops(lambda: backbone.whole_model(x), backbone) // x.shape[0]
     finally:
         backbone.train(was)
 

@@ -55,7 +55,7 @@ class DropResult:
 def backbone_flops(backbone, x: Tensor) -> int:
     """FLOPs per input of the backbone's forward up to its last tap (what laya runs for every prediction)."""
     backbone.eval()
-    return count_flops(lambda: backbone(x)) // x.shape[0]
+    return count_flops(lambda: backbone(x), backbone) // x.shape[0]
 
 
 @torch.no_grad()
