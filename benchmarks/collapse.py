@@ -40,9 +40,11 @@ VARIANTS: dict[str, dict] = {
     "layer-norm": {"layer_norm": True},
     "dropout": {"layer_dropout": 0.3},
     "entropy": {"alpha_entropy": 0.3},
-    "entropy-linear": {"alpha_entropy": 0.3, "alpha_entropy_schedule": "linear"},
+    "entropy-linear": {"alpha_entropy": 1.0, "alpha_entropy_schedule": "linear"},
     "tau": {"tau_start": 6.0},
-    "ln+dropout": {"layer_norm": True, "layer_dropout": 0.3},
+    "ln+align": {"layer_norm": True, "align": 1.0},
+    "ln+dropout+entropy": {"layer_norm": True, "layer_dropout": 0.3, "alpha_entropy": 0.3},
+    "ln+align+entropy": {"layer_norm": True, "align": 1.0, "alpha_entropy": 0.3},
 }
 HEAD_OPTIONS = ("layer_norm",)  # the rest are TrainConfig's
 
