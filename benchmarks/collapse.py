@@ -194,8 +194,35 @@ def cell(values: list[float], digits: int) -> str:
     return f"{t.mean:.{digits}f} [{t.low:.{digits}f}, {t.high:.{digits}f}]"
 
 
+def goals(results: dict[str, list[dict]]) -> list[str]:
+    """Issue 36's goals per variant with α: ≥ 2 effective layers, test accuracy within 0.5 pp of the best head (the
+    best mean over every row, concat included), α's network faithfulness ≥ Grad×Act's (the paired difference over
+    seeds); "yes" on the mean, "(CI)" added where the 95 % interval clears the bar too."""
+    from laya_cli.stats.tinterval import t_interval
+
+    best = max(t_interval([r["test_accuracy"] for r in runs]).mean for runs in results.values() if runs)
+    lines = [
+        f"goals (best head: mean test accuracy {best:.4f}; yes = the mean meets it, CI = its 95 % interval does too):",
+        "",
+        "| variant | ≥ 2 effective layers | accuracy ≥ best − 0.5 pp | α ≥ Grad×Act (network) | all three |",
+        "|---|---|---|---|---|",
+    ]
+    for variant, runs in results.items():
+        if not runs or "effective_layers" not in runs[0]:
+            continue
+        checks = [
+            (t_interval([r["effective_layers"] for r in runs]), 2.0),
+            (t_interval([r["test_accuracy"] for r in runs]), best - 0.005),
+            (t_interval([r["faith_net"] - r["faith_net_gradxact"] for r in runs]), 0.0),
+        ]
+        marks = [("yes" + (" (CI)" if t.low >= bar else "")) if t.mean >= bar else "no" for t, bar in checks]
+        met = all(m != "no" for m in marks)
+        lines.append(f"| {variant} | " + " | ".join(marks) + f" | {'**met**' if met else 'missed'} |")
+    return lines
+
+
 def table(case_name: str, case: Case, results: dict[str, list[dict]]) -> list[str]:
-    """One Markdown table: a row per variant, each metric as mean [95 % t interval over seeds]."""
+    """One Markdown table: a row per variant, each metric as mean [95 % t interval over seeds]; then the goals."""
     lines = [
         f"### {case_name}: {case.what}; network removal {case.network_ablation}",
         "",
@@ -208,7 +235,7 @@ def table(case_name: str, case: Case, results: dict[str, list[dict]]) -> list[st
                 r["net_minus_gradxact"] = r["faith_net"] - r["faith_net_gradxact"]
         cells = [cell([r[k] for r in runs if k in r], d) if any(k in r for r in runs) else "–" for k, _, d in COLUMNS]
         lines.append(f"| {variant} | {len(runs)} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + [""] + goals(results)
 
 
 def main(argv=None) -> None:
@@ -221,6 +248,7 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=200, help="test samples audited at both scopes")
     parser.add_argument("--out", default="collapse-run", help="folder for the checkpoints and per-run results")
     parser.add_argument("--json", default=None, help="write every run's numbers here")
+    parser.add_argument("--kept", action="store_true", help="only the runs already kept in --out (train nothing)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     known = cases(out)
@@ -229,13 +257,17 @@ def main(argv=None) -> None:
         if case_name not in known:
             say(f"skipped {case_name}: not available here (all-MiniLM-L6-v2 missing?)")
             continue
-        case, results = known[case_name], {}
+        case, results = known[case_name], {}  # variant -> its runs, one per seed
         for variant in args.variants.split(","):
             results[variant] = []
             for seed in range(1337, 1337 + args.seeds):
+                if args.kept and not (out / case_name / f"{variant}-{seed}.json").is_file():
+                    continue
                 r = run_one(case_name, case, variant, seed, out, args.samples)
                 say(f"{case_name} {variant} seed {seed}: " + json.dumps(r))
                 results[variant].append(r)
+            if not results[variant]:
+                results.pop(variant)
         every[case_name] = results
         say("\n".join(table(case_name, case, results)) + "\n")
     if args.json:

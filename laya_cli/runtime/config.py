@@ -127,7 +127,9 @@ class HeadConfig:
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As the checkpoint records it: the options added later only when set (a default run's config is what it
+        was before them; ``HeadConfig(**d)`` gives their defaults back)."""
+        return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
 
 
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
