@@ -170,3 +170,9 @@ def test_options_round_trip_in_the_checkpoint(tmp_path):
 )
 def test_bad_values_are_one_line_and_exit_2(tmp_path, args, fragments):
     assert_user_error(invoke("train", "--out", tmp_path / "m.pt", "--epochs", "1", "-q", *args), *fragments)
+
+
+def test_the_head_config_records_layer_norm_only_when_on():
+    assert "layer_norm" not in HeadConfig().to_dict()  # a default run's checkpoint config is what it was before
+    assert HeadConfig(layer_norm=True).to_dict()["layer_norm"] is True
+    assert HeadConfig(**HeadConfig().to_dict()).layer_norm is False
