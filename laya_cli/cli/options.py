@@ -204,6 +204,42 @@ StopOn = Annotated[
         "validation accuracy + faithfulness of α."
     ),
 ]
+LayerNorm = Annotated[
+    bool,
+    typer.Option(
+        "--layer-norm/--no-layer-norm",
+        help="Normalise every layer's r_i (LayerNorm without affine) before the head's adapters, so each layer "
+        "reaches the head at the same scale (docs/results/collapse.md).",
+    ),
+]
+LayerDropout = Annotated[
+    float,
+    typer.Option(
+        metavar="P",
+        help="Layer dropout while training (laya/scalarmix heads): each sample's α over a random subset of the "
+        "layers, each dropped with chance P (never all), renormalised; off at evaluation. 0 = off.",
+    ),
+]
+AlphaEntropy = Annotated[
+    float,
+    typer.Option(
+        metavar="λ",
+        help="λ of a KL-to-uniform penalty on α, λ·(1 − H(α)/log L), that keeps the attention spread over "
+        "layers (laya heads; 0 = off; docs/results/collapse.md).",
+    ),
+]
+AlphaEntropySchedule = Annotated[
+    str,
+    typer.Option(help="--alpha-entropy's λ over the epochs: constant, or linear (from λ at epoch 1 to 0 at --epochs)."),
+]
+TauStart = Annotated[
+    float | None,
+    typer.Option(
+        metavar="T0",
+        help="Anneal the attention's τ linearly from T0 (epoch 1) to --tau (epoch --epochs) while training "
+        "(laya heads); validation and the checkpoint use --tau.",
+    ),
+]
 BenchAlign = Annotated[
     float, typer.Option("--align", help="λ for the laya-aligned head of --heads (a laya head trained with --align λ).")
 ]
@@ -596,12 +632,18 @@ def train_request(
     align_scope: str = TRAIN.align_scope,
     stop_on: str = TRAIN.stop_on,
     precision: str = TRAIN.precision,
+    layer_norm: bool = HEAD.layer_norm,
+    layer_dropout: float = TRAIN.layer_dropout,
+    alpha_entropy: float = TRAIN.alpha_entropy,
+    alpha_entropy_schedule: str = TRAIN.alpha_entropy_schedule,
+    tau_start: float | None = TRAIN.tau_start,
 ) -> TrainRequest:
     """The training run the shared options (and the ones ``laya train`` adds) describe, validated."""
+    head_config = HeadConfig(job.d_star, job.tau, job.psi, job.score_hidden, layer_norm=layer_norm)
     return TrainRequest(
         backbone=job.backbone,
         head=head,
-        head_config=HeadConfig(d_star=job.d_star, tau=job.tau, psi=job.psi, score_hidden=job.score_hidden),
+        head_config=head_config,
         data=DataRequest(
             name=job.dataset,
             data_dir=job.data_dir,
@@ -625,6 +667,10 @@ def train_request(
             align_scope=align_scope,
             stop_on=stop_on,
             precision=precision,
+            layer_dropout=layer_dropout,
+            alpha_entropy=alpha_entropy,
+            alpha_entropy_schedule=alpha_entropy_schedule,
+            tau_start=tau_start,
         ),
         layers=split_csv(job.layers),
         pool=job.pool,

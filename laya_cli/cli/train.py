@@ -8,22 +8,28 @@ from pathlib import Path
 from ..runtime import progress
 from .common import console, err_console, pick_device
 from .options import (
+    HEAD,
     JOB,
     TRAIN,
     Align,
     AlignScope,
+    AlphaEntropy,
+    AlphaEntropySchedule,
     Arch,
     CheckpointOut,
     Device,
     Head,
     InputSize,
     JobOptions,
+    LayerDropout,
+    LayerNorm,
     Precision,
     Quiet,
     Restart,
     Resume,
     Seed,
     StopOn,
+    TauStart,
     train_request,
     with_job_options,
 )
@@ -37,6 +43,11 @@ def train(
     align: Align = TRAIN.align,
     align_scope: AlignScope = TRAIN.align_scope,
     stop_on: StopOn = TRAIN.stop_on,
+    layer_norm: LayerNorm = HEAD.layer_norm,
+    layer_dropout: LayerDropout = TRAIN.layer_dropout,
+    alpha_entropy: AlphaEntropy = TRAIN.alpha_entropy,
+    alpha_entropy_schedule: AlphaEntropySchedule = TRAIN.alpha_entropy_schedule,
+    tau_start: TauStart = TRAIN.tau_start,
     seed: Seed = TRAIN.seed,
     arch: Arch = JOB.arch,
     input_size: InputSize = JOB.input_size,
@@ -68,6 +79,11 @@ def train(
             align_scope=align_scope,
             stop_on=stop_on,
             precision=precision,
+            layer_norm=layer_norm,
+            layer_dropout=layer_dropout,
+            alpha_entropy=alpha_entropy,
+            alpha_entropy_schedule=alpha_entropy_schedule,
+            tau_start=tau_start,
         )
         req.command_line = run.record
         if job.trust_pickle:

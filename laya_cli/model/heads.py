@@ -54,6 +54,16 @@ def _adapters(dims: Sequence[int], d_star: int) -> nn.ModuleList:
     return nn.ModuleList(nn.Linear(d, d_star) for d in dims)
 
 
+def read_layers(feats: Sequence[Tensor], layer_norm: bool) -> list[Tensor]:
+    """r_1..r_L as a head reads them: as given, or each normalised over its features (``--layer-norm``: LayerNorm
+    without affine parameters, so the adapter after it is the only scale and shift and the head's weights are
+    unchanged). Pretrained transformers' later layers are larger and more separable; normalising each r_i gives
+    every layer the same scale before the adapters."""
+    if not layer_norm:
+        return list(feats)
+    return [F.layer_norm(r, r.shape[-1:]) for r in feats]
+
+
 def _masked(alpha: Tensor, alpha_mask: Tensor | None) -> Tensor:
     """The "mask" ablation: α with the masked layers dropped and the rest renormalised."""
     if alpha_mask is None:
@@ -71,7 +81,7 @@ class LAYAHead(Head):
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
         L, d = len(dims), cfg.d_star
-        self.tau = cfg.tau
+        self.tau, self.layer_norm = cfg.tau, cfg.layer_norm
         self.adapters = _adapters(dims, d)
         self.psi = (
             nn.Identity()
@@ -83,12 +93,18 @@ class LAYAHead(Head):
 
     def embed(self, feats: Sequence[Tensor]) -> Tensor:
         """z: (B, L, d*), the adapted layer representations."""
-        return torch.stack([g(r) for g, r in zip(self.adapters, feats)], dim=1)
+        return torch.stack([g(r) for g, r in zip(self.adapters, read_layers(feats, self.layer_norm))], dim=1)
+
+    def scores(self, z: Tensor) -> Tensor:
+        """s / τ: (B, L), the attention's logits."""
+        return self.scorer(self.psi(z).flatten(1)) / self.tau
 
     def attention(self, z: Tensor) -> Tensor:
-        u = self.psi(z)
-        scores = self.scorer(u.flatten(1))
-        return torch.softmax(scores / self.tau, dim=-1)
+        return torch.softmax(self.scores(z), dim=-1)
+
+    def log_attention(self, z: Tensor) -> Tensor:
+        """log α, computed stably (a layer whose α underflows to 0 keeps a finite log and gradient)."""
+        return torch.log_softmax(self.scores(z), dim=-1)
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
         z = self.embed(feats)
@@ -108,10 +124,11 @@ class LastLayerHead(Head):
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
+        self.layer_norm = cfg.layer_norm
         self.classifier = nn.Linear(dims[-1], num_classes)
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
-        return HeadOutput(self.classifier(feats[-1]))
+        return HeadOutput(self.classifier(read_layers(feats[-1:], self.layer_norm)[0]))
 
 
 class ConcatHead(Head):
@@ -122,11 +139,12 @@ class ConcatHead(Head):
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
+        self.layer_norm = cfg.layer_norm
         self.adapters = _adapters(dims, cfg.d_star)
         self.classifier = nn.Linear(len(dims) * cfg.d_star, num_classes)
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
-        z = torch.cat([g(r) for g, r in zip(self.adapters, feats)], dim=-1)
+        z = torch.cat([g(r) for g, r in zip(self.adapters, read_layers(feats, self.layer_norm))], dim=-1)
         return HeadOutput(self.classifier(z))
 
 
@@ -138,13 +156,14 @@ class ScalarMixHead(Head):
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
+        self.layer_norm = cfg.layer_norm
         self.adapters = _adapters(dims, cfg.d_star)
         self.mix_logits = nn.Parameter(torch.zeros(len(dims)))
         self.gamma = nn.Parameter(torch.ones(()))
         self.classifier = nn.Linear(cfg.d_star, num_classes)
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
-        z = torch.stack([g(r) for g, r in zip(self.adapters, feats)], dim=1)
+        z = torch.stack([g(r) for g, r in zip(self.adapters, read_layers(feats, self.layer_norm))], dim=1)
         alpha = _masked(torch.softmax(self.mix_logits, dim=0).expand(z.shape[0], -1), alpha_mask)
         h = self.gamma * (alpha.unsqueeze(-1) * z).sum(1)
         return HeadOutput(self.classifier(h), alpha)

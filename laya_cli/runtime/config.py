@@ -112,6 +112,9 @@ class HeadConfig:
     tau: float = 1.5
     psi: str = "identity"
     score_hidden: int = 192
+    layer_norm: bool = False  # --layer-norm: every r_i normalised (LayerNorm without affine) before the adapters
+
+    LATER = {"layer_norm": False}  # as DataRequest.LATER
 
     def validate(self) -> HeadConfig:
         if self.d_star <= 0:
@@ -124,11 +127,14 @@ class HeadConfig:
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As the checkpoint records it: the options added later only when set (a default run's config is what it
+        was before them; ``HeadConfig(**d)`` gives their defaults back)."""
+        return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
 
 
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
 STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
+ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
 
 
 @dataclass
@@ -143,8 +149,23 @@ class TrainConfig:
     align_scope: str = "scorer"  # what the alignment term trains: the scorer (and ψ) only, or the whole head's α path
     stop_on: str = "accuracy"  # early stopping on validation accuracy, or accuracy + α's faithfulness (combined)
     precision: str = "auto"  # backbone passes: auto, bf16 (CUDA) or fp32 (runtime/device.py); recorded resolved
+    # Training that keeps α informative (training/shaping.py, docs/results/collapse.md): each sample's α over a
+    # random subset of the layers (P each dropped, never all), a KL-to-uniform penalty on α with its schedule,
+    # and τ annealed linearly from tau_start (epoch 1) to the head's τ (the last epoch). 0 / None: off.
+    layer_dropout: float = 0.0
+    alpha_entropy: float = 0.0
+    alpha_entropy_schedule: str = "constant"
+    tau_start: float | None = None
 
-    LATER = {"align": 0.0, "align_scope": "scorer", "stop_on": "accuracy"}  # as DataRequest.LATER
+    LATER = {
+        "align": 0.0,
+        "align_scope": "scorer",
+        "stop_on": "accuracy",
+        "layer_dropout": 0.0,
+        "alpha_entropy": 0.0,
+        "alpha_entropy_schedule": "constant",
+        "tau_start": None,
+    }  # as DataRequest.LATER
 
     def validate(self) -> TrainConfig:
         check_at_least("--epochs", self.epochs)
@@ -156,7 +177,23 @@ class TrainConfig:
             raise LayaError(f"--align must be 0 (off) or positive, got {self.align}")
         self.align_scope = check_choice("--align-scope", self.align_scope, ALIGN_SCOPES)
         self.stop_on = check_choice("--stop-on", self.stop_on, STOP_ON)
+        if not 0 <= self.layer_dropout < 1:
+            raise LayaError(
+                f"--layer-dropout must be in [0, 1) (the chance each layer is dropped), got {self.layer_dropout}"
+            )
+        if not self.alpha_entropy >= 0:
+            raise LayaError(f"--alpha-entropy must be 0 (off) or positive, got {self.alpha_entropy}")
+        self.alpha_entropy_schedule = check_choice(
+            "--alpha-entropy-schedule", self.alpha_entropy_schedule, ENTROPY_SCHEDULES
+        )
+        if self.tau_start is not None and not self.tau_start > 0:
+            raise LayaError(f"--tau-start must be positive, got {self.tau_start}")
         return self
+
+    def shapes_alpha(self) -> list[str]:
+        """The options set that train α itself (``--align`` aside): they need a head with α."""
+        on = [("--layer-dropout", self.layer_dropout), ("--alpha-entropy", self.alpha_entropy)]
+        return [name for name, value in on if value] + (["--tau-start"] if self.tau_start is not None else [])
 
 
 @dataclass
@@ -228,7 +265,8 @@ class TrainRequest:
             d.pop(k)
         d["train"].pop("device")
         d["train"].pop("precision")  # like the device: how the numbers are computed, not which
-        for part, later in ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER)):
+        parts = ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER))
+        for part, later in (*parts, (d["head_config"], HeadConfig.LATER)):
             for k, default in later.items():
                 if part.get(k) == default:
                     part.pop(k)
@@ -251,7 +289,19 @@ class TrainRequest:
             raise LayaError(f"--align needs input-conditioned attention α: --head laya (not {self.head})")
         if self.train.stop_on == "combined" and self.head.lower() != "laya":
             raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {self.head})")
+        check_alpha_options(self.train, self.head)
         return self
+
+
+def check_alpha_options(train: TrainConfig, head: str) -> None:
+    """``--layer-dropout`` masks α (laya, scalarmix); ``--alpha-entropy`` and ``--tau-start`` act on the
+    input-conditioned attention of a laya head. One line naming the option, before any data is loaded."""
+    head = head.lower()
+    if train.layer_dropout and head not in ("laya", "scalarmix"):
+        raise LayaError(f"--layer-dropout drops layers from α: --head laya or scalarmix (not {head})")
+    for option in train.shapes_alpha():
+        if option != "--layer-dropout" and head != "laya":
+            raise LayaError(f"{option} acts on input-conditioned attention α: --head laya (not {head})")
 
 
 SCOPES = ("head", "network", "both")  # laya audit --scope (docs/metrics.md, "Two scopes")

@@ -26,10 +26,10 @@ from ..features.attach import Tapped
 from ..features.extraction import extract, tap_means, to_float_images
 from ..features.loaders import Loader
 from ..model.checkpoint import checkpoint_body, save_checkpoint
-from ..model.heads import HEADS, build_head
+from ..model.heads import HEADS, build_head, head_kind
 from ..model.laya_model import EndToEnd, LayaModel
 from ..runtime import distributed
-from ..runtime.config import HeadConfig, TrainConfig, TrainRequest
+from ..runtime.config import HeadConfig, TrainConfig, TrainRequest, check_alpha_options
 from ..runtime.device import check_precision, precision, resolved_precision
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from ..runtime.fileio import check_writable
@@ -38,6 +38,7 @@ from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
 from .loop import EpochRecord, fit, predict_outputs
+from .shaping import AlphaShaping
 
 OnEpoch = Callable[[EpochRecord], None] | None
 
@@ -124,7 +125,7 @@ def _end_to_end(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch:
     model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(job.spec.name))
     (train_x, train_y), (val_x, val_y) = data.images("train"), data.images("val")
     alignment = _alignment(job, head, None)
-    history = _fit(job, model, ([train_x], train_y), ([val_x], val_y), on_epoch, True, alignment)
+    history = _fit(job, model, ([train_x], train_y), ([val_x], val_y), on_epoch, True, alignment, _shaping(job, head))
     test = data.images("test")
     tested = _tested(model, [test[0]], test[1], dev, head) if test is not None else ()
     reference = extract(backbone, train_x, train_y, device=dev, description="reference").mean()
@@ -141,7 +142,8 @@ def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnE
     train, val, test = (data.features(job, split) for split in ("train", "val", "test"))
     # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
     as_inputs = lambda f: f if from_store(f) else (f.feats, f.labels)
-    history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, _alignment(job, head, train))
+    alignment, shaping = _alignment(job, head, train), _shaping(job, head)
+    history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, alignment, shaping)
     tested = ()
     if test is not None:
         tested = _tested(head, test if from_store(test) else test.feats, test.labels, job.train.device, head)
@@ -165,14 +167,30 @@ def _alignment(job: TrainingJob, head: nn.Module, fixed_feats) -> Alignment | No
     return Alignment(job.train.align, reference, scope=job.train.align_scope)
 
 
+def _shaping(job: TrainingJob, head: nn.Module) -> AlphaShaping | None:
+    """``--layer-dropout``, ``--alpha-entropy``, ``--tau-start`` (``shaping.py``); None when all are off."""
+    if not AlphaShaping.wanted(job.train):
+        return None
+    check_alpha_options(job.train, head_kind(head))
+    return AlphaShaping(job.train, head)
+
+
 def _fit(
-    job: TrainingJob, model, train, val, on_epoch: OnEpoch, data_parallel: bool, alignment: Alignment | None
+    job: TrainingJob,
+    model,
+    train,
+    val,
+    on_epoch: OnEpoch,
+    data_parallel: bool,
+    alignment: Alignment | None,
+    shaping: AlphaShaping | None = None,
 ) -> list[EpochRecord]:
     """``fit``, with the job's state written after every epoch when it has one (Ctrl-C and SIGTERM then leave
     it resumable)."""
     state = job.resumable
+    extra = {"data_parallel": data_parallel, "alignment": alignment, "shaping": shaping}
     if state is None:
-        return fit(model, train, val, job.train, on_epoch, data_parallel=data_parallel, alignment=alignment)
+        return fit(model, train, val, job.train, on_epoch, **extra)
     done = []
 
     def record(r: EpochRecord):
@@ -191,9 +209,8 @@ def _fit(
                 state.state_path,
                 state.resume,
                 state.fingerprint,
-                data_parallel=data_parallel,
                 options=state.options,
-                alignment=alignment,
+                **extra,
             )
     except KeyboardInterrupt:
         where = f"after epoch {done[-1].epoch}" if done else "before the first epoch ended"

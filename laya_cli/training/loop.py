@@ -30,6 +30,7 @@ from ..runtime.fileio import atomic_torch_save
 from ..runtime.progress import log, track
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
+from .shaping import AlphaShaping
 from .stopping import stopping_score, validation_faithfulness
 
 
@@ -77,6 +78,7 @@ class _Run:
     stopping: EarlyStopping
     alignment: Alignment | None = None
     history: list[EpochRecord] = field(default_factory=list)
+    shaping: AlphaShaping | None = None  # --layer-dropout, --alpha-entropy, --tau-start: derived from the epoch
 
     def state_dict(self, fingerprint: str, options: dict | None) -> dict:
         return {
@@ -164,6 +166,7 @@ def fit(
     data_parallel: bool = False,
     options: dict | None = None,
     alignment: Alignment | None = None,
+    shaping: AlphaShaping | None = None,
 ) -> list[EpochRecord]:
     """Train ``model(inputs) -> HeadOutput`` with early stopping; restores the best weights.
 
@@ -184,17 +187,19 @@ def fit(
     number of samples); under torchrun each rank reads its own shards and the head is trained with
     DistributedDataParallel (global batch = ``cfg.batch_size``, split over the ranks).
 
-    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (one process).
+    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (one process);
+    ``shaping`` (``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``: ``shaping.py``) trains α (one process).
     """
     torch.manual_seed(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
     run = _Run(model, optimizer, torch.Generator().manual_seed(cfg.seed), EarlyStopping(cfg.patience), alignment)
+    run.shaping = shaping
     (train_x, train_y), (val_x, val_y) = _pair(train), _pair(val)
     if resume:
         run.load_state_dict(load_train_state(state_path, fingerprint, options))
         log(f"resuming after epoch {len(run.history)} from {state_path}")
-    ddp = _data_parallel(model, cfg.device, data_parallel or _from_store(train_x), alignment)
+    ddp = _data_parallel(model, cfg.device, data_parallel or _from_store(train_x), alignment, shaping)
     for epoch in range(len(run.history) + 1, cfg.epochs + 1):
         if run.stopping.exhausted:
             break
@@ -234,17 +239,32 @@ def _from_store(data) -> bool:
     return hasattr(data, "epoch_batches")
 
 
-def _data_parallel(model: nn.Module, device: str, split_batches: bool, alignment: Alignment | None):
+def _data_parallel(model: nn.Module, device: str, split_batches: bool, alignment: Alignment | None, shaping=None):
     """The DistributedDataParallel wrapper when torchrun's ranks split the batches; None otherwise."""
     if not (split_batches and distributed.active()):
         return None
     if alignment is not None:
         raise LayaError("--align does not run data-parallel under torchrun yet; train with one process")
+    if shaping is not None:
+        options = ", ".join(shaping.cfg.shapes_alpha())
+        raise LayaError(f"{options} does not run data-parallel under torchrun yet; train with one process")
     return _wrap_ddp(model, device)
 
 
 def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
-    """One pass over the training data: (summed loss, correct predictions), over all the ranks."""
+    """One pass over the training data: (summed loss, correct predictions), over all the ranks; with ``shaping``,
+    at the epoch's τ (the head's own τ again afterwards)."""
+    if run.shaping is None:
+        return _epoch_pass(run, ddp, train_x, train_y, cfg, epoch)
+    head = getattr(run.model, "head", run.model)
+    run.shaping.start_epoch(head, epoch)
+    try:
+        return _epoch_pass(run, ddp, train_x, train_y, cfg, epoch)
+    finally:
+        run.shaping.end_epoch(head)
+
+
+def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
     run.model.train()
     if ddp is not None and _from_store(train_x):  # each rank reads its own shards
         loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch)
@@ -260,7 +280,9 @@ def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int)
             if ddp is not None:
                 batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device)
             else:
-                batch_loss, batch_correct = _step(run.model, run.optimizer, xs, y, cfg.device, run.alignment)
+                batch_loss, batch_correct = _step(
+                    run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping
+                )
             loss_sum += batch_loss
             correct += batch_correct
     if ddp is not None:
@@ -269,17 +291,24 @@ def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int)
     return loss_sum, int(correct)
 
 
-def _step(model: nn.Module, optimizer, xs, y, device: str, alignment: Alignment | None) -> tuple[float, int]:
+def _step(
+    model: nn.Module, optimizer, xs, y, device: str, alignment: Alignment | None, shaping: AlphaShaping | None = None
+) -> tuple[float, int]:
     """One batch on one process: (summed loss, correct predictions)."""
     xs, y = [to_device(x, device) for x in xs], to_device(y, device)
-    if alignment is None:
+    if alignment is None and shaping is None:
         logits = model(xs).logits
         loss = F.cross_entropy(logits, y)
     else:
-        head = getattr(model, "head", model)  # what the alignment term trains: the LAYA head
+        head = getattr(model, "head", model)  # what the alignment and shaping terms train: the head's α
         feats = model.features(xs) if isinstance(model, EndToEnd) else xs
-        logits = head(feats).logits
-        loss = F.cross_entropy(logits, y) + alignment.loss(head, feats, logits)
+        mask = shaping.mask(len(y), len(feats), y.device) if shaping is not None else None
+        logits = head(feats, alpha_mask=mask).logits
+        loss = F.cross_entropy(logits, y)
+        if alignment is not None:
+            loss = loss + alignment.loss(head, feats, logits)
+        if shaping is not None:
+            loss = loss + shaping.loss(head, feats)
     _descend(optimizer, loss)
     return loss.item() * len(y), (logits.argmax(-1) == y).sum().item()
 
