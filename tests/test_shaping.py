@@ -176,3 +176,19 @@ def test_the_head_config_records_layer_norm_only_when_on():
     assert "layer_norm" not in HeadConfig().to_dict()  # a default run's checkpoint config is what it was before
     assert HeadConfig(layer_norm=True).to_dict()["layer_norm"] is True
     assert HeadConfig(**HeadConfig().to_dict()).layer_norm is False
+
+
+def test_the_audit_says_gradxact_is_void_on_a_layer_norm_head(tmp_path):
+    import json
+
+    out = tmp_path / "m.pt"
+    assert invoke("train", "--dataset", "digits", "--epochs", "1", "--layer-norm", "--out", out, "-q").exit_code == 0
+    report = tmp_path / "a.json"
+    r = invoke("audit", out, "--compare", "gradxact,ig", "--samples", "20", "--ci", "0", "--json", report)
+    assert r.exit_code == 0, r.output
+    notes = json.loads(report.read_text())["notes"]
+    assert any(n.startswith("gradxact: this head normalises every layer") for n in notes), notes
+    plain = tmp_path / "plain.pt"
+    assert invoke("train", "--dataset", "digits", "--epochs", "1", "--out", plain, "-q").exit_code == 0
+    r = invoke("audit", plain, "--compare", "gradxact", "--samples", "20", "--ci", "0", "--json", report)
+    assert not any("normalises every layer" in n for n in json.loads(report.read_text())["notes"])

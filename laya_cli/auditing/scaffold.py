@@ -163,6 +163,7 @@ class AuditPlan:
     n_layers: int
     references: References
     shard: Shard
+    scale_free: bool = False  # the head normalises every r_i (--layer-norm): Grad×Act through it is ≈ 0
 
     @classmethod
     def prepare(cls, model, methods: Iterable[str], settings: AuditSettings, n: int, n_layers: int) -> AuditPlan:
@@ -178,6 +179,7 @@ class AuditPlan:
             n_layers=n_layers,
             references=References.of(model, settings.ablation, settings.device),
             shard=Shard(n, settings.batch_size),
+            scale_free=bool(getattr(model.head, "layer_norm", False)),
         )
 
     @property
@@ -221,7 +223,13 @@ class AuditPlan:
         }
 
     def notes(self, scores: Mapping[str, MethodScores] | None = None) -> list[str]:
-        return audit_notes(self.methods, self.reasons, self.n_layers, self.kind, self.settings, scores)
+        notes = audit_notes(self.methods, self.reasons, self.n_layers, self.kind, self.settings, scores)
+        if self.scale_free and "gradxact" in self.methods:
+            notes.append(
+                "gradxact: this head normalises every layer (--layer-norm), so p_ŷ does not change along r_i and "
+                "r_i · ∂p/∂r_i ≈ 0 by construction: its faithfulness says nothing; compare ig or atp"
+            )
+        return notes
 
 
 def audit_notes(
