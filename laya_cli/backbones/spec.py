@@ -66,6 +66,7 @@ class BackboneSpec:
         False  # the model ends at its last tap: modules above it are neither built nor stored (laya depth --truncate)
     )
     dropped: list[int] = field(default_factory=list)  # taps whose blocks are skipped, not stored (laya depth --drop)
+    task: str = "classify"  # lm: a causal language model read through its own readout at every position (--task lm)
 
     @property
     def reshaped(self) -> bool:
@@ -79,6 +80,8 @@ class BackboneSpec:
             d.pop("cut")
         if not self.dropped:  # only checkpoints with dropped layers carry it
             d.pop("dropped")
+        if self.task == "classify":  # only language models carry it
+            d.pop("task")
         if self.max_length is None:  # image backbones keep the layout they had before token sequences
             d.pop("max_length")
         return d

@@ -26,6 +26,11 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
+    if summary["task"] == "lm":
+        from ..report.lm import lm_info_panel
+
+        console.print(lm_info_panel(summary, model))
+        return
     console.print(info_panel(summary, model))
     collapse = summary["metrics"].get("alpha_collapse")
     if collapse and collapse["collapsed"]:  # what it means and what to try, as the audit warns

@@ -244,6 +244,27 @@ BenchAlign = Annotated[
     float, typer.Option("--align", help="λ for the laya-aligned head of --heads (a laya head trained with --align λ).")
 ]
 Seed = Annotated[int, typer.Option(help="Seed for initialisation, shuffling and the validation split.")]
+Task = Annotated[
+    str,
+    typer.Option(
+        help="classify: a head predicting the dataset's classes; lm: a causal language model's next token at every "
+        "position (hf: decoders, --dataset text:PATH; docs/lm.md)."
+    ),
+]
+Objective = Annotated[
+    str,
+    typer.Option(
+        help="--task lm: train on the model's own next-token distribution (kl, as the tuned lens trains) or on "
+        "the next token (ce)."
+    ),
+]
+BlockSize = Annotated[
+    int | None,
+    typer.Option(metavar="T", help="--task lm: tokens per training block (default: 128, or the model's positions)."),
+]
+EvalTokens = Annotated[
+    int, typer.Option(metavar="N", help="--task lm: held-out positions measured after each epoch and at the end.")
+]
 Resume = Annotated[
     bool, typer.Option(help="Continue an interrupted run from the state saved beside --out (same options).")
 ]

@@ -16,19 +16,23 @@ from .options import (
     AlphaEntropy,
     AlphaEntropySchedule,
     Arch,
+    BlockSize,
     CheckpointOut,
     Device,
+    EvalTokens,
     Head,
     InputSize,
     JobOptions,
     LayerDropout,
     LayerNorm,
+    Objective,
     Precision,
     Quiet,
     Restart,
     Resume,
     Seed,
     StopOn,
+    Task,
     TauStart,
     train_request,
     with_job_options,
@@ -56,8 +60,18 @@ def train(
     device: Device = "auto",
     quiet: Quiet = False,
     precision: Precision = TRAIN.precision,
+    task: Task = "classify",
+    objective: Objective = "kl",
+    block_size: BlockSize = None,
+    eval_tokens: EvalTokens = 20_000,
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
+    from ..runtime.errors import match_choice
+
+    if match_choice("--task", task, ("classify", "lm")) == "lm":
+        return train_language_model(
+            job, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet
+        )
     from ..runtime.tracking.events import log_train
     from ..training.job import train as run_training
     from .command import current_run
@@ -115,5 +129,54 @@ def print_epoch(r) -> None:
         f"val acc {r.val_accuracy:.4f}"
         + ("" if r.val_faithfulness is None else f"  val faith {r.val_faithfulness:.4f}")
         + f"  {r.seconds:.1f}s{mark}",
+        highlight=False,
+    )
+
+
+def train_language_model(
+    job: JobOptions, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet
+):
+    """``--task lm``: the LAYA head and the tuned lens at every position of a causal LM (training/lm.py)."""
+    from ..report.lm import lm_layers_table
+    from ..runtime.config import HeadConfig
+    from ..runtime.errors import LayaError
+    from ..training.lm import LMRequest, train_lm
+    from .command import current_run
+
+    if job.finetune:
+        raise LayaError("--task lm trains heads on a frozen model: --finetune does not apply")
+    req = LMRequest(
+        backbone=job.backbone,
+        dataset=job.dataset,
+        out=Path(out),
+        text_column=job.text_column,
+        encoding=job.encoding,
+        block_size=block_size,
+        batch_size=job.batch_size,
+        epochs=job.epochs,
+        patience=job.patience,
+        lr=job.lr,
+        objective=objective,
+        eval_tokens=eval_tokens,
+        layer_dropout=layer_dropout,
+        seed=seed,
+        device=pick_device(device),
+        layers=[p for p in (job.layers or "").split(",") if p],
+        pretrained=job.pretrained is not False,
+        head=HeadConfig(d_star=job.d_star, tau=job.tau, score_hidden=job.score_hidden),
+        command_line=current_run().record,
+    )
+    with progress.enabled(not quiet):
+        ckpt = train_lm(req, None if quiet else print_lm_epoch)
+    console.print(lm_layers_table(ckpt["metrics"], ckpt["layers"]))
+    laya = ckpt["metrics"]["heads"]["laya"]
+    console.print(f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}")
+
+
+def print_lm_epoch(r) -> None:
+    mark = " [green]*best[/]" if r.best else ""
+    console.print(
+        f"epoch {r.epoch:3d}  loss {r.loss:.4f}  val KL {r.val_kl_bits:.4f} bits  val CE {r.val_ce_bits:.4f} bits  "
+        f"{r.seconds:.1f}s{mark}",
         highlight=False,
     )

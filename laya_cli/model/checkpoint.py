@@ -138,6 +138,7 @@ def checkpoint_summary(ckpt: dict) -> dict:
     return {
         "format_version": ckpt["format_version"],
         "versions": ckpt["versions"],
+        "task": ckpt.get("task", "classify"),  # lm: a language model's heads (laya train --task lm, docs/lm.md)
         "head": {"kind": ckpt["head"]["kind"], "config": ckpt["head"]["config"]},
         "backbone": {
             "name": spec["name"],

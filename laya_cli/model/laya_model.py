@@ -150,6 +150,11 @@ def _rebuild_backbone(section: dict, spec: BackboneSpec, module: nn.Module | Non
 
 def model_from_checkpoint(ckpt: dict, backbone: nn.Module | None = None) -> LayaModel:
     """Rebuild a LayaModel from a checkpoint dict (``backbone``: the user's module for ``user:`` backbones)."""
+    if ckpt.get("task") == "lm":
+        raise LayaError(
+            "this is a language model's checkpoint (laya train --task lm): laya info and laya depth read it "
+            "(docs/lm.md); this command reads classifiers"
+        )
     try:
         spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
         tapped = _rebuild_backbone(ckpt["backbone"], spec, backbone)

@@ -1,0 +1,138 @@
+"""Causal language models (``laya train --task lm``): a decoder tapped after every layer, and its own readout.
+
+The readout is how the model itself turns a hidden state into next-token logits: its final norm, then its
+unembedding (``lm_head``), both frozen. laya does not guess the final norm from a list of names: it tries every
+norm module of the model outside its layers (and none) on a probe batch, and keeps the one with which the last
+layer's output gives the model's own logits. A model whose logits are something else (a soft cap, a logit scale)
+is refused in one line: a lens read through another readout would be a silent wrong result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from ..runtime.errors import LayaError
+from .build import check_sha256, tap_model
+from .family import _first_line
+from .hf import HFFamily, local_dir, text_input, transformers_module
+from .spec import BackboneSpec
+from .taps import TappedBackbone
+from .weights import hf_cache_dir, hub_session, offline, weights_sha256
+
+
+class Readout(nn.Module):
+    """logits = unembedding(final_norm(h)): the model's own last step, frozen."""
+
+    def __init__(self, norm: nn.Module, unembedding: nn.Module):
+        super().__init__()
+        self.norm, self.unembedding = norm, unembedding
+        self.requires_grad_(False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.unembedding(self.norm(h))
+
+    @property
+    def vocabulary(self) -> int:
+        return int(self.unembedding.weight.shape[0])
+
+
+@dataclass
+class LanguageModel:
+    """The tapped decoder (its taps: the residual stream after each layer), its readout, and what it was built from
+    (``sha256``: of the whole causal LM's weights, so the unembedding is checked with the layers)."""
+
+    backbone: TappedBackbone
+    readout: Readout
+    sha256: str
+    eos_id: int | None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.backbone.layer_names)
+
+    def to(self, device) -> LanguageModel:
+        self.backbone.to(device)
+        self.readout.to(device)
+        return self
+
+
+def _load_causal(transformers, where: str, pretrained: bool) -> nn.Module:
+    try:
+        if not pretrained:
+            config = transformers.AutoConfig.from_pretrained(where, local_files_only=bool(local_dir(where)))
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                return transformers.AutoModelForCausalLM.from_config(config)
+        with hub_session(offline_now=bool(local_dir(where)) or offline()):
+            return transformers.AutoModelForCausalLM.from_pretrained(where, cache_dir=str(hf_cache_dir()))
+    except ValueError as e:
+        if "Unrecognized configuration" in str(e) or "not recognized" in str(e):
+            raise LayaError(f"hf:{where} is not a causal language model (AutoModelForCausalLM has no class for it)")
+        raise LayaError(f"could not create hf:{where}: {_first_line(e)}") from None
+    except OSError as e:
+        raise LayaError(f"could not load hf:{where}: {_first_line(e)}") from None
+
+
+def _norm_candidates(base: nn.Module, layers: list[str]) -> list[tuple[str, nn.Module]]:
+    """The base model's norm modules that lie in none of its tapped layers, last first, then no norm at all."""
+    inside = tuple(name + "." for name in layers)
+    found = [
+        (name, m)
+        for name, m in base.named_modules()
+        if name and "norm" in type(m).__name__.lower() and not name.startswith(inside) and name not in layers
+    ]
+    return found[::-1] + [("", nn.Identity())]
+
+
+@torch.no_grad()
+def find_readout(causal: nn.Module, backbone: TappedBackbone, where: str) -> Readout:
+    """The readout that turns the last tap's output into the model's own logits on a probe batch."""
+    head = causal.get_output_embeddings()
+    if not isinstance(head, nn.Module) or not hasattr(head, "weight"):
+        raise LayaError(f"hf:{where} has no unembedding (get_output_embeddings): laya --task lm reads through it")
+    vocab = int(head.weight.shape[0])
+    ids = torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(0))
+    batch = torch.stack([ids, torch.ones_like(ids)], dim=1).to(head.weight.device)
+    was = causal.training
+    causal.eval()
+    try:
+        logits = causal(input_ids=batch[:, 0], attention_mask=batch[:, 1]).logits.float()
+        last = backbone.activations(batch)[-1].float()
+    finally:
+        causal.train(was)
+    for _name, norm in _norm_candidates(backbone.model, backbone.layer_names):
+        got = head(norm(last.to(head.weight.dtype))).float()
+        if got.shape == logits.shape and torch.allclose(got, logits, atol=1e-4, rtol=1e-3):
+            return Readout(norm, head)
+    raise LayaError(
+        f"hf:{where}'s logits are not its unembedding of a final norm of its last layer (soft-capped or scaled "
+        "logits?): laya --task lm reads every layer through the model's own readout and cannot find it"
+    )
+
+
+def build_language_model(spec: BackboneSpec, expect_sha256: str | None = None) -> LanguageModel:
+    """``hf:NAME``/``hf:DIR`` as a causal LM: its base model tapped after every layer (``--layers`` globs choose
+    others), its tokenizer, its readout. ``expect_sha256``: the weights a checkpoint was trained with."""
+    if not spec.name.startswith("hf:"):
+        raise LayaError(f"--task lm takes a causal language model of transformers (hf:NAME or hf:DIR), not {spec.name}")
+    transformers = transformers_module()
+    model_name = spec.name[3:]
+    folder = local_dir(model_name)
+    where = str(folder) if folder else model_name
+    causal = _load_causal(transformers, where, spec.pretrained or bool(folder))
+    sha = weights_sha256(causal.state_dict())
+    check_sha256(causal.state_dict(), expect_sha256, f"hf:{where}")
+    causal.requires_grad_(False).eval()
+    base = getattr(causal, "base_model", causal)
+    family = HFFamily()
+    family.prepare(base)
+    text = text_input(base, where, spec.max_length, cached=bool(folder) or offline())
+    spec = replace(spec, pool="last" if spec.pool == "auto" else spec.pool)
+    backbone = tap_model(base, text, spec, family=family)
+    backbone.weights_source = f"hf:{where}"
+    eos = getattr(causal.config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+    return LanguageModel(backbone, find_readout(causal, backbone, where), sha, eos if isinstance(eos, int) else None)

@@ -1,0 +1,177 @@
+"""Heads for language models: at every position t, the layers' hidden states h_1(t)..h_L(t) give next-token logits
+through the model's own readout (final norm, then unembedding; frozen, ``backbones.causal.Readout``).
+
+    laya    z_i = T_i h_i,  α = softmax(MLP([P z_1 ‖ … ‖ P z_L]) / τ),  logits = readout(Σ_i α_i z_i)
+    tuned   layer i alone: readout(T_i h_i)            the tuned lens (Belrose et al., 2023)
+    logit   layer i alone: readout(h_i)                the logit lens (nostalgebraist, 2020)
+    last    readout(h_L)                               the model itself
+
+T_i is a translator per layer, an affine map initialised to the identity (so an untrained LAYA head is a mixture
+of logit lenses and an untrained tuned lens is the logit lens); P projects each z_i to d* for the scorer, as
+LAYA's adapters do for classifiers. Inputs are (N, L, d): N token positions, the positions of a batch flattened.
+
+Vocabularies are large: nothing here materialises more than ``rows_per_chunk`` × V logits at once; the losses are
+sums over chunks (``chunked``), and training calls backward per chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..runtime.config import HeadConfig
+
+if TYPE_CHECKING:
+    from ..backbones.causal import LanguageModel
+
+LOGITS_PER_CHUNK = 1 << 22  # ≈ 16 MiB of float32 logits per chunk of positions
+BITS = 1 / math.log(2)
+
+
+def translators(n_layers: int, width: int) -> nn.ModuleList:
+    """One affine map per layer, initialised to the identity."""
+    maps = nn.ModuleList(nn.Linear(width, width) for _ in range(n_layers))
+    with torch.no_grad():
+        for m in maps:
+            m.weight.copy_(torch.eye(width))
+            m.bias.zero_()
+    return maps
+
+
+class LayaLM(nn.Module):
+    """The LAYA head once per position, predicting the next token through the model's readout."""
+
+    kind = "laya"
+
+    def __init__(self, n_layers: int, width: int, readout: nn.Module, cfg: HeadConfig):
+        super().__init__()
+        self.tau = cfg.tau
+        self.translators = translators(n_layers, width)
+        self.project = nn.Linear(width, cfg.d_star)
+        self.scorer = nn.Sequential(
+            nn.Linear(n_layers * cfg.d_star, cfg.score_hidden), nn.GELU(), nn.Linear(cfg.score_hidden, n_layers)
+        )
+        self.readout = readout
+
+    def embed(self, hs: Tensor) -> Tensor:
+        """z: (N, L, d), each layer's state translated."""
+        return torch.stack([t(hs[:, i]) for i, t in enumerate(self.translators)], dim=1)
+
+    def attention(self, z: Tensor) -> Tensor:
+        return torch.softmax(self.scorer(self.project(z).flatten(1)) / self.tau, dim=-1)
+
+    def forward(self, hs: Tensor, alpha_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(logits (N, V), α (N, L)); ``alpha_mask`` (N, L) or (L,): α of the masked layers set to 0, the rest
+        renormalised (the truncated head of early exit)."""
+        z = self.embed(hs)
+        alpha = self.attention(z)
+        if alpha_mask is not None:
+            alpha = alpha * alpha_mask
+            alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
+        return self.readout((alpha.unsqueeze(-1) * z).sum(1)), alpha
+
+
+class TunedLens(nn.Module):
+    """A translator per layer, each layer read alone: ``layer_logits(hs, i)``."""
+
+    kind = "tuned"
+
+    def __init__(self, n_layers: int, width: int, readout: nn.Module):
+        super().__init__()
+        self.translators = translators(n_layers, width)
+        self.readout = readout
+
+    def layer_logits(self, hs: Tensor, i: int) -> Tensor:
+        return self.readout(self.translators[i](hs[:, i]))
+
+
+def stored_weights(module: nn.Module) -> dict[str, Tensor]:
+    """A head's weights as a checkpoint stores them: without the readout (the model's own, rebuilt from it)."""
+    return {k: v.detach().cpu() for k, v in module.state_dict().items() if not k.startswith("readout.")}
+
+
+def load_weights(module: nn.Module, weights: dict[str, Tensor]) -> None:
+    missing, unexpected = module.load_state_dict(weights, strict=False)
+    stray = [k for k in missing if not k.startswith("readout.")] + list(unexpected)
+    if stray:
+        from ..runtime.errors import LayaError
+
+        raise LayaError(
+            f"the checkpoint's {getattr(module, 'kind', 'head')} weights do not fit: {', '.join(stray[:3])}"
+        )
+
+
+# --------------------------------------------------------------------------- losses, chunk by chunk
+
+
+def chunks(n_rows: int, vocabulary: int) -> Iterator[slice]:
+    step = max(1, LOGITS_PER_CHUNK // max(vocabulary, 1))
+    for start in range(0, n_rows, step):
+        yield slice(start, min(start + step, n_rows))
+
+
+def kl_to(reference_log_probs: Tensor, logits: Tensor) -> Tensor:
+    """(N,) KL(p_ref ‖ p) in nats: how far a prediction is from the reference distribution (the model's own)."""
+    return F.kl_div(F.log_softmax(logits.float(), -1), reference_log_probs, log_target=True, reduction="none").sum(-1)
+
+
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """(N,) −log p(next token) in nats."""
+    return F.cross_entropy(logits.float(), targets, reduction="none")
+
+
+def objective(name: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """``kl``: to the model's own next-token distribution (as the tuned lens trains); ``ce``: to the next token."""
+    if name == "kl":
+        return lambda logits, final_log_probs, targets: kl_to(final_log_probs, logits)
+    return lambda logits, final_log_probs, targets: cross_entropy(logits, targets)
+
+
+# --------------------------------------------------------------------------- a trained checkpoint, rebuilt
+
+
+@dataclass
+class LensModel:
+    """A ``--task lm`` checkpoint rebuilt: the tapped model and its readout, the two trained heads, r̄ per layer."""
+
+    lm: LanguageModel
+    laya: LayaLM
+    tuned: TunedLens
+    reference: list[Tensor]
+    ckpt: dict
+
+    def to(self, device) -> LensModel:
+        self.lm.to(device)
+        self.laya.to(device)
+        self.tuned.to(device)
+        self.reference = [r.to(device) for r in self.reference]
+        return self
+
+
+def lens_model_from_checkpoint(ckpt: dict) -> LensModel:
+    """The model by name (its SHA-256 checked), the stored tokenizer, the heads' stored weights."""
+    from ..backbones.causal import build_language_model
+    from ..backbones.spec import BackboneSpec
+    from ..backbones.tokens import set_tokenizer
+
+    section = ckpt["backbone"]
+    lm = build_language_model(BackboneSpec.from_dict(section["spec"]), expect_sha256=section.get("sha256"))
+    recorded = section.get("input") or {}
+    if recorded.get("tokenizer"):  # the tokenizer it was trained with (learnt on its text, where the model had none)
+        set_tokenizer(lm.backbone.adapter.text, recorded["tokenizer"], recorded["pad_id"], recorded.get("source", ""))
+    width = int(lm.readout.unembedding.weight.shape[1])
+    laya = LayaLM(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
+    tuned = TunedLens(lm.num_layers, width, lm.readout)
+    load_weights(laya, ckpt["head"]["weights"])
+    load_weights(tuned, ckpt["tuned_lens"]["weights"])
+    return LensModel(lm, laya.eval(), tuned.eval(), [r.float() for r in ckpt["reference"]], ckpt)
+
+
+def is_language_model(ckpt: dict) -> bool:
+    return ckpt.get("task") == "lm"

@@ -1,0 +1,263 @@
+"""``laya train --task lm``: a LAYA head at every position of a causal language model, and its baselines.
+
+One pass of the frozen model per batch of packed text blocks feeds two heads at once: the LAYA head and the tuned
+lens (a translator per layer), trained on the same positions with the same objective (``--objective kl``: the
+model's own next-token distribution, as the tuned lens trains; ``ce``: the next token). The logit lens and the
+model itself need no training. Held-out figures per token, in bits: each layer's KL to the model's final
+distribution and cross-entropy, for the logit and the tuned lens; the LAYA head's and the model's (docs/lm.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..backbones.causal import LanguageModel, build_language_model
+from ..backbones.spec import BackboneSpec
+from ..backbones.tokens import set_tokenizer, train_tokenizer
+from ..data.corpus import Corpus, block_batches, open_corpus, token_blocks
+from ..model.checkpoint import save_checkpoint
+from ..model.lenses import BITS, LayaLM, TunedLens, chunks, cross_entropy, kl_to, objective, stored_weights
+from ..runtime import progress
+from ..runtime.config import HeadConfig
+from ..runtime.errors import LayaError, match_choice
+from .shaping import layer_dropout_mask
+
+OBJECTIVES = ("kl", "ce")
+
+
+@dataclass
+class LMRequest:
+    backbone: str
+    dataset: str  # text:PATH
+    out: Path
+    text_column: str | None = None
+    encoding: str | None = None
+    block_size: int | None = None  # None: min(128, the model's positions)
+    batch_size: int = 16
+    epochs: int = 1
+    patience: int = 5
+    lr: float = 1e-3
+    objective: str = "kl"
+    eval_tokens: int = 20_000
+    layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
+    seed: int = 1337
+    device: str = "cpu"
+    layers: list[str] = field(default_factory=list)
+    pretrained: bool = True
+    head: HeadConfig = field(default_factory=HeadConfig)
+    command_line: dict | None = None
+
+
+@dataclass
+class LMEpoch:
+    epoch: int
+    loss: float  # the training objective per token (nats), LAYA and tuned lens summed
+    val_kl_bits: float
+    val_ce_bits: float
+    seconds: float
+    best: bool
+
+
+def _corpus(req: LMRequest) -> Corpus:
+    prefix, _, path = req.dataset.partition(":")
+    if prefix != "text" or not path:
+        raise LayaError(f"--task lm reads a text corpus: --dataset text:PATH, not {req.dataset}")
+    return open_corpus(path, req.text_column, req.encoding)
+
+
+def _with_tokenizer(lm: LanguageModel, corpus: Corpus) -> None:
+    """A model saved without a tokenizer gets a word-level one learnt on (the first 50,000 of) its training text."""
+    text = lm.backbone.adapter.text
+    if text.tokenizer:
+        return
+    docs = list(itertools.islice(corpus.documents("train"), 50_000))
+    trained = train_tokenizer(text, docs, "the training text")
+    set_tokenizer(text, trained.tokenizer, trained.pad_id, trained.source)
+
+
+def _block_size(req: LMRequest, lm: LanguageModel) -> int:
+    positions = lm.backbone.adapter.text.max_length
+    block = req.block_size or min(128, positions)
+    if not 2 <= block <= positions:
+        raise LayaError(f"--block-size {block}: the model reads 2 to {positions} positions")
+    return block
+
+
+def batches(lm: LanguageModel, corpus: Corpus, split: str, block: int, size: int, seed=None) -> Iterator[Tensor]:
+    blocks = token_blocks(corpus.documents(split), lm.backbone.adapter.text.tokenizer, block, lm.eos_id)
+    return block_batches(blocks, size, seed)
+
+
+@torch.no_grad()
+def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
+    """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token."""
+    x = x.to(lm.readout.unembedding.weight.device)
+    states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
+    hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
+    return hs, x[:, 0, 1:].reshape(-1).long()
+
+
+def train_step(laya: LayaLM, tuned: TunedLens, hs: Tensor, targets: Tensor, loss_of, opt, dropout: float) -> float:
+    """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once).
+    ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
+    opt.zero_grad(set_to_none=True)
+    total, n = 0.0, len(targets)
+    for rows in chunks(n, laya.readout.vocabulary):
+        h, y = hs[rows], targets[rows]
+        with torch.no_grad():
+            final = F.log_softmax(laya.readout(h[:, -1]).float(), -1)
+        mask = layer_dropout_mask(len(y), h.shape[1], dropout, device=h.device) if dropout else None
+        loss = loss_of(laya(h, mask)[0], final, y).sum()
+        loss = loss + sum(loss_of(tuned.layer_logits(h, i), final, y).sum() for i in range(h.shape[1]))
+        (loss / n).backward()
+        total += float(loss.detach())
+    opt.step()
+    return total / n
+
+
+@torch.no_grad()
+def evaluate(lm: LanguageModel, laya: LayaLM, tuned: TunedLens, held_out: Iterator[Tensor], max_tokens: int) -> dict:
+    """Held-out figures per token (bits): per layer, the logit and tuned lenses' KL to the final distribution and
+    cross-entropy; the LAYA head's and the model's; LAYA's mean α per layer."""
+    laya.eval(), tuned.eval()
+    L = lm.num_layers
+    sums = {k: torch.zeros(L, dtype=torch.float64) for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce", "alpha")}
+    head = {"laya_kl": 0.0, "laya_ce": 0.0, "last_ce": 0.0}
+    n = 0
+    for x in held_out:
+        hs, targets = token_states(lm, x)
+        for rows in chunks(len(targets), lm.readout.vocabulary):
+            h, y = hs[rows], targets[rows]
+            final_logits = lm.readout(h[:, -1])
+            final = F.log_softmax(final_logits.float(), -1)
+            for i in range(L):
+                for lens, logits in (("logit", lm.readout(h[:, i])), ("tuned", tuned.layer_logits(h, i))):
+                    sums[f"{lens}_kl"][i] += float(kl_to(final, logits).sum())
+                    sums[f"{lens}_ce"][i] += float(cross_entropy(logits, y).sum())
+            logits, alpha = laya(h)
+            head["laya_kl"] += float(kl_to(final, logits).sum())
+            head["laya_ce"] += float(cross_entropy(logits, y).sum())
+            head["last_ce"] += float(cross_entropy(final_logits, y).sum())
+            sums["alpha"] += alpha.double().sum(0).cpu()
+        n += len(targets)
+        if n >= max_tokens:
+            break
+    if n == 0:
+        raise LayaError("the held-out text is shorter than one block: no position to evaluate")
+    per_layer = {k: (v / n * (1 if k == "alpha" else BITS)).tolist() for k, v in sums.items()}
+    layers = [{k: per_layer[k][i] for k in per_layer} for i in range(L)]
+    heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
+             "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
+    return {"tokens": n, "layers": layers, "heads": heads}
+
+
+@torch.no_grad()
+def layer_means(lm: LanguageModel, train: Iterator[Tensor], max_tokens: int) -> list[Tensor]:
+    """r̄_i: each layer's mean state over (up to ``max_tokens`` of) the training positions — the reference that
+    replaces a removed or not-yet-computed layer (early exit, audits)."""
+    total, n = None, 0
+    for x in train:
+        hs, _ = token_states(lm, x)
+        total = hs.double().sum(0) if total is None else total + hs.double().sum(0)
+        n += len(hs)
+        if n >= max_tokens:
+            break
+    if total is None:
+        raise LayaError("the training text is shorter than one block")
+    return [r.float().cpu() for r in (total / n)]
+
+
+def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch) -> tuple[float, int]:
+    laya.train(), tuned.train()
+    loss_of, total, steps = objective(req.objective), 0.0, 0
+    train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
+    for x in progress.track(train, f"epoch {epoch}"):
+        hs, targets = token_states(lm, x)
+        total += train_step(laya, tuned, hs, targets, loss_of, opt, req.layer_dropout)
+        steps += 1
+    if steps == 0:
+        raise LayaError(f"{req.dataset}: the training text is shorter than one block of {block} tokens")
+    return total / steps, steps
+
+
+def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) -> dict:
+    """Train the LAYA head and the tuned lens, measure them beside the logit lens and the model, write the
+    checkpoint (atomically) and return it."""
+    req.objective = match_choice("--objective", req.objective, OBJECTIVES)
+    if not 0 <= req.layer_dropout < 1:
+        raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
+    corpus = _corpus(req)
+    spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained, task="lm")
+    lm = build_language_model(spec)
+    _with_tokenizer(lm, corpus)
+    block = _block_size(req, lm)
+    lm.to(req.device)
+    torch.manual_seed(req.seed)
+    width = int(lm.readout.unembedding.weight.shape[1])
+    laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(req.device)
+    tuned = TunedLens(lm.num_layers, width, lm.readout).to(req.device)
+    params = [p for m in (laya, tuned) for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=req.lr)
+    history, best, best_state, stale = [], None, None, 0
+    for epoch in range(1, req.epochs + 1):
+        start = time.perf_counter()
+        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch)
+        val = evaluate(lm, laya, tuned, batches(lm, corpus, "test", block, req.batch_size), req.eval_tokens)
+        score = val["heads"]["laya"][req.objective]
+        improved = best is None or score < best
+        record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
+                         time.perf_counter() - start, improved)  # fmt: skip
+        history.append(asdict(record))
+        if on_epoch:
+            on_epoch(record)
+        if improved:
+            best, best_state, stale = score, (copy.deepcopy(stored_weights(laya)), stored_weights(tuned)), 0
+        else:
+            stale += 1
+            if stale >= req.patience:
+                break
+    laya.load_state_dict(best_state[0], strict=False)
+    tuned.load_state_dict(best_state[1], strict=False)
+    metrics = evaluate(lm, laya, tuned, batches(lm, corpus, "test", block, req.batch_size), req.eval_tokens)
+    reference = layer_means(lm, batches(lm, corpus, "train", block, req.batch_size), req.eval_tokens)
+    ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference)
+    save_checkpoint(ckpt, req.out)
+    return ckpt
+
+
+def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, history, metrics, reference) -> dict:
+    """The checkpoint of ``--task lm`` (docs/checkpoint.md): the model by name and SHA-256 (never its weights), the
+    two heads' weights without the model's readout, the held-out figures."""
+    backbone = lm.backbone
+    return {
+        "task": "lm",
+        "backbone": {
+            "spec": backbone.spec.to_dict(),
+            "weights": None,
+            "source": backbone.weights_source,
+            "sha256": lm.sha256,
+            "input": backbone.adapter.record(),
+            "eos_id": lm.eos_id,
+        },
+        "layers": list(backbone.layer_names),
+        "dims": [int(r.shape[-1]) for r in reference],
+        "head": {"kind": "laya", "config": req.head.to_dict(), "weights": stored_weights(laya)},
+        "tuned_lens": {"weights": stored_weights(tuned)},
+        "classes": [],
+        "dataset": {"name": req.dataset, "source": str(corpus.root), "block_size": block, "objective": req.objective},
+        "reference": reference,
+        "history": history,
+        "metrics": metrics,
+        "train_config": {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")}
+        | {"out": str(req.out)},
+        **({"options": req.command_line} if req.command_line else {}),
+    }
