@@ -70,7 +70,9 @@ def _load_causal(transformers, where: str, pretrained: bool) -> nn.Module:
             return transformers.AutoModelForCausalLM.from_pretrained(where, cache_dir=str(hf_cache_dir()))
     except ValueError as e:
         if "Unrecognized configuration" in str(e) or "not recognized" in str(e):
-            raise LayaError(f"hf:{where} is not a causal language model (AutoModelForCausalLM has no class for it)")
+            raise LayaError(
+                f"hf:{where} is not a causal language model (AutoModelForCausalLM has no class for it)"
+            ) from None
         raise LayaError(f"could not create hf:{where}: {_first_line(e)}") from None
     except OSError as e:
         raise LayaError(f"could not load hf:{where}: {_first_line(e)}") from None

@@ -139,7 +139,6 @@ def _parquet(path: Path, corpus: Corpus) -> Iterator[str]:
 def _hf_disk(path: Path, corpus: Corpus, split: str) -> Iterator[str]:
     """A ``save_to_disk`` folder's ``split``: its train or its test/validation split (``all``: every split)."""
     from .shards import read_hf_splits
-
     from .textfiles import check_string_column
 
     splits = read_hf_splits(path, "")[0]
