@@ -94,6 +94,15 @@ def depth(
         ).validate()
         check_writes(truncate, drop, out, plot)
         check_outputs(json_out, markdown, plot, out)
+        from ..model.checkpoint import read_checkpoint
+        from ..model.lenses import is_language_model
+
+        ckpt = read_checkpoint(model)
+        if is_language_model(ckpt):
+            if truncate is not None or drop is not None or refit or plot is not None:
+                raise LayaError("a language model's depth is its early exit per token: --truncate, --drop, --refit "
+                                "and --plot read classifiers")  # fmt: skip
+            return token_depth(ckpt, dataset, samples, thresholds, settings, json_out, markdown, model)
         laya_model = load_model(model)
         if drop is not None:
             load = partial(load_drop_data, laya_model, dataset, data_dir, samples, seed, encoding)
@@ -187,3 +196,24 @@ def render_drop(result, json_out, markdown) -> None:
         atomic_write_text(json_out, result.to_json())
     if markdown is not None:
         atomic_write_text(markdown, drop_markdown(doc))
+
+
+def token_depth(ckpt, dataset, samples, thresholds, settings, json_out, markdown, path) -> None:
+    """``laya depth`` on a ``--task lm`` checkpoint: early exit per token (depthing/token_exit.py)."""
+    from ..depthing.token_exit import TOKEN_THRESHOLDS, token_exit_job
+    from ..model.lenses import lens_model_from_checkpoint
+    from ..report.lm import exit_markdown, exit_rich_tables
+    from ..runtime.fileio import atomic_write_text
+
+    model = lens_model_from_checkpoint(ckpt).to(settings.device)
+    chosen = settings.thresholds if thresholds is not None else TOKEN_THRESHOLDS
+    result = token_exit_job(model, dataset, samples or 20_000, chosen, settings.batch_size or 16).to_dict()
+    result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": samples or 20_000}
+    for table in exit_rich_tables(result):
+        console.print(table)
+    if json_out is not None:
+        import json
+
+        atomic_write_text(json_out, json.dumps(result, indent=2) + "\n")
+    if markdown is not None:
+        atomic_write_text(markdown, exit_markdown(result))

@@ -61,3 +61,73 @@ def lm_info_panel(summary: dict, path):
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/]", escape(str(value)))
     return Panel(Group(grid, lm_layers_table(summary["metrics"], summary["layers"])), title=escape(str(path)))
+
+
+# --------------------------------------------------------------------------- laya depth on a language model
+
+POLICY_NAMES = {"alpha_mass": "α mass", "p_max": "p_max (CALM)", "tuned_p_max": "tuned lens p_max", "oracle": "oracle"}
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:+.2f} %"
+
+
+def exit_sweep_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per threshold: each policy's layer computations saved and cross-entropy increase."""
+    policies = [p for p in POLICY_NAMES if p != "oracle"]
+    header = ["threshold"] + [f"{POLICY_NAMES[p]} {what}" for p in policies for what in ("saved", "ΔCE")]
+    by = {(p["policy"], p["threshold"]): p for p in result["points"]}
+    thresholds = sorted({p["threshold"] for p in result["points"] if p["threshold"] is not None})
+    rows = [
+        [f"{t:g}"] + [c for p in policies for c in (f"{100 * by[p, t]['saving']:.1f} %", _pct(by[p, t]["ce_increase"]))]
+        for t in thresholds
+    ]
+    return header, rows
+
+
+def exit_best_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """Each policy's best point within 1 % cross-entropy increase, and the oracle."""
+    header = ["policy", "threshold", "CE bits", "ΔCE", "mean layers", "layers saved"]
+    rows = []
+    for policy, point in [*result["best"].items(), ("oracle", result["oracle"])]:
+        if point is None:
+            rows.append([POLICY_NAMES[policy], "none within 1 %", "", "", "", ""])
+            continue
+        t = "" if point["threshold"] is None else f"{point['threshold']:g}"
+        layers = f"{point['mean_layers']:.2f} of {len(result['layers'])}"
+        saved = f"{100 * point['saving']:.1f} %"
+        rows.append([POLICY_NAMES[policy], t, f"{point['ce_bits']:.4f}", _pct(point["ce_increase"]), layers, saved])
+    return header, rows
+
+
+def exit_caption(result: dict) -> str:
+    g = result["goals"]
+    return (
+        f"{result['tokens']:,} held-out positions; the model {result['model_ce_bits']:.4f} bits, laya "
+        f"{result['laya_ce_bits']:.4f} bits per token. α-guided exit saves {100 * g['alpha_saving']:.1f} % of layer "
+        f"computations within 1 % CE (goal ≥ 20 %: {'met' if g['alpha_saves_20pc_within_1pc'] else 'missed'}), the "
+        f"oracle {100 * g['oracle_saving']:.1f} % (goal ≥ 80 % of it: "
+        f"{'met' if g['alpha_reaches_80pc_of_oracle'] else 'missed'})"
+    )
+
+
+def exit_rich_tables(result: dict) -> list:
+    tables = []
+    for title, (header, rows) in (
+        ("early exit per token: the threshold sweep", exit_sweep_rows(result)),
+        ("early exit per token: within 1 % cross-entropy", exit_best_rows(result)),
+    ):
+        table = rich_table(title, caption=exit_caption(result) if "within" in title else None)
+        for i, name in enumerate(header):
+            table.add_column(name, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    return tables
+
+
+def exit_markdown(result: dict) -> str:
+    sweep, best = exit_sweep_rows(result), exit_best_rows(result)
+    lines = ["# laya depth: early exit per token", "", exit_caption(result), ""]
+    lines += md_table(*best) + ["", "## The threshold sweep", ""] + md_table(*sweep)
+    return "\n".join(lines) + "\n"

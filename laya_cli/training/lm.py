@@ -23,7 +23,8 @@ from torch import Tensor
 from ..backbones.causal import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokens import set_tokenizer, train_tokenizer
-from ..data.corpus import Corpus, block_batches, open_corpus, token_blocks
+from ..data.corpus import Corpus, open_corpus
+from ..features.positions import batches, layer_means, token_states
 from ..model.checkpoint import save_checkpoint
 from ..model.lenses import BITS, LayaLM, TunedLens, chunks, cross_entropy, kl_to, objective, stored_weights
 from ..runtime import progress
@@ -92,20 +93,6 @@ def _block_size(req: LMRequest, lm: LanguageModel) -> int:
     return block
 
 
-def batches(lm: LanguageModel, corpus: Corpus, split: str, block: int, size: int, seed=None) -> Iterator[Tensor]:
-    blocks = token_blocks(corpus.documents(split), lm.backbone.adapter.text.tokenizer, block, lm.eos_id)
-    return block_batches(blocks, size, seed)
-
-
-@torch.no_grad()
-def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
-    """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token."""
-    x = x.to(lm.readout.unembedding.weight.device)
-    states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
-    hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
-    return hs, x[:, 0, 1:].reshape(-1).long()
-
-
 def train_step(laya: LayaLM, tuned: TunedLens, hs: Tensor, targets: Tensor, loss_of, opt, dropout: float) -> float:
     """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once).
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
@@ -158,22 +145,6 @@ def evaluate(lm: LanguageModel, laya: LayaLM, tuned: TunedLens, held_out: Iterat
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
     return {"tokens": n, "layers": layers, "heads": heads}
-
-
-@torch.no_grad()
-def layer_means(lm: LanguageModel, train: Iterator[Tensor], max_tokens: int) -> list[Tensor]:
-    """r̄_i: each layer's mean state over (up to ``max_tokens`` of) the training positions — the reference that
-    replaces a removed or not-yet-computed layer (early exit, audits)."""
-    total, n = None, 0
-    for x in train:
-        hs, _ = token_states(lm, x)
-        total = hs.double().sum(0) if total is None else total + hs.double().sum(0)
-        n += len(hs)
-        if n >= max_tokens:
-            break
-    if total is None:
-        raise LayaError("the training text is shorter than one block")
-    return [r.float().cpu() for r in (total / n)]
 
 
 def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch) -> tuple[float, int]:

@@ -1,0 +1,188 @@
+"""Early exit per token (``laya depth`` on a ``--task lm`` checkpoint): how many layers each next token needs.
+
+At depth k the LAYA head sees layers 1..k and the training mean r̄_i in place of every layer above k (those are
+not computed yet); its α over that input, ``alpha_mass`` = Σ_{i≤k} α_i, is the share of attention on the layers it
+has, and its prediction is α masked above k and renormalised — the same definitions as for classifiers
+(docs/depth.md). Policies stop a token at the first depth whose score is above a threshold
+(``early_exit.exit_depth``):
+
+- ``alpha_mass``   LAYA's α mass on the layers computed so far; the prediction: LAYA truncated at k;
+- ``p_max``        CALM-style confidence: the largest next-token probability of LAYA truncated at k;
+- ``tuned_p_max``  CALM-style on the tuned lens: its largest probability at layer k; the prediction: the tuned lens
+                   at k (at the last layer, the model itself).
+
+The oracle stops each token at the first depth whose truncated LAYA prediction (argmax) is the full head's.
+Layer computations saved = 1 − mean exit depth / L. Cross-entropy is in bits per token, the increase relative to
+the policy's own prediction at full depth. The states a token skips are not recomputed for the tokens after it
+(their attention reads the full model's states), so these are upper bounds on what an exit in generation keeps —
+the same caveat as CALM's state propagation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model.lenses import BITS, LensModel, chunks, cross_entropy
+from ..runtime.errors import LayaError
+from .early_exit import exit_depth, minimal_sufficient_depth, take_depth
+
+TOKEN_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999, 1.0)
+POLICIES = ("alpha_mass", "p_max", "tuned_p_max")
+
+
+@dataclass
+class ExitTables:
+    """(N, L) per token and depth k+1: each policy's prediction's cross-entropy (nats) and argmax, its score."""
+
+    ce: dict[str, Tensor]
+    argmax: Tensor  # LAYA truncated at k (the oracle's and both LAYA policies' prediction)
+    scores: dict[str, Tensor]
+    model_ce: Tensor  # (N,) the model's own cross-entropy (nats)
+
+
+@torch.no_grad()
+def truncated_laya(model: LensModel, hs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """(logits, α mass) of the LAYA head at depth k: layers above k replaced by r̄, α masked above k."""
+    L = hs.shape[1]
+    seen = hs.clone()
+    for i in range(k, L):
+        seen[:, i] = model.reference[i]
+    z = model.laya.embed(seen)
+    alpha = model.laya.attention(z)
+    mass = alpha[:, :k].sum(-1)
+    kept = alpha[:, :k] / mass.unsqueeze(-1).clamp_min(1e-12)
+    return model.laya.readout((kept.unsqueeze(-1) * z[:, :k]).sum(1)), mass
+
+
+@torch.no_grad()
+def exit_tables(model: LensModel, token_batches: Iterator[tuple[Tensor, Tensor]], max_tokens: int) -> ExitTables:
+    """The tables on up to ``max_tokens`` held-out positions (``token_batches``: (hs, targets) per batch)."""
+    rows: dict[str, list[Tensor]] = {k: [] for k in ("laya_ce", "tuned_ce", "argmax", *POLICIES, "model_ce")}
+    n = 0
+    for hs, targets in token_batches:
+        for part in chunks(len(targets), model.laya.readout.vocabulary):
+            _rows_of(model, hs[part], targets[part], rows)
+        n += len(targets)
+        if n >= max_tokens:
+            break
+    if n == 0:
+        raise LayaError("the held-out text is shorter than one block: no position to measure")
+    cat = {k: torch.cat(v)[:max_tokens] for k, v in rows.items()}
+    ce = {"alpha_mass": cat["laya_ce"], "p_max": cat["laya_ce"], "tuned_p_max": cat["tuned_ce"]}
+    return ExitTables(ce, cat["argmax"], {p: cat[p] for p in POLICIES}, cat["model_ce"][:, 0])
+
+
+def _rows_of(model: LensModel, hs: Tensor, y: Tensor, rows: dict[str, list[Tensor]]) -> None:
+    L = hs.shape[1]
+    cols: dict[str, list[Tensor]] = {k: [] for k in rows}
+    for k in range(1, L + 1):
+        logits, mass = truncated_laya(model, hs, k)
+        probs = F.softmax(logits.float(), -1)
+        tuned = model.tuned.layer_logits(hs, k - 1).float()
+        cols["laya_ce"].append(cross_entropy(logits, y))
+        cols["argmax"].append(probs.argmax(-1))
+        cols["alpha_mass"].append(mass.float())
+        cols["p_max"].append(probs.amax(-1))
+        cols["tuned_ce"].append(cross_entropy(tuned, y))
+        cols["tuned_p_max"].append(F.softmax(tuned, -1).amax(-1))
+    cols["model_ce"].append(cross_entropy(model.laya.readout(hs[:, -1]), y))
+    for key, col in cols.items():
+        rows[key].append(torch.stack(col, dim=1).cpu())
+
+
+@dataclass
+class TokenExitPoint:
+    policy: str
+    threshold: float | None  # None: the oracle
+    ce_bits: float
+    ce_increase: float  # relative to the policy's prediction at full depth: 0.01 = 1 %
+    mean_layers: float
+    saving: float  # 1 − mean_layers / L
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _point(policy: str, threshold, ce: Tensor, depth: Tensor) -> TokenExitPoint:
+    L = ce.shape[1]
+    full, got = float(ce[:, -1].double().mean()), float(take_depth(ce, depth).double().mean())
+    layers = float(depth.double().mean() + 1)
+    return TokenExitPoint(policy, threshold, got * BITS, got / full - 1 if full > 0 else 0.0, layers, 1 - layers / L)
+
+
+def exit_sweep(tables: ExitTables, thresholds: Sequence[float]) -> list[TokenExitPoint]:
+    """Every policy at every threshold, then the oracle."""
+    points = [
+        _point(policy, float(t), tables.ce[policy], exit_depth(tables.scores[policy], t))
+        for policy in POLICIES
+        for t in thresholds
+    ]
+    return points + [_point("oracle", None, tables.ce["alpha_mass"], minimal_sufficient_depth(tables.argmax))]
+
+
+def best_within(points: Sequence[TokenExitPoint], policy: str, tolerance: float) -> TokenExitPoint | None:
+    """The policy's point that saves most with a cross-entropy increase of at most ``tolerance`` (0.01 = 1 %)."""
+    ok = [p for p in points if p.policy == policy and p.ce_increase <= tolerance + 1e-12]
+    return max(ok, key=lambda p: (p.saving, -p.ce_increase)) if ok else None
+
+
+@dataclass
+class TokenExitResult:
+    tokens: int
+    layers: list[str]
+    model_ce_bits: float
+    laya_ce_bits: float
+    points: list[TokenExitPoint]
+    best: dict[str, dict | None]  # per policy: its point within 1 % cross-entropy increase
+    oracle: dict
+    goals: dict
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["points"] = [p.to_dict() for p in self.points]
+        return d
+
+
+def token_exit_result(tables: ExitTables, layers: list[str], thresholds) -> TokenExitResult:
+    """The sweep, each policy's best point within 1 %, and the issue's goals read off them (docs/lm.md)."""
+    points = exit_sweep(tables, thresholds)
+    best = {p: best_within(points, p, 0.01) for p in POLICIES}
+    oracle = next(p for p in points if p.policy == "oracle")
+    alpha = best["alpha_mass"]
+    saving = alpha.saving if alpha else 0.0
+    goals = {
+        "alpha_saves_20pc_within_1pc": saving >= 0.20,
+        "alpha_reaches_80pc_of_oracle": oracle.saving > 0 and saving >= 0.8 * oracle.saving,
+        "alpha_saving": saving,
+        "oracle_saving": oracle.saving,
+    }
+    laya_ce = float(tables.ce["alpha_mass"][:, -1].double().mean()) * BITS
+    model_ce = float(tables.model_ce.double().mean()) * BITS
+    return TokenExitResult(
+        len(tables.argmax), layers, model_ce, laya_ce, points,
+        {k: (v.to_dict() if v else None) for k, v in best.items()}, oracle.to_dict(), goals,
+    )  # fmt: skip
+
+
+def token_exit_job(
+    model: LensModel, dataset: str | None, max_tokens: int, thresholds: Sequence[float], batch_size: int
+) -> TokenExitResult:
+    """``laya depth`` on a language model: the tables on the held-out text it was trained with (or ``dataset``,
+    ``text:PATH``), the sweep, the goals."""
+    from ..data.corpus import open_corpus
+    from ..features.positions import batches, token_states
+
+    name = dataset or model.ckpt["dataset"]["name"]
+    prefix, _, path = name.partition(":")
+    if prefix != "text" or not path:
+        raise LayaError(f"a language model reads text: --dataset text:PATH, not {name}")
+    corpus = open_corpus(path, (model.ckpt.get("train_config") or {}).get("text_column"))
+    block = int(model.ckpt["dataset"]["block_size"])
+    held_out = (token_states(model.lm, x) for x in batches(model.lm, corpus, "test", block, batch_size))
+    tables = exit_tables(model, held_out, max_tokens)
+    return token_exit_result(tables, list(model.ckpt["layers"]), thresholds)

@@ -1,0 +1,43 @@
+"""Positions of a causal language model as the LM heads read them: packed text blocks in, every layer's state at
+every position that has a next token out, (N, L, d), with that token (N,)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from ..backbones.causal import LanguageModel
+from ..data.corpus import Corpus, block_batches, token_blocks
+from ..runtime.errors import LayaError
+
+
+def batches(lm: LanguageModel, corpus: Corpus, split: str, block: int, size: int, seed=None) -> Iterator[Tensor]:
+    blocks = token_blocks(corpus.documents(split), lm.backbone.adapter.text.tokenizer, block, lm.eos_id)
+    return block_batches(blocks, size, seed)
+
+
+@torch.no_grad()
+def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
+    """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token."""
+    x = x.to(lm.readout.unembedding.weight.device)
+    states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
+    hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
+    return hs, x[:, 0, 1:].reshape(-1).long()
+
+
+@torch.no_grad()
+def layer_means(lm: LanguageModel, train: Iterator[Tensor], max_tokens: int) -> list[Tensor]:
+    """r̄_i: each layer's mean state over (up to ``max_tokens`` of) the training positions — the reference that
+    replaces a removed or not-yet-computed layer (early exit, audits)."""
+    total, n = None, 0
+    for x in train:
+        hs, _ = token_states(lm, x)
+        total = hs.double().sum(0) if total is None else total + hs.double().sum(0)
+        n += len(hs)
+        if n >= max_tokens:
+            break
+    if total is None:
+        raise LayaError("the training text is shorter than one block")
+    return [r.float().cpu() for r in (total / n)]
