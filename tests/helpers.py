@@ -133,3 +133,41 @@ def assert_close_tree(a, b, tol: float, path: str = "") -> None:
         assert abs(a - b) <= tol or (a != a and b != b), f"{path}: {a} vs {b}"
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """``n`` short English-like sentences from a small grammar (seeded): text for language-model tests."""
+    import random
+
+    rng = random.Random(seed)
+    nouns = "cat dog bird tree river stone house child song light".split()
+    verbs = "sees likes follows finds carries hears".split()
+    adjs = "small old green quiet bright heavy".split()
+    return [
+        f"the {rng.choice(adjs)} {rng.choice(nouns)} {rng.choice(verbs)} the {rng.choice(nouns)} near the "
+        f"{rng.choice(adjs)} {rng.choice(nouns)}."
+        for _ in range(n)
+    ]
+
+
+def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int = 32, init: float = 0.3) -> Path:
+    """A GPT-2 of ``layers`` × ``width`` with random weights (std ``init``: peaked next-token distributions that
+    differ by layer) and a byte-level BPE tokenizer learnt on ``texts``, saved with ``save_pretrained``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=320, special_tokens=["<eos>"], initial_alphabet=alphabet)
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+    config = GPT2Config(vocab_size=len(fast), n_layer=layers, n_embd=width, n_head=2, n_positions=64,
+                        initializer_range=init, eos_token_id=0, bos_token_id=0)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder

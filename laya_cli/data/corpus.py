@@ -12,6 +12,7 @@ than memory trains.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..runtime.errors import LayaError
-from .textfiles import TEST_NAMES
+from .textfiles import TEST_NAMES, check_not_wide
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELD_OUT_EVERY = 10  # without a test file: documents 9, 19, 29… are held out
@@ -85,21 +86,36 @@ def _read_all(paths: Iterable[Path], corpus: Corpus, split: str) -> Iterator[str
 
 
 def _lines(path: Path, encoding: str | None) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file, streamed; bytes that do not decode are one line naming the line."""
-    number = 0
+    """(line number, line) of a text file, streamed. Without ``encoding``: UTF-8, with or without a BOM, decoded a
+    line at a time so that bytes that do not decode are one line naming their line and byte (UTF-16/32 is named
+    by its BOM); with one, Python's codec of that name."""
     try:
-        with open(path, encoding=encoding or "utf-8-sig", newline="") as f:
-            for number, line in enumerate(f, 1):
-                yield number, line.rstrip("\r\n")
+        if encoding is None:
+            yield from _utf8_lines(path)
+            return
+        with open(path, encoding=encoding, newline="") as f:
+            yield from ((n, line.rstrip("\r\n")) for n, line in enumerate(f, 1))
     except UnicodeDecodeError as e:
-        raise LayaError(
-            f"{path}: line {number + 1} is not {encoding or 'UTF-8'} (byte 0x{e.object[e.start]:02x}); "
-            "name its encoding with --encoding"
-        ) from None
+        raise LayaError(f"{path} is not {encoding} (byte 0x{e.object[e.start]:02x}); check --encoding") from None
     except LookupError:
         raise LayaError(f"--encoding {encoding}: no such codec") from None
     except OSError as e:
         raise LayaError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with open(path, "rb") as f:
+        check_not_wide(path, f.read(4096))
+        f.seek(0)
+        for number, raw in enumerate(f, 1):
+            try:
+                line = (raw.removeprefix(codecs.BOM_UTF8) if number == 1 else raw).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise LayaError(
+                    f"{path}: line {number} is not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                    "name its encoding with --encoding"
+                ) from None
+            yield number, line.rstrip("\r\n")
 
 
 def _txt(path: Path, corpus: Corpus) -> Iterator[str]:

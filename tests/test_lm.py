@@ -1,0 +1,261 @@
+"""``--task lm``: a causal LM's readout, text corpora, the LAYA head and the lenses per position, early exit per
+token — each checked against an independent computation (the model's own loss, an unchunked loss, the tokenizer)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from laya_cli.backbones.causal import build_language_model
+from laya_cli.backbones.spec import BackboneSpec
+from laya_cli.data.corpus import block_batches, open_corpus, token_blocks
+from laya_cli.depthing import token_exit
+from laya_cli.features.positions import batches, token_states
+from laya_cli.model import lenses
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.lenses import lens_model_from_checkpoint
+from laya_cli.runtime.errors import LayaError
+from laya_cli.training.lm import LMRequest, evaluate, train_lm
+from tests.helpers import assert_close_tree, assert_user_error, invoke, make_causal_lm, sentences
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm")
+    texts = sentences(600)
+    make_causal_lm(root / "model", texts)
+    (root / "corpus").mkdir()
+    (root / "corpus" / "train.txt").write_text("\n".join(texts[:500]) + "\n")
+    (root / "corpus" / "test.txt").write_text("\n".join(texts[500:]) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(lm_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lmckpt") / "lm.pt"
+    req = LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=24, batch_size=8,
+                    epochs=2, lr=3e-3, eval_tokens=2000, layer_dropout=0.2)  # fmt: skip
+    return train_lm(req), out
+
+
+def _lm(lm_dir):
+    return build_language_model(BackboneSpec(f"hf:{lm_dir / 'model'}", pretrained=True, task="lm"))
+
+
+def test_the_readout_of_the_last_layer_is_the_models_own_logits(lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    lm = _lm(lm_dir)
+    causal = AutoModelForCausalLM.from_pretrained(lm_dir / "model").eval()
+    ids = torch.randint(0, lm.readout.vocabulary, (3, 11), generator=torch.Generator().manual_seed(1))
+    x = torch.stack([ids, torch.ones_like(ids)], 1)
+    with torch.no_grad():
+        got = lm.readout(lm.backbone.activations(x)[-1])
+        want = causal(input_ids=ids).logits
+    assert lm.num_layers == 4 and type(lm.readout.norm).__name__ == "LayerNorm"  # GPT-2's ln_f, found by probing
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_a_model_whose_logits_are_not_its_readout_is_refused(lm_dir, monkeypatch):
+    from laya_cli.backbones import causal as causal_mod
+
+    monkeypatch.setattr(causal_mod, "_norm_candidates", lambda base, layers: [("", torch.nn.Identity())])
+    with pytest.raises(LayaError, match="soft-capped or scaled"):
+        _lm(lm_dir)
+
+
+def test_the_models_cross_entropy_is_its_own_loss_on_the_same_blocks(lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    lm = _lm(lm_dir)
+    corpus = open_corpus(str(lm_dir / "corpus"))
+    blocks = list(batches(lm, corpus, "test", 16, 4))[:3]
+    laya = lenses.LayaLM(4, 32, lm.readout, lenses.HeadConfig())
+    tuned = lenses.TunedLens(4, 32, lm.readout)
+    metrics = evaluate(lm, laya, tuned, iter(blocks), 10**9)
+    causal = AutoModelForCausalLM.from_pretrained(lm_dir / "model").eval()
+    with torch.no_grad():
+        losses = [causal(input_ids=x[:, 0], labels=x[:, 0]).loss for x in blocks]
+    assert metrics["tokens"] == 3 * 4 * 15
+    assert metrics["heads"]["last"]["ce"] == pytest.approx(float(torch.stack(losses).mean()) / math.log(2), rel=1e-4)
+    # the logit lens at the last layer is the model: KL 0, the same CE; an untrained tuned lens is the logit lens
+    last = metrics["layers"][-1]
+    assert last["logit_kl"] == pytest.approx(0, abs=1e-6)
+    assert last["logit_ce"] == pytest.approx(metrics["heads"]["last"]["ce"], rel=1e-6)
+    for row in metrics["layers"]:
+        assert row["tuned_kl"] == pytest.approx(row["logit_kl"], rel=1e-5, abs=1e-7)
+
+
+def test_losses_in_chunks_equal_the_loss_in_one_piece(lm_dir, monkeypatch):
+    lm = _lm(lm_dir)
+    blocks = list(batches(lm, open_corpus(str(lm_dir / "corpus")), "test", 16, 4))[:2]
+    laya = lenses.LayaLM(4, 32, lm.readout, lenses.HeadConfig())
+    tuned = lenses.TunedLens(4, 32, lm.readout)
+    whole = evaluate(lm, laya, tuned, iter(blocks), 10**9)
+    monkeypatch.setattr(lenses, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 7)  # 7 positions per chunk
+    assert len(list(lenses.chunks(120, lm.readout.vocabulary))) == 18
+    parts = evaluate(lm, laya, tuned, iter(blocks), 10**9)
+    assert_close_tree(parts["heads"], whole["heads"], 1e-5)
+    assert [r["logit_kl"] for r in parts["layers"]] == pytest.approx([r["logit_kl"] for r in whole["layers"]], rel=1e-5)
+
+
+def test_kl_is_the_definition():
+    ref, logits = torch.randn(5, 9), torch.randn(5, 9)
+    p, logq = F.softmax(ref, -1), F.log_softmax(logits, -1)
+    want = (p * (p.log() - logq)).sum(-1)
+    torch.testing.assert_close(lenses.kl_to(F.log_softmax(ref, -1), logits), want)
+
+
+def test_training_fits_both_heads_and_the_checkpoint_reloads(trained, lm_dir):
+    ckpt, path = trained
+    m = ckpt["metrics"]
+    assert ckpt["task"] == "lm" and len(m["layers"]) == 4 and m["tokens"] >= 1000
+    # trained towards the model's distribution: the tuned lens is no further from it than the logit lens, per layer
+    for row in m["layers"][:-1]:
+        assert row["tuned_kl"] <= row["logit_kl"] + 1e-6
+    assert m["heads"]["laya"]["kl"] < m["layers"][0]["logit_kl"]
+    assert sum(r["alpha"] for r in m["layers"]) == pytest.approx(1, abs=1e-5)
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    corpus = open_corpus(str(lm_dir / "corpus"))
+    again = evaluate(model.lm, model.laya, model.tuned, batches(model.lm, corpus, "test", 24, 8), 2000)
+    assert_close_tree(again["heads"], m["heads"], 1e-5)
+    assert not any(k.startswith("readout.") for k in ckpt["head"]["weights"])  # the model's own, not stored
+
+
+def test_corpus_formats_give_the_same_documents(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = sentences(30)
+    (tmp_path / "a.txt").write_text("\n".join(texts) + "\n\n")
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": t, "n": i}) for i, t in enumerate(texts)) + "\n")
+    pq.write_table(pa.table({"text": texts}), tmp_path / "a.parquet")
+    for name in ("a.txt", "a.jsonl", "a.parquet"):
+        corpus = open_corpus(str(tmp_path / name))
+        train, test = list(corpus.documents("train")), list(corpus.documents("test"))
+        assert test == texts[9::10] and len(train) + len(test) == 30, name
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "train.txt").write_text("\n".join(texts[:20]))
+    (folder / "test.txt").write_text("\n".join(texts[20:]))
+    corpus = open_corpus(str(folder))
+    assert list(corpus.documents("train")) == texts[:20] and list(corpus.documents("test")) == texts[20:]
+
+
+def test_hf_disk_corpus_keeps_its_splits(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    texts = sentences(20)
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": texts[:15]}),
+            "test": datasets.Dataset.from_dict({"text": texts[15:]}),
+        }
+    )
+    dd.save_to_disk(str(tmp_path / "d"))
+    corpus = open_corpus(str(tmp_path / "d"))
+    assert list(corpus.documents("train")) == texts[:15] and list(corpus.documents("test")) == texts[15:]
+
+
+def test_blocks_pack_documents_end_to_end_with_the_end_of_text_token(lm_dir):
+    from tokenizers import Tokenizer
+
+    lm = _lm(lm_dir)
+    docs = sentences(40)
+    tok_json = lm.backbone.adapter.text.tokenizer
+    blocks = list(token_blocks(iter(docs), tok_json, 10, lm.eos_id))
+    stream = [i for d in docs for i in Tokenizer.from_str(tok_json).encode(d).ids + [lm.eos_id]]
+    assert torch.cat(blocks).tolist() == stream[: 10 * len(blocks)] and len(stream) - 10 * len(blocks) < 10
+    shuffled = list(block_batches(iter(blocks), 3, seed=0))
+    assert sorted(map(tuple, torch.cat([b[:, 0] for b in shuffled]).tolist())) == sorted(
+        map(tuple, torch.stack(blocks).tolist())
+    )
+    assert all(b[:, 1].eq(1).all() for b in shuffled)
+
+
+def test_text_that_is_not_utf8_is_one_line_naming_the_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\nalso fine\ncaf\xe9\n")
+    with pytest.raises(LayaError, match=r"line 3 is not UTF-8 \(byte 0xe9 at column 4\)"):
+        list(open_corpus(str(path)).documents("train"))
+    assert list(open_corpus(str(path), encoding="latin-1").documents("test")) == []
+    assert list(open_corpus(str(path), encoding="latin-1").documents("train"))[-1] == "café"
+
+
+def test_truncated_laya_at_full_depth_is_the_head(trained):
+    ckpt, path = trained
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    hs = torch.randn(6, 4, 32)
+    logits, mass = token_exit.truncated_laya(model, hs, 4)
+    torch.testing.assert_close(logits, model.laya(hs)[0])
+    torch.testing.assert_close(mass, torch.ones(6))
+    _, mass1 = token_exit.truncated_laya(model, hs, 1)
+    assert (mass1 < 1).all()
+
+
+def test_exit_sweep_on_a_hand_made_table():
+    ce = torch.tensor([[2.0, 1.0, 1.0], [3.0, 3.0, 1.0]])  # two tokens, three layers
+    scores = torch.tensor([[0.2, 0.9, 1.0], [0.1, 0.2, 1.0]])
+    argmax = torch.tensor([[5, 7, 7], [1, 2, 3]])
+    tables = token_exit.ExitTables({p: ce for p in token_exit.POLICIES}, argmax,
+                                   {p: scores for p in token_exit.POLICIES}, torch.ones(2))  # fmt: skip
+    points = token_exit.exit_sweep(tables, (0.5,))
+    alpha = next(p for p in points if p.policy == "alpha_mass")
+    # token 0 stops at layer 2 (CE 1), token 1 runs to layer 3 (CE 1): mean 2.5 layers of 3, no CE increase
+    assert alpha.mean_layers == 2.5 and alpha.saving == pytest.approx(1 / 6) and alpha.ce_increase == 0
+    oracle = points[-1]
+    assert oracle.policy == "oracle" and oracle.mean_layers == 2.5  # token 0 agrees from layer 2, token 1 at 3
+
+
+def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
+               f"text:{lm_dir / 'corpus'}", "--epochs", "1", "--block-size", "16", "--eval-tokens", "500",
+               "--out", out, "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "tuned lens" in r.output and out.is_file()
+    info = json.loads(invoke("info", out, "--json").stdout)
+    assert info["task"] == "lm" and len(info["metrics"]["layers"]) == 4
+    assert "language model" in invoke("info", out).output
+    r = invoke("depth", out, "--samples", "300", "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["tokens"] == 300 and {p["policy"] for p in doc["points"]} == {*token_exit.POLICIES, "oracle"}
+    assert "threshold sweep" in (tmp_path / "d.md").read_text()
+    assert_user_error(invoke("audit", out), "language model")
+    assert_user_error(invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt"), "early exit per token")
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--backbone", "mlp"], "causal language model"),
+        (["--dataset", "digits"], "text:PATH"),
+        (["--block-size", "500"], "2 to 64 positions"),
+        (["--objective", "mse"], "--objective"),
+        (["--task", "segment"], "--task"),
+        (["--dataset", "text:/nonexistent/corpus"], "no such file"),
+    ],
+)
+def test_bad_language_model_input_is_one_line_and_writes_nothing(lm_dir, tmp_path, args, fragment):
+    out = tmp_path / "m.pt"
+    base = {"--task": "lm", "--backbone": f"hf:{lm_dir / 'model'}", "--dataset": f"text:{lm_dir / 'corpus'}"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    r = invoke("train", *[x for kv in base.items() for x in kv], "--epochs", "1", "--out", out, "--quiet")
+    assert_user_error(r, fragment)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_corpus_shorter_than_one_block_is_refused(lm_dir, tmp_path):
+    (tmp_path / "tiny.txt").write_text("the cat\n")
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
+               f"text:{tmp_path / 'tiny.txt'}", "--block-size", "32", "--out", out, "--quiet")  # fmt: skip
+    assert_user_error(r, "shorter than one block")
+    assert not out.exists()
