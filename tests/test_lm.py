@@ -14,7 +14,7 @@ from laya_cli.backbones.causal import build_language_model
 from laya_cli.backbones.spec import BackboneSpec
 from laya_cli.data.corpus import block_batches, open_corpus, token_blocks
 from laya_cli.depthing import token_exit
-from laya_cli.features.positions import batches, token_states
+from laya_cli.features.positions import batches
 from laya_cli.model import lenses
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
