@@ -209,6 +209,8 @@ class AuditResult:
     class_names: list[str] = field(default_factory=list, repr=False)  # the model's classes (label i -> name)
     # How much of the depth α uses over the audited samples (``collapse.collapse_summary``); None: no α
     alpha_collapse: dict | None = None
+    # A language model's audit (auditing/tokens.py): per scope, faithfulness and Deletion@1 by position in the block
+    by_position: dict | None = None
 
     def __repr__(self) -> str:
         """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
@@ -301,6 +303,8 @@ class AuditResult:
             out["by_class"] = {c: s.to_dict() for c, s in self.by_class.items()}
         if self.network is not None:  # --scope network: "methods" stays, empty (no head-scope results)
             out["network"] = self.network.to_dict()
+        if self.by_position is not None:
+            out["by_position"] = self.by_position
         out.update(self.memory or {})
         if self.interval_settings:
             out["intervals"] = self.interval_settings

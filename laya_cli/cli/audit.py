@@ -156,6 +156,8 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
 
     dataset, data_dir, encoding = data
     check_encoding(encoding)  # before the checkpoint is read
+    if (lm := language_model(path, settings)) is not None:
+        return audit_language_model(lm, path, settings, methods, scope, gates, dataset, samples)
     laya_model = load_model(path)
     gates.check_planned(settings, methods, samples, laya_model)
     load = partial(
@@ -172,6 +174,30 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
     )
     result = audit_job(laya_model, load, methods, settings, scope, use_cache=cache, **job)
     result.settings.update({"model": str(path), "samples": samples, "data_dir": data_dir})
+    return result
+
+
+TOKENS_AUDITED = 2000  # a language model's default --samples: held-out positions (its held-out text may be huge)
+
+
+def language_model(path, settings):
+    """A ``--task lm`` checkpoint rebuilt (model/lenses.py), None for a classifier's."""
+    from ..model.checkpoint import read_checkpoint
+    from ..model.lenses import is_language_model, lens_model_from_checkpoint
+
+    ckpt = read_checkpoint(path)
+    return lens_model_from_checkpoint(ckpt).to(settings.device) if is_language_model(ckpt) else None
+
+
+def audit_language_model(model, path, settings, methods, scope: str, gates, dataset, samples):
+    """Every held-out position a sample, its next token the decision (auditing/tokens.py)."""
+    from types import SimpleNamespace
+
+    from ..auditing.tokens import token_audit_job
+
+    gates.check_planned(settings, methods, samples, SimpleNamespace(head_kind="laya", layer_names=model.ckpt["layers"]))
+    result = token_audit_job(model, methods, settings, scope, dataset, samples or TOKENS_AUDITED)
+    result.settings.update({"model": str(path), "samples": samples})
     return result
 
 
@@ -241,6 +267,10 @@ def print_tables(result, columns, compared: dict | None) -> None:
         wide_console([table]).print(table)
         for table in scope_tables(result):
             console.print(table)
+    if result.by_position:  # a language model's audit (auditing/tokens.py)
+        from ..report.lm import by_position_table
+
+        console.print(by_position_table(result.by_position))
     for text in result.notes + (network.notes if network is not None else []):
         note(text)
 

@@ -17,7 +17,7 @@ sums over chunks (``chunked``), and training calls backward per chunk.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..runtime.config import HeadConfig
+from .heads import Head, HeadOutput
 
 if TYPE_CHECKING:
     from ..backbones.causal import LanguageModel
@@ -44,10 +45,13 @@ def translators(n_layers: int, width: int) -> nn.ModuleList:
     return maps
 
 
-class LayaLM(nn.Module):
-    """The LAYA head once per position, predicting the next token through the model's readout."""
+class LayaLM(Head):
+    """The LAYA head once per position, predicting the next token through the model's readout. A ``Head``: the
+    per-token audit hands it the layers' states at N positions as a classifier head's r_1..r_L (N, d) and its
+    "classes" are the vocabulary; no additive per-layer logits (the final norm sits between α and the logits)."""
 
-    kind = "laya"
+    kind, has_alpha, maskable = "laya", True, True
+    cascade = ("scorer", "project", "translators")
 
     def __init__(self, n_layers: int, width: int, readout: nn.Module, cfg: HeadConfig):
         super().__init__()
@@ -66,15 +70,16 @@ class LayaLM(nn.Module):
     def attention(self, z: Tensor) -> Tensor:
         return torch.softmax(self.scorer(self.project(z).flatten(1)) / self.tau, dim=-1)
 
-    def forward(self, hs: Tensor, alpha_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(logits (N, V), α (N, L)); ``alpha_mask`` (N, L) or (L,): α of the masked layers set to 0, the rest
-        renormalised (the truncated head of early exit)."""
+    def forward(self, hs: Tensor | Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
+        """(logits (N, V), α (N, L)) from hs (N, L, d) or its L slices (N, d); ``alpha_mask`` (N, L) or (L,): α of
+        the masked layers set to 0, the rest renormalised (layer dropout, the "mask" ablation)."""
+        hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
         z = self.embed(hs)
         alpha = self.attention(z)
         if alpha_mask is not None:
             alpha = alpha * alpha_mask
             alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
-        return self.readout((alpha.unsqueeze(-1) * z).sum(1)), alpha
+        return HeadOutput(self.readout((alpha.unsqueeze(-1) * z).sum(1)), alpha)
 
 
 class TunedLens(nn.Module):

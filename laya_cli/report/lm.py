@@ -131,3 +131,27 @@ def exit_markdown(result: dict) -> str:
     lines = ["# laya depth: early exit per token", "", exit_caption(result), ""]
     lines += md_table(*best) + ["", "## The threshold sweep", ""] + md_table(*sweep)
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- laya audit on a language model
+
+
+def by_position_rows(by_position: dict) -> tuple[list[str], list[list[str]]]:
+    """Faithfulness (and Deletion@1) per method and scope in ranges of the position in the block."""
+    first = next(iter(by_position.values()))
+    header = ["scope", "method"] + [f"t {p} (n={n})" for p, n in zip(first["positions"], first["n"])]
+    rows = []
+    for scope, block in by_position.items():
+        for method, values in block["methods"].items():
+            rows.append([scope, method] + ["" if v is None else f"{v:.3f}" for v in values["faithfulness"]])
+    return header, rows
+
+
+def by_position_table(by_position: dict):
+    header, rows = by_position_rows(by_position)
+    table = rich_table("faithfulness by position in the block", caption="mean Spearman ρ over the positions in range")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i < 2 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table

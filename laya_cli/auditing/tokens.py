@@ -1,0 +1,241 @@
+"""``laya audit`` on a language model (``--task lm``): every held-out position is a sample, its next token the
+decision explained.
+
+Head scope: the position's layer states h_1(t)..h_L(t) are the head's r_1..r_L and the vocabulary its classes, so
+the classifier audit runs unchanged (``run.run_audit``: α, IG, Grad×Act…, leave-one-layer-out by r̄, Deletion@1,
+intervals, gates); the LAYA head of a language model is a ``Head`` (model/lenses.py).
+
+Network scope: layer i is bypassed inside the model (its output := its input, at every position) and the later
+layers run on; Δ_i(t) = p_ŷ(t) − p_ŷ(t) with layer i bypassed, for all positions of a block in one pass. Scored
+against it: α (the head's, unpatched), Grad×Act Σ_s ∂p_ŷ(t)/∂h_i(s) · h_i(s) and attribution patching (AtP)
+Σ_s ∂p_ŷ(t)/∂h_i(s) · (h_i(s) − x_i(s)), x_i the layer's input (the first-order estimate of the bypass), their
+gradients through every later layer and position (one backward pass per position), ``global`` and ``random``.
+Layer IG with the bypass as baseline would sum to Δ itself (completeness): the target, not a competitor.
+
+Both scopes are averaged over tokens and broken down by position in the block (``by_position``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..backbones.engines import HookEngine, block_input
+from ..features.extraction import LayerFeatures
+from ..features.positions import batches, token_states
+from ..model.lenses import LensModel
+from ..runtime.config import AuditSettings
+from ..runtime.errors import LayaError
+from .metrics import degenerate_effects, deletion_at_1, spearman_rows, target_probability, tie_undefined
+from .network import NetworkResult, _method_scores
+from .results import AuditResult, ties_block
+from .run import run_audit
+from .scaffold import AuditPlan
+
+NETWORK_METHODS = ("laya", "gradxact", "atp", "global", "random")
+POSITION_BUCKETS = 4
+
+
+@dataclass
+class TokenAuditModel:
+    """What ``run_audit`` reads of a model: the head, r̄ per layer, the layer names, the classes (the vocabulary)."""
+
+    head: torch.nn.Module
+    reference: list[Tensor]
+    layer_names: list[str]
+    classes: list[str]
+
+
+@dataclass
+class TokenData:
+    features: LayerFeatures  # per position: r_i = h_i(t), label = the next token
+    positions: Tensor  # (N,) t, the position in its block
+    blocks: list[Tensor]  # the token batches the positions came from, in order
+    dataset: str
+
+
+def token_data(model: LensModel, dataset: str | None, max_tokens: int, batch_size: int) -> TokenData:
+    """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
+    from ..data.corpus import open_corpus
+
+    name = dataset or model.ckpt["dataset"]["name"]
+    prefix, _, path = name.partition(":")
+    if prefix != "text" or not path:
+        raise LayaError(f"a language model reads text: --dataset text:PATH, not {name}")
+    corpus = open_corpus(path, (model.ckpt.get("train_config") or {}).get("text_column"))
+    block = int(model.ckpt["dataset"]["block_size"])
+    states, targets, blocks, n = [], [], [], 0
+    for x in batches(model.lm, corpus, "test", block, batch_size):
+        hs, y = token_states(model.lm, x)
+        states.append(hs.cpu())
+        targets.append(y.cpu())
+        blocks.append(x)
+        n += len(y)
+        if n >= max_tokens:
+            break
+    if not states:
+        raise LayaError(f"{name}: the held-out text is shorter than one block of {block} tokens")
+    hs = torch.cat(states)[:max_tokens]
+    features = LayerFeatures([hs[:, i].contiguous() for i in range(hs.shape[1])], torch.cat(targets)[:max_tokens])
+    positions = torch.arange(block - 1).repeat(len(blocks) * blocks[0].shape[0])[:max_tokens]
+    return TokenData(features, positions, blocks, name)
+
+
+def audit_model(model: LensModel) -> TokenAuditModel:
+    vocabulary = model.lm.readout.vocabulary
+    return TokenAuditModel(model.laya, model.reference, list(model.ckpt["layers"]), [str(i) for i in range(vocabulary)])
+
+
+# --------------------------------------------------------------------------- network scope
+
+
+def _states_and_inputs(model: LensModel, x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    """Each tap's output h_i and its block's input x_i, in the autograd graph (the model's frozen weights; the
+    gradient flows through the states)."""
+    backbone = model.lm.backbone
+    backbone.tap_modules()
+    inputs: dict[int, Tensor] = {}
+
+    def keep(i, args, kwargs):
+        inputs[i] = block_input(args, kwargs)
+
+    outputs = HookEngine(backbone.model, backbone.layer_names).run(
+        backbone.adapter(x), len(backbone.layer_names), pre=keep
+    )
+    return outputs, [inputs[i] for i in range(len(outputs))]
+
+
+def _probabilities(head, states: Sequence[Tensor], target: Tensor) -> Tensor:
+    """(B, T−1) p_target at every position that has a next token."""
+    hs = torch.stack([h[:, :-1] for h in states], dim=2)  # B, T-1, L, d
+    logits = head(hs.reshape(-1, hs.shape[2], hs.shape[3]).float()).logits
+    return target_probability(logits, target.reshape(-1)).reshape(target.shape)
+
+
+def _bypass_effects(model: LensModel, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
+    """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
+    backbone = model.lm.backbone
+    out = []
+    with torch.no_grad():
+        for i in range(len(backbone.layer_names)):
+            out.append(base - _probabilities(model.laya, backbone.bypassed_activations(x, [i]), target))
+    return torch.stack(out, dim=-1)
+
+
+def _gradient_scores(states, inputs, p: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, T−1, L) Grad×Act and AtP: Σ over positions s and features of ∂p(t)/∂h_i(s) · h_i(s) (or · (h_i − x_i)),
+    one backward pass per position t (the blocks of a batch are independent: their p(t) are summed)."""
+    gxa, atp = [], []
+    for t in range(p.shape[1]):
+        grads = torch.autograd.grad(p[:, t].sum(), states, retain_graph=True, allow_unused=True)
+        gxa.append(torch.stack([(g * h).flatten(1).sum(1) if g is not None else h.new_zeros(len(h))
+                                for g, h in zip(grads, states)], -1))  # fmt: skip
+        atp.append(torch.stack([(g * (h - xi)).flatten(1).sum(1) if g is not None else h.new_zeros(len(h))
+                                for g, h, xi in zip(grads, states, inputs)], -1))  # fmt: skip
+    return torch.stack(gxa, 1).detach(), torch.stack(atp, 1).detach()
+
+
+def _network_block(model: LensModel, x: Tensor, settings: AuditSettings, generator) -> dict[str, Tensor]:
+    """Every network-scope number of one batch of blocks, flattened to positions (B·(T−1), …)."""
+    x = x.to(settings.device)
+    with torch.enable_grad():
+        states, inputs = _states_and_inputs(model, x)
+        with torch.no_grad():
+            hs = torch.stack([h[:, :-1] for h in states], dim=2).flatten(0, 1).float()
+            out = model.laya(hs)
+            target = out.logits.argmax(-1) if settings.target == "predicted" else x[:, 0, 1:].reshape(-1).long()
+        target = target.reshape(x.shape[0], -1)
+        p = _probabilities(model.laya, states, target)
+        gxa, atp = _gradient_scores(states, inputs, p)
+    delta = _bypass_effects(model, x, target, p.detach())
+    flat = lambda t: t.reshape(-1, t.shape[-1]).cpu()  # noqa: E731
+    L = delta.shape[-1]
+    return {
+        "delta": flat(delta),
+        "laya": out.alpha.detach().cpu(),
+        "gradxact": flat(gxa),
+        "atp": flat(atp),
+        "random": torch.rand(out.alpha.shape[0], L, generator=generator),
+        "pred": out.logits.argmax(-1).cpu(),
+        "label": x[:, 0, 1:].reshape(-1).cpu(),
+    }
+
+
+def token_network(model: LensModel, data: TokenData, methods: Sequence[str], settings: AuditSettings) -> NetworkResult:
+    """The network scope on the same positions as the head scope."""
+    plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)
+    for m in plan.methods:
+        if m not in NETWORK_METHODS and not plan.reasons[m]:
+            plan.reasons[m] = f"{m} is not built at network scope for language models (α, gradxact, atp are)"
+    generator = torch.Generator().manual_seed(settings.seed)
+    rows = [_network_block(model, x, settings, generator) for x in data.blocks]
+    got = {k: torch.cat([r[k] for r in rows])[: len(data.features)] for k in rows[0]}
+    delta, tol = got["delta"], settings.tie_tol
+    got["global"] = got["laya"].mean(0, keepdim=True).expand_as(got["laya"])
+    rho, d1, tie = {}, {}, {}
+    for m in plan.methods:
+        if plan.reasons[m]:
+            continue
+        rho[m] = spearman_rows(got[m], delta, tol)
+        d1[m] = deletion_at_1(got[m], delta, tol)[0]
+        tie[m] = tie_undefined(rho[m], spearman_rows(got[m], delta), delta, tol)
+    _, oracle, random = deletion_at_1(delta, delta)
+    degenerate = degenerate_effects(delta, tol)
+    common = {"oracle": oracle, "random": random, "degenerate": degenerate}
+    scores = _method_scores(plan, rho, d1, tie, common)
+    ties = ties_block(tol, int(degenerate.sum()), int((degenerate & ~degenerate_effects(delta)).sum()), scores)
+    notes = ["network scope: each layer bypassed (its output := its input) at every position of the block"]
+    network = NetworkResult(methods=scores, patched="full", reference="bypass", notes=notes, ties=ties)
+    accuracy = float((got["pred"] == got["label"]).double().mean())
+    network.samples = {"faithfulness": rho, "deletion@1": d1, "delta": delta, "accuracy": accuracy}
+    return network
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def by_position(positions: Tensor, faithfulness: dict[str, Tensor], d1: dict[str, Tensor], block: int) -> dict:
+    """Mean faithfulness and Deletion@1 per method in ``POSITION_BUCKETS`` ranges of the position t."""
+    edges = torch.linspace(0, block - 1, POSITION_BUCKETS + 1).round().long().tolist()
+    buckets = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    out = {"positions": [f"{a + 1}-{b}" for a, b in buckets], "n": [], "methods": {}}
+    for a, b in buckets:
+        out["n"].append(int(((positions >= a) & (positions < b)).sum()))
+    for m in faithfulness:
+        rows = [(positions >= a) & (positions < b) for a, b in buckets]
+        out["methods"][m] = {
+            "faithfulness": [float(faithfulness[m][r].nanmean()) if r.any() else None for r in rows],
+            "deletion@1": [float(d1[m][r].double().mean()) if r.any() else None for r in rows],
+        }
+    return out
+
+
+def token_audit_job(
+    model: LensModel, methods: Sequence[str], settings: AuditSettings, scope: str, dataset: str | None, samples: int
+) -> AuditResult:
+    """``laya audit`` on a ``--task lm`` checkpoint: ``samples`` held-out positions, at head scope, network scope
+    or both; the result has the classifier audit's shape (tables, JSON, gates) and ``by_position``."""
+    block = int(model.ckpt["dataset"]["block_size"])
+    data = token_data(model, dataset, samples, max(1, settings.batch_size // block))  # blocks per batch
+    positions = data.positions
+    if scope == "network":
+        plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)
+        result = AuditResult(settings=plan.settings_dict(data), n_samples=len(data.features), accuracy=float("nan"),
+                             layers=list(model.ckpt["layers"]), methods={}, notes=plan.notes(), groups=())  # fmt: skip
+    else:
+        result = run_audit(audit_model(model), data.features, methods, settings)
+    result.settings.update({"dataset": data.dataset, "task": "lm", "scope": scope, "tokens": len(data.features)})
+    result.by_position = {}
+    if scope != "network":
+        s = result.samples
+        result.by_position["head"] = by_position(positions, s["faithfulness"], s["deletion@1"], block)
+    if scope != "head":
+        result.network = token_network(model, data, methods, settings)
+        net = result.network.samples
+        result.by_position["network"] = by_position(positions, net["faithfulness"], net["deletion@1"], block)
+        if scope == "network":
+            result.accuracy = net["accuracy"]
+    return result
