@@ -14,7 +14,7 @@ from laya_cli.backbones.causal import build_language_model
 from laya_cli.backbones.spec import BackboneSpec
 from laya_cli.data.corpus import block_batches, open_corpus, token_blocks
 from laya_cli.depthing import token_exit
-from laya_cli.features.positions import batches
+from laya_cli.features.positions import batches, token_states
 from laya_cli.model import lenses
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
@@ -259,3 +259,54 @@ def test_a_corpus_shorter_than_one_block_is_refused(lm_dir, tmp_path):
                f"text:{tmp_path / 'tiny.txt'}", "--block-size", "32", "--out", out, "--quiet")  # fmt: skip
     assert_user_error(r, "shorter than one block")
     assert not out.exists()
+
+
+def test_audit_of_a_language_model_at_both_scopes(trained, tmp_path):
+    _, path = trained
+    out = tmp_path / "a.json"
+    r = invoke("audit", path, "--samples", "100", "--scope", "both", "--compare", "laya,ig,gradxact,atp",
+               "--json", out, "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["n_samples"] == 100 and doc["settings"]["task"] == "lm"
+    assert set(doc["methods"]) >= {"laya", "ig", "gradxact", "atp"}
+    net = doc["network"]["methods"]
+    assert net["ig"]["faithfulness"] is None and any("not built at network scope" in n for n in doc["network"]["notes"])
+    assert all(net[m]["faithfulness"] is not None for m in ("laya", "gradxact", "atp"))
+    for scope in ("head", "network"):
+        assert sum(doc["by_position"][scope]["n"]) == 100
+
+
+def test_network_effects_are_the_model_without_the_layer(trained):
+    """Δ_i(t) against an independent bypass: the layer deleted from the model's own layer list."""
+    import copy
+
+    from laya_cli.auditing import tokens
+    from laya_cli.auditing.metrics import target_probability
+
+    _, path = trained
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    x = next(iter(batches(model.lm, open_corpus(model.ckpt["dataset"]["source"]), "test", 24, 2)))
+    with torch.no_grad():
+        hs, _ = token_states(model.lm, x)
+        target = model.laya(hs).logits.argmax(-1).reshape(2, -1)
+        base = tokens._probabilities(model.laya, model.lm.backbone.activations(x), target)
+        delta = tokens._bypass_effects(model, x, target, base)
+        for i in (0, 2):
+            cut = copy.deepcopy(model.lm.backbone.model)
+            cut.h = torch.nn.ModuleList([b for j, b in enumerate(cut.h) if j != i])
+            states = _block_outputs(cut, x)
+            states.insert(i, states[i - 1] if i else cut.drop(cut.wte(x[:, 0]) + cut.wpe(torch.arange(x.shape[2]))))
+            logits = model.laya(torch.stack([s[:, :-1] for s in states], 2).flatten(0, 1)).logits
+            p = target_probability(logits, target.reshape(-1)).reshape(target.shape)
+            torch.testing.assert_close(delta[..., i], base - p, atol=1e-5, rtol=1e-4)
+
+
+def _block_outputs(model, x) -> list:
+    """Each block's output (GPT-2's hidden_states[-1] has the final norm applied: read the blocks instead)."""
+    seen = []
+    hooks = [b.register_forward_hook(lambda m, a, o: seen.append(o[0] if isinstance(o, tuple) else o)) for b in model.h]
+    model(input_ids=x[:, 0])
+    for h in hooks:
+        h.remove()
+    return seen

@@ -188,6 +188,7 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     scores = _method_scores(plan, rho, d1, tie, common)
     ties = ties_block(tol, int(degenerate.sum()), int((degenerate & ~degenerate_effects(delta)).sum()), scores)
     notes = ["network scope: each layer bypassed (its output := its input) at every position of the block"]
+    notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if m not in NETWORK_METHODS and plan.reasons[m]]
     network = NetworkResult(methods=scores, patched="full", reference="bypass", notes=notes, ties=ties)
     accuracy = float((got["pred"] == got["label"]).double().mean())
     network.samples = {"faithfulness": rho, "deletion@1": d1, "delta": delta, "accuracy": accuracy}
