@@ -149,11 +149,25 @@ def plan_audit(
     """Set ``settings.internal_batch_size`` and ``settings.batch_size`` (AuditSettings) so the audit of
     ``data`` (an EvalData) fits ``budget``, unless named in ``given`` (set by the user: then only a warning)."""
     c = row_costs(model, data.images, settings.device)
-    streamed, network = isinstance(data.features, StreamedFeatures), scope != "head"
+    streamed = isinstance(data.features, StreamedFeatures)
+    return plan_from_costs(c, len(data.features), streamed, methods, settings, scope, budget, given)
+
+
+def plan_from_costs(
+    c: RowCosts,
+    n: int,
+    streamed: bool,
+    methods: Sequence[str],
+    settings,
+    scope: str,
+    budget: MemoryBudget,
+    given: Collection[str] = (),
+) -> MemoryPlan:
+    """``plan_audit`` for ``n`` samples whose per-row costs are known (a language model's positions measure theirs
+    in auditing/tokens.py)."""
+    network = scope != "head"
     steps = settings.steps if any(m in IG_METHODS for m in methods) else 0
     work, notes = budget.work, []
-
-    n = len(data.features)
 
     def need(b: int, k: int | None) -> int:  # batches are never larger than the samples audited
         b = min(b, n)

@@ -18,7 +18,7 @@ Both scopes are averaged over tokens and broken down by position in the block (`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -29,7 +29,9 @@ from ..features.positions import batches, token_states
 from ..model.lenses import LensModel
 from ..runtime.config import AuditSettings
 from ..runtime.errors import LayaError
-from .metrics import degenerate_effects, deletion_at_1, spearman_rows, target_probability, tie_undefined
+from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
+from .budget import RowCosts, _OutputBytes, plan_from_costs
+from .metrics import degenerate_effects, deletion_at_1, head_ablation, spearman_rows, target_probability, tie_undefined
 from .network import NetworkResult, _method_scores
 from .results import AuditResult, ties_block
 from .run import run_audit
@@ -171,7 +173,9 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
         if m not in NETWORK_METHODS and not plan.reasons[m]:
             plan.reasons[m] = f"{m} is not built at network scope for language models (α, gradxact, atp are)"
     generator = torch.Generator().manual_seed(settings.seed)
-    rows = [_network_block(model, x, settings, generator) for x in data.blocks]
+    blocks = torch.cat(data.blocks)
+    per_batch = max(1, settings.batch_size // (blocks.shape[2] - 1))  # --batch-size counts positions
+    rows = [_network_block(model, x, settings, generator) for x in blocks.split(per_batch)]
     got = {k: torch.cat([r[k] for r in rows])[: len(data.features)] for k in rows[0]}
     delta, tol = got["delta"], settings.tie_tol
     got["global"] = got["laya"].mean(0, keepdim=True).expand_as(got["laya"])
@@ -214,13 +218,57 @@ def by_position(positions: Tensor, faithfulness: dict[str, Tensor], d1: dict[str
     return out
 
 
+@torch.no_grad()
+def token_row_costs(model: LensModel, data: TokenData, device: str) -> RowCosts:
+    """``budget.RowCosts`` of one position: its L states, the head's module outputs on it (its V logits among
+    them), and its share of one block's module outputs and tap activations in the model."""
+    backbone, x = model.lm.backbone, data.blocks[0][:1].to(device)
+    positions = x.shape[2] - 1
+    with _OutputBytes(backbone.model) as b:
+        hs = backbone.activations(x)
+    row = torch.stack([h[:, 0] for h in hs], dim=1).float()
+    with _OutputBytes(model.laya) as h:
+        model.laya(row)
+    return RowCosts(
+        features=row.numel() * 4,
+        head=h.total,
+        backbone=b.total // positions,
+        taps=sum(t.numel() * t.element_size() for t in hs) // positions,
+    )
+
+
 def token_audit_job(
-    model: LensModel, methods: Sequence[str], settings: AuditSettings, scope: str, dataset: str | None, samples: int
+    model: LensModel,
+    methods: Sequence[str],
+    settings: AuditSettings,
+    scope: str,
+    dataset: str | None,
+    samples: int,
+    memory: MemoryRequest | None = None,
 ) -> AuditResult:
     """``laya audit`` on a ``--task lm`` checkpoint: ``samples`` held-out positions, at head scope, network scope
-    or both; the result has the classifier audit's shape (tables, JSON, gates) and ``by_position``."""
+    or both; the result has the classifier audit's shape (tables, JSON, gates) and ``by_position``. ``memory``:
+    the batches planned within its budget (``budget.plan_from_costs``), the budget and the peak recorded."""
+    if scope != "head" and settings.ablation not in ("mean", "bypass"):
+        raise LayaError(f"a language model's network scope bypasses each layer: --ablation {settings.ablation} "
+                        "applies to classifiers (use the default, or bypass)")  # fmt: skip
+    settings = replace(settings, ablation=head_ablation(settings.ablation))
+    data = token_data(model, dataset, samples, 8)
+    plan = None
+    if memory is not None:
+        reset_peak_memory(settings.device)
+        costs = token_row_costs(model, data, settings.device)
+        budget = memory_budget(memory.max_memory, settings.device)
+        plan = plan_from_costs(costs, len(data.features), False, methods, settings, scope, budget, memory.given)
+    result = _scoped(model, data, methods, settings, scope)
+    if plan is not None:
+        result.notes += plan.notes
+        result.memory = plan.to_dict(peak_memory_mb(settings.device), peak_measure(settings.device))
+    return result
+
+
+def _scoped(model: LensModel, data: TokenData, methods, settings: AuditSettings, scope: str) -> AuditResult:
     block = int(model.ckpt["dataset"]["block_size"])
-    data = token_data(model, dataset, samples, max(1, settings.batch_size // block))  # blocks per batch
     positions = data.positions
     if scope == "network":
         plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)

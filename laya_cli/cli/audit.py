@@ -157,7 +157,7 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
     dataset, data_dir, encoding = data
     check_encoding(encoding)  # before the checkpoint is read
     if (lm := language_model(path, settings)) is not None:
-        return audit_language_model(lm, path, settings, methods, scope, gates, dataset, samples)
+        return audit_language_model(lm, path, settings, methods, scope, gates, dataset, samples, job["memory"])
     laya_model = load_model(path)
     gates.check_planned(settings, methods, samples, laya_model)
     load = partial(
@@ -189,14 +189,14 @@ def language_model(path, settings):
     return lens_model_from_checkpoint(ckpt).to(settings.device) if is_language_model(ckpt) else None
 
 
-def audit_language_model(model, path, settings, methods, scope: str, gates, dataset, samples):
+def audit_language_model(model, path, settings, methods, scope: str, gates, dataset, samples, memory):
     """Every held-out position a sample, its next token the decision (auditing/tokens.py)."""
     from types import SimpleNamespace
 
     from ..auditing.tokens import token_audit_job
 
     gates.check_planned(settings, methods, samples, SimpleNamespace(head_kind="laya", layer_names=model.ckpt["layers"]))
-    result = token_audit_job(model, methods, settings, scope, dataset, samples or TOKENS_AUDITED)
+    result = token_audit_job(model, methods, settings, scope, dataset, samples or TOKENS_AUDITED, memory)
     result.settings.update({"model": str(path), "samples": samples})
     return result
 
