@@ -31,6 +31,7 @@ from ..runtime.config import AuditSettings
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
 from .budget import RowCosts, _OutputBytes, plan_from_costs
+from .intervals import network_intervals
 from .metrics import degenerate_effects, deletion_at_1, head_ablation, spearman_rows, target_probability, tie_undefined
 from .network import NetworkResult, _method_scores
 from .results import AuditResult, ties_block
@@ -190,6 +191,7 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     degenerate = degenerate_effects(delta, tol)
     common = {"oracle": oracle, "random": random, "degenerate": degenerate}
     scores = _method_scores(plan, rho, d1, tie, common)
+    network_intervals(scores, rho, d1, common, settings)  # --ci, as at head scope
     ties = ties_block(tol, int(degenerate.sum()), int((degenerate & ~degenerate_effects(delta)).sum()), scores)
     notes = ["network scope: each layer bypassed (its output := its input) at every position of the block"]
     notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if m not in NETWORK_METHODS and plan.reasons[m]]
