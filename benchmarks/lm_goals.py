@@ -79,8 +79,9 @@ def main(argv=None) -> None:
                           "--block-size", a.block_size, "--out", str(ckpt), "--quiet")  # fmt: skip
     (info).write_text(subprocess.run([sys.executable, "-m", "laya_cli", "info", str(ckpt), "--json"],
                                      capture_output=True, text=True, check=True).stdout)  # fmt: skip
-    times["audit"] = laya("audit", str(ckpt), "--scope", "both", "--compare", "laya,ig,gradxact,atp", "--ci", "0.95",
-                          "--samples", a.samples, "--json", str(audit), "--markdown", str(a.out / "audit.md"))  # fmt: skip
+    compare = ("--compare", "laya,ig,gradxact,atp", "--ci", "0.95")
+    times["audit"] = laya("audit", str(ckpt), "--scope", "both", *compare, "--samples", a.samples,
+                          "--json", str(audit), "--markdown", str(a.out / "audit.md"))  # fmt: skip
     times["depth"] = laya("depth", str(ckpt), "--samples", a.exit_tokens, "--json", str(depth),
                           "--markdown", str(a.out / "depth.md"))  # fmt: skip
     metrics, doc, exits = (json.loads(f.read_text()) for f in (info, audit, depth))
