@@ -43,6 +43,11 @@ SKIP = [
         "needs a residual model whose blocks keep their input's shape (the README's digits MLP is none; its refusal "
         "is tested): tests/test_removal.py runs --drop and --out on BERT",
     ),
+    (
+        "lm.pt",
+        "needs a causal language model folder and a corpus (tests/test_lm.py trains one on made-up text; "
+        "python -m benchmarks.causal_lm trains one from scratch on WordNet's glosses)",
+    ),
     ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),
     ("--config run.toml", "reads the user's own run.toml (tests/test_config_file.py writes and replays one)"),
     (
