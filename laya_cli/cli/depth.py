@@ -94,14 +94,7 @@ def depth(
         ).validate()
         check_writes(truncate, drop, out, plot)
         check_outputs(json_out, markdown, plot, out)
-        from ..model.checkpoint import read_checkpoint
-        from ..model.lenses import is_language_model
-
-        ckpt = read_checkpoint(model)
-        if is_language_model(ckpt):
-            if truncate is not None or drop is not None or refit or plot is not None:
-                raise LayaError("a language model's depth is its early exit per token: --truncate, --drop, --refit "
-                                "and --plot read classifiers")  # fmt: skip
+        if (ckpt := language_model_checkpoint(model, truncate, drop, refit, plot)) is not None:
             return token_depth(ckpt, dataset, samples, thresholds, settings, json_out, markdown, model)
         laya_model = load_model(model)
         if drop is not None:
@@ -109,17 +102,8 @@ def depth(
             result = depth_job(laya_model, load, settings, out)
             result.settings.update({"model": str(model), "samples": samples})
             return render_drop(result, json_out, markdown)
-        data = partial(
-            load_eval_data,
-            laya_model,
-            dataset,
-            data_dir,
-            samples,
-            seed,
-            settings.device,
-            use_cache=cache,
-            encoding=encoding,
-        )
+        where = (dataset, data_dir, samples, seed, settings.device)
+        data = partial(load_eval_data, laya_model, *where, use_cache=cache, encoding=encoding)
         memory = run_options(max_memory, "auto", batch_size=batch_size)["memory"]
         result = depth_job(laya_model, data, settings, out, use_cache=cache, memory=memory)
         if truncate is not None:
@@ -196,6 +180,22 @@ def render_drop(result, json_out, markdown) -> None:
         atomic_write_text(json_out, result.to_json())
     if markdown is not None:
         atomic_write_text(markdown, drop_markdown(doc))
+
+
+def language_model_checkpoint(path, truncate, drop, refit, plot) -> dict | None:
+    """A ``--task lm`` checkpoint (None for a classifier's), refused with the options that read classifiers."""
+    from ..model.checkpoint import read_checkpoint
+    from ..model.lenses import is_language_model
+
+    ckpt = read_checkpoint(path)
+    if not is_language_model(ckpt):
+        return None
+    if truncate is not None or drop is not None or refit or plot is not None:
+        raise LayaError(
+            "a language model's depth is its early exit per token: --truncate, --drop, --refit and --plot read "
+            "classifiers"
+        )
+    return ckpt
 
 
 def token_depth(ckpt, dataset, samples, thresholds, settings, json_out, markdown, path) -> None:
