@@ -25,7 +25,9 @@ from .say import say
 
 
 def build(root: Path, vocab: int) -> Path:
-    """The model folder, the corpus, the trained checkpoint."""
+    """The model folder, the corpus, the trained checkpoint (kept from an earlier run into the same ``--out``)."""
+    if (root / "lm.pt").is_file():
+        return root / "lm.pt"
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -75,7 +77,7 @@ def audit(ckpt: Path, out: Path, samples: int, budget: str | None) -> tuple[dict
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--budget", default="2GB")
+    p.add_argument("--budget", default="1200MB")
     p.add_argument("--samples", type=int, default=300)
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
