@@ -28,6 +28,7 @@ from ..features.extraction import LayerFeatures
 from ..features.positions import batches, token_states
 from ..model.lenses import LensModel
 from ..runtime.config import AuditSettings
+from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
 from .budget import RowCosts, _OutputBytes, plan_from_costs
@@ -105,9 +106,10 @@ def _states_and_inputs(model: LensModel, x: Tensor) -> tuple[list[Tensor], list[
     def keep(i, args, kwargs):
         inputs[i] = block_input(args, kwargs)
 
-    outputs = HookEngine(backbone.model, backbone.layer_names).run(
-        backbone.adapter(x), len(backbone.layer_names), pre=keep
-    )
+    with autocast(x.device):  # bf16 on CUDA: the states stay in the graph as they are, the head reads them as float32
+        outputs = HookEngine(backbone.model, backbone.layer_names).run(
+            backbone.adapter(x), len(backbone.layer_names), pre=keep
+        )
     return outputs, [inputs[i] for i in range(len(outputs))]
 
 
@@ -122,9 +124,10 @@ def _bypass_effects(model: LensModel, x: Tensor, target: Tensor, base: Tensor) -
     """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
     backbone = model.lm.backbone
     out = []
-    with torch.no_grad():
+    with torch.no_grad(), autocast(x.device):
         for i in range(len(backbone.layer_names)):
-            out.append(base - _probabilities(model.laya, backbone.bypassed_activations(x, [i]), target))
+            states = [h.float() for h in backbone.bypassed_activations(x, [i])]
+            out.append(base - _probabilities(model.laya, states, target))
     return torch.stack(out, dim=-1)
 
 
@@ -134,11 +137,16 @@ def _gradient_scores(states, inputs, p: Tensor) -> tuple[Tensor, Tensor]:
     gxa, atp = [], []
     for t in range(p.shape[1]):
         grads = torch.autograd.grad(p[:, t].sum(), states, retain_graph=True, allow_unused=True)
-        gxa.append(torch.stack([(g * h).flatten(1).sum(1) if g is not None else h.new_zeros(len(h))
-                                for g, h in zip(grads, states)], -1))  # fmt: skip
-        atp.append(torch.stack([(g * (h - xi)).flatten(1).sum(1) if g is not None else h.new_zeros(len(h))
-                                for g, h, xi in zip(grads, states, inputs)], -1))  # fmt: skip
+        gxa.append(torch.stack([_dot(g, h) for g, h in zip(grads, states)], -1))
+        atp.append(torch.stack([_dot(g, h.float() - xi.float()) for g, h, xi in zip(grads, states, inputs)], -1))
     return torch.stack(gxa, 1).detach(), torch.stack(atp, 1).detach()
+
+
+def _dot(grad: Tensor | None, x: Tensor) -> Tensor:
+    """(B,) Σ over positions and features of grad · x, in float32 (0 where the state does not reach p)."""
+    if grad is None:
+        return x.new_zeros(len(x), dtype=torch.float32)
+    return (grad.float() * x.float()).flatten(1).sum(1)
 
 
 def _network_block(model: LensModel, x: Tensor, settings: AuditSettings, generator) -> dict[str, Tensor]:

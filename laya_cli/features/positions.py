@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..backbones.causal import LanguageModel
 from ..data.corpus import Corpus, block_batches, token_blocks
+from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 
 
@@ -20,9 +21,11 @@ def batches(lm: LanguageModel, corpus: Corpus, split: str, block: int, size: int
 
 @torch.no_grad()
 def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
-    """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token."""
+    """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token. The
+    frozen model runs under bf16 autocast on CUDA (``runtime.device.autocast``); the states come back float32."""
     x = x.to(lm.readout.unembedding.weight.device)
-    states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
+    with autocast(x.device):
+        states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
     hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
     return hs, x[:, 0, 1:].reshape(-1).long()
 
