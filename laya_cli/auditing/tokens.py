@@ -241,7 +241,7 @@ def token_row_costs(model: LensModel, data: TokenData, device: str) -> RowCosts:
         model.laya(row)
     return RowCosts(
         features=row.numel() * 4,
-        head=h.total,
+        head=h.total + 4 * model.lm.readout.vocabulary,  # + p_ŷ's softmax over the vocabulary (not a module's output)
         backbone=b.total // positions,
         taps=sum(t.numel() * t.element_size() for t in hs) // positions,
     )
