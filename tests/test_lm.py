@@ -310,3 +310,11 @@ def _block_outputs(model, x) -> list:
     for h in hooks:
         h.remove()
     return seen
+
+
+def test_a_gate_on_a_language_models_audit_fails_the_build(trained, tmp_path):
+    _, path = trained
+    ok = invoke("audit", path, "--samples", "60", "--compare", "laya", "--fail-under", "laya:faithfulness=-1", "-q")
+    assert ok.exit_code == 0, ok.output
+    missed = invoke("audit", path, "--samples", "60", "--compare", "laya", "--fail-under", "laya:faithfulness=1.01")
+    assert missed.exit_code == 1 and "FAIL" in missed.output
