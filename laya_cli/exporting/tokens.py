@@ -1,7 +1,7 @@
 """``laya export`` on a ``--task lm`` checkpoint: the LAYA head's α at every held-out position, as a table, a
 picture and a text explorer.
 
-What gets written (documented in docs/lm-export.md):
+What gets written (documented in docs/lm.md, "Export: per-token α and the text explorer"):
 
   DIR/tokens.{parquet,csv}      one row per held-out position: block, position, token, token_text, next_token,
                                 next_text, predicted, predicted_text, p_predicted, p_next, alpha[<layer>]…,
