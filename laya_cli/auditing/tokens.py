@@ -61,16 +61,26 @@ class TokenData:
     dataset: str
 
 
-def token_data(model: LensModel, dataset: str | None, max_tokens: int, batch_size: int) -> TokenData:
-    """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
+def held_out_text(model: LensModel, dataset: str | None, encoding: str | None = None):
+    """(name, corpus, block size): the text a language model's held-out positions come from (``--dataset
+    text:PATH``, default its training text, in the encoding it was read in), checked and opened; nothing is read
+    yet."""
     from ..data.corpus import open_corpus
 
     name = dataset or model.ckpt["dataset"]["name"]
     prefix, _, path = name.partition(":")
     if prefix != "text" or not path:
         raise LayaError(f"a language model reads text: --dataset text:PATH, not {name}")
-    corpus = open_corpus(path, (model.ckpt.get("train_config") or {}).get("text_column"))
-    block = int(model.ckpt["dataset"]["block_size"])
+    config = model.ckpt.get("train_config") or {}
+    if encoding is None and dataset is None:  # its own text: as it was read in training
+        encoding = config.get("encoding")
+    corpus = open_corpus(path, config.get("text_column"), encoding)
+    return name, corpus, int(model.ckpt["dataset"]["block_size"])
+
+
+def token_data(model: LensModel, dataset: str | None, max_tokens: int, batch_size: int) -> TokenData:
+    """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
+    name, corpus, block = held_out_text(model, dataset)
     states, targets, blocks, n = [], [], [], 0
     for x in batches(model.lm, corpus, "test", block, batch_size):
         hs, y = token_states(model.lm, x)

@@ -32,7 +32,7 @@ from .options import (
 def export(
     model: ModelPath,
     out: ExportOut = Path("export"),
-    fmt: ExportFormat = "csv",
+    fmt: ExportFormat = None,
     plots: Plots = True,
     strip: Strip = 8,
     dataset: EvalDataset = None,
@@ -61,10 +61,13 @@ def export(
 
     with progress.enabled(not quiet):
         trust_arch(arch)
+        lm = language_model(model, pick_device(device), fmt, audit, depth, model_card, data_dir)
+        if lm is not None:
+            return export_language_model(lm, model, out, fmt, plots, dataset, samples, overwrite, encoding, quiet)
         exp = run_export(
             model,
             out,
-            fmt=fmt,
+            fmt=fmt or "csv",
             plots=plots,
             strip=strip,
             dataset=dataset,
@@ -97,3 +100,56 @@ def export(
         f"-> {exp.out}/   report: {exp.out / 'report.html'}",
         highlight=False,
     )
+
+
+def language_model(path, device: str, fmt, audit, depth, model_card: bool, data_dir):
+    """A ``--task lm`` checkpoint rebuilt (its export is per token: exporting/tokens.py), None for a classifier's;
+    the options only a classifier's export reads are refused for it first."""
+    from ..exporting.tokens import check_token_format
+    from ..model.checkpoint import read_checkpoint
+    from ..model.lenses import is_language_model, lens_model_from_checkpoint
+    from ..runtime.errors import LayaError
+
+    ckpt = read_checkpoint(path)
+    if not is_language_model(ckpt):
+        return None
+    given = [name for name, v in (("--audit", audit), ("--depth", depth), ("--model-card", model_card),
+                                  ("--data-dir", data_dir)) if v]  # fmt: skip
+    if given:
+        raise LayaError(f"{', '.join(given)}: not read by a language model's export (its tokens come from "
+                        "--dataset text:PATH)")  # fmt: skip
+    if fmt is not None:
+        check_token_format(fmt)
+    return lens_model_from_checkpoint(ckpt).to(device)
+
+
+def export_language_model(model, path, out, fmt, plots, dataset, samples, overwrite, encoding, quiet) -> None:
+    """``laya export`` on a language model: α per held-out token, the heat map and the text explorer."""
+    from ..exporting.tokens import run_token_export
+    from ..runtime.config import check_at_least, check_encoding
+    from ..runtime.tracking.events import log_export
+    from .command import current_run
+
+    check_at_least("--samples", samples)
+    check_encoding(encoding)
+    exp = run_token_export(model, out, fmt or default_token_format(), plots, dataset, samples, overwrite,
+                           {"checkpoint": str(path)}, encoding)  # fmt: skip
+    log_export(current_run().track(f"export {path}"), exp)
+    if quiet:
+        return
+    console.print("mean α per layer:  " + "  ".join(f"{n} {m:.3f}" for n, m in zip(exp.layers, exp.mean_alpha)),
+                  highlight=False)  # fmt: skip
+    console.print(
+        f"[bold]exported {exp.n:,} tokens[/] in {exp.n_blocks:,} blocks (LAYA next-token accuracy "
+        f"{exp.accuracy:.4f}, {len(exp.files)} files) -> {exp.out}/   report: {exp.out / 'report.html'}",
+        highlight=False,
+    )
+
+
+def default_token_format() -> str:
+    """parquet where pyarrow is installed, else csv."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return "csv"
+    return "parquet"

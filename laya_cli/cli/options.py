@@ -495,7 +495,12 @@ ExportOut = Annotated[
     typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite."),
 ]
 ExportFormat = Annotated[
-    str, typer.Option("--format", help="Per-sample table format: csv, parquet (needs pyarrow) or npz.")
+    str | None,
+    typer.Option(
+        "--format",
+        help="Per-sample table format: csv (default), parquet (needs pyarrow) or npz; a language model's "
+        "per-token table: parquet (default where pyarrow is installed) or csv.",
+    ),
 ]
 Plots = Annotated[
     bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")

@@ -491,3 +491,32 @@ def plot_depth(doc: dict, path: Path) -> None:
         pad_inches=0.08,
         metadata={"Software": "laya depth (matplotlib)"},
     )
+
+
+def token_label(text: str) -> str:
+    """A token's text as an axis label: quoted where it has edge spaces or control characters, ``$`` escaped
+    (matplotlib would read "$…$" as maths)."""
+    shown = text if text and text.strip() == text and text.isprintable() else repr(text)
+    return shown.replace("$", r"\$")
+
+
+def plot_token_alpha(alpha: np.ndarray, tokens: Sequence[str], layers: Sequence[str], title: str, path: Path) -> None:
+    """Tokens × layers heat map of α (a language model's export): token texts down, layers across."""
+    from matplotlib import colormaps
+
+    T, L = alpha.shape
+    labels = [token_label(t) for t in tokens]
+    short, prefix = short_layer_labels(layers)
+    width, _ = _heatmap_size(T, L, labels, short)
+    fig = _figure(width, max(3.6, 1.6 + 0.2 * T))
+    ax = fig.subplots()
+    im = ax.imshow(alpha, cmap=colormaps["viridis"], vmin=0.0, vmax=max(float(alpha.max(initial=0.0)), 1e-6),
+                   aspect="auto", interpolation="nearest")  # fmt: skip
+    ax.set_yticks(np.arange(T), labels, fontsize=7 if T > 25 else 9)
+    _layer_axis(ax, short)
+    ax.set_xlabel(f"layer ({prefix}N, shallow → deep)" if prefix else "layer (shallow → deep)")
+    ax.set_ylabel("input token (position ↓)")
+    ax.set_title(title, fontsize=10.5)
+    ax.tick_params(length=0)
+    fig.colorbar(im, ax=ax, shrink=0.9, pad=0.02).set_label("α (LAYA head)")
+    _save(fig, path)
