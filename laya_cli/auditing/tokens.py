@@ -251,7 +251,9 @@ def token_row_costs(model: LensModel, data: TokenData, device: str) -> RowCosts:
         model.laya(row)
     return RowCosts(
         features=row.numel() * 4,
-        head=h.total + 4 * model.lm.readout.vocabulary,  # + p_ŷ's softmax over the vocabulary (not a module's output)
+        # + p_ŷ's softmax over the vocabulary and, in a backward pass, the gradients of it and of the logits: three
+        # V-wide rows no module outputs (the logits themselves are the readout's output, counted above)
+        head=h.total + 3 * 4 * model.lm.readout.vocabulary,
         backbone=b.total // positions,
         taps=sum(t.numel() * t.element_size() for t in hs) // positions,
     )
