@@ -174,15 +174,10 @@ def token_exit_job(
 ) -> TokenExitResult:
     """``laya depth`` on a language model: the tables on the held-out text it was trained with (or ``dataset``,
     ``text:PATH``), the sweep, the goals."""
-    from ..data.corpus import open_corpus
+    from ..auditing.tokens import held_out_text
     from ..features.positions import batches, token_states
 
-    name = dataset or model.ckpt["dataset"]["name"]
-    prefix, _, path = name.partition(":")
-    if prefix != "text" or not path:
-        raise LayaError(f"a language model reads text: --dataset text:PATH, not {name}")
-    corpus = open_corpus(path, (model.ckpt.get("train_config") or {}).get("text_column"))
-    block = int(model.ckpt["dataset"]["block_size"])
+    _, corpus, block = held_out_text(model, dataset)
     held_out = (token_states(model.lm, x) for x in batches(model.lm, corpus, "test", block, batch_size))
     tables = exit_tables(model, held_out, max_tokens)
     return token_exit_result(tables, list(model.ckpt["layers"]), thresholds)
