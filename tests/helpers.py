@@ -171,3 +171,13 @@ def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int =
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
+
+
+def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:
+    """``root/model`` (``make_causal_lm`` on ``texts``) and ``root/corpus`` (train.txt: the first ``train`` texts,
+    test.txt: the rest): what ``laya train --task lm`` reads."""
+    make_causal_lm(root / "model", texts)
+    (root / "corpus").mkdir()
+    (root / "corpus" / "train.txt").write_text("\n".join(texts[:train]) + "\n")
+    (root / "corpus" / "test.txt").write_text("\n".join(texts[train:]) + "\n")
+    return root

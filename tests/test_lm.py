@@ -20,20 +20,14 @@ from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.lm import LMRequest, evaluate, train_lm
-from tests.helpers import assert_close_tree, assert_user_error, invoke, make_causal_lm, sentences
+from tests.helpers import assert_close_tree, assert_user_error, invoke, make_lm_folder, sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.fixture(scope="module")
 def lm_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lm")
-    texts = sentences(600)
-    make_causal_lm(root / "model", texts)
-    (root / "corpus").mkdir()
-    (root / "corpus" / "train.txt").write_text("\n".join(texts[:500]) + "\n")
-    (root / "corpus" / "test.txt").write_text("\n".join(texts[500:]) + "\n")
-    return root
+    return make_lm_folder(tmp_path_factory.mktemp("lm"), sentences(600), 500)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from laya_cli.model.lenses import lens_model_from_checkpoint
 from laya_cli.report import browser as lb
 from laya_cli.report.token_explorer import layer_colours, tint
 from laya_cli.training.lm import LMRequest, train_lm
-from tests.helpers import assert_user_error, invoke, make_causal_lm, sentences
+from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BLOCK, SAMPLES = 24, 150  # 6 whole blocks of 23 positions, then 12 of the 7th
@@ -36,13 +36,7 @@ def texts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def lm_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lmx")
-    corpus = texts(300)
-    make_causal_lm(root / "model", corpus)
-    (root / "corpus").mkdir()
-    (root / "corpus" / "train.txt").write_text("\n".join(corpus[:240]) + "\n")
-    (root / "corpus" / "test.txt").write_text("\n".join(corpus[240:]) + "\n")
-    return root
+    return make_lm_folder(tmp_path_factory.mktemp("lmx"), texts(300), 240)
 
 
 @pytest.fixture(scope="module")
