@@ -96,14 +96,25 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
     **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "num_selected_experts"), 2),
     **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),  # expert groups: 4 experts make one
+    "base_channels": 32,  # a VQ image tokenizer's first convolution (Emu3's, Chameleon's): GroupNorm's 32 groups
+    "num_res_blocks": 1,
     "num_queries": 16,  # a detector's object queries: fewer than a small image's anchors (RT-DETR picks the top k)
     "image_size": IMAGE,
 }
 EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-PER_TOKEN = ("num_experts_per_tok", "num_experts_per_token")  # unset in a default config with experts: 2 of them
+PER_TOKEN = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts")  # unset with experts: 2 of them
+# unset (None) in a default config whose model reads a number: experts a mixture-of-experts layer builds regardless
+# (Dots1, DiffusionGemma), left out where None means a dense model (Gemma 4's) unless the config builds no other way
+UNSET_EXPERTS = {
+    **dict.fromkeys(EXPERTS, 4),
+    **dict.fromkeys(PER_TOKEN, 2),
+    "moe_intermediate_size": FFN,
+    "n_shared_experts": 1,
+}
 # how far a config is shrunk, tried in turn until its model runs: all of it; all of it with its per-layer lists cut
-# (a kind of layer the default config cannot build left out: Qwen4-Exp's indexed attention); layers only; none
-SHRINKS = ("full", "full, cut", "layers", "none")
+# (a kind of layer the default config cannot build left out: Qwen4-Exp's indexed attention); all of it with unset
+# expert counts set (``UNSET_EXPERTS``); layers only; none
+SHRINKS = ("full", "full, cut", "full, experts", "layers", "none")
 FLOAT_RULES = {  # EfficientNet-style scaling coefficients; ViT-MAE's random masking off (a feature extractor's use)
     "width_coefficient": 0.25,
     "depth_coefficient": 0.25,
@@ -122,6 +133,17 @@ WIDTH_LISTS = (
     "embed_dim_per_stage",
     "backbone_channel_list",
 )
+# (sub-)config model type -> values set after the shrink, where the default config cannot build a model and no
+# generic rule says what it lacks (lists sized for the shrunk config's LAYERS layers)
+OVERRIDES = {
+    "esm": {"pad_token_id": 1},  # no tokenizer in the default config: positions count from the padding id (ESM-2's)
+    # per-layer kinds unset, the model indexes them: LFM2's short convolutions around attention, DeepSeek's
+    # first layer dense and the others mixtures of experts
+    "lfm2_moe": {"layer_types": ["conv", "full_attention", "conv"]},
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse", "sparse"]},
+    # rotary parameters keyed by layer kind, the default config's empty
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+}
 LAYOUT_HIDDEN = 48  # a layout model's width: six box embeddings of 8 (LayoutLMv3, LiLT)
 LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
 
@@ -174,16 +196,18 @@ def _ints(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, int) for v in value)
 
 
-def shrink_dict(d: dict, full: bool = True, kinds: bool = True) -> dict:
+def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = False) -> dict:
     """A config's ``to_dict()`` made small in place (sub-configs too): fewer layers and a smaller image always; with
     ``full``, narrower too (widths, heads, feed-forward, experts, per-stage lists, vocabulary — never below the
-    special token ids)."""
+    special token ids); sizes a default config leaves unset set (``_fill_unset``)."""
     widths: dict[int, int] = {}  # a sub-config's stage widths, old -> new: the same widths named above it follow
     for value in d.values():
         if isinstance(value, dict) and "model_type" in value:
             before = {k: value.get(k) for k in WIDTH_LISTS if _ints(value.get(k))}
-            shrink_dict(value, full, kinds)
+            shrink_dict(value, full, kinds, experts)
             widths.update(p for k, v in before.items() if _ints(value.get(k)) for p in zip(v, value[k]))
+    _fill_unset(d, experts)
+    d.update(OVERRIDES.get(d.get("model_type"), {}))
     staged = isinstance(d.get("depths"), (list, tuple))  # Swin-like: layers and width follow from the stages
     old = dict(d)
     for key in (*WIDTH_LISTS, "encoder_in_channels"):  # SAM 2's channel list, RT-DETR's: its backbone's widths
@@ -204,6 +228,25 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True) -> dict:
     if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
         d["image_size"] = [64, 64]
     return d
+
+
+def _fill_unset(d: dict, experts: bool) -> None:
+    """Sizes a default config leaves unset (None) where its model reads a number (transformers' defaults that do not
+    build): the head size its width and heads imply (Hunyuan, Ministral), as many key-value heads as heads
+    (Nemotron), a vocabulary (ESM), an empty map of image tokens; with ``experts``, expert counts
+    (``UNSET_EXPERTS``)."""
+    heads, width = d.get("num_attention_heads"), d.get("hidden_size")
+    if "head_dim" in d and d["head_dim"] is None and isinstance(heads, int) and heads and isinstance(width, int):
+        d["head_dim"] = width // heads
+    if "num_key_value_heads" in d and d["num_key_value_heads"] is None and isinstance(heads, int):
+        d["num_key_value_heads"] = heads
+    if "vocab_size" in d and d["vocab_size"] is None:
+        d["vocab_size"] = max([VOCAB, *(i + 1 for i in _special_ids(d))])
+    if "vocabulary_map" in d and d["vocabulary_map"] is None:  # image tokens' names (Chameleon, Emu3): none mapped
+        d["vocabulary_map"] = {}
+    for key, small in UNSET_EXPERTS.items() if experts else ():
+        if key in d and d[key] is None:
+            d[key] = small
 
 
 def _layer_lists(d: dict, layers: int) -> list[str]:
@@ -259,13 +302,16 @@ def _shrink_rope(d: dict, old: dict) -> None:
     """Rotary sizes that follow the new head size: multimodal sections (``mrope_section``, also where only the
     model's code holds their default) summing to the rotary half; latent attention's rotary head keeping its ratio
     to ``head_dim`` (Mistral 4's partial rotary factor)."""
-    rope = d.get("rope_parameters") or d.get("rope_scaling")
+    ropes = d.get("rope_parameters") or d.get("rope_scaling")
+    kinds = set(d.get("layer_types") or ()) if isinstance(d.get("layer_types"), list) else set()
     head_dim = _head_dim(d)
-    if isinstance(rope, dict) and isinstance(head_dim, int) and (_ints(rope.get("mrope_section")) or _mrope(d)):
-        factor = rope.get("partial_rotary_factor") or d.get("partial_rotary_factor") or 1.0
-        rotary = d.get("qk_rope_head_dim") if isinstance(d.get("qk_rope_head_dim"), int) else int(head_dim * factor)
-        half, k = rotary // 2, len(rope.get("mrope_section") or [0] * 3)  # sections of the rotary half
-        rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
+    per_kind = isinstance(ropes, dict) and ropes and set(ropes) <= kinds  # one set per kind of layer (Cohere Compass)
+    for rope in [v for v in ropes.values() if isinstance(v, dict)] if per_kind else [ropes]:
+        if isinstance(rope, dict) and isinstance(head_dim, int) and (_ints(rope.get("mrope_section")) or _mrope(d)):
+            factor = rope.get("partial_rotary_factor") or d.get("partial_rotary_factor") or 1.0
+            rotary = d["qk_rope_head_dim"] if isinstance(d.get("qk_rope_head_dim"), int) else int(head_dim * factor)
+            half, k = rotary // 2, len(rope.get("mrope_section") or [0] * 3)  # sections of the rotary half
+            rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
     rotary, old_rotary = d.get("qk_rope_head_dim"), old.get("qk_rope_head_dim")
     if isinstance(rotary, int) and "head_dim" in d:  # multi-head latent attention: rotary dims
         ratio = old["head_dim"] / old_rotary if isinstance(old.get("head_dim"), int) and old_rotary else 1
@@ -346,7 +392,7 @@ def _changed(old: dict, new: dict) -> dict:
     return out
 
 
-def shrink(config, full: bool = True, kinds: bool = True):
+def shrink(config, full: bool = True, kinds: bool = True, experts: bool = False):
     """A small copy of ``config``: its type built again with the shrunk values (``shrink_dict``) as arguments, so
     what it derives from them (stage names, per-layer lists) follows."""
     import copy
@@ -354,8 +400,15 @@ def shrink(config, full: bool = True, kinds: bool = True):
     import transformers
 
     old = config.to_dict()
-    changes = _changed(old, shrink_dict(copy.deepcopy(old), full, kinds))
+    changes = _changed(old, shrink_dict(copy.deepcopy(old), full, kinds, experts))
     return transformers.AutoConfig.for_model(config.model_type, **changes)
+
+
+def _shrunk(base, how: str):
+    """``base`` shrunk as ``how`` (one of ``SHRINKS``) says."""
+    if how == "none":
+        return base
+    return shrink(base, full=how != "layers", kinds=how != "full, cut", experts=how == "full, experts")
 
 
 def _input_kind(model) -> str:
@@ -391,7 +444,7 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
     errors, built, kind = [], None, ""
     for how in SHRINKS:
         try:
-            config = shrink(base, full=how != "layers", kinds=how != "full, cut") if how != "none" else base
+            config = _shrunk(base, how)
             with torch.device("meta"):  # counted before anything is allocated
                 meta = transformers.AutoModel.from_config(config)
             kind = kind or _input_kind(meta)  # OutOfScope: neither tokens nor images
