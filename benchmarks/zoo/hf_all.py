@@ -90,14 +90,18 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
             "moe_intermediate_size",
             "shared_expert_intermediate_size",
             "expert_intermediate_size",
+            "expert_ffn_hidden_size",
         ),
         FFN,
     ),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
-    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "num_selected_experts"), 2),
+    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "num_selected_experts", "moe_topk"), 2),
     **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),  # expert groups: 4 experts make one
+    "zero_expert_num": 4,  # LongCat-Flash's identity experts, as many as the others
     "base_channels": 32,  # a VQ image tokenizer's first convolution (Emu3's, Chameleon's): GroupNorm's 32 groups
     "num_res_blocks": 1,
+    "num_embeddings": VOCAB,  # a VQ codebook (Janus's, GLM-Image's): its image-token head is this × the width below
+    "image_token_embed_dim": HIDDEN,
     "num_queries": 16,  # a detector's object queries: fewer than a small image's anchors (RT-DETR picks the top k)
     "image_size": IMAGE,
 }
@@ -132,7 +136,10 @@ WIDTH_LISTS = (
     "neck_hidden_sizes",
     "embed_dim_per_stage",
     "backbone_channel_list",
+    "embed_dim",  # a list in a staged config (Florence-2's DaViT)
 )
+TIMM_VIT = {"embed_dim": HIDDEN, "depth": LAYERS, "num_heads": HEADS}  # a timm ViT's own arguments
+TIMM_FASTVIT = {"layers": [1] * 5, "embed_dims": [16, 16, 32, 32, 32], "cls_ratio": 1.0}
 # (sub-)config model type -> values set after the shrink, where the default config cannot build a model and no
 # generic rule says what it lacks (lists sized for the shrunk config's LAYERS layers)
 OVERRIDES = {
@@ -143,6 +150,11 @@ OVERRIDES = {
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse", "sparse"]},
     # rotary parameters keyed by layer kind, the default config's empty
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # timm towers: the arguments of a small FastViT (five stages, one block each, its attention stages one 32-wide
+    # head; its features as wide as the config's width, 32); a ViT where the model reads one's width (Perception LM's
+    # default config names a ResNet)
+    "fast_vlm": {"vision_config": {"model_args": {"inference_mode": True, **TIMM_FASTVIT}}},
+    "perception_lm": {"vision_config": {"architecture": "vit_pe_core_large_patch14_336", "model_args": TIMM_VIT}},
 }
 LAYOUT_HIDDEN = 48  # a layout model's width: six box embeddings of 8 (LayoutLMv3, LiLT)
 LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
@@ -207,7 +219,7 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = 
             shrink_dict(value, full, kinds, experts)
             widths.update(p for k, v in before.items() if _ints(value.get(k)) for p in zip(v, value[k]))
     _fill_unset(d, experts)
-    d.update(OVERRIDES.get(d.get("model_type"), {}))
+    _merge(d, OVERRIDES.get(d.get("model_type"), {}))
     staged = isinstance(d.get("depths"), (list, tuple))  # Swin-like: layers and width follow from the stages
     old = dict(d)
     for key in (*WIDTH_LISTS, "encoder_in_channels"):  # SAM 2's channel list, RT-DETR's: its backbone's widths
@@ -225,9 +237,20 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = 
         _shrink_experts(d)
         _shrink_ssm(d)
         _shrink_rope(d, old)
+        if d.get("model_type") == "timm_wrapper" and str(d.get("architecture")).startswith("vit_"):
+            d["model_args"] = {**(d.get("model_args") or {}), **TIMM_VIT}  # a timm ViT tower (PE Video's)
     if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
         d["image_size"] = [64, 64]
     return d
+
+
+def _merge(d: dict, changes: dict) -> None:
+    """``changes`` set in ``d``, those of a sub-config in it."""
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(d.get(key), dict) and "model_type" in d[key]:
+            _merge(d[key], value)
+        else:
+            d[key] = value
 
 
 def _fill_unset(d: dict, experts: bool) -> None:
