@@ -91,6 +91,8 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
             "shared_expert_intermediate_size",
             "expert_intermediate_size",
             "expert_ffn_hidden_size",
+            "moe_hidden_size",
+            "projector_hidden_size",
         ),
         FFN,
     ),
@@ -102,6 +104,9 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
     "num_res_blocks": 1,
     "num_embeddings": VOCAB,  # a VQ codebook (Janus's, GLM-Image's): its image-token head is this × the width below
     "image_token_embed_dim": HIDDEN,
+    # Gemma 3n's last layers reuse the caches of earlier ones, each kind of layer producing one before: three layers
+    # of two kinds cannot share one
+    "num_kv_shared_layers": 0,
     "num_queries": 16,  # a detector's object queries: fewer than a small image's anchors (RT-DETR picks the top k)
     "image_size": IMAGE,
 }
@@ -140,6 +145,15 @@ WIDTH_LISTS = (
 )
 TIMM_VIT = {"embed_dim": HIDDEN, "depth": LAYERS, "num_heads": HEADS}  # a timm ViT's own arguments
 TIMM_FASTVIT = {"layers": [1] * 5, "embed_dims": [16, 16, 32, 32, 32], "cls_ratio": 1.0}
+SEAMLESS = {
+    **dict.fromkeys(("speech_encoder_layers", "t2u_encoder_layers", "t2u_decoder_layers"), LAYERS),
+    **dict.fromkeys(
+        ("speech_encoder_attention_heads", "t2u_encoder_attention_heads", "t2u_decoder_attention_heads"), HEADS
+    ),
+    **dict.fromkeys(("speech_encoder_intermediate_size", "t2u_encoder_ffn_dim", "t2u_decoder_ffn_dim"), FFN),
+    **dict.fromkeys(("unit_embed_dim", "upsample_initial_channel"), HIDDEN),
+    "unit_hifi_gan_vocab_size": VOCAB,
+}
 # (sub-)config model type -> values set after the shrink, where the default config cannot build a model and no
 # generic rule says what it lacks (lists sized for the shrunk config's LAYERS layers)
 OVERRIDES = {
@@ -154,6 +168,17 @@ OVERRIDES = {
     # head; its features as wide as the config's width, 32); a ViT where the model reads one's width (Perception LM's
     # default config names a ResNet)
     "fast_vlm": {"vision_config": {"model_args": {"inference_mode": True, **TIMM_FASTVIT}}},
+    # the Conformer speech encoder's width and head size (``hidden_dim`` elsewhere: DistilBERT's feed-forward size)
+    **dict.fromkeys(
+        ("granite_speech_encoder", "granite_speech_plus_encoder"), {"hidden_dim": HIDDEN, "dim_head": HEAD_DIM}
+    ),
+    # SeamlessM4T's speech encoder, text-to-unit model and vocoder, sized by keys of their own
+    **dict.fromkeys(("seamless_m4t", "seamless_m4t_v2"), SEAMLESS),
+    # VibeVoice's audio tokenizers: channels doubling over seven stages from this many
+    **dict.fromkeys((f"vibevoice_acoustic_tokenizer{s}" for s in ("", "_encoder", "_decoder")), {"num_filters": 4}),
+    # attributes a sub-config lacks that its model reads (a composite config sets them; alone, it does not)
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},  # its model clamps by clip_qkv, None or not
+    "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
     "perception_lm": {"vision_config": {"architecture": "vit_pe_core_large_patch14_336", "model_args": TIMM_VIT}},
 }
 LAYOUT_HIDDEN = 48  # a layout model's width: six box embeddings of 8 (LayoutLMv3, LiLT)
