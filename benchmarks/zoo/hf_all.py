@@ -122,8 +122,9 @@ UNSET_EXPERTS = {
 }
 # how far a config is shrunk, tried in turn until its model runs: all of it; all of it with its per-layer lists cut
 # (a kind of layer the default config cannot build left out: Qwen4-Exp's indexed attention); all of it with unset
-# expert counts set (``UNSET_EXPERTS``); layers only; none
-SHRINKS = ("full", "full, cut", "full, experts", "layers", "none")
+# expert counts set (``UNSET_EXPERTS``) and sizes tied to a width it changed following it (``_follow_widths``);
+# layers only; none
+SHRINKS = ("full", "full, cut", "full, filled", "layers", "none")
 FLOAT_RULES = {  # EfficientNet-style scaling coefficients; ViT-MAE's random masking off (a feature extractor's use)
     "width_coefficient": 0.25,
     "depth_coefficient": 0.25,
@@ -154,20 +155,43 @@ SEAMLESS = {
     **dict.fromkeys(("unit_embed_dim", "upsample_initial_channel"), HIDDEN),
     "unit_hifi_gan_vocab_size": VOCAB,
 }
-# (sub-)config model type -> values set after the shrink, where the default config cannot build a model and no
-# generic rule says what it lacks (lists sized for the shrunk config's LAYERS layers)
+# (sub-)config model type -> values set after its shrink, where the default config cannot build a model and no
+# generic rule says what it lacks (sizes and lists those of the shrunk config: LAYERS layers, HIDDEN wide)
 OVERRIDES = {
     "esm": {"pad_token_id": 1},  # no tokenizer in the default config: positions count from the padding id (ESM-2's)
     # per-layer kinds unset, the model indexes them: LFM2's short convolutions around attention, DeepSeek's
     # first layer dense and the others mixtures of experts
     "lfm2_moe": {"layer_types": ["conv", "full_attention", "conv"]},
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse", "sparse"]},
-    # rotary parameters keyed by layer kind, the default config's empty
-    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
-    # timm towers: the arguments of a small FastViT (five stages, one block each, its attention stages one 32-wide
-    # head; its features as wide as the config's width, 32); a ViT where the model reads one's width (Perception LM's
-    # default config names a ResNet)
+    # rotary parameters keyed by layer kind, the default config's empty (its model's sections: of a 16-wide head)
+    "cohere_compass_text": {
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}}
+    },
+    # its sliding-window layers' head: their nope and rotary parts (8 + 8 in the shrunk config)
+    "dots3_note_text": {"head_dim": HEAD_DIM},
+    # its image and audio tokens' ranges (codebooks of 131072 and 4096 from fixed offsets) fill the vocabulary
+    "apertus1p5": {"text_config": {"vocab_size": 266752}},
+    "bridgetower_vision_model": {"hidden_size": 64},  # its heads: hidden_size // 64
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},  # validated: the text width // 4
+    # vision layers whose features go to which text layers: unset in the default config, its model counts them; its
+    # Q-Former's heads: the vision width // 64
+    "granite4_vision": {
+        "deepstack_layer_map": [[-1, 0]],
+        "downsample_rate": "1/2",
+        "spatial_target_layers": [0, 1, 2, 2],
+        "vision_config": {"hidden_size": 64},
+    },
+    # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
+    "dory": {
+        "num_hidden_layers": 2 * LAYERS,
+        **dict.fromkeys(("n_input_layers", "n_recurrent_layers", "n_output_layers"), 2),
+        "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"],
+    },
+    # timm towers: the arguments of a small MobileNet-V5 or FastViT (five stages, one block each, its attention stages
+    # one 32-wide head; its features as wide as the config's width, 32); a ViT where the model reads one's width
+    # (Perception LM's default config names a ResNet)
     "fast_vlm": {"vision_config": {"model_args": {"inference_mode": True, **TIMM_FASTVIT}}},
+    "gemma3n": {"vision_config": {"model_args": {"channel_multiplier": 0.125}}},  # MobileNet-V5 at an eighth
     # the Conformer speech encoder's width and head size (``hidden_dim`` elsewhere: DistilBERT's feed-forward size)
     **dict.fromkeys(
         ("granite_speech_encoder", "granite_speech_plus_encoder"), {"hidden_dim": HIDDEN, "dim_head": HEAD_DIM}
@@ -238,13 +262,14 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = 
     ``full``, narrower too (widths, heads, feed-forward, experts, per-stage lists, vocabulary — never below the
     special token ids); sizes a default config leaves unset set (``_fill_unset``)."""
     widths: dict[int, int] = {}  # a sub-config's stage widths, old -> new: the same widths named above it follow
+    vision_layers = _layers(d.get("vision_config"))
     for value in d.values():
         if isinstance(value, dict) and "model_type" in value:
             before = {k: value.get(k) for k in WIDTH_LISTS if _ints(value.get(k))}
             shrink_dict(value, full, kinds, experts)
             widths.update(p for k, v in before.items() if _ints(value.get(k)) for p in zip(v, value[k]))
     _fill_unset(d, experts)
-    _merge(d, OVERRIDES.get(d.get("model_type"), {}))
+    _shrink_feature_layers(d, vision_layers)
     staged = isinstance(d.get("depths"), (list, tuple))  # Swin-like: layers and width follow from the stages
     old = dict(d)
     for key in (*WIDTH_LISTS, "encoder_in_channels"):  # SAM 2's channel list, RT-DETR's: its backbone's widths
@@ -266,7 +291,31 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = 
             d["model_args"] = {**(d.get("model_args") or {}), **TIMM_VIT}  # a timm ViT tower (PE Video's)
     if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
         d["image_size"] = [64, 64]
+    _merge(d, OVERRIDES.get(d.get("model_type"), {}))
     return d
+
+
+def _layers(d) -> int | None:
+    """A config's own layer count (None where it names none)."""
+    return next((d[k] for k in LAYER_KEYS if isinstance(d.get(k), int)), None) if isinstance(d, dict) else None
+
+
+def _shrink_feature_layers(d: dict, old_layers: int | None) -> None:
+    """The vision layers whose features a multimodal model reads (``vision_feature_layer``, here or in an adapter's
+    sub-config), counted from the first and past the shrunk tower's, kept as far from its last (Molmo 2's 24 and 18
+    of 25)."""
+    layers = _layers(d.get("vision_config"))
+    if not isinstance(old_layers, int) or not isinstance(layers, int) or layers == old_layers:
+        return
+    for c in (d, *(v for v in d.values() if isinstance(v, dict) and "model_type" in v)):
+        value = c.get("vision_feature_layer")
+        if isinstance(value, int) or _ints(value):
+            new = [x if x < layers else max(0, layers - (old_layers - x)) for x in _listed(value)]
+            c["vision_feature_layer"] = new[0] if isinstance(value, int) else new
+
+
+def _listed(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _merge(d: dict, changes: dict) -> None:
@@ -324,10 +373,22 @@ def _shrink_layer_lists(d: dict, old: dict, kinds: bool = True) -> None:
     for k, small in INT_RULES.items():  # per-layer sizes (Gemma 3n's intermediate_size: one per layer)
         if _ints(old.get(k)) and len(old[k]) == old[key]:
             d[k] = [min(old[k][i], small) for i in index]
+    for k, v in old.items():  # per-layer 0/1 flags (Mistral 4's no_rope_layers) and layer indices (kv_source_layers)
+        if k in INT_RULES or not _ints(v) or len(v) != old[key]:
+            continue
+        if set(v) <= {0, 1}:
+            d[k] = [v[i] for i in index]
+        elif all(0 <= x <= i for i, x in enumerate(v)):  # each layer's source: itself or an earlier one, kept
+            d[k] = [index.index(v[i]) if v[i] in index else n for n, i in enumerate(index)]
     per_layer = old.get("per_layer_config")
     if isinstance(per_layer, dict) and all(str(k).isdigit() for k in per_layer):
         by_layer = {int(k): v for k, v in per_layer.items()}
-        d["per_layer_config"] = {str(n): by_layer[i] for n, i in enumerate(index) if i in by_layer}
+        d["per_layer_config"] = {str(n): _small(by_layer[i]) for n, i in enumerate(index) if i in by_layer}
+
+
+def _small(d: dict) -> dict:
+    """One layer's own sizes (``per_layer_config``) no larger than ``INT_RULES``'s."""
+    return {k: min(v, INT_RULES[k]) if k in INT_RULES and isinstance(v, int) else v for k, v in d.items()}
 
 
 def _shrink_ssm(d: dict) -> None:
@@ -350,16 +411,13 @@ def _shrink_rope(d: dict, old: dict) -> None:
     """Rotary sizes that follow the new head size: multimodal sections (``mrope_section``, also where only the
     model's code holds their default) summing to the rotary half; latent attention's rotary head keeping its ratio
     to ``head_dim`` (Mistral 4's partial rotary factor)."""
-    ropes = d.get("rope_parameters") or d.get("rope_scaling")
-    kinds = set(d.get("layer_types") or ()) if isinstance(d.get("layer_types"), list) else set()
+    rope = d.get("rope_parameters") or d.get("rope_scaling")
     head_dim = _head_dim(d)
-    per_kind = isinstance(ropes, dict) and ropes and set(ropes) <= kinds  # one set per kind of layer (Cohere Compass)
-    for rope in [v for v in ropes.values() if isinstance(v, dict)] if per_kind else [ropes]:
-        if isinstance(rope, dict) and isinstance(head_dim, int) and (_ints(rope.get("mrope_section")) or _mrope(d)):
-            factor = rope.get("partial_rotary_factor") or d.get("partial_rotary_factor") or 1.0
-            rotary = d["qk_rope_head_dim"] if isinstance(d.get("qk_rope_head_dim"), int) else int(head_dim * factor)
-            half, k = rotary // 2, len(rope.get("mrope_section") or [0] * 3)  # sections of the rotary half
-            rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
+    if isinstance(rope, dict) and isinstance(head_dim, int) and (_ints(rope.get("mrope_section")) or _mrope(d)):
+        factor = rope.get("partial_rotary_factor") or d.get("partial_rotary_factor") or 1.0
+        rotary = d.get("qk_rope_head_dim") if isinstance(d.get("qk_rope_head_dim"), int) else int(head_dim * factor)
+        half, k = rotary // 2, len(rope.get("mrope_section") or [0] * 3)  # sections of the rotary half
+        rope["mrope_section"] = [half // k + (half % k if i == 0 else 0) for i in range(k)]
     rotary, old_rotary = d.get("qk_rope_head_dim"), old.get("qk_rope_head_dim")
     if isinstance(rotary, int) and "head_dim" in d:  # multi-head latent attention: rotary dims
         ratio = old["head_dim"] / old_rotary if isinstance(old.get("head_dim"), int) and old_rotary else 1
@@ -440,23 +498,55 @@ def _changed(old: dict, new: dict) -> dict:
     return out
 
 
-def shrink(config, full: bool = True, kinds: bool = True, experts: bool = False):
+def shrink(config, full: bool = True, kinds: bool = True, filled: bool = False):
     """A small copy of ``config``: its type built again with the shrunk values (``shrink_dict``) as arguments, so
-    what it derives from them (stage names, per-layer lists) follows."""
+    what it derives from them (stage names, per-layer lists) follows; with ``filled``, unset expert counts set and
+    sizes tied to a width following it."""
     import copy
 
     import transformers
 
     old = config.to_dict()
-    changes = _changed(old, shrink_dict(copy.deepcopy(old), full, kinds, experts))
+    new = shrink_dict(copy.deepcopy(old), full, kinds, experts=filled)
+    if filled:
+        _follow_widths(old, new)
+    changes = _changed(old, new)
     return transformers.AutoConfig.for_model(config.model_type, **changes)
+
+
+def _configs(d: dict):
+    """``d`` and its sub-configs, depth first."""
+    yield d
+    for value in d.values():
+        if isinstance(value, dict) and "model_type" in value:
+            yield from _configs(value)
+
+
+WIDTHS = tuple(k for k, v in INT_RULES.items() if v == HIDDEN)
+NOT_TIED = ("vocab", "max_", "image", "patch", "position")  # sizes of other things that may equal a width
+
+
+def _follow_widths(old: dict, new: dict) -> None:
+    """Sizes the shrink left as they were that equal a width it changed (anywhere in the config), set to that width's
+    new value: an input or output tied to another tower's width and validated so (a codec's ``codebook_dim`` equal to
+    its ``hidden_size``, Pocket TTS's flow head's ``condition_dim`` to its backbone's, NeMo's ``audio_hidden_size``)."""
+    widths: dict[int, set] = defaultdict(set)
+    for o, n in zip(_configs(old), _configs(new)):
+        for k in WIDTHS:
+            if isinstance(o.get(k), int) and n.get(k) != o[k]:
+                widths[o[k]].add(n[k])
+    for o, n in zip(_configs(old), _configs(new)):
+        for k, v in o.items():
+            tied = ("dim" in k or k.endswith(("hidden_size", "input_size"))) and not any(x in k for x in NOT_TIED)
+            if tied and k not in INT_RULES and type(v) is int and n.get(k) == v and len(widths.get(v, ())) == 1:
+                n[k] = next(iter(widths[v]))
 
 
 def _shrunk(base, how: str):
     """``base`` shrunk as ``how`` (one of ``SHRINKS``) says."""
     if how == "none":
         return base
-    return shrink(base, full=how != "layers", kinds=how != "full, cut", experts=how == "full, experts")
+    return shrink(base, full=how != "layers", kinds=how != "full, cut", filled=how == "full, filled")
 
 
 def _input_kind(model) -> str:
