@@ -69,7 +69,8 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
         HEADS,
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), HEADS),
-    **dict.fromkeys(("mamba_n_heads",), HEADS),
+    **dict.fromkeys(("mamba_n_heads", "mamba_num_heads"), HEADS),
+    "mamba_head_dim": HEAD_DIM,  # Nemotron-H's (its mixer as wide as heads × head size, whatever the model's width)
     # linear attention (Qwen3-Next's gated delta net, Kimi's delta attention): its heads and head sizes too
     **dict.fromkeys(("linear_num_heads", "linear_num_key_heads", "linear_num_value_heads"), HEADS),
     **dict.fromkeys(("linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
@@ -181,6 +182,13 @@ OVERRIDES = {
         "spatial_target_layers": [0, 1, 2, 2],
         "vision_config": {"hidden_size": 64},
     },
+    # its shared transformer block is tied across its hybrid layers: two of them at least
+    "zamba": {"layers_block_type": ["hybrid", "linear_attention", "hybrid"]},
+    # Mimi codec's depthwise upsampling (one group per channel) and the depth decoder's input: the shrunk widths
+    "csm": {"codec_config": {"upsample_groups": HIDDEN}, "depth_decoder_config": {"backbone_hidden_size": HIDDEN}},
+    # the audio padding token: the last of the embedding table after the text and 32 codebooks of 2049
+    "kyutai_speech_to_text": {"audio_pad_token_id": VOCAB + 32 * 2049},
+    "timm_backbone": {"backbone": "test_resnet"},  # no timm model named in the default config: timm's tiny test ResNet
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
     "dory": {
         "num_hidden_layers": 2 * LAYERS,
@@ -282,6 +290,7 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = 
         if isinstance(value, int) and not isinstance(value, bool) and value > small:
             d[key] = small
     _shrink_layer_lists(d, old, kinds)
+    _shrink_block_types(d)
     if full:
         _shrink_widths(d, old)
         _shrink_experts(d)
@@ -386,6 +395,16 @@ def _shrink_layer_lists(d: dict, old: dict, kinds: bool = True) -> None:
         d["per_layer_config"] = {str(n): _small(by_layer[i]) for n, i in enumerate(index) if i in by_layer}
 
 
+def _shrink_block_types(d: dict) -> None:
+    """A config whose layers are its list of block kinds (Nemotron-H's ``layers_block_type``, no layer count): its
+    first LAYERS blocks and the first of each kind after them."""
+    blocks = d.get("layers_block_type")
+    if _layers(d) is not None or not isinstance(blocks, list) or not all(isinstance(b, str) for b in blocks):
+        return
+    keep = sorted(set(range(min(LAYERS, len(blocks)))) | {blocks.index(b) for b in blocks})
+    d["layers_block_type"] = [blocks[i] for i in keep]
+
+
 def _small(d: dict) -> dict:
     """One layer's own sizes (``per_layer_config``) no larger than ``INT_RULES``'s."""
     return {k: min(v, INT_RULES[k]) if k in INT_RULES and isinstance(v, int) else v for k, v in d.items()}
@@ -396,6 +415,8 @@ def _shrink_ssm(d: dict) -> None:
     group."""
     if all(isinstance(d.get(k), int) for k in ("num_heads", "head_dim", "expand", "hidden_size", "n_groups")):
         d["num_heads"] = max(1, d["expand"] * d["hidden_size"] // d["head_dim"])
+        d["n_groups"] = 1
+    if isinstance(d.get("mamba_num_heads"), int) and isinstance(d.get("n_groups"), int):  # Nemotron-H: groups of heads
         d["n_groups"] = 1
 
 
@@ -583,6 +604,7 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
     for how in SHRINKS:
         try:
             config = _shrunk(base, how)
+            _name_architecture(transformers, config)
             with torch.device("meta"):  # counted before anything is allocated
                 meta = transformers.AutoModel.from_config(config)
             kind = kind or _input_kind(meta)  # OutOfScope: neither tokens nor images
@@ -606,6 +628,17 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
     model, kind, how = built
     model.save_pretrained(folder)
     return kind, how
+
+
+def _name_architecture(transformers, config) -> None:
+    """AutoModel picks among a type's classes by ``config.architectures``, which a default config leaves None (and
+    iterating None fails: Funnel's): the first of them named, AutoModel's own default."""
+    try:
+        classes = transformers.AutoModel._model_mapping[type(config)]
+    except Exception:  # noqa: BLE001 - a type AutoModel does not map: from_config says so
+        return
+    if isinstance(classes, (list, tuple)) and classes and config.architectures is None:
+        config.architectures = [classes[0].__name__]
 
 
 def _class_kind(transformers, config) -> str:
