@@ -190,7 +190,8 @@ OVERRIDES = {
     "kyutai_speech_to_text": {"audio_pad_token_id": VOCAB + 32 * 2049},
     "mobilevitv2": {"image_size": 64},
     # no image size in its config (the sweep's default: 64 px): its extra 32× feature level needs 2 × 2 at least
-    "deformable_detr": {"image_size": 128},  # 32× downsampled, then unfolded into 2 × 2 patches: 32 px leave none
+    "deformable_detr": {"image_size": 128},
+    "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image  # 32× downsampled, then unfolded into 2 × 2 patches: 32 px leave none
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
     "dory": {
         "num_hidden_layers": 2 * LAYERS,
