@@ -188,10 +188,10 @@ OVERRIDES = {
     "csm": {"codec_config": {"upsample_groups": HIDDEN}, "depth_decoder_config": {"backbone_hidden_size": HIDDEN}},
     # the audio padding token: the last of the embedding table after the text and 32 codebooks of 2049
     "kyutai_speech_to_text": {"audio_pad_token_id": VOCAB + 32 * 2049},
-    "mobilevitv2": {"image_size": 64},
+    "mobilevitv2": {"image_size": 64},  # 32× downsampled, then unfolded into 2 × 2 patches: 32 px leave none
     # no image size in its config (the sweep's default: 64 px): its extra 32× feature level needs 2 × 2 at least
     "deformable_detr": {"image_size": 128},
-    "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image  # 32× downsampled, then unfolded into 2 × 2 patches: 32 px leave none
+    "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
     "dory": {
         "num_hidden_layers": 2 * LAYERS,
