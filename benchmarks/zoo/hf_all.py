@@ -216,6 +216,8 @@ OVERRIDES = {
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
     "perception_lm": {"vision_config": {"architecture": "vit_pe_core_large_patch14_336", "model_args": TIMM_VIT}},
 }
+WIDTHS = tuple(k for k, v in INT_RULES.items() if v == HIDDEN)  # a model's width, under its names
+NOT_TIED = ("vocab", "max_", "image", "patch", "position")  # sizes of other things that may equal a width
 LAYOUT_HIDDEN = 48  # a layout model's width: six box embeddings of 8 (LayoutLMv3, LiLT)
 LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
 
@@ -544,10 +546,6 @@ def _configs(d: dict):
     for value in d.values():
         if isinstance(value, dict) and "model_type" in value:
             yield from _configs(value)
-
-
-WIDTHS = tuple(k for k, v in INT_RULES.items() if v == HIDDEN)
-NOT_TIED = ("vocab", "max_", "image", "patch", "position")  # sizes of other things that may equal a width
 
 
 def _follow_widths(old: dict, new: dict) -> None:
