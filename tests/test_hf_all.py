@@ -65,6 +65,17 @@ def test_shrink_makes_a_config_small_and_keeps_its_special_ids():
     assert swin.depths == [1, 1, 1, 1] and swin.num_layers == 4  # a staged config keeps what its stages imply
 
 
+def test_shrink_fills_what_a_default_config_leaves_unset_and_keeps_sizes_it_ties():
+    hunyuan = shrink(transformers.AutoConfig.for_model("hunyuan_v1_dense"))  # head_dim None: its model needs one
+    assert hunyuan.head_dim == hunyuan.hidden_size // hunyuan.num_attention_heads
+    mistral4 = shrink(transformers.AutoConfig.for_model("mistral_large4")).text_config  # per-layer layer indices
+    assert mistral4.kv_source_layers == [0, 1, 2] and len(mistral4.no_rope_layers) == 3
+    molmo2 = shrink(transformers.AutoConfig.for_model("molmo2"))  # vision layers 24 and 18 of 25: inside 3 layers
+    assert all(0 <= i < 3 for i in molmo2.adapter_config.vision_feature_layer)
+    pocket = shrink(transformers.AutoConfig.for_model("pocket_tts"), filled=True)  # a size validated equal to a width
+    assert pocket.flow_head_config.condition_dim == pocket.hidden_size == 32
+
+
 def test_the_summary_counts_in_scope_types_and_groups_reasons():
     rows = [
         Row("a", "pass"),

@@ -280,3 +280,49 @@ def test_timm_stages_as_layers_and_class_tokens():
         torch.testing.assert_close(a, c)
     with pytest.raises(LayaError, match="mix timm stages"):
         build("timm:resnet18", ["layer1", "feature_info.2"])
+
+
+class _TableLayer(nn.Module):
+    """A transformer-like layer taking a per-sample mask and a positions × positions table besides the hidden
+    state (Inkling's relative distances)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, h, mask=None, table=None):
+        mixed = torch.einsum("st,btw->bsw", table, h) * mask  # table: positions × positions, mask: batch × 1 × 1
+        return (self.proj(mixed) + h,)
+
+
+class _TableModel(nn.Module):
+    def __init__(self, width: int = 4, depth: int = 3):
+        super().__init__()
+        self.layers = nn.ModuleList(_TableLayer(width) for _ in range(depth))
+
+    def forward(self, x):
+        mask = torch.arange(1, len(x) + 1, dtype=x.dtype).view(-1, 1, 1)
+        table = torch.randn(x.shape[1], x.shape[1], generator=torch.Generator().manual_seed(0))
+        for layer in self.layers:
+            x = layer(x, mask=mask, table=table)[0]
+        return x
+
+
+def test_replay_after_selecting_as_many_rows_as_positions_repeats_only_per_sample_tensors():
+    """IG refining 5 of 8 samples of 5 positions: a 5 × 5 table recorded beside the calls is not laid out by the
+    batch and is not repeated with Captum's copies (it once was, and the layer failed on its shape)."""
+    from laya_cli.backbones.engines import ReplayEngine
+
+    torch.manual_seed(0)
+    model, x = _TableModel().eval(), torch.randn(8, 5, 4)
+    names = ["layers.0", "layers.1", "layers.2"]
+    engine = ReplayEngine(model, names)
+    with torch.no_grad():
+        taps = engine.run(x, 3)
+        rows = torch.tensor([0, 2, 3, 5, 7])
+        undo = engine.select_rows(rows)
+        copies = 3  # Captum's stacked copies of the selected rows
+        got = engine.replay(0, taps[0][rows].repeat(copies, 1, 1), 3)
+        undo()
+    want = taps[2][rows].repeat(copies, 1, 1)
+    assert torch.allclose(got[-1], want, atol=1e-5)

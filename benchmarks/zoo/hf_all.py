@@ -69,7 +69,8 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
         HEADS,
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), HEADS),
-    **dict.fromkeys(("mamba_n_heads",), HEADS),
+    **dict.fromkeys(("mamba_n_heads", "mamba_num_heads"), HEADS),
+    "mamba_head_dim": HEAD_DIM,  # Nemotron-H's (its mixer as wide as heads × head size, whatever the model's width)
     # linear attention (Qwen3-Next's gated delta net, Kimi's delta attention): its heads and head sizes too
     **dict.fromkeys(("linear_num_heads", "linear_num_key_heads", "linear_num_value_heads"), HEADS),
     **dict.fromkeys(("linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
@@ -90,20 +91,41 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
             "moe_intermediate_size",
             "shared_expert_intermediate_size",
             "expert_intermediate_size",
+            "expert_ffn_hidden_size",
+            "moe_hidden_size",
+            "projector_hidden_size",
         ),
         FFN,
     ),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
-    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "num_selected_experts"), 2),
+    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_k", "num_selected_experts", "moe_topk"), 2),
     **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),  # expert groups: 4 experts make one
+    "zero_expert_num": 4,  # LongCat-Flash's identity experts, as many as the others
+    "base_channels": 32,  # a VQ image tokenizer's first convolution (Emu3's, Chameleon's): GroupNorm's 32 groups
+    "num_res_blocks": 1,
+    "num_embeddings": VOCAB,  # a VQ codebook (Janus's, GLM-Image's): its image-token head is this × the width below
+    "image_token_embed_dim": HIDDEN,
+    # Gemma 3n's last layers reuse the caches of earlier ones, each kind of layer producing one before: three layers
+    # of two kinds cannot share one
+    "num_kv_shared_layers": 0,
     "num_queries": 16,  # a detector's object queries: fewer than a small image's anchors (RT-DETR picks the top k)
     "image_size": IMAGE,
 }
 EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-PER_TOKEN = ("num_experts_per_tok", "num_experts_per_token")  # unset in a default config with experts: 2 of them
+PER_TOKEN = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts")  # unset with experts: 2 of them
+# unset (None) in a default config whose model reads a number: experts a mixture-of-experts layer builds regardless
+# (Dots1, DiffusionGemma), left out where None means a dense model (Gemma 4's) unless the config builds no other way
+UNSET_EXPERTS = {
+    **dict.fromkeys(EXPERTS, 4),
+    **dict.fromkeys(PER_TOKEN, 2),
+    "moe_intermediate_size": FFN,
+    "n_shared_experts": 1,
+}
 # how far a config is shrunk, tried in turn until its model runs: all of it; all of it with its per-layer lists cut
-# (a kind of layer the default config cannot build left out: Qwen4-Exp's indexed attention); layers only; none
-SHRINKS = ("full", "full, cut", "layers", "none")
+# (a kind of layer the default config cannot build left out: Qwen4-Exp's indexed attention); all of it with unset
+# expert counts set (``UNSET_EXPERTS``) and sizes tied to a width it changed following it (``_follow_widths``);
+# layers only; none
+SHRINKS = ("full", "full, cut", "full, filled", "layers", "none")
 FLOAT_RULES = {  # EfficientNet-style scaling coefficients; ViT-MAE's random masking off (a feature extractor's use)
     "width_coefficient": 0.25,
     "depth_coefficient": 0.25,
@@ -121,7 +143,81 @@ WIDTH_LISTS = (
     "neck_hidden_sizes",
     "embed_dim_per_stage",
     "backbone_channel_list",
+    "embed_dim",  # a list in a staged config (Florence-2's DaViT)
 )
+TIMM_VIT = {"embed_dim": HIDDEN, "depth": LAYERS, "num_heads": HEADS}  # a timm ViT's own arguments
+TIMM_FASTVIT = {"layers": [1] * 5, "embed_dims": [16, 16, 32, 32, 32], "cls_ratio": 1.0}
+SEAMLESS = {
+    **dict.fromkeys(("speech_encoder_layers", "t2u_encoder_layers", "t2u_decoder_layers"), LAYERS),
+    **dict.fromkeys(
+        ("speech_encoder_attention_heads", "t2u_encoder_attention_heads", "t2u_decoder_attention_heads"), HEADS
+    ),
+    **dict.fromkeys(("speech_encoder_intermediate_size", "t2u_encoder_ffn_dim", "t2u_decoder_ffn_dim"), FFN),
+    **dict.fromkeys(("unit_embed_dim", "upsample_initial_channel"), HIDDEN),
+    "unit_hifi_gan_vocab_size": VOCAB,
+}
+# (sub-)config model type -> values set after its shrink, where the default config cannot build a model and no
+# generic rule says what it lacks (sizes and lists those of the shrunk config: LAYERS layers, HIDDEN wide)
+OVERRIDES = {
+    "esm": {"pad_token_id": 1},  # no tokenizer in the default config: positions count from the padding id (ESM-2's)
+    # per-layer kinds unset, the model indexes them: LFM2's short convolutions around attention, DeepSeek's
+    # first layer dense and the others mixtures of experts
+    "lfm2_moe": {"layer_types": ["conv", "full_attention", "conv"]},
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse", "sparse"]},
+    # rotary parameters keyed by layer kind, the default config's empty (its model's sections: of a 16-wide head)
+    "cohere_compass_text": {
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}}
+    },
+    # its sliding-window layers' head: their nope and rotary parts (8 + 8 in the shrunk config)
+    "dots3_note_text": {"head_dim": HEAD_DIM},
+    # its image and audio tokens' ranges (codebooks of 131072 and 4096 from fixed offsets) fill the vocabulary
+    "apertus1p5": {"text_config": {"vocab_size": 266752}},
+    "bridgetower_vision_model": {"hidden_size": 64},  # its heads: hidden_size // 64
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},  # validated: the text width // 4
+    # vision layers whose features go to which text layers: unset in the default config, its model counts them; its
+    # Q-Former's heads: the vision width // 64
+    "granite4_vision": {
+        "deepstack_layer_map": [[-1, 0]],
+        "downsample_rate": "1/2",
+        "spatial_target_layers": [0, 1, 2, 2],
+        "vision_config": {"hidden_size": 64},
+    },
+    # its shared transformer block is tied across its hybrid layers: two of them at least
+    "zamba": {"layers_block_type": ["hybrid", "linear_attention", "hybrid"]},
+    # Mimi codec's depthwise upsampling (one group per channel) and the depth decoder's input: the shrunk widths
+    "csm": {"codec_config": {"upsample_groups": HIDDEN}, "depth_decoder_config": {"backbone_hidden_size": HIDDEN}},
+    # the audio padding token: the last of the embedding table after the text and 32 codebooks of 2049
+    "kyutai_speech_to_text": {"audio_pad_token_id": VOCAB + 32 * 2049},
+    "mobilevitv2": {"image_size": 64},  # 32× downsampled, then unfolded into 2 × 2 patches: 32 px leave none
+    # no image size in its config (the sweep's default: 64 px): its extra 32× feature level needs 2 × 2 at least
+    "deformable_detr": {"image_size": 128},
+    "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image
+    # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
+    "dory": {
+        "num_hidden_layers": 2 * LAYERS,
+        **dict.fromkeys(("n_input_layers", "n_recurrent_layers", "n_output_layers"), 2),
+        "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"],
+    },
+    # timm towers: the arguments of a small MobileNet-V5 or FastViT (five stages, one block each, its attention stages
+    # one 32-wide head; its features as wide as the config's width, 32); a ViT where the model reads one's width
+    # (Perception LM's default config names a ResNet)
+    "fast_vlm": {"vision_config": {"model_args": {"inference_mode": True, **TIMM_FASTVIT}}},
+    "gemma3n": {"vision_config": {"model_args": {"channel_multiplier": 0.125}}},  # MobileNet-V5 at an eighth
+    # the Conformer speech encoder's width and head size (``hidden_dim`` elsewhere: DistilBERT's feed-forward size)
+    **dict.fromkeys(
+        ("granite_speech_encoder", "granite_speech_plus_encoder"), {"hidden_dim": HIDDEN, "dim_head": HEAD_DIM}
+    ),
+    # SeamlessM4T's speech encoder, text-to-unit model and vocoder, sized by keys of their own
+    **dict.fromkeys(("seamless_m4t", "seamless_m4t_v2"), SEAMLESS),
+    # VibeVoice's audio tokenizers: channels doubling over seven stages from this many
+    **dict.fromkeys((f"vibevoice_acoustic_tokenizer{s}" for s in ("", "_encoder", "_decoder")), {"num_filters": 4}),
+    # attributes a sub-config lacks that its model reads (a composite config sets them; alone, it does not)
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},  # its model clamps by clip_qkv, None or not
+    "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
+    "perception_lm": {"vision_config": {"architecture": "vit_pe_core_large_patch14_336", "model_args": TIMM_VIT}},
+}
+WIDTHS = tuple(k for k, v in INT_RULES.items() if v == HIDDEN)  # a model's width, under its names
+NOT_TIED = ("vocab", "max_", "image", "patch", "position")  # sizes of other things that may equal a width
 LAYOUT_HIDDEN = 48  # a layout model's width: six box embeddings of 8 (LayoutLMv3, LiLT)
 LIST_RULES = {"depths": 1, "num_heads": HEADS, "encoder_depths": 1, "decoder_depths": 1}  # per-stage lists
 
@@ -174,16 +270,19 @@ def _ints(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, int) for v in value)
 
 
-def shrink_dict(d: dict, full: bool = True, kinds: bool = True) -> dict:
+def shrink_dict(d: dict, full: bool = True, kinds: bool = True, experts: bool = False) -> dict:
     """A config's ``to_dict()`` made small in place (sub-configs too): fewer layers and a smaller image always; with
     ``full``, narrower too (widths, heads, feed-forward, experts, per-stage lists, vocabulary — never below the
-    special token ids)."""
+    special token ids); sizes a default config leaves unset set (``_fill_unset``)."""
     widths: dict[int, int] = {}  # a sub-config's stage widths, old -> new: the same widths named above it follow
+    vision_layers = _layers(d.get("vision_config"))
     for value in d.values():
         if isinstance(value, dict) and "model_type" in value:
             before = {k: value.get(k) for k in WIDTH_LISTS if _ints(value.get(k))}
-            shrink_dict(value, full, kinds)
+            shrink_dict(value, full, kinds, experts)
             widths.update(p for k, v in before.items() if _ints(value.get(k)) for p in zip(v, value[k]))
+    _fill_unset(d, experts)
+    _shrink_feature_layers(d, vision_layers)
     staged = isinstance(d.get("depths"), (list, tuple))  # Swin-like: layers and width follow from the stages
     old = dict(d)
     for key in (*WIDTH_LISTS, "encoder_in_channels"):  # SAM 2's channel list, RT-DETR's: its backbone's widths
@@ -196,14 +295,69 @@ def shrink_dict(d: dict, full: bool = True, kinds: bool = True) -> dict:
         if isinstance(value, int) and not isinstance(value, bool) and value > small:
             d[key] = small
     _shrink_layer_lists(d, old, kinds)
+    _shrink_block_types(d)
     if full:
         _shrink_widths(d, old)
         _shrink_experts(d)
         _shrink_ssm(d)
         _shrink_rope(d, old)
+        if d.get("model_type") == "timm_wrapper" and str(d.get("architecture")).startswith("vit_"):
+            d["model_args"] = {**(d.get("model_args") or {}), **TIMM_VIT}  # a timm ViT tower (PE Video's)
     if _ints(d.get("image_size")) and len(d["image_size"]) == 2 and min(d["image_size"]) > 64:
         d["image_size"] = [64, 64]
+    _merge(d, OVERRIDES.get(d.get("model_type"), {}))
     return d
+
+
+def _layers(d) -> int | None:
+    """A config's own layer count (None where it names none)."""
+    return next((d[k] for k in LAYER_KEYS if isinstance(d.get(k), int)), None) if isinstance(d, dict) else None
+
+
+def _shrink_feature_layers(d: dict, old_layers: int | None) -> None:
+    """The vision layers whose features a multimodal model reads (``vision_feature_layer``, here or in an adapter's
+    sub-config), counted from the first and past the shrunk tower's, kept as far from its last (Molmo 2's 24 and 18
+    of 25)."""
+    layers = _layers(d.get("vision_config"))
+    if not isinstance(old_layers, int) or not isinstance(layers, int) or layers == old_layers:
+        return
+    for c in (d, *(v for v in d.values() if isinstance(v, dict) and "model_type" in v)):
+        value = c.get("vision_feature_layer")
+        if isinstance(value, int) or _ints(value):
+            new = [x if x < layers else max(0, layers - (old_layers - x)) for x in _listed(value)]
+            c["vision_feature_layer"] = new[0] if isinstance(value, int) else new
+
+
+def _listed(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _merge(d: dict, changes: dict) -> None:
+    """``changes`` set in ``d``, those of a sub-config in it."""
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(d.get(key), dict) and "model_type" in d[key]:
+            _merge(d[key], value)
+        else:
+            d[key] = value
+
+
+def _fill_unset(d: dict, experts: bool) -> None:
+    """Sizes a default config leaves unset (None) where its model reads a number (transformers' defaults that do not
+    build): the head size its width and heads imply (Hunyuan, Ministral), as many key-value heads as heads
+    (Nemotron), a vocabulary (ESM), an empty map of image tokens; with ``experts``, expert counts
+    (``UNSET_EXPERTS``)."""
+    heads, width = d.get("num_attention_heads"), d.get("hidden_size")
+    if "head_dim" in d and d["head_dim"] is None and isinstance(heads, int) and heads and isinstance(width, int):
+        d["head_dim"] = width // heads
+    if "num_key_value_heads" in d and d["num_key_value_heads"] is None and isinstance(heads, int):
+        d["num_key_value_heads"] = heads
+    if "vocab_size" in d and d["vocab_size"] is None:
+        d["vocab_size"] = max([VOCAB, *(i + 1 for i in _special_ids(d))])
+    if "vocabulary_map" in d and d["vocabulary_map"] is None:  # image tokens' names (Chameleon, Emu3): none mapped
+        d["vocabulary_map"] = {}
+    for key, small in UNSET_EXPERTS.items() if experts else ():
+        if key in d and d[key] is None:
+            d[key] = small
 
 
 def _layer_lists(d: dict, layers: int) -> list[str]:
@@ -233,10 +387,32 @@ def _shrink_layer_lists(d: dict, old: dict, kinds: bool = True) -> None:
     for k, small in INT_RULES.items():  # per-layer sizes (Gemma 3n's intermediate_size: one per layer)
         if _ints(old.get(k)) and len(old[k]) == old[key]:
             d[k] = [min(old[k][i], small) for i in index]
+    for k, v in old.items():  # per-layer 0/1 flags (Mistral 4's no_rope_layers) and layer indices (kv_source_layers)
+        if k in INT_RULES or not _ints(v) or len(v) != old[key]:
+            continue
+        if set(v) <= {0, 1}:
+            d[k] = [v[i] for i in index]
+        elif all(0 <= x <= i for i, x in enumerate(v)):  # each layer's source: itself or an earlier one, kept
+            d[k] = [index.index(v[i]) if v[i] in index else n for n, i in enumerate(index)]
     per_layer = old.get("per_layer_config")
     if isinstance(per_layer, dict) and all(str(k).isdigit() for k in per_layer):
         by_layer = {int(k): v for k, v in per_layer.items()}
-        d["per_layer_config"] = {str(n): by_layer[i] for n, i in enumerate(index) if i in by_layer}
+        d["per_layer_config"] = {str(n): _small(by_layer[i]) for n, i in enumerate(index) if i in by_layer}
+
+
+def _shrink_block_types(d: dict) -> None:
+    """A config whose layers are its list of block kinds (Nemotron-H's ``layers_block_type``, no layer count): its
+    first LAYERS blocks and the first of each kind after them."""
+    blocks = d.get("layers_block_type")
+    if _layers(d) is not None or not isinstance(blocks, list) or not all(isinstance(b, str) for b in blocks):
+        return
+    keep = sorted(set(range(min(LAYERS, len(blocks)))) | {blocks.index(b) for b in blocks})
+    d["layers_block_type"] = [blocks[i] for i in keep]
+
+
+def _small(d: dict) -> dict:
+    """One layer's own sizes (``per_layer_config``) no larger than ``INT_RULES``'s."""
+    return {k: min(v, INT_RULES[k]) if k in INT_RULES and isinstance(v, int) else v for k, v in d.items()}
 
 
 def _shrink_ssm(d: dict) -> None:
@@ -244,6 +420,8 @@ def _shrink_ssm(d: dict) -> None:
     group."""
     if all(isinstance(d.get(k), int) for k in ("num_heads", "head_dim", "expand", "hidden_size", "n_groups")):
         d["num_heads"] = max(1, d["expand"] * d["hidden_size"] // d["head_dim"])
+        d["n_groups"] = 1
+    if isinstance(d.get("mamba_num_heads"), int) and isinstance(d.get("n_groups"), int):  # Nemotron-H: groups of heads
         d["n_groups"] = 1
 
 
@@ -346,16 +524,51 @@ def _changed(old: dict, new: dict) -> dict:
     return out
 
 
-def shrink(config, full: bool = True, kinds: bool = True):
+def shrink(config, full: bool = True, kinds: bool = True, filled: bool = False):
     """A small copy of ``config``: its type built again with the shrunk values (``shrink_dict``) as arguments, so
-    what it derives from them (stage names, per-layer lists) follows."""
+    what it derives from them (stage names, per-layer lists) follows; with ``filled``, unset expert counts set and
+    sizes tied to a width following it."""
     import copy
 
     import transformers
 
     old = config.to_dict()
-    changes = _changed(old, shrink_dict(copy.deepcopy(old), full, kinds))
+    new = shrink_dict(copy.deepcopy(old), full, kinds, experts=filled)
+    if filled:
+        _follow_widths(old, new)
+    changes = _changed(old, new)
     return transformers.AutoConfig.for_model(config.model_type, **changes)
+
+
+def _configs(d: dict):
+    """``d`` and its sub-configs, depth first."""
+    yield d
+    for value in d.values():
+        if isinstance(value, dict) and "model_type" in value:
+            yield from _configs(value)
+
+
+def _follow_widths(old: dict, new: dict) -> None:
+    """Sizes the shrink left as they were that equal a width it changed (anywhere in the config), set to that width's
+    new value: an input or output tied to another tower's width and validated so (a codec's ``codebook_dim`` equal to
+    its ``hidden_size``, Pocket TTS's flow head's ``condition_dim`` to its backbone's, NeMo's ``audio_hidden_size``)."""
+    widths: dict[int, set] = defaultdict(set)
+    for o, n in zip(_configs(old), _configs(new)):
+        for k in WIDTHS:
+            if isinstance(o.get(k), int) and n.get(k) != o[k]:
+                widths[o[k]].add(n[k])
+    for o, n in zip(_configs(old), _configs(new)):
+        for k, v in o.items():
+            tied = ("dim" in k or k.endswith(("hidden_size", "input_size"))) and not any(x in k for x in NOT_TIED)
+            if tied and k not in INT_RULES and type(v) is int and n.get(k) == v and len(widths.get(v, ())) == 1:
+                n[k] = next(iter(widths[v]))
+
+
+def _shrunk(base, how: str):
+    """``base`` shrunk as ``how`` (one of ``SHRINKS``) says."""
+    if how == "none":
+        return base
+    return shrink(base, full=how != "layers", kinds=how != "full, cut", filled=how == "full, filled")
 
 
 def _input_kind(model) -> str:
@@ -391,7 +604,8 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
     errors, built, kind = [], None, ""
     for how in SHRINKS:
         try:
-            config = shrink(base, full=how != "layers", kinds=how != "full, cut") if how != "none" else base
+            config = _shrunk(base, how)
+            _name_architecture(transformers, config)
             with torch.device("meta"):  # counted before anything is allocated
                 meta = transformers.AutoModel.from_config(config)
             kind = kind or _input_kind(meta)  # OutOfScope: neither tokens nor images
@@ -415,6 +629,17 @@ def build_folder(model_type: str, folder: Path) -> tuple[str, str]:
     model, kind, how = built
     model.save_pretrained(folder)
     return kind, how
+
+
+def _name_architecture(transformers, config) -> None:
+    """AutoModel picks among a type's classes by ``config.architectures``, which a default config leaves None (and
+    iterating None fails: Funnel's): the first of them named, AutoModel's own default."""
+    try:
+        classes = transformers.AutoModel._model_mapping[type(config)]
+    except Exception:  # noqa: BLE001 - a type AutoModel does not map: from_config says so
+        return
+    if isinstance(classes, (list, tuple)) and classes and config.architectures is None:
+        config.architectures = [classes[0].__name__]
 
 
 def _class_kind(transformers, config) -> str:

@@ -158,11 +158,16 @@ class ReplayEngine(HookEngine):
         super().__init__(model, names)
         self.calls: list[tuple[tuple, dict] | None] = [None] * len(self.names)
         self.batch = 0  # rows of the batch the calls were recorded on
+        # per call, the ids of its tensors laid out by the batch's rows, decided when it was recorded: a batch of
+        # as many rows as a sequence has positions later (IG refining 9 samples of 9 tokens) cannot tell a
+        # positions × positions table (Inkling's relative distances) from a per-sample tensor by its shape
+        self.laid: list[set[int]] = [set() for _ in self.names]
 
     def run(self, x, k: int, pre=None, replace=None) -> list:
         def keep(i, args, kwargs):
             self.calls[i] = (tuple(args[1:]), dict(kwargs))
             self.batch = len(args[0])
+            self.laid[i] = {id(t) for t in _tensors(self.calls[i]) if t.ndim and t.shape[0] == self.batch}
             if pre is not None:
                 pre(i, args, kwargs)
 
@@ -171,12 +176,16 @@ class ReplayEngine(HookEngine):
     def select_rows(self, rows: Tensor) -> Callable[[], None]:
         """The recorded calls of only ``rows`` of the last batch (IG refining some of its samples): every tensor
         laid out by the batch's rows is indexed; broadcast shapes (a 1×… mask, rotary tables) stay as they are."""
-        saved, batch = list(self.calls), self.batch
+        saved, batch, laid = list(self.calls), self.batch, list(self.laid)
         self.calls = [None if c is None else _select(c, rows, batch) for c in saved]
+        self.laid = [
+            set() if c is None else {id(t) for t in _tensors(c) if id(t) not in _ids(old)}  # those it indexed
+            for c, old in zip(self.calls, saved)
+        ]
         self.batch = len(rows)
 
         def undo():
-            self.calls, self.batch = saved, batch
+            self.calls, self.batch, self.laid = saved, batch, laid
 
         return undo
 
@@ -187,10 +196,10 @@ class ReplayEngine(HookEngine):
             if self.calls[j] is None:
                 raise LayaError(f"layer {self.names[j]} has not run on this batch yet")
             args, kwargs = self.calls[j]
-            rows = len(h)
+            rows, laid = len(h), self.laid[j]
             module = self.hooks.modules[split_call(self.names[j])[0]]
             try:
-                h = first_tensor(module(h.contiguous(), *_rows(args, rows), **_rows(kwargs, rows)))
+                h = first_tensor(module(h.contiguous(), *_rows(args, rows, laid), **_rows(kwargs, rows, laid)))
             except Exception as e:  # a layer whose recorded call does not fit this batch: one line, not a traceback
                 detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
                 raise LayaError(
@@ -201,16 +210,30 @@ class ReplayEngine(HookEngine):
         return out
 
 
-def _rows(value, rows: int):
-    """``value`` (a call's tensors, nested in tuples/dicts) for a batch of ``rows``: tensors of the recorded
-    batch repeated as Captum stacks copies of it; anything else (broadcast shapes, None, flags) as it is."""
+def _rows(value, rows: int, laid: set[int]):
+    """``value`` (a call's tensors, nested in tuples/dicts) for a batch of ``rows``: tensors laid out by the
+    recorded batch's rows (``laid``: their ids) repeated as Captum stacks copies of it; anything else (broadcast
+    shapes, position tables, None, flags) as it is."""
     if isinstance(value, dict):
-        return {k: _rows(v, rows) for k, v in value.items()}
+        return {k: _rows(v, rows, laid) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_rows(v, rows) for v in value)
-    if isinstance(value, Tensor) and value.ndim and 1 < value.shape[0] < rows and rows % value.shape[0] == 0:
+        return type(value)(_rows(v, rows, laid) for v in value)
+    if isinstance(value, Tensor) and id(value) in laid and 1 < value.shape[0] < rows and rows % value.shape[0] == 0:
         return stack_copies(value, rows // value.shape[0])
     return value
+
+
+def _tensors(value) -> list[Tensor]:
+    """The tensors of a recorded call (nested in tuples/dicts)."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return [value] if isinstance(value, Tensor) else []
+
+
+def _ids(value) -> set[int]:
+    return {id(t) for t in _tensors(value)}
 
 
 def _select(value, rows: Tensor, batch: int):
