@@ -34,6 +34,7 @@ from .options import (
     StopOn,
     Task,
     TauStart,
+    split_csv,
     train_request,
     with_job_options,
 )
@@ -161,7 +162,7 @@ def train_language_model(
         layer_dropout=layer_dropout,
         seed=seed,
         device=pick_device(device),
-        layers=[p for p in (job.layers or "").split(",") if p],
+        layers=split_csv(job.layers),
         pretrained=job.pretrained is not False,
         head=HeadConfig(d_star=job.d_star, tau=job.tau, score_hidden=job.score_hidden),
         command_line=current_run().record,

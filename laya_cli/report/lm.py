@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .cells import md_table, rich_table
+from .cells import align_of, justify, md_table, rich_table
 
 HEADER = ("layer", "logit lens KL", "logit lens CE", "tuned lens KL", "tuned lens CE", "laya mean α")
 
@@ -27,13 +27,18 @@ def caption(metrics: dict) -> str:
     return f"held-out, {metrics['tokens']:,} positions; KL to the model's final distribution and CE, bits per token"
 
 
-def lm_layers_table(metrics: dict, layers: Sequence[str]):
-    table = rich_table("language model: layers and heads", caption=caption(metrics))
-    for i, name in enumerate(HEADER):
-        table.add_column(name, justify="left" if i == 0 else "right")
-    for row in lm_rows(metrics, layers):
+def _terminal(title: str, header: Sequence[str], rows, caption: str | None = None, left: Sequence[int] = (0,)):
+    """One rich table of ``rows`` under ``header``: the ``left`` columns text, the others numbers."""
+    table = rich_table(title, caption=caption)
+    for name, align in zip(header, align_of(header, left)):
+        table.add_column(name, justify=justify(align))
+    for row in rows:
         table.add_row(*row)
     return table
+
+
+def lm_layers_table(metrics: dict, layers: Sequence[str]):
+    return _terminal("language model: layers and heads", HEADER, lm_rows(metrics, layers), caption(metrics))
 
 
 def lm_markdown(metrics: dict, layers: Sequence[str]) -> str:
@@ -112,18 +117,10 @@ def exit_caption(result: dict) -> str:
 
 
 def exit_rich_tables(result: dict) -> list:
-    tables = []
-    for title, (header, rows) in (
-        ("early exit per token: the threshold sweep", exit_sweep_rows(result)),
-        ("early exit per token: within 1 % cross-entropy", exit_best_rows(result)),
-    ):
-        table = rich_table(title, caption=exit_caption(result) if "within" in title else None)
-        for i, name in enumerate(header):
-            table.add_column(name, justify="left" if i == 0 else "right")
-        for row in rows:
-            table.add_row(*row)
-        tables.append(table)
-    return tables
+    return [
+        _terminal("early exit per token: the threshold sweep", *exit_sweep_rows(result)),
+        _terminal("early exit per token: within 1 % cross-entropy", *exit_best_rows(result), exit_caption(result)),
+    ]
 
 
 def exit_markdown(result: dict) -> str:
@@ -148,10 +145,5 @@ def by_position_rows(by_position: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def by_position_table(by_position: dict):
-    header, rows = by_position_rows(by_position)
-    table = rich_table("faithfulness by position in the block", caption="mean Spearman ρ over the positions in range")
-    for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i < 2 else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    caption = "mean Spearman ρ over the positions in range"
+    return _terminal("faithfulness by position in the block", *by_position_rows(by_position), caption, left=(0, 1))
