@@ -312,3 +312,54 @@ def test_a_gate_on_a_language_models_audit_fails_the_build(trained, tmp_path):
     assert ok.exit_code == 0, ok.output
     missed = invoke("audit", path, "--samples", "60", "--compare", "laya", "--fail-under", "laya:faithfulness=1.01")
     assert missed.exit_code == 1 and "FAIL" in missed.output
+
+
+def test_an_eos_token_outside_the_vocabulary_is_one_line(lm_dir, tmp_path):
+    """A config whose eos_token_id the model cannot embed (GPT-Neo's default 50256 on a small vocabulary)."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    folder = tmp_path / "model"
+    shutil.copytree(lm_dir / "model", folder)
+    config = AutoConfig.from_pretrained(folder)
+    config.eos_token_id = 50256
+    config.save_pretrained(folder)
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{folder}", "--dataset", f"text:{lm_dir / 'corpus'}",
+               "--block-size", "16", "--epochs", "1", "--out", out, "--quiet")  # fmt: skip
+    assert_user_error(r, "token id 50256 is outside the model's vocabulary")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("family", ["llama", "cohere", "gemma2", "opt"])
+def test_the_readout_is_the_models_logits_across_families(lm_dir, tmp_path, family):
+    """Declared logit scales (Cohere) and soft caps (Gemma 2, a cap small enough to bite) are part of the readout."""
+    import transformers as T
+
+    small = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, vocab_size=320,
+                 max_position_embeddings=64, initializer_range=0.5)  # fmt: skip
+    configs = {
+        "llama": lambda: T.LlamaConfig(num_key_value_heads=2, **small),
+        "cohere": lambda: T.CohereConfig(num_key_value_heads=2, logit_scale=0.3, **small),
+        "gemma2": lambda: T.Gemma2Config(num_key_value_heads=2, head_dim=16, final_logit_softcapping=2.0, **small),
+        "opt": lambda: T.OPTConfig(
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            ffn_dim=64,
+            vocab_size=320,
+            max_position_embeddings=64,
+            word_embed_proj_dim=32,
+        ),  # fmt: skip
+    }
+    torch.manual_seed(0)
+    causal = T.AutoModelForCausalLM.from_config(configs[family]()).eval()
+    causal.save_pretrained(tmp_path / family)
+    T.AutoTokenizer.from_pretrained(lm_dir / "model").save_pretrained(tmp_path / family)
+    lm = build_language_model(BackboneSpec(f"hf:{tmp_path / family}", pretrained=True, task="lm"))
+    ids = torch.randint(0, 320, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got = lm.readout(lm.backbone.activations(torch.stack([ids, torch.ones_like(ids)], 1))[-1])
+        want = T.AutoModelForCausalLM.from_pretrained(tmp_path / family).eval()(input_ids=ids).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)

@@ -4,7 +4,8 @@ The readout is how the model itself turns a hidden state into next-token logits:
 unembedding (``lm_head``), both frozen. laya does not guess the final norm from a list of names: it tries every
 norm module of the model outside its layers (and none) on a probe batch, and keeps the one with which the last
 layer's output gives the model's own logits. A model whose logits are something else (a soft cap, a logit scale)
-is refused in one line: a lens read through another readout would be a silent wrong result.
+is refused in one line: a lens read through another readout would be a silent wrong result. A logit scale or a
+soft cap the config declares (Cohere, Gemma 2) is part of the readout.
 """
 
 from __future__ import annotations
@@ -24,15 +25,19 @@ from .weights import hf_cache_dir, hub_session, offline, weights_sha256
 
 
 class Readout(nn.Module):
-    """logits = unembedding(final_norm(h)): the model's own last step, frozen."""
+    """logits = unembedding(final_norm(h)): the model's own last step, frozen — times the logit scale its config
+    declares (Cohere's ``logit_scale``), soft-capped where it declares a cap (Gemma 2's ``final_logit_softcapping``:
+    cap · tanh(logits / cap))."""
 
-    def __init__(self, norm: nn.Module, unembedding: nn.Module):
+    def __init__(self, norm: nn.Module, unembedding: nn.Module, scale: float = 1.0, softcap: float | None = None):
         super().__init__()
         self.norm, self.unembedding = norm, unembedding
+        self.scale, self.softcap = float(scale), softcap
         self.requires_grad_(False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.unembedding(self.norm(h))
+        logits = self.unembedding(self.norm(h)) * self.scale
+        return logits if self.softcap is None else self.softcap * torch.tanh(logits / self.softcap)
 
     @property
     def vocabulary(self) -> int:
@@ -105,13 +110,17 @@ def find_readout(causal: nn.Module, backbone: TappedBackbone, where: str) -> Rea
         last = backbone.activations(batch)[-1].float()
     finally:
         causal.train(was)
+    config = causal.config
+    scale, softcap = getattr(config, "logit_scale", None) or 1.0, getattr(config, "final_logit_softcapping", None)
     for _name, norm in _norm_candidates(backbone.model, backbone.layer_names):
-        got = head(norm(last.to(head.weight.dtype))).float()
+        readout = Readout(norm, head, scale, softcap)
+        got = readout(last.to(head.weight.dtype)).float()
         if got.shape == logits.shape and torch.allclose(got, logits, atol=1e-4, rtol=1e-3):
-            return Readout(norm, head)
+            return readout
     raise LayaError(
         f"hf:{where}'s logits are not its unembedding of a final norm of its last layer (soft-capped or scaled "
-        "logits?): laya --task lm reads every layer through the model's own readout and cannot find it"
+        "beyond what its config declares?): laya --task lm reads every layer through the model's own readout and "
+        "cannot find it"
     )
 
 

@@ -24,6 +24,12 @@ def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
     """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token. The
     frozen model runs under bf16 autocast on CUDA (``runtime.device.autocast``); the states come back float32."""
     x = x.to(lm.readout.unembedding.weight.device)
+    top, vocabulary = int(x[:, 0].max()), lm.readout.vocabulary
+    if top >= vocabulary:  # an embedding lookup out of range is an IndexError deep in torch: say which id, once
+        raise LayaError(
+            f"token id {top} is outside the model's vocabulary of {vocabulary}: its tokenizer or its eos_token_id "
+            "does not match the model"
+        )
     with autocast(x.device):
         states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
     hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
