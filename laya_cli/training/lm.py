@@ -178,7 +178,7 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     tuned = TunedLens(lm.num_layers, width, lm.readout).to(req.device)
     params = [p for m in (laya, tuned) for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=req.lr)
-    history, best, best_state, stale = [], None, None, 0
+    history, best, best_state, metrics, stale = [], None, None, None, 0
     for epoch in range(1, req.epochs + 1):
         start = time.perf_counter()
         loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch)
@@ -191,14 +191,19 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         if on_epoch:
             on_epoch(record)
         if improved:
-            best, best_state, stale = score, (copy.deepcopy(stored_weights(laya)), stored_weights(tuned)), 0
+            best, best_state, metrics, stale = (
+                score,
+                (copy.deepcopy(stored_weights(laya)), copy.deepcopy(stored_weights(tuned))),  # .cpu() may alias
+                val,
+                0,
+            )
         else:
             stale += 1
             if stale >= req.patience:
                 break
     laya.load_state_dict(best_state[0], strict=False)
     tuned.load_state_dict(best_state[1], strict=False)
-    metrics = evaluate(lm, laya, tuned, batches(lm, corpus, "test", block, req.batch_size), req.eval_tokens)
+    # metrics: the best epoch's held-out figures, measured on the weights just restored (not measured again)
     reference = layer_means(lm, batches(lm, corpus, "train", block, req.batch_size), req.eval_tokens)
     ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference)
     save_checkpoint(ckpt, req.out)
