@@ -269,9 +269,7 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
     for name, ml in lists.items():
         for c, child in enumerate(ml):
             handles.append(
-                child.register_forward_hook(
-                    lambda m, a, o, name=name, c=c: calls[name].append((c, o[0] if isinstance(o, (tuple, list)) else o))
-                )
+                child.register_forward_hook(lambda m, a, o, name=name, c=c: calls[name].append((c, first_tensor(o))))
             )
     try:
         with torch.no_grad(), eval_mode(model):
