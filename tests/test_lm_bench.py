@@ -81,6 +81,10 @@ def test_a_second_bench_reuses_the_finished_runs(benched, lm_dir):
     again = json.loads(out.read_text())
     assert not any(run["trained"] for run in again["runs"])
     assert again["objectives"] == doc["objectives"]
+    other = root / "other.json"  # the same runs asked with another learning rate: refused, nothing retrained
+    r = invoke(*_args(lm_dir, root / "runs", "--seeds", "2", "--lr", "0.01", "--json", other, "--quiet"))
+    assert_user_error(r, "trained with other options")
+    assert not other.exists()
     md = (root / "b.md").read_text()
     assert md.startswith("# laya bench --task lm") and "## --objective ce" in md and " ± " in md
 

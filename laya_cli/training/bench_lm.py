@@ -89,16 +89,16 @@ def _comparable(config: dict) -> dict:
 
 
 def _reusable(bench: LMBenchRequest, req: LMRequest) -> dict | None:
-    """The run's checkpoint when it was trained with the same options (never with ``--redo``)."""
+    """The run's checkpoint when it was trained with the same options (never with ``--redo``); one trained with
+    other options is refused, as the classifiers' bench refuses it, rather than overwritten."""
     if bench.redo or not Path(req.out).is_file():
         return None
-    try:
-        ckpt = read_checkpoint(req.out)
-    except LayaError:
-        return None
+    ckpt = read_checkpoint(req.out)
     same_head = (ckpt.get("head") or {}).get("config") == req.head.to_dict()
     same = _comparable(ckpt.get("train_config") or {}) == _comparable(train_config(req))
-    return ckpt if same and same_head and ckpt.get("task") == "lm" else None
+    if not (same and same_head and ckpt.get("task") == "lm"):
+        raise LayaError(f"{req.out} was trained with other options: --redo retrains every run, or give another --out")
+    return ckpt
 
 
 def _record(path: Path) -> dict | None:
@@ -122,11 +122,11 @@ def audit_run(bench: LMBenchRequest, ckpt: dict) -> dict:
     return {"n_samples": doc["n_samples"], "accuracy": doc["accuracy"], "methods": methods}
 
 
-def run_one(bench: LMBenchRequest, objective: str, seed: int) -> dict:
-    """One run: trained (or its checkpoint reused), audited (or its audit reused); its record."""
+def run_one(bench: LMBenchRequest, objective: str, seed: int, ckpt: dict | None) -> dict:
+    """One run: trained (or its checkpoint ``ckpt`` reused), audited (or its audit reused); its record."""
     req = bench.run_request(objective, seed)
     rec_path = Path(req.out).with_suffix(".json")
-    ckpt, trained, start = _reusable(bench, req), False, time.perf_counter()
+    trained, start = False, time.perf_counter()
     rec = _record(rec_path) if ckpt is not None else None
     if ckpt is None:
         ckpt, trained = train_lm(req), True
@@ -177,8 +177,9 @@ def run_lm_bench(bench: LMBenchRequest, on_run: Callable[[dict, int, int], None]
         raise LayaError(f"cannot create the bench folder {bench.folder}: {e.strerror or e}") from None
     start, records = time.perf_counter(), []
     pairs = [(o, s) for o in bench.objectives for s in bench.seed_values]
-    for i, (objective, seed) in enumerate(pairs, 1):
-        records.append(run_one(bench, objective, seed))
+    reused = [_reusable(bench, bench.run_request(o, s)) for o, s in pairs]  # a mismatch: before any training
+    for i, ((objective, seed), ckpt) in enumerate(zip(pairs, reused), 1):
+        records.append(run_one(bench, objective, seed, ckpt))
         if on_run:
             on_run(records[-1], i, len(pairs))
     layers = list(read_checkpoint(records[0]["checkpoint"])["layers"])
