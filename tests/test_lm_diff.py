@@ -86,12 +86,14 @@ def test_the_change_is_the_difference_of_two_independent_audits(pair, tmp_path):
 
 def test_markdown_and_terminal_tables(pair, tmp_path):
     _, a, b = pair
-    md = tmp_path / "d.md"
-    r = invoke("diff", a, b, "--samples", "60", "--markdown", md)
+    md, js = tmp_path / "d.md", tmp_path / "d.json"
+    r = invoke("diff", a, b, "--samples", "60", "--scope", "network", "--markdown", md, "--json", js)
     assert r.exit_code == 0, r.output
     assert "per-token faithfulness" in r.output and "by position" in r.output
     text = md.read_text()
-    assert text.startswith("### laya diff (language models)") and "| head | laya |" in text
+    assert text.startswith("### laya diff (language models)") and "| network | laya |" in text
+    doc = json.loads(js.read_text())
+    assert set(doc["scopes"]) == {"network"} and 0 <= doc["accuracy"]["a"] <= 1
 
 
 def test_a_language_model_beside_a_classifier_is_one_line(pair, digits_ckpt, tmp_path):
