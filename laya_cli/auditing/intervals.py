@@ -72,8 +72,17 @@ def network_intervals(methods: dict, rho: Mapping, d1: Mapping, common: Mapping[
     level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
     if not level or not n_boot:
         return
+    columns = network_columns(methods, rho, d1, common)
+    for m, found in method_intervals(columns, level, n_boot, settings.seed + _SEED).items():
+        methods[m].intervals = found["intervals"]
+        methods[m].vs_laya = found["vs_laya"]
+
+
+def network_columns(methods: dict, rho: Mapping, d1: Mapping, common: Mapping[str, Tensor]) -> dict[str, dict]:
+    """Each available method's per-sample columns at network scope (faithfulness NaN where the effects are
+    degenerate, Deletion@1, its oracle and random expectation), as ``method_columns`` gives them at head scope."""
     nan = float("nan")
-    columns = {
+    return {
         m: {
             "faithfulness": rho[m].double().masked_fill(common["degenerate"], nan).cpu().numpy(),
             "deletion@1": d1[m].double().cpu().numpy(),
@@ -83,6 +92,3 @@ def network_intervals(methods: dict, rho: Mapping, d1: Mapping, common: Mapping[
         for m, s in methods.items()
         if s.available and m in rho and m in d1
     }
-    for m, found in method_intervals(columns, level, n_boot, settings.seed + _SEED).items():
-        methods[m].intervals = found["intervals"]
-        methods[m].vs_laya = found["vs_laya"]

@@ -32,7 +32,7 @@ from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
 from .budget import RowCosts, _OutputBytes, plan_from_costs
-from .intervals import network_intervals
+from .intervals import network_columns, network_intervals
 from .metrics import degenerate_effects, deletion_at_1, head_ablation, spearman_rows, target_probability, tie_undefined
 from .network import NetworkResult, _method_scores
 from .results import AuditResult, ties_block
@@ -78,9 +78,11 @@ def held_out_text(model: LensModel, dataset: str | None, encoding: str | None = 
     return name, corpus, int(model.ckpt["dataset"]["block_size"])
 
 
-def token_data(model: LensModel, dataset: str | None, max_tokens: int, batch_size: int) -> TokenData:
+def token_data(
+    model: LensModel, dataset: str | None, max_tokens: int, batch_size: int, encoding: str | None = None
+) -> TokenData:
     """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
-    name, corpus, block = held_out_text(model, dataset)
+    name, corpus, block = held_out_text(model, dataset, encoding)
     states, targets, blocks, n = [], [], [], 0
     for x in batches(model.lm, corpus, "test", block, batch_size):
         hs, y = token_states(model.lm, x)
@@ -215,7 +217,9 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if m not in NETWORK_METHODS and plan.reasons[m]]
     network = NetworkResult(methods=scores, patched="full", reference="bypass", notes=notes, ties=ties)
     accuracy = float((got["pred"] == got["label"]).double().mean())
-    network.samples = {"faithfulness": rho, "deletion@1": d1, "delta": delta, "accuracy": accuracy}
+    network.samples = {"faithfulness": rho, "deletion@1": d1, "delta": delta, "accuracy": accuracy,
+                       "columns": network_columns(scores, rho, d1, common), "alpha": got["laya"],
+                       "predicted": got["pred"], "label": got["label"]}  # fmt: skip
     return network
 
 
@@ -267,15 +271,17 @@ def token_audit_job(
     dataset: str | None,
     samples: int,
     memory: MemoryRequest | None = None,
+    data: TokenData | None = None,
 ) -> AuditResult:
     """``laya audit`` on a ``--task lm`` checkpoint: ``samples`` held-out positions, at head scope, network scope
     or both; the result has the classifier audit's shape (tables, JSON, gates) and ``by_position``. ``memory``:
-    the batches planned within its budget (``budget.plan_from_costs``), the budget and the peak recorded."""
+    the batches planned within its budget (``budget.plan_from_costs``), the budget and the peak recorded. ``data``:
+    the positions already read (``token_data``; ``laya diff`` reads both models' to check they are the same)."""
     if scope != "head" and settings.ablation not in ("mean", "bypass"):
         raise LayaError(f"a language model's network scope bypasses each layer: --ablation {settings.ablation} "
                         "applies to classifiers (use the default, or bypass)")  # fmt: skip
     settings = replace(settings, ablation=head_ablation(settings.ablation))
-    data = token_data(model, dataset, samples, 8)
+    data = data or token_data(model, dataset, samples, 8)
     plan = None
     if memory is not None:
         reset_peak_memory(settings.device)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime import progress
@@ -16,23 +17,45 @@ from .options import (
     BenchAuditSamples,
     BenchAuditSeed,
     BenchHeads,
+    BenchObjectives,
     BenchOut,
     BenchSeeds,
+    BlockSize,
     Compare,
     Device,
+    EvalTokens,
     JobOptions,
     JsonOut,
+    LayerDropout,
     MarkdownOut,
     Quiet,
     Redo,
     Reduce,
     Steps,
     Target,
+    Task,
     train_request,
     with_job_options,
 )
 
 HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
+LM_EVAL_TOKENS = 20_000  # --eval-tokens, as laya train --task lm
+LM_COMPARE = "gradxact"  # a language model's bench audits α and Grad×Act unless --compare says otherwise
+
+
+@dataclass(frozen=True)
+class LmBench:
+    """``laya bench``'s options that ``--task lm`` reads besides the shared ones."""
+
+    objective: str
+    block_size: int | None
+    eval_tokens: int
+    layer_dropout: float
+    seeds: int
+    base_seed: int
+    out: Path
+    compare: str
+    audit_samples: int
 
 
 @with_job_options
@@ -55,12 +78,28 @@ def bench(
     redo: Redo = BENCH.redo,
     device: Device = "auto",
     quiet: Quiet = False,
+    task: Task = "classify",
+    objective: BenchObjectives = "kl",
+    block_size: BlockSize = None,
+    eval_tokens: EvalTokens = LM_EVAL_TOKENS,
+    layer_dropout: LayerDropout = 0.0,
 ):
-    """Train every head with every seed, audit each, and print the paper's comparison tables."""
+    """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
+    head and the tuned lens of a causal language model, per layer, over seeds)."""
     from ..runtime.config import AuditSettings
+    from ..runtime.errors import LayaError, match_choice
     from ..runtime.fileio import check_outputs
     from ..training import bench as B
 
+    lm_only = (objective, block_size, eval_tokens, layer_dropout) != ("kl", None, LM_EVAL_TOKENS, 0.0)
+    if match_choice("--task", task, ("classify", "lm")) == "lm":
+        if heads != HEADS:
+            raise LayaError("--heads: a language model's bench trains the LAYA head and the tuned lens together")
+        audit = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps, seed=audit_seed)
+        lm = LmBench(objective, block_size, eval_tokens, layer_dropout, seeds, base_seed, out, compare, audit_samples)
+        return bench_language_model(job, lm, audit, redo, pick_device(device), quiet, (json_out, markdown))
+    if lm_only:
+        raise LayaError("--objective, --block-size, --eval-tokens and --layer-dropout apply to --task lm")
     with progress.enabled(not quiet):
         check_outputs(json_out, markdown)
         template = train_request(
@@ -123,3 +162,49 @@ def log_bench_run(name: str, result, files) -> None:
     from .command import current_run
 
     log_bench(current_run().track(f"bench {name}"), result.to_dict(), files)
+
+
+def bench_language_model(job, o: LmBench, audit, redo: bool, device: str, quiet: bool, files) -> None:
+    """``--task lm``: every (objective, seed) run trained and audited (training/bench_lm.py); the tables, the JSON
+    and the Markdown asked for."""
+    from ..report.lm import lm_bench_markdown, lm_bench_tables
+    from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
+    from ..training.bench_lm import LMBenchRequest, run_lm_bench
+    from .train import lm_request
+
+    check_outputs(*files)
+    template = lm_request(job, "model.pt", "kl", o.block_size, o.eval_tokens, o.layer_dropout, o.base_seed, device)
+    req = LMBenchRequest(
+        train=template,
+        objectives=o.objective.split(","),
+        seeds=o.seeds,
+        base_seed=o.base_seed,
+        out=str(o.out),
+        compare=LM_COMPARE if o.compare == BENCH.compare else o.compare,
+        audit=audit,
+        audit_samples=o.audit_samples,
+        redo=redo,
+    )
+    with progress.enabled(not quiet):
+        doc = run_lm_bench(req, None if quiet else print_lm_run)
+    tables = lm_bench_tables(doc)
+    wide = wide_console(tables)
+    for table in tables:
+        wide.print(table)
+    json_out, markdown = files
+    if json_out is not None:
+        atomic_write_text(json_out, strict_json(doc))
+    if markdown is not None:
+        atomic_write_text(markdown, lm_bench_markdown(doc))
+    if not quiet:
+        console.print(f"{len(doc['runs'])} runs in {doc['wall_seconds']:.0f} s -> {doc['bench']['folder']}")
+
+
+def print_lm_run(rec: dict, i: int, n: int) -> None:
+    laya = rec["metrics"]["heads"]["laya"]
+    what = "trained" if rec["trained"] else "reused"
+    console.print(
+        f"[{i}/{n}] objective {rec['objective']} seed {rec['seed']}  laya KL {laya['kl']:.4f} CE {laya['ce']:.4f} "
+        f"bits/token  ({what})",
+        highlight=False,
+    )

@@ -4,6 +4,7 @@ Like the other commands it takes ``--config``, ``-v`` and ``--log-to`` (``LayaCo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -35,8 +36,22 @@ DiffScope = Annotated[
     str,
     typer.Option(
         help="Where a layer is removed for the LOLO effects Δ: head (at the head's inputs: direct effects) or "
-        "network (patched inside the backbone: total effects)."
+        "network (patched inside the backbone: total effects); language models also both."
     ),
+]
+LmCompare = Annotated[
+    str,
+    typer.Option(
+        "--compare",
+        help="Language models: the methods besides laya and random whose per-token faithfulness and Deletion@1 are "
+        "compared (ig, gradxact, atp, …; comma list). Classifiers: not used.",
+    ),
+]
+LmCi = Annotated[
+    float, typer.Option("--ci", help="Language models: the confidence level of each change's paired interval.")
+]
+LmBootstrap = Annotated[
+    int, typer.Option(help="Language models: bootstrap resamples of the positions (paired: A and B resampled alike).")
 ]
 FailIfChanged = Annotated[
     str | None,
@@ -59,14 +74,19 @@ def diff(
     scope: DiffScope = "head",
     ablation: Ablation = "mean",
     tie_tol: TieTol = TIE_TOL,
+    compare: LmCompare = "gradxact",
+    ci: LmCi = 0.95,
+    bootstrap: LmBootstrap = 1000,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     device: Device = "auto",
     quiet: Quiet = False,
 ):
-    """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests."""
+    """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests; of a
+    language model: per token, the change of each method's faithfulness and Deletion@1, with paired intervals."""
     from ..auditing.diff.compare import DiffSettings
     from ..auditing.diff.job import check_gate, diff_models
+    from ..auditing.diff.tokens import checkpoint_kinds
     from ..model.laya_model import load_model
     from ..report.diff import diff_markdown, diff_rich_tables
     from ..runtime.config import check_at_least, check_tie_tol
@@ -82,6 +102,14 @@ def diff(
     correction = match_choice("--correction", correction, CORRECTIONS)
     settings = DiffSettings(permutations, alpha, correction, seed, check_tie_tol(tie_tol))
     check_outputs(json_out, markdown)
+    if (ckpts := checkpoint_kinds(str(model_a), str(model_b))) is not None:
+        if fail_if_changed is not None or data_dir is not None:
+            raise LayaError("--fail-if-changed and --data-dir read classifiers: a language model's diff has no "
+                            "classes and reads --dataset text:PATH")  # fmt: skip
+        lm = LmDiff(compare, scope, ablation, tie_tol, seed, ci, bootstrap, samples, dataset, encoding)
+        return diff_language_models(
+            ckpts, (str(model_a), str(model_b)), lm, pick_device(device), quiet, (json_out, markdown)
+        )
     gate = check_gate(fail_if_changed, list(load_model(model_a).classes))
     with progress.enabled(not quiet):
         result = diff_models(
@@ -103,3 +131,60 @@ def diff(
     if hit:
         err_console.print(f"[bold red]fail-if-changed:[/] layer usage changed significantly: {', '.join(hit)}")
         raise typer.Exit(EXIT_GATE_FAILED)
+
+
+@dataclass(frozen=True)
+class LmDiff:
+    """``laya diff``'s options that a language model's diff reads."""
+
+    compare: str
+    scope: str
+    ablation: str
+    tie_tol: float
+    seed: int
+    ci: float
+    bootstrap: int
+    samples: int | None
+    dataset: str | None
+    encoding: str | None
+
+
+def diff_language_models(ckpts, paths: tuple[str, str], o: LmDiff, device: str, quiet: bool, files) -> None:
+    """Two ``--task lm`` checkpoints audited per token on the same positions and compared (auditing/diff/tokens.py);
+    the tables, the JSON and Markdown asked for."""
+    from ..auditing.diff import tokens
+    from ..auditing.names import parse_methods
+    from ..report.diff import lm_diff_markdown, lm_diff_rich_tables
+    from ..runtime.config import AuditSettings, check_at_least, check_encoding, check_tie_tol
+    from ..runtime.errors import LayaError
+    from ..runtime.fileio import atomic_write_text, strict_json
+    from ..runtime.tracking.events import log_diff
+    from .audit import TOKENS_AUDITED
+    from .command import current_run
+
+    check_at_least("--samples", o.samples)
+    check_encoding(o.encoding)
+    if not 0 < o.ci < 1:
+        raise LayaError(f"--ci must be a level in (0, 1) for a language model's diff, got {o.ci}")
+    check_at_least("--bootstrap", o.bootstrap)
+    if o.ablation.lower() not in ("mean", "bypass"):
+        raise LayaError(f"a language model's diff removes a layer by its mean (head) or bypasses it (network): "
+                        f"--ablation {o.ablation} applies to classifiers")  # fmt: skip
+    settings = AuditSettings(tie_tol=check_tie_tol(o.tie_tol), seed=o.seed, device=device, ci=o.ci).validate()
+    with progress.enabled(not quiet):
+        doc = tokens.diff_language_models(
+            ckpts, paths, parse_methods(o.compare), settings, o.scope.lower(), o.dataset,
+            o.samples or TOKENS_AUDITED, o.bootstrap, o.encoding,
+        )  # fmt: skip
+    run = current_run()
+    doc["options"] = run.record
+    tables = [] if quiet else lm_diff_rich_tables(doc)
+    wide = wide_console(tables)
+    for table in tables:
+        wide.print(table)
+    json_out, markdown = files
+    if json_out is not None:
+        atomic_write_text(json_out, strict_json(doc))
+    if markdown is not None:
+        atomic_write_text(markdown, lm_diff_markdown(doc))
+    log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, [json_out, markdown])

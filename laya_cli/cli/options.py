@@ -544,6 +544,13 @@ BenchAuditSamples = Annotated[
 ]
 BenchAuditSeed = Annotated[int, typer.Option(help="Seed of the audited subset and of the random method.")]
 Redo = Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")]
+BenchObjectives = Annotated[
+    str,
+    typer.Option(
+        "--objective",
+        help="--task lm: the objectives trained, each with every seed: kl, ce or kl,ce (comma list).",
+    ),
+]
 # --------------------------------------------------------------------------- info
 
 InfoJson = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")]

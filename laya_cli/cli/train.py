@@ -139,14 +139,27 @@ def train_language_model(
 ):
     """``--task lm``: the LAYA head and the tuned lens at every position of a causal LM (training/lm.py)."""
     from ..report.lm import lm_layers_table
+    from ..training.lm import train_lm
+    from .command import current_run
+
+    req = lm_request(job, out, objective, block_size, eval_tokens, layer_dropout, seed, pick_device(device))
+    req.command_line = current_run().record
+    with progress.enabled(not quiet):
+        ckpt = train_lm(req, None if quiet else print_lm_epoch)
+    console.print(lm_layers_table(ckpt["metrics"], ckpt["layers"]))
+    laya = ckpt["metrics"]["heads"]["laya"]
+    console.print(f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}")
+
+
+def lm_request(job: JobOptions, out, objective, block_size, eval_tokens, layer_dropout, seed, device):
+    """The ``--task lm`` training run the shared options describe (``laya train`` and ``laya bench``)."""
     from ..runtime.config import HeadConfig
     from ..runtime.errors import LayaError
-    from ..training.lm import LMRequest, train_lm
-    from .command import current_run
+    from ..training.lm import LMRequest
 
     if job.finetune:
         raise LayaError("--task lm trains heads on a frozen model: --finetune does not apply")
-    req = LMRequest(
+    return LMRequest(
         backbone=job.backbone,
         dataset=job.dataset,
         out=Path(out),
@@ -161,17 +174,11 @@ def train_language_model(
         eval_tokens=eval_tokens,
         layer_dropout=layer_dropout,
         seed=seed,
-        device=pick_device(device),
+        device=device,
         layers=split_csv(job.layers),
         pretrained=job.pretrained is not False,
         head=HeadConfig(d_star=job.d_star, tau=job.tau, score_hidden=job.score_hidden),
-        command_line=current_run().record,
     )
-    with progress.enabled(not quiet):
-        ckpt = train_lm(req, None if quiet else print_lm_epoch)
-    console.print(lm_layers_table(ckpt["metrics"], ckpt["layers"]))
-    laya = ckpt["metrics"]["heads"]["laya"]
-    console.print(f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}")
 
 
 def print_lm_epoch(r) -> None:

@@ -93,3 +93,94 @@ def diff_markdown(doc: dict) -> str:
             lines += [f"**{name}**", "", *md_table(LAYER_HEADER, body), ""]
         lines += ["</details>"]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- two language models (--task lm)
+
+LM_METRICS = (("faithfulness", "faithfulness"), ("deletion@1", "Deletion@1"), ("deletion@1_normalised", "D@1 norm."))
+LM_METHOD_HEADER = ["scope", "method"] + [f"{t} {w}" for _, t in LM_METRICS for w in ("A", "B", "B − A")]
+LM_LAYER_HEADER = ["scope", "layer", "α A", "α B", "Δα", "LOLO Δ A", "LOLO Δ B", "change"]
+
+
+def _change(block: dict | None) -> str:
+    """A change with its paired interval: +0.012 [−0.004, +0.027], a star where the interval excludes 0."""
+    if block is None or block.get("change") is None:
+        return "n/a"
+    low, high = block.get("ci_low"), block.get("ci_high")
+    if low is None or high is None:
+        return fmt(block["change"], "{:+.3f}")
+    star = "*" if low > 0 or high < 0 else ""
+    return f"{block['change']:+.3f} [{low:+.3f}, {high:+.3f}]{star}"
+
+
+def lm_method_rows(doc: dict) -> list[list[str]]:
+    rows = []
+    for scope, block in doc["scopes"].items():
+        for method, metrics in block["methods"].items():
+            row = [scope, method]
+            for key, _ in LM_METRICS:
+                m = metrics.get(key)
+                row += [fmt(None if m is None else m["a"]), fmt(None if m is None else m["b"]), _change(m)]
+            rows.append(row)
+    return rows
+
+
+def lm_layer_rows(doc: dict) -> list[list[str]]:
+    rows = []
+    for scope, block in doc["scopes"].items():
+        for r in block["layers"]:
+            row = [scope, r["layer"]]
+            for q in ("alpha", "delta"):
+                row += [fmt(r[f"{q}_a"]), fmt(r[f"{q}_b"]), fmt(r[f"{q}_change"], "{:+.3f}")]
+            rows.append(row)
+    return rows
+
+
+def lm_position_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """The change of mean faithfulness per method and scope in ranges of the position in the block."""
+    first = next(iter(doc["by_position"].values()))
+    header = ["scope", "method"] + [f"t {p} (n={n})" for p, n in zip(first["positions"], first["n"])]
+    rows = [
+        [scope, m] + [fmt(v, "{:+.3f}") for v in values]
+        for scope, block in doc["by_position"].items()
+        for m, values in block["methods"].items()
+    ]
+    return header, rows
+
+
+def lm_summary_line(doc: dict) -> str:
+    s, acc = doc["settings"], doc["accuracy"]
+    model = "the same model" if s.get("same_model") else "different model weights"
+    return (
+        f"{s['model_a']} → {s['model_b']} ({model}) · {doc['n_samples']:,} held-out positions of {s['dataset']}, "
+        f"each a sample in both · top-1 next-token accuracy {acc['a']:.4f} → {acc['b']:.4f} ({acc['change']:+.4f}; "
+        f"McNemar exact p = {_p(acc['p_value'])}) · B − A with its paired {100 * s['ci']:g} % bootstrap interval "
+        f"over the positions ({s['bootstrap']} resamples; * excludes 0)"
+    )
+
+
+def _lm_table(title: str, header: list[str], rows: list[list[str]], caption: str | None = None) -> Table:
+    table = rich_table(title, caption=caption, caption_justify="left")
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i < 2 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def lm_diff_rich_tables(doc: dict) -> list[Table]:
+    return [
+        _lm_table(
+            "laya diff: per-token faithfulness (B − A)", LM_METHOD_HEADER, lm_method_rows(doc), lm_summary_line(doc)
+        ),  # fmt: skip
+        _lm_table("laya diff: per layer (B − A)", LM_LAYER_HEADER, lm_layer_rows(doc)),
+        _lm_table("laya diff: faithfulness change by position in the block", *lm_position_rows(doc)),
+    ]
+
+
+def lm_diff_markdown(doc: dict) -> str:
+    lines = ["### laya diff (language models)", "", f"_{lm_summary_line(doc)}_", ""]
+    lines += md_table(LM_METHOD_HEADER, lm_method_rows(doc))
+    lines += ["", "#### Per layer", "", *md_table(LM_LAYER_HEADER, lm_layer_rows(doc))]
+    lines += ["", "#### Faithfulness change by position in the block", "", *md_table(*lm_position_rows(doc))]
+    return "\n".join(lines) + "\n"

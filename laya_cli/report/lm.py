@@ -3,23 +3,30 @@ distribution and cross-entropy (bits per token, the tuned lens paper's measures)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .cells import align_of, justify, md_table, rich_table
 
 HEADER = ("layer", "logit lens KL", "logit lens CE", "tuned lens KL", "tuned lens CE", "laya mean α")
 
 
-def lm_rows(metrics: dict, layers: Sequence[str]) -> list[list[str]]:
+def number(value, spec: str) -> str:
+    return spec.format(value)
+
+
+def lm_rows(metrics: dict, layers: Sequence[str], value: Callable[[object, str], str] = number) -> list[list[str]]:
+    """Per layer, then the LAYA head and the model; ``value`` formats each figure (a number; ``laya bench --task
+    lm`` passes its mean and interval over seeds)."""
     rows = [
         [f"{i + 1} {name}"]
-        + [f"{r[k]:.4f}" for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce")]
-        + [f"{r['alpha']:.3f}"]
+        + [value(r[k], "{:.4f}") for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce")]
+        + [value(r["alpha"], "{:.3f}")]
         for i, (name, r) in enumerate(zip(layers, metrics["layers"]))
     ]
     heads = metrics["heads"]
-    rows.append(["laya (head)", f"{heads['laya']['kl']:.4f}", f"{heads['laya']['ce']:.4f}", "", "", "1.000"])
-    rows.append(["last (the model)", "0.0000", f"{heads['last']['ce']:.4f}", "", "", ""])
+    rows.append(["laya (head)", value(heads["laya"]["kl"], "{:.4f}"), value(heads["laya"]["ce"], "{:.4f}"), "", "",
+                 "1.000"])  # fmt: skip
+    rows.append(["last (the model)", "0.0000", value(heads["last"]["ce"], "{:.4f}"), "", "", ""])
     return rows
 
 
@@ -147,3 +154,58 @@ def by_position_rows(by_position: dict) -> tuple[list[str], list[list[str]]]:
 def by_position_table(by_position: dict):
     caption = "mean Spearman ρ over the positions in range"
     return _terminal("faithfulness by position in the block", *by_position_rows(by_position), caption, left=(0, 1))
+
+
+# --------------------------------------------------------------------------- laya bench --task lm
+
+
+def mean_interval(stats: dict, spec: str) -> str:
+    """A figure over seeds: its mean ± the half-width of its 95 % t-interval (the mean alone with one seed)."""
+    m, lo, hi = stats.get("mean"), stats.get("ci_low"), stats.get("ci_high")
+    if m is None:
+        return "n/a"
+    return spec.format(m) + ("" if lo is None or hi is None else " ± " + spec.format((hi - lo) / 2))
+
+
+AUDIT_HEADER = ("method", "faithfulness", "Deletion@1", "Deletion@1 norm.")
+
+
+def bench_audit_rows(entry: dict) -> list[list[str]]:
+    audit = entry.get("audit") or {}
+    keys = ("faithfulness", "deletion@1", "deletion@1_normalised")
+    return [[m] + [mean_interval(v[k], "{:.3f}") for k in keys] for m, v in audit.items()]
+
+
+def bench_caption(doc: dict, objective: str) -> str:
+    e = doc["objectives"][objective]
+    return (
+        f"--objective {objective}: {e['runs']} seed{'s' if e['runs'] != 1 else ''} "
+        f"({', '.join(map(str, e['seeds']))}); held-out, {e['tokens']:,} positions; bits per token; mean ± half-width "
+        "of the 95 % t-interval over seeds (the logit lens and the model are not trained: the same in every run)"
+    )
+
+
+def lm_bench_tables(doc: dict) -> list:
+    tables = []
+    for objective, entry in doc["objectives"].items():
+        rows = lm_rows(entry, doc["bench"]["layers"], mean_interval)
+        tables.append(_terminal(f"laya bench --task lm: layers and heads ({objective})", HEADER, rows,
+                                bench_caption(doc, objective)))  # fmt: skip
+        if entry.get("audit"):
+            caption = f"per-token audit at head scope, {entry['audit_samples']:,} held-out positions per run"
+            tables.append(_terminal(f"laya bench --task lm: audit ({objective})", AUDIT_HEADER,
+                                    bench_audit_rows(entry), caption))  # fmt: skip
+    return tables
+
+
+def lm_bench_markdown(doc: dict) -> str:
+    b = doc["bench"]
+    lines = [f"# laya bench --task lm: {b['backbone']} on {b['dataset']}", ""]
+    for objective, entry in doc["objectives"].items():
+        lines += [f"## --objective {objective}", "", bench_caption(doc, objective), ""]
+        lines += md_table(HEADER, lm_rows(entry, b["layers"], mean_interval))
+        if entry.get("audit"):
+            lines += ["", f"Per-token audit at head scope, {entry['audit_samples']:,} positions per run:", ""]
+            lines += md_table(AUDIT_HEADER, bench_audit_rows(entry))
+        lines.append("")
+    return "\n".join(lines)

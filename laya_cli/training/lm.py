@@ -210,6 +210,12 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     return ckpt
 
 
+def train_config(req: LMRequest) -> dict:
+    """The training options a checkpoint records (``train_config``; ``laya bench --task lm`` reuses a checkpoint
+    whose record matches)."""
+    return {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")} | {"out": str(req.out)}
+
+
 def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, history, metrics, reference) -> dict:
     """The checkpoint of ``--task lm`` (docs/checkpoint.md): the model by name and SHA-256 (never its weights), the
     two heads' weights without the model's readout, the held-out figures."""
@@ -233,7 +239,6 @@ def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, h
         "reference": reference,
         "history": history,
         "metrics": metrics,
-        "train_config": {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")}
-        | {"out": str(req.out)},
+        "train_config": train_config(req),
         **({"options": req.command_line} if req.command_line else {}),
     }
