@@ -23,7 +23,7 @@ def batches(lm: LanguageModel, corpus: Corpus, split: str, block: int, size: int
 def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
     """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token. The
     frozen model runs under bf16 autocast on CUDA (``runtime.device.autocast``); the states come back float32."""
-    x = x.to(lm.readout.unembedding.weight.device)
+    x = x.to(lm.input_device)
     top, vocabulary = int(x[:, 0].max()), lm.readout.vocabulary
     if top >= vocabulary:  # an embedding lookup out of range is an IndexError deep in torch: say which id, once
         raise LayaError(
@@ -31,7 +31,7 @@ def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
             "does not match the model"
         )
     with autocast(x.device):
-        states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
+        states = torch.stack([h.float().to(lm.head_device) for h in lm.backbone.activations(x)], dim=2)  # B,T,L,d
     hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
     return hs, x[:, 0, 1:].reshape(-1).long()
 

@@ -52,6 +52,7 @@ class LMRequest:
     layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
     seed: int = 1337
     device: str = "cpu"
+    device_map: str | None = None  # --device-map: transformers places the frozen model (docs/lm.md)
     layers: list[str] = field(default_factory=list)
     pretrained: bool = True
     head: HeadConfig = field(default_factory=HeadConfig)
@@ -168,14 +169,15 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained, task="lm")
-    lm = build_language_model(spec)
+    lm = build_language_model(spec, device_map=req.device_map)
     _with_tokenizer(lm, corpus)
     block = _block_size(req, lm)
-    lm.to(req.device)
+    lm.to(req.device)  # a model placed by --device-map stays where it is; the heads sit with its readout
+    device = lm.head_device
     torch.manual_seed(req.seed)
     width = int(lm.readout.unembedding.weight.shape[1])
-    laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(req.device)
-    tuned = TunedLens(lm.num_layers, width, lm.readout).to(req.device)
+    laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(device)
+    tuned = TunedLens(lm.num_layers, width, lm.readout).to(device)
     params = [p for m in (laya, tuned) for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=req.lr)
     history, best, best_state, metrics, stale = [], None, None, None, 0
