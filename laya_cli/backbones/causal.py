@@ -10,6 +10,10 @@ soft cap the config declares (Cohere, Gemma 2) is part of the readout.
 
 from __future__ import annotations
 
+import atexit
+import json
+import shutil
+import tempfile
 from dataclasses import dataclass, replace
 
 import torch
@@ -21,6 +25,7 @@ from .family import _first_line
 from .hf import HFFamily, local_dir, text_input, transformers_module
 from .spec import BackboneSpec
 from .taps import TappedBackbone
+from .tokens import input_embeddings
 from .weights import hf_cache_dir, hub_session, offline, weights_sha256
 
 
@@ -53,18 +58,77 @@ class LanguageModel:
     readout: Readout
     sha256: str
     eos_id: int | None
+    placed: bool = False  # its modules put on devices by a device_map (accelerate): ``to`` leaves them there
 
     @property
     def num_layers(self) -> int:
         return len(self.backbone.layer_names)
 
+    @property
+    def head_device(self) -> torch.device:
+        """Where the heads sit and the layers' states meet: the readout's device (the last one under a map)."""
+        return runs_on(self.readout.unembedding)
+
+    @property
+    def input_device(self) -> torch.device:
+        """Where token ids go: the token table's device (the first one under a map)."""
+        table = input_embeddings(self.backbone.model)
+        return runs_on(table) if table is not None else self.head_device
+
     def to(self, device) -> LanguageModel:
-        self.backbone.to(device)
-        self.readout.to(device)
+        if not self.placed:
+            self.backbone.to(device)
+            self.readout.to(device)
         return self
 
 
-def _load_causal(transformers, where: str, pretrained: bool) -> nn.Module:
+def runs_on(module: nn.Module) -> torch.device:
+    """Where a module computes: its weight's device, or, for weights a device map offloaded (meta tensors),
+    the device accelerate's hook loads them to at each call."""
+    device = module.weight.device
+    hook = getattr(module, "_hf_hook", None)
+    return torch.device(hook.execution_device) if device.type == "meta" and hook is not None else device
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' named placements
+
+
+def check_device_map(device_map: str | None, pretrained: bool) -> dict:
+    """``from_pretrained``'s placement arguments for ``--device-map`` (none: {}): a name transformers knows, or a
+    JSON object of module name → device (a GPU index, "cuda:1", "cpu", "disk"); weights it offloads to disk go to
+    a folder removed when laya exits. A map that is neither, a model built without weights, or accelerate
+    missing: one line."""
+    if device_map is None:
+        return {}
+    placement = _parse_device_map(device_map)
+    if not pretrained:
+        raise LayaError("--device-map places a pretrained model's weights: not with --no-pretrained")
+    try:
+        import accelerate  # noqa: F401 - transformers' device_map route runs on it
+    except ImportError:
+        raise LayaError("--device-map needs accelerate: pip install 'laya-audit[lm]'") from None
+    folder = tempfile.mkdtemp(prefix="laya-offload-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return {"device_map": placement, "offload_folder": folder}
+
+
+def _parse_device_map(device_map: str) -> str | dict:
+    if device_map in DEVICE_MAPS:
+        return device_map
+    try:
+        placement = json.loads(device_map)
+    except json.JSONDecodeError:
+        placement = None
+    if not isinstance(placement, dict) or not all(isinstance(v, (int, str)) for v in placement.values()):
+        raise LayaError(
+            f"--device-map {device_map!r}: choose from {', '.join(DEVICE_MAPS)}, or give a JSON object of module "
+            'name → device ({"model.layers.0": 0, "lm_head": "cpu"})'
+        )
+    return placement
+
+
+def _load_causal(transformers, where: str, pretrained: bool, device_map: str | None = None) -> nn.Module:
+    placement = check_device_map(device_map, pretrained)
     try:
         if not pretrained:
             config = transformers.AutoConfig.from_pretrained(where, local_files_only=bool(local_dir(where)))
@@ -72,7 +136,7 @@ def _load_causal(transformers, where: str, pretrained: bool) -> nn.Module:
                 torch.manual_seed(0)
                 return transformers.AutoModelForCausalLM.from_config(config)
         with hub_session(offline_now=bool(local_dir(where)) or offline()):
-            return transformers.AutoModelForCausalLM.from_pretrained(where, cache_dir=str(hf_cache_dir()))
+            return transformers.AutoModelForCausalLM.from_pretrained(where, cache_dir=str(hf_cache_dir()), **placement)
     except ValueError as e:
         if "Unrecognized configuration" in str(e) or "not recognized" in str(e):
             raise LayaError(
@@ -81,6 +145,24 @@ def _load_causal(transformers, where: str, pretrained: bool) -> nn.Module:
         raise LayaError(f"could not create hf:{where}: {_first_line(e)}") from None
     except OSError as e:
         raise LayaError(f"could not load hf:{where}: {_first_line(e)}") from None
+
+
+def placed_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights (``state_dict``), those a device map offloaded read where accelerate keeps them: such a
+    weight is a meta tensor on the model, loaded by accelerate's hook at every call — so the SHA-256 of a model
+    placed with offloading is the SHA-256 of the same model loaded whole."""
+    state = model.state_dict()
+    if not any(t.is_meta for t in state.values()):
+        return state
+    kept = {}
+    for m in model.modules():
+        offloaded = getattr(getattr(m, "_hf_hook", None), "weights_map", None)  # accelerate's AlignDevicesHook
+        if offloaded is not None:
+            kept.update({k: offloaded.dataset[k] for k in offloaded.keys()})
+    lost = [k for k, t in state.items() if t.is_meta and k not in kept]
+    if lost:
+        raise LayaError(f"{len(lost)} weights of the placed model are nowhere laya can read them (e.g. {lost[0]})")
+    return {k: kept[k] if t.is_meta else t for k, t in state.items()}
 
 
 def _norm_candidates(base: nn.Module, layers: list[str]) -> list[tuple[str, nn.Module]]:
@@ -124,18 +206,22 @@ def find_readout(causal: nn.Module, backbone: TappedBackbone, where: str) -> Rea
     )
 
 
-def build_language_model(spec: BackboneSpec, expect_sha256: str | None = None) -> LanguageModel:
+def build_language_model(
+    spec: BackboneSpec, expect_sha256: str | None = None, device_map: str | None = None
+) -> LanguageModel:
     """``hf:NAME``/``hf:DIR`` as a causal LM: its base model tapped after every layer (``--layers`` globs choose
-    others), its tokenizer, its readout. ``expect_sha256``: the weights a checkpoint was trained with."""
+    others), its tokenizer, its readout. ``expect_sha256``: the weights a checkpoint was trained with.
+    ``device_map``: transformers' placement of a model larger than one device (``--device-map``, docs/lm.md)."""
     if not spec.name.startswith("hf:"):
         raise LayaError(f"--task lm takes a causal language model of transformers (hf:NAME or hf:DIR), not {spec.name}")
     transformers = transformers_module()
     model_name = spec.name[3:]
     folder = local_dir(model_name)
     where = str(folder) if folder else model_name
-    causal = _load_causal(transformers, where, spec.pretrained or bool(folder))
-    sha = weights_sha256(causal.state_dict())
-    check_sha256(causal.state_dict(), expect_sha256, f"hf:{where}")
+    causal = _load_causal(transformers, where, spec.pretrained or bool(folder), device_map)
+    state = placed_weights(causal)
+    sha = weights_sha256(state)
+    check_sha256(state, expect_sha256, f"hf:{where}")
     causal.requires_grad_(False).eval()
     base = getattr(causal, "base_model", causal)
     family = HFFamily()
@@ -146,4 +232,5 @@ def build_language_model(spec: BackboneSpec, expect_sha256: str | None = None) -
     backbone.weights_source = f"hf:{where}"
     eos = getattr(causal.config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
-    return LanguageModel(backbone, find_readout(causal, backbone, where), sha, eos if isinstance(eos, int) else None)
+    readout = find_readout(causal, backbone, where)
+    return LanguageModel(backbone, readout, sha, eos if isinstance(eos, int) else None, device_map is not None)

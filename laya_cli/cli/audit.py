@@ -16,6 +16,7 @@ from .common import (
     escape,
     note,
     pick_device,
+    refuse_device_map,
     run_options,
     trust_arch,
     warn,
@@ -37,6 +38,7 @@ from .options import (
     Compare,
     DataDir,
     Device,
+    DeviceMap,
     Encoding,
     EvalDataset,
     FailUnder,
@@ -102,13 +104,12 @@ def audit(
     gate_on: GateOn = "estimate",
     inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
     per_sample: PerSample = True,
+    device_map: DeviceMap = None,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
-    from ..auditing.names import groups_of, parse_methods, parse_metric_groups
+    from ..auditing.names import parse_methods, parse_metric_groups
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
-    from ..gates.regression import parse_max_drop
-    from ..gates.thresholds import parse_thresholds
     from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
 
     started = time.perf_counter()
@@ -116,8 +117,7 @@ def audit(
         trust_arch(arch)
         check_at_least("--samples", samples)
         methods, scope = parse_methods(compare), ScopeSettings(scope).validate().scope
-        thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
-        gated_groups = groups_of([g.metric for g in [*thresholds, *drops]])  # the deeper metrics a gate names
+        thresholds, drops, gated_groups = parse_gates(fail_under, max_drop, methods, scope)
         job = run_options(max_memory, precision, batch_size=batch_size, internal_batch_size=internal_batch_size)
         settings = AuditSettings(
             ablation=ablation,
@@ -138,7 +138,8 @@ def audit(
         ).validate()
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit).check_writable()
-        result = run_job(model, settings, methods, scope, gates, (dataset, data_dir, encoding), samples, cache, job)
+        data = (dataset, data_dir, encoding, device_map)
+        result = run_job(model, settings, methods, scope, gates, data, samples, cache, job)
     result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
@@ -146,18 +147,29 @@ def audit(
     exit_for(outcome.verdict, inconclusive_exit)
 
 
+def parse_gates(fail_under, max_drop, methods, scope: str) -> tuple[list, list, list[str]]:
+    """``--fail-under`` and ``--max-drop`` parsed, and the deeper metric groups the gates name (computed then)."""
+    from ..auditing.names import groups_of
+    from ..gates.regression import parse_max_drop
+    from ..gates.thresholds import parse_thresholds
+
+    thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
+    return thresholds, drops, groups_of([g.metric for g in [*thresholds, *drops]])
+
+
 def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, cache: bool, job: dict):
     """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (``data``:
-    dataset, data_dir and encoding; loaded by the job, after its own checks)."""
+    dataset, data_dir, encoding and --device-map; loaded by the job, after its own checks)."""
     from ..auditing.job import audit_job
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
     from ..runtime.config import check_encoding
 
-    dataset, data_dir, encoding = data
+    dataset, data_dir, encoding, device_map = data
     check_encoding(encoding)  # before the checkpoint is read
-    if (lm := language_model(path, settings)) is not None:
+    if (lm := language_model(path, settings, device_map)) is not None:
         return audit_language_model(lm, path, settings, methods, scope, gates, dataset, samples, job["memory"])
+    refuse_device_map(device_map)
     laya_model = load_model(path)
     gates.check_planned(settings, methods, samples, laya_model)
     load = partial(
@@ -180,13 +192,15 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
 TOKENS_AUDITED = 2000  # a language model's default --samples: held-out positions (its held-out text may be huge)
 
 
-def language_model(path, settings):
+def language_model(path, settings, device_map: str | None = None):
     """A ``--task lm`` checkpoint rebuilt (model/lenses.py), None for a classifier's."""
     from ..model.checkpoint import read_checkpoint
     from ..model.lenses import is_language_model, lens_model_from_checkpoint
 
     ckpt = read_checkpoint(path)
-    return lens_model_from_checkpoint(ckpt).to(settings.device) if is_language_model(ckpt) else None
+    if not is_language_model(ckpt):
+        return None
+    return lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
 
 
 def audit_language_model(model, path, settings, methods, scope: str, gates, dataset, samples, memory):

@@ -24,6 +24,14 @@ def pick_device(device: str) -> str:
     return resolve_device(device)
 
 
+def refuse_device_map(device_map: str | None) -> None:
+    """``--device-map`` places a language model; a classifier's backbone is placed by ``--device`` alone."""
+    if device_map is not None:
+        from ..runtime.errors import LayaError
+
+        raise LayaError("--device-map places a language model (--task lm); a classifier runs on --device")
+
+
 def escape(text: str) -> str:
     """Rich markup in a message (a path with [brackets]) is printed as written, not interpreted."""
     from rich.markup import escape as rich_escape

@@ -6,7 +6,7 @@ from functools import partial
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import console, note, pick_device, run_options, trust_arch, wide_console
+from .common import console, note, pick_device, refuse_device_map, run_options, trust_arch, wide_console
 from .options import (
     DEPTH,
     ArchImport,
@@ -14,6 +14,7 @@ from .options import (
     DataDir,
     DepthBatchSize,
     Device,
+    DeviceMap,
     Drop,
     DropDraws,
     DropOrder,
@@ -64,6 +65,7 @@ def depth(
     quiet: Quiet = False,
     arch: ArchImport = None,
     max_memory: MaxMemory = None,
+    device_map: DeviceMap = None,
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
     from ..depthing.dropped import load_drop_data
@@ -95,7 +97,8 @@ def depth(
         check_writes(truncate, drop, out, plot)
         check_outputs(json_out, markdown, plot, out)
         if (ckpt := language_model_checkpoint(model, truncate, drop, refit, plot)) is not None:
-            return token_depth(ckpt, dataset, samples, thresholds, settings, json_out, markdown, model)
+            return token_depth(ckpt, dataset, samples, thresholds, settings, (json_out, markdown), model, device_map)
+        refuse_device_map(device_map)
         laya_model = load_model(model)
         if drop is not None:
             load = partial(load_drop_data, laya_model, dataset, data_dir, samples, seed, encoding)
@@ -198,14 +201,15 @@ def language_model_checkpoint(path, truncate, drop, refit, plot) -> dict | None:
     return ckpt
 
 
-def token_depth(ckpt, dataset, samples, thresholds, settings, json_out, markdown, path) -> None:
+def token_depth(ckpt, dataset, samples, thresholds, settings, outputs, path, device_map=None) -> None:
     """``laya depth`` on a ``--task lm`` checkpoint: early exit per token (depthing/token_exit.py)."""
     from ..depthing.token_exit import TOKEN_THRESHOLDS, token_exit_job
     from ..model.lenses import lens_model_from_checkpoint
     from ..report.lm import exit_markdown, exit_rich_tables
     from ..runtime.fileio import atomic_write_text
 
-    model = lens_model_from_checkpoint(ckpt).to(settings.device)
+    json_out, markdown = outputs
+    model = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
     chosen = settings.thresholds if thresholds is not None else TOKEN_THRESHOLDS
     result = token_exit_job(model, dataset, samples or 20_000, chosen, settings.batch_size or 16).to_dict()
     result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": samples or 20_000}

@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runtime import progress
-from .common import console, note, pick_device, trust_arch
+from .common import console, note, pick_device, refuse_device_map, trust_arch
 from .options import (
     ArchImport,
     AuditIn,
     DataDir,
     DepthIn,
     Device,
+    DeviceMap,
     Encoding,
     EvalDataset,
     ExportFormat,
@@ -48,6 +49,7 @@ def export(
     depth: DepthIn = None,
     max_memory: MaxMemory = None,
     model_card: ModelCard = False,
+    device_map: DeviceMap = None,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -61,9 +63,10 @@ def export(
 
     with progress.enabled(not quiet):
         trust_arch(arch)
-        lm = language_model(model, pick_device(device), fmt, audit, depth, model_card, data_dir)
+        lm = language_model(model, pick_device(device), fmt, (audit, depth, model_card, data_dir), device_map)
         if lm is not None:
             return export_language_model(lm, model, out, fmt, plots, dataset, samples, overwrite, encoding, quiet)
+        refuse_device_map(device_map)
         exp = run_export(
             model,
             out,
@@ -102,7 +105,7 @@ def export(
     )
 
 
-def language_model(path, device: str, fmt, audit, depth, model_card: bool, data_dir):
+def language_model(path, device: str, fmt, classifier_options: tuple, device_map: str | None = None):
     """A ``--task lm`` checkpoint rebuilt (its export is per token: exporting/tokens.py), None for a classifier's;
     the options only a classifier's export reads are refused for it first."""
     from ..exporting.tokens import check_token_format
@@ -110,6 +113,7 @@ def language_model(path, device: str, fmt, audit, depth, model_card: bool, data_
     from ..model.lenses import is_language_model, lens_model_from_checkpoint
     from ..runtime.errors import LayaError
 
+    audit, depth, model_card, data_dir = classifier_options
     ckpt = read_checkpoint(path)
     if not is_language_model(ckpt):
         return None
@@ -120,7 +124,7 @@ def language_model(path, device: str, fmt, audit, depth, model_card: bool, data_
                         "--dataset text:PATH)")  # fmt: skip
     if fmt is not None:
         check_token_format(fmt)
-    return lens_model_from_checkpoint(ckpt).to(device)
+    return lens_model_from_checkpoint(ckpt, device_map).to(device)
 
 
 def export_language_model(model, path, out, fmt, plots, dataset, samples, overwrite, encoding, quiet) -> None:

@@ -262,6 +262,15 @@ BlockSize = Annotated[
     int | None,
     typer.Option(metavar="T", help="--task lm: tokens per training block (default: 128, or the model's positions)."),
 ]
+DeviceMap = Annotated[
+    str | None,
+    typer.Option(
+        metavar="MAP",
+        help="A language model: transformers places the frozen model over the devices (auto, balanced, "
+        "balanced_low_0, sequential; needs accelerate), for a model larger than one device; the heads sit with its "
+        "readout (docs/lm.md).",
+    ),
+]
 EvalTokens = Annotated[
     int, typer.Option(metavar="N", help="--task lm: held-out positions measured after each epoch and at the end.")
 ]

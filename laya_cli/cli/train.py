@@ -6,7 +6,7 @@ from functools import partial
 from pathlib import Path
 
 from ..runtime import progress
-from .common import console, err_console, pick_device
+from .common import console, err_console, pick_device, refuse_device_map
 from .options import (
     HEAD,
     JOB,
@@ -19,6 +19,7 @@ from .options import (
     BlockSize,
     CheckpointOut,
     Device,
+    DeviceMap,
     EvalTokens,
     Head,
     InputSize,
@@ -65,14 +66,16 @@ def train(
     objective: Objective = "kl",
     block_size: BlockSize = None,
     eval_tokens: EvalTokens = 20_000,
+    device_map: DeviceMap = None,
 ):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
     from ..runtime.errors import match_choice
 
     if match_choice("--task", task, ("classify", "lm")) == "lm":
         return train_language_model(
-            job, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet
+            job, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet, device_map
         )
+    refuse_device_map(device_map)
     from ..runtime.tracking.events import log_train
     from ..training.job import train as run_training
     from .command import current_run
@@ -135,14 +138,14 @@ def print_epoch(r) -> None:
 
 
 def train_language_model(
-    job: JobOptions, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet
+    job: JobOptions, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet, device_map
 ):
     """``--task lm``: the LAYA head and the tuned lens at every position of a causal LM (training/lm.py)."""
     from ..report.lm import lm_layers_table
     from ..training.lm import train_lm
     from .command import current_run
 
-    req = lm_request(job, out, objective, block_size, eval_tokens, layer_dropout, seed, pick_device(device))
+    req = lm_request(job, out, objective, block_size, eval_tokens, layer_dropout, seed, pick_device(device), device_map)
     req.command_line = current_run().record
     with progress.enabled(not quiet):
         ckpt = train_lm(req, None if quiet else print_lm_epoch)
@@ -151,7 +154,7 @@ def train_language_model(
     console.print(f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}")
 
 
-def lm_request(job: JobOptions, out, objective, block_size, eval_tokens, layer_dropout, seed, device):
+def lm_request(job: JobOptions, out, objective, block_size, eval_tokens, layer_dropout, seed, device, device_map=None):
     """The ``--task lm`` training run the shared options describe (``laya train`` and ``laya bench``)."""
     from ..runtime.config import HeadConfig
     from ..runtime.errors import LayaError
@@ -175,6 +178,7 @@ def lm_request(job: JobOptions, out, objective, block_size, eval_tokens, layer_d
         layer_dropout=layer_dropout,
         seed=seed,
         device=device,
+        device_map=device_map,
         layers=split_csv(job.layers),
         pretrained=job.pretrained is not False,
         head=HeadConfig(d_star=job.d_star, tau=job.tau, score_hidden=job.score_hidden),

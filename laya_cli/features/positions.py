@@ -11,6 +11,7 @@ from torch import Tensor
 from ..backbones.causal import LanguageModel
 from ..data.corpus import Corpus, block_batches, token_blocks
 from ..runtime.device import autocast
+from ..runtime.distributed import all_sum, all_sum_, my_rows
 from ..runtime.errors import LayaError
 
 
@@ -23,7 +24,10 @@ def batches(lm: LanguageModel, corpus: Corpus, split: str, block: int, size: int
 def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
     """hs (N, L, d): every layer's state at every position that has a next token; targets (N,): that token. The
     frozen model runs under bf16 autocast on CUDA (``runtime.device.autocast``); the states come back float32."""
-    x = x.to(lm.readout.unembedding.weight.device)
+    x = x.to(lm.input_device)
+    if not len(x):  # a rank's share of a batch smaller than the ranks (torchrun)
+        width = lm.readout.unembedding.weight.shape[1]
+        return torch.zeros(0, lm.num_layers, width, device=lm.head_device), torch.zeros(0, dtype=torch.long)
     top, vocabulary = int(x[:, 0].max()), lm.readout.vocabulary
     if top >= vocabulary:  # an embedding lookup out of range is an IndexError deep in torch: say which id, once
         raise LayaError(
@@ -31,7 +35,7 @@ def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
             "does not match the model"
         )
     with autocast(x.device):
-        states = torch.stack([h.float() for h in lm.backbone.activations(x)], dim=2)  # B, T, L, d
+        states = torch.stack([h.float().to(lm.head_device) for h in lm.backbone.activations(x)], dim=2)  # B,T,L,d
     hs = states[:, :-1].reshape(-1, states.shape[2], states.shape[3])
     return hs, x[:, 0, 1:].reshape(-1).long()
 
@@ -42,11 +46,11 @@ def layer_means(lm: LanguageModel, train: Iterator[Tensor], max_tokens: int) -> 
     replaces a removed or not-yet-computed layer (early exit, audits)."""
     total, n = None, 0
     for x in train:
-        hs, _ = token_states(lm, x)
+        hs, _ = token_states(lm, my_rows(x))  # under torchrun each rank sums its share of every batch
         total = hs.double().sum(0) if total is None else total + hs.double().sum(0)
-        n += len(hs)
+        n += int(all_sum([len(hs)])[0])
         if n >= max_tokens:
             break
-    if total is None:
+    if n == 0:
         raise LayaError("the training text is shorter than one block")
-    return [r.float().cpu() for r in (total / n)]
+    return [r.float().cpu() for r in (all_sum_(total) / n)]

@@ -153,20 +153,23 @@ class LensModel:
 
     def to(self, device) -> LensModel:
         self.lm.to(device)
+        device = self.lm.head_device  # ``device``, or the readout's where --device-map placed the model
         self.laya.to(device)
         self.tuned.to(device)
         self.reference = [r.to(device) for r in self.reference]
         return self
 
 
-def lens_model_from_checkpoint(ckpt: dict) -> LensModel:
-    """The model by name (its SHA-256 checked), the stored tokenizer, the heads' stored weights."""
+def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None) -> LensModel:
+    """The model by name (its SHA-256 checked), the stored tokenizer, the heads' stored weights; ``device_map``:
+    transformers' placement of the model (``--device-map``)."""
     from ..backbones.causal import build_language_model
     from ..backbones.spec import BackboneSpec
     from ..backbones.tokens import set_tokenizer
 
     section = ckpt["backbone"]
-    lm = build_language_model(BackboneSpec.from_dict(section["spec"]), expect_sha256=section.get("sha256"))
+    spec = BackboneSpec.from_dict(section["spec"])
+    lm = build_language_model(spec, expect_sha256=section.get("sha256"), device_map=device_map)
     recorded = section.get("input") or {}
     if recorded.get("tokenizer"):  # the tokenizer it was trained with (learnt on its text, where the model had none)
         set_tokenizer(lm.backbone.adapter.text, recorded["tokenizer"], recorded["pad_id"], recorded.get("source", ""))

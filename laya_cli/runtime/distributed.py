@@ -314,6 +314,32 @@ def all_sum(values: Sequence[float]) -> list[float]:
     return t.tolist()
 
 
+def all_sum_(t: Tensor) -> Tensor:
+    """``t`` summed over the ranks, in place (a rank with nothing to add passes zeros); returned."""
+    if active():
+        _dist().all_reduce(t)
+    return t
+
+
+def sum_gradients(params) -> None:
+    """Every parameter's gradient summed over the ranks, in place: each rank's backward of its share of one global
+    batch, scaled by the global count, adds up to the one-process gradient (a parameter no rank reached: zeros)."""
+    if not active():
+        return
+    import torch
+
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        _dist().all_reduce(p.grad)
+
+
+def my_rows(x: Tensor) -> Tensor:
+    """This rank's contiguous share of a batch's rows (all of them outside torchrun)."""
+    lo, hi = shard_bounds(len(x))
+    return x[lo:hi]
+
+
 def broadcast_buffers(module, src: int = 0) -> None:
     """Copy rank ``src``'s buffers (e.g. BatchNorm running statistics) to every rank, in place."""
     if not active():

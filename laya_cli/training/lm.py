@@ -29,6 +29,7 @@ from ..model.checkpoint import save_checkpoint
 from ..model.lenses import BITS, LayaLM, TunedLens, chunks, cross_entropy, kl_to, objective, stored_weights
 from ..runtime import progress
 from ..runtime.config import HeadConfig
+from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, sum_gradients
 from ..runtime.errors import LayaError, match_choice
 from .shaping import layer_dropout_mask
 
@@ -52,6 +53,7 @@ class LMRequest:
     layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
     seed: int = 1337
     device: str = "cpu"
+    device_map: str | None = None  # --device-map: transformers places the frozen model (docs/lm.md)
     layers: list[str] = field(default_factory=list)
     pretrained: bool = True
     head: HeadConfig = field(default_factory=HeadConfig)
@@ -97,8 +99,8 @@ def train_step(laya: LayaLM, tuned: TunedLens, hs: Tensor, targets: Tensor, loss
     """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once).
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
     opt.zero_grad(set_to_none=True)
-    total, n = 0.0, len(targets)
-    for rows in chunks(n, laya.readout.vocabulary):
+    total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
+    for rows in chunks(len(targets), laya.readout.vocabulary):
         h, y = hs[rows], targets[rows]
         with torch.no_grad():
             final = F.log_softmax(laya.readout(h[:, -1]).float(), -1)
@@ -107,8 +109,9 @@ def train_step(laya: LayaLM, tuned: TunedLens, hs: Tensor, targets: Tensor, loss
         loss = loss + sum(loss_of(tuned.layer_logits(h, i), final, y).sum() for i in range(h.shape[1]))
         (loss / n).backward()
         total += float(loss.detach())
+    sum_gradients([p for m in (laya, tuned) for p in m.parameters() if p.requires_grad])
     opt.step()
-    return total / n
+    return all_sum([total])[0] / n
 
 
 @torch.no_grad()
@@ -121,7 +124,7 @@ def evaluate(lm: LanguageModel, laya: LayaLM, tuned: TunedLens, held_out: Iterat
     head = {"laya_kl": 0.0, "laya_ce": 0.0, "last_ce": 0.0}
     n = 0
     for x in held_out:
-        hs, targets = token_states(lm, x)
+        hs, targets = token_states(lm, my_rows(x))  # under torchrun each rank measures its share, summed below
         for rows in chunks(len(targets), lm.readout.vocabulary):
             h, y = hs[rows], targets[rows]
             final_logits = lm.readout(h[:, -1])
@@ -135,11 +138,13 @@ def evaluate(lm: LanguageModel, laya: LayaLM, tuned: TunedLens, held_out: Iterat
             head["laya_ce"] += float(cross_entropy(logits, y).sum())
             head["last_ce"] += float(cross_entropy(final_logits, y).sum())
             sums["alpha"] += alpha.double().sum(0).cpu()
-        n += len(targets)
+        n += int(all_sum([len(targets)])[0])
         if n >= max_tokens:
             break
     if n == 0:
         raise LayaError("the held-out text is shorter than one block: no position to evaluate")
+    sums = {k: all_sum_(v) for k, v in sums.items()}
+    head = dict(zip(head, all_sum(list(head.values()))))
     per_layer = {k: (v / n * (1 if k == "alpha" else BITS)).tolist() for k, v in sums.items()}
     layers = [{k: per_layer[k][i] for k in per_layer} for i in range(L)]
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
@@ -152,7 +157,7 @@ def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch) -> tuple[float, int]
     loss_of, total, steps = objective(req.objective), 0.0, 0
     train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
     for x in progress.track(train, f"epoch {epoch}"):
-        hs, targets = token_states(lm, x)
+        hs, targets = token_states(lm, my_rows(x))
         total += train_step(laya, tuned, hs, targets, loss_of, opt, req.layer_dropout)
         steps += 1
     if steps == 0:
@@ -168,14 +173,15 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained, task="lm")
-    lm = build_language_model(spec)
+    lm = build_language_model(spec, device_map=req.device_map)
     _with_tokenizer(lm, corpus)
     block = _block_size(req, lm)
-    lm.to(req.device)
+    lm.to(req.device)  # a model placed by --device-map stays where it is; the heads sit with its readout
+    device = lm.head_device
     torch.manual_seed(req.seed)
     width = int(lm.readout.unembedding.weight.shape[1])
-    laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(req.device)
-    tuned = TunedLens(lm.num_layers, width, lm.readout).to(req.device)
+    laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(device)
+    tuned = TunedLens(lm.num_layers, width, lm.readout).to(device)
     params = [p for m in (laya, tuned) for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=req.lr)
     history, best, best_state, metrics, stale = [], None, None, None, 0
@@ -206,7 +212,9 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     # metrics: the best epoch's held-out figures, measured on the weights just restored (not measured again)
     reference = layer_means(lm, batches(lm, corpus, "train", block, req.batch_size), req.eval_tokens)
     ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference)
-    save_checkpoint(ckpt, req.out)
+    if is_main():  # under torchrun every rank holds the same heads; rank 0 writes
+        save_checkpoint(ckpt, req.out)
+    barrier()
     return ckpt
 
 
