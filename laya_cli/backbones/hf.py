@@ -23,7 +23,7 @@ from torch import nn
 
 from ..runtime.errors import LayaError
 from .chain import eval_mode
-from .engines import call_model, first_tensor, split_call
+from .engines import TIME_FIRST, call_model, first_tensor, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
@@ -372,10 +372,25 @@ def layer_taps(model: nn.Module) -> list[str]:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
         if taps:
             return taps
+    flipped = _time_first_outputs(outs, len(states[0][0]))
+    taps = next(filter(None, (_after_embeddings(flipped, hidden) for hidden in states)), None)
+    if taps:  # its layers run time first: their hidden states are read (and written back) transposed
+        setattr(model, TIME_FIRST, frozenset(split_call(t)[0] for t in taps))
+        return taps
     taps = _after_embeddings(outs, states[0], strict=False)
     if taps is None:
         raise _untappable(model, states[0], outs)
     return taps
+
+
+def _time_first_outputs(outs: dict[str, list], rows: int) -> dict[str, list]:
+    """The lists whose outputs run time first (L×B×D for a batch of ``rows``: FSMT's, XLNet's layers), each output
+    laid out batch first."""
+    return {
+        name: [(tap, o.transpose(0, 1)) for tap, o in got]
+        for name, got in outs.items()
+        if got and all(isinstance(o, torch.Tensor) and o.ndim == 3 and o.shape[1] == rows != len(o) for _, o in got)
+    }
 
 
 def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaError:
