@@ -5,12 +5,15 @@ a tuple unless told (DPR), an embedding table the model does not name, a cache s
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
 
 from laya_cli.backbones.hf import HFFamily, _layer_outputs, _probe_inputs, layer_taps
 from laya_cli.backbones.tokens import input_embeddings, vocabulary
+from laya_cli.runtime.errors import LayaError
 
 transformers = pytest.importorskip("transformers")
 
@@ -65,6 +68,55 @@ def test_the_embedding_table_of_the_config_vocabulary_is_found_where_the_model_d
     assert input_embeddings(model) is model.tokens and vocabulary(model) == 40
     model.other = nn.Embedding(40, 8)  # two tables of that size: which embeds the tokens is not known
     assert input_embeddings(model) is None
+
+
+def test_a_table_that_is_no_nn_embedding_is_fed_and_its_gradient_reaches_the_taps():
+    """I-BERT's ``QuantEmbedding``: a 2-D weight of the vocabulary's rows, returning (embeddings, scaling factor)."""
+    from laya_cli.backbones.hf import _embedding_grads
+
+    config = transformers.IBertConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+    )
+    model = _model(config).requires_grad_(False)
+    assert type(input_embeddings(model)).__name__ == "QuantEmbedding" and vocabulary(model) == 64
+    assert layer_taps(model) == ["encoder.layer.0", "encoder.layer.1"]
+    _embedding_grads(model)
+    with torch.enable_grad():
+        out = model(**_probe_inputs(model)).last_hidden_state
+    assert out.requires_grad  # a frozen model: Captum's layer gradients start at the embeddings' output
+
+
+def test_a_table_named_by_a_sub_config_vocabulary_and_precise_refusals():
+    model = _Unnamed()
+    text = SimpleNamespace(vocab_size=40)
+    model.config = SimpleNamespace(sub_configs={"text_config": None}, text_config=text)  # FastSpeech 2 + vocoder
+    assert input_embeddings(model) is model.tokens
+    text.vocab_size = None
+    with pytest.raises(LayaError, match="names none .get_input_embeddings. and its config no vocab_size"):
+        vocabulary(model)
+
+    class Codebooks(nn.Module):  # Kyutai's, CSM's: codebooks summed per position, no one table of token ids
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(100, 8)
+
+    model.get_input_embeddings = Codebooks
+    with pytest.raises(LayaError, match=r"input embedding \(Codebooks\) is no table indexed by token ids"):
+        vocabulary(model)
+
+
+def test_a_model_without_a_forward_is_refused_in_one_line():
+    from laya_cli.backbones.hf import _base_model
+
+    class Parts(transformers.PreTrainedModel):  # Bark: three models that generate() runs in turn
+        config_class = transformers.PretrainedConfig
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.semantic = nn.Embedding(10, 4)
+
+    with pytest.raises(LayaError, match="has no forward of its own"):
+        _base_model(Parts(transformers.PretrainedConfig()), "parts")
 
 
 def test_the_cache_is_off_in_every_sub_config():

@@ -133,6 +133,11 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
     """The transformer under a task model; an encoder–decoder's encoder; CLIP-style dual towers: the vision tower.
     A model whose forward needs more than its tokens or images (a vision tower fed ``grid_thw``) is refused."""
     tapped = _reduced(model, where)
+    if type(tapped).forward is nn.Module.forward:  # Bark's three models, GLM-Image's VQ tokenizer
+        raise LayaError(
+            f"hf:{where} ({type(tapped).__name__}) has no forward of its own (models or codecs another model's "
+            "generate calls): laya taps a model's forward"
+        )
     extra = _required_besides(tapped, main_input(tapped))
     if extra:
         raise LayaError(
@@ -222,8 +227,10 @@ def _embedding_grads(model: nn.Module) -> None:
         return
 
     def hook(module, args, output):
-        if torch.is_grad_enabled() and not output.requires_grad:
-            return output.detach().requires_grad_(True)
+        first = first_tensor(output)  # I-BERT's table returns (embeddings, scaling factor)
+        if torch.is_grad_enabled() and isinstance(first, torch.Tensor) and not first.requires_grad:
+            grad = first.detach().requires_grad_(True)
+            return grad if output is first else type(output)([grad, *output[1:]])
         return output
 
     table = input_embeddings(model)
