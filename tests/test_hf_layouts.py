@@ -139,3 +139,34 @@ def test_a_replaced_output_is_a_copy_later_layers_may_write_into():
     assert reference.sum() == 0 and leaf.detach().sum() == 24
     own_memory((leaf, None))[0].sum().backward()
     assert leaf.grad is not None and leaf.grad.sum() == 24  # the gradient reaches the leaf through the copy
+
+
+def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path):
+    """X-MOD's layers take one language id per sample (1-D, batch long): prefix caching on some rows of a batch
+    (network-scope IG refining them) hands the layers those rows' ids, as the full passes do."""
+    from laya_cli import backbones as bb
+    from laya_cli.auditing import network
+    from laya_cli.backbones import tokens as tokenization
+    from laya_cli.model.heads import build_head
+
+    config = transformers.XmodConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
+        languages=["en_XX", "de_DE"], default_language="en_XX", max_position_embeddings=40,
+    )  # fmt: skip
+    _model(config).save_pretrained(tmp_path / "xmod")
+    backbone = bb.build_backbone(bb.BackboneSpec(f"hf:{tmp_path / 'xmod'}", pretrained=True, max_length=12)).eval()
+    texts = ["dog cat", "bread cheese apple rice soup", "saw", "fish lion tiger bear wolf", "milk egg"]
+    tokenization.train_tokenizer(backbone.input_cfg, " ".join(texts).split(), "test words")
+    x = tokenization.encode(backbone.input_cfg, texts)
+    torch.manual_seed(0)
+    head = build_head("laya", [16, 16, 16], 3).eval()
+    scope, full = (network.NetworkScope(backbone, head, prefix=p) for p in (True, False))
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    rows = torch.tensor([0, 2])
+    some = (x[rows], [h[rows] for h in hs], [f[rows] for f in feats], target[rows])
+    with backbone.batch_rows(rows):
+        ours = scope.integrated_gradients(*some, n_steps=4)
+    full.activations(x[rows])
+    torch.testing.assert_close(ours, full.integrated_gradients(*some, n_steps=4), rtol=0, atol=1e-5)

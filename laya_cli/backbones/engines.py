@@ -203,7 +203,7 @@ class ReplayEngine(HookEngine):
         def keep(i, args, kwargs):
             self.calls[i] = (tuple(args[1:]), dict(kwargs))
             self.batch = len(args[0])
-            self.laid[i] = {id(t) for t in _tensors(self.calls[i]) if t.ndim and t.shape[0] == self.batch}
+            self.laid[i] = _laid(self.calls[i], args[0])
             if pre is not None:
                 pre(i, args, kwargs)
 
@@ -213,7 +213,7 @@ class ReplayEngine(HookEngine):
         """The recorded calls of only ``rows`` of the last batch (IG refining some of its samples): every tensor
         laid out by the batch's rows is indexed; broadcast shapes (a 1×… mask, rotary tables) stay as they are."""
         saved, batch, laid = list(self.calls), self.batch, list(self.laid)
-        self.calls = [None if c is None else _select(c, rows, batch) for c in saved]
+        self.calls = [None if c is None else _select(c, rows, ids) for c, ids in zip(saved, laid)]
         self.laid = [
             set() if c is None else {id(t) for t in _tensors(c) if id(t) not in _ids(old)}  # those it indexed
             for c, old in zip(self.calls, saved)
@@ -274,14 +274,23 @@ def _ids(value) -> set[int]:
     return {id(t) for t in _tensors(value)}
 
 
-def _select(value, rows: Tensor, batch: int):
-    """``rows`` of a recorded call's tensors (nested in tuples/dicts) that have one row per sample of a batch of
-    ``batch`` (two or more dimensions: a 1-D tensor of that length is a position index, not a batch)."""
+def _laid(call, hidden) -> set[int]:
+    """The ids of a recorded call's tensors laid out by the batch's rows: one row per sample of ``hidden``'s batch.
+    A 1-D tensor of that length is one value per sample (X-MOD's language ids) unless the batch is as long as the
+    sequence: then it may be a position index (``cache_position``), and is taken for one."""
+    batch = len(hidden)
+    length = hidden.shape[1] if isinstance(hidden, Tensor) and hidden.ndim > 1 else None
+    return {id(t) for t in _tensors(call) if t.ndim and t.shape[0] == batch and (t.ndim > 1 or batch != length)}
+
+
+def _select(value, rows: Tensor, laid: set[int]):
+    """``rows`` of a recorded call's tensors (nested in tuples/dicts) laid out by the batch's rows (``laid``: their
+    ids, ``_laid``)."""
     if isinstance(value, dict):
-        return {k: _select(v, rows, batch) for k, v in value.items()}
+        return {k: _select(v, rows, laid) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_select(v, rows, batch) for v in value)
-    if isinstance(value, Tensor) and value.ndim >= 2 and value.shape[0] == batch:
+        return type(value)(_select(v, rows, laid) for v in value)
+    if isinstance(value, Tensor) and id(value) in laid:
         return value[rows.to(value.device)]
     return value
 
