@@ -170,3 +170,54 @@ def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path)
         ours = scope.integrated_gradients(*some, n_steps=4)
     full.activations(x[rows])
     torch.testing.assert_close(ours, full.integrated_gradients(*some, n_steps=4), rtol=0, atol=1e-5)
+
+
+def test_layers_run_where_autograd_is_off_are_refused():
+    """Reformer's reversible layers run inside an autograd Function (recomputed in its backward): no gradient."""
+    config = transformers.ReformerConfig(
+        vocab_size=64, hidden_size=16, num_attention_heads=2, attention_head_size=8, attn_layers=["local", "local"],
+        feed_forward_size=32, axial_pos_shape=[4, 4], axial_pos_embds_dim=[8, 8], max_position_embeddings=16,
+        local_attn_chunk_length=4, is_decoder=False,
+    )  # fmt: skip
+    with pytest.raises(LayaError, match="run where autograd is off"):
+        layer_taps(_model(config))
+
+
+def test_hidden_states_from_two_lists_called_in_turn_name_them():
+    from laya_cli.backbones.hf import _untappable
+
+    h = [torch.full((2, 3, 4), float(i)) for i in range(5)]
+    outs = {"a.layers": [("a.layers.0", h[1]), ("a.layers.1", h[3])], "b.layers": [("b.layers.0", h[2])]}
+    outs["b.layers"].append(("b.layers.1", h[4]))
+    error = _untappable(nn.Module(), h, outs)
+    assert "come from 2 lists of layers called in turn (a.layers, b.layers)" in str(error)
+
+
+class _NeedsAnImage(nn.Module):
+    """A text-and-image model whose forward fails on tokens alone (BridgeTower's cross-modal layers, Llama 4's)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, runs: bool = False):
+        super().__init__()
+        self.config = transformers.BertConfig(
+            vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+        )
+        self.text_model, self.runs = _model(self.config), runs
+
+    def get_input_embeddings(self):
+        return self.text_model.get_input_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, pixel_values=None, output_hidden_states=None):
+        if pixel_values is None and not self.runs:
+            raise ValueError("You have to specify pixel_values")
+        return self.text_model(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+
+
+def test_a_model_that_needs_an_image_besides_its_tokens_is_tapped_in_its_text_tower():
+    from laya_cli.backbones.hf import _reduced
+
+    model = _NeedsAnImage()
+    assert _reduced(model, "pair") is model.text_model
+    whole = _NeedsAnImage(runs=True)
+    assert _reduced(whole, "pair") is whole  # a model that runs on its tokens is tapped whole

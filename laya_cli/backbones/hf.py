@@ -168,11 +168,40 @@ def _reduced(model: nn.Module, where: str) -> nn.Module:
     text = getattr(model, "text_model", None)
     if is_text(model) and input_embeddings(model) is None and isinstance(text, nn.Module) and is_text(text):
         return text  # a text tower beside another (CLAP's audio): the tower that embeds the tokens
+    tower = _text_tower(model)
+    if tower is not None:
+        return tower
     if not is_text(model) and main_input(model) != "pixel_values":
         if tower:
             return vision
         raise LayaError(f"hf:{where} takes {main_input(model) or '?'}: laya taps text and image models")
     return model
+
+
+TEXT_TOWERS = ("language_model", "text_model")  # where a model of several parts keeps the one that reads its tokens
+
+
+def _text_tower(model: nn.Module) -> nn.Module | None:
+    """A multimodal model's language model or text tower where the whole model cannot run on token ids alone but
+    that part can (BridgeTower's cross-modal layers need an image; Llama 4's forward fails without one): the
+    layers that read the tokens. None where the whole model runs on them, or no such part does."""
+    towers = [getattr(model, a, None) for a in TEXT_TOWERS]
+    towers = [t for t in towers if isinstance(t, nn.Module) and t is not model and is_text(t)]
+    if not towers or not is_text(model) or _runs_on_tokens(model):
+        return None
+    return next((getattr(t, "base_model", t) for t in towers if _runs_on_tokens(getattr(t, "base_model", t))), None)
+
+
+def _runs_on_tokens(model: nn.Module) -> bool:
+    for config in _configs(model.config):  # no key/value cache, as laya runs it (``HFFamily.prepare``)
+        if getattr(config, "use_cache", False):
+            config.use_cache = False
+    try:
+        with torch.no_grad(), eval_mode(model):
+            probe_call(model, _probe_inputs(model))
+    except Exception:  # noqa: BLE001 - a model whose own forward fails on tokens (laya's one line): not this one
+        return False
+    return True
 
 
 def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Module:
@@ -266,27 +295,34 @@ def image_geometry(config) -> tuple[int, int]:
     return _image_setting(config, "num_channels") or 3, _image_setting(config, "image_size") or 224
 
 
-def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list]]:
+def _layer_outputs(model: nn.Module, inputs, no_grad: set | None = None) -> tuple[list, dict[str, list]]:
     """The model's ``hidden_states`` and, per ModuleList, the taps its children's calls would be, in call order:
     (tap name, first output). A child called more than once (a layer shared across depth: ALBERT) is tapped per
     call, ``<list>.<child>#<call>``."""
     lists = {n: m for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)}
     calls: dict[str, list] = {n: [] for n in lists}
     handles = []
+
+    def hook(module, args, output, name, c):
+        out = first_tensor(output)
+        if not torch.is_grad_enabled() and no_grad is not None:  # inside a custom autograd Function (Reformer's)
+            no_grad.add(f"{name}.{c}")
+        calls[name].append((c, out.detach() if isinstance(out, torch.Tensor) else out))
+
     for name, ml in lists.items():
         for c, child in enumerate(ml):
-            handles.append(
-                child.register_forward_hook(
-                    lambda m, a, o, name=name, c=c: calls[name].append((c, o[0] if isinstance(o, (tuple, list)) else o))
-                )
-            )
-    try:
-        with torch.no_grad(), eval_mode(model):
+            handles.append(child.register_forward_hook(lambda m, a, o, name=name, c=c: hook(m, a, o, name, c)))
+    try:  # autograd on, as laya's attributions run the model (the parameters need no gradient: no graph of them)
+        with torch.enable_grad(), eval_mode(model):
             result = probe_call(model, {**inputs, "output_hidden_states": True})
     finally:
         for h in handles:
             h.remove()
-    states = [s for s in map(lambda k: _states(result, k), STATE_KEYS) if s]
+    states = [
+        [h.detach() if isinstance(h, torch.Tensor) else h for h in s]
+        for s in map(lambda k: _states(result, k), STATE_KEYS)
+        if s
+    ]
     if not states:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
     batch = len(next(iter(inputs.values())))
@@ -374,7 +410,19 @@ def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]``, or every state where the model returns its stages alone; a model that returns the
     states of several parts (MaskFormer) is tapped where its encoder's states are."""
-    states, outs = _layer_outputs(model, _probe_inputs(model))
+    no_grad: set[str] = set()
+    states, outs = _layer_outputs(model, _probe_inputs(model), no_grad)
+    taps = _found_taps(model, states, outs)
+    off = [t for t in taps if split_call(t)[0] in no_grad]
+    if off:  # Reformer's reversible layers run inside an autograd Function that recomputes them in its backward
+        raise LayaError(
+            f"{type(model).__name__}'s layers ({off[0]}…) run where autograd is off (inside a custom autograd "
+            "Function, as reversible layers do): no gradient reaches a tap, laya cannot attribute them"
+        )
+    return taps
+
+
+def _found_taps(model: nn.Module, states: list, outs: dict[str, list]) -> list[str]:
     for hidden in states:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
         if taps:
@@ -421,6 +469,13 @@ def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaEr
         return LayaError(
             f"{name}: its stages are lists of blocks, no one module gives a stage's output (its {want + 1} hidden "
             "states): laya taps one list of layers"
+        )
+    found = [{n for n, g in outs.items() for _, o in g if _matches(o, h)} for h in hidden[1:-1]]  # the last: a norm
+    lists = sorted(set().union(*found)) if found and all(found) else []
+    if len(lists) > 1:  # BLT's local decoder: cross-attention and self-attention layers in turn, each giving a state
+        return LayaError(
+            f"{name}: its {want} hidden states come from {len(lists)} lists of layers called in turn "
+            f"({', '.join(lists)}), no one list gives them: laya taps one list of layers"
         )
     like = [
         g for g in outs.values() if g and all(isinstance(o, torch.Tensor) and o.shape == hidden[1].shape for _, o in g)
