@@ -87,10 +87,16 @@ def probe_call(model: nn.Module, inputs):
         raise
     except Exception as e:
         what = "token ids" if "input_ids" in inputs else "images"
+        besides = [n for n in OTHER_INPUTS if n in _parameters(model) and n not in inputs]
+        also = f" (it also takes {', '.join(besides)})" if besides else ""
         raise LayaError(
-            f"{type(model).__name__} cannot run on {what} alone (laya's probe batch): {type(e).__name__}: "
+            f"{type(model).__name__} cannot run on {what} alone{also} (laya's probe batch): {type(e).__name__}: "
             f"{_first_line(e)[:160]}"
         ) from None
+
+
+# inputs a model may need besides its tokens or images, named where its forward fails without them
+OTHER_INPUTS = ("pixel_values", "pixel_values_videos", "bbox", "visual_embeds", "input_features", "lang_ids")
 
 
 def _parameters(model: nn.Module) -> dict:
