@@ -26,7 +26,7 @@ def _model(config):
 def test_stage_outputs_without_an_embeddings_state_are_the_taps():
     model = _model(transformers.MobileNetV1Config(image_size=32, depth_multiplier=0.25))
     taps = layer_taps(model)
-    states, outs = _layer_outputs(model, _probe_inputs(model))
+    states, outs, _ = _layer_outputs(model, _probe_inputs(model))
     assert len(taps) == len(states[0])  # every state is a layer's output: none is the embeddings'
     got = dict(outs["layer"])
     assert all(torch.equal(got[t], h) for t, h in zip(taps, states[0]))  # the taps are the states themselves
@@ -172,17 +172,6 @@ def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path)
     torch.testing.assert_close(ours, full.integrated_gradients(*some, n_steps=4), rtol=0, atol=1e-5)
 
 
-def test_layers_run_where_autograd_is_off_are_refused():
-    """Reformer's reversible layers run inside an autograd Function (recomputed in its backward): no gradient."""
-    config = transformers.ReformerConfig(
-        vocab_size=64, hidden_size=16, num_attention_heads=2, attention_head_size=8, attn_layers=["local", "local"],
-        feed_forward_size=32, axial_pos_shape=[4, 4], axial_pos_embds_dim=[8, 8], max_position_embeddings=16,
-        local_attn_chunk_length=4, is_decoder=False,
-    )  # fmt: skip
-    with pytest.raises(LayaError, match="run where autograd is off"):
-        layer_taps(_model(config))
-
-
 def test_hidden_states_from_two_lists_called_in_turn_name_them():
     from laya_cli.backbones.hf import _untappable
 
@@ -221,3 +210,81 @@ def test_a_model_that_needs_an_image_besides_its_tokens_is_tapped_in_its_text_to
     assert _reduced(model, "pair") is model.text_model
     whole = _NeedsAnImage(runs=True)
     assert _reduced(whole, "pair") is whole  # a model that runs on its tokens is tapped whole
+
+
+def test_a_stage_that_returns_a_tuple_inside_a_tuple_is_tapped_at_its_tensor():
+    """PVTv2's stages return ((hidden, height, width), …): the tap is the tensor at the bottom of the first items,
+    and a replacement is written back there."""
+    from laya_cli.backbones.engines import first_tensor, own_memory, replace_first
+
+    config = transformers.PvtV2Config(
+        image_size=32, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4]
+    )
+    model = _model(config)
+    taps = layer_taps(model)
+    assert taps == [f"encoder.layers.{i}" for i in range(4)]  # its states are its stages: no embeddings state
+    h, extra = torch.ones(2, 3), object()
+    nested = ((h, 4, 4), extra)
+    assert first_tensor(nested) is h
+    out = replace_first(nested, lambda t: t * 2)
+    assert torch.equal(out[0][0], 2 * h) and out[0][1:] == (4, 4) and out[1] is extra
+    copy = own_memory(nested)
+    assert torch.equal(copy[0][0], h) and copy[0][0].data_ptr() != h.data_ptr() and copy[1] is extra
+
+
+def _calls_across_lists(config):
+    model = _model(config)
+    states, outs, order = _layer_outputs(model, _probe_inputs(model))
+    taps = layer_taps(model)
+    got = dict(order)
+    matched = sum(any(torch.equal(got[t], h) for h in states[0]) for t in taps)
+    return taps, matched
+
+
+def test_states_from_several_lists_called_in_turn_are_tapped_in_call_order():
+    """Funnel: three blocks of layers, then its decoder's layers; its upsampled stream is a state no layer returns."""
+    config = transformers.FunnelConfig(
+        vocab_size=64,
+        block_sizes=[2, 2],
+        num_decoder_layers=1,
+        d_model=16,
+        n_head=2,
+        d_head=8,
+        d_inner=32,
+        architectures=["FunnelModel"],
+    )
+    taps, matched = _calls_across_lists(config)
+    assert taps == ["encoder.blocks.0.0", "encoder.blocks.0.1", "encoder.blocks.1.0", "encoder.blocks.1.1",
+                    "decoder.layers.0"]  # fmt: skip
+    assert matched == len(taps)  # every tap's output is one of the model's own states
+
+
+def test_stages_that_are_lists_of_blocks_are_tapped_at_their_last_block():
+    config = transformers.PoolFormerConfig(
+        image_size=32, hidden_sizes=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_encoder_blocks=4
+    )
+    taps, matched = _calls_across_lists(config)
+    assert taps == ["encoder.block.0.0", "encoder.block.1.1", "encoder.block.2.0", "encoder.block.3.0"]
+    assert matched == 4
+
+
+def test_layers_a_model_computes_without_gradients_refuse_network_gradient_methods(tmp_path):
+    """HRM runs all but its last recurrent cycle under torch.no_grad: network-scope IG/Grad×Act/AtP cannot reach
+    those taps. One line before any work (it failed deep inside Captum); LOLO alone still runs there."""
+    from helpers import assert_user_error, invoke
+
+    from benchmarks.zoo.hf_all import write_texts
+
+    config = transformers.HrmTextConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_attention_heads=2, head_dim=16,
+        num_layers_per_stack=1, H_cycles=2, L_cycles=2, architectures=["HrmTextModel"],
+    )  # fmt: skip
+    _model(config).save_pretrained(tmp_path / "hrm")
+    data = write_texts(tmp_path / "text", train=12, test=6)
+    ckpt = tmp_path / "m.pt"
+    r = invoke("train", "--backbone", f"hf:{tmp_path / 'hrm'}", "--dataset", f"csv:{data}", "--max-length", "12",
+               "--epochs", "1", "--out", str(ckpt), "--device", "cpu", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert_user_error(invoke("audit", str(ckpt), "--scope", "network", "--device", "cpu", "-q"), "without gradients")
+    r = invoke("audit", str(ckpt), "--scope", "network", "--compare", "contrib", "--device", "cpu", "-q")
+    assert r.exit_code == 0, r.output

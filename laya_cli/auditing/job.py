@@ -56,7 +56,7 @@ def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_c
         )
     check_ablation(model.head, head_ablation(settings.ablation))  # before any feature extraction
     if scope != "head":
-        check_network_scope(model, settings.ablation)  # taps that cannot be patched: before any work
+        check_network_scope(model, settings.ablation, methods)  # taps that cannot be patched: before any work
     data = load_data()
     plan = None
     if memory is not None:

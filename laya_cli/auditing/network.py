@@ -159,14 +159,35 @@ def check_network_ablation(ablation: str) -> str:
     return check_choice("--ablation", ablation, NETWORK_ABLATIONS)
 
 
-def check_network_scope(model, ablation: str) -> None:
-    """Fail before any work: an ablation that has no network-scope meaning, or taps that cannot be
-    patched (not modules of the model)."""
+GRADIENT_METHODS = ("ig", "gradxact", "atp", "saliency")  # network scope: gradients from p_ŷ back to each tap
+
+
+def check_network_scope(model, ablation: str, methods: Sequence[str] = ()) -> None:
+    """Fail before any work: an ablation that has no network-scope meaning, taps that cannot be patched (not
+    modules of the model), or taps that gradient ``methods`` cannot reach."""
     check_network_ablation(ablation)
     model.backbone.tap_modules()
     if ablation in BY_INPUT:  # every tapped block's output must have its input's shape: one line, before any work
         with torch.no_grad():
             model.backbone.eval().activations_and_inputs(model.backbone.probe_input())
+    if any(m in GRADIENT_METHODS for m in methods):
+        check_gradients_reach_taps(model.backbone)
+
+
+def check_gradients_reach_taps(backbone) -> None:
+    """A model that computes some layers under ``torch.no_grad`` inside its own forward (HRM runs all but its last
+    recurrent cycle so) gives those taps no gradient: network-scope IG, Grad×Act and AtP cannot attribute to them.
+    Refused in one line on a probe batch rather than failing deep inside Captum."""
+    x = backbone.probe_input()
+    with torch.enable_grad():
+        hs = backbone.eval().activations(x.detach().requires_grad_(x.is_floating_point()))
+    cut = [name for name, h in zip(backbone.layer_names, hs) if not h.requires_grad]
+    if cut:
+        raise LayaError(
+            f"the model computes {', '.join(cut[:3])}{' …' if len(cut) > 3 else ''} without gradients (under "
+            "torch.no_grad inside its forward): network-scope gradient methods cannot reach them; audit with "
+            "--scope head, or --compare without ig, gradxact, atp and saliency"
+        )
 
 
 # --------------------------------------------------------------------------- patched passes

@@ -28,8 +28,18 @@ def call_model(model: nn.Module, inputs):
 
 
 def first_tensor(output):
-    """A module's tap value: the output, or its first element for tuple/list outputs."""
-    return output[0] if isinstance(output, (tuple, list)) and output else output
+    """A module's tap value: the output, or its first element for tuple/list outputs — the first element's first
+    where that is a tuple again (PVTv2's stages return ``((hidden, height, width), …)``)."""
+    while isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    return output
+
+
+def replace_first(output, fn):
+    """A module's output with its tap value (``first_tensor``'s, at any depth) passed through ``fn``."""
+    if isinstance(output, (tuple, list)) and output:
+        return type(output)([replace_first(output[0], fn), *output[1:]])
+    return fn(output)
 
 
 def own_memory(value):
@@ -37,13 +47,10 @@ def own_memory(value):
     ``tensor *= mask``), which must change neither what laya holds (a reference, maybe broadcast to the batch with
     ``expand``: many elements on one location) nor a leaf that requires grad (Captum's inputs: the gradient still
     reaches it through the copy)."""
-    first = first_tensor(value)
-    if not isinstance(first, Tensor):
+    plain = isinstance(value, Tensor) or type(value) in (tuple, list)  # a ModelOutput is handed on as it is
+    if not plain or not isinstance(first_tensor(value), Tensor):
         return value
-    copy = first.clone(memory_format=torch.contiguous_format)
-    if isinstance(value, Tensor):
-        return copy
-    return type(value)([copy, *value[1:]]) if type(value) in (tuple, list) else value
+    return replace_first(value, lambda t: t.clone(memory_format=torch.contiguous_format))
 
 
 def split_call(name: str) -> tuple[str, int]:

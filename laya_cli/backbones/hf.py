@@ -301,34 +301,29 @@ def image_geometry(config) -> tuple[int, int]:
     return _image_setting(config, "num_channels") or 3, _image_setting(config, "image_size") or 224
 
 
-def _layer_outputs(model: nn.Module, inputs, no_grad: set | None = None) -> tuple[list, dict[str, list]]:
-    """The model's ``hidden_states`` and, per ModuleList, the taps its children's calls would be, in call order:
-    (tap name, first output). A child called more than once (a layer shared across depth: ALBERT) is tapped per
-    call, ``<list>.<child>#<call>``."""
+def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list], list]:
+    """The model's ``hidden_states``; per ModuleList, the taps its children's calls would be, in call order:
+    (tap name, first output); and every list's taps as their calls ended. A child called more than once (a layer
+    shared across depth: ALBERT) is tapped per call, ``<list>.<child>#<call>``."""
     lists = {n: m for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)}
     calls: dict[str, list] = {n: [] for n in lists}
+    order: list[tuple[str, int]] = []  # (list, its call's index) as the calls end, across every list
+
+    def record(name: str, c: int, output) -> None:
+        order.append((name, len(calls[name])))
+        calls[name].append((c, first_tensor(output)))
+
     handles = []
-
-    def hook(module, args, output, name, c):
-        out = first_tensor(output)
-        if not torch.is_grad_enabled() and no_grad is not None:  # inside a custom autograd Function (Reformer's)
-            no_grad.add(f"{name}.{c}")
-        calls[name].append((c, out.detach() if isinstance(out, torch.Tensor) else out))
-
     for name, ml in lists.items():
         for c, child in enumerate(ml):
-            handles.append(child.register_forward_hook(lambda m, a, o, name=name, c=c: hook(m, a, o, name, c)))
-    try:  # autograd on, as laya's attributions run the model (the parameters need no gradient: no graph of them)
-        with torch.enable_grad(), eval_mode(model):
+            handles.append(child.register_forward_hook(lambda m, a, o, name=name, c=c: record(name, c, o)))
+    try:
+        with torch.no_grad(), eval_mode(model):
             result = probe_call(model, {**inputs, "output_hidden_states": True})
     finally:
         for h in handles:
             h.remove()
-    states = [
-        [h.detach() if isinstance(h, torch.Tensor) else h for h in s]
-        for s in map(lambda k: _states(result, k), STATE_KEYS)
-        if s
-    ]
+    states = [s for s in map(lambda k: _states(result, k), STATE_KEYS) if s]
     if not states:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
     batch = len(next(iter(inputs.values())))
@@ -346,7 +341,7 @@ def _layer_outputs(model: nn.Module, inputs, no_grad: set | None = None) -> tupl
         for c, out in got:
             call = seen[c] = seen.get(c, -1) + 1
             outs[name].append((f"{name}.{c}" + (f"#{call}" if times[c] > 1 else ""), out))
-    return states, outs
+    return states, outs, [outs[name][i] for name, i in order]
 
 
 STATE_KEYS = ("hidden_states", "encoder_hidden_states")  # a forward's per-layer states, in the order laya tries them
@@ -416,19 +411,7 @@ def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]``, or every state where the model returns its stages alone; a model that returns the
     states of several parts (MaskFormer) is tapped where its encoder's states are."""
-    no_grad: set[str] = set()
-    states, outs = _layer_outputs(model, _probe_inputs(model), no_grad)
-    taps = _found_taps(model, states, outs)
-    off = [t for t in taps if split_call(t)[0] in no_grad]
-    if off:  # Reformer's reversible layers run inside an autograd Function that recomputes them in its backward
-        raise LayaError(
-            f"{type(model).__name__}'s layers ({off[0]}…) run where autograd is off (inside a custom autograd "
-            "Function, as reversible layers do): no gradient reaches a tap, laya cannot attribute them"
-        )
-    return taps
-
-
-def _found_taps(model: nn.Module, states: list, outs: dict[str, list]) -> list[str]:
+    states, outs, order = _layer_outputs(model, _probe_inputs(model))
     for hidden in states:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
         if taps:
@@ -438,7 +421,7 @@ def _found_taps(model: nn.Module, states: list, outs: dict[str, list]) -> list[s
     if taps:  # its layers run time first: their hidden states are read (and written back) transposed
         setattr(model, TIME_FIRST, frozenset(split_call(t)[0] for t in taps))
         return taps
-    taps = _after_embeddings(outs, states[0], strict=False)
+    taps = _after_embeddings(outs, states[0], strict=False) or _across_lists(order, states[0])
     if taps is None:
         raise _untappable(model, states[0], outs)
     return taps
@@ -452,6 +435,28 @@ def _time_first_outputs(outs: dict[str, list], rows: int) -> dict[str, list]:
         for name, got in outs.items()
         if got and all(isinstance(o, torch.Tensor) and o.ndim == 3 and o.shape[1] == rows != len(o) for _, o in got)
     }
+
+
+def _across_lists(order: list, hidden: list) -> list[str] | None:
+    """Taps from several lists, in the order their calls end, whose outputs are the hidden states: a model whose
+    states come from lists called in turn (Funnel's blocks, then its decoder; PoolFormer's stages, each a list of
+    blocks; HRM's two levels). Every state is matched but the first (the embeddings': no layer returns it) and one
+    more (Funnel's upsampled stream, which no layer returns); of consecutive calls giving one state (a stage and
+    its last block), the later, outer one is tapped."""
+    rows = len(hidden[0])
+    calls = [(tap, out) for tap, out in order if isinstance(out, torch.Tensor) and out.ndim and len(out) == rows]
+    taps, start, missed = [], 0, []
+    for i, h in enumerate(hidden):
+        j = next((k for k in range(start, len(calls)) if _same_data(calls[k][1], h)), None)
+        if j is None:
+            missed.append(i)
+            continue
+        while j + 1 < len(calls) and _same_data(calls[j + 1][1], h):
+            j += 1
+        taps.append(calls[j][0])
+        start = j + 1
+    extra = [i for i in missed if i != 0]
+    return taps if len(taps) >= 2 and len(extra) <= 1 and len(set(taps)) == len(taps) else None
 
 
 def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaError:

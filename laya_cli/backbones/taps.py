@@ -38,6 +38,7 @@ from .engines import (
     block_input,
     call_model,
     first_tensor,
+    replace_first,
     split_call,
     stage_index,
 )
@@ -366,7 +367,7 @@ class TappedBackbone(nn.Module):
         several depths (ALBERT's shared layer, a ``layer#k`` tap)."""
         self.tap_modules()  # taps that are no modules: one line
         points = [nn.Identity() for _ in self.layer_names]
-        with TapHooks(self.model, self.layer_names).installed(post=lambda i, out: _replace_first(out, points[i])):
+        with TapHooks(self.model, self.layer_names).installed(post=lambda i, out: replace_first(out, points[i])):
             yield points
 
     def patched_activations(
@@ -383,7 +384,7 @@ class TappedBackbone(nn.Module):
             if not 0 <= i < k:
                 raise LayaError(f"tap index {i} is outside 0..{k - 1}")
             new = (lambda out: h) if patch is None else patch
-            replace = lambda j, output: _replace_first(output, new) if j == i else None
+            replace = lambda j, output: replace_first(output, new) if j == i else None
         return HookEngine(self.model, self.layer_names).run(self.adapter(x), k, replace=replace)
 
     def bypassed_activations(self, x: Tensor, drop) -> list[Tensor]:
@@ -404,7 +405,7 @@ class TappedBackbone(nn.Module):
                 raise LayaError(
                     f"layer {self.layer_names[i]} cannot be dropped: its output has another shape than its input"
                 )
-            return _replace_first(output, lambda _: given[i])
+            return replace_first(output, lambda _: given[i])
 
         return HookEngine(self.model, self.layer_names).run(self.adapter(x), n, pre=keep, replace=replace)
 
@@ -492,10 +493,3 @@ class TappedBackbone(nn.Module):
         if got is None or not reproduces(got, want, rtol=1e-5, atol=1e-6):
             raise LayaError(f"this model cannot run without {', '.join(names)}: {why}")
         return out
-
-
-def _replace_first(output, fn):
-    """A module's output with its tap value (the output, or its first element) passed through ``fn``."""
-    if isinstance(output, (tuple, list)) and output:
-        return type(output)([fn(output[0]), *output[1:]])
-    return fn(output)
