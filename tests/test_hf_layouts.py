@@ -1,9 +1,11 @@
 """Transformers models whose layers or outputs are laid out unlike a BERT's, tapped (or refused) by what they are,
 not by name: stage outputs returned without an embeddings state (MobileNet, CvT, SegFormer), an encoder's states
-beside other parts' (MaskFormer), layers that run time first (XLNet, FSMT), a forward that returns a tuple unless
-told (DPR), an embedding table the model does not name, a cache switched off in a sub-config."""
+beside other parts' (MaskFormer), layers that run time first (XLNet, FSMT: found transposed), a forward that returns
+a tuple unless told (DPR), an embedding table the model does not name, a cache switched off in a sub-config."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -30,10 +32,11 @@ def test_stage_outputs_without_an_embeddings_state_are_the_taps():
     assert all(torch.equal(got[t], h) for t, h in zip(taps, states[0]))  # the taps are the states themselves
 
 
-def test_time_first_layers_are_refused_saying_so():
+def test_time_first_layers_are_found_by_their_outputs_transposed():
     config = transformers.XLNetConfig(vocab_size=64, d_model=16, n_layer=2, n_head=2, d_inner=32)
-    with pytest.raises(LayaError, match="time first"):
-        layer_taps(_model(config))
+    model = _model(config)
+    assert layer_taps(model) == ["layer.0", "layer.1"]
+    assert model.laya_time_first == {"layer.0", "layer.1"}  # read and written back transposed: test_hf_time_first.py
 
 
 def test_a_forward_that_returns_a_tuple_unless_told_is_told():
@@ -67,6 +70,55 @@ def test_the_embedding_table_of_the_config_vocabulary_is_found_where_the_model_d
     assert input_embeddings(model) is None
 
 
+def test_a_table_that_is_no_nn_embedding_is_fed_and_its_gradient_reaches_the_taps():
+    """I-BERT's ``QuantEmbedding``: a 2-D weight of the vocabulary's rows, returning (embeddings, scaling factor)."""
+    from laya_cli.backbones.hf import _embedding_grads
+
+    config = transformers.IBertConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+    )
+    model = _model(config).requires_grad_(False)
+    assert type(input_embeddings(model)).__name__ == "QuantEmbedding" and vocabulary(model) == 64
+    assert layer_taps(model) == ["encoder.layer.0", "encoder.layer.1"]
+    _embedding_grads(model)
+    with torch.enable_grad():
+        out = model(**_probe_inputs(model)).last_hidden_state
+    assert out.requires_grad  # a frozen model: Captum's layer gradients start at the embeddings' output
+
+
+def test_a_table_named_by_a_sub_config_vocabulary_and_precise_refusals():
+    model = _Unnamed()
+    text = SimpleNamespace(vocab_size=40)
+    model.config = SimpleNamespace(sub_configs={"text_config": None}, text_config=text)  # FastSpeech 2 + vocoder
+    assert input_embeddings(model) is model.tokens
+    text.vocab_size = None
+    with pytest.raises(LayaError, match="names none .get_input_embeddings. and its config no vocab_size"):
+        vocabulary(model)
+
+    class Codebooks(nn.Module):  # Kyutai's, CSM's: codebooks summed per position, no one table of token ids
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(100, 8)
+
+    model.get_input_embeddings = Codebooks
+    with pytest.raises(LayaError, match=r"input embedding \(Codebooks\) is no table indexed by token ids"):
+        vocabulary(model)
+
+
+def test_a_model_without_a_forward_is_refused_in_one_line():
+    from laya_cli.backbones.hf import _base_model
+
+    class Parts(transformers.PreTrainedModel):  # Bark: three models that generate() runs in turn
+        config_class = transformers.PretrainedConfig
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.semantic = nn.Embedding(10, 4)
+
+    with pytest.raises(LayaError, match="has no forward of its own"):
+        _base_model(Parts(transformers.PretrainedConfig()), "parts")
+
+
 def test_the_cache_is_off_in_every_sub_config():
     model = _Unnamed()
     model.config = transformers.Qwen2VLConfig()
@@ -87,6 +139,77 @@ def test_a_replaced_output_is_a_copy_later_layers_may_write_into():
     assert reference.sum() == 0 and leaf.detach().sum() == 24
     own_memory((leaf, None))[0].sum().backward()
     assert leaf.grad is not None and leaf.grad.sum() == 24  # the gradient reaches the leaf through the copy
+
+
+def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path):
+    """X-MOD's layers take one language id per sample (1-D, batch long): prefix caching on some rows of a batch
+    (network-scope IG refining them) hands the layers those rows' ids, as the full passes do."""
+    from laya_cli import backbones as bb
+    from laya_cli.auditing import network
+    from laya_cli.backbones import tokens as tokenization
+    from laya_cli.model.heads import build_head
+
+    config = transformers.XmodConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
+        languages=["en_XX", "de_DE"], default_language="en_XX", max_position_embeddings=40,
+    )  # fmt: skip
+    _model(config).save_pretrained(tmp_path / "xmod")
+    backbone = bb.build_backbone(bb.BackboneSpec(f"hf:{tmp_path / 'xmod'}", pretrained=True, max_length=12)).eval()
+    texts = ["dog cat", "bread cheese apple rice soup", "saw", "fish lion tiger bear wolf", "milk egg"]
+    tokenization.train_tokenizer(backbone.input_cfg, " ".join(texts).split(), "test words")
+    x = tokenization.encode(backbone.input_cfg, texts)
+    torch.manual_seed(0)
+    head = build_head("laya", [16, 16, 16], 3).eval()
+    scope, full = (network.NetworkScope(backbone, head, prefix=p) for p in (True, False))
+    hs = scope.activations(x)
+    feats = scope.pooled(hs)
+    target = scope.probs(feats).argmax(-1)
+    rows = torch.tensor([0, 2])
+    some = (x[rows], [h[rows] for h in hs], [f[rows] for f in feats], target[rows])
+    with backbone.batch_rows(rows):
+        ours = scope.integrated_gradients(*some, n_steps=4)
+    full.activations(x[rows])
+    torch.testing.assert_close(ours, full.integrated_gradients(*some, n_steps=4), rtol=0, atol=1e-5)
+
+
+def test_hidden_states_from_two_lists_called_in_turn_name_them():
+    from laya_cli.backbones.hf import _untappable
+
+    h = [torch.full((2, 3, 4), float(i)) for i in range(5)]
+    outs = {"a.layers": [("a.layers.0", h[1]), ("a.layers.1", h[3])], "b.layers": [("b.layers.0", h[2])]}
+    outs["b.layers"].append(("b.layers.1", h[4]))
+    error = _untappable(nn.Module(), h, outs)
+    assert "come from 2 lists of layers called in turn (a.layers, b.layers)" in str(error)
+
+
+class _NeedsAnImage(nn.Module):
+    """A text-and-image model whose forward fails on tokens alone (BridgeTower's cross-modal layers, Llama 4's)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, runs: bool = False):
+        super().__init__()
+        self.config = transformers.BertConfig(
+            vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+        )
+        self.text_model, self.runs = _model(self.config), runs
+
+    def get_input_embeddings(self):
+        return self.text_model.get_input_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, pixel_values=None, output_hidden_states=None):
+        if pixel_values is None and not self.runs:
+            raise ValueError("You have to specify pixel_values")
+        return self.text_model(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+
+
+def test_a_model_that_needs_an_image_besides_its_tokens_is_tapped_in_its_text_tower():
+    from laya_cli.backbones.hf import _reduced
+
+    model = _NeedsAnImage()
+    assert _reduced(model, "pair") is model.text_model
+    whole = _NeedsAnImage(runs=True)
+    assert _reduced(whole, "pair") is whole  # a model that runs on its tokens is tapped whole
 
 
 def test_a_stage_that_returns_a_tuple_inside_a_tuple_is_tapped_at_its_tensor():

@@ -61,6 +61,7 @@ INT_RULES = {  # config attribute -> a small value (only ints are touched)
             "word_embed_proj_dim",
             "out_hidden_size",  # a vision tower's output: the text model's width
             "text_hidden_size",
+            "hidden_size_global",  # BLT's local encoder and decoder: the width of its global transformer
         ),
         HIDDEN,
     ),
@@ -214,6 +215,22 @@ OVERRIDES = {
     # attributes a sub-config lacks that its model reads (a composite config sets them; alone, it does not)
     "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},  # its model clamps by clip_qkv, None or not
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
+    # the thinker's multimodal rotary index reads it, its config class does not set it (the talker's does; a released
+    # checkpoint's thinker config names it): the same id
+    **dict.fromkeys(("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"), {"vision_start_token_id": 151652}),
+    # the language whose adapters run: a model saved without one cannot run (transformers asks for
+    # set_default_language); a user's checkpoint names the language of their texts in config.json
+    "xmod": {"default_language": "en_XX"},
+    # its model builds a sliding-window mask whatever its layers' kinds, the default config sets no window (a released
+    # checkpoint does): 8, shorter than the sweep's texts
+    "step3p7": {"text_config": {"sliding_window": 8}},
+    # its sliding-window layers have twice its key/value heads: 1, so that they have no more than its 2 heads
+    "mimo_v2_flash": {"num_key_value_heads": 1},
+    # its rotary sections, a default of its code ([22, 22, 20]), stack height and width frequencies: equal ones (the
+    # generic thirds of an 8-wide rotary half are 4, 2, 2)
+    "ernie4_5_vl_moe_text": {
+        "rope_parameters": {"rope_theta": 5e5, "rope_type": "default", "mrope_section": [3, 3, 2]}
+    },
     "perception_lm": {"vision_config": {"architecture": "vit_pe_core_large_patch14_336", "model_args": TIMM_VIT}},
 }
 WIDTHS = tuple(k for k, v in INT_RULES.items() if v == HIDDEN)  # a model's width, under its names

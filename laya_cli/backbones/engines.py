@@ -68,12 +68,46 @@ def block_input(args: tuple, kwargs: dict) -> Tensor | None:
     return value if isinstance(value, Tensor) else None
 
 
+TIME_FIRST = "laya_time_first"  # a model's attribute: the modules whose hidden states run time first (L×B×D)
+
+
+def time_first(model: nn.Module) -> frozenset[str]:
+    """The modules of ``model`` whose input and output hidden states run time first (sequence × batch × width: FSMT's
+    and XLNet's layers), as the model's family found them on a probe batch (``hf.layer_taps``)."""
+    return frozenset(getattr(model, TIME_FIRST, ()))
+
+
+def swap_first(value, flip: bool):
+    """``value`` (a tensor, or a tuple/list whose first item is one) with that tensor's first two dimensions swapped
+    where ``flip``: a time-first layer's L×B×D hidden state laid out B×L×D, as laya holds every tap, and back."""
+    if not flip:
+        return value
+    first = first_tensor(value)
+    if not isinstance(first, Tensor) or first.ndim < 2:
+        return value
+    if isinstance(value, Tensor):
+        return value.transpose(0, 1)
+    return type(value)([first.transpose(0, 1), *value[1:]]) if type(value) in (tuple, list) else value
+
+
+def _swap_input(args: tuple, kwargs: dict, flip: bool) -> tuple[tuple, dict]:
+    """A call's arguments with its hidden state (``block_input``) laid out batch first where ``flip``."""
+    if not flip:
+        return args, kwargs
+    if args:
+        return (swap_first(args[0], True), *args[1:]), kwargs
+    key = "hidden_states" if "hidden_states" in kwargs else "x"
+    return args, {**kwargs, key: swap_first(kwargs[key], True)} if key in kwargs else kwargs
+
+
 class TapHooks:
     """Forward hooks that find each tap's call in a forward of ``model``: calls are counted per module from the
-    model's own call, so ``layer#k`` is told from the other calls of ``layer``."""
+    model's own call, so ``layer#k`` is told from the other calls of ``layer``. A time-first layer's (``time_first``)
+    hidden states reach ``pre`` and ``post`` batch first, and what ``post`` returns goes back time first."""
 
     def __init__(self, model: nn.Module, names: Sequence[str]):
         self.model, modules = model, dict(model.named_modules())
+        self.time_first = time_first(model)
         self.taps: dict[str, dict[int, int]] = {}  # module name -> {its call -> tap index}
         for i, name in enumerate(names):
             module, call = split_call(name)
@@ -89,16 +123,18 @@ class TapHooks:
         counts: dict[str, int] = {}
         handles = [self.model.register_forward_pre_hook(lambda *_: counts.clear())]
         for name, calls in self.taps.items():
+            flip = name in self.time_first
 
-            def before(module, args, kwargs, name=name, calls=calls):
+            def before(module, args, kwargs, name=name, calls=calls, flip=flip):
                 if pre is not None and counts.get(name, 0) in calls:
-                    pre(calls[counts.get(name, 0)], args, kwargs)
+                    pre(calls[counts.get(name, 0)], *_swap_input(args, kwargs, flip))
 
-            def after(module, args, output, name=name, calls=calls):
+            def after(module, args, output, name=name, calls=calls, flip=flip):
                 call = counts.get(name, 0)
                 counts[name] = call + 1
                 if post is not None and call in calls:
-                    return post(calls[call], output)
+                    new = post(calls[call], swap_first(output, flip))
+                    return None if new is None else swap_first(new, flip)
                 return None
 
             handles.append(self.modules[name].register_forward_pre_hook(before, with_kwargs=True))
@@ -174,7 +210,7 @@ class ReplayEngine(HookEngine):
         def keep(i, args, kwargs):
             self.calls[i] = (tuple(args[1:]), dict(kwargs))
             self.batch = len(args[0])
-            self.laid[i] = {id(t) for t in _tensors(self.calls[i]) if t.ndim and t.shape[0] == self.batch}
+            self.laid[i] = _laid(self.calls[i], args[0])
             if pre is not None:
                 pre(i, args, kwargs)
 
@@ -184,7 +220,7 @@ class ReplayEngine(HookEngine):
         """The recorded calls of only ``rows`` of the last batch (IG refining some of its samples): every tensor
         laid out by the batch's rows is indexed; broadcast shapes (a 1×… mask, rotary tables) stay as they are."""
         saved, batch, laid = list(self.calls), self.batch, list(self.laid)
-        self.calls = [None if c is None else _select(c, rows, batch) for c in saved]
+        self.calls = [None if c is None else _select(c, rows, ids) for c, ids in zip(saved, laid)]
         self.laid = [
             set() if c is None else {id(t) for t in _tensors(c) if id(t) not in _ids(old)}  # those it indexed
             for c, old in zip(self.calls, saved)
@@ -204,9 +240,11 @@ class ReplayEngine(HookEngine):
                 raise LayaError(f"layer {self.names[j]} has not run on this batch yet")
             args, kwargs = self.calls[j]
             rows, laid = len(h), self.laid[j]
-            module = self.hooks.modules[split_call(self.names[j])[0]]
+            name = split_call(self.names[j])[0]
+            module, flip = self.hooks.modules[name], name in self.hooks.time_first
             try:
-                h = first_tensor(module(h.contiguous(), *_rows(args, rows, laid), **_rows(kwargs, rows, laid)))
+                given = swap_first(h, flip).contiguous()
+                h = swap_first(first_tensor(module(given, *_rows(args, rows, laid), **_rows(kwargs, rows, laid))), flip)
             except Exception as e:  # a layer whose recorded call does not fit this batch: one line, not a traceback
                 detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
                 raise LayaError(
@@ -243,14 +281,23 @@ def _ids(value) -> set[int]:
     return {id(t) for t in _tensors(value)}
 
 
-def _select(value, rows: Tensor, batch: int):
-    """``rows`` of a recorded call's tensors (nested in tuples/dicts) that have one row per sample of a batch of
-    ``batch`` (two or more dimensions: a 1-D tensor of that length is a position index, not a batch)."""
+def _laid(call, hidden) -> set[int]:
+    """The ids of a recorded call's tensors laid out by the batch's rows: one row per sample of ``hidden``'s batch.
+    A 1-D tensor of that length is one value per sample (X-MOD's language ids) unless the batch is as long as the
+    sequence: then it may be a position index (``cache_position``), and is taken for one."""
+    batch = len(hidden)
+    length = hidden.shape[1] if isinstance(hidden, Tensor) and hidden.ndim > 1 else None
+    return {id(t) for t in _tensors(call) if t.ndim and t.shape[0] == batch and (t.ndim > 1 or batch != length)}
+
+
+def _select(value, rows: Tensor, laid: set[int]):
+    """``rows`` of a recorded call's tensors (nested in tuples/dicts) laid out by the batch's rows (``laid``: their
+    ids, ``_laid``)."""
     if isinstance(value, dict):
-        return {k: _select(v, rows, batch) for k, v in value.items()}
+        return {k: _select(v, rows, laid) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_select(v, rows, batch) for v in value)
-    if isinstance(value, Tensor) and value.ndim >= 2 and value.shape[0] == batch:
+        return type(value)(_select(v, rows, laid) for v in value)
+    if isinstance(value, Tensor) and id(value) in laid:
         return value[rows.to(value.device)]
     return value
 

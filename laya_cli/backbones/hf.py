@@ -23,7 +23,7 @@ from torch import nn
 
 from ..runtime.errors import LayaError
 from .chain import eval_mode
-from .engines import call_model, first_tensor, split_call
+from .engines import TIME_FIRST, call_model, first_tensor, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
@@ -87,10 +87,16 @@ def probe_call(model: nn.Module, inputs):
         raise
     except Exception as e:
         what = "token ids" if "input_ids" in inputs else "images"
+        besides = [n for n in OTHER_INPUTS if n in _parameters(model) and n not in inputs]
+        also = f" (it also takes {', '.join(besides)})" if besides else ""
         raise LayaError(
-            f"{type(model).__name__} cannot run on {what} alone (laya's probe batch): {type(e).__name__}: "
+            f"{type(model).__name__} cannot run on {what} alone{also} (laya's probe batch): {type(e).__name__}: "
             f"{_first_line(e)[:160]}"
         ) from None
+
+
+# inputs a model may need besides its tokens or images, named where its forward fails without them
+OTHER_INPUTS = ("pixel_values", "pixel_values_videos", "bbox", "visual_embeds", "input_features", "lang_ids")
 
 
 def _parameters(model: nn.Module) -> dict:
@@ -133,6 +139,11 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
     """The transformer under a task model; an encoder–decoder's encoder; CLIP-style dual towers: the vision tower.
     A model whose forward needs more than its tokens or images (a vision tower fed ``grid_thw``) is refused."""
     tapped = _reduced(model, where)
+    if type(tapped).forward is nn.Module.forward:  # Bark's three models, GLM-Image's VQ tokenizer
+        raise LayaError(
+            f"hf:{where} ({type(tapped).__name__}) has no forward of its own (models or codecs another model's "
+            "generate calls): laya taps a model's forward"
+        )
     extra = _required_besides(tapped, main_input(tapped))
     if extra:
         raise LayaError(
@@ -163,11 +174,40 @@ def _reduced(model: nn.Module, where: str) -> nn.Module:
     text = getattr(model, "text_model", None)
     if is_text(model) and input_embeddings(model) is None and isinstance(text, nn.Module) and is_text(text):
         return text  # a text tower beside another (CLAP's audio): the tower that embeds the tokens
+    tower = _text_tower(model)
+    if tower is not None:
+        return tower
     if not is_text(model) and main_input(model) != "pixel_values":
         if tower:
             return vision
         raise LayaError(f"hf:{where} takes {main_input(model) or '?'}: laya taps text and image models")
     return model
+
+
+TEXT_TOWERS = ("language_model", "text_model")  # where a model of several parts keeps the one that reads its tokens
+
+
+def _text_tower(model: nn.Module) -> nn.Module | None:
+    """A multimodal model's language model or text tower where the whole model cannot run on token ids alone but
+    that part can (BridgeTower's cross-modal layers need an image; Llama 4's forward fails without one): the
+    layers that read the tokens. None where the whole model runs on them, or no such part does."""
+    towers = [getattr(model, a, None) for a in TEXT_TOWERS]
+    towers = [t for t in towers if isinstance(t, nn.Module) and t is not model and is_text(t)]
+    if not towers or not is_text(model) or _runs_on_tokens(model):
+        return None
+    return next((getattr(t, "base_model", t) for t in towers if _runs_on_tokens(getattr(t, "base_model", t))), None)
+
+
+def _runs_on_tokens(model: nn.Module) -> bool:
+    for config in _configs(model.config):  # no key/value cache, as laya runs it (``HFFamily.prepare``)
+        if getattr(config, "use_cache", False):
+            config.use_cache = False
+    try:
+        with torch.no_grad(), eval_mode(model):
+            probe_call(model, _probe_inputs(model))
+    except Exception:  # noqa: BLE001 - a model whose own forward fails on tokens (laya's one line): not this one
+        return False
+    return True
 
 
 def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Module:
@@ -222,8 +262,10 @@ def _embedding_grads(model: nn.Module) -> None:
         return
 
     def hook(module, args, output):
-        if torch.is_grad_enabled() and not output.requires_grad:
-            return output.detach().requires_grad_(True)
+        first = first_tensor(output)  # I-BERT's table returns (embeddings, scaling factor)
+        if torch.is_grad_enabled() and isinstance(first, torch.Tensor) and not first.requires_grad:
+            grad = first.detach().requires_grad_(True)
+            return grad if output is first else type(output)([grad, *output[1:]])
         return output
 
     table = input_embeddings(model)
@@ -374,10 +416,25 @@ def layer_taps(model: nn.Module) -> list[str]:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
         if taps:
             return taps
+    flipped = _time_first_outputs(outs, len(states[0][0]))
+    taps = next(filter(None, (_after_embeddings(flipped, hidden) for hidden in states)), None)
+    if taps:  # its layers run time first: their hidden states are read (and written back) transposed
+        setattr(model, TIME_FIRST, frozenset(split_call(t)[0] for t in taps))
+        return taps
     taps = _after_embeddings(outs, states[0], strict=False) or _across_lists(order, states[0])
     if taps is None:
         raise _untappable(model, states[0], outs)
     return taps
+
+
+def _time_first_outputs(outs: dict[str, list], rows: int) -> dict[str, list]:
+    """The lists whose outputs run time first (L×B×D for a batch of ``rows``: FSMT's, XLNet's layers), each output
+    laid out batch first."""
+    return {
+        name: [(tap, o.transpose(0, 1)) for tap, o in got]
+        for name, got in outs.items()
+        if got and all(isinstance(o, torch.Tensor) and o.ndim == 3 and o.shape[1] == rows != len(o) for _, o in got)
+    }
 
 
 def _across_lists(order: list, hidden: list) -> list[str] | None:
@@ -423,6 +480,13 @@ def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaEr
         return LayaError(
             f"{name}: its stages are lists of blocks, no one module gives a stage's output (its {want + 1} hidden "
             "states): laya taps one list of layers"
+        )
+    found = [{n for n, g in outs.items() for _, o in g if _matches(o, h)} for h in hidden[1:-1]]  # the last: a norm
+    lists = sorted(set().union(*found)) if found and all(found) else []
+    if len(lists) > 1:  # BLT's local decoder: cross-attention and self-attention layers in turn, each giving a state
+        return LayaError(
+            f"{name}: its {want} hidden states come from {len(lists)} lists of layers called in turn "
+            f"({', '.join(lists)}), no one list gives them: laya taps one list of layers"
         )
     like = [
         g for g in outs.values() if g and all(isinstance(o, torch.Tensor) and o.shape == hidden[1].shape for _, o in g)

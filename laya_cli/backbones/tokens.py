@@ -39,33 +39,61 @@ def text_input_from(model: nn.Module, max_length: int | None, where: str | None)
 
 
 def input_embeddings(model: nn.Module) -> nn.Module | None:
-    """The model's token embedding table, None where it has none a tokenizer can index (CANINE hashes characters;
-    a model of several towers that does not say which embeds its tokens). Where the model does not name it
-    (``get_input_embeddings`` not implemented: Dia's encoder), the one ``nn.Embedding`` of its config's
-    ``vocab_size`` rows."""
+    """The model's token embedding table, None where it has none a tokenizer can index (``_table``)."""
+    return _table(model)[0]
+
+
+def table_rows(table) -> int | None:
+    """How many token ids an embedding table indexes: an ``nn.Embedding``'s ``num_embeddings``, or the rows of the
+    2-D ``weight`` of a module that embeds ids as one does (I-BERT's ``QuantEmbedding``); None for anything else."""
+    if not isinstance(table, nn.Module):
+        return None
+    rows = getattr(table, "num_embeddings", None)
+    if isinstance(rows, int):
+        return rows
+    weight = getattr(table, "weight", None)
+    return int(weight.shape[0]) if isinstance(weight, torch.Tensor) and weight.ndim == 2 else None
+
+
+def _table(model: nn.Module) -> tuple[nn.Module | None, str]:
+    """(the token embedding table, why there is none). The one the model names (``get_input_embeddings``), or where
+    it names none (not implemented: Dia's encoder, FastSpeech 2 with its vocoder) the one ``nn.Embedding`` of its
+    config's ``vocab_size`` rows (a sub-config's, where the config holds none)."""
     try:
         table = model.get_input_embeddings()
     except (NotImplementedError, AttributeError):
-        table = _embedding_of_vocabulary(model)
-    return table if isinstance(table, nn.Module) and isinstance(getattr(table, "num_embeddings", None), int) else None
+        return _embedding_of_vocabulary(model)
+    if table_rows(table) is None:
+        what = type(table).__name__
+        return None, f"its input embedding ({what}) is no table indexed by token ids (several tables, codebooks…)"
+    return table, ""
 
 
-def _embedding_of_vocabulary(model: nn.Module) -> nn.Module | None:
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    if not isinstance(vocab, int):
-        return None
-    found = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == vocab]
-    return found[0] if len(found) == 1 else None
+def _vocab_size(config) -> int | None:
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int):
+        return vocab
+    subs = {_vocab_size(getattr(config, k, None)) for k in (getattr(config, "sub_configs", None) or {})} - {None}
+    return subs.pop() if len(subs) == 1 else None
+
+
+def _embedding_of_vocabulary(model: nn.Module) -> tuple[nn.Module | None, str]:
+    vocab = _vocab_size(getattr(model, "config", None))
+    tables = [n for n, m in model.named_modules() if isinstance(m, nn.Embedding) and m.num_embeddings == vocab]
+    if len(tables) == 1:
+        return model.get_submodule(tables[0]), ""
+    if vocab is None:
+        return None, "it names none (get_input_embeddings) and its config no vocab_size"
+    many = f"{len(tables)} ({', '.join(tables[:2])}…)" if tables else "none"
+    return None, f"it names none (get_input_embeddings) and {many} nn.Embedding has its config's {vocab} rows"
 
 
 def vocabulary(model: nn.Module) -> int:
     """How many token ids the model embeds; a one-line error for a text model without a token embedding table."""
-    table = input_embeddings(model)
+    table, why = _table(model)
     if table is None:
-        raise LayaError(
-            f"{type(model).__name__} has no token embedding table (get_input_embeddings): laya cannot feed it"
-        )
-    return int(table.num_embeddings)
+        raise LayaError(f"{type(model).__name__} has no token embedding table laya can feed: {why}")
+    return int(table_rows(table))
 
 
 def given_text_input(model: nn.Module, tokenizer, max_length: int | None) -> TextInput:
