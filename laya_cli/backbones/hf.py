@@ -141,6 +141,60 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
     return tapped
 
 
+def tapped_model(model: nn.Module, where: str) -> nn.Module:
+    """What laya taps of ``model`` (``_base_model``), a video model set to take images (``_still_clips``)."""
+    tapped = _base_model(model, where)
+    if not is_text(tapped):
+        _still_clips(tapped, where)
+    return tapped
+
+
+def _still_clips(model: nn.Module, where: str) -> None:
+    """A video model — its config declares ``num_frames`` and its forward reads B×T×C×H×W ``pixel_values``
+    (VideoMAE, TimeSformer, ViViT) — is fed each image as a still clip: the image repeated over its frames, by a
+    pre-hook on its forward (``model.laya_still_clip``: the frame count, recorded in the checkpoint). A model that
+    runs on images as they are is left alone; one that runs on neither is refused in one line."""
+    frames = _image_setting(model.config, "num_frames")
+    if not frames or getattr(model, "laya_still_clip", None):
+        return
+    try:
+        with torch.no_grad(), eval_mode(model):
+            probe_call(model, _probe_inputs(model))
+        return
+    except LayaError as e:
+        as_images = e
+    handle = model.register_forward_pre_hook(_as_clip(frames), with_kwargs=True)
+    try:
+        with torch.no_grad(), eval_mode(model):
+            probe_call(model, _probe_inputs(model))
+    except LayaError as e:
+        handle.remove()
+        why = [_first_line(x).partition("(laya's probe batch): ")[2][:100] for x in (as_images, e)]
+        raise LayaError(
+            f"{type(model).__name__} declares num_frames={frames} but runs neither on images ({why[0]}) nor on still "
+            f"clips of them, B×{frames}×C×H×W ({why[1]}): laya feeds images"
+        ) from None
+    model.laya_still_clip = frames
+
+
+def _as_clip(frames: int):
+    """A forward pre-hook that turns B×C×H×W ``pixel_values`` into B×frames×C×H×W still clips."""
+
+    def hook(module, args, kwargs):
+        if args and isinstance(args[0], torch.Tensor) and args[0].ndim == 4:
+            return (_clip(args[0], frames), *args[1:]), kwargs
+        x = kwargs.get("pixel_values")
+        if isinstance(x, torch.Tensor) and x.ndim == 4:
+            return args, {**kwargs, "pixel_values": _clip(x, frames)}
+        return args, kwargs
+
+    return hook
+
+
+def _clip(images: torch.Tensor, frames: int) -> torch.Tensor:
+    return images.unsqueeze(1).expand(-1, frames, -1, -1, -1).contiguous()
+
+
 def _required_besides(model: nn.Module, main: str) -> list[str]:
     """The arguments the model's forward requires other than ``main`` (no default value)."""
     try:
@@ -192,7 +246,7 @@ def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Modu
         if spec.pretrained:
             raise pretrained_unavailable(f"hf:{where}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
         raise LayaError(f"could not create hf:{where}: {type(e).__name__}: {_first_line(e)}") from None
-    return _base_model(model, where)
+    return tapped_model(model, where)
 
 
 def text_input(model: nn.Module, where: str, max_length: int | None, cached: bool) -> TextInput:
@@ -238,8 +292,8 @@ def _probe_inputs(model: nn.Module, length: int = 12):
     if is_text(model):
         ids = torch.randint(0, vocabulary(model), (2, length), generator=g)
         return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-    channels, size = image_geometry(model.config)
-    return {"pixel_values": torch.rand(2, channels, size, size, generator=g).to(device)}
+    channels, (height, width) = image_geometry(model.config)
+    return {"pixel_values": torch.rand(2, channels, height, width, generator=g).to(device)}
 
 
 def _image_setting(config, key: str):
@@ -254,21 +308,37 @@ def _image_setting(config, key: str):
     return None
 
 
-def image_geometry(config) -> tuple[int, int]:
-    """(channels, side) of an image model's input, from its config (3 and 224 where it names none)."""
-    return _image_setting(config, "num_channels") or 3, _image_setting(config, "image_size") or 224
+def image_geometry(config) -> tuple[int, tuple[int, int]]:
+    """(channels, (height, width)) of an image model's input, from its config (3 and 224 × 224 where it names
+    none); an ``image_size`` of two values is height × width (MGP-STR's 32 × 128), one value a square side."""
+    return _image_setting(config, "num_channels") or 3, image_hw(config) or (224, 224)
 
 
-def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list], list]:
-    """The model's ``hidden_states``; per ModuleList, the taps its children's calls would be, in call order:
-    (tap name, first output); and every list's taps as their calls ended. A child called more than once (a layer
-    shared across depth: ALBERT) is tapped per call, ``<list>.<child>#<call>``."""
-    lists = {n: m for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)}
+def image_hw(config) -> tuple[int, int] | None:
+    """The config's ``image_size`` as (height, width) (of its vision sub-config where the top level has none)."""
+    read = (lambda c, k: c.get(k)) if isinstance(config, dict) else (lambda c, k: getattr(c, k, None))
+    for cfg in (config, read(config, "vision_config"), read(config, "backbone_config")):
+        value = read(cfg, "image_size") if cfg is not None else None
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            return int(value[0]), int(value[1])
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, value
+    return None
+
+
+def _layer_outputs(model: nn.Module, inputs, kinds=(nn.ModuleList,)) -> tuple[list, dict[str, list], list]:
+    """The model's ``hidden_states``; per ModuleList (per container of ``kinds``), the taps its children's calls
+    would be, in call order: (tap name, first output); and every ModuleList's taps as their calls ended. A child
+    called more than once (a layer shared across depth: ALBERT) is tapped per call, ``<list>.<child>#<call>``."""
+    lists = {n: m for n, m in model.named_modules() if isinstance(m, kinds) and len(m)}
     calls: dict[str, list] = {n: [] for n in lists}
     order: list[tuple[str, int]] = []  # (list, its call's index) as the calls end, across every list
 
     def record(name: str, c: int, output) -> None:
-        order.append((name, len(calls[name])))
+        if isinstance(lists[name], nn.ModuleList):
+            order.append((name, len(calls[name])))
         calls[name].append((c, first_tensor(output)))
 
     handles = []
@@ -369,12 +439,15 @@ def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]``, or every state where the model returns its stages alone; a model that returns the
     states of several parts (MaskFormer) is tapped where its encoder's states are."""
-    states, outs, order = _layer_outputs(model, _probe_inputs(model))
+    states, found, order = _layer_outputs(model, _probe_inputs(model), (nn.ModuleList, nn.Sequential))
+    outs = {n: got for n, got in found.items() if isinstance(model.get_submodule(n), nn.ModuleList)}
     for hidden in states:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
         if taps:
             return taps
     taps = _after_embeddings(outs, states[0], strict=False) or _across_lists(order, states[0])
+    if taps is None:  # layers an nn.Sequential holds and the model calls one by one (MGP-STR's blocks)
+        taps = _after_embeddings({n: got for n, got in found.items() if n not in outs}, states[0])
     if taps is None:
         raise _untappable(model, states[0], outs)
     return taps
@@ -467,11 +540,17 @@ def _prefix_tokens(model: nn.Module) -> int:
     cached = getattr(model, "_laya_prefix_tokens", None)
     if cached is None:
         inputs = _probe_inputs(model)
-        side = inputs["pixel_values"].shape[-1]
+        height, width = inputs["pixel_values"].shape[-2:]
         with torch.no_grad(), eval_mode(model):
             first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
-        patches = (side // cfg.patch_size) ** 2
-        cached = int(first.shape[1] - patches) if first.ndim == 3 and first.shape[1] >= patches else 0
+        patches = (height // cfg.patch_size) * (width // cfg.patch_size)
+        tokens = int(first.shape[1]) if first.ndim == 3 else 0
+        # a still clip's tokens are its frames' (or tubelets') patches after the prefix
+        cached = (
+            (tokens % patches if getattr(model, "laya_still_clip", None) else tokens - patches)
+            if tokens >= patches
+            else 0
+        )
         model._laya_prefix_tokens = cached
     return cached
 
@@ -537,8 +616,13 @@ class HFFamily(Family):
             mean, std = tuple(proc.image_mean), tuple(proc.image_std)
         except Exception:
             pass  # no image processor saved beside the model: ImageNet's statistics
-        channels, size = image_geometry(model.config)
-        return InputConfig(channels, (spec.input_size or size,) * 2, mean, std)
+        channels, (height, width) = image_geometry(model.config)
+        if spec.input_size and height != width:
+            raise LayaError(
+                f"hf:{where} takes {height}×{width} images (its config's image_size): --input-size sets a square "
+                "side; leave it out"
+            )
+        return InputConfig(channels, (spec.input_size,) * 2 if spec.input_size else (height, width), mean, std)
 
     def owns(self, model):
         return type(model).__module__.startswith("transformers.")
@@ -563,7 +647,8 @@ class HFFamily(Family):
         folder = local_dir(model_name)
         config = folder / "config.json" if folder else None
         if config is not None:
-            return _image_setting(json.loads(config.read_text()), "image_size")
+            hw = image_hw(json.loads(config.read_text()))
+            return max(hw) if hw else None  # images decoded at the longer side, resized to H×W by the adapter
         return None
 
     def layouts(self, model):
@@ -592,10 +677,12 @@ class HFFamily(Family):
         if not last.isdigit() or not all(t.rpartition(".")[0] == container for t in taps[:k]):
             return None
         layers = model.get_submodule(container)
-        if not isinstance(layers, nn.ModuleList):
+        if not isinstance(layers, (nn.ModuleList, nn.Sequential)):
             return None
+        kept = list(layers)[: int(last) + 1]
         parent, _, attr = container.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr, nn.ModuleList(list(layers)[: int(last) + 1]))
+        cut = nn.ModuleList(kept) if isinstance(layers, nn.ModuleList) else nn.Sequential(*kept)
+        setattr(model.get_submodule(parent) if parent else model, attr, cut)
         for key in LAYER_COUNTS:
             if isinstance(getattr(model.config, key, None), int):
                 setattr(model.config, key, int(last) + 1)
