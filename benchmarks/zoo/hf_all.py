@@ -671,10 +671,10 @@ def _reloads(transformers, model, folder: Path) -> bool:
 
 def _runs(model, kind: str) -> bool:
     """Whether what laya taps runs on laya's own probe batch (a shrink that breaks the model is the sweep's)."""
-    from laya_cli.backbones.hf import _base_model, _probe_inputs, probe_call
+    from laya_cli.backbones.hf import _probe_inputs, probe_call, tapped_model
 
     try:
-        tapped = _base_model(model, model.config.model_type).eval()
+        tapped = tapped_model(model, model.config.model_type).eval()
         probe_call(tapped, {**_probe_inputs(tapped), "output_hidden_states": True})
         return True
     except Exception:
@@ -710,14 +710,17 @@ def write_texts(root: Path, train: int = 24, test: int = 12) -> Path:
     return root
 
 
-def _image_side(folder: Path) -> int:
+def _image_side(folder: Path) -> tuple[int, bool]:
+    """The side the sweep's images are drawn at, and whether ``--input-size`` may say it: a config's H × W image
+    size that is not square (MGP-STR's) is laya's own default, drawn at its longer side."""
+    from laya_cli.backbones.hf import image_hw
+
     config = json.loads((folder / "config.json").read_text())
     for c in (config, config.get("vision_config") or {}):
-        size = c.get("image_size")
-        size = size[0] if isinstance(size, list) and size else size
-        if isinstance(size, int):
-            return size
-    return NO_SIZE
+        hw = image_hw({"image_size": c.get("image_size")})
+        if hw:
+            return max(hw), hw[0] == hw[1]
+    return NO_SIZE, True
 
 
 def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tuple[str, list[str]]]:
@@ -725,13 +728,13 @@ def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tupl
     if kind == "text":
         dataset = ["--dataset", f"csv:{data / 'text'}", "--max-length", "16"]
     else:
-        side = _image_side(folder)
+        side, square = _image_side(folder)
         images = data / f"images{side}"
         if not images.exists():
             from benchmarks.synthetic import make_image_folder
 
             make_image_folder(images, per_class=6, size=side)
-        dataset = ["--dataset", f"folder:{images}", "--input-size", str(side)]
+        dataset = ["--dataset", f"folder:{images}", *(["--input-size", str(side)] if square else [])]
     common = ["--device", "cpu", "-q"]
     return [
         (
