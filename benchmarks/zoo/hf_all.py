@@ -192,6 +192,8 @@ OVERRIDES = {
     # no image size in its config (the sweep's default: 64 px): its extra 32× feature level needs 2 × 2 at least
     "deformable_detr": {"image_size": 128},
     "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image
+    # the patch encoder's hidden states DepthPro's fusion reads (of its 24 layers by default): within the 3 left
+    "depth_pro": {"intermediate_hook_ids": [2, 1]},
     # UVDoc's bridge concatenates all six stages' maps; its backbone's default config outputs the last alone
     "uvdoc_backbone": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": list(range(1, 7))},
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
