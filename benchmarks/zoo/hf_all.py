@@ -194,6 +194,10 @@ OVERRIDES = {
     "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image
     # the patch encoder's hidden states DepthPro's fusion reads (of its 24 layers by default): within the 3 left
     "depth_pro": {"intermediate_hook_ids": [2, 1]},
+    # LW-DETR's default config projects no feature level (no scale factors: nothing reaches its encoder; a
+    # checkpoint's config names them), and its windows must tile the 32-pixel image's 4 × 4 patches
+    "lw_detr": {"projector_scale_factors": [1.0]},
+    "lw_detr_vit": {"num_windows": 4},
     # UVDoc's bridge concatenates all six stages' maps; its backbone's default config outputs the last alone
     "uvdoc_backbone": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": list(range(1, 7))},
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
