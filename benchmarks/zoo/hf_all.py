@@ -198,6 +198,12 @@ OVERRIDES = {
     # checkpoint's config names them), and its windows must tile the 32-pixel image's 4 × 4 patches
     "lw_detr": {"projector_scale_factors": [1.0]},
     "lw_detr_vit": {"num_windows": 4},
+    # EdgeTAM's default config misspells its timm backbone ("archirecture": repvit_m1), so a ResNet-50 is built
+    # whose widths its neck does not take: RepViT-M1, the neck sized by its four stages
+    "edgetam_vision_model": {
+        "backbone_config": {"architecture": "repvit_m1"},
+        "backbone_channel_list": [384, 192, 96, 48],
+    },
     # UVDoc's bridge concatenates all six stages' maps; its backbone's default config outputs the last alone
     "uvdoc_backbone": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": list(range(1, 7))},
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage

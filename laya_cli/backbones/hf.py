@@ -27,6 +27,7 @@ from .engines import call_model, first_tensor, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
+from .stages import feature_info
 from .tokens import input_embeddings, set_tokenizer, text_input_from, vocabulary
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
@@ -439,7 +440,13 @@ def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]``, or every state where the model returns its stages alone; a model that returns the
     states of several parts (MaskFormer) is tapped where its encoder's states are."""
-    states, found, order = _layer_outputs(model, _probe_inputs(model), (nn.ModuleList, nn.Sequential))
+    try:
+        states, found, order = _layer_outputs(model, _probe_inputs(model), (nn.ModuleList, nn.Sequential))
+    except LayaError:
+        stages = _stages_without_states(model)
+        if stages:
+            return stages
+        raise
     outs = {n: got for n, got in found.items() if isinstance(model.get_submodule(n), nn.ModuleList)}
     for hidden in states:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
@@ -473,6 +480,34 @@ def _across_lists(order: list, hidden: list) -> list[str] | None:
         start = j + 1
     extra = [i for i in missed if i != 0]
     return taps if len(taps) >= 2 and len(extra) <= 1 and len(set(taps)) == len(taps) else None
+
+
+def _stages_without_states(model: nn.Module) -> list[str] | None:
+    """Where the model's forward cannot return hidden states but runs without them, and one timm backbone in it
+    declares its stages (``feature_info``: EdgeTAM's features-only RepViT, whose wrapper refuses
+    ``output_hidden_states``): those stages, the modules the model's own neck reads; None otherwise."""
+    cached = getattr(model, "_laya_declared_stages", None)
+    if cached is not None:
+        return cached or None
+    declared = [(n, m) for n, m in model.named_modules() if n and feature_info(m)]
+    stages: list[str] = []
+    if len(declared) == 1:
+        name, backbone = declared[0]
+        inside = {n for n, _ in backbone.named_modules()}
+        for entry in feature_info(backbone):  # features_only nets name "stages.0" as their child "stages_0"
+            module = str(entry.get("module", ""))
+            found = next((m for m in (module, module.replace(".", "_")) if m and m in inside), None)
+            stages = stages + [f"{name}.{found}"] if found else []
+            if not found:
+                break
+    if stages:
+        try:
+            with torch.no_grad(), eval_mode(model):
+                probe_call(model, _probe_inputs(model))
+        except LayaError:
+            stages = []
+    model._laya_declared_stages = stages
+    return stages or None
 
 
 def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaError:
@@ -541,8 +576,13 @@ def _prefix_tokens(model: nn.Module) -> int:
     if cached is None:
         inputs = _probe_inputs(model)
         height, width = inputs["pixel_values"].shape[-2:]
-        with torch.no_grad(), eval_mode(model):
-            first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
+        try:
+            with torch.no_grad(), eval_mode(model):
+                first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
+        except LayaError:
+            if not _stages_without_states(model):
+                raise
+            first = torch.zeros(())  # a timm backbone's NCHW stages: no prefix tokens
         patches = (height // cfg.patch_size) * (width // cfg.patch_size)
         tokens = int(first.shape[1]) if first.ndim == 3 else 0
         # a still clip's tokens are its frames' (or tubelets') patches after the prefix
