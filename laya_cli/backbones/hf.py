@@ -355,6 +355,7 @@ def _layer_outputs(model: nn.Module, inputs, kinds=(nn.ModuleList,)) -> tuple[li
     states = [s for s in map(lambda k: _states(result, k), STATE_KEYS) if s]
     if not states:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
+    _check_repeats(model, inputs, states[0][-1])
     batch = len(next(iter(inputs.values())))
     rows = {int(h.shape[0]) for h in states[0] if isinstance(h, torch.Tensor) and h.ndim}
     if rows != {batch}:  # Pixtral's vision tower packs a batch of images into one sequence
@@ -371,6 +372,22 @@ def _layer_outputs(model: nn.Module, inputs, kinds=(nn.ModuleList,)) -> tuple[li
             call = seen[c] = seen.get(c, -1) + 1
             outs[name].append((f"{name}.{c}" + (f"#{call}" if times[c] > 1 else ""), out))
     return states, outs, [outs[name][i] for name, i in order]
+
+
+def _check_repeats(model: nn.Module, inputs, last) -> None:
+    """Refuse a model whose forward in eval mode gives another last hidden state on the same batch (it samples:
+    ViT-MAE shuffles and masks patches at random on every call): its taps, and every figure read from them, would
+    change from call to call. Checked once per model."""
+    if getattr(model, "_laya_repeats", False):
+        return
+    with torch.no_grad(), eval_mode(model):
+        again = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))
+    if not _matches(last, again[-1] if again else None):
+        raise LayaError(
+            f"{type(model).__name__} gives other hidden states on each call of the same batch in eval mode (it draws "
+            "at random in its forward, as ViT-MAE's patch masking does): laya's taps must repeat"
+        )
+    model._laya_repeats = True
 
 
 STATE_KEYS = ("hidden_states", "encoder_hidden_states")  # a forward's per-layer states, in the order laya tries them
