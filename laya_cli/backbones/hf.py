@@ -585,9 +585,10 @@ def _last_state(result) -> torch.Tensor | None:
 
 def _prefix_tokens(model: nn.Module) -> int:
     """Tokens before the patches in a vision transformer's sequences (class, distillation, registers): the
-    probe's sequence length less its patch count (a CNN's NCHW stages: 0)."""
-    cfg = model.config
-    if is_text(model) or not isinstance(getattr(cfg, "patch_size", None), int):
+    probe's sequence length less its patch count (a CNN's NCHW stages: 0); a still clip's sequence is its frames'
+    (or tubelets') patches after the prefix."""
+    patch = _patch_side(model.config)
+    if is_text(model) or patch is None:
         return 0
     cached = getattr(model, "_laya_prefix_tokens", None)
     if cached is None:
@@ -600,16 +601,22 @@ def _prefix_tokens(model: nn.Module) -> int:
             if not _stages_without_states(model):
                 raise
             first = torch.zeros(())  # a timm backbone's NCHW stages: no prefix tokens
-        patches = (height // cfg.patch_size) * (width // cfg.patch_size)
+        patches = (height // patch) * (width // patch)
         tokens = int(first.shape[1]) if first.ndim == 3 else 0
-        # a still clip's tokens are its frames' (or tubelets') patches after the prefix
-        cached = (
-            (tokens % patches if getattr(model, "laya_still_clip", None) else tokens - patches)
-            if tokens >= patches
-            else 0
-        )
+        clip = getattr(model, "laya_still_clip", None)
+        cached = (tokens % patches if clip else tokens - patches) if tokens >= patches else 0
         model._laya_prefix_tokens = cached
     return cached
+
+
+def _patch_side(config) -> int | None:
+    """A vision transformer's patch side: ``patch_size``, or a video tubelet's (``tubelet_size`` [t, h, w]: ViViT)."""
+    patch, tubelet = getattr(config, "patch_size", None), getattr(config, "tubelet_size", None)
+    if isinstance(patch, int) and not isinstance(patch, bool):
+        return patch
+    if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 and tubelet[1] == tubelet[2]:
+        return int(tubelet[2])
+    return None
 
 
 # sentence-transformers' Pooling modes (1_Pooling/config.json) and the pool laya uses for each.
