@@ -685,14 +685,17 @@ def _reloads(transformers, model, folder: Path) -> bool:
 
 def _runs(model, kind: str) -> bool:
     """Whether what laya taps runs on laya's own probe batch (a shrink that breaks the model is the sweep's)."""
-    from laya_cli.backbones.hf import _probe_inputs, probe_call, tapped_model
+    from laya_cli.backbones.hf import _probe_inputs, _stages_without_states, probe_call, tapped_model
 
     try:
         tapped = tapped_model(model, model.config.model_type).eval()
-        probe_call(tapped, {**_probe_inputs(tapped), "output_hidden_states": True})
-        return True
     except Exception:
         return False
+    try:
+        probe_call(tapped, {**_probe_inputs(tapped), "output_hidden_states": True})
+        return True
+    except Exception:  # no hidden states: a timm backbone's declared stages, as laya taps them (EdgeTAM)
+        return bool(_stages_without_states(tapped))
 
 
 def _line(e: BaseException | None) -> str:

@@ -90,8 +90,22 @@ def probe_call(model: nn.Module, inputs):
         what = "token ids" if "input_ids" in inputs else "images"
         raise LayaError(
             f"{type(model).__name__} cannot run on {what} alone (laya's probe batch): {type(e).__name__}: "
-            f"{_first_line(e)[:160]}"
+            f"{_first_line(e)[:160]}{_unset_sizes(model, inputs)}"
         ) from None
+
+
+SIZE_WORDS = ("size", "grid", "shape", "seqlen")  # optional inputs a packed or variable-size vision model may need
+
+
+def _unset_sizes(model: nn.Module, inputs) -> str:
+    """Where the forward takes optional sizes laya does not give (MiniCPM-V's ``target_sizes``: optional in its
+    signature, read by its code), a note naming them, so the refusal says what the model missed."""
+    unset = [
+        n
+        for n, p in _parameters(model).items()
+        if p.default is None and n not in inputs and any(w in n for w in SIZE_WORDS)
+    ]
+    return f" (its forward also takes {', '.join(unset[:3])}, which laya leaves unset)" if unset else ""
 
 
 def _parameters(model: nn.Module) -> dict:
