@@ -193,6 +193,20 @@ OVERRIDES = {
     # no image size in its config (the sweep's default: 64 px): its extra 32× feature level needs 2 × 2 at least
     "deformable_detr": {"image_size": 128},
     "pp_ocrv5_mobile_rec": {"image_size": 96},  # its head pools 3 rows of the 32× downsampled image
+    # the patch encoder's hidden states DepthPro's fusion reads (of its 24 layers by default): within the 3 left
+    "depth_pro": {"intermediate_hook_ids": [2, 1]},
+    # LW-DETR's default config projects no feature level (no scale factors: nothing reaches its encoder; a
+    # checkpoint's config names them), and its windows must tile the 32-pixel image's 4 × 4 patches
+    "lw_detr": {"projector_scale_factors": [1.0]},
+    "lw_detr_vit": {"num_windows": 4},
+    # EdgeTAM's default config misspells its timm backbone ("archirecture": repvit_m1), so a ResNet-50 is built
+    # whose widths its neck does not take: RepViT-M1, the neck sized by its four stages
+    "edgetam_vision_model": {
+        "backbone_config": {"architecture": "repvit_m1"},
+        "backbone_channel_list": [384, 192, 96, 48],
+    },
+    # UVDoc's bridge concatenates all six stages' maps; its backbone's default config outputs the last alone
+    "uvdoc_backbone": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": list(range(1, 7))},
     # its to_dict() lists attention and MLP blocks apart (two entries a layer): three layers, one per stage
     "dory": {
         "num_hidden_layers": 2 * LAYERS,
@@ -688,14 +702,17 @@ def _reloads(transformers, model, folder: Path) -> bool:
 
 def _runs(model, kind: str) -> bool:
     """Whether what laya taps runs on laya's own probe batch (a shrink that breaks the model is the sweep's)."""
-    from laya_cli.backbones.hf import _base_model, _probe_inputs, probe_call
+    from laya_cli.backbones.hf import _probe_inputs, _stages_without_states, probe_call, tapped_model
 
     try:
-        tapped = _base_model(model, model.config.model_type).eval()
-        probe_call(tapped, {**_probe_inputs(tapped), "output_hidden_states": True})
-        return True
+        tapped = tapped_model(model, model.config.model_type).eval()
     except Exception:
         return False
+    try:
+        probe_call(tapped, {**_probe_inputs(tapped), "output_hidden_states": True})
+        return True
+    except Exception:  # no hidden states: a timm backbone's declared stages, as laya taps them (EdgeTAM)
+        return bool(_stages_without_states(tapped))
 
 
 def _line(e: BaseException | None) -> str:
@@ -727,14 +744,17 @@ def write_texts(root: Path, train: int = 24, test: int = 12) -> Path:
     return root
 
 
-def _image_side(folder: Path) -> int:
+def _image_side(folder: Path) -> tuple[int, bool]:
+    """The side the sweep's images are drawn at, and whether ``--input-size`` may say it: a config's H × W image
+    size that is not square (MGP-STR's) is laya's own default, drawn at its longer side."""
+    from laya_cli.backbones.hf import image_hw
+
     config = json.loads((folder / "config.json").read_text())
     for c in (config, config.get("vision_config") or {}):
-        size = c.get("image_size")
-        size = size[0] if isinstance(size, list) and size else size
-        if isinstance(size, int):
-            return size
-    return NO_SIZE
+        hw = image_hw({"image_size": c.get("image_size")})
+        if hw:
+            return max(hw), hw[0] == hw[1]
+    return NO_SIZE, True
 
 
 def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tuple[str, list[str]]]:
@@ -742,13 +762,13 @@ def pipeline_steps(folder: Path, kind: str, data: Path, work: Path) -> list[tupl
     if kind == "text":
         dataset = ["--dataset", f"csv:{data / 'text'}", "--max-length", "16"]
     else:
-        side = _image_side(folder)
+        side, square = _image_side(folder)
         images = data / f"images{side}"
         if not images.exists():
             from benchmarks.synthetic import make_image_folder
 
             make_image_folder(images, per_class=6, size=side)
-        dataset = ["--dataset", f"folder:{images}", "--input-size", str(side)]
+        dataset = ["--dataset", f"folder:{images}", *(["--input-size", str(side)] if square else [])]
     common = ["--device", "cpu", "-q"]
     return [
         (

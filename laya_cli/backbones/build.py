@@ -135,7 +135,7 @@ def input_side(spec: BackboneSpec) -> int | None:
         _, cfg = build_model(spec)
         if isinstance(cfg, TextInput):
             return None
-        side = cfg.size[0] if cfg.size else 224
+        side = max(cfg.size) if cfg.size else 224
     return int(side)
 
 
@@ -321,6 +321,8 @@ def checkpoint_extras(backbone: TappedBackbone, spec: BackboneSpec, weights_file
         extras["pool_declared_by"] = declared[1]  # --pool auto took the model's own pooling
     if initialised := getattr(backbone.model, "laya_initialised_weights", None):
         extras["initialised"] = list(initialised)  # weights the files lacked, initialised at load (seeded)
+    if frames := getattr(backbone.model, "laya_still_clip", None):
+        extras["still_clip_frames"] = int(frames)  # a video model fed each image repeated over its frames
     program = getattr(backbone.model, "laya_program", None)
     if program is not None:
         extras["program"] = torch.frombuffer(bytearray(program), dtype=torch.uint8)

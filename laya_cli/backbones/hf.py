@@ -27,6 +27,7 @@ from .engines import TIME_FIRST, call_model, first_tensor, split_call
 from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
+from .stages import feature_info
 from .tokens import input_embeddings, set_tokenizer, text_input_from, vocabulary
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
@@ -91,12 +92,24 @@ def probe_call(model: nn.Module, inputs):
         also = f" (it also takes {', '.join(besides)})" if besides else ""
         raise LayaError(
             f"{type(model).__name__} cannot run on {what} alone{also} (laya's probe batch): {type(e).__name__}: "
-            f"{_first_line(e)[:160]}"
+            f"{_first_line(e)[:160]}{_unset_sizes(model, inputs)}"
         ) from None
 
 
 # inputs a model may need besides its tokens or images, named where its forward fails without them
 OTHER_INPUTS = ("pixel_values", "pixel_values_videos", "bbox", "visual_embeds", "input_features", "lang_ids")
+SIZE_WORDS = ("size", "grid", "shape", "seqlen")  # optional inputs a packed or variable-size vision model may need
+
+
+def _unset_sizes(model: nn.Module, inputs) -> str:
+    """Where the forward takes optional sizes laya does not give (MiniCPM-V's ``target_sizes``: optional in its
+    signature, read by its code), a note naming them, so the refusal says what the model missed."""
+    unset = [
+        n
+        for n, p in _parameters(model).items()
+        if p.default is None and n not in inputs and any(w in n for w in SIZE_WORDS)
+    ]
+    return f" (its forward also takes {', '.join(unset[:3])}, which laya leaves unset)" if unset else ""
 
 
 def _parameters(model: nn.Module) -> dict:
@@ -150,6 +163,60 @@ def _base_model(model: nn.Module, where: str) -> nn.Module:
             f"hf:{where} takes {main_input(tapped)} and {', '.join(extra)}: laya feeds a model tokens or images alone"
         )
     return tapped
+
+
+def tapped_model(model: nn.Module, where: str) -> nn.Module:
+    """What laya taps of ``model`` (``_base_model``), a video model set to take images (``_still_clips``)."""
+    tapped = _base_model(model, where)
+    if not is_text(tapped):
+        _still_clips(tapped, where)
+    return tapped
+
+
+def _still_clips(model: nn.Module, where: str) -> None:
+    """A video model — its config declares ``num_frames`` and its forward reads B×T×C×H×W ``pixel_values``
+    (VideoMAE, TimeSformer, ViViT) — is fed each image as a still clip: the image repeated over its frames, by a
+    pre-hook on its forward (``model.laya_still_clip``: the frame count, recorded in the checkpoint). A model that
+    runs on images as they are is left alone; one that runs on neither is refused in one line."""
+    frames = _image_setting(model.config, "num_frames")
+    if not frames or getattr(model, "laya_still_clip", None):
+        return
+    try:
+        with torch.no_grad(), eval_mode(model):
+            probe_call(model, _probe_inputs(model))
+        return
+    except LayaError as e:
+        as_images = e
+    handle = model.register_forward_pre_hook(_as_clip(frames), with_kwargs=True)
+    try:
+        with torch.no_grad(), eval_mode(model):
+            probe_call(model, _probe_inputs(model))
+    except LayaError as e:
+        handle.remove()
+        why = [_first_line(x).partition("(laya's probe batch): ")[2][:100] for x in (as_images, e)]
+        raise LayaError(
+            f"{type(model).__name__} declares num_frames={frames} but runs neither on images ({why[0]}) nor on still "
+            f"clips of them, B×{frames}×C×H×W ({why[1]}): laya feeds images"
+        ) from None
+    model.laya_still_clip = frames
+
+
+def _as_clip(frames: int):
+    """A forward pre-hook that turns B×C×H×W ``pixel_values`` into B×frames×C×H×W still clips."""
+
+    def hook(module, args, kwargs):
+        if args and isinstance(args[0], torch.Tensor) and args[0].ndim == 4:
+            return (_clip(args[0], frames), *args[1:]), kwargs
+        x = kwargs.get("pixel_values")
+        if isinstance(x, torch.Tensor) and x.ndim == 4:
+            return args, {**kwargs, "pixel_values": _clip(x, frames)}
+        return args, kwargs
+
+    return hook
+
+
+def _clip(images: torch.Tensor, frames: int) -> torch.Tensor:
+    return images.unsqueeze(1).expand(-1, frames, -1, -1, -1).contiguous()
 
 
 def _required_besides(model: nn.Module, main: str) -> list[str]:
@@ -232,7 +299,7 @@ def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Modu
         if spec.pretrained:
             raise pretrained_unavailable(f"hf:{where}", f"{type(e).__name__}: {_first_line(e)[:80]}") from None
         raise LayaError(f"could not create hf:{where}: {type(e).__name__}: {_first_line(e)}") from None
-    return _base_model(model, where)
+    return tapped_model(model, where)
 
 
 def text_input(model: nn.Module, where: str, max_length: int | None, cached: bool) -> TextInput:
@@ -280,8 +347,8 @@ def _probe_inputs(model: nn.Module, length: int = 12):
     if is_text(model):
         ids = torch.randint(0, vocabulary(model), (2, length), generator=g)
         return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-    channels, size = image_geometry(model.config)
-    return {"pixel_values": torch.rand(2, channels, size, size, generator=g).to(device)}
+    channels, (height, width) = image_geometry(model.config)
+    return {"pixel_values": torch.rand(2, channels, height, width, generator=g).to(device)}
 
 
 def _image_setting(config, key: str):
@@ -296,21 +363,37 @@ def _image_setting(config, key: str):
     return None
 
 
-def image_geometry(config) -> tuple[int, int]:
-    """(channels, side) of an image model's input, from its config (3 and 224 where it names none)."""
-    return _image_setting(config, "num_channels") or 3, _image_setting(config, "image_size") or 224
+def image_geometry(config) -> tuple[int, tuple[int, int]]:
+    """(channels, (height, width)) of an image model's input, from its config (3 and 224 × 224 where it names
+    none); an ``image_size`` of two values is height × width (MGP-STR's 32 × 128), one value a square side."""
+    return _image_setting(config, "num_channels") or 3, image_hw(config) or (224, 224)
 
 
-def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list], list]:
-    """The model's ``hidden_states``; per ModuleList, the taps its children's calls would be, in call order:
-    (tap name, first output); and every list's taps as their calls ended. A child called more than once (a layer
-    shared across depth: ALBERT) is tapped per call, ``<list>.<child>#<call>``."""
-    lists = {n: m for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)}
+def image_hw(config) -> tuple[int, int] | None:
+    """The config's ``image_size`` as (height, width) (of its vision sub-config where the top level has none)."""
+    read = (lambda c, k: c.get(k)) if isinstance(config, dict) else (lambda c, k: getattr(c, k, None))
+    for cfg in (config, read(config, "vision_config"), read(config, "backbone_config")):
+        value = read(cfg, "image_size") if cfg is not None else None
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            return int(value[0]), int(value[1])
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, value
+    return None
+
+
+def _layer_outputs(model: nn.Module, inputs, kinds=(nn.ModuleList,)) -> tuple[list, dict[str, list], list]:
+    """The model's ``hidden_states``; per ModuleList (per container of ``kinds``), the taps its children's calls
+    would be, in call order: (tap name, first output); and every ModuleList's taps as their calls ended. A child
+    called more than once (a layer shared across depth: ALBERT) is tapped per call, ``<list>.<child>#<call>``."""
+    lists = {n: m for n, m in model.named_modules() if isinstance(m, kinds) and len(m)}
     calls: dict[str, list] = {n: [] for n in lists}
     order: list[tuple[str, int]] = []  # (list, its call's index) as the calls end, across every list
 
     def record(name: str, c: int, output) -> None:
-        order.append((name, len(calls[name])))
+        if isinstance(lists[name], nn.ModuleList):
+            order.append((name, len(calls[name])))
         calls[name].append((c, first_tensor(output)))
 
     handles = []
@@ -326,6 +409,7 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list], lis
     states = [s for s in map(lambda k: _states(result, k), STATE_KEYS) if s]
     if not states:
         raise LayaError(f"{type(model).__name__} returns no hidden_states: not a transformer laya can tap")
+    _check_repeats(model, inputs, states[0][-1])
     batch = len(next(iter(inputs.values())))
     rows = {int(h.shape[0]) for h in states[0] if isinstance(h, torch.Tensor) and h.ndim}
     if rows != {batch}:  # Pixtral's vision tower packs a batch of images into one sequence
@@ -342,6 +426,22 @@ def _layer_outputs(model: nn.Module, inputs) -> tuple[list, dict[str, list], lis
             call = seen[c] = seen.get(c, -1) + 1
             outs[name].append((f"{name}.{c}" + (f"#{call}" if times[c] > 1 else ""), out))
     return states, outs, [outs[name][i] for name, i in order]
+
+
+def _check_repeats(model: nn.Module, inputs, last) -> None:
+    """Refuse a model whose forward in eval mode gives another last hidden state on the same batch (it samples:
+    ViT-MAE shuffles and masks patches at random on every call): its taps, and every figure read from them, would
+    change from call to call. Checked once per model."""
+    if getattr(model, "_laya_repeats", False):
+        return
+    with torch.no_grad(), eval_mode(model):
+        again = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))
+    if not _matches(last, again[-1] if again else None):
+        raise LayaError(
+            f"{type(model).__name__} gives other hidden states on each call of the same batch in eval mode (it draws "
+            "at random in its forward, as ViT-MAE's patch masking does): laya's taps must repeat"
+        )
+    model._laya_repeats = True
 
 
 STATE_KEYS = ("hidden_states", "encoder_hidden_states")  # a forward's per-layer states, in the order laya tries them
@@ -411,7 +511,14 @@ def layer_taps(model: nn.Module) -> list[str]:
     """One tap per hidden state after the embeddings: the calls of the children of the ModuleList whose outputs
     are ``hidden_states[1:]``, or every state where the model returns its stages alone; a model that returns the
     states of several parts (MaskFormer) is tapped where its encoder's states are."""
-    states, outs, order = _layer_outputs(model, _probe_inputs(model))
+    try:
+        states, found, order = _layer_outputs(model, _probe_inputs(model), (nn.ModuleList, nn.Sequential))
+    except LayaError:
+        stages = _stages_without_states(model)
+        if stages:
+            return stages
+        raise
+    outs = {n: got for n, got in found.items() if isinstance(model.get_submodule(n), nn.ModuleList)}
     for hidden in states:
         taps = _after_embeddings(outs, hidden) or _stage_outputs(outs, hidden)
         if taps:
@@ -422,6 +529,8 @@ def layer_taps(model: nn.Module) -> list[str]:
         setattr(model, TIME_FIRST, frozenset(split_call(t)[0] for t in taps))
         return taps
     taps = _after_embeddings(outs, states[0], strict=False) or _across_lists(order, states[0])
+    if taps is None:  # layers an nn.Sequential holds and the model calls one by one (MGP-STR's blocks)
+        taps = _after_embeddings({n: got for n, got in found.items() if n not in outs}, states[0])
     if taps is None:
         raise _untappable(model, states[0], outs)
     return taps
@@ -457,6 +566,34 @@ def _across_lists(order: list, hidden: list) -> list[str] | None:
         start = j + 1
     extra = [i for i in missed if i != 0]
     return taps if len(taps) >= 2 and len(extra) <= 1 and len(set(taps)) == len(taps) else None
+
+
+def _stages_without_states(model: nn.Module) -> list[str] | None:
+    """Where the model's forward cannot return hidden states but runs without them, and one timm backbone in it
+    declares its stages (``feature_info``: EdgeTAM's features-only RepViT, whose wrapper refuses
+    ``output_hidden_states``): those stages, the modules the model's own neck reads; None otherwise."""
+    cached = getattr(model, "_laya_declared_stages", None)
+    if cached is not None:
+        return cached or None
+    declared = [(n, m) for n, m in model.named_modules() if n and feature_info(m)]
+    stages: list[str] = []
+    if len(declared) == 1:
+        name, backbone = declared[0]
+        inside = {n for n, _ in backbone.named_modules()}
+        for entry in feature_info(backbone):  # features_only nets name "stages.0" as their child "stages_0"
+            module = str(entry.get("module", ""))
+            found = next((m for m in (module, module.replace(".", "_")) if m and m in inside), None)
+            stages = stages + [f"{name}.{found}"] if found else []
+            if not found:
+                break
+    if stages:
+        try:
+            with torch.no_grad(), eval_mode(model):
+                probe_call(model, _probe_inputs(model))
+        except LayaError:
+            stages = []
+    model._laya_declared_stages = stages
+    return stages or None
 
 
 def _untappable(model: nn.Module, hidden: list, outs: dict[str, list]) -> LayaError:
@@ -524,20 +661,38 @@ def _last_state(result) -> torch.Tensor | None:
 
 def _prefix_tokens(model: nn.Module) -> int:
     """Tokens before the patches in a vision transformer's sequences (class, distillation, registers): the
-    probe's sequence length less its patch count (a CNN's NCHW stages: 0)."""
-    cfg = model.config
-    if is_text(model) or not isinstance(getattr(cfg, "patch_size", None), int):
+    probe's sequence length less its patch count (a CNN's NCHW stages: 0); a still clip's sequence is its frames'
+    (or tubelets') patches after the prefix."""
+    patch = _patch_side(model.config)
+    if is_text(model) or patch is None:
         return 0
     cached = getattr(model, "_laya_prefix_tokens", None)
     if cached is None:
         inputs = _probe_inputs(model)
-        side = inputs["pixel_values"].shape[-1]
-        with torch.no_grad(), eval_mode(model):
-            first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
-        patches = (side // cfg.patch_size) ** 2
-        cached = int(first.shape[1] - patches) if first.ndim == 3 and first.shape[1] >= patches else 0
+        height, width = inputs["pixel_values"].shape[-2:]
+        try:
+            with torch.no_grad(), eval_mode(model):
+                first = hidden_states(probe_call(model, {**inputs, "output_hidden_states": True}))[0]
+        except LayaError:
+            if not _stages_without_states(model):
+                raise
+            first = torch.zeros(())  # a timm backbone's NCHW stages: no prefix tokens
+        patches = (height // patch) * (width // patch)
+        tokens = int(first.shape[1]) if first.ndim == 3 else 0
+        clip = getattr(model, "laya_still_clip", None)
+        cached = (tokens % patches if clip else tokens - patches) if tokens >= patches else 0
         model._laya_prefix_tokens = cached
     return cached
+
+
+def _patch_side(config) -> int | None:
+    """A vision transformer's patch side: ``patch_size``, or a video tubelet's (``tubelet_size`` [t, h, w]: ViViT)."""
+    patch, tubelet = getattr(config, "patch_size", None), getattr(config, "tubelet_size", None)
+    if isinstance(patch, int) and not isinstance(patch, bool):
+        return patch
+    if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 and tubelet[1] == tubelet[2]:
+        return int(tubelet[2])
+    return None
 
 
 # sentence-transformers' Pooling modes (1_Pooling/config.json) and the pool laya uses for each.
@@ -601,8 +756,13 @@ class HFFamily(Family):
             mean, std = tuple(proc.image_mean), tuple(proc.image_std)
         except Exception:
             pass  # no image processor saved beside the model: ImageNet's statistics
-        channels, size = image_geometry(model.config)
-        return InputConfig(channels, (spec.input_size or size,) * 2, mean, std)
+        channels, (height, width) = image_geometry(model.config)
+        if spec.input_size and height != width:
+            raise LayaError(
+                f"hf:{where} takes {height}×{width} images (its config's image_size): --input-size sets a square "
+                "side; leave it out"
+            )
+        return InputConfig(channels, (spec.input_size,) * 2 if spec.input_size else (height, width), mean, std)
 
     def owns(self, model):
         return type(model).__module__.startswith("transformers.")
@@ -627,7 +787,8 @@ class HFFamily(Family):
         folder = local_dir(model_name)
         config = folder / "config.json" if folder else None
         if config is not None:
-            return _image_setting(json.loads(config.read_text()), "image_size")
+            hw = image_hw(json.loads(config.read_text()))
+            return max(hw) if hw else None  # images decoded at the longer side, resized to H×W by the adapter
         return None
 
     def layouts(self, model):
@@ -656,10 +817,12 @@ class HFFamily(Family):
         if not last.isdigit() or not all(t.rpartition(".")[0] == container for t in taps[:k]):
             return None
         layers = model.get_submodule(container)
-        if not isinstance(layers, nn.ModuleList):
+        if not isinstance(layers, (nn.ModuleList, nn.Sequential)):
             return None
+        kept = list(layers)[: int(last) + 1]
         parent, _, attr = container.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr, nn.ModuleList(list(layers)[: int(last) + 1]))
+        cut = nn.ModuleList(kept) if isinstance(layers, nn.ModuleList) else nn.Sequential(*kept)
+        setattr(model.get_submodule(parent) if parent else model, attr, cut)
         for key in LAYER_COUNTS:
             if isinstance(getattr(model.config, key, None), int):
                 setattr(model.config, key, int(last) + 1)

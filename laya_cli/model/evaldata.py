@@ -109,7 +109,7 @@ def model_dataset(
     req.encoding = check_encoding(encoding) if encoding is not None else ds.get("encoding") if same else None
     if req.image_size is None and holds_images(req):
         size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
-        req.image_size = size[0] if size else 32
+        req.image_size = max(size) if size else 32  # decoded at the longer side, resized to H×W by the adapter
     data = tokenize_splits(_load(req, recorded=bool(recorded)), model.backbone)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
