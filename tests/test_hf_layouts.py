@@ -288,3 +288,17 @@ def test_layers_a_model_computes_without_gradients_refuse_network_gradient_metho
     assert_user_error(invoke("audit", str(ckpt), "--scope", "network", "--device", "cpu", "-q"), "without gradients")
     r = invoke("audit", str(ckpt), "--scope", "network", "--compare", "contrib", "--device", "cpu", "-q")
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(
+    "model_type, tower",
+    [("pe_audio", "text_model"), ("sam2_video", "vision_encoder")],
+)
+def test_a_model_of_several_parts_that_needs_more_than_tokens_or_images_is_tapped_at_its_tower(model_type, tower):
+    """PE Audio's forward needs audio beside its tokens, and names a token table (its text tower's): laya taps the
+    text tower. SAM 2 Video reads an inference session: laya taps its image tower (both regressed once)."""
+    from benchmarks.zoo.hf_all import shrink
+    from laya_cli.backbones.hf import _base_model
+
+    model = _model(shrink(transformers.AutoConfig.for_model(model_type)))
+    assert _base_model(model, model_type) is getattr(model, tower)

@@ -239,11 +239,12 @@ def _reduced(model: nn.Module, where: str) -> nn.Module:
     if tower and (isinstance(getattr(model, "text_model", None), nn.Module) or main_input(model) == "pixel_values"):
         return vision  # a dual-tower model (CLIP, SigLIP, ALIGN…), or an image model of several parts (SAM): its tower
     text = getattr(model, "text_model", None)
-    if is_text(model) and input_embeddings(model) is None and isinstance(text, nn.Module) and is_text(text):
-        return text  # a text tower beside another (CLAP's audio): the tower that embeds the tokens
-    tower = _text_tower(model)
-    if tower is not None:
-        return tower
+    needs_more = input_embeddings(model) is None or _required_besides(model, "input_ids")
+    if is_text(model) and needs_more and isinstance(text, nn.Module) and is_text(text):
+        return text  # a text tower beside another (CLAP's, PE Audio's audio): the tower that embeds the tokens
+    text_tower = _text_tower(model)
+    if text_tower is not None:
+        return text_tower
     if not is_text(model) and main_input(model) != "pixel_values":
         if tower:
             return vision
