@@ -930,9 +930,11 @@ def summary(rows: list[Row]) -> list[str]:
     for r in rows:
         by[r.status] += 1
     pct = 100 * n_pass / len(in_scope) if in_scope else 0.0
+    goal = "met" if pct >= 90 else "target missed"
     lines = [
         f"{n_pass} of {len(in_scope)} in-scope transformers model types pass train → audit --scope both → export → "
-        f"depth --truncate ({pct:.1f} %; goal ≥ 90 %: {'met' if pct >= 90 else 'target missed'}); refused (exit 2): {by['refused']}; crash: {by['crash']}; "
+        f"depth --truncate ({pct:.1f} %; goal ≥ 90 %: {goal}); refused (exit 2): {by['refused']}; "
+        f"crash: {by['crash']}; "
         f"not built (no small model of it the sweep could run): {by['not built']}; "
         f"out of scope: {by['out of scope']} (of {len(rows)} types)"
     ]
