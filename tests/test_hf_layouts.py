@@ -292,11 +292,12 @@ def test_layers_a_model_computes_without_gradients_refuse_network_gradient_metho
 
 @pytest.mark.parametrize(
     "model_type, tower",
-    [("pe_audio", "text_model"), ("sam2_video", "vision_encoder")],
+    [("pe_audio", "text_model"), ("sam2_video", "vision_encoder"), ("clvp", "text_encoder_model")],
 )
 def test_a_model_of_several_parts_that_needs_more_than_tokens_or_images_is_tapped_at_its_tower(model_type, tower):
     """PE Audio's forward needs audio beside its tokens, and names a token table (its text tower's): laya taps the
-    text tower. SAM 2 Video reads an inference session: laya taps its image tower (both regressed once)."""
+    text tower. SAM 2 Video reads an inference session: laya taps its image tower (both regressed once). CLVP's
+    forward needs speech features: its text encoder."""
     from benchmarks.zoo.hf_all import shrink
     from laya_cli.backbones.hf import _base_model
 

@@ -183,6 +183,9 @@ OVERRIDES = {
         "spatial_target_layers": [0, 1, 2, 2],
         "vision_config": {"hidden_size": 64},
     },
+    # CLVP's rotary width is projection_dim // (2 · heads), at least 32, of each head: its encoders' projection is
+    # their width (768 both by default), so one 32-wide head
+    "clvp_encoder": {"projection_dim": HIDDEN, "num_attention_heads": 1},
     # its shared transformer block is tied across its hybrid layers: two of them at least
     "zamba": {"layers_block_type": ["hybrid", "linear_attention", "hybrid"]},
     # Mimi codec's depthwise upsampling (one group per channel) and the depth decoder's input: the shrunk widths

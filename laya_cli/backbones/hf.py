@@ -252,7 +252,8 @@ def _reduced(model: nn.Module, where: str) -> nn.Module:
     return model
 
 
-TEXT_TOWERS = ("language_model", "text_model")  # where a model of several parts keeps the one that reads its tokens
+TEXT_TOWERS = ("language_model", "text_model", "text_encoder_model")  # where a model of several parts keeps the one
+# that reads its tokens (CLVP: its text encoder, beside its speech encoder and decoder)
 
 
 def _text_tower(model: nn.Module) -> nn.Module | None:
