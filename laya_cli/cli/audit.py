@@ -161,16 +161,20 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
     """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (``data``:
     dataset, data_dir, encoding and --device-map; loaded by the job, after its own checks)."""
     from ..auditing.job import audit_job
+    from ..model.checkpoint import read_checkpoint
     from ..model.evaldata import load_eval_data
-    from ..model.laya_model import load_model
+    from ..model.laya_model import model_from_checkpoint
+    from ..model.lenses import is_language_model, lens_model_from_checkpoint
     from ..runtime.config import check_encoding
 
     dataset, data_dir, encoding, device_map = data
     check_encoding(encoding)  # before the checkpoint is read
-    if (lm := language_model(path, settings, device_map)) is not None:
+    ckpt = read_checkpoint(path)  # once: a classifier's is rebuilt from this very dict
+    if is_language_model(ckpt):
+        lm = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
         return audit_language_model(lm, path, settings, methods, scope, gates, dataset, samples, job["memory"])
     refuse_device_map(device_map)
-    laya_model = load_model(path)
+    laya_model = model_from_checkpoint(ckpt)
     gates.check_planned(settings, methods, samples, laya_model)
     load = partial(
         load_eval_data,
@@ -190,17 +194,6 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
 
 
 TOKENS_AUDITED = 2000  # a language model's default --samples: held-out positions (its held-out text may be huge)
-
-
-def language_model(path, settings, device_map: str | None = None):
-    """A ``--task lm`` checkpoint rebuilt (model/lenses.py), None for a classifier's."""
-    from ..model.checkpoint import read_checkpoint
-    from ..model.lenses import is_language_model, lens_model_from_checkpoint
-
-    ckpt = read_checkpoint(path)
-    if not is_language_model(ckpt):
-        return None
-    return lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
 
 
 def audit_language_model(model, path, settings, methods, scope: str, gates, dataset, samples, memory):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime import progress
-from .common import console, pick_device, wide_console
+from .common import console, pick_device, print_tables, write_outputs
 from .options import (
     AUDIT,
     BENCH,
@@ -141,19 +141,12 @@ def print_run(o, i: int, n: int) -> None:
 def render(result, req, quiet: bool, json_out, markdown) -> None:
     """The comparison tables and their caption; the JSON and Markdown asked for."""
     from ..report.bench import bench_caption, bench_counts, bench_markdown, bench_rich_tables
-    from ..runtime.fileio import atomic_write_text
 
-    tables = bench_rich_tables(result)
-    wide = wide_console(tables)
-    for table in tables:
-        wide.print(table)
+    wide = print_tables(bench_rich_tables(result))
     wide.print(bench_caption(result), style="dim", highlight=False)
     if not quiet:
         console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
-    if json_out is not None:
-        atomic_write_text(json_out, result.to_json())
-    if markdown is not None:
-        atomic_write_text(markdown, bench_markdown(result))
+    write_outputs(json_out, result.to_json, markdown, lambda: bench_markdown(result))
 
 
 def log_bench_run(name: str, result, files) -> None:
@@ -168,7 +161,7 @@ def bench_language_model(job, o: LmBench, audit, redo: bool, device: str, quiet:
     """``--task lm``: every (objective, seed) run trained and audited (training/bench_lm.py); the tables, the JSON
     and the Markdown asked for."""
     from ..report.lm import lm_bench_markdown, lm_bench_tables
-    from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
+    from ..runtime.fileio import check_outputs, strict_json
     from ..training.bench_lm import LMBenchRequest, run_lm_bench
     from .train import lm_request
 
@@ -187,15 +180,8 @@ def bench_language_model(job, o: LmBench, audit, redo: bool, device: str, quiet:
     )
     with progress.enabled(not quiet):
         doc = run_lm_bench(req, None if quiet else print_lm_run)
-    tables = lm_bench_tables(doc)
-    wide = wide_console(tables)
-    for table in tables:
-        wide.print(table)
-    json_out, markdown = files
-    if json_out is not None:
-        atomic_write_text(json_out, strict_json(doc))
-    if markdown is not None:
-        atomic_write_text(markdown, lm_bench_markdown(doc))
+    print_tables(lm_bench_tables(doc))
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_bench_markdown(doc))
     if not quiet:
         console.print(f"{len(doc['runs'])} runs in {doc['wall_seconds']:.0f} s -> {doc['bench']['folder']}")
 

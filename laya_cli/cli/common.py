@@ -72,6 +72,25 @@ def wide_console(renderables):
     return Console(width=max([console.width, *(console.measure(t, options=unbounded).maximum for t in renderables)]))
 
 
+def print_tables(tables):
+    """Rich tables printed whole (``wide_console``); the console they went to, for a caption after them."""
+    wide = wide_console(tables)
+    for table in tables:
+        wide.print(table)
+    return wide
+
+
+def write_outputs(json_out, json_text, markdown, markdown_text) -> None:
+    """``--json`` and ``--markdown`` where asked for, each written atomically; ``json_text``/``markdown_text``
+    make the texts (called only for a file asked for)."""
+    from ..runtime.fileio import atomic_write_text
+
+    if json_out is not None:
+        atomic_write_text(json_out, json_text())
+    if markdown is not None:
+        atomic_write_text(markdown, markdown_text())
+
+
 def run_options(max_memory: str | None, precision: str, **batches) -> dict:
     """``--max-memory`` and ``--precision`` of a job, checked now: its ``memory`` (a MemoryRequest that knows
     which of ``batches`` the user set, not None: the plan never overrides them) and its ``precision``."""

@@ -6,7 +6,7 @@ from functools import partial
 
 from ..runtime import progress
 from ..runtime.errors import LayaError
-from .common import console, note, pick_device, refuse_device_map, run_options, trust_arch, wide_console
+from .common import console, note, pick_device, print_tables, refuse_device_map, run_options, trust_arch, write_outputs
 from .options import (
     DEPTH,
     ArchImport,
@@ -71,7 +71,8 @@ def depth(
     from ..depthing.dropped import load_drop_data
     from ..depthing.job import depth_job
     from ..model.evaldata import load_eval_data
-    from ..model.laya_model import load_model
+    from ..model.laya_model import model_from_checkpoint
+    from ..model.lenses import is_language_model
     from ..report.depth import truncate_line
     from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least, check_encoding
     from ..runtime.fileio import check_outputs
@@ -96,10 +97,10 @@ def depth(
         ).validate()
         check_writes(truncate, drop, out, plot)
         check_outputs(json_out, markdown, plot, out)
-        if (ckpt := language_model_checkpoint(model, truncate, drop, refit, plot)) is not None:
+        if is_language_model(ckpt := depth_checkpoint(model, truncate, drop, refit, plot)):
             return token_depth(ckpt, dataset, samples, thresholds, settings, (json_out, markdown), model, device_map)
         refuse_device_map(device_map)
-        laya_model = load_model(model)
+        laya_model = model_from_checkpoint(ckpt)
         if drop is not None:
             load = partial(load_drop_data, laya_model, dataset, data_dir, samples, seed, encoding)
             result = depth_job(laya_model, load, settings, out)
@@ -130,25 +131,19 @@ def render(result, json_out, markdown, plot) -> None:
     """The tables and notes on the terminal; the JSON, Markdown and plot asked for (rank 0 only)."""
     from ..report.depth import depth_markdown, depth_rich_tables
     from ..runtime import distributed
-    from ..runtime.fileio import atomic_path, atomic_write_text
+    from ..runtime.fileio import atomic_path
     from ..runtime.tracking.events import log_depth
     from .command import current_run
 
     run = current_run()
     result.settings["options"] = run.record  # the resolved options: defaults, --config, flags
     doc = result.to_dict()
-    tables = depth_rich_tables(doc)
-    wide = wide_console(tables)
-    for table in tables:
-        wide.print(table)
+    print_tables(depth_rich_tables(doc))
     for text in result.notes:
         note(text)
     if not distributed.is_main():
         return
-    if json_out is not None:
-        atomic_write_text(json_out, result.to_json())
-    if markdown is not None:
-        atomic_write_text(markdown, depth_markdown(doc))
+    write_outputs(json_out, result.to_json, markdown, lambda: depth_markdown(doc))
     if plot is not None:
         import matplotlib
 
@@ -164,35 +159,28 @@ def render_drop(result, json_out, markdown) -> None:
     """The drop table and the chosen order's cost on the terminal, the goals and written lines; JSON, Markdown."""
     from ..report.drop import drop_lines, drop_markdown, drop_rich_tables
     from ..runtime import distributed
-    from ..runtime.fileio import atomic_write_text
     from .command import current_run
 
     result.settings["options"] = current_run().record
     doc = result.to_dict()
-    tables = drop_rich_tables(doc)
-    wide = wide_console(tables)
-    for table in tables:
-        wide.print(table)
+    print_tables(drop_rich_tables(doc))
     for line in drop_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     for text in result.notes:
         note(text)
     if not distributed.is_main():
         return
-    if json_out is not None:
-        atomic_write_text(json_out, result.to_json())
-    if markdown is not None:
-        atomic_write_text(markdown, drop_markdown(doc))
+    write_outputs(json_out, result.to_json, markdown, lambda: drop_markdown(doc))
 
 
-def language_model_checkpoint(path, truncate, drop, refit, plot) -> dict | None:
-    """A ``--task lm`` checkpoint (None for a classifier's), refused with the options that read classifiers."""
+def depth_checkpoint(path, truncate, drop, refit, plot) -> dict:
+    """The checkpoint, read once; a language model's is refused with the options that read classifiers."""
     from ..model.checkpoint import read_checkpoint
     from ..model.lenses import is_language_model
 
     ckpt = read_checkpoint(path)
     if not is_language_model(ckpt):
-        return None
+        return ckpt
     if truncate is not None or drop is not None or refit or plot is not None:
         raise LayaError(
             "a language model's depth is its early exit per token: --truncate, --drop, --refit and --plot read "
@@ -206,7 +194,7 @@ def token_depth(ckpt, dataset, samples, thresholds, settings, outputs, path, dev
     from ..depthing.token_exit import TOKEN_THRESHOLDS, token_exit_job
     from ..model.lenses import lens_model_from_checkpoint
     from ..report.lm import exit_markdown, exit_rich_tables
-    from ..runtime.fileio import atomic_write_text
+    from ..runtime.fileio import strict_json
 
     json_out, markdown = outputs
     model = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
@@ -215,9 +203,4 @@ def token_depth(ckpt, dataset, samples, thresholds, settings, outputs, path, dev
     result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": samples or 20_000}
     for table in exit_rich_tables(result):
         console.print(table)
-    if json_out is not None:
-        import json
-
-        atomic_write_text(json_out, json.dumps(result, indent=2) + "\n")
-    if markdown is not None:
-        atomic_write_text(markdown, exit_markdown(result))
+    write_outputs(json_out, lambda: strict_json(result), markdown, lambda: exit_markdown(result))

@@ -12,7 +12,7 @@ import typer
 
 from ..runtime import progress
 from ..runtime.config import TIE_TOL
-from .common import EXIT_GATE_FAILED, err_console, pick_device, wide_console
+from .common import EXIT_GATE_FAILED, err_console, pick_device, print_tables, write_outputs
 from .options import (
     Ablation,
     DataDir,
@@ -91,7 +91,7 @@ def diff(
     from ..report.diff import diff_markdown, diff_rich_tables
     from ..runtime.config import check_at_least, check_tie_tol
     from ..runtime.errors import LayaError, match_choice
-    from ..runtime.fileio import atomic_write_text, check_outputs, strict_json
+    from ..runtime.fileio import check_outputs, strict_json
     from ..runtime.tracking.events import log_diff
     from ..stats.multiple import CORRECTIONS
     from .command import current_run
@@ -118,14 +118,8 @@ def diff(
         )  # fmt: skip
     doc, run = result.to_dict(), current_run()
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
-    tables = [] if quiet else diff_rich_tables(doc)
-    wide = wide_console(tables)  # a log or a pipe gets the per-layer table whole, not cut to 80 columns
-    for table in tables:
-        wide.print(table)
-    if json_out is not None:
-        atomic_write_text(json_out, strict_json(doc))
-    if markdown is not None:
-        atomic_write_text(markdown, diff_markdown(doc))
+    print_tables([] if quiet else diff_rich_tables(doc))  # a log or a pipe gets the per-layer table whole
+    write_outputs(json_out, lambda: strict_json(doc), markdown, lambda: diff_markdown(doc))
     log_diff(run.track(f"diff {model_a} {model_b}"), doc, [json_out, markdown])
     hit = result.changed if gate == "any" else [c for c in result.changed if c == gate] if gate else []
     if hit:
@@ -157,7 +151,7 @@ def diff_language_models(ckpts, paths: tuple[str, str], o: LmDiff, device: str, 
     from ..report.diff import lm_diff_markdown, lm_diff_rich_tables
     from ..runtime.config import AuditSettings, check_at_least, check_encoding, check_tie_tol
     from ..runtime.errors import LayaError
-    from ..runtime.fileio import atomic_write_text, strict_json
+    from ..runtime.fileio import strict_json
     from ..runtime.tracking.events import log_diff
     from .audit import TOKENS_AUDITED
     from .command import current_run
@@ -178,13 +172,6 @@ def diff_language_models(ckpts, paths: tuple[str, str], o: LmDiff, device: str, 
         )  # fmt: skip
     run = current_run()
     doc["options"] = run.record
-    tables = [] if quiet else lm_diff_rich_tables(doc)
-    wide = wide_console(tables)
-    for table in tables:
-        wide.print(table)
-    json_out, markdown = files
-    if json_out is not None:
-        atomic_write_text(json_out, strict_json(doc))
-    if markdown is not None:
-        atomic_write_text(markdown, lm_diff_markdown(doc))
-    log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, [json_out, markdown])
+    print_tables([] if quiet else lm_diff_rich_tables(doc))
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_diff_markdown(doc))
+    log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, list(files))
