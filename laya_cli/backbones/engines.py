@@ -83,11 +83,10 @@ def swap_first(value, flip: bool):
     if not flip:
         return value
     first = first_tensor(value)
-    if not isinstance(first, Tensor) or first.ndim < 2:
+    plain = isinstance(value, Tensor) or type(value) in (tuple, list)  # a ModelOutput is handed on as it is
+    if not plain or not isinstance(first, Tensor) or first.ndim < 2:
         return value
-    if isinstance(value, Tensor):
-        return value.transpose(0, 1)
-    return type(value)([first.transpose(0, 1), *value[1:]]) if type(value) in (tuple, list) else value
+    return replace_first(value, lambda t: t.transpose(0, 1))
 
 
 def _swap_input(args: tuple, kwargs: dict, flip: bool) -> tuple[tuple, dict]:
