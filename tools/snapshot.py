@@ -1,0 +1,111 @@
+"""``python tools/snapshot.py OUT``: the outputs a behaviour-preserving change must leave identical.
+
+Trains the digits MLP and a tiny BERT (built from a config, a made-up 3-topic csv: no download), audits both with
+``--scope both --compare all --metrics all --json``, and runs a two-seed ``laya bench`` with its ``--json``; then
+writes ``OUT/checkpoints.json`` (every tensor's SHA-256 and every plain value of both checkpoints). Run it before
+and after a refactor into two folders and compare them with ``tools/json_diff.py`` (timings and paths ignored)::
+
+    python tools/snapshot.py /tmp/before      # on main
+    python tools/snapshot.py /tmp/after       # on the change
+    for f in digits-audit bert-audit bench checkpoints; do
+      python tools/json_diff.py /tmp/before/$f.json /tmp/after/$f.json --ignore seconds,time,/out,model,options,path
+    done
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+TOPICS = {
+    "sport": "ball goal team match score player coach race win run".split(),
+    "food": "bread cheese apple soup rice pasta salt sugar bake cook".split(),
+    "tech": "computer code network chip data server cloud robot byte laser".split(),
+}
+
+
+def texts(n: int, seed: int) -> list[tuple[str, str]]:
+    rng, filler = random.Random(seed), "the a of and with in on very some".split()
+    rows = []
+    for i in range(n):
+        topic = list(TOPICS)[i % len(TOPICS)]
+        words = rng.choices(TOPICS[topic], k=5) + rng.choices(filler, k=3)
+        rng.shuffle(words)
+        rows.append((" ".join(words), topic))
+    return rows
+
+
+def laya(*args) -> None:
+    env = {**os.environ, "LAYA_OFFLINE": "1", "LAYA_CACHE_DIR": os.environ.get("LAYA_CACHE_DIR", "")}
+    if not env["LAYA_CACHE_DIR"]:
+        env.pop("LAYA_CACHE_DIR")
+    r = subprocess.run([sys.executable, "-m", "laya_cli", *map(str, args)], env=env, capture_output=True, text=True)
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"laya {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+
+
+def tiny_bert(root: Path) -> Path:
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    transformers.set_seed(0)
+    transformers.AutoModel.from_config(config).save_pretrained(root / "bert")
+    (root / "data").mkdir(exist_ok=True)
+    for name, rows in (("train", texts(150, 0)), ("test", texts(24, 1))):
+        with open(root / "data" / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            w.writerows(rows)
+    return root
+
+
+def describe(ckpt_path: Path) -> dict:
+    """Every tensor of a checkpoint as its SHA-256, every plain value as itself."""
+    import torch
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            return hashlib.sha256(v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()
+        if isinstance(v, dict):
+            return {str(k): walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
+
+    return walk(torch.load(ckpt_path, map_location="cpu", weights_only=True))
+
+
+def main(out: str) -> None:
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    audit = ["--scope", "both", "--compare", "all", "--metrics", "all", "-q"]
+    laya("train", "--dataset", "digits", "--epochs", "3", "--out", out_dir / "digits.pt", "-q")
+    laya("audit", out_dir / "digits.pt", *audit, "--samples", "120", "--json", out_dir / "digits-audit.json")
+    root = tiny_bert(out_dir / "text")
+    bert = ["--backbone", f"hf:{root / 'bert'}", "--dataset", f"csv:{root / 'data'}", "--max-length", "16"]
+    laya("train", *bert, "--epochs", "3", "--pool", "mean", "--out", out_dir / "bert.pt", "-q")
+    laya("audit", out_dir / "bert.pt", *audit, "--json", out_dir / "bert-audit.json")
+    bench = ["--dataset", "digits", "--seeds", "2", "--epochs", "2", "--audit-samples", "60", "-q"]
+    laya("bench", *bench, "--out", out_dir / "bench", "--json", out_dir / "bench.json")
+    checkpoints = {name: describe(out_dir / f"{name}.pt") for name in ("digits", "bert")}
+    (out_dir / "checkpoints.json").write_text(json.dumps(checkpoints, indent=1, sort_keys=True, default=str))
+    print(f"snapshot in {out_dir}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__.split("\n")[0])
+    main(sys.argv[1])
