@@ -30,30 +30,34 @@ from .model.heads import HEADS
 from .model.laya_model import LayaModel, load_model
 from .runtime import progress as _progress
 from .runtime.config import (
-    EXIT_THRESHOLDS,
     HEAD_ABLATIONS,
     AuditSettings,
     DepthSettings,
     HeadConfig,
     ScopeSettings,
     TrainConfig,
+    check_alpha_options,
     check_at_least,
     check_choice,
 )
 from .runtime.device import resolve_device
 from .runtime.errors import LayaError, match_choice
+from .runtime.fields import build, takes_settings
 from .training.job import fit_loaders
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
 
-HEAD, TRAIN, AUDIT, SCOPE = HeadConfig(), TrainConfig(), AuditSettings(), ScopeSettings()
-DEPTH = DepthSettings()
+TRAIN = TrainConfig()
 CACHES = ("memory", "disk")
+# What ``laya depth`` alone takes: the --samples subset's seed (a loader is its own subset) and the options that
+# write a checkpoint or read the training data by path.
+DEPTH_CLI_ONLY = ("seed", "truncate", "drop", "drop_order", "draws")
 
 
 # --------------------------------------------------------------------------- fit
 
 
+@takes_settings(HeadConfig, TrainConfig, defaults={"batch_size": None, "device": "auto"})
 def fit(
     tapped: Tapped | nn.Module,
     train_loader: Loader,
@@ -62,20 +66,11 @@ def fit(
     frozen: bool = True,
     *,
     test_loader: Loader | None = None,
-    d_star: int = HEAD.d_star,
-    tau: float = HEAD.tau,
-    psi: str = HEAD.psi,
-    score_hidden: int = HEAD.score_hidden,
-    epochs: int = TRAIN.epochs,
-    batch_size: int | None = None,
-    lr: float = TRAIN.lr,
-    patience: int = TRAIN.patience,
-    seed: int = TRAIN.seed,
     val_fraction: float = 0.1,
     classes: Sequence[str] | None = None,
     cache: str = "memory",
-    device: str = "auto",
     progress: bool = True,
+    **settings,
 ) -> LayaModel:
     """Train a head on a tapped model from your own DataLoaders: the training job of ``laya train``.
 
@@ -94,24 +89,16 @@ def fit(
             is trained end to end with the head (in place), from the loaders read into memory once.
         test_loader: the same for a test split: its accuracy and macro-F1 go into ``model.checkpoint["metrics"]``
             as ``laya train`` records them (None: no test metrics).
-        d_star: adapter width d*.
-        tau: softmax temperature of the attention (fixed).
-        psi: shared transform before scoring, ``"identity"`` or ``"mlp"``.
-        score_hidden: hidden width of the scoring MLP.
-        epochs: at most this many epochs.
-        batch_size: training batch size; None: the train loader's, else 128.
-        lr: Adam learning rate.
-        patience: epochs without a better validation accuracy before stopping.
-        seed: seeds the loaders' shuffling, the validation split, the head's initialisation and
-            the training order.
         val_fraction: the share of training samples held out when there is no ``val_loader``.
         classes: class names in label order; None: ``train_loader.dataset.classes`` if it has
             them, else ``"0"``, ``"1"``, …
         cache: frozen features are held in ``"memory"``, or also written to the on-disk feature
             cache (``"disk"``, ``$LAYA_CACHE_DIR``) and reused next time, keyed by the backbone's
             weights and the content of every sample (a loader with random transforms is not cached).
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
         progress: rich progress bars (False: silent).
+        **settings: every setting of ``laya train``'s head and training, by its option's name (listed below):
+            ``batch_size`` None takes the train loader's (else 128), ``device`` "auto" CUDA where available;
+            ``seed`` seeds the loaders' shuffling, the validation split, the head's initialisation and the order.
 
     Returns:
         The trained ``LayaModel``. ``model.save("model.pt")`` writes the checkpoint ``laya train``
@@ -125,12 +112,10 @@ def fit(
     check_choice("cache", cache, CACHES)
     if val_loader is None and not 0 < val_fraction < 1:
         raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
-    head_cfg = HeadConfig(d_star=d_star, tau=tau, psi=psi, score_hidden=score_hidden).validate()
-    batch_size, dev = (
-        batch_size or getattr(train_loader, "batch_size", None) or TRAIN.batch_size,
-        resolve_device(device),
-    )
-    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=dev).validate()
+    head_cfg = build(HeadConfig, settings).validate()
+    batch_size = settings["batch_size"] or getattr(train_loader, "batch_size", None) or TRAIN.batch_size
+    cfg = build(TrainConfig, settings, batch_size=batch_size, device=resolve_device(settings["device"])).validate()
+    check_alpha_options(cfg, head)
     loaders = {"train": train_loader, "val": val_loader, "test": test_loader}
     with _progress.enabled(progress):
         return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, cache)
@@ -139,25 +124,14 @@ def fit(
 # --------------------------------------------------------------------------- audit and export
 
 
+@takes_settings(AuditSettings, ScopeSettings, defaults={"device": "auto"})
 def audit(
     model: LayaModel,
     loader: Loader | EvalData,
     compare: str | Sequence[str] = ("ig", "gradxact"),
     *,
-    ablation: str = AUDIT.ablation,
-    target: str = AUDIT.target,
-    reduce: str = AUDIT.reduce,
-    steps: int = AUDIT.steps,
-    ig_tol: float = AUDIT.ig_tol,
-    tie_tol: float = AUDIT.tie_tol,
-    metrics: str | Sequence[str] = (),
-    internal_batch_size: int | None = AUDIT.internal_batch_size,
-    batch_size: int = AUDIT.batch_size,
-    seed: int = AUDIT.seed,
-    by_class: bool = AUDIT.by_class,
-    scope: str = SCOPE.scope,
-    device: str = "auto",
     progress: bool = True,
+    **settings,
 ) -> AuditResult:
     """Audit how faithfully each method's layer attribution explains each prediction (``laya audit``).
 
@@ -171,27 +145,11 @@ def audit(
             audit`` passes its prepared test split here.)
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
             ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence.
-        ablation: how a layer is removed: ``"mean"`` (r_i := its training mean), ``"zero"``,
-            ``"mask"`` (α_i := 0; laya/scalarmix heads); network scope also ``"bypass"`` (output := input)
-            or ``"mean-update"`` (input + the mean update), the head scope then removing by mean.
-        target: the class explained: ``"predicted"`` or ``"label"``.
-        reduce: per-layer reduction of gradient attributions: ``"sum"``, ``"abs"`` or ``"l2"``.
-        steps: Integrated Gradients' most steps per sample.
-        ig_tol: IG's completeness tolerance: each sample's steps double from 4 (network scope: 16)
-            until |convergence delta| <= ig_tol * |p(x) - p(baseline)|, at most ``steps``; 0: ``steps``.
-        tie_tol: the noise floor: a sample's effects (and scores) within it are ties (rounding); 0: exact ties only.
-        metrics: the deeper metric groups to compute: ``"aopc"``, ``"sufficiency"``, ``"completeness"``,
-            ``"randomisation"`` (a comma string or a sequence) or ``"all"``; faithfulness and Deletion@1 always are.
-        internal_batch_size: at most this many rows per IG head pass (memory bound).
-        batch_size: samples per audited batch.
-        seed: seed of the ``random`` method.
-        by_class: also score each class (``result.by_class``, ``result.to_pandas(by_class=True)``).
-        scope: where a layer is removed: ``"head"`` (at the head's inputs: direct effects),
-            ``"network"`` (patched inside the backbone, every later layer sees it: total effects)
-            or ``"both"`` (and their comparison), as ``laya audit --scope``; the network scope is in
-            ``result.network``, ``result.summary["network"]`` (``to_pandas()``, ``per_sample()``: the head's).
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
         progress: rich progress bars (False: silent).
+        **settings: every setting of ``laya audit``'s audit and scope, by its option's name (listed below);
+            ``metrics`` a comma string or a sequence, ``device`` "auto" CUDA where available; ``scope``'s network
+            results are in ``result.network`` and ``result.summary["network"]`` (``to_pandas()``, ``per_sample()``:
+            the head's).
 
     Returns:
         An ``AuditResult``: ``.summary`` (the dict of ``laya audit --json``), ``.to_pandas()`` (a row per method),
@@ -201,24 +159,12 @@ def audit(
         LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    settings = AuditSettings(
-        ablation=ablation,
-        target=target,
-        reduce=reduce,
-        steps=steps,
-        ig_tol=ig_tol,
-        tie_tol=tie_tol,
-        internal_batch_size=internal_batch_size,
-        batch_size=batch_size,
-        seed=seed,
-        by_class=by_class,
-        device=resolve_device(device),
-        metrics=tuple(parse_metric_groups(metrics)),
-    ).validate()
-    methods, scope = parse_methods(compare), ScopeSettings(scope).validate().scope
-    data = partial(loader_eval_data, model, loader, settings.device, scope != "head")  # the network runs on images
+    methods, scope = parse_methods(compare), build(ScopeSettings, settings).validate().scope
+    groups, device = tuple(parse_metric_groups(settings["metrics"])), resolve_device(settings["device"])
+    audited = build(AuditSettings, settings, metrics=groups, device=device).validate()
+    data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
     with _progress.enabled(progress):
-        return audit_job(model, data, methods, settings, scope)
+        return audit_job(model, data, methods, audited, scope)
 
 
 def export(
@@ -278,19 +224,8 @@ def export(
 # --------------------------------------------------------------------------- depth
 
 
-def depth(
-    model: LayaModel,
-    loader: Loader | EvalData,
-    *,
-    refit: bool = False,
-    refit_epochs: int | None = None,
-    thresholds: Sequence[float] = EXIT_THRESHOLDS,
-    time_repeats: int = DEPTH.time_repeats,
-    time_batch: int = DEPTH.time_batch,
-    batch_size: int = DEPTH.batch_size,
-    device: str = "auto",
-    progress: bool = True,
-) -> DepthResult:
+@takes_settings(DepthSettings, skip=DEPTH_CLI_ONLY, defaults={"device": "auto"})
+def depth(model: LayaModel, loader: Loader | EvalData, *, progress: bool = True, **settings) -> DepthResult:
     """How deep must the model be (``laya depth``): accuracy when cut after each tap, compute, early exit.
 
     For every depth k: the accuracy of the model cut after tap k (α masked above k and renormalised;
@@ -300,15 +235,10 @@ def depth(
     Args:
         model: a ``LayaModel`` (from ``fit`` or ``load``).
         loader: yields ``(images, labels)`` as the model was trained on; every sample is analysed.
-        refit: also retrain a head of the model's kind on the taps ≤ k for each k, on the training
-            data the checkpoint records (a model trained by ``laya train``; any head kind).
-        refit_epochs: maximum epochs of each refitted head (None: the model's own).
-        thresholds: early-exit thresholds, each in (0, 1].
-        time_repeats: timed rounds per depth (the fastest is kept); 0: FLOPs only.
-        time_batch: images per timed backbone pass.
-        batch_size: samples per head pass.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
         progress: rich progress bars (False: silent).
+        **settings: every setting of ``laya depth``'s analysis by its option's name (listed below; ``refit`` needs
+            the training data a ``laya train`` checkpoint records). ``--truncate``, ``--drop`` and their options
+            write or read checkpoints and datasets by path: the command line's (``laya depth --drop K``).
 
     Returns:
         A ``DepthResult``: ``.to_pandas()`` (the truncation table, one row per depth k),
@@ -319,17 +249,9 @@ def depth(
         LayaError: a head without α and no ``refit``, a threshold outside (0, 1], ``refit`` for a
             model trained from your own DataLoader, or a bad loader.
     """
-    settings = DepthSettings(
-        batch_size=batch_size,
-        refit=refit,
-        refit_epochs=refit_epochs,
-        thresholds=tuple(thresholds),
-        time_repeats=time_repeats,
-        time_batch=time_batch,
-        device=resolve_device(device),
-    ).validate()
+    analysis = build(DepthSettings, settings, device=resolve_device(settings["device"])).validate()
     with _progress.enabled(progress):
-        return depth_job(model, partial(loader_eval_data, model, loader, settings.device, keep_images=True), settings)
+        return depth_job(model, partial(loader_eval_data, model, loader, analysis.device, keep_images=True), analysis)
 
 
 def diff(

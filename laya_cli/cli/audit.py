@@ -9,6 +9,7 @@ from functools import partial
 import typer
 
 from ..runtime import progress
+from ..runtime.config import AuditSettings, EvalRequest, LMSettings, ScopeSettings
 from .common import (
     EXIT_GATE_FAILED,
     console,
@@ -22,75 +23,38 @@ from .common import (
     warn,
     wide_console,
 )
+from .declared import Use, with_settings
 from .options import (
-    AUDIT,
-    SCOPE,
-    Ablation,
     AllowSettingsChange,
     ArchImport,
-    AuditBatchSize,
     AuditQuiet,
     Baseline,
-    Bootstrap,
-    ByClass,
     Cache,
-    CiLevel,
     Compare,
-    DataDir,
-    Device,
-    DeviceMap,
-    Encoding,
-    EvalDataset,
     FailUnder,
     GateOn,
-    IgTol,
     InconclusiveExit,
-    InternalBatchSize,
     JsonOut,
     JunitOut,
     MarkdownOut,
     MaxDrop,
     MaxMemory,
-    MetricColumns,
     ModelPath,
     PerSample,
     Precision,
-    RandomisationSamples,
-    Reduce,
-    Samples,
-    SampleSeed,
-    Scope,
-    Steps,
-    Target,
-    TieTol,
 )
 
+AUDIT = AuditSettings()
 
+
+@with_settings(settings=AuditSettings, where=ScopeSettings, data=EvalRequest, lm=Use(LMSettings, only=("device_map",)))
 def audit(
     model: ModelPath,
     compare: Compare = "ig,gradxact",
-    samples: Samples = None,
-    seed: SampleSeed = AUDIT.seed,
-    dataset: EvalDataset = None,
-    data_dir: DataDir = None,
-    encoding: Encoding = None,
-    ablation: Ablation = AUDIT.ablation,
-    target: Target = AUDIT.target,
-    reduce: Reduce = AUDIT.reduce,
-    steps: Steps = AUDIT.steps,
-    ig_tol: IgTol = AUDIT.ig_tol,
-    tie_tol: TieTol = AUDIT.tie_tol,
-    internal_batch_size: InternalBatchSize = AUDIT.internal_batch_size,
-    batch_size: AuditBatchSize = None,
-    by_class: ByClass = AUDIT.by_class,
-    scope: Scope = SCOPE.scope,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     fail_under: FailUnder = None,
-    metrics: MetricColumns = "",
-    randomisation_samples: RandomisationSamples = AUDIT.randomisation_samples,
     cache: Cache = True,
-    device: Device = "auto",
     quiet: AuditQuiet = False,
     baseline: Baseline = None,
     max_drop: MaxDrop = None,
@@ -99,47 +63,37 @@ def audit(
     arch: ArchImport = None,
     max_memory: MaxMemory = None,
     precision: Precision = "auto",
-    ci: CiLevel = AUDIT.ci,
-    bootstrap: Bootstrap = AUDIT.bootstrap,
     gate_on: GateOn = "estimate",
     inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
     per_sample: PerSample = True,
-    device_map: DeviceMap = None,
+    *,
+    settings: AuditSettings,
+    where: ScopeSettings,
+    data: EvalRequest,
+    lm: LMSettings,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.names import parse_methods, parse_metric_groups
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
-    from ..runtime.config import AuditSettings, ScopeSettings, check_at_least
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
         trust_arch(arch)
-        check_at_least("--samples", samples)
-        methods, scope = parse_methods(compare), ScopeSettings(scope).validate().scope
+        data.validate()
+        methods, scope = parse_methods(compare), where.validate().scope
         thresholds, drops, gated_groups = parse_gates(fail_under, max_drop, methods, scope)
-        job = run_options(max_memory, precision, batch_size=batch_size, internal_batch_size=internal_batch_size)
-        settings = AuditSettings(
-            ablation=ablation,
-            target=target,
-            reduce=reduce,
-            steps=steps,
-            ig_tol=ig_tol,
-            tie_tol=tie_tol,
-            internal_batch_size=internal_batch_size,
-            batch_size=AUDIT.batch_size if batch_size is None else batch_size,  # None: the plan may lower it
-            seed=seed,
-            by_class=by_class,
-            device=pick_device(device),
-            randomisation_samples=randomisation_samples,
-            metrics=tuple(parse_metric_groups([*parse_metric_groups(metrics), *gated_groups])),
-            ci=ci,
-            bootstrap=bootstrap,
-        ).validate()
+        job = run_options(
+            max_memory, precision, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size
+        )
+        if settings.batch_size is None:  # the plan may lower the default
+            settings.batch_size = AUDIT.batch_size
+        settings.device = pick_device(settings.device)
+        settings.metrics = tuple(parse_metric_groups([*parse_metric_groups(settings.metrics), *gated_groups]))
+        settings.validate()
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit).check_writable()
-        data = (dataset, data_dir, encoding, device_map)
-        result = run_job(model, settings, methods, scope, gates, data, samples, cache, job)
+        result = run_job(model, settings, methods, scope, gates, data, lm.device_map, cache, job)
     result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
@@ -157,22 +111,20 @@ def parse_gates(fail_under, max_drop, methods, scope: str) -> tuple[list, list, 
     return thresholds, drops, groups_of([g.metric for g in [*thresholds, *drops]])
 
 
-def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, cache: bool, job: dict):
+def run_job(path, settings, methods, scope: str, gates, data, device_map, cache: bool, job: dict):
     """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (``data``:
-    dataset, data_dir, encoding and --device-map; loaded by the job, after its own checks)."""
+    an ``EvalRequest``, loaded by the job after its own checks; ``device_map``: a language model's placement)."""
     from ..auditing.job import audit_job
     from ..model.checkpoint import read_checkpoint
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import model_from_checkpoint
     from ..model.lenses import is_language_model, lens_model_from_checkpoint
-    from ..runtime.config import check_encoding
 
-    dataset, data_dir, encoding, device_map = data
-    check_encoding(encoding)  # before the checkpoint is read
+    samples = data.samples
     ckpt = read_checkpoint(path)  # once: a classifier's is rebuilt from this very dict
     if is_language_model(ckpt):
         lm = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
-        return audit_language_model(lm, path, settings, methods, scope, gates, dataset, samples, job["memory"])
+        return audit_language_model(lm, path, settings, methods, scope, gates, data.dataset, samples, job["memory"])
     refuse_device_map(device_map)
     laya_model = model_from_checkpoint(ckpt)
     gates.check_planned(settings, methods, samples, laya_model)
@@ -184,12 +136,12 @@ def run_job(path, settings, methods, scope: str, gates, data: tuple, samples, ca
         device=settings.device,
         use_cache=cache,
         stream=True,
-        dataset=dataset,
-        data_dir=data_dir,
-        encoding=encoding,
+        dataset=data.dataset,
+        data_dir=data.data_dir,
+        encoding=data.encoding,
     )
     result = audit_job(laya_model, load, methods, settings, scope, use_cache=cache, **job)
-    result.settings.update({"model": str(path), "samples": samples, "data_dir": data_dir})
+    result.settings.update({"model": str(path), "samples": samples, "data_dir": data.data_dir})
     return result
 
 

@@ -1,66 +1,53 @@
 """``laya bench``: train every head with every seed, audit each and compare (the job:
-``training.bench.run_bench``). The speed benchmarks are the checkout's ``python -m benchmarks``."""
+``training.bench.run_bench``). The speed benchmarks are the checkout's ``python -m benchmarks``.
+
+The backbone, data and head options are ``TrainRequest``'s declared settings (those a bench varies or fixes
+are its own: heads, seeds, the output folder); the audit's four are ``AuditSettings``'."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime import progress
+from ..runtime.config import AuditSettings, LMSettings, TrainRequest
 from .common import console, pick_device, print_tables, write_outputs
+from .declared import Use, with_settings
 from .options import (
-    AUDIT,
     BENCH,
-    Ablation,
     BaseSeed,
     BenchAlign,
     BenchAuditSamples,
-    BenchAuditSeed,
     BenchHeads,
     BenchObjectives,
     BenchOut,
     BenchSeeds,
-    BlockSize,
     Compare,
-    Device,
-    EvalTokens,
-    JobOptions,
     JsonOut,
-    LayerDropout,
     MarkdownOut,
     Quiet,
     Redo,
-    Reduce,
-    Steps,
-    Target,
-    Task,
-    train_request,
-    with_job_options,
 )
 
 HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
-LM_EVAL_TOKENS = 20_000  # --eval-tokens, as laya train --task lm
 LM_COMPARE = "gradxact"  # a language model's bench audits α and Grad×Act unless --compare says otherwise
+# What a bench fixes or varies itself (each run's head, seed and checkpoint) and the training options it does not
+# offer (a bench compares the heads under the paper's training).
+BENCH_FIXES = (
+    "head out resume restart arch input_size seed align_scope stop_on precision layer_norm alpha_entropy "
+    "alpha_entropy_schedule tau_start".split()
+)
+AUDITED = Use(
+    AuditSettings,
+    only=("ablation", "target", "reduce", "steps", "seed"),
+    rename={"seed": "audit_seed"},
+    helps={"seed": "Seed of the audited subset and of the random method."},
+)
 
 
-@dataclass(frozen=True)
-class LmBench:
-    """``laya bench``'s options that ``--task lm`` reads besides the shared ones."""
-
-    objective: str
-    block_size: int | None
-    eval_tokens: int
-    layer_dropout: float
-    seeds: int
-    base_seed: int
-    out: Path
-    compare: str
-    audit_samples: int
-
-
-@with_job_options
+@with_settings(
+    req=Use(TrainRequest, skip=tuple(BENCH_FIXES)), audit=AUDITED, lm=Use(LMSettings, skip=("objective", "device_map"))
+)
 def bench(
-    job: JobOptions,
     heads: BenchHeads = HEADS,
     align: BenchAlign = BENCH.align,
     seeds: BenchSeeds = BENCH.seeds,
@@ -68,51 +55,38 @@ def bench(
     out: BenchOut = Path(BENCH.out),
     compare: Compare = BENCH.compare,
     audit_samples: BenchAuditSamples = BENCH.audit_samples,
-    audit_seed: BenchAuditSeed = AUDIT.seed,
-    ablation: Ablation = AUDIT.ablation,
-    target: Target = AUDIT.target,
-    reduce: Reduce = AUDIT.reduce,
-    steps: Steps = AUDIT.steps,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     redo: Redo = BENCH.redo,
-    device: Device = "auto",
     quiet: Quiet = False,
-    task: Task = "classify",
     objective: BenchObjectives = "kl",
-    block_size: BlockSize = None,
-    eval_tokens: EvalTokens = LM_EVAL_TOKENS,
-    layer_dropout: LayerDropout = 0.0,
+    *,
+    req: TrainRequest,
+    audit: AuditSettings,
+    lm: LMSettings,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
     head and the tuned lens of a causal language model, per layer, over seeds)."""
-    from ..runtime.config import AuditSettings
-    from ..runtime.errors import LayaError, match_choice
+    from ..runtime.errors import LayaError
     from ..runtime.fileio import check_outputs
     from ..training import bench as B
+    from .train import refuse_unread
 
-    lm_only = (objective, block_size, eval_tokens, layer_dropout) != ("kl", None, LM_EVAL_TOKENS, 0.0)
-    if match_choice("--task", task, ("classify", "lm")) == "lm":
+    req.train.seed = req.data.seed = base_seed
+    req.train.device = pick_device(req.train.device)
+    if lm.validate().is_lm:
         if heads != HEADS:
             raise LayaError("--heads: a language model's bench trains the LAYA head and the tuned lens together")
-        audit = AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps, seed=audit_seed)
-        lm = LmBench(objective, block_size, eval_tokens, layer_dropout, seeds, base_seed, out, compare, audit_samples)
-        return bench_language_model(job, lm, audit, redo, pick_device(device), quiet, (json_out, markdown))
-    if lm_only:
+        lm_bench = (objective, seeds, base_seed, out, compare, audit_samples)
+        return bench_language_model(req, lm, lm_bench, audit, redo, quiet, (json_out, markdown))
+    if objective != "kl" or req.train.layer_dropout:
         raise LayaError("--objective, --block-size, --eval-tokens and --layer-dropout apply to --task lm")
+    refuse_unread(lm, Use(LMSettings, skip=("objective", "device_map")), ("task",), "applies to --task lm")
     with progress.enabled(not quiet):
         check_outputs(json_out, markdown)
-        template = train_request(
-            job,
-            head="laya",
-            out="model.pt",
-            seed=base_seed,
-            resume=False,
-            device=pick_device(device),
-        )
-        req = B.BenchRequest(
-            train=template,
-            audit=AuditSettings(ablation=ablation, target=target, reduce=reduce, steps=steps, seed=audit_seed),
+        bench_req = B.BenchRequest(
+            train=req.validate(),
+            audit=audit.validate(),
             heads=B.parse_heads(heads),
             seeds=seeds,
             base_seed=base_seed,
@@ -122,9 +96,9 @@ def bench(
             redo=redo,
             align=align,
         ).validate()
-        result = B.run_bench(req, None if quiet else print_run)
-    render(result, req, quiet, json_out, markdown)
-    log_bench_run(f"{job.dataset}-{job.backbone}", result, [json_out, markdown])
+        result = B.run_bench(bench_req, None if quiet else print_run)
+    render(result, bench_req, quiet, json_out, markdown)
+    log_bench_run(f"{req.data.name}-{req.backbone}", result, [json_out, markdown])
 
 
 def print_run(o, i: int, n: int) -> None:
@@ -157,7 +131,7 @@ def log_bench_run(name: str, result, files) -> None:
     log_bench(current_run().track(f"bench {name}"), result.to_dict(), files)
 
 
-def bench_language_model(job, o: LmBench, audit, redo: bool, device: str, quiet: bool, files) -> None:
+def bench_language_model(req, lm, lm_bench: tuple, audit, redo: bool, quiet: bool, files) -> None:
     """``--task lm``: every (objective, seed) run trained and audited (training/bench_lm.py); the tables, the JSON
     and the Markdown asked for."""
     from ..report.lm import lm_bench_markdown, lm_bench_tables
@@ -165,17 +139,17 @@ def bench_language_model(job, o: LmBench, audit, redo: bool, device: str, quiet:
     from ..training.bench_lm import LMBenchRequest, run_lm_bench
     from .train import lm_request
 
+    objective, seeds, base_seed, out, compare, audit_samples = lm_bench
     check_outputs(*files)
-    template = lm_request(job, "model.pt", "kl", o.block_size, o.eval_tokens, o.layer_dropout, o.base_seed, device)
     req = LMBenchRequest(
-        train=template,
-        objectives=o.objective.split(","),
-        seeds=o.seeds,
-        base_seed=o.base_seed,
-        out=str(o.out),
-        compare=LM_COMPARE if o.compare == BENCH.compare else o.compare,
+        train=lm_request(req, lm),
+        objectives=objective.split(","),
+        seeds=seeds,
+        base_seed=base_seed,
+        out=str(out),
+        compare=LM_COMPARE if compare == BENCH.compare else compare,
         audit=audit,
-        audit_samples=o.audit_samples,
+        audit_samples=audit_samples,
         redo=redo,
     )
     with progress.enabled(not quiet):

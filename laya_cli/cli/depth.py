@@ -5,67 +5,30 @@ from __future__ import annotations
 from functools import partial
 
 from ..runtime import progress
+from ..runtime.config import DepthSettings, EvalRequest, LMSettings
 from ..runtime.errors import LayaError
 from .common import console, note, pick_device, print_tables, refuse_device_map, run_options, trust_arch, write_outputs
-from .options import (
-    DEPTH,
-    ArchImport,
-    Cache,
-    DataDir,
-    DepthBatchSize,
-    Device,
-    DeviceMap,
-    Drop,
-    DropDraws,
-    DropOrder,
-    Encoding,
-    EvalDataset,
-    JsonOut,
-    MarkdownOut,
-    MaxMemory,
-    ModelPath,
-    PlotOut,
-    Quiet,
-    Refit,
-    RefitEpochs,
-    Samples,
-    SubsetSeed,
-    Thresholds,
-    TimeBatch,
-    TimeRepeats,
-    Truncate,
-    TruncateOut,
-    split_csv,
-)
+from .declared import Use, with_settings
+from .options import ArchImport, Cache, JsonOut, MarkdownOut, MaxMemory, ModelPath, PlotOut, Quiet, TruncateOut
+
+DEPTH = DepthSettings()
 
 
+@with_settings(settings=DepthSettings, data=EvalRequest, lm=Use(LMSettings, only=("device_map",)))
 def depth(
     model: ModelPath,
-    refit: Refit = DEPTH.refit,
-    refit_epochs: RefitEpochs = None,
-    thresholds: Thresholds = None,
-    truncate: Truncate = None,
     out: TruncateOut = None,
-    drop: Drop = None,
-    drop_order: DropOrder = DEPTH.drop_order,
-    draws: DropDraws = DEPTH.drop_draws,
-    samples: Samples = None,
-    seed: SubsetSeed = DEPTH.seed,
-    dataset: EvalDataset = None,
-    data_dir: DataDir = None,
-    encoding: Encoding = None,
-    batch_size: DepthBatchSize = None,
-    time_repeats: TimeRepeats = DEPTH.time_repeats,
-    time_batch: TimeBatch = DEPTH.time_batch,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     plot: PlotOut = None,
     cache: Cache = True,
-    device: Device = "auto",
     quiet: Quiet = False,
     arch: ArchImport = None,
     max_memory: MaxMemory = None,
-    device_map: DeviceMap = None,
+    *,
+    settings: DepthSettings,
+    data: EvalRequest,
+    lm: LMSettings,
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
     from ..depthing.dropped import load_drop_data
@@ -74,46 +37,39 @@ def depth(
     from ..model.laya_model import model_from_checkpoint
     from ..model.lenses import is_language_model
     from ..report.depth import truncate_line
-    from ..runtime.config import EXIT_THRESHOLDS, DepthSettings, check_at_least, check_encoding
     from ..runtime.fileio import check_outputs
 
     with progress.enabled(not quiet):
         trust_arch(arch)
-        check_at_least("--samples", samples)
-        check_encoding(encoding)
-        settings = DepthSettings(
-            batch_size=DEPTH.batch_size if batch_size is None else batch_size,
-            seed=seed,
-            refit=refit,
-            refit_epochs=refit_epochs,
-            thresholds=tuple(split_csv(thresholds)) if thresholds is not None else EXIT_THRESHOLDS,
-            time_repeats=time_repeats,
-            time_batch=time_batch,
-            truncate=truncate,
-            drop=drop,
-            drop_order=drop_order,
-            drop_draws=draws,
-            device=pick_device(device),
-        ).validate()
+        data.validate()
+        batch_size, thresholds_given = settings.batch_size, settings.thresholds is not None
+        if batch_size is None:  # the plan may lower the default
+            settings.batch_size = DEPTH.batch_size
+        settings.device = pick_device(settings.device)
+        settings.validate()
+        truncate, drop, samples = settings.truncate, settings.drop, data.samples
         check_writes(truncate, drop, out, plot)
         check_outputs(json_out, markdown, plot, out)
-        if is_language_model(ckpt := depth_checkpoint(model, truncate, drop, refit, plot)):
-            return token_depth(ckpt, dataset, samples, thresholds, settings, (json_out, markdown), model, device_map)
-        refuse_device_map(device_map)
+        if is_language_model(ckpt := depth_checkpoint(model, truncate, drop, settings.refit, plot)):
+            outputs = (json_out, markdown)
+            return token_depth(ckpt, data, thresholds_given, settings, outputs, model, lm.device_map)
+        refuse_device_map(lm.device_map)
         laya_model = model_from_checkpoint(ckpt)
         if drop is not None:
-            load = partial(load_drop_data, laya_model, dataset, data_dir, samples, seed, encoding)
+            load = partial(
+                load_drop_data, laya_model, data.dataset, data.data_dir, samples, settings.seed, data.encoding
+            )
             result = depth_job(laya_model, load, settings, out)
             result.settings.update({"model": str(model), "samples": samples})
             return render_drop(result, json_out, markdown)
-        where = (dataset, data_dir, samples, seed, settings.device)
-        data = partial(load_eval_data, laya_model, *where, use_cache=cache, encoding=encoding)
+        where = (data.dataset, data.data_dir, samples, settings.seed, settings.device)
+        load = partial(load_eval_data, laya_model, *where, use_cache=cache, encoding=data.encoding)
         memory = run_options(max_memory, "auto", batch_size=batch_size)["memory"]
-        result = depth_job(laya_model, data, settings, out, use_cache=cache, memory=memory)
+        result = depth_job(laya_model, load, settings, out, use_cache=cache, memory=memory)
         if truncate is not None:
             console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
             return
-    result.settings.update({"model": str(model), "samples": samples, "data_dir": data_dir})
+    result.settings.update({"model": str(model), "samples": samples, "data_dir": data.data_dir})
     render(result, json_out, markdown, plot)
 
 
@@ -189,7 +145,7 @@ def depth_checkpoint(path, truncate, drop, refit, plot) -> dict:
     return ckpt
 
 
-def token_depth(ckpt, dataset, samples, thresholds, settings, outputs, path, device_map=None) -> None:
+def token_depth(ckpt, data, thresholds_given: bool, settings, outputs, path, device_map=None) -> None:
     """``laya depth`` on a ``--task lm`` checkpoint: early exit per token (depthing/token_exit.py)."""
     from ..depthing.token_exit import TOKEN_THRESHOLDS, token_exit_job
     from ..model.lenses import lens_model_from_checkpoint
@@ -198,9 +154,9 @@ def token_depth(ckpt, dataset, samples, thresholds, settings, outputs, path, dev
 
     json_out, markdown = outputs
     model = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
-    chosen = settings.thresholds if thresholds is not None else TOKEN_THRESHOLDS
-    result = token_exit_job(model, dataset, samples or 20_000, chosen, settings.batch_size or 16).to_dict()
-    result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": samples or 20_000}
+    chosen, tokens = settings.thresholds if thresholds_given else TOKEN_THRESHOLDS, data.samples or 20_000
+    result = token_exit_job(model, data.dataset, tokens, chosen, settings.batch_size or 16).to_dict()
+    result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": tokens}
     for table in exit_rich_tables(result):
         console.print(table)
     write_outputs(json_out, lambda: strict_json(result), markdown, lambda: exit_markdown(result))

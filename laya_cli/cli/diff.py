@@ -11,21 +11,10 @@ from typing import Annotated
 import typer
 
 from ..runtime import progress
-from ..runtime.config import TIE_TOL
+from ..runtime.config import TIE_TOL, EvalRequest
 from .common import EXIT_GATE_FAILED, err_console, pick_device, print_tables, write_outputs
-from .options import (
-    Ablation,
-    DataDir,
-    Device,
-    Encoding,
-    EvalDataset,
-    JsonOut,
-    MarkdownOut,
-    Quiet,
-    Samples,
-    SubsetSeed,
-    TieTol,
-)
+from .declared import with_settings
+from .options import Ablation, Device, JsonOut, MarkdownOut, Quiet, SubsetSeed, TieTol
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
 ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candidate, B).", show_default=False)]
@@ -44,7 +33,7 @@ LmCompare = Annotated[
     typer.Option(
         "--compare",
         help="Language models: the methods besides laya and random whose per-token faithfulness and Deletion@1 are "
-        "compared (ig, gradxact, atp, …; comma list). Classifiers: not used.",
+        "compared (ig, gradxact, atp, …; comma list). Classifiers: refused (their diff is per class).",
     ),
 ]
 LmCi = Annotated[
@@ -59,13 +48,10 @@ FailIfChanged = Annotated[
 ]
 
 
+@with_settings(data=EvalRequest)
 def diff(
     model_a: ModelA,
     model_b: ModelB,
-    dataset: EvalDataset = None,
-    data_dir: DataDir = None,
-    encoding: Encoding = None,
-    samples: Samples = None,
     seed: SubsetSeed = 0,
     permutations: Permutations = 1000,
     alpha: Level = 0.05,
@@ -81,6 +67,8 @@ def diff(
     markdown: MarkdownOut = None,
     device: Device = "auto",
     quiet: Quiet = False,
+    *,
+    data: EvalRequest,
 ):
     """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests; of a
     language model: per token, the change of each method's faithfulness and Deletion@1, with paired intervals."""
@@ -96,16 +84,19 @@ def diff(
     from ..stats.multiple import CORRECTIONS
     from .command import current_run
 
+    dataset, data_dir, encoding, samples = data.validate().dataset, data.data_dir, data.encoding, data.samples
     check_at_least("--permutations", permutations)
     if not 0 < alpha < 1:
         raise LayaError(f"--alpha must be in (0, 1), got {alpha}")
     correction = match_choice("--correction", correction, CORRECTIONS)
     settings = DiffSettings(permutations, alpha, correction, seed, check_tie_tol(tie_tol))
     check_outputs(json_out, markdown)
-    if (ckpts := checkpoint_kinds(str(model_a), str(model_b))) is not None:
-        if fail_if_changed is not None or data_dir is not None:
-            raise LayaError("--fail-if-changed and --data-dir read classifiers: a language model's diff has no "
-                            "classes and reads --dataset text:PATH")  # fmt: skip
+    ckpts = checkpoint_kinds(str(model_a), str(model_b))
+    given = {"--permutations": permutations, "--alpha": alpha, "--correction": correction,
+             "--fail-if-changed": fail_if_changed, "--data-dir": data_dir, "--compare": compare, "--ci": ci,
+             "--bootstrap": bootstrap}  # fmt: skip
+    refuse_unread(given, language_models=ckpts is not None)
+    if ckpts is not None:
         lm = LmDiff(compare, scope, ablation, tie_tol, seed, ci, bootstrap, samples, dataset, encoding)
         return diff_language_models(
             ckpts, (str(model_a), str(model_b)), lm, pick_device(device), quiet, (json_out, markdown)
@@ -125,6 +116,23 @@ def diff(
     if hit:
         err_console.print(f"[bold red]fail-if-changed:[/] layer usage changed significantly: {', '.join(hit)}")
         raise typer.Exit(EXIT_GATE_FAILED)
+
+
+# The options one kind of model's diff reads alone, at their defaults: given for the other kind, they are refused.
+CLASSIFIERS_ONLY = {"--permutations": 1000, "--alpha": 0.05, "--correction": "holm", "--fail-if-changed": None,
+                    "--data-dir": None}  # fmt: skip
+LANGUAGE_MODELS_ONLY = {"--compare": "gradxact", "--ci": 0.95, "--bootstrap": 1000}
+
+
+def refuse_unread(given: dict, language_models: bool) -> None:
+    """One line naming the options set that this kind of model's diff does not read (they would be ignored)."""
+    from ..runtime.errors import LayaError
+
+    other = CLASSIFIERS_ONLY if language_models else LANGUAGE_MODELS_ONLY
+    unread = [flag for flag, default in other.items() if given[flag] != default]
+    if unread:
+        kind = "language models" if language_models else "classifiers"
+        raise LayaError(f'{", ".join(unread)}: not read by a diff of {kind} (docs/audit.md, "laya diff")')
 
 
 @dataclass(frozen=True)
@@ -149,15 +157,13 @@ def diff_language_models(ckpts, paths: tuple[str, str], o: LmDiff, device: str, 
     from ..auditing.diff import tokens
     from ..auditing.names import parse_methods
     from ..report.diff import lm_diff_markdown, lm_diff_rich_tables
-    from ..runtime.config import AuditSettings, check_at_least, check_encoding, check_tie_tol
+    from ..runtime.config import AuditSettings, check_at_least, check_tie_tol
     from ..runtime.errors import LayaError
     from ..runtime.fileio import strict_json
     from ..runtime.tracking.events import log_diff
     from .audit import TOKENS_AUDITED
     from .command import current_run
 
-    check_at_least("--samples", o.samples)
-    check_encoding(o.encoding)
     if not 0 < o.ci < 1:
         raise LayaError(f"--ci must be a level in (0, 1) for a language model's diff, got {o.ci}")
     check_at_least("--bootstrap", o.bootstrap)

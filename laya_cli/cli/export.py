@@ -6,16 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runtime import progress
+from ..runtime.config import EvalRequest, LMSettings
 from .common import console, note, pick_device, refuse_device_map, trust_arch
+from .declared import Use, with_settings
 from .options import (
     ArchImport,
     AuditIn,
-    DataDir,
     DepthIn,
     Device,
-    DeviceMap,
-    Encoding,
-    EvalDataset,
     ExportFormat,
     ExportOut,
     ExportQuiet,
@@ -24,22 +22,18 @@ from .options import (
     ModelPath,
     Overwrite,
     Plots,
-    Samples,
     Strip,
     SubsetSeed,
 )
 
 
+@with_settings(data=EvalRequest, lm=Use(LMSettings, only=("device_map",)))
 def export(
     model: ModelPath,
     out: ExportOut = Path("export"),
     fmt: ExportFormat = None,
     plots: Plots = True,
     strip: Strip = 8,
-    dataset: EvalDataset = None,
-    data_dir: DataDir = None,
-    encoding: Encoding = None,
-    samples: Samples = None,
     seed: SubsetSeed = 0,
     device: Device = "auto",
     overwrite: Overwrite = False,
@@ -49,7 +43,9 @@ def export(
     depth: DepthIn = None,
     max_memory: MaxMemory = None,
     model_card: ModelCard = False,
-    device_map: DeviceMap = None,
+    *,
+    data: EvalRequest,
+    lm: LMSettings,
 ):
     """Export per-sample layer attention as tables, PNG plots and one self-contained report.html."""
     import matplotlib
@@ -63,10 +59,12 @@ def export(
 
     with progress.enabled(not quiet):
         trust_arch(arch)
-        lm = language_model(model, pick_device(device), fmt, (audit, depth, model_card, data_dir), device_map)
-        if lm is not None:
-            return export_language_model(lm, model, out, fmt, plots, dataset, samples, overwrite, encoding, quiet)
-        refuse_device_map(device_map)
+        dataset, data_dir, encoding, samples = data.validate().dataset, data.data_dir, data.encoding, data.samples
+        classifier_only = (audit, depth, model_card, data_dir)
+        lens = language_model(model, pick_device(device), fmt, classifier_only, lm.device_map)
+        if lens is not None:
+            return export_language_model(lens, model, out, fmt, plots, dataset, samples, overwrite, encoding, quiet)
+        refuse_device_map(lm.device_map)
         exp = run_export(
             model,
             out,
@@ -130,12 +128,9 @@ def language_model(path, device: str, fmt, classifier_options: tuple, device_map
 def export_language_model(model, path, out, fmt, plots, dataset, samples, overwrite, encoding, quiet) -> None:
     """``laya export`` on a language model: α per held-out token, the heat map and the text explorer."""
     from ..exporting.tokens import run_token_export
-    from ..runtime.config import check_at_least, check_encoding
     from ..runtime.tracking.events import log_export
     from .command import current_run
 
-    check_at_least("--samples", samples)
-    check_encoding(encoding)
     exp = run_token_export(model, out, fmt or default_token_format(), plots, dataset, samples, overwrite,
                            {"checkpoint": str(path)}, encoding)  # fmt: skip
     log_export(current_run().track(f"export {path}"), exp)

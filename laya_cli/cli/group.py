@@ -105,7 +105,12 @@ class LayaGroup(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as e:
             if isinstance(e, _usage_errors()):
-                raise  # usage errors of a subcommand's options: click prints them (exit 2)
+                if not hasattr(e, "format_message"):
+                    raise  # click's Abort: click reports it
+                # A value click could not parse (--steps abc): one line, as every other user error.
+                where = " ".join(["laya", *([ctx.invoked_subcommand] if ctx.invoked_subcommand else []), "--help"])
+                _report_user_error(LayaError(f"{e.format_message()} (see {where})"))
+                raise typer.Exit(EXIT_USER_ERROR) from None
             _report_internal_error()
             raise typer.Exit(EXIT_INTERNAL_ERROR) from None
 

@@ -1,4 +1,7 @@
-"""``laya train``: train a head on a backbone and write a checkpoint (the job: ``training.job.train``)."""
+"""``laya train``: train a head on a backbone and write a checkpoint (the job: ``training.job.train``).
+
+Every option but ``--quiet`` is a declared setting of ``TrainRequest`` (with its head, data and training
+settings) or of ``LMSettings`` (runtime/config.py); ``with_settings`` makes the Typer options from them."""
 
 from __future__ import annotations
 
@@ -6,114 +9,53 @@ from functools import partial
 from pathlib import Path
 
 from ..runtime import progress
+from ..runtime.config import LMSettings, TrainRequest
 from .common import console, err_console, pick_device, refuse_device_map
-from .options import (
-    HEAD,
-    JOB,
-    TRAIN,
-    Align,
-    AlignScope,
-    AlphaEntropy,
-    AlphaEntropySchedule,
-    Arch,
-    BlockSize,
-    CheckpointOut,
-    Device,
-    DeviceMap,
-    EvalTokens,
-    Head,
-    InputSize,
-    JobOptions,
-    LayerDropout,
-    LayerNorm,
-    Objective,
-    Precision,
-    Quiet,
-    Restart,
-    Resume,
-    Seed,
-    StopOn,
-    Task,
-    TauStart,
-    split_csv,
-    train_request,
-    with_job_options,
+from .declared import changed, with_settings
+from .options import Quiet
+
+# What ``--task lm`` reads of a TrainRequest (training/lm.py: lm_request); any other option set is refused.
+LM_READS = frozenset(
+    "backbone dataset text_column encoding batch_size epochs patience lr layers pretrained d_star tau "
+    "score_hidden layer_dropout seed device out".split()
 )
 
 
-@with_job_options
-def train(
-    job: JobOptions,
-    head: Head = JOB.head,
-    out: CheckpointOut = Path(JOB.out),
-    align: Align = TRAIN.align,
-    align_scope: AlignScope = TRAIN.align_scope,
-    stop_on: StopOn = TRAIN.stop_on,
-    layer_norm: LayerNorm = HEAD.layer_norm,
-    layer_dropout: LayerDropout = TRAIN.layer_dropout,
-    alpha_entropy: AlphaEntropy = TRAIN.alpha_entropy,
-    alpha_entropy_schedule: AlphaEntropySchedule = TRAIN.alpha_entropy_schedule,
-    tau_start: TauStart = TRAIN.tau_start,
-    seed: Seed = TRAIN.seed,
-    arch: Arch = JOB.arch,
-    input_size: InputSize = JOB.input_size,
-    resume: Resume = JOB.resume,
-    restart: Restart = JOB.restart,
-    device: Device = "auto",
-    quiet: Quiet = False,
-    precision: Precision = TRAIN.precision,
-    task: Task = "classify",
-    objective: Objective = "kl",
-    block_size: BlockSize = None,
-    eval_tokens: EvalTokens = 20_000,
-    device_map: DeviceMap = None,
-):
+@with_settings(req=TrainRequest, lm=LMSettings)
+def train(quiet: Quiet = False, *, req: TrainRequest, lm: LMSettings):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
-    from ..runtime.errors import match_choice
-
-    if match_choice("--task", task, ("classify", "lm")) == "lm":
-        return train_language_model(
-            job, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet, device_map
-        )
-    refuse_device_map(device_map)
+    req.data.seed, req.train.device = req.train.seed, pick_device(req.train.device)
+    if lm.validate().is_lm:
+        return train_language_model(lm_request(req, lm), quiet)
+    refuse_device_map(lm.device_map)
+    refuse_unread(lm, LMSettings, ("task",), "applies to --task lm only")
     from ..runtime.tracking.events import log_train
     from ..training.job import train as run_training
     from .command import current_run
 
     run = current_run()
-    tracker = run.track(f"train {out}")
+    tracker = run.track(f"train {req.out}")
     with progress.enabled(not quiet):
-        req = train_request(
-            job,
-            head=head,
-            out=out,
-            seed=seed,
-            resume=resume,
-            restart=restart,
-            device=pick_device(device),
-            arch=arch,
-            input_size=input_size,
-            align=align,
-            align_scope=align_scope,
-            stop_on=stop_on,
-            precision=precision,
-            layer_norm=layer_norm,
-            layer_dropout=layer_dropout,
-            alpha_entropy=alpha_entropy,
-            alpha_entropy_schedule=alpha_entropy_schedule,
-            tau_start=tau_start,
-        )
-        req.command_line = run.record
-        if job.trust_pickle:
+        req.validate().command_line = run.record
+        if req.trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
         ckpt = run_training(req, partial(on_epoch, tracker, quiet))
-    log_train(tracker, ckpt, out)
+    log_train(tracker, ckpt, Path(req.out))
     m = ckpt["metrics"]
     console.print(
         f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
-        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}",
+        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {req.out}",
         highlight=False,
     )
+
+
+def refuse_unread(obj, use, reads, why: str) -> None:
+    """One line naming the options set on ``obj`` that this path does not read (``reads``)."""
+    from ..runtime.errors import LayaError
+
+    unread = [d.flag for d in changed(obj, use) if d.name not in reads]
+    if unread:
+        raise LayaError(f"{', '.join(unread)} {why}")
 
 
 def on_epoch(tracker, quiet: bool, r) -> None:
@@ -137,51 +79,52 @@ def print_epoch(r) -> None:
     )
 
 
-def train_language_model(
-    job: JobOptions, task, out, objective, block_size, eval_tokens, layer_dropout, seed, device, quiet, device_map
-):
+def train_language_model(req, quiet: bool):
     """``--task lm``: the LAYA head and the tuned lens at every position of a causal LM (training/lm.py)."""
     from ..report.lm import lm_layers_table
     from ..training.lm import train_lm
     from .command import current_run
 
-    req = lm_request(job, out, objective, block_size, eval_tokens, layer_dropout, seed, pick_device(device), device_map)
     req.command_line = current_run().record
     with progress.enabled(not quiet):
         ckpt = train_lm(req, None if quiet else print_lm_epoch)
     console.print(lm_layers_table(ckpt["metrics"], ckpt["layers"]))
     laya = ckpt["metrics"]["heads"]["laya"]
-    console.print(f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}")
+    console.print(f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {req.out}")
 
 
-def lm_request(job: JobOptions, out, objective, block_size, eval_tokens, layer_dropout, seed, device, device_map=None):
-    """The ``--task lm`` training run the shared options describe (``laya train`` and ``laya bench``)."""
-    from ..runtime.config import HeadConfig
+def lm_request(req: TrainRequest, lm: LMSettings):
+    """The ``--task lm`` training run of ``laya train`` and ``laya bench``: the options it reads, validated; any
+    classifier option set is refused in one line (its value would be ignored)."""
+    from ..runtime.config import split_csv
     from ..runtime.errors import LayaError
     from ..training.lm import LMRequest
 
-    if job.finetune:
+    if req.finetune:
         raise LayaError("--task lm trains heads on a frozen model: --finetune does not apply")
+    refuse_unread(req, TrainRequest, LM_READS, "does not apply to --task lm (a language model's heads)")
+    req.head_config.validate()
+    req.train.validate()
     return LMRequest(
-        backbone=job.backbone,
-        dataset=job.dataset,
-        out=Path(out),
-        text_column=job.text_column,
-        encoding=job.encoding,
-        block_size=block_size,
-        batch_size=job.batch_size,
-        epochs=job.epochs,
-        patience=job.patience,
-        lr=job.lr,
-        objective=objective,
-        eval_tokens=eval_tokens,
-        layer_dropout=layer_dropout,
-        seed=seed,
-        device=device,
-        device_map=device_map,
-        layers=split_csv(job.layers),
-        pretrained=job.pretrained is not False,
-        head=HeadConfig(d_star=job.d_star, tau=job.tau, score_hidden=job.score_hidden),
+        backbone=req.backbone,
+        dataset=req.data.name,
+        out=Path(req.out),
+        text_column=req.data.text_column,
+        encoding=req.data.encoding,
+        block_size=lm.block_size,
+        batch_size=req.train.batch_size,
+        epochs=req.train.epochs,
+        patience=req.train.patience,
+        lr=req.train.lr,
+        objective=lm.objective,
+        eval_tokens=lm.eval_tokens,
+        layer_dropout=req.train.layer_dropout,
+        seed=req.train.seed,
+        device=req.train.device,
+        device_map=lm.device_map,
+        layers=split_csv(req.layers),
+        pretrained=req.pretrained is not False,
+        head=req.head_config,
     )
 
 

@@ -1,9 +1,11 @@
-"""Every setting of a job, with its default and its validation, declared once.
+"""Every setting of a job, declared once: its flag, help, default and checks on its dataclass field.
 
-Plain dataclasses, no torch: the command line reads its option defaults from here
-(``options.py``), the library takes these objects, and ``laya bench`` composes them. The
-defaults are the paper's (docs/metrics.md, docs/usage.md): d* = 96, τ = 1.5, ψ = identity,
-score_hidden = 192; Adam lr 3e-4, batch 128, ≤ 50 epochs, patience 5, seed 1337.
+Plain dataclasses, no torch. Each field is a ``setting(default, help, …)`` (runtime/fields.py): the command line
+builds its options from them (``cli/declared.py``), the Python API takes their names as keywords, ``validate()``
+applies the declared checks (``check_fields``) and adds the ones that involve several fields, and the docs'
+option tables are written from them (``tools/option_tables.py``). The defaults are the paper's (docs/metrics.md,
+docs/usage.md): d* = 96, τ = 1.5, ψ = identity, score_hidden = 192; Adam lr 3e-4, batch 128, ≤ 50 epochs,
+patience 5, seed 1337.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from .errors import LayaError, match_choice
+from .fields import check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
 POOL_CHOICES = ("auto", "cls", "mean", "last")  # last: the last real token (decoders; text only)
@@ -27,6 +31,8 @@ TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
 LABELS = ("genre", "artist")
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how frozen features are stored (--feature-dtype)
+DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (runtime/device.py resolves it)
+PRECISIONS = ("auto", "bf16", "fp32")  # --precision of backbone passes (runtime/device.py)
 
 # Data up to this size is held in memory (decoded images of a dataset, features of a split); larger
 # data streams: images decoded batch by batch, features in the sharded store (docs/scaling.md).
@@ -43,8 +49,6 @@ def in_memory_budget_mb() -> float:
 
 def cache_dir():
     """Where laya keeps what it computed once: feature-cache entries, sharded stores, image scans."""
-    from pathlib import Path
-
     return Path(os.environ.get("LAYA_CACHE_DIR", Path.home() / ".cache" / "laya" / "features"))
 
 
@@ -106,24 +110,38 @@ def check_encoding(name: str | None) -> str | None:
     return "utf-8" if codec.name in ("utf-8", "utf-8-sig") else codec.name
 
 
+def split_csv(value) -> list[str]:
+    """A comma list as its items (a list or tuple is taken as it is; None: none)."""
+    if value is None or isinstance(value, (list, tuple)):
+        return list(value or [])
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+DEVICE_HELP = "auto, cpu, cuda or mps (auto: CUDA if available)."
+
+
+def device_setting():
+    """``--device``: the command line's default is auto (resolved by the command), a library object's cpu."""
+    return setting("cpu", DEVICE_HELP, choices=DEVICES, command_default="auto")
+
+
 @dataclass
 class HeadConfig:
-    d_star: int = 96
-    tau: float = 1.5
-    psi: str = "identity"
-    score_hidden: int = 192
-    layer_norm: bool = False  # --layer-norm: every r_i normalised (LayerNorm without affine) before the adapters
+    d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0)
+    tau: float = setting(1.5, "Softmax temperature of the attention (fixed).", above=0)
+    psi: str = setting("identity", "Shared transform ψ before scoring: identity or mlp.", choices=PSI_CHOICES)
+    score_hidden: int = setting(192, "Hidden width of the scoring MLP.", above=0)
+    layer_norm: bool = setting(
+        False,
+        "Normalise every layer's r_i (LayerNorm without affine) before the head's adapters, so each layer "
+        "reaches the head at the same scale (docs/results/collapse.md).",
+        flag="--layer-norm/--no-layer-norm",
+    )
 
     LATER = {"layer_norm": False}  # as DataRequest.LATER
 
     def validate(self) -> HeadConfig:
-        if self.d_star <= 0:
-            raise LayaError(f"--d-star must be positive, got {self.d_star}")
-        if not self.tau > 0:
-            raise LayaError(f"--tau must be positive, got {self.tau}")
-        if self.score_hidden <= 0:
-            raise LayaError(f"--score-hidden must be positive, got {self.score_hidden}")
-        self.psi = check_choice("--psi", self.psi, PSI_CHOICES)
+        check_fields(self)
         return self
 
     def to_dict(self) -> dict:
@@ -139,23 +157,68 @@ ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training
 
 @dataclass
 class TrainConfig:
-    epochs: int = 50
-    batch_size: int = 128
-    lr: float = 3e-4
-    patience: int = 5
-    seed: int = 1337
-    device: str = "cpu"
-    align: float = 0.0  # λ of the faithfulness-alignment term (laya heads; 0 = plain training)
-    align_scope: str = "scorer"  # what the alignment term trains: the scorer (and ψ) only, or the whole head's α path
-    stop_on: str = "accuracy"  # early stopping on validation accuracy, or accuracy + α's faithfulness (combined)
-    precision: str = "auto"  # backbone passes: auto, bf16 (CUDA) or fp32 (runtime/device.py); recorded resolved
+    epochs: int = setting(50, "Maximum epochs.", minimum=1)
+    batch_size: int = setting(128, "Batch size.", minimum=1)
+    lr: float = setting(3e-4, "Adam learning rate.", above=0)
+    patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1)
+    seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.")
+    device: str = device_setting()
+    align: float = setting(
+        0.0,
+        "λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
+        "heads; 0 = off, 1 = recommended; docs/metrics.md#aligned-training).",
+        minimum=0,
+        rule="0 (off) or positive",
+    )
+    align_scope: str = setting(
+        "scorer",
+        "What the alignment loss trains: scorer (the scorer and ψ only, the default) or head (the adapters "
+        "too: the whole α path; docs/metrics.md#aligned-training).",
+        choices=ALIGN_SCOPES,
+    )
+    stop_on: str = setting(
+        "accuracy",
+        "Early stopping keeps the epoch with the best validation accuracy, or (combined, laya heads) the best "
+        "validation accuracy + faithfulness of α.",
+        choices=STOP_ON,
+    )
+    precision: str = setting(
+        "auto",
+        "Backbone passes: auto (bf16 autocast on bf16-capable CUDA, else fp32), bf16 (CUDA only) or fp32.",
+        choices=PRECISIONS,
+    )  # recorded resolved (runtime/device.py)
     # Training that keeps α informative (training/shaping.py, docs/results/collapse.md): each sample's α over a
     # random subset of the layers (P each dropped, never all), a KL-to-uniform penalty on α with its schedule,
     # and τ annealed linearly from tau_start (epoch 1) to the head's τ (the last epoch). 0 / None: off.
-    layer_dropout: float = 0.0
-    alpha_entropy: float = 0.0
-    alpha_entropy_schedule: str = "constant"
-    tau_start: float | None = None
+    layer_dropout: float = setting(
+        0.0,
+        "Layer dropout while training (laya/scalarmix heads): each sample's α over a random subset of the "
+        "layers, each dropped with chance P (never all), renormalised; off at evaluation. 0 = off.",
+        metavar="P",
+        minimum=0,
+        below=1,
+        rule="in [0, 1) (the chance each layer is dropped)",
+    )
+    alpha_entropy: float = setting(
+        0.0,
+        "λ of a KL-to-uniform penalty on α, λ·(1 − H(α)/log L), that keeps the attention spread over "
+        "layers (laya heads; 0 = off; docs/results/collapse.md).",
+        metavar="λ",
+        minimum=0,
+        rule="0 (off) or positive",
+    )
+    alpha_entropy_schedule: str = setting(
+        "constant",
+        "--alpha-entropy's λ over the epochs: constant, or linear (from λ at epoch 1 to 0 at --epochs).",
+        choices=ENTROPY_SCHEDULES,
+    )
+    tau_start: float | None = setting(
+        None,
+        "Anneal the attention's τ linearly from T0 (epoch 1) to --tau (epoch --epochs) while training "
+        "(laya heads); validation and the checkpoint use --tau.",
+        metavar="T0",
+        above=0,
+    )
 
     LATER = {
         "align": 0.0,
@@ -168,26 +231,7 @@ class TrainConfig:
     }  # as DataRequest.LATER
 
     def validate(self) -> TrainConfig:
-        check_at_least("--epochs", self.epochs)
-        check_at_least("--batch-size", self.batch_size)
-        if not self.lr > 0:
-            raise LayaError(f"--lr must be positive, got {self.lr}")
-        check_at_least("--patience", self.patience)
-        if not self.align >= 0:
-            raise LayaError(f"--align must be 0 (off) or positive, got {self.align}")
-        self.align_scope = check_choice("--align-scope", self.align_scope, ALIGN_SCOPES)
-        self.stop_on = check_choice("--stop-on", self.stop_on, STOP_ON)
-        if not 0 <= self.layer_dropout < 1:
-            raise LayaError(
-                f"--layer-dropout must be in [0, 1) (the chance each layer is dropped), got {self.layer_dropout}"
-            )
-        if not self.alpha_entropy >= 0:
-            raise LayaError(f"--alpha-entropy must be 0 (off) or positive, got {self.alpha_entropy}")
-        self.alpha_entropy_schedule = check_choice(
-            "--alpha-entropy-schedule", self.alpha_entropy_schedule, ENTROPY_SCHEDULES
-        )
-        if self.tau_start is not None and not self.tau_start > 0:
-            raise LayaError(f"--tau-start must be positive, got {self.tau_start}")
+        check_fields(self)
         return self
 
     def shapes_alpha(self) -> list[str]:
@@ -196,18 +240,37 @@ class TrainConfig:
         return [name for name, value in on if value] + (["--tau-start"] if self.tau_start is not None else [])
 
 
+DATASET_HELP = (
+    "digits, fashion-mnist, cifar10, artworks, wordnet-supersenses (text), folder:PATH, "
+    "wds:PATH/{000..099}.tar, parquet:PATH, hf-disk:PATH, csv:PATH or jsonl:PATH (text)."
+)
+ENCODING_HELP = (
+    "csv:/jsonl: the files' text encoding, e.g. latin-1, cp1252, utf-16 (default: UTF-8, with or without "
+    "a byte-order mark); recorded in the checkpoint, so audit and export read the data the same way."
+)
+DATA_DIR_HELP = "Where the dataset lives (see docs/datasets.md)."
+
+
 @dataclass
 class DataRequest:
-    name: str = "digits"
-    data_dir: str | None = None
-    image_size: int | None = None  # side of file-based images after loading
-    label: str = "genre"  # artworks: genre | artist
-    seed: int = 1337
-    strict: bool = False  # folder data: fail on an undecodable image instead of skipping it
-    image_column: str = "image"  # parquet:/hf-disk: the column holding the encoded images
-    label_column: str = "label"  # parquet:/hf-disk: the column holding the class (int or name)
-    text_column: str | None = None  # csv:/jsonl:/parquet:/hf-disk: the column holding texts (csv/jsonl: "text")
-    encoding: str | None = None  # csv:/jsonl: the files' text encoding (None: UTF-8, with or without a BOM)
+    name: str = setting("digits", DATASET_HELP, param="dataset")
+    data_dir: str | None = setting(None, DATA_DIR_HELP)
+    image_size: int | None = setting(
+        None, "Side of file-based images (default: the backbone's input).", minimum=1
+    )  # after loading
+    label: str = setting("genre", "artworks only: genre or artist.", choices=LABELS)
+    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, api=False)
+    strict: bool = setting(
+        False,
+        "Fail on an undecodable image (or a tar sample without image or class) instead of skipping it.",
+    )
+    image_column: str = setting("image", "parquet:/hf-disk: the column holding the encoded images.")
+    label_column: str = setting("label", "parquet:/hf-disk:/csv:/jsonl: the column holding the class (index or name).")
+    text_column: str | None = setting(
+        None,
+        "Text data: the column holding the texts (csv:/jsonl: default 'text'; parquet:/hf-disk: set it for text).",
+    )
+    encoding: str | None = setting(None, ENCODING_HELP)  # None: UTF-8, with or without a BOM
 
     # Added after run records existed: left out of TrainRequest.options() while at these defaults, so
     # the fingerprints of earlier runs (--resume states, laya bench records) stay valid.
@@ -215,6 +278,7 @@ class DataRequest:
 
     def validate(self) -> DataRequest:
         """UTF-8 (with or without a BOM) is what laya reads by default: never recorded, as None."""
+        check_fields(self)
         encoding = check_encoding(self.encoding)
         self.encoding = None if encoding == "utf-8" else encoding
         return self
@@ -224,25 +288,70 @@ class DataRequest:
 class TrainRequest:
     """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
 
-    backbone: str = "mlp"
-    head: str = "laya"
+    backbone: str = setting("mlp", "mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")
+    head: str = setting("laya", "laya, last, concat or scalarmix.")
     head_config: HeadConfig = field(default_factory=HeadConfig)
     data: DataRequest = field(default_factory=DataRequest)
     train: TrainConfig = field(default_factory=TrainConfig)
-    layers: list[str] = field(default_factory=list)
-    pool: str = "auto"
-    pretrained: bool | None = None  # None: pretrained for frozen hub backbones (vit_base, timm:, torchvision:)
-    weights: str | None = None  # a user's weights file (state dict), with backbone = its arch
-    arch: str | None = None  # the user's own architecture: module.path:callable or file.py:callable
-    input_size: int | None = None  # side of the images the backbone sees (None: its own)
-    max_length: int | None = None  # text: tokens per text (None: the backbone's default, docs/text.md)
-    finetune: bool | None = None  # None: end to end for built-ins, frozen otherwise
-    trust_pickle: bool = False
-    use_cache: bool = True
-    out: str = "model.pt"
-    resume: bool = False  # continue from the state an interrupted run left beside --out
-    feature_dtype: str = "float32"  # frozen features as stored and trained on: float32, float16, bfloat16
-    restart: bool = False  # discard that state and start over (without either, a state there is an error)
+    layers: list[str] = setting(
+        help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).",
+        factory=list,
+        cli_type=str | None,
+        command_default=None,
+    )
+    pool: str = setting(
+        "auto",
+        "Token pooling for B×N×D layers: auto, cls (first token), mean (over real tokens) or last (the last "
+        "real token; text decoders). auto: the family's choice (hf text: last for decoders, cls for encoders).",
+        choices=POOL_CHOICES,
+    )
+    pretrained: bool | None = setting(
+        None,
+        "Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or "
+        "a local hub cache).",
+        flag="--pretrained/--no-pretrained",
+    )  # None: pretrained for frozen hub backbones (vit_base, timm:, torchvision:)
+    weights: str | None = setting(
+        None,
+        "A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch.",
+        cli_type=Path | None,
+    )
+    arch: str | None = setting(
+        None,
+        "Your own architecture: module.path:callable or path/to/file.py:callable (imported: trusted code, "
+        "see docs/backbones.md); its weights come from --weights.",
+    )
+    input_size: int | None = setting(
+        None, "Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).", minimum=1
+    )
+    max_length: int | None = setting(
+        None, "Text models: most tokens per text, longer ones truncated (default: min(128, its positions)).", minimum=1
+    )
+    finetune: bool | None = setting(
+        None,
+        "Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.",
+        flag="--finetune/--frozen",
+    )  # None: end to end for built-ins, frozen otherwise
+    trust_pickle: bool = setting(
+        False,
+        "Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.",
+    )
+    use_cache: bool = setting(True, "Use the on-disk feature cache for frozen backbones.", param="cache")
+    out: str = setting("model.pt", "Where to write the checkpoint.", cli_type=Path, api=False)
+    resume: bool = setting(
+        False, "Continue an interrupted run from the state saved beside --out (same options).", api=False
+    )
+    feature_dtype: str = setting(
+        "float32",
+        "Frozen features as stored and trained on: float32, float16 or bfloat16 (halves the feature cache).",
+        choices=FEATURE_DTYPES,
+    )
+    restart: bool = setting(
+        False,
+        "Discard the state an interrupted run left beside --out and start over (without --resume or "
+        "--restart, such a state is an error).",
+        api=False,
+    )
     # The command line that asked for the run, resolved ({"command", "values"}), recorded in the checkpoint so
     # ``laya info --options-toml`` can write it back as a --config file (None: not from the command line).
     command_line: dict | None = None
@@ -254,8 +363,6 @@ class TrainRequest:
 
     @property
     def state_path(self):
-        from pathlib import Path
-
         return Path(self.out).with_name(Path(self.out).name + ".state")
 
     def options(self) -> dict:
@@ -280,28 +387,76 @@ class TrainRequest:
         return digest(**self.options())
 
     def validate(self) -> TrainRequest:
+        self.layers = split_csv(self.layers)
+        check_fields(self)
         self.data.validate()
         self.train.validate()
         self.head_config.validate()
-        self.pool = check_choice("--pool", self.pool, POOL_CHOICES)
-        self.feature_dtype = check_choice("--feature-dtype", self.feature_dtype, FEATURE_DTYPES)
-        if self.train.align and self.head.lower() != "laya":  # before any data is loaded
-            raise LayaError(f"--align needs input-conditioned attention α: --head laya (not {self.head})")
-        if self.train.stop_on == "combined" and self.head.lower() != "laya":
-            raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {self.head})")
         check_alpha_options(self.train, self.head)
         return self
 
 
 def check_alpha_options(train: TrainConfig, head: str) -> None:
-    """``--layer-dropout`` masks α (laya, scalarmix); ``--alpha-entropy`` and ``--tau-start`` act on the
-    input-conditioned attention of a laya head. One line naming the option, before any data is loaded."""
+    """The training options that act on α, for the head that has it: ``--align``, ``--stop-on combined``,
+    ``--alpha-entropy`` and ``--tau-start`` on the input-conditioned attention of a laya head, ``--layer-dropout``
+    on laya and scalarmix. One line naming the option, before any data is loaded (``laya train``, ``fit``)."""
+    if train.align and head.lower() != "laya":
+        raise LayaError(f"--align needs input-conditioned attention α: --head laya (not {head})")
+    if train.stop_on == "combined" and head.lower() != "laya":
+        raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {head})")
     head = head.lower()
     if train.layer_dropout and head not in ("laya", "scalarmix"):
         raise LayaError(f"--layer-dropout drops layers from α: --head laya or scalarmix (not {head})")
     for option in train.shapes_alpha():
         if option != "--layer-dropout" and head != "laya":
             raise LayaError(f"{option} acts on input-conditioned attention α: --head laya (not {head})")
+
+
+TASKS = ("classify", "lm")
+OBJECTIVES = ("kl", "ce")
+LM_EVAL_TOKENS = 20_000
+
+
+@dataclass
+class LMSettings:
+    """``--task`` and what only ``--task lm`` reads (``laya train``, ``laya bench``; training/lm.py)."""
+
+    task: str = setting(
+        "classify",
+        "classify: a head predicting the dataset's classes; lm: a causal language model's next token at every "
+        "position (hf: decoders, --dataset text:PATH; docs/lm.md).",
+        choices=TASKS,
+    )
+    objective: str = setting(
+        "kl",
+        "--task lm: train on the model's own next-token distribution (kl, as the tuned lens trains) or on "
+        "the next token (ce).",
+        choices=OBJECTIVES,
+    )
+    block_size: int | None = setting(
+        None, "--task lm: tokens per training block (default: 128, or the model's positions).", metavar="T", minimum=1
+    )
+    eval_tokens: int = setting(
+        LM_EVAL_TOKENS,
+        "--task lm: held-out positions measured after each epoch and at the end.",
+        metavar="N",
+        minimum=1,
+    )
+    device_map: str | None = setting(
+        None,
+        "A language model: transformers places the frozen model over the devices (auto, balanced, "
+        "balanced_low_0, sequential; needs accelerate), for a model larger than one device; the heads sit with its "
+        "readout (docs/lm.md).",
+        metavar="MAP",
+    )
+
+    @property
+    def is_lm(self) -> bool:
+        return self.task == "lm"
+
+    def validate(self) -> LMSettings:
+        check_fields(self)
+        return self
 
 
 SCOPES = ("head", "network", "both")  # laya audit --scope (docs/metrics.md, "Two scopes")
@@ -313,68 +468,139 @@ class ScopeSettings:
     backbone (``network``, total effects), or ``both`` with their comparison. Kept apart from
     ``AuditSettings`` so head-scope results and settings stay exactly as they were."""
 
-    scope: str = "head"
+    scope: str = setting(
+        "head",
+        "Where a layer is removed: head (at the head's inputs: direct effects), network (patched inside "
+        "the backbone, later layers see it: total effects) or both (and their comparison).",
+        choices=SCOPES,
+    )
 
     def validate(self) -> ScopeSettings:
-        self.scope = check_choice("--scope", self.scope, SCOPES)
+        check_fields(self)
+        return self
+
+
+@dataclass
+class EvalRequest:
+    """The samples a command reads from a checkpoint's data (``laya audit``, ``depth``, ``export``, ``diff``)."""
+
+    samples: int | None = setting(None, "Use a seeded random subset of N test samples (default: all).", minimum=1)
+    dataset: str | None = setting(None, "Use another dataset (default: the checkpoint's own test split).")
+    data_dir: str | None = setting(None, DATA_DIR_HELP)
+    encoding: str | None = setting(None, ENCODING_HELP)
+
+    def validate(self) -> EvalRequest:
+        check_fields(self)
+        check_encoding(self.encoding)
         return self
 
 
 # The default noise floor of faithfulness (docs/metrics.md, "Ties"; measured by benchmarks/ties.py): float32's
 # rounding of effects Δ on p_ŷ between batch sizes and against float64 stays below it with a margin.
 TIE_TOL = 1e-5
+TIE_TOL_HELP = (
+    "Noise floor of faithfulness and Deletion@1: a sample's effects Δ (and scores) within TOL of each "
+    "other are ties (float rounding; default 1e-5 of p_ŷ); 0 = exact ties only."
+)
+
+
+def tie_tol_setting():
+    """``--tie-tol``: a finite number in [0, 1) (a probability difference; 0 = exact ties only)."""
+    return setting(
+        TIE_TOL,
+        TIE_TOL_HELP,
+        flag="--tie-tol",
+        minimum=0,
+        below=1,
+        rule="in [0, 1) (a difference of p_ŷ; 0 = exact ties only)",
+    )
 
 
 @dataclass
 class AuditSettings:
-    ablation: str = "mean"  # ABLATIONS: bypass and mean-update at network scope only
-    target: str = "predicted"  # predicted | label
-    reduce: str = "sum"  # sum | abs | l2
-    steps: int = 32  # IG's most steps per sample (``ig_tol`` 0: exactly these)
+    ablation: str = setting(
+        "mean",
+        "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
+        "at network scope also bypass (a block's output := its input) or mean-update (input + its mean update).",
+        choices=ABLATIONS,
+    )  # bypass and mean-update at network scope only
+    target: str = setting("predicted", "Class explained: predicted (ŷ) or label (the true class).", choices=TARGETS)
+    reduce: str = setting(
+        "sum", "Per-layer reduction of gradient attributions: sum (signed), abs or l2.", choices=REDUCES
+    )
+    steps: int = setting(
+        32, "Integrated Gradients: the most steps per sample (with --ig-tol 0: exactly these).", minimum=1
+    )
     # IG's completeness tolerance: each sample's steps double from 4 (network scope: 16; auditing.ig_steps) until
     # Captum's convergence delta |δ| ≤ ig_tol·|p_ŷ(x) − p_ŷ(baseline)| or ``steps`` is reached; 0 = always ``steps``.
-    ig_tol: float = 0.001
-    internal_batch_size: int | None = None  # IG rows per head pass (memory bound)
-    batch_size: int = 256
-    seed: int = 0  # the random method and the --samples subset
-    by_class: bool = False
-    device: str = "cpu"
+    ig_tol: float = setting(
+        0.001,
+        "Integrated Gradients: each sample's steps double from 4 (network scope: 16) until "
+        "|convergence delta| <= TOL x |effect| (at most --steps); 0 = always --steps.",
+        flag="--ig-tol",
+        minimum=0,
+        below=1,
+        rule="in [0, 1) (0 = always --steps)",
+    )
+    internal_batch_size: int | None = setting(
+        None, "Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).", minimum=1
+    )
+    batch_size: int = setting(
+        256,
+        "Samples per audited batch (default: 256, fewer when --max-memory needs it).",
+        minimum=1,
+        command_default=None,  # the command line's None: planned within --max-memory
+    )
+    seed: int = setting(0, "Seed of the --samples subset (and of the random method).")
+    by_class: bool = setting(
+        False, "Add faithfulness and Deletion@1 per class (with intervals, as --ci).", flag="--by-class"
+    )
+    device: str = device_setting()
     # The model-randomisation check runs on the first N audited samples, in whole batches (0: skipped):
     # a property of the method, not of a sample, that costs every method once more per cascade stage.
-    randomisation_samples: int = 256
+    randomisation_samples: int = setting(
+        256,
+        "The model-randomisation sanity check runs on the first N audited samples (whole batches; 0 skips it).",
+        minimum=0,
+    )
     # The deeper metric groups computed (auditing.names.METRIC_GROUPS); faithfulness and Deletion@1 always are.
-    metrics: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = setting(
+        (),
+        "Deeper metrics to compute and show: aopc, sufficiency, completeness, randomisation (comma list) or "
+        "'all'. Faithfulness and Deletion@1 always are; a gate naming a deeper metric computes its group.",
+        flag="--metrics",
+        cli_type=str,
+        command_default="",
+    )
     # Bootstrap intervals of every metric (docs/metrics.md, "Intervals"): the level (0: none) and resamples.
-    ci: float = 0.95
-    bootstrap: int = 1000
+    ci: float = setting(
+        0.95,
+        "Bootstrap confidence level of every metric's interval and of each method's difference from laya "
+        "(0 = no intervals).",
+        flag="--ci",
+        minimum=0,
+        below=1,
+        rule="a level in [0, 1) (e.g. 0.95; 0 = no intervals)",
+    )
+    bootstrap: int = setting(
+        1000, "Bootstrap resamples of the samples (seeded, paired across methods).", minimum=0
+    )  # ≥ 1 when intervals are on: validate()
     # The noise floor of faithfulness and Deletion@1 (docs/metrics.md, "Ties"): effects Δ (and scores) of one
     # sample within tie_tol of each other are ties; 0 = exact ties only.
-    tie_tol: float = TIE_TOL
+    tie_tol: float = tie_tol_setting()
 
     def validate(self) -> AuditSettings:
-        self.ablation = check_choice("--ablation", self.ablation, ABLATIONS)
-        self.target = check_choice("--target", self.target, TARGETS)
-        self.reduce = check_choice("--reduce", self.reduce, REDUCES)
-        for option, value in (
-            ("--steps", self.steps),
-            ("--batch-size", self.batch_size),
-            ("--internal-batch-size", self.internal_batch_size),
-        ):
-            check_at_least(option, value)
-        check_at_least("--randomisation-samples", self.randomisation_samples, 0)
-        if not 0 <= self.ig_tol < 1:
-            raise LayaError(f"--ig-tol must be in [0, 1) (0 = always --steps), got {self.ig_tol}")
+        check_fields(self)
         self.metrics = tuple(self.metrics)
         check_ci(self.ci, self.bootstrap)
-        check_tie_tol(self.tie_tol)
         return self
 
 
 def check_tie_tol(tol: float) -> float:
     """``--tie-tol``: a finite number in [0, 1) (a probability difference; 0 = exact ties only)."""
-    if not isinstance(tol, (int, float)) or not 0 <= tol < 1:
-        raise LayaError(f"--tie-tol must be in [0, 1) (a difference of p_ŷ; 0 = exact ties only), got {tol}")
-    return float(tol)
+    from .fields import Declared, check_value
+
+    return float(check_value(Declared("tie_tol", float, TIE_TOL, tie_tol_setting().metadata["option"]), tol))
 
 
 def check_ci(level: float, resamples: int) -> None:
@@ -391,9 +617,9 @@ EXIT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 
 
 
 def check_unit_interval(option: str, values) -> tuple[float, ...]:
-    """Thresholds of a probability-like quantity: each in (0, 1]."""
+    """Thresholds of a probability-like quantity: each in (0, 1] (a comma list is split)."""
     out = []
-    for v in values:
+    for v in split_csv(values) if isinstance(values, str) else values:
         try:
             f = float(v)
         except (TypeError, ValueError):
@@ -413,28 +639,55 @@ DROP_ORDERS = ("alpha", "block-influence", "network", "greedy")  # laya depth --
 class DepthSettings:
     """``laya depth``: truncation curve, early exit, a truncated checkpoint (docs/depth.md)."""
 
-    batch_size: int = 256  # samples per head pass
-    seed: int = 0  # the --samples subset
-    refit: bool = False  # also retrain a head on the taps ≤ k for every k (or for --truncate K)
-    refit_epochs: int | None = None  # None: the checkpoint's own --epochs
-    thresholds: tuple[float, ...] = EXIT_THRESHOLDS  # the early-exit sweep
-    time_repeats: int = 5  # timed passes per depth (the fastest is kept); 0 = no timing
-    time_batch: int = 32  # images per timed pass
-    truncate: int | None = None  # K: write a checkpoint cut after tap K
-    drop: int | None = None  # K: the drop table up to K interior layers dropped (and with --out, a checkpoint)
-    drop_order: str = "alpha"  # which order --drop K --out writes: one of DROP_ORDERS
-    drop_draws: int = 3  # random orders in the drop table
-    device: str = "cpu"
+    batch_size: int = setting(
+        256,
+        "Samples per evaluated batch (default: 256, fewer when --max-memory needs it).",
+        minimum=1,
+        command_default=None,  # the command line's None: planned within --max-memory
+    )  # samples per head pass
+    seed: int = setting(0, "Seed of the --samples subset.")
+    refit: bool = setting(
+        False,
+        "Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training "
+        "settings, on its training data).",
+        flag="--refit",
+    )
+    refit_epochs: int | None = setting(
+        None, "Maximum epochs of each --refit head (default: the checkpoint's own).", minimum=1
+    )
+    thresholds: tuple[float, ...] = setting(
+        EXIT_THRESHOLDS,
+        "Early-exit thresholds in (0, 1], comma list (default: 0.5 … 0.999, 1).",
+        cli_type=str | None,
+        command_default=None,
+    )
+    time_repeats: int = setting(
+        5, "Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.", minimum=0
+    )  # timed passes per depth
+    time_batch: int = setting(32, "Images per timed backbone pass.", minimum=1)
+    truncate: int | None = setting(
+        None, "Write a checkpoint whose backbone stops after tap K (1..L) to --out.", metavar="K"
+    )  # K: write a checkpoint cut after tap K
+    drop: int | None = setting(
+        None,
+        "Drop up to K interior layers (bypassed: output := input) in each order and score the test accuracy; "
+        "with --out, write the model without the first K layers of --drop-order.",
+        metavar="K",
+        minimum=1,
+    )
+    drop_order: str = setting(
+        "alpha",
+        "Which order --drop K --out follows, least important first: alpha, block-influence, network or greedy.",
+        choices=DROP_ORDERS,
+    )
+    drop_draws: int = setting(3, "Seeded random orders in the --drop table.", param="draws", minimum=0)
+    device: str = device_setting()
 
     def validate(self) -> DepthSettings:
-        check_at_least("--drop", self.drop)
-        check_at_least("--draws", self.drop_draws, 0)
-        self.drop_order = check_choice("--drop-order", self.drop_order, DROP_ORDERS)
+        self.thresholds = check_unit_interval(
+            "--thresholds", EXIT_THRESHOLDS if self.thresholds is None else self.thresholds
+        )
+        check_fields(self)
         if self.drop is not None and (self.truncate is not None or self.refit):
             raise LayaError("--drop analyses dropped layers on its own: run it without --truncate and --refit")
-        check_at_least("--batch-size", self.batch_size)
-        check_at_least("--refit-epochs", self.refit_epochs)
-        check_at_least("--time-repeats", self.time_repeats, 0)
-        check_at_least("--time-batch", self.time_batch)
-        self.thresholds = check_unit_interval("--thresholds", self.thresholds)
         return self

@@ -17,10 +17,9 @@ import torch
 from torch import Tensor
 
 from . import distributed
+from .config import DEVICES, PRECISIONS
 from .errors import LayaError, match_choice
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "bf16", "fp32")  # --precision of backbone passes
 _PRECISION: ContextVar[str] = ContextVar("laya_precision", default="auto")
 
 

@@ -147,6 +147,8 @@ class BenchRequest:
         self.heads = parse_heads(self.heads)
         check_at_least("--seeds", self.seeds)
         check_at_least("--audit-samples", self.audit_samples)
+        if not (math.isfinite(self.align) and self.align >= 0):
+            raise LayaError(f"--align must be a finite λ >= 0, got {self.align}")
         if "laya-aligned" in self.heads and not self.align > 0:
             raise LayaError(f"--align must be positive for the laya-aligned head, got {self.align}")
         self.train.validate()

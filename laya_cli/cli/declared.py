@@ -1,0 +1,138 @@
+"""Typer options made from the settings declared on the dataclasses (``runtime.fields.setting``).
+
+``with_settings(req=TrainRequest, …)`` gives a command every declared option of each class (a nested
+dataclass field's too: a ``TrainRequest``'s head, data and training settings) after its own parameters, and
+calls it with one unvalidated object per class, built from the parsed values. The flag, help, metavar and
+default come from the field's declaration, so a setting is written once. No torch here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..runtime.fields import UNSET, Declared, declared
+
+
+@dataclass(frozen=True)
+class Use:
+    """A settings class as one command takes it: ``skip`` names (and nested fields) it does not offer, or ``only``
+    those it offers; ``defaults`` the command's own default of a name; ``rename`` a name the command spells
+    otherwise (bench's ``seed`` of the audit: ``audit_seed``, flag ``--audit-seed``)."""
+
+    cls: type
+    skip: tuple[str, ...] = ()
+    only: tuple[str, ...] | None = None
+    defaults: dict = field(default_factory=dict)
+    rename: dict = field(default_factory=dict)
+    helps: dict = field(default_factory=dict)  # the command's own help of a name
+
+    def offers(self, name: str) -> bool:
+        return name not in self.skip and (self.only is None or name in self.only)
+
+
+def _nested(cls) -> list[tuple[str, type]]:
+    """The fields of ``cls`` that hold another settings dataclass (TrainRequest.head_config, .data, .train)."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
+
+
+def _as_used(d: Declared, use: Use) -> Declared:
+    """``d`` as ``use`` offers it: renamed, with the command's own help."""
+    option = d.option
+    if (new := use.rename.get(d.name)) is not None:
+        option = dataclasses.replace(option, param=new, flag="--" + new.replace("_", "-"))
+    if (text := use.helps.get(d.name)) is not None:
+        option = dataclasses.replace(option, help=text)
+    return d if option is d.option else dataclasses.replace(d, option=option)
+
+
+def options_of(use: Use) -> list[Declared]:
+    """The command-line options of ``use``: its class's declared fields and its nested classes', as offered."""
+    out = [_as_used(d, use) for d in declared(use.cls) if d.option.cli and use.offers(d.name)]
+    for name, sub in _nested(use.cls):
+        if name not in use.skip:
+            out += options_of(Use(sub, use.skip, use.only))
+    return out
+
+
+def values_of(obj) -> dict:
+    """The declared settings of ``obj`` (and of its nested settings objects) by option name."""
+    out = {d.name: getattr(obj, d.field) for d in declared(type(obj))}
+    for name, _ in _nested(type(obj)):
+        out.update(values_of(getattr(obj, name)))
+    return out
+
+
+def changed(obj, use: Use | type) -> list[Declared]:
+    """The options of ``use`` that ``obj`` holds at another value than the command line's default."""
+    use = use if isinstance(use, Use) else Use(use)
+    values = values_of(obj)
+    return [d for d in options_of(use) if d.name in values and values[d.name] != _as_field(d, d.command_default)]
+
+
+def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
+    """The Typer parameter of one declared option."""
+    o = d.option
+    decls = [o.flag] if o.flag else []
+    decls += [o.short] if o.short else []
+    annotation = Annotated[o.cli_type or d.type, typer.Option(*decls, help=o.help, metavar=o.metavar)]
+    value = d.command_default if default is UNSET else default
+    return inspect.Parameter(d.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=value)
+
+
+def _as_field(d: Declared, value):
+    """A parsed value as the field holds it (a Path flag of a str field: its text)."""
+    return str(value) if isinstance(value, Path) and d.type in (str, str | None) else value
+
+
+def build(use: Use | type, values: dict, **fixed):
+    """The object ``values`` (by option name) describe, nested classes built too; ``fixed``: fields set as given."""
+    use = use if isinstance(use, Use) else Use(use)
+    kwargs = {}
+    for d in declared(use.cls):
+        name = use.rename.get(d.name, d.name)
+        if name in values and use.offers(d.name) and d.field not in fixed:
+            kwargs[d.field] = _as_field(d, values[name])
+    for name, sub in _nested(use.cls):
+        if name not in use.skip and name not in fixed:
+            kwargs[name] = build(Use(sub, use.skip, use.only), values)
+    return use.cls(**kwargs, **fixed)
+
+
+def with_settings(**groups: Use | type):
+    """``command(own…, *, group=object…)`` as a Typer command taking its own parameters, then each group's."""
+    groups = {k: v if isinstance(v, Use) else Use(v) for k, v in groups.items()}
+
+    def decorate(command):
+        own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name not in groups]
+        taken = {p.name for p in own}
+        shared, names = [], {}
+        for key, use in groups.items():
+            # A name the command takes itself is its own (bench's --align: the laya-aligned head's λ), not the group's
+            names[key] = [d.name for d in options_of(use) if d.name not in {p.name for p in own}]
+            for d in options_of(use):
+                if d.name not in taken:
+                    shared.append(parameter(d, use.defaults.get(d.name, UNSET)))
+                    taken.add(d.name)
+
+        @functools.wraps(command)
+        def run(**values):
+            built = {key: build(use, {n: values[n] for n in names[key]}) for key, use in groups.items()}
+            return command(**{p.name: values[p.name] for p in own}, **built)
+
+        positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
+        run.__signature__ = inspect.Signature(positional + rest + shared)
+        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
+        del run.__wrapped__  # Typer reads the signature above, not the command's
+        return run
+
+    return decorate

@@ -1,0 +1,212 @@
+"""Each setting declared once (runtime/fields.py): the command line's options, the Python API's keywords, the
+checks and docs/options.md all come from the declarations, so they cannot drift apart."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+import laya_cli
+from laya_cli.cli.declared import Use, options_of
+from laya_cli.cli.group import app
+from laya_cli.runtime.config import (
+    AuditSettings,
+    DataRequest,
+    DepthSettings,
+    EvalRequest,
+    HeadConfig,
+    LMSettings,
+    ScopeSettings,
+    TrainConfig,
+    TrainRequest,
+)
+from laya_cli.runtime.errors import LayaError
+from laya_cli.runtime.fields import check_fields, declared
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = (HeadConfig, TrainConfig, DataRequest, TrainRequest, EvalRequest, AuditSettings, ScopeSettings)
+SETTINGS += (DepthSettings, LMSettings)
+
+
+def cli_options(command: str) -> set[str]:
+    """The parameter names of a command's options (what --config keys and the API's keywords are named after)."""
+    click = typer.main.get_command(app).commands[command]
+    return {p.name for p in click.params if p.param_type_name == "option"}
+
+
+def keywords(*fns) -> set[str]:
+    return {name for fn in fns for name in inspect.signature(fn).parameters}
+
+
+# What the command line takes that the API does not, and why: the API gets loaders instead of a dataset, returns
+# results instead of writing files, and shows no terminal output.
+COMMAND_LINE_ONLY = {
+    "config": "a TOML file of options",
+    "verbose": "prints the resolved options",
+    "log_to": "an experiment tracker",
+    "quiet": "terminal output (the API: progress=)",
+    "json_out": "writes a file (the API returns the result)",
+    "markdown": "writes a file",
+}
+TRAIN_ONLY = {
+    **COMMAND_LINE_ONLY,
+    "out": "the checkpoint's path (the API: model.save)",
+    "resume": "an interrupted run's state beside --out",
+    "restart": "discards that state",
+    "dataset": "the API trains on the caller's loaders",
+    "data_dir": "as --dataset",
+    "label": "as --dataset",
+    "image_size": "as --dataset",
+    "strict": "as --dataset",
+    "image_column": "as --dataset",
+    "label_column": "as --dataset",
+    "text_column": "as --dataset",
+    "encoding": "as --dataset",
+    "feature_dtype": "fit holds a frozen backbone's features as it returns them",
+    "task": "language models train from the command line (docs/lm.md)",
+    "objective": "as --task",
+    "block_size": "as --task",
+    "eval_tokens": "as --task",
+    "device_map": "as --task",
+    "weights": "attach() takes the caller's model with its weights",
+    "arch": "as --weights",
+    "trust_pickle": "as --weights",
+    "pretrained": "as --weights",
+    "input_size": "the loaders' images set it",
+    "finetune": "fit(frozen=)",
+    "backbone": "attach(model)",
+}
+AUDIT_ONLY = {
+    **COMMAND_LINE_ONLY,
+    "model": "the API takes a LayaModel",
+    "samples": "the loader is the subset",
+    "dataset": "the API audits the caller's loader",
+    "data_dir": "as --dataset",
+    "encoding": "as --dataset",
+    "cache": "as --dataset",
+    "max_memory": "the caller's batch_size / internal_batch_size bound it",
+    "precision": "the caller's model runs as it is",
+    "device_map": "language models are audited from the command line",
+    "fail_under": "a gate: its exit code is the command line's (the API returns the numbers)",
+    "max_drop": "as --fail-under",
+    "baseline": "as --fail-under",
+    "allow_settings_change": "as --fail-under",
+    "gate_on": "as --fail-under",
+    "inconclusive_exit": "as --fail-under",
+    "junit": "writes a file",
+    "per_sample": "shapes --json (the API: result.per_sample())",
+    "arch": "the API takes a built LayaModel",
+}
+
+
+def test_fit_and_attach_take_every_setting_laya_train_takes():
+    api = keywords(laya_cli.fit, laya_cli.attach)  # fit(cache="disk") is --cache
+    missing = cli_options("train") - api - set(TRAIN_ONLY)
+    assert not missing, f"laya train options the API lacks: {sorted(missing)}"
+    for name in ("layer_norm", "align", "alpha_entropy", "tau_start", "stop_on", "align_scope", "precision"):
+        assert name in inspect.signature(laya_cli.fit).parameters  # the drift issue 46 found
+
+
+def test_audit_takes_every_setting_laya_audit_takes():
+    missing = cli_options("audit") - keywords(laya_cli.audit) - set(AUDIT_ONLY)
+    assert not missing, f"laya audit options laya_cli.audit lacks: {sorted(missing)}"
+    assert {"ci", "bootstrap", "tie_tol", "randomisation_samples"} <= keywords(laya_cli.audit)
+
+
+def test_the_exceptions_are_real_options():
+    """A stale name in the lists above would hide a missing keyword."""
+    assert set(TRAIN_ONLY) - {"config", "verbose", "log_to", "json_out", "markdown"} <= cli_options("train")
+    assert set(AUDIT_ONLY) - {"model"} <= cli_options("audit")
+
+
+def test_an_unknown_keyword_is_one_line_with_the_closest_names():
+    with pytest.raises(LayaError, match=r"audit takes no setting 'tie_tols' \(did you mean tie_tol"):
+        laya_cli.audit(None, None, tie_tols=1e-3)
+    with pytest.raises(LayaError, match="fit takes no setting 'layernorm'"):
+        laya_cli.fit(None, None, layernorm=True)
+
+
+def test_every_generated_option_carries_its_declared_help_and_default():
+    click = typer.main.get_command(app).commands["train"]
+    params = {p.name: p for p in click.params}
+    for d in options_of(Use(TrainRequest)):
+        assert params[d.name].help == d.option.help, d.name
+        assert d.flag in params[d.name].opts, d.name
+    assert params["d_star"].default == HeadConfig().d_star and params["device"].default == "auto"
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
+def test_every_declared_number_refuses_nan_inf_and_its_bounds(cls):
+    """The checks come from the declaration: a finite number within its declared bounds, or one line naming the
+    flag (the generated hostile sweep of every command: tests/test_hostile.py)."""
+    for d in declared(cls):
+        if d.type not in (int, float, int | None, float | None) or d.type is bool:
+            continue
+        for bad in (math.nan, math.inf, -math.inf):
+            obj = cls()
+            setattr(obj, d.field, bad)
+            with pytest.raises(LayaError, match=d.flag):
+                check_fields(obj)
+        low = d.option.minimum if d.option.minimum is not None else d.option.above
+        if low is not None:
+            obj = cls()
+            setattr(obj, d.field, low - 1)
+            with pytest.raises(LayaError, match=d.flag):
+                check_fields(obj)
+
+
+def test_whole_numbers_refuse_fractions_and_switches_refuse_strings():
+    cfg = TrainConfig(epochs=2.5)
+    with pytest.raises(LayaError, match="--epochs must be a whole number, got 2.5"):
+        cfg.validate()
+    with pytest.raises(LayaError, match="--layer-norm is a switch"):
+        HeadConfig(layer_norm="yes").validate()
+
+
+def test_docs_options_page_is_what_the_command_line_says():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "option_tables.py"), "--check"], capture_output=True, timeout=120
+    )
+    assert proc.returncode == 0, "docs/options.md is out of date: run python tools/option_tables.py"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("--task", "lm", "--align", "1"), "--align does not apply to --task lm"),
+        (("--task", "lm", "--layer-norm", "--alpha-entropy", "0.1"), "--layer-norm, --alpha-entropy does not apply"),
+        (("--task", "lm", "--tau-start", "3"), "--tau-start does not apply to --task lm"),
+        (("--objective", "ce"), "--objective applies to --task lm only"),
+        (("--eval-tokens", "10"), "--eval-tokens applies to --task lm only"),
+        (("--alpha-entropy", "inf"), "--alpha-entropy must be 0 (off) or positive and finite, got inf"),
+        (("--tau-start", "inf"), "--tau-start must be positive and finite, got inf"),
+    ],
+)
+def test_an_option_a_path_does_not_read_is_refused_in_one_line(tmp_path, args, fragment):
+    """Before any data or model is read, and nothing is written."""
+    from helpers import assert_user_error, invoke
+
+    out = tmp_path / "m.pt"
+    assert_user_error(invoke("train", *args, "--dataset", "text:none.txt", "--out", str(out)), fragment)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_the_command_takes_itself_is_not_fed_to_its_settings():
+    """laya bench's own --align (the laya-aligned head's λ) must leave the template's TrainConfig.align at 0:
+    the other heads train without alignment."""
+    from laya_cli.cli.declared import with_settings
+
+    seen = {}
+
+    @with_settings(req=TrainRequest)
+    def command(align: float = 1.0, *, req: TrainRequest):
+        seen.update(own=align, template=req.train.align)
+
+    command(**{p: v.default for p, v in inspect.signature(command).parameters.items()})
+    assert seen == {"own": 1.0, "template": 0.0}
