@@ -37,7 +37,7 @@ from ..runtime.progress import log
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
-from .loop import EpochRecord, fit, predict_outputs
+from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .shaping import AlphaShaping
 
 OnEpoch = Callable[[EpochRecord], None] | None
@@ -322,9 +322,25 @@ def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
         resumable=Resumable(req.state_path, req.resume, req.fingerprint(), req.recorded_options()),
         command_line=req.command_line,
     )
-    ckpt = train_model(job, DatasetData(data, req), on_epoch).checkpoint
+    resumed = req.state_path.is_file()  # a --resume run's state, from before this run
+    try:
+        ckpt = train_model(job, DatasetData(data, req), on_epoch).checkpoint
+    except LayaError as e:
+        _discard_failed_state(req, e, resumed)
+        raise
     _write_checkpoint(ckpt, req)
     return ckpt
+
+
+def _discard_failed_state(req: TrainRequest, error: LayaError, resumed: bool) -> None:
+    """A run that failed leaves no resumable state of its own beside ``--out`` (one that ``--resume`` or a rerun
+    would stumble on): a diverged run's never (resuming would replay the divergence), any other failure's unless
+    the state was there before it (a ``--resume`` run keeps what it continued) or the error says it is kept (a
+    full disk). An interruption is no failure: Ctrl-C and SIGTERM keep the state (``_fit``)."""
+    if isinstance(error, StateKept) or (resumed and not isinstance(error, NonFiniteLoss)):
+        return
+    if distributed.is_main():
+        req.state_path.unlink(missing_ok=True)
 
 
 def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:

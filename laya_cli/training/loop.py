@@ -7,6 +7,7 @@ come from ``--seed``. The job around it (data, routes, checkpoint) is ``job.py``
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,41 @@ from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .shaping import AlphaShaping
 from .stopping import stopping_score, validation_faithfulness
+
+
+class NonFiniteLoss(LayaError):
+    """The training loss (or the weights) became NaN or Inf: the options, not the model's inputs, are at fault; a
+    resumable state of such a run would only replay it, so none is kept (``job.train``)."""
+
+
+class StateKept(LayaError):
+    """A failure after which the run's resumable state is kept on purpose (the message says how to continue)."""
+
+
+def non_finite_loss(cfg: TrainConfig, epoch: int, where: str) -> NonFiniteLoss:
+    """The one line for a NaN/Inf loss, naming the training options of this run that can cause one."""
+    suspects = [f"--lr {cfg.lr:g}"]
+    suspects += [f"--alpha-entropy {cfg.alpha_entropy:g}"] if cfg.alpha_entropy else []
+    suspects += [f"--tau-start {cfg.tau_start:g}"] if cfg.tau_start is not None else []
+    suspects += [f"--align {cfg.align:g}"] if cfg.align else []
+    suspects += [f"--precision {cfg.precision}"] if cfg.precision not in ("auto", "fp32") else []
+    lower = "lower it" if len(suspects) == 1 else "lower the learning rate or the loss terms' weights"
+    return NonFiniteLoss(
+        f"training diverged: the loss became NaN or Inf {where} of epoch {epoch}; the training options that can "
+        f"cause this are {', '.join(suspects)}: {lower} (no training state is kept)"
+    )
+
+
+def _check_finite_loss(loss: float, cfg: TrainConfig, epoch: int, batch: int) -> None:
+    if not math.isfinite(loss):
+        raise non_finite_loss(cfg, epoch, f"at batch {batch}")
+
+
+def _check_finite_weights(model: nn.Module, cfg: TrainConfig, epoch: int) -> None:
+    """After an epoch: the trained weights are finite (a last step can turn them NaN after a finite loss)."""
+    for p in model.parameters():
+        if p.requires_grad and not torch.isfinite(p.detach()).all():
+            raise non_finite_loss(cfg, epoch, "in the last step")
 
 
 @dataclass
@@ -205,6 +241,7 @@ def fit(
             break
         start = time.perf_counter()
         loss_sum, correct = _train_epoch(run, ddp, train_x, train_y, cfg, epoch)
+        _check_finite_weights(model, cfg, epoch)  # before the epoch is kept in the resumable state
         val_acc = accuracy(predict(model, val_x, device=cfg.device), val_y)
         val_faith = _val_faithfulness(model, val_x, cfg, alignment)
         improved = run.stopping.update(stopping_score(val_acc, val_faith), model)
@@ -276,17 +313,20 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
             else batches([*train_x, train_y], cfg.batch_size, run.shuffle)
         )
         n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
-        for *xs, y in track(shuffled, f"epoch {epoch}", n_batches):
+        for batch, (*xs, y) in enumerate(track(shuffled, f"epoch {epoch}", n_batches), 1):
             if ddp is not None:
                 batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device)
             else:
                 batch_loss, batch_correct = _step(
                     run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping
                 )
+                _check_finite_loss(batch_loss, cfg, epoch, batch)  # DDP: every rank checks the epoch's sum (below)
             loss_sum += batch_loss
             correct += batch_correct
     if ddp is not None:
         loss_sum, correct = distributed.all_sum([loss_sum, correct])
+        if not math.isfinite(loss_sum):
+            raise non_finite_loss(cfg, epoch, "in the batches")
         distributed.broadcast_buffers(run.model)  # BatchNorm running stats: rank 0's, everywhere
     return loss_sum, int(correct)
 
@@ -395,7 +435,7 @@ def save_train_state(state: dict, path: str | Path) -> None:
             if kept
             else "free space and run the command again"
         )
-        raise LayaError(f"{e}; {hint}") from None
+        raise (StateKept if kept else LayaError)(f"{e}; {hint}") from None
 
 
 def load_train_state(path: str | Path | None, fingerprint: str, options: dict | None = None) -> dict:
