@@ -74,6 +74,14 @@ def test_train_and_audit_with_a_device_map_match_the_whole_model(lm_dir, tmp_pat
     [
         (["--device-map", "everywhere"], "choose from auto"),
         (["--device-map", '{"h.0": [1]}'], "JSON object"),
+        (["--device-map", "{}"], "JSON object"),
+        (["--device-map", '{"transformer.h.0": true}'], "JSON object"),
+        (["--device-map", '{"transformer.h.0": "gpu7"'], "JSON object"),  # not JSON
+        (["--device-map", '{"transformer.h.0": "gpu7"}'], "unknown device 'gpu7' for transformer.h.0"),
+        (["--device-map", '{"transformer.h.0": "cuda:99"}'], "transformer.h.0 on GPU 'cuda:99'"),
+        (["--device-map", '{"transformer.h.0": 99}'], "transformer.h.0 on GPU 99"),
+        (["--device-map", '{"transformer.h0": "cpu"}'], "unknown module in --device-map 'transformer.h0'"),
+        (["--device-map", '{"transformer.h.0": "cpu", "transformer.h.1": "disk"}'], "--device-map: hf:"),
     ],
 )
 def test_a_bad_device_map_is_one_line(lm_dir, tmp_path, args, fragment):

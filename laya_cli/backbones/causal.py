@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from ..runtime.errors import LayaError
+from ..runtime.errors import LayaError, unknown_choice
 from .build import check_sha256, tap_model
 from .family import _first_line
 from .hf import HFFamily, local_dir, text_input, transformers_module
@@ -119,12 +119,60 @@ def _parse_device_map(device_map: str) -> str | dict:
         placement = json.loads(device_map)
     except json.JSONDecodeError:
         placement = None
-    if not isinstance(placement, dict) or not all(isinstance(v, (int, str)) for v in placement.values()):
+    if (
+        not isinstance(placement, dict)
+        or not placement
+        or not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in placement.values())
+    ):
         raise LayaError(
             f"--device-map {device_map!r}: choose from {', '.join(DEVICE_MAPS)}, or give a JSON object of module "
             'name → device ({"model.layers.0": 0, "lm_head": "cpu"})'
         )
+    for module, device in placement.items():
+        check_map_device(module, device)
     return placement
+
+
+def check_map_device(module: str, device: int | str) -> None:
+    """One device of a ``--device-map`` object, before any weight is read: a GPU index or ``cuda:N`` this machine
+    has, ``cuda``, ``cpu``, ``mps`` where there is one, or ``disk``; anything else is one line naming it."""
+    if device in ("cpu", "disk"):
+        return
+    kind = "cuda" if isinstance(device, int) else None
+    index = device if isinstance(device, int) else None
+    if isinstance(device, str):
+        try:
+            parsed = torch.device(device)
+        except RuntimeError:
+            parsed = None
+        if parsed is None or parsed.type not in ("cuda", "mps"):
+            raise LayaError(
+                f"--device-map: unknown device {device!r} for {module or 'the whole model'}: give a GPU index (0), "
+                '"cuda:N", "cpu", "mps" or "disk"'
+            )
+        kind, index = parsed.type, parsed.index
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise LayaError(f"--device-map: {module or 'the whole model'} on {device!r}, but this machine has no MPS")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (index or 0) < 0 or (index or 0) >= count:
+            has = f"its GPUs are 0 … {count - 1}" if count else "it has no CUDA GPU"
+            raise LayaError(f"--device-map: {module or 'the whole model'} on GPU {device!r}, but {has}")
+
+
+def check_map_modules(transformers, where: str, placement: str | dict) -> None:
+    """A ``--device-map`` object names modules (or weights) of the model: checked on the model built from its
+    config without weights (meta tensors), so an unknown name is one line, not silently ignored."""
+    if not isinstance(placement, dict):
+        return
+    config = transformers.AutoConfig.from_pretrained(where, local_files_only=bool(local_dir(where)) or offline())
+    with torch.device("meta"):
+        empty = transformers.AutoModelForCausalLM.from_config(config)
+    names = {name for name, _ in empty.named_modules()} | {name for name, _ in empty.named_parameters()}
+    names |= {name for name, _ in empty.named_buffers()}
+    for module in placement:
+        if module not in names:
+            raise unknown_choice("module in --device-map", module, sorted(n for n in names if n))
 
 
 def _load_causal(transformers, where: str, pretrained: bool, device_map: str | None = None) -> nn.Module:
@@ -136,12 +184,22 @@ def _load_causal(transformers, where: str, pretrained: bool, device_map: str | N
                 torch.manual_seed(0)
                 return transformers.AutoModelForCausalLM.from_config(config)
         with hub_session(offline_now=bool(local_dir(where)) or offline()):
+            if placement:
+                check_map_modules(transformers, where, placement["device_map"])
             return transformers.AutoModelForCausalLM.from_pretrained(where, cache_dir=str(hf_cache_dir()), **placement)
+    except LayaError:
+        raise
+    except (RuntimeError, KeyError) as e:
+        if placement:  # what transformers or accelerate say of a placement they cannot make
+            raise LayaError(f"--device-map: hf:{where} cannot be placed so: {_first_line(e)}") from None
+        raise
     except ValueError as e:
         if "Unrecognized configuration" in str(e) or "not recognized" in str(e):
             raise LayaError(
                 f"hf:{where} is not a causal language model (AutoModelForCausalLM has no class for it)"
             ) from None
+        if placement:
+            raise LayaError(f"--device-map: hf:{where} cannot be placed so: {_first_line(e)}") from None
         raise LayaError(f"could not create hf:{where}: {_first_line(e)}") from None
     except OSError as e:
         raise LayaError(f"could not load hf:{where}: {_first_line(e)}") from None
