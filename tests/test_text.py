@@ -390,6 +390,38 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(models, texts, tmp_pa
     assert_user_error(r, "2001 token ids", "embeds only 1000")
 
 
+@pytest.mark.parametrize("task", ["classifier", "lm"])
+def test_a_tokenizer_that_is_there_but_unreadable_is_refused(models, texts, tmp_path, task):
+    """The word-level vocabulary is for a model folder with no tokenizer files; a corrupt tokenizer.json is an
+    error, never a silently different tokenisation (issue 48)."""
+    import shutil
+
+    from helpers import make_lm_folder, sentences
+
+    if task == "lm":
+        root = make_lm_folder(tmp_path / "lm", sentences(60), 50)
+        local, data = root / "model", ["--task", "lm", "--dataset", f"text:{root / 'corpus'}", "--block-size", "16"]
+    else:
+        local, data = tmp_path / "bert", ["--dataset", f"csv:{texts}"]
+        shutil.copytree(models["bert"], local)
+        transformers.PreTrainedTokenizerFast(
+            tokenizer_object=_word_tokenizer(), unk_token="[UNK]", pad_token="[UNK]"
+        ).save_pretrained(local)
+    (local / "tokenizer.json").write_bytes(random.Random(0).randbytes(2000))
+    r = bad_train("--backbone", f"hf:{local}", *data, "--device", "cpu", "--out", tmp_path / "x.pt")
+    assert_user_error(r, f"hf:{local}'s tokenizer", "tokenizer.json", "cannot be read")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def _word_tokenizer():
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tm
+
+    tok = Tokenizer(tm.WordLevel({w: i for i, w in enumerate(["[UNK]", *sum(WORDS.values(), [])])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
+
+
 def test_a_config_that_is_no_transformer_model(tmp_path, texts):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-model"}))
     assert_user_error(

@@ -315,8 +315,15 @@ def text_input(model: nn.Module, where: str, max_length: int | None, cached: boo
     transformers = transformers_module()
     try:
         tok = transformers.AutoTokenizer.from_pretrained(where, local_files_only=cached or offline())
-    except Exception:
-        return text  # no tokenizer beside the model: trained on the training split
+    except Exception as e:
+        if not saved:
+            return text  # no tokenizer beside the model (none on the hub either): trained on the training split
+        # A tokenizer that is there but cannot be read is an error: a vocabulary learnt instead would feed the
+        # pretrained weights ids they never saw, silently.
+        files = [f for f in TOKENIZER_FILES if (folder / f).is_file()] if folder else ["its tokenizer files"]
+        raise LayaError(
+            f"hf:{where}'s tokenizer ({', '.join(files)}) cannot be read: {type(e).__name__}: {_first_line(e)}"
+        ) from None
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         raise LayaError(f"hf:{where}'s tokenizer is not a fast tokenizer; save one with tokenizer.json")
