@@ -31,6 +31,7 @@ from ..runtime.config import AuditSettings
 from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
+from ..runtime.progress import track
 from .budget import RowCosts, _OutputBytes, plan_from_costs
 from .intervals import network_columns, network_intervals
 from .metrics import degenerate_effects, deletion_at_1, head_ablation, spearman_rows, target_probability, tie_undefined
@@ -196,7 +197,8 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     generator = torch.Generator().manual_seed(settings.seed)
     blocks = torch.cat(data.blocks)
     per_batch = max(1, settings.batch_size // (blocks.shape[2] - 1))  # --batch-size counts positions
-    rows = [_network_block(model, x, settings, generator) for x in blocks.split(per_batch)]
+    chunks = blocks.split(per_batch)
+    rows = [_network_block(model, x, settings, generator) for x in track(chunks, "network scope", len(chunks))]
     got = {k: torch.cat([r[k] for r in rows])[: len(data.features)] for k in rows[0]}
     delta, tol = got["delta"], settings.tie_tol
     got["global"] = got["laya"].mean(0, keepdim=True).expand_as(got["laya"])

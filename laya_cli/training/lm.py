@@ -123,7 +123,7 @@ def evaluate(lm: LanguageModel, laya: LayaLM, tuned: TunedLens, held_out: Iterat
     sums = {k: torch.zeros(L, dtype=torch.float64) for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce", "alpha")}
     head = {"laya_kl": 0.0, "laya_ce": 0.0, "last_ce": 0.0}
     n = 0
-    for x in held_out:
+    for x in progress.track(held_out, "held-out evaluation"):
         hs, targets = token_states(lm, my_rows(x))  # under torchrun each rank measures its share, summed below
         for rows in chunks(len(targets), lm.readout.vocabulary):
             h, y = hs[rows], targets[rows]
