@@ -14,6 +14,7 @@ from pathlib import Path
 from ..auditing.budget import plan_rows
 from ..model.evaldata import EvalData, check_fit_data, load_fit_features
 from ..runtime.config import DepthSettings
+from ..runtime.fileio import check_new_outputs
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
 from .dropped import DropResult, drop_job
 from .run import DepthResult, TruncateResult, run_depth, truncate_model
@@ -27,12 +28,15 @@ def depth_job(
     out: str | Path | None = None,
     use_cache: bool = True,
     memory: MemoryRequest | None = None,
+    overwrite: bool = False,
 ) -> DepthResult | TruncateResult | DropResult:
     """``laya depth`` on ``model`` (a LayaModel) and ``load_data()`` with validated ``settings``: a
     ``DepthResult``, or with ``settings.truncate`` the ``TruncateResult`` of the checkpoint written to ``out``.
     ``use_cache``: the training features of ``settings.refit`` may come from the feature cache. ``memory``:
     ``settings.batch_size`` planned within its budget (unless the user gave it), budget and peak recorded.
-    With ``settings.drop``, ``load_data`` gives ``dropped.DropData`` and the result is a ``DropResult``."""
+    With ``settings.drop``, ``load_data`` gives ``dropped.DropData`` and the result is a ``DropResult``. An
+    existing ``out`` is refused before any work unless ``overwrite`` (``--overwrite``)."""
+    check_new_outputs({"--out": out}, overwrite)
     if settings.drop is not None:
         return drop_job(model, load_data, settings, out)
     if settings.truncate is not None:

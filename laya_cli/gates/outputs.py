@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.errors import LayaError
-from ..runtime.fileio import append_text, atomic_write_text, check_outputs, strict_json
+from ..runtime.fileio import append_text, atomic_write_text, check_new_outputs, strict_json
 from .junit import junit_xml
 from .outcome import GateOutcome
 from .regression import junit_properties
@@ -47,10 +47,12 @@ class AuditOutputs:
     json: str | Path | None = None
     markdown: str | Path | None = None
     junit: str | Path | None = None
+    overwrite: bool = False  # --overwrite: an existing file may be replaced
 
     def check_writable(self) -> AuditOutputs:
-        """Each file asked for can be written: a LayaError now, not after the audit. Returns these outputs."""
-        check_outputs(self.json, self.markdown, self.junit)
+        """Each file asked for can be written and (without ``overwrite``) does not exist yet: a LayaError now, not
+        after the audit. Returns these outputs."""
+        check_new_outputs({"--json": self.json, "--markdown": self.markdown, "--junit": self.junit}, self.overwrite)
         return self
 
     def write(self, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0) -> str | None:

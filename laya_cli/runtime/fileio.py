@@ -15,7 +15,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .errors import LayaError
@@ -60,6 +60,24 @@ def check_outputs(*paths: str | Path | None) -> None:
     for path in paths:
         if path is not None:
             check_writable(path)
+
+
+def check_new_outputs(outputs: Mapping[str, str | Path | None], overwrite: bool) -> None:
+    """The output files a command was asked for (option → path; None: not asked), before any work: each can be
+    written, no two options name the same file, and without ``overwrite`` none exists yet — an existing file is
+    replaced only when the user said so (``--overwrite``), never silently after the work. One line naming the
+    option."""
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(os.path.abspath(Path(path).expanduser()))
+        if target in seen:
+            raise LayaError(f"{seen[target]} and {option} both name {path}: give each its own file")
+        seen[target] = option
+        if not overwrite and (target.is_file() or target.is_symlink()):
+            raise LayaError(f"{option} {path} exists; pass --overwrite to replace it, or choose another file")
+        check_writable(path)
 
 
 def _umask() -> int:
