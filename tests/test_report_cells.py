@@ -44,3 +44,14 @@ def test_a_form_without_a_mark_shows_the_plain_text():
     cells = [Cell("n/a", "dim"), Cell("1.000", "best"), Cell("x")]
     assert marked(cells, {"best": "**{}**"}) == ["n/a", "**1.000**", "x"]
     assert [fmt(None), fmt(float("nan")), fmt(3, "{:d}"), fmt("odd", "{:.3f}")] == ["n/a", "n/a", "3", "odd"]
+
+
+def test_an_interval_that_excludes_0_prints_digits_that_show_it():
+    """Issue 48: laya diff printed '+0.000 [+0.000, +0.000]*' — a star on an interval that reads as 0."""
+    from laya_cli.report.cells import interval_format
+    from laya_cli.report.diff import _change
+
+    assert _change({"change": 0.00012, "ci_low": 0.00004, "ci_high": 0.0002}) == "+0.00012 [+0.00004, +0.00020]*"
+    assert _change({"change": 0.012, "ci_low": -0.004, "ci_high": 0.027}) == "+0.012 [-0.004, +0.027]"  # as before
+    assert _change({"change": 2e-10, "ci_low": 1e-10, "ci_high": 3e-10}) == "+2.00e-10 [+1.00e-10, +3.00e-10]*"
+    assert interval_format(None, float("nan"), "n/a") == "{:+.3f}"  # nothing to size it on: the usual 3 decimals

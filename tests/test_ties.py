@@ -188,7 +188,8 @@ def test_collapsed_attention_is_undefined_by_ties_and_reported():
             assert math.isnan(s.faithfulness) and s.undefined == N and s.undefined_by_ties == by_ties
             assert r.ties["undefined_by_ties"][m] == by_ties and r.ties["undefined_other"][m] == N - by_ties
             assert np.isnan(r.columns[m]["faithfulness"]).all()  # the bootstrap's per-sample column too
-        assert any("only within the tie tolerance" in n for n in r.notes)
+        note = next(n for n in r.notes if "only within the given tie tolerance" in n)
+        assert f"--tie-tol {TIE_TOL:g}" in note and "float rounding" not in note  # the tolerance given, not a cause
     misses = check_thresholds(runs[7], parse_thresholds("faithfulness=0.5"))
     assert misses and all("degenerate on all" in m and "only within --tie-tol" in m for m in misses)
     exact = audit_at(make_collapsed_head(batch=N), 7, tol=0.0)

@@ -540,7 +540,11 @@ def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate:
 def degenerate_note(degenerate: int, n: int, by_ties: int, tol: float) -> str:
     """The note on samples whose effects Δ vary in at most one layer (``by_ties`` of them only within ``tol``)."""
     every = degenerate == n
-    ties = f" ({by_ties} of them only within the tie tolerance {tol:g}: float rounding)" if by_ties else ""
+    ties = (
+        f" ({by_ties} of them only within the given tie tolerance, --tie-tol {tol:g}: effects that close count as equal)"
+        if by_ties
+        else ""
+    )
     return (
         f"faithfulness is degenerate on {'all ' if every else ''}{degenerate} of {n} samples{ties}: removing "
         f"any layer but one changes nothing there (Δ varies in at most one layer), so a rank "

@@ -57,6 +57,19 @@ def fmt(value, spec: str = "{:.3f}") -> str:
         return str(value)
 
 
+def interval_format(*values: float | None) -> str:
+    """A signed format with enough decimals (3 at least) that a difference and its interval — ``values``: the
+    difference, the bounds — each show a significant digit, and so does the width: an interval that excludes 0
+    reads so (never '+0.000 [+0.000, +0.000]*'). Scientific below 1e-8."""
+    defined = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    widths = [max(defined) - min(defined)] if len(defined) > 1 else []
+    nonzero = [abs(v) for v in [*defined, *widths] if v]
+    smallest = min(nonzero, default=1.0)
+    if smallest < 1e-8:
+        return "{:+.2e}"
+    return f"{{:+.{max(3, math.ceil(-math.log10(smallest)))}f}}"
+
+
 def best(values: Iterable) -> float | None:
     """The largest defined number (None and NaN ignored), or None."""
     vals = [v for v in values if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))]

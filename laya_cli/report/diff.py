@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .cells import MD_MARKS, RICH_MARKS, Cell, fmt, marked, md_table, rich_table
+from .cells import MD_MARKS, RICH_MARKS, Cell, fmt, interval_format, marked, md_table, rich_table
 
 CLASS_HEADER = ["class", "n", "acc. A", "acc. B", "JS (bits)", "p", "p adj.", "changed"]
 LAYER_HEADER = ["layer", "α A", "α B", "Δα", "LOLO Δ A", "LOLO Δ B", "change", "contrib A", "contrib B", "change"]
@@ -110,7 +110,8 @@ def _change(block: dict | None) -> str:
     if low is None or high is None:
         return fmt(block["change"], "{:+.3f}")
     star = "*" if low > 0 or high < 0 else ""
-    return f"{block['change']:+.3f} [{low:+.3f}, {high:+.3f}]{star}"
+    spec = interval_format(block["change"], low, high)
+    return f"{spec.format(block['change'])} [{spec.format(low)}, {spec.format(high)}]{star}"
 
 
 def lm_method_rows(doc: dict) -> list[list[str]]:

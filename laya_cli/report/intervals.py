@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .cells import Cell, Column, fmt
+from .cells import Cell, Column, fmt, interval_format
 
 # the metrics of the paired-difference table, with their short headers
 VS_LAYA = {
@@ -77,6 +77,7 @@ def vs_laya_rows(rows: dict[str, dict], groups: Sequence[str] = ()) -> tuple[lis
             b = vs.get(m) or {}
             lo, hi = b.get("ci_low"), b.get("ci_high")
             mark = "best" if (lo is not None and lo > 0) or (hi is not None and hi < 0) else None
-            cells += [Cell(fmt(b.get("difference"), "{:+.3f}"), mark), Cell(ci_text(b, "{:+.3f}"))]
+            spec = interval_format(b.get("difference"), lo, hi)
+            cells += [Cell(fmt(b.get("difference"), spec), mark), Cell(ci_text(b, spec))]
         body.append(cells)
     return header, body
