@@ -362,3 +362,34 @@ def test_the_readout_is_the_models_logits_across_families(lm_dir, tmp_path, fami
         got = lm.readout(lm.backbone.activations(torch.stack([ids, torch.ones_like(ids)], 1))[-1])
         want = T.AutoModelForCausalLM.from_pretrained(tmp_path / family).eval()(input_ids=ids).logits
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+
+
+def test_network_faithfulness_by_position_leaves_out_degenerate_positions_and_no_chance_warning(trained):
+    """Issue 48: the network scope's by-position faithfulness excludes the positions whose effects are degenerate,
+    as its overall figure does; the accuracy is held against the most frequent next token, not 'chance' over the
+    vocabulary."""
+    from laya_cli.auditing.metrics import degenerate_effects
+    from laya_cli.auditing.tokens import token_audit_job
+    from laya_cli.runtime.config import AuditSettings
+
+    _, path = trained
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    settings = AuditSettings(tie_tol=0.02, ci=0.0).validate()  # a tolerance that makes some positions degenerate
+    result = token_audit_job(model, ["laya", "gradxact"], settings, "both", None, 120)
+    net = result.network.samples
+    degenerate = degenerate_effects(net["delta"], 0.02)
+    assert degenerate.any() and not degenerate.all()
+    for m, rho in net["faithfulness"].items():
+        assert rho[degenerate].isnan().all()
+        assert result.network.methods[m].faithfulness == pytest.approx(float(rho.nanmean()), abs=1e-6)
+    assert not any("chance" in n for n in result.notes)
+
+
+def test_a_head_below_the_most_frequent_next_token_is_warned_about_in_those_words():
+    from laya_cli.auditing.run import _lm_baseline_warning
+
+    labels = torch.tensor([7] * 40 + list(range(160)))  # token 7: 41 of 200 positions
+    (warning,) = _lm_baseline_warning(0.03, labels, 200)
+    assert "most frequent next token" in warning and "token id 7: 0.205" in warning
+    assert "chance" not in warning and "classes" not in warning
+    assert _lm_baseline_warning(0.6, labels, 200) == []  # well above it: nothing to say

@@ -197,7 +197,7 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
         "faithfulness=-1",
     )
     assert r.exit_code == EXIT_OK, r.output
-    for title in ("head scope (direct effects)", "network scope (total effects)", "ρ(head, network)", "direct share"):
+    for title in ("head scope (direct effects)", "network scope (total effects)", "ρ(head, network)", "direct ÷ total"):
         assert title in r.output
     head, both = json.loads(head_json.read_text()), json.loads(both_json.read_text())
     # head scope: every key and number of a head-only run; the network scope beside them
@@ -217,7 +217,7 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
     assert scopes["methods"]["laya"]["spearman"] == pytest.approx(1.0)  # the same α at both scopes
     assert {"lolo_effects", "ig", "gradxact"} <= set(scopes["methods"])
     text = md.read_text()
-    assert "### laya audit · network scope (total effects)" in text and "#### Direct share" in text
+    assert "### laya audit · network scope (total effects)" in text and "#### Direct ÷ total effect" in text
     # the network-scope threshold is a gate check like any other: verdict, JSON and JUnit
     assert both["verdict"]["passed"] and both["verdict"]["checks"] == 1 + 7  # network:ig + every method but random
     assert "network:ig:faithfulness&gt;=-1" in junit.read_text()
@@ -356,7 +356,7 @@ def test_report_html_shows_the_network_scope():
     }
     page = audit_section(doc)
     assert "0.111" in page and "Network scope (total effects)" in page and "0.612" in page
-    assert '<span class="best">0.987</span>' in page and "0.250" in page and "Direct share" in page
+    assert '<span class="best">0.987</span>' in page and "0.250" in page and "Direct ÷ total effect" in page
     alone = audit_section({**doc, "methods": {}})
     assert alone.count("<table") == page.count("<table") - 1 and "0.111" not in alone
 
@@ -383,3 +383,22 @@ def test_python_api_audit_scope_equals_the_command_route(digits_ckpt):
     assert_close_tree(alone.summary["network"]["methods"], command["network"]["methods"], 1e-6)
     with pytest.raises(LayaError, match="--ablation mask only changes the head"):
         laya_cli.audit(model, loader, scope="network", ablation="mask", progress=False)
+
+
+def test_the_network_caption_names_the_removal_that_ran_not_the_head_scopes():
+    """Issue 48: ``--scope both --ablation bypass`` printed 'ablation mean' in the network table's footer beside
+    'the block skipped'; the per-layer quantity is a ratio (it exceeds 1), not a share."""
+    from types import SimpleNamespace
+
+    from laya_cli.report.audit import audit_caption
+    from laya_cli.report.network import SCOPE_LAYER_HEADER, SCOPE_LAYER_TITLE, network_caption
+
+    settings = {"target": "predicted", "ablation": "mean", "reduce": "sum", "methods": ["laya"], "head": "laya"}
+    net = SimpleNamespace(reference="bypass", patched="full", ties=None)
+    result = SimpleNamespace(settings=settings, n_samples=10, accuracy=0.9, layers=["a", "b"], network=net)
+    footer = network_caption(result)
+    assert "the block skipped" in footer and "ablation" not in footer
+    assert "head-scope ablation mean" in audit_caption(result)  # the head table says which scope removed by mean
+    result.network = None
+    assert "· ablation mean ·" in audit_caption(result)  # a head-scope audit: as before
+    assert "share" not in SCOPE_LAYER_HEADER[-1] and "ratio" in SCOPE_LAYER_TITLE

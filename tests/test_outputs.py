@@ -34,8 +34,8 @@ def test_two_outputs_naming_one_file_and_unwritable_ones_are_refused(tmp_path):
 def test_the_audit_outputs_refuse_an_existing_file(tmp_path):
     (tmp_path / "j.xml").write_text("kept")
     with pytest.raises(LayaError, match="--junit .* exists"):
-        AuditOutputs(tmp_path / "a.json", None, tmp_path / "j.xml").check_writable()
-    AuditOutputs(tmp_path / "a.json", None, tmp_path / "j.xml", overwrite=True).check_writable()
+        AuditOutputs(tmp_path / "a.json", None, tmp_path / "j.xml").check_writable(overwrite=False)
+    AuditOutputs(tmp_path / "a.json", None, tmp_path / "j.xml").check_writable(overwrite=True)
 
 
 def test_depth_drop_refuses_to_replace_an_existing_checkpoint(digits_ckpt, tmp_path):
@@ -44,11 +44,3 @@ def test_depth_drop_refuses_to_replace_an_existing_checkpoint(digits_ckpt, tmp_p
     r = invoke("depth", digits_ckpt, "--drop", "1", "--out", existing, "--samples", "50", "--quiet")
     assert_user_error(r, f"--out {existing} exists", "--overwrite")
     assert existing.read_bytes() == b"someone's file"
-
-
-def test_audit_refuses_to_replace_an_existing_json(digits_ckpt, tmp_path):
-    existing = tmp_path / "audit.json"
-    existing.write_text("{}")
-    r = invoke("audit", digits_ckpt, "--samples", "20", "--json", existing, "--quiet")
-    assert_user_error(r, f"--json {existing} exists", "--overwrite")
-    assert existing.read_text() == "{}"

@@ -491,7 +491,8 @@ def full_model_layer_ig(
 @dataclass
 class ScopeComparison:
     """--scope both: per method, Spearman ρ between its head-scope and network-scope scores (mean
-    over samples where both vary); per layer, mean Δ at each scope and the direct share."""
+    over samples where both vary); per layer, mean Δ at each scope and their ratio (``direct_share``: direct ÷
+    total, a ratio of means, not bounded by 1)."""
 
     methods: dict[str, dict]  # name -> {"spearman", "spearman_std", "defined", "undefined"}
     layers: dict[str, dict]  # name -> {"delta_head", "delta_network", "direct_share"}

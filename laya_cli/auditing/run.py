@@ -468,7 +468,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     num_classes = len(getattr(model, "classes", None) or [])
     degenerate, by_ties = int(common["degenerate"].sum()), int(common["tie_degenerate"].sum())
     result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
-    result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties)
+    lm = getattr(model, "task", None) == "lm"  # a language model's positions (auditing/tokens.py)
+    result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties, lm)
     record_collapse(result, common.get("alpha"))
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
     result.class_names = [str(c) for c in getattr(model, "classes", None) or []]
@@ -520,13 +521,19 @@ def _by_class(classes: list[str], plan: AuditPlan, stages, common, per) -> dict[
     return out
 
 
-def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate: int, by_ties: int = 0) -> list[str]:
-    """What makes the numbers above read as a finding when they are not one (docs/metrics.md)."""
+def _warnings(
+    result: AuditResult, labels: Tensor, num_classes: int, degenerate: int, by_ties: int = 0, lm: bool = False
+) -> list[str]:
+    """What makes the numbers above read as a finding when they are not one (docs/metrics.md). A language model's
+    next-token accuracy is held against always predicting the most frequent next token, not against chance over
+    its vocabulary (``lm``)."""
     out = []
     n = result.n_samples
     classes = max(num_classes, int(labels.max()) + 1 if len(labels) else 0)
     chance = chance_level(labels, classes) if classes else float("nan")
-    if near_chance(result.accuracy, chance, n):
+    if lm:
+        out += _lm_baseline_warning(result.accuracy, labels, n)
+    elif near_chance(result.accuracy, chance, n):
         out.append(
             f"warning: accuracy {result.accuracy:.3f} on {n} samples is within noise of chance "
             f"({chance:.3f}, {classes} classes): the model has learnt little, so no attribution of its "
@@ -537,11 +544,27 @@ def _warnings(result: AuditResult, labels: Tensor, num_classes: int, degenerate:
     return out
 
 
+def _lm_baseline_warning(accuracy_: float, labels: Tensor, n: int) -> list[str]:
+    """A language model's head no better than the most frequent next token of these positions, always predicted."""
+    if not len(labels):
+        return []
+    counts = torch.bincount(labels.long())
+    token, share = int(counts.argmax()), float(counts.max()) / len(labels)
+    if not near_chance(accuracy_, share, n):
+        return []
+    return [
+        f"warning: next-token accuracy {accuracy_:.3f} on {n} positions is no better than always predicting the "
+        f"most frequent next token of these positions (token id {token}: {share:.3f}): the head has learnt little "
+        f"of the text, so no attribution of its predictions (faithfulness or Deletion@1, of any method) means much"
+    ]
+
+
 def degenerate_note(degenerate: int, n: int, by_ties: int, tol: float) -> str:
     """The note on samples whose effects Δ vary in at most one layer (``by_ties`` of them only within ``tol``)."""
     every = degenerate == n
     ties = (
-        f" ({by_ties} of them only within the given tie tolerance, --tie-tol {tol:g}: effects that close count as equal)"
+        f" ({by_ties} of them only within the given tie tolerance, --tie-tol {tol:g}: effects that close count "
+        "as equal)"
         if by_ties
         else ""
     )

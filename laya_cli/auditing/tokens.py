@@ -52,6 +52,7 @@ class TokenAuditModel:
     reference: list[Tensor]
     layer_names: list[str]
     classes: list[str]
+    task: str = "lm"  # run_audit words its warnings for positions of a language model
 
 
 @dataclass
@@ -219,7 +220,9 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if m not in NETWORK_METHODS and plan.reasons[m]]
     network = NetworkResult(methods=scores, patched="full", reference="bypass", notes=notes, ties=ties)
     accuracy = float((got["pred"] == got["label"]).double().mean())
-    network.samples = {"faithfulness": rho, "deletion@1": d1, "delta": delta, "accuracy": accuracy,
+    # ρ is undefined (NaN) where every Δ is equal within the tolerance, as in the summary (and at head scope)
+    undefined = {m: r.masked_fill(degenerate, float("nan")) for m, r in rho.items()}
+    network.samples = {"faithfulness": undefined, "deletion@1": d1, "delta": delta, "accuracy": accuracy,
                        "columns": network_columns(scores, rho, d1, common), "alpha": got["laya"],
                        "predicted": got["pred"], "label": got["label"]}  # fmt: skip
     return network

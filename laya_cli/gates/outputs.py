@@ -47,12 +47,12 @@ class AuditOutputs:
     json: str | Path | None = None
     markdown: str | Path | None = None
     junit: str | Path | None = None
-    overwrite: bool = False  # --overwrite: an existing file may be replaced
 
-    def check_writable(self) -> AuditOutputs:
-        """Each file asked for can be written and (without ``overwrite``) does not exist yet: a LayaError now, not
-        after the audit. Returns these outputs."""
-        check_new_outputs({"--json": self.json, "--markdown": self.markdown, "--junit": self.junit}, self.overwrite)
+    def check_writable(self, overwrite: bool = True) -> AuditOutputs:
+        """Each file asked for can be written and, without ``overwrite`` (the command's ``--overwrite``), does not
+        exist yet: a LayaError now, not after the audit. Returns these outputs. (The default replaces existing files,
+        as ``laya audit`` did before it had ``--overwrite``: the command passes its flag.)"""
+        check_new_outputs({"--json": self.json, "--markdown": self.markdown, "--junit": self.junit}, overwrite)
         return self
 
     def write(self, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0) -> str | None:

@@ -333,15 +333,17 @@ def ties_text(settings: dict, ties: dict | None) -> str | None:
     return text + (f" ({by_ties} samples undefined by ties)" if by_ties else "")
 
 
-def audit_caption(result, ties: dict | None = None) -> str:
-    """The table's caption: the audit's settings; ``ties``: the tie block of the scope shown (default: the head's)."""
+def audit_caption(result, ties: dict | None = None, network: bool = False) -> str:
+    """The table's caption: the audit's settings; ``ties``: the tie block of the scope shown (default: the head's).
+    ``network``: the network table's, which names its own removal (``network_caption``), not the head scope's
+    ablation."""
     s = result.settings
     parts = [
         f"{result.n_samples} samples" + (f" of {s['dataset']}" if s.get("dataset") else ""),
         f"accuracy {fmt(result.accuracy, '{:.4f}')}",
         f"{s.get('head', '?')} head, {len(result.layers)} layers",
         f"target {s['target']}",
-        f"ablation {s['ablation']}",
+        *([] if network else [_head_ablation_text(result)]),
         f"reduce {s['reduce']}",
     ]
     if "ig" in s.get("methods", ["ig"]):  # IG's settings only when IG ran
@@ -356,6 +358,14 @@ def audit_caption(result, ties: dict | None = None) -> str:
     if s.get("model"):
         parts.insert(0, str(s["model"]))
     return " · ".join(parts)
+
+
+def _head_ablation_text(result) -> str:
+    """'ablation mean'; 'head-scope ablation mean' where the network scope removed layers otherwise (bypass)."""
+    ablation = result.settings["ablation"]
+    net = getattr(result, "network", None)
+    other = net is not None and getattr(net, "reference", ablation) != ablation
+    return f"{'head-scope ' if other else ''}ablation {ablation}"
 
 
 def baseline_caption(comparison: dict) -> str:

@@ -1,5 +1,5 @@
 """``laya audit --scope network|both``: the network-scope method table (total effects) and, for ``both``, how
-each method's layer ranking moves between the scopes and each layer's direct share of its total effect; for
+each method's layer ranking moves between the scopes and each layer's direct ÷ total effect (a ratio); for
 the terminal, Markdown and report.html (docs/metrics.md, "Two scopes").
 """
 
@@ -27,7 +27,9 @@ SCOPE_LOLO = "lolo_effects"  # the comparison's row for the effects themselves
 NETWORK = "network:"  # a comparison keys the network-scope methods ``network:METHOD``
 
 SCOPE_METHOD_HEADER = ["method", "ρ(head, network)", "± std", "undef."]
-SCOPE_LAYER_HEADER = ["layer", "mean Δ head", "mean Δ network", "direct share"]
+SCOPE_LAYER_HEADER = ["layer", "mean Δ head", "mean Δ network", "direct ÷ total"]
+# The per-layer table: a ratio of means, not a share (above 1 or below 0 where later layers offset the direct effect)
+SCOPE_LAYER_TITLE = "direct ÷ total effect of each layer (ratio of the means; > 1 or < 0: later layers offset it)"
 
 
 # What a network-scope audit puts in place of a removed layer's output, per --ablation (in words, for the tables).
@@ -63,7 +65,7 @@ def network_caption(result, comparison: dict | None = None) -> str:
     )
     return (
         (
-            f"{audit_caption(result, net.ties)} · layer patched inside the backbone with "
+            f"{audit_caption(result, net.ties, network=True)} · layer patched inside the backbone with "
             f"{NETWORK_REMOVALS.get(net.reference, net.reference)}"
         )
         + f" · {how}"
@@ -85,7 +87,7 @@ def scope_method_rows(methods: dict) -> list[list[str]]:
 
 
 def scope_layer_rows(layers: dict) -> list[list[str]]:
-    """Per layer, the mean effects at both scopes and the direct share (mean Δ_head / mean Δ_network)."""
+    """Per layer, the mean effects at both scopes and their ratio (mean Δ_head / mean Δ_network)."""
     return [
         [name, fmt(v.get("delta_head"), "{:.4f}"), fmt(v.get("delta_network"), "{:.4f}"), fmt(v.get("direct_share"))]
         for name, v in layers.items()
@@ -94,7 +96,7 @@ def scope_layer_rows(layers: dict) -> list[list[str]]:
 
 def scope_tables(result) -> list[Table]:
     """--scope both: per method, Spearman between its head- and network-scope scores; per layer,
-    the mean effects at both scopes and the direct share (mean Δ_head / mean Δ_network)."""
+    the mean effects at both scopes and their ratio (mean Δ_head / mean Δ_network)."""
     if result.network is None or result.network.comparison is None:
         return []
     comp = result.network.comparison
@@ -105,7 +107,7 @@ def scope_tables(result) -> list[Table]:
             SCOPE_METHOD_HEADER,
             scope_method_rows(comp.methods),
         ),
-        ("direct share of each layer's total effect", SCOPE_LAYER_HEADER, scope_layer_rows(comp.layers)),
+        (SCOPE_LAYER_TITLE, SCOPE_LAYER_HEADER, scope_layer_rows(comp.layers)),
     ):
         table = rich_table(title)
         table.add_column(header[0], style="bold", no_wrap=True)
@@ -141,7 +143,7 @@ def network_markdown(
             "",
             *md_table(SCOPE_METHOD_HEADER, scope_method_rows(comp.methods)),
             "",
-            "#### Direct share of each layer's total effect",
+            f"#### {SCOPE_LAYER_TITLE[0].upper()}{SCOPE_LAYER_TITLE[1:]}",
             "",
             *md_table(SCOPE_LAYER_HEADER, scope_layer_rows(comp.layers)),
         ]
@@ -150,7 +152,7 @@ def network_markdown(
 
 def network_html(doc: dict, compared: dict) -> list[str]:
     """report.html's part of a ``laya audit --scope network|both --json``: the network-scope table and, for
-    ``both``, the direct share of each layer's total effect; [] for a head-scope audit."""
+    ``both``, each layer's direct ÷ total effect; [] for a head-scope audit."""
     net = doc.get("network")
     if not isinstance(net, dict) or not isinstance(net.get("methods"), dict):
         return []
@@ -171,7 +173,7 @@ def network_html(doc: dict, compared: dict) -> list[str]:
     if layers:
         rows = [[f"<code>{e(name)}</code>", *map(e, cells)] for name, *cells in scope_layer_rows(layers)]
         parts += [
-            "<h3>Direct share of each layer's total effect</h3>",
+            f"<h3>{html.escape(SCOPE_LAYER_TITLE[0].upper() + SCOPE_LAYER_TITLE[1:])}</h3>",
             html_table(SCOPE_LAYER_HEADER, rows, "lrrr"),
         ]
     return parts
