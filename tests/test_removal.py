@@ -324,6 +324,11 @@ def test_laya_depth_drop_writes_a_checkpoint_that_info_audit_export_and_truncate
     assert load_model(trained).checkpoint["metrics"]["alpha_collapse"] is not None
     assert model.checkpoint["metrics"]["alpha_collapse"] is None
     assert "dropped" in " ".join(invoke("info", small).output.split())
+    # one timing round is no measured speed-up (issue 48): said so, with the FLOPs ratio; info does not repeat it
+    said = " ".join(r.output.split())
+    assert "a single timing round" in said and "not a measured speed-up" in said and "fewer FLOPs" in said
+    assert "faster" not in said and "faster" not in invoke("info", small).output
+    assert written["timing_rounds"] == 1 and written["speedup_spread"] is None
     audit = invoke("audit", small, "--scope", "both", "--ablation", "bypass", "--samples", "8", "--ci", "0")
     assert audit.exit_code == 0, audit.output
     assert invoke("export", small, "--samples", "8", "--out", tmp_path / "exp").exit_code == 0
@@ -345,3 +350,15 @@ def test_laya_depth_drop_refuses_bad_input_in_one_line_and_writes_nothing(traine
     assert_user_error(invoke("depth", trained, "--drop", "1", "--plot", tmp_path / "p.png"), "--plot")
     assert_user_error(invoke("depth", trained, "--out", out), "--truncate K or --drop K")
     assert not out.exists() and not (tmp_path / "p.png").exists()
+
+
+def test_a_speed_up_is_measured_from_three_rounds_with_its_spread():
+    from laya_cli.depthing.dropped import speedup_spread
+    from laya_cli.report.drop import speed_text
+
+    assert speedup_spread([2.0, 2.2], [1.0, 1.0]) is None  # two rounds: no spread to give
+    assert speedup_spread([2.0, 2.2, 1.8], [1.0, 1.1, 1.0]) == pytest.approx([1.8, 2.0])
+    w = {"speedup": 2.0, "timing_rounds": 5, "speedup_spread": [1.8, 2.2], "flops_fraction": 0.5, "flops_speedup": 2}
+    assert speed_text(w) == ", 2.00× faster measured (fastest of 5 rounds; 1.80–2.20× over them)"
+    w.update(timing_rounds=2, speedup_spread=None)
+    assert speed_text(w).startswith(", 2.00× fewer FLOPs (2 timing rounds: 2.00×, not a measured speed-up")

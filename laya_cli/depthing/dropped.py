@@ -58,9 +58,18 @@ def backbone_flops(backbone, x: Tensor) -> int:
     return count_flops(lambda: backbone(x), backbone) // x.shape[0]
 
 
-@torch.no_grad()
+SPREAD_ROUNDS = 3  # timing rounds from which a speed-up is reported as measured, with its spread over the rounds
+
+
 def seconds_side_by_side(backbones: list, x: Tensor, repeats: int) -> list[float]:
     """Wall seconds per input of each backbone's forward, timed in turn in every round; the fastest round kept."""
+    return [min(t) / x.shape[0] for t in round_seconds(backbones, x, repeats)]
+
+
+@torch.no_grad()
+def round_seconds(backbones: list, x: Tensor, repeats: int) -> list[list[float]]:
+    """Wall seconds of each backbone's forward on ``x`` in each of ``repeats`` rounds (all timed in turn in every
+    round, after one warm-up pass each): one list per backbone."""
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     for b in backbones:
         b.eval()(x)  # warm-up
@@ -72,7 +81,16 @@ def seconds_side_by_side(backbones: list, x: Tensor, repeats: int) -> list[float
             b(x)
             sync()
             times[i].append(time.perf_counter() - t0)
-    return [min(t) / x.shape[0] for t in times]
+    return times
+
+
+def speedup_spread(full: list[float], small: list[float]) -> list[float] | None:
+    """[lowest, highest] speed-up of one round over the rounds (full ÷ small, round by round); None under
+    ``SPREAD_ROUNDS`` rounds, too few for a spread."""
+    if len(full) < SPREAD_ROUNDS:
+        return None
+    ratios = [f / t for f, t in zip(full, small) if t > 0]
+    return [min(ratios), max(ratios)] if ratios else None
 
 
 @dataclass
@@ -142,11 +160,13 @@ def run_drop(model, test, val, settings: DepthSettings, x_time: Tensor) -> DropR
     timing = []
     if settings.time_repeats > 0:
         sets = [chosen[:k] for k in range(len(chosen[:K]) + 1)]
-        seconds = seconds_side_by_side([backbone.dropped(s) for s in sets], x_time.to(dev), settings.time_repeats)
+        rounds = round_seconds([backbone.dropped(s) for s in sets], x_time.to(dev), settings.time_repeats)
+        seconds = [min(t) / x_time.shape[0] for t in rounds]
         for k, (s, sec) in enumerate(zip(sets, seconds)):
             fraction = flops[frozenset(s)] / max(full_flops, 1)
             timing.append({"k": k, "dropped": s, "dropped_layers": [names[i] for i in s], "seconds_per_image": sec,
-                           "speedup": seconds[0] / sec, "flops_fraction": fraction,
+                           "speedup": seconds[0] / sec, "rounds": settings.time_repeats,
+                           "speedup_spread": speedup_spread(rounds[0], rounds[k]), "flops_fraction": fraction,
                            "flops_speedup": 1 / fraction if fraction > 0 else math.inf})  # fmt: skip
     return DropResult(
         settings=_settings_record(settings, full_flops, x_time),
@@ -215,7 +235,10 @@ def write_dropped(model, result: DropResult, settings: DepthSettings, train, tes
         "parameters": kept,
         "parameters_full": full,
         "flops_fraction": row["flops_fraction"],
-        "speedup": timed.get("speedup"),
+        "speedup": timed.get("speedup"),  # from the fastest of ``timing_rounds`` rounds
+        "timing_rounds": timed.get("rounds"),
+        "speedup_spread": timed.get("speedup_spread"),  # [lowest, highest] over the rounds; None under 3 rounds
+        "flops_speedup": timed.get("flops_speedup"),
         "evaluated_on": {"samples": len(test[1])},
     }
     how = f"without {', '.join(names)} (dropped by {settings.drop_order})"

@@ -55,10 +55,34 @@ def drop_caption(doc: dict) -> str:
 
 def timing_caption(doc: dict) -> str:
     s = doc["settings"]
+    n = s["time_repeats"]
+    rounds = f"fastest of {n} rounds" if n > 1 else "a single timing round"
+    caveat = "" if n >= 3 else " (under 3 rounds the times are single timings, not a measured speed-up)"
     return (
-        f"the {s['drop_order']} order: the model without those layers, fastest of {s['time_repeats']} rounds of "
-        f"{s['time_batch']} inputs on {s['device']}, timed side by side"
+        f"the {s['drop_order']} order: the model without those layers, {rounds} of {s['time_batch']} inputs on "
+        f"{s['device']}, timed side by side{caveat}"
     )
+
+
+def speed_text(w: dict) -> str:
+    """What a written drop's timing says: a measured speed-up with its spread over 3 or more rounds; under 3, the
+    FLOPs ratio and the timing as what it is (one or two rounds measure no speed-up); '' without a timing."""
+    if not w.get("speedup"):
+        return ""
+    rounds, spread = w.get("timing_rounds"), w.get("speedup_spread")
+    if rounds and rounds >= 3 and spread:
+        over = f"{spread[0]:.2f}–{spread[1]:.2f}× over them"
+        return f", {w['speedup']:.2f}× faster measured (fastest of {rounds} rounds; {over})"
+    flops = w.get("flops_speedup") or (1 / w["flops_fraction"] if w.get("flops_fraction") else None)
+    ratio = f", {flops:.2f}× fewer FLOPs" if flops else ""
+    timed = (
+        "a single timing round"
+        if rounds == 1
+        else f"{rounds} timing rounds"
+        if rounds
+        else "timing rounds not recorded"
+    )
+    return f"{ratio} ({timed}: {w['speedup']:.2f}×, not a measured speed-up; --time-repeats 3 or more for one)"
 
 
 def drop_lines(doc: dict) -> list[str]:
@@ -72,7 +96,7 @@ def drop_lines(doc: dict) -> list[str]:
             f"{ahead} block influence ({g['block_influence']:.3f})"
         )
     if w := doc.get("written"):
-        speed = f", {w['speedup']:.2f}× faster (measured)" if w.get("speedup") else ""
+        speed = speed_text(w)
         lines.append(
             f"dropped {', '.join(w['layers'])} ({w['order']} order): accuracy {w['test_accuracy']:.4f} "
             f"(full {w['full_test_accuracy']:.4f}, {100 * (w['test_accuracy'] - w['full_test_accuracy']):+.2f} pp), "

@@ -85,7 +85,13 @@ def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
             )
         )
     if d := summary.get("dropped"):
-        speed = f", {d['speedup']:.2f}× faster measured" if d.get("speedup") else ""
+        rounds, spread = d.get("timing_rounds"), d.get("speedup_spread")
+        # a speed-up only where it was measured (3 or more rounds, with its spread); the FLOPs share says the rest
+        speed = (
+            f", {d['speedup']:.2f}× faster measured ({spread[0]:.2f}–{spread[1]:.2f}× over {rounds} rounds)"
+            if d.get("speedup") and rounds and rounds >= 3 and spread
+            else ""
+        )
         rows.append(
             (
                 "dropped",
