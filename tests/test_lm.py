@@ -393,3 +393,13 @@ def test_a_head_below_the_most_frequent_next_token_is_warned_about_in_those_word
     assert "most frequent next token" in warning and "token id 7: 0.205" in warning
     assert "chance" not in warning and "classes" not in warning
     assert _lm_baseline_warning(0.6, labels, 200) == []  # well above it: nothing to say
+
+
+def test_the_early_exit_caption_says_whose_goals_it_reads():
+    from laya_cli.report.lm import exit_caption
+
+    goals = {"alpha_saving": 0.25, "oracle_saving": 0.5, "alpha_saves_20pc_within_1pc": True,
+             "alpha_reaches_80pc_of_oracle": False}  # fmt: skip
+    text = exit_caption({"tokens": 100, "model_ce_bits": 3.0, "laya_ce_bits": 3.1, "goals": goals})
+    assert "laya's targets for α-guided exit" in text and "≥ 20 % saved, met" in text
+    assert "≥ 80 % of the oracle's saving, missed" in text and "(goal ≥" not in text
