@@ -139,6 +139,22 @@ def test_info_panel(digits_ckpt):
     result = invoke("info", digits_ckpt)
     assert result.exit_code == 0
     assert "test accuracy" in result.output and "blocks.0" in result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "mlp (fine-tuned)" in text and "pool" not in text  # an MLP's taps are vectors: nothing to pool
+    assert "(SHA-256 " in text  # the weights' source and their digest, not run together
+    for option in ("--epochs", "--lr", "--seed", "--patience", "--stop-on", "--alpha-entropy", "--tau-start none"):
+        assert option in text, text  # every training option the checkpoint records
+
+
+def test_info_lists_training_options_as_they_read():
+    from laya_cli.report.info import training_text
+
+    config = {"epochs": 2, "lr": 0.0003, "tau_start": None, "pretrained": True, "finetune": False, "layers": []}
+    assert (
+        training_text(config)
+        == "--epochs 2 · --lr 0.0003 · --tau-start none · --pretrained · --no-finetune · --layers none"
+    )
+    assert training_text({"out": "m.pt", "seed": 1}, ("out",)) == "--seed 1" and training_text(None) is None
 
 
 def test_train_cli_writes_a_checkpoint_and_reports_test_metrics(tmp_path):

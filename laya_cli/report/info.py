@@ -12,6 +12,35 @@ def _maybe(value, missing: str = "not measured (no test split: trained with laya
     return missing if value is None else f"{value:.4f}"
 
 
+def training_text(train_config: dict | None, shown_elsewhere: tuple[str, ...] = ()) -> str | None:
+    """Every training option a checkpoint records, as the options read ('--epochs 2 · --lr 0.0003 · --tau-start
+    none · --pretrained'); None when it records none."""
+    if not train_config:
+        return None
+    parts = []
+    for key, value in train_config.items():
+        if key in shown_elsewhere:
+            continue
+        option = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool):  # a flag: as it was given
+            parts.append(option if value else f"--no-{key.replace('_', '-')}")
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value)) or None
+        shown = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+        parts.append(f"{option} {shown}")
+    return " · ".join(parts)
+
+
+def _pool_text(b: dict) -> str:
+    """', pool mean' — only for a backbone whose taps have tokens or positions to pool (not flat vectors)."""
+    formats = b.get("formats") or []
+    if formats and all(f == "NC" for f in formats):
+        return ""
+    declared = f", as {b['pool_declared_by']} declares" if b.get("pool_declared_by") else ""
+    return f", pool {b['pool']}{declared}"
+
+
 def info_panel(summary: dict, path):
     """``laya info``: what a checkpoint holds (``summary``: ``checkpoint.checkpoint_summary``)."""
     from rich.panel import Panel
@@ -21,9 +50,7 @@ def info_panel(summary: dict, path):
     rows = [
         (
             "backbone",
-            f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}, pool {b['pool']}"
-            + (f", as {b['pool_declared_by']} declares" if b.get("pool_declared_by") else "")
-            + ")",
+            f"{b['name']} ({'fine-tuned' if b['finetune'] else 'frozen'}{_pool_text(b)})",
         ),
         ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
         ("head", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items())),
@@ -45,7 +72,7 @@ def info_panel(summary: dict, path):
             else []
         ),
         *(
-            [("weights", f"{b['weights_source']}  sha256 {(b['weights_sha256'] or '')[:16]}")]
+            [("weights", f"{b['weights_source']} (SHA-256 {(b['weights_sha256'] or '')[:16]}…)")]
             if b.get("weights_source")
             else []
         ),
@@ -65,6 +92,7 @@ def info_panel(summary: dict, path):
         ("test macro-F1", _maybe(m.get("test_macro_f1"))),
         *_collapse_row(m.get("alpha_collapse"), summary["layers"]),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
+        *([("training", t)] if (t := training_text(summary.get("train_config"))) else []),
         ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
     ]
     for k, v in rows:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .cells import align_of, justify, md_table, rich_table
+from .info import training_text
 
 HEADER = ("layer", "logit lens KL", "logit lens CE", "tuned lens KL", "tuned lens CE", "laya mean α")
 
@@ -52,6 +53,9 @@ def lm_markdown(metrics: dict, layers: Sequence[str]) -> str:
     return "\n".join([caption(metrics), ""] + md_table(HEADER, lm_rows(metrics, layers))) + "\n"
 
 
+LM_SHOWN = ("backbone", "dataset", "out")  # the training options laya info shows in rows of their own
+
+
 def lm_info_panel(summary: dict, path):
     """``laya info`` of a ``--task lm`` checkpoint: what it was trained on, then the layers-and-heads table."""
     from rich.console import Group
@@ -64,11 +68,12 @@ def lm_info_panel(summary: dict, path):
     text = b.get("text") or {}
     rows = [
         ("task", f"language model (next token at every position), objective {d.get('objective')}"),
-        ("backbone", f"{b['name']}  sha256 {(b.get('weights_sha256') or '')[:16]} (frozen)"),
+        ("backbone", f"{b['name']} (frozen; SHA-256 {(b.get('weights_sha256') or '')[:16]}…)"),
         ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
         ("heads", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items()) + "; tuned lens"),
         ("text", f"{d['name']}, blocks of {d.get('block_size')} tokens, tokenizer: {text.get('source')}"),
         ("epochs", str(summary["epochs"])),
+        *([("training", t)] if (t := training_text(summary.get("train_config"), LM_SHOWN)) else []),
     ]
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/]", escape(str(value)))
