@@ -42,8 +42,9 @@ def token_states(lm: LanguageModel, x: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def layer_means(lm: LanguageModel, train: Iterator[Tensor], max_tokens: int) -> list[Tensor]:
-    """r̄_i: each layer's mean state over (up to ``max_tokens`` of) the training positions — the reference that
-    replaces a removed or not-yet-computed layer (early exit, audits)."""
+    """r̄_i: each layer's mean state over the positions of the first whole training batches, until they reach
+    ``max_tokens`` positions (``--eval-tokens``; the last batch is taken whole) — the reference that replaces a
+    removed or not-yet-computed layer (early exit, audits)."""
     total, n = None, 0
     for x in train:
         hs, _ = token_states(lm, my_rows(x))  # under torchrun each rank sums its share of every batch
