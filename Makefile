@@ -17,7 +17,7 @@ $(BIN)/laya: pyproject.toml
 install: $(BIN)/laya
 
 demo: install
-	$(BIN)/laya train --dataset digits --out model.pt
+	$(BIN)/laya train --dataset digits --out model.pt --overwrite
 	$(BIN)/laya info model.pt
 
 test: install

@@ -30,7 +30,7 @@ if [ -z "${LAYA_MODEL:-}" ]; then
   exit 2
 fi
 
-args=(audit "$LAYA_MODEL" --compare "${LAYA_COMPARE-ig,gradxact}" --json "$json")
+args=(audit "$LAYA_MODEL" --compare "${LAYA_COMPARE-ig,gradxact}" --json "$json" --overwrite)  # rerun into its own files
 [ -n "$junit" ] && args+=(--junit "$junit")
 [ -n "${LAYA_FAIL_UNDER:-}" ] && args+=(--fail-under "$LAYA_FAIL_UNDER")
 [ -n "${LAYA_BASELINE:-}" ] && args+=(--baseline "$LAYA_BASELINE")

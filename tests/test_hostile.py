@@ -104,3 +104,35 @@ def test_the_sweep_covers_every_command_and_number():
     fast = list(cases(slow=False))
     assert {c.values[0] for c in fast} == set(COMMANDS) - {"info"}  # info takes no value option
     assert len(fast) > 200 and not math.isnan(len(fast))
+
+
+OUTPUT_FILES = [
+    ("train", "--out", "o.pt"),
+    ("audit", "--json", "a.json"),
+    ("audit", "--markdown", "a.md"),
+    ("audit", "--junit", "a.xml"),
+    ("depth", "--json", "d.json"),
+    ("depth", "--markdown", "d.md"),
+    ("depth", "--plot", "d.png"),
+    ("diff", "--json", "f.json"),
+    ("diff", "--markdown", "f.md"),
+    ("bench", "--json", "b.json"),
+    ("bench", "--markdown", "b.md"),
+]
+
+
+@pytest.mark.parametrize("command, flag, name", OUTPUT_FILES, ids=[f"{c}{f}" for c, f, _ in OUTPUT_FILES])
+def test_an_existing_output_is_refused_without_overwrite_and_left_untouched(digits_ckpt, tmp_path, command, flag, name):
+    existing = tmp_path / name
+    existing.write_text("mine")
+    result = invoke(command, *base_args(command, digits_ckpt, tmp_path), flag, str(existing))
+    assert result.exit_code == 2 and flag in result.output and "--overwrite" in result.output, result.output
+    assert existing.read_text() == "mine"
+
+
+def test_overwrite_replaces_an_existing_output(digits_ckpt, tmp_path):
+    existing = tmp_path / "a.json"
+    existing.write_text("mine")
+    result = invoke("audit", *base_args("audit", digits_ckpt, tmp_path), "--json", str(existing), "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert existing.read_text().startswith("{")

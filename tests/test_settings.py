@@ -53,6 +53,7 @@ COMMAND_LINE_ONLY = {
     "quiet": "terminal output (the API: progress=)",
     "json_out": "writes a file (the API returns the result)",
     "markdown": "writes a file",
+    "overwrite": "replaces an existing output file",
 }
 TRAIN_ONLY = {
     **COMMAND_LINE_ONLY,

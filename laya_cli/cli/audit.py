@@ -42,6 +42,7 @@ from .options import (
     ModelPath,
     PerSample,
     Precision,
+    Replace,
 )
 
 AUDIT = AuditSettings()
@@ -66,6 +67,7 @@ def audit(
     gate_on: GateOn = "estimate",
     inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
     per_sample: PerSample = True,
+    overwrite: Replace = False,
     *,
     settings: AuditSettings,
     where: ScopeSettings,
@@ -92,7 +94,7 @@ def audit(
         settings.metrics = tuple(parse_metric_groups([*parse_metric_groups(settings.metrics), *gated_groups]))
         settings.validate()
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
-        files = AuditOutputs(json_out, markdown, junit).check_writable()
+        files = AuditOutputs(json_out, markdown, junit).check_writable(overwrite)
         result = run_job(model, settings, methods, scope, gates, data, lm.device_map, cache, job)
     result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()

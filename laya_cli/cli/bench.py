@@ -26,6 +26,7 @@ from .options import (
     MarkdownOut,
     Quiet,
     Redo,
+    Replace,
 )
 
 HEADS = ",".join(BENCH.heads)  # the default of --heads, as one would type it
@@ -60,6 +61,7 @@ def bench(
     redo: Redo = BENCH.redo,
     quiet: Quiet = False,
     objective: BenchObjectives = "kl",
+    overwrite: Replace = False,
     *,
     req: TrainRequest,
     audit: AuditSettings,
@@ -68,7 +70,7 @@ def bench(
     """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
     head and the tuned lens of a causal language model, per layer, over seeds)."""
     from ..runtime.errors import LayaError
-    from ..runtime.fileio import check_outputs
+    from ..runtime.fileio import check_new_outputs
     from ..training import bench as B
     from .train import refuse_unread
 
@@ -78,12 +80,13 @@ def bench(
         if heads != HEADS:
             raise LayaError("--heads: a language model's bench trains the LAYA head and the tuned lens together")
         lm_bench = (objective, seeds, base_seed, out, compare, audit_samples)
+        check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
         return bench_language_model(req, lm, lm_bench, audit, redo, quiet, (json_out, markdown))
     if objective != "kl" or req.train.layer_dropout:
         raise LayaError("--objective, --block-size, --eval-tokens and --layer-dropout apply to --task lm")
     refuse_unread(lm, Use(LMSettings, skip=("objective", "device_map")), ("task",), "applies to --task lm")
     with progress.enabled(not quiet):
-        check_outputs(json_out, markdown)
+        check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
         bench_req = B.BenchRequest(
             train=req.validate(),
             audit=audit.validate(),
@@ -135,12 +138,11 @@ def bench_language_model(req, lm, lm_bench: tuple, audit, redo: bool, quiet: boo
     """``--task lm``: every (objective, seed) run trained and audited (training/bench_lm.py); the tables, the JSON
     and the Markdown asked for."""
     from ..report.lm import lm_bench_markdown, lm_bench_tables
-    from ..runtime.fileio import check_outputs, strict_json
+    from ..runtime.fileio import strict_json
     from ..training.bench_lm import LMBenchRequest, run_lm_bench
     from .train import lm_request
 
     objective, seeds, base_seed, out, compare, audit_samples = lm_bench
-    check_outputs(*files)
     req = LMBenchRequest(
         train=lm_request(req, lm),
         objectives=objective.split(","),

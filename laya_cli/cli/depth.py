@@ -9,7 +9,7 @@ from ..runtime.config import DepthSettings, EvalRequest, LMSettings
 from ..runtime.errors import LayaError
 from .common import console, note, pick_device, print_tables, refuse_device_map, run_options, trust_arch, write_outputs
 from .declared import Use, with_settings
-from .options import ArchImport, Cache, JsonOut, MarkdownOut, MaxMemory, ModelPath, PlotOut, Quiet, TruncateOut
+from .options import ArchImport, Cache, JsonOut, MarkdownOut, MaxMemory, ModelPath, PlotOut, Quiet, Replace, TruncateOut
 
 DEPTH = DepthSettings()
 
@@ -25,6 +25,7 @@ def depth(
     quiet: Quiet = False,
     arch: ArchImport = None,
     max_memory: MaxMemory = None,
+    overwrite: Replace = False,
     *,
     settings: DepthSettings,
     data: EvalRequest,
@@ -37,7 +38,7 @@ def depth(
     from ..model.laya_model import model_from_checkpoint
     from ..model.lenses import is_language_model
     from ..report.depth import truncate_line
-    from ..runtime.fileio import check_outputs
+    from ..runtime.fileio import check_new_outputs
 
     with progress.enabled(not quiet):
         trust_arch(arch)
@@ -49,7 +50,7 @@ def depth(
         settings.validate()
         truncate, drop, samples = settings.truncate, settings.drop, data.samples
         check_writes(truncate, drop, out, plot)
-        check_outputs(json_out, markdown, plot, out)
+        check_new_outputs({"--json": json_out, "--markdown": markdown, "--plot": plot, "--out": out}, overwrite)
         if is_language_model(ckpt := depth_checkpoint(model, truncate, drop, settings.refit, plot)):
             outputs = (json_out, markdown)
             return token_depth(ckpt, data, thresholds_given, settings, outputs, model, lm.device_map)
@@ -59,13 +60,13 @@ def depth(
             load = partial(
                 load_drop_data, laya_model, data.dataset, data.data_dir, samples, settings.seed, data.encoding
             )
-            result = depth_job(laya_model, load, settings, out)
+            result = depth_job(laya_model, load, settings, out, overwrite=overwrite)
             result.settings.update({"model": str(model), "samples": samples})
             return render_drop(result, json_out, markdown)
         where = (data.dataset, data.data_dir, samples, settings.seed, settings.device)
         load = partial(load_eval_data, laya_model, *where, use_cache=cache, encoding=data.encoding)
         memory = run_options(max_memory, "auto", batch_size=batch_size)["memory"]
-        result = depth_job(laya_model, load, settings, out, use_cache=cache, memory=memory)
+        result = depth_job(laya_model, load, settings, out, use_cache=cache, memory=memory, overwrite=overwrite)
         if truncate is not None:
             console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
             return

@@ -14,7 +14,7 @@ from ..runtime import progress
 from ..runtime.config import TIE_TOL, EvalRequest
 from .common import EXIT_GATE_FAILED, err_console, pick_device, print_tables, write_outputs
 from .declared import with_settings
-from .options import Ablation, Device, JsonOut, MarkdownOut, Quiet, SubsetSeed, TieTol
+from .options import Ablation, Device, JsonOut, MarkdownOut, Quiet, Replace, SubsetSeed, TieTol
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
 ModelB = Annotated[Path, typer.Argument(help="The second checkpoint (the candidate, B).", show_default=False)]
@@ -67,6 +67,7 @@ def diff(
     markdown: MarkdownOut = None,
     device: Device = "auto",
     quiet: Quiet = False,
+    overwrite: Replace = False,
     *,
     data: EvalRequest,
 ):
@@ -79,7 +80,7 @@ def diff(
     from ..report.diff import diff_markdown, diff_rich_tables
     from ..runtime.config import check_at_least, check_tie_tol
     from ..runtime.errors import LayaError, match_choice
-    from ..runtime.fileio import check_outputs, strict_json
+    from ..runtime.fileio import check_new_outputs, strict_json
     from ..runtime.tracking.events import log_diff
     from ..stats.multiple import CORRECTIONS
     from .command import current_run
@@ -90,7 +91,7 @@ def diff(
         raise LayaError(f"--alpha must be in (0, 1), got {alpha}")
     correction = match_choice("--correction", correction, CORRECTIONS)
     settings = DiffSettings(permutations, alpha, correction, seed, check_tie_tol(tie_tol))
-    check_outputs(json_out, markdown)
+    check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
     ckpts = checkpoint_kinds(str(model_a), str(model_b))
     given = {"--permutations": permutations, "--alpha": alpha, "--correction": correction,
              "--fail-if-changed": fail_if_changed, "--data-dir": data_dir, "--compare": compare, "--ci": ci,

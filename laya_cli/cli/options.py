@@ -154,6 +154,13 @@ AuditIn = Annotated[
 
 # --------------------------------------------------------------------------- depth
 
+Replace = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Replace output files that already exist (without it an existing output is an error, before any work).",
+    ),
+]
 TruncateOut = Annotated[
     Path | None, typer.Option("--out", help="Where --truncate or --drop writes the smaller checkpoint.")
 ]

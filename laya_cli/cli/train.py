@@ -12,7 +12,7 @@ from ..runtime import progress
 from ..runtime.config import LMSettings, TrainRequest
 from .common import console, err_console, pick_device, refuse_device_map
 from .declared import changed, with_settings
-from .options import Quiet
+from .options import Quiet, Replace
 
 # What ``--task lm`` reads of a TrainRequest (training/lm.py: lm_request); any other option set is refused.
 LM_READS = frozenset(
@@ -22,8 +22,9 @@ LM_READS = frozenset(
 
 
 @with_settings(req=TrainRequest, lm=LMSettings)
-def train(quiet: Quiet = False, *, req: TrainRequest, lm: LMSettings):
+def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainRequest, lm: LMSettings):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
+    check_new_checkpoint(req, overwrite)
     req.data.seed, req.train.device = req.train.seed, pick_device(req.train.device)
     if lm.validate().is_lm:
         return train_language_model(lm_request(req, lm), quiet)
@@ -47,6 +48,13 @@ def train(quiet: Quiet = False, *, req: TrainRequest, lm: LMSettings):
         f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {req.out}",
         highlight=False,
     )
+
+
+def check_new_checkpoint(req: TrainRequest, overwrite: bool) -> None:
+    """``--out`` names a new file, or ``--overwrite`` says to replace it; ``--resume`` continues into it."""
+    from ..runtime.fileio import check_new_outputs
+
+    check_new_outputs({"--out": req.out}, overwrite or req.resume)
 
 
 def refuse_unread(obj, use, reads, why: str) -> None:

@@ -159,7 +159,7 @@ ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training
 class TrainConfig:
     epochs: int = setting(50, "Maximum epochs.", minimum=1)
     batch_size: int = setting(128, "Batch size.", minimum=1)
-    lr: float = setting(3e-4, "Adam learning rate.", above=0)
+    lr: float = setting(3e-4, "Adam learning rate.", above=0, below=1e30, rule="positive and below 1e30 (a float32)")
     patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1)
     seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.")
     device: str = device_setting()
