@@ -63,7 +63,9 @@ def test_audit_table_json_and_markdown(digits_ckpt, tmp_path):
     # the deeper metrics only on request (--metrics, or a gate naming one); IG also says which steps it took
     assert all(set(v) - {"ig_steps"} == METHOD_KEYS | INTERVAL_KEYS for v in doc["methods"].values())
     assert doc["computed_metrics"] == ["faithfulness", "deletion@1", "deletion@1_normalised"]
-    deeper = audit(digits_ckpt, "--compare", "all", "--samples", 40, "--json", js, "--steps", 8, "--metrics", "all")
+    deeper = audit(
+        digits_ckpt, "--compare", "all", "--samples", 40, "--json", js, "--steps", 8, "--metrics", "all", "--overwrite"
+    )
     assert deeper.exit_code == 0, deeper.output
     assert all(
         set(v) - {"ig_steps"} == METHOD_KEYS | DEEPER_KEYS | INTERVAL_KEYS

@@ -186,12 +186,12 @@ def test_cli_default_json_has_core_metrics_and_a_gate_computes_its_group(digits_
     assert doc["methods"]["ig"]["ig_steps"]["tol"] == AuditSettings.ig_tol
     r = invoke(
         "audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "--quiet",
-        "--fail-under", "ig:completeness=0.5", "--max-drop", "sufficiency@1=1", "--baseline", str(out),
+        "--fail-under", "ig:completeness=0.5", "--max-drop", "sufficiency@1=1", "--baseline", str(out), "--overwrite",
     )  # fmt: skip
     doc = json.loads(out.read_text())
     assert doc["computed_metrics"] == [*CORE_METRICS, "sufficiency@1", "sufficiency@1_normalised", "completeness"]
     assert "completeness" in doc["methods"]["ig"] and "aopc" not in doc["methods"]["ig"]
-    r = invoke("audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "--quiet", "--metrics", "all")
+    r = invoke("audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "-q", "--metrics", "all", "--overwrite")
     assert json.loads(out.read_text())["computed_metrics"] == list(METRICS)
 
 

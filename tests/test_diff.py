@@ -163,7 +163,9 @@ def test_diff_takes_the_shared_options(digits_ckpt, tmp_path):
     assert "options (defaults < " in r.output and "samples=200" in r.output and "layer usage by class" in r.output
     doc = json.loads(out.read_text())
     assert doc["n_samples"] == 200 and doc["options"]["values"]["permutations"] == 200
-    r = invoke("diff", digits_ckpt, digits_ckpt, *FAST, "-q", "--log-to", f"tensorboard:{runs}", "--json", out)
+    r = invoke(
+        "diff", digits_ckpt, digits_ckpt, *FAST, "-q", "--log-to", f"tensorboard:{runs}", "--json", out, "--overwrite"
+    )
     assert r.exit_code == 0 and "layer usage by class" not in r.output, r.output
     (folder,) = [p for p in runs.iterdir() if p.name.startswith("diff-")]
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})

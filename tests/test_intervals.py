@@ -171,7 +171,9 @@ def test_audit_json_markdown_and_table_carry_intervals(digits_ckpt, tmp_path):
     text = md.read_text()
     assert "| 95% CI |" in text.replace("95% CI | ± std", "95% CI |") and "Paired difference from `laya`" in text
     assert "per_sample" in doc and len(unpack(doc["per_sample"], "ig")["faithfulness"]) == 120
-    plain = invoke("audit", digits_ckpt, *FAST, "--bootstrap", "50", "--json", out)  # deeper groups not computed
+    plain = invoke(
+        "audit", digits_ckpt, *FAST, "--bootstrap", "50", "--json", out, "--overwrite"
+    )  # deeper groups not computed
     assert plain.exit_code == 0, plain.output
     assert set(json.loads(out.read_text())["methods"]["laya"]["ci"]) == {
         "faithfulness",

@@ -63,7 +63,18 @@ def test_the_audit_means_are_laya_audit_of_each_run(benched, tmp_path):
     faith = {"laya": [], "gradxact": []}
     for run in [r for r in doc["runs"] if r["objective"] == "kl"]:
         out = tmp_path / "a.json"
-        r = invoke("audit", run["checkpoint"], "--samples", "60", "--compare", "gradxact", "--json", out, "--quiet")
+        r = invoke(
+            "audit",
+            run["checkpoint"],
+            "--samples",
+            "60",
+            "--compare",
+            "gradxact",
+            "--json",
+            out,
+            "--quiet",
+            "--overwrite",
+        )
         assert r.exit_code == 0, r.output
         audit = json.loads(out.read_text())
         for m in faith:

@@ -190,5 +190,5 @@ def test_the_audit_says_gradxact_is_void_on_a_layer_norm_head(tmp_path):
     assert any(n.startswith("gradxact: this head normalises every layer") for n in notes), notes
     plain = tmp_path / "plain.pt"
     assert invoke("train", "--dataset", "digits", "--epochs", "1", "--out", plain, "-q").exit_code == 0
-    r = invoke("audit", plain, "--compare", "gradxact", "--samples", "20", "--ci", "0", "--json", report)
+    r = invoke("audit", plain, "--compare", "gradxact", "--samples", "20", "--ci", "0", "--json", report, "--overwrite")
     assert not any("normalises every layer" in n for n in json.loads(report.read_text())["notes"])
