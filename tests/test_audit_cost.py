@@ -191,7 +191,9 @@ def test_cli_default_json_has_core_metrics_and_a_gate_computes_its_group(digits_
     doc = json.loads(out.read_text())
     assert doc["computed_metrics"] == [*CORE_METRICS, "sufficiency@1", "sufficiency@1_normalised", "completeness"]
     assert "completeness" in doc["methods"]["ig"] and "aopc" not in doc["methods"]["ig"]
-    r = invoke("audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "-q", "--metrics", "all", "--overwrite")
+    r = invoke(
+        "audit", str(digits_ckpt), "--samples", "60", "--json", str(out), "-q", "--metrics", "all", "--overwrite"
+    )  # noqa: E501
     assert json.loads(out.read_text())["computed_metrics"] == list(METRICS)
 
 
