@@ -45,7 +45,7 @@ from .audit_speed import MODEL, build, plain_inference, timed
 
 def network_setup(model, images, device: str):
     """(NetworkScope, float images, targets, tap means of 16 other images)."""
-    from laya_cli.auditing.network import NetworkScope
+    from laya_cli.auditing.network.patching import NetworkScope
     from laya_cli.features.extraction import tap_means, to_float_images
 
     g = torch.Generator().manual_seed(1)
@@ -65,7 +65,7 @@ def lolo(scope, x, target):
 
 def network_audit(model, images, reference, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """What ``laya audit --scope network`` does for these images (one batch)."""
-    from laya_cli.auditing.network import run_scoped_audit
+    from laya_cli.auditing.job import run_scoped_audit
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.evaldata import EvalData
     from laya_cli.runtime.config import AuditSettings
@@ -88,7 +88,7 @@ def ig_routes(model, scope, xs, targets, reference, steps: int, tol: float, devi
     """Network IG two ways on the same images: ours (prefix-cached, steps chosen per (image, layer) from the
     convergence delta at ``tol``) and Captum's straightforward route (``steps`` for every one): their seconds,
     completeness and steps. With fixed steps the two must agree to 1e-5 (checked on two images)."""
-    from laya_cli.auditing.network import full_model_layer_ig
+    from laya_cli.auditing.network.patching import full_model_layer_ig
 
     hs = scope.activations(xs)
     feats = scope.pooled(hs)
@@ -120,8 +120,9 @@ def convergence(images: int, steps: list[int], device: str = "cpu") -> list[dict
     """How fast IG converges on the benchmark's ViT-tiny, per number of Gauss–Legendre steps (what the first steps
     of ``auditing/ig_steps.py`` rest on): at network scope mean |δ| / mean |Δ| over (image, block) and the largest
     |δ|; at head scope IG's completeness over the same images (1 − mean |δ| / mean |p_ŷ(x) − p_ŷ(r̄)|)."""
-    from laya_cli.auditing.methods import CONVERGENCE, AttributionContext
+    from laya_cli.auditing.methods import AttributionContext
     from laya_cli.auditing.metrics import completeness, target_probability
+    from laya_cli.auditing.registry import METHODS
 
     _, model, imgs, _ = build(images, device)
     scope, x, target, _ = network_setup(model, imgs, device)
@@ -137,7 +138,7 @@ def convergence(images: int, steps: list[int], device: str = "cpu") -> list[dict
         deltas = torch.stack(
             [scope._layer_ig(i, h, feats[:i], target, n, None, "sum")[1].abs() for i, h in enumerate(hs)], 1
         )
-        _, head_delta = CONVERGENCE["ig"](model.head, feats, AttributionContext(target, reference, n_steps=n))
+        _, head_delta = METHODS["ig"].convergence(model.head, feats, AttributionContext(target, reference, n_steps=n))
         rows.append(
             {
                 "steps": n,

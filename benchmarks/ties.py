@@ -53,8 +53,9 @@ def one_run(head, feats, ref, target, batch: int | None) -> dict:
     """Δ and each measured method's scores of every sample, in batches of ``batch`` (float32), or float64 (None)."""
     import torch
 
-    from laya_cli.auditing.methods import METHODS, AttributionContext
+    from laya_cli.auditing.methods import AttributionContext
     from laya_cli.auditing.metrics import lolo_effects
+    from laya_cli.auditing.registry import METHODS
 
     if batch is None:
         head, feats, ref = copy.deepcopy(head).double(), [f.double() for f in feats], [r.double() for r in ref]

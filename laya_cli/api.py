@@ -34,6 +34,7 @@ from .runtime.config import (
     AuditSettings,
     DepthSettings,
     HeadConfig,
+    Removal,
     ScopeSettings,
     TrainConfig,
     check_alpha_options,
@@ -292,18 +293,19 @@ def diff(
         LayaError: models with other taps or classes, a bad setting, or a bad loader.
     """
     from .auditing.diff.compare import DiffSettings
-    from .auditing.diff.job import check_comparable, compare_models
+    from .auditing.diff.job import check_comparable, check_diff, compare_models
     from .stats.multiple import CORRECTIONS
 
     if permutations < 1 or not 0 < alpha < 1:
         raise LayaError(f"permutations must be >= 1 and alpha in (0, 1), got {permutations} and {alpha}")
     settings = DiffSettings(permutations, alpha, match_choice("correction", correction, CORRECTIONS), seed)
-    ablation = match_choice("ablation", ablation, HEAD_ABLATIONS)
+    removal = Removal.parse(match_choice("ablation", ablation, HEAD_ABLATIONS))  # the head scope's: mean|zero|mask
     check_comparable(model_a, model_b, "model_a", "model_b")
+    check_diff(model_a, model_b, removal, "head")
     device = resolve_device(device)
     with _progress.enabled(progress):
         data_a, data_b = (loader_eval_data(m, loader, device) for m in (model_a, model_b))
-        return compare_models(model_a, model_b, data_a, data_b, settings, ablation, device)
+        return compare_models(model_a, model_b, data_a, data_b, settings, removal, device)
 
 
 # --------------------------------------------------------------------------- load

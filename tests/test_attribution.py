@@ -8,7 +8,6 @@ from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from helpers import make_attribution_inputs
 
 from laya_cli.auditing.methods import (
-    METHODS,
     AttributionContext,
     contrib,
     global_weights,
@@ -18,8 +17,8 @@ from laya_cli.auditing.methods import (
     random_scores,
     reduce_layers,
     saliency,
-    unavailable_reason,
 )
+from laya_cli.auditing.registry import METHODS, unavailable_reason
 from laya_cli.runtime.errors import LayaError
 
 DIMS = [12, 8, 6, 10]

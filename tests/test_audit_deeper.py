@@ -12,8 +12,7 @@ from captum.attr import IntegratedGradients
 from helpers import head_only_model, make_attribution_inputs
 from scipy.stats import spearmanr
 
-from laya_cli.auditing import methods as attribution
-from laya_cli.auditing.methods import CONVERGENCE, METHODS, AttributionContext
+from laya_cli.auditing.methods import AttributionContext
 from laya_cli.auditing.metrics import (
     ablated_probability,
     aopc,
@@ -27,6 +26,7 @@ from laya_cli.auditing.metrics import (
     target_probability,
 )
 from laya_cli.auditing.names import METRIC_GROUPS, parse_methods, parse_metric_groups
+from laya_cli.auditing.registry import METHODS, Method
 from laya_cli.auditing.run import run_audit
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
@@ -145,7 +145,7 @@ def test_aopc_is_samek_mean_with_d0_zero():
 def test_completeness_summary_and_captums_own_delta():
     head, feats, ref, target = make(batch=11)
     ctx = AttributionContext(target, ref, n_steps=4)
-    scores, delta = CONVERGENCE["ig"](head, feats, ctx)
+    scores, delta = METHODS["ig"].convergence(head, feats, ctx)
     torch.testing.assert_close(scores, METHODS["ig"](head, feats, ctx))  # same scores as the plain method
     # Captum's own delta for the same call, and the definition by hand: Σ raw attributions − (p(x) − p(r̄))
     forward = lambda *r: torch.softmax(head(list(r)).logits, -1)
@@ -247,7 +247,7 @@ def test_run_audit_new_metrics_equal_by_hand_references():
     assert len(set(round(v, 9) for v in dl)) == 1
     assert il[0] == pytest.approx(target_probability(head(feats).logits, target).double().mean().item(), abs=1e-6)
     # completeness only for IG, equal to the summary of Captum's deltas
-    _, delta = CONVERGENCE["ig"](head, feats, AttributionContext(target, ref, n_steps=6))
+    _, delta = METHODS["ig"].convergence(head, feats, AttributionContext(target, ref, n_steps=6))
     with torch.no_grad():
         effect = target_probability(head(feats).logits, target) - target_probability(
             head([r.expand_as(f) for r, f in zip(ref, feats)]).logits, target
@@ -259,7 +259,7 @@ def test_run_audit_new_metrics_equal_by_hand_references():
 def test_random_is_flagged_by_the_sanity_check_and_a_model_free_method_is_noted(monkeypatch):
     head, feats, ref, _ = make(batch=30)
     norms = lambda h, f, ctx: torch.stack([x.norm(dim=-1) for x in f], 1)  # ignores the model entirely
-    monkeypatch.setitem(attribution.METHODS, "norms", norms)
+    monkeypatch.setitem(METHODS, "norms", Method("norms", norms))
     result = run_audit(head_only_model(head, ref, C), data(feats), ["laya", "norms", "random"], Deeper(steps=4))
     for m in ("norms", "random"):  # the same scores whatever the head: ρ = 1 at every stage
         s = result.methods[m]

@@ -16,6 +16,7 @@ from laya_cli.auditing import methods as attribution
 from laya_cli.auditing.metrics import (
     average_ranks,
     chance_level,
+    check_removal,
     degenerate_effects,
     deletion_at_1,
     lolo_effects,
@@ -26,10 +27,11 @@ from laya_cli.auditing.metrics import (
     target_probability,
 )
 from laya_cli.auditing.names import parse_methods
+from laya_cli.auditing.registry import METHODS, Method
 from laya_cli.auditing.run import run_audit
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
-from laya_cli.runtime.config import AuditSettings
+from laya_cli.runtime.config import AuditSettings, Removal
 from laya_cli.runtime.errors import LayaError
 
 DIMS = [10, 6, 8, 5]
@@ -149,15 +151,15 @@ def test_lolo_effects_by_hand(ablation):
 def test_mask_ablation_needs_layer_weights():
     head, feats, ref = make("concat", batch=3)
     with pytest.raises(LayaError, match="--ablation mask needs a head with layer weights"):
-        lolo_effects(head, feats, torch.zeros(3, dtype=torch.long), ref, "mask")
+        check_removal(head, Removal.parse("mask").head)  # checked once, before any work
     with pytest.raises(LayaError, match="did you mean"):
-        lolo_effects(head, feats, torch.zeros(3, dtype=torch.long), ref, "maen")
+        Removal.parse("maen")
 
 
 def test_lolo_oracle_as_attribution_scores_faithfulness_1_and_deletion_oracle(monkeypatch):
     head, feats, ref = make(batch=150)
     oracle = lambda h, f, ctx: lolo_effects(h, f, ctx.target, ctx.baseline, "mean")
-    monkeypatch.setitem(attribution.METHODS, "oracle", oracle)
+    monkeypatch.setitem(METHODS, "oracle", Method("oracle", oracle))
     result = run_audit(
         head_only_model(head, ref, C), features(feats), ["oracle", "random"], AuditSettings(batch_size=64)
     )

@@ -145,7 +145,7 @@ def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path)
     """X-MOD's layers take one language id per sample (1-D, batch long): prefix caching on some rows of a batch
     (network-scope IG refining them) hands the layers those rows' ids, as the full passes do."""
     from laya_cli import backbones as bb
-    from laya_cli.auditing import network
+    from laya_cli.auditing.network.patching import NetworkScope
     from laya_cli.backbones import tokens as tokenization
     from laya_cli.model.heads import build_head
 
@@ -160,7 +160,7 @@ def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path)
     x = tokenization.encode(backbone.input_cfg, texts)
     torch.manual_seed(0)
     head = build_head("laya", [16, 16, 16], 3).eval()
-    scope, full = (network.NetworkScope(backbone, head, prefix=p) for p in (True, False))
+    scope, full = (NetworkScope(backbone, head, prefix=p) for p in (True, False))
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     target = scope.probs(feats).argmax(-1)

@@ -14,7 +14,7 @@ import torch
 from helpers import invoke
 
 from laya_cli import backbones as bb
-from laya_cli.auditing import network
+from laya_cli.auditing.network.patching import NetworkScope
 from laya_cli.backbones import tokens as tokenization
 from laya_cli.backbones.engines import first_tensor, time_first
 from laya_cli.features.extraction import tap_means
@@ -61,7 +61,7 @@ def scoped(folder, name, ablation="mean", reference=None, prefix=None):
         dims = [r.shape[-1] for r in backbone(x)]
     torch.manual_seed(0)
     head = build_head("laya", dims, 3).eval()
-    return backbone, head, network.NetworkScope(backbone, head, reference, ablation=ablation, prefix=prefix), x
+    return backbone, head, NetworkScope(backbone, head, reference, ablation=ablation, prefix=prefix), x
 
 
 def own_states(backbone, x) -> list[torch.Tensor]:
@@ -124,8 +124,8 @@ def test_network_scope_and_truncation_of_time_first_layers(folders, name):
     backbone, head, _, x = scoped(folders, name)
     train = tokenization.encode(backbone.input_cfg, ["dog", "cat bread", "apple rice soup cake"])
     assert backbone.can_continue == (name == "fsmt")
-    scope = network.NetworkScope(backbone, head, tap_means(backbone, train), prefix=backbone.can_continue)
-    full = network.NetworkScope(backbone, head, scope.reference, prefix=False)
+    scope = NetworkScope(backbone, head, tap_means(backbone, train), prefix=backbone.can_continue)
+    full = NetworkScope(backbone, head, scope.reference, prefix=False)
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     target = scope.probs(feats).argmax(-1)

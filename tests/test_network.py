@@ -10,14 +10,18 @@ import torch
 from helpers import assert_close_tree, assert_user_error, invoke, make_backbone
 
 from laya_cli import backbones as bb
-from laya_cli.auditing import network
+from laya_cli.auditing.job import run_scoped_audit
 from laya_cli.auditing.metrics import lolo_effects
+from laya_cli.auditing.network import reference as network_reference_module
+from laya_cli.auditing.network.patching import NetworkScope, full_model_layer_ig
+from laya_cli.auditing.network.reference import network_reference
+from laya_cli.auditing.network.results import NETWORK_KEYS
 from laya_cli.features.extraction import tap_means, to_float_images
 from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
-from laya_cli.runtime.config import AuditSettings
+from laya_cli.runtime.config import AuditSettings, Removal
 from laya_cli.runtime.errors import LayaError
 from laya_cli.runtime.memory import MEMORY_KEYS
 
@@ -46,7 +50,7 @@ def scope_for(name: str, side: int, reference: str = "mean"):
         with torch.no_grad():
             dims = [r.shape[-1] for r in b(x)]
         head = build_head("laya", dims, 5).eval()
-        scope = network.NetworkScope(b, head, ref)
+        scope = NetworkScope(b, head, ref)
         with torch.no_grad():
             target = scope.probs(b(x)).argmax(-1)
         _cache[(name, side, reference)] = (scope, x, target)
@@ -57,7 +61,7 @@ def scope_for(name: str, side: int, reference: str = "mean"):
 def test_prefix_cached_patched_pass_equals_a_full_forward_with_a_replacing_hook(name, side):
     scope, x, target = scope_for(name, side)
     assert scope.prefix, "these families are chains: the prefix-cached route must be used"
-    full = network.NetworkScope(scope.backbone, scope.head, scope.reference, prefix=False)
+    full = NetworkScope(scope.backbone, scope.head, scope.reference, prefix=False)
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     for i in range(len(hs)):  # each patched pass: continue_from vs a full forward with a replacing hook
@@ -75,7 +79,7 @@ def test_network_ig_equals_captum_layer_integrated_gradients_on_the_full_model(n
     hs = scope.activations(x)
     ours = scope.integrated_gradients(x, hs, scope.pooled(hs), target, n_steps=8)
     # Captum's straightforward route: one LayerIntegratedGradients per layer over images -> backbone -> head
-    theirs = network.full_model_layer_ig(scope.backbone, scope.head, x, target, scope.reference, n_steps=8)
+    theirs = full_model_layer_ig(scope.backbone, scope.head, x, target, scope.reference, n_steps=8)
     assert ours.shape == (len(x), len(hs))
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     # internal_batch_size changes the chunks, not the numbers
@@ -113,12 +117,12 @@ def test_taps_that_are_not_modules_cannot_be_patched():
         bb.BackboneSpec("torchvision:resnet18", ["layer*.0.add"], in_channels=3, image_size=(32, 32), input_size=32)
     )
     with pytest.raises(LayaError, match="layer1.0.add is a traced graph node, not a module"):
-        network.NetworkScope(b, build_head("laya", [64, 128, 256, 512], 3), None)
+        NetworkScope(b, build_head("laya", [64, 128, 256, 512], 3), None)
     stages = bb.build_backbone(
         bb.BackboneSpec("timm:resnet18", ["feature_info.*"], in_channels=3, image_size=(32, 32), input_size=32)
     )
     with pytest.raises(LayaError, match="feature_info.0 is a timm stage read from forward_intermediates, not a mod"):
-        network.NetworkScope(stages, build_head("laya", [64, 64, 128, 256, 512], 3), None)
+        NetworkScope(stages, build_head("laya", [64, 64, 128, 256, 512], 3), None)
 
 
 # --------------------------------------------------------------------------- on a trained checkpoint
@@ -129,7 +133,7 @@ def test_new_checkpoints_store_the_tap_means_and_the_last_layer_agrees_across_sc
     stored = model.checkpoint["tap_reference"]
     assert [tuple(t.shape) for t in stored] == [(512,), (256,), (128,)]
     data = load_eval_data(model, samples=64, stream=True)
-    scope = network.NetworkScope(model.backbone, model.head, stored)
+    scope = NetworkScope(model.backbone, model.head, stored)
     x = to_float_images(data.images)
     hs = scope.activations(x)
     feats = scope.pooled(hs)
@@ -148,18 +152,18 @@ def test_older_checkpoints_compute_the_tap_means_once_and_cache_them(digits_ckpt
     old = tmp_path / "old.pt"
     save_checkpoint(ckpt, old)
     model = load_model(old)
-    first = network.network_reference(model)
+    first = network_reference(model)
     for a, b in zip(first, stored):  # the same training images through the same backbone
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 1
-    from laya_cli.auditing import network as mod
-
-    monkeypatch.setattr(mod, "tap_means", lambda *a, **k: pytest.fail("recomputed instead of read from the cache"))
-    second = network.network_reference(load_model(old))
+    monkeypatch.setattr(
+        network_reference_module, "tap_means", lambda *a, **k: pytest.fail("recomputed instead of read from the cache")
+    )
+    second = network_reference(load_model(old))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
-    assert network.network_reference(model, "zero") is None
+    assert network_reference(model, "zero") is None
     with pytest.raises(LayaError, match="--ablation mask only changes the head"):
-        network.network_reference(model, "mask")
+        Removal.parse("mask").at("network")  # the removal is checked once, before any work
 
 
 # --------------------------------------------------------------------------- the command
@@ -208,7 +212,7 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
     net = both["network"]
     assert list(net["methods"]) == list(head["methods"])
     # only what the network scope computes: no deeper-metric keys holding defaults that read as results
-    assert all(set(net["methods"][m]) | {"ig_steps"} == set(network.NETWORK_KEYS) for m in head["methods"])
+    assert all(set(net["methods"][m]) | {"ig_steps"} == set(NETWORK_KEYS) for m in head["methods"])
     assert "ig_steps" in net["methods"]["ig"] and "ig_steps" not in net["methods"]["laya"]
     assert "aopc" not in net["methods"]["ig"] and "randomisation" not in net["methods"]["ig"]
     assert net["patched"] == "prefix" and net["reference"] == "mean"
@@ -300,7 +304,7 @@ def test_scope_network_takes_method_names_in_any_case(digits_ckpt, tmp_path):
     model = load_model(digits_ckpt)
     data = load_eval_data(model, samples=20)
     settings = AuditSettings(steps=2, batch_size=8)
-    result = network.run_scoped_audit(model, data, ["LAYA", "IG", "Random", "ig"], settings, "network")
+    result = run_scoped_audit(model, data, ["LAYA", "IG", "Random", "ig"], settings, "network")
     assert result.settings["methods"] == ["laya", "ig", "random"]
     assert result.to_dict()["network"] == doc["network"]
 
@@ -309,7 +313,7 @@ def test_run_scoped_audit_needs_images(digits_ckpt):
     model = load_model(digits_ckpt)
     feats = load_eval_data(model, samples=10).features
     with pytest.raises(LayaError, match="needs the images"):
-        network.run_scoped_audit(model, feats, ["laya"], AuditSettings(), "network")
+        run_scoped_audit(model, feats, ["laya"], AuditSettings(), "network")
 
 
 def test_report_html_shows_the_network_scope():
@@ -370,7 +374,7 @@ def test_python_api_audit_scope_equals_the_command_route(digits_ckpt):
     model = laya_cli.load(digits_ckpt)
     data = load_eval_data(model, samples=40)
     settings = AuditSettings(steps=4, batch_size=16)
-    command = network.run_scoped_audit(model, data, ["laya", "ig", "random"], settings, "both").to_dict()
+    command = run_scoped_audit(model, data, ["laya", "ig", "random"], settings, "both").to_dict()
     labels = data.features.labels
     loader = [(to_float_images(data.images[i : i + 16]), labels[i : i + 16]) for i in range(0, 40, 16)]
     api = laya_cli.audit(model, loader, "ig", steps=4, batch_size=16, scope="both", device="cpu", progress=False)

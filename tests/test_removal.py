@@ -13,7 +13,7 @@ import torch
 from helpers import assert_user_error, invoke
 
 from laya_cli import backbones as bb
-from laya_cli.auditing import network
+from laya_cli.auditing.network.patching import NetworkScope
 from laya_cli.backbones import tokens as tokenization
 from laya_cli.backbones.engines import first_tensor
 from laya_cli.features.extraction import tap_means, tap_updates
@@ -50,7 +50,7 @@ def scoped(folder, name, ablation, reference=None):
         dims = [r.shape[-1] for r in backbone(x)]
     torch.manual_seed(0)
     head = build_head("laya", dims, 3).eval()
-    return backbone, head, network.NetworkScope(backbone, head, reference, ablation=ablation), x
+    return backbone, head, NetworkScope(backbone, head, reference, ablation=ablation), x
 
 
 def stream_without(model: torch.nn.Module, layers: str, drop, inputs: dict) -> list[torch.Tensor]:
@@ -108,13 +108,13 @@ def test_mean_update_adds_the_training_mean_of_each_block_update(folders):
     for i, mean in enumerate(updates):
         torch.testing.assert_close(mean, (states[i + 1] - states[i]).mean(0), rtol=0, atol=1e-5)
 
-    scope = network.NetworkScope(backbone, head, updates, ablation="mean-update")
+    scope = NetworkScope(backbone, head, updates, ablation="mean-update")
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     target = scope.probs(feats).argmax(-1)
     effects = scope.effects(x, hs, feats, target)
     _, inputs = backbone.activations_and_inputs(x)
-    full = network.NetworkScope(backbone, head, None, prefix=False)  # a plain replacing hook, written out here
+    full = NetworkScope(backbone, head, None, prefix=False)  # a plain replacing hook, written out here
     for i in (0, 3):
         patch = lambda out, i=i: inputs[i] + updates[i][: out.shape[1]]
         later = backbone.patched_activations(x, i, patch=patch)
@@ -132,7 +132,7 @@ def test_network_ig_under_bypass_adds_up_to_the_bypass_effects(folders):
     target = scope.probs(feats).argmax(-1)
     effects = scope.effects(x, hs, feats, target)
     ours = scope.integrated_gradients(x, hs, feats, target, n_steps=64)
-    full = network.NetworkScope(backbone, head, None, prefix=False, ablation="bypass")
+    full = NetworkScope(backbone, head, None, prefix=False, ablation="bypass")
     full.activations(x)
     theirs = full.integrated_gradients(x, hs, feats, target, n_steps=8)
     torch.testing.assert_close(ours.sum(0), effects.sum(0), rtol=0, atol=2e-3)

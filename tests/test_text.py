@@ -443,7 +443,7 @@ def test_batches_cut_after_their_longest_text_give_the_features_of_fixed_padding
     """Each batch reaches the model cut after its last real token and texts are extracted grouped by length: the
     features (and network-scope total effects, whose reference is per position) equal those of every text padded
     to max_length, in the data's order."""
-    from laya_cli.auditing import network
+    from laya_cli.auditing.network.patching import NetworkScope
     from laya_cli.features.extraction import extract, length_order, tap_means
     from laya_cli.model.heads import build_head
 
@@ -465,7 +465,7 @@ def test_batches_cut_after_their_longest_text_give_the_features_of_fixed_padding
     assert reference[0].shape[0] == 16  # per position, up to max_length
     torch.manual_seed(0)
     head = build_head("laya", [f.shape[-1] for f in fixed], 3).eval()
-    scope = network.NetworkScope(backbone, head, reference)
+    scope = NetworkScope(backbone, head, reference)
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     target = scope.probs(feats).argmax(-1)
@@ -483,7 +483,7 @@ def test_batches_cut_after_their_longest_text_give_the_features_of_fixed_padding
 def test_continuing_from_a_layer_equals_full_passes(models, name):
     """Network scope on a transformer: re-calling the later layers with the arguments the batch gave them
     (prefix caching) gives the patched passes and IG of full forwards with a replacing hook."""
-    from laya_cli.auditing import network
+    from laya_cli.auditing.network.patching import NetworkScope
     from laya_cli.features.extraction import tap_means
     from laya_cli.model.heads import build_head
 
@@ -498,8 +498,8 @@ def test_continuing_from_a_layer_equals_full_passes(models, name):
         dims = [r.shape[-1] for r in backbone(x)]
     torch.manual_seed(0)
     head = build_head("laya", dims, 3).eval()
-    scope = network.NetworkScope(backbone, head, tap_means(backbone, train))
-    full = network.NetworkScope(backbone, head, scope.reference, prefix=False)
+    scope = NetworkScope(backbone, head, tap_means(backbone, train))
+    full = NetworkScope(backbone, head, scope.reference, prefix=False)
     assert scope.prefix
     hs = scope.activations(x)
     feats = scope.pooled(hs)
@@ -520,7 +520,8 @@ def test_network_ig_refines_some_texts_of_a_batch_with_their_own_masks(models, n
     """IG's refinement re-runs only the samples that did not converge (ig_steps.adaptive_ig): a text model's
     attention mask (pooling) and the later layers' replayed arguments must follow those rows. Texts of unequal
     lengths; the odd ones are forced to refine: each sample's scores equal plain IG at the steps it ended on."""
-    from laya_cli.auditing import ig_steps, network
+    from laya_cli.auditing import ig_steps
+    from laya_cli.auditing.network.patching import NetworkScope
     from laya_cli.features.extraction import tap_means
     from laya_cli.model.heads import build_head
 
@@ -532,7 +533,7 @@ def test_network_ig_refines_some_texts_of_a_batch_with_their_own_masks(models, n
         dims = [r.shape[-1] for r in backbone(x)]
     torch.manual_seed(0)
     head = build_head("laya", dims, 3).eval()
-    scope = network.NetworkScope(backbone, head, tap_means(backbone, train))
+    scope = NetworkScope(backbone, head, tap_means(backbone, train))
     hs = scope.activations(x)
     feats = scope.pooled(hs)
     target = scope.probs(feats).argmax(-1)

@@ -29,9 +29,9 @@ from ..features.extraction import StreamedFeatures, to_float_images
 from ..runtime.device import to_device
 from ..runtime.distributed import broadcast_object
 from ..runtime.memory import MEMORY_KEYS, MemoryBudget, MiB
+from .registry import having
 
 GRAD_FACTOR = 2.0  # a pass with autograd: the kept module outputs plus their gradients
-IG_METHODS = ("ig",)  # the methods whose rows per pass Captum's internal_batch_size bounds
 
 
 def _bytes(out) -> int:
@@ -166,7 +166,7 @@ def plan_from_costs(
     """``plan_audit`` for ``n`` samples whose per-row costs are known (a language model's positions measure theirs
     in auditing/tokens.py)."""
     network = scope != "head"
-    steps = settings.steps if any(m in IG_METHODS for m in methods) else 0
+    steps = settings.steps if having("ig_rows", methods) else 0  # rows Captum's internal_batch_size bounds
     work, notes = budget.work, []
 
     def need(b: int, k: int | None) -> int:  # batches are never larger than the samples audited

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from torch import Tensor
+
 from ..model.evaldata import EvalData
-from ..runtime.config import HEAD_ABLATIONS, AuditSettings
+from ..runtime.config import AuditSettings
 from ..runtime.device import check_precision, resolved_precision
 from ..runtime.device import precision as device_precision
 from ..runtime.errors import LayaError
@@ -22,10 +24,14 @@ from ..runtime.memory import (
     reset_peak_memory,
     retry_halving,
 )
-from .budget import IG_METHODS, halver, plan_audit
-from .metrics import check_ablation, head_ablation
-from .network import check_network_scope, run_scoped_audit
+from .budget import halver, plan_audit
+from .metrics import accuracy, check_removal
+from .network.batches import NetworkRun, network_scope, run_network
+from .network.checks import check_network_scope
+from .registry import having
 from .results import AuditResult
+from .run import record_collapse, run_audit
+from .scaffold import AuditPlan
 
 
 def audit_job(
@@ -49,14 +55,17 @@ def audit_job(
     return result
 
 
-def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_cache: bool, memory) -> AuditResult:
-    if scope == "head" and settings.ablation not in HEAD_ABLATIONS:
-        raise LayaError(
-            f"--ablation {settings.ablation} removes a block inside the network: use it with --scope network or both"
-        )
-    check_ablation(model.head, head_ablation(settings.ablation))  # before any feature extraction
+def check_audit(model, methods: Sequence[str], settings: AuditSettings, scope: str) -> None:
+    """What fails before any feature extraction: the removal checked once against the scope and the head; at network
+    scope, taps that cannot be patched or that the gradient methods cannot reach."""
+    removal = settings.removal.at(scope)
+    check_removal(model.head, removal.head)
     if scope != "head":
-        check_network_scope(model, settings.ablation, methods)  # taps that cannot be patched: before any work
+        check_network_scope(model, removal.network, methods)
+
+
+def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_cache: bool, memory) -> AuditResult:
+    check_audit(model, methods, settings, scope)
     data = load_data()
     plan = None
     if memory is not None:
@@ -64,7 +73,7 @@ def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_c
         plan = plan_audit(
             model, data, methods, settings, scope, memory_budget(memory.max_memory, settings.device), memory.given
         )
-    steps = settings.steps if any(m in IG_METHODS for m in methods) else 0
+    steps = settings.steps if having("ig_rows", methods) else 0
     result, retries = retry_halving(
         lambda: run_scoped_audit(model, data, methods, settings, scope, use_cache=use_cache),
         halver(settings, steps, memory.given if memory else ()),
@@ -75,3 +84,54 @@ def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_c
         result.memory = plan.to_dict(peak_memory_mb(settings.device), peak_measure(settings.device))
     result.notes += retries
     return result
+
+
+def run_scoped_audit(
+    model,
+    eval_data,
+    methods: Sequence[str],
+    settings: AuditSettings | None = None,
+    scope: str = "both",
+    reference: Sequence[Tensor] | None = None,
+    use_cache: bool = True,
+    prefix: bool | None = None,
+) -> AuditResult:
+    """``laya audit --scope head|network|both``: the head scope's ``run_audit``, the network-scope audit
+    (``network.batches``), or both and their comparison. ``eval_data`` must hold the images (EvalData) at network
+    scope.
+
+    ``methods``: as ``run_audit`` takes them (in any case). ``reference``: the unpooled activation a
+    patched layer takes (default: ``network_reference``). Streams in batches of ``settings.batch_size``;
+    under torchrun the batches are sharded as in ``run_audit`` and the per-sample numbers gathered.
+    Returns an ``AuditResult`` whose ``network`` holds the network scope (for ``network`` alone its
+    head-scope ``methods`` are empty).
+
+    ``settings`` and ``scope`` are trusted as validated (``laya audit`` and ``laya_cli.audit`` validate them, and
+    ``check_audit`` checks the removal and that the taps can be patched, before any work).
+    """
+    settings = settings or AuditSettings()
+    if scope == "head":
+        return run_audit(model, eval_data, methods, settings)
+    images = getattr(eval_data, "images", None)
+    if images is None:
+        raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
+    plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
+    net = network_scope(model, settings, reference, use_cache, prefix)
+    head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
+    run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
+    layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
+    network, common = run_network(run, images, layer_names)
+    if head_result is None:
+        head_result = AuditResult(
+            settings=plan.settings_dict(eval_data),
+            n_samples=len(common["label"]),
+            accuracy=accuracy(common["pred"], common["label"]),
+            layers=layer_names,
+            methods={},
+            notes=plan.notes(),
+            groups=(),  # the network scope computes no deeper metric
+        )
+        record_collapse(head_result, common.get("alpha"))
+    head_result.settings["scope"] = scope
+    head_result.network = network
+    return head_result

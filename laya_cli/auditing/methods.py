@@ -2,7 +2,7 @@
 
 Gradient methods are Captum's, applied to the head inputs (r_1 … r_L) with the explained
 output p_ŷ (softmax probability of the target class); never re-implemented here.
-``METHODS`` maps a method name to ``fn(head, feats, ctx) -> (B, L)``.
+What each method is (its scores here, its network-scope attribution, what it needs): ``registry.METHODS``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..model.heads import head_kind
 from ..runtime.errors import LayaError, unknown_choice
 
 
@@ -212,7 +211,7 @@ def random_scores(batch_size: int, num_layers: int, generator: torch.Generator |
     return torch.rand(batch_size, num_layers, generator=generator)
 
 
-# --------------------------------------------------------------------------- registry
+# --------------------------------------------------------------------------- context
 
 
 @dataclass
@@ -226,47 +225,3 @@ class AttributionContext:
     reduce: str = "sum"
     generator: torch.Generator | None = None  # random
     global_weights: Tensor | None = None  # (L,) static weights for ``global``
-
-
-Method = Callable[[nn.Module, Sequence[Tensor], AttributionContext], Tensor]
-
-METHODS: dict[str, Method] = {
-    "laya": lambda head, feats, ctx: laya_attention(head, feats),
-    "contrib": lambda head, feats, ctx: contrib(head, feats, ctx.target),
-    "ig": lambda head, feats, ctx: integrated_gradients(
-        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce
-    ),
-    "gradxact": lambda head, feats, ctx: gradient_x_activation(head, feats, ctx.target, ctx.reduce),
-    "atp": lambda head, feats, ctx: attribution_patching(head, feats, ctx.target, ctx.baseline, ctx.reduce),
-    "saliency": lambda head, feats, ctx: saliency(head, feats, ctx.target, ctx.reduce),
-    "global": lambda head, feats, ctx: global_weights(ctx.global_weights, len(feats[0])),
-    "random": lambda head, feats, ctx: random_scores(len(feats[0]), len(feats), ctx.generator).to(feats[0].device),
-}
-
-
-# Methods that also say how complete their attributions are: fn(head, feats, ctx) -> ((B, L) scores,
-# (B,) Captum's convergence delta Σ attributions − (p_ŷ(x) − p_ŷ(baseline)), on the raw, unreduced
-# attributions). The audit calls these instead of their METHODS entry (same scores).
-CONVERGENCE: dict[str, Callable[[nn.Module, Sequence[Tensor], AttributionContext], tuple[Tensor, Tensor]]] = {
-    "ig": lambda head, feats, ctx: integrated_gradients(
-        head, feats, ctx.target, ctx.baseline, ctx.n_steps, ctx.internal_batch_size, ctx.reduce, return_delta=True
-    ),
-}
-
-
-# What a method needs from the head (a capability flag, heads.py), and what to say when it lacks it.
-REQUIREMENTS: dict[str, tuple[str, str]] = {
-    "laya": ("has_alpha", "has no layer attention α (only laya and scalarmix heads do)"),
-    "global": ("has_alpha", "has no layer weights to average (only laya and scalarmix heads do)"),
-    "contrib": ("has_layer_logits", "has no additive per-layer logits (contrib is intrinsic to a laya head)"),
-}
-
-
-def unavailable_reason(method: str, head: nn.Module) -> str | None:
-    """Why ``method`` is undefined for this head, or None when it applies."""
-    if method not in METHODS:
-        raise unknown_choice("method", method, METHODS)
-    check = REQUIREMENTS.get(method)
-    if check is None or getattr(head, check[0], False):
-        return None
-    return f"undefined: the {head_kind(head)} head {check[1]}"

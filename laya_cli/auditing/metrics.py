@@ -11,8 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.heads import MASKABLE_HEADS
-from ..runtime.config import ABLATIONS, HEAD_ABLATIONS
-from ..runtime.errors import LayaError, unknown_choice
+from ..runtime.errors import LayaError
 
 
 def accuracy(pred: Tensor, target: Tensor) -> float:
@@ -41,17 +40,10 @@ def target_probability(logits: Tensor, target: Tensor) -> Tensor:
     return torch.softmax(logits, dim=-1).gather(1, target.view(-1, 1)).squeeze(1)
 
 
-def head_ablation(ablation: str) -> str:
-    """The removal the head scope runs: ``ablation``, or ``mean`` for the removals that exist only inside the
-    network (bypass, mean-update: a layer's input is not something the head reads)."""
-    return ablation if ablation in HEAD_ABLATIONS else "mean"
-
-
-def check_ablation(head: nn.Module, ablation: str) -> None:
-    """Raise a LayaError unless ``ablation`` is known and applies to this head."""
-    if ablation not in HEAD_ABLATIONS:
-        raise unknown_choice("ablation", ablation, ABLATIONS)
-    if ablation == "mask" and not getattr(head, "maskable", False):
+def check_removal(head: nn.Module, removal: str) -> None:
+    """Raise a LayaError unless the head-scope ``removal`` (``Removal.head``) applies to this head: mask needs a head
+    whose layer weights it can drop (the head's ``maskable``). Checked once, before any work."""
+    if removal == "mask" and not getattr(head, "maskable", False):
         raise LayaError(
             f"--ablation mask needs a head with layer weights ({' or '.join(MASKABLE_HEADS)}); "
             f"use --ablation mean or zero for this head"
@@ -70,9 +62,8 @@ def lolo_effects(
 
     L+1 head passes. ``mean``: r_i := r̄_i (``reference``, the training mean); ``zero``:
     r_i := 0; ``mask``: α_i := 0 and the other weights renormalised (heads with layer
-    weights only: heads with ``maskable``).
+    weights only: heads with ``maskable``). ``ablation``: the head scope's removal, checked (``check_removal``).
     """
-    check_ablation(head, ablation)
     feats = list(feats)
     n_layers, batch = len(feats), len(target)
     base = target_probability(head(feats).logits, target)
@@ -255,7 +246,6 @@ def ablated_probability(
     ``zero``: r_i := 0, ``mask``: α_i := 0 and the rest renormalised; all layers masked leaves
     α = 0, so the head predicts from its bias).
     """
-    check_ablation(head, ablation)
     feats = list(feats)
     _check_reference(len(feats), reference, ablation)
     single = removed.dim() == 2

@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..runtime.errors import match_choice, unknown_choice
+from .registry import METHODS, having
 
-ALWAYS = ("laya", "random")
-COMPARE = ("ig", "gradxact", "atp", "saliency", "contrib", "global")
+# Read from the methods' records (registry.py): audited always, chosen by --compare.
+ALWAYS = tuple(having("always"))
+COMPARE = tuple(m for m in METHODS if m not in ALWAYS)
 METRICS = (
     "faithfulness",
     "deletion@1",
@@ -23,7 +25,7 @@ METRICS = (
 )
 GLOBAL_METRICS = ("accuracy",)
 # Metrics that only some methods have: a threshold on every method skips the others.
-ONLY_FOR = {"completeness": ("ig",)}  # the methods of methods.CONVERGENCE (checked in run.py)
+ONLY_FOR = {"completeness": tuple(having("convergence"))}  # the methods that report a convergence delta
 # The deeper metrics, in groups that share their work: computed only when asked for (``--metrics``, or a gate
 # naming one of their metrics), then in the table and the JSON. Faithfulness and Deletion@1 are always computed.
 METRIC_GROUPS = ("aopc", "sufficiency", "completeness", "randomisation")

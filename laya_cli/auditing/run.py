@@ -9,8 +9,8 @@ the deletion curve (L passes per method), ``sufficiency`` the keep-only-one-laye
 stage of a re-initialised copy of the head; ``completeness`` reuses IG's convergence delta.
 Per sample it keeps only a few numbers, so memory does not grow with the feature width (it keeps
 Δ, each method's L scores, ρ and Deletion@1 per sample too, for ``AuditResult.per_sample()``).
-``global`` needs the mean α of the whole audited set first: a forward-only pass over the same
-batches, only when ``global`` is audited. Under torchrun the batches are sharded over the ranks
+``global`` needs the mean α of the whole audited set first (its record's ``WholeSet``): a forward-only
+pass over the same batches, only when it is audited. Under torchrun the batches are sharded over the ranks
 (docs/scaling.md). Definitions: docs/metrics.md.
 """
 
@@ -29,7 +29,7 @@ from ..runtime.config import AuditSettings
 from .collapse import collapse_notes, collapse_summary
 from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
 from .intervals import attach_intervals, class_intervals
-from .methods import CONVERGENCE, METHODS, laya_attention, random_scores
+from .methods import random_scores
 from .metrics import (
     accuracy,
     aopc,
@@ -49,11 +49,10 @@ from .metrics import (
     tie_levels,
     tie_undefined,
 )
-from .names import ONLY_FOR
+from .registry import METHODS, having
 from .results import AuditResult, ClassScores, MethodScores, ties_block
 from .scaffold import AuditPlan, Rows
 
-assert set(ONLY_FOR["completeness"]) == set(CONVERGENCE)  # the methods that report a convergence delta
 # Seed offset of the tie-breaking draws of the deletion/insertion curves (independent of ``random``'s).
 _TIE_SEED = 0x7135
 
@@ -212,12 +211,13 @@ def _method_states(method: str, n: int, n_layers: int, n_stages: int, groups: Se
         keys += ["aopc", "deletion_curve"]
     if "sufficiency" in groups:
         keys += ["sufficiency", "insertion_curve"]
-    if method in CONVERGENCE:  # IG: its steps, and its convergence delta for completeness
+    converges = METHODS[method].convergence is not None
+    if converges:  # IG: its steps, and its convergence delta for completeness
         keys += ["completeness_error"]
     rows = Rows(n)
     for key in keys + [f"randomised{k}" for k in range(n_stages)]:
         rows.add_state(key, width=n_layers if key in _WIDE else None)
-    if method in CONVERGENCE:
+    if converges:
         rows.add_state("ig_steps", torch.long)
     return rows.add_state("tie_undefined", torch.bool)
 
@@ -232,20 +232,24 @@ def _replayed(state: Tensor) -> torch.Generator:
     return g
 
 
-def _mean_alpha(plan: AuditPlan, heads: Sequence, feats) -> list[Tensor]:
-    """The ``global`` weights of each head: its mean α over the whole audited set (a forward-only pass).
+def _whole_set_weights(plan: AuditPlan, heads: Sequence, feats) -> list[Tensor | None]:
+    """The weights of the audited whole-set method (``registry.WholeSet``: ``global``, the mean α) on each head,
+    over the whole audited set (a forward-only pass); None for each head without one.
 
     Per-batch sums are gathered from every rank and added in batch order, so the weights are
     bit-identical to a one-process run.
     """
+    method = next((METHODS[m] for m in plan.active if METHODS[m].whole_set), None)
+    if method is None:
+        return [None] * len(heads)
     sums = Rows(plan.n)
     for j in range(len(heads)):
         sums.add_state(f"head{j}", width=plan.n_layers, reduce="sum")
     dev = plan.settings.device
     batches = feature_batches(feats, plan.settings.batch_size, plan.shard.start, plan.shard.stop)
-    for _, (xs, _) in plan.shard.walk(batches, "global weights"):
+    for _, (xs, _) in plan.shard.walk(batches, f"{method.name} weights"):
         x = [t.to(dev).float() for t in xs]
-        sums.append({f"head{j}": laya_attention(h, x).cpu().double().sum(0, keepdim=True) for j, h in enumerate(heads)})
+        sums.append({f"head{j}": method.whole_set.batch_sum(h, x) for j, h in enumerate(heads)})
     return [(total / plan.n).float().to(dev) for total in sums.gather().values()]
 
 
@@ -260,7 +264,7 @@ class _HeadScope:
     check_stop: int  # the model-randomisation check runs on samples [0, check_stop)
     stages: list[str]  # its cascade, output → adapters
     stage_heads: list  # the copies of the head re-initialised down to each stage
-    weights: list  # ``global``: the mean α of the head, then of each copy (None without ``global``)
+    weights: list  # the whole-set method's (``global``: mean α) of the head, then of each copy (or None)
 
     @classmethod
     def prepare(cls, plan: AuditPlan, head, feats) -> _HeadScope:
@@ -275,7 +279,7 @@ class _HeadScope:
         stages = cascade_stages(head) if check_stop else []
         stage_heads = [randomised_copy(head, k + 1, s.seed) for k in range(len(stages))]
         heads = [head, *stage_heads]
-        weights = _mean_alpha(plan, heads, feats) if "global" in active else [None] * len(heads)
+        weights = _whole_set_weights(plan, heads, feats)
         return cls(
             plan=plan,
             head=head,
@@ -310,7 +314,7 @@ def _converging(run: _HeadScope, m: str, head, b: _Batch, ctx, effect: Tensor) -
     def attribute(rows: Tensor, n_steps: int):
         on = rows.to(b.target.device)
         sub = replace(ctx, target=ctx.target[on], n_steps=n_steps)
-        return CONVERGENCE[m](head, [t[on] for t in b.x], sub)
+        return METHODS[m].convergence(head, [t[on] for t in b.x], sub)
 
     a, conv, steps = adaptive_ig(attribute, effect, s.steps, s.ig_tol, HEAD_FIRST_STEPS)
     return a, {"completeness_error": conv.detach().abs().double().cpu(), "ig_steps": steps}
@@ -324,7 +328,7 @@ def _randomised(run: _HeadScope, m: str, a: Tensor, b: _Batch, stage_ctxs) -> di
         if not b.check:
             out[f"randomised{k}"] = torch.full((len(a),), float("nan"), dtype=torch.float64)
             continue
-        if m in CONVERGENCE:
+        if METHODS[m].convergence:
             again = _converging(run, m, h, b, c, _ig_effect(h, b, run.plan.references.baseline))[0]
         else:
             again = METHODS[m](h, b.x, c)
@@ -345,7 +349,7 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
     if "sufficiency" in groups:
         known["keep"] = b.keep.to(b.base.device)
     s, removal = run.plan.settings, run.plan.references.removal
-    curves = curves_sharing_passes(run.head, b.x, b.target, order, known, removal, s.ablation)
+    curves = curves_sharing_passes(run.head, b.x, b.target, order, known, removal, s.removal.head)
     out = {key: curve.cpu().double().masked_fill(bad.unsqueeze(-1), float("nan")) for key, curve in curves.items()}
     if "aopc" in groups:
         out["aopc"] = aopc(out["deletion_curve"])
@@ -359,7 +363,7 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
 def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Tensor]:
     """One method on one batch: its per-sample numbers (float64, on the CPU)."""
     out = {}
-    if m in CONVERGENCE:
+    if METHODS[m].convergence:
         a, out = _converging(run, m, run.head, b, ctx, b.effect)
     else:
         a = METHODS[m](run.head, b.x, ctx)
@@ -388,6 +392,7 @@ def _ig_effect(head, b: _Batch, baseline, base: Tensor | None = None) -> Tensor:
 def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
     """Score every method on the batch of samples [first, first + B): append their rows."""
     s, head, removal, groups = run.plan.settings, run.head, run.plan.references.removal, run.plan.groups
+    how = s.removal.head  # mean where the network scope removes a block by its input
     x, y = [t.to(s.device).float() for t in xs], y.to(s.device)
     with torch.no_grad():
         out = head(x)
@@ -399,12 +404,12 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         x=x,
         target=target,
         base=target_probability(logits, target),
-        delta=lolo_effects(head, x, target, removal, s.ablation).cpu(),
-        keep=keep_only_probability(head, x, target, removal, s.ablation).cpu() if "sufficiency" in groups else None,
+        delta=lolo_effects(head, x, target, removal, how).cpu(),
+        keep=keep_only_probability(head, x, target, removal, how).cpu() if "sufficiency" in groups else None,
         keys=random_scores(len(y), run.plan.n_layers, run.ties),
         check=first < run.check_stop,
     )
-    if any(m in CONVERGENCE for m in run.plan.active):
+    if having("convergence", run.plan.active):
         b.effect = _ig_effect(head, b, run.plan.references.baseline, b.base)
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
     ctx = run.plan.context(target, run.generator, run.weights[0])
@@ -433,7 +438,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
 def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings | None = None) -> AuditResult:
     """Audit ``model`` (a LayaModel) on ``eval_data`` (EvalData, LayerFeatures or StreamedFeatures).
 
-    ``methods``: names from ``attribution.METHODS`` (see ``parse_methods``), in any case. Methods a head
+    ``methods``: names from ``registry.METHODS`` (see ``parse_methods``), in any case. Methods a head
     cannot support (``laya`` on a ``last`` head, say) are reported as undefined, not raised.
 
     Streams in batches of ``settings.batch_size`` and keeps only a few numbers per sample. Under

@@ -3,7 +3,7 @@
 A head-scope audit (``run.run_audit``) and a network-scope one (``network.run_scoped_audit``) differ
 only in what they compute on a batch. Everything around that lives here, once:
 
-- ``AuditPlan.prepare``: the method names (case-insensitive), the empty-data and ablation checks,
+- ``AuditPlan.prepare``: the method names (case-insensitive), the empty-data check,
   which methods the head cannot support, the head's references (what a removed layer takes, IG's
   baseline r̄), this rank's shard of the batches; then the settings dict of the JSON and the notes;
 - ``Shard``: this rank's contiguous whole batches under torchrun, walked with a progress bar, and
@@ -28,9 +28,10 @@ from ..runtime.config import AuditSettings
 from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.progress import track
-from .methods import METHODS, AttributionContext, random_scores, unavailable_reason
-from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG, check_ablation
+from .methods import AttributionContext, random_scores
+from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
 from .names import parse_metric_groups
+from .registry import METHODS, unavailable_reason
 
 if TYPE_CHECKING:
     from .results import MethodScores
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 def audit_methods(methods: Iterable[str]) -> list[str]:
     """The methods an audit runs: each name matched case-insensitively (``IG`` = ``ig``), repeats dropped.
-    Takes any of ``methods.METHODS`` (``oracle``, ``norms`` too); ``names.parse_methods`` parses ``--compare``."""
+    Takes any of ``registry.METHODS``; ``names.parse_methods`` parses ``--compare``."""
     return list(dict.fromkeys(match_choice("method", m, METHODS) for m in methods))
 
 
@@ -146,6 +147,7 @@ class References:
 
     @classmethod
     def of(cls, model, ablation: str, device: str) -> References:
+        """``ablation``: the head scope's removal (``Removal.head``)."""
         mean = [r.to(device).float() for r in model.reference] if model.reference is not None else None
         if ablation == "zero":
             return cls(removal=None, baseline=[torch.zeros_like(r) for r in mean] if mean else mean)
@@ -167,17 +169,17 @@ class AuditPlan:
 
     @classmethod
     def prepare(cls, model, methods: Iterable[str], settings: AuditSettings, n: int, n_layers: int) -> AuditPlan:
-        """Check the request (one-line errors before any work) and fix the plan. ``settings``: validated."""
+        """Check the request (one-line errors before any work) and fix the plan. ``settings``: validated, their
+        removal checked against the scope and the head (``job.check_audit``)."""
         methods = audit_methods(methods)
         check_samples(n)
-        check_ablation(model.head, settings.ablation)
         return cls(
             settings=settings,
             methods=methods,
             reasons={m: unavailable_reason(m, model.head) for m in methods},
             kind=head_kind(model.head),
             n_layers=n_layers,
-            references=References.of(model, settings.ablation, settings.device),
+            references=References.of(model, settings.removal.head, settings.device),
             shard=Shard(n, settings.batch_size),
             scale_free=bool(getattr(model.head, "layer_norm", False)),
         )
@@ -213,9 +215,11 @@ class AuditPlan:
         )
 
     def settings_dict(self, eval_data) -> dict:
-        """The ``settings`` of the JSON."""
+        """The ``settings`` of the JSON (its ``ablation``: the head scope's removal, mean where the network removes
+        a block by its input)."""
         return {
             **asdict(self.settings),
+            "ablation": self.settings.removal.head,
             "methods": self.methods,
             "head": self.kind,
             "dataset": getattr(eval_data, "dataset", None),
@@ -256,7 +260,7 @@ def audit_notes(
         notes.append("the last head reads only the last layer: removing any other layer changes nothing (Δ_i = 0)")
     if kind == "scalarmix" and "laya" in methods:
         notes.append("on a scalarmix head, laya's α is the static softmax(w), the same for every sample")
-    if settings.ablation == "mask" and "ig" in methods:
+    if settings.removal.head == "mask" and "ig" in methods:
         notes.append(
             "--ablation mask has no input-space reference: IG uses the mean training features r̄ as its baseline"
         )
@@ -269,7 +273,7 @@ def audit_notes(
                 f"{100 * (1 - s.completeness):.1f} % of the effect they explain (Captum's convergence "
                 f"delta); raise --steps (now {settings.steps})"
             )
-        if s.randomisation_flagged and m != "random":  # random is model-independent by construction
+        if s.randomisation_flagged and not METHODS[m].model_free:  # random: model-independent by construction
             notes.append(
                 f"{m}: model-randomisation check: its layer scores keep Spearman "
                 f"{s.randomisation_spearman:.2f} with those of the re-initialised head (randomisation "

@@ -18,7 +18,7 @@ Both scopes are averaged over tokens and broken down by position in the block (`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -34,13 +34,20 @@ from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_me
 from ..runtime.progress import track
 from .budget import RowCosts, _OutputBytes, plan_from_costs
 from .intervals import network_columns, network_intervals
-from .metrics import degenerate_effects, deletion_at_1, head_ablation, spearman_rows, target_probability, tie_undefined
-from .network import NetworkResult, _method_scores
+from .metrics import (
+    check_removal,
+    degenerate_effects,
+    deletion_at_1,
+    spearman_rows,
+    target_probability,
+    tie_undefined,
+)
+from .network.results import NetworkResult, method_scores
+from .registry import METHODS
 from .results import AuditResult, ties_block
 from .run import run_audit
 from .scaffold import AuditPlan
 
-NETWORK_METHODS = ("laya", "gradxact", "atp", "global", "random")
 POSITION_BUCKETS = 4
 
 
@@ -193,7 +200,7 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     """The network scope on the same positions as the head scope."""
     plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)
     for m in plan.methods:
-        if m not in NETWORK_METHODS and not plan.reasons[m]:
+        if not METHODS[m].tokens and not plan.reasons[m]:
             plan.reasons[m] = f"{m} is not built at network scope for language models (α, gradxact, atp are)"
     generator = torch.Generator().manual_seed(settings.seed)
     blocks = torch.cat(data.blocks)
@@ -213,11 +220,11 @@ def token_network(model: LensModel, data: TokenData, methods: Sequence[str], set
     _, oracle, random = deletion_at_1(delta, delta)
     degenerate = degenerate_effects(delta, tol)
     common = {"oracle": oracle, "random": random, "degenerate": degenerate}
-    scores = _method_scores(plan, rho, d1, tie, common)
+    scores = method_scores(plan, rho, d1, tie, common)
     network_intervals(scores, rho, d1, common, settings)  # --ci, as at head scope
     ties = ties_block(tol, int(degenerate.sum()), int((degenerate & ~degenerate_effects(delta)).sum()), scores)
     notes = ["network scope: each layer bypassed (its output := its input) at every position of the block"]
-    notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if m not in NETWORK_METHODS and plan.reasons[m]]
+    notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if not METHODS[m].tokens and plan.reasons[m]]
     network = NetworkResult(methods=scores, patched="full", reference="bypass", notes=notes, ties=ties)
     accuracy = float((got["pred"] == got["label"]).double().mean())
     # ρ is undefined (NaN) where every Δ is equal within the tolerance, as in the summary (and at head scope)
@@ -282,10 +289,11 @@ def token_audit_job(
     or both; the result has the classifier audit's shape (tables, JSON, gates) and ``by_position``. ``memory``:
     the batches planned within its budget (``budget.plan_from_costs``), the budget and the peak recorded. ``data``:
     the positions already read (``token_data``; ``laya diff`` reads both models' to check they are the same)."""
-    if scope != "head" and settings.ablation not in ("mean", "bypass"):
-        raise LayaError(f"a language model's network scope bypasses each layer: --ablation {settings.ablation} "
+    removal = settings.removal
+    if scope != "head" and removal.name not in ("mean", "bypass"):
+        raise LayaError(f"a language model's network scope bypasses each layer: --ablation {removal.name} "
                         "applies to classifiers (use the default, or bypass)")  # fmt: skip
-    settings = replace(settings, ablation=head_ablation(settings.ablation))
+    check_removal(model.laya, removal.head)  # at head scope bypass is mean, as at every scope (Removal.head)
     data = data or token_data(model, dataset, samples, 8)
     plan = None
     if memory is not None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..auditing.network import NetworkScope
+from ..auditing.network.patching import NetworkScope
 from ..data.images import image_batches
 from ..features.extraction import to_float_images
 from ..runtime.device import to_device

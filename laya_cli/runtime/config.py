@@ -27,12 +27,43 @@ POOL_CHOICES = ("auto", "cls", "mean", "last")  # last: the last real token (dec
 HEAD_ABLATIONS = ("mean", "zero", "mask")
 NETWORK_ABLATIONS = ("mean", "zero", "bypass", "mean-update")
 ABLATIONS = ("mean", "zero", "mask", "bypass", "mean-update")
+BY_INPUT = ("bypass", "mean-update")  # network removals that put a block's own input in place of its output
 TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
 LABELS = ("genre", "artist")
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how frozen features are stored (--feature-dtype)
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (runtime/device.py resolves it)
 PRECISIONS = ("auto", "bf16", "fp32")  # --precision of backbone passes (runtime/device.py)
+
+
+@dataclass(frozen=True)
+class Removal:
+    """``--ablation`` parsed once: ``name`` as given (the JSON's ``ablation``), ``head`` the removal the head scope
+    runs (bypass and mean-update replace a block's output by its input, which the head does not read: there the head
+    removes by mean), ``network`` the one the network scope runs (None: mask changes only the head)."""
+
+    name: str
+    head: str
+    network: str | None
+
+    @classmethod
+    def parse(cls, name: str) -> Removal:
+        """The removal ``name`` stands for (an ``ABLATIONS`` name, any case), or the one-line error."""
+        name = check_choice("--ablation", name, ABLATIONS)
+        return cls(name, name if name in HEAD_ABLATIONS else "mean", name if name in NETWORK_ABLATIONS else None)
+
+    def at(self, scope: str, network_scopes: str = "--scope network or both") -> Removal:
+        """This removal, checked once against ``scope`` (head, network or both): a network-only removal at head
+        scope, or mask (head only) at network scope, is the one-line error."""
+        if scope == "head" and self.head != self.name:
+            raise LayaError(f"--ablation {self.name} removes a block inside the network: use it with {network_scopes}")
+        if scope != "head" and self.network is None:
+            raise LayaError(
+                f"--scope network patches activations inside the backbone: use --ablation "
+                f"{', '.join(NETWORK_ABLATIONS)} (--ablation {self.name} only changes the head)"
+            )
+        return self
+
 
 # Data up to this size is held in memory (decoded images of a dataset, features of a split); larger
 # data streams: images decoded batch by batch, features in the sharded store (docs/scaling.md).
@@ -588,6 +619,11 @@ class AuditSettings:
     # The noise floor of faithfulness and Deletion@1 (docs/metrics.md, "Ties"): effects Δ (and scores) of one
     # sample within tie_tol of each other are ties; 0 = exact ties only.
     tie_tol: float = tie_tol_setting()
+
+    @property
+    def removal(self) -> Removal:
+        """``ablation`` parsed (``Removal``): what the head scope and the network scope each remove."""
+        return Removal.parse(self.ablation)
 
     def validate(self) -> AuditSettings:
         check_fields(self)

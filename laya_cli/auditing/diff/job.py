@@ -7,9 +7,10 @@ import numpy as np
 
 from ...model.evaldata import load_eval_data
 from ...model.laya_model import load_model
-from ...runtime.config import HEAD_ABLATIONS, check_encoding
+from ...runtime.config import Removal, check_encoding
 from ...runtime.errors import LayaError
-from ..network import check_network_scope
+from ..metrics import check_removal
+from ..network.checks import check_network_scope
 from .compare import DiffResult, DiffSettings, compare_profiles
 from .profiles import model_profiles, network_deltas
 
@@ -59,34 +60,41 @@ def diff_models(
     check_comparable(a, b, path_a, path_b)
     if scope not in ("head", "network"):
         raise LayaError(f"--scope {scope}: laya diff takes head or network")
-    if scope == "head" and ablation not in HEAD_ABLATIONS:
-        raise LayaError(f"--ablation {ablation} removes a block inside the network: use it with --scope network")
-    if scope == "network":  # taps that cannot be patched, or an ablation the network cannot do: before any work
-        check_network_scope(a, ablation)
-        check_network_scope(b, ablation)
+    removal = Removal.parse(ablation)
+    check_diff(a, b, removal, scope)
     check_encoding(encoding)  # before any work
     data_a = load_eval_data(a, dataset, data_dir, samples, seed, device, use_cache=use_cache, encoding=encoding)
     data_b = load_eval_data(b, dataset, data_dir, samples, seed, device, use_cache=use_cache, encoding=encoding)
     if not np.array_equal(np.asarray(data_a.index), np.asarray(data_b.index)):
         raise LayaError(f"{path_a} and {path_b} were evaluated on different samples: give both the same --dataset")
-    result = compare_models(a, b, data_a, data_b, settings, ablation, device, scope, use_cache)
+    result = compare_models(a, b, data_a, data_b, settings, removal, device, scope, use_cache)
     result.settings.update(model_a=str(path_a), model_b=str(path_b), samples=samples, sample_seed=seed)
     return result
 
 
+def check_diff(a, b, removal: Removal, scope: str) -> None:
+    """Before any work: the removal checked once against the scope and both heads; at network scope, taps that
+    cannot be patched."""
+    removal.at(scope, "--scope network")
+    for model in (a, b):
+        check_removal(model.head, removal.head)
+        if scope == "network":
+            check_network_scope(model, removal.network)
+
+
 def compare_models(
-    a, b, data_a, data_b, settings: DiffSettings, ablation: str, device: str, scope: str = "head", use_cache=True
+    a, b, data_a, data_b, settings: DiffSettings, removal: Removal, device: str, scope: str = "head", use_cache=True
 ) -> DiffResult:
     """Two loaded, comparable models on their evaluation data (the same samples in the same order), compared:
-    what ``laya diff`` and ``laya_cli.diff`` both run."""
-    pa = model_profiles(a, data_a.features, ablation, device=device)
-    pb = model_profiles(b, data_b.features, ablation, device=device)
+    what ``laya diff`` and ``laya_cli.diff`` both run. ``removal``: checked (``check_diff``)."""
+    pa = model_profiles(a, data_a.features, removal.head, device=device)
+    pb = model_profiles(b, data_b.features, removal.head, device=device)
     if scope == "network":
-        pa.delta = network_deltas(a, data_a.images, ablation, device=device, use_cache=use_cache)
-        pb.delta = network_deltas(b, data_b.images, ablation, device=device, use_cache=use_cache)
+        pa.delta = network_deltas(a, data_a.images, removal.network, device=device, use_cache=use_cache)
+        pb.delta = network_deltas(b, data_b.images, removal.network, device=device, use_cache=use_cache)
     result = compare_profiles(pa, pb, list(a.classes), list(a.layer_names), settings)
     result.settings.update(
-        model_a="A", model_b="B", dataset=getattr(data_a, "dataset", None), ablation=ablation,
+        model_a="A", model_b="B", dataset=getattr(data_a, "dataset", None), ablation=removal.name,
         head_a=a.head_kind, head_b=b.head_kind, scope=scope,
     )  # fmt: skip
     return result

@@ -13,8 +13,9 @@ from ...data.images import image_batches
 from ...features.extraction import feature_batches, to_float_images
 from ...runtime.device import to_device
 from ..methods import contrib, laya_attention
-from ..metrics import head_ablation, lolo_effects
-from ..network import NetworkScope, network_reference
+from ..metrics import lolo_effects
+from ..network.patching import NetworkScope
+from ..network.reference import network_reference
 from ..scaffold import References
 
 
@@ -35,9 +36,9 @@ def _cat(parts: list) -> np.ndarray | None:
 
 @torch.no_grad()
 def model_profiles(model, features, ablation: str = "mean", batch_size: int = 256, device: str = "cpu") -> Profiles:
-    """Every per-sample number of ``model`` (a LayaModel) on ``features`` (its EvalData's features), in batches."""
+    """Every per-sample number of ``model`` (a LayaModel) on ``features`` (its EvalData's features), in batches.
+    ``ablation``: the head scope's removal (``Removal.head``)."""
     head = model.head.eval().to(device)
-    ablation = head_ablation(ablation)  # bypass, mean-update: the head scope removes by mean
     removal = References.of(model, ablation, device).removal
     has_alpha, has_contrib = getattr(head, "has_alpha", False), getattr(head, "has_layer_logits", False)
     parts: dict[str, list] = {k: [] for k in ("label", "pred", "delta", "alpha", "contrib")}

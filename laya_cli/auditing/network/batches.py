@@ -1,0 +1,212 @@
+"""The network-scope audit's batches: per batch the taps' activations (once), the total effects Δ_i (each tap patched
+inside the backbone), every method's scores against them (its own network attribution or the head's scores,
+``registry.Method.network``), their ρ and Deletion@1; after the batches, the whole-set methods (``global``) and the
+summary (``results.NetworkResult``). ``auditing.job.run_scoped_audit`` runs it beside the head scope."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ...data.images import image_batches
+from ...features.extraction import to_float_images
+from ...runtime.config import AuditSettings
+from ...runtime.device import to_device
+from ..ig_steps import steps_summary
+from ..intervals import network_intervals
+from ..methods import AttributionContext, global_weights
+from ..metrics import degenerate_effects, deletion_at_1, lolo_effects, spearman_rows, tie_undefined
+from ..registry import METHODS, having
+from ..results import ties_block
+from ..scaffold import AuditPlan, Rows
+from .patching import NetworkScope
+from .reference import network_reference
+from .results import NetworkResult, method_scores, scope_comparison
+
+
+def _direct_note() -> str:
+    """How a network-scope audit reads the direct-effect scores (registry.Method.direct: laya, contrib, global)."""
+    *most, last = having("direct")
+    return (
+        f"network scope: {', '.join(most)} and {last} are the head's own (direct-effect) scores, "
+        "here scored against total effects"
+    )
+
+
+def network_notes(plan: AuditPlan) -> list[str]:
+    notes = ["--by-class covers the head scope only"] if plan.settings.by_class else []
+    if having("direct", plan.methods):
+        notes.append(_direct_note())
+    return notes + [METHODS[m].network_note for m in having("network_note", plan.methods)]
+
+
+def network_scope(model, settings: AuditSettings, reference=None, use_cache: bool = True, prefix=None) -> NetworkScope:
+    """The model's backbone and head on the device, patched by ``settings``' network removal; ``reference``: the
+    unpooled activation a patched layer takes (default: ``network_reference``)."""
+    removal = settings.removal.network
+    if reference is None:
+        reference = network_reference(model, removal, settings.device, use_cache)
+    model.backbone.eval().to(settings.device)
+    model.head.eval().to(settings.device)
+    return NetworkScope(model.backbone, model.head, reference, prefix, removal)
+
+
+@dataclass
+class Batch:
+    """One batch at network scope and what every method on it is scored against."""
+
+    x: Tensor  # the float images
+    hs: list[Tensor]  # the taps' activations
+    feats: list[Tensor]  # pooled: the head's r_i
+    target: Tensor  # the explained class ŷ
+    delta: Tensor  # (B, L) total effects, on the CPU
+    ctx: AttributionContext
+    steps: dict[str, Tensor] = field(default_factory=dict)  # the methods with a convergence delta: their IG steps
+
+
+@dataclass
+class NetworkRun:
+    """What every batch of a network-scope audit uses besides its own rows."""
+
+    plan: AuditPlan
+    net: NetworkScope
+    generator: torch.Generator  # ``random``'s draws
+    labels: Tensor  # every sample's label
+    both: bool  # --scope both: also compare each method's scores with its head-scope ones
+    computed: list[str]  # the methods scored per batch (the whole-set ones need all batches first)
+    whole: list[str]  # the whole-set methods (``global``): scored after the batches
+
+    @classmethod
+    def prepare(cls, plan: AuditPlan, net: NetworkScope, eval_data, both: bool) -> NetworkRun:
+        active = plan.active
+        return cls(
+            plan=plan,
+            net=net,
+            generator=plan.generator(plan.settings.seed, replay="random" in active),
+            labels=eval_data.features.labels if hasattr(eval_data, "features") else eval_data.labels,
+            both=both,
+            computed=[m for m in active if not METHODS[m].whole_set],
+            whole=having("whole_set", active),
+        )
+
+    def rows(self) -> dict[str, Rows]:
+        """The per-sample states, declared alike on every rank (one with an empty shard still takes part in
+        each gather)."""
+        n, n_layers = self.plan.n, self.plan.n_layers
+        per_method = lambda names: Rows(n).add_states(names)
+        rows = {
+            "common": Rows(n)
+            .add_states(["pred", "label"], torch.long)
+            .add_states(["oracle", "random"])
+            .add_states(["degenerate", "tie_degenerate"], torch.bool),
+            "rho": per_method(self.computed),
+            "tie": Rows(n).add_states(self.computed, torch.bool),
+            "d1": per_method(self.computed),
+        }
+        if getattr(self.net.head, "has_alpha", False) and not self.both:  # --scope network: α's collapse summary
+            rows["common"].add_state("alpha", torch.float32, n_layers)
+        if self.whole:  # their per-batch sums (added in batch order) and the total effects
+            rows["whole"] = Rows(n).add_states(self.whole, width=n_layers, reduce="sum")
+            rows["whole"].add_state("delta", torch.float32, n_layers)
+        if having("convergence", self.computed):  # the steps IG used per (sample, layer)
+            rows["steps"] = Rows(n).add_states(having("convergence", self.computed), torch.long, n_layers)
+        if self.both:
+            rows["cross"] = per_method(["lolo_effects", *self.computed])
+            rows["sums"] = Rows(n).add_states(["head", "network"], width=n_layers, reduce="sum")
+        return rows
+
+
+def _scores_on(run: NetworkRun, m: str, b: Batch) -> Tensor:
+    """Method ``m``'s (B, L) layer scores at network scope: its own network attribution, else the head's scores."""
+    method = METHODS[m]
+    return method.network(run, b) if method.network else method(run.net.head, b.feats, b.ctx)
+
+
+def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
+    """The batch of images [first, first + B) with its total effects; its labels and the head's output."""
+    s, net = run.plan.settings, run.net
+    x = to_float_images(to_device(xb, s.device))
+    y = run.labels[first : first + len(xb)].to(s.device)
+    hs = net.activations(x)
+    with torch.no_grad():
+        feats = net.pooled(hs)
+        out = net.head(feats)
+        pred = out.logits.argmax(-1)
+    target = pred if s.target == "predicted" else y
+    delta = net.effects(x, hs, feats, target).cpu()
+    return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator)), y, out
+
+
+def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> None:
+    """Score every method on the batch of images [first, first + B) against its total effects: append the rows."""
+    s, head = run.plan.settings, run.net.head
+    b, y, out = _batch(run, first, xb)
+    if "alpha" in rows["common"]:
+        rows["common"].append(alpha=out.alpha.float().cpu())
+    delta = b.delta
+    if run.both:
+        dh = lolo_effects(head, b.feats, b.target, run.plan.references.removal, s.removal.head).cpu()
+        rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
+        rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
+    for m in run.computed:
+        a = _scores_on(run, m, b).cpu()
+        rho = spearman_rows(a, delta, s.tie_tol)
+        rows["rho"].append({m: rho})
+        rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})
+        rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
+        if run.both:
+            a_head = METHODS[m](head, b.feats, b.ctx).cpu() if METHODS[m].network else a
+            rows["cross"].append({m: spearman_rows(a_head, a)})
+    if b.steps:
+        rows["steps"].append(b.steps)
+    if run.whole:
+        rows["whole"].append({m: METHODS[m].whole_set.batch_sum(head, b.feats) for m in run.whole}, delta=delta)
+    _, oracle, random = deletion_at_1(delta, delta)
+    degenerate = degenerate_effects(delta, s.tie_tol)
+    rows["common"].append(
+        pred=out.logits.argmax(-1).cpu(),
+        label=y.cpu(),
+        oracle=oracle,
+        random=random,
+        degenerate=degenerate,
+        tie_degenerate=degenerate & ~degenerate_effects(delta),
+    )
+
+
+def _score_whole_set(run: NetworkRun, got: dict, rho: dict, d1: dict, tie: dict) -> None:
+    """The whole-set methods (``global``: the mean α of the whole audited set), scored on every sample."""
+    n, tol, delta = run.plan.n, run.plan.settings.tie_tol, got["whole"]["delta"] if run.whole else None
+    for m in run.whole:
+        a = global_weights((got["whole"][m] / n).float(), n)
+        rho[m], d1[m] = spearman_rows(a, delta, tol), deletion_at_1(a, delta, tol)[0]
+        tie[m] = tie_undefined(rho[m], spearman_rows(a, delta), delta, tol)
+
+
+def run_network(run: NetworkRun, images, layer_names: Sequence[str]) -> tuple[NetworkResult, dict[str, Tensor]]:
+    """The network-scope audit of ``images`` in batches of ``settings.batch_size`` (sharded under torchrun, the
+    per-sample numbers gathered): its result, and the per-sample numbers every method shares (``common``)."""
+    plan, settings = run.plan, run.plan.settings
+    rows = run.rows()
+    batches = image_batches(images, settings.batch_size, plan.shard.start, plan.shard.stop)
+    for first, xb in plan.shard.walk(batches, "auditing (network scope)"):
+        network_batch(run, first, xb, rows)
+    got = {k: r.gather() for k, r in rows.items()}  # back in the original order, on every rank
+    common, rho, d1, tie, tol = got["common"], got["rho"], got["d1"], got["tie"], settings.tie_tol
+    _score_whole_set(run, got, rho, d1, tie)
+    methods = method_scores(plan, rho, d1, tie, common)
+    network_intervals(methods, rho, d1, common, settings)  # --ci (auditing/intervals.py)
+    for m, steps in got.get("steps", {}).items():
+        if methods[m].available:
+            methods[m].ig_steps = steps_summary(steps, settings.steps, settings.ig_tol)
+    network = NetworkResult(
+        methods=methods,
+        patched="prefix" if run.net.prefix else "full",
+        reference=settings.ablation,
+        comparison=scope_comparison(got["cross"], got["sums"], plan.n, layer_names) if run.both else None,
+        notes=network_notes(plan),
+        ties=ties_block(tol, int(common["degenerate"].sum()), int(common["tie_degenerate"].sum()), methods),
+    )
+    return network, common

@@ -1,0 +1,135 @@
+"""``NetworkScope``: a tap's output replaced inside the backbone and the later layers run on (activation patching):
+the fill of each removal, the tap activations, the later layers from a patched tap (only those on a chain), the total
+effects Δ_i."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ...backbones.adapters import stack_copies
+from ...runtime.config import BY_INPUT
+from ...runtime.errors import LayaError
+from ..metrics import target_probability
+from .methods import LayerAttributions, blended_layer_ig
+
+
+class NetworkScope(LayerAttributions):
+    """Patched passes for one tapped backbone and head (Captum's layer attributions on them: ``LayerAttributions``).
+
+    ``reference``: one unpooled activation per tap (no batch dimension), or None for zeros.
+    ``prefix``: use ``continue_from`` (default: when the backbone can continue); False forces full
+    passes with a replacing hook (what non-chain backbones get).
+    ``ablation``: how tap i is removed (``Removal.network``, trusted): its output := ``reference[i]`` (mean, zero), its
+    input (bypass), or its input + ``reference[i]`` (mean-update: ``reference`` then holds the mean updates). The
+    inputs are the last batch's, recorded by ``activations``.
+    """
+
+    def __init__(
+        self,
+        backbone,
+        head: nn.Module,
+        reference: Sequence[Tensor] | None = None,
+        prefix: bool | None = None,
+        ablation: str = "mean",
+    ):
+        self.backbone, self.head = backbone, head
+        self.ablation, self.by_input = ablation, ablation in BY_INPUT
+        self.inputs: list[Tensor] = []  # by-input removals: each tap's input on the last batch
+        self.modules = backbone.tap_modules()  # a tap that is not a module cannot be patched: one line
+        n = len(backbone.layer_names)
+        if reference is not None and len(reference) != n:
+            raise LayaError(f"the network reference has {len(reference)} layers but the backbone taps {n}")
+        self.reference = None if reference is None else [r.float() for r in reference]
+        self.prefix = backbone.can_continue if prefix is None else bool(prefix)
+        if self.prefix and not backbone.can_continue:
+            raise LayaError("this backbone cannot continue from a tap (see docs/backbones.md)")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.modules)
+
+    def fill(self, i: int, h: Tensor, rows: Tensor | None = None) -> Tensor:
+        """What tap i's output ``h`` is replaced by, shaped like it: the reference activation, or (by-input
+        removals) the tap's input on the last batch — its ``rows`` only, or repeated as Captum stacks copies."""
+        given = None
+        if self.by_input:
+            if not self.inputs:
+                raise LayaError(f"--ablation {self.ablation} needs the batch's activations first")
+            given = self.inputs[i] if rows is None else self.inputs[i][rows.to(self.inputs[i].device)]
+            given = stack_copies(given, len(h) // len(given)).to(h.dtype)
+            if self.ablation == "bypass":
+                return given
+        if self.reference is None:
+            return torch.zeros_like(h)
+        ref = self._reference(i, h)
+        return ref if given is None else given + ref
+
+    def _reference(self, i: int, h: Tensor) -> Tensor:
+        """``reference[i]`` expanded to the batch ``h`` (a text batch cut after its longest: its first positions)."""
+        ref = self.reference[i].to(h.device, h.dtype)
+        cut = h.ndim >= 3 and ref.ndim == h.ndim - 1 and ref.shape[0] > h.shape[1] and ref.shape[1:] == h.shape[2:]
+        if cut:  # a batch of texts cut after its longest (per position: B×L×d, or B×L×streams×d as DeepSeek-V4's)
+            ref = ref[: h.shape[1]]
+        if tuple(ref.shape) != tuple(h.shape[1:]):
+            raise LayaError(
+                f"the mean activation of layer {self.backbone.layer_names[i]} has shape "
+                f"{tuple(ref.shape)} but the model gives {tuple(h.shape[1:])} (another input size?)"
+            )
+        return ref.unsqueeze(0).expand_as(h)
+
+    def pooled(self, hs: Sequence[Tensor], first: int = 0) -> list[Tensor]:
+        return [self.backbone.pool_tap(first + j, h) for j, h in enumerate(hs)]
+
+    def probs(self, feats: Sequence[Tensor]) -> Tensor:
+        return torch.softmax(self.head(list(feats)).logits, dim=-1)
+
+    @torch.no_grad()
+    def activations(self, x: Tensor) -> list[Tensor]:
+        """Raw tap activations h_1..h_L of a batch of float images (one pass); the taps' inputs are kept too
+        when a removal needs them."""
+        if not self.by_input:
+            return self.backbone.activations(x)
+        hs, self.inputs = self.backbone.activations_and_inputs(x)
+        return hs
+
+    def later(self, i: int, h: Tensor, x: Tensor) -> list[Tensor]:
+        """h_{i+1}..h_L with tap i's output = ``h``: only the later layers on a chain, else a full pass."""
+        if self.prefix:
+            return self.backbone.continue_from(i, h)
+        return self.backbone.patched_activations(x, i, h)[i + 1 :]
+
+    @torch.no_grad()
+    def effects(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor) -> Tensor:
+        """Total effects Δ_i = p_ŷ(x) − p_ŷ(x with tap i patched to the reference inside the network): (B, L).
+
+        One head pass intact plus, per layer, the layers after it (a chain) or a full pass."""
+        feats = list(feats)
+        base = target_probability(self.head(feats).logits, target)
+        patched = []
+        for i, h in enumerate(hs):
+            fill = self.fill(i, h)
+            rest = self.pooled(self.later(i, fill, x), i + 1)
+            patched.append(
+                target_probability(self.head([*feats[:i], self.backbone.pool_tap(i, fill), *rest]).logits, target)
+            )
+        return base.unsqueeze(1) - torch.stack(patched, dim=1)
+
+
+def full_model_layer_ig(
+    backbone,
+    head: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    reference: Sequence[Tensor] | None,
+    layers: Sequence[int] | None = None,
+    n_steps: int = 32,
+    internal_batch_size: int | None = None,
+    reduce: str = "sum",
+) -> Tensor:
+    """Captum's straightforward route (``methods.blended_layer_ig``) on a NetworkScope of full passes that patches
+    with ``reference``: one ``LayerIntegratedGradients`` per tapped layer over the full model. (B, len(layers))."""
+    scope = NetworkScope(backbone, head, reference, prefix=False)
+    return blended_layer_ig(scope, x, target, layers, n_steps, internal_batch_size, reduce)

@@ -1,0 +1,195 @@
+"""One record per attribution method (Captum's pattern: a method is one object), in one registry.
+
+A ``Method`` says everything the audit knows of a method: its scores at head scope, its own attribution at
+network scope (if it has one), its convergence delta (if it reports one), what it needs from the head, what it
+costs, whether a language model's network scope computes it, and whether its scores are one statistic of the
+whole audited set (``global``). Adding a method = one record here (its scores in ``methods.py``, Captum wrapped)
+and one line in ``METHODS``.
+
+No torch at import: the gates and the command line read the names (``names.py``); the scores import
+``methods.py`` (torch, Captum) when first called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime.errors import unknown_choice
+
+HeadScores = Callable[[Any, Any, Any], Any]  # (head, feats, ctx: methods.AttributionContext) -> (B, L) scores
+# (run, batch) -> (B, L): the method at network scope (run: network.batches.NetworkRun, batch: its Batch)
+NetworkScores = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class WholeSet:
+    """Scores that are one statistic of the whole audited set, the same for every sample (``global``: the mean α).
+    The head scope computes its mean in a pass before the batches (``AttributionContext.global_weights``); the
+    network scope sums it batch by batch and scores the mean after them."""
+
+    batch_sum: Callable[[Any, Any], Any]  # (head, feats) -> (1, L) float64 sum over the batch's samples
+
+
+@dataclass(frozen=True)
+class Method:
+    """Everything the audit knows of one attribution method."""
+
+    name: str
+    head: HeadScores  # its (B, L) scores at head scope (and, without ``network``, at network scope too)
+    # Its own attribution at network scope, through every later layer: gradients from p_ŷ back to each tap (the
+    # taps must reach them, ``network.checks``); None: the head's scores, scored against the total effects.
+    network: NetworkScores | None = None
+    # ((B, L) scores, (B,) Captum's convergence delta Σ attributions − (p_ŷ(x) − p_ŷ(baseline))): the audit calls
+    # it instead of ``head`` (same scores) for completeness and for the steps each sample needs.
+    convergence: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
+    requires: tuple[str, str] | None = None  # (head capability flag, what to say when the head lacks it)
+    always: bool = False  # audited whatever ``--compare`` says (laya, random)
+    ig_rows: bool = False  # Captum's internal_batch_size bounds its rows per pass (--max-memory plans it)
+    model_free: bool = False  # its scores ignore the model (the random floor): randomisation flags it by design
+    direct: bool = False  # the head's own direct-effect score (a network-scope audit notes it is scored as is)
+    tokens: bool = False  # a language model's network scope computes it (auditing/tokens.py)
+    network_note: str | None = None  # what a network-scope audit of it notes
+    whole_set: WholeSet | None = None
+
+    def __call__(self, head, feats, ctx):
+        return self.head(head, feats, ctx)
+
+    def unavailable_reason(self, head) -> str | None:
+        """Why this method is undefined for ``head``, or None when it applies."""
+        if self.requires is None or getattr(head, self.requires[0], False):
+            return None
+        from ..model.heads import head_kind
+
+        return f"undefined: the {head_kind(head)} head {self.requires[1]}"
+
+
+# --------------------------------------------------------------------------- the methods' scores
+
+
+def _laya(head, feats, ctx):
+    from .methods import laya_attention
+
+    return laya_attention(head, feats)
+
+
+def _contrib(head, feats, ctx):
+    from .methods import contrib
+
+    return contrib(head, feats, ctx.target)
+
+
+def _ig(head, feats, ctx, return_delta: bool = False):
+    from .methods import integrated_gradients
+
+    c = ctx
+    return integrated_gradients(
+        head, feats, c.target, c.baseline, c.n_steps, c.internal_batch_size, c.reduce, return_delta=return_delta
+    )
+
+
+def _gradxact(head, feats, ctx):
+    from .methods import gradient_x_activation
+
+    return gradient_x_activation(head, feats, ctx.target, ctx.reduce)
+
+
+def _atp(head, feats, ctx):
+    from .methods import attribution_patching
+
+    return attribution_patching(head, feats, ctx.target, ctx.baseline, ctx.reduce)
+
+
+def _saliency(head, feats, ctx):
+    from .methods import saliency
+
+    return saliency(head, feats, ctx.target, ctx.reduce)
+
+
+def _global(head, feats, ctx):
+    from .methods import global_weights
+
+    return global_weights(ctx.global_weights, len(feats[0]))
+
+
+def _alpha_sum(head, feats):
+    from .methods import laya_attention
+
+    return laya_attention(head, feats).cpu().double().sum(0, keepdim=True)
+
+
+def _random(head, feats, ctx):
+    from .methods import random_scores
+
+    return random_scores(len(feats[0]), len(feats), ctx.generator).to(feats[0].device)
+
+
+# At network scope (run: network.batches.NetworkRun; b: its Batch): Captum's layer attributions (network/methods.py).
+def _ig_network(run, b):
+    s = run.plan.settings
+    scores, steps = run.net.adaptive_integrated_gradients(
+        b.x, b.hs, b.feats, b.target, b.delta, s.steps, s.ig_tol, s.internal_batch_size, s.reduce
+    )
+    b.steps["ig"] = steps
+    return scores
+
+
+def _gradxact_network(run, b):
+    return run.net.gradient_x_activation(b.x, b.target, run.plan.settings.reduce)
+
+
+def _atp_network(run, b):
+    return run.net.attribution_patching(b.x, b.hs, b.target, run.plan.settings.reduce)
+
+
+def _saliency_network(run, b):
+    return run.net.saliency(b.x, b.target, run.plan.settings.reduce)
+
+
+# --------------------------------------------------------------------------- the records
+
+ALPHA = "has no layer attention α (only laya and scalarmix heads do)"
+LAYA = Method("laya", _laya, requires=("has_alpha", ALPHA), always=True, direct=True, tokens=True)
+CONTRIB = Method(
+    "contrib",
+    _contrib,
+    requires=("has_layer_logits", "has no additive per-layer logits (contrib is intrinsic to a laya head)"),
+    direct=True,
+)
+IG = Method(
+    "ig",
+    _ig,
+    _ig_network,
+    convergence=lambda head, feats, ctx: _ig(head, feats, ctx, return_delta=True),
+    ig_rows=True,
+    network_note="network scope: ig integrates from the patch itself, so its layer scores add up to the patch effects "
+    "(completeness): a reference computed another way, not a competitor",
+)
+GRADXACT = Method("gradxact", _gradxact, _gradxact_network, tokens=True)
+ATP = Method("atp", _atp, _atp_network, tokens=True)
+SALIENCY = Method("saliency", _saliency, _saliency_network)
+GLOBAL = Method(
+    "global",
+    _global,
+    requires=("has_alpha", "has no layer weights to average (only laya and scalarmix heads do)"),
+    direct=True,
+    tokens=True,
+    whole_set=WholeSet(_alpha_sum),
+)
+RANDOM = Method("random", _random, always=True, model_free=True, tokens=True)
+
+# The registry, in the order of the tables: laya, the methods ``--compare`` chooses from, random.
+METHODS: dict[str, Method] = {m.name: m for m in (LAYA, IG, GRADXACT, ATP, SALIENCY, CONTRIB, GLOBAL, RANDOM)}
+
+
+def having(flag: str, methods=None) -> list[str]:
+    """The names among ``methods`` (default: every registered one) whose record sets ``flag``, in their order."""
+    return [m for m in (METHODS if methods is None else methods) if m in METHODS and getattr(METHODS[m], flag)]
+
+
+def unavailable_reason(method: str, head) -> str | None:
+    """Why ``method`` is undefined for this head, or None when it applies."""
+    if method not in METHODS:
+        raise unknown_choice("method", method, METHODS)
+    return METHODS[method].unavailable_reason(head)
