@@ -32,7 +32,7 @@ def build(root: Path, vocab: int) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from tests.helpers import sentences
+    from benchmarks.synthetic import sentences
 
     texts = sentences(800)
     tok = Tokenizer(models.BPE())

@@ -18,7 +18,7 @@ and the ratios of the largest size to the smallest. By default the exports are m
 10 classes, 28×28 noise images: incompressible thumbnails, so the page is as heavy as it gets for
 that size); ``--model model.pt`` exports a real checkpoint's test split instead (subsets of
 ``--sizes`` samples; e.g. Fashion-MNIST's test split holds 10,000). Needs Playwright and Chromium
-(``laya_cli.report.browser.unavailable_reason`` says what is missing). A benchmark, not a test: the
+(``benchmarks.browser.unavailable_reason`` says what is missing). A benchmark, not a test: the
 numbers depend on the machine and its load, which it prints.
 """
 
@@ -63,7 +63,7 @@ def real_export(model: str, n: int, out: Path) -> Path:
 
 
 def measure(browser_, report: Path) -> dict:
-    from laya_cli.report.browser import open_report
+    from benchmarks.browser import open_report
 
     t0 = time.perf_counter()
     page, watch = open_report(browser_, report)
@@ -104,7 +104,7 @@ def load_line() -> str:
 
 
 def main(argv=None) -> dict:
-    from laya_cli.report.browser import chromium, unavailable_reason
+    from benchmarks.browser import chromium, unavailable_reason
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.report_explorer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1000,10000", help="comma list of sample counts")

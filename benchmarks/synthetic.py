@@ -126,3 +126,18 @@ def frozen_cnn_and_images(n: int = 40, size: int = 16, seed: int = 0):
     g = torch.Generator().manual_seed(seed + 1)
     images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
     return backbone, images, torch.arange(n) % 3
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """``n`` short English-like sentences from a small grammar (seeded): text for language-model tests."""
+    import random
+
+    rng = random.Random(seed)
+    nouns = "cat dog bird tree river stone house child song light".split()
+    verbs = "sees likes follows finds carries hears".split()
+    adjs = "small old green quiet bright heavy".split()
+    return [
+        f"the {rng.choice(adjs)} {rng.choice(nouns)} {rng.choice(verbs)} the {rng.choice(nouns)} near the "
+        f"{rng.choice(adjs)} {rng.choice(nouns)}."
+        for _ in range(n)
+    ]

@@ -12,10 +12,17 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.synthetic import make_collapsed_head, make_head_and_features, make_image_folder, train_digits
+from benchmarks.synthetic import (
+    make_collapsed_head,
+    make_head_and_features,
+    make_image_folder,
+    sentences,
+    train_digits,
+)
 
 __all__ = [
     "make_image_folder",
+    "sentences",
     "make_head_and_features",
     "make_collapsed_head",
     "make_attribution_inputs",
@@ -133,21 +140,6 @@ def assert_close_tree(a, b, tol: float, path: str = "") -> None:
         assert abs(a - b) <= tol or (a != a and b != b), f"{path}: {a} vs {b}"
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"
-
-
-def sentences(n: int, seed: int = 0) -> list[str]:
-    """``n`` short English-like sentences from a small grammar (seeded): text for language-model tests."""
-    import random
-
-    rng = random.Random(seed)
-    nouns = "cat dog bird tree river stone house child song light".split()
-    verbs = "sees likes follows finds carries hears".split()
-    adjs = "small old green quiet bright heavy".split()
-    return [
-        f"the {rng.choice(adjs)} {rng.choice(nouns)} {rng.choice(verbs)} the {rng.choice(nouns)} near the "
-        f"{rng.choice(adjs)} {rng.choice(nouns)}."
-        for _ in range(n)
-    ]
 
 
 def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int = 32, init: float = 0.3) -> Path:

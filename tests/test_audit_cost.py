@@ -11,9 +11,10 @@ from helpers import assert_user_error, head_only_model, invoke
 from test_network import FAMILIES as NETWORK_FAMILIES  # noqa: E402  (mlp, cnn; ViT, timm and torchvision ResNets slow)
 
 from laya_cli.auditing import ig_steps
-from laya_cli.auditing.methods import CONVERGENCE, AttributionContext
+from laya_cli.auditing.methods import AttributionContext
 from laya_cli.auditing.metrics import target_probability
 from laya_cli.auditing.names import CORE_METRICS, METRIC_GROUPS, METRICS, computed_metrics, groups_of
+from laya_cli.auditing.registry import METHODS
 from laya_cli.auditing.results import GROUP_KEYS
 from laya_cli.auditing.run import run_audit
 from laya_cli.features.extraction import LayerFeatures
@@ -121,7 +122,7 @@ def test_head_scope_ig_meets_its_tolerance_and_reports_its_steps():
     target = model.head(feats).logits.argmax(-1)
     fixed = {}
     for n in map(int, used["count"]):
-        a, d = CONVERGENCE["ig"](model.head, feats, AttributionContext(target, ref, n_steps=n))
+        a, d = METHODS["ig"].convergence(model.head, feats, AttributionContext(target, ref, n_steps=n))
         fixed[n] = (a, d)
     with torch.no_grad():
         effect = target_probability(model.head(feats).logits, target) - target_probability(
@@ -144,7 +145,7 @@ def test_ig_tol_zero_is_plain_ig_at_the_given_steps():
     model, feats, ref = make()
     result = run_audit(model, data(feats), ["ig"], AuditSettings(ig_tol=0.0, steps=6))
     target = model.head(feats).logits.argmax(-1)
-    a, _ = CONVERGENCE["ig"](model.head, feats, AttributionContext(target, ref, n_steps=6))
+    a, _ = METHODS["ig"].convergence(model.head, feats, AttributionContext(target, ref, n_steps=6))
     torch.testing.assert_close(result.samples["scores"]["ig"].float(), a, rtol=0, atol=0)
     assert result.methods["ig"].ig_steps["count"] == {"6": 24}
 

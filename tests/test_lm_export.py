@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
+from benchmarks import browser as lb
 from laya_cli.data.corpus import open_corpus
 from laya_cli.features.positions import batches
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
-from laya_cli.report import browser as lb
 from laya_cli.report.token_explorer import layer_colours, tint
 from laya_cli.training.lm import LMRequest, train_lm
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences

@@ -76,10 +76,10 @@ def test_each_result_displays_its_tables_and_picture(executed, tmp_path):
     page.write_text("<!doctype html><meta charset='utf-8'>" + "".join(
         d["text/html"] for d in (audit, depth, change, exp)
     ), encoding="utf-8")  # fmt: skip
-    from laya_cli.report.browser import unavailable_reason
+    from benchmarks.browser import unavailable_reason
 
     if unavailable_reason() is None:  # the page renders: its images decode, no script error
-        from laya_cli.report.browser import chromium, open_report
+        from benchmarks.browser import chromium, open_report
 
         with chromium() as browser:
             view, watch = open_report(browser, page)

@@ -18,8 +18,8 @@ import pytest
 import torch
 from helpers import invoke
 
+from benchmarks import browser as lb
 from laya_cli.exporting.run import assemble, build_table, run_export, write_export
-from laya_cli.report import browser as lb
 
 REASON = lb.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no browser to test report.html in: {REASON}")

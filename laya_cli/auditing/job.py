@@ -121,17 +121,22 @@ def run_scoped_audit(
     run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     network, common = run_network(run, images, layer_names)
-    if head_result is None:
-        head_result = AuditResult(
-            settings=plan.settings_dict(eval_data),
-            n_samples=len(common["label"]),
-            accuracy=accuracy(common["pred"], common["label"]),
-            layers=layer_names,
-            methods={},
-            notes=plan.notes(),
-            groups=(),  # the network scope computes no deeper metric
-        )
-        record_collapse(head_result, common.get("alpha"))
-    head_result.settings["scope"] = scope
-    head_result.network = network
-    return head_result
+    result = head_result or _network_only(plan, eval_data, common, layer_names)
+    result.settings["scope"] = scope
+    result.network = network
+    return result
+
+
+def _network_only(plan: AuditPlan, eval_data, common: dict[str, Tensor], layer_names: list[str]) -> AuditResult:
+    """The result of ``--scope network``: no head-scope method; the accuracy, and α's collapse, over the samples."""
+    result = AuditResult(
+        settings=plan.settings_dict(eval_data),
+        n_samples=len(common["label"]),
+        accuracy=accuracy(common["pred"], common["label"]),
+        layers=layer_names,
+        methods={},
+        notes=plan.notes(),
+        groups=(),  # the network scope computes no deeper metric
+    )
+    record_collapse(result, common.get("alpha"))
+    return result

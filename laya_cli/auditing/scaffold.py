@@ -1,7 +1,7 @@
 """What every audit writes around its per-batch work: the scaffold both scopes (and the export) share.
 
-A head-scope audit (``run.run_audit``) and a network-scope one (``network.run_scoped_audit``) differ
-only in what they compute on a batch. Everything around that lives here, once:
+A head-scope audit (``run.run_audit``) and a network-scope one (``network.batches``, run by
+``job.run_scoped_audit``) differ only in what they compute on a batch. Everything around that lives here, once:
 
 - ``AuditPlan.prepare``: the method names (case-insensitive), the empty-data check,
   which methods the head cannot support, the head's references (what a removed layer takes, IG's

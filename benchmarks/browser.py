@@ -1,6 +1,7 @@
 """report.html in a real browser: the system Chromium, headless, driven by Playwright's Python API.
 
-Used by the report's browser tests and the explorer benchmark (``benchmarks/report_explorer.py``).
+Used by the report's browser tests and the explorer benchmark (``benchmarks/report_explorer.py``); not part of the
+wheel (a user's laya never drives a browser).
 Playwright never downloads a browser here: it drives the installed Chromium (Debian's
 ``chromium``; set ``LAYA_CHROMIUM`` to use another binary). Every request the page makes other than
 for the report file itself is recorded and refused, so a test can assert the page is self-contained.
