@@ -48,6 +48,7 @@ class Method:
     always: bool = False  # audited whatever ``--compare`` says (laya, random)
     ig_rows: bool = False  # Captum's internal_batch_size bounds its rows per pass (--max-memory plans it)
     model_free: bool = False  # its scores ignore the model (the random floor): randomisation flags it by design
+    draws: bool = False  # its scores are drawn from ``ctx.generator`` (replayed for earlier ranks under torchrun)
     direct: bool = False  # the head's own direct-effect score (a network-scope audit notes it is scored as is)
     tokens: bool = False  # a language model's network scope computes it (auditing/tokens.py)
     network_note: str | None = None  # what a network-scope audit of it notes
@@ -177,7 +178,7 @@ GLOBAL = Method(
     tokens=True,
     whole_set=WholeSet(_alpha_sum),
 )
-RANDOM = Method("random", _random, always=True, model_free=True, tokens=True)
+RANDOM = Method("random", _random, always=True, model_free=True, draws=True, tokens=True)
 
 # The registry, in the order of the tables: laya, the methods ``--compare`` chooses from, random.
 METHODS: dict[str, Method] = {m.name: m for m in (LAYA, IG, GRADXACT, ATP, SALIENCY, CONTRIB, GLOBAL, RANDOM)}

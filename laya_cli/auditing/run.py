@@ -269,7 +269,7 @@ class _HeadScope:
     @classmethod
     def prepare(cls, plan: AuditPlan, head, feats) -> _HeadScope:
         s, active = plan.settings, plan.active
-        generator = plan.generator(s.seed, replay="random" in active)
+        generator = plan.generator(s.seed, replay=bool(having("draws", active)))
         ties = plan.generator(s.seed + _TIE_SEED)
         # The model-randomisation check: copies of the head re-initialised from the classifier down
         # (cascading), seeded; the loaded head is never touched. It runs on the first

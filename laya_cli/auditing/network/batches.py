@@ -85,7 +85,7 @@ class NetworkRun:
         return cls(
             plan=plan,
             net=net,
-            generator=plan.generator(plan.settings.seed, replay="random" in active),
+            generator=plan.generator(plan.settings.seed, replay=bool(having("draws", active))),
             labels=eval_data.features.labels if hasattr(eval_data, "features") else eval_data.labels,
             both=both,
             computed=[m for m in active if not METHODS[m].whole_set],
