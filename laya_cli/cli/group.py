@@ -206,7 +206,7 @@ app = typer.Typer(
 def root(ctx: typer.Context, version: Version = False, no_color: NoColor = False) -> None:
     """Layer-attribution auditing with LAYA heads: train, audit, export."""
     if no_color:
-        from .manners import disable_color
+        from .version_and_color import disable_color
 
         ctx.call_on_close(disable_color((console, err_console, progress.console)))
 

@@ -257,7 +257,7 @@ OptionsToml = Annotated[
 
 
 def _show_version(value: bool) -> None:
-    from .manners import show_version
+    from .version_and_color import show_version
 
     show_version(value)
 

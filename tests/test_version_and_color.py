@@ -1,4 +1,4 @@
-"""The manners of a command line (issue 27): --version, shell completion, NO_COLOR / --no-color, -v and -q."""
+"""A command line's manners (issue 27): --version, shell completion, NO_COLOR / --no-color, -v and -q."""
 
 from __future__ import annotations
 
