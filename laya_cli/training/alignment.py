@@ -48,14 +48,21 @@ def ranking_loss(log_alpha: Tensor, delta: Tensor) -> Tensor:
 
 
 def alignment_loss(
-    head: nn.Module, feats: Sequence[Tensor], target: Tensor, reference: Sequence[Tensor], scope: str = "scorer"
+    head: nn.Module,
+    feats: Sequence[Tensor],
+    target: Tensor,
+    reference: Sequence[Tensor] | None,
+    scope: str = "scorer",
+    delta: Tensor | None = None,
 ) -> Tensor:
     """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches the scorer and ψ
     (``scope`` "scorer") or also the adapters (``scope`` "head"). ``feats``: r_1..r_L as the head reads them;
-    ``target``: ŷ; ``reference``: r̄."""
+    ``target``: ŷ; ``reference``: r̄. ``delta``: the (B, L) effects to rank α as (default: the head's own
+    leave-one-layer-out effects under r̄; the network target's: ``network_target.py``)."""
     feats = [f.detach() for f in feats]
-    with torch.no_grad():
-        delta = lolo_effects(head, feats, target, reference, "mean")
+    if delta is None:
+        with torch.no_grad():
+            delta = lolo_effects(head, feats, target, reference, "mean")
     with torch.set_grad_enabled(scope == "head"):
         z = head.embed(feats)
     alpha = head.attention(z)
@@ -96,7 +103,11 @@ class Alignment:
         )
         return self.reference
 
-    def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor) -> Tensor:
+    needs_rows = False  # whether the loop hands ``loss`` each batch's row indices (the network target, frozen)
+
+    def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor, inputs=None, rows=None) -> Tensor:
+        """The weighted term on one batch; ``inputs`` (the batch as the model takes it) and ``rows`` (its row
+        indices) are for the network target (``network_target.NetworkAlignment``)."""
         target = logits.detach().argmax(-1)
         return self.weight * alignment_loss(head, feats, target, self._reference_for(feats), self.scope)
 

@@ -38,6 +38,7 @@ from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
+from .network_target import check_align_target, network_alignment
 from .shaping import AlphaShaping
 
 OnEpoch = Callable[[EpochRecord], None] | None
@@ -66,6 +67,14 @@ class TrainingJob:
     weights_file: str | None = None  # --weights: recorded, and decides whether the weights travel in the file
     resumable: Resumable | None = None  # the command's state file; None: nothing written until the end
     command_line: dict | None = None  # the resolved options the checkpoint records
+    # What --align ranks α against (training/network_target.py): "head" (the head's own leave-one-layer-out effects)
+    # or "network" (network-scope effects under ``align_removal``: auto = bypass for residual blocks, else mean).
+    # Here until TrainConfig has the fields (the lead wires --align-target); recorded in ``train_config``.
+    align_target: str = "head"
+    align_removal: str = "auto"
+
+    def __post_init__(self):
+        self.align_target = check_align_target(self.align_target, self.train.align)
 
 
 class TrainedModel(NamedTuple):
@@ -77,13 +86,14 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
     """Train the job's head on ``data`` and return the checkpoint of the trained model. Backbone passes run at
     ``job.train.precision``, recorded resolved (bf16 or fp32) in the checkpoint's ``train_config``."""
     dev = job.train.device
+    recorded: dict = {"align_target": job.align_target}  # and the removal a network target resolved to
     with precision(check_precision(job.train.precision, dev)):
         backbone = job.backbone.to(dev)
         dims = backbone.dims(to_float_images(data.example()).to(dev))  # one line if the model cannot take these
         classes = data.classes  # (a loader's data are read here, before the head's seed)
         torch.manual_seed(job.train.seed)
         head = build_head(job.head, dims, len(classes), job.head_config).to(dev)
-        trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch)
+        trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch, recorded)
     metrics = train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test[:2], len(classes))
     # How much of the depth α uses on the test split (docs/metrics.md); None where not measured (no α, no test split)
     metrics["alpha_collapse"] = collapse_summary(trained.test[2]) if len(trained.test) == 3 else None
@@ -98,7 +108,7 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         reference=trained.reference,
         history=[asdict(r) for r in trained.history],
         metrics=metrics,
-        train_config={**asdict(job.train), "precision": resolved_precision(dev)},
+        train_config={**asdict(job.train), **recorded, "precision": resolved_precision(dev)},
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
         weights_file=job.weights_file,
         feature_dtype=job.feature_dtype,
@@ -119,12 +129,12 @@ class _Trained(NamedTuple):
     tap_reference: list[Tensor] | None = None  # the network scope's, where the backbone trained too
 
 
-def _end_to_end(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnEpoch) -> _Trained:
+def _end_to_end(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnEpoch, recorded: dict) -> _Trained:
     """Backbone and head trained together on the images (``--finetune``, ``fit(frozen=False)``)."""
     dev, backbone = job.train.device, job.backbone
     model = EndToEnd(backbone, head, all_parameters_used=bb.is_builtin(job.spec.name))
     (train_x, train_y), (val_x, val_y) = data.images("train"), data.images("val")
-    alignment = _alignment(job, head, None)
+    alignment = _alignment(job, head, None, recorded)
     history = _fit(job, model, ([train_x], train_y), ([val_x], val_y), on_epoch, True, alignment, _shaping(job, head))
     test = data.images("test")
     tested = _tested(model, [test[0]], test[1], dev, head) if test is not None else ()
@@ -135,14 +145,14 @@ def _end_to_end(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch:
     return _Trained(history, reference, len(train_y), len(val_y), tested, tap_reference)
 
 
-def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnEpoch) -> _Trained:
+def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnEpoch, recorded: dict) -> _Trained:
     """The head alone, on the frozen backbone's features (extracted once, or read from a cache)."""
     for p in job.backbone.parameters():
         p.requires_grad_(False)
     train, val, test = (data.features(job, split) for split in ("train", "val", "test"))
     # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
     as_inputs = lambda f: f if from_store(f) else (f.feats, f.labels)
-    alignment, shaping = _alignment(job, head, train), _shaping(job, head)
+    alignment, shaping = _alignment(job, head, train, recorded, data), _shaping(job, head)
     history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, alignment, shaping)
     tested = ()
     if test is not None:
@@ -157,14 +167,35 @@ def _tested(model, inputs, labels: Tensor, device: str, head: nn.Module) -> tupl
     return (pred, labels) if alpha is None else (pred, labels, alpha)
 
 
-def _alignment(job: TrainingJob, head: nn.Module, fixed_feats) -> Alignment | None:
+def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data=None) -> Alignment | None:
     """``--align λ``: the term with its reference, the mean training features when they are fixed
-    (a frozen backbone) and a running mean of the batches when the backbone trains too."""
+    (a frozen backbone) and a running mean of the batches when the backbone trains too; against the network-scope
+    effects with ``align_target`` "network" (its resolved removal into ``recorded``)."""
     if not job.train.align:
         return None
     Alignment.check_head(head)
+    if job.align_target == "network":
+        return _network_alignment(job, head, fixed_feats, recorded, data)
     reference = fixed_feats.mean() if fixed_feats is not None else None
     return Alignment(job.train.align, reference, scope=job.train.align_scope)
+
+
+def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data) -> Alignment:
+    """The network target (``network_target.py``); a frozen backbone's removals cached from its training inputs."""
+    images = None
+    if fixed_feats is not None:
+        if from_store(fixed_feats):
+            raise LayaError("--align-target network on a frozen backbone needs its features in memory, not a store")
+        got = data.images("train")
+        if not isinstance(got, tuple):  # laya_cli.fit reads a frozen backbone's loaders as features only
+            raise LayaError("--align-target network on a frozen backbone needs the training inputs, not only features")
+        images = got[0]
+    term, removal = network_alignment(
+        job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images, job.align_removal,
+        fixed_feats.feats[0].dtype if fixed_feats is not None else None,
+    )  # fmt: skip
+    recorded["align_removal"] = removal
+    return term
 
 
 def _shaping(job: TrainingJob, head: nn.Module) -> AlphaShaping | None:
@@ -302,10 +333,13 @@ def _attached_spec(tapped: Tapped, frozen: bool) -> bb.BackboneSpec:
 # --------------------------------------------------------------------------- laya train
 
 
-def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
+def train(
+    req: TrainRequest, on_epoch: OnEpoch = None, *, align_target: str = "head", align_removal: str = "auto"
+) -> dict:
     """``laya train``: the request's dataset and backbone through ``train_model``; writes the checkpoint and
-    returns it."""
+    returns it. ``align_target``/``align_removal``: what ``--align`` ranks α against (``TrainingJob``)."""
     req = _checked(req)
+    align_target = check_align_target(align_target, req.train.align)  # before any data is loaded
     data = load_dataset(req.data)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
@@ -321,6 +355,8 @@ def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
         weights_file=req.weights,
         resumable=Resumable(req.state_path, req.resume, req.fingerprint(), req.recorded_options()),
         command_line=req.command_line,
+        align_target=align_target,
+        align_removal=align_removal,
     )
     resumed = req.state_path.is_file()  # a --resume run's state, from before this run
     try:

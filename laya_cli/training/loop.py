@@ -307,18 +307,22 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
         loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch)
     else:
         loss_sum, correct = 0.0, 0
+        with_rows = getattr(run.alignment, "needs_rows", False)  # the network target's cached removals, by row
+        rows = [torch.arange(len(train_y))] if with_rows else []  # drawn in the same order: randperm of n
         shuffled = (
             ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, run.shuffle))
             if _from_store(train_x)
-            else batches([*train_x, train_y], cfg.batch_size, run.shuffle)
+            else batches([*train_x, train_y, *rows], cfg.batch_size, run.shuffle)
         )
         n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
-        for batch, (*xs, y) in enumerate(track(shuffled, f"epoch {epoch}", n_batches), 1):
+        for batch, items in enumerate(track(shuffled, f"epoch {epoch}", n_batches), 1):
+            at = items.pop() if with_rows else None
+            *xs, y = items
             if ddp is not None:
                 batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device)
             else:
                 batch_loss, batch_correct = _step(
-                    run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping
+                    run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping, at
                 )
                 _check_finite_loss(batch_loss, cfg, epoch, batch)  # DDP: every rank checks the epoch's sum (below)
             loss_sum += batch_loss
@@ -332,9 +336,17 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
 
 
 def _step(
-    model: nn.Module, optimizer, xs, y, device: str, alignment: Alignment | None, shaping: AlphaShaping | None = None
+    model: nn.Module,
+    optimizer,
+    xs,
+    y,
+    device: str,
+    alignment: Alignment | None,
+    shaping: AlphaShaping | None = None,
+    rows: Tensor | None = None,
 ) -> tuple[float, int]:
-    """One batch on one process: (summed loss, correct predictions)."""
+    """One batch on one process: (summed loss, correct predictions). ``rows``: the batch's row indices, for an
+    alignment term that reads per-row data of its own (``Alignment.needs_rows``)."""
     xs, y = [to_device(x, device) for x in xs], to_device(y, device)
     if alignment is None and shaping is None:
         logits = model(xs).logits
@@ -346,7 +358,7 @@ def _step(
         logits = head(feats, alpha_mask=mask).logits
         loss = F.cross_entropy(logits, y)
         if alignment is not None:
-            loss = loss + alignment.loss(head, feats, logits)
+            loss = loss + alignment.loss(head, feats, logits, inputs=xs, rows=rows)
         if shaping is not None:
             loss = loss + shaping.loss(head, feats)
     _descend(optimizer, loss)

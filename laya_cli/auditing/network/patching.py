@@ -102,20 +102,33 @@ class NetworkScope(LayerAttributions):
         return self.backbone.patched_activations(x, i, h)[i + 1 :]
 
     @torch.no_grad()
+    def removed_taps(self, x: Tensor, hs: Sequence[Tensor]) -> list[list[Tensor]]:
+        """Per tap i, the pooled taps i..L with tap i removed inside the network (the earlier taps do not change):
+        tap i's fill, then the layers after it (a chain) or a full pass. ``hs``: ``activations(x)``."""
+        removed = []
+        for i, h in enumerate(hs):
+            fill = self.fill(i, h)
+            removed.append([self.backbone.pool_tap(i, fill), *self.pooled(self.later(i, fill, x), i + 1)])
+        return removed
+
+    @torch.no_grad()
     def effects(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor) -> Tensor:
         """Total effects Δ_i = p_ŷ(x) − p_ŷ(x with tap i patched to the reference inside the network): (B, L).
 
         One head pass intact plus, per layer, the layers after it (a chain) or a full pass."""
-        feats = list(feats)
-        base = target_probability(self.head(feats).logits, target)
-        patched = []
-        for i, h in enumerate(hs):
-            fill = self.fill(i, h)
-            rest = self.pooled(self.later(i, fill, x), i + 1)
-            patched.append(
-                target_probability(self.head([*feats[:i], self.backbone.pool_tap(i, fill), *rest]).logits, target)
-            )
-        return base.unsqueeze(1) - torch.stack(patched, dim=1)
+        return removal_effects(self.head, feats, self.removed_taps(x, hs), target)
+
+
+@torch.no_grad()
+def removal_effects(
+    head: nn.Module, feats: Sequence[Tensor], removed: Sequence[Sequence[Tensor]], target: Tensor
+) -> Tensor:
+    """(B, L) Δ_i = p_ŷ(feats) − p_ŷ(feats[:i] + removed[i]): L + 1 head passes. ``removed[i]``: the pooled taps i..L
+    with tap i removed inside the network (``NetworkScope.removed_taps``, or those cached for a frozen backbone)."""
+    feats = list(feats)
+    base = target_probability(head(feats).logits, target)
+    patched = [target_probability(head([*feats[:i], *rest]).logits, target) for i, rest in enumerate(removed)]
+    return base.unsqueeze(1) - torch.stack(patched, dim=1)
 
 
 def full_model_layer_ig(

@@ -1,0 +1,195 @@
+"""The network alignment target (``align_target="network"``): ``--align λ`` ranks α as the layers' network-scope
+effects instead of the head's own.
+
+    loss = cross_entropy + λ · ranking_loss(log α(x), Δᴺ(x))
+    Δᴺ_i(x) = p_ŷ(x) − p_ŷ(x with block i removed inside the backbone, the later blocks run on)
+
+Δᴺ is what ``laya audit --scope network`` ranks every method against, computed by the audit's own code
+(``auditing.network.NetworkScope``: its fill, its continuation from a tap, its pooling; ``removal_effects``), under
+``removal``: by default (``auto``) ``bypass`` where every tapped block's output has its input's shape (residual
+blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change width). ŷ is the head's prediction.
+
+- Frozen backbone: the taps cannot move, so the pooled taps with each block removed are computed **once** over the
+  training split (one backbone pass and, per block, the blocks after it) and kept beside the features; every batch
+  then costs L + 1 head passes (``removal_effects``) on its rows. ``mean`` removes by the training mean of the raw
+  activations (``tap_means``, what the audit computes for a frozen backbone).
+- End to end: the backbone moves, so Δᴺ is computed anew on the first ``subset`` rows of every ``every``-th batch
+  (the batches are shuffled), with the backbone in eval mode as the audit runs it; ``mean`` removes by a running
+  mean of those rows' raw activations.
+
+The ranking term and its scope (``--align-scope``) are ``alignment.py``'s; only the target changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..auditing.network.patching import NetworkScope, removal_effects
+from ..data.images import image_batches
+from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
+from ..runtime.config import BY_INPUT, check_choice
+from ..runtime.device import to_device
+from ..runtime.errors import LayaError
+from ..runtime.progress import log, track
+from .alignment import EMA_MOMENTUM, Alignment, alignment_loss
+
+ALIGN_TARGETS = ("head", "network")
+AUTO = "auto"
+SUBSET = 32  # end to end: the rows of a batch whose network effects are computed
+EVERY = 1  # end to end: every how many batches
+
+
+def check_align_target(target: str, align: float = 1.0) -> str:
+    """The canonical ``--align-target``; ``network`` without ``--align`` would train nothing: one line."""
+    target = check_choice("--align-target", target, ALIGN_TARGETS)
+    if target == "network" and not align:
+        raise LayaError("--align-target network says what --align trains α against: give --align λ > 0 with it")
+    return target
+
+
+def resolved_removal(backbone, removal: str = AUTO) -> str:
+    """``removal`` (declared a network-scope ablation or auto: TrainConfig.align_removal); ``auto``: ``bypass`` where every tapped block's output has its
+    input's shape on a probe batch, else ``mean``."""
+    if removal != AUTO:
+        if removal in BY_INPUT:  # one line, before any training, for a block that changes shape
+            _probe_inputs(backbone)
+        return removal
+    try:
+        _probe_inputs(backbone)
+    except LayaError:
+        return "mean"
+    return "bypass"
+
+
+def _probe_inputs(backbone) -> None:
+    was = backbone.training
+    try:
+        with torch.no_grad():
+            backbone.eval().activations_and_inputs(backbone.probe_input())
+    finally:
+        backbone.train(was)
+
+
+def frozen_removals(net: NetworkScope, images, device: str, batch_size: int = 256, dtype=None) -> list[list[Tensor]]:
+    """Per block i, the pooled taps i..L of every training image with block i removed (N rows each, on the CPU):
+    once, for a frozen backbone."""
+    parts: list[list[list[Tensor]]] = []
+    n = len(images)
+    net.backbone.eval()
+    for xb in track(image_batches(images, batch_size, 0, n), "network target (train)", -(-n // batch_size)):
+        x = to_float_images(to_device(xb, device))
+        removed = net.removed_taps(x, net.activations(x))
+        parts.append([[t.detach().to("cpu", dtype or t.dtype) for t in taps] for taps in removed])
+    return [[torch.cat([p[i][j] for p in parts]) for j in range(len(parts[0][i]))] for i in range(len(parts[0]))]
+
+
+class NetworkAlignment(Alignment):
+    """``weight · ranking_loss(log α, Δᴺ)`` (module docstring). ``removed``: the frozen backbone's cached removals
+    (``frozen_removals``; the batches then carry their row indices: ``needs_rows``); None: end to end."""
+
+    def __init__(
+        self,
+        weight: float,
+        net: NetworkScope,
+        removed: list[list[Tensor]] | None = None,
+        scope: str = "scorer",
+        subset: int = SUBSET,
+        every: int = EVERY,
+        momentum: float = EMA_MOMENTUM,
+    ):
+        super().__init__(weight, None, momentum, scope)
+        self.net, self.removed, self.subset, self.every = net, removed, subset, every
+        self.needs_rows = removed is not None
+        self.steps = 0  # end to end: batches seen (resumable)
+        self.tap_reference: list[Tensor] | None = None  # end to end, mean / mean-update: the running mean
+
+    def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor, inputs=None, rows=None) -> Tensor:
+        if self.removed is not None:
+            if rows is None:
+                raise LayaError("the network alignment target of a frozen backbone needs the batch's rows")
+            return self.weight * self._frozen_loss(head, feats, logits.detach().argmax(-1), rows)
+        self.steps += 1
+        if (self.steps - 1) % self.every:
+            return logits.new_zeros(())
+        feats, target, delta = self.end_to_end_effects(head, inputs[0][: self.subset])
+        return self.weight * alignment_loss(head, feats, target, None, self.scope, delta=delta)
+
+    def _frozen_loss(self, head: nn.Module, feats: Sequence[Tensor], target: Tensor, rows: Tensor) -> Tensor:
+        feats, at = [f.detach() for f in feats], rows.cpu()
+        removed = [[t[at].to(feats[0].device) for t in taps] for taps in self.removed]
+        delta = removal_effects(head, feats, removed, target)
+        return alignment_loss(head, feats, target, None, self.scope, delta=delta)
+
+    def end_to_end_effects(self, head: nn.Module, x: Tensor) -> tuple[list[Tensor], Tensor, Tensor]:
+        """(r_1..r_L, ŷ, Δᴺ) of the inputs ``x`` as the network-scope audit computes them (backbone and head in eval
+        mode, then back as they were); ``mean``/``mean-update`` first fold these rows into the running mean."""
+        backbone, modes = self.net.backbone, (self.net.backbone.training, head.training)
+        backbone.eval(), head.eval()
+        try:
+            x = to_float_images(x)
+            hs = self.net.activations(x)
+            self._update_reference(hs)
+            with torch.no_grad():
+                feats = self.net.pooled(hs)
+                target = head(feats).logits.argmax(-1)
+                delta = self.net.effects(x, hs, feats, target)
+        finally:
+            backbone.train(modes[0]), head.train(modes[1])
+        return feats, target, delta
+
+    def _update_reference(self, hs: Sequence[Tensor]) -> None:
+        """``mean`` / ``mean-update`` end to end: the running mean of the raw activations (or updates), as the fill."""
+        if self.net.ablation not in ("mean", "mean-update"):
+            return
+        what = hs if self.net.ablation == "mean" else [h - given for h, given in zip(hs, self.net.inputs)]
+        means = [t.detach().float().mean(0) for t in what]
+        same = self.tap_reference is not None and all(
+            r.shape == m.shape for r, m in zip(self.tap_reference, means)
+        )  # a text batch of another length starts the mean again
+        self.tap_reference = (
+            [self.momentum * r.to(m.device) + (1 - self.momentum) * m for r, m in zip(self.tap_reference, means)]
+            if same
+            else means
+        )
+        self.net.reference = self.tap_reference
+
+    def state_dict(self) -> dict:
+        ref = None if self.tap_reference is None else [r.cpu() for r in self.tap_reference]
+        return {"reference": None, "tap_reference": ref, "steps": self.steps}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if not state:
+            return
+        self.steps = int(state.get("steps", 0))
+        if state.get("tap_reference") is not None:
+            self.tap_reference = list(state["tap_reference"])
+            self.net.reference = self.tap_reference
+
+
+def network_alignment(
+    weight: float,
+    backbone,
+    head: nn.Module,
+    scope: str,
+    device: str,
+    train_images=None,
+    removal: str = AUTO,
+    feature_dtype=None,
+) -> tuple[NetworkAlignment, str]:
+    """The network-target term and the removal it resolved to. ``train_images``: a frozen backbone's training inputs
+    (in the order of its features), whose removals are cached now; None: end to end."""
+    removal = resolved_removal(backbone, removal)
+    frozen = train_images is not None
+    reference = None
+    if removal in ("mean", "mean-update") and frozen:  # the audit's reference for a frozen backbone
+        of = tap_outputs if removal == "mean" else tap_updates
+        reference = tap_means(backbone, train_images, device=device, description="network target: tap means", of=of)
+    net = NetworkScope(backbone, head, reference, ablation=removal)
+    removed = None
+    if frozen:
+        log(f"network alignment target: caching the pooled taps with each of {net.num_layers} blocks removed")
+        removed = frozen_removals(net, train_images, device, dtype=feature_dtype)
+    return NetworkAlignment(weight, net, removed, scope), removal

@@ -1,0 +1,101 @@
+"""--align with the network target (training/network_target.py): its Δ is the network-scope audit's, training with
+it runs both routes and records it, and a bad target is one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from laya_cli.auditing.job import run_scoped_audit
+from laya_cli.auditing.network.patching import NetworkScope, removal_effects
+from laya_cli.auditing.network.reference import network_reference
+from laya_cli.features.extraction import to_float_images
+from laya_cli.model.evaldata import load_eval_data
+from laya_cli.model.laya_model import load_model
+from laya_cli.runtime import progress
+from laya_cli.runtime.config import AuditSettings, DataRequest, TrainConfig, TrainRequest
+from laya_cli.runtime.errors import LayaError
+from laya_cli.training.job import train
+from laya_cli.training.network_target import NetworkAlignment, frozen_removals, resolved_removal
+
+
+def _batch(model, n=48):
+    data = load_eval_data(model, samples=n)
+    x = to_float_images(data.images)
+    return data, x
+
+
+def test_the_frozen_cache_gives_the_network_audits_effects(digits_ckpt):
+    """Removals cached once (frozen backbone) + L + 1 head passes = NetworkScope.effects, the audit's per-batch Δ;
+    their mean over the samples = the audit's own mean Δᴺ per layer (``--scope both``)."""
+    model = load_model(digits_ckpt)
+    data, x = _batch(model)
+    reference = network_reference(model, "mean")
+    net = NetworkScope(model.backbone.eval(), model.head.eval(), reference, ablation="mean")
+    hs = net.activations(x)
+    feats = net.pooled(hs)
+    target = model.head(feats).logits.argmax(-1)
+    removed = frozen_removals(net, data.images, "cpu", batch_size=20)  # another batching than the audit's
+    assert [len(r) for r in removed] == [3, 2, 1] and len(removed[0][0]) == len(x)
+    cached = removal_effects(model.head, feats, removed, target)
+    torch.testing.assert_close(cached, net.effects(x, hs, feats, target), rtol=0, atol=1e-6)
+    audit = run_scoped_audit(model, data, ["laya"], AuditSettings(batch_size=16), "both").network
+    means = [audit.comparison.layers[name]["delta_network"] for name in model.layer_names]
+    torch.testing.assert_close(cached.double().mean(0), torch.tensor(means, dtype=torch.float64), rtol=0, atol=1e-6)
+
+
+def test_the_end_to_end_target_is_the_audits_effects_on_its_rows(digits_ckpt):
+    model = load_model(digits_ckpt)
+    _, x = _batch(model, 40)
+    for removal, reference in (("zero", None), ("mean", None)):
+        net = NetworkScope(model.backbone, model.head, reference, ablation=removal)
+        term = NetworkAlignment(1.0, net, subset=32)
+        model.backbone.train(), model.head.train()
+        feats, target, delta = term.end_to_end_effects(model.head, x)
+        assert model.backbone.training and model.head.training  # the modes are given back
+        ref = None if removal == "zero" else [h.mean(0) for h in model.backbone.eval().activations(x)]
+        audit = NetworkScope(model.backbone.eval(), model.head.eval(), ref, ablation=removal)
+        hs = audit.activations(x)
+        torch.testing.assert_close(delta, audit.effects(x, hs, audit.pooled(hs), target), rtol=0, atol=1e-6)
+    assert resolved_removal(model.backbone) == "mean"  # the mlp's blocks change width: no bypass
+
+
+def _train(tmp_path, name, align=1.0, finetune=None, epochs=2, **keywords):
+    req = TrainRequest(
+        data=DataRequest("digits", seed=0),
+        train=TrainConfig(epochs=epochs, seed=0, patience=epochs, align=align),
+        finetune=finetune,
+        out=str(tmp_path / f"{name}.pt"),
+    )
+    with progress.enabled(False):
+        return train(req, **keywords)
+
+
+@pytest.mark.parametrize("finetune", [None, False], ids=["end-to-end", "frozen"])
+def test_training_with_the_network_target_runs_and_is_recorded(tmp_path, finetune):
+    net = _train(tmp_path, "net", finetune=finetune, align_target="network")
+    head = _train(tmp_path, "head", finetune=finetune)
+    assert net["train_config"]["align_target"] == "network" and net["train_config"]["align_removal"] == "mean"
+    assert head["train_config"]["align_target"] == "head" and "align_removal" not in head["train_config"]
+    assert any(not torch.equal(v, head["head"]["weights"][k]) for k, v in net["head"]["weights"].items())
+    assert net["metrics"]["test_accuracy"] > 0.3
+    model = load_model(tmp_path / "net.pt")
+    data = load_eval_data(model, samples=32)
+    result = run_scoped_audit(model, data, ["laya", "atp"], AuditSettings(), "network")
+    assert result.network.methods["laya"].defined > 0
+
+
+@pytest.mark.parametrize(
+    "keywords, fragment",
+    [
+        ({"align_target": "everything"}, "--align-target"),
+        ({"align_target": "network", "align": 0.0}, "--align-target network says what --align trains"),
+        ({"align_target": "network", "align_removal": "bypass"}, "needs a block whose output has its input's shape"),
+    ],
+)
+def test_a_bad_target_is_one_line(tmp_path, keywords, fragment):
+    align = keywords.pop("align", 1.0)
+    with pytest.raises(LayaError, match=fragment) as e:
+        _train(tmp_path, "bad", align=align, epochs=1, **keywords)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "bad.pt").exists()
