@@ -46,7 +46,6 @@ VARIANTS: dict[str, dict] = {
     "net+ent": {"align": 1.0, "align_target": "network", "alpha_entropy": 0.3},
 }
 HEAD_OPTIONS = ("layer_norm",)
-KEYWORDS = ("align_target",)  # train()'s keywords until TrainConfig has the field
 
 
 @dataclass
@@ -121,7 +120,7 @@ def request(case: Case, options: dict, seed: int, out: Path):
     from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
 
     head = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
-    train = {k: v for k, v in options.items() if k not in HEAD_OPTIONS + KEYWORDS}
+    train = {k: v for k, v in options.items() if k not in HEAD_OPTIONS}
     return TrainRequest(
         backbone=case.backbone,
         head="laya",
@@ -175,11 +174,10 @@ def run_one(case_name: str, case: Case, variant: str, seed: int, out: Path, samp
         return json.loads(record.read_text())
     ckpt, options = folder / f"{variant}-{seed}.pt", VARIANTS[variant]
     timing = folder / f"{variant}-{seed}.train.json"  # kept apart: a changed audit re-measures without training
-    keywords = {k: v for k, v in options.items() if k in KEYWORDS}
     with progress.enabled(False):
         if not (ckpt.is_file() and timing.is_file()):
             started = time.perf_counter()
-            history = train(request(case, options, seed, ckpt), **keywords)["history"]
+            history = train(request(case, options, seed, ckpt).validate())["history"]
             seconds = time.perf_counter() - started
             epoch_seconds = sum(r["seconds"] for r in history) / len(history)
             timing.write_text(json.dumps({"seconds_train": round(seconds, 1), "seconds_per_epoch": epoch_seconds}))

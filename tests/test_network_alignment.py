@@ -63,12 +63,12 @@ def test_the_end_to_end_target_is_the_audits_effects_on_its_rows(digits_ckpt):
 def _train(tmp_path, name, align=1.0, finetune=None, epochs=2, **keywords):
     req = TrainRequest(
         data=DataRequest("digits", seed=0),
-        train=TrainConfig(epochs=epochs, seed=0, patience=epochs, align=align),
+        train=TrainConfig(epochs=epochs, seed=0, patience=epochs, align=align, **keywords),
         finetune=finetune,
         out=str(tmp_path / f"{name}.pt"),
     )
     with progress.enabled(False):
-        return train(req, **keywords)
+        return train(req.validate())
 
 
 @pytest.mark.parametrize("finetune", [None, False], ids=["end-to-end", "frozen"])
@@ -76,7 +76,7 @@ def test_training_with_the_network_target_runs_and_is_recorded(tmp_path, finetun
     net = _train(tmp_path, "net", finetune=finetune, align_target="network")
     head = _train(tmp_path, "head", finetune=finetune)
     assert net["train_config"]["align_target"] == "network" and net["train_config"]["align_removal"] == "mean"
-    assert head["train_config"]["align_target"] == "head" and "align_removal" not in head["train_config"]
+    assert head["train_config"]["align_target"] == "head" and head["train_config"]["align_removal"] == "auto"
     assert any(not torch.equal(v, head["head"]["weights"][k]) for k, v in net["head"]["weights"].items())
     assert net["metrics"]["test_accuracy"] > 0.3
     model = load_model(tmp_path / "net.pt")

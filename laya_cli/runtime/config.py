@@ -181,6 +181,7 @@ class HeadConfig:
         return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
 
 
+ALIGN_TARGETS = ("head", "network")  # --align-target (training/network_target.py)
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
 STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
@@ -206,6 +207,19 @@ class TrainConfig:
         "What the alignment loss trains: scorer (the scorer and ψ only, the default) or head (the adapters "
         "too: the whole α path; docs/metrics.md#aligned-training).",
         choices=ALIGN_SCOPES,
+    )
+    align_target: str = setting(
+        "head",
+        "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct) or network (the "
+        "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
+        "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch). Needs --align.",
+        choices=ALIGN_TARGETS,
+    )
+    align_removal: str = setting(
+        "auto",
+        "--align-target network: how a block is removed — auto (bypass where every tapped block keeps its input's "
+        "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved.",
+        choices=("auto", *NETWORK_ABLATIONS),
     )
     stop_on: str = setting(
         "accuracy",
@@ -252,6 +266,8 @@ class TrainConfig:
     )
 
     LATER = {
+        "align_target": "head",
+        "align_removal": "auto",
         "align": 0.0,
         "align_scope": "scorer",
         "stop_on": "accuracy",
@@ -263,6 +279,12 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         check_fields(self)
+        if self.align_target == "network" and not self.align:
+            raise LayaError("--align-target network says what --align trains α against: give --align λ > 0 with it")
+        if self.align_removal != "auto" and self.align_target != "network":
+            raise LayaError(
+                "--align-removal says how --align-target network removes a block: add --align-target network"
+            )
         return self
 
     def shapes_alpha(self) -> list[str]:

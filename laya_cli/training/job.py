@@ -38,7 +38,7 @@ from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
-from .network_target import check_align_target, network_alignment
+from .network_target import network_alignment
 from .shaping import AlphaShaping
 
 OnEpoch = Callable[[EpochRecord], None] | None
@@ -67,14 +67,6 @@ class TrainingJob:
     weights_file: str | None = None  # --weights: recorded, and decides whether the weights travel in the file
     resumable: Resumable | None = None  # the command's state file; None: nothing written until the end
     command_line: dict | None = None  # the resolved options the checkpoint records
-    # What --align ranks α against (training/network_target.py): "head" (the head's own leave-one-layer-out effects)
-    # or "network" (network-scope effects under ``align_removal``: auto = bypass for residual blocks, else mean).
-    # Here until TrainConfig has the fields (the lead wires --align-target); recorded in ``train_config``.
-    align_target: str = "head"
-    align_removal: str = "auto"
-
-    def __post_init__(self):
-        self.align_target = check_align_target(self.align_target, self.train.align)
 
 
 class TrainedModel(NamedTuple):
@@ -86,7 +78,7 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
     """Train the job's head on ``data`` and return the checkpoint of the trained model. Backbone passes run at
     ``job.train.precision``, recorded resolved (bf16 or fp32) in the checkpoint's ``train_config``."""
     dev = job.train.device
-    recorded: dict = {"align_target": job.align_target}  # and the removal a network target resolved to
+    recorded: dict = {}  # the removal a network alignment target resolved to (auto: bypass or mean)
     with precision(check_precision(job.train.precision, dev)):
         backbone = job.backbone.to(dev)
         dims = backbone.dims(to_float_images(data.example()).to(dev))  # one line if the model cannot take these
@@ -174,7 +166,7 @@ def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, d
     if not job.train.align:
         return None
     Alignment.check_head(head)
-    if job.align_target == "network":
+    if job.train.align_target == "network":
         return _network_alignment(job, head, fixed_feats, recorded, data)
     reference = fixed_feats.mean() if fixed_feats is not None else None
     return Alignment(job.train.align, reference, scope=job.train.align_scope)
@@ -191,7 +183,7 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
             raise LayaError("--align-target network on a frozen backbone needs the training inputs, not only features")
         images = got[0]
     term, removal = network_alignment(
-        job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images, job.align_removal,
+        job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images, job.train.align_removal,
         fixed_feats.feats[0].dtype if fixed_feats is not None else None,
     )  # fmt: skip
     recorded["align_removal"] = removal
@@ -333,13 +325,10 @@ def _attached_spec(tapped: Tapped, frozen: bool) -> bb.BackboneSpec:
 # --------------------------------------------------------------------------- laya train
 
 
-def train(
-    req: TrainRequest, on_epoch: OnEpoch = None, *, align_target: str = "head", align_removal: str = "auto"
-) -> dict:
+def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
     """``laya train``: the request's dataset and backbone through ``train_model``; writes the checkpoint and
-    returns it. ``align_target``/``align_removal``: what ``--align`` ranks α against (``TrainingJob``)."""
+    returns it."""
     req = _checked(req)
-    align_target = check_align_target(align_target, req.train.align)  # before any data is loaded
     data = load_dataset(req.data)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
@@ -355,8 +344,6 @@ def train(
         weights_file=req.weights,
         resumable=Resumable(req.state_path, req.resume, req.fingerprint(), req.recorded_options()),
         command_line=req.command_line,
-        align_target=align_target,
-        align_removal=align_removal,
     )
     resumed = req.state_path.is_file()  # a --resume run's state, from before this run
     try:

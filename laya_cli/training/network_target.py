@@ -30,29 +30,20 @@ from torch import Tensor, nn
 from ..auditing.network.patching import NetworkScope, removal_effects
 from ..data.images import image_batches
 from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
-from ..runtime.config import BY_INPUT, check_choice
+from ..runtime.config import BY_INPUT
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log, track
 from .alignment import EMA_MOMENTUM, Alignment, alignment_loss
 
-ALIGN_TARGETS = ("head", "network")
 AUTO = "auto"
 SUBSET = 32  # end to end: the rows of a batch whose network effects are computed
 EVERY = 1  # end to end: every how many batches
 
 
-def check_align_target(target: str, align: float = 1.0) -> str:
-    """The canonical ``--align-target``; ``network`` without ``--align`` would train nothing: one line."""
-    target = check_choice("--align-target", target, ALIGN_TARGETS)
-    if target == "network" and not align:
-        raise LayaError("--align-target network says what --align trains α against: give --align λ > 0 with it")
-    return target
-
-
 def resolved_removal(backbone, removal: str = AUTO) -> str:
-    """``removal`` (declared a network-scope ablation or auto: TrainConfig.align_removal); ``auto``: ``bypass`` where every tapped block's output has its
-    input's shape on a probe batch, else ``mean``."""
+    """``removal`` (a network-scope ablation or auto, as TrainConfig.align_removal declares); ``auto``: ``bypass``
+    where every tapped block's output has its input's shape on a probe batch, else ``mean``."""
     if removal != AUTO:
         if removal in BY_INPUT:  # one line, before any training, for a block that changes shape
             _probe_inputs(backbone)
