@@ -113,11 +113,12 @@ def with_settings(**groups: Use | type):
 
     def decorate(command):
         own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name not in groups]
-        taken = {p.name for p in own}
+        own_names = frozenset(p.name for p in own)
+        taken = set(own_names)
         shared, names = [], {}
         for key, use in groups.items():
             # A name the command takes itself is its own (bench's --align: the laya-aligned head's λ), not the group's
-            names[key] = [d.name for d in options_of(use) if d.name not in {p.name for p in own}]
+            names[key] = [d.name for d in options_of(use) if d.name not in own_names]
             for d in options_of(use):
                 if d.name not in taken:
                     shared.append(parameter(d, use.defaults.get(d.name, UNSET)))

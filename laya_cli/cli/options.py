@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from ..runtime.config import DEVICE_HELP, TIE_TOL_HELP, AuditSettings, DepthSettings, TrainConfig
+from ..runtime.config import DEVICE_HELP, TIE_TOL_HELP, AuditSettings, DepthSettings, TrainConfig, TrainRequest
 from ..runtime.fields import help_of
 from ..training.bench import BenchRequest
 
@@ -25,7 +25,7 @@ BENCH = BenchRequest()
 
 Device = Annotated[str, typer.Option(help=DEVICE_HELP)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")]
-Cache = Annotated[bool, typer.Option(help="Use the on-disk feature cache for frozen backbones.")]  # as --cache of train
+Cache = Annotated[bool, typer.Option(help=help_of(TrainRequest, "cache"))]  # laya train's --cache, for the readers
 ModelPath = Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")]
 JsonOut = Annotated[Path | None, typer.Option("--json", help="Write every number and setting as JSON to this file.")]
 MarkdownOut = Annotated[

@@ -656,9 +656,9 @@ class AuditSettings:
 
 def check_tie_tol(tol: float) -> float:
     """``--tie-tol``: a finite number in [0, 1) (a probability difference; 0 = exact ties only)."""
-    from .fields import Declared, check_value
+    from .fields import check_value, declared_setting
 
-    return float(check_value(Declared("tie_tol", float, TIE_TOL, tie_tol_setting().metadata["option"]), tol))
+    return float(check_value(declared_setting(AuditSettings, "tie_tol"), tol))
 
 
 def check_ci(level: float, resamples: int) -> None:

@@ -123,9 +123,14 @@ def declared(cls) -> list[Declared]:
     return out
 
 
+def declared_setting(cls, name: str) -> Declared:
+    """The declared setting of ``cls`` an option name stands for."""
+    return next(d for d in declared(cls) if d.name == name)
+
+
 def help_of(cls, name: str) -> str:
     """The declared help of one setting (for a command-line option that shares it without being built from it)."""
-    return next(d.option.help for d in declared(cls) if d.name == name)
+    return declared_setting(cls, name).option.help
 
 
 def settings_of(*classes, api: bool = True) -> list[str]:
