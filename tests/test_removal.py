@@ -261,11 +261,13 @@ def test_the_drop_table_scores_every_order_on_the_test_split(trained):
         "alpha",
         "block-influence",
         "network",
+        "reverse",
         "greedy",
         "random 1",
         "random 2",
     }
     assert all(3 not in o for o in table["orders"].values())  # the last tap stays
+    assert table["orders"]["reverse"] == [2, 1, 0]  # the deepest droppable layer first
     rows = {(r["order"], r["k"]): r for r in table["rows"]}
     full = rows[("alpha", 0)]["accuracy"]
     assert all(rows[(name, 0)]["accuracy"] == full for name in table["orders"])  # nothing dropped: the model
@@ -306,7 +308,8 @@ def test_laya_depth_drop_writes_a_checkpoint_that_info_audit_export_and_truncate
                "--out", small, "--json", table, "--markdown", tmp_path / "drop.md")  # fmt: skip
     assert r.exit_code == 0, r.output
     doc = json.loads(table.read_text())
-    assert {row["order"] for row in doc["rows"]} == {"alpha", "block-influence", "network", "greedy", "random 1"}
+    orders = {"alpha", "block-influence", "network", "reverse", "greedy", "random 1"}
+    assert {row["order"] for row in doc["rows"]} == orders
     assert [t["k"] for t in doc["timing"]] == [0, 1, 2] and doc["timing"][0]["flops_fraction"] == 1.0
     assert doc["timing"][2]["flops_fraction"] < doc["timing"][1]["flops_fraction"] < 1  # measured, not assumed
     written = doc["written"]

@@ -131,7 +131,9 @@ def drop_job(model, load_data, settings: DepthSettings, out: str | Path | None =
     with torch.no_grad():  # every tap's block must keep its input's shape (the scores read all of them)
         model.backbone.eval().activations_and_inputs(model.backbone.probe_input(), needs=DROP_NEEDS)
     if settings.drop_order == "alpha" and not getattr(model.head, "has_alpha", False):
-        raise LayaError("a head without α has no alpha order: choose --drop-order block-influence, network or greedy")
+        raise LayaError(
+            "a head without α has no alpha order: choose --drop-order block-influence, network, reverse or greedy"
+        )
     data = load_data()
     x_time = to_float_images(next(image_batches(data.test[0], settings.time_batch)))  # the timed batch
     result = run_drop(model, data.test, data.val, settings, x_time)
@@ -189,14 +191,16 @@ def _settings_record(settings: DepthSettings, full_flops: int, x_time: Tensor) -
 
 def quarter_goals(rows: list[dict], n_layers: int) -> dict | None:
     """Issue 35's comparison at 25 % of the layers dropped: α-guided against the greedy oracle (within 1 pp?) and
-    against Block Influence (ahead?). None when the table does not reach that many layers."""
+    against Block Influence (ahead?) and the reverse order (no worse?). None when the table does not reach that many
+    layers."""
     quarter = max(1, math.floor(0.25 * n_layers))
     acc = {r["order"]: r["accuracy"] for r in rows if r["k"] == quarter}
     if not {"alpha", "greedy", "block-influence"} <= set(acc):
         return None
     return {"k": quarter, "alpha": acc["alpha"], "greedy": acc["greedy"], "block_influence": acc["block-influence"],
             "within_1pp_of_greedy": acc["greedy"] - acc["alpha"] <= 0.01,
-            "ahead_of_block_influence": acc["alpha"] > acc["block-influence"]}  # fmt: skip
+            "ahead_of_block_influence": acc["alpha"] > acc["block-influence"], "reverse": acc.get("reverse"),
+            "no_worse_than_reverse": acc["alpha"] >= acc["reverse"] if "reverse" in acc else None}  # fmt: skip
 
 
 def write_dropped(model, result: DropResult, settings: DepthSettings, train, test, out: str | Path) -> dict:

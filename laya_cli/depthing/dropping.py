@@ -2,7 +2,8 @@
 layer-pruning studies remove a block), and the orders that choose which to drop first.
 
 Orders, least important first: LAYA's mean α (``alpha``), Block Influence 1 − cos(input, output) averaged over the
-real tokens (``block-influence``, ShortGPT), the mean |bypass effect| on p_ŷ at network scope (``network``), a greedy
+real tokens (``block-influence``, ShortGPT), the mean |bypass effect| on p_ŷ at network scope (``network``), the
+deepest droppable layer first (``reverse``: reported to beat Block Influence in recent pruning studies), a greedy
 oracle that drops, one at a time, the layer whose removal keeps validation accuracy highest (``greedy``), and seeded
 random orders. Every order is chosen on one split (validation) and scored on another (test). The last tap, the
 representation the head was trained to rely on most directly, is never dropped, nor a layer dropped already.
@@ -92,6 +93,7 @@ def drop_table(model, val, test, k: int, draws: int = 3, seed: int = 0, **run) -
     k = min(k, len(candidates))
     scores = layer_scores(model, val[0], **run)
     orders = {name: sorted(candidates, key=lambda i: (float(scores[name][i]), i)) for name in scores}
+    orders["reverse"] = sorted(candidates, reverse=True)
     orders["greedy"] = greedy_order(model, val[0], val[1], candidates, k, **run)
     g = torch.Generator().manual_seed(seed)
     randoms = [[candidates[i] for i in torch.randperm(len(candidates), generator=g).tolist()] for _ in range(draws)]

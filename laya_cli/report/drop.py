@@ -94,6 +94,11 @@ def drop_lines(doc: dict) -> list[str]:
         lines.append(
             f"at k={g['k']} (25 % of the layers): alpha {g['alpha']:.3f}, {near} greedy ({g['greedy']:.3f}), "
             f"{ahead} block influence ({g['block_influence']:.3f})"
+            + (
+                ""
+                if g.get("reverse") is None
+                else f", {'no worse than' if g['no_worse_than_reverse'] else 'below'} reverse ({g['reverse']:.3f})"
+            )
         )
     if w := doc.get("written"):
         speed = speed_text(w)

@@ -690,7 +690,7 @@ def check_unit_interval(option: str, values) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-DROP_ORDERS = ("alpha", "block-influence", "network", "greedy")  # laya depth --drop: which layers go first
+DROP_ORDERS = ("alpha", "block-influence", "network", "reverse", "greedy")  # laya depth --drop: which layers go first
 
 
 @dataclass
@@ -735,7 +735,8 @@ class DepthSettings:
     )
     drop_order: str = setting(
         "alpha",
-        "Which order --drop K --out follows, least important first: alpha, block-influence, network or greedy.",
+        "Which order --drop K --out follows, least important first: alpha, block-influence, network, reverse "
+        "(the deepest first) or greedy.",
         choices=DROP_ORDERS,
     )
     drop_draws: int = setting(3, "Seeded random orders in the --drop table.", param="draws", minimum=0)
