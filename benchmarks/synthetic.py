@@ -92,7 +92,7 @@ def train_digits(
     patience: int | None = None,
     d_star: int = 96,
     score_hidden: int = 192,
-    align: float = 0.0,
+    align: float | None = 0.0,  # 0: no term (not the kind's default: None)
     stop_on: str = "accuracy",
     **extra,
 ) -> Path:

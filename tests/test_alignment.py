@@ -15,6 +15,7 @@ from laya_cli.runtime.config import TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.alignment import Alignment, alignment_loss, ranking_loss
 from laya_cli.training.bench import BenchRequest, parse_heads
+from laya_cli.training.defaults import resolved_request
 
 
 def ranking_loss_by_hand(log_alpha, delta) -> float:
@@ -74,11 +75,15 @@ def test_the_ema_reference_follows_the_batches_and_survives_a_resume():
 
 
 def test_align_zero_is_plain_training_and_keeps_fingerprints(tmp_path):
-    assert "align" not in TrainRequest().options()["train"]  # resume states and bench records stay valid
-    assert TrainRequest().fingerprint() == TrainRequest(train=TrainConfig(align=0.0)).fingerprint()
-    assert TrainRequest(train=TrainConfig(align=1.0)).fingerprint() != TrainRequest().fingerprint()
-    plain = torch.load(train_digits(tmp_path / "plain.pt", epochs=2), weights_only=False)
-    zero = torch.load(train_digits(tmp_path / "zero.pt", epochs=2, align=0.0), weights_only=False)
+    cnn = resolved_request(TrainRequest(backbone="cnn"))  # a kind without a default term
+    assert "align" not in cnn.options()["train"]  # resume states and bench records stay valid
+    assert (
+        cnn.fingerprint() == resolved_request(TrainRequest(backbone="cnn", train=TrainConfig(align=0.0))).fingerprint()
+    )
+    mlp = resolved_request(TrainRequest())  # the mlp's default term is not the plain run an old state holds
+    assert mlp.fingerprint() != resolved_request(TrainRequest(train=TrainConfig(align=0.0))).fingerprint()
+    plain = torch.load(train_digits(tmp_path / "plain.pt", epochs=2, backbone="cnn", align=None), weights_only=False)
+    zero = torch.load(train_digits(tmp_path / "zero.pt", epochs=2, backbone="cnn", align=0.0), weights_only=False)
     for k, v in plain["head"]["weights"].items():
         assert torch.equal(v, zero["head"]["weights"][k]), k
 
@@ -113,6 +118,9 @@ def test_bench_compares_an_aligned_laya_head():
     bench = BenchRequest(heads=["laya", "laya-aligned"], align=0.5).validate()
     req = bench.train_request("laya-aligned", 1338)
     assert (req.head, req.train.align, req.train.seed) == ("laya", 0.5, 1338)
+    default = bench.train_request("laya", 1338).train  # as laya train resolves it: the mlp's default term
+    assert (default.align, default.align_target) == (1.0, "network")
+    bench.train.backbone = "cnn"
     assert bench.train_request("laya", 1338).train.align == 0.0
     assert str(bench.run_path("laya-aligned", 1338, ".pt")).endswith("laya-aligned-seed1338.pt")
     with pytest.raises(LayaError, match="--align must be positive"):

@@ -74,7 +74,7 @@ def _train(tmp_path, name, align=1.0, finetune=None, epochs=2, **keywords):
 @pytest.mark.parametrize("finetune", [None, False], ids=["end-to-end", "frozen"])
 def test_training_with_the_network_target_runs_and_is_recorded(tmp_path, finetune):
     net = _train(tmp_path, "net", finetune=finetune, align_target="network")
-    head = _train(tmp_path, "head", finetune=finetune)
+    head = _train(tmp_path, "head", finetune=finetune, align_target="head")
     assert net["train_config"]["align_target"] == "network" and net["train_config"]["align_removal"] == "mean"
     assert head["train_config"]["align_target"] == "head" and head["train_config"]["align_removal"] == "auto"
     assert any(not torch.equal(v, head["head"]["weights"][k]) for k, v in net["head"]["weights"].items())

@@ -199,8 +199,8 @@ def test_an_option_a_path_does_not_read_is_refused_in_one_line(tmp_path, args, f
 
 
 def test_a_name_the_command_takes_itself_is_not_fed_to_its_settings():
-    """laya bench's own --align (the laya-aligned head's λ) must leave the template's TrainConfig.align at 0:
-    the other heads train without alignment."""
+    """laya bench's own --align (the laya-aligned head's λ) must leave the template's TrainConfig.align at its
+    default (None: the kind of model's, training/defaults.py): the other heads train as laya train trains them."""
     from laya_cli.cli.declared import with_settings
 
     seen = {}
@@ -210,4 +210,4 @@ def test_a_name_the_command_takes_itself_is_not_fed_to_its_settings():
         seen.update(own=align, template=req.train.align)
 
     command(**{p: v.default for p, v in inspect.signature(command).parameters.items()})
-    assert seen == {"own": 1.0, "template": 0.0}
+    assert seen == {"own": 1.0, "template": None}

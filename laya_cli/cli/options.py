@@ -43,7 +43,8 @@ Precision = Annotated[str, typer.Option(help=help_of(TrainConfig, "precision"))]
 
 # --------------------------------------------------------------------------- data
 
-SubsetSeed = Annotated[int, typer.Option("--seed", help=help_of(DepthSettings, "seed"))]
+# numpy's generators take no negative seed: refused as the declared setting's is (at least 0)
+SubsetSeed = Annotated[int, typer.Option("--seed", min=0, help=help_of(DepthSettings, "seed"))]
 
 # --------------------------------------------------------------------------- backbone and head
 
@@ -223,7 +224,7 @@ BenchHeads = Annotated[
 BenchSeeds = Annotated[
     int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")
 ]
-BaseSeed = Annotated[int, typer.Option(help="Seed of the first run (1337: the paper config).")]
+BaseSeed = Annotated[int, typer.Option(min=0, help="Seed of the first run (1337: the paper config).")]
 BenchOut = Annotated[
     Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")
 ]

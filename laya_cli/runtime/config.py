@@ -193,12 +193,13 @@ class TrainConfig:
     batch_size: int = setting(128, "Batch size.", minimum=1)
     lr: float = setting(3e-4, "Adam learning rate.", above=0, below=1e30, rule="positive and below 1e30 (a float32)")
     patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1)
-    seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.")
+    seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.", minimum=0)
     device: str = device_setting()
-    align: float = setting(
-        0.0,
+    align: float | None = setting(
+        None,
         "λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
-        "heads; 0 = off, 1 = recommended; docs/metrics.md#aligned-training).",
+        "heads; 0 = off). Default: per kind of model, from the measurements in docs/results/network-alignment.md "
+        "(1 with --align-target network for the built-in mlp trained end to end; 0 elsewhere); recorded resolved.",
         minimum=0,
         rule="0 (off) or positive",
     )
@@ -208,11 +209,12 @@ class TrainConfig:
         "too: the whole α path; docs/metrics.md#aligned-training).",
         choices=ALIGN_SCOPES,
     )
-    align_target: str = setting(
-        "head",
+    align_target: str | None = setting(
+        None,
         "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct) or network (the "
         "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
-        "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch). Needs --align.",
+        "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch). Default: the "
+        "kind of model's (network for the built-in mlp end to end, else head); given alone, --align is 1.",
         choices=ALIGN_TARGETS,
     )
     align_removal: str = setting(
@@ -266,7 +268,7 @@ class TrainConfig:
     )
 
     LATER = {
-        "align_target": "head",
+        "align_target": "head",  # align and align_target as resolved (training/defaults.py) for no term
         "align_removal": "auto",
         "align": 0.0,
         "align_scope": "scorer",
@@ -279,9 +281,9 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         check_fields(self)
-        if self.align_target == "network" and not self.align:
-            raise LayaError("--align-target network says what --align trains α against: give --align λ > 0 with it")
-        if self.align_removal != "auto" and self.align_target != "network":
+        if self.align_target == "network" and self.align == 0:
+            raise LayaError("--align-target network says what --align trains α against: not with --align 0")
+        if self.align_removal != "auto" and self.align_target == "head":
             raise LayaError(
                 "--align-removal says how --align-target network removes a block: add --align-target network"
             )
@@ -453,8 +455,9 @@ def check_alpha_options(train: TrainConfig, head: str) -> None:
     """The training options that act on α, for the head that has it: ``--align``, ``--stop-on combined``,
     ``--alpha-entropy`` and ``--tau-start`` on the input-conditioned attention of a laya head, ``--layer-dropout``
     on laya and scalarmix. One line naming the option, before any data is loaded (``laya train``, ``fit``)."""
-    if train.align and head.lower() != "laya":
-        raise LayaError(f"--align needs input-conditioned attention α: --head laya (not {head})")
+    if (train.align or train.align_target == "network") and head.lower() != "laya":
+        option = "--align" if train.align else "--align-target"
+        raise LayaError(f"{option} needs input-conditioned attention α: --head laya (not {head})")
     if train.stop_on == "combined" and head.lower() != "laya":
         raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {head})")
     head = head.lower()
@@ -604,7 +607,7 @@ class AuditSettings:
         minimum=1,
         command_default=None,  # the command line's None: planned within --max-memory
     )
-    seed: int = setting(0, "Seed of the --samples subset (and of the random method).")
+    seed: int = setting(0, "Seed of the --samples subset (and of the random method).", minimum=0)
     by_class: bool = setting(
         False, "Add faithfulness and Deletion@1 per class (with intervals, as --ci).", flag="--by-class"
     )
@@ -703,7 +706,7 @@ class DepthSettings:
         minimum=1,
         command_default=None,  # the command line's None: planned within --max-memory
     )  # samples per head pass
-    seed: int = setting(0, "Seed of the --samples subset.")
+    seed: int = setting(0, "Seed of the --samples subset.", minimum=0)
     refit: bool = setting(
         False,
         "Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training "

@@ -124,12 +124,14 @@ class BenchRequest:
         return AuditSettings(**{**asdict(self.audit), "device": self.device, "by_class": False})
 
     def train_request(self, head: str, seed: int) -> TrainRequest:
+        from .defaults import resolved_request  # the backbones (torch): not at laya --help
+
         req = copy.deepcopy(self.train)
         req.head, req.data.seed, req.train.seed = VARIANTS.get(head, head), seed, seed
         if head == "laya-aligned":
             req.train.align = self.align
         req.out, req.resume = str(self.run_path(head, seed, ".pt")), False
-        return req
+        return resolved_request(req)  # as laya train resolves it, before its options are compared
 
     def run_path(self, head: str, seed: int, suffix: str) -> Path:
         return self.folder / f"{head}-seed{seed}{suffix}"

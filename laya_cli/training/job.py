@@ -37,6 +37,7 @@ from ..runtime.progress import log
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
+from .defaults import resolved_alignment, resolved_request
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .network_target import network_alignment
 from .shaping import AlphaShaping
@@ -76,7 +77,9 @@ class TrainedModel(NamedTuple):
 
 def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) -> TrainedModel:
     """Train the job's head on ``data`` and return the checkpoint of the trained model. Backbone passes run at
-    ``job.train.precision``, recorded resolved (bf16 or fp32) in the checkpoint's ``train_config``."""
+    ``job.train.precision``, recorded resolved (bf16 or fp32) in the checkpoint's ``train_config``, as are
+    ``--align`` and ``--align-target`` (the kind of model's default where not given: ``defaults.py``)."""
+    job = replace(job, train=resolved_alignment(job.train, job.spec.name, job.spec.finetune, job.head))
     dev = job.train.device
     recorded: dict = {}  # the removal a network alignment target resolved to (auto: bypass or mean)
     with precision(check_precision(job.train.precision, dev)):
@@ -392,6 +395,7 @@ def _checked(req: TrainRequest) -> TrainRequest:
     req = copy.deepcopy(req).validate()
     req.head = match_choice("head", req.head, HEADS)
     req.data.name = dataset_name(req.data.name)
+    resolved_request(req)  # --align / --align-target: the kind's default where not given (recorded resolved)
     check_writable(req.out)
     bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
     check_no_unfinished_run(req)

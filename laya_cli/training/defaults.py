@@ -1,0 +1,64 @@
+"""The alignment term a kind of model gets when the user names none: chosen from measurements, not by habit.
+
+``--align`` and ``--align-target`` default to ``None`` ("the kind's"); ``resolved_alignment`` turns them into the λ
+and the target this kind of model trains with, and the checkpoint records what it resolved to. The evidence for
+each entry is docs/results/network-alignment.md (``python -m benchmarks.network_alignment``); a kind that is not
+listed trains without the term, as laya always did, until a measurement says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import backbones as bb
+from ..runtime.config import TrainConfig, TrainRequest
+from ..runtime.errors import LayaError
+
+
+@dataclass(frozen=True)
+class AlignDefault:
+    align: float
+    target: str
+
+
+OFF = AlignDefault(0.0, "head")
+
+# (backbone, trained end to end) -> the term. The built-in MLP end to end (make demo): α ranked against the
+# network-scope effects reads the network (faithfulness 0.98 against AtP's 0.89, 1.8 effective layers instead of a
+# collapse onto one) for about 0.7 pp of digits accuracy (intervals overlap). The built-in CNN is not listed:
+# removing any of its stages takes p_ŷ to about chance, so the effects tie and the term learns nothing.
+ALIGN_DEFAULTS: dict[tuple[str, bool], AlignDefault] = {
+    ("mlp", True): AlignDefault(1.0, "network"),
+}
+
+
+def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
+    """The term a ``head`` on ``backbone`` (trained end to end or not) gets by default; OFF without α."""
+    if head.lower() != "laya":
+        return OFF
+    return ALIGN_DEFAULTS.get((backbone, bool(finetune)), OFF)
+
+
+def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: str) -> TrainConfig:
+    """``train`` with ``align`` and ``align_target`` resolved: the kind's default for what is None; a target given
+    alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the head's."""
+    kind = kind_default(backbone, finetune, head)
+    align, target = train.align, train.align_target
+    if align is None:
+        align = kind.align if target is None else 1.0
+    if target is None:
+        target = kind.target if kind.align else "head"
+    if not align:
+        target = "head"  # no term: nothing to rank against
+    if train.align_removal != "auto" and target != "network":
+        raise LayaError("--align-removal says how --align-target network removes a block: add --align-target network")
+    return replace(train, align=float(align), align_target=target)
+
+
+def resolved_request(req: TrainRequest) -> TrainRequest:
+    """``req`` with its TrainConfig resolved (in place) for the backbone it names: before its fingerprint is taken,
+    so a resumed run or a reused ``laya bench`` run is one trained with the same term."""
+    name = bb.backbone_name(req.backbone, req.arch)
+    finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
+    req.train = resolved_alignment(req.train, name, finetune, req.head)
+    return req

@@ -1,0 +1,63 @@
+"""The alignment term a kind of model trains with when the user names none (training/defaults.py), resolved once
+and recorded in the checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_user_error, invoke
+
+from laya_cli.runtime.config import TrainConfig, TrainRequest
+from laya_cli.runtime.errors import LayaError
+from laya_cli.training.defaults import resolved_alignment, resolved_request
+
+
+@pytest.mark.parametrize(
+    "backbone, finetune, head, given, want",
+    [
+        ("mlp", True, "laya", {}, (1.0, "network")),  # make demo's model: α against the network's effects
+        ("mlp", False, "laya", {}, (0.0, "head")),  # frozen: not measured to pay, so no term
+        ("cnn", True, "laya", {}, (0.0, "head")),  # the CNN's stage effects tie: the term learns nothing
+        ("timm:vit_base_patch16_224", False, "laya", {}, (0.0, "head")),
+        ("mlp", True, "last", {}, (0.0, "head")),  # no α, no term
+        ("mlp", True, "laya", {"align": 0.0}, (0.0, "head")),  # --align 0 turns the default off
+        ("mlp", True, "laya", {"align": 0.3}, (0.3, "network")),  # a λ alone: the kind's target
+        ("cnn", True, "laya", {"align": 0.3}, (0.3, "head")),  # ... or the head's where the kind has none
+        ("cnn", True, "laya", {"align_target": "network"}, (1.0, "network")),  # a target alone: λ = 1
+        ("mlp", True, "laya", {"align_target": "head"}, (1.0, "head")),
+    ],
+)
+def test_the_kind_of_model_decides_what_is_not_given(backbone, finetune, head, given, want):
+    got = resolved_alignment(TrainConfig(**given).validate(), backbone, finetune, head)
+    assert (got.align, got.align_target) == want
+    again = resolved_alignment(got, backbone, finetune, head)  # resolving twice changes nothing
+    assert (again.align, again.align_target) == want
+
+
+def test_a_removal_for_a_target_that_is_not_network_is_one_line():
+    with pytest.raises(LayaError, match="--align-removal says how --align-target network") as e:
+        resolved_alignment(TrainConfig(align_removal="bypass").validate(), "cnn", True, "laya")
+    assert "\n" not in str(e.value)
+
+
+def test_the_request_resolves_before_its_fingerprint():
+    assert resolved_request(TrainRequest()).train.align == 1.0
+    assert resolved_request(TrainRequest(finetune=False)).train.align == 0.0
+    cnn = resolved_request(TrainRequest(backbone="cnn")).options()["train"]  # no term: as a run before the defaults
+    assert "align" not in cnn and "align_target" not in cnn
+
+
+def test_laya_train_records_the_resolved_default_and_info_shows_it(tmp_path):
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "-q")
+    assert r.exit_code == 0, r.output
+    cfg = torch.load(out, weights_only=False)["train_config"]
+    assert (cfg["align"], cfg["align_target"], cfg["align_removal"]) == (1.0, "network", "mean")
+    info = invoke("info", out)
+    assert "--align 1" in info.output and "--align-target network" in info.output
+
+
+def test_align_zero_with_the_network_target_is_one_line(tmp_path):
+    r = invoke("train", "--dataset", "digits", "--align", "0", "--align-target", "network", "--out", tmp_path / "m.pt")
+    assert_user_error(r, "--align-target network says what --align trains α against")
+    assert list(tmp_path.iterdir()) == []
