@@ -1,16 +1,19 @@
 """Which layers can go: `laya depth --drop K --out` on a pretrained encoder, a timm ViT and a decoder.
 
     python -m benchmarks.dropping [CHECKPOINT ...] [--case vit,gpt2] [--k 2] [--draws 3] [--out DIR]
+                                  [--align-target head|network]
 
 Each checkpoint (given, or trained here as a user would: ``--case vit`` a timm ``VisionTransformer`` of 8 blocks
 trained end to end on digits, ``--case gpt2`` a GPT-2 of 8 layers built from its config and trained end to end on
 2,000 WordNet noun glosses in 8 classes, ``benchmarks.minilm``'s data) goes through the command a user types,
 ``laya depth CKPT --drop K --out DIR/NAME-dropped.pt --json …``: the drop table (LAYA's α, Block Influence, the
-network-scope bypass effects, a greedy oracle on validation accuracy, seeded random orders; chosen on the
-validation split, accuracy on the test split with Wilson 95 % intervals), the FLOPs of each dropped model and the
-α order's measured speed-up. Prints, per checkpoint, whether α-guided dropping is within 1 pp of the greedy oracle
-at 25 % of the layers dropped and ahead of Block Influence, and whether the measured speed-up matches the FLOPs
-(issue 35's goals); a goal missed is printed as "target missed".
+network-scope bypass effects, the reverse order, a greedy oracle on validation accuracy, seeded random orders;
+chosen on the validation split, accuracy on the test split with Wilson 95 % intervals), the FLOPs of each dropped
+model and the α order's measured speed-up. Prints, per checkpoint, whether α-guided dropping is within 1 pp of the
+greedy oracle at 25 % of the layers dropped, ahead of Block Influence and no worse than reverse, and whether the
+measured speed-up matches the FLOPs (issue 35's goals); a goal missed is printed as "target missed".
+``--align-target network`` trains the cases with ``--align 1 --align-target network`` (α ranked against the
+network-scope effects, issue 47) as ``NAME-net``.
 """
 
 from __future__ import annotations
@@ -39,14 +42,15 @@ def laya(*args) -> None:
         raise SystemExit(f"failed: laya {' '.join(map(str, args))}")
 
 
-def train_case(case: str, out: Path) -> Path | None:
-    """The case's checkpoint, trained with ``laya train`` (skipped in one line when its data is missing)."""
-    ckpt = out / f"{case}.pt"
+def train_case(case: str, out: Path, align: tuple = ()) -> Path | None:
+    """The case's checkpoint, trained with ``laya train`` (skipped in one line when its data is missing); ``align``:
+    more ``laya train`` options (the network target's), the checkpoint then named ``CASE-net``."""
+    ckpt = out / f"{case}{'-net' if align else ''}.pt"
     if ckpt.exists():
         return ckpt
     if case == "vit":
         laya("train", "--arch", "benchmarks.dropping:small_vit", "--layers", "blocks.*", "--finetune",
-             "--dataset", "digits", "--epochs", 30, "--seed", 0, "--out", ckpt, "-q")  # fmt: skip
+             "--dataset", "digits", "--epochs", 30, "--seed", 0, "--out", ckpt, "-q", *align)  # fmt: skip
         return ckpt
     from .minilm import wordnet_csv
 
@@ -62,7 +66,7 @@ def train_case(case: str, out: Path) -> Path | None:
     )
     transformers.GPT2Model(config).save_pretrained(folder)
     laya("train", "--backbone", f"hf:{folder}", "--finetune", "--dataset", f"csv:{data}", "--max-length", 32,
-         "--epochs", 15, "--seed", 0, "--out", ckpt, "-q")  # fmt: skip
+         "--epochs", 15, "--seed", 0, "--out", ckpt, "-q", *align)  # fmt: skip
     return ckpt
 
 
@@ -74,6 +78,9 @@ def report(name: str, doc: dict) -> None:
         ahead = "met" if g["ahead_of_block_influence"] else "target missed"
         print(f"{name}: at k={g['k']} alpha {g['alpha']:.3f}, greedy {g['greedy']:.3f} (within 1 pp: {near}), "
               f"block influence {g['block_influence']:.3f} (alpha ahead: {ahead})")  # fmt: skip
+        if g.get("reverse") is not None:
+            verdict = "met" if g["no_worse_than_reverse"] else "target missed"
+            print(f"{name}: at k={g['k']} reverse order {g['reverse']:.3f} (alpha no worse: {verdict})")
     for t in doc.get("timing", [])[1:]:
         ratio = t["speedup"] / t["flops_speedup"]
         verdict = "matches" if ratio >= 0.9 else "target missed: below"
@@ -90,6 +97,8 @@ def main(argv=None) -> None:
     parser.add_argument("--k", type=int, default=2, help="the most layers dropped")
     parser.add_argument("--draws", type=int, default=3, help="random orders")
     parser.add_argument("--out", type=Path, default=None, help="where checkpoints and tables go (default: a temp dir)")
+    parser.add_argument("--align-target", choices=("head", "network"), default="head",
+                        help="network: train the cases with --align 1 --align-target network (NAME-net)")  # fmt: skip
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="laya-dropping-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -97,12 +106,15 @@ def main(argv=None) -> None:
     unknown = set(cases) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: choose from {', '.join(CASES)}")
-    ckpts = [(p.stem, p) for p in args.checkpoints] + [(c, train_case(c, out)) for c in cases]
+    align = ("--align", 1, "--align-target", "network") if args.align_target == "network" else ()
+    ckpts = [(p.stem, p) for p in args.checkpoints] + [
+        (c + ("-net" if align else ""), train_case(c, out, align)) for c in cases
+    ]
     for name, ckpt in ckpts:
         if ckpt is None:
             continue
         table = out / f"{name}-drop.json"
-        extra = ["--arch", "benchmarks.dropping:small_vit"] if name == "vit" else []
+        extra = ["--arch", "benchmarks.dropping:small_vit"] if name.startswith("vit") else []
         laya("depth", ckpt, "--drop", args.k, "--draws", args.draws, "--out", out / f"{name}-dropped.pt",
              "--json", table, "--markdown", out / f"{name}-drop.md", *extra)  # fmt: skip
         report(name, json.loads(table.read_text()))

@@ -40,6 +40,7 @@ VARIANTS: dict[str, dict] = {
     "head": {"align": 1.0},
     "net": {"align": 1.0, "align_target": "network"},
     "net-3": {"align": 3.0, "align_target": "network"},
+    "net-0.3": {"align": 0.3, "align_target": "network"},
     "head+ln": {"align": 1.0, "layer_norm": True},
     "net+ln": {"align": 1.0, "align_target": "network", "layer_norm": True},
     "head+ent": {"align": 1.0, "alpha_entropy": 0.3},
@@ -57,6 +58,7 @@ class Case:
     what: str
     extra: dict = field(default_factory=dict)  # TrainRequest fields
     patience: int = 5
+    samples: int = 0  # test samples audited (0: the whole test split; --samples overrides)
 
 
 def cases(out: Path) -> dict[str, Case]:
@@ -65,7 +67,20 @@ def cases(out: Path) -> dict[str, Case]:
         "frozen-mlp": Case(
             "mlp", "digits", 50, "mean", "paper MLP, random init, frozen, digits, <=50 epochs", {"finetune": False}
         ),
+        "cnn": Case("cnn", "digits", 50, "mean", "the built-in CNN end to end, digits, <=50 epochs, patience 5"),
     }
+    from laya_cli.data.datasets import DEBIAN_FASHION_MNIST
+
+    if (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file():
+        found["fmnist"] = Case(
+            "mlp",
+            "fashion-mnist",
+            10,
+            "mean",
+            "paper MLP end to end, Fashion-MNIST (Debian), <=10 epochs, patience 3; audited on 1,000 test images",
+            patience=3,
+            samples=1000,
+        )
     bert = _bert_case(out)
     if bert is not None:
         found["bert"] = bert
@@ -134,7 +149,8 @@ def request(case: Case, options: dict, seed: int, out: Path):
 
 
 def measure(ckpt_path: Path, case: Case, samples: int) -> dict:
-    """The network-scope audit of one checkpoint (``--scope network --compare gradxact,atp --ablation removal``)."""
+    """The audit of one checkpoint at both scopes (``--scope both --compare global,gradxact,atp --ablation
+    removal``): what the network target buys at network scope, and what it costs at the head's."""
     from functools import partial
 
     from laya_cli.auditing.job import audit_job
@@ -144,9 +160,11 @@ def measure(ckpt_path: Path, case: Case, samples: int) -> dict:
 
     model = load_model(ckpt_path)
     settings = AuditSettings(ablation=case.removal, ci=0, randomisation_samples=0).validate()
+    samples = samples or case.samples
     load = partial(load_eval_data, model, samples=samples or None, seed=settings.seed, stream=True)
     methods = ["laya", "global", "gradxact", "atp", "random"]
-    net = audit_job(model, load, methods, settings, "network").network.methods
+    both = audit_job(model, load, methods, settings, "both")
+    head, net = both.methods, both.network.methods
     metrics = model.checkpoint["metrics"]
     return {
         "test_accuracy": metrics["test_accuracy"],
@@ -158,6 +176,14 @@ def measure(ckpt_path: Path, case: Case, samples: int) -> dict:
         "faith_net_atp": net["atp"].faithfulness,
         "faith_net_random": net["random"].faithfulness,
         "d1_net": net["laya"].deletion_at_1,
+        "faith_head": head["laya"].faithfulness,
+        "undefined_head": head["laya"].undefined,
+        "faith_head_gradxact": head["gradxact"].faithfulness,
+        "d1_head": head["laya"].deletion_at_1,
+        "d1_head_gradxact": head["gradxact"].deletion_at_1,
+        "d1_head_oracle": head["laya"].oracle,  # the largest single-layer effect: D@1's ceiling on this model
+        "d1_head_norm": head["laya"].normalised,
+        "d1_head_norm_gradxact": head["gradxact"].normalised,
         "align_removal": model.checkpoint["train_config"].get("align_removal"),
     }
 
@@ -194,6 +220,13 @@ COLUMNS = (
     ("faith_net_gradxact", "faith G×A net", 3),
     ("faith_net_atp", "faith AtP net", 3),
     ("minus_atp", "α − AtP", 3),
+    ("faith_head", "faith α head", 3),
+    ("faith_head_gradxact", "faith G×A head", 3),
+    ("d1_head", "D@1 α head", 3),
+    ("d1_head_gradxact", "D@1 G×A head", 3),
+    ("d1_head_norm", "D@1/oracle α head", 3),
+    ("d1_head_norm_gradxact", "D@1/oracle G×A head", 3),
+    ("undefined_head", "undef. α head", 0),
     ("seconds_per_epoch", "s/epoch", 2),
     ("time_ratio", "s/epoch / plain's", 2),
     ("seconds_train", "train s", 0),
