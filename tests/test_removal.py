@@ -97,6 +97,24 @@ def test_bypass_is_the_model_run_without_the_layer(folders, name, i):
     assert (taps[-1] - hs[-1]).abs().max() > 1e-2  # removing the layer changes the last tap: the check is not vacuous
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_the_network_targets_cached_bypassed_taps_are_the_model_run_without_the_block(folders, name):
+    """--align-target network on a frozen backbone caches, per block i, the pooled taps i..L with block i bypassed
+    (training/network_target.py:frozen_removals): each equals an independent forward of a copy without the block."""
+    from laya_cli.training.network_target import frozen_removals
+
+    backbone, _, scope, x = scoped(folders, name, "bypass")
+    n = len(backbone.layer_names)
+    removed = frozen_removals(scope, x, "cpu", batch_size=2)  # batched otherwise than one pass over x
+    inputs = backbone.adapter(x)
+    for i in range(n):
+        taps = taps_without(stream_without(backbone.model, CONFIGS[name][1], {i}, inputs), n, {i})
+        want = [backbone.pool_tap(j, taps[j]) for j in range(i, n)]
+        assert len(removed[i]) == len(want)
+        for got, tap in zip(removed[i], want):
+            torch.testing.assert_close(got, tap, rtol=0, atol=1e-5)
+
+
 def test_mean_update_adds_the_training_mean_of_each_block_update(folders):
     """The mean update of layer i is the mean of hidden_states[i+1] − hidden_states[i] (transformers' own, per
     position over the training texts); its removal puts the input plus it in place of the output."""
