@@ -91,15 +91,13 @@ def drop_lines(doc: dict) -> list[str]:
     if g := doc.get("goals"):
         near = "within 1 pp of" if g["within_1pp_of_greedy"] else "more than 1 pp below"
         ahead = "ahead of" if g["ahead_of_block_influence"] else "not ahead of"
-        lines.append(
+        line = (
             f"at k={g['k']} (25 % of the layers): alpha {g['alpha']:.3f}, {near} greedy ({g['greedy']:.3f}), "
             f"{ahead} block influence ({g['block_influence']:.3f})"
-            + (
-                ""
-                if g.get("reverse") is None
-                else f", {'no worse than' if g['no_worse_than_reverse'] else 'below'} reverse ({g['reverse']:.3f})"
-            )
         )
+        if g.get("reverse") is not None:  # tables written before the reverse order have none
+            line += f", {'no worse than' if g['no_worse_than_reverse'] else 'below'} reverse ({g['reverse']:.3f})"
+        lines.append(line)
     if w := doc.get("written"):
         speed = speed_text(w)
         lines.append(
