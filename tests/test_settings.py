@@ -74,6 +74,8 @@ TRAIN_ONLY = {
     "objective": "as --task",
     "block_size": "as --task",
     "eval_tokens": "as --task",
+    "lens": "as --task",
+    "lens_sample": "as --task",
     "device_map": "as --task",
     "weights": "attach() takes the caller's model with its weights",
     "arch": "as --weights",

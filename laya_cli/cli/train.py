@@ -125,6 +125,8 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         patience=req.train.patience,
         lr=req.train.lr,
         objective=lm.objective,
+        lens=lm.lens,
+        lens_sample=lm.lens_sample,
         eval_tokens=lm.eval_tokens,
         layer_dropout=req.train.layer_dropout,
         seed=req.train.seed,

@@ -95,6 +95,10 @@ class TunedLens(nn.Module):
     def layer_logits(self, hs: Tensor, i: int) -> Tensor:
         return self.readout(self.translators[i](hs[:, i]))
 
+    def embed(self, hs: Tensor) -> Tensor:
+        """(N, L, d): every layer's state translated (``readout`` of it: each layer's tuned-lens logits)."""
+        return torch.stack([t(hs[:, i]) for i, t in enumerate(self.translators)], dim=1)
+
 
 def stored_weights(module: nn.Module) -> dict[str, Tensor]:
     """A head's weights as a checkpoint stores them: without the readout (the model's own, rebuilt from it)."""
@@ -134,8 +138,11 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
 def objective(name: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """``kl``: to the model's own next-token distribution (as the tuned lens trains); ``ce``: to the next token."""
     if name == "kl":
-        return lambda logits, final_log_probs, targets: kl_to(final_log_probs, logits)
-    return lambda logits, final_log_probs, targets: cross_entropy(logits, targets)
+        loss = lambda logits, final_log_probs, targets: kl_to(final_log_probs, logits)  # noqa: E731
+    else:
+        loss = lambda logits, final_log_probs, targets: cross_entropy(logits, targets)  # noqa: E731
+    loss.needs_final = name == "kl"  # ce never reads the model's distribution: its readout is not computed
+    return loss
 
 
 # --------------------------------------------------------------------------- a trained checkpoint, rebuilt
@@ -147,9 +154,18 @@ class LensModel:
 
     lm: LanguageModel
     laya: LayaLM
-    tuned: TunedLens
+    tuned: TunedLens  # a checkpoint trained with --lens logit|none has none: identity translators, the logit lens
     reference: list[Tensor]
     ckpt: dict
+
+    @property
+    def lens(self) -> str:
+        """The lens the checkpoint was trained with (``--lens``; older checkpoints: tuned)."""
+        return (self.ckpt.get("lens") or {}).get("kind", "tuned")
+
+    @property
+    def has_tuned_lens(self) -> bool:
+        return bool(self.ckpt.get("tuned_lens"))
 
     def to(self, device) -> LensModel:
         self.lm.to(device)
@@ -177,7 +193,8 @@ def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None) -> Len
     laya = LayaLM(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
     tuned = TunedLens(lm.num_layers, width, lm.readout)
     load_weights(laya, ckpt["head"]["weights"])
-    load_weights(tuned, ckpt["tuned_lens"]["weights"])
+    if ckpt.get("tuned_lens"):  # else (--lens logit|none) the untrained tuned lens: the logit lens
+        load_weights(tuned, ckpt["tuned_lens"]["weights"])
     return LensModel(lm, laya.eval(), tuned.eval(), [r.float() for r in ckpt["reference"]], ckpt)
 
 
