@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..backbones.causal import LanguageModel, build_language_model
@@ -26,7 +25,18 @@ from ..backbones.tokens import set_tokenizer, train_tokenizer
 from ..data.corpus import Corpus, open_corpus
 from ..features.positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
-from ..model.lenses import BITS, LayaLM, TunedLens, chunks, cross_entropy, kl_to, objective, stored_weights
+from ..model.lenses import (
+    BITS,
+    LayaLM,
+    Reference,
+    TunedLens,
+    chunks,
+    cross_entropy,
+    fused_loss,
+    kl_and_ce,
+    objective,
+    stored_weights,
+)
 from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
@@ -110,10 +120,10 @@ def lens_rows(n_blocks: int, per_block: int, k: int, generator: torch.Generator 
     return mine - lo * per_block
 
 
-def final_log_probs(readout, h_last: Tensor) -> Tensor:
-    """log p_model over the vocabulary at each position: the model's own readout of its last layer (no grad)."""
+def reference_of(readout, h_last: Tensor) -> Reference:
+    """The model's own next-token distribution at each position: its readout of its last layer (no grad)."""
     with torch.no_grad():
-        return F.log_softmax(readout(h_last).float(), -1)
+        return Reference.of(readout(h_last))
 
 
 def lens_logits(readout, states: Tensor) -> Tensor:
@@ -138,13 +148,13 @@ def train_step(
     readout call. Its loss is the mean over those positions, so a sample estimates the full batch's without bias.
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
     opt.zero_grad(set_to_none=True)
-    needs_final = loss_of.needs_final
+    name = loss_of.objective
     total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
     for rows in chunks(len(targets), laya.readout.vocabulary):
         h, y = hs[rows], targets[rows]
-        final = final_log_probs(laya.readout, h[:, -1]) if needs_final else None
+        ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
         mask = layer_dropout_mask(len(y), h.shape[1], dropout, device=h.device) if dropout else None
-        loss = loss_of(laya(h, mask)[0], final, y).sum()
+        loss = fused_loss(name, laya(h, mask)[0].unsqueeze(1), ref, y).sum()
         (loss / n).backward()
         total += float(loss.detach())
     lens_loss = 0.0
@@ -154,9 +164,9 @@ def train_step(
         k, L, local = all_sum([len(y_lens)])[0], hs.shape[1], 0.0
         for rows in chunks(len(y_lens), laya.readout.vocabulary * L):
             h, y = h_lens[rows], y_lens[rows]
-            final = final_log_probs(laya.readout, h[:, -1]).repeat_interleave(L, 0) if needs_final else None
-            logits = lens_logits(tuned.readout, tuned.embed(h))
-            loss = loss_of(logits, final, y.repeat_interleave(L, 0)).sum()
+            ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
+            logits = lens_logits(tuned.readout, tuned.embed(h)).reshape(len(y), L, -1)
+            loss = fused_loss(name, logits, ref, y).sum()
             (loss / k).backward()
             local += float(loss.detach())
         lens_loss = all_sum([local])[0] / max(k, 1)
@@ -201,10 +211,10 @@ def evaluate(
         for rows in chunks(len(targets), lm.readout.vocabulary):
             h, y = hs[rows], targets[rows]
             final_logits = lm.readout(h[:, -1])
-            final = F.log_softmax(final_logits.float(), -1)
             logits, alpha = laya(h)
-            head["laya_kl"] += float(kl_to(final, logits).sum())
-            head["laya_ce"] += float(cross_entropy(logits, y).sum())
+            kl, ce = kl_and_ce(logits.unsqueeze(1), Reference.of(final_logits), y)
+            head["laya_kl"] += float(kl.sum())
+            head["laya_ce"] += float(ce.sum())
             head["last_ce"] += float(cross_entropy(final_logits, y).sum())
             alpha_sum += alpha.double().sum(0).cpu()
         if lensed:
@@ -212,13 +222,14 @@ def evaluate(
             y_lens = targets if picked is None else targets[picked.to(targets.device)]
             for rows in chunks(len(y_lens), lm.readout.vocabulary * L):
                 h, y = h_lens[rows], y_lens[rows]
-                logit = lens_logits(lm.readout, h)  # its last layer's rows are the model's own logits
-                final = F.log_softmax(logit.reshape(len(y), L, -1)[:, -1].float(), -1).repeat_interleave(L, 0)
-                y = y.repeat_interleave(L, 0)
+                logit = lens_logits(lm.readout, h).reshape(len(y), L, -1)
+                ref = Reference.of(logit[:, -1])  # the logit lens's last layer is the model's own readout
                 for name in lensed:
-                    logits = logit if name == "logit" else lens_logits(lm.readout, tuned.embed(h))
-                    for m, value in (("kl", kl_to(final, logits)), ("ce", cross_entropy(logits, y))):
-                        per = value.double().reshape(-1, L).cpu()  # (positions, layers)
+                    logits = (
+                        logit if name == "logit" else lens_logits(lm.readout, tuned.embed(h)).reshape(len(y), L, -1)
+                    )
+                    for m, value in zip(("kl", "ce"), kl_and_ce(logits, ref, y)):
+                        per = value.double().cpu()  # (positions, layers)
                         sums[f"{name}_{m}"] += per.sum(0)
                         squares[f"{name}_{m}"] += (per**2).sum(0)
             n_lens += int(all_sum([len(y_lens)])[0])
