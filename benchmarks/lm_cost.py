@@ -3,6 +3,7 @@ to the model's own forward with hidden states over the same tokens, in one proce
 
     python -m benchmarks.lm_cost [--layers 30 --width 64 --vocab 6144] [--glosses 1500] [--block-size 64]
                                  [--eval-tokens 2000] [--lens tuned,logit,none] [--lens-sample 16]
+                                 [--lens-tokens 256]
                                  [--audit-samples 200] [--before /work/main] [--pretrained CACHE] [--out DIR]
 
 The model: a GPT-2 built from its config (random weights: the cost is the point, not what it predicts) with a large
@@ -15,7 +16,7 @@ Measured, in this process: the model's own forward (``AutoModelForCausalLM``, ``
 grad) over exactly the blocks ``laya train`` reads (the training blocks of one epoch and the held-out blocks of its
 evaluation), before and after the runs; ``train_lm`` (what ``laya train --task lm`` runs) for each ``--lens``;
 the per-token audit at head scope (α and the leave-one-layer-out Δ, then IG, then Grad×Act; ``token_audit_job``)
-per audited position; the held-out lens table on ``--lens-sample`` positions per batch against the exact table
+per audited position; the held-out lens table on ``--lens-tokens`` sampled positions against the exact table
 on every position (its error and whether the exact value lies in the sampled table's 95 % interval); the peak
 memory of an audit under ``--max-memory``. ``--before PATH``: the same forward and train measured in a child
 process running another checkout's laya (``PYTHONPATH=PATH``; main before this issue), its ratio printed beside.
@@ -137,7 +138,7 @@ def train_seconds(model_dir: Path, corpus_dir: Path, out: Path, args, lens: str 
     """``train_lm`` (what ``laya train --task lm`` runs), one epoch; ``lens`` None: a laya without ``--lens``."""
     from laya_cli.training.lm import LMRequest, train_lm
 
-    extra = {} if lens is None else {"lens": lens, "lens_sample": args.lens_sample}
+    extra = {} if lens is None else {"lens": lens, "lens_sample": args.lens_sample, "lens_tokens": args.lens_tokens}
     req = LMRequest(backbone=f"hf:{model_dir}", dataset=f"text:{corpus_dir}", out=out, block_size=args.block_size,
                     batch_size=args.batch, epochs=1, eval_tokens=args.eval_tokens, device="cpu", **extra)  # fmt: skip
     start = time.perf_counter()
@@ -161,7 +162,7 @@ def child(args) -> None:
 
 
 def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict:
-    """The held-out lens table on ``--lens-sample`` positions per batch against the exact one on every position:
+    """The held-out lens table on ``--lens-tokens`` sampled positions against the exact one on every position:
     per layer, |sampled − exact| / exact and whether the exact value lies in the sampled 95 % interval."""
     from laya_cli.data.corpus import open_corpus
     from laya_cli.features.positions import batches
@@ -173,11 +174,11 @@ def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict
     corpus = open_corpus(str(corpus_dir))
     held = lambda: batches(model.lm, corpus, "test", args.block_size, args.batch)  # noqa: E731
     runs = {}
-    for k in (0, args.lens_sample):
+    for k in (0, args.lens_tokens):
         start = time.perf_counter()
         runs[k] = evaluate(model.lm, model.laya, model.tuned, held(), args.eval_tokens, "tuned", k)
         runs[k]["seconds"] = time.perf_counter() - start
-    exact, sampled = runs[0], runs[args.lens_sample]
+    exact, sampled = runs[0], runs[args.lens_tokens]
     out = {"exact_seconds": exact["seconds"], "sampled_seconds": sampled["seconds"], "figures": {},
            "exact_tokens": exact["lens"]["tokens"], "sampled_tokens": sampled["lens"]["tokens"]}  # fmt: skip
     for key in ("tuned_kl", "logit_kl"):
@@ -191,29 +192,60 @@ def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict
     return out
 
 
-def audit_seconds(ckpt_path: Path, samples: int, max_memory: str | None) -> dict:
-    """The per-token audit at head scope on ``samples`` held-out positions: the data (the model's forward over the
-    held-out blocks), α with Δ (every audit's part), then with IG, with Grad×Act, and all of them."""
+def audit_seconds(ckpt_path: Path, samples: int) -> dict:
+    """The per-token audit at head scope on ``samples`` held-out positions: reading their states (the model's
+    forward over the held-out blocks), then α with Δ (L+1 head passes: every audit's part), with IG, with
+    Grad×Act, with both (``token_audit_job``, after one warm-up run); IG's mean steps per position."""
     from laya_cli.auditing.tokens import token_audit_job, token_data
     from laya_cli.model.checkpoint import read_checkpoint
     from laya_cli.model.lenses import lens_model_from_checkpoint
     from laya_cli.runtime.config import AuditSettings
-    from laya_cli.runtime.memory import MemoryRequest
 
     model = lens_model_from_checkpoint(read_checkpoint(ckpt_path))
     start = time.perf_counter()
     data = token_data(model, None, samples, 8)
     out = {"data": time.perf_counter() - start, "positions": len(data.features)}
-    for name, methods in (("laya", ["laya"]), ("ig", ["laya", "ig"]), ("gradxact", ["laya", "gradxact"]),
-                          ("all", ["laya", "ig", "gradxact"])):  # fmt: skip
-        settings = AuditSettings(device="cpu").validate()
-        memory = MemoryRequest(max_memory) if name == "all" and max_memory else None
+    out["data_tokens"] = sum(x[:, 0].numel() for x in data.blocks)
+    runs = (("warm-up", ["laya"]), ("laya", ["laya"]), ("ig", ["laya", "ig"]), ("gradxact", ["laya", "gradxact"]),
+            ("all", ["laya", "ig", "gradxact"]))  # fmt: skip
+    for name, methods in runs:
         start = time.perf_counter()
-        result = token_audit_job(model, methods, settings, "head", None, samples, memory, data)
+        result = token_audit_job(model, methods, AuditSettings(device="cpu").validate(), "head", None, samples,
+                                 None, data)  # fmt: skip
         out[name] = time.perf_counter() - start
-        if memory is not None:
-            out["memory"] = result.memory
+        if name == "ig":
+            out["ig_steps"] = (result.methods["ig"].ig_steps or {}).get("mean")
     return out
+
+
+def train_in_a_log(model_dir: Path, corpus_dir: Path, out: Path, args) -> dict:
+    """``laya train --task lm`` (the default --lens) in a fresh process writing into a log (a pipe), progress every
+    5 s: its peak RSS (``wait4``), its wall time and the progress lines it printed."""
+    cmd = [sys.executable, "-m", "laya_cli", "train", "--task", "lm", "--backbone", f"hf:{model_dir}", "--dataset",
+           f"text:{corpus_dir}", "--epochs", "1", "--block-size", str(args.block_size), "--batch-size", str(args.batch),
+           "--eval-tokens", str(args.eval_tokens), "--lens-sample", str(args.lens_sample), "--lens-tokens",
+           str(args.lens_tokens), "--device", "cpu", "--out", str(out), "--overwrite"]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), LAYA_PROGRESS_INTERVAL="5")
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    log = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    lines = [line for line in log.splitlines() if line.startswith(("epoch 1: ", "held-out evaluation: "))]
+    return {"seconds": time.perf_counter() - start, "peak_mb": usage.ru_maxrss / 1024, "status": status,
+            "progress": lines}  # fmt: skip
+
+
+def audit_memory(ckpt_path: Path, samples: int, max_memory: str) -> dict | None:
+    """``laya audit --compare laya,ig,gradxact --max-memory BUDGET`` in a fresh process: its JSON's budget and
+    peak (the process's peak RSS on the CPU)."""
+    out = Path(tempfile.mkdtemp()) / "audit.json"
+    cmd = [sys.executable, "-m", "laya_cli", "audit", str(ckpt_path), "--samples", str(samples), "--compare",
+           "laya,ig,gradxact", "--max-memory", max_memory, "--json", str(out), "--quiet"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if not out.is_file():
+        say(f"  laya audit --max-memory failed ({r.returncode}): {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+        return None
+    return json.loads(out.read_text())
 
 
 # --------------------------------------------------------------------------- the report
@@ -247,7 +279,8 @@ def run_case(name: str, model_dir: Path, corpus_dir: Path, work: Path, args) -> 
     say(f"model forward, {len(forwards)} times between the runs: " + ", ".join(f"{s:.2f}" for s in forwards) +
         f" s; mean {forward:.2f} s")  # fmt: skip
     say(f"laya train --task lm --epochs 1 --block-size {args.block_size} --batch-size {args.batch} "
-        f"--eval-tokens {args.eval_tokens} --lens-sample {args.lens_sample}:")  # fmt: skip
+        f"--eval-tokens {args.eval_tokens} --lens-sample {args.lens_sample} "
+        f"--lens-tokens {args.lens_tokens}:")  # fmt: skip
     for lens, s in trains.items():
         say(f"  --lens {lens:<5}  {s:7.2f} s  = {s / forward:5.2f}x the forward  {verdict(s / forward <= GOAL)}")
     if args.before:
@@ -256,11 +289,11 @@ def run_case(name: str, model_dir: Path, corpus_dir: Path, work: Path, args) -> 
             fb = sum(before["forward"]) / 2
             say(f"  before ({args.before}, its own forward {fb:.2f} s): {before['train']:7.2f} s = "
                 f"{before['train'] / fb:5.2f}x the forward")  # fmt: skip
-    if "tuned" in ckpts and args.lens_sample:
+    if "tuned" in ckpts and args.lens_tokens:
         e = lens_error(model_dir, corpus_dir, ckpts["tuned"], args)
         say(
             f"held-out lens table: exact on {e['exact_tokens']:,} positions {e['exact_seconds']:.2f} s; sampled "
-            f"(--lens-sample {args.lens_sample}) on {e['sampled_tokens']:,} positions {e['sampled_seconds']:.2f} s"
+            f"(--lens-tokens {args.lens_tokens}) on {e['sampled_tokens']:,} positions {e['sampled_seconds']:.2f} s"
         )
         for key, v in e["figures"].items():
             say(
@@ -268,27 +301,32 @@ def run_case(name: str, model_dir: Path, corpus_dir: Path, work: Path, args) -> 
                 f"inside the sampled 95 % interval at {v['inside']}/{v['layers']} layers  {verdict(v['max'] <= 0.01)}"
             )
     audited = ckpts.get("tuned") or next(iter(ckpts.values()))
-    a = audit_seconds(audited, args.audit_samples, args.max_memory)
-    per_token = forward / tokens
-    n = a["positions"]
+    a = audit_seconds(audited, args.audit_samples)
+    per_token, n = forward / tokens, a["positions"]
     say(f"per-token audit, head scope, {n} positions (the model's forward: {per_token * 1e3:.3f} ms per token):")
-    say(f"  held-out states (the model's forward over the blocks): {a['data'] / n / per_token:5.2f}x per position")
-    for key, what in (("laya", "α and Δ (every audit's part)"), ("ig", "α, Δ and IG"),
+    say(f"  reading their states: the model's forward over {a['data_tokens']:,} tokens of whole held-out blocks, "
+        f"{a['data'] / a['data_tokens'] / per_token:.2f}x the forward per token")  # fmt: skip
+    for key, what in (("laya", "α and Δ (L+1 head passes)"), ("ig", "α, Δ and IG"),
                       ("gradxact", "α, Δ and Grad×Act"), ("all", "α, Δ, IG and Grad×Act")):  # fmt: skip
-        ratio = (a[key] + a["data"]) / n / per_token
-        say(
-            f"  {what:<26} {a[key] + a['data']:7.2f} s = {ratio:5.2f}x the forward per position  "
-            f"{verdict(ratio <= GOAL)}"
-        )
+        ratio = a[key] / n / per_token
+        say(f"  {what:<26} {a[key]:7.2f} s = {ratio:6.2f}x the forward per position  {verdict(ratio <= GOAL)}")
     for key in ("ig", "gradxact"):
-        say(f"  {key} alone (its increment): {(a[key] - a['laya']) / n / per_token:5.2f}x the forward per position")
-    if a.get("memory"):
-        m = a["memory"]
-        peak, budget = m.get("peak_memory_mb"), m.get("memory_budget_mb")
-        say(
-            f"  --max-memory {args.max_memory}: peak {peak} MB ({m.get('peak_memory_measure')}), budget {budget} MB  "
-            f"{verdict(peak is not None and budget is not None and peak <= budget)}"
-        )
+        ratio = (a[key] - a["laya"]) / n / per_token
+        steps = f" (mean {a['ig_steps']:.1f} steps)" if key == "ig" and a.get("ig_steps") else ""
+        say(f"  {key} alone (over α and Δ){steps}: {ratio:6.2f}x the forward per position  {verdict(ratio <= GOAL)}")
+    if args.log_run:
+        t = train_in_a_log(model_dir, corpus_dir, work / f"{name}-log.pt", args)
+        say(f"laya train --task lm in a fresh process into a log: {t['seconds']:.1f} s, peak RSS "
+            f"{t['peak_mb']:.0f} MB, {len(t['progress'])} progress lines, e.g.:")  # fmt: skip
+        for line in t["progress"][:2] + t["progress"][-1:]:
+            say(f"    {line.strip()}")
+    if args.max_memory:
+        doc = audit_memory(audited, args.audit_samples, args.max_memory)
+        if doc:
+            peak, budget = doc.get("peak_memory_mb"), doc.get("memory_budget_mb")
+            say(f"  laya audit --compare laya,ig,gradxact --max-memory {args.max_memory} (a fresh process): peak "
+                f"{peak} MB ({doc.get('peak_memory_measure')}), budget {budget} MB  "
+                f"{verdict(peak is not None and budget is not None and peak <= budget)}")  # fmt: skip
     say(f"peak RSS of this process so far: {peak_rss_mb():.0f} MB")
 
 
@@ -315,8 +353,10 @@ def parse(argv=None):
     p.add_argument("--eval-tokens", type=int, default=2000)
     p.add_argument("--lens", type=lambda s: s.split(","), default=["tuned", "logit", "none"])
     p.add_argument("--lens-sample", type=int, default=16)
-    p.add_argument("--audit-samples", type=int, default=200)
-    p.add_argument("--max-memory", default="1G")
+    p.add_argument("--lens-tokens", type=int, default=256)
+    p.add_argument("--audit-samples", type=int, default=128)
+    p.add_argument("--max-memory", default="2G", help="the audit's budget, checked in a fresh process ('' : not)")
+    p.add_argument("--log-run", action="store_true", help="laya train in a fresh process too: peak RSS, progress")
     p.add_argument("--before", type=Path, help="another checkout's laya (PYTHONPATH), measured in a child process")
     p.add_argument("--pretrained", type=Path, metavar="CACHE", help="SmolLM2-135M too (benchmarks.causal_lm)")
     p.add_argument("--no-fixture", action="store_true", help="only the --pretrained model")

@@ -45,7 +45,7 @@ def _heads(lm, seed=0):
 
 def _train_args(lm_dir, out, *extra):
     return ["train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
-            "--epochs", "1", "--block-size", "16", "--batch-size", "4", "--eval-tokens", "200", "--out", out,
+            "--epochs", "1", "--block-size", "16", "--batch-size", "16", "--eval-tokens", "200", "--out", out,
             *extra]  # fmt: skip
 
 
@@ -113,14 +113,14 @@ def test_chunked_held_out_table_equals_the_unchunked_one(lm, lm_dir, monkeypatch
 
 
 def test_the_sampled_lens_table_estimates_the_exact_one(lm, lm_dir):
-    """K seeded positions per batch: over seeds the estimates centre on the exact table, and the 95 % interval
-    holds the exact value about as often as it says."""
+    """--lens-tokens N: N seeded positions spread over the batches; over seeds the estimates centre on the exact
+    table, and the 95 % interval holds the exact value about as often as it says."""
     corpus = open_corpus(str(lm_dir / "corpus"))
     blocks = list(batches(lm, corpus, "test", 16, 4))[:6]
     laya, tuned = _heads(lm)
     exact = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     assert exact["lens"]["tokens"] == exact["tokens"] == 6 * 4 * 15
-    runs = [evaluate(lm, laya, tuned, iter(blocks), 10**9, "tuned", 12, seed) for seed in range(24)]
+    runs = [evaluate(lm, laya, tuned, iter(blocks), 360, "tuned", 72, seed) for seed in range(24)]  # 12 a batch
     assert {r["lens"]["tokens"] for r in runs} == {6 * 12}
     assert all(r["heads"] == exact["heads"] for r in runs)  # the head is measured on every position
     covered, total = 0, 0
@@ -146,14 +146,14 @@ def test_lens_none_trains_no_lens_and_lens_logit_measures_only_it(lm_dir, tmp_pa
     r = invoke(*_train_args(lm_dir, tmp_path / "none.pt", "--lens", "none"))
     assert r.exit_code == 0, r.output
     ckpt = read_checkpoint(tmp_path / "none.pt")
-    assert ckpt["tuned_lens"] is None and ckpt["lens"] == {"kind": "none", "sample": 16}
+    assert ckpt["tuned_lens"] is None and ckpt["lens"] == {"kind": "none", "sample": 16, "tokens": 256}
     assert all(set(row) == {"alpha"} for row in ckpt["metrics"]["layers"]) and "no lens measured" in r.output
-    r = invoke(*_train_args(lm_dir, tmp_path / "logit.pt", "--lens", "logit", "--lens-sample", "0"))
+    r = invoke(*_train_args(lm_dir, tmp_path / "logit.pt", "--lens", "logit", "--lens-tokens", "0"))
     assert r.exit_code == 0, r.output
     ckpt = read_checkpoint(tmp_path / "logit.pt")
     rows = ckpt["metrics"]["layers"]
     assert ckpt["tuned_lens"] is None and all("tuned_kl" not in row and "logit_kl" in row for row in rows)
-    assert ckpt["metrics"]["lens"]["tokens"] == ckpt["metrics"]["tokens"]  # --lens-sample 0: every position
+    assert ckpt["metrics"]["lens"]["tokens"] == ckpt["metrics"]["tokens"]  # --lens-tokens 0: every position
     assert rows[-1]["logit_kl"] == pytest.approx(0, abs=1e-6)  # the logit lens at the last layer is the model
     model = lens_model_from_checkpoint(ckpt)  # the tuned lens it lacks is the identity: the logit lens
     assert not model.has_tuned_lens and model.lens == "logit"
@@ -169,6 +169,7 @@ def test_lens_none_trains_no_lens_and_lens_logit_measures_only_it(lm_dir, tmp_pa
         (["--lens", "bogus"], "--lens"),
         (["--lens-sample", "-1"], "--lens-sample"),
         (["--lens-sample", "many"], "--lens-sample"),
+        (["--lens-tokens", "-5"], "--lens-tokens"),
     ],
 )
 def test_bad_lens_options_are_one_line(lm_dir, tmp_path, extra, fragment):
@@ -180,3 +181,21 @@ def test_bad_lens_options_are_one_line(lm_dir, tmp_path, extra, fragment):
 def test_lens_options_apply_to_language_models_only(tmp_path):
     r = invoke("train", "--backbone", "mlp", "--dataset", "fashion_mnist", "--lens", "logit", "--out", tmp_path / "c")
     assert_user_error(r, "--lens", "--task lm")
+
+
+@pytest.mark.parametrize("ablation", ["mean", "zero"])
+def test_the_heads_removal_passes_are_the_plain_ones(lm, ablation):
+    """LayaLM.removed_logits (each layer's translation computed once) gives lolo_effects the plain passes' Δ."""
+    from laya_cli.auditing.metrics import lolo_effects, target_probability
+
+    laya, _ = _heads(lm)
+    g = torch.Generator().manual_seed(2)
+    feats = [torch.randn(6, 32, generator=g) for _ in range(lm.num_layers)]
+    reference = [torch.randn(32, generator=g) for _ in range(lm.num_layers)]
+    target = torch.randint(0, lm.readout.vocabulary, (6,), generator=g)
+    got = lolo_effects(laya, feats, target, reference, ablation)
+    base = target_probability(laya(feats).logits, target)
+    for i in range(lm.num_layers):
+        fill = torch.zeros(6, 32) if ablation == "zero" else reference[i].expand(6, -1)
+        p = target_probability(laya([*feats[:i], fill, *feats[i + 1 :]]).logits, target)
+        torch.testing.assert_close(got[:, i], base - p, rtol=1e-5, atol=1e-7)

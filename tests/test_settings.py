@@ -76,6 +76,7 @@ TRAIN_ONLY = {
     "eval_tokens": "as --task",
     "lens": "as --task",
     "lens_sample": "as --task",
+    "lens_tokens": "as --task",
     "device_map": "as --task",
     "weights": "attach() takes the caller's model with its weights",
     "arch": "as --weights",

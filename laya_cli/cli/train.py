@@ -127,6 +127,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         objective=lm.objective,
         lens=lm.lens,
         lens_sample=lm.lens_sample,
+        lens_tokens=lm.lens_tokens,
         eval_tokens=lm.eval_tokens,
         layer_dropout=req.train.layer_dropout,
         seed=req.train.seed,

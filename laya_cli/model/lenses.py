@@ -81,6 +81,18 @@ class LayaLM(Head):
             alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
         return HeadOutput(self.readout((alpha.unsqueeze(-1) * z).sum(1)), alpha)
 
+    def removed_logits(self, hs: Sequence[Tensor], fills: Sequence[Tensor]) -> Iterator[Tensor]:
+        """The logits (N, V) of the whole input, then with each layer i's state replaced by ``fills[i]`` (d,) in turn
+        (the leave-one-layer-out passes, ``metrics.lolo_effects``): the other layers' translations computed once,
+        each pass translating only the replaced layer — L+1 readouts, not (L+1)·L translations."""
+        hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
+        z = self.embed(hs)
+        yield self.readout((self.attention(z).unsqueeze(-1) * z).sum(1))
+        for i, (t, fill) in enumerate(zip(self.translators, fills)):
+            swapped = z.clone()
+            swapped[:, i] = t(fill.to(z)).expand(len(z), -1)
+            yield self.readout((self.attention(swapped).unsqueeze(-1) * swapped).sum(1))
+
 
 class TunedLens(nn.Module):
     """A translator per layer, each layer read alone: ``layer_logits(hs, i)``."""

@@ -47,8 +47,8 @@ def caption(metrics: dict) -> str:
     lens = metrics.get("lens") or {}
     if lens.get("kind") == "none":
         return text + "; no lens measured (--lens none)"
-    if lens.get("sample"):
-        text += f"; lenses on {lens['tokens']:,} sampled positions (--lens-sample {lens['sample']}), ± 95 % CI"
+    if lens.get("positions") and lens.get("tokens", 0) < metrics["tokens"]:
+        text += f"; lenses on {lens['tokens']:,} sampled positions (--lens-tokens), ± 95 % interval"
     return text + ("; logit lens only (--lens logit)" if lens.get("kind") == "logit" else "")
 
 

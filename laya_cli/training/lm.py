@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -38,7 +39,7 @@ from ..model.lenses import (
     stored_weights,
 )
 from ..runtime import progress
-from ..runtime.config import LENS_SAMPLE, LENSES, HeadConfig
+from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
 from .shaping import layer_dropout_mask
@@ -60,7 +61,8 @@ class LMRequest:
     lr: float = 1e-3
     objective: str = "kl"
     lens: str = "tuned"  # --lens: tuned (trained), logit (measured only) or none (docs/lm.md)
-    lens_sample: int = LENS_SAMPLE  # --lens-sample: positions per batch the lens reads (0: all)
+    lens_sample: int = LENS_SAMPLE  # --lens-sample: positions per batch the lens trains on (0: all)
+    lens_tokens: int = LENS_TOKENS  # --lens-tokens: held-out positions its table is measured on (0: all)
     eval_tokens: int = 20_000
     layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
     seed: int = 1337
@@ -183,14 +185,15 @@ def evaluate(
     held_out: Iterator[Tensor],
     max_tokens: int,
     lens: str = "tuned",
-    sample: int = 0,
+    positions: int = 0,
     seed: int = 0,
 ) -> dict:
     """Held-out figures per token (bits): the LAYA head's and the model's KL and cross-entropy and LAYA's mean α
     per layer on every position; per layer, the logit lens's (``lens`` tuned or logit) and the tuned lens's
-    (``lens`` tuned) KL to the final distribution and cross-entropy on ``sample`` seeded positions per batch
-    (``--lens-sample``; 0: every position), each with the half-width of its 95 % interval (``*_ci``: normal, over
-    the positions read) — the lens costs two full-vocabulary readouts per layer and position, the head one."""
+    (``lens`` tuned) KL to the final distribution and cross-entropy on about ``positions`` seeded positions of the
+    ``max_tokens`` (``--lens-tokens``, spread over the batches in proportion; 0: every position), each with the
+    half-width of its 95 % interval (``*_ci``: normal, over the positions read) — the lenses cost two
+    full-vocabulary readouts per layer and position, the head one."""
     laya.eval()
     if tuned is not None:
         tuned.eval()
@@ -206,7 +209,8 @@ def evaluate(
     generator = torch.Generator().manual_seed(seed)
     for x in progress.track(held_out, "held-out evaluation"):
         per_block = x.shape[2] - 1
-        picked = lens_rows(len(x), per_block, sample, generator) if lensed else None
+        share = math.ceil(positions * len(x) * per_block / max_tokens) if positions else 0
+        picked = lens_rows(len(x), per_block, share, generator) if lensed else None
         hs, targets = token_states(lm, my_rows(x))  # under torchrun each rank measures its share, summed below
         for rows in chunks(len(targets), lm.readout.vocabulary):
             h, y = hs[rows], targets[rows]
@@ -252,7 +256,7 @@ def evaluate(
             layers[i][f"{k}_ci"] = float(half[i]) * BITS
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
-    lens_info = {"kind": lens, "sample": sample, "tokens": n_lens if lensed else 0}
+    lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
     return {"tokens": n, "layers": layers, "heads": heads, "lens": lens_info}
 
 
@@ -302,6 +306,8 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     req.lens = match_choice("--lens", req.lens, LENSES)
     if req.lens_sample < 0:
         raise LayaError(f"--lens-sample must be 0 (every position) or positive, got {req.lens_sample}")
+    if req.lens_tokens < 0:
+        raise LayaError(f"--lens-tokens must be 0 (every held-out position) or positive, got {req.lens_tokens}")
     if not 0 <= req.layer_dropout < 1:
         raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
     corpus = _corpus(req)
@@ -323,7 +329,7 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         start = time.perf_counter()
         loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference if epoch == 1 else None)
         held_out = batches(lm, corpus, "test", block, req.batch_size)
-        val = evaluate(lm, laya, tuned, held_out, req.eval_tokens, req.lens, req.lens_sample)
+        val = evaluate(lm, laya, tuned, held_out, req.eval_tokens, req.lens, req.lens_tokens)
         score = val["heads"]["laya"][req.objective]
         improved = best is None or score < best
         record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
@@ -377,7 +383,7 @@ def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, h
         "dims": [int(r.shape[-1]) for r in reference],
         "head": {"kind": "laya", "config": req.head.to_dict(), "weights": stored_weights(laya)},
         "tuned_lens": {"weights": stored_weights(tuned)} if tuned is not None else None,  # --lens logit|none
-        "lens": {"kind": req.lens, "sample": req.lens_sample},
+        "lens": {"kind": req.lens, "sample": req.lens_sample, "tokens": req.lens_tokens},
         "classes": [],
         "dataset": {"name": req.dataset, "source": str(corpus.root), "block_size": block, "objective": req.objective},
         "reference": reference,
