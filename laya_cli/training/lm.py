@@ -190,7 +190,7 @@ def evaluate(
 ) -> dict:
     """Held-out figures per token (bits): the LAYA head's and the model's KL and cross-entropy and LAYA's mean α
     per layer on every position; per layer, the logit lens's (``lens`` tuned or logit) and the tuned lens's
-    (``lens`` tuned) KL to the final distribution and cross-entropy on about ``positions`` seeded positions of the
+    (``lens`` tuned) KL to the final distribution and cross-entropy on at most ``positions`` seeded positions of the
     ``max_tokens`` (``--lens-tokens``, spread over the batches in proportion; 0: every position), each with the
     half-width of its 95 % interval (``*_ci``: normal, over the positions read) — the lenses cost two
     full-vocabulary readouts per layer and position, the head one."""
@@ -209,8 +209,9 @@ def evaluate(
     generator = torch.Generator().manual_seed(seed)
     for x in progress.track(held_out, "held-out evaluation"):
         per_block = x.shape[2] - 1
-        share = math.ceil(positions * len(x) * per_block / max_tokens) if positions else 0
-        picked = lens_rows(len(x), per_block, share, generator) if lensed else None
+        share = min(math.ceil(positions * len(x) * per_block / max_tokens), positions - n_lens) if positions else 0
+        reads = lensed and (not positions or share > 0)  # the sample already full: this batch's lens is not read
+        picked = lens_rows(len(x), per_block, share, generator) if reads else None
         hs, targets = token_states(lm, my_rows(x))  # under torchrun each rank measures its share, summed below
         for rows in chunks(len(targets), lm.readout.vocabulary):
             h, y = hs[rows], targets[rows]
@@ -221,7 +222,7 @@ def evaluate(
             head["laya_ce"] += float(ce.sum())
             head["last_ce"] += float(cross_entropy(final_logits, y).sum())
             alpha_sum += alpha.double().sum(0).cpu()
-        if lensed:
+        if reads:
             h_lens = hs if picked is None else hs[picked.to(hs.device)]
             y_lens = targets if picked is None else targets[picked.to(targets.device)]
             for rows in chunks(len(y_lens), lm.readout.vocabulary * L):
