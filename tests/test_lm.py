@@ -96,7 +96,10 @@ def test_losses_in_chunks_equal_the_loss_in_one_piece(lm_dir, monkeypatch):
     assert len(list(lenses.chunks(120, lm.readout.vocabulary))) == 18
     parts = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     assert_close_tree(parts["heads"], whole["heads"], 1e-5)
-    assert [r["logit_kl"] for r in parts["layers"]] == pytest.approx([r["logit_kl"] for r in whole["layers"]], rel=1e-5)
+    # (abs: the last layer's KL is 0 up to float32's rounding, which differs between chunkings)
+    assert [r["logit_kl"] for r in parts["layers"]] == pytest.approx(
+        [r["logit_kl"] for r in whole["layers"]], rel=1e-5, abs=1e-6
+    )
 
 
 def test_kl_is_the_definition():

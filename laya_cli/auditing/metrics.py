@@ -66,6 +66,12 @@ def lolo_effects(
     """
     feats = list(feats)
     n_layers, batch = len(feats), len(target)
+    if ablation != "mask" and hasattr(head, "removed_logits"):  # a head that reuses its other layers' work
+        if ablation == "mean" and reference is None:
+            raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
+        fills = [torch.zeros_like(r[0]) if ablation == "zero" else reference[i].to(r) for i, r in enumerate(feats)]
+        base, *removed = (target_probability(logits, target) for logits in head.removed_logits(feats, fills))
+        return base.unsqueeze(1) - torch.stack(removed, dim=1)
     base = target_probability(head(feats).logits, target)
     removed = []
     if ablation == "mask":

@@ -93,7 +93,7 @@ def token_data(
     """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
     name, corpus, block = held_out_text(model, dataset, encoding)
     states, targets, blocks, n = [], [], [], 0
-    for x in batches(model.lm, corpus, "test", block, batch_size):
+    for x in track(batches(model.lm, corpus, "test", block, batch_size), "held-out positions"):
         hs, y = token_states(model.lm, x)
         states.append(hs.cpu())
         targets.append(y.cpu())

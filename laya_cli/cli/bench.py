@@ -45,9 +45,11 @@ AUDITED = Use(
 )
 
 
-@with_settings(
-    req=Use(TrainRequest, skip=tuple(BENCH_FIXES)), audit=AUDITED, lm=Use(LMSettings, skip=("objective", "device_map"))
-)
+# bench trains the tuned lens with every run (its table is the comparison); --lens-sample applies
+BENCH_LM_SKIP = ("objective", "device_map", "lens")
+
+
+@with_settings(req=Use(TrainRequest, skip=tuple(BENCH_FIXES)), audit=AUDITED, lm=Use(LMSettings, skip=BENCH_LM_SKIP))
 def bench(
     heads: BenchHeads = HEADS,
     align: BenchAlign = BENCH.align,
@@ -84,7 +86,7 @@ def bench(
         return bench_language_model(req, lm, lm_bench, audit, redo, quiet, (json_out, markdown))
     if objective != "kl" or req.train.layer_dropout:
         raise LayaError("--objective, --block-size, --eval-tokens and --layer-dropout apply to --task lm")
-    refuse_unread(lm, Use(LMSettings, skip=("objective", "device_map")), ("task",), "applies to --task lm")
+    refuse_unread(lm, Use(LMSettings, skip=BENCH_LM_SKIP), ("task",), "applies to --task lm")
     with progress.enabled(not quiet):
         check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
         bench_req = B.BenchRequest(

@@ -158,6 +158,9 @@ def token_depth(ckpt, data, thresholds_given: bool, settings, outputs, path, dev
     chosen, tokens = settings.thresholds if thresholds_given else TOKEN_THRESHOLDS, data.samples or 20_000
     result = token_exit_job(model, data.dataset, tokens, chosen, settings.batch_size or 16).to_dict()
     result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": tokens}
+    if not model.has_tuned_lens:  # --lens logit|none: its untrained translators are the logit lens
+        result["lens_note"] = f"trained with --lens {model.lens}: tuned_p_max reads the logit lens"
+        note(result["lens_note"])
     for table in exit_rich_tables(result):
         console.print(table)
     write_outputs(json_out, lambda: strict_json(result), markdown, lambda: exit_markdown(result))

@@ -178,6 +178,9 @@ def token_exit_job(
     from ..features.positions import batches, token_states
 
     _, corpus, block = held_out_text(model, dataset)
-    held_out = (token_states(model.lm, x) for x in batches(model.lm, corpus, "test", block, batch_size))
+    from ..runtime.progress import track
+
+    blocks = track(batches(model.lm, corpus, "test", block, batch_size), "early exit per token")
+    held_out = (token_states(model.lm, x) for x in blocks)
     tables = exit_tables(model, held_out, max_tokens)
     return token_exit_result(tables, list(model.ckpt["layers"]), thresholds)

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..features.positions import batches, token_states
 from ..model.lenses import LensModel, chunks
-from ..runtime import fileio
+from ..runtime import fileio, progress
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import json_safe, strict_json
 from .profiles import alpha_col
@@ -148,7 +148,7 @@ def token_rows(model: LensModel, corpus, block: int, samples: int) -> dict[str, 
     per_batch = max(1, EXPORT_BATCH // block)
     rows: dict[str, list[Tensor]] = {}
     n = 0
-    for x in batches(model.lm, corpus, "test", block, per_batch):
+    for x in progress.track(batches(model.lm, corpus, "test", block, per_batch), "exporting positions"):
         hs, targets = token_states(model.lm, x)
         got = head_rows(model, hs, targets)
         got["token"], got["next_token"] = x[:, 0, :-1].reshape(-1).long().cpu(), targets.cpu()

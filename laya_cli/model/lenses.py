@@ -81,6 +81,18 @@ class LayaLM(Head):
             alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
         return HeadOutput(self.readout((alpha.unsqueeze(-1) * z).sum(1)), alpha)
 
+    def removed_logits(self, hs: Sequence[Tensor], fills: Sequence[Tensor]) -> Iterator[Tensor]:
+        """The logits (N, V) of the whole input, then with each layer i's state replaced by ``fills[i]`` (d,) in turn
+        (the leave-one-layer-out passes, ``metrics.lolo_effects``): the other layers' translations computed once,
+        each pass translating only the replaced layer — L+1 readouts, not (L+1)·L translations."""
+        hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
+        z = self.embed(hs)
+        yield self.readout((self.attention(z).unsqueeze(-1) * z).sum(1))
+        for i, (t, fill) in enumerate(zip(self.translators, fills)):
+            swapped = z.clone()
+            swapped[:, i] = t(fill.to(z)).expand(len(z), -1)
+            yield self.readout((self.attention(swapped).unsqueeze(-1) * swapped).sum(1))
+
 
 class TunedLens(nn.Module):
     """A translator per layer, each layer read alone: ``layer_logits(hs, i)``."""
@@ -94,6 +106,10 @@ class TunedLens(nn.Module):
 
     def layer_logits(self, hs: Tensor, i: int) -> Tensor:
         return self.readout(self.translators[i](hs[:, i]))
+
+    def embed(self, hs: Tensor) -> Tensor:
+        """(N, L, d): every layer's state translated (``readout`` of it: each layer's tuned-lens logits)."""
+        return torch.stack([t(hs[:, i]) for i, t in enumerate(self.translators)], dim=1)
 
 
 def stored_weights(module: nn.Module) -> dict[str, Tensor]:
@@ -131,11 +147,90 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.float(), targets, reduction="none")
 
 
+@dataclass
+class Reference:
+    """What the losses need of the model's own next-token distribution at c positions, computed once per position
+    and shared by every row read there (the LAYA head's, each layer's lens): p (c, V), Σ_v p log p (c,) and Σ_v p
+    (c,: 1 up to float32's rounding of V terms, kept so a reading equal to the model's own has KL 0, not ~1e-3)."""
+
+    p: Tensor
+    neg_entropy: Tensor
+    mass: Tensor
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, final_logits: Tensor) -> Reference:
+        log_p = F.log_softmax(final_logits.float(), -1)
+        p = log_p.exp()
+        return cls(p, (p * log_p).sum(-1), p.sum(-1))
+
+
+def _kl_rows(logits: Tensor, lse: Tensor, ref: Reference) -> Tensor:
+    """(c, R) Σ p log p − Σ_v p_v l_v + Σp · lse(l): KL(p ‖ softmax(l)) for logits (c, R, V)."""
+    # Σ_v p_v l_v elementwise: a float32 bmm over 49k terms is off by ~5e-3 nats on SmolLM2 (measured), this by 1e-5
+    cross = (logits * ref.p.unsqueeze(1)).sum(-1)
+    return ref.neg_entropy.unsqueeze(-1) - cross + ref.mass.unsqueeze(-1) * lse
+
+
+class _FusedLoss(torch.autograd.Function):
+    """Per row of logits (c, R, V) — R readings of each of c positions — KL(p ‖ softmax(logits)) when a
+    ``Reference`` is given, else −log softmax(logits)[y]: from one log-sum-exp, in as few passes over the vocabulary
+    as it takes (``_kl_rows``; CE = lse(l) − l_y), and the gradient
+    softmax(l)·Σp − p (or − one-hot y) written in place, instead of log-softmax, the KL's terms and their backward
+    each materialising a (c, R, V) tensor."""
+
+    @staticmethod
+    def forward(ctx, logits, ref, y):
+        logits = logits.float()
+        lse = torch.logsumexp(logits, -1)  # (c, R)
+        if ref is not None:
+            loss = _kl_rows(logits, lse, ref)
+            ctx.save_for_backward(logits, lse, ref.p, ref.mass)
+        else:
+            loss = lse - logits.gather(-1, y.view(-1, 1, 1).expand(-1, logits.shape[1], 1)).squeeze(-1)
+            ctx.save_for_backward(logits, lse, y)
+        ctx.kl = ref is not None
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, lse, *ref = ctx.saved_tensors
+        g = (logits - lse.unsqueeze(-1)).exp_()  # softmax(l)
+        if ctx.kl:
+            p, mass = ref
+            g.mul_(mass.view(-1, 1, 1)).sub_(p.unsqueeze(1))
+        else:
+            (y,) = ref
+            g.scatter_add_(-1, y.view(-1, 1, 1).expand(-1, g.shape[1], 1), g.new_full((*g.shape[:2], 1), -1.0))
+        return g.mul_(grad.unsqueeze(-1)), None, None
+
+
+def fused_loss(name: str, logits: Tensor, ref: Reference | None, y: Tensor) -> Tensor:
+    """(c, R) the training objective of R readings per position (logits (c, R, V)): ``kl`` to the model's
+    distribution (``ref``), ``ce`` to the next token ``y`` (c,); exact (``kl_to`` and ``cross_entropy`` in fewer
+    passes), differentiable in the logits."""
+    return _FusedLoss.apply(logits, ref if name == "kl" else None, y)
+
+
+@torch.no_grad()
+def kl_and_ce(logits: Tensor, ref: Reference, y: Tensor) -> tuple[Tensor, Tensor]:
+    """(c, R) KL(p_model ‖ p) and −log p(y) of R readings per position (logits (c, R, V)), from one log-sum-exp."""
+    logits = logits.float()
+    lse = torch.logsumexp(logits, -1)
+    kl = _kl_rows(logits, lse, ref)
+    ce = lse - logits.gather(-1, y.view(-1, 1, 1).expand(-1, logits.shape[1], 1)).squeeze(-1)
+    return kl, ce
+
+
 def objective(name: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """``kl``: to the model's own next-token distribution (as the tuned lens trains); ``ce``: to the next token."""
     if name == "kl":
-        return lambda logits, final_log_probs, targets: kl_to(final_log_probs, logits)
-    return lambda logits, final_log_probs, targets: cross_entropy(logits, targets)
+        loss = lambda logits, final_log_probs, targets: kl_to(final_log_probs, logits)  # noqa: E731
+    else:
+        loss = lambda logits, final_log_probs, targets: cross_entropy(logits, targets)  # noqa: E731
+    loss.needs_final = name == "kl"  # ce never reads the model's distribution: its readout is not computed
+    loss.objective = name
+    return loss
 
 
 # --------------------------------------------------------------------------- a trained checkpoint, rebuilt
@@ -147,9 +242,18 @@ class LensModel:
 
     lm: LanguageModel
     laya: LayaLM
-    tuned: TunedLens
+    tuned: TunedLens  # a checkpoint trained with --lens logit|none has none: identity translators, the logit lens
     reference: list[Tensor]
     ckpt: dict
+
+    @property
+    def lens(self) -> str:
+        """The lens the checkpoint was trained with (``--lens``; older checkpoints: tuned)."""
+        return (self.ckpt.get("lens") or {}).get("kind", "tuned")
+
+    @property
+    def has_tuned_lens(self) -> bool:
+        return bool(self.ckpt.get("tuned_lens"))
 
     def to(self, device) -> LensModel:
         self.lm.to(device)
@@ -177,7 +281,8 @@ def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None) -> Len
     laya = LayaLM(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
     tuned = TunedLens(lm.num_layers, width, lm.readout)
     load_weights(laya, ckpt["head"]["weights"])
-    load_weights(tuned, ckpt["tuned_lens"]["weights"])
+    if ckpt.get("tuned_lens"):  # else (--lens logit|none) the untrained tuned lens: the logit lens
+        load_weights(tuned, ckpt["tuned_lens"]["weights"])
     return LensModel(lm, laya.eval(), tuned.eval(), [r.float() for r in ckpt["reference"]], ckpt)
 
 

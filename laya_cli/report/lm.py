@@ -15,13 +15,24 @@ def number(value, spec: str) -> str:
     return spec.format(value)
 
 
+LENS_FIGURES = ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce")
+
+
+def _lens_cell(r: dict, k: str, value) -> str:
+    """A lens figure of one layer: "—" where it was not measured (``--lens logit|none``); its 95 % half-width over
+    the sampled positions beside it where there is one (``laya train``; bench passes its own intervals)."""
+    if r.get(k) is None:
+        return "—"
+    if value is number and r.get(f"{k}_ci") is not None:
+        return f"{r[k]:.4f} ± {r[f'{k}_ci']:.4f}"
+    return value(r[k], "{:.4f}")
+
+
 def lm_rows(metrics: dict, layers: Sequence[str], value: Callable[[object, str], str] = number) -> list[list[str]]:
     """Per layer, then the LAYA head and the model; ``value`` formats each figure (a number; ``laya bench --task
     lm`` passes its mean and interval over seeds)."""
     rows = [
-        [f"{i + 1} {name}"]
-        + [value(r[k], "{:.4f}") for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce")]
-        + [value(r["alpha"], "{:.3f}")]
+        [f"{i + 1} {name}"] + [_lens_cell(r, k, value) for k in LENS_FIGURES] + [value(r["alpha"], "{:.3f}")]
         for i, (name, r) in enumerate(zip(layers, metrics["layers"]))
     ]
     heads = metrics["heads"]
@@ -32,7 +43,13 @@ def lm_rows(metrics: dict, layers: Sequence[str], value: Callable[[object, str],
 
 
 def caption(metrics: dict) -> str:
-    return f"held-out, {metrics['tokens']:,} positions; KL to the model's final distribution and CE, bits per token"
+    text = f"held-out, {metrics['tokens']:,} positions; KL to the model's final distribution and CE, bits per token"
+    lens = metrics.get("lens") or {}
+    if lens.get("kind") == "none":
+        return text + "; no lens measured (--lens none)"
+    if lens.get("positions") and lens.get("tokens", 0) < metrics["tokens"]:
+        text += f"; lenses on {lens['tokens']:,} sampled positions (--lens-tokens), ± 95 % interval"
+    return text + ("; logit lens only (--lens logit)" if lens.get("kind") == "logit" else "")
 
 
 def _terminal(title: str, header: Sequence[str], rows, caption: str | None = None, left: Sequence[int] = (0,)):
@@ -53,6 +70,11 @@ def lm_markdown(metrics: dict, layers: Sequence[str]) -> str:
     return "\n".join([caption(metrics), ""] + md_table(HEADER, lm_rows(metrics, layers))) + "\n"
 
 
+def _lens_words(summary: dict) -> str:
+    kind = ((summary.get("metrics") or {}).get("lens") or {}).get("kind", "tuned")
+    return {"tuned": "; tuned lens", "logit": "; logit lens (no tuned lens: --lens logit)"}.get(kind, "; no lens")
+
+
 LM_SHOWN = ("backbone", "dataset", "out")  # the training options laya info shows in rows of their own
 
 
@@ -70,7 +92,7 @@ def lm_info_panel(summary: dict, path):
         ("task", f"language model (next token at every position), objective {d.get('objective')}"),
         ("backbone", f"{b['name']} (frozen; SHA-256 {(b.get('weights_sha256') or '')[:16]}…)"),
         ("layers", f"{len(summary['layers'])}: " + ", ".join(summary["layers"])),
-        ("heads", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items()) + "; tuned lens"),
+        ("heads", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items()) + _lens_words(summary)),
         ("text", f"{d['name']}, blocks of {d.get('block_size')} tokens, tokenizer: {text.get('source')}"),
         ("epochs", str(summary["epochs"])),
         *([("training", t)] if (t := training_text(summary.get("train_config"), LM_SHOWN)) else []),

@@ -471,6 +471,11 @@ def check_alpha_options(train: TrainConfig, head: str) -> None:
 TASKS = ("classify", "lm")
 OBJECTIVES = ("kl", "ce")
 LM_EVAL_TOKENS = 20_000
+LENSES = ("tuned", "logit", "none")  # --lens: the per-layer baseline trained and measured beside LAYA (docs/lm.md)
+# --lens-sample: positions per batch the lens is trained and measured on (docs/lm.md, "What it costs": at 16 the
+# tuned lens adds about 0.2x the model's forward to training on SmolLM2's 49k vocabulary; 0 = every position)
+LENS_SAMPLE = 16
+LENS_TOKENS = 256  # --lens-tokens: held-out positions of the lens table (SmolLM2: about 0.2x the forward at 2,000)
 
 
 @dataclass
@@ -497,6 +502,28 @@ class LMSettings:
         "--task lm: held-out positions measured after each epoch and at the end.",
         metavar="N",
         minimum=1,
+    )
+    lens: str = setting(
+        "tuned",
+        "--task lm: the per-layer baseline beside LAYA: tuned (a translator per layer, trained; the logit lens "
+        "measured with it), logit (the logit lens only, nothing trained) or none (no per-layer table).",
+        choices=LENSES,
+    )
+    lens_sample: int = setting(
+        LENS_SAMPLE,
+        "--task lm: positions per batch (a seeded sample) the tuned lens is trained on, every layer of each; "
+        "0 = every position (a full-vocabulary readout per layer and position).",
+        metavar="K",
+        minimum=0,
+        rule="0 (every position) or positive",
+    )
+    lens_tokens: int = setting(
+        LENS_TOKENS,
+        "--task lm: held-out positions (a seeded sample of the --eval-tokens) the lens table is measured on, "
+        "each figure with its 95 % interval; 0 = every held-out position (exact).",
+        metavar="N",
+        minimum=0,
+        rule="0 (every held-out position) or positive",
     )
     device_map: str | None = setting(
         None,

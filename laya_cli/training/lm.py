@@ -11,25 +11,36 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..backbones.causal import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokens import set_tokenizer, train_tokenizer
 from ..data.corpus import Corpus, open_corpus
-from ..features.positions import batches, layer_means, token_states
+from ..features.positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
-from ..model.lenses import BITS, LayaLM, TunedLens, chunks, cross_entropy, kl_to, objective, stored_weights
+from ..model.lenses import (
+    BITS,
+    LayaLM,
+    Reference,
+    TunedLens,
+    chunks,
+    cross_entropy,
+    fused_loss,
+    kl_and_ce,
+    objective,
+    stored_weights,
+)
 from ..runtime import progress
-from ..runtime.config import HeadConfig
-from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, sum_gradients
+from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
+from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
 from .shaping import layer_dropout_mask
 
@@ -49,6 +60,9 @@ class LMRequest:
     patience: int = 5
     lr: float = 1e-3
     objective: str = "kl"
+    lens: str = "tuned"  # --lens: tuned (trained), logit (measured only) or none (docs/lm.md)
+    lens_sample: int = LENS_SAMPLE  # --lens-sample: positions per batch the lens trains on (0: all)
+    lens_tokens: int = LENS_TOKENS  # --lens-tokens: held-out positions its table is measured on (0: all)
     eval_tokens: int = 20_000
     layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
     seed: int = 1337
@@ -95,70 +109,191 @@ def _block_size(req: LMRequest, lm: LanguageModel) -> int:
     return block
 
 
-def train_step(laya: LayaLM, tuned: TunedLens, hs: Tensor, targets: Tensor, loss_of, opt, dropout: float) -> float:
-    """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once).
+def lens_rows(n_blocks: int, per_block: int, k: int, generator: torch.Generator | None) -> Tensor | None:
+    """The positions of one batch the lens reads (``--lens-sample K``): K of its n_blocks × per_block positions,
+    drawn without replacement (the same on every rank: the generator advances alike), as this rank's row indices
+    (under torchrun each rank holds a contiguous share of the blocks); None: every position (K 0 or ≥ the batch)."""
+    total = n_blocks * per_block
+    if k <= 0 or k >= total:
+        return None
+    picked = torch.randperm(total, generator=generator)[:k].sort().values
+    lo, hi = shard_bounds(n_blocks)
+    mine = picked[(picked >= lo * per_block) & (picked < hi * per_block)]
+    return mine - lo * per_block
+
+
+def reference_of(readout, h_last: Tensor) -> Reference:
+    """The model's own next-token distribution at each position: its readout of its last layer (no grad)."""
+    with torch.no_grad():
+        return Reference.of(readout(h_last))
+
+
+def lens_logits(readout, states: Tensor) -> Tensor:
+    """(c·L, V): every layer's reading of c positions in one readout call (states (c, L, d) flattened); the rows of
+    one position are adjacent (position-major)."""
+    return readout(states.flatten(0, 1))
+
+
+def train_step(
+    laya: LayaLM,
+    tuned: TunedLens | None,
+    hs: Tensor,
+    targets: Tensor,
+    loss_of,
+    opt,
+    dropout: float,
+    sample: Tensor | None = None,
+) -> float:
+    """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once). The LAYA
+    head reads every position through one readout each; the tuned lens (None: not trained, ``--lens logit|none``)
+    reads the positions of ``sample`` (this rank's rows of ``lens_rows``; None: all), every layer of each in one
+    readout call. Its loss is the mean over those positions, so a sample estimates the full batch's without bias.
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
     opt.zero_grad(set_to_none=True)
+    name = loss_of.objective
     total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
     for rows in chunks(len(targets), laya.readout.vocabulary):
         h, y = hs[rows], targets[rows]
-        with torch.no_grad():
-            final = F.log_softmax(laya.readout(h[:, -1]).float(), -1)
+        ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
         mask = layer_dropout_mask(len(y), h.shape[1], dropout, device=h.device) if dropout else None
-        loss = loss_of(laya(h, mask)[0], final, y).sum()
-        loss = loss + sum(loss_of(tuned.layer_logits(h, i), final, y).sum() for i in range(h.shape[1]))
+        loss = fused_loss(name, laya(h, mask)[0].unsqueeze(1), ref, y).sum()
         (loss / n).backward()
         total += float(loss.detach())
-    sum_gradients([p for m in (laya, tuned) for p in m.parameters() if p.requires_grad])
+    lens_loss = 0.0
+    if tuned is not None:
+        h_lens = hs if sample is None else hs[sample.to(hs.device)]
+        y_lens = targets if sample is None else targets[sample.to(targets.device)]
+        k, L, local = all_sum([len(y_lens)])[0], hs.shape[1], 0.0
+        for rows in chunks(len(y_lens), laya.readout.vocabulary * L):
+            h, y = h_lens[rows], y_lens[rows]
+            ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
+            logits = lens_logits(tuned.readout, tuned.embed(h)).reshape(len(y), L, -1)
+            loss = fused_loss(name, logits, ref, y).sum()
+            (loss / k).backward()
+            local += float(loss.detach())
+        lens_loss = all_sum([local])[0] / max(k, 1)
+    sum_gradients([p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad])
     opt.step()
-    return all_sum([total])[0] / n
+    return all_sum([total])[0] / n + lens_loss
 
 
 @torch.no_grad()
-def evaluate(lm: LanguageModel, laya: LayaLM, tuned: TunedLens, held_out: Iterator[Tensor], max_tokens: int) -> dict:
-    """Held-out figures per token (bits): per layer, the logit and tuned lenses' KL to the final distribution and
-    cross-entropy; the LAYA head's and the model's; LAYA's mean α per layer."""
-    laya.eval(), tuned.eval()
+def evaluate(
+    lm: LanguageModel,
+    laya: LayaLM,
+    tuned: TunedLens | None,
+    held_out: Iterator[Tensor],
+    max_tokens: int,
+    lens: str = "tuned",
+    positions: int = 0,
+    seed: int = 0,
+) -> dict:
+    """Held-out figures per token (bits): the LAYA head's and the model's KL and cross-entropy and LAYA's mean α
+    per layer on every position; per layer, the logit lens's (``lens`` tuned or logit) and the tuned lens's
+    (``lens`` tuned) KL to the final distribution and cross-entropy on at most ``positions`` seeded positions of the
+    ``max_tokens`` (``--lens-tokens``, spread over the batches in proportion; 0: every position), each with the
+    half-width of its 95 % interval (``*_ci``: normal, over the positions read) — the lenses cost two
+    full-vocabulary readouts per layer and position, the head one."""
+    laya.eval()
+    if tuned is not None:
+        tuned.eval()
     L = lm.num_layers
-    sums = {k: torch.zeros(L, dtype=torch.float64) for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce", "alpha")}
+    lensed = {"tuned": ("logit", "tuned"), "logit": ("logit",), "none": ()}[lens]
+    keys = [f"{name}_{m}" for name in lensed for m in ("kl", "ce")]
+    sums = {k: torch.zeros(L, dtype=torch.float64) for k in keys}
+    squares = {k: torch.zeros(L, dtype=torch.float64) for k in keys}
+    alpha_sum = torch.zeros(L, dtype=torch.float64)
     head = {"laya_kl": 0.0, "laya_ce": 0.0, "last_ce": 0.0}
-    n = 0
+    n, n_lens = 0, 0
+    # the same held-out positions at every epoch, for every training seed and lens: their figures are paired
+    generator = torch.Generator().manual_seed(seed)
     for x in progress.track(held_out, "held-out evaluation"):
+        per_block = x.shape[2] - 1
+        share = min(math.ceil(positions * len(x) * per_block / max_tokens), positions - n_lens) if positions else 0
+        reads = lensed and (not positions or share > 0)  # the sample already full: this batch's lens is not read
+        picked = lens_rows(len(x), per_block, share, generator) if reads else None
         hs, targets = token_states(lm, my_rows(x))  # under torchrun each rank measures its share, summed below
         for rows in chunks(len(targets), lm.readout.vocabulary):
             h, y = hs[rows], targets[rows]
             final_logits = lm.readout(h[:, -1])
-            final = F.log_softmax(final_logits.float(), -1)
-            for i in range(L):
-                for lens, logits in (("logit", lm.readout(h[:, i])), ("tuned", tuned.layer_logits(h, i))):
-                    sums[f"{lens}_kl"][i] += float(kl_to(final, logits).sum())
-                    sums[f"{lens}_ce"][i] += float(cross_entropy(logits, y).sum())
             logits, alpha = laya(h)
-            head["laya_kl"] += float(kl_to(final, logits).sum())
-            head["laya_ce"] += float(cross_entropy(logits, y).sum())
+            kl, ce = kl_and_ce(logits.unsqueeze(1), Reference.of(final_logits), y)
+            head["laya_kl"] += float(kl.sum())
+            head["laya_ce"] += float(ce.sum())
             head["last_ce"] += float(cross_entropy(final_logits, y).sum())
-            sums["alpha"] += alpha.double().sum(0).cpu()
+            alpha_sum += alpha.double().sum(0).cpu()
+        if reads:
+            h_lens = hs if picked is None else hs[picked.to(hs.device)]
+            y_lens = targets if picked is None else targets[picked.to(targets.device)]
+            for rows in chunks(len(y_lens), lm.readout.vocabulary * L):
+                h, y = h_lens[rows], y_lens[rows]
+                logit = lens_logits(lm.readout, h).reshape(len(y), L, -1)
+                ref = Reference.of(logit[:, -1])  # the logit lens's last layer is the model's own readout
+                for name in lensed:
+                    logits = (
+                        logit if name == "logit" else lens_logits(lm.readout, tuned.embed(h)).reshape(len(y), L, -1)
+                    )
+                    for m, value in zip(("kl", "ce"), kl_and_ce(logits, ref, y)):
+                        per = value.double().cpu()  # (positions, layers)
+                        sums[f"{name}_{m}"] += per.sum(0)
+                        squares[f"{name}_{m}"] += (per**2).sum(0)
+            n_lens += int(all_sum([len(y_lens)])[0])
         n += int(all_sum([len(targets)])[0])
         if n >= max_tokens:
             break
     if n == 0:
         raise LayaError("the held-out text is shorter than one block: no position to evaluate")
     sums = {k: all_sum_(v) for k, v in sums.items()}
+    squares = {k: all_sum_(v) for k, v in squares.items()}
+    alpha_mean = (all_sum_(alpha_sum) / n).tolist()
     head = dict(zip(head, all_sum(list(head.values()))))
-    per_layer = {k: (v / n * (1 if k == "alpha" else BITS)).tolist() for k, v in sums.items()}
-    layers = [{k: per_layer[k][i] for k in per_layer} for i in range(L)]
+    layers = [{"alpha": alpha_mean[i]} for i in range(L)]
+    for k in keys:
+        mean = sums[k] / max(n_lens, 1)
+        var = (squares[k] / max(n_lens, 1) - mean**2).clamp_min(0) * n_lens / max(n_lens - 1, 1)
+        half = 1.959964 * (var / max(n_lens, 1)).sqrt()
+        for i in range(L):
+            layers[i][k] = float(mean[i]) * BITS
+            layers[i][f"{k}_ci"] = float(half[i]) * BITS
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
-    return {"tokens": n, "layers": layers, "heads": heads}
+    lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
+    return {"tokens": n, "layers": layers, "heads": heads, "lens": lens_info}
 
 
-def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch) -> tuple[float, int]:
-    laya.train(), tuned.train()
+class ReferenceSum:
+    """r̄_i accumulated from the first training batches of epoch 1 (up to ``--eval-tokens`` positions, the last batch
+    whole): the states are already computed for training, so the reference costs no pass of its own."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens, self.total, self.n = max_tokens, None, 0
+
+    def add(self, hs: Tensor) -> None:
+        if self.n >= self.max_tokens:
+            return
+        s = hs.double().sum(0)
+        self.total = s if self.total is None else self.total + s
+        self.n += int(all_sum([len(hs)])[0])  # under torchrun each rank sums its share of every batch
+
+    def means(self) -> list[Tensor]:
+        if self.n == 0:
+            raise LayaError("the training text is shorter than one block")
+        return [r.float().cpu() for r in (all_sum_(self.total) / self.n)]
+
+
+def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference: ReferenceSum | None) -> tuple[float, int]:
+    laya.train()
+    if tuned is not None:
+        tuned.train()
     loss_of, total, steps = objective(req.objective), 0.0, 0
     train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
+    generator = torch.Generator().manual_seed(req.seed + 7919 * epoch)  # the lens's positions, alike on every rank
     for x in progress.track(train, f"epoch {epoch}"):
+        sample = lens_rows(len(x), x.shape[2] - 1, req.lens_sample, generator) if tuned is not None else None
         hs, targets = token_states(lm, my_rows(x))
-        total += train_step(laya, tuned, hs, targets, loss_of, opt, req.layer_dropout)
+        if reference is not None:
+            reference.add(hs)
+        total += train_step(laya, tuned, hs, targets, loss_of, opt, req.layer_dropout, sample)
         steps += 1
     if steps == 0:
         raise LayaError(f"{req.dataset}: the training text is shorter than one block of {block} tokens")
@@ -169,6 +304,11 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     """Train the LAYA head and the tuned lens, measure them beside the logit lens and the model, write the
     checkpoint (atomically) and return it."""
     req.objective = match_choice("--objective", req.objective, OBJECTIVES)
+    req.lens = match_choice("--lens", req.lens, LENSES)
+    if req.lens_sample < 0:
+        raise LayaError(f"--lens-sample must be 0 (every position) or positive, got {req.lens_sample}")
+    if req.lens_tokens < 0:
+        raise LayaError(f"--lens-tokens must be 0 (every held-out position) or positive, got {req.lens_tokens}")
     if not 0 <= req.layer_dropout < 1:
         raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
     corpus = _corpus(req)
@@ -181,14 +321,16 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     torch.manual_seed(req.seed)
     width = int(lm.readout.unembedding.weight.shape[1])
     laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(device)
-    tuned = TunedLens(lm.num_layers, width, lm.readout).to(device)
-    params = [p for m in (laya, tuned) for p in m.parameters() if p.requires_grad]
+    tuned = TunedLens(lm.num_layers, width, lm.readout).to(device) if req.lens == "tuned" else None
+    params = [p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=req.lr)
     history, best, best_state, metrics, stale = [], None, None, None, 0
+    reference = ReferenceSum(req.eval_tokens)
     for epoch in range(1, req.epochs + 1):
         start = time.perf_counter()
-        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch)
-        val = evaluate(lm, laya, tuned, batches(lm, corpus, "test", block, req.batch_size), req.eval_tokens)
+        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference if epoch == 1 else None)
+        held_out = batches(lm, corpus, "test", block, req.batch_size)
+        val = evaluate(lm, laya, tuned, held_out, req.eval_tokens, req.lens, req.lens_tokens)
         score = val["heads"]["laya"][req.objective]
         improved = best is None or score < best
         record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
@@ -199,7 +341,7 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         if improved:
             best, best_state, metrics, stale = (
                 score,
-                (copy.deepcopy(stored_weights(laya)), copy.deepcopy(stored_weights(tuned))),  # .cpu() may alias
+                (copy.deepcopy(stored_weights(laya)), tuned and copy.deepcopy(stored_weights(tuned))),  # .cpu() aliases
                 val,
                 0,
             )
@@ -208,10 +350,10 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
             if stale >= req.patience:
                 break
     laya.load_state_dict(best_state[0], strict=False)
-    tuned.load_state_dict(best_state[1], strict=False)
+    if tuned is not None:
+        tuned.load_state_dict(best_state[1], strict=False)
     # metrics: the best epoch's held-out figures, measured on the weights just restored (not measured again)
-    reference = layer_means(lm, batches(lm, corpus, "train", block, req.batch_size), req.eval_tokens)
-    ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference)
+    ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference.means())
     if is_main():  # under torchrun every rank holds the same heads; rank 0 writes
         save_checkpoint(ckpt, req.out)
     barrier()
@@ -241,7 +383,8 @@ def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, h
         "layers": list(backbone.layer_names),
         "dims": [int(r.shape[-1]) for r in reference],
         "head": {"kind": "laya", "config": req.head.to_dict(), "weights": stored_weights(laya)},
-        "tuned_lens": {"weights": stored_weights(tuned)},
+        "tuned_lens": {"weights": stored_weights(tuned)} if tuned is not None else None,  # --lens logit|none
+        "lens": {"kind": req.lens, "sample": req.lens_sample, "tokens": req.lens_tokens},
         "classes": [],
         "dataset": {"name": req.dataset, "source": str(corpus.root), "block_size": block, "objective": req.objective},
         "reference": reference,
