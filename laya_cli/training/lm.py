@@ -225,18 +225,7 @@ def evaluate(
         if reads:
             h_lens = hs if picked is None else hs[picked.to(hs.device)]
             y_lens = targets if picked is None else targets[picked.to(targets.device)]
-            for rows in chunks(len(y_lens), lm.readout.vocabulary * L):
-                h, y = h_lens[rows], y_lens[rows]
-                logit = lens_logits(lm.readout, h).reshape(len(y), L, -1)
-                ref = Reference.of(logit[:, -1])  # the logit lens's last layer is the model's own readout
-                for name in lensed:
-                    logits = (
-                        logit if name == "logit" else lens_logits(lm.readout, tuned.embed(h)).reshape(len(y), L, -1)
-                    )
-                    for m, value in zip(("kl", "ce"), kl_and_ce(logits, ref, y)):
-                        per = value.double().cpu()  # (positions, layers)
-                        sums[f"{name}_{m}"] += per.sum(0)
-                        squares[f"{name}_{m}"] += (per**2).sum(0)
+            _add_lens_figures(lm, tuned, lensed, h_lens, y_lens, sums, squares)
             n_lens += int(all_sum([len(y_lens)])[0])
         n += int(all_sum([len(targets)])[0])
         if n >= max_tokens:
@@ -249,16 +238,36 @@ def evaluate(
     head = dict(zip(head, all_sum(list(head.values()))))
     layers = [{"alpha": alpha_mean[i]} for i in range(L)]
     for k in keys:
-        mean = sums[k] / max(n_lens, 1)
-        var = (squares[k] / max(n_lens, 1) - mean**2).clamp_min(0) * n_lens / max(n_lens - 1, 1)
-        half = 1.959964 * (var / max(n_lens, 1)).sqrt()
-        for i in range(L):
-            layers[i][k] = float(mean[i]) * BITS
-            layers[i][f"{k}_ci"] = float(half[i]) * BITS
+        for i, (mean, half) in enumerate(zip(*_mean_and_half_width(sums[k], squares[k], n_lens))):
+            layers[i][k], layers[i][f"{k}_ci"] = mean * BITS, half * BITS
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
     lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
     return {"tokens": n, "layers": layers, "heads": heads, "lens": lens_info}
+
+
+def _add_lens_figures(lm, tuned, lensed, hs: Tensor, targets: Tensor, sums: dict, squares: dict) -> None:
+    """Add the lenses' per-layer KL and CE of these positions (``hs`` (N, L, d), their next tokens) to the running
+    sums and sums of squares, in chunks of positions so no more than the chunk's logits exist at once."""
+    L = lm.num_layers
+    for rows in chunks(len(targets), lm.readout.vocabulary * L):
+        h, y = hs[rows], targets[rows]
+        logit = lens_logits(lm.readout, h).reshape(len(y), L, -1)
+        ref = Reference.of(logit[:, -1])  # the logit lens's last layer is the model's own readout
+        for name in lensed:
+            logits = logit if name == "logit" else lens_logits(lm.readout, tuned.embed(h)).reshape(len(y), L, -1)
+            for m, value in zip(("kl", "ce"), kl_and_ce(logits, ref, y)):
+                per = value.double().cpu()  # (positions, layers)
+                sums[f"{name}_{m}"] += per.sum(0)
+                squares[f"{name}_{m}"] += (per**2).sum(0)
+
+
+def _mean_and_half_width(total: Tensor, squares: Tensor, n: int) -> tuple[list[float], list[float]]:
+    """Per layer, the mean of n values from their sum and sum of squares, and the half-width of its normal 95 %
+    interval (the sample variance, n − 1)."""
+    mean = total / max(n, 1)
+    var = (squares / max(n, 1) - mean**2).clamp_min(0) * n / max(n - 1, 1)
+    return mean.tolist(), (1.959964 * (var / max(n, 1)).sqrt()).tolist()
 
 
 class ReferenceSum:
