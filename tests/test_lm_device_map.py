@@ -105,3 +105,105 @@ def test_without_accelerate_a_device_map_says_what_to_install(lm_dir, monkeypatc
 def test_auto_on_one_device_places_the_whole_model_there(lm_dir):
     placed = build_language_model(_spec(lm_dir), device_map="auto")
     assert placed.placed and placed.head_device == placed.input_device == torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def lm_ckpt(lm_dir, tmp_path_factory):
+    from laya_cli.training.lm import LMRequest, train_lm
+
+    out = tmp_path_factory.mktemp("lm-map-ckpt") / "a.pt"
+    train_lm(LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=16,
+                       epochs=1, lr=3e-3, eval_tokens=300, layer_dropout=0.3))  # fmt: skip
+    return out
+
+
+def _loads(monkeypatch, module) -> list:
+    """Every ``lens_model_from_checkpoint`` call of ``module``: the device map it was given, and whether it was
+    handed a model already loaded (``lm``) instead of loading one."""
+    from laya_cli.model import lenses
+
+    maps, load = [], lenses.lens_model_from_checkpoint
+
+    def spy(ckpt, device_map=None, lm=None):
+        maps.append((device_map, lm is not None))
+        return load(ckpt, device_map, lm)
+
+    monkeypatch.setattr(module, "lens_model_from_checkpoint", spy)
+    return maps
+
+
+def test_diff_with_a_device_map_places_both_models_and_finds_what_the_whole_ones_give(lm_ckpt, tmp_path, monkeypatch):
+    from laya_cli.auditing.diff import tokens
+
+    docs = {}
+    for name, extra in (("whole", []), ("placed", ["--device-map", OFFLOAD])):
+        maps = _loads(monkeypatch, tokens)
+        out = tmp_path / f"{name}.json"
+        r = invoke("diff", lm_ckpt, lm_ckpt, "--samples", "40", "--device", "cpu", "--json", out, "--quiet", *extra)
+        assert r.exit_code == 0, r.output
+        docs[name] = json.loads(out.read_text())
+        # one frozen model under both checkpoints: loaded (placed) once, the second checkpoint's heads share it
+        assert maps == [(OFFLOAD if extra else None, False), (OFFLOAD if extra else None, True)]
+    placed = docs["placed"]
+    assert placed["settings"]["device_map"] == OFFLOAD and placed["options"]["values"]["device_map"] == OFFLOAD
+    for doc in docs.values():
+        doc.pop("settings"), doc.pop("options")
+    assert_close_tree(docs["whole"], placed, 1e-5)
+
+
+def test_bench_with_a_device_map_trains_and_audits_every_run_with_it(lm_dir, tmp_path, monkeypatch):
+    from laya_cli.model import lenses
+
+    common = ["bench", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
+              f"text:{lm_dir / 'corpus'}", "--epochs", "1", "--block-size", "16", "--eval-tokens", "300",
+              "--seeds", "1", "--audit-samples", "40", "--device", "cpu", "--out", tmp_path / "runs",
+              "--quiet"]  # fmt: skip
+    maps = _loads(monkeypatch, lenses)  # bench_lm.audit_run imports it from lenses when it audits
+    r = invoke(*common, "--device-map", OFFLOAD, "--json", tmp_path / "placed.json")
+    assert r.exit_code == 0, r.output
+    assert maps == [(OFFLOAD, False)]  # the audit's model; the training's is train_lm's (its checkpoint says so)
+    doc = json.loads((tmp_path / "placed.json").read_text())
+    assert doc["bench"]["train"]["device_map"] == OFFLOAD
+    ckpt = torch.load(doc["runs"][0]["checkpoint"], weights_only=False)
+    assert ckpt["train_config"]["device_map"] == OFFLOAD  # recorded where laya train records it
+    # placement is not a training option: the same bench without the map reuses the run and its audit
+    r = invoke(*common, "--json", tmp_path / "whole.json")
+    assert r.exit_code == 0, r.output
+    again = json.loads((tmp_path / "whole.json").read_text())
+    assert not again["runs"][0]["trained"] and again["objectives"] == doc["objectives"]
+    assert again["bench"]["train"]["device_map"] is None and maps == [(OFFLOAD, False)]  # nothing audited again
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [("nonsense", "choose from auto"), ('{"transformer.h0": "cpu"}', "unknown module in --device-map")],
+)
+def test_a_bad_device_map_for_bench_or_diff_is_one_line(lm_dir, lm_ckpt, tmp_path, value, fragment):
+    out = tmp_path / "d.json"
+    r = invoke("diff", lm_ckpt, lm_ckpt, "--samples", "40", "--json", out, "--quiet", "--device-map", value)
+    assert_user_error(r, fragment)
+    assert not out.exists()
+    r = invoke("bench", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
+               f"text:{lm_dir / 'corpus'}", "--out", tmp_path / "runs", "--json", out, "--quiet",
+               "--device-map", value)  # fmt: skip
+    assert_user_error(r, fragment)
+    assert not out.exists() and not list((tmp_path / "runs").rglob("*.pt"))
+    if value == "nonsense":  # refused before the bench folder is made
+        assert not (tmp_path / "runs").exists()
+
+
+def test_a_device_map_for_a_classifier_bench_or_diff_is_refused(digits_ckpt, tmp_path):
+    r = invoke("bench", "--dataset", "digits", "--seeds", "1", "--out", tmp_path / "runs", "--device-map", "auto")
+    assert_user_error(r, "--device-map places a language model")
+    assert not (tmp_path / "runs").exists()
+    r = invoke("diff", digits_ckpt, digits_ckpt, "--json", tmp_path / "d.json", "--device-map", "auto")
+    assert_user_error(r, "--device-map places a language model")
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_a_device_map_for_a_model_built_without_weights_is_refused(lm_dir, tmp_path):
+    r = invoke("bench", "--task", "lm", "--backbone", "hf:gpt2", "--no-pretrained", "--dataset",
+               f"text:{lm_dir / 'corpus'}", "--out", tmp_path / "runs", "--quiet",
+               "--device-map", '{"x": "cpu"}')  # fmt: skip
+    assert_user_error(r, "not with --no-pretrained")
+    assert not list((tmp_path / "runs").rglob("*.pt"))

@@ -100,7 +100,7 @@ def check_device_map(device_map: str | None, pretrained: bool) -> dict:
     missing: one line."""
     if device_map is None:
         return {}
-    placement = _parse_device_map(device_map)
+    placement = parse_device_map(device_map)
     if not pretrained:
         raise LayaError("--device-map places a pretrained model's weights: not with --no-pretrained")
     try:
@@ -112,7 +112,9 @@ def check_device_map(device_map: str | None, pretrained: bool) -> dict:
     return {"device_map": placement, "offload_folder": folder}
 
 
-def _parse_device_map(device_map: str) -> str | dict:
+def parse_device_map(device_map: str) -> str | dict:
+    """``--device-map`` as transformers takes it (a name, or a dict of module → device), its devices checked on this
+    machine before any weight is read; the module names are checked on the model itself (``check_map_modules``)."""
     if device_map in DEVICE_MAPS:
         return device_map
     try:

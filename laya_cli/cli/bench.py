@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..runtime import progress
 from ..runtime.config import AuditSettings, LMSettings, TrainRequest
-from .common import console, pick_device, print_tables, write_outputs
+from .common import console, pick_device, print_tables, refuse_device_map, write_outputs
 from .declared import Use, with_settings
 from .options import (
     BENCH,
@@ -45,8 +45,8 @@ AUDITED = Use(
 )
 
 
-# bench trains the tuned lens with every run (its table is the comparison); --lens-sample applies
-BENCH_LM_SKIP = ("objective", "device_map", "lens")
+# bench trains the tuned lens with every run (its table is the comparison); --lens-sample and --device-map apply
+BENCH_LM_SKIP = ("objective", "lens")
 
 
 @with_settings(req=Use(TrainRequest, skip=tuple(BENCH_FIXES)), audit=AUDITED, lm=Use(LMSettings, skip=BENCH_LM_SKIP))
@@ -86,6 +86,7 @@ def bench(
         return bench_language_model(req, lm, lm_bench, audit, redo, quiet, (json_out, markdown))
     if objective != "kl" or req.train.layer_dropout:
         raise LayaError("--objective, --block-size, --eval-tokens and --layer-dropout apply to --task lm")
+    refuse_device_map(lm.device_map)
     refuse_unread(lm, Use(LMSettings, skip=BENCH_LM_SKIP), ("task",), "applies to --task lm")
     with progress.enabled(not quiet):
         check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)

@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from ..runtime import progress
-from ..runtime.config import TIE_TOL, EvalRequest
-from .common import EXIT_GATE_FAILED, err_console, pick_device, print_tables, write_outputs
-from .declared import with_settings
+from ..runtime.config import TIE_TOL, EvalRequest, LMSettings
+from .common import EXIT_GATE_FAILED, err_console, pick_device, print_tables, refuse_device_map, write_outputs
+from .declared import Use, with_settings
 from .options import Ablation, Device, JsonOut, MarkdownOut, Quiet, Replace, SubsetSeed, TieTol
 
 ModelA = Annotated[Path, typer.Argument(help="The first checkpoint (the baseline, A).", show_default=False)]
@@ -48,7 +48,7 @@ FailIfChanged = Annotated[
 ]
 
 
-@with_settings(data=EvalRequest)
+@with_settings(data=EvalRequest, lm=Use(LMSettings, only=("device_map",)))
 def diff(
     model_a: ModelA,
     model_b: ModelB,
@@ -70,6 +70,7 @@ def diff(
     overwrite: Replace = False,
     *,
     data: EvalRequest,
+    lm: LMSettings,
 ):
     """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests; of a
     language model: per token, the change of each method's faithfulness and Deletion@1, with paired intervals."""
@@ -98,10 +99,11 @@ def diff(
              "--bootstrap": bootstrap}  # fmt: skip
     refuse_unread(given, language_models=ckpts is not None)
     if ckpts is not None:
-        lm = LmDiff(compare, scope, ablation, tie_tol, seed, ci, bootstrap, samples, dataset, encoding)
+        o = LmDiff(compare, scope, ablation, tie_tol, seed, ci, bootstrap, samples, dataset, encoding, lm.device_map)
         return diff_language_models(
-            ckpts, (str(model_a), str(model_b)), lm, pick_device(device), quiet, (json_out, markdown)
+            ckpts, (str(model_a), str(model_b)), o, pick_device(device), quiet, (json_out, markdown)
         )
+    refuse_device_map(lm.device_map)
     gate = check_gate(fail_if_changed, list(load_model(model_a).classes))
     with progress.enabled(not quiet):
         result = diff_models(
@@ -150,6 +152,7 @@ class LmDiff:
     samples: int | None
     dataset: str | None
     encoding: str | None
+    device_map: str | None = None  # --device-map: transformers places each frozen model (docs/lm.md)
 
 
 def diff_language_models(ckpts, paths: tuple[str, str], o: LmDiff, device: str, quiet: bool, files) -> None:
@@ -175,7 +178,7 @@ def diff_language_models(ckpts, paths: tuple[str, str], o: LmDiff, device: str, 
     with progress.enabled(not quiet):
         doc = tokens.diff_language_models(
             ckpts, paths, parse_methods(o.compare), settings, o.scope.lower(), o.dataset,
-            o.samples or TOKENS_AUDITED, o.bootstrap, o.encoding,
+            o.samples or TOKENS_AUDITED, o.bootstrap, o.encoding, o.device_map,
         )  # fmt: skip
     run = current_run()
     doc["options"] = run.record

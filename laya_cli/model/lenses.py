@@ -264,19 +264,22 @@ class LensModel:
         return self
 
 
-def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None) -> LensModel:
+def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None, lm: LanguageModel | None = None) -> LensModel:
     """The model by name (its SHA-256 checked), the stored tokenizer, the heads' stored weights; ``device_map``:
-    transformers' placement of the model (``--device-map``)."""
+    transformers' placement of the model (``--device-map``); ``lm``: that model already loaded for a checkpoint
+    whose ``backbone`` record is this one's (``same_frozen_model``), shared rather than loaded again."""
     from ..backbones.causal import build_language_model
     from ..backbones.spec import BackboneSpec
     from ..backbones.tokens import set_tokenizer
 
     section = ckpt["backbone"]
-    spec = BackboneSpec.from_dict(section["spec"])
-    lm = build_language_model(spec, expect_sha256=section.get("sha256"), device_map=device_map)
-    recorded = section.get("input") or {}
-    if recorded.get("tokenizer"):  # the tokenizer it was trained with (learnt on its text, where the model had none)
-        set_tokenizer(lm.backbone.adapter.text, recorded["tokenizer"], recorded["pad_id"], recorded.get("source", ""))
+    if lm is None:
+        spec = BackboneSpec.from_dict(section["spec"])
+        lm = build_language_model(spec, expect_sha256=section.get("sha256"), device_map=device_map)
+        recorded = section.get("input") or {}
+        if recorded.get("tokenizer"):  # the tokenizer it was trained with (learnt on its text, where it had none)
+            text = lm.backbone.adapter.text
+            set_tokenizer(text, recorded["tokenizer"], recorded["pad_id"], recorded.get("source", ""))
     width = int(lm.readout.unembedding.weight.shape[1])
     laya = LayaLM(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
     tuned = TunedLens(lm.num_layers, width, lm.readout)
@@ -284,6 +287,13 @@ def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None) -> Len
     if ckpt.get("tuned_lens"):  # else (--lens logit|none) the untrained tuned lens: the logit lens
         load_weights(tuned, ckpt["tuned_lens"]["weights"])
     return LensModel(lm, laya.eval(), tuned.eval(), [r.float() for r in ckpt["reference"]], ckpt)
+
+
+def same_frozen_model(a: dict, b: dict) -> bool:
+    """Two ``--task lm`` checkpoints of one frozen model: the same name, layers, SHA-256 and tokenizer (their
+    ``backbone`` records equal), so one loaded copy serves both (``laya diff``: a model placed over every device
+    by ``--device-map`` is not loaded twice)."""
+    return a["backbone"] == b["backbone"]
 
 
 def is_language_model(ckpt: dict) -> bool:

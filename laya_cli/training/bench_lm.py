@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..backbones.causal import parse_device_map
 from ..model.checkpoint import read_checkpoint
 from ..runtime.config import AuditSettings, check_at_least
 from ..runtime.errors import LayaError, match_choice
@@ -79,13 +80,20 @@ class LMBenchRequest:
         check_at_least("--audit-samples", self.audit_samples, 0)
         if not self.train.dataset.startswith("text:") or not self.train.dataset.partition(":")[2]:
             raise LayaError(f"--task lm reads a text corpus: --dataset text:PATH, not {self.train.dataset}")
+        if self.train.device_map is not None:  # a bad map: one line before the bench folder is made
+            parse_device_map(self.train.device_map)
         self.audit.validate()
         self.methods()
         return self
 
 
+# Where a run ran, not what it trained: a run trained on one device, or placed by --device-map, is reused by a bench
+# on another (the placed model's figures are the whole one's: tests/test_lm_device_map.py)
+PLACEMENT = ("device", "device_map", "out")
+
+
 def _comparable(config: dict) -> dict:
-    return {k: v for k, v in json.loads(strict_json(config)).items() if k not in ("device", "out")}
+    return {k: v for k, v in json.loads(strict_json(config)).items() if k not in PLACEMENT}
 
 
 def _reusable(bench: LMBenchRequest, req: LMRequest) -> dict | None:
@@ -115,7 +123,7 @@ def audit_run(bench: LMBenchRequest, ckpt: dict) -> dict:
     from ..model.lenses import lens_model_from_checkpoint
 
     device = bench.train.device
-    model = lens_model_from_checkpoint(ckpt).to(device)
+    model = lens_model_from_checkpoint(ckpt, bench.train.device_map).to(device)
     settings = AuditSettings(**{**asdict(bench.audit), "device": device, "ci": 0.0})
     doc = token_audit_job(model, bench.methods(), settings, "head", None, bench.audit_samples).to_dict()
     methods = {m: {k: v.get(k) for k in AUDIT_METRICS} for m, v in doc["methods"].items()}
@@ -192,7 +200,7 @@ def run_lm_bench(bench: LMBenchRequest, on_run: Callable[[dict, int, int], None]
         "bench": {"backbone": t.backbone, "dataset": t.dataset, "objectives": bench.objectives,
                   "seeds": bench.seed_values, "folder": str(bench.folder), "layers": layers,
                   "train": {k: getattr(t, k) for k in ("epochs", "batch_size", "lr", "block_size", "eval_tokens",
-                                                       "layer_dropout", "patience")},
+                                                       "layer_dropout", "patience", "device_map")},
                   "audit": bench.audit_options()},
         "objectives": by_objective,
         "runs": [{k: r[k] for k in ("objective", "seed", "checkpoint", "trained", "train_seconds", "audit_seconds")}

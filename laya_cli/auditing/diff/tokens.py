@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ...model.checkpoint import read_checkpoint
-from ...model.lenses import is_language_model, lens_model_from_checkpoint
+from ...model.lenses import is_language_model, lens_model_from_checkpoint, same_frozen_model
 from ...runtime.config import AuditSettings
 from ...runtime.errors import LayaError
 from ...runtime.fileio import json_safe
@@ -165,14 +165,18 @@ def diff_language_models(
     samples: int = 2000,
     bootstrap: int = 1000,
     encoding: str | None = None,
+    device_map: str | None = None,
 ) -> dict:
     """``laya diff`` of two ``--task lm`` checkpoints (read: ``checkpoint_kinds``): both audited per token on the
-    same ``samples`` held-out positions at ``scope`` (head, network or both), compared; the JSON document."""
+    same ``samples`` held-out positions at ``scope`` (head, network or both), compared; the JSON document.
+    ``device_map``: transformers' placement of each model (``--device-map``), one loaded after the other."""
     if scope not in SCOPES:
         raise LayaError(f"--scope {scope}: laya diff of language models takes head, network or both")
     check_comparable_lm(*ckpts, *paths, dataset)
     audit = replace(settings, ci=0.0)  # the intervals are the paired ones of the change, computed here
-    models = [lens_model_from_checkpoint(c).to(settings.device) for c in ckpts]
+    first = lens_model_from_checkpoint(ckpts[0], device_map)
+    shared = first.lm if same_frozen_model(*ckpts) else None  # one model, two heads: loaded (and placed) once
+    models = [first.to(settings.device), lens_model_from_checkpoint(ckpts[1], device_map, shared).to(settings.device)]
     data = [token_data(m, dataset, samples, 8, encoding) for m in models]
     _same_positions(*data, *paths)
     ra, rb = (token_audit_job(m, methods, audit, scope, dataset, samples, data=d) for m, d in zip(models, data))
@@ -182,7 +186,7 @@ def diff_language_models(
     doc["settings"] = {
         "task": "lm", "model_a": str(paths[0]), "model_b": str(paths[1]), "scope": scope, "methods": list(methods),
         "dataset": data[0].dataset, "target": settings.target, "ci": settings.ci, "bootstrap": bootstrap,
-        "seed": settings.seed, "tie_tol": settings.tie_tol, "same_model": shas[0] == shas[1],
+        "seed": settings.seed, "tie_tol": settings.tie_tol, "device_map": device_map, "same_model": shas[0] == shas[1],
         "objective_a": ckpts[0]["dataset"].get("objective"), "objective_b": ckpts[1]["dataset"].get("objective"),
     }  # fmt: skip
     doc.update(layers=layers, n_samples=len(data[0].features))
