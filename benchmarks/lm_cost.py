@@ -45,6 +45,14 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def sync(device: str) -> None:
+    """Wait for the work queued on a CUDA ``device`` (a timer around it then measures it); elsewhere nothing."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -75,7 +83,7 @@ def write_corpus(root: Path, train: list[str], test: list[str]) -> Path:
     return folder
 
 
-def build_model(root: Path, train: list[str], layers: int, width: int, vocab: int, block: int) -> Path:
+def build_model(root: Path, train: list[str], layers: int, width: int, vocab: int, block: int, heads: int = 4) -> Path:
     """A from-config GPT-2 with ``vocab`` outputs and a byte-level BPE learnt on the text (the ids it makes are a
     prefix of the model's vocabulary: the readout still spans all of it)."""
     import torch
@@ -87,7 +95,7 @@ def build_model(root: Path, train: list[str], layers: int, width: int, vocab: in
     if (folder / "config.json").is_file():
         return folder
     tokenizer = train_tokenizer(train, min(vocab, 4096))
-    config = GPT2Config(vocab_size=vocab, n_positions=block, n_embd=width, n_layer=layers, n_head=4,
+    config = GPT2Config(vocab_size=vocab, n_positions=block, n_embd=width, n_layer=layers, n_head=heads,
                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
     torch.manual_seed(0)
@@ -122,27 +130,38 @@ def read_blocks(lm, corpus_dir: Path, block: int, batch: int, seed: int, eval_to
     return out
 
 
-def forward_seconds(causal, blocks) -> tuple[float, int]:
-    """The model's own forward with hidden states over ``blocks``: (seconds, tokens)."""
+def forward_seconds(causal, blocks, device: str = "cpu") -> tuple[float, int]:
+    """The model's own forward with hidden states over ``blocks`` (copied to ``device``, where ``causal`` is; on
+    CUDA under laya's autocast and synchronised around): (seconds, tokens)."""
     import torch
 
+    from laya_cli.runtime.device import autocast
+
+    sync(device)
     start, tokens = time.perf_counter(), 0
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device):
         for x in blocks:
+            x = x.to(device)
             causal(input_ids=x[:, 0], attention_mask=x[:, 1], output_hidden_states=True)
             tokens += x[:, 0].numel()
+    sync(device)
     return time.perf_counter() - start, tokens
 
 
-def train_seconds(model_dir: Path, corpus_dir: Path, out: Path, args, lens: str | None) -> tuple[float, dict]:
-    """``train_lm`` (what ``laya train --task lm`` runs), one epoch; ``lens`` None: a laya without ``--lens``."""
+def train_seconds(
+    model_dir: Path, corpus_dir: Path, out: Path, args, lens: str | None, device: str = "cpu"
+) -> tuple[float, dict]:
+    """``train_lm`` (what ``laya train --task lm`` runs), one epoch on ``device``; ``lens`` None: a laya without
+    ``--lens`` (its default)."""
     from laya_cli.training.lm import LMRequest, train_lm
 
     extra = {} if lens is None else {"lens": lens, "lens_sample": args.lens_sample, "lens_tokens": args.lens_tokens}
     req = LMRequest(backbone=f"hf:{model_dir}", dataset=f"text:{corpus_dir}", out=out, block_size=args.block_size,
-                    batch_size=args.batch, epochs=1, eval_tokens=args.eval_tokens, device="cpu", **extra)  # fmt: skip
+                    batch_size=args.batch, epochs=1, eval_tokens=args.eval_tokens, device=device, **extra)  # fmt: skip
+    sync(device)
     start = time.perf_counter()
     ckpt = train_lm(req)
+    sync(device)
     return time.perf_counter() - start, ckpt
 
 
@@ -192,7 +211,7 @@ def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict
     return out
 
 
-def audit_seconds(ckpt_path: Path, samples: int) -> dict:
+def audit_seconds(ckpt_path: Path, samples: int, device: str = "cpu") -> dict:
     """The per-token audit at head scope on ``samples`` held-out positions: reading their states (the model's
     forward over the held-out blocks), then α with Δ (L+1 head passes: every audit's part), with IG, with
     Grad×Act, with both (``token_audit_job``, after one warm-up run); IG's mean steps per position."""
@@ -201,17 +220,21 @@ def audit_seconds(ckpt_path: Path, samples: int) -> dict:
     from laya_cli.model.lenses import lens_model_from_checkpoint
     from laya_cli.runtime.config import AuditSettings
 
-    model = lens_model_from_checkpoint(read_checkpoint(ckpt_path))
+    model = lens_model_from_checkpoint(read_checkpoint(ckpt_path)).to(device)
+    sync(device)
     start = time.perf_counter()
     data = token_data(model, None, samples, 8)
+    sync(device)
     out = {"data": time.perf_counter() - start, "positions": len(data.features)}
     out["data_tokens"] = sum(x[:, 0].numel() for x in data.blocks)
     runs = (("warm-up", ["laya"]), ("laya", ["laya"]), ("ig", ["laya", "ig"]), ("gradxact", ["laya", "gradxact"]),
             ("all", ["laya", "ig", "gradxact"]))  # fmt: skip
     for name, methods in runs:
+        sync(device)
         start = time.perf_counter()
-        result = token_audit_job(model, methods, AuditSettings(device="cpu").validate(), "head", None, samples,
+        result = token_audit_job(model, methods, AuditSettings(device=device).validate(), "head", None, samples,
                                  None, data)  # fmt: skip
+        sync(device)
         out[name] = time.perf_counter() - start
         if name == "ig":
             out["ig_steps"] = (result.methods["ig"].ig_steps or {}).get("mean")

@@ -113,3 +113,44 @@ def test_gpu_benchmark_code_path_runs_on_the_cpu():
     r = gpu.run(images=4, audit_images=2, steps=2, repeats=1, device="cpu", name="vit_tiny_patch16_224")
     assert r["extract_fp32_img_s"] > 0 and r["extract_bf16_img_s"] > 0 and r["audit_over_plain_bf16"] > 0
     assert len(gpu.report(r)) == 6
+
+
+@pytest.mark.slow  # about 13 s alone on 2 busy cores (three train_lm epochs and fifteen audits), 45 s when loaded
+def test_gpu_benchmark_lm_case_code_path_runs_on_the_cpu(tmp_path, capsys):
+    """``--case lm`` end to end on a tiny GPT-2 and the CPU (the hidden ``--device cpu``), so the first GPU run
+    does not meet a bug: the model's forward, one epoch of ``train_lm`` and the per-token audit at both precisions
+    (float32 both, on the CPU), the ratios printed with the issue's targets beside them and written to --json; the
+    ViT case not run."""
+    from benchmarks import gpu
+
+    out = tmp_path / "figures.json"
+    argv = ["--case", "lm", "--device", "cpu", "--layers", "2", "--width", "32", "--vocab", "512", "--glosses", "60",
+            "--block-size", "16", "--batch", "8", "--eval-tokens", "64", "--audit-samples", "4", "--out",
+            str(tmp_path / "work"), "--json", str(out)]  # fmt: skip
+    r = gpu.main(argv)
+    assert set(r) == {"lm"} and json.loads(out.read_text()) == json.loads(json.dumps(r))
+    lm = r["lm"]
+    assert lm["model"] == "gpt2 2x32 v512" and lm["positions"] == 4 and lm["tokens"] % 16 == 0
+    for p in ("fp32", "bf16"):
+        assert lm[f"train_over_forward_{p}"] > 0 and lm[f"audit_over_forward_{p}"] > 0
+        assert (tmp_path / "work" / f"lm-{p}.pt").is_file()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-len(gpu.lm_report(lm)) :] == gpu.lm_report(lm)
+    assert sum("target ≤ 3×" in line for line in lines) == 4 and not any("images/s" in line for line in lines)
+
+
+@pytest.mark.parametrize("case", ["lm", "vit,lm"])
+def test_gpu_benchmark_cases_without_cuda_print_one_line(monkeypatch, capsys, case):
+    from benchmarks import gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu.main(["--case", case]) == {"cuda": False}
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1
+
+
+def test_gpu_benchmark_refuses_an_unknown_case(capsys):
+    from benchmarks import gpu
+
+    with pytest.raises(SystemExit) as e:
+        gpu.main(["--case", "vit,bert"])
+    assert e.value.code == 2 and "vit, lm" in capsys.readouterr().err
