@@ -22,6 +22,12 @@ Cases:
   frozen-mlp  the paper MLP, random initialisation, frozen (``--frozen``), on digits; removal ``mean``.
   minilm  the real pretrained all-MiniLM-L6-v2, frozen, on the same glosses, 10 epochs (as ``benchmarks.collapse``);
           removal ``bypass``. Only where its wheel has been fetched (``benchmarks.minilm.minilm_dir``).
+  minilm-cls  the same with ``--pool cls`` (the first token: what a ``save_pretrained`` folder that declares no
+          pooling gives).
+Variants: ``plain`` (``--align 0``), ``head`` (λ 1, the head's effects), ``net`` (λ 1, the network's), ``net-3``,
+``net-0.3`` (λ 3, 0.3), ``net-all`` / ``net-32`` (as ``net``, a frozen backbone caching every training row's removals
+(the code before the share) or a share of 32 rows a batch instead of the default's 16), ``+ln`` / ``+ent``
+(``--layer-norm``, ``--alpha-entropy 0.3``).
 Runs are kept in ``--out`` and reused; ``--kept`` prints the tables from kept runs only.
 """
 
@@ -29,18 +35,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+CACHE = "cache"  # not a TrainConfig field: a frozen backbone caches the removals of this many rows a batch
 VARIANTS: dict[str, dict] = {
     "plain": {},
     "head": {"align": 1.0},
     "net": {"align": 1.0, "align_target": "network"},
     "net-3": {"align": 3.0, "align_target": "network"},
     "net-0.3": {"align": 0.3, "align_target": "network"},
+    "net-all": {"align": 1.0, "align_target": "network", CACHE: 10**9},  # frozen: every row's removals cached
+    "net-32": {"align": 1.0, "align_target": "network", CACHE: 32},  # frozen: a share of 32 rows a batch
     "head+ln": {"align": 1.0, "layer_norm": True},
     "net+ln": {"align": 1.0, "align_target": "network", "layer_norm": True},
     "head+ent": {"align": 1.0, "alpha_entropy": 0.3},
@@ -87,6 +98,10 @@ def cases(out: Path) -> dict[str, Case]:
         minilm = _minilm_case(out)
         if minilm is not None:
             found["minilm"] = minilm
+            cls = {**minilm.extra, "pool": "cls"}  # what a plain save_pretrained folder gives (no pooling declared)
+            found["minilm-cls"] = Case(
+                minilm.backbone, minilm.dataset, minilm.epochs, "bypass", minilm.what + ", --pool cls", cls
+            )
     return found
 
 
@@ -135,7 +150,7 @@ def request(case: Case, options: dict, seed: int, out: Path):
     from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
 
     head = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
-    train = {k: v for k, v in options.items() if k not in HEAD_OPTIONS}
+    train = {k: v for k, v in options.items() if k not in (*HEAD_OPTIONS, CACHE)}
     return TrainRequest(
         backbone=case.backbone,
         head="laya",
@@ -203,13 +218,29 @@ def run_one(case_name: str, case: Case, variant: str, seed: int, out: Path, samp
     with progress.enabled(False):
         if not (ckpt.is_file() and timing.is_file()):
             started = time.perf_counter()
-            history = train(request(case, options, seed, ckpt).validate())["history"]
+            with _cached_share(options.get(CACHE)):
+                history = train(request(case, options, seed, ckpt).validate())["history"]
             seconds = time.perf_counter() - started
             epoch_seconds = sum(r["seconds"] for r in history) / len(history)
             timing.write_text(json.dumps({"seconds_train": round(seconds, 1), "seconds_per_epoch": epoch_seconds}))
         result = {**measure(ckpt, case, samples), **json.loads(timing.read_text())}
     record.write_text(json.dumps(result))
     return result
+
+
+@contextmanager
+def _cached_share(subset: int | None):
+    """Within: a frozen backbone's network target caches the removals of a share of ``subset`` rows a batch instead
+    of the default's (``net-all``: every row, ``net-32``); None: the default."""
+    from laya_cli.training import network_target
+
+    kept = network_target.cached_rows
+    if subset is not None:
+        network_target.cached_rows = lambda n, batch_size, seed: kept(n, batch_size, seed, subset)
+    try:
+        yield
+    finally:
+        network_target.cached_rows = kept
 
 
 COLUMNS = (
@@ -269,8 +300,10 @@ def table(case_name: str, case: Case, results: dict[str, dict[int, dict]]) -> li
 def cost(case_name: str, out: Path, steps: int = 20, rounds: int = 3) -> dict:
     """The term's cost in one process, timed interleaved (the machine is shared: separate runs' wall times are not
     comparable): seconds per training step on one batch of 128 without a term, with the head target and with the
-    network target (the best of ``rounds``); frozen, also the one-off removal cache next to one feature extraction
-    of the training split. On the kept ``plain-1337`` checkpoint of the case."""
+    network target (the best of ``rounds``); frozen, also the one-off removal cache (the default share, and every
+    row: ``network_all``) next to one feature extraction of the training split, and a whole run of the case's epochs
+    with the term over one without (``ratio_run_*``: extraction + cache + steps). On the kept ``plain-1337``
+    checkpoint of the case."""
     from laya_cli.features.extraction import extract, to_float_images
     from laya_cli.model.evaldata import model_dataset
     from laya_cli.model.laya_model import EndToEnd, load_model
@@ -287,10 +320,17 @@ def cost(case_name: str, out: Path, steps: int = 20, rounds: int = 3) -> dict:
         t0 = time.perf_counter()
         feats = extract(model.backbone, train.images, train.labels).feats
         seconds_extract = time.perf_counter() - t0
+        images = train.images if frozen else None
         t0 = time.perf_counter()
-        net, _ = network_alignment(1.0, model.backbone, model.head, "scorer", "cpu", train.images if frozen else None)
+        net, _ = network_alignment(1.0, model.backbone, model.head, "scorer", "cpu", images)
         seconds_cache = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with _cached_share(10**9):  # every row cached: the code before the share, side by side
+            net_all, _ = network_alignment(1.0, model.backbone, model.head, "scorer", "cpu", images)
+        seconds_cache_all = time.perf_counter() - t0
     terms = {"none": None, "head": Alignment(1.0, [f.mean(0) for f in feats] if frozen else None), "network": net}
+    if frozen:
+        terms["network_all"] = net_all
     trained = model.head if frozen else EndToEnd(model.backbone, model.head)
     inputs = [f[:128] for f in feats] if frozen else [to_float_images(x)]
     optimizer = torch.optim.Adam([p for p in trained.parameters() if p.requires_grad], lr=1e-6)
@@ -304,8 +344,14 @@ def cost(case_name: str, out: Path, steps: int = 20, rounds: int = 3) -> dict:
             best[name] = min(best[name], (time.perf_counter() - t0) / steps)
     result = {f"step_{k}": v for k, v in best.items()}
     result.update({f"ratio_{k}": v / best["none"] for k, v in best.items()})
-    if frozen:
-        result.update(seconds_extract=seconds_extract, seconds_cache=seconds_cache)
+    if frozen:  # a whole run of the case's epochs: one extraction (+ the cache) + the steps
+        steps_run = cases(out)[case_name].epochs * math.ceil(len(train.labels) / 128)  # all epochs, no early stop
+        plain = seconds_extract + steps_run * best["none"]
+        with_term = seconds_extract + seconds_cache + steps_run * best["network"]
+        with_all = seconds_extract + seconds_cache_all + steps_run * best["network_all"]
+        result.update(seconds_extract=seconds_extract, seconds_cache=seconds_cache, steps_run=steps_run)
+        result.update(seconds_cache_all=seconds_cache_all, seconds_run_plain=plain, seconds_run_network=with_term)
+        result.update(ratio_run_network=with_term / plain, ratio_run_network_all=with_all / plain)
     return result
 
 

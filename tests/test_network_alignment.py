@@ -16,7 +16,12 @@ from laya_cli.runtime import progress
 from laya_cli.runtime.config import AuditSettings, DataRequest, TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.job import train
-from laya_cli.training.network_target import NetworkAlignment, frozen_removals, resolved_removal
+from laya_cli.training.network_target import (
+    NetworkAlignment,
+    cached_rows,
+    frozen_removals,
+    resolved_removal,
+)
 
 
 def _batch(model, n=48):
@@ -42,6 +47,34 @@ def test_the_frozen_cache_gives_the_network_audits_effects(digits_ckpt):
     audit = run_scoped_audit(model, data, ["laya"], AuditSettings(batch_size=16), "both").network
     means = [audit.comparison.layers[name]["delta_network"] for name in model.layer_names]
     torch.testing.assert_close(cached.double().mean(0), torch.tensor(means, dtype=torch.float64), rtol=0, atol=1e-6)
+
+
+def test_cached_rows_are_a_seeded_share_of_about_subset_rows_a_batch():
+    rows = cached_rows(1000, 128, seed=3, subset=32)
+    assert len(rows) == 250 and torch.equal(rows, rows.sort().values) and len(set(rows.tolist())) == 250
+    assert torch.equal(rows, cached_rows(1000, 128, 3, 32)) and not torch.equal(rows, cached_rows(1000, 128, 4, 32))
+    assert len(cached_rows(1000, 128, seed=3)) == 125  # the default: 16 rows a batch
+    assert torch.equal(cached_rows(10, 16, seed=0), torch.arange(10))  # a batch no larger than the subset: all rows
+    assert len(cached_rows(3, 1024, seed=0)) == 1  # never none
+
+
+def test_the_frozen_term_reads_only_the_cached_rows_of_a_batch(digits_ckpt):
+    """A cache of some rows: the term on a batch is the term on that batch's cached rows, whatever the others."""
+    model = load_model(digits_ckpt)
+    data, x = _batch(model, 24)
+    net = NetworkScope(model.backbone.eval(), model.head.eval(), network_reference(model, "mean"), ablation="mean")
+    feats = net.pooled(net.activations(x))
+    logits = model.head(feats).logits
+    full = NetworkAlignment(1.0, net, frozen_removals(net, data.images, "cpu"))
+    rows = torch.tensor([2, 5, 11, 17])
+    part = NetworkAlignment(1.0, net, frozen_removals(net, data.images[rows], "cpu"), rows=rows)
+    batch = torch.tensor([17, 0, 5, 9, 23])  # rows 17 and 5 cached
+    got = part.loss(model.head, [f[batch] for f in feats], logits[batch], rows=batch)
+    only = torch.tensor([17, 5])
+    want = full.loss(model.head, [f[only] for f in feats], logits[only], rows=only)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    none = torch.tensor([0, 1, 23])
+    assert part.loss(model.head, [f[none] for f in feats], logits[none], rows=none).item() == 0.0
 
 
 def test_the_end_to_end_target_is_the_audits_effects_on_its_rows(digits_ckpt):

@@ -187,7 +187,7 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
         images = got[0]
     term, removal = network_alignment(
         job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images, job.train.align_removal,
-        fixed_feats.feats[0].dtype if fixed_feats is not None else None,
+        fixed_feats.feats[0].dtype if fixed_feats is not None else None, job.train.batch_size, job.train.seed,
     )  # fmt: skip
     recorded["align_removal"] = removal
     return term
