@@ -15,6 +15,7 @@ from laya_cli.auditing.collapse import (
     collapse_warning,
     effective_layers,
     top_layer_spread,
+    trained_against,
 )
 from laya_cli.report.collapse import collapse_text
 
@@ -64,6 +65,26 @@ def test_only_a_collapsed_alpha_gets_the_warning_note():
     assert note.startswith("warning: α has collapsed onto b: 1.00 effective layers of 3")
     assert collapse_notes(collapse_summary(torch.full((10, 3), 1 / 3)), ["a", "b", "c"]) == []
     assert collapse_notes(None) == []  # a head without α
+
+
+def test_a_collapsed_alpha_trained_against_the_network_is_a_finding_not_a_warning():
+    alpha = torch.nn.functional.one_hot(torch.full((10,), 1), 3).float()
+    s = collapse_summary(alpha, "network")
+    assert s["collapsed"] and s["finding"] and s["trained_against"] == "network"
+    (note,) = collapse_notes(s, ["a", "b", "c"])
+    assert note.startswith("α concentrates on b (1.00 effective layers of 3") and "warning" not in note
+    assert "the layer its prediction needs most" in note
+    assert collapse_text(s, ["a", "b", "c"], flag="<b>{}</b>").endswith(
+        " — concentrated on b (trained against the network's effects)"
+    )
+    for against in (None, "head"):  # no term, or the head's own effects: the head may have stopped reading the rest
+        s = collapse_summary(alpha, against)
+        assert not s["finding"] and collapse_notes(s, ["a", "b", "c"])[0].startswith("warning: α has collapsed onto b")
+    assert not collapse_summary(torch.full((10, 3), 1 / 3), "network")["finding"]  # spread: nothing to say
+    assert trained_against({"train_config": {"align": 1.0, "align_target": "network"}}) == "network"
+    assert trained_against({"train_config": {"align": 1.0}}) == "head"  # before the target existed: the head's
+    assert trained_against({"train_config": {"align": 0.0, "align_target": "head"}}) is None
+    assert trained_against({}) is None and trained_against(None) is None
 
 
 def test_the_one_line_every_output_writes():

@@ -51,6 +51,17 @@ def spread(digits_ckpt, tmp_path_factory):
     return _forced(digits_ckpt, tmp_path_factory.mktemp("collapse") / "spread.pt", top=None)
 
 
+@pytest.fixture(scope="module")
+def concentrated(collapsed, tmp_path_factory):
+    """The collapsed checkpoint as if its α had been trained against the network-scope effects."""
+    model = laya_cli.load(collapsed)
+    model.checkpoint["train_config"].update(align=1.0, align_target="network")
+    model.checkpoint["metrics"]["alpha_collapse"] = collapse_summary(_test_alpha(model), "network")
+    dst = tmp_path_factory.mktemp("collapse") / "concentrated.pt"
+    model.save(dst)
+    return dst
+
+
 # --------------------------------------------------------------------------- laya train
 
 
@@ -177,3 +188,21 @@ def test_report_html_shows_the_summary_and_a_warning_box(collapsed, spread, tmp_
             '<p class="warning" role="alert"><b>warning:</b> α has collapsed onto blocks.2' in global_section
         ) is flag
         assert json.loads((out / "summary.json").read_text())["alpha_collapse"]["collapsed"] is flag
+
+
+def test_an_alpha_trained_against_the_network_reads_as_a_finding_everywhere(concentrated, tmp_path):
+    """info, the audit and report.html say which layer the network needs (a note), not that α collapsed."""
+    r = invoke("info", concentrated)
+    text = _unwrapped(r.output)
+    assert r.exit_code == 0 and "concentrated on blocks.2 (trained against the network's effects)" in text
+    assert "note: α concentrates on blocks.2" in text and "warning" not in text and "collapsed onto" not in text
+    r = invoke("audit", concentrated, "--compare", "", "--samples", 30, "--json", tmp_path / "a.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["alpha_collapse"]["finding"] is True and doc["alpha_collapse"]["trained_against"] == "network"
+    assert any(n.startswith("α concentrates on blocks.2") for n in doc["notes"])
+    assert "warning: α has collapsed" not in " ".join(r.output.split())
+    out = tmp_path / "export"
+    assert invoke("export", concentrated, "--out", out, "--no-plots", "--samples", 30).exit_code == 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert '<p class="note"><b>note:</b> α concentrates on blocks.2' in page and 'role="alert"' not in page

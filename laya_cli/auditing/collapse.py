@@ -7,6 +7,10 @@
 
 α has **collapsed** (``is_collapsed``) when the mean effective number of layers is below ``COLLAPSE_LAYERS`` and at
 most ``COLLAPSE_SPREAD`` of the samples peak elsewhere: one layer takes (nearly) all the mass for (nearly) everyone.
+What that means depends on what α was trained to rank (``trained_against``): a head that only learnt to predict, or
+to rank its own effects, may have stopped reading the other layers (a warning about the head); one trained against
+the network-scope effects (``--align-target network``) names the layer the network needs most for nearly every
+sample (a finding about the model, said as a note).
 """
 
 from __future__ import annotations
@@ -41,9 +45,17 @@ def top_layer_spread(alpha: Tensor) -> float:
     return float((top != modal).double().mean())
 
 
-def collapse_summary(alpha: Tensor) -> dict:
+def trained_against(checkpoint: dict | None) -> str | None:
+    """What the checkpoint's α was trained to rank: ``network`` or ``head`` where an alignment term trained it (its
+    ``train_config``), None where none did (or the checkpoint does not say)."""
+    config = (checkpoint or {}).get("train_config") or {}
+    return config.get("align_target", "head") if config.get("align") else None
+
+
+def collapse_summary(alpha: Tensor, against: str | None = None) -> dict:
     """What ``laya info``, the audit and report.html show: entropy (mean, sd, quartiles, its maximum log L), the
-    effective number of layers (mean and quartiles), the top-layer spread, the modal top layer and ``collapsed``."""
+    effective number of layers (mean and quartiles), the top-layer spread, the modal top layer and ``collapsed``;
+    ``trained_against``: what α was trained to rank (``trained_against``)."""
     n_layers = alpha.shape[-1]
     h = alpha_entropy(alpha)
     eff = h.exp()
@@ -64,6 +76,10 @@ def collapse_summary(alpha: Tensor) -> dict:
         "modal_top_layer": modal,
     }
     summary["collapsed"] = is_collapsed(summary)
+    summary["trained_against"] = against
+    # collapsed, α trained against the network-scope effects: it names the layer the network needs, not a head that
+    # stopped reading the others (a note, not a warning)
+    summary["finding"] = summary["collapsed"] and against == "network"
     return summary
 
 
@@ -74,9 +90,18 @@ def is_collapsed(summary: dict) -> bool:
 
 
 def collapse_warning(summary: dict, layer_names=None) -> str:
-    """The one warning for a collapsed α: what it means and what to try (docs/metrics.md, α collapse)."""
+    """The one line for a collapsed α: what it means and what to try (docs/metrics.md, α collapse); for an α trained
+    against the network-scope effects, the finding it states (the summary's ``finding``)."""
     top = summary["modal_top_layer"]
     name = layer_names[top] if layer_names is not None and top is not None else f"layer {top}"
+    if summary.get("finding"):
+        return (
+            f"α concentrates on {name} ({summary['effective_layers_mean']:.2f} effective layers of "
+            f"{summary['layers']}, {100 * summary['top_layer_spread']:.1f} % of samples peak elsewhere). It was "
+            f"trained to rank the layers as removing each inside the network moves the prediction "
+            f"(--align-target network), so this is about the model: for nearly every sample {name} is the layer its "
+            f"prediction needs most; laya audit --scope network scores how faithfully α ranks the rest"
+        )
     return (
         f"α has collapsed onto {name}: {summary['effective_layers_mean']:.2f} effective layers of "
         f"{summary['layers']} on average, {100 * summary['top_layer_spread']:.1f} % of samples peak elsewhere. "
@@ -89,4 +114,6 @@ def collapse_warning(summary: dict, layer_names=None) -> str:
 def collapse_notes(summary: dict | None, layer_names=None) -> list[str]:
     """The audit's note for a collapsed α (a ``warning:`` note: printed as a warning, kept in the JSON's notes); none
     for an α that spreads, or a head without α (``summary`` None)."""
-    return [f"warning: {collapse_warning(summary, layer_names)}"] if summary and summary["collapsed"] else []
+    if not (summary and summary["collapsed"]):
+        return []
+    return [("" if summary.get("finding") else "warning: ") + collapse_warning(summary, layer_names)]

@@ -121,13 +121,13 @@ def run_scoped_audit(
     run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     network, common = run_network(run, images, layer_names)
-    result = head_result or _network_only(plan, eval_data, common, layer_names)
+    result = head_result or _network_only(plan, eval_data, common, layer_names, model)
     result.settings["scope"] = scope
     result.network = network
     return result
 
 
-def _network_only(plan: AuditPlan, eval_data, common: dict[str, Tensor], layer_names: list[str]) -> AuditResult:
+def _network_only(plan: AuditPlan, eval_data, common: dict[str, Tensor], layer_names: list[str], model) -> AuditResult:
     """The result of ``--scope network``: no head-scope method; the accuracy, and α's collapse, over the samples."""
     result = AuditResult(
         settings=plan.settings_dict(eval_data),
@@ -138,5 +138,5 @@ def _network_only(plan: AuditPlan, eval_data, common: dict[str, Tensor], layer_n
         notes=plan.notes(),
         groups=(),  # the network scope computes no deeper metric
     )
-    record_collapse(result, common.get("alpha"))
+    record_collapse(result, common.get("alpha"), model)
     return result

@@ -26,7 +26,7 @@ from torch import Tensor
 from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
 from ..runtime.config import AuditSettings
-from .collapse import collapse_notes, collapse_summary
+from .collapse import collapse_notes, collapse_summary, trained_against
 from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
 from .intervals import attach_intervals, class_intervals
 from .methods import random_scores
@@ -475,7 +475,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
     lm = getattr(model, "task", None) == "lm"  # a language model's positions (auditing/tokens.py)
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties, lm)
-    record_collapse(result, common.get("alpha"))
+    record_collapse(result, common.get("alpha"), model)
     result.samples = _samples(getattr(eval_data, "index", None), common, per)
     result.class_names = [str(c) for c in getattr(model, "classes", None) or []]
     attach_intervals(result, per, common, settings)  # --ci: bootstrap intervals (auditing/intervals.py)
@@ -487,10 +487,12 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     return result
 
 
-def record_collapse(result: AuditResult, alpha: Tensor | None) -> None:
+def record_collapse(result: AuditResult, alpha: Tensor | None, model=None) -> None:
     """The summary of how much of the depth α uses over the audited samples (None for a head without α) and, when
-    α has collapsed, the warning note (docs/metrics.md, "α collapse")."""
-    result.alpha_collapse = collapse_summary(alpha) if alpha is not None else None
+    α has collapsed, its note: a warning, or the finding of an α trained against the network's effects (docs/metrics.md,
+    "α collapse"). ``model``: whose checkpoint says what α was trained to rank."""
+    against = trained_against(getattr(model, "checkpoint", None))
+    result.alpha_collapse = collapse_summary(alpha, against) if alpha is not None else None
     result.notes += collapse_notes(result.alpha_collapse, result.layers)
 
 

@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..runtime.errors import LayaError
-from .common import console, warn
+from .common import console, note, warn
 from .options import InfoJson, ModelPath, OptionsToml
 
 
@@ -36,4 +36,4 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
     if collapse and collapse["collapsed"]:  # what it means and what to try, as the audit warns
         from ..auditing.collapse import collapse_warning
 
-        warn(collapse_warning(collapse, summary["layers"]))
+        (note if collapse.get("finding") else warn)(collapse_warning(collapse, summary["layers"]))

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ..auditing.budget import plan_rows
-from ..auditing.collapse import collapse_summary, collapse_warning
+from ..auditing.collapse import collapse_summary, collapse_warning, trained_against
 from ..auditing.methods import contrib as contrib_scores
 from ..auditing.scaffold import Rows, Shard
 from ..features.extraction import feature_batches, num_layers
@@ -207,8 +207,10 @@ def assemble(
     info: dict | None = None,
     alpha_is_global: bool = False,
     notes: Sequence[str] = (),
+    against: str | None = None,
 ) -> Export:
-    """Derive profiles, global profile and the JS ranking from a per-sample table."""
+    """Derive profiles, global profile and the JS ranking from a per-sample table; ``against``: what α was trained
+    to rank (``auditing.collapse.trained_against``), which says how a collapsed α reads."""
     layers, classes = list(layers), list(classes)
     has_alpha = all(alpha_col(n) in table for n in layers) and bool(layers)
     has_contrib = has_alpha and all(contrib_col(n) in table for n in layers)
@@ -232,7 +234,7 @@ def assemble(
     )
     if has_alpha:
         exp.alpha_collapse = collapse_summary(
-            torch.from_numpy(table[[alpha_col(n) for n in layers]].to_numpy(np.float64, copy=True))
+            torch.from_numpy(table[[alpha_col(n) for n in layers]].to_numpy(np.float64, copy=True)), against
         )
         if exp.alpha_collapse["collapsed"]:
             exp.collapse_warning = collapse_warning(exp.alpha_collapse, layers)
@@ -276,7 +278,8 @@ def compute_export(
     }
     base.update(info or {})
     images = data.images if texts is None else None
-    exp = assemble(table, model.layer_names, model.classes, images, base, alpha_is_global, notes)
+    against = trained_against(getattr(model, "checkpoint", None))
+    exp = assemble(table, model.layer_names, model.classes, images, base, alpha_is_global, notes, against)
     exp.info["n_samples"] = exp.n
     exp.info["accuracy"] = exp.accuracy
     return exp

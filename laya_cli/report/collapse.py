@@ -28,7 +28,10 @@ def collapse_text(
     if s.get("collapsed"):
         top = s.get("modal_top_layer")
         name = layers[top] if layers is not None and isinstance(top, int) and top < len(layers) else f"layer {top}"
-        text += " — " + flag.format(f"collapsed onto {escape(str(name))}")
+        if s.get("finding"):  # trained against the network's effects: about the model, not a warning about the head
+            text += f" — concentrated on {escape(str(name))} (trained against the network's effects)"
+        else:
+            text += " — " + flag.format(f"collapsed onto {escape(str(name))}")
     return text
 
 

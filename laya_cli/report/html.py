@@ -180,7 +180,10 @@ def _collapse_parts(exp) -> list[str]:
         return []
     parts = [f'<p class="collapse">α over these samples: {text}.</p>']
     if warning := getattr(exp, "collapse_warning", None):
-        parts.append(f'<p class="warning" role="alert"><b>warning:</b> {html.escape(warning)}</p>')
+        if exp.alpha_collapse.get("finding"):  # trained against the network's effects: a finding, not an alarm
+            parts.append(f'<p class="note"><b>note:</b> {html.escape(warning)}</p>')
+        else:
+            parts.append(f'<p class="warning" role="alert"><b>warning:</b> {html.escape(warning)}</p>')
     return parts
 
 

@@ -91,7 +91,8 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch, recorded)
     metrics = train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test[:2], len(classes))
     # How much of the depth α uses on the test split (docs/metrics.md); None where not measured (no α, no test split)
-    metrics["alpha_collapse"] = collapse_summary(trained.test[2]) if len(trained.test) == 3 else None
+    against = job.train.align_target if job.train.align else None  # what α was trained to rank
+    metrics["alpha_collapse"] = collapse_summary(trained.test[2], against) if len(trained.test) == 3 else None
     ckpt = checkpoint_body(
         backbone=backbone,
         spec=job.spec,
