@@ -223,7 +223,8 @@ def fit(
     number of samples); under torchrun each rank reads its own shards and the head is trained with
     DistributedDataParallel (global batch = ``cfg.batch_size``, split over the ranks).
 
-    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (one process);
+    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (under torchrun in the same
+    DDP backward, on each rank's share: ``_ddp_step``; not on features read from a store);
     ``shaping`` (``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``: ``shaping.py``) trains α (one process).
     """
     torch.manual_seed(cfg.seed)
@@ -235,7 +236,7 @@ def fit(
     if resume:
         run.load_state_dict(load_train_state(state_path, fingerprint, options))
         log(f"resuming after epoch {len(run.history)} from {state_path}")
-    ddp = _data_parallel(model, cfg.device, data_parallel or _from_store(train_x), alignment, shaping)
+    ddp = _data_parallel(model, cfg.device, data_parallel, _from_store(train_x), alignment, shaping)
     for epoch in range(len(run.history) + 1, cfg.epochs + 1):
         if run.stopping.exhausted:
             break
@@ -276,16 +277,43 @@ def _from_store(data) -> bool:
     return hasattr(data, "epoch_batches")
 
 
-def _data_parallel(model: nn.Module, device: str, split_batches: bool, alignment: Alignment | None, shaping=None):
-    """The DistributedDataParallel wrapper when torchrun's ranks split the batches; None otherwise."""
-    if not (split_batches and distributed.active()):
+def _data_parallel(model: nn.Module, device: str, split: bool, store: bool, alignment: Alignment | None, shaping=None):
+    """The DistributedDataParallel wrapper when torchrun's ranks split the batches (``split``, or features read
+    from a ``store``); None otherwise. With ``alignment`` it wraps ``_WithFeatures(model)`` and tells the term
+    that its batches are shares of global ones (``Alignment.data_parallel``)."""
+    if not ((split or store) and distributed.active()):
         return None
-    if alignment is not None:
-        raise LayaError("--align does not run data-parallel under torchrun yet; train with one process")
     if shaping is not None:
         options = ", ".join(shaping.cfg.shapes_alpha())
         raise LayaError(f"{options} does not run data-parallel under torchrun yet; train with one process")
-    return _wrap_ddp(model, device)
+    if alignment is None:
+        return _wrap_ddp(model, device)
+    if store:
+        raise LayaError(
+            "--align does not run data-parallel on features read from a store under torchrun yet; train with one "
+            "process, or with the features in memory"
+        )
+    alignment.data_parallel = True
+    return _wrap_ddp(_WithFeatures(model), device)
+
+
+class _WithFeatures(nn.Module):
+    """What DDP runs when the alignment term trains beside the cross-entropy: ``model``'s forward, returning the
+    head's inputs (r_1..r_L, the backbone's taps end to end) beside its output, so the term reads the features of
+    the very forward DDP's reducer tracks (no second backbone pass outside it)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.find_unused_parameters = getattr(model, "find_unused_parameters", True)
+
+    @property
+    def head(self) -> nn.Module:
+        return getattr(self.model, "head", self.model)
+
+    def forward(self, xs):
+        feats = self.model.features(xs) if isinstance(self.model, EndToEnd) else xs
+        return self.head(feats), feats
 
 
 def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
@@ -319,7 +347,7 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
             at = items.pop() if with_rows else None
             *xs, y = items
             if ddp is not None:
-                batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device)
+                batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device, run.alignment, at)
             else:
                 batch_loss, batch_correct = _step(
                     run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping, at
@@ -365,15 +393,31 @@ def _step(
     return loss.item() * len(y), (logits.argmax(-1) == y).sum().item()
 
 
-def _ddp_step(ddp: nn.Module, optimizer, xs, y, device: str) -> tuple[float, int]:
+def _ddp_step(
+    ddp: nn.Module, optimizer, xs, y, device: str, alignment: Alignment | None = None, rows: Tensor | None = None
+) -> tuple[float, int]:
     """One global batch under DDP: this rank's contiguous share of it, whose loss is its part of the batch
-    mean times the world size, since DDP averages the ranks' gradients. This rank's (summed loss, correct)."""
+    mean times the world size, since DDP averages the ranks' gradients. This rank's (summed loss, correct).
+
+    ``alignment``: its term on this rank's share (``rows``: the share's row indices, where the term reads per-row
+    data), in the same backward as the cross-entropy, so DDP's all-reduce averages both. The term scales itself
+    to the global batch (``ranking_loss``'s pairs counted over the ranks); the whole global batch ``xs`` goes to
+    it as ``inputs`` (the network target takes its first rows, shared out over the ranks)."""
     lo, hi = distributed.shard_bounds(len(y))
     mine, y_mine = [to_device(x[lo:hi], device) for x in xs], to_device(y[lo:hi], device)
-    logits = ddp(mine).logits
+    scale = distributed.world_size() / len(y)
+    if alignment is None:
+        logits = ddp(mine).logits
+        ce = F.cross_entropy(logits, y_mine, reduction="sum")
+        _descend(optimizer, ce * scale)
+        return ce.item(), (logits.argmax(-1) == y_mine).sum().item()
+    out, feats = ddp(mine)
+    logits = out.logits
     ce = F.cross_entropy(logits, y_mine, reduction="sum")
-    _descend(optimizer, ce * (distributed.world_size() / len(y)))
-    return ce.item(), (logits.argmax(-1) == y_mine).sum().item()
+    term = alignment.loss(ddp.module.head, feats, logits, inputs=xs, rows=rows[lo:hi] if rows is not None else None)
+    _descend(optimizer, ce * scale + term)
+    # the term's part of the epoch's summed loss (one process: term · batch); the ranks' terms average to the term
+    return ce.item() + term.item() * len(y) / distributed.world_size(), (logits.argmax(-1) == y_mine).sum().item()
 
 
 def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
