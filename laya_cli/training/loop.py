@@ -224,7 +224,7 @@ def fit(
     DistributedDataParallel (global batch = ``cfg.batch_size``, split over the ranks).
 
     ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (under torchrun in the same
-    DDP backward, on each rank's share: ``_ddp_step``; not on features read from a store);
+    DDP backward, on each rank's share: ``_ddp_step``, ``_store_ddp_epoch``);
     ``shaping`` (``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``: ``shaping.py``) trains α (one process).
     """
     torch.manual_seed(cfg.seed)
@@ -280,7 +280,8 @@ def _from_store(data) -> bool:
 def _data_parallel(model: nn.Module, device: str, split: bool, store: bool, alignment: Alignment | None, shaping=None):
     """The DistributedDataParallel wrapper when torchrun's ranks split the batches (``split``, or features read
     from a ``store``); None otherwise. With ``alignment`` it wraps ``_WithFeatures(model)`` and tells the term
-    that its batches are shares of global ones (``Alignment.data_parallel``)."""
+    that its batches are shares of global ones (``Alignment.data_parallel``). (A store holds a frozen backbone's
+    features: its term is the head target's, with a fixed r̄; the network target refuses stores, ``job.py``.)"""
     if not ((split or store) and distributed.active()):
         return None
     if shaping is not None:
@@ -288,11 +289,6 @@ def _data_parallel(model: nn.Module, device: str, split: bool, store: bool, alig
         raise LayaError(f"{options} does not run data-parallel under torchrun yet; train with one process")
     if alignment is None:
         return _wrap_ddp(model, device)
-    if store:
-        raise LayaError(
-            "--align does not run data-parallel on features read from a store under torchrun yet; train with one "
-            "process, or with the features in memory"
-        )
     alignment.data_parallel = True
     return _wrap_ddp(_WithFeatures(model), device)
 
@@ -332,7 +328,7 @@ def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int)
 def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
     run.model.train()
     if ddp is not None and _from_store(train_x):  # each rank reads its own shards
-        loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch)
+        loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch, run.alignment)
     else:
         loss_sum, correct = 0.0, 0
         with_rows = getattr(run.alignment, "needs_rows", False)  # the network target's cached removals, by row
@@ -427,7 +423,7 @@ def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
 
 
 def _store_ddp_epoch(
-    ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int
+    ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int, alignment: Alignment | None = None
 ) -> tuple[float, int]:
     """One epoch of DDP head training where each rank reads its own store shards.
 
@@ -435,7 +431,9 @@ def _store_ddp_epoch(
     take part with empty batches until the rank with the most rows is done (DDP needs every rank at
     every step). Each step's loss is the rank's share of the mean over the step's global rows, so the
     averaged gradient is the gradient of the global batch. The per-rank shuffle is seeded from the
-    epoch's draw of the shared generator, so a resumed run replays it.
+    epoch's draw of the shared generator, so a resumed run replays it. ``alignment``: its term on the rank's local
+    batch in the same backward, scaled to the step's global rows as in ``_ddp_step`` (every rank takes part, an
+    empty batch too).
     """
     world, rank = distributed.world_size(), distributed.rank()
     local = -(-cfg.batch_size // world)
@@ -449,10 +447,17 @@ def _store_ddp_epoch(
     for step in track(range(steps), f"epoch {epoch}", steps):
         xs, y = next(mine, empty) if rows_at(counts[rank], step) else empty
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
-        logits = ddp(xs).logits
+        global_rows = sum(rows_at(c, step) for c in counts)
+        if alignment is None:
+            logits, term = ddp(xs).logits, None
+        else:
+            out, feats = ddp(xs)
+            logits = out.logits
+            term = alignment.loss(ddp.module.head, feats, logits)
         ce = F.cross_entropy(logits, y, reduction="sum")
-        _descend(optimizer, ce * (world / sum(rows_at(c, step) for c in counts)))
-        loss_sum += ce.item()
+        loss = ce * (world / global_rows)
+        _descend(optimizer, loss if term is None else loss + term)
+        loss_sum += ce.item() + (term.item() * global_rows / world if term is not None else 0.0)
         correct += (logits.argmax(-1) == y).sum().item()
     return loss_sum, int(correct)  # this rank's; _train_epoch sums them over the ranks
 
