@@ -61,3 +61,10 @@ def test_align_zero_with_the_network_target_is_one_line(tmp_path):
     r = invoke("train", "--dataset", "digits", "--align", "0", "--align-target", "network", "--out", tmp_path / "m.pt")
     assert_user_error(r, "--align-target network says what --align trains α against")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_torchrun_trains_with_the_default_term_too(monkeypatch):
+    """The default term runs data-parallel (issue 47): under torchrun it is not dropped."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    got = resolved_alignment(TrainConfig().validate(), "mlp", True, "laya")
+    assert (got.align, got.align_target) == (1.0, "network")

@@ -221,7 +221,8 @@ def audit_alike_in_one_and_two_processes(args: list, tmp_path: Path, expect: int
     return a, one.stdout
 
 
-# --align 0: one process would otherwise train the mlp's default term, which torchrun runs without (a note says so)
+# --align 0: the plain DDP step (the built-in mlp's default term, which runs under torchrun too, is
+# test_torchrun_aligned_training_matches_one_process's)
 TRAIN = ["train", "--dataset", "digits", "--epochs", "3", "--patience", "3", "--seed", "0", "--align", "0"]
 
 
@@ -255,6 +256,65 @@ def test_torchrun_training_matches_one_process(two_trainings):
     for r in (one, two):
         assert r.stdout.count("test accuracy") == 1, r.stdout
         assert sum(line.startswith("epoch") for line in r.stdout.splitlines()) == 3, r.stdout
+
+
+def _assert_same_training(a: dict, b: dict, what: str) -> None:
+    """Two checkpoints of one training, in one process and in two: the weights equal up to float summation order
+    (observed: |Δ| ≤ 1e-6), the same metrics, α and validation history (the validation pass is sharded, so rank 1
+    predicts with its own replica: a replica out of sync would change it)."""
+    for part, atol in (("head", 1e-5), ("backbone", 1e-4)):
+        for k, w in a[part]["weights"].items():
+            torch.testing.assert_close(b[part]["weights"][k], w, rtol=0, atol=atol, msg=f"{what}: {part} {k}")
+    collapse_a, collapse_b = a["metrics"].pop("alpha_collapse"), b["metrics"].pop("alpha_collapse")
+    assert a["metrics"] == b["metrics"], what
+    assert_close_tree(collapse_a, collapse_b, 1e-5)
+    assert [r["val_accuracy"] for r in a["history"]] == [r["val_accuracy"] for r in b["history"]], what
+
+
+ALIGNED = ["train", "--dataset", "digits", "--patience", "3", "--seed", "0", "-q"]
+
+
+@pytest.mark.parametrize(
+    "what, args",
+    [
+        ("network", [*ALIGNED, "--epochs", "3"]),  # the built-in mlp's default: --align 1 --align-target network
+        pytest.param(  # 1295 training rows: batches 647 + 647 + 1, rank 1's share of the last one empty
+            "head",
+            [*ALIGNED, "--epochs", "2", "--align", "1", "--align-target", "head", "--batch-size", "647"],
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_torchrun_aligned_training_matches_one_process(what, args, two_trainings, tmp_path):
+    """--align under torchrun (issue 47): the term on each rank's share, in the same DDP backward as the
+    cross-entropy, scaled to the global batch (its pairs counted over the ranks), its running state (the head
+    target's EMA r̄, the network target's running tap mean) the same on every rank: the model one process trains.
+    A frozen backbone: test_torchrun_frozen_network_alignment_runs; a store: ..._align_on_features_read_from_a_store."""
+    root, _, _ = two_trainings
+    laya(*args, "--out", tmp_path / "one.pt")
+    r = laya(*args, "--out", tmp_path / "two.pt", procs=2)
+    assert r.stdout.count("test accuracy") == 1, r.stdout
+    a, b = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", "two"))
+    assert (b["train_config"]["align"], b["train_config"]["align_target"]) == (1.0, what)
+    if what == "network":  # the term trained: the head differs from the plain training's (same options, --align 0)
+        plain = torch.load(root / "one" / "model.pt", weights_only=True)
+        moved = max((a["head"]["weights"][k] - w).abs().max().item() for k, w in plain["head"]["weights"].items())
+        assert moved > 1e-3, moved
+    _assert_same_training(a, b, what)
+
+
+@pytest.mark.slow
+def test_torchrun_frozen_network_alignment_runs(tmp_path):
+    """A frozen backbone with --align (every rank trains the same head on all the features, as without the term):
+    the network target's cached removals under torchrun, the same head as one process."""
+    args = ["train", "--dataset", "digits", "--frozen", "--epochs", "1", "--seed", "0", "--no-cache", "-q"]
+    args += ["--align", "1", "--align-target", "network"]
+    laya(*args, "--out", tmp_path / "one.pt")
+    laya(*args, "--out", tmp_path / "two.pt", procs=2)
+    a, b = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", "two"))
+    assert (b["train_config"]["align"], b["train_config"]["align_target"]) == (1.0, "network")
+    for k, w in a["head"]["weights"].items():
+        assert torch.equal(b["head"]["weights"][k], w), k  # replicated head training: bit-identical
 
 
 def test_torchrun_audit_matches_one_process(two_trainings, tmp_path):
@@ -338,6 +398,22 @@ def test_torchrun_frozen_backbone_cache_and_three_ranks(tmp_path):
     laya(*audit, "--json", tmp_path / "a3.json", procs=3)  # 359 rows = 2 batches: rank 2 gets none
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a1.json", "a3.json"))
     assert_close_tree(_same_options(a, b), b, 1e-6)
+
+
+@pytest.mark.slow
+def test_torchrun_align_on_features_read_from_a_store(tmp_path, monkeypatch):
+    """A frozen backbone's features in the sharded store (LAYA_IN_MEMORY_MB=0): the head trains with DDP over the
+    ranks' shards, and --align's head target in the same backward (a fixed r̄; empty local batches take part)."""
+    monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["train", "--dataset", "digits", "--frozen", "--epochs", "2", "--seed", "0", "-q"]
+    laya(*args, "--align", "0", "--out", tmp_path / "plain.pt", procs=2)
+    laya(*args, "--align", "1", "--out", tmp_path / "aligned.pt", procs=2)
+    plain, aligned = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("plain", "aligned"))
+    assert (aligned["train_config"]["align"], aligned["train_config"]["align_target"]) == (1.0, "head")
+    moved = max((aligned["head"]["weights"][k] - w).abs().max().item() for k, w in plain["head"]["weights"].items())
+    assert moved > 1e-3, moved  # the term trained (observed: 0.03 with --epochs 3)
+    assert aligned["metrics"]["test_accuracy"] == pytest.approx(plain["metrics"]["test_accuracy"], abs=0.05)
 
 
 # --------------------------------------------------------------------------- devices

@@ -30,21 +30,38 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..auditing.metrics import lolo_effects
+from ..runtime import distributed
 from ..runtime.errors import LayaError
 
 EMA_MOMENTUM = 0.95  # r̄ during end-to-end training: the backbone moves, so a running mean
 
 
-def ranking_loss(log_alpha: Tensor, delta: Tensor) -> Tensor:
+def ranking_loss(log_alpha: Tensor, delta: Tensor, data_parallel: bool = False) -> Tensor:
     """Pairwise logistic (RankNet) loss of ``log_alpha`` (B, L) against the order of ``delta`` (B, L).
 
-    Tied effects make no pair; with no pair at all the loss is 0.
+    Tied effects make no pair; with no pair at all the loss is 0. ``data_parallel`` (torchrun, each rank holding its
+    share of one global batch): the pairs are counted over all the ranks and the rank's sum is scaled by the world
+    size, so DDP's average of the ranks' gradients is the gradient of the global batch's term (every rank must call).
     """
     i, j = torch.triu_indices(log_alpha.shape[1], log_alpha.shape[1], 1, device=log_alpha.device)
     sign = torch.sign(delta[:, i] - delta[:, j])
     per_pair = F.softplus(-sign * (log_alpha[:, i] - log_alpha[:, j]))
     pairs = sign.abs()
-    return (per_pair * pairs).sum() / pairs.sum().clamp_min(1.0)
+    if not data_parallel:
+        return (per_pair * pairs).sum() / pairs.sum().clamp_min(1.0)
+    count = distributed.all_sum_(pairs.sum().detach().reshape(1))[0]
+    return (per_pair * pairs).sum() * distributed.world_size() / count.clamp_min(1.0)
+
+
+def batch_means(feats: Sequence[Tensor], data_parallel: bool = False) -> list[Tensor]:
+    """Each layer's mean over the batch's rows, detached; ``data_parallel``: over the rows of every rank's share
+    (one all-reduce of the sums and the count), so every rank holds the same means (a rank may hold no row)."""
+    if not data_parallel:
+        return [f.detach().mean(0) for f in feats]
+    flat = torch.cat([f.detach().sum(0).flatten() for f in feats] + [feats[0].new_full((1,), len(feats[0]))])
+    flat = distributed.all_sum_(flat)
+    sums, count = flat[:-1].split([f.shape[1:].numel() for f in feats]), flat[-1]
+    return [s.view(f.shape[1:]) / count for s, f in zip(sums, feats)]
 
 
 def alignment_loss(
@@ -54,11 +71,13 @@ def alignment_loss(
     reference: Sequence[Tensor] | None,
     scope: str = "scorer",
     delta: Tensor | None = None,
+    data_parallel: bool = False,
 ) -> Tensor:
     """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches the scorer and ψ
     (``scope`` "scorer") or also the adapters (``scope`` "head"). ``feats``: r_1..r_L as the head reads them;
     ``target``: ŷ; ``reference``: r̄. ``delta``: the (B, L) effects to rank α as (default: the head's own
-    leave-one-layer-out effects under r̄; the network target's: ``network_target.py``)."""
+    leave-one-layer-out effects under r̄; the network target's: ``network_target.py``). ``data_parallel``: the
+    batch is this rank's share of a global one (``ranking_loss``)."""
     feats = [f.detach() for f in feats]
     if delta is None:
         with torch.no_grad():
@@ -66,7 +85,7 @@ def alignment_loss(
     with torch.set_grad_enabled(scope == "head"):
         z = head.embed(feats)
     alpha = head.attention(z)
-    return ranking_loss(torch.log(alpha.clamp_min(1e-12)), delta)
+    return ranking_loss(torch.log(alpha.clamp_min(1e-12)), delta, data_parallel)
 
 
 class Alignment:
@@ -83,6 +102,9 @@ class Alignment:
         self.weight, self.momentum, self.scope = weight, momentum, scope
         self.fixed = reference is not None
         self.reference = [r.detach() for r in reference] if reference is not None else None
+        # torchrun with DistributedDataParallel (set by the loop): each batch is this rank's share of a global one;
+        # the term is then that of the global batch and its running state the same on every rank
+        self.data_parallel = False
 
     @staticmethod
     def check_head(head: nn.Module) -> None:
@@ -95,7 +117,7 @@ class Alignment:
     def _reference_for(self, feats: Sequence[Tensor]) -> list[Tensor]:
         if self.fixed:
             return [r.to(f.device) for r, f in zip(self.reference, feats)]
-        means = [f.detach().mean(0) for f in feats]
+        means = batch_means(feats, self.data_parallel)  # data-parallel: the global batch's, on every rank
         self.reference = (
             means
             if self.reference is None
@@ -109,7 +131,8 @@ class Alignment:
         """The weighted term on one batch; ``inputs`` (the batch as the model takes it) and ``rows`` (its row
         indices) are for the network target (``network_target.NetworkAlignment``)."""
         target = logits.detach().argmax(-1)
-        return self.weight * alignment_loss(head, feats, target, self._reference_for(feats), self.scope)
+        reference = self._reference_for(feats)
+        return self.weight * alignment_loss(head, feats, target, reference, self.scope, None, self.data_parallel)
 
     def state_dict(self) -> dict:
         """What ``--resume`` must restore: the EMA reference (a fixed one is rebuilt from the data)."""

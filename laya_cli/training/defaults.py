@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import backbones as bb
-from ..runtime import distributed
 from ..runtime.config import TrainConfig, TrainRequest
 from ..runtime.errors import LayaError
-from ..runtime.progress import log
 
 
 @dataclass(frozen=True)
@@ -45,10 +43,6 @@ def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: 
     """``train`` with ``align`` and ``align_target`` resolved: the kind's default for what is None; a target given
     alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the head's."""
     kind = kind_default(backbone, finetune, head)
-    if kind.align and train.align is None and train.align_target is None and distributed.env_world_size() > 1:
-        log("[yellow]note: the default --align term does not run data-parallel under torchrun yet: training "
-            "without it (--align 0)[/]")  # fmt: skip
-        kind = OFF
     align, target = train.align, train.align_target
     if align is None:
         align = kind.align if target is None else 1.0

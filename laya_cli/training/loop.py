@@ -223,7 +223,8 @@ def fit(
     number of samples); under torchrun each rank reads its own shards and the head is trained with
     DistributedDataParallel (global batch = ``cfg.batch_size``, split over the ranks).
 
-    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (one process);
+    ``alignment`` (``laya train --align``) adds its term to the loss of a LAYA head (under torchrun in the same
+    DDP backward, on each rank's share: ``_ddp_step``, ``_store_ddp_epoch``);
     ``shaping`` (``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``: ``shaping.py``) trains α (one process).
     """
     torch.manual_seed(cfg.seed)
@@ -235,7 +236,7 @@ def fit(
     if resume:
         run.load_state_dict(load_train_state(state_path, fingerprint, options))
         log(f"resuming after epoch {len(run.history)} from {state_path}")
-    ddp = _data_parallel(model, cfg.device, data_parallel or _from_store(train_x), alignment, shaping)
+    ddp = _data_parallel(model, cfg.device, data_parallel, _from_store(train_x), alignment, shaping)
     for epoch in range(len(run.history) + 1, cfg.epochs + 1):
         if run.stopping.exhausted:
             break
@@ -276,16 +277,39 @@ def _from_store(data) -> bool:
     return hasattr(data, "epoch_batches")
 
 
-def _data_parallel(model: nn.Module, device: str, split_batches: bool, alignment: Alignment | None, shaping=None):
-    """The DistributedDataParallel wrapper when torchrun's ranks split the batches; None otherwise."""
-    if not (split_batches and distributed.active()):
+def _data_parallel(model: nn.Module, device: str, split: bool, store: bool, alignment: Alignment | None, shaping=None):
+    """The DistributedDataParallel wrapper when torchrun's ranks split the batches (``split``, or features read
+    from a ``store``); None otherwise. With ``alignment`` it wraps ``_WithFeatures(model)`` and tells the term
+    that its batches are shares of global ones (``Alignment.data_parallel``). (A store holds a frozen backbone's
+    features: its term is the head target's, with a fixed r̄; the network target refuses stores, ``job.py``.)"""
+    if not ((split or store) and distributed.active()):
         return None
-    if alignment is not None:
-        raise LayaError("--align does not run data-parallel under torchrun yet; train with one process")
     if shaping is not None:
         options = ", ".join(shaping.cfg.shapes_alpha())
         raise LayaError(f"{options} does not run data-parallel under torchrun yet; train with one process")
-    return _wrap_ddp(model, device)
+    if alignment is None:
+        return _wrap_ddp(model, device)
+    alignment.data_parallel = True
+    return _wrap_ddp(_WithFeatures(model), device)
+
+
+class _WithFeatures(nn.Module):
+    """What DDP runs when the alignment term trains beside the cross-entropy: ``model``'s forward, returning the
+    head's inputs (r_1..r_L, the backbone's taps end to end) beside its output, so the term reads the features of
+    the very forward DDP's reducer tracks (no second backbone pass outside it)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.find_unused_parameters = getattr(model, "find_unused_parameters", True)
+
+    @property
+    def head(self) -> nn.Module:
+        return getattr(self.model, "head", self.model)
+
+    def forward(self, xs):
+        feats = self.model.features(xs) if isinstance(self.model, EndToEnd) else xs
+        return self.head(feats), feats
 
 
 def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
@@ -304,7 +328,7 @@ def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int)
 def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
     run.model.train()
     if ddp is not None and _from_store(train_x):  # each rank reads its own shards
-        loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch)
+        loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch, run.alignment)
     else:
         loss_sum, correct = 0.0, 0
         with_rows = getattr(run.alignment, "needs_rows", False)  # the network target's cached removals, by row
@@ -319,7 +343,7 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
             at = items.pop() if with_rows else None
             *xs, y = items
             if ddp is not None:
-                batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device)
+                batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device, run.alignment, at)
             else:
                 batch_loss, batch_correct = _step(
                     run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping, at
@@ -365,15 +389,31 @@ def _step(
     return loss.item() * len(y), (logits.argmax(-1) == y).sum().item()
 
 
-def _ddp_step(ddp: nn.Module, optimizer, xs, y, device: str) -> tuple[float, int]:
+def _ddp_step(
+    ddp: nn.Module, optimizer, xs, y, device: str, alignment: Alignment | None = None, rows: Tensor | None = None
+) -> tuple[float, int]:
     """One global batch under DDP: this rank's contiguous share of it, whose loss is its part of the batch
-    mean times the world size, since DDP averages the ranks' gradients. This rank's (summed loss, correct)."""
+    mean times the world size, since DDP averages the ranks' gradients. This rank's (summed loss, correct).
+
+    ``alignment``: its term on this rank's share (``rows``: the share's row indices, where the term reads per-row
+    data), in the same backward as the cross-entropy, so DDP's all-reduce averages both. The term scales itself
+    to the global batch (``ranking_loss``'s pairs counted over the ranks); the whole global batch ``xs`` goes to
+    it as ``inputs`` (the network target takes its first rows, shared out over the ranks)."""
     lo, hi = distributed.shard_bounds(len(y))
     mine, y_mine = [to_device(x[lo:hi], device) for x in xs], to_device(y[lo:hi], device)
-    logits = ddp(mine).logits
+    scale = distributed.world_size() / len(y)
+    if alignment is None:
+        logits = ddp(mine).logits
+        ce = F.cross_entropy(logits, y_mine, reduction="sum")
+        _descend(optimizer, ce * scale)
+        return ce.item(), (logits.argmax(-1) == y_mine).sum().item()
+    out, feats = ddp(mine)
+    logits = out.logits
     ce = F.cross_entropy(logits, y_mine, reduction="sum")
-    _descend(optimizer, ce * (distributed.world_size() / len(y)))
-    return ce.item(), (logits.argmax(-1) == y_mine).sum().item()
+    term = alignment.loss(ddp.module.head, feats, logits, inputs=xs, rows=rows[lo:hi] if rows is not None else None)
+    _descend(optimizer, ce * scale + term)
+    # the term's part of the epoch's summed loss (one process: term · batch); the ranks' terms average to the term
+    return ce.item() + term.item() * len(y) / distributed.world_size(), (logits.argmax(-1) == y_mine).sum().item()
 
 
 def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
@@ -383,7 +423,7 @@ def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
 
 
 def _store_ddp_epoch(
-    ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int
+    ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int, alignment: Alignment | None = None
 ) -> tuple[float, int]:
     """One epoch of DDP head training where each rank reads its own store shards.
 
@@ -391,7 +431,9 @@ def _store_ddp_epoch(
     take part with empty batches until the rank with the most rows is done (DDP needs every rank at
     every step). Each step's loss is the rank's share of the mean over the step's global rows, so the
     averaged gradient is the gradient of the global batch. The per-rank shuffle is seeded from the
-    epoch's draw of the shared generator, so a resumed run replays it.
+    epoch's draw of the shared generator, so a resumed run replays it. ``alignment``: its term on the rank's local
+    batch in the same backward, scaled to the step's global rows as in ``_ddp_step`` (every rank takes part, an
+    empty batch too).
     """
     world, rank = distributed.world_size(), distributed.rank()
     local = -(-cfg.batch_size // world)
@@ -405,10 +447,17 @@ def _store_ddp_epoch(
     for step in track(range(steps), f"epoch {epoch}", steps):
         xs, y = next(mine, empty) if rows_at(counts[rank], step) else empty
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
-        logits = ddp(xs).logits
+        global_rows = sum(rows_at(c, step) for c in counts)
+        if alignment is None:
+            logits, term = ddp(xs).logits, None
+        else:
+            out, feats = ddp(xs)
+            logits = out.logits
+            term = alignment.loss(ddp.module.head, feats, logits)
         ce = F.cross_entropy(logits, y, reduction="sum")
-        _descend(optimizer, ce * (world / sum(rows_at(c, step) for c in counts)))
-        loss_sum += ce.item()
+        loss = ce * (world / global_rows)
+        _descend(optimizer, loss if term is None else loss + term)
+        loss_sum += ce.item() + (term.item() * global_rows / world if term is not None else 0.0)
         correct += (logits.argmax(-1) == y).sum().item()
     return loss_sum, int(correct)  # this rank's; _train_epoch sums them over the ranks
 

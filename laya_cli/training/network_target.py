@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from ..auditing.network.patching import NetworkScope, removal_effects
 from ..data.images import image_batches, take
 from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
+from ..runtime import distributed
 from ..runtime.config import BY_INPUT
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
@@ -125,8 +126,9 @@ class NetworkAlignment(Alignment):
         self.steps += 1
         if (self.steps - 1) % self.every:
             return logits.new_zeros(())
-        feats, target, delta = self.end_to_end_effects(head, inputs[0][: self.subset])
-        return self.weight * alignment_loss(head, feats, target, None, self.scope, delta=delta)
+        x = to_device(inputs[0][: self.subset], logits.device)
+        feats, target, delta = self.end_to_end_effects(head, x, self.data_parallel)
+        return self.weight * alignment_loss(head, feats, target, None, self.scope, delta, self.data_parallel)
 
     def _frozen_loss(self, head: nn.Module, feats: Sequence[Tensor], target: Tensor, rows: Tensor) -> Tensor:
         rows = rows.cpu()
@@ -140,17 +142,28 @@ class NetworkAlignment(Alignment):
         delta = removal_effects(head, feats, removed, target)
         return alignment_loss(head, feats, target, None, self.scope, delta=delta)
 
-    def end_to_end_effects(self, head: nn.Module, x: Tensor) -> tuple[list[Tensor], Tensor, Tensor]:
+    def end_to_end_effects(
+        self, head: nn.Module, x: Tensor, data_parallel: bool = False
+    ) -> tuple[list[Tensor], Tensor, Tensor]:
         """(r_1..r_L, ŷ, Δᴺ) of the inputs ``x`` as the network-scope audit computes them (backbone and head in eval
-        mode, then back as they were); ``mean``/``mean-update`` first fold these rows into the running mean."""
+        mode, then back as they were); ``mean``/``mean-update`` first fold these rows into the running mean.
+
+        ``data_parallel`` (torchrun: every rank holds the same ``x``, the first rows of the global batch): every rank
+        folds all of them into the running mean (the same on every rank, no collective), then computes Δᴺ of its
+        contiguous share of them only (``distributed.my_rows``), which may be empty."""
         backbone, modes = self.net.backbone, (self.net.backbone.training, head.training)
         backbone.eval(), head.eval()
         try:
             x = to_float_images(x)
             hs = self.net.activations(x)
             self._update_reference(hs)
+            if data_parallel:
+                x, hs = distributed.my_rows(x), [distributed.my_rows(h) for h in hs]
+                self.net.inputs = [distributed.my_rows(t) for t in self.net.inputs]
             with torch.no_grad():
                 feats = self.net.pooled(hs)
+                if not len(x):  # this rank's share of the rows is empty: it still takes part in the term's count
+                    return feats, torch.zeros(0, dtype=torch.long, device=x.device), feats[0].new_zeros((0, len(hs)))
                 target = head(feats).logits.argmax(-1)
                 delta = self.net.effects(x, hs, feats, target)
         finally:
