@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 
 import pytest
 import torch
@@ -195,6 +196,15 @@ def _wandb_run(folder) -> dict:
     return run
 
 
+def _finished_wandb_run(folder, wait: float = 30.0) -> dict:
+    """``_wandb_run`` once wandb's own process has written the run's exit record: it writes the file on its own
+    (the suite once read a run file before its records were there; the laya side had returned)."""
+    deadline = time.monotonic() + wait
+    while "exit_code" not in (run := _wandb_run(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return run
+
+
 def test_train_and_audit_logged_to_an_offline_wandb_run_read_back(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="the wandb extra: pip install 'laya-audit[wandb]'")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -208,7 +218,7 @@ def test_train_and_audit_logged_to_an_offline_wandb_run_read_back(tmp_path, monk
     assert invoke("audit", model, *args, "--log-to", "wandb:laya-test").exit_code == 0
 
     folders = sorted((tmp_path / "wandb").glob("offline-run-*"))
-    runs = {r["tags"][0]: (f, r) for f in folders for r in [_wandb_run(f)]}
+    runs = {r["tags"][0]: (f, r) for f in folders for r in [_finished_wandb_run(f)]}
     assert set(runs) == {"train", "audit"}
     _, train = runs["train"]
     ckpt = torch.load(model, weights_only=True)
