@@ -230,6 +230,48 @@ def test_store_reads_subsets_means_and_a_bounded_shuffle_that_visits_every_row(t
     assert not torch.equal(rows, ref.feats[0][:, 0])  # and shuffled
 
 
+@pytest.mark.parametrize(("shard_mb", "batch_size"), [(None, 8), ("0.00001", 7)])
+def test_ddp_steps_on_a_store_are_global_batches_of_the_batch_size(shard_mb, batch_size, tmp_path, monkeypatch):
+    """Torchrun head training on a store (``_store_ddp_epoch``, two ranks faked in one process): every step is a
+    global batch of --batch-size rows, ceil(N / batch) steps as with one process, and each rank gives each of its
+    rows once. One shard (a small split such as digits' 1,295 rows): rank 0 gives every row, rank 1 none; once each
+    rank took ceil(batch / 2) rows a step, so that store trained in half batches, twice the steps."""
+    from laya_cli.model.heads import HeadOutput
+    from laya_cli.runtime import distributed
+    from laya_cli.training import loop
+
+    if shard_mb:
+        monkeypatch.setenv("LAYA_SHARD_MB", shard_mb)  # shards of 4 rows: 6 on rank 0 (21 rows), 5 on rank 1
+    backbone, images, labels = frozen_cnn_and_images(41)
+    st = extract_to_store(backbone, images, labels, "k", tmp_path / "s.store", [32, 64, 128, 256], batch_size=4)
+    assert (len(st.manifest["shards"]) > 2) == bool(shard_mb)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.seen = torch.nn.Linear(32, 3), []
+
+        def forward(self, xs):
+            self.seen.append(xs[0][:, 0].clone())
+            return HeadOutput(self.fc(xs[0]))
+
+    sizes, rows = [], []
+    cfg = TrainConfig(batch_size=batch_size)
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "world_size", lambda: 2)
+        monkeypatch.setattr(distributed, "rank", lambda rank=rank: rank)
+        head = Head()
+        opt = torch.optim.SGD(head.parameters(), lr=0.1)
+        loop._store_ddp_epoch(head, opt, st, cfg, torch.Generator().manual_seed(0), 1)
+        sizes.append([len(x) for x in head.seen])
+        rows += torch.cat(head.seen).tolist()
+    steps = -(-41 // batch_size)
+    assert [a + b for a, b in zip(*sizes)] == [batch_size] * (steps - 1) + [41 - batch_size * (steps - 1)]
+    assert sorted(rows) == sorted(st.feats[0][:, 0].tolist())  # every row once, over the two ranks
+    if not shard_mb:
+        assert sizes[1] == [0] * steps
+
+
 def test_feature_dtype_float16_is_its_own_entry_and_halves_the_store(shapes, tmp_path, monkeypatch):
     a = _train(tmp_path, f"folder:{shapes}", "f16", monkeypatch, STREAM)
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache-f16"))

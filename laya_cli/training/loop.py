@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -427,9 +428,10 @@ def _store_ddp_epoch(
 ) -> tuple[float, int]:
     """One epoch of DDP head training where each rank reads its own store shards.
 
-    Every rank takes local batches of ceil(batch / world) rows from its shards; ranks that run out
-    take part with empty batches until the rank with the most rows is done (DDP needs every rank at
-    every step). Each step's loss is the rank's share of the mean over the step's global rows, so the
+    Every step is a global batch of ``cfg.batch_size`` rows (the last one short), ceil(N / batch) steps, as
+    with one process; each rank gives its share of it in proportion to its rows (``_store_shares``), so a rank
+    with more shards gives more rows a step and a rank with none takes part with empty batches (DDP needs every
+    rank at every step). Each step's loss is the rank's share of the mean over the step's global rows, so the
     averaged gradient is the gradient of the global batch. The per-rank shuffle is seeded from the
     epoch's draw of the shared generator, so a resumed run replays it. ``alignment``: its term on the rank's local
     batch in the same backward, scaled to the step's global rows as in ``_ddp_step`` (every rank takes part, an
@@ -437,17 +439,16 @@ def _store_ddp_epoch(
     """
     world, rank = distributed.world_size(), distributed.rank()
     local = -(-cfg.batch_size // world)
-    counts = [train_x.rows_of_rank(r, world) for r in range(world)]
-    steps = max(-(-c // local) for c in counts)
-    rows_at = lambda c, step: max(0, min(local, c - step * local))
+    shares = _store_shares([train_x.rows_of_rank(r, world) for r in range(world)], cfg.batch_size)
     epoch_seed = int(torch.randint(0, 2**62, (1,), generator=shuffle))
-    mine = iter(train_x.epoch_batches(local, torch.Generator().manual_seed(epoch_seed + rank), rank, world))
+    read = train_x.epoch_batches(local, torch.Generator().manual_seed(epoch_seed + rank), rank, world)
+    mine = _recut(read, [int(k) for k in shares[:, rank] if k])
     empty = ([torch.zeros(0, d) for d in train_x.dims], torch.zeros(0, dtype=torch.long))
     loss_sum, correct = 0.0, 0
-    for step in track(range(steps), f"epoch {epoch}", steps):
-        xs, y = next(mine, empty) if rows_at(counts[rank], step) else empty
+    for step in track(range(len(shares)), f"epoch {epoch}", len(shares)):
+        xs, y = next(mine) if shares[step, rank] else empty
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
-        global_rows = sum(rows_at(c, step) for c in counts)
+        global_rows = int(shares[step].sum())
         if alignment is None:
             logits, term = ddp(xs).logits, None
         else:
@@ -460,6 +461,33 @@ def _store_ddp_epoch(
         loss_sum += ce.item() + (term.item() * global_rows / world if term is not None else 0.0)
         correct += (logits.argmax(-1) == y).sum().item()
     return loss_sum, int(correct)  # this rank's; _train_epoch sums them over the ranks
+
+
+def _store_shares(counts: Sequence[int], batch_size: int) -> np.ndarray:
+    """Rows each rank gives each DDP step of an epoch on a store (steps × ranks), ranks holding ``counts`` rows:
+    every step a global batch of ``batch_size`` rows (the last one short), with each rank's rows spread evenly
+    over the epoch's steps (equal counts: an even batch halves exactly over two ranks)."""
+    n = sum(counts)
+    shares = np.zeros((-(-n // batch_size), len(counts)), dtype=np.int64)
+    if n:
+        owner = np.repeat(np.arange(len(counts)), counts)  # rank of each row, ranks in turn
+        at = np.concatenate([(np.arange(c) + 0.5) / c for c in counts if c])  # its place in the epoch, in [0, 1)
+        np.add.at(shares, (np.arange(n) // batch_size, owner[np.argsort(at, kind="stable")]), 1)
+    return shares
+
+
+def _recut(
+    batches: Iterable[tuple[list[Tensor], Tensor]], sizes: Sequence[int]
+) -> Iterator[tuple[list[Tensor], Tensor]]:
+    """The rows of ``batches`` (features, labels), in their order, again in batches of ``sizes`` (each > 0)."""
+    source = iter(batches)
+    xs, y = [], torch.zeros(0, dtype=torch.long)
+    for size in sizes:
+        while len(y) < size:
+            more, more_y = next(source)
+            xs, y = ([torch.cat([a, b]) for a, b in zip(xs, more)] if xs else more), torch.cat([y, more_y])
+        yield [x[:size] for x in xs], y[:size]
+        xs, y = [x[size:] for x in xs], y[size:]
 
 
 def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:
