@@ -26,7 +26,10 @@ Cases:
           pooling gives).
 Variants: ``plain`` (``--align 0``), ``head`` (λ 1, the head's effects), ``net`` (λ 1, the network's), ``net-3``,
 ``net-0.3`` (λ 3, 0.3), ``net-all`` / ``net-32`` (as ``net``, a frozen backbone caching every training row's removals
-(the code before the share) or a share of 32 rows a batch instead of the default's 16), ``+ln`` / ``+ent``
+(the code before the share) or a share of 32 rows a batch instead of the default's 16), ``net-distill`` (as
+``net``, ``--align-loss distill``: α distilled to softmax(Δᴺ / 0.1) by cross-entropy instead of ranked;
+``net-both``: ``--align-loss both``, the two summed),
+``+ln`` / ``+ent``
 (``--layer-norm``, ``--alpha-entropy 0.3``).
 Runs are kept in ``--out`` and reused; ``--kept`` prints the tables from kept runs only.
 """
@@ -52,6 +55,8 @@ VARIANTS: dict[str, dict] = {
     "net-0.3": {"align": 0.3, "align_target": "network"},
     "net-all": {"align": 1.0, "align_target": "network", CACHE: 10**9},  # frozen: every row's removals cached
     "net-32": {"align": 1.0, "align_target": "network", CACHE: 32},  # frozen: a share of 32 rows a batch
+    "net-distill": {"align": 1.0, "align_target": "network", "align_loss": "distill"},  # softmax(Δᴺ / 0.1) as target
+    "net-both": {"align": 1.0, "align_target": "network", "align_loss": "both"},  # the ranking loss + distillation
     "head+ln": {"align": 1.0, "layer_norm": True},
     "net+ln": {"align": 1.0, "align_target": "network", "layer_norm": True},
     "head+ent": {"align": 1.0, "alpha_entropy": 0.3},

@@ -57,6 +57,16 @@ def test_laya_train_records_the_resolved_default_and_info_shows_it(tmp_path):
     assert "--align 1" in info.output and "--align-target network" in info.output
 
 
+def test_the_align_loss_is_recorded_and_a_frozen_network_term_trains_with_it(tmp_path):
+    out = tmp_path / "m.pt"
+    args = ["--frozen", "--align", "1", "--align-target", "network", "--align-loss", "both"]
+    r = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "-q", *args)
+    assert r.exit_code == 0, r.output
+    cfg = torch.load(out, weights_only=False)["train_config"]
+    assert (cfg["align"], cfg["align_target"], cfg["align_loss"]) == (1.0, "network", "both")
+    assert "--align-loss both" in invoke("info", out).output
+
+
 def test_align_zero_with_the_network_target_is_one_line(tmp_path):
     r = invoke("train", "--dataset", "digits", "--align", "0", "--align-target", "network", "--out", tmp_path / "m.pt")
     assert_user_error(r, "--align-target network says what --align trains α against")

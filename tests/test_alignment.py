@@ -13,7 +13,13 @@ from benchmarks.synthetic import make_head_and_features, train_digits
 from laya_cli.auditing.metrics import lolo_effects
 from laya_cli.runtime.config import TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
-from laya_cli.training.alignment import Alignment, alignment_loss, ranking_loss
+from laya_cli.training.alignment import (
+    Alignment,
+    alignment_loss,
+    distillation_loss,
+    fitting_loss,
+    ranking_loss,
+)
 from laya_cli.training.bench import BenchRequest, parse_heads
 from laya_cli.training.defaults import resolved_request
 
@@ -37,6 +43,24 @@ def test_ranking_loss_equals_a_loop_over_layer_pairs():
     delta = torch.randn(6, 5, generator=g, dtype=torch.float64).round(decimals=0)  # plenty of ties
     assert ranking_loss(log_alpha, delta).item() == pytest.approx(ranking_loss_by_hand(log_alpha, delta), rel=1e-12)
     assert ranking_loss(log_alpha, torch.zeros_like(delta)).item() == 0.0  # no pair at all
+
+
+def test_distillation_is_the_cross_entropy_to_the_softened_effects_and_both_is_the_sum():
+    g = torch.Generator().manual_seed(4)
+    log_alpha = torch.log_softmax(torch.randn(6, 5, generator=g), -1)
+    delta = torch.rand(6, 5, generator=g) - 0.3
+    want = sum(
+        -sum(math.exp(delta[b, i] / 0.1) / sum(math.exp(d / 0.1) for d in delta[b].tolist()) * log_alpha[b, i]
+             for i in range(5))
+        for b in range(6)
+    ) / 6  # fmt: skip
+    assert distillation_loss(log_alpha, delta).item() == pytest.approx(float(want), rel=1e-5)
+    assert fitting_loss(log_alpha, delta, "rank") == ranking_loss(log_alpha, delta)
+    both = fitting_loss(log_alpha, delta, "both")
+    assert both.item() == pytest.approx((ranking_loss(log_alpha, delta) + distillation_loss(log_alpha, delta)).item())
+    assert distillation_loss(log_alpha[:0], delta[:0]).item() == 0.0  # no rows: nothing to fit
+    matched = torch.log_softmax(delta / 0.1, -1)  # α equal to the target: the loss is its entropy, the minimum
+    assert distillation_loss(matched, delta) < distillation_loss(log_alpha, delta)
 
 
 def test_ranking_loss_is_small_when_alpha_orders_layers_as_their_effects():
@@ -133,6 +157,9 @@ def test_bench_compares_an_aligned_laya_head():
         (["--align", "-1"], "--align must be 0 (off) or positive"),
         (["--align", "1", "--head", "last"], "--align needs input-conditioned attention"),
         (["--align", "nan"], "--align must be 0 (off) or positive"),
+        (["--align", "0", "--align-loss", "both"], "--align-loss both says how --align fits α"),
+        (["--align-loss", "everything"], "--align-loss"),
+        (["--frozen", "--align-loss", "distill"], "this run has no alignment term"),  # the frozen kind: no term
     ],
 )
 def test_bad_align_is_one_line_exit_2(tmp_path, args, fragment):

@@ -183,6 +183,7 @@ class HeadConfig:
 
 ALIGN_TARGETS = ("head", "network")  # --align-target (training/network_target.py)
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
+ALIGN_LOSSES = ("rank", "distill", "both")  # --align-loss (training/alignment.py)
 STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
 
@@ -216,6 +217,13 @@ class TrainConfig:
         "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch). Default: the "
         "kind of model's (network for the built-in mlp end to end, else head); given alone, --align is 1.",
         choices=ALIGN_TARGETS,
+    )
+    align_loss: str = setting(
+        "rank",
+        "How --align fits α to the effects: rank (RankNet's pairwise loss: their order), distill (cross-entropy to "
+        "softmax(Δ / 0.1): their sizes too) or both (the two summed; docs/results/network-alignment.md compares "
+        "them).",
+        choices=ALIGN_LOSSES,
     )
     align_removal: str = setting(
         "auto",
@@ -270,6 +278,7 @@ class TrainConfig:
     LATER = {
         "align_target": "head",  # align and align_target as resolved (training/defaults.py) for no term
         "align_removal": "auto",
+        "align_loss": "rank",
         "align": 0.0,
         "align_scope": "scorer",
         "stop_on": "accuracy",

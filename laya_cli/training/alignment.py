@@ -53,6 +53,30 @@ def ranking_loss(log_alpha: Tensor, delta: Tensor, data_parallel: bool = False) 
     return (per_pair * pairs).sum() * distributed.world_size() / count.clamp_min(1.0)
 
 
+DISTILL_T = 0.1  # the distillation target's temperature: effects 0.1 of p_ŷ apart weigh e to 1
+
+
+def distillation_loss(log_alpha: Tensor, delta: Tensor, data_parallel: bool = False) -> Tensor:
+    """Cross-entropy of α against softmax(Δ / ``DISTILL_T``) per sample, averaged over the samples: α fitted to
+    the effects' sizes, not only their order. ``data_parallel``: the mean over every rank's rows (as
+    ``ranking_loss``)."""
+    target = torch.softmax(delta.float() / DISTILL_T, -1)
+    per_row = -(target * log_alpha).sum(-1)
+    if not data_parallel:
+        return per_row.mean() if len(per_row) else per_row.sum()
+    count = distributed.all_sum_(per_row.new_full((1,), len(per_row)).detach())[0]
+    return per_row.sum() * distributed.world_size() / count.clamp_min(1.0)
+
+
+def fitting_loss(log_alpha: Tensor, delta: Tensor, loss: str = "rank", data_parallel: bool = False) -> Tensor:
+    """``--align-loss``: ``rank`` (``ranking_loss``), ``distill`` (``distillation_loss``) or ``both`` (their sum)."""
+    if loss == "rank":
+        return ranking_loss(log_alpha, delta, data_parallel)
+    if loss == "distill":
+        return distillation_loss(log_alpha, delta, data_parallel)
+    return ranking_loss(log_alpha, delta, data_parallel) + distillation_loss(log_alpha, delta, data_parallel)
+
+
 def batch_means(feats: Sequence[Tensor], data_parallel: bool = False) -> list[Tensor]:
     """Each layer's mean over the batch's rows, detached; ``data_parallel``: over the rows of every rank's share
     (one all-reduce of the sums and the count), so every rank holds the same means (a rank may hold no row)."""
@@ -72,12 +96,13 @@ def alignment_loss(
     scope: str = "scorer",
     delta: Tensor | None = None,
     data_parallel: bool = False,
+    loss: str = "rank",
 ) -> Tensor:
     """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches the scorer and ψ
     (``scope`` "scorer") or also the adapters (``scope`` "head"). ``feats``: r_1..r_L as the head reads them;
     ``target``: ŷ; ``reference``: r̄. ``delta``: the (B, L) effects to rank α as (default: the head's own
     leave-one-layer-out effects under r̄; the network target's: ``network_target.py``). ``data_parallel``: the
-    batch is this rank's share of a global one (``ranking_loss``)."""
+    batch is this rank's share of a global one (``ranking_loss``). ``loss``: how α is fitted (``fitting_loss``)."""
     feats = [f.detach() for f in feats]
     if delta is None:
         with torch.no_grad():
@@ -85,7 +110,7 @@ def alignment_loss(
     with torch.set_grad_enabled(scope == "head"):
         z = head.embed(feats)
     alpha = head.attention(z)
-    return ranking_loss(torch.log(alpha.clamp_min(1e-12)), delta, data_parallel)
+    return fitting_loss(torch.log(alpha.clamp_min(1e-12)), delta, loss, data_parallel)
 
 
 class Alignment:
@@ -98,8 +123,9 @@ class Alignment:
         reference: Sequence[Tensor] | None = None,
         momentum: float = EMA_MOMENTUM,
         scope: str = "scorer",
+        loss: str = "rank",
     ):
-        self.weight, self.momentum, self.scope = weight, momentum, scope
+        self.weight, self.momentum, self.scope, self.fit = weight, momentum, scope, loss
         self.fixed = reference is not None
         self.reference = [r.detach() for r in reference] if reference is not None else None
         # torchrun with DistributedDataParallel (set by the loop): each batch is this rank's share of a global one;
@@ -132,7 +158,9 @@ class Alignment:
         indices) are for the network target (``network_target.NetworkAlignment``)."""
         target = logits.detach().argmax(-1)
         reference = self._reference_for(feats)
-        return self.weight * alignment_loss(head, feats, target, reference, self.scope, None, self.data_parallel)
+        return self.weight * alignment_loss(
+            head, feats, target, reference, self.scope, None, self.data_parallel, self.fit
+        )
 
     def state_dict(self) -> dict:
         """What ``--resume`` must restore: the EMA reference (a fixed one is rebuilt from the data)."""

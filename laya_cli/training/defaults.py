@@ -50,6 +50,9 @@ def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: 
         target = kind.target if kind.align else "head"
     if not align:
         target = "head"  # no term: nothing to rank against
+    if not align and train.align_loss != "rank":
+        raise LayaError(f"--align-loss {train.align_loss} says how --align fits α: this run has no alignment term "
+                        "(--align 0, or the kind's default of none): add --align 1")  # fmt: skip
     if train.align_removal != "auto" and target != "network":
         raise LayaError("--align-removal says how --align-target network removes a block: add --align-target network")
     return replace(train, align=float(align), align_target=target)

@@ -173,7 +173,7 @@ def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, d
     if job.train.align_target == "network":
         return _network_alignment(job, head, fixed_feats, recorded, data)
     reference = fixed_feats.mean() if fixed_feats is not None else None
-    return Alignment(job.train.align, reference, scope=job.train.align_scope)
+    return Alignment(job.train.align, reference, scope=job.train.align_scope, loss=job.train.align_loss)
 
 
 def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data) -> Alignment:
@@ -189,6 +189,7 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
     term, removal = network_alignment(
         job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images, job.train.align_removal,
         fixed_feats.feats[0].dtype if fixed_feats is not None else None, job.train.batch_size, job.train.seed,
+        job.train.align_loss,
     )  # fmt: skip
     recorded["align_removal"] = removal
     return term

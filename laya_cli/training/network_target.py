@@ -19,7 +19,8 @@ blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change 
   (the batches are shuffled), with the backbone in eval mode as the audit runs it; ``mean`` removes by a running
   mean of those rows' raw activations.
 
-The ranking term and its scope (``--align-scope``) are ``alignment.py``'s; only the target changes.
+The ranking term (or ``--align-loss``'s distillation) and its scope (``--align-scope``) are ``alignment.py``'s; only
+the target changes.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ class NetworkAlignment(Alignment):
         every: int = EVERY,
         momentum: float = EMA_MOMENTUM,
         rows: Tensor | None = None,
+        loss: str = "rank",
     ):
-        super().__init__(weight, None, momentum, scope)
+        super().__init__(weight, None, momentum, scope, loss)
         self.net, self.removed, self.subset, self.every = net, removed, subset, every
         self.needs_rows = removed is not None
         if removed is not None:  # training row -> its place in the cache (−1: not cached)
@@ -128,7 +130,7 @@ class NetworkAlignment(Alignment):
             return logits.new_zeros(())
         x = to_device(inputs[0][: self.subset], logits.device)
         feats, target, delta = self.end_to_end_effects(head, x, self.data_parallel)
-        return self.weight * alignment_loss(head, feats, target, None, self.scope, delta, self.data_parallel)
+        return self.weight * alignment_loss(head, feats, target, None, self.scope, delta, self.data_parallel, self.fit)
 
     def _frozen_loss(self, head: nn.Module, feats: Sequence[Tensor], target: Tensor, rows: Tensor) -> Tensor:
         rows = rows.cpu()
@@ -140,7 +142,7 @@ class NetworkAlignment(Alignment):
         feats, target, at = [f.detach()[on] for f in feats], target[on], at[keep]
         removed = [[t[at].to(feats[0].device) for t in taps] for taps in self.removed]
         delta = removal_effects(head, feats, removed, target)
-        return alignment_loss(head, feats, target, None, self.scope, delta=delta)
+        return alignment_loss(head, feats, target, None, self.scope, delta=delta, loss=self.fit)
 
     def end_to_end_effects(
         self, head: nn.Module, x: Tensor, data_parallel: bool = False
@@ -210,6 +212,7 @@ def network_alignment(
     feature_dtype=None,
     batch_size: int = 128,
     seed: int = 0,
+    loss: str = "rank",
 ) -> tuple[NetworkAlignment, str]:
     """The network-target term and the removal it resolved to. ``train_images``: a frozen backbone's training inputs
     (in the order of its features), whose removals are cached now for the rows ``cached_rows(n, batch_size, seed)``;
@@ -229,4 +232,4 @@ def network_alignment(
             f"for {len(rows)} of {len(train_images)} training rows (about {min(FROZEN_SUBSET, batch_size)} a batch)"
         )
         removed = frozen_removals(net, take(train_images, rows), device, dtype=feature_dtype)
-    return NetworkAlignment(weight, net, removed, scope, rows=rows), removal
+    return NetworkAlignment(weight, net, removed, scope, rows=rows, loss=loss), removal
