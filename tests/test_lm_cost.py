@@ -74,18 +74,17 @@ def test_the_fused_lens_loss_and_its_gradients_are_every_layer_read_alone(lm, lm
     gradients are those of the plain sum over layers and positions, one layer at a time."""
     x = next(iter(batches(lm, open_corpus(str(lm_dir / "corpus")), "train", 16, 4)))
     hs, y = token_states(lm, x)
-    loss_of = lenses.objective("kl")
     laya, tuned = _heads(lm)
     opt = torch.optim.SGD([*laya.parameters(), *tuned.parameters()], lr=0.0)  # lr 0: the gradients are kept
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lenses, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 4 * 3)  # 3 positions' layers per chunk
-        got = lm_train.train_step(laya, tuned, hs, y, loss_of, opt, 0.0)
+        got = lm_train.train_step(laya, tuned, hs, y, "kl", opt, 0.0)
     grads = {n: p.grad.clone() for n, p in tuned.translators.named_parameters()}
     for p in tuned.translators.parameters():
         p.grad = None
     final = torch.log_softmax(lm.readout(hs[:, -1]).float(), -1)
     with torch.no_grad():
-        laya_loss = loss_of(laya(hs)[0], final, y).mean()
+        laya_loss = lenses.kl_to(final, laya(hs)[0]).mean()
     plain = sum(lenses.kl_to(final, tuned.layer_logits(hs, i)).mean() for i in range(lm.num_layers))
     plain.backward()
     assert got == pytest.approx(float(laya_loss + plain), rel=1e-5)

@@ -17,7 +17,7 @@ sums over chunks (``chunked``), and training calls backward per chunk.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -172,6 +172,11 @@ def _kl_rows(logits: Tensor, lse: Tensor, ref: Reference) -> Tensor:
     return ref.neg_entropy.unsqueeze(-1) - cross + ref.mass.unsqueeze(-1) * lse
 
 
+def _ce_rows(logits: Tensor, lse: Tensor, y: Tensor) -> Tensor:
+    """(c, R) −log softmax(l)[y] = lse(l) − l_y for logits (c, R, V), each position's R readings of its next token."""
+    return lse - logits.gather(-1, y.view(-1, 1, 1).expand(-1, logits.shape[1], 1)).squeeze(-1)
+
+
 class _FusedLoss(torch.autograd.Function):
     """Per row of logits (c, R, V) — R readings of each of c positions — KL(p ‖ softmax(logits)) when a
     ``Reference`` is given, else −log softmax(logits)[y]: from one log-sum-exp, in as few passes over the vocabulary
@@ -187,7 +192,7 @@ class _FusedLoss(torch.autograd.Function):
             loss = _kl_rows(logits, lse, ref)
             ctx.save_for_backward(logits, lse, ref.p, ref.mass)
         else:
-            loss = lse - logits.gather(-1, y.view(-1, 1, 1).expand(-1, logits.shape[1], 1)).squeeze(-1)
+            loss = _ce_rows(logits, lse, y)
             ctx.save_for_backward(logits, lse, y)
         ctx.kl = ref is not None
         return loss
@@ -217,20 +222,7 @@ def kl_and_ce(logits: Tensor, ref: Reference, y: Tensor) -> tuple[Tensor, Tensor
     """(c, R) KL(p_model ‖ p) and −log p(y) of R readings per position (logits (c, R, V)), from one log-sum-exp."""
     logits = logits.float()
     lse = torch.logsumexp(logits, -1)
-    kl = _kl_rows(logits, lse, ref)
-    ce = lse - logits.gather(-1, y.view(-1, 1, 1).expand(-1, logits.shape[1], 1)).squeeze(-1)
-    return kl, ce
-
-
-def objective(name: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-    """``kl``: to the model's own next-token distribution (as the tuned lens trains); ``ce``: to the next token."""
-    if name == "kl":
-        loss = lambda logits, final_log_probs, targets: kl_to(final_log_probs, logits)  # noqa: E731
-    else:
-        loss = lambda logits, final_log_probs, targets: cross_entropy(logits, targets)  # noqa: E731
-    loss.needs_final = name == "kl"  # ce never reads the model's distribution: its readout is not computed
-    loss.objective = name
-    return loss
+    return _kl_rows(logits, lse, ref), _ce_rows(logits, lse, y)
 
 
 # --------------------------------------------------------------------------- a trained checkpoint, rebuilt

@@ -35,7 +35,6 @@ from ..model.lenses import (
     cross_entropy,
     fused_loss,
     kl_and_ce,
-    objective,
     stored_weights,
 )
 from ..runtime import progress
@@ -139,7 +138,7 @@ def train_step(
     tuned: TunedLens | None,
     hs: Tensor,
     targets: Tensor,
-    loss_of,
+    name: str,
     opt,
     dropout: float,
     sample: Tensor | None = None,
@@ -148,9 +147,9 @@ def train_step(
     head reads every position through one readout each; the tuned lens (None: not trained, ``--lens logit|none``)
     reads the positions of ``sample`` (this rank's rows of ``lens_rows``; None: all), every layer of each in one
     readout call. Its loss is the mean over those positions, so a sample estimates the full batch's without bias.
+    ``name``: the objective (``--objective``: kl to the model's distribution, or ce to the next token).
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
     opt.zero_grad(set_to_none=True)
-    name = loss_of.objective
     total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
     for rows in chunks(len(targets), laya.readout.vocabulary):
         h, y = hs[rows], targets[rows]
@@ -294,7 +293,7 @@ def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference: Reference
     laya.train()
     if tuned is not None:
         tuned.train()
-    loss_of, total, steps = objective(req.objective), 0.0, 0
+    total, steps = 0.0, 0
     train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
     generator = torch.Generator().manual_seed(req.seed + 7919 * epoch)  # the lens's positions, alike on every rank
     for x in progress.track(train, f"epoch {epoch}"):
@@ -302,7 +301,7 @@ def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference: Reference
         hs, targets = token_states(lm, my_rows(x))
         if reference is not None:
             reference.add(hs)
-        total += train_step(laya, tuned, hs, targets, loss_of, opt, req.layer_dropout, sample)
+        total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample)
         steps += 1
     if steps == 0:
         raise LayaError(f"{req.dataset}: the training text is shorter than one block of {block} tokens")
