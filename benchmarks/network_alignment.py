@@ -24,6 +24,10 @@ Cases:
           removal ``bypass``. Only where its wheel has been fetched (``benchmarks.minilm.minilm_dir``).
   minilm-cls  the same with ``--pool cls`` (the first token: what a ``save_pretrained`` folder that declares no
           pooling gives).
+  smollm2  the real pretrained SmolLM2-135M (a 30-layer Llama decoder), frozen, on the same glosses, 10 epochs,
+          ``--pool auto`` (a decoder's last real token); removal ``bypass``. Only where ``$LAYA_SMOLLM2`` names the
+          cache ``python -m benchmarks.causal_lm --pretrained CACHE`` filled.
+  smollm2-mean  the same with ``--pool mean``.
 Variants: ``plain`` (``--align 0``), ``head`` (λ 1, the head's effects), ``net`` (λ 1, the network's), ``net-3``,
 ``net-0.3`` (λ 3, 0.3), ``net-all`` / ``net-32`` (as ``net``, a frozen backbone caching every training row's removals
 (the code before the share) or a share of 32 rows a batch instead of the default's 16), ``net-distill`` (as
@@ -107,7 +111,28 @@ def cases(out: Path) -> dict[str, Case]:
             found["minilm-cls"] = Case(
                 minilm.backbone, minilm.dataset, minilm.epochs, "bypass", minilm.what + ", --pool cls", cls
             )
+        smollm2 = _smollm2_case(out)
+        if smollm2 is not None:
+            found["smollm2"] = smollm2
+            mean = {**smollm2.extra, "pool": "mean"}
+            found["smollm2-mean"] = Case(
+                smollm2.backbone, smollm2.dataset, smollm2.epochs, "bypass", smollm2.what + ", --pool mean", mean
+            )
     return found
+
+
+def _smollm2_case(out: Path) -> Case | None:
+    """The real pretrained SmolLM2-135M, frozen, on the WordNet glosses; None unless ``$LAYA_SMOLLM2`` names a cache
+    that ``python -m benchmarks.causal_lm --pretrained CACHE`` filled (nothing is fetched here)."""
+    import os
+
+    folder = Path(os.environ.get("LAYA_SMOLLM2", "/nonexistent")) / "smollm2-135m-instruct"
+    if not (folder / "config.json").is_file():
+        return None
+    what = "SmolLM2-135M (pretrained, frozen), WordNet nouns 8 classes, --max-length 32, 10 epochs"
+    return Case(
+        f"hf:{folder}", f"csv:{out / 'wordnet-nouns-8.csv'}", 10, "bypass", what, {"max_length": 32, "finetune": False}
+    )
 
 
 def _minilm_case(out: Path) -> Case | None:

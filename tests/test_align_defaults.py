@@ -9,6 +9,7 @@ from helpers import assert_user_error, invoke
 
 from laya_cli.runtime.config import TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
+from laya_cli.training import defaults
 from laya_cli.training.defaults import resolved_alignment, resolved_request
 
 
@@ -78,3 +79,65 @@ def test_torchrun_trains_with_the_default_term_too(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     got = resolved_alignment(TrainConfig().validate(), "mlp", True, "laya")
     assert (got.align, got.align_target) == (1.0, "network")
+
+
+# --------------------------------------------------------------------------- a default term that cannot run
+
+
+@pytest.fixture
+def frozen_mlp_default(monkeypatch):
+    """As if the frozen mlp's default were the network term (the frozen kinds that have one are hub models)."""
+    table = {**defaults.ALIGN_DEFAULTS, ("mlp", False): defaults.AlignDefault(1.0, "network")}
+    monkeypatch.setattr(defaults, "ALIGN_DEFAULTS", table)
+
+
+def test_a_default_term_on_a_store_is_dropped_with_a_note(tmp_path, monkeypatch, frozen_mlp_default):
+    monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")  # the features go to the sharded store
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--dataset", "digits", "--frozen", "--epochs", "1", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "note: training without the network alignment term" in r.output and "not a store" in r.output
+    cfg = torch.load(out, weights_only=False)["train_config"]
+    assert (cfg["align"], cfg["align_target"], cfg["align_source"]) == (0.0, "head", "default")
+    assert "store" in cfg["align_dropped"]
+    info = invoke("info", out).output
+    assert "--align 1" not in info and "--align-source" not in info
+    assert "trained without the" in info
+
+
+def test_the_same_term_given_on_a_store_is_refused(tmp_path, monkeypatch, frozen_mlp_default):
+    monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "m.pt"
+    r = invoke(
+        "train", "--dataset", "digits", "--frozen", "--epochs", "1", "--align-target", "network", "--out", out, "-q"
+    )
+    assert_user_error(r, "needs its features in memory, not a store")
+    assert not out.exists()
+
+
+def test_a_default_term_on_loaders_of_features_only_is_dropped(monkeypatch, frozen_mlp_default):
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import laya_cli
+
+    monkeypatch.setattr(defaults, "kind_default", lambda *_: defaults.AlignDefault(1.0, "network"))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(96, 1, 4, 3, generator=g), torch.randint(0, 3, (96,), generator=g)
+    first = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.GELU())
+    net = nn.Sequential(first, nn.Sequential(nn.Linear(16, 16), nn.GELU()))
+    loader = DataLoader(TensorDataset(x, y), batch_size=32)
+    model = laya_cli.fit(laya_cli.attach(net), loader, loader, epochs=1, seed=0, progress=False)
+    cfg = model.checkpoint["train_config"]
+    assert (cfg["align"], cfg["align_source"]) == (0.0, "default") and "not only features" in cfg["align_dropped"]
+    with pytest.raises(LayaError, match="not only features"):
+        laya_cli.fit(laya_cli.attach(net), loader, loader, epochs=1, seed=0, progress=False, align_target="network")
+
+
+def test_the_source_is_recorded_but_not_fingerprinted():
+    given = TrainRequest(train=TrainConfig(align=1.0, align_target="network"))
+    assert resolved_request(TrainRequest()).train.align_source == "default"
+    assert resolved_request(given).train.align_source == "given"
+    assert resolved_request(TrainRequest()).fingerprint() == resolved_request(given).fingerprint()

@@ -12,6 +12,11 @@ def _maybe(value, missing: str = "not measured (no test split: trained with laya
     return missing if value is None else f"{value:.4f}"
 
 
+# What a checkpoint's train_config records beside the options: where the alignment term came from, and why a
+# default one was dropped (training/job.py; shown as a row of its own)
+NOT_OPTIONS = ("align_source", "align_dropped")
+
+
 def training_text(train_config: dict | None, shown_elsewhere: tuple[str, ...] = ()) -> str | None:
     """Every training option a checkpoint records, as the options read ('--epochs 2 · --lr 0.0003 · --tau-start
     none · --pretrained'); None when it records none."""
@@ -19,7 +24,7 @@ def training_text(train_config: dict | None, shown_elsewhere: tuple[str, ...] = 
         return None
     parts = []
     for key, value in train_config.items():
-        if key in shown_elsewhere:
+        if key in shown_elsewhere or key in NOT_OPTIONS:
             continue
         option = f"--{key.replace('_', '-')}"
         if isinstance(value, bool):  # a flag: as it was given
@@ -93,6 +98,11 @@ def info_panel(summary: dict, path):
         *_collapse_row(m.get("alpha_collapse"), summary["layers"]),
         ("epochs", f"{m['epochs_run']} (best {m['best_epoch']})"),
         *([("training", t)] if (t := training_text(summary.get("train_config"))) else []),
+        *(
+            [("note", f"trained without the network alignment term its kind gets by default: {why}")]
+            if (why := (summary.get("train_config") or {}).get("align_dropped"))
+            else []
+        ),
         ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
     ]
     for k, v in rows:

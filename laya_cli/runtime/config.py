@@ -184,6 +184,7 @@ class HeadConfig:
 ALIGN_TARGETS = ("head", "network")  # --align-target (training/network_target.py)
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
 ALIGN_LOSSES = ("rank", "distill", "both")  # --align-loss (training/alignment.py)
+ALIGN_SOURCES = ("given", "default")  # TrainConfig.align_source (training/defaults.py)
 STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
 
@@ -230,6 +231,15 @@ class TrainConfig:
         "--align-target network: how a block is removed — auto (bypass where every tapped block keeps its input's "
         "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved.",
         choices=("auto", *NETWORK_ABLATIONS),
+    )
+    align_source: str = setting(
+        "given",
+        "Where the term came from: given (by the caller) or default (the kind of model's, training/defaults.py). "
+        "A default term that cannot run on this data (a frozen backbone's features in a store, or loaders of "
+        "features only) is dropped with a note; a given one is refused.",
+        choices=ALIGN_SOURCES,
+        cli=False,
+        api=False,
     )
     stop_on: str = setting(
         "accuracy",
@@ -436,6 +446,7 @@ class TrainRequest:
             d.pop(k)
         d["train"].pop("device")
         d["train"].pop("precision")  # like the device: how the numbers are computed, not which
+        d["train"].pop("align_source")  # where the term came from, not what it computes
         parts = ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER))
         for part, later in (*parts, (d["head_config"], HeadConfig.LATER)):
             for k, default in later.items():

@@ -41,13 +41,16 @@ def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
 
 def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: str) -> TrainConfig:
     """``train`` with ``align`` and ``align_target`` resolved: the kind's default for what is None; a target given
-    alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the head's."""
+    alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the head's.
+    ``align_source`` says "default" where neither was given and the kind has a term (it may then be dropped with
+    a note where it cannot run: ``job._network_alignment``)."""
     kind = kind_default(backbone, finetune, head)
     align, target = train.align, train.align_target
     if align is None:
         align = kind.align if target is None else 1.0
     if target is None:
         target = kind.target if kind.align else "head"
+    source = "default" if train.align is None and train.align_target is None and kind.align else train.align_source
     if not align:
         target = "head"  # no term: nothing to rank against
     if not align and train.align_loss != "rank":
@@ -55,7 +58,7 @@ def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: 
                         "(--align 0, or the kind's default of none): add --align 1")  # fmt: skip
     if train.align_removal != "auto" and target != "network":
         raise LayaError("--align-removal says how --align-target network removes a block: add --align-target network")
-    return replace(train, align=float(align), align_target=target)
+    return replace(train, align=float(align), align_target=target, align_source=source)
 
 
 def resolved_request(req: TrainRequest) -> TrainRequest:

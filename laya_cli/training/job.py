@@ -91,7 +91,8 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         trained = (_end_to_end if job.spec.finetune else _frozen)(job, head, data, on_epoch, recorded)
     metrics = train_metrics(trained.history, trained.n_train, trained.n_val, *trained.test[:2], len(classes))
     # How much of the depth α uses on the test split (docs/metrics.md); None where not measured (no α, no test split)
-    against = job.train.align_target if job.train.align else None  # what α was trained to rank
+    config = {**asdict(job.train), **recorded}  # a default term dropped where it could not run: recorded
+    against = config["align_target"] if config["align"] else None  # what α was trained to rank
     metrics["alpha_collapse"] = collapse_summary(trained.test[2], against) if len(trained.test) == 3 else None
     ckpt = checkpoint_body(
         backbone=backbone,
@@ -104,7 +105,7 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         reference=trained.reference,
         history=[asdict(r) for r in trained.history],
         metrics=metrics,
-        train_config={**asdict(job.train), **recorded, "precision": resolved_precision(dev)},
+        train_config={**config, "precision": resolved_precision(dev)},
         # Pretrained frozen weights load by name (checked by SHA-256); everything else travels in the file.
         weights_file=job.weights_file,
         feature_dtype=job.feature_dtype,
@@ -176,23 +177,39 @@ def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, d
     return Alignment(job.train.align, reference, scope=job.train.align_scope, loss=job.train.align_loss)
 
 
-def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data) -> Alignment:
-    """The network target (``network_target.py``); a frozen backbone's removals cached from its training inputs."""
-    images = None
-    if fixed_feats is not None:
-        if from_store(fixed_feats):
-            raise LayaError("--align-target network on a frozen backbone needs its features in memory, not a store")
-        got = data.images("train")
-        if not isinstance(got, tuple):  # laya_cli.fit reads a frozen backbone's loaders as features only
-            raise LayaError("--align-target network on a frozen backbone needs the training inputs, not only features")
-        images = got[0]
-    term, removal = network_alignment(
-        job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images, job.train.align_removal,
-        fixed_feats.feats[0].dtype if fixed_feats is not None else None, job.train.batch_size, job.train.seed,
-        job.train.align_loss,
-    )  # fmt: skip
+def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data) -> Alignment | None:
+    """The network target (``network_target.py``); a frozen backbone's removals cached from its training inputs.
+    Where it cannot run, a term the caller gave is refused in one line; the kind's default is dropped with a note
+    (and the checkpoint records the run as trained without it, and why)."""
+    try:
+        images = None if fixed_feats is None else _frozen_training_inputs(fixed_feats, data)
+        term, removal = network_alignment(
+            job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images,
+            job.train.align_removal, fixed_feats.feats[0].dtype if fixed_feats is not None else None,
+            job.train.batch_size, job.train.seed, job.train.align_loss,
+        )  # fmt: skip
+    except LayaError as e:
+        if job.train.align_source != "default":
+            raise
+        why = str(e)
+        log(f"note: training without the network alignment term this kind of model gets by default ({why}); "
+            "--align 0 says so and silences this")  # fmt: skip
+        recorded.update(align=0.0, align_target="head", align_loss="rank", align_dropped=why)
+        return None
     recorded["align_removal"] = removal
     return term
+
+
+def _frozen_training_inputs(fixed_feats, data):
+    """The training inputs a frozen backbone's network target caches its removals from, in the features' order."""
+    if from_store(fixed_feats):
+        raise LayaError("the network alignment target of a frozen backbone needs its features in memory, not a store")
+    got = data.images("train")
+    if not isinstance(got, tuple):  # laya_cli.fit reads a frozen backbone's loaders as features only
+        raise LayaError(
+            "the network alignment target of a frozen backbone needs the training inputs, not only features"
+        )
+    return got[0]
 
 
 def _shaping(job: TrainingJob, head: nn.Module) -> AlphaShaping | None:
