@@ -15,6 +15,7 @@ from laya_cli.model.laya_model import load_model
 from laya_cli.runtime import progress
 from laya_cli.runtime.config import AuditSettings, DataRequest, TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
+from laya_cli.training.alignment import alignment_loss
 from laya_cli.training.job import train
 from laya_cli.training.network_target import (
     NetworkAlignment,
@@ -75,6 +76,31 @@ def test_the_frozen_term_reads_only_the_cached_rows_of_a_batch(digits_ckpt):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     none = torch.tensor([0, 1, 23])
     assert part.loss(model.head, [f[none] for f in feats], logits[none], rows=none).item() == 0.0
+
+
+@pytest.mark.parametrize("fit", ["rank", "distill", "both"])
+def test_the_frozen_target_is_a_constant_of_the_term(digits_ckpt, fit):
+    """The cached effects are the target α is fitted to (``removal_effects`` runs without gradients): the term's
+    gradient is the one with Δᴺ detached, never through the head's outputs on the removed taps (which would move
+    the effects towards α)."""
+    model = load_model(digits_ckpt)
+    data, x = _batch(model, 16)
+    net = NetworkScope(model.backbone.eval(), model.head.eval(), network_reference(model, "mean"), ablation="mean")
+    feats = [f.detach() for f in net.pooled(net.activations(x))]
+    removed = frozen_removals(net, data.images, "cpu")
+    rows = torch.arange(16)
+    logits = model.head(feats).logits
+    term = NetworkAlignment(1.0, net, removed, rows=rows, loss=fit)
+    head = model.head
+    grads = torch.autograd.grad(term.loss(head, feats, logits, rows=rows), list(head.parameters()), allow_unused=True)
+    with torch.no_grad():
+        delta = removal_effects(head, feats, removed, logits.argmax(-1))
+    want = alignment_loss(head, feats, logits.argmax(-1), None, "scorer", delta=delta, loss=fit)
+    wants = torch.autograd.grad(want, list(head.parameters()), allow_unused=True)
+    for g, w in zip(grads, wants):
+        assert (g is None) == (w is None)
+        if g is not None:
+            torch.testing.assert_close(g, w, rtol=0, atol=1e-7)
 
 
 def test_the_end_to_end_target_is_the_audits_effects_on_its_rows(digits_ckpt):
