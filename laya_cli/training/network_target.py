@@ -14,7 +14,10 @@ blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change 
   batch_size`` share of the training split (``cached_rows``): a shuffled batch then holds about ``FROZEN_SUBSET``
   of them, and the term costs L + 1 head passes (``removal_effects``) on those rows only. The cache costs about
   L/2 feature extractions of that share, not of the whole split. ``mean`` removes by the training mean of the
-  raw activations (``tap_means``, what the audit computes for a frozen backbone).
+  raw activations (``tap_means``, what the audit computes for a frozen backbone). Features in a sharded store
+  work alike: the store's batches carry their rows (``StoredFeatures.epoch_batches(with_rows=True)``, under
+  torchrun each rank's), and the cached rows' inputs are read batch by batch (streamed images too). The cache is
+  held in memory within ``LAYA_IN_MEMORY_MB``: past it, fewer rows (``cached_rows(limit=...)``), in one line.
 - End to end: the backbone moves, so Δᴺ is computed anew on the first ``subset`` rows of every ``every``-th batch
   (the batches are shuffled), with the backbone in eval mode as the audit runs it; ``mean`` removes by a running
   mean of those rows' raw activations.
