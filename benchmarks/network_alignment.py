@@ -268,7 +268,7 @@ def _cached_share(subset: int | None):
 
     kept = network_target.cached_rows
     if subset is not None:
-        network_target.cached_rows = lambda n, batch_size, seed: kept(n, batch_size, seed, subset)
+        network_target.cached_rows = lambda n, batch_size, seed, limit=None: kept(n, batch_size, seed, subset, limit)
     try:
         yield
     finally:

@@ -416,6 +416,27 @@ def test_torchrun_align_on_features_read_from_a_store(tmp_path, monkeypatch):
     assert aligned["metrics"]["test_accuracy"] == pytest.approx(plain["metrics"]["test_accuracy"], abs=0.05)
 
 
+@pytest.mark.slow
+def test_torchrun_frozen_network_alignment_on_a_store(tmp_path, monkeypatch):
+    """The frozen network target on a store (LAYA_IN_MEMORY_MB=1: the train split's 4.4 MiB of features in the store,
+    its 0.9 MiB cache in memory) under torchrun: the store's DDP batches carry their rows, the term runs on each rank's
+    share (a rank with no rows takes part). Not the one-process head (the store's DDP sampling order is another,
+    docs/scaling.md), the same recipe; the term trained."""
+    monkeypatch.setenv("LAYA_IN_MEMORY_MB", "1")
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["train", "--dataset", "digits", "--frozen", "--epochs", "2", "--seed", "0", "-q"]
+    network = ["--align", "1", "--align-target", "network"]
+    laya(*args, "--align", "0", "--out", tmp_path / "plain.pt", procs=2)
+    laya(*args, *network, "--out", tmp_path / "one.pt")
+    laya(*args, *network, "--out", tmp_path / "two.pt", procs=2)
+    plain, one, two = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("plain", "one", "two"))
+    assert list((tmp_path / "cache").glob("*.store"))
+    assert (two["train_config"]["align"], two["train_config"]["align_target"]) == (1.0, "network")
+    moved = max((two["head"]["weights"][k] - w).abs().max().item() for k, w in plain["head"]["weights"].items())
+    assert moved > 1e-3, moved
+    assert two["metrics"]["test_accuracy"] == pytest.approx(one["metrics"]["test_accuracy"], abs=0.05)
+
+
 # --------------------------------------------------------------------------- devices
 
 

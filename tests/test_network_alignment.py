@@ -158,3 +158,57 @@ def test_a_bad_target_is_one_line(tmp_path, keywords, fragment):
         _train(tmp_path, "bad", align=align, epochs=1, **keywords)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "bad.pt").exists()
+
+
+def _frozen_network(tmp_path, name, **keywords):
+    return _train(tmp_path, name, finetune=False, epochs=1, align_target="network", batch_size=64, **keywords)
+
+
+def test_the_frozen_network_target_on_a_store_trains_the_in_memory_head(tmp_path, monkeypatch):
+    """Features in the sharded store (LAYA_IN_MEMORY_MB=0): the batches carry their training rows, so the term reads
+    the cached removals of the very rows in the batch: the head of the in-memory run with the same options (to
+    1e-6, as a plain store run; --batch-size 64: a 1-in-4 share of the rows cached, so the row lookup matters: the
+    batches' rows reversed fail this test)."""
+    from laya_cli.training import network_target
+
+    memory = _frozen_network(tmp_path, "memory")
+    monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(network_target, "in_memory_budget_mb", lambda: 1024.0)  # the cache itself: no cap here
+    stored = _frozen_network(tmp_path, "stored")
+    assert len(list((tmp_path / "cache").glob("*.store"))) == 3  # train, val, test
+    assert (stored["train_config"]["align"], stored["train_config"]["align_target"]) == (1.0, "network")
+    assert stored["train_config"]["align_removal"] == "mean" and "align_dropped" not in stored["train_config"]
+    for k, w in memory["head"]["weights"].items():
+        torch.testing.assert_close(stored["head"]["weights"][k], w, rtol=0, atol=1e-6, msg=k)
+    assert stored["metrics"]["test_accuracy"] == memory["metrics"]["test_accuracy"]
+
+
+def test_a_capped_cache_keeps_the_first_rows_of_the_same_seeded_draw():
+    full = cached_rows(1000, 128, seed=3)
+    capped = cached_rows(1000, 128, seed=3, limit=40)
+    assert len(capped) == 40 and set(capped.tolist()) <= set(full.tolist())
+    assert torch.equal(capped, cached_rows(1000, 128, seed=3, limit=40))  # deterministic
+    assert torch.equal(cached_rows(1000, 128, seed=3, limit=10**6), full)  # a cap above the share changes nothing
+    assert len(cached_rows(1000, 128, seed=3, limit=0)) == 1  # never none
+    every = cached_rows(10, 16, seed=0, limit=4)  # a batch no larger than the subset: a seeded 4 of all rows
+    assert len(every) == 4 and torch.equal(every, every.sort().values)
+
+
+def test_a_cache_past_the_in_memory_budget_is_capped_in_one_line(tmp_path, monkeypatch):
+    from helpers import invoke
+
+    from laya_cli.training.network_target import removal_row_mib
+
+    monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0.1")  # the features in the store; the cache capped to fit 0.1 MiB
+    monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--dataset", "digits", "--frozen", "--epochs", "1", "--seed", "0", "--align", "1",
+               "--align-target", "network", "--out", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    cfg = torch.load(out, weights_only=False)["train_config"]
+    keep = int(0.1 // removal_row_mib(torch.load(out, weights_only=False)["dims"]))
+    lines = [line for line in r.output.splitlines() if line.startswith("network alignment target")]
+    assert len(lines) == 1 and "exceed the in-memory budget (LAYA_IN_MEMORY_MB=0.1)" in lines[0], r.output
+    assert f"caching them for {keep} of 1295 rows" in lines[0] and 1 < keep < 162, lines[0]  # 162: the 16-a-batch share
+    assert (cfg["align"], cfg["align_target"]) == (1.0, "network")

@@ -26,7 +26,9 @@ from laya_cli.training.job import train
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
 
 
-def _train(tmp_path, dataset: str, name: str, monkeypatch, env: dict | None = None, **data) -> dict:
+def _train(
+    tmp_path, dataset: str, name: str, monkeypatch, env: dict | None = None, train_options: dict | None = None, **data
+) -> dict:
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / f"cache-{name}"))
@@ -34,7 +36,7 @@ def _train(tmp_path, dataset: str, name: str, monkeypatch, env: dict | None = No
         backbone="cnn",
         finetune=False,
         data=DataRequest(dataset, seed=0, image_size=16, **data),
-        train=TrainConfig(epochs=3, patience=3, seed=0, batch_size=16),
+        train=TrainConfig(**{"epochs": 3, "patience": 3, "seed": 0, "batch_size": 16, **(train_options or {})}),
         out=str(tmp_path / f"{name}.pt"),
     )
     ckpt = train(req)
@@ -99,6 +101,20 @@ def test_streamed_images_and_store_give_the_in_memory_head(shapes, folder_head, 
     stores = sorted((tmp_path / "cache-streamed").glob("*.store"))
     assert len(stores) == 3 and all((s / "manifest.json").is_file() for s in stores)  # train, val, test
     assert not list((tmp_path / "cache-streamed").glob("*.pt"))  # no single-file entry
+
+
+def test_the_frozen_network_target_reads_streamed_images_and_a_store_as_in_memory(shapes, tmp_path, monkeypatch):
+    """--align-target network with images decoded batch by batch and features in the store: the removals cached from
+    the streamed inputs of the cached rows, looked up by the rows the store's batches carry: the in-memory head."""
+    from laya_cli.training import network_target
+
+    aligned = {"align": 1.0, "align_target": "network", "batch_size": 32, "epochs": 1}  # 32: half the rows cached
+    memory = _train(tmp_path, f"folder:{shapes}", "memory", monkeypatch, train_options=aligned)
+    monkeypatch.setattr(network_target, "in_memory_budget_mb", lambda: 1024.0)  # no cap on the cache here
+    streamed = _train(tmp_path, f"folder:{shapes}", "streamed", monkeypatch, STREAM, train_options=aligned)
+    assert (streamed["train_config"]["align_target"], streamed["train_config"]["align_removal"]) == ("network", "mean")
+    assert len(list((tmp_path / "cache-streamed").glob("*.store"))) == 3
+    _assert_same_head(memory, streamed)
 
 
 def test_streamed_images_are_decoded_lazily_in_order(shapes, monkeypatch):
@@ -270,6 +286,64 @@ def test_ddp_steps_on_a_store_are_global_batches_of_the_batch_size(shard_mb, bat
     assert sorted(rows) == sorted(st.feats[0][:, 0].tolist())  # every row once, over the two ranks
     if not shard_mb:
         assert sizes[1] == [0] * steps
+
+
+@pytest.mark.parametrize("shard_mb", [None, "0.00001"])  # one shard and the whole split in the buffer; or shards of
+def test_ddp_batches_on_a_store_carry_the_rows_they_hold(shard_mb, tmp_path, monkeypatch):  # 4 rows, a 5-row buffer
+    """The frozen network target on a store under torchrun (two ranks faked in one process): each rank's batches,
+    recut into the steps' shares, carry the training rows they hold (what the term looks its cached removals up
+    by), every row once over the ranks; with one process too (the in-memory order)."""
+    from laya_cli.model.heads import HeadOutput
+    from laya_cli.runtime import distributed
+    from laya_cli.training import loop
+
+    if shard_mb:
+        monkeypatch.setenv("LAYA_SHARD_MB", shard_mb)
+    backbone, images, labels = frozen_cnn_and_images(41)
+    st = extract_to_store(backbone, images, labels, "k", tmp_path / "s.store", [32, 64, 128, 256], batch_size=4)
+    whole = st.feats
+    if shard_mb:
+        monkeypatch.setenv("LAYA_SHUFFLE_MB", "0.01")  # rounds of a few rows: the rows carried over between them
+
+    class Rows:
+        needs_rows, data_parallel, seen = True, True, []
+
+        def loss(self, head, feats, logits, inputs=None, rows=None):
+            assert len(rows) == len(feats[0])
+            for f, w in zip(feats, whole):
+                assert torch.equal(f, w[rows]), rows  # the rows are the ones whose features the batch holds
+            self.seen.append(rows)
+            return logits.sum() * 0
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(32, 3)
+
+        def forward(self, xs):
+            return HeadOutput(self.fc(xs[0]))
+
+    class DDP(torch.nn.Module):  # what _store_ddp_epoch calls: the term's wrapper, as DistributedDataParallel's module
+        def __init__(self):
+            super().__init__()
+            self.module = loop._WithFeatures(Head())
+
+        def forward(self, xs):
+            return self.module(xs)
+
+    term = Rows()
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "world_size", lambda: 2)
+        monkeypatch.setattr(distributed, "rank", lambda rank=rank: rank)
+        ddp = DDP()
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        loop._store_ddp_epoch(ddp, opt, st, TrainConfig(batch_size=7), torch.Generator().manual_seed(0), 1, term)
+    assert sorted(torch.cat(term.seen).tolist()) == list(range(41))
+    term.seen = []
+    for xs, y, rows in st.epoch_batches(6, torch.Generator().manual_seed(0), with_rows=True):
+        term.loss(None, xs, torch.zeros(len(y), 3), rows=rows)
+        assert torch.equal(y, labels[rows])
+    assert sorted(torch.cat(term.seen).tolist()) == list(range(41))
 
 
 def test_feature_dtype_float16_is_its_own_entry_and_halves_the_store(shapes, tmp_path, monkeypatch):

@@ -365,9 +365,11 @@ class StoredFeatures:
     # ----------------------------------------------------------------------- shuffled training batches
 
     def epoch_batches(
-        self, batch_size: int, generator: torch.Generator, rank: int = 0, world: int = 1
-    ) -> Iterator[tuple[list[Tensor], Tensor]]:
-        """One epoch of shuffled mini-batches read shard-wise through a bounded shuffle buffer.
+        self, batch_size: int, generator: torch.Generator, rank: int = 0, world: int = 1, with_rows: bool = False
+    ) -> Iterator[tuple]:
+        """One epoch of shuffled mini-batches (features, labels) read shard-wise through a bounded shuffle buffer;
+        ``with_rows``: (features, labels, rows), rows the batch's positions in these features (the training row
+        indices a frozen network alignment target looks its cached removals up by). The same draws either way.
 
         Rows are dealt to ranks by shard (shard k to rank k mod world). Each round reads a chunk
         of rows from every one of this rank's shards (so a buffer mixes all shards, e.g. all
@@ -384,7 +386,7 @@ class StoredFeatures:
             order = torch.randperm(n, generator=generator)
             for s in range(0, n, batch_size):
                 idx = order[s : s + batch_size]
-                yield [f[idx] for f in feats], labels[idx]
+                yield ([f[idx] for f in feats], labels[idx], *([idx] if with_rows else []))
             return
         # My positions, grouped by the store shard they live in.
         store_rows = np.arange(n) if self.rows is None else np.asarray(self.rows, dtype=np.int64)
@@ -402,22 +404,24 @@ class StoredFeatures:
             chunks.append([np.sort(perm[s : s + chunk]) for s in range(0, len(perm), chunk)])
         rounds = max(len(c) for c in chunks)
         carry_x: list[Tensor] | None = None
-        carry_y = torch.zeros(0, dtype=torch.long)
+        carry_y = carry_at = torch.zeros(0, dtype=torch.long)
         for r in range(rounds):
             pos = np.concatenate([chunks[k][r] for k in shard_order if r < len(chunks[k])])
             xs = self.read_rows(store_rows[pos])
-            ys = self.labels[torch.from_numpy(pos)]
+            at = torch.from_numpy(pos)
+            ys = self.labels[at]
             if carry_x is not None:
                 xs, ys = [torch.cat([a, b]) for a, b in zip(carry_x, xs)], torch.cat([carry_y, ys])
+                at = torch.cat([carry_at, at])
             order = torch.randperm(len(ys), generator=generator)
             full = len(ys) // batch_size * batch_size
             for s in range(0, full, batch_size):
                 idx = order[s : s + batch_size]
-                yield [x[idx] for x in xs], ys[idx]
+                yield ([x[idx] for x in xs], ys[idx], *([at[idx]] if with_rows else []))
             rest = order[full:]
-            carry_x, carry_y = [x[rest] for x in xs], ys[rest]
+            carry_x, carry_y, carry_at = [x[rest] for x in xs], ys[rest], at[rest]
         if len(carry_y):
-            yield carry_x, carry_y
+            yield (carry_x, carry_y, *([carry_at] if with_rows else []))
 
     def rows_of_rank(self, rank: int, world: int) -> int:
         store_rows = np.arange(len(self)) if self.rows is None else np.asarray(self.rows, dtype=np.int64)

@@ -235,8 +235,8 @@ class TrainConfig:
     align_source: str = setting(
         "given",
         "Where the term came from: given (by the caller) or default (the kind of model's, training/defaults.py). "
-        "A default term that cannot run on this data (a frozen backbone's features in a store, or loaders of "
-        "features only) is dropped with a note; a given one is refused.",
+        "A default term that cannot run on this data (a frozen backbone's network target on loaders of features "
+        "only: no inputs to cache its removals from) is dropped with a note; a given one is refused.",
         choices=ALIGN_SOURCES,
         cli=False,
         api=False,

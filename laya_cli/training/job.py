@@ -185,8 +185,8 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
         images = None if fixed_feats is None else _frozen_training_inputs(fixed_feats, data)
         term, removal = network_alignment(
             job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images,
-            job.train.align_removal, fixed_feats.feats[0].dtype if fixed_feats is not None else None,
-            job.train.batch_size, job.train.seed, job.train.align_loss,
+            job.train.align_removal, _feature_dtype(fixed_feats), job.train.batch_size, job.train.seed,
+            job.train.align_loss,
         )  # fmt: skip
     except LayaError as e:
         if job.train.align_source != "default":
@@ -200,10 +200,16 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
     return term
 
 
+def _feature_dtype(fixed_feats) -> torch.dtype | None:
+    """The dtype a frozen backbone's features are trained on (a store's read back as float32, never all read here)."""
+    if fixed_feats is None:
+        return None
+    return torch.float32 if from_store(fixed_feats) else fixed_feats.feats[0].dtype
+
+
 def _frozen_training_inputs(fixed_feats, data):
-    """The training inputs a frozen backbone's network target caches its removals from, in the features' order."""
-    if from_store(fixed_feats):
-        raise LayaError("the network alignment target of a frozen backbone needs its features in memory, not a store")
+    """The training inputs a frozen backbone's network target caches its removals from, in the features' order (on
+    a feature store too: the images may stream, and only the cached rows' are decoded, batch by batch)."""
     got = data.images("train")
     if not isinstance(got, tuple):  # laya_cli.fit reads a frozen backbone's loaders as features only
         raise LayaError(

@@ -282,7 +282,8 @@ def _data_parallel(model: nn.Module, device: str, split: bool, store: bool, alig
     """The DistributedDataParallel wrapper when torchrun's ranks split the batches (``split``, or features read
     from a ``store``); None otherwise. With ``alignment`` it wraps ``_WithFeatures(model)`` and tells the term
     that its batches are shares of global ones (``Alignment.data_parallel``). (A store holds a frozen backbone's
-    features: its term is the head target's, with a fixed r̄; the network target refuses stores, ``job.py``.)"""
+    features: its term is the head target's, with a fixed r̄, or the network target's cached removals, looked up by
+    the rows each rank's batches carry: ``_store_ddp_epoch``.)"""
     if not ((split or store) and distributed.active()):
         return None
     if shaping is not None:
@@ -335,7 +336,7 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
         with_rows = getattr(run.alignment, "needs_rows", False)  # the network target's cached removals, by row
         rows = [torch.arange(len(train_y))] if with_rows else []  # drawn in the same order: randperm of n
         shuffled = (
-            ([*xs, y] for xs, y in train_x.epoch_batches(cfg.batch_size, run.shuffle))
+            ([*xs, *rest] for xs, *rest in train_x.epoch_batches(cfg.batch_size, run.shuffle, with_rows=with_rows))
             if _from_store(train_x)
             else batches([*train_x, train_y, *rows], cfg.batch_size, run.shuffle)
         )
@@ -435,18 +436,21 @@ def _store_ddp_epoch(
     averaged gradient is the gradient of the global batch. The per-rank shuffle is seeded from the
     epoch's draw of the shared generator, so a resumed run replays it. ``alignment``: its term on the rank's local
     batch in the same backward, scaled to the step's global rows as in ``_ddp_step`` (every rank takes part, an
-    empty batch too).
+    empty batch too); where it reads per-row data (``Alignment.needs_rows``: the frozen network target's cached
+    removals) the batches carry their rows (positions in ``train_x``, the training row indices).
     """
     world, rank = distributed.world_size(), distributed.rank()
     local = -(-cfg.batch_size // world)
     shares = _store_shares([train_x.rows_of_rank(r, world) for r in range(world)], cfg.batch_size)
     epoch_seed = int(torch.randint(0, 2**62, (1,), generator=shuffle))
-    read = train_x.epoch_batches(local, torch.Generator().manual_seed(epoch_seed + rank), rank, world)
+    with_rows = getattr(alignment, "needs_rows", False)
+    read = train_x.epoch_batches(local, torch.Generator().manual_seed(epoch_seed + rank), rank, world, with_rows)
     mine = _recut(read, [int(k) for k in shares[:, rank] if k])
-    empty = ([torch.zeros(0, d) for d in train_x.dims], torch.zeros(0, dtype=torch.long))
+    none = torch.zeros(0, dtype=torch.long)
+    empty = ([torch.zeros(0, d) for d in train_x.dims], none, *([none] if with_rows else []))
     loss_sum, correct = 0.0, 0
     for step in track(range(len(shares)), f"epoch {epoch}", len(shares)):
-        xs, y = next(mine) if shares[step, rank] else empty
+        xs, y, *rows = next(mine) if shares[step, rank] else empty
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
         global_rows = int(shares[step].sum())
         if alignment is None:
@@ -454,7 +458,7 @@ def _store_ddp_epoch(
         else:
             out, feats = ddp(xs)
             logits = out.logits
-            term = alignment.loss(ddp.module.head, feats, logits)
+            term = alignment.loss(ddp.module.head, feats, logits, rows=rows[0] if rows else None)
         ce = F.cross_entropy(logits, y, reduction="sum")
         loss = ce * (world / global_rows)
         _descend(optimizer, loss if term is None else loss + term)
@@ -476,18 +480,19 @@ def _store_shares(counts: Sequence[int], batch_size: int) -> np.ndarray:
     return shares
 
 
-def _recut(
-    batches: Iterable[tuple[list[Tensor], Tensor]], sizes: Sequence[int]
-) -> Iterator[tuple[list[Tensor], Tensor]]:
-    """The rows of ``batches`` (features, labels), in their order, again in batches of ``sizes`` (each > 0)."""
+def _recut(batches: Iterable[tuple], sizes: Sequence[int]) -> Iterator[tuple]:
+    """The rows of ``batches`` (features, labels[, rows]), in their order, again in batches of ``sizes`` (each
+    > 0)."""
     source = iter(batches)
-    xs, y = [], torch.zeros(0, dtype=torch.long)
+    held: list[Tensor] = []  # the features, then the labels (and the rows): one flat list, cut alike
+    k = 0  # how many of them are features
     for size in sizes:
-        while len(y) < size:
-            more, more_y = next(source)
-            xs, y = ([torch.cat([a, b]) for a, b in zip(xs, more)] if xs else more), torch.cat([y, more_y])
-        yield [x[:size] for x in xs], y[:size]
-        xs, y = [x[size:] for x in xs], y[size:]
+        while not held or len(held[k]) < size:
+            xs, *rest = next(source)
+            more, k = [*xs, *rest], len(xs)
+            held = [torch.cat([a, b]) for a, b in zip(held, more)] if held else more
+        yield ([t[:size] for t in held[:k]], *[t[:size] for t in held[k:]])
+        held = [t[size:] for t in held]
 
 
 def _wrap_ddp(model: nn.Module, device: str) -> nn.Module:

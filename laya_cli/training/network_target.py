@@ -14,7 +14,10 @@ blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change 
   batch_size`` share of the training split (``cached_rows``): a shuffled batch then holds about ``FROZEN_SUBSET``
   of them, and the term costs L + 1 head passes (``removal_effects``) on those rows only. The cache costs about
   L/2 feature extractions of that share, not of the whole split. ``mean`` removes by the training mean of the
-  raw activations (``tap_means``, what the audit computes for a frozen backbone).
+  raw activations (``tap_means``, what the audit computes for a frozen backbone). Features in a sharded store
+  work alike: the store's batches carry their rows (``StoredFeatures.epoch_batches(with_rows=True)``, under
+  torchrun each rank's), and the cached rows' inputs are read batch by batch (streamed images too). The cache is
+  held in memory within ``LAYA_IN_MEMORY_MB``: past it, fewer rows (``cached_rows(limit=...)``), in one line.
 - End to end: the backbone moves, so Δᴺ is computed anew on the first ``subset`` rows of every ``every``-th batch
   (the batches are shuffled), with the backbone in eval mode as the audit runs it; ``mean`` removes by a running
   mean of those rows' raw activations.
@@ -34,7 +37,7 @@ from ..auditing.network.patching import NetworkScope, removal_effects
 from ..data.images import image_batches, take
 from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
 from ..runtime import distributed
-from ..runtime.config import BY_INPUT
+from ..runtime.config import BY_INPUT, in_memory_budget_mb
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log, track
@@ -71,13 +74,21 @@ def _probe_inputs(backbone) -> None:
         backbone.train(was)
 
 
-def cached_rows(n: int, batch_size: int, seed: int, subset: int = FROZEN_SUBSET) -> Tensor:
+def cached_rows(n: int, batch_size: int, seed: int, subset: int = FROZEN_SUBSET, limit: int | None = None) -> Tensor:
     """The sorted training rows whose removals a frozen backbone caches: a seeded ``subset / batch_size`` share of
-    the n rows (all of them when a batch is no larger than ``subset``), at least one."""
-    if batch_size <= subset:
+    the n rows (all of them when a batch is no larger than ``subset``), at most ``limit``, at least one. A limit
+    keeps the first rows of the same seeded draw: a capped cache is part of the uncapped one."""
+    keep = n if batch_size <= subset else max(1, -(-n * subset // batch_size))
+    keep = keep if limit is None else max(1, min(keep, limit))
+    if keep >= n:
         return torch.arange(n)
-    keep = max(1, -(-n * subset // batch_size))
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:keep].sort().values
+
+
+def removal_row_mib(dims: Sequence[int], dtype=torch.float32) -> float:
+    """MiB the cached removals of one training row take: per block i, the pooled taps i..L."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return sum(sum(dims[i:]) for i in range(len(dims))) * size / 2**20
 
 
 def frozen_removals(net: NetworkScope, images, device: str, batch_size: int = 256, dtype=None) -> list[list[Tensor]]:
@@ -136,13 +147,16 @@ class NetworkAlignment(Alignment):
         rows = rows.cpu()
         at = torch.where(rows < len(self.slot), self.slot[rows.clamp_max(len(self.slot) - 1)], -1)
         keep = at >= 0
-        if not keep.any():  # no cached row in this batch
+        if not keep.any() and not self.data_parallel:  # no cached row in this batch
             return target.new_zeros((), dtype=feats[0].dtype)
         on = keep.to(feats[0].device)
         feats, target, at = [f.detach()[on] for f in feats], target[on], at[keep]
-        removed = [[t[at].to(feats[0].device) for t in taps] for taps in self.removed]
-        delta = removal_effects(head, feats, removed, target)
-        return alignment_loss(head, feats, target, None, self.scope, delta=delta, loss=self.fit)
+        if len(at):
+            removed = [[t[at].to(feats[0].device) for t in taps] for taps in self.removed]
+            delta = removal_effects(head, feats, removed, target)
+        else:  # data-parallel (a store under torchrun): this rank still takes part in the term's count
+            delta = feats[0].new_zeros((0, len(feats)))
+        return alignment_loss(head, feats, target, None, self.scope, delta, self.data_parallel, self.fit)
 
     def end_to_end_effects(
         self, head: nn.Module, x: Tensor, data_parallel: bool = False
@@ -215,8 +229,10 @@ def network_alignment(
     loss: str = "rank",
 ) -> tuple[NetworkAlignment, str]:
     """The network-target term and the removal it resolved to. ``train_images``: a frozen backbone's training inputs
-    (in the order of its features), whose removals are cached now for the rows ``cached_rows(n, batch_size, seed)``;
-    None: end to end."""
+    (in the order of its features: a tensor, or ``LazyImages`` decoded batch by batch), whose removals are cached now
+    for the rows ``cached_rows(n, batch_size, seed)``, as many of them as fit the in-memory budget
+    (``LAYA_IN_MEMORY_MB``; fewer rows, the first of the same seeded draw, with one line saying so); None: end to
+    end."""
     removal = resolved_removal(backbone, removal)
     frozen = train_images is not None
     reference = None
@@ -226,10 +242,21 @@ def network_alignment(
     net = NetworkScope(backbone, head, reference, ablation=removal)
     removed = rows = None
     if frozen:
-        rows = cached_rows(len(train_images), batch_size, seed)
-        log(
-            f"network alignment target: caching the pooled taps with each of {net.num_layers} blocks removed, "
-            f"for {len(rows)} of {len(train_images)} training rows (about {min(FROZEN_SUBSET, batch_size)} a batch)"
-        )
+        n, wanted = len(train_images), cached_rows(len(train_images), batch_size, seed)
+        dims = backbone.dims(to_float_images(to_device(train_images[:1], device)))  # LazyImages: decodes one
+        row_mib, budget = removal_row_mib(dims, feature_dtype or torch.float32), in_memory_budget_mb()
+        rows = cached_rows(n, batch_size, seed, limit=int(budget // row_mib) if row_mib else None)
+        what = f"the pooled taps with each of {net.num_layers} blocks removed"
+        if len(rows) < len(wanted):
+            log(
+                f"network alignment target: {what} of {len(wanted)} training rows ({len(wanted) * row_mib:,.1f} MiB) "
+                f"exceed the in-memory budget (LAYA_IN_MEMORY_MB={budget:g}): caching them for {len(rows)} of "
+                f"{n} rows (about {len(rows) * batch_size / n:.1f} a batch, not {min(FROZEN_SUBSET, batch_size)})"
+            )
+        else:
+            log(
+                f"network alignment target: caching {what}, for {len(rows)} of {n} training rows "
+                f"(about {min(FROZEN_SUBSET, batch_size)} a batch)"
+            )
         removed = frozen_removals(net, take(train_images, rows), device, dtype=feature_dtype)
     return NetworkAlignment(weight, net, removed, scope, rows=rows, loss=loss), removal
