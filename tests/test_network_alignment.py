@@ -169,12 +169,10 @@ def test_the_frozen_network_target_on_a_store_trains_the_in_memory_head(tmp_path
     the cached removals of the very rows in the batch: the head of the in-memory run with the same options (to
     1e-6, as a plain store run; --batch-size 64: a 1-in-4 share of the rows cached, so the row lookup matters: the
     batches' rows reversed fail this test)."""
-    from laya_cli.training import network_target
 
     memory = _frozen_network(tmp_path, "memory")
     monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(network_target, "in_memory_budget_mb", lambda: 1024.0)  # the cache itself: no cap here
     stored = _frozen_network(tmp_path, "stored")
     assert len(list((tmp_path / "cache").glob("*.store"))) == 3  # train, val, test
     assert (stored["train_config"]["align"], stored["train_config"]["align_target"]) == (1.0, "network")

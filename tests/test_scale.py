@@ -106,11 +106,9 @@ def test_streamed_images_and_store_give_the_in_memory_head(shapes, folder_head, 
 def test_the_frozen_network_target_reads_streamed_images_and_a_store_as_in_memory(shapes, tmp_path, monkeypatch):
     """--align-target network with images decoded batch by batch and features in the store: the removals cached from
     the streamed inputs of the cached rows, looked up by the rows the store's batches carry: the in-memory head."""
-    from laya_cli.training import network_target
 
     aligned = {"align": 1.0, "align_target": "network", "batch_size": 32, "epochs": 1}  # 32: half the rows cached
     memory = _train(tmp_path, f"folder:{shapes}", "memory", monkeypatch, train_options=aligned)
-    monkeypatch.setattr(network_target, "in_memory_budget_mb", lambda: 1024.0)  # no cap on the cache here
     streamed = _train(tmp_path, f"folder:{shapes}", "streamed", monkeypatch, STREAM, train_options=aligned)
     assert (streamed["train_config"]["align_target"], streamed["train_config"]["align_removal"]) == ("network", "mean")
     assert len(list((tmp_path / "cache-streamed").glob("*.store"))) == 3

@@ -17,7 +17,8 @@ blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change 
   raw activations (``tap_means``, what the audit computes for a frozen backbone). Features in a sharded store
   work alike: the store's batches carry their rows (``StoredFeatures.epoch_batches(with_rows=True)``, under
   torchrun each rank's), and the cached rows' inputs are read batch by batch (streamed images too). The cache is
-  held in memory within ``LAYA_IN_MEMORY_MB``: past it, fewer rows (``cached_rows(limit=...)``), in one line.
+  held in memory within ``LAYA_IN_MEMORY_MB`` (its default where that is 0): past it, fewer rows
+  (``cached_rows(limit=...)``), in one line.
 - End to end: the backbone moves, so Δᴺ is computed anew on the first ``subset`` rows of every ``every``-th batch
   (the batches are shuffled), with the backbone in eval mode as the audit runs it; ``mean`` removes by a running
   mean of those rows' raw activations.
@@ -37,7 +38,7 @@ from ..auditing.network.patching import NetworkScope, removal_effects
 from ..data.images import image_batches, take
 from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
 from ..runtime import distributed
-from ..runtime.config import BY_INPUT, in_memory_budget_mb
+from ..runtime.config import BY_INPUT, IN_MEMORY_MB, in_memory_budget_mb
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.progress import log, track
@@ -244,7 +245,8 @@ def network_alignment(
     if frozen:
         n, wanted = len(train_images), cached_rows(len(train_images), batch_size, seed)
         dims = backbone.dims(to_float_images(to_device(train_images[:1], device)))  # LazyImages: decodes one
-        row_mib, budget = removal_row_mib(dims, feature_dtype or torch.float32), in_memory_budget_mb()
+        # LAYA_IN_MEMORY_MB=0 streams the features; the cache cannot stream, so it keeps the default budget then
+        row_mib, budget = removal_row_mib(dims, feature_dtype or torch.float32), in_memory_budget_mb() or IN_MEMORY_MB
         rows = cached_rows(n, batch_size, seed, limit=int(budget // row_mib) if row_mib else None)
         what = f"the pooled taps with each of {net.num_layers} blocks removed"
         if len(rows) < len(wanted):
