@@ -2,15 +2,18 @@
 network-scope faithfulness of α against AtP and Grad×Act, effective layers, held-out CE, the early-exit table.
 
     python -m benchmarks.lm_align --model DIR --corpus DIR [--out DIR] [--variants plain,rank,both] [--seeds 1337]
-                                  [--epochs 1] [--objective kl] [--layer-dropout 0.3] [--samples 2000]
+                                  [--epochs 1] [--batch-size 128] [--objective kl] [--layer-dropout 0.3]
+                                  [--samples 2000]
                                   [--exit-tokens 20000] [--align 1]
 
 DIR is a ``save_pretrained`` causal LM (``python -m benchmarks.causal_lm``) and its corpus (train.txt/test.txt).
 Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (plain; ``rank``/``both``: ``--align λ
 --align-target network --align-loss rank|both``) → ``info --json`` → ``audit --scope both --compare
 laya,gradxact,atp`` → ``depth``. A run whose checkpoint exists is reused (its seconds then read "reused"). Printed:
-one row per run, the train-time ratio to the plain run of its seed (the term's cost), then the goals: α's network
+one row per run, the train-time ratio to the plain run of its seed, then the goals: α's network
 faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and ahead of the confidence exit.
+``--cost-steps N`` instead times N training steps without and with the term on the same batches, interleaved
+(``step_cost``: the term's cost, free of the load a shared machine puts on whole runs).
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ def run(a, variant: str, seed: int) -> dict:
     if not ckpt.is_file():
         seconds = laya("train", "--task", "lm", "--backbone", f"hf:{a.model}", "--dataset", f"text:{a.corpus}",
                        "--epochs", a.epochs, "--objective", a.objective, "--layer-dropout", a.layer_dropout,
-                       "--block-size", a.block_size, "--seed", str(seed), *align, "--out", str(ckpt),
-                       "--quiet")  # fmt: skip
+                       "--block-size", a.block_size, "--batch-size", a.batch_size, "--seed", str(seed), *align,
+                       "--out", str(ckpt), "--quiet")  # fmt: skip
     info.write_text(subprocess.run([sys.executable, "-m", "laya_cli", "info", str(ckpt), "--json"],
                                    capture_output=True, text=True, check=True).stdout)  # fmt: skip
     if not audit.is_file():
@@ -68,6 +71,39 @@ def run(a, variant: str, seed: int) -> dict:
     }  # fmt: skip
 
 
+def step_cost(a, steps: int) -> None:
+    """Seconds per training step without and with the term on the same batches, interleaved (plain, term, plain,
+    …, so a shared machine's load falls on both alike): the term's cost, measured in-process."""
+    import torch
+
+    from laya_cli.backbones.causal import build_language_model
+    from laya_cli.backbones.spec import BackboneSpec
+    from laya_cli.data.corpus import open_corpus
+    from laya_cli.features.positions import batches, token_states
+    from laya_cli.model.lenses import LayaLM
+    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.training.lm import train_step
+    from laya_cli.training.lm_align import TokenAlignment
+
+    lm = build_language_model(BackboneSpec(f"hf:{a.model}", pretrained=True, task="lm"))
+    torch.manual_seed(0)
+    laya_head = LayaLM(lm.num_layers, int(lm.readout.unembedding.weight.shape[1]), lm.readout, HeadConfig())
+    opt = torch.optim.Adam([q for q in laya_head.parameters() if q.requires_grad], lr=3e-4)
+    term = TokenAlignment(1.0, "scorer", "rank", 0)
+    times = {"plain": [], "term": []}
+    source = batches(lm, open_corpus(str(a.corpus)), "train", int(a.block_size), int(a.batch_size), seed=0)
+    for _, x in zip(range(steps), source):
+        for kind in ("plain", "term"):
+            start = time.perf_counter()
+            hs, y = token_states(lm, x)
+            align = (lambda: term.loss(lm.backbone, laya_head, x, hs)) if kind == "term" else None  # noqa: B023
+            train_step(laya_head, None, hs, y, a.objective, opt, 0.0, None, align)
+            times[kind].append(time.perf_counter() - start)
+    plain, with_term = (sorted(times[k])[len(times[k]) // 2] for k in ("plain", "term"))  # medians
+    say(f"term cost, {steps} steps of {a.batch_size} blocks × {a.block_size} tokens, medians: plain "
+        f"{plain:.3f} s/step, with the term {with_term:.3f} s/step (× {with_term / plain:.2f})")  # fmt: skip
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, required=True)
@@ -79,12 +115,17 @@ def main(argv=None) -> None:
     p.add_argument("--objective", default="kl")
     p.add_argument("--layer-dropout", default="0.3")
     p.add_argument("--block-size", default="128")
+    p.add_argument("--batch-size", default="128", help="blocks per batch (laya train's default 128)")
     p.add_argument("--samples", default="2000")
     p.add_argument("--exit-tokens", default="20000")
     p.add_argument("--align", default="1")
+    p.add_argument("--cost-steps", type=int, default=0, help="only time N steps without and with the term")
     a = p.parse_args(argv)
     if not (a.model / "config.json").is_file():
         say(f"skipped: no model at {a.model} (python -m benchmarks.causal_lm --out DIR makes one)")
+        return
+    if a.cost_steps:
+        step_cost(a, a.cost_steps)
         return
     rows = [run(a, v, int(s)) for s in a.seeds.split(",") for v in a.variants.split(",")]
     plain = {r["seed"]: r["train_s"] for r in rows if r["variant"] == "plain"}
