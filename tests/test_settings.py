@@ -183,7 +183,7 @@ def test_docs_options_page_is_what_the_command_line_says():
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (("--task", "lm", "--align", "1"), "--align does not apply to --task lm"),
+        (("--task", "lm", "--stop-on", "combined"), "--stop-on does not apply to --task lm"),
         (("--task", "lm", "--layer-norm", "--alpha-entropy", "0.1"), "--layer-norm, --alpha-entropy does not apply"),
         (("--task", "lm", "--tau-start", "3"), "--tau-start does not apply to --task lm"),
         (("--objective", "ce"), "--objective applies to --task lm only"),

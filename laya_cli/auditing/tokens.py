@@ -141,13 +141,21 @@ def _probabilities(head, states: Sequence[Tensor], target: Tensor) -> Tensor:
     return target_probability(logits, target.reshape(-1)).reshape(target.shape)
 
 
+def bypassed_states(backbone, x: Tensor, i: int) -> list[Tensor]:
+    """h_1..h_L (B, T, d, float32) of the blocks ``x`` with layer i bypassed at every position (its output := its
+    input, the later layers run on), without gradient: what every network-scope effect of a language model reads
+    (``_bypass_effects`` here; the per-token network alignment target, ``training/lm_align.py``)."""
+    with torch.no_grad(), autocast(x.device):
+        return [h.float() for h in backbone.bypassed_activations(x, [i])]
+
+
 def _bypass_effects(model: LensModel, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
     """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
     backbone = model.lm.backbone
     out = []
-    with torch.no_grad(), autocast(x.device):
-        for i in range(len(backbone.layer_names)):
-            states = [h.float() for h in backbone.bypassed_activations(x, [i])]
+    for i in range(len(backbone.layer_names)):
+        states = bypassed_states(backbone, x, i)
+        with torch.no_grad():
             out.append(base - _probabilities(model.laya, states, target))
     return torch.stack(out, dim=-1)
 

@@ -17,7 +17,7 @@ from .options import Quiet, Replace
 # What ``--task lm`` reads of a TrainRequest (training/lm.py: lm_request); any other option set is refused.
 LM_READS = frozenset(
     "backbone dataset text_column encoding batch_size epochs patience lr layers pretrained d_star tau "
-    "score_hidden layer_dropout seed device out".split()
+    "score_hidden layer_dropout seed device out align align_target align_loss align_scope align_removal".split()
 )
 
 
@@ -112,7 +112,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         raise LayaError("--task lm trains heads on a frozen model: --finetune does not apply")
     refuse_unread(req, TrainRequest, LM_READS, "does not apply to --task lm (a language model's heads)")
     req.head_config.validate()
-    req.train.validate()
+    align = _lm_alignment(req.train.validate())
     return LMRequest(
         backbone=req.backbone,
         dataset=req.data.name,
@@ -130,6 +130,10 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         lens_tokens=lm.lens_tokens,
         eval_tokens=lm.eval_tokens,
         layer_dropout=req.train.layer_dropout,
+        align=align.align,
+        align_target=align.align_target,
+        align_loss=align.align_loss,
+        align_scope=align.align_scope,
         seed=req.train.seed,
         device=req.train.device,
         device_map=lm.device_map,
@@ -137,6 +141,23 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         pretrained=req.pretrained is not False,
         head=req.head_config,
     )
+
+
+def _lm_alignment(train):
+    """``--align``/``--align-target`` of ``--task lm`` resolved as for classifiers (``training.defaults``: a language
+    model's kind has no default term; a target given alone is λ 1); the term is the network target's only, and a
+    language model's layers are removed by bypass."""
+    from ..runtime.errors import LayaError
+    from ..training.defaults import resolved_alignment
+    from ..training.lm_align import HEAD_TARGET
+
+    resolved = resolved_alignment(train, "hf", False, "laya")
+    if resolved.align and resolved.align_target != "network":
+        raise LayaError(HEAD_TARGET)
+    if train.align_removal not in ("auto", "bypass"):
+        raise LayaError(f"--align-removal {train.align_removal}: a language model's layers are removed by bypass "
+                        "(the default, auto, or bypass)")  # fmt: skip
+    return resolved
 
 
 def print_lm_epoch(r) -> None:

@@ -63,8 +63,10 @@ class LayaLM(Head):
         )
         self.readout = readout
 
-    def embed(self, hs: Tensor) -> Tensor:
-        """z: (N, L, d), each layer's state translated."""
+    def embed(self, hs: Tensor | Sequence[Tensor]) -> Tensor:
+        """z: (N, L, d), each layer's state translated; ``hs`` (N, L, d) or its L slices (N, d), as a classifier
+        head's r_1..r_L (``training.alignment.alignment_loss`` hands it those)."""
+        hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
         return torch.stack([t(hs[:, i]) for i, t in enumerate(self.translators)], dim=1)
 
     def attention(self, z: Tensor) -> Tensor:

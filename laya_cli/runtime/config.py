@@ -215,8 +215,9 @@ class TrainConfig:
         None,
         "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct) or network (the "
         "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
-        "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch). Default: the "
-        "kind of model's (network for the built-in mlp end to end, else head); given alone, --align is 1.",
+        "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch; --task lm: each "
+        "layer bypassed, at 16 positions of one block a batch). Default: the kind of model's (network for the "
+        "built-in mlp end to end, else head); given alone, --align is 1.",
         choices=ALIGN_TARGETS,
     )
     align_loss: str = setting(

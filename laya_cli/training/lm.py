@@ -41,6 +41,7 @@ from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
+from .lm_align import TokenAlignment, check_alignment
 from .shaping import layer_dropout_mask
 
 OBJECTIVES = ("kl", "ce")
@@ -64,6 +65,10 @@ class LMRequest:
     lens_tokens: int = LENS_TOKENS  # --lens-tokens: held-out positions its table is measured on (0: all)
     eval_tokens: int = 20_000
     layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
+    align: float = 0.0  # --align λ with --align-target network (training/lm_align.py); 0: off
+    align_target: str = "head"  # as resolved (training/defaults.py): network whenever align is on
+    align_loss: str = "rank"  # --align-loss
+    align_scope: str = "scorer"  # --align-scope
     seed: int = 1337
     device: str = "cpu"
     device_map: str | None = None  # --device-map: transformers places the frozen model (docs/lm.md)
@@ -76,7 +81,7 @@ class LMRequest:
 @dataclass
 class LMEpoch:
     epoch: int
-    loss: float  # the training objective per token (nats), LAYA and tuned lens summed
+    loss: float  # the training objective per token (nats), LAYA and tuned lens summed (and λ · the --align term)
     val_kl_bits: float
     val_ce_bits: float
     seconds: float
@@ -142,13 +147,15 @@ def train_step(
     opt,
     dropout: float,
     sample: Tensor | None = None,
+    align: Callable[[], Tensor | None] | None = None,
 ) -> float:
     """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once). The LAYA
     head reads every position through one readout each; the tuned lens (None: not trained, ``--lens logit|none``)
     reads the positions of ``sample`` (this rank's rows of ``lens_rows``; None: all), every layer of each in one
     readout call. Its loss is the mean over those positions, so a sample estimates the full batch's without bias.
     ``name``: the objective (``--objective``: kl to the model's distribution, or ce to the next token).
-    ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers."""
+    ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers.
+    ``align``: the alignment term of this batch (``lm_align.TokenAlignment``), added to the loss; None: none."""
     opt.zero_grad(set_to_none=True)
     total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
     for rows in chunks(len(targets), laya.readout.vocabulary):
@@ -171,9 +178,13 @@ def train_step(
             (loss / k).backward()
             local += float(loss.detach())
         lens_loss = all_sum([local])[0] / max(k, 1)
+    term = align() if align is not None else None
+    if term is not None:
+        term.backward()
+    align_loss = all_sum([float(term.detach()) if term is not None else 0.0])[0] if align is not None else 0.0
     sum_gradients([p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad])
     opt.step()
-    return all_sum([total])[0] / n + lens_loss
+    return all_sum([total])[0] / n + lens_loss + align_loss
 
 
 @torch.no_grad()
@@ -289,19 +300,27 @@ class ReferenceSum:
         return [r.float().cpu() for r in (all_sum_(self.total) / self.n)]
 
 
-def _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference: ReferenceSum | None) -> tuple[float, int]:
+def _epoch(
+    lm, laya, tuned, corpus, req, block, opt, epoch, reference: ReferenceSum | None, aligned: TokenAlignment | None
+) -> tuple[float, int]:
     laya.train()
     if tuned is not None:
         tuned.train()
     total, steps = 0.0, 0
     train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
     generator = torch.Generator().manual_seed(req.seed + 7919 * epoch)  # the lens's positions, alike on every rank
+    if aligned is not None:
+        aligned.start_epoch(epoch)
     for x in progress.track(train, f"epoch {epoch}"):
         sample = lens_rows(len(x), x.shape[2] - 1, req.lens_sample, generator) if tuned is not None else None
-        hs, targets = token_states(lm, my_rows(x))
+        mine = my_rows(x)
+        hs, targets = token_states(lm, mine)
         if reference is not None:
             reference.add(hs)
-        total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample)
+        align = None
+        if aligned is not None:
+            align = lambda: aligned.loss(lm.backbone, laya, mine.to(lm.input_device), hs)  # noqa: B023, E731
+        total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample, align)
         steps += 1
     if steps == 0:
         raise LayaError(f"{req.dataset}: the training text is shorter than one block of {block} tokens")
@@ -319,6 +338,7 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         raise LayaError(f"--lens-tokens must be 0 (every held-out position) or positive, got {req.lens_tokens}")
     if not 0 <= req.layer_dropout < 1:
         raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
+    check_alignment(req)
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained, task="lm")
     lm = build_language_model(spec, device_map=req.device_map)
@@ -334,9 +354,10 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     opt = torch.optim.Adam(params, lr=req.lr)
     history, best, best_state, metrics, stale = [], None, None, None, 0
     reference = ReferenceSum(req.eval_tokens)
+    aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed) if req.align else None
     for epoch in range(1, req.epochs + 1):
         start = time.perf_counter()
-        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference if epoch == 1 else None)
+        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference if epoch == 1 else None, aligned)
         held_out = batches(lm, corpus, "test", block, req.batch_size)
         val = evaluate(lm, laya, tuned, held_out, req.eval_tokens, req.lens, req.lens_tokens)
         score = val["heads"]["laya"][req.objective]
@@ -371,7 +392,10 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
 def train_config(req: LMRequest) -> dict:
     """The training options a checkpoint records (``train_config``; ``laya bench --task lm`` reuses a checkpoint
     whose record matches)."""
-    return {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")} | {"out": str(req.out)}
+    config = {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")}
+    if not config["align"]:  # no term: recorded as before it existed (an older record still compares equal)
+        config = {k: v for k, v in config.items() if not k.startswith("align")}
+    return config | {"out": str(req.out)}
 
 
 def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, history, metrics, reference) -> dict:

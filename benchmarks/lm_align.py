@@ -1,0 +1,155 @@
+"""``--align λ --align-target network`` on a causal language model, side by side with the plain head: per-token
+network-scope faithfulness of α against AtP and Grad×Act, effective layers, held-out CE, the early-exit table.
+
+    python -m benchmarks.lm_align --model DIR --corpus DIR [--out DIR] [--variants plain,rank,both] [--seeds 1337]
+                                  [--epochs 1] [--batch-size 128] [--objective kl] [--layer-dropout 0.3]
+                                  [--samples 2000]
+                                  [--exit-tokens 20000] [--align 1]
+
+DIR is a ``save_pretrained`` causal LM (``python -m benchmarks.causal_lm``) and its corpus (train.txt/test.txt).
+Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (plain; ``rank``/``both``: ``--align λ
+--align-target network --align-loss rank|both``) → ``info --json`` → ``audit --scope both --compare
+laya,gradxact,atp`` → ``depth``. A run whose checkpoint exists is reused (its seconds then read "reused"). Printed:
+one row per run, the train-time ratio to the plain run of its seed, then the goals: α's network
+faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and ahead of the confidence exit.
+``--cost-steps N`` instead times N training steps without and with the term on the same batches, interleaved
+(``step_cost``: the term's cost, free of the load a shared machine puts on whole runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .say import say
+
+VARIANTS = {"plain": (), "rank": ("--align-loss", "rank"), "both": ("--align-loss", "both")}
+
+
+def laya(*args: str) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "laya_cli", *args], capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"laya {args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def run(a, variant: str, seed: int) -> dict:
+    out = a.out / f"{variant}-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt, info, audit, depth = (out / n for n in ("lm.pt", "info.json", "audit.json", "depth.json"))
+    align = () if variant == "plain" else ("--align", a.align, "--align-target", "network", *VARIANTS[variant])
+    seconds = None
+    if not ckpt.is_file():
+        seconds = laya("train", "--task", "lm", "--backbone", f"hf:{a.model}", "--dataset", f"text:{a.corpus}",
+                       "--epochs", a.epochs, "--objective", a.objective, "--layer-dropout", a.layer_dropout,
+                       "--block-size", a.block_size, "--batch-size", a.batch_size, "--seed", str(seed), *align,
+                       "--out", str(ckpt), "--quiet")  # fmt: skip
+    info.write_text(subprocess.run([sys.executable, "-m", "laya_cli", "info", str(ckpt), "--json"],
+                                   capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    if not audit.is_file():
+        laya("audit", str(ckpt), "--scope", "both", "--compare", "laya,gradxact,atp", "--samples", a.samples,
+             "--json", str(audit), "--quiet")  # fmt: skip
+    if not depth.is_file():
+        laya("depth", str(ckpt), "--samples", a.exit_tokens, "--json", str(depth))
+    meta, doc, exits = (json.loads(f.read_text()) for f in (info, audit, depth))
+    net = doc["network"]["methods"]
+    best = exits["best"]
+    saving = lambda p: (best.get(p) or {}).get("saving", 0.0)  # noqa: E731
+    return {
+        "variant": variant, "seed": seed, "train_s": seconds,
+        "ce": meta["metrics"]["heads"]["laya"]["ce"], "model_ce": meta["metrics"]["heads"]["last"]["ce"],
+        "alpha_last": meta["metrics"]["layers"][-1]["alpha"],
+        "effective": (doc.get("alpha_collapse") or {}).get("effective_layers_mean"),
+        **{f"net_{m}": net[m]["faithfulness"] for m in ("laya", "atp", "gradxact")},
+        "head_laya": doc["methods"]["laya"]["faithfulness"],
+        "exit_alpha": saving("alpha_mass"), "exit_pmax": saving("p_max"), "exit_oracle": exits["oracle"]["saving"],
+    }  # fmt: skip
+
+
+def step_cost(a, steps: int) -> None:
+    """Seconds per training step without and with the term on the same batches, interleaved (plain, term, plain,
+    …, so a shared machine's load falls on both alike): the term's cost, measured in-process."""
+    import torch
+
+    from laya_cli.backbones.causal import build_language_model
+    from laya_cli.backbones.spec import BackboneSpec
+    from laya_cli.data.corpus import open_corpus
+    from laya_cli.features.positions import batches, token_states
+    from laya_cli.model.lenses import LayaLM
+    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.training.lm import train_step
+    from laya_cli.training.lm_align import TokenAlignment
+
+    lm = build_language_model(BackboneSpec(f"hf:{a.model}", pretrained=True, task="lm"))
+    torch.manual_seed(0)
+    laya_head = LayaLM(lm.num_layers, int(lm.readout.unembedding.weight.shape[1]), lm.readout, HeadConfig())
+    opt = torch.optim.Adam([q for q in laya_head.parameters() if q.requires_grad], lr=3e-4)
+    term = TokenAlignment(1.0, "scorer", "rank", 0)
+    times = {"plain": [], "term": []}
+    source = batches(lm, open_corpus(str(a.corpus)), "train", int(a.block_size), int(a.batch_size), seed=0)
+    for _, x in zip(range(steps), source):
+        for kind in ("plain", "term"):
+            start = time.perf_counter()
+            hs, y = token_states(lm, x)
+            align = (lambda: term.loss(lm.backbone, laya_head, x, hs)) if kind == "term" else None  # noqa: B023
+            train_step(laya_head, None, hs, y, a.objective, opt, 0.0, None, align)
+            times[kind].append(time.perf_counter() - start)
+    plain, with_term = (sorted(times[k])[len(times[k]) // 2] for k in ("plain", "term"))  # medians
+    say(f"term cost, {steps} steps of {a.batch_size} blocks × {a.block_size} tokens, medians: plain "
+        f"{plain:.3f} s/step, with the term {with_term:.3f} s/step (× {with_term / plain:.2f})")  # fmt: skip
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--corpus", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=Path("lm-align"))
+    p.add_argument("--variants", default="plain,rank,both")
+    p.add_argument("--seeds", default="1337")
+    p.add_argument("--epochs", default="1")
+    p.add_argument("--objective", default="kl")
+    p.add_argument("--layer-dropout", default="0.3")
+    p.add_argument("--block-size", default="128")
+    p.add_argument("--batch-size", default="128", help="blocks per batch (laya train's default 128)")
+    p.add_argument("--samples", default="2000")
+    p.add_argument("--exit-tokens", default="20000")
+    p.add_argument("--align", default="1")
+    p.add_argument("--cost-steps", type=int, default=0, help="only time N steps without and with the term")
+    a = p.parse_args(argv)
+    if not (a.model / "config.json").is_file():
+        say(f"skipped: no model at {a.model} (python -m benchmarks.causal_lm --out DIR makes one)")
+        return
+    if a.cost_steps:
+        step_cost(a, a.cost_steps)
+        return
+    rows = [run(a, v, int(s)) for s in a.seeds.split(",") for v in a.variants.split(",")]
+    plain = {r["seed"]: r["train_s"] for r in rows if r["variant"] == "plain"}
+    f = lambda x, spec="{:.3f}": "—" if x is None else spec.format(x)  # noqa: E731
+    say(
+        "| variant | seed | train s (× plain) | held-out CE bits | α on last | effective layers | network faith α "
+        "| AtP | Grad×Act | head faith α | α-exit saved ≤1 % CE | p_max-exit saved | oracle |"
+    )
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = r["train_s"] / plain[r["seed"]] if r["train_s"] and plain.get(r["seed"]) else None
+        train = "reused" if r["train_s"] is None else f"{r['train_s']:.0f} ({f(ratio, '{:.2f}')}×)"
+        say(f"| {r['variant']} | {r['seed']} | {train} | {r['ce']:.3f} | {r['alpha_last']:.3f} | "
+            f"{f(r['effective'], '{:.2f}')} | {f(r['net_laya'])} | {f(r['net_atp'])} | {f(r['net_gradxact'])} | "
+            f"{f(r['head_laya'])} | {100 * r['exit_alpha']:.1f} % | {100 * r['exit_pmax']:.1f} % | "
+            f"{100 * r['exit_oracle']:.1f} % |")  # fmt: skip
+    say("goals:")
+    for r in rows:
+        faithful = r["net_laya"] is not None and r["net_atp"] is not None and r["net_laya"] >= r["net_atp"]
+        exits = r["exit_alpha"] >= 0.20 and r["exit_alpha"] > r["exit_pmax"]
+        say(f"  {r['variant']} seed {r['seed']}: α network faithfulness ≥ AtP's {'met' if faithful else 'MISSED'}; "
+            f"α-exit ≥ 20 % at ≤ 1 % CE and ahead of p_max {'met' if exits else 'MISSED'}")  # fmt: skip
+    (a.out / "summary.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""``laya train --task lm --align λ --align-target network``: α per token fitted to the network-scope effects
+(training/lm_align.py) — the target checked against the audit's own network scope, the run recorded and
+deterministic, the refusals one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from laya_cli.features.positions import token_states
+from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.lenses import lens_model_from_checkpoint
+from laya_cli.runtime.errors import LayaError
+from laya_cli.training import lm_align
+from laya_cli.training.lm import LMRequest, train_lm
+from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return make_lm_folder(tmp_path_factory.mktemp("lm"), sentences(150), 110)
+
+
+def _request(lm_dir, out, **kw) -> LMRequest:
+    base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300, lens="none", seed=3)
+    return LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
+
+
+@pytest.fixture(scope="module")
+def aligned(lm_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("aligned") / "lm.pt"
+    return train_lm(_request(lm_dir, out, align=1.0, align_target="network", align_loss="both")), out
+
+
+def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned):
+    """The training target at sampled positions of a block against ``laya audit --scope network``'s Δ there (its
+    own states, its own bypass passes, every position of the block at once)."""
+    from laya_cli.auditing.tokens import token_data, token_network
+    from laya_cli.runtime.config import AuditSettings
+
+    _, path = aligned
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    data = token_data(model, None, 45, 3)  # 3 blocks of 15 predicted positions
+    net = token_network(model, data, ["laya", "atp"], AuditSettings(ci=0.0).validate())
+    delta = net.samples["delta"]
+    block = torch.cat(data.blocks)
+    per_block = block.shape[2] - 1
+    for b, positions in ((0, torch.tensor([0, 3, 7, 14])), (2, torch.arange(per_block))):
+        x = block[b : b + 1]
+        hs, _ = token_states(model.lm, x)
+        feats, target, got = lm_align.network_target(model.lm.backbone, model.laya, x, hs[positions], positions)
+        rows = b * per_block + positions
+        assert got.shape == (len(positions), model.lm.num_layers)
+        assert torch.equal(target, net.samples["predicted"][rows])
+        assert got.abs().max() > 1e-4  # the layers move p_ŷ: the comparison is not of zeros
+        torch.testing.assert_close(got, delta[rows], atol=1e-5, rtol=1e-4)
+
+
+def test_the_sampled_positions_are_seeded_and_within_one_block():
+    draw = lambda seed: lm_align.sampled_positions(8, 127, 16, torch.Generator().manual_seed(seed))  # noqa: E731
+    (b, p), (b2, p2) = draw(0), draw(0)
+    assert b == b2 and torch.equal(p, p2) and 0 <= b < 8
+    assert len(p) == 16 and len(set(p.tolist())) == 16 and int(p.max()) < 127
+    assert len(lm_align.sampled_positions(2, 5, 16, torch.Generator().manual_seed(0))[1]) == 5  # all of a short block
+
+
+def test_a_run_with_the_term_trains_records_it_and_is_deterministic(aligned, lm_dir, tmp_path):
+    ckpt, path = aligned
+    config = ckpt["train_config"]
+    assert (config["align"], config["align_target"], config["align_loss"], config["align_scope"]) == (
+        1.0, "network", "both", "scorer")  # fmt: skip
+    again = train_lm(_request(lm_dir, tmp_path / "again.pt", align=1.0, align_target="network", align_loss="both"))
+    for k, v in ckpt["head"]["weights"].items():
+        assert torch.equal(v, again["head"]["weights"][k]), k
+    plain = train_lm(_request(lm_dir, tmp_path / "plain.pt"))
+    assert not any(k.startswith("align") for k in plain["train_config"])  # no term: recorded as before
+    assert plain["history"][0]["loss"] != ckpt["history"][0]["loss"]  # the term is in the loss
+    differs = [not torch.equal(v, plain["head"]["weights"][k]) for k, v in ckpt["head"]["weights"].items()]
+    assert any(differs)
+    shown = invoke("info", path).output
+    assert "--align 1" in shown and "--align-target network" in shown and "--align-loss both" in shown
+
+
+def test_the_cli_trains_with_the_term_and_a_target_given_alone_is_lambda_1(lm_dir, tmp_path):
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}",
+               "--dataset", f"text:{lm_dir / 'corpus'}", "--epochs", "1", "--block-size", "16",
+               "--eval-tokens", "200", "--lens", "none",
+               "--align-target", "network", "--out", out, "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    config = json.loads(invoke("info", out, "--json").stdout)["train_config"]
+    assert config["align"] == 1.0 and config["align_target"] == "network" and config["align_loss"] == "rank"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--align", "1"], "--align-target network"),
+        (["--align", "1", "--align-target", "head"], "not built per token"),
+        (["--align", "-1", "--align-target", "network"], "--align"),
+        (["--align", "nan", "--align-target", "network"], "--align"),
+        (["--align", "0", "--align-target", "network"], "--align 0"),
+        (["--align-loss", "both"], "--align 1"),
+        (["--align", "1", "--align-target", "network", "--align-removal", "mean"], "bypass"),
+        (["--align", "1", "--align-target", "network", "--align-loss", "mse"], "--align-loss"),
+    ],
+)
+def test_bad_alignment_options_are_one_line_and_write_nothing(lm_dir, tmp_path, args, fragment):
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}",
+               "--dataset", f"text:{lm_dir / 'corpus'}", "--epochs", "1", *args, "--out", out, "--quiet")  # fmt: skip
+    assert_user_error(r, fragment)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        ({"align": 1.0}, "--align-target network"),
+        ({"align": float("nan"), "align_target": "network"}, "--align"),
+        ({"align": -0.5, "align_target": "network"}, "--align"),
+        ({"align_target": "network"}, "--align 1"),
+    ],
+)
+def test_the_python_api_checks_the_same(lm_dir, tmp_path, kw, fragment):
+    with pytest.raises(LayaError, match=fragment):
+        train_lm(_request(lm_dir, tmp_path / "m.pt", **kw))
+    assert not (tmp_path / "m.pt").exists()
