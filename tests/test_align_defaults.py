@@ -20,6 +20,9 @@ from laya_cli.training.defaults import resolved_alignment, resolved_request
         ("mlp", False, "laya", {}, (0.0, "head")),  # frozen: not measured to pay, so no term
         ("cnn", True, "laya", {}, (0.0, "head")),  # the CNN's stage effects tie: the term learns nothing
         ("timm:vit_base_patch16_224", False, "laya", {}, (0.0, "head")),
+        ("hf:sentence-transformers/all-MiniLM-L6-v2", False, "laya", {}, (1.0, "network")),  # frozen transformer
+        ("hf:bert-base-uncased", True, "laya", {}, (0.0, "head")),  # fine-tuned: not measured
+        ("hf:bert-base-uncased", False, "scalarmix", {}, (0.0, "head")),
         ("mlp", True, "last", {}, (0.0, "head")),  # no α, no term
         ("mlp", True, "laya", {"align": 0.0}, (0.0, "head")),  # --align 0 turns the default off
         ("mlp", True, "laya", {"align": 0.3}, (0.3, "network")),  # a λ alone: the kind's target
@@ -33,6 +36,27 @@ def test_the_kind_of_model_decides_what_is_not_given(backbone, finetune, head, g
     assert (got.align, got.align_target) == want
     again = resolved_alignment(got, backbone, finetune, head)  # resolving twice changes nothing
     assert (again.align, again.align_target) == want
+
+
+@pytest.mark.parametrize(
+    "backbone, given, pool, want",
+    [
+        ("hf:m", {}, "mean", "both"),  # mean pooling: ranking + distillation keeps the accuracy
+        ("hf:m", {}, "cls", "rank"),  # one token pooled: distillation costs accuracy
+        ("hf:m", {}, "last", "rank"),
+        ("hf:m", {"align_loss": "distill"}, "mean", "distill"),  # given: kept
+        ("hf:m", {"align_target": "head"}, "mean", "rank"),  # not the kind's term: the plain ranking
+        ("hf:m", {"align": 0.0}, "mean", "rank"),  # no term
+        ("mlp", {}, "auto", "rank"),
+    ],
+)
+def test_the_align_loss_follows_the_pooling(backbone, given, pool, want):
+    train = TrainConfig(**given).validate()
+    early = resolved_alignment(train, backbone, False if backbone.startswith("hf") else True, "laya")
+    if not given:
+        assert early.align_loss is None  # before the backbone is built its pooling is not known
+    got = resolved_alignment(early, backbone, False if backbone.startswith("hf") else True, "laya", pool)
+    assert got.align_loss == want
 
 
 def test_a_removal_for_a_target_that_is_not_network_is_one_line():
@@ -146,3 +170,15 @@ def test_the_source_is_recorded_but_not_fingerprinted():
     assert resolved_request(TrainRequest()).train.align_source == "default"
     assert resolved_request(given).train.align_source == "given"
     assert resolved_request(TrainRequest()).fingerprint() == resolved_request(given).fingerprint()
+
+
+def test_a_frozen_hf_transformer_trains_with_its_default_term(text_ckpt):
+    """conftest's tiny BERT, frozen, --pool mean, no alignment option: the kind's term for that pooling."""
+    cfg = torch.load(text_ckpt.ckpt, weights_only=False)["train_config"]
+    assert (cfg["align"], cfg["align_target"], cfg["align_loss"], cfg["align_source"]) == (
+        1.0,
+        "network",
+        "both",
+        "default",
+    )
+    assert cfg["align_removal"] == "bypass"  # BERT's layers keep their input's shape

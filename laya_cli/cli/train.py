@@ -151,7 +151,7 @@ def _lm_alignment(train):
     from ..training.defaults import resolved_alignment
     from ..training.lm_align import HEAD_TARGET
 
-    resolved = resolved_alignment(train, "hf", False, "laya")
+    resolved = resolved_alignment(train, "lm", False, "laya", pool="last")  # a kind without a default term
     if resolved.align and resolved.align_target != "network":
         raise LayaError(HEAD_TARGET)
     if train.align_removal not in ("auto", "bypass"):

@@ -201,7 +201,8 @@ class TrainConfig:
         None,
         "λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
         "heads; 0 = off). Default: per kind of model, from the measurements in docs/results/network-alignment.md "
-        "(1 with --align-target network for the built-in mlp trained end to end; 0 elsewhere); recorded resolved.",
+        "(1 with --align-target network for the built-in mlp trained end to end and for a frozen Hugging Face "
+        "transformer; 0 elsewhere); recorded resolved.",
         minimum=0,
         rule="0 (off) or positive",
     )
@@ -215,16 +216,18 @@ class TrainConfig:
         None,
         "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct) or network (the "
         "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
-        "a frozen backbone's removals are computed once per run, end to end on 32 rows of every batch; --task lm: each "
-        "layer bypassed, at 16 positions of one block a batch). Default: the kind of model's (network for the "
-        "built-in mlp end to end, else head); given alone, --align is 1.",
+        "a frozen backbone's removals are computed once per run, for a share of its rows; end to end on 32 rows of "
+        "every batch; --task lm: each layer bypassed, at 16 positions of one block a batch). Default: the kind of "
+        "model's (network for the built-in mlp end to end and a frozen hf: transformer, else head); given alone, "
+        "--align is 1.",
         choices=ALIGN_TARGETS,
     )
-    align_loss: str = setting(
-        "rank",
+    align_loss: str | None = setting(
+        None,
         "How --align fits α to the effects: rank (RankNet's pairwise loss: their order), distill (cross-entropy to "
-        "softmax(Δ / 0.1): their sizes too) or both (the two summed; docs/results/network-alignment.md compares "
-        "them).",
+        "softmax(Δ / 0.1): their sizes too) or both (the two summed). Default: the kind of model's (both for a "
+        "frozen Hugging Face transformer with mean pooling, else rank; docs/results/network-alignment.md); "
+        "recorded resolved.",
         choices=ALIGN_LOSSES,
     )
     align_removal: str = setting(
@@ -289,7 +292,7 @@ class TrainConfig:
     LATER = {
         "align_target": "head",  # align and align_target as resolved (training/defaults.py) for no term
         "align_removal": "auto",
-        "align_loss": "rank",
+        "align_loss": None,  # resolved by the job, with the backbone's pooling (training/defaults.py)
         "align": 0.0,
         "align_scope": "scorer",
         "stop_on": "accuracy",

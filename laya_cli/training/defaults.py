@@ -19,31 +19,51 @@ from ..runtime.errors import LayaError
 class AlignDefault:
     align: float
     target: str
+    losses: tuple[tuple[str, str], ...] = ()  # (pooling, --align-loss) where it is not rank
+
+    def loss(self, pool: str | None) -> str:
+        return dict(self.losses).get(pool or "", "rank")
 
 
 OFF = AlignDefault(0.0, "head")
 
-# (backbone, trained end to end) -> the term. The built-in MLP end to end (make demo): α ranked against the
-# network-scope effects reads the network (faithfulness 0.98 against AtP's 0.89, 1.8 effective layers instead of a
-# collapse onto one) for about 0.7 pp of digits accuracy (intervals overlap). The built-in CNN is not listed:
-# removing any of its stages takes p_ŷ to about chance, so the effects tie and the term learns nothing.
+# (kind of backbone, trained end to end) -> the term; the kind is the built-in's name, or a hub model's family.
+# - The built-in MLP end to end (make demo): α ranked against the network-scope effects reads the network
+#   (faithfulness 0.98 against AtP's 0.89, 1.8 effective layers instead of a collapse onto one) for about 0.7 pp of
+#   digits accuracy (intervals overlap).
+# - A frozen Hugging Face transformer (pretrained MiniLM and SmolLM2-135M): without the term α collapses onto one
+#   layer and its network faithfulness is about 0; with it α is about as faithful as AtP. With mean pooling the
+#   ranking loss alone costs accuracy (−1.6 pp on MiniLM) and ranking + distillation does not (−0.15 pp); with
+#   one token pooled (cls, a decoder's last) distillation costs accuracy (−2.5 pp) and ranking alone gains it.
+# The built-in CNN is not listed: removing any of its stages takes p_ŷ to about chance, so the effects tie and the
+# term learns nothing. timm/torchvision models are not measured frozen with pretrained weights (none offline).
 ALIGN_DEFAULTS: dict[tuple[str, bool], AlignDefault] = {
     ("mlp", True): AlignDefault(1.0, "network"),
+    ("hf", False): AlignDefault(1.0, "network", (("mean", "both"),)),
 }
+
+
+def kind_of(backbone: str) -> str:
+    """What a default is chosen for: a built-in by its name, a hub model by its family (``hf:NAME`` -> hf)."""
+    prefix, sep, _ = backbone.partition(":")
+    return prefix if sep else backbone
 
 
 def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
     """The term a ``head`` on ``backbone`` (trained end to end or not) gets by default; OFF without α."""
     if head.lower() != "laya":
         return OFF
-    return ALIGN_DEFAULTS.get((backbone, bool(finetune)), OFF)
+    return ALIGN_DEFAULTS.get((kind_of(backbone), bool(finetune)), OFF)
 
 
-def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: str) -> TrainConfig:
+def resolved_alignment(
+    train: TrainConfig, backbone: str, finetune: bool, head: str, pool: str | None = None
+) -> TrainConfig:
     """``train`` with ``align`` and ``align_target`` resolved: the kind's default for what is None; a target given
     alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the head's.
     ``align_source`` says "default" where neither was given and the kind has a term (it may then be dropped with
-    a note where it cannot run: ``job._network_alignment``)."""
+    a note where it cannot run: ``job._network_alignment``). ``align_loss`` None is resolved once the backbone's
+    ``pool`` is known (the job's; None: left for it), to the kind's loss for that pooling (rank without a term)."""
     kind = kind_default(backbone, finetune, head)
     align, target = train.align, train.align_target
     if align is None:
@@ -53,12 +73,15 @@ def resolved_alignment(train: TrainConfig, backbone: str, finetune: bool, head: 
     source = "default" if train.align is None and train.align_target is None and kind.align else train.align_source
     if not align:
         target = "head"  # no term: nothing to rank against
-    if not align and train.align_loss != "rank":
+    if not align and train.align_loss not in (None, "rank"):
         raise LayaError(f"--align-loss {train.align_loss} says how --align fits α: this run has no alignment term "
                         "(--align 0, or the kind's default of none): add --align 1")  # fmt: skip
     if train.align_removal != "auto" and target != "network":
         raise LayaError("--align-removal says how --align-target network removes a block: add --align-target network")
-    return replace(train, align=float(align), align_target=target, align_source=source)
+    loss = train.align_loss
+    if loss is None and (pool is not None or not align):
+        loss = kind.loss(pool) if align and target == kind.target else "rank"
+    return replace(train, align=float(align), align_target=target, align_source=source, align_loss=loss)
 
 
 def resolved_request(req: TrainRequest) -> TrainRequest:

@@ -79,7 +79,8 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
     """Train the job's head on ``data`` and return the checkpoint of the trained model. Backbone passes run at
     ``job.train.precision``, recorded resolved (bf16 or fp32) in the checkpoint's ``train_config``, as are
     ``--align`` and ``--align-target`` (the kind of model's default where not given: ``defaults.py``)."""
-    job = replace(job, train=resolved_alignment(job.train, job.spec.name, job.spec.finetune, job.head))
+    pool = job.spec.pool or ""  # resolved (--pool auto: the family's or the model's own)
+    job = replace(job, train=resolved_alignment(job.train, job.spec.name, job.spec.finetune, job.head, pool))
     dev = job.train.device
     recorded: dict = {}  # the removal a network alignment target resolved to (auto: bypass or mean)
     with precision(check_precision(job.train.precision, dev)):
