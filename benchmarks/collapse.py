@@ -97,6 +97,10 @@ def request(case: Case, head: str, options: dict, seed: int, out: Path):
 
     head_options = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
     train_options = {k: v for k, v in options.items() if k not in HEAD_OPTIONS}
+    # issue 36's variants, as measured then: no term unless one is named, and --align against the head's effects
+    # (laya's defaults now give some kinds a network term: benchmarks.network_alignment measures those)
+    train_options = {"align": 0.0, **train_options}
+    train_options.setdefault("align_target", "head" if train_options["align"] else None)
     return TrainRequest(
         backbone=case.backbone,
         head=head,

@@ -28,12 +28,13 @@ Cases:
           ``--pool auto`` (a decoder's last real token); removal ``bypass``. Only where ``$LAYA_SMOLLM2`` names the
           cache ``python -m benchmarks.causal_lm --pretrained CACHE`` filled.
   smollm2-mean  the same with ``--pool mean``.
-Variants: ``plain`` (``--align 0``), ``head`` (λ 1, the head's effects), ``net`` (λ 1, the network's), ``net-3``,
-``net-0.3`` (λ 3, 0.3), ``net-all`` / ``net-32`` (as ``net``, a frozen backbone caching every training row's removals
-(the code before the share) or a share of 32 rows a batch instead of the default's 16), ``net-distill`` (as
-``net``, ``--align-loss distill``: α distilled to softmax(Δᴺ / 0.1) by cross-entropy instead of ranked;
-``net-both``: ``--align-loss both``, the two summed),
-``+ln`` / ``+ent``
+Variants: ``default`` (laya's defaults for the kind: ``training/defaults.py``), ``plain`` (``--align 0``), ``head``
+(λ 1, the head's effects), ``net`` (λ 1, the network's, ranked: every variant that names λ ranks unless it names
+another ``--align-loss``), ``both`` (λ 1 each: the head's and the network's terms summed; ``both-3``,
+``both-0.3``: λ 3, 0.3), ``net-3``, ``net-0.3`` (λ 3, 0.3), ``net-all`` / ``net-32`` (as ``net``, a frozen
+backbone caching every training row's removals (the code before the share) or a share of 32 rows a batch instead of
+the default's 16), ``net-distill`` (as ``net``, ``--align-loss distill``: α distilled to softmax(Δᴺ / 0.1) by
+cross-entropy instead of ranked; ``net-both``: ``--align-loss both``, the two summed), ``+ln`` / ``+ent``
 (``--layer-norm``, ``--alpha-entropy 0.3``).
 Runs are kept in ``--out`` and reused; ``--kept`` prints the tables from kept runs only.
 """
@@ -53,18 +54,22 @@ import torch
 
 CACHE = "cache"  # not a TrainConfig field: a frozen backbone caches the removals of this many rows a batch
 VARIANTS: dict[str, dict] = {
-    "plain": {},
-    "head": {"align": 1.0},
+    "default": {},  # laya's defaults for the kind (training/defaults.py)
+    "plain": {"align": 0.0},  # --align 0: without it a kind with a default term would train with it
+    "head": {"align": 1.0, "align_target": "head"},  # named: λ alone takes the kind's target
     "net": {"align": 1.0, "align_target": "network"},
+    "both": {"align": 1.0, "align_target": "both"},  # the head's and the network's terms, λ 1 each
+    "both-3": {"align": 3.0, "align_target": "both"},
+    "both-0.3": {"align": 0.3, "align_target": "both"},
     "net-3": {"align": 3.0, "align_target": "network"},
     "net-0.3": {"align": 0.3, "align_target": "network"},
     "net-all": {"align": 1.0, "align_target": "network", CACHE: 10**9},  # frozen: every row's removals cached
     "net-32": {"align": 1.0, "align_target": "network", CACHE: 32},  # frozen: a share of 32 rows a batch
     "net-distill": {"align": 1.0, "align_target": "network", "align_loss": "distill"},  # softmax(Δᴺ / 0.1) as target
     "net-both": {"align": 1.0, "align_target": "network", "align_loss": "both"},  # the ranking loss + distillation
-    "head+ln": {"align": 1.0, "layer_norm": True},
+    "head+ln": {"align": 1.0, "align_target": "head", "layer_norm": True},
     "net+ln": {"align": 1.0, "align_target": "network", "layer_norm": True},
-    "head+ent": {"align": 1.0, "alpha_entropy": 0.3},
+    "head+ent": {"align": 1.0, "align_target": "head", "alpha_entropy": 0.3},
     "net+ent": {"align": 1.0, "align_target": "network", "alpha_entropy": 0.3},
 }
 HEAD_OPTIONS = ("layer_norm",)
@@ -182,6 +187,8 @@ def request(case: Case, options: dict, seed: int, out: Path):
 
     head = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
     train = {k: v for k, v in options.items() if k not in (*HEAD_OPTIONS, CACHE)}
+    if train.get("align"):  # a variant is what it names: the ranking loss unless it says otherwise
+        train.setdefault("align_loss", "rank")
     return TrainRequest(
         backbone=case.backbone,
         head="laya",

@@ -182,3 +182,17 @@ def test_a_frozen_hf_transformer_trains_with_its_default_term(text_ckpt):
         "default",
     )
     assert cfg["align_removal"] == "bypass"  # BERT's layers keep their input's shape
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--align-target", "both", "--head", "concat"], "--align-target needs input-conditioned attention"),
+        (["--align-target", "both", "--align", "0"], "--align-target both says what --align trains α against"),
+        (["--align-target", "both", "--task", "lm"], "--align for --task lm fits α to the network-scope effects"),
+    ],
+)
+def test_the_both_target_where_it_cannot_run_is_one_line(tmp_path, extra, fragment):
+    r = invoke("train", "--dataset", "digits", *extra, "--out", tmp_path / "m.pt")
+    assert_user_error(r, fragment)
+    assert list(tmp_path.iterdir()) == []

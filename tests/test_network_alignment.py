@@ -144,11 +144,55 @@ def test_training_with_the_network_target_runs_and_is_recorded(tmp_path, finetun
     assert result.network.methods["laya"].defined > 0
 
 
+def test_the_both_target_is_the_network_term_plus_the_heads_own(digits_ckpt):
+    """``align_target="both"``: on one batch, the network term (cached removals) + the head's own term (its
+    leave-one-layer-out effects under r̄), λ each: the sum of the two terms built alone, gradients too."""
+    from laya_cli.training.alignment import Alignment
+
+    model = load_model(digits_ckpt)
+    data, x = _batch(model, 16)
+    net = NetworkScope(model.backbone.eval(), model.head.eval(), network_reference(model, "mean"), ablation="mean")
+    feats = [f.detach() for f in net.pooled(net.activations(x))]
+    removed, rows, head = frozen_removals(net, data.images, "cpu"), torch.arange(16), model.head
+    logits = head(feats).logits
+    reference = [f.mean(0) for f in feats]
+    both = NetworkAlignment(0.5, net, removed, rows=rows)
+    both.head_term = Alignment(0.5, reference)
+    alone = NetworkAlignment(0.5, net, removed, rows=rows).loss(head, feats, logits, rows=rows)
+    own = Alignment(0.5, reference).loss(head, feats, logits)
+    got = both.loss(head, feats, logits, rows=rows)
+    assert own.item() > 0 and alone.item() > 0
+    torch.testing.assert_close(got, alone + own, rtol=0, atol=1e-7)
+    params = [p for p in head.parameters() if p.requires_grad]
+    g = torch.autograd.grad(got, params, allow_unused=True)
+    w = torch.autograd.grad(alone + own, params, allow_unused=True)
+    for a, b in zip(g, w):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+    state = both.state_dict()  # --resume keeps the head term's running mean (end to end) beside the network's
+    assert "head_term" in state
+    again = NetworkAlignment(0.5, net, removed, rows=rows)
+    again.head_term = Alignment(0.5)
+    again.load_state_dict({**state, "head_term": {"reference": reference}})
+    assert all(torch.equal(a, b) for a, b in zip(again.head_term.reference, reference))
+
+
+@pytest.mark.parametrize("finetune", [None, False], ids=["end-to-end", "frozen"])
+def test_training_with_both_targets_runs_and_is_recorded(tmp_path, finetune):
+    both = _train(tmp_path, "both", finetune=finetune, align_target="both", epochs=2)
+    net = _train(tmp_path, "net", finetune=finetune, align_target="network", epochs=2)
+    assert both["train_config"]["align_target"] == "both" and both["train_config"]["align_removal"] == "mean"
+    assert any(not torch.equal(v, net["head"]["weights"][k]) for k, v in both["head"]["weights"].items())
+    assert both["metrics"]["alpha_collapse"]["trained_against"] == "both"
+
+
 @pytest.mark.parametrize(
     "keywords, fragment",
     [
         ({"align_target": "everything"}, "--align-target"),
         ({"align_target": "network", "align": 0.0}, "--align-target network says what --align trains"),
+        ({"align_target": "both", "align": 0.0}, "--align-target both says what --align trains"),
         ({"align_target": "network", "align_removal": "bypass"}, "needs a block whose output has its input's shape"),
     ],
 )

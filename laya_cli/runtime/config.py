@@ -181,7 +181,8 @@ class HeadConfig:
         return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
 
 
-ALIGN_TARGETS = ("head", "network")  # --align-target (training/network_target.py)
+ALIGN_TARGETS = ("head", "network", "both")  # --align-target (training/network_target.py)
+NETWORK_TARGETS = ("network", "both")  # the targets that remove blocks inside the network (both: head's too)
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
 ALIGN_LOSSES = ("rank", "distill", "both")  # --align-loss (training/alignment.py)
 ALIGN_SOURCES = ("given", "default")  # TrainConfig.align_source (training/defaults.py)
@@ -214,10 +215,11 @@ class TrainConfig:
     )
     align_target: str | None = setting(
         None,
-        "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct) or network (the "
+        "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct), network (the "
         "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
         "a frozen backbone's removals are computed once per run, for a share of its rows; end to end on 32 rows of "
-        "every batch; --task lm: each layer bypassed, at 16 positions of one block a batch). Default: the kind of "
+        "every batch; --task lm: each layer bypassed, at 16 positions of one block a batch) or both (the two terms "
+        "summed, λ each; not --task lm). Default: the kind of "
         "model's (network for the built-in mlp end to end and a frozen hf: transformer, else head); given alone, "
         "--align is 1.",
         choices=ALIGN_TARGETS,
@@ -304,8 +306,10 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         check_fields(self)
-        if self.align_target == "network" and self.align == 0:
-            raise LayaError("--align-target network says what --align trains α against: not with --align 0")
+        if self.align_target in NETWORK_TARGETS and self.align == 0:
+            raise LayaError(
+                f"--align-target {self.align_target} says what --align trains α against: not with --align 0"
+            )
         if self.align_removal != "auto" and self.align_target == "head":
             raise LayaError(
                 "--align-removal says how --align-target network removes a block: add --align-target network"
@@ -479,7 +483,7 @@ def check_alpha_options(train: TrainConfig, head: str) -> None:
     """The training options that act on α, for the head that has it: ``--align``, ``--stop-on combined``,
     ``--alpha-entropy`` and ``--tau-start`` on the input-conditioned attention of a laya head, ``--layer-dropout``
     on laya and scalarmix. One line naming the option, before any data is loaded (``laya train``, ``fit``)."""
-    if (train.align or train.align_target == "network") and head.lower() != "laya":
+    if (train.align or train.align_target in NETWORK_TARGETS) and head.lower() != "laya":
         option = "--align" if train.align else "--align-target"
         raise LayaError(f"{option} needs input-conditioned attention α: --head laya (not {head})")
     if train.stop_on == "combined" and head.lower() != "laya":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import backbones as bb
-from ..runtime.config import TrainConfig, TrainRequest
+from ..runtime.config import NETWORK_TARGETS, TrainConfig, TrainRequest
 from ..runtime.errors import LayaError
 
 
@@ -76,7 +76,7 @@ def resolved_alignment(
     if not align and train.align_loss not in (None, "rank"):
         raise LayaError(f"--align-loss {train.align_loss} says how --align fits α: this run has no alignment term "
                         "(--align 0, or the kind's default of none): add --align 1")  # fmt: skip
-    if train.align_removal != "auto" and target != "network":
+    if train.align_removal != "auto" and target not in NETWORK_TARGETS:
         raise LayaError("--align-removal says how --align-target network removes a block: add --align-target network")
     loss = train.align_loss
     if loss is None and (pool is not None or not align):

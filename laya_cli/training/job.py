@@ -29,7 +29,7 @@ from ..model.checkpoint import checkpoint_body, save_checkpoint
 from ..model.heads import HEADS, build_head, head_kind
 from ..model.laya_model import EndToEnd, LayaModel
 from ..runtime import distributed
-from ..runtime.config import HeadConfig, TrainConfig, TrainRequest, check_alpha_options
+from ..runtime.config import NETWORK_TARGETS, HeadConfig, TrainConfig, TrainRequest, check_alpha_options
 from ..runtime.device import check_precision, precision, resolved_precision
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from ..runtime.fileio import check_writable
@@ -168,12 +168,21 @@ def _tested(model, inputs, labels: Tensor, device: str, head: nn.Module) -> tupl
 def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data=None) -> Alignment | None:
     """``--align λ``: the term with its reference, the mean training features when they are fixed
     (a frozen backbone) and a running mean of the batches when the backbone trains too; against the network-scope
-    effects with ``align_target`` "network" (its resolved removal into ``recorded``)."""
+    effects with ``align_target`` "network" (its resolved removal into ``recorded``), against both summed with
+    "both"."""
     if not job.train.align:
         return None
     Alignment.check_head(head)
-    if job.train.align_target == "network":
-        return _network_alignment(job, head, fixed_feats, recorded, data)
+    if job.train.align_target not in NETWORK_TARGETS:
+        return _head_alignment(job, fixed_feats)
+    term = _network_alignment(job, head, fixed_feats, recorded, data)
+    if term is not None and job.train.align_target == "both":
+        term.head_term = _head_alignment(job, fixed_feats)
+    return term
+
+
+def _head_alignment(job: TrainingJob, fixed_feats) -> Alignment:
+    """The head's own target: r̄ the training mean of fixed features, else a running mean of the batches."""
     reference = fixed_feats.mean() if fixed_feats is not None else None
     return Alignment(job.train.align, reference, scope=job.train.align_scope, loss=job.train.align_loss)
 

@@ -24,7 +24,8 @@ blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change 
   mean of those rows' raw activations.
 
 The ranking term (or ``--align-loss``'s distillation) and its scope (``--align-scope``) are ``alignment.py``'s; only
-the target changes.
+the target changes. ``align_target="both"`` adds the head's own term (``head_term``: ``alignment.Alignment``) on
+every batch, λ each: α then ranks the layers as the network needs them and as the head reads them.
 """
 
 from __future__ import annotations
@@ -131,8 +132,16 @@ class NetworkAlignment(Alignment):
             self.slot[rows] = torch.arange(len(rows))
         self.steps = 0  # end to end: batches seen (resumable)
         self.tap_reference: list[Tensor] | None = None  # end to end, mean / mean-update: the running mean
+        self.head_term: Alignment | None = None  # align_target "both": the head's own term, added on every batch
 
     def loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor, inputs=None, rows=None) -> Tensor:
+        term = self._network_loss(head, feats, logits, inputs, rows)
+        if self.head_term is None:
+            return term
+        self.head_term.data_parallel = self.data_parallel  # the loop sets it on this term only
+        return term + self.head_term.loss(head, feats, logits)
+
+    def _network_loss(self, head: nn.Module, feats: Sequence[Tensor], logits: Tensor, inputs, rows) -> Tensor:
         if self.removed is not None:
             if rows is None:
                 raise LayaError("the network alignment target of a frozen backbone needs the batch's rows")
@@ -205,11 +214,14 @@ class NetworkAlignment(Alignment):
 
     def state_dict(self) -> dict:
         ref = None if self.tap_reference is None else [r.cpu() for r in self.tap_reference]
-        return {"reference": None, "tap_reference": ref, "steps": self.steps}
+        head = None if self.head_term is None else self.head_term.state_dict()
+        return {"reference": None, "tap_reference": ref, "steps": self.steps, "head_term": head}
 
     def load_state_dict(self, state: dict | None) -> None:
         if not state:
             return
+        if self.head_term is not None:
+            self.head_term.load_state_dict(state.get("head_term"))
         self.steps = int(state.get("steps", 0))
         if state.get("tap_reference") is not None:
             self.tap_reference = list(state["tap_reference"])
