@@ -16,7 +16,7 @@ from laya_cli.training.defaults import resolved_alignment, resolved_request
 @pytest.mark.parametrize(
     "backbone, finetune, head, given, want",
     [
-        ("mlp", True, "laya", {}, (1.0, "network")),  # make demo's model: α against the network's effects
+        ("mlp", True, "laya", {}, (0.3, "both")),  # make demo's model: α against the network's and the head's
         ("mlp", False, "laya", {}, (0.0, "head")),  # frozen: not measured to pay, so no term
         ("cnn", True, "laya", {}, (0.0, "head")),  # the CNN's stage effects tie: the term learns nothing
         ("timm:vit_base_patch16_224", False, "laya", {}, (0.0, "head")),
@@ -25,7 +25,7 @@ from laya_cli.training.defaults import resolved_alignment, resolved_request
         ("hf:bert-base-uncased", False, "scalarmix", {}, (0.0, "head")),
         ("mlp", True, "last", {}, (0.0, "head")),  # no α, no term
         ("mlp", True, "laya", {"align": 0.0}, (0.0, "head")),  # --align 0 turns the default off
-        ("mlp", True, "laya", {"align": 0.3}, (0.3, "network")),  # a λ alone: the kind's target
+        ("mlp", True, "laya", {"align": 1.0}, (1.0, "both")),  # a λ alone: the kind's target
         ("cnn", True, "laya", {"align": 0.3}, (0.3, "head")),  # ... or the head's where the kind has none
         ("cnn", True, "laya", {"align_target": "network"}, (1.0, "network")),  # a target alone: λ = 1
         ("mlp", True, "laya", {"align_target": "head"}, (1.0, "head")),
@@ -66,7 +66,7 @@ def test_a_removal_for_a_target_that_is_not_network_is_one_line():
 
 
 def test_the_request_resolves_before_its_fingerprint():
-    assert resolved_request(TrainRequest()).train.align == 1.0
+    assert resolved_request(TrainRequest()).train.align == 0.3
     assert resolved_request(TrainRequest(finetune=False)).train.align == 0.0
     cnn = resolved_request(TrainRequest(backbone="cnn")).options()["train"]  # no term: as a run before the defaults
     assert "align" not in cnn and "align_target" not in cnn
@@ -77,9 +77,9 @@ def test_laya_train_records_the_resolved_default_and_info_shows_it(tmp_path):
     r = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "-q")
     assert r.exit_code == 0, r.output
     cfg = torch.load(out, weights_only=False)["train_config"]
-    assert (cfg["align"], cfg["align_target"], cfg["align_removal"]) == (1.0, "network", "mean")
+    assert (cfg["align"], cfg["align_target"], cfg["align_removal"]) == (0.3, "both", "mean")
     info = invoke("info", out)
-    assert "--align 1" in info.output and "--align-target network" in info.output
+    assert "--align 0.3" in info.output and "--align-target both" in info.output
 
 
 def test_the_align_loss_is_recorded_and_a_frozen_network_term_trains_with_it(tmp_path):
@@ -102,7 +102,7 @@ def test_torchrun_trains_with_the_default_term_too(monkeypatch):
     """The default term runs data-parallel (issue 47): under torchrun it is not dropped."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     got = resolved_alignment(TrainConfig().validate(), "mlp", True, "laya")
-    assert (got.align, got.align_target) == (1.0, "network")
+    assert (got.align, got.align_target) == (0.3, "both")
 
 
 # --------------------------------------------------------------------------- a default term that cannot run
@@ -166,7 +166,7 @@ def test_a_default_term_on_loaders_of_features_only_is_dropped(monkeypatch, froz
 
 
 def test_the_source_is_recorded_but_not_fingerprinted():
-    given = TrainRequest(train=TrainConfig(align=1.0, align_target="network"))
+    given = TrainRequest(train=TrainConfig(align=0.3, align_target="both"))
     assert resolved_request(TrainRequest()).train.align_source == "default"
     assert resolved_request(given).train.align_source == "given"
     assert resolved_request(TrainRequest()).fingerprint() == resolved_request(given).fingerprint()

@@ -143,7 +143,7 @@ def test_bench_compares_an_aligned_laya_head():
     req = bench.train_request("laya-aligned", 1338)
     assert (req.head, req.train.align, req.train.seed) == ("laya", 0.5, 1338)
     default = bench.train_request("laya", 1338).train  # as laya train resolves it: the mlp's default term
-    assert (default.align, default.align_target) == (1.0, "network")
+    assert (default.align, default.align_target) == (0.3, "both")
     bench.train.backbone = "cnn"
     assert bench.train_request("laya", 1338).train.align == 0.0
     assert str(bench.run_path("laya-aligned", 1338, ".pt")).endswith("laya-aligned-seed1338.pt")

@@ -277,7 +277,8 @@ ALIGNED = ["train", "--dataset", "digits", "--patience", "3", "--seed", "0", "-q
 @pytest.mark.parametrize(
     "what, args",
     [
-        ("network", [*ALIGNED, "--epochs", "3"]),  # the built-in mlp's default: --align 1 --align-target network
+        # the built-in mlp's default: --align 0.3 --align-target both (the network term + the head's own)
+        ("both", [*ALIGNED, "--epochs", "3"]),
         pytest.param(  # 1295 training rows: batches 647 + 647 + 1, rank 1's share of the last one empty
             "head",
             [*ALIGNED, "--epochs", "2", "--align", "1", "--align-target", "head", "--batch-size", "647"],
@@ -288,15 +289,16 @@ ALIGNED = ["train", "--dataset", "digits", "--patience", "3", "--seed", "0", "-q
 def test_torchrun_aligned_training_matches_one_process(what, args, two_trainings, tmp_path):
     """--align under torchrun (issue 47): the term on each rank's share, in the same DDP backward as the
     cross-entropy, scaled to the global batch (its pairs counted over the ranks), its running state (the head
-    target's EMA r̄, the network target's running tap mean) the same on every rank: the model one process trains.
+    target's EMA r̄, the network target's running tap mean, both under ``both``) the same on every rank: the model
+    one process trains.
     A frozen backbone: test_torchrun_frozen_network_alignment_runs; a store: ..._align_on_features_read_from_a_store."""
     root, _, _ = two_trainings
     laya(*args, "--out", tmp_path / "one.pt")
     r = laya(*args, "--out", tmp_path / "two.pt", procs=2)
     assert r.stdout.count("test accuracy") == 1, r.stdout
     a, b = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", "two"))
-    assert (b["train_config"]["align"], b["train_config"]["align_target"]) == (1.0, what)
-    if what == "network":  # the term trained: the head differs from the plain training's (same options, --align 0)
+    assert (b["train_config"]["align"], b["train_config"]["align_target"]) == ({"both": 0.3}.get(what, 1.0), what)
+    if what == "both":  # the term trained: the head differs from the plain training's (same options, --align 0)
         plain = torch.load(root / "one" / "model.pt", weights_only=True)
         moved = max((a["head"]["weights"][k] - w).abs().max().item() for k, w in plain["head"]["weights"].items())
         assert moved > 1e-3, moved
