@@ -3,15 +3,18 @@ network-scope faithfulness of α against AtP and Grad×Act, effective layers, he
 
     python -m benchmarks.lm_align --model DIR --corpus DIR [--out DIR] [--variants plain,rank,both] [--seeds 1337]
                                   [--epochs 1] [--batch-size 128] [--objective kl] [--layer-dropout 0.3]
-                                  [--samples 2000]
-                                  [--exit-tokens 20000] [--align 1]
+                                  [--samples 2000] [--exit-tokens 20000] [--align 1] [--precision P] [--jobs 1]
 
 DIR is a ``save_pretrained`` causal LM (``python -m benchmarks.causal_lm``) and its corpus (train.txt/test.txt).
-Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (plain; ``rank``/``both``: ``--align λ
---align-target network --align-loss rank|both``) → ``info --json`` → ``audit --scope both --compare
-laya,gradxact,atp`` → ``depth``. A run whose checkpoint exists is reused (its seconds then read "reused"). Printed:
-one row per run, the train-time ratio to the plain run of its seed, then the goals: α's network
-faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and ahead of the confidence exit.
+Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (plain; ``rank``/``both``/``distill``:
+``--align λ --align-target network --align-loss rank|both|distill``, λ from ``--align`` or the name: ``both-3``;
+``…+trunc``: also trained under random truncation, ``benchmarks.exit_aware --weight --trunc-weight``)
+→ ``info --json`` → ``audit --scope both --compare laya,gradxact,atp`` → ``depth``. A run whose checkpoint (or
+whose three JSON files) exist is reused. Printed: one row per run, the train-time ratio to the plain run of its
+seed, then the goals: α's network faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and
+ahead of the confidence exit; with more than one seed, a row per variant: mean [95 % t interval over seeds], α − AtP
+and α-exit − p_max-exit paired within each run. ``--jobs N`` runs N (variant, seed) runs at once (a GPU has room;
+2 CPU cores do not).
 ``--cost-steps N`` instead times N training steps without and with the term on the same batches, interleaved
 (``step_cost``: the term's cost, free of the load a shared machine puts on whole runs).
 """
@@ -23,16 +26,29 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .say import say
 
-VARIANTS = {"plain": (), "rank": ("--align-loss", "rank"), "both": ("--align-loss", "both")}
+LOSSES = ("rank", "both", "distill")  # a variant: plain, or LOSS, or LOSS-λ (rank-3: --align 3 --align-loss rank)
+TRUNCATED = "+trunc"  # …+trunc: trained under random truncation (benchmarks.exit_aware), e.g. rank+trunc
 
 
-def laya(*args: str) -> float:
+def variant_options(variant: str, default_align: str) -> tuple[str, ...]:
+    """``laya train``'s alignment options of one variant name (plain: none)."""
+    variant = variant.removesuffix(TRUNCATED)
+    if variant == "plain":
+        return ()
+    loss, _, weight = variant.partition("-")
+    if loss not in LOSSES:
+        raise SystemExit(f"variant {variant!r}: plain, or one of {', '.join(LOSSES)} with an optional -λ")
+    return ("--align", weight or default_align, "--align-target", "network", "--align-loss", loss)
+
+
+def laya(*args: str, program: tuple[str, ...] = ("laya_cli",)) -> float:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "laya_cli", *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", *program, *args], capture_output=True, text=True)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"laya {args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - started
@@ -42,20 +58,28 @@ def run(a, variant: str, seed: int) -> dict:
     out = a.out / f"{variant}-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     ckpt, info, audit, depth = (out / n for n in ("lm.pt", "info.json", "audit.json", "depth.json"))
-    align = () if variant == "plain" else ("--align", a.align, "--align-target", "network", *VARIANTS[variant])
+    align = variant_options(variant, a.align)
+    precision = ("--precision", a.precision) if a.precision else ()
     seconds = None
-    if not ckpt.is_file():
+    finished = all(f.is_file() for f in (info, audit, depth))  # a run read back from its JSON files alone
+    if not ckpt.is_file() and not finished:
+        trunc = variant.endswith(TRUNCATED)
+        program = ("benchmarks.exit_aware", "--weight", a.trunc_weight, "--") if trunc else ("laya_cli",)
         seconds = laya("train", "--task", "lm", "--backbone", f"hf:{a.model}", "--dataset", f"text:{a.corpus}",
                        "--epochs", a.epochs, "--objective", a.objective, "--layer-dropout", a.layer_dropout,
                        "--block-size", a.block_size, "--batch-size", a.batch_size, "--seed", str(seed), *align,
-                       "--out", str(ckpt), "--quiet")  # fmt: skip
-    info.write_text(subprocess.run([sys.executable, "-m", "laya_cli", "info", str(ckpt), "--json"],
-                                   capture_output=True, text=True, check=True).stdout)  # fmt: skip
+                       *precision, "--out", str(ckpt), "--quiet", program=program)  # fmt: skip
+        (out / "train_seconds.json").write_text(json.dumps(seconds))
+    if not finished:
+        info.write_text(subprocess.run([sys.executable, "-m", "laya_cli", "info", str(ckpt), "--json"],
+                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
     if not audit.is_file():
         laya("audit", str(ckpt), "--scope", "both", "--compare", "laya,gradxact,atp", "--samples", a.samples,
-             "--json", str(audit), "--quiet")  # fmt: skip
+             "--json", str(audit), *precision, "--quiet")  # fmt: skip
     if not depth.is_file():
         laya("depth", str(ckpt), "--samples", a.exit_tokens, "--json", str(depth))
+    timed = out / "train_seconds.json"
+    seconds = json.loads(timed.read_text()) if timed.is_file() else None
     meta, doc, exits = (json.loads(f.read_text()) for f in (info, audit, depth))
     net = doc["network"]["methods"]
     best = exits["best"]
@@ -69,6 +93,15 @@ def run(a, variant: str, seed: int) -> dict:
         "head_laya": doc["methods"]["laya"]["faithfulness"],
         "exit_alpha": saving("alpha_mass"), "exit_pmax": saving("p_max"), "exit_oracle": exits["oracle"]["saving"],
     }  # fmt: skip
+
+
+def attempt(a, variant: str, seed: int) -> dict | None:
+    """One run; a failed one is said (its laya output) and left out of the tables, so the others still report."""
+    try:
+        return run(a, variant, seed)
+    except SystemExit as failed:
+        say(f"{variant} seed {seed}: {failed}")
+        return None
 
 
 def step_cost(a, steps: int) -> None:
@@ -119,6 +152,9 @@ def main(argv=None) -> None:
     p.add_argument("--samples", default="2000")
     p.add_argument("--exit-tokens", default="20000")
     p.add_argument("--align", default="1")
+    p.add_argument("--trunc-weight", default="1", help="W of the …+trunc variants (benchmarks.exit_aware)")
+    p.add_argument("--precision", default=None, help="laya train/audit --precision (default: theirs, auto)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (each its own laya processes; for a GPU)")
     p.add_argument("--cost-steps", type=int, default=0, help="only time N steps without and with the term")
     a = p.parse_args(argv)
     if not (a.model / "config.json").is_file():
@@ -127,7 +163,13 @@ def main(argv=None) -> None:
     if a.cost_steps:
         step_cost(a, a.cost_steps)
         return
-    rows = [run(a, v, int(s)) for s in a.seeds.split(",") for v in a.variants.split(",")]
+    for v in a.variants.split(","):
+        variant_options(v, a.align)  # a bad name stops here, before any run
+    todo = [(v, int(s)) for s in a.seeds.split(",") for v in a.variants.split(",")]
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        rows = [r for r in pool.map(lambda job: attempt(a, *job), todo) if r is not None]
+    if not rows:
+        raise SystemExit("no run finished")
     plain = {r["seed"]: r["train_s"] for r in rows if r["variant"] == "plain"}
     f = lambda x, spec="{:.3f}": "—" if x is None else spec.format(x)  # noqa: E731
     say(
@@ -148,7 +190,42 @@ def main(argv=None) -> None:
         exits = r["exit_alpha"] >= 0.20 and r["exit_alpha"] > r["exit_pmax"]
         say(f"  {r['variant']} seed {r['seed']}: α network faithfulness ≥ AtP's {'met' if faithful else 'MISSED'}; "
             f"α-exit ≥ 20 % at ≤ 1 % CE and ahead of p_max {'met' if exits else 'MISSED'}")  # fmt: skip
+    if len({r["seed"] for r in rows}) > 1:
+        say("")
+        for line in seed_table(rows):
+            say(line)
     (a.out / "summary.json").write_text(json.dumps(rows, indent=1))
+
+
+SEED_COLUMNS = (
+    ("ce", "held-out CE bits", 3),
+    ("effective", "effective layers", 2),
+    ("net_laya", "network faith α", 3),
+    ("net_atp", "AtP", 3),
+    ("minus_atp", "α − AtP (paired)", 3),
+    ("head_laya", "head faith α", 3),
+    ("exit_alpha", "α-exit saved", 3),
+    ("exit_pmax", "p_max-exit saved", 3),
+    ("exit_gap", "α-exit − p_max-exit (paired)", 3),
+    ("exit_oracle", "oracle", 3),
+)
+
+
+def seed_table(rows: list[dict]) -> list[str]:
+    """A row per variant: each figure as mean [95 % t interval over seeds]; the differences paired within a run."""
+    from .network_alignment import cell
+
+    lines = ["| variant | seeds | " + " | ".join(t for _, t, _ in SEED_COLUMNS) + " |",
+             "|---|---:|" + "---:|" * len(SEED_COLUMNS)]  # fmt: skip
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        runs = [r for r in rows if r["variant"] == variant]
+        for r in runs:
+            defined = r["net_laya"] is not None and r["net_atp"] is not None
+            r["minus_atp"] = r["net_laya"] - r["net_atp"] if defined else None
+            r["exit_gap"] = r["exit_alpha"] - r["exit_pmax"]
+        cells = [cell([r[k] for r in runs if r.get(k) is not None], d) for k, _, d in SEED_COLUMNS]
+        lines.append(f"| {variant} | {len(runs)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 if __name__ == "__main__":
