@@ -3,12 +3,12 @@ network-scope faithfulness of α against AtP and Grad×Act, effective layers, he
 
     python -m benchmarks.lm_align --model DIR --corpus DIR [--out DIR] [--variants plain,rank,both] [--seeds 1337]
                                   [--epochs 1] [--batch-size 128] [--objective kl] [--layer-dropout 0.3]
-                                  [--samples 2000] [--exit-tokens 20000] [--align 1] [--precision P] [--jobs 1]
+                                  [--samples 2000] [--exit-tokens 20000] [--align 1] [--jobs 1]
 
 DIR is a ``save_pretrained`` causal LM (``python -m benchmarks.causal_lm``) and its corpus (train.txt/test.txt).
 Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (plain; ``rank``/``both``/``distill``:
 ``--align λ --align-target network --align-loss rank|both|distill``, λ from ``--align`` or the name: ``both-3``;
-``…+trunc``: also trained under random truncation, ``benchmarks.exit_aware --weight --trunc-weight``)
+``…+trunc``: also ``--exit-aware W``, the head trained truncated at random depths too, W from ``--trunc-weight``)
 → ``info --json`` → ``audit --scope both --compare laya,gradxact,atp`` → ``depth``. A run whose checkpoint (or
 whose three JSON files) exist is reused. Printed: one row per run, the train-time ratio to the plain run of its
 seed, then the goals: α's network faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and
@@ -32,23 +32,24 @@ from pathlib import Path
 from .say import say
 
 LOSSES = ("rank", "both", "distill")  # a variant: plain, or LOSS, or LOSS-λ (rank-3: --align 3 --align-loss rank)
-TRUNCATED = "+trunc"  # …+trunc: trained under random truncation (benchmarks.exit_aware), e.g. rank+trunc
+TRUNCATED = "+trunc"  # …+trunc: also --exit-aware (random truncation; --trunc-weight W), e.g. rank+trunc
 
 
-def variant_options(variant: str, default_align: str) -> tuple[str, ...]:
-    """``laya train``'s alignment options of one variant name (plain: none)."""
-    variant = variant.removesuffix(TRUNCATED)
-    if variant == "plain":
-        return ()
-    loss, _, weight = variant.partition("-")
+def variant_options(variant: str, default_align: str, trunc_weight: str = "1") -> tuple[str, ...]:
+    """``laya train``'s options of one variant name (plain: none)."""
+    base = variant.removesuffix(TRUNCATED)
+    truncated = ("--exit-aware", trunc_weight) if base != variant else ()
+    if base == "plain":
+        return truncated
+    loss, _, weight = base.partition("-")
     if loss not in LOSSES:
-        raise SystemExit(f"variant {variant!r}: plain, or one of {', '.join(LOSSES)} with an optional -λ")
-    return ("--align", weight or default_align, "--align-target", "network", "--align-loss", loss)
+        raise SystemExit(f"variant {variant!r}: plain, or one of {', '.join(LOSSES)} with an optional -λ, then +trunc")
+    return ("--align", weight or default_align, "--align-target", "network", "--align-loss", loss, *truncated)
 
 
-def laya(*args: str, program: tuple[str, ...] = ("laya_cli",)) -> float:
+def laya(*args: str) -> float:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", *program, *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "laya_cli", *args], capture_output=True, text=True)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"laya {args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - started
@@ -58,24 +59,21 @@ def run(a, variant: str, seed: int) -> dict:
     out = a.out / f"{variant}-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     ckpt, info, audit, depth = (out / n for n in ("lm.pt", "info.json", "audit.json", "depth.json"))
-    align = variant_options(variant, a.align)
-    precision = ("--precision", a.precision) if a.precision else ()
+    options = variant_options(variant, a.align, a.trunc_weight)
     seconds = None
     finished = all(f.is_file() for f in (info, audit, depth))  # a run read back from its JSON files alone
     if not ckpt.is_file() and not finished:
-        trunc = variant.endswith(TRUNCATED)
-        program = ("benchmarks.exit_aware", "--weight", a.trunc_weight, "--") if trunc else ("laya_cli",)
         seconds = laya("train", "--task", "lm", "--backbone", f"hf:{a.model}", "--dataset", f"text:{a.corpus}",
                        "--epochs", a.epochs, "--objective", a.objective, "--layer-dropout", a.layer_dropout,
-                       "--block-size", a.block_size, "--batch-size", a.batch_size, "--seed", str(seed), *align,
-                       *precision, "--out", str(ckpt), "--quiet", program=program)  # fmt: skip
+                       "--block-size", a.block_size, "--batch-size", a.batch_size, "--seed", str(seed), *options,
+                       "--out", str(ckpt), "--quiet")  # fmt: skip
         (out / "train_seconds.json").write_text(json.dumps(seconds))
     if not finished:
         info.write_text(subprocess.run([sys.executable, "-m", "laya_cli", "info", str(ckpt), "--json"],
                                        capture_output=True, text=True, check=True).stdout)  # fmt: skip
     if not audit.is_file():
         laya("audit", str(ckpt), "--scope", "both", "--compare", "laya,gradxact,atp", "--samples", a.samples,
-             "--json", str(audit), *precision, "--quiet")  # fmt: skip
+             "--json", str(audit), "--quiet")  # fmt: skip
     if not depth.is_file():
         laya("depth", str(ckpt), "--samples", a.exit_tokens, "--json", str(depth))
     timed = out / "train_seconds.json"
@@ -152,8 +150,7 @@ def main(argv=None) -> None:
     p.add_argument("--samples", default="2000")
     p.add_argument("--exit-tokens", default="20000")
     p.add_argument("--align", default="1")
-    p.add_argument("--trunc-weight", default="1", help="W of the …+trunc variants (benchmarks.exit_aware)")
-    p.add_argument("--precision", default=None, help="laya train/audit --precision (default: theirs, auto)")
+    p.add_argument("--trunc-weight", default="1", help="--exit-aware W of the …+trunc variants")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each its own laya processes; for a GPU)")
     p.add_argument("--cost-steps", type=int, default=0, help="only time N steps without and with the term")
     a = p.parse_args(argv)

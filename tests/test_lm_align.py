@@ -132,55 +132,14 @@ def test_the_python_api_checks_the_same(lm_dir, tmp_path, kw, fragment):
     assert not (tmp_path / "m.pt").exists()
 
 
-def test_the_exit_aware_objective_is_the_truncated_heads_laya_depth_reads(aligned):
-    """``benchmarks.exit_aware``'s truncated objective at each position's drawn depth k equals the objective of
-    ``laya depth``'s own truncated head (``token_exit.truncated_laya``: r̄ above k, α masked and renormalised)."""
-    from benchmarks.exit_aware import truncated_objective
-    from laya_cli.auditing.tokens import token_data
-    from laya_cli.depthing.token_exit import truncated_laya
-    from laya_cli.model.lenses import cross_entropy
-
-    _, path = aligned
-    model = lens_model_from_checkpoint(read_checkpoint(path))
-    x = token_data(model, None, 30, 2).blocks[0]
-    hs, y = token_states(model.lm, x)
-    reference = torch.stack(list(model.reference))
-    got = truncated_objective(model.laya, hs, y, "ce", reference, torch.Generator().manual_seed(5))
-    k = torch.randint(1, hs.shape[1], (len(y),), generator=torch.Generator().manual_seed(5))
-    per_position = torch.empty(len(y))
-    for depth in k.unique().tolist():
-        rows = k == depth
-        logits, _ = truncated_laya(model, hs[rows], depth)
-        per_position[rows] = cross_entropy(logits, y[rows])
-    assert len(k.unique()) > 1  # several depths drawn: not one truncation checked
-    torch.testing.assert_close(got, per_position.mean(), atol=1e-5, rtol=1e-5)
-
-
-def test_the_exit_aware_wrapper_trains_an_ordinary_checkpoint_with_the_term(lm_dir, tmp_path):
-    """``python -m benchmarks.exit_aware -- train …`` writes a checkpoint laya reads; the term is in its loss."""
-    from benchmarks import exit_aware
-    from laya_cli.training import lm
-
-    args = ["train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
-            "--block-size", "16", "--batch-size", "8", "--lens", "none", "--seed", "3", "--quiet"]  # fmt: skip
-    plain_step = lm.train_step
-    try:
-        with pytest.raises(SystemExit) as done:
-            exit_aware.main(["--weight", "1", "--", *args, "--out", str(tmp_path / "trunc.pt")])
-    finally:
-        lm.train_step = plain_step
-    assert done.value.code in (0, None)
-    assert invoke(*args, "--out", tmp_path / "plain.pt").exit_code == 0
-    loss = lambda p: read_checkpoint(p)["history"][0]["loss"]  # noqa: E731
-    assert loss(tmp_path / "trunc.pt") > loss(tmp_path / "plain.pt")  # the truncated objective was added
-    assert invoke("depth", tmp_path / "trunc.pt", "--samples", "200").exit_code in (0, 1)
-
 
 def test_lm_align_variant_names():
+    """``benchmarks.lm_align``'s variants are the laya options they name."""
     from benchmarks.lm_align import variant_options
 
-    assert variant_options("plain", "1") == variant_options("plain+trunc", "1") == ()
+    assert variant_options("plain", "1") == ()
+    assert variant_options("plain+trunc", "1", "0.5") == ("--exit-aware", "0.5")
     assert variant_options("rank-3", "1") == ("--align", "3", "--align-target", "network", "--align-loss", "rank")
-    assert variant_options("both+trunc", "1")[:2] == ("--align", "1")
+    assert variant_options("both+trunc", "1")[-2:] == ("--exit-aware", "1")
     with pytest.raises(SystemExit, match="variant"):
         variant_options("ranked", "1")

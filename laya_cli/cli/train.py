@@ -130,6 +130,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         lens_tokens=lm.lens_tokens,
         eval_tokens=lm.eval_tokens,
         layer_dropout=req.train.layer_dropout,
+        exit_aware=lm.exit_aware,
         align=align.align,
         align_target=align.align_target,
         align_loss=align.align_loss,

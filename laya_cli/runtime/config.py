@@ -553,6 +553,14 @@ class LMSettings:
         minimum=0,
         rule="0 (every held-out position) or positive",
     )
+    exit_aware: float = setting(
+        0.0,
+        "--task lm: weight W of exit-aware training: each position's objective also read by the head truncated at "
+        "a random depth (r̄ above it, α renormalised), the prediction laya depth's early exit uses; 0 = off.",
+        metavar="W",
+        minimum=0,
+        rule="0 (off) or positive",
+    )
     device_map: str | None = setting(
         None,
         "A language model: transformers places the frozen model over the devices (auto, balanced, "

@@ -200,7 +200,8 @@ def run_lm_bench(bench: LMBenchRequest, on_run: Callable[[dict, int, int], None]
         "bench": {"backbone": t.backbone, "dataset": t.dataset, "objectives": bench.objectives,
                   "seeds": bench.seed_values, "folder": str(bench.folder), "layers": layers,
                   "train": {k: getattr(t, k) for k in ("epochs", "batch_size", "lr", "block_size", "eval_tokens",
-                                                       "layer_dropout", "patience", "device_map")},
+                                                       "layer_dropout", "exit_aware", "patience",
+                                                       "device_map")},
                   "audit": bench.audit_options()},
         "objectives": by_objective,
         "runs": [{k: r[k] for k in ("objective", "seed", "checkpoint", "trained", "train_seconds", "audit_seconds")}

@@ -41,6 +41,7 @@ from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
+from .exit_aware import ExitAware, truncated_inputs, truncation_depths
 from .lm_align import TokenAlignment, check_alignment
 from .shaping import layer_dropout_mask
 
@@ -69,6 +70,7 @@ class LMRequest:
     align_target: str = "head"  # as resolved (training/defaults.py): network whenever align is on
     align_loss: str = "rank"  # --align-loss
     align_scope: str = "scorer"  # --align-scope
+    exit_aware: float = 0.0  # --exit-aware W: the head truncated at a random depth trained too (exit_aware.py)
     seed: int = 1337
     device: str = "cpu"
     device_map: str | None = None  # --device-map: transformers places the frozen model (docs/lm.md)
@@ -81,7 +83,8 @@ class LMRequest:
 @dataclass
 class LMEpoch:
     epoch: int
-    loss: float  # the training objective per token (nats), LAYA and tuned lens summed (and λ · the --align term)
+    loss: float  # the training objective per token (nats), LAYA and tuned lens summed (and the --align and
+    # --exit-aware terms)
     val_kl_bits: float
     val_ce_bits: float
     seconds: float
@@ -148,6 +151,7 @@ def train_step(
     dropout: float,
     sample: Tensor | None = None,
     align: Callable[[], Tensor | None] | None = None,
+    exit_aware: tuple[float, Tensor] | None = None,
 ) -> float:
     """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once). The LAYA
     head reads every position through one readout each; the tuned lens (None: not trained, ``--lens logit|none``)
@@ -155,7 +159,9 @@ def train_step(
     readout call. Its loss is the mean over those positions, so a sample estimates the full batch's without bias.
     ``name``: the objective (``--objective``: kl to the model's distribution, or ce to the next token).
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers.
-    ``align``: the alignment term of this batch (``lm_align.TokenAlignment``), added to the loss; None: none."""
+    ``align``: the alignment term of this batch (``lm_align.TokenAlignment``), added to the loss; None: none.
+    ``exit_aware``: (W, r̄): W · the objective of the head truncated at a random depth per position, added
+    (``exit_aware``; ``--exit-aware``); None: none."""
     opt.zero_grad(set_to_none=True)
     total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
     for rows in chunks(len(targets), laya.readout.vocabulary):
@@ -163,6 +169,10 @@ def train_step(
         ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
         mask = layer_dropout_mask(len(y), h.shape[1], dropout, device=h.device) if dropout else None
         loss = fused_loss(name, laya(h, mask)[0].unsqueeze(1), ref, y).sum()
+        if exit_aware is not None:
+            weight, r_bar = exit_aware
+            seen, keep = truncated_inputs(h, r_bar, truncation_depths(len(y), h.shape[1], h.device))
+            loss = loss + weight * fused_loss(name, laya(seen, keep)[0].unsqueeze(1), ref, y).sum()
         (loss / n).backward()
         total += float(loss.detach())
     lens_loss = 0.0
@@ -301,7 +311,17 @@ class ReferenceSum:
 
 
 def _epoch(
-    lm, laya, tuned, corpus, req, block, opt, epoch, reference: ReferenceSum | None, aligned: TokenAlignment | None
+    lm,
+    laya,
+    tuned,
+    corpus,
+    req,
+    block,
+    opt,
+    epoch,
+    reference: ReferenceSum | None,
+    aligned: TokenAlignment | None,
+    exit_aware: ExitAware | None = None,
 ) -> tuple[float, int]:
     laya.train()
     if tuned is not None:
@@ -320,7 +340,8 @@ def _epoch(
         align = None
         if aligned is not None:
             align = lambda: aligned.loss(lm.backbone, laya, mine.to(lm.input_device), hs)  # noqa: B023, E731
-        total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample, align)
+        truncated = (exit_aware.weight, exit_aware.reference(hs.device)) if exit_aware is not None else None
+        total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample, align, truncated)
         steps += 1
     if steps == 0:
         raise LayaError(f"{req.dataset}: the training text is shorter than one block of {block} tokens")
@@ -338,6 +359,8 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         raise LayaError(f"--lens-tokens must be 0 (every held-out position) or positive, got {req.lens_tokens}")
     if not 0 <= req.layer_dropout < 1:
         raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
+    if not (math.isfinite(req.exit_aware) and req.exit_aware >= 0):
+        raise LayaError(f"--exit-aware must be 0 (off) or positive, got {req.exit_aware}")
     check_alignment(req)
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained, task="lm")
@@ -355,9 +378,11 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     history, best, best_state, metrics, stale = [], None, None, None, 0
     reference = ReferenceSum(req.eval_tokens)
     aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed) if req.align else None
+    exit_aware = ExitAware(req.exit_aware, reference) if req.exit_aware else None
     for epoch in range(1, req.epochs + 1):
         start = time.perf_counter()
-        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, reference if epoch == 1 else None, aligned)
+        summed = reference if epoch == 1 else None
+        loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, summed, aligned, exit_aware)
         held_out = batches(lm, corpus, "test", block, req.batch_size)
         val = evaluate(lm, laya, tuned, held_out, req.eval_tokens, req.lens, req.lens_tokens)
         score = val["heads"]["laya"][req.objective]
@@ -395,6 +420,8 @@ def train_config(req: LMRequest) -> dict:
     config = {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")}
     if not config["align"]:  # no term: recorded as before it existed (an older record still compares equal)
         config = {k: v for k, v in config.items() if not k.startswith("align")}
+    if not config["exit_aware"]:  # likewise
+        del config["exit_aware"]
     return config | {"out": str(req.out)}
 
 
