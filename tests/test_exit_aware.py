@@ -85,8 +85,8 @@ def test_a_run_with_it_records_it_trains_differently_and_replays(trained, lm_dir
 def test_the_cli_trains_with_it_beside_the_network_term(lm_dir, tmp_path):
     out = tmp_path / "m.pt"
     r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}",
-               "--dataset", f"text:{lm_dir / 'corpus'}", "--block-size", "16", "--eval-tokens", "200",
-               "--lens", "none", "--align-target", "network", "--exit-aware", "0.5", "--out", out, "--quiet")  # fmt: skip
+               "--dataset", f"text:{lm_dir / 'corpus'}", "--block-size", "16", "--eval-tokens", "200", "--lens",
+               "none", "--align-target", "network", "--exit-aware", "0.5", "--out", out, "--quiet")  # fmt: skip
     assert r.exit_code == 0, r.output
     config = json.loads(invoke("info", out, "--json").stdout)["train_config"]
     assert config["exit_aware"] == 0.5 and config["align_target"] == "network"
