@@ -132,7 +132,6 @@ def test_the_python_api_checks_the_same(lm_dir, tmp_path, kw, fragment):
     assert not (tmp_path / "m.pt").exists()
 
 
-
 def test_lm_align_variant_names():
     """``benchmarks.lm_align``'s variants are the laya options they name."""
     from benchmarks.lm_align import variant_options
