@@ -6,7 +6,8 @@ network-scope faithfulness of α against AtP and Grad×Act, effective layers, he
                                   [--samples 2000] [--exit-tokens 20000] [--align 1] [--jobs 1]
 
 DIR is a ``save_pretrained`` causal LM (``python -m benchmarks.causal_lm``) and its corpus (train.txt/test.txt).
-Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (plain; ``rank``/``both``/``distill``:
+Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (``default``: laya's defaults;
+plain: ``--align 0 --exit-aware 0``; ``rank``/``both``/``distill``:
 ``--align λ --align-target network --align-loss rank|both|distill``, λ from ``--align`` or the name: ``both-3``;
 ``…+trunc``: also ``--exit-aware W``, the head trained truncated at random depths too, W from ``--trunc-weight``)
 → ``info --json`` → ``audit --scope both --compare laya,gradxact,atp`` → ``depth``. A run whose checkpoint (or
@@ -33,17 +34,23 @@ from .say import say
 
 LOSSES = ("rank", "both", "distill")  # a variant: plain, or LOSS, or LOSS-λ (rank-3: --align 3 --align-loss rank)
 TRUNCATED = "+trunc"  # …+trunc: also --exit-aware (random truncation; --trunc-weight W), e.g. rank+trunc
+# Every variant pins what it names (plain: --align 0 --exit-aware 0), now that --task lm has defaults of both;
+# "default" is laya's own defaults, no option given.
 
 
 def variant_options(variant: str, default_align: str, trunc_weight: str = "1") -> tuple[str, ...]:
     """``laya train``'s options of one variant name (plain: none)."""
+    if variant == "default":
+        return ()
     base = variant.removesuffix(TRUNCATED)
-    truncated = ("--exit-aware", trunc_weight) if base != variant else ()
+    truncated = ("--exit-aware", trunc_weight if base != variant else "0")
     if base == "plain":
-        return truncated
+        return ("--align", "0", *truncated)
     loss, _, weight = base.partition("-")
     if loss not in LOSSES:
-        raise SystemExit(f"variant {variant!r}: plain, or one of {', '.join(LOSSES)} with an optional -λ, then +trunc")
+        raise SystemExit(
+            f"variant {variant!r}: default, plain, or one of {', '.join(LOSSES)} with an optional -λ, then +trunc"
+        )
     return ("--align", weight or default_align, "--align-target", "network", "--align-loss", loss, *truncated)
 
 

@@ -43,8 +43,7 @@ def test_the_truncated_input_is_the_one_laya_depth_reads(trained):
     _, path = trained
     model = lens_model_from_checkpoint(read_checkpoint(path))
     hs, _ = token_states(model.lm, token_data(model, None, 30, 2).blocks[0])
-    torch.manual_seed(5)
-    depths = truncation_depths(len(hs), hs.shape[1])
+    depths = truncation_depths(len(hs), hs.shape[1], torch.Generator().manual_seed(5))
     assert len(depths.unique()) > 1 and depths.min() >= 1 and depths.max() < hs.shape[1]
     seen, keep = truncated_inputs(hs, torch.stack(list(model.reference)), depths)
     with torch.no_grad():
@@ -59,7 +58,7 @@ def test_the_reference_it_truncates_with_is_the_one_the_checkpoint_stores(lm_dir
     from laya_cli.training.exit_aware import ExitAware
 
     summed = ReferenceSum(10)
-    aware = ExitAware(1.0, summed)
+    aware = ExitAware(1.0, summed, seed=0)
     first = torch.randn(6, 3, 4)
     summed.add(first)
     torch.testing.assert_close(aware.reference("cpu"), first.mean(0))
@@ -69,6 +68,18 @@ def test_the_reference_it_truncates_with_is_the_one_the_checkpoint_stores(lm_dir
     want = torch.cat([first, second]).mean(0)
     torch.testing.assert_close(aware.reference("cpu"), want)
     torch.testing.assert_close(torch.stack(summed.means()), want)
+
+
+def test_the_command_line_trains_with_it_by_default_and_0_turns_it_off(lm_dir, tmp_path):
+    """The LM default (``training.defaults.LM_EXIT_AWARE``, with the network term), recorded resolved."""
+    base = ["train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
+            "--block-size", "16", "--eval-tokens", "200", "--lens", "none", "--quiet"]  # fmt: skip
+    for extra, want in (((), 1.0), (("--exit-aware", "0"), None)):
+        out = tmp_path / f"{len(extra)}.pt"
+        assert invoke(*base, *extra, "--out", out).exit_code == 0
+        config = json.loads(invoke("info", out, "--json").stdout)["train_config"]
+        assert config.get("exit_aware") == want
+        assert config["align"] == 1.0 and config["align_target"] == "network"  # the LM's default term
 
 
 def test_a_run_with_it_records_it_trains_differently_and_replays(trained, lm_dir, tmp_path):
@@ -102,10 +113,27 @@ def test_bad_values_are_one_line_and_write_nothing(lm_dir, tmp_path, value):
     assert not out.exists()
 
 
-def test_a_classifier_refuses_it_in_one_line(tmp_path):
+@pytest.mark.parametrize("value", ["1", "0"])  # the LM default given, and off: both name a path that reads neither
+def test_a_classifier_refuses_it_in_one_line(tmp_path, value):
     out = tmp_path / "m.pt"
-    assert_user_error(invoke("train", "--exit-aware", "1", "--out", out), "--exit-aware", "--task lm")
+    assert_user_error(invoke("train", "--exit-aware", value, "--out", out), "--exit-aware", "--task lm")
     assert not out.exists()
+
+
+def test_the_depths_are_the_same_positions_whatever_the_ranks(monkeypatch):
+    """Each rank's depths are its rows of the global batch's (one process's), so torchrun trains the same head."""
+    from laya_cli.runtime.distributed import shard_bounds
+    from laya_cli.training import exit_aware
+
+    def drawn(rank: int, world: int) -> torch.Tensor:
+        monkeypatch.setattr(exit_aware, "shard_bounds", lambda n: shard_bounds(n, rank_=rank, world=world))
+        aware = exit_aware.ExitAware(1.0, ReferenceSum(10), seed=4)
+        aware.start_epoch(2)
+        return aware.depths(5, 7, 6)  # 5 blocks of 7 positions, 6 layers
+
+    whole = drawn(0, 1)
+    assert torch.equal(torch.cat([drawn(0, 2), drawn(1, 2)]), whole)
+    assert len(whole) == 35 and whole.min() >= 1 and whole.max() <= 5 and len(whole.unique()) > 1
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5])

@@ -96,15 +96,25 @@ def test_the_cli_trains_with_the_term_and_a_target_given_alone_is_lambda_1(lm_di
     assert config["align"] == 1.0 and config["align_target"] == "network" and config["align_loss"] == "rank"
 
 
+def test_a_lambda_given_alone_ranks_against_the_network_target(lm_dir, tmp_path):
+    """--task lm's default term is the network target's, so --align λ alone is that term at λ."""
+    out = tmp_path / "m.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}",
+               "--dataset", f"text:{lm_dir / 'corpus'}", "--block-size", "16", "--eval-tokens", "200",
+               "--lens", "none", "--align", "0.5", "--out", out, "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    config = json.loads(invoke("info", out, "--json").stdout)["train_config"]
+    assert config["align"] == 0.5 and config["align_target"] == "network"
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--align", "1"], "--align-target network"),
         (["--align", "1", "--align-target", "head"], "not built per token"),
         (["--align", "-1", "--align-target", "network"], "--align"),
         (["--align", "nan", "--align-target", "network"], "--align"),
         (["--align", "0", "--align-target", "network"], "--align 0"),
-        (["--align-loss", "both"], "--align 1"),
+        (["--align", "0", "--align-loss", "both"], "--align 1"),
         (["--align", "1", "--align-target", "network", "--align-removal", "mean"], "bypass"),
         (["--align", "1", "--align-target", "network", "--align-loss", "mse"], "--align-loss"),
     ],
@@ -136,9 +146,11 @@ def test_lm_align_variant_names():
     """``benchmarks.lm_align``'s variants are the laya options they name."""
     from benchmarks.lm_align import variant_options
 
-    assert variant_options("plain", "1") == ()
-    assert variant_options("plain+trunc", "1", "0.5") == ("--exit-aware", "0.5")
-    assert variant_options("rank-3", "1") == ("--align", "3", "--align-target", "network", "--align-loss", "rank")
+    assert variant_options("default", "1") == ()
+    assert variant_options("plain", "1") == ("--align", "0", "--exit-aware", "0")  # pinned: LMs have defaults
+    assert variant_options("plain+trunc", "1", "0.5") == ("--align", "0", "--exit-aware", "0.5")
+    rank = ("--align", "3", "--align-target", "network", "--align-loss", "rank", "--exit-aware", "0")
+    assert variant_options("rank-3", "1") == rank
     assert variant_options("both+trunc", "1")[-2:] == ("--exit-aware", "1")
     with pytest.raises(SystemExit, match="variant"):
         variant_options("ranked", "1")

@@ -106,6 +106,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
     classifier option set is refused in one line (its value would be ignored)."""
     from ..runtime.config import split_csv
     from ..runtime.errors import LayaError
+    from ..training.defaults import LM_EXIT_AWARE
     from ..training.lm import LMRequest
 
     if req.finetune:
@@ -130,7 +131,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         lens_tokens=lm.lens_tokens,
         eval_tokens=lm.eval_tokens,
         layer_dropout=req.train.layer_dropout,
-        exit_aware=lm.exit_aware,
+        exit_aware=LM_EXIT_AWARE if lm.exit_aware is None else lm.exit_aware,
         align=align.align,
         align_target=align.align_target,
         align_loss=align.align_loss,
@@ -146,13 +147,13 @@ def lm_request(req: TrainRequest, lm: LMSettings):
 
 def _lm_alignment(train):
     """``--align``/``--align-target`` of ``--task lm`` resolved as for classifiers (``training.defaults``: a language
-    model's kind has no default term; a target given alone is λ 1); the term is the network target's only, and a
-    language model's layers are removed by bypass."""
+    model's default is λ 1 against the network target; a target given alone is λ 1); the term is the network
+    target's only, and a language model's layers are removed by bypass."""
     from ..runtime.errors import LayaError
     from ..training.defaults import resolved_alignment
     from ..training.lm_align import HEAD_TARGET
 
-    resolved = resolved_alignment(train, "lm", False, "laya", pool="last")  # a kind without a default term
+    resolved = resolved_alignment(train, "lm", False, "laya", pool="last")
     if resolved.align and resolved.align_target != "network":
         raise LayaError(HEAD_TARGET)
     if train.align_removal not in ("auto", "bypass"):

@@ -553,10 +553,11 @@ class LMSettings:
         minimum=0,
         rule="0 (every held-out position) or positive",
     )
-    exit_aware: float = setting(
-        0.0,
+    exit_aware: float | None = setting(
+        None,
         "--task lm: weight W of exit-aware training: each position's objective also read by the head truncated at "
-        "a random depth (r̄ above it, α renormalised), the prediction laya depth's early exit uses; 0 = off.",
+        "a random depth (r̄ above it, α renormalised), the prediction laya depth's early exit uses; 0 = off "
+        "(default: 1, chosen from measurements: docs/lm.md).",
         metavar="W",
         minimum=0,
         rule="0 (off) or positive",

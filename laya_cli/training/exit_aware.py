@@ -6,7 +6,9 @@ full depth only never sees that input, so its truncated predictions are worse th
 trusts them costs cross-entropy. Exit-aware training adds, for every training position, W · the objective of the
 head truncated at a depth k drawn uniformly from 1..L−1 (depth L is the full head, trained already): one more head
 pass per position, no backbone pass. r̄ is the one the checkpoint stores (``ReferenceSum``: epoch 1's first
-``--eval-tokens`` positions), as far as it is summed at that step. Measured in docs/lm.md (exit-aware training).
+``--eval-tokens`` positions), as far as it is summed at that step. The depths are drawn for the whole global batch
+from a generator of the seed and the epoch, and each rank takes its rows: under torchrun the same depths fall on
+the same positions as in one process. Measured in docs/lm.md (exit-aware training).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..runtime.distributed import shard_bounds
 
-def truncation_depths(n: int, n_layers: int, device=None) -> Tensor:
-    """(n,) depths k ∈ 1..L−1, uniform, from torch's global generator (seeded by ``--seed``, so a run replays)."""
-    return torch.randint(1, n_layers, (n,)).to(device)
+
+def truncation_depths(n: int, n_layers: int, generator: torch.Generator | None = None) -> Tensor:
+    """(n,) depths k ∈ 1..L−1, uniform."""
+    return torch.randint(1, n_layers, (n,), generator=generator)
 
 
 def truncated_inputs(hs: Tensor, reference: Tensor, depths: Tensor) -> tuple[Tensor, Tensor]:
@@ -28,10 +32,21 @@ def truncated_inputs(hs: Tensor, reference: Tensor, depths: Tensor) -> tuple[Ten
 
 
 class ExitAware:
-    """W and the r̄ of one run; ``reference()`` follows the ``ReferenceSum`` while it is still being summed."""
+    """W, the r̄ and the depths of one run; ``reference()`` follows the ``ReferenceSum`` while it is still summed."""
 
-    def __init__(self, weight: float, summed):
-        self.weight, self.summed, self._seen, self._mean = weight, summed, -1, None
+    def __init__(self, weight: float, summed, seed: int):
+        self.weight, self.summed, self.seed, self._seen, self._mean = weight, summed, seed, -1, None
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def start_epoch(self, epoch: int) -> None:
+        """The depths of every epoch from the seed alone (a rerun, or a resumed epoch, draws the same ones)."""
+        self.generator = torch.Generator().manual_seed(self.seed + 7_368_787 * epoch)
+
+    def depths(self, n_blocks: int, per_block: int, n_layers: int) -> Tensor:
+        """This rank's rows of the depths of one global batch of ``n_blocks`` × ``per_block`` positions."""
+        every = truncation_depths(n_blocks * per_block, n_layers, self.generator)
+        lo, hi = shard_bounds(n_blocks)
+        return every[lo * per_block : hi * per_block]
 
     def reference(self, device) -> Tensor:
         if self.summed.n != self._seen:  # still summing (epoch 1's first positions): the mean so far

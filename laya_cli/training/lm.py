@@ -41,7 +41,7 @@ from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
-from .exit_aware import ExitAware, truncated_inputs, truncation_depths
+from .exit_aware import ExitAware, truncated_inputs
 from .lm_align import TokenAlignment, check_alignment
 from .shaping import layer_dropout_mask
 
@@ -151,7 +151,7 @@ def train_step(
     dropout: float,
     sample: Tensor | None = None,
     align: Callable[[], Tensor | None] | None = None,
-    exit_aware: tuple[float, Tensor] | None = None,
+    exit_aware: tuple[float, Tensor, Tensor] | None = None,
 ) -> float:
     """One optimiser step on a batch of positions; backward chunk by chunk (never N × V logits at once). The LAYA
     head reads every position through one readout each; the tuned lens (None: not trained, ``--lens logit|none``)
@@ -160,7 +160,7 @@ def train_step(
     ``name``: the objective (``--objective``: kl to the model's distribution, or ce to the next token).
     ``dropout``: each position's α over a random subset of the layers (``--layer-dropout``), as for classifiers.
     ``align``: the alignment term of this batch (``lm_align.TokenAlignment``), added to the loss; None: none.
-    ``exit_aware``: (W, r̄): W · the objective of the head truncated at a random depth per position, added
+    ``exit_aware``: (W, r̄, depths): W · the objective of the head truncated at each position's depth, added
     (``exit_aware``; ``--exit-aware``); None: none."""
     opt.zero_grad(set_to_none=True)
     total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
@@ -170,8 +170,8 @@ def train_step(
         mask = layer_dropout_mask(len(y), h.shape[1], dropout, device=h.device) if dropout else None
         loss = fused_loss(name, laya(h, mask)[0].unsqueeze(1), ref, y).sum()
         if exit_aware is not None:
-            weight, r_bar = exit_aware
-            seen, keep = truncated_inputs(h, r_bar, truncation_depths(len(y), h.shape[1], h.device))
+            weight, r_bar, depths = exit_aware
+            seen, keep = truncated_inputs(h, r_bar, depths[rows].to(h.device))
             loss = loss + weight * fused_loss(name, laya(seen, keep)[0].unsqueeze(1), ref, y).sum()
         (loss / n).backward()
         total += float(loss.detach())
@@ -307,7 +307,7 @@ class ReferenceSum:
     def means(self) -> list[Tensor]:
         if self.n == 0:
             raise LayaError("the training text is shorter than one block")
-        return [r.float().cpu() for r in (all_sum_(self.total) / self.n)]
+        return [r.float().cpu() for r in (all_sum_(self.total.clone()) / self.n)]  # clone: callable again
 
 
 def _epoch(
@@ -329,8 +329,9 @@ def _epoch(
     total, steps = 0.0, 0
     train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
     generator = torch.Generator().manual_seed(req.seed + 7919 * epoch)  # the lens's positions, alike on every rank
-    if aligned is not None:
-        aligned.start_epoch(epoch)
+    for term in (aligned, exit_aware):
+        if term is not None:
+            term.start_epoch(epoch)
     for x in progress.track(train, f"epoch {epoch}"):
         sample = lens_rows(len(x), x.shape[2] - 1, req.lens_sample, generator) if tuned is not None else None
         mine = my_rows(x)
@@ -340,7 +341,10 @@ def _epoch(
         align = None
         if aligned is not None:
             align = lambda: aligned.loss(lm.backbone, laya, mine.to(lm.input_device), hs)  # noqa: B023, E731
-        truncated = (exit_aware.weight, exit_aware.reference(hs.device)) if exit_aware is not None else None
+        truncated = None
+        if exit_aware is not None:
+            depths = exit_aware.depths(len(x), x.shape[2] - 1, hs.shape[1])
+            truncated = (exit_aware.weight, exit_aware.reference(hs.device), depths)
         total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample, align, truncated)
         steps += 1
     if steps == 0:
@@ -378,7 +382,7 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     history, best, best_state, metrics, stale = [], None, None, None, 0
     reference = ReferenceSum(req.eval_tokens)
     aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed) if req.align else None
-    exit_aware = ExitAware(req.exit_aware, reference) if req.exit_aware else None
+    exit_aware = ExitAware(req.exit_aware, reference, req.seed) if req.exit_aware else None
     for epoch in range(1, req.epochs + 1):
         start = time.perf_counter()
         summed = reference if epoch == 1 else None
