@@ -13,7 +13,9 @@ plain: ``--align 0 --exit-aware 0``; ``rank``/``both``/``distill``:
 → ``info --json`` → ``audit --scope both --compare laya,gradxact,atp`` → ``depth``. A run whose checkpoint (or
 whose three JSON files) exist is reused. Printed: one row per run, the train-time ratio to the plain run of its
 seed, then the goals: α's network faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and
-ahead of the confidence exit; with more than one seed, a row per variant: mean [95 % t interval over seeds], α − AtP
+ahead of the confidence exit (each exit's best point within 1 % of the model's cross-entropy, ``laya depth``'s
+``best_vs_model``; "own full head": within 1 % of the head's own full-depth prediction); with more than one
+seed, a row per variant: mean [95 % t interval over seeds], α − AtP
 and α-exit − p_max-exit paired within each run. ``--jobs N`` runs N (variant, seed) runs at once (a GPU has room;
 2 CPU cores do not).
 ``--cost-steps N`` instead times N training steps without and with the term on the same batches, interleaved
@@ -87,8 +89,7 @@ def run(a, variant: str, seed: int) -> dict:
     seconds = json.loads(timed.read_text()) if timed.is_file() else None
     meta, doc, exits = (json.loads(f.read_text()) for f in (info, audit, depth))
     net = doc["network"]["methods"]
-    best = exits["best"]
-    saving = lambda p: (best.get(p) or {}).get("saving", 0.0)  # noqa: E731
+    saving = lambda p, which="best_vs_model": ((exits.get(which) or exits["best"]).get(p) or {}).get("saving", 0.0)  # noqa: E731
     return {
         "variant": variant, "seed": seed, "train_s": seconds,
         "ce": meta["metrics"]["heads"]["laya"]["ce"], "model_ce": meta["metrics"]["heads"]["last"]["ce"],
@@ -96,7 +97,8 @@ def run(a, variant: str, seed: int) -> dict:
         "effective": (doc.get("alpha_collapse") or {}).get("effective_layers_mean"),
         **{f"net_{m}": net[m]["faithfulness"] for m in ("laya", "atp", "gradxact")},
         "head_laya": doc["methods"]["laya"]["faithfulness"],
-        "exit_alpha": saving("alpha_mass"), "exit_pmax": saving("p_max"), "exit_oracle": exits["oracle"]["saving"],
+        "exit_alpha": saving("alpha_mass"), "exit_pmax": saving("p_max"), "exit_tuned": saving("tuned_p_max"),
+        "exit_alpha_own": saving("alpha_mass", "best"), "exit_oracle": exits["oracle"]["saving"],
     }  # fmt: skip
 
 
@@ -178,7 +180,7 @@ def main(argv=None) -> None:
     f = lambda x, spec="{:.3f}": "—" if x is None else spec.format(x)  # noqa: E731
     say(
         "| variant | seed | train s (× plain) | held-out CE bits | α on last | effective layers | network faith α "
-        "| AtP | Grad×Act | head faith α | α-exit saved ≤1 % CE | p_max-exit saved | oracle |"
+        "| AtP | Grad×Act | head faith α | α-exit saved ≤1 % over the model | p_max-exit saved | oracle |"
     )
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
@@ -209,7 +211,9 @@ SEED_COLUMNS = (
     ("minus_atp", "α − AtP (paired)", 3),
     ("head_laya", "head faith α", 3),
     ("exit_alpha", "α-exit saved", 3),
+    ("exit_alpha_own", "α-exit saved, own full head", 3),
     ("exit_pmax", "p_max-exit saved", 3),
+    ("exit_tuned", "tuned-lens exit saved", 3),
     ("exit_gap", "α-exit − p_max-exit (paired)", 3),
     ("exit_oracle", "oracle", 3),
 )

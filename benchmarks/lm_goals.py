@@ -92,7 +92,7 @@ def main(argv=None) -> None:
     for scope in ("head", "network"):
         say("  α faithfulness ≥ Grad×Act's, " + faithfulness_goal(doc, scope))
     g = exits["goals"]
-    say(f"  α-guided exit saves {100 * g['alpha_saving']:.1f} % within 1 % CE (goal ≥ 20 %: "
+    say(f"  α-guided exit saves {100 * g['alpha_saving']:.1f} % within 1 % of the model's CE (goal ≥ 20 %: "
         f"{'met' if g['alpha_saves_20pc_within_1pc'] else 'MISSED'}); oracle {100 * g['oracle_saving']:.1f} % "
         f"(goal ≥ 80 % of it: {'met' if g['alpha_reaches_80pc_of_oracle'] else 'MISSED'})")  # fmt: skip
     say("  seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))

@@ -209,6 +209,23 @@ def test_exit_sweep_on_a_hand_made_table():
     assert oracle.policy == "oracle" and oracle.mean_layers == 2.5  # token 0 agrees from layer 2, token 1 at 3
 
 
+def test_the_exit_goals_read_the_models_cross_entropy_not_the_heads_own():
+    """A head 10 % worse than the model at full depth: exiting at layer 1 costs 0.5 % of its own CE but 10.5 % of
+    the model's, so it is within 1 % only by the first reading, and the goals read the second."""
+    ce = torch.tensor([[1.105, 1.1], [1.105, 1.1]])  # two tokens, two layers (nats)
+    scores = torch.tensor([[0.9, 1.0], [0.9, 1.0]])  # α mass high at layer 1: every threshold exits there
+    argmax = torch.tensor([[3, 3], [4, 4]])
+    tables = token_exit.ExitTables({p: ce for p in token_exit.POLICIES}, argmax,
+                                   {p: scores for p in token_exit.POLICIES}, torch.ones(2))  # fmt: skip
+    result = token_exit.token_exit_result(tables, ["h.0", "h.1"], (0.5,))
+    assert result.best["alpha_mass"]["saving"] == 0.5 and result.best["alpha_mass"]["ce_increase"] < 0.01
+    at_layer_1 = next(p for p in result.points if p.policy == "alpha_mass")
+    assert at_layer_1.ce_over_model == pytest.approx(0.105)
+    assert result.best_vs_model["alpha_mass"] is None  # no point of the sweep is within 1 % of the model
+    assert result.goals["alpha_saving"] == 0 and result.goals["alpha_saving_own"] == 0.5
+    assert not result.goals["alpha_saves_20pc_within_1pc"]
+
+
 def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     out = tmp_path / "m.pt"
     r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
@@ -401,8 +418,9 @@ def test_a_head_below_the_most_frequent_next_token_is_warned_about_in_those_word
 def test_the_early_exit_caption_says_whose_goals_it_reads():
     from laya_cli.report.lm import exit_caption
 
-    goals = {"alpha_saving": 0.25, "oracle_saving": 0.5, "alpha_saves_20pc_within_1pc": True,
+    goals = {"alpha_saving": 0.25, "alpha_saving_own": 0.4, "oracle_saving": 0.5, "alpha_saves_20pc_within_1pc": True,
              "alpha_reaches_80pc_of_oracle": False}  # fmt: skip
     text = exit_caption({"tokens": 100, "model_ce_bits": 3.0, "laya_ce_bits": 3.1, "goals": goals})
     assert "laya's targets for α-guided exit" in text and "≥ 20 % saved, met" in text
     assert "≥ 80 % of the oracle's saving, missed" in text and "(goal ≥" not in text
+    assert "25.0 % of layer computations within 1 % of the model's CE (40.0 % within 1 % of the head's own" in text
