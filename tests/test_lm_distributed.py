@@ -50,3 +50,16 @@ def test_torchrun_training_of_a_language_model_matches_one_process(tmp_path):
     for ra, rb in zip(a["reference"], b["reference"]):
         torch.testing.assert_close(rb, ra, rtol=0, atol=1e-6)
     assert outs[2].count("held-out laya") == 1  # printed once, by rank 0
+
+
+def test_torchrun_trains_with_the_default_term_and_records_it(tmp_path):
+    """The LM default (--align 1 --align-target network, --exit-aware 1) under torchrun: each rank draws its own
+    block for the term, so it is not the one-process head; it must run and be recorded."""
+    lm = make_lm_folder(tmp_path / "lm", sentences(200), 160)
+    env = child_env(OMP_NUM_THREADS="1", LAYA_DIST_TIMEOUT="120", PYTHONUNBUFFERED="1")
+    r = run_laya("train", "--task", "lm", "--backbone", f"hf:{lm / 'model'}", "--dataset", f"text:{lm / 'corpus'}",
+                 "--block-size", "16", "--batch-size", "5", "--eval-tokens", "300", "--lens", "none",
+                 "--device", "cpu", "--out", tmp_path / "lm.pt", env=env, timeout=600, procs=2)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    config = torch.load(tmp_path / "lm.pt", weights_only=True)["train_config"]
+    assert (config["align"], config["align_target"], config["exit_aware"]) == (1.0, "network", 1.0)
