@@ -104,6 +104,17 @@ def test_the_cli_trains_with_it_beside_the_network_term(lm_dir, tmp_path):
     assert invoke("depth", out, "--samples", "200").exit_code in (0, 1)  # 1: laya's own exit targets missed
 
 
+def test_one_layer_has_nothing_to_truncate_and_trains_without_it(lm_dir, tmp_path):
+    """--layers naming the last block alone: the default --exit-aware has no depth to draw, so it is off (and
+    recorded off); the run does not fail."""
+    out = tmp_path / "one.pt"
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
+               "--block-size", "16", "--eval-tokens", "200", "--lens", "none", "--layers", "h.3", "--out", out,
+               "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "exit_aware" not in json.loads(invoke("info", out, "--json").stdout)["train_config"]
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])
 def test_bad_values_are_one_line_and_write_nothing(lm_dir, tmp_path, value):
     out = tmp_path / "m.pt"

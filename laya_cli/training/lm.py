@@ -382,6 +382,8 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     history, best, best_state, metrics, stale = [], None, None, None, 0
     reference = ReferenceSum(req.eval_tokens)
     aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed) if req.align else None
+    if lm.num_layers < 2:  # one layer: no depth to exit at, nothing to truncate (recorded as off)
+        req.exit_aware = 0.0
     exit_aware = ExitAware(req.exit_aware, reference, req.seed) if req.exit_aware else None
     for epoch in range(1, req.epochs + 1):
         start = time.perf_counter()
