@@ -108,9 +108,9 @@ def test_one_layer_has_nothing_to_truncate_and_trains_without_it(lm_dir, tmp_pat
     """--layers naming the last block alone: the default --exit-aware has no depth to draw, so it is off (and
     recorded off); the run does not fail."""
     out = tmp_path / "one.pt"
-    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
-               "--block-size", "16", "--eval-tokens", "200", "--lens", "none", "--layers", "h.3", "--out", out,
-               "--quiet")  # fmt: skip
+    r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}",
+               "--dataset", f"text:{lm_dir / 'corpus'}", "--block-size", "16", "--eval-tokens", "200",
+               "--lens", "none", "--layers", "h.3", "--out", out, "--quiet")  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "exit_aware" not in json.loads(invoke("info", out, "--json").stdout)["train_config"]
 
