@@ -89,7 +89,7 @@ def run(a, variant: str, seed: int) -> dict:
     seconds = json.loads(timed.read_text()) if timed.is_file() else None
     meta, doc, exits = (json.loads(f.read_text()) for f in (info, audit, depth))
     net = doc["network"]["methods"]
-    saving = lambda p, which="best_vs_model": ((exits.get(which) or exits["best"]).get(p) or {}).get("saving", 0.0)  # noqa: E731
+    saving = lambda p, which="best_vs_model": (exits[which].get(p) or {}).get("saving", 0.0)  # noqa: E731
     return {
         "variant": variant, "seed": seed, "train_s": seconds,
         "ce": meta["metrics"]["heads"]["laya"]["ce"], "model_ce": meta["metrics"]["heads"]["last"]["ce"],

@@ -165,6 +165,14 @@ def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int =
     return folder
 
 
+def small_lm_request(lm_dir: Path, out: Path, **kw):
+    """A ``training.lm.LMRequest`` on ``make_lm_folder``'s model and corpus, sized for a test (``kw`` overrides)."""
+    from laya_cli.training.lm import LMRequest
+
+    base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300, lens="none", seed=3)
+    return LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
+
+
 def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:
     """``root/model`` (``make_causal_lm`` on ``texts``) and ``root/corpus`` (train.txt: the first ``train`` texts,
     test.txt: the rest): what ``laya train --task lm`` reads."""

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from laya_cli.auditing.tokens import token_data
-from laya_cli.depthing.token_exit import truncated_laya
+from laya_cli.depthing.token_exit import truncated_laya, truncated_states
 from laya_cli.features.positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
 from laya_cli.runtime.errors import LayaError
-from laya_cli.training.exit_aware import truncated_inputs, truncation_depths
-from laya_cli.training.lm import LMRequest, ReferenceSum, train_lm
-from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences
+from laya_cli.training.exit_aware import truncation_depths
+from laya_cli.training.lm import ReferenceSum, train_lm
+from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -26,26 +26,21 @@ def lm_dir(tmp_path_factory):
     return make_lm_folder(tmp_path_factory.mktemp("lm"), sentences(150), 110)
 
 
-def _request(lm_dir, out, **kw) -> LMRequest:
-    base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300, lens="none", seed=3)
-    return LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
-
-
 @pytest.fixture(scope="module")
 def trained(lm_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("exit") / "lm.pt"
-    return train_lm(_request(lm_dir, out, exit_aware=1.0)), out
+    return train_lm(small_lm_request(lm_dir, out, exit_aware=1.0)), out
 
 
 def test_the_truncated_input_is_the_one_laya_depth_reads(trained):
-    """The head on ``truncated_inputs`` at each position's depth gives ``truncated_laya``'s logits at that depth
+    """The head on ``truncated_states`` at each position's depth gives ``truncated_laya``'s logits at that depth
     (r̄ above k, α masked above k and renormalised), several depths in one batch."""
     _, path = trained
     model = lens_model_from_checkpoint(read_checkpoint(path))
     hs, _ = token_states(model.lm, token_data(model, None, 30, 2).blocks[0])
     depths = truncation_depths(len(hs), hs.shape[1], torch.Generator().manual_seed(5))
     assert len(depths.unique()) > 1 and depths.min() >= 1 and depths.max() < hs.shape[1]
-    seen, keep = truncated_inputs(hs, torch.stack(list(model.reference)), depths)
+    seen, keep = truncated_states(hs, torch.stack(list(model.reference)), depths)
     with torch.no_grad():
         got = model.laya(seen, keep)[0]
     for k in depths.unique().tolist():
@@ -85,10 +80,10 @@ def test_the_command_line_trains_with_it_by_default_and_0_turns_it_off(lm_dir, t
 def test_a_run_with_it_records_it_trains_differently_and_replays(trained, lm_dir, tmp_path):
     ckpt, _ = trained
     assert ckpt["train_config"]["exit_aware"] == 1.0
-    plain = train_lm(_request(lm_dir, tmp_path / "plain.pt"))
+    plain = train_lm(small_lm_request(lm_dir, tmp_path / "plain.pt"))
     assert "exit_aware" not in plain["train_config"]  # off: recorded as before the option existed
     assert ckpt["history"][0]["loss"] > plain["history"][0]["loss"]  # the truncated objective is in the loss
-    again = train_lm(_request(lm_dir, tmp_path / "again.pt", exit_aware=1.0))
+    again = train_lm(small_lm_request(lm_dir, tmp_path / "again.pt", exit_aware=1.0))
     for name, w in ckpt["head"]["weights"].items():
         assert torch.equal(w, again["head"]["weights"][name]), name
 
@@ -150,5 +145,5 @@ def test_the_depths_are_the_same_positions_whatever_the_ranks(monkeypatch):
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5])
 def test_the_python_api_checks_the_same(lm_dir, tmp_path, value):
     with pytest.raises(LayaError, match="--exit-aware"):
-        train_lm(_request(lm_dir, tmp_path / "m.pt", exit_aware=value))
+        train_lm(small_lm_request(lm_dir, tmp_path / "m.pt", exit_aware=value))
     assert not (tmp_path / "m.pt").exists()

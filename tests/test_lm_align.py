@@ -14,8 +14,8 @@ from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training import lm_align
-from laya_cli.training.lm import LMRequest, train_lm
-from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences
+from laya_cli.training.lm import train_lm
+from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -25,15 +25,10 @@ def lm_dir(tmp_path_factory):
     return make_lm_folder(tmp_path_factory.mktemp("lm"), sentences(150), 110)
 
 
-def _request(lm_dir, out, **kw) -> LMRequest:
-    base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300, lens="none", seed=3)
-    return LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
-
-
 @pytest.fixture(scope="module")
 def aligned(lm_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("aligned") / "lm.pt"
-    return train_lm(_request(lm_dir, out, align=1.0, align_target="network", align_loss="both")), out
+    return train_lm(small_lm_request(lm_dir, out, align=1.0, align_target="network", align_loss="both")), out
 
 
 def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned):
@@ -73,10 +68,12 @@ def test_a_run_with_the_term_trains_records_it_and_is_deterministic(aligned, lm_
     config = ckpt["train_config"]
     assert (config["align"], config["align_target"], config["align_loss"], config["align_scope"]) == (
         1.0, "network", "both", "scorer")  # fmt: skip
-    again = train_lm(_request(lm_dir, tmp_path / "again.pt", align=1.0, align_target="network", align_loss="both"))
+    again = train_lm(
+        small_lm_request(lm_dir, tmp_path / "again.pt", align=1.0, align_target="network", align_loss="both")
+    )
     for k, v in ckpt["head"]["weights"].items():
         assert torch.equal(v, again["head"]["weights"][k]), k
-    plain = train_lm(_request(lm_dir, tmp_path / "plain.pt"))
+    plain = train_lm(small_lm_request(lm_dir, tmp_path / "plain.pt"))
     assert not any(k.startswith("align") for k in plain["train_config"])  # no term: recorded as before
     assert plain["history"][0]["loss"] != ckpt["history"][0]["loss"]  # the term is in the loss
     differs = [not torch.equal(v, plain["head"]["weights"][k]) for k, v in ckpt["head"]["weights"].items()]
@@ -138,7 +135,7 @@ def test_bad_alignment_options_are_one_line_and_write_nothing(lm_dir, tmp_path, 
 )
 def test_the_python_api_checks_the_same(lm_dir, tmp_path, kw, fragment):
     with pytest.raises(LayaError, match=fragment):
-        train_lm(_request(lm_dir, tmp_path / "m.pt", **kw))
+        train_lm(small_lm_request(lm_dir, tmp_path / "m.pt", **kw))
     assert not (tmp_path / "m.pt").exists()
 
 

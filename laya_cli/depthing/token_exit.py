@@ -47,13 +47,18 @@ class ExitTables:
     model_ce: Tensor  # (N,) the model's own cross-entropy (nats)
 
 
+def truncated_states(hs: Tensor, reference: Tensor, depths: Tensor) -> tuple[Tensor, Tensor]:
+    """(states, keep): each position's layers above its depth (``depths`` (n,)) replaced by r̄ (L, d), and the (n, L)
+    mask of the layers it keeps — the input and the α mask of the head truncated there (``exit_aware`` trains it)."""
+    keep = torch.arange(hs.shape[1], device=hs.device) < depths.unsqueeze(1)
+    return torch.where(keep.unsqueeze(-1), hs, reference.to(hs.dtype)), keep.to(hs.dtype)
+
+
 @torch.no_grad()
 def truncated_laya(model: LensModel, hs: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """(logits, α mass) of the LAYA head at depth k: layers above k replaced by r̄, α masked above k."""
-    L = hs.shape[1]
-    seen = hs.clone()
-    for i in range(k, L):
-        seen[:, i] = model.reference[i]
+    depths = torch.full((len(hs),), k, device=hs.device)
+    seen, _ = truncated_states(hs, torch.stack(list(model.reference)).to(hs.device), depths)
     z = model.laya.embed(seen)
     alpha = model.laya.attention(z)
     mass = alpha[:, :k].sum(-1)

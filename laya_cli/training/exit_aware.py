@@ -4,8 +4,9 @@
 training mean r̄, α masked above k and renormalised (``depthing.token_exit.truncated_laya``). A head trained on
 full depth only never sees that input, so its truncated predictions are worse than they need be and an exit that
 trusts them costs cross-entropy. Exit-aware training adds, for every training position, W · the objective of the
-head truncated at a depth k drawn uniformly from 1..L−1 (depth L is the full head, trained already): one more head
-pass per position, no backbone pass. r̄ is the one the checkpoint stores (``ReferenceSum``: epoch 1's first
+head truncated at a depth k drawn uniformly from 1..L−1 (depth L is the full head, trained already), on the input
+``depthing.token_exit.truncated_states`` builds for ``laya depth``: one more head pass per position, no backbone
+pass. r̄ is the one the checkpoint stores (``ReferenceSum``: epoch 1's first
 ``--eval-tokens`` positions), as far as it is summed at that step. The depths are drawn for the whole global batch
 from a generator of the seed and the epoch, and each rank takes its rows: under torchrun the same depths fall on
 the same positions as in one process. Measured in docs/lm.md (exit-aware training).
@@ -22,13 +23,6 @@ from ..runtime.distributed import shard_bounds
 def truncation_depths(n: int, n_layers: int, generator: torch.Generator | None = None) -> Tensor:
     """(n,) depths k ∈ 1..L−1, uniform."""
     return torch.randint(1, n_layers, (n,), generator=generator)
-
-
-def truncated_inputs(hs: Tensor, reference: Tensor, depths: Tensor) -> tuple[Tensor, Tensor]:
-    """(states, mask): each position's layers above its depth replaced by r̄ (L, d), and the (n, L) mask of the
-    layers it keeps — the input and the α mask of ``truncated_laya`` at that depth."""
-    keep = torch.arange(hs.shape[1], device=hs.device) < depths.unsqueeze(1)
-    return torch.where(keep.unsqueeze(-1), hs, reference.to(hs.dtype)), keep.to(hs.dtype)
 
 
 class ExitAware:

@@ -24,6 +24,7 @@ from ..backbones.causal import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokens import set_tokenizer, train_tokenizer
 from ..data.corpus import Corpus, open_corpus
+from ..depthing.token_exit import truncated_states
 from ..features.positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
 from ..model.lenses import (
@@ -41,7 +42,7 @@ from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
-from .exit_aware import ExitAware, truncated_inputs
+from .exit_aware import ExitAware
 from .lm_align import TokenAlignment, check_alignment
 from .shaping import layer_dropout_mask
 
@@ -171,7 +172,7 @@ def train_step(
         loss = fused_loss(name, laya(h, mask)[0].unsqueeze(1), ref, y).sum()
         if exit_aware is not None:
             weight, r_bar, depths = exit_aware
-            seen, keep = truncated_inputs(h, r_bar, depths[rows].to(h.device))
+            seen, keep = truncated_states(h, r_bar, depths[rows].to(h.device))
             loss = loss + weight * fused_loss(name, laya(seen, keep)[0].unsqueeze(1), ref, y).sum()
         (loss / n).backward()
         total += float(loss.detach())
