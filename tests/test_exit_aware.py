@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from laya_cli.auditing.tokens import token_data
-from laya_cli.depthing.token_exit import truncated_laya, truncated_states
+from laya_cli.depthing.token_exit import truncated_laya
 from laya_cli.features.positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import lens_model_from_checkpoint
+from laya_cli.model.lenses import lens_model_from_checkpoint, truncated_states
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.exit_aware import truncation_depths
 from laya_cli.training.lm import ReferenceSum, train_lm

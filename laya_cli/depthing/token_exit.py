@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..model.lenses import BITS, LensModel, chunks, cross_entropy
+from ..model.lenses import BITS, LensModel, chunks, cross_entropy, truncated_states
 from ..runtime.errors import LayaError
 from .early_exit import exit_depth, minimal_sufficient_depth, take_depth
 
@@ -45,13 +45,6 @@ class ExitTables:
     argmax: Tensor  # LAYA truncated at k (the oracle's and both LAYA policies' prediction)
     scores: dict[str, Tensor]
     model_ce: Tensor  # (N,) the model's own cross-entropy (nats)
-
-
-def truncated_states(hs: Tensor, reference: Tensor, depths: Tensor) -> tuple[Tensor, Tensor]:
-    """(states, keep): each position's layers above its depth (``depths`` (n,)) replaced by r̄ (L, d), and the (n, L)
-    mask of the layers it keeps — the input and the α mask of the head truncated there (``exit_aware`` trains it)."""
-    keep = torch.arange(hs.shape[1], device=hs.device) < depths.unsqueeze(1)
-    return torch.where(keep.unsqueeze(-1), hs, reference.to(hs.dtype)), keep.to(hs.dtype)
 
 
 @torch.no_grad()

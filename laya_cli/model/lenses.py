@@ -212,6 +212,14 @@ class _FusedLoss(torch.autograd.Function):
         return g.mul_(grad.unsqueeze(-1)), None, None
 
 
+def truncated_states(hs: Tensor, reference: Tensor, depths: Tensor) -> tuple[Tensor, Tensor]:
+    """(states, keep): each position's layers above its depth (``depths`` (n,)) replaced by r̄ (L, d), and the (n, L)
+    mask of the layers it keeps — the input and the α mask of the head truncated there (``laya depth``'s exit reads it,
+    ``training.exit_aware`` trains it)."""
+    keep = torch.arange(hs.shape[1], device=hs.device) < depths.unsqueeze(1)
+    return torch.where(keep.unsqueeze(-1), hs, reference.to(hs.dtype)), keep.to(hs.dtype)
+
+
 def fused_loss(name: str, logits: Tensor, ref: Reference | None, y: Tensor) -> Tensor:
     """(c, R) the training objective of R readings per position (logits (c, R, V)): ``kl`` to the model's
     distribution (``ref``), ``ce`` to the next token ``y`` (c,); exact (``kl_to`` and ``cross_entropy`` in fewer

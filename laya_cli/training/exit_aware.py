@@ -5,7 +5,7 @@ training mean r̄, α masked above k and renormalised (``depthing.token_exit.tru
 full depth only never sees that input, so its truncated predictions are worse than they need be and an exit that
 trusts them costs cross-entropy. Exit-aware training adds, for every training position, W · the objective of the
 head truncated at a depth k drawn uniformly from 1..L−1 (depth L is the full head, trained already), on the input
-``depthing.token_exit.truncated_states`` builds for ``laya depth``: one more head pass per position, no backbone
+``model.lenses.truncated_states`` builds for ``laya depth``: one more head pass per position, no backbone
 pass. r̄ is the one the checkpoint stores (``ReferenceSum``: epoch 1's first
 ``--eval-tokens`` positions), as far as it is summed at that step. The depths are drawn for the whole global batch
 from a generator of the seed and the epoch, and each rank takes its rows: under torchrun the same depths fall on

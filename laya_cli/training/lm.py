@@ -24,7 +24,6 @@ from ..backbones.causal import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokens import set_tokenizer, train_tokenizer
 from ..data.corpus import Corpus, open_corpus
-from ..depthing.token_exit import truncated_states
 from ..features.positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
 from ..model.lenses import (
@@ -37,6 +36,7 @@ from ..model.lenses import (
     fused_loss,
     kl_and_ce,
     stored_weights,
+    truncated_states,
 )
 from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
