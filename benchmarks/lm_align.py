@@ -9,6 +9,7 @@ DIR is a ``save_pretrained`` causal LM (``python -m benchmarks.causal_lm``) and 
 Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (``default``: laya's defaults;
 plain: ``--align 0 --exit-aware 0``; ``rank``/``both``/``distill``:
 ``--align λ --align-target network --align-loss rank|both|distill``, λ from ``--align`` or the name: ``both-3``;
+``…+head``: ``--align-target both``, the head's own effects ranked too;
 ``…+trunc``: also ``--exit-aware W``, the head trained truncated at random depths too, W from ``--trunc-weight``)
 → ``info --json`` → ``audit --scope both --compare laya,gradxact,atp`` → ``depth``. A run whose checkpoint (or
 whose three JSON files) exist is reused. Printed: one row per run, the train-time ratio to the plain run of its
@@ -36,24 +37,28 @@ from .say import say
 
 LOSSES = ("rank", "both", "distill")  # a variant: plain, or LOSS, or LOSS-λ (rank-3: --align 3 --align-loss rank)
 TRUNCATED = "+trunc"  # …+trunc: also --exit-aware (random truncation; --trunc-weight W), e.g. rank+trunc
+WITH_HEAD = "+head"  # LOSS[-λ]+head: --align-target both (the head's own term added), e.g. rank-0.3+head+trunc
 # Every variant pins what it names (plain: --align 0 --exit-aware 0), now that --task lm has defaults of both;
 # "default" is laya's own defaults, no option given.
 
 
 def variant_options(variant: str, default_align: str, trunc_weight: str = "1") -> tuple[str, ...]:
-    """``laya train``'s options of one variant name (plain: none)."""
+    """``laya train``'s options of one variant name (default: none)."""
     if variant == "default":
         return ()
     base = variant.removesuffix(TRUNCATED)
     truncated = ("--exit-aware", trunc_weight if base != variant else "0")
     if base == "plain":
         return ("--align", "0", *truncated)
-    loss, _, weight = base.partition("-")
+    network = base.removesuffix(WITH_HEAD)
+    target = "both" if network != base else "network"
+    loss, _, weight = network.partition("-")
     if loss not in LOSSES:
         raise SystemExit(
-            f"variant {variant!r}: default, plain, or one of {', '.join(LOSSES)} with an optional -λ, then +trunc"
+            f"variant {variant!r}: default, plain, or one of {', '.join(LOSSES)} with an optional -λ, then +head, "
+            "then +trunc"
         )
-    return ("--align", weight or default_align, "--align-target", "network", "--align-loss", loss, *truncated)
+    return ("--align", weight or default_align, "--align-target", target, "--align-loss", loss, *truncated)
 
 
 def laya(*args: str) -> float:

@@ -55,6 +55,51 @@ def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned)
         torch.testing.assert_close(got, delta[rows], atol=1e-5, rtol=1e-4)
 
 
+def test_the_head_target_is_the_audits_head_effects_at_the_same_positions(aligned):
+    """``--align-target head|both``'s target at sampled positions against ``laya audit --scope head``'s Δ there (the
+    checkpoint's r̄, the audit's own leave-one-layer-out passes over every position)."""
+    from laya_cli.auditing.tokens import token_audit_job, token_data
+    from laya_cli.runtime.config import AuditSettings
+
+    _, path = aligned
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    data = token_data(model, None, 45, 3)
+    audit = token_audit_job(model, ["laya"], AuditSettings(ci=0.0).validate(), "head", None, 45, data=data)
+    delta = audit.samples["delta"]
+    block = torch.cat(data.blocks)
+    per_block = block.shape[2] - 1
+    r_bar = torch.stack(list(model.reference))
+    for b, positions in ((1, torch.tensor([2, 5, 11])), (0, torch.arange(per_block))):
+        hs, _ = token_states(model.lm, block[b : b + 1])
+        feats, target, got = lm_align.head_target(model.laya, hs[positions], r_bar)
+        rows = b * per_block + positions
+        assert got.shape == (len(positions), model.lm.num_layers) and len(feats) == model.lm.num_layers
+        assert got.abs().max() > 1e-4
+        torch.testing.assert_close(got, delta[rows], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["head", "both"])
+def test_the_heads_own_term_trains_is_recorded_and_changes_the_head(aligned, lm_dir, tmp_path, target):
+    """``--align-target head`` (the head's effects alone) and ``both`` (added to the network's) train per token,
+    deterministically, into another head than the network target's alone, and the record says which."""
+    out = tmp_path / "m.pt"
+    args = ("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
+            "--block-size", "16", "--batch-size", "8", "--epochs", "1", "--lr", "3e-3", "--eval-tokens", "300",
+            "--lens", "none", "--seed", "3", "--align-loss", "both", "--exit-aware", "0", "--align-target", target,
+            "--quiet")  # fmt: skip
+    r = invoke(*args, "--out", out)
+    assert r.exit_code == 0, r.output
+    ckpt = read_checkpoint(out)
+    config = ckpt["train_config"]
+    assert (config["align"], config["align_target"], config["align_loss"]) == (1.0, target, "both")
+    network, _ = aligned  # the same run with --align-target network
+    assert any(not torch.equal(v, network["head"]["weights"][k]) for k, v in ckpt["head"]["weights"].items())
+    assert invoke(*args, "--out", tmp_path / "again.pt").exit_code == 0
+    again = read_checkpoint(tmp_path / "again.pt")
+    for k, v in ckpt["head"]["weights"].items():
+        assert torch.equal(v, again["head"]["weights"][k]), k
+
+
 def test_the_sampled_positions_are_seeded_and_within_one_block():
     draw = lambda seed: lm_align.sampled_positions(8, 127, 16, torch.Generator().manual_seed(seed))  # noqa: E731
     (b, p), (b2, p2) = draw(0), draw(0)
@@ -107,7 +152,8 @@ def test_a_lambda_given_alone_ranks_against_the_network_target(lm_dir, tmp_path)
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--align", "1", "--align-target", "head"], "not built per token"),
+        (["--align", "1", "--align-target", "nowhere"], "--align-target"),
+        (["--align", "1", "--align-target", "head", "--align-removal", "bypass"], "--align-target network"),
         (["--align", "-1", "--align-target", "network"], "--align"),
         (["--align", "nan", "--align-target", "network"], "--align"),
         (["--align", "0", "--align-target", "network"], "--align 0"),
@@ -127,7 +173,7 @@ def test_bad_alignment_options_are_one_line_and_write_nothing(lm_dir, tmp_path, 
 @pytest.mark.parametrize(
     "kw, fragment",
     [
-        ({"align": 1.0}, "--align-target network"),
+        ({"align": 1.0, "align_target": "nowhere"}, "--align-target"),
         ({"align": float("nan"), "align_target": "network"}, "--align"),
         ({"align": -0.5, "align_target": "network"}, "--align"),
         ({"align_target": "network"}, "--align 1"),
@@ -149,5 +195,7 @@ def test_lm_align_variant_names():
     rank = ("--align", "3", "--align-target", "network", "--align-loss", "rank", "--exit-aware", "0")
     assert variant_options("rank-3", "1") == rank
     assert variant_options("both+trunc", "1")[-2:] == ("--exit-aware", "1")
+    both = ("--align", "0.3", "--align-target", "both", "--align-loss", "rank", "--exit-aware", "1")
+    assert variant_options("rank-0.3+head+trunc", "1") == both
     with pytest.raises(SystemExit, match="variant"):
         variant_options("ranked", "1")

@@ -63,3 +63,17 @@ def test_torchrun_trains_with_the_default_term_and_records_it(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     config = torch.load(tmp_path / "lm.pt", weights_only=True)["train_config"]
     assert (config["align"], config["align_target"], config["exit_aware"]) == (1.0, "network", 1.0)
+
+
+def test_torchrun_trains_the_heads_own_term_with_a_rank_that_holds_no_block(tmp_path):
+    """--align-target both without --exit-aware under torchrun, one block a batch: the second rank never holds a
+    block, yet it must join the all-reduce of the running r̄ that the head's term reads (a deadlock otherwise)."""
+    lm = make_lm_folder(tmp_path / "lm", sentences(60), 40)
+    env = child_env(OMP_NUM_THREADS="1", LAYA_DIST_TIMEOUT="120", PYTHONUNBUFFERED="1")
+    r = run_laya("train", "--task", "lm", "--backbone", f"hf:{lm / 'model'}", "--dataset", f"text:{lm / 'corpus'}",
+                 "--block-size", "16", "--batch-size", "1", "--eval-tokens", "300", "--lens", "none",
+                 "--align-target", "both", "--exit-aware", "0",
+                 "--device", "cpu", "--out", tmp_path / "lm.pt", env=env, timeout=600, procs=2)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    config = torch.load(tmp_path / "lm.pt", weights_only=True)["train_config"]
+    assert (config["align"], config["align_target"]) == (1.0, "both") and "exit_aware" not in config

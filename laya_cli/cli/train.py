@@ -147,15 +147,12 @@ def lm_request(req: TrainRequest, lm: LMSettings):
 
 def _lm_alignment(train):
     """``--align``/``--align-target`` of ``--task lm`` resolved as for classifiers (``training.defaults``: a language
-    model's default is λ 1 against the network target; a target given alone is λ 1); the term is the network
-    target's only, and a language model's layers are removed by bypass."""
+    model's default is λ 1 against the network target; a target given alone is λ 1); a language model's layers
+    are removed by bypass."""
     from ..runtime.errors import LayaError
     from ..training.defaults import resolved_alignment
-    from ..training.lm_align import HEAD_TARGET
 
     resolved = resolved_alignment(train, "lm", False, "laya", pool="last")
-    if resolved.align and resolved.align_target != "network":
-        raise LayaError(HEAD_TARGET)
     if train.align_removal not in ("auto", "bypass"):
         raise LayaError(f"--align-removal {train.align_removal}: a language model's layers are removed by bypass "
                         "(the default, auto, or bypass)")  # fmt: skip

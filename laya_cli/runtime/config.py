@@ -203,7 +203,7 @@ class TrainConfig:
         "λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
         "heads; 0 = off). Default: per kind of model, from the measurements in docs/results/network-alignment.md "
         "(0.3 with --align-target both for the built-in mlp trained end to end, 1 with network for a frozen "
-        "Hugging Face transformer; 0 elsewhere); recorded resolved.",
+        "Hugging Face transformer and for --task lm; 0 elsewhere); recorded resolved.",
         minimum=0,
         rule="0 (off) or positive",
     )
@@ -219,8 +219,9 @@ class TrainConfig:
         "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
         "a frozen backbone's removals are computed once per run, for a share of its rows; end to end on 32 rows of "
         "every batch; --task lm: each layer bypassed, at 16 positions of one block a batch) or both (the two terms "
-        "summed, λ each; not --task lm). Default: the kind of "
-        "model's (both for the built-in mlp end to end, network for a frozen hf: transformer, else head); given alone, "
+        "summed, λ each; --task lm: the head's at the same positions, with the running r̄). Default: the kind of "
+        "model's (both for the built-in mlp end to end, network for a frozen hf: transformer and --task lm, else "
+        "head); given alone, "
         "--align is 1.",
         choices=ALIGN_TARGETS,
     )

@@ -29,7 +29,7 @@ class ExitAware:
     """W, the r̄ and the depths of one run; ``reference()`` follows the ``ReferenceSum`` while it is still summed."""
 
     def __init__(self, weight: float, summed, seed: int):
-        self.weight, self.summed, self.seed, self._seen, self._mean = weight, summed, seed, -1, None
+        self.weight, self.summed, self.seed = weight, summed, seed
         self.generator = torch.Generator().manual_seed(seed)
 
     def start_epoch(self, epoch: int) -> None:
@@ -43,6 +43,4 @@ class ExitAware:
         return every[lo * per_block : hi * per_block]
 
     def reference(self, device) -> Tensor:
-        if self.summed.n != self._seen:  # still summing (epoch 1's first positions): the mean so far
-            self._seen, self._mean = self.summed.n, torch.stack(self.summed.means()).to(device)
-        return self._mean
+        return self.summed.running(device)  # still summing (epoch 1's first positions): the mean so far

@@ -67,8 +67,8 @@ class LMRequest:
     lens_tokens: int = LENS_TOKENS  # --lens-tokens: held-out positions its table is measured on (0: all)
     eval_tokens: int = 20_000
     layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
-    align: float = 0.0  # --align λ with --align-target network (training/lm_align.py); 0: off
-    align_target: str = "head"  # as resolved (training/defaults.py): network whenever align is on
+    align: float = 0.0  # --align λ (training/lm_align.py); 0: off
+    align_target: str = "head"  # as resolved (training/defaults.py): network, head or both when align is on
     align_loss: str = "rank"  # --align-loss
     align_scope: str = "scorer"  # --align-scope
     exit_aware: float = 0.0  # --exit-aware W: the head truncated at a random depth trained too (exit_aware.py)
@@ -297,6 +297,7 @@ class ReferenceSum:
 
     def __init__(self, max_tokens: int):
         self.max_tokens, self.total, self.n = max_tokens, None, 0
+        self._seen, self._running = -1, None
 
     def add(self, hs: Tensor) -> None:
         if self.n >= self.max_tokens:
@@ -309,6 +310,14 @@ class ReferenceSum:
         if self.n == 0:
             raise LayaError("the training text is shorter than one block")
         return [r.float().cpu() for r in (all_sum_(self.total.clone()) / self.n)]  # clone: callable again
+
+    def running(self, device) -> Tensor:
+        """(L, d) r̄ as far as it is summed at this step (the stored one once summing stops): what the terms that
+        read r̄ while training use (``--exit-aware``, ``--align-target head|both``). Recomputed only when a batch
+        was added, so every rank all-reduces at the same steps."""
+        if self.n != self._seen:
+            self._seen, self._running = self.n, torch.stack(self.means()).to(device)
+        return self._running
 
 
 def _epoch(
@@ -382,7 +391,9 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     opt = torch.optim.Adam(params, lr=req.lr)
     history, best, best_state, metrics, stale = [], None, None, None, 0
     reference = ReferenceSum(req.eval_tokens)
-    aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed) if req.align else None
+    aligned = None
+    if req.align:
+        aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed, req.align_target, reference)
     if lm.num_layers < 2:  # one layer: no depth to exit at, nothing to truncate (recorded as off)
         req.exit_aware = 0.0
     exit_aware = ExitAware(req.exit_aware, reference, req.seed) if req.exit_aware else None

@@ -1,20 +1,24 @@
-"""``laya train --task lm --align λ --align-target network``: α per token fitted to the network-scope effects.
+"""``laya train --task lm --align λ``: α per token fitted to what removing a layer does, at sampled positions.
 
-    loss = objective + λ · fitting_loss(log α(t), Δᴺ(t))      at ``ALIGN_POSITIONS`` positions t of each batch
-    Δᴺ_i(t) = p_ŷ(t) − p_ŷ(t with layer i bypassed inside the model, the later layers run on)
+    loss = objective + λ · Σ_targets fitting_loss(log α(t), Δ(t))      at ``ALIGN_POSITIONS`` positions t of a block
+    network: Δᴺ_i(t) = p_ŷ(t) − p_ŷ(t with layer i bypassed inside the model, the later layers run on)
+    head:    Δᴴ_i(t) = p_ŷ(t) − p_ŷ(t with r_i := r̄_i at the head)            both: the two terms, λ each
 
-Δᴺ is what ``laya audit --scope network`` ranks α against on a language model, computed by the audit's own code:
-the bypassed states of ``auditing.tokens.bypassed_states`` (each layer's output := its input, at every position of
-the block) read by the current head through ``auditing.network.patching.removal_effects`` (L + 1 head passes); ŷ is
-the head's predicted next token, as the audit's default ``--target predicted``. The fit (``--align-loss``: rank,
-distill or both) and what it trains (``--align-scope``) are ``alignment.alignment_loss``'s, as for classifiers.
+Each Δ is what ``laya audit`` ranks α against on a language model at that scope, computed by the audit's own code.
+Δᴺ: the bypassed states of ``auditing.tokens.bypassed_states`` (each layer's output := its input, at every position
+of the block) read by the current head through ``auditing.network.patching.removal_effects`` (L + 1 head passes).
+Δᴴ: ``metrics.lolo_effects`` under mean ablation (L + 1 head passes, no model pass), with r̄ as far as it is summed
+at that step (``lm.ReferenceSum.running``: the stored r̄ is epoch 1's first ``--eval-tokens`` positions, so after
+the first batches it is the audit's own). ŷ is the head's predicted next token, as the audit's default ``--target
+predicted``. The fit (``--align-loss``: rank, distill or both) and what it trains (``--align-scope``) are
+``alignment.alignment_loss``'s, as for classifiers; ``both`` adds the head's term to the network's, as a classifier's
+``--align-target both`` does (``network_target.NetworkAlignment.head_term``).
 
 Recomputed every step rather than cached: the model is frozen, so the bypassed states of a fixed sample of
 positions could be kept and only the L + 1 head passes redone, but ``--task lm`` trains one epoch by default and
 no position comes back within one, so a cache would cost the same passes plus its memory (k · L(L+1)/2 · d floats
 a step) and save nothing; at E epochs it would save (E − 1)/E of them. The cost per step is L passes of one block
-(``benchmarks/lm_align.py`` measures it beside the plain run). ``--align-target head`` is not built per token: the
-head's own leave-one-layer-out effects need r̄ while it is still being summed (refused in ``cli/train.py``).
+(``benchmarks/lm_align.py`` measures it beside the plain run); the head's term adds L + 1 head passes.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..auditing.metrics import lolo_effects
 from ..auditing.network.patching import removal_effects
 from ..auditing.tokens import bypassed_states
 from ..runtime import distributed
-from ..runtime.config import ALIGN_LOSSES, ALIGN_SCOPES
+from ..runtime.config import ALIGN_LOSSES, ALIGN_SCOPES, ALIGN_TARGETS, NETWORK_TARGETS
 from ..runtime.errors import LayaError, match_choice
 from .alignment import alignment_loss
 
@@ -61,30 +66,42 @@ def network_target(backbone, head: nn.Module, x: Tensor, clean: Tensor, position
     return feats, target, removal_effects(head, feats, removed, target)
 
 
-HEAD_TARGET = (
-    "--align for --task lm fits α to the network-scope effects (each layer bypassed): add --align-target network "
-    "(--align-target head is not built per token)"
-)
+@torch.no_grad()
+def head_target(head: nn.Module, clean: Tensor, reference: Tensor):
+    """(r_1..r_L, ŷ, Δᴴ) at positions whose layers' states are ``clean`` (k, L, d): Δᴴ (k, L) the drop of p_ŷ when
+    each layer's state is replaced by r̄ (``reference`` (L, d)) at the head, as ``laya audit --scope head``."""
+    feats = list(clean.unbind(1))
+    target = head(feats).logits.argmax(-1)
+    return feats, target, lolo_effects(head, feats, target, list(reference.unbind(0)), "mean")
+
+
+HEAD_TARGETS = ("head", "both")  # the targets with the head's own term
 
 
 def check_alignment(req) -> None:
     """An ``LMRequest``'s alignment options, in place (the Python API's path; ``laya train`` resolved them from the
-    declared settings first): λ ≥ 0 and finite, the target network whenever λ > 0, the loss and scope by name."""
+    declared settings first): λ ≥ 0 and finite, a target named whenever λ > 0, the loss and scope by name."""
     req.align_loss = match_choice("--align-loss", req.align_loss, ALIGN_LOSSES)
     req.align_scope = match_choice("--align-scope", req.align_scope, ALIGN_SCOPES)
+    req.align_target = match_choice("--align-target", req.align_target, ALIGN_TARGETS)
     if not (isinstance(req.align, (int, float)) and math.isfinite(req.align) and req.align >= 0):
         raise LayaError(f"--align must be 0 (off) or positive, got {req.align}")
-    if req.align and req.align_target != "network":
-        raise LayaError(HEAD_TARGET)
     if not req.align and (req.align_target != "head" or req.align_loss != "rank"):
         raise LayaError("--align-target network and --align-loss say how --align fits α: add --align 1")
 
 
 class TokenAlignment:
-    """``weight · alignment_loss`` at ``ALIGN_POSITIONS`` seeded positions of each batch (module docstring)."""
+    """``weight · alignment_loss`` against ``target``'s effects at ``ALIGN_POSITIONS`` seeded positions of each
+    batch (module docstring); ``reference``: the run's ``lm.ReferenceSum`` (the head's term reads its r̄)."""
 
-    def __init__(self, weight: float, scope: str, fit: str, seed: int, k: int = ALIGN_POSITIONS):
-        self.weight, self.scope, self.fit, self.k, self.seed = weight, scope, fit, k, seed
+    def __init__(
+        self, weight: float, scope: str, fit: str, seed: int, target: str = "network", reference=None,
+        k: int = ALIGN_POSITIONS,
+    ):  # fmt: skip
+        if target in HEAD_TARGETS and reference is None:
+            raise LayaError(f"--align-target {target} needs the run's r̄ (its ReferenceSum)")
+        self.weight, self.scope, self.fit, self.target, self.reference = weight, scope, fit, target, reference
+        self.k, self.seed = k, seed
         self.generator = torch.Generator().manual_seed(seed)
 
     def start_epoch(self, epoch: int) -> None:
@@ -94,11 +111,18 @@ class TokenAlignment:
     def loss(self, backbone, head: nn.Module, x: Tensor, hs: Tensor) -> Tensor | None:
         """The weighted term on this rank's blocks ``x`` (B, 2, T) and their states ``hs`` (B·(T−1), L, d); None
         where the rank holds no block. Under torchrun each rank's term is 1/world of the summed gradient."""
+        # r̄ first: while it is summed every rank takes part in its all-reduce, a rank without a block too
+        r_bar = self.reference.running(hs.device) if self.target in HEAD_TARGETS else None
         if not len(x):
             return None
         per_block = x.shape[2] - 1
         block, positions = sampled_positions(len(x), per_block, self.k, self.generator)
         clean = hs[block * per_block + positions.to(hs.device)]
-        feats, target, delta = network_target(backbone, head, x[block : block + 1], clean, positions)
-        term = alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit)
-        return self.weight * term / distributed.world_size()
+        terms = []
+        if self.target in NETWORK_TARGETS:
+            feats, target, delta = network_target(backbone, head, x[block : block + 1], clean, positions)
+            terms.append(alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit))
+        if r_bar is not None:
+            feats, target, delta = head_target(head, clean, r_bar)
+            terms.append(alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit))
+        return self.weight * sum(terms) / distributed.world_size()
