@@ -189,7 +189,6 @@ def test_a_frozen_hf_transformer_trains_with_its_default_term(text_ckpt):
     [
         (["--align-target", "both", "--head", "concat"], "--align-target needs input-conditioned attention"),
         (["--align-target", "both", "--align", "0"], "--align-target both says what --align trains α against"),
-        (["--align-target", "both", "--task", "lm"], "--align for --task lm fits α to the network-scope effects"),
     ],
 )
 def test_the_both_target_where_it_cannot_run_is_one_line(tmp_path, extra, fragment):

@@ -119,13 +119,6 @@ def test_bad_values_are_one_line_and_write_nothing(lm_dir, tmp_path, value):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("value", ["1", "0"])  # the LM default given, and off: both name a path that reads neither
-def test_a_classifier_refuses_it_in_one_line(tmp_path, value):
-    out = tmp_path / "m.pt"
-    assert_user_error(invoke("train", "--exit-aware", value, "--out", out), "--exit-aware", "--task lm")
-    assert not out.exists()
-
-
 def test_the_depths_are_the_same_positions_whatever_the_ranks(monkeypatch):
     """Each rank's depths are its rows of the global batch's (one process's), so torchrun trains the same head."""
     from laya_cli.runtime.distributed import shard_bounds

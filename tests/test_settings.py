@@ -77,7 +77,6 @@ TRAIN_ONLY = {
     "lens": "as --task",
     "lens_sample": "as --task",
     "lens_tokens": "as --task",
-    "exit_aware": "as --task",
     "device_map": "as --task",
     "weights": "attach() takes the caller's model with its weights",
     "arch": "as --weights",

@@ -17,7 +17,8 @@ from .options import Quiet, Replace
 # What ``--task lm`` reads of a TrainRequest (training/lm.py: lm_request); any other option set is refused.
 LM_READS = frozenset(
     "backbone dataset text_column encoding batch_size epochs patience lr layers pretrained d_star tau "
-    "score_hidden layer_dropout seed device out align align_target align_loss align_scope align_removal".split()
+    "score_hidden layer_dropout seed device out align align_target align_loss align_scope align_removal "
+    "exit_aware".split()
 )
 
 
@@ -106,7 +107,6 @@ def lm_request(req: TrainRequest, lm: LMSettings):
     classifier option set is refused in one line (its value would be ignored)."""
     from ..runtime.config import split_csv
     from ..runtime.errors import LayaError
-    from ..training.defaults import LM_EXIT_AWARE
     from ..training.lm import LMRequest
 
     if req.finetune:
@@ -131,7 +131,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         lens_tokens=lm.lens_tokens,
         eval_tokens=lm.eval_tokens,
         layer_dropout=req.train.layer_dropout,
-        exit_aware=LM_EXIT_AWARE if lm.exit_aware is None else lm.exit_aware,
+        exit_aware=align.exit_aware,
         align=align.align,
         align_target=align.align_target,
         align_loss=align.align_loss,

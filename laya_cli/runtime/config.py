@@ -291,6 +291,16 @@ class TrainConfig:
         metavar="T0",
         above=0,
     )
+    exit_aware: float | None = setting(
+        None,
+        "Weight W of exit-aware training: each training sample (--task lm: each position) is also predicted by the "
+        "head truncated at a random depth k < L (r̄ above k, α masked and renormalised), the prediction laya "
+        "depth's early exit reads; 0 = off. Default: per kind of model, from measurements (1 for --task lm, "
+        "docs/lm.md; 0 elsewhere).",
+        metavar="W",
+        minimum=0,
+        rule="0 (off) or positive",
+    )
 
     LATER = {
         "align_target": "head",  # align and align_target as resolved (training/defaults.py) for no term
@@ -303,6 +313,7 @@ class TrainConfig:
         "alpha_entropy": 0.0,
         "alpha_entropy_schedule": "constant",
         "tau_start": None,
+        "exit_aware": 0.0,  # as resolved (training/defaults.py) for no term
     }  # as DataRequest.LATER
 
     def validate(self) -> TrainConfig:
@@ -319,7 +330,8 @@ class TrainConfig:
 
     def shapes_alpha(self) -> list[str]:
         """The options set that train α itself (``--align`` aside): they need a head with α."""
-        on = [("--layer-dropout", self.layer_dropout), ("--alpha-entropy", self.alpha_entropy)]
+        on = [("--layer-dropout", self.layer_dropout), ("--alpha-entropy", self.alpha_entropy),
+              ("--exit-aware", self.exit_aware)]  # fmt: skip
         return [name for name, value in on if value] + (["--tau-start"] if self.tau_start is not None else [])
 
 
@@ -492,8 +504,11 @@ def check_alpha_options(train: TrainConfig, head: str) -> None:
     head = head.lower()
     if train.layer_dropout and head not in ("laya", "scalarmix"):
         raise LayaError(f"--layer-dropout drops layers from α: --head laya or scalarmix (not {head})")
+    if train.exit_aware and head not in ("laya", "scalarmix"):
+        raise LayaError(f"--exit-aware trains the head with α masked above a depth: --head laya or scalarmix "
+                        f"(not {head})")  # fmt: skip
     for option in train.shapes_alpha():
-        if option != "--layer-dropout" and head != "laya":
+        if option not in ("--layer-dropout", "--exit-aware") and head != "laya":
             raise LayaError(f"{option} acts on input-conditioned attention α: --head laya (not {head})")
 
 
@@ -553,15 +568,6 @@ class LMSettings:
         metavar="N",
         minimum=0,
         rule="0 (every held-out position) or positive",
-    )
-    exit_aware: float | None = setting(
-        None,
-        "--task lm: weight W of exit-aware training: each position's objective also read by the head truncated at "
-        "a random depth (r̄ above it, α renormalised), the prediction laya depth's early exit uses; 0 = off "
-        "(default: 1, chosen from measurements: docs/lm.md).",
-        metavar="W",
-        minimum=0,
-        rule="0 (off) or positive",
     )
     device_map: str | None = setting(
         None,

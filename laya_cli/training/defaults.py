@@ -20,6 +20,7 @@ class AlignDefault:
     align: float
     target: str
     losses: tuple[tuple[str, str], ...] = ()  # (pooling, --align-loss) where it is not rank
+    exit_aware: float = 0.0  # --exit-aware W (training/exit_aware.py)
 
     def loss(self, pool: str | None) -> str:
         return dict(self.losses).get(pool or "", "rank")
@@ -40,7 +41,7 @@ OFF = AlignDefault(0.0, "head")
 # - A causal language model (--task lm, per token): without the term α sits on the last layer (0.99) and its
 #   network faithfulness is about 0 (−0.10 over 5 seeds of the WordNet GPT-2); ranked against the bypass effects it
 #   is 0.65, above AtP (0.24; α − AtP +0.41 [0.35, 0.48]) for +0.9 % of the head's cross-entropy, and with
-#   --exit-aware (the LM default, runtime/config.py) the α-guided exit saves 62 % of layers within 1 % of the
+#   --exit-aware (the LM default, its exit_aware below) the α-guided exit saves 62 % of layers within 1 % of the
 #   model's cross-entropy (confidence exit 2.5 %); at batch 128 (3 seeds, 11 steps) 0.52 vs plain −0.08, exit
 #   21 % but head-scope faithfulness 0.47 → 0.02 (the known price). On SmolLM2
 #   (2 seeds, rank) next-token accuracy +1.7 pp, α 0.10 → 0.27 (AtP stays ahead there). docs/lm.md.
@@ -49,9 +50,8 @@ OFF = AlignDefault(0.0, "head")
 ALIGN_DEFAULTS: dict[tuple[str, bool], AlignDefault] = {
     ("mlp", True): AlignDefault(0.3, "both"),
     ("hf", False): AlignDefault(1.0, "network", (("mean", "both"),)),
-    ("lm", False): AlignDefault(1.0, "network"),  # --task lm: its kind is the task, whatever the model
+    ("lm", False): AlignDefault(1.0, "network", exit_aware=1.0),  # --task lm: its kind is the task
 }
-LM_EXIT_AWARE = 1.0  # --exit-aware W when not given (--task lm; the evidence is the "lm" entry's above)
 
 
 def kind_of(backbone: str) -> str:
@@ -70,9 +70,9 @@ def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
 def resolved_alignment(
     train: TrainConfig, backbone: str, finetune: bool, head: str, pool: str | None = None
 ) -> TrainConfig:
-    """``train`` with ``align`` and ``align_target`` resolved: the kind's default for what is None; a target given
-    alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the head's.
-    ``align_source`` says "default" where neither was given and the kind has a term (it may then be dropped with
+    """``train`` with ``align``, ``align_target`` and ``exit_aware`` resolved: the kind's default for what is None; a
+    target given alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the
+    head's. ``align_source`` says "default" where neither was given and the kind has a term (it may then be dropped with
     a note where it cannot run: ``job._network_alignment``). ``align_loss`` None is resolved once the backbone's
     ``pool`` is known (the job's; None: left for it), to the kind's loss for that pooling (rank without a term)."""
     kind = kind_default(backbone, finetune, head)
@@ -92,7 +92,9 @@ def resolved_alignment(
     loss = train.align_loss
     if loss is None and (pool is not None or not align):
         loss = kind.loss(pool) if align and target == kind.target else "rank"
-    return replace(train, align=float(align), align_target=target, align_source=source, align_loss=loss)
+    exit_aware = kind.exit_aware if train.exit_aware is None else train.exit_aware
+    return replace(train, align=float(align), align_target=target, align_source=source, align_loss=loss,
+                   exit_aware=float(exit_aware))  # fmt: skip
 
 
 def resolved_request(req: TrainRequest) -> TrainRequest:

@@ -150,7 +150,7 @@ def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnE
     train, val, test = (data.features(job, split) for split in ("train", "val", "test"))
     # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
     as_inputs = lambda f: f if from_store(f) else (f.feats, f.labels)
-    alignment, shaping = _alignment(job, head, train, recorded, data), _shaping(job, head)
+    alignment, shaping = _alignment(job, head, train, recorded, data), _shaping(job, head, train)
     history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, alignment, shaping)
     tested = ()
     if test is not None:
@@ -228,12 +228,14 @@ def _frozen_training_inputs(fixed_feats, data):
     return got[0]
 
 
-def _shaping(job: TrainingJob, head: nn.Module) -> AlphaShaping | None:
-    """``--layer-dropout``, ``--alpha-entropy``, ``--tau-start`` (``shaping.py``); None when all are off."""
+def _shaping(job: TrainingJob, head: nn.Module, fixed_feats=None) -> AlphaShaping | None:
+    """``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``, ``--exit-aware`` (``shaping.py``); None when all are
+    off. ``fixed_feats``: a frozen backbone's training features, whose mean is the r̄ ``--exit-aware`` truncates with."""
     if not AlphaShaping.wanted(job.train):
         return None
     check_alpha_options(job.train, head_kind(head))
-    return AlphaShaping(job.train, head)
+    reference = fixed_feats.mean() if fixed_feats is not None and job.train.exit_aware else None
+    return AlphaShaping(job.train, head, reference)
 
 
 def _fit(

@@ -386,7 +386,7 @@ def _step(
         if alignment is not None:
             loss = loss + alignment.loss(head, feats, logits, inputs=xs, rows=rows)
         if shaping is not None:
-            loss = loss + shaping.loss(head, feats)
+            loss = loss + shaping.loss(head, feats, y)
     _descend(optimizer, loss)
     return loss.item() * len(y), (logits.argmax(-1) == y).sum().item()
 

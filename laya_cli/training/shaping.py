@@ -2,7 +2,8 @@
 
 On a frozen pretrained transformer the LAYA head learns to put nearly all of α on one layer per sample: the last
 layers' features are larger and more separable, so the head routes each sample to one of them and α no longer says
-which depths drive it. Three training-time options act on α (``laya train``); none changes the head's
+which depths drive it. Three training-time options act on α (``laya train``; a fourth, ``--exit-aware``, trains the
+head truncated at random depths: ``exit_aware.py``); none changes the head's
 architecture, so a checkpoint trained with them loads and audits like any other:
 
 - ``--layer-dropout P``: each training sample's α is taken over a random subset of the layers — every layer is
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ..runtime.config import TrainConfig
+from .exit_aware import TruncatedTerm
 
 
 def layer_dropout_mask(
@@ -72,9 +74,11 @@ def tau_at(start: float, end: float, epoch: int, epochs: int) -> float:
 class AlphaShaping:
     """The three options of one run, applied epoch by epoch and batch by batch (``training.loop``)."""
 
-    def __init__(self, cfg: TrainConfig, head: nn.Module):
+    def __init__(self, cfg: TrainConfig, head: nn.Module, reference: Sequence[Tensor] | None = None):
         self.cfg, self.final_tau = cfg, getattr(head, "tau", None)
         self.weight = cfg.alpha_entropy
+        # --exit-aware (exit_aware.py): r̄ of fixed features, None end to end (each batch's own mean)
+        self.truncated = TruncatedTerm(cfg.exit_aware, reference) if cfg.exit_aware else None
 
     @staticmethod
     def wanted(cfg: TrainConfig) -> bool:
@@ -97,8 +101,10 @@ class AlphaShaping:
             return None
         return layer_dropout_mask(n, n_layers, self.cfg.layer_dropout).to(device)
 
-    def loss(self, head: nn.Module, feats: Sequence[Tensor]) -> Tensor | float:
-        """λ_e · the entropy deficit of the head's (unmasked) α on this batch; 0 when off."""
+    def loss(self, head: nn.Module, feats: Sequence[Tensor], y: Tensor) -> Tensor | float:
+        """λ_e · the entropy deficit of the head's (unmasked) α on this batch, plus the ``--exit-aware`` term on
+        its labels ``y``; 0 when both are off."""
+        total = self.truncated.loss(head, feats, y) if self.truncated is not None else 0.0
         if not self.weight:
-            return 0.0
-        return self.weight * entropy_deficit(head.log_attention(head.embed(feats)))
+            return total
+        return total + self.weight * entropy_deficit(head.log_attention(head.embed(feats)))
