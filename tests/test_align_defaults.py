@@ -103,6 +103,27 @@ def test_torchrun_trains_with_the_default_term_too(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     got = resolved_alignment(TrainConfig().validate(), "mlp", True, "laya")
     assert (got.align, got.align_target) == (0.3, "both")
+    assert got.exit_aware == 0.0  # a classifier's --exit-aware is one process only: its default is not taken there
+    assert resolved_alignment(TrainConfig().validate(), "lm", False, "laya").exit_aware == 1.0  # the LM's runs
+
+
+@pytest.mark.parametrize(
+    "backbone, finetune, head, given, want",
+    [
+        ("mlp", True, "laya", {}, 1.0),  # make demo's model: the truncated head trained too
+        ("mlp", False, "laya", {}, 0.0),  # frozen: not measured
+        ("cnn", True, "laya", {}, 0.0),
+        ("hf:m", False, "laya", {}, 0.0),
+        ("lm", False, "laya", {}, 1.0),  # --task lm
+        ("mlp", True, "scalarmix", {}, 0.0),  # the defaults are the laya head's
+        ("mlp", True, "laya", {"exit_aware": 0.0}, 0.0),  # given: kept
+        ("cnn", True, "laya", {"exit_aware": 0.5}, 0.5),
+    ],
+)
+def test_the_kind_of_model_decides_exit_aware_training_when_not_given(backbone, finetune, head, given, want):
+    got = resolved_alignment(TrainConfig(**given).validate(), backbone, finetune, head)
+    assert got.exit_aware == want
+    assert resolved_alignment(got, backbone, finetune, head).exit_aware == want  # resolving twice changes nothing
 
 
 # --------------------------------------------------------------------------- a default term that cannot run

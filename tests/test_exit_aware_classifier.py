@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from laya_cli.depthing.truncation import keep_mask, masked_output, truncated_inputs
-from laya_cli.model.heads import build_head
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.heads import build_head
 from laya_cli.runtime.config import HeadConfig, TrainConfig
 from laya_cli.training.exit_aware import TruncatedTerm, truncated_rows
 from laya_cli.training.shaping import AlphaShaping
@@ -78,14 +78,16 @@ def _train(tmp_path, name, *extra):
 
 
 def test_a_run_with_it_records_it_trains_another_head_and_replays(tmp_path):
-    aware = _train(tmp_path, "aware", "--exit-aware", "1")
-    plain = _train(tmp_path, "plain")
+    aware = _train(tmp_path, "aware")  # the built-in mlp end to end: on by default (training/defaults.py)
+    plain = _train(tmp_path, "plain", "--exit-aware", "0")
     config = json.loads(invoke("info", aware, "--json").stdout)["train_config"]
     assert config["exit_aware"] == 1.0
-    assert read_checkpoint(plain)["train_config"]["exit_aware"] == 0.0  # the classifiers' default: off
+    assert read_checkpoint(plain)["train_config"]["exit_aware"] == 0.0
+    cnn = _train(tmp_path, "cnn", "--backbone", "cnn", "--epochs", "1")
+    assert read_checkpoint(cnn)["train_config"]["exit_aware"] == 0.0  # a kind not measured: off
     a, p = read_checkpoint(aware), read_checkpoint(plain)
     assert any(not torch.equal(v, p["head"]["weights"][k]) for k, v in a["head"]["weights"].items())
-    again = read_checkpoint(_train(tmp_path, "again", "--exit-aware", "1"))
+    again = read_checkpoint(_train(tmp_path, "again", "--exit-aware", "1"))  # given: as the default
     for k, v in a["head"]["weights"].items():
         assert torch.equal(v, again["head"]["weights"][k]), k
     assert invoke("depth", aware).exit_code in (0, 1)  # 1: a goal of laya depth's own missed

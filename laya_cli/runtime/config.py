@@ -295,8 +295,9 @@ class TrainConfig:
         None,
         "Weight W of exit-aware training: each training sample (--task lm: each position) is also predicted by the "
         "head truncated at a random depth k < L (r̄ above k, α masked and renormalised), the prediction laya "
-        "depth's early exit reads; 0 = off. Default: per kind of model, from measurements (1 for --task lm, "
-        "docs/lm.md; 0 elsewhere).",
+        "depth's early exit reads; 0 = off. Default: per kind of model, from measurements (1 for --task lm and "
+        "the built-in mlp trained end to end, docs/depth.md and docs/lm.md; 0 elsewhere, and for a classifier "
+        "under torchrun, where it runs in one process only); recorded resolved.",
         metavar="W",
         minimum=0,
         rule="0 (off) or positive",
