@@ -93,6 +93,11 @@ def test_a_run_with_it_records_it_trains_another_head_and_replays(tmp_path):
     assert invoke("depth", aware).exit_code in (0, 1)  # 1: a goal of laya depth's own missed
 
 
+def test_one_tapped_layer_has_nothing_to_truncate_and_trains_without_it(tmp_path):
+    out = _train(tmp_path, "one", "--layers", "blocks.2", "--epochs", "1")  # the default's W 1 given no depth
+    assert read_checkpoint(out)["train_config"]["exit_aware"] == 0.0
+
+
 def test_a_frozen_backbone_trains_with_it_on_its_training_mean(tmp_path):
     out = _train(tmp_path, "frozen", "--frozen", "--exit-aware", "0.5")
     assert read_checkpoint(out)["train_config"]["exit_aware"] == 0.5

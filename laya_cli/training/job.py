@@ -86,6 +86,8 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
     with precision(check_precision(job.train.precision, dev)):
         backbone = job.backbone.to(dev)
         dims = backbone.dims(to_float_images(data.example()).to(dev))  # one line if the model cannot take these
+        if len(dims) < 2 and job.train.exit_aware:  # one tapped layer: no depth to exit at (recorded off)
+            job = replace(job, train=replace(job.train, exit_aware=0.0))
         classes = data.classes  # (a loader's data are read here, before the head's seed)
         torch.manual_seed(job.train.seed)
         head = build_head(job.head, dims, len(classes), job.head_config).to(dev)
