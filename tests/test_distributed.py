@@ -223,7 +223,10 @@ def audit_alike_in_one_and_two_processes(args: list, tmp_path: Path, expect: int
 
 # --align 0: the plain DDP step (the built-in mlp's default term, which runs under torchrun too, is
 # test_torchrun_aligned_training_matches_one_process's)
-TRAIN = ["train", "--dataset", "digits", "--epochs", "3", "--patience", "3", "--seed", "0", "--align", "0"]
+# --exit-aware 0: a classifier's runs in one process only, so under torchrun the mlp's default of 1 is off
+# (training/defaults.py); one process is pinned to the same
+TRAIN = ["train", "--dataset", "digits", "--epochs", "3", "--patience", "3", "--seed", "0", "--align", "0",
+         "--exit-aware", "0"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +274,7 @@ def _assert_same_training(a: dict, b: dict, what: str) -> None:
     assert [r["val_accuracy"] for r in a["history"]] == [r["val_accuracy"] for r in b["history"]], what
 
 
-ALIGNED = ["train", "--dataset", "digits", "--patience", "3", "--seed", "0", "-q"]
+ALIGNED = ["train", "--dataset", "digits", "--patience", "3", "--seed", "0", "--exit-aware", "0", "-q"]  # as TRAIN
 
 
 @pytest.mark.parametrize(
