@@ -116,3 +116,22 @@ def test_bad_values_are_one_line_and_write_nothing(tmp_path, args, fragment):
     out = tmp_path / "m.pt"
     assert_user_error(invoke("train", "--dataset", "digits", *args, "--out", out), fragment)
     assert not out.exists()
+
+
+def test_the_benchmark_pairs_each_weight_with_the_baseline_of_its_seed():
+    """``benchmarks.exit_aware``'s paired column: each run minus the first weight's run of the same seed."""
+    from benchmarks.exit_aware import paired, tables
+
+    rows = [{"weight": w, "seed": s, "accuracy": a, "exit_pmax": e, "exit_alpha": 0.1, "head_laya": None,
+             "net_laya": 0.5, "k1": 0.9, "exit_oracle": 0.8, "d1_ratio": 1.0, "net_gradxact": 0.3, "train_s": 1.0}
+            for w, s, a, e in (("0", 1, 0.9, 0.3), ("1", 1, 0.8, 0.7), ("0", 2, 0.95, 0.2),
+                               ("1", 2, 0.97, 0.6))]  # fmt: skip
+    base = {r["seed"]: r for r in rows if r["weight"] == "0"}
+    runs = [r for r in rows if r["weight"] == "1"]
+    assert paired(runs, base, "exit_pmax") == pytest.approx([0.4, 0.4])
+    assert paired(runs, base, "accuracy") == pytest.approx([-0.1, 0.02])
+    assert paired(runs, base, "head_laya") == []  # undefined on both: left out, not counted as 0
+    line = tables(rows)[-1]  # the paired row of W 1: accuracy, p_max exit, α-mass exit, head faith, net faith
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[0] == "1" and cells[1].startswith("-0.0400 [") and cells[2].startswith("0.400")
+    assert cells[3].startswith("0.000") and cells[4] == "n/a"
