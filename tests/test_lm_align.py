@@ -199,3 +199,16 @@ def test_lm_align_variant_names():
     assert variant_options("rank-0.3+head+trunc", "1") == both
     with pytest.raises(SystemExit, match="variant"):
         variant_options("ranked", "1")
+
+
+def test_the_held_out_positions_match_their_states_when_the_last_batch_is_short(aligned):
+    """More tokens asked for than the held-out text holds, in batches that do not divide its blocks: one position
+    per state (``laya bench --task lm`` crashed on the last, shorter batch)."""
+    from laya_cli.auditing.tokens import token_data
+
+    _, path = aligned
+    model = lens_model_from_checkpoint(read_checkpoint(path))
+    data = token_data(model, None, 10**6, 8)
+    n_blocks = sum(len(x) for x in data.blocks)
+    assert n_blocks % 8 and len(data.positions) == len(data.features.labels) == n_blocks * 15
+    assert torch.equal(data.positions[-15:], torch.arange(15))

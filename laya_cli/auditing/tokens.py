@@ -105,7 +105,7 @@ def token_data(
         raise LayaError(f"{name}: the held-out text is shorter than one block of {block} tokens")
     hs = torch.cat(states)[:max_tokens]
     features = LayerFeatures([hs[:, i].contiguous() for i in range(hs.shape[1])], torch.cat(targets)[:max_tokens])
-    positions = torch.arange(block - 1).repeat(len(blocks) * blocks[0].shape[0])[:max_tokens]
+    positions = torch.arange(block - 1).repeat(sum(len(x) for x in blocks))[:max_tokens]  # the last batch may be short
     return TokenData(features, positions, blocks, name)
 
 
