@@ -152,12 +152,14 @@ def _frozen(job: TrainingJob, head: nn.Module, data: TrainingData, on_epoch: OnE
     train, val, test = (data.features(job, split) for split in ("train", "val", "test"))
     # In memory: (features, labels); from a sharded store: the StoredFeatures themselves.
     as_inputs = lambda f: f if from_store(f) else (f.feats, f.labels)
-    alignment, shaping = _alignment(job, head, train, recorded, data), _shaping(job, head, train)
+    reference = train.mean()  # r̄ once (a store streams every shard for it): the checkpoint's, the terms' below
+    alignment = _alignment(job, head, train, recorded, data, reference)
+    shaping = _shaping(job, head, reference)
     history = _fit(job, head, as_inputs(train), as_inputs(val), on_epoch, False, alignment, shaping)
     tested = ()
     if test is not None:
         tested = _tested(head, test if from_store(test) else test.feats, test.labels, job.train.device, head)
-    return _Trained(history, train.mean(), len(train), len(val), tested)
+    return _Trained(history, reference, len(train), len(val), tested)
 
 
 def _tested(model, inputs, labels: Tensor, device: str, head: nn.Module) -> tuple[Tensor, ...]:
@@ -167,8 +169,10 @@ def _tested(model, inputs, labels: Tensor, device: str, head: nn.Module) -> tupl
     return (pred, labels) if alpha is None else (pred, labels, alpha)
 
 
-def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data=None) -> Alignment | None:
-    """``--align λ``: the term with its reference, the mean training features when they are fixed
+def _alignment(
+    job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data=None, reference=None
+) -> Alignment | None:
+    """``--align λ``: the term with its reference, ``reference`` the mean training features when they are fixed
     (a frozen backbone) and a running mean of the batches when the backbone trains too; against the network-scope
     effects with ``align_target`` "network" (its resolved removal into ``recorded``), against both summed with
     "both"."""
@@ -176,16 +180,16 @@ def _alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, d
         return None
     Alignment.check_head(head)
     if job.train.align_target not in NETWORK_TARGETS:
-        return _head_alignment(job, fixed_feats)
+        return _head_alignment(job, reference)
     term = _network_alignment(job, head, fixed_feats, recorded, data)
     if term is not None and job.train.align_target == "both":
-        term.head_term = _head_alignment(job, fixed_feats)
+        term.head_term = _head_alignment(job, reference)
     return term
 
 
-def _head_alignment(job: TrainingJob, fixed_feats) -> Alignment:
-    """The head's own target: r̄ the training mean of fixed features, else a running mean of the batches."""
-    reference = fixed_feats.mean() if fixed_feats is not None else None
+def _head_alignment(job: TrainingJob, reference) -> Alignment:
+    """The head's own target: r̄ the training mean of fixed features (``reference``), else (None) a running mean of
+    the batches."""
     return Alignment(job.train.align, reference, scope=job.train.align_scope, loss=job.train.align_loss)
 
 
@@ -230,13 +234,12 @@ def _frozen_training_inputs(fixed_feats, data):
     return got[0]
 
 
-def _shaping(job: TrainingJob, head: nn.Module, fixed_feats=None) -> AlphaShaping | None:
+def _shaping(job: TrainingJob, head: nn.Module, reference=None) -> AlphaShaping | None:
     """``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``, ``--exit-aware`` (``shaping.py``); None when all are
-    off. ``fixed_feats``: a frozen backbone's training features, whose mean is the r̄ ``--exit-aware`` truncates with."""
+    off. ``reference``: a frozen backbone's training mean, the r̄ ``--exit-aware`` truncates with (None end to end)."""
     if not AlphaShaping.wanted(job.train):
         return None
     check_alpha_options(job.train, head_kind(head))
-    reference = fixed_feats.mean() if fixed_feats is not None and job.train.exit_aware else None
     return AlphaShaping(job.train, head, reference)
 
 
