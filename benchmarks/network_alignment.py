@@ -71,8 +71,14 @@ VARIANTS: dict[str, dict] = {
     "net+ln": {"align": 1.0, "align_target": "network", "layer_norm": True},
     "head+ent": {"align": 1.0, "align_target": "head", "alpha_entropy": 0.3},
     "net+ent": {"align": 1.0, "align_target": "network", "alpha_entropy": 0.3},
+    "net-all+adapters": {"align": 1.0, "align_target": "network", "align_scope": "head", CACHE: 10**9},
+    # +upd: the head weighs the blocks' updates r_i − r_{i−1} instead of their states (--reads updates)
+    "plain+upd": {"align": 0.0, "reads": "updates"},
+    "net+upd": {"align": 1.0, "align_target": "network", "reads": "updates"},
+    "net-all+upd": {"align": 1.0, "align_target": "network", "reads": "updates", CACHE: 10**9},
+    "net-both+upd": {"align": 1.0, "align_target": "network", "align_loss": "both", "reads": "updates"},
 }
-HEAD_OPTIONS = ("layer_norm",)
+HEAD_OPTIONS = ("layer_norm", "reads")
 
 
 @dataclass
