@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..runtime.config import HeadConfig, digest
-from ..runtime.errors import LayaError, match_choice
+from ..runtime.errors import match_choice
 
 
 class HeadOutput(NamedTuple):
@@ -54,29 +54,14 @@ def _adapters(dims: Sequence[int], d_star: int) -> nn.ModuleList:
     return nn.ModuleList(nn.Linear(d, d_star) for d in dims)
 
 
-def read_layers(feats: Sequence[Tensor], layer_norm: bool, reads: str = "states") -> list[Tensor]:
-    """r_1..r_L as a head reads them: as given, or (``reads="updates"``) what each block added to the one before,
-    u_1 = r_1, u_i = r_i − r_{i−1} — in a residual model removing block i (bypass) takes out its update, so a head that
-    weighs updates weighs what a removal removes; then as they are, or each normalised over its features
-    (``--layer-norm``: LayerNorm without affine parameters, so the adapter after it is the only scale and shift and the
-    head's weights are unchanged). Pretrained transformers' later layers are larger and more separable; normalising
-    each r_i gives every layer the same scale before the adapters."""
-    layers = list(feats)
-    if reads == "updates":
-        layers = layers[:1] + [r - before for before, r in zip(layers, layers[1:])]
+def read_layers(feats: Sequence[Tensor], layer_norm: bool) -> list[Tensor]:
+    """r_1..r_L as a head reads them: as given, or each normalised over its features (``--layer-norm``: LayerNorm
+    without affine parameters, so the adapter after it is the only scale and shift and the head's weights are
+    unchanged). Pretrained transformers' later layers are larger and more separable; normalising each r_i gives
+    every layer the same scale before the adapters."""
     if not layer_norm:
-        return layers
-    return [F.layer_norm(r, r.shape[-1:]) for r in layers]
-
-
-def reads_of(cfg: HeadConfig, dims: Sequence[int]) -> str:
-    """``cfg.reads``, checked against the taps: a block's update r_i − r_{i−1} exists only where the taps share one
-    width (a residual stream), so other taps are the one-line error."""
-    if cfg.reads == "updates" and len(set(dims)) > 1:
-        raise LayaError(
-            f"--reads updates needs taps of one width (a residual stream); these have {', '.join(map(str, dims))}"
-        )
-    return cfg.reads
+        return list(feats)
+    return [F.layer_norm(r, r.shape[-1:]) for r in feats]
 
 
 def _masked(alpha: Tensor, alpha_mask: Tensor | None) -> Tensor:
@@ -96,7 +81,7 @@ class LAYAHead(Head):
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
         super().__init__()
         L, d = len(dims), cfg.d_star
-        self.tau, self.layer_norm, self.reads = cfg.tau, cfg.layer_norm, reads_of(cfg, dims)
+        self.tau, self.layer_norm = cfg.tau, cfg.layer_norm
         self.adapters = _adapters(dims, d)
         self.psi = (
             nn.Identity()
@@ -108,9 +93,7 @@ class LAYAHead(Head):
 
     def embed(self, feats: Sequence[Tensor]) -> Tensor:
         """z: (B, L, d*), the adapted layer representations."""
-        return torch.stack(
-            [g(r) for g, r in zip(self.adapters, read_layers(feats, self.layer_norm, self.reads))], dim=1
-        )
+        return torch.stack([g(r) for g, r in zip(self.adapters, read_layers(feats, self.layer_norm))], dim=1)
 
     def scores(self, z: Tensor) -> Tensor:
         """s / τ: (B, L), the attention's logits."""

@@ -20,7 +20,6 @@ from .errors import LayaError, match_choice
 from .fields import check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
-READS = ("states", "updates")  # what a head reads of each tapped layer (--reads; model/heads.py read_layers)
 POOL_CHOICES = ("auto", "cls", "mean", "last")  # last: the last real token (decoders; text only)
 # How a layer is removed (docs/metrics.md, "Removing a layer"): at head scope r_i := its training mean, zero, or
 # α_i := 0 (mask); at network scope tap i's output := its training mean, zero, its input (bypass: the block's update
@@ -169,15 +168,8 @@ class HeadConfig:
         "reaches the head at the same scale (docs/results/collapse.md).",
         flag="--layer-norm/--no-layer-norm",
     )
-    reads: str = setting(
-        "states",
-        "What the head reads of each layer: its representation r_i (states), or the change the block made to it, "
-        "r_i − r_{i−1} (updates; r_1 as it is), for models whose taps share one width (docs/results/"
-        "network-alignment.md).",
-        choices=READS,
-    )
 
-    LATER = {"layer_norm": False, "reads": "states"}  # as DataRequest.LATER
+    LATER = {"layer_norm": False}  # as DataRequest.LATER
 
     def validate(self) -> HeadConfig:
         check_fields(self)
