@@ -9,8 +9,10 @@ else mean), this computes every training and test row's network-scope effects Δ
 (no classification to serve, its own inputs), trained with the ranking loss laya's ``--align`` uses on every
 training row, early-stopped on a tenth of them, then scored on the test rows by the audit's faithfulness (Spearman
 against Δᴺ, ties within 1e-5). Printed per checkpoint, on the test split: α's faithfulness, the static order of α's
-mean (``global``), the best static order (the training rows' mean Δᴺ: what any input-independent α reaches), and
-each probe's (mean over ``--seeds`` initialisations):
+mean (``global``), the best static order (the training rows' mean Δᴺ: what any input-independent α reaches), each
+probe's (mean over ``--seeds`` initialisations), and AtP's where ``benchmarks.network_alignment`` kept the
+checkpoint's audit beside it (``NAME.json``); with several checkpoints (seeds of one variant), a last row of means
+[95 % t intervals].
 
   probe-raw   an MLP (hidden 256) on the standardised raw pooled taps, all of them concatenated;
   probe-z     the same MLP on the head's own adapted taps z_i = g_i(r_i) (what its scorer reads);
@@ -32,6 +34,15 @@ import torch
 from torch import nn
 
 TOL = 1e-5  # the audit's --tie-tol
+COLUMNS = (
+    ("alpha", "α"),
+    ("global", "global (α's mean)"),
+    ("best_static", "best static order"),
+    ("probe-raw", "probe-raw"),
+    ("probe-z", "probe-z"),
+    ("probe-lin", "probe-lin"),
+    ("atp", "AtP"),
+)
 
 
 def effects_of(model, images, device: str = "cpu", batch_size: int = 64) -> tuple[list, torch.Tensor, torch.Tensor]:
@@ -147,16 +158,19 @@ def main(argv=None) -> None:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     rows = []
-    print("| checkpoint | α | global (α's mean) | best static order | probe-raw | probe-z | probe-lin |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| checkpoint | " + " | ".join(title for _, title in COLUMNS) + " |")
+    print("|---|" + "---:|" * len(COLUMNS))
     for ckpt in a.checkpoints:
         r = ceiling(ckpt, a.seeds, a.steps)
+        kept = ckpt.with_suffix(".json")  # benchmarks.network_alignment's audit of this checkpoint
+        r["atp"] = json.loads(kept.read_text()).get("faith_net_atp") if kept.is_file() else None
         rows.append(r)
-        print(
-            f"| {ckpt.name} | {r['alpha']:.3f} | {r['global']:.3f} | {r['best_static']:.3f} | {r['probe-raw']:.3f} | "
-            f"{r['probe-z']:.3f} | {r['probe-lin']:.3f} |",
-            flush=True,
-        )
+        print(f"| {ckpt.name} | " + " | ".join(f"{r[k]:.3f}" if r[k] is not None else "—" for k, _ in COLUMNS) + " |")
+    if len(rows) > 1:
+        from .network_alignment import cell
+
+        means = [cell([r[k] for r in rows if r[k] is not None], 3) for k, _ in COLUMNS]
+        print(f"| mean of {len(rows)} | " + " | ".join(means) + " |")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 
