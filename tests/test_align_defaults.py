@@ -19,7 +19,10 @@ from laya_cli.training.defaults import resolved_alignment, resolved_request
         ("mlp", True, "laya", {}, (0.3, "both")),  # make demo's model: α against the network's and the head's
         ("mlp", False, "laya", {}, (0.0, "head")),  # frozen: not measured to pay, so no term
         ("cnn", True, "laya", {}, (0.0, "head")),  # the CNN's stage effects tie: the term learns nothing
-        ("timm:vit_base_patch16_224", False, "laya", {}, (0.0, "head")),
+        ("timm:vit_base_patch16_224", False, "laya", {}, (1.0, "network")),  # frozen: its blocks can be bypassed
+        ("vit_base", False, "laya", {}, (1.0, "network")),
+        ("torchvision:vit_b_16", False, "laya", {}, (1.0, "network")),
+        ("timm:vit_base_patch16_224", True, "laya", {}, (0.0, "head")),  # fine-tuned: not measured
         ("hf:sentence-transformers/all-MiniLM-L6-v2", False, "laya", {}, (1.0, "network")),  # frozen transformer
         ("hf:bert-base-uncased", True, "laya", {}, (0.0, "head")),  # fine-tuned: not measured
         ("hf:bert-base-uncased", False, "scalarmix", {}, (0.0, "head")),
@@ -57,6 +60,36 @@ def test_the_align_loss_follows_the_pooling(backbone, given, pool, want):
         assert early.align_loss is None  # before the backbone is built its pooling is not known
     got = resolved_alignment(early, backbone, False if backbone.startswith("hf") else True, "laya", pool)
     assert got.align_loss == want
+
+
+def test_a_frozen_vit_removes_by_bypass_and_a_given_removal_or_target_is_kept():
+    vit = resolved_alignment(TrainConfig().validate(), "timm:vit_tiny_patch16_224", False, "laya")
+    assert (vit.align_source, vit.align_removal) == ("default", "bypass")
+    given = TrainConfig(align_removal="mean-update").validate()
+    assert resolved_alignment(given, "timm:vit_tiny_patch16_224", False, "laya").align_removal == "mean-update"
+    head = resolved_alignment(TrainConfig(align_target="head").validate(), "timm:vit_tiny_patch16_224", False, "laya")
+    assert (head.align_target, head.align_removal) == ("head", "auto")
+    hf = resolved_alignment(TrainConfig().validate(), "hf:m", False, "laya")
+    assert hf.align_removal == "auto"  # the hf default resolves its removal from the model, as before
+
+
+TIMM_FROZEN = ["--input-size", "32", "--no-pretrained", "--epochs", "1"]
+
+
+def test_a_frozen_timm_vit_trains_with_the_network_term_and_a_frozen_resnet_without(tmp_path):
+    """The frozen-ViT default where the blocks can be bypassed; a ResNet's stages change shape, so it trains without
+    a term, recorded as a run without one and with no note (it is not a term this model lost: it never had one)."""
+    pytest.importorskip("timm")
+    vit, resnet = tmp_path / "vit.pt", tmp_path / "resnet.pt"
+    for backbone, out in (("timm:vit_tiny_patch16_224", vit), ("timm:resnet10t", resnet)):
+        r = invoke("train", "--backbone", backbone, "--dataset", "digits", *TIMM_FROZEN, "--out", out)
+        assert r.exit_code == 0, r.output
+        assert "note:" not in r.output
+    cfg = torch.load(vit, weights_only=False)["train_config"]
+    assert (cfg["align"], cfg["align_target"], cfg["align_removal"]) == (1.0, "network", "bypass")
+    cfg = torch.load(resnet, weights_only=False)["train_config"]
+    assert cfg["align"] == 0.0 and cfg["align_target"] == "head" and "align_dropped" not in cfg
+    assert "network alignment" not in invoke("info", resnet).output
 
 
 def test_a_removal_for_a_target_that_is_not_network_is_one_line():

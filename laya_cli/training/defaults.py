@@ -22,6 +22,9 @@ class AlignDefault:
     target: str
     losses: tuple[tuple[str, str], ...] = ()  # (pooling, --align-loss) where it is not rank
     exit_aware: float = 0.0  # --exit-aware W (training/exit_aware.py)
+    # The network term's removal. "bypass": the term is this kind's only where its tapped blocks can be bypassed
+    # (residual blocks that keep their input's shape: a ViT's); elsewhere (a ResNet's stages) it has none.
+    removal: str = "auto"
 
     def loss(self, pool: str | None) -> str:
         return dict(self.losses).get(pool or "", "rank")
@@ -44,18 +47,27 @@ OFF = AlignDefault(0.0, "head")
 #   is 0.65, above AtP (0.24; α − AtP +0.41 [0.35, 0.48]) for +0.9 % of the head's cross-entropy, and with
 #   --exit-aware (the LM default, its exit_aware below) the α-guided exit saves 62 % of layers within 1 % of the
 #   model's cross-entropy (confidence exit 2.5 %); at batch 128 (3 seeds, 11 steps) 0.52 vs plain −0.08, exit
-#   21 % but head-scope faithfulness 0.47 → 0.02 (the known price). On SmolLM2
-#   (2 seeds, rank) next-token accuracy +1.7 pp, α 0.10 → 0.27 (AtP stays ahead there). docs/lm.md.
+#   21 % but head-scope faithfulness 0.47 → 0.02 (the known price). docs/lm.md.
 # - --exit-aware 1 for the built-in MLP end to end: over 5 digits seeds the head truncated after block 1 goes from
 #   0.73 to 0.96 accuracy and laya depth's confidence exit saves 78 % of the FLOPs within 1 pp instead of 35 % (paired
 #   +42 pp [36, 49]), head-scope faithfulness 0.91 → 0.99, network-scope unchanged (0.56), accuracy −0.45 pp
 #   [−1.4, +0.5]; Fashion-MNIST (3 seeds): no regression (docs/depth.md, exit-aware training).
+# - A frozen timm or torchvision model whose blocks can be bypassed (a ViT; vit_base): a timm ViT-tiny trained here on
+#   Fashion-MNIST, then frozen (3 seeds; no pretrained ViT can be downloaded here): α's network faithfulness −0.31 →
+#   0.75 (Grad×Act 0.37, AtP 0.86), accuracy −0.3 pp (intervals overlap), 1.8 → 4.1 effective layers; `both` keeps
+#   more of the head's account but only 0.46 at network scope. As for the frozen hf transformers, the price is the
+#   head-scope account (faithfulness 0.61 → 0.21). Where the blocks change shape (a ResNet's stages) no term: the
+#   built-in CNN's stage effects tie.
 # The built-in CNN is not listed: removing any of its stages takes p_ŷ to about chance, so the effects tie and the
-# term learns nothing. timm/torchvision models are not measured frozen with pretrained weights (none offline).
+# term learns nothing.
+FROZEN_VIT = AlignDefault(1.0, "network", removal="bypass")
 ALIGN_DEFAULTS: dict[tuple[str, bool], AlignDefault] = {
     ("mlp", True): AlignDefault(0.3, "both", exit_aware=1.0),
     ("hf", False): AlignDefault(1.0, "network", (("mean", "both"),)),
     ("lm", False): AlignDefault(1.0, "network", exit_aware=1.0),  # --task lm: its kind is the task
+    ("vit_base", False): FROZEN_VIT,
+    ("timm", False): FROZEN_VIT,
+    ("torchvision", False): FROZEN_VIT,
 }
 
 
@@ -100,8 +112,20 @@ def resolved_alignment(
     exit_aware = kind.exit_aware if train.exit_aware is None else train.exit_aware
     if train.exit_aware is None and kind_of(backbone) != "lm" and distributed.env_world_size() > 1:
         exit_aware = 0.0  # a classifier's --exit-aware runs in one process only: under torchrun its default is off
+    removal = kind.removal if source == "default" and train.align_removal == "auto" else train.align_removal
     return replace(train, align=float(align), align_target=target, align_source=source, align_loss=loss,
-                   exit_aware=float(exit_aware))  # fmt: skip
+                   align_removal=removal, exit_aware=float(exit_aware))  # fmt: skip
+
+
+def without_bypass_default(train: TrainConfig, backbone) -> TrainConfig:
+    """``train`` without the kind's default term where that term is for blocks that can be bypassed and ``backbone``'s
+    cannot (a ResNet's stages change shape): the kind has no term there, as it had none before (nothing is noted);
+    ``train`` as it is otherwise."""
+    from .network_target import can_bypass
+
+    if train.align_source != "default" or train.align_removal != "bypass" or can_bypass(backbone):
+        return train
+    return replace(train, align=0.0, align_target="head", align_loss="rank", align_removal="auto")
 
 
 def resolved_request(req: TrainRequest) -> TrainRequest:

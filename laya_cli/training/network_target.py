@@ -67,6 +67,15 @@ def resolved_removal(backbone, removal: str = AUTO) -> str:
     return "bypass"
 
 
+def can_bypass(backbone) -> bool:
+    """Whether every tapped block's output has its input's shape on a probe batch (a block can be bypassed)."""
+    try:
+        _probe_inputs(backbone)
+    except LayaError:
+        return False
+    return True
+
+
 def _probe_inputs(backbone) -> None:
     was = backbone.training
     try:
