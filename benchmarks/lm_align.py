@@ -10,7 +10,8 @@ Per variant and seed, each a ``laya`` subprocess, timed: ``train --task lm`` (``
 plain: ``--align 0 --exit-aware 0``; ``rank``/``both``/``distill``:
 ``--align λ --align-target network --align-loss rank|both|distill``, λ from ``--align`` or the name: ``both-3``;
 ``…+head``: ``--align-target both``, the head's own effects ranked too;
-``…+trunc``: also ``--exit-aware W``, the head trained truncated at random depths too, W from ``--trunc-weight``)
+``…+trunc``: also ``--exit-aware W``, the head trained truncated at random depths too, W from ``--trunc-weight``;
+``…+upd``, last: ``--reads updates``, the head weighs the blocks' updates h_i − h_{i−1})
 → ``info --json`` → ``audit --scope both --compare laya,gradxact,atp`` → ``depth``. A run whose checkpoint (or
 whose three JSON files) exist is reused. Printed: one row per run, the train-time ratio to the plain run of its
 seed, then the goals: α's network faithfulness ≥ AtP's, and the α-guided exit ≥ 20 % of layers at ≤ 1 % CE and
@@ -38,14 +39,21 @@ from .say import say
 LOSSES = ("rank", "both", "distill")  # a variant: plain, or LOSS, or LOSS-λ (rank-3: --align 3 --align-loss rank)
 TRUNCATED = "+trunc"  # …+trunc: also --exit-aware (random truncation; --trunc-weight W), e.g. rank+trunc
 WITH_HEAD = "+head"  # LOSS[-λ]+head: --align-target both (the head's own term added), e.g. rank-0.3+head+trunc
-# Every variant pins what it names (plain: --align 0 --exit-aware 0), now that --task lm has defaults of both;
-# "default" is laya's own defaults, no option given.
+UPDATES = "+upd"  # any variant, last: --reads updates (the head weighs the blocks' updates), e.g. rank+trunc+upd
+# Every variant pins what it names (plain: --align 0 --exit-aware 0 --reads states), now that --task lm has
+# defaults of all three; "default" is laya's own defaults, no option given.
 
 
 def variant_options(variant: str, default_align: str, trunc_weight: str = "1") -> tuple[str, ...]:
-    """``laya train``'s options of one variant name (default: none)."""
-    if variant == "default":
-        return ()
+    """``laya train``'s options of one variant name, what the head reads pinned too (``default``: none)."""
+    base = variant.removesuffix(UPDATES)
+    reads = ("--reads", "updates" if base != variant else "states")
+    if base == "default":
+        return reads if base != variant else ()
+    return (*named_options(base, default_align, trunc_weight), *reads)
+
+
+def named_options(variant: str, default_align: str, trunc_weight: str) -> tuple[str, ...]:
     base = variant.removesuffix(TRUNCATED)
     truncated = ("--exit-aware", trunc_weight if base != variant else "0")
     if base == "plain":
@@ -56,7 +64,7 @@ def variant_options(variant: str, default_align: str, trunc_weight: str = "1") -
     if loss not in LOSSES:
         raise SystemExit(
             f"variant {variant!r}: default, plain, or one of {', '.join(LOSSES)} with an optional -λ, then +head, "
-            "then +trunc"
+            "then +trunc, then +upd"
         )
     return ("--align", weight or default_align, "--align-target", target, "--align-loss", loss, *truncated)
 

@@ -189,14 +189,17 @@ def test_lm_align_variant_names():
     """``benchmarks.lm_align``'s variants are the laya options they name."""
     from benchmarks.lm_align import variant_options
 
+    states = ("--reads", "states")  # pinned too: --task lm's head reads the updates by default
     assert variant_options("default", "1") == ()
-    assert variant_options("plain", "1") == ("--align", "0", "--exit-aware", "0")  # pinned: LMs have defaults
-    assert variant_options("plain+trunc", "1", "0.5") == ("--align", "0", "--exit-aware", "0.5")
+    assert variant_options("default+upd", "1") == ("--reads", "updates")
+    assert variant_options("plain", "1") == ("--align", "0", "--exit-aware", "0", *states)  # pinned: LMs have defaults
+    assert variant_options("plain+trunc", "1", "0.5") == ("--align", "0", "--exit-aware", "0.5", *states)
     rank = ("--align", "3", "--align-target", "network", "--align-loss", "rank", "--exit-aware", "0")
-    assert variant_options("rank-3", "1") == rank
-    assert variant_options("both+trunc", "1")[-2:] == ("--exit-aware", "1")
+    assert variant_options("rank-3", "1") == (*rank, *states)
+    assert variant_options("rank-3+upd", "1") == (*rank, "--reads", "updates")
+    assert variant_options("both+trunc", "1")[-4:-2] == ("--exit-aware", "1")
     both = ("--align", "0.3", "--align-target", "both", "--align-loss", "rank", "--exit-aware", "1")
-    assert variant_options("rank-0.3+head+trunc", "1") == both
+    assert variant_options("rank-0.3+head+trunc", "1") == (*both, *states)
     with pytest.raises(SystemExit, match="variant"):
         variant_options("ranked", "1")
 

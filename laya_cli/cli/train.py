@@ -18,7 +18,7 @@ from .options import Quiet, Replace
 LM_READS = frozenset(
     "backbone dataset text_column encoding batch_size epochs patience lr layers pretrained d_star tau "
     "score_hidden layer_dropout seed device out align align_target align_loss align_scope align_removal "
-    "exit_aware".split()
+    "exit_aware reads".split()
 )
 
 
@@ -107,7 +107,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
     classifier option set is refused in one line (its value would be ignored)."""
     from ..runtime.config import split_csv
     from ..runtime.errors import LayaError
-    from ..training.lm import LMRequest
+    from ..training.lm import LMRequest, resolved_head
 
     if req.finetune:
         raise LayaError("--task lm trains heads on a frozen model: --finetune does not apply")
@@ -141,7 +141,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         device_map=lm.device_map,
         layers=split_csv(req.layers),
         pretrained=req.pretrained is not False,
-        head=req.head_config,
+        head=resolved_head(req.head_config),
     )
 
 

@@ -55,18 +55,22 @@ class LayaLM(Head):
 
     def __init__(self, n_layers: int, width: int, readout: nn.Module, cfg: HeadConfig):
         super().__init__()
-        self.tau = cfg.tau
+        self.tau, self.reads = cfg.tau, cfg.reads or "states"  # None: a checkpoint from before the setting
         self.translators = translators(n_layers, width)
         self.project = nn.Linear(width, cfg.d_star)
         self.scorer = nn.Sequential(
             nn.Linear(n_layers * cfg.d_star, cfg.score_hidden), nn.GELU(), nn.Linear(cfg.score_hidden, n_layers)
         )
+        if self.reads == "updates":  # α starts uniform, so the untrained head is the model itself (Σ_i u_i = h_L)
+            nn.init.zeros_(self.scorer[-1].weight), nn.init.zeros_(self.scorer[-1].bias)
         self.readout = readout
 
     def embed(self, hs: Tensor | Sequence[Tensor]) -> Tensor:
-        """z: (N, L, d), each layer's state translated; ``hs`` (N, L, d) or its L slices (N, d), as a classifier
-        head's r_1..r_L (``training.alignment.alignment_loss`` hands it those)."""
+        """z: (N, L, d), each layer's state (or update: ``reads``) translated; ``hs`` (N, L, d) or its L slices (N, d),
+        as a classifier head's r_1..r_L (``training.alignment.alignment_loss`` hands it those)."""
         hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
+        if self.reads == "updates":  # u_1 = h_1, u_i = h_i − h_{i−1}: Σ_i u_i = h_L, the model's own last state
+            hs = torch.cat([hs[:, :1], hs.diff(dim=1)], dim=1)
         return torch.stack([t(hs[:, i]) for i, t in enumerate(self.translators)], dim=1)
 
     def attention(self, z: Tensor) -> Tensor:
@@ -90,9 +94,15 @@ class LayaLM(Head):
         hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
         z = self.embed(hs)
         yield self.readout((self.attention(z).unsqueeze(-1) * z).sum(1))
-        for i, (t, fill) in enumerate(zip(self.translators, fills)):
+        for i, fill in enumerate(fills):
             swapped = z.clone()
-            swapped[:, i] = t(fill.to(z)).expand(len(z), -1)
+            fill = fill.to(z).expand(len(z), -1)
+            if self.reads == "states":
+                swapped[:, i] = self.translators[i](fill)
+            else:  # the state enters two updates: its own and the next layer's
+                swapped[:, i] = self.translators[i](fill - hs[:, i - 1] if i else fill)
+                if i + 1 < hs.shape[1]:
+                    swapped[:, i + 1] = self.translators[i + 1](hs[:, i + 1] - fill)
             yield self.readout((self.attention(swapped).unsqueeze(-1) * swapped).sum(1))
 
 

@@ -20,6 +20,7 @@ from .errors import LayaError, match_choice
 from .fields import check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
+READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lenses.py LayaLM)
 POOL_CHOICES = ("auto", "cls", "mean", "last")  # last: the last real token (decoders; text only)
 # How a layer is removed (docs/metrics.md, "Removing a layer"): at head scope r_i := its training mean, zero, or
 # α_i := 0 (mask); at network scope tap i's output := its training mean, zero, its input (bypass: the block's update
@@ -168,8 +169,16 @@ class HeadConfig:
         "reaches the head at the same scale (docs/results/collapse.md).",
         flag="--layer-norm/--no-layer-norm",
     )
+    reads: str | None = setting(
+        None,
+        "--task lm: what the head weighs of each layer: its state h_i (states), or the update its block added to the "
+        "residual stream, h_i − h_{i−1} (updates; h_1 as it is): α then weighs what removing a block removes, and α "
+        "uniform reads the model's own last state. Default: updates (a classifier's head reads states) "
+        "(docs/lm.md).",
+        choices=READS,
+    )
 
-    LATER = {"layer_norm": False}  # as DataRequest.LATER
+    LATER = {"layer_norm": False, "reads": None}  # as DataRequest.LATER
 
     def validate(self) -> HeadConfig:
         check_fields(self)
