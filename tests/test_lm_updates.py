@@ -115,3 +115,7 @@ def test_a_classifier_and_a_bad_value_are_one_line_and_write_nothing(lm_dir, tmp
                f"text:{lm_dir / 'corpus'}", "--reads", "deltas", "--out", out)  # fmt: skip
     assert_user_error(r, "--reads")
     assert not out.exists()
+    # laya bench refuses it before its first run (it trained the `last` head first, then refused at `laya`)
+    r = invoke("bench", "--reads", "updates", "--seeds", "1", "--epochs", "1", "--out", tmp_path / "bench")
+    assert_user_error(r, "--reads")
+    assert not (tmp_path / "bench").exists()

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime.config import HeadConfig, digest
-from ..runtime.errors import LayaError, match_choice
+from ..runtime.config import HeadConfig, check_classifier_reads, digest
+from ..runtime.errors import match_choice
 
 
 class HeadOutput(NamedTuple):
@@ -182,8 +182,7 @@ def head_kind(head: nn.Module) -> str:
 def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> Head:
     kind = match_choice("head", kind, HEADS)
     cfg = (cfg or HeadConfig()).validate()
-    if cfg.reads == "updates":  # measured on classifiers and not kept (docs/results/network-alignment.md)
-        raise LayaError(f"--reads {cfg.reads} is for --task lm: a classifier's head weighs the layers' states")
+    check_classifier_reads(cfg)
     return HEADS[kind](list(dims), num_classes, cfg)
 
 

@@ -497,9 +497,16 @@ class TrainRequest:
         check_fields(self)
         self.data.validate()
         self.train.validate()
-        self.head_config.validate()
+        check_classifier_reads(self.head_config.validate())
         check_alpha_options(self.train, self.head)
         return self
+
+
+def check_classifier_reads(head: HeadConfig) -> None:
+    """A classifier's head weighs the layers' states: ``--reads updates`` is a language model's (measured on
+    classifiers and not kept: docs/results/network-alignment.md). One line, before any data is loaded."""
+    if head.reads == "updates":
+        raise LayaError(f"--reads {head.reads} is for --task lm: a classifier's head weighs the layers' states")
 
 
 def check_alpha_options(train: TrainConfig, head: str) -> None:
