@@ -107,7 +107,8 @@ def lm_request(req: TrainRequest, lm: LMSettings):
     classifier option set is refused in one line (its value would be ignored)."""
     from ..runtime.config import split_csv
     from ..runtime.errors import LayaError
-    from ..training.lm import LMRequest, resolved_head
+    from ..training.defaults import resolved_lm_head
+    from ..training.lm import LMRequest
 
     if req.finetune:
         raise LayaError("--task lm trains heads on a frozen model: --finetune does not apply")
@@ -141,7 +142,7 @@ def lm_request(req: TrainRequest, lm: LMSettings):
         device_map=lm.device_map,
         layers=split_csv(req.layers),
         pretrained=req.pretrained is not False,
-        head=resolved_head(req.head_config),
+        head=resolved_lm_head(req.head_config),
     )
 
 

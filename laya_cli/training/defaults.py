@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from .. import backbones as bb
 from ..runtime import distributed
-from ..runtime.config import NETWORK_TARGETS, TrainConfig, TrainRequest
+from ..runtime.config import NETWORK_TARGETS, HeadConfig, TrainConfig, TrainRequest
 from ..runtime.errors import LayaError
 
 
@@ -87,6 +87,12 @@ def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
     if head.lower() != "laya":
         return OFF
     return ALIGN_DEFAULTS.get((kind_of(backbone), bool(finetune)), OFF)
+
+
+def resolved_lm_head(head: HeadConfig) -> HeadConfig:
+    """A language model's ``head`` with what it reads resolved: the kind's default where None, so the checkpoint
+    records it and a bench compares a run's head with the one it asks for."""
+    return head if head.reads is not None else replace(head, reads=kind_default("lm", False, "laya").reads)
 
 
 def resolved_alignment(

@@ -14,7 +14,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -42,7 +42,7 @@ from ..runtime import progress
 from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError, match_choice
-from .defaults import kind_default
+from .defaults import resolved_lm_head
 from .exit_aware import ExitAware
 from .lm_align import TokenAlignment, check_alignment
 from .shaping import layer_dropout_mask
@@ -386,7 +386,7 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
     device = lm.head_device
     torch.manual_seed(req.seed)
     width = int(lm.readout.unembedding.weight.shape[1])
-    req.head = resolved_head(req.head)
+    req.head = resolved_lm_head(req.head)
     laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(device)
     tuned = TunedLens(lm.num_layers, width, lm.readout).to(device) if req.lens == "tuned" else None
     params = [p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad]
@@ -432,12 +432,6 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         save_checkpoint(ckpt, req.out)
     barrier()
     return ckpt
-
-
-def resolved_head(head: HeadConfig) -> HeadConfig:
-    """``head`` with what it reads resolved: the language model's default (training/defaults.py) where None, so the
-    checkpoint records it and a bench compares a run's head with the one it asks for."""
-    return head if head.reads is not None else replace(head, reads=kind_default("lm", False, "laya").reads)
 
 
 def train_config(req: LMRequest) -> dict:
