@@ -1,13 +1,14 @@
 """``python tools/snapshot.py OUT``: the outputs a behaviour-preserving change must leave identical.
 
 Trains the digits MLP and a tiny BERT (built from a config, a made-up 3-topic csv: no download), audits both with
-``--scope both --compare all --metrics all --json``, and runs a two-seed ``laya bench`` with its ``--json``; then
-writes ``OUT/checkpoints.json`` (every tensor's SHA-256 and every plain value of both checkpoints). Run it before
+``--scope both --compare all --metrics all --json``, runs a two-seed ``laya bench`` with its ``--json``, trains and
+audits a tiny GPT-2 with ``--task lm`` (``--scope both``), and ``laya depth`` on the digits model; then
+writes ``OUT/checkpoints.json`` (every tensor's SHA-256 and every plain value of the three checkpoints). Run it before
 and after a refactor into two folders and compare them with ``tools/json_diff.py`` (timings and paths ignored)::
 
     python tools/snapshot.py /tmp/before      # on main
     python tools/snapshot.py /tmp/after       # on the change
-    for f in digits-audit bert-audit bench checkpoints; do
+    for f in digits-audit bert-audit lm-audit digits-depth bench checkpoints; do
       python tools/json_diff.py /tmp/before/$f.json /tmp/after/$f.json --ignore seconds,time,/out,model,options,path
     done
 """
@@ -72,6 +73,15 @@ def tiny_bert(root: Path) -> Path:
     return root
 
 
+def tiny_gpt2(root: Path) -> Path:
+    """A 4-layer GPT-2 and its corpus, as the language-model tests make them (tests/helpers.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.synthetic import sentences
+    from tests.helpers import make_lm_folder
+
+    return make_lm_folder(root, sentences(400), 330)
+
+
 def describe(ckpt_path: Path) -> dict:
     """Every tensor of a checkpoint as its SHA-256, every plain value as itself."""
     import torch
@@ -100,7 +110,14 @@ def main(out: str) -> None:
     laya("audit", out_dir / "bert.pt", *audit, "--json", out_dir / "bert-audit.json")
     bench = ["--dataset", "digits", "--seeds", "2", "--epochs", "2", "--audit-samples", "60", "-q"]
     laya("bench", *bench, "--out", out_dir / "bench", "--json", out_dir / "bench.json")
-    checkpoints = {name: describe(out_dir / f"{name}.pt") for name in ("digits", "bert")}
+    gpt = tiny_gpt2(out_dir / "gpt2")
+    lm = ["--task", "lm", "--backbone", f"hf:{gpt / 'model'}", "--dataset", f"text:{gpt / 'corpus'}"]
+    lm_train = ["--epochs", "2", "--batch-size", "8", "--block-size", "16", "--eval-tokens", "300", "--lr", "3e-3"]
+    laya("train", *lm, *lm_train, "--out", out_dir / "lm.pt", "-q")
+    lm_audit = ["--scope", "both", "--compare", "all", "--samples", "200", "-q"]
+    laya("audit", out_dir / "lm.pt", *lm_audit, "--json", out_dir / "lm-audit.json")
+    laya("depth", out_dir / "digits.pt", "--time-repeats", "0", "--json", out_dir / "digits-depth.json")
+    checkpoints = {name: describe(out_dir / f"{name}.pt") for name in ("digits", "bert", "lm")}
     (out_dir / "checkpoints.json").write_text(json.dumps(checkpoints, indent=1, sort_keys=True, default=str))
     print(f"snapshot in {out_dir}")
 
