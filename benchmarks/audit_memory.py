@@ -48,10 +48,10 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
 
     from laya_cli.auditing.names import parse_methods
     from laya_cli.auditing.run import run_audit
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model
     from laya_cli.runtime import progress
-    from laya_cli.runtime.config import AuditSettings
 
     progress.set_enabled(False)  # a child process of its own: nothing to restore
     # The floor: every import and the model. The audit then loads the dataset (every split, as
@@ -101,9 +101,10 @@ def _measure(model: str, samples: int, mode: str, compare: str, batch_size: int,
 
 
 def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
+    from laya_cli.data.settings import DataRequest
     from laya_cli.runtime import progress
-    from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
     from laya_cli.training.job import train
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     with progress.enabled(False):
         train(

@@ -127,8 +127,8 @@ def audit(model, images, steps: int, device: str, methods=("laya", "ig", "gradxa
     """The audit's work for these images: one tapped backbone pass, then head-only methods and the metrics asked
     for (``metrics``: the deeper groups, as ``laya audit --metrics``)."""
     from laya_cli.auditing.run import run_audit
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
-    from laya_cli.runtime.config import AuditSettings
 
     feats = model.features(images.to(device))
     labels = torch.zeros(len(images), dtype=torch.long)

@@ -93,7 +93,9 @@ def cases(out: Path) -> dict[str, Case]:
 
 
 def request(case: Case, head: str, options: dict, seed: int, out: Path):
-    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.data.settings import DataRequest
+    from laya_cli.model.settings import HeadConfig
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     head_options = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
     train_options = {k: v for k, v in options.items() if k not in HEAD_OPTIONS}
@@ -119,9 +121,9 @@ def measure(ckpt_path: Path, case: Case, samples: int) -> dict:
 
     from laya_cli.auditing.collapse import collapse_summary
     from laya_cli.auditing.job import audit_job
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model
-    from laya_cli.runtime.config import AuditSettings
 
     model = load_model(ckpt_path)
     settings = AuditSettings(ablation=case.network_ablation, ci=0, randomisation_samples=0).validate()

@@ -100,9 +100,11 @@ def pattern(folder: Path, n: int) -> str:
 
 def worker(dataset: str, epochs: int, out: str, report: str) -> None:
     """``laya train`` on this rank (library call, as the command makes it); writes this rank's figures."""
+    from laya_cli.data.settings import DataRequest
+    from laya_cli.model.settings import HeadConfig
     from laya_cli.runtime import distributed, progress
-    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
     from laya_cli.training.job import train
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     from .memory import peak_rss_mb
 

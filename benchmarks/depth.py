@@ -50,10 +50,10 @@ def measure(
     from laya_cli.data.images import take
     from laya_cli.depthing.compute import model_flops, tap_flops
     from laya_cli.depthing.run import truncate_model
+    from laya_cli.depthing.settings import DepthSettings
     from laya_cli.features.extraction import to_float_images
     from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model
-    from laya_cli.runtime.config import DepthSettings
 
     full = load_model(model_path).to(device)
     data = load_eval_data(full, samples=None, device=device)

@@ -134,7 +134,7 @@ def step_cost(a, steps: int) -> None:
     from laya_cli.data.corpus import open_corpus
     from laya_cli.features.positions import batches, token_states
     from laya_cli.model.lenses import LayaLM
-    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.model.settings import HeadConfig
     from laya_cli.training.lm import train_step
     from laya_cli.training.lm_align import TokenAlignment
 

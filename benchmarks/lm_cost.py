@@ -153,11 +153,15 @@ def train_seconds(
 ) -> tuple[float, dict]:
     """``train_lm`` (what ``laya train --task lm`` runs), one epoch on ``device``; ``lens`` None: a laya without
     ``--lens`` (its default)."""
-    from laya_cli.training.lm import LMRequest, train_lm
+    from laya_cli.runtime.declare import build
+    from laya_cli.training.lm import train_lm
+    from laya_cli.training.settings import TrainRequest
 
     extra = {} if lens is None else {"lens": lens, "lens_sample": args.lens_sample, "lens_tokens": args.lens_tokens}
-    req = LMRequest(backbone=f"hf:{model_dir}", dataset=f"text:{corpus_dir}", out=out, block_size=args.block_size,
-                    batch_size=args.batch, epochs=1, eval_tokens=args.eval_tokens, device=device, **extra)  # fmt: skip
+    values = {"task": "lm", "backbone": f"hf:{model_dir}", "dataset": f"text:{corpus_dir}",
+              "block_size": args.block_size, "batch_size": args.batch, "epochs": 1, "lr": 1e-3, "align": 0.0,
+              "exit_aware": 0.0, "eval_tokens": args.eval_tokens, "device": device, **extra}  # fmt: skip
+    req = build(TrainRequest, values, out=str(out))
     sync(device)
     start = time.perf_counter()
     ckpt = train_lm(req)
@@ -215,10 +219,10 @@ def audit_seconds(ckpt_path: Path, samples: int, device: str = "cpu") -> dict:
     """The per-token audit at head scope on ``samples`` held-out positions: reading their states (the model's
     forward over the held-out blocks), then α with Δ (L+1 head passes: every audit's part), with IG, with
     Grad×Act, with both (``token_audit_job``, after one warm-up run); IG's mean steps per position."""
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.auditing.tokens import token_audit_job, token_data
     from laya_cli.model.checkpoint import read_checkpoint
     from laya_cli.model.lenses import lens_model_from_checkpoint
-    from laya_cli.runtime.config import AuditSettings
 
     model = lens_model_from_checkpoint(read_checkpoint(ckpt_path)).to(device)
     sync(device)

@@ -46,8 +46,8 @@ def make_checkpoint(out: Path, data_dir: str, seed: int = 0) -> Path:
     from laya_cli.features.extraction import tap_means, to_float_images
     from laya_cli.model.heads import build_head
     from laya_cli.model.laya_model import LayaModel
+    from laya_cli.model.settings import HeadConfig
     from laya_cli.runtime import progress
-    from laya_cli.runtime.config import HeadConfig
 
     torch.manual_seed(seed)
     spec = BackboneSpec("cnn", finetune=True, in_channels=1, image_size=(28, 28))

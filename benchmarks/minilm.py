@@ -39,7 +39,7 @@ CLASSES = (
 
 
 def cache_root() -> Path:
-    from laya_cli.runtime.config import cache_dir
+    from laya_cli.runtime.environment import cache_dir
 
     return cache_dir().parent / "minilm"
 

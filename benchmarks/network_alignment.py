@@ -150,9 +150,10 @@ def _trained_vit_case(out: Path) -> Case:
             return
         from safetensors.torch import save_file
 
+        from laya_cli.data.settings import DataRequest
         from laya_cli.runtime import progress
-        from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
         from laya_cli.training.job import train
+        from laya_cli.training.settings import TrainConfig, TrainRequest
 
         folder.mkdir(parents=True, exist_ok=True)
         request = TrainRequest(
@@ -232,7 +233,9 @@ def _bert_case(out: Path) -> Case | None:
 
 
 def request(case: Case, options: dict, seed: int, out: Path):
-    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.data.settings import DataRequest
+    from laya_cli.model.settings import HeadConfig
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     head = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
     train = {k: v for k, v in options.items() if k not in (*HEAD_OPTIONS, CACHE)}
@@ -256,9 +259,9 @@ def measure(ckpt_path: Path, case: Case, samples: int) -> dict:
     from functools import partial
 
     from laya_cli.auditing.job import audit_job
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model
-    from laya_cli.runtime.config import AuditSettings
 
     model = load_model(ckpt_path)
     settings = AuditSettings(ablation=case.removal, ci=0, randomisation_samples=0, batch_size=case.audit_batch)

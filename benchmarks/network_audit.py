@@ -38,7 +38,7 @@ import argparse
 
 import torch
 
-from laya_cli.runtime.config import AuditSettings
+from laya_cli.auditing.settings import AuditSettings
 
 from .audit_speed import MODEL, build, plain_inference, timed
 
@@ -66,9 +66,9 @@ def lolo(scope, x, target):
 def network_audit(model, images, reference, steps: int, device: str, methods=("laya", "ig", "gradxact")):
     """What ``laya audit --scope network`` does for these images (one batch)."""
     from laya_cli.auditing.job import run_scoped_audit
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.evaldata import EvalData
-    from laya_cli.runtime.config import AuditSettings
 
     labels = torch.zeros(len(images), dtype=torch.long)
     data = EvalData(LayerFeatures([], labels), images, torch.arange(len(images)), "random")

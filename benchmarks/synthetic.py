@@ -49,7 +49,7 @@ def make_head_and_features(
     import torch
 
     from laya_cli.model.heads import build_head
-    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.model.settings import HeadConfig
 
     torch.manual_seed(seed)
     head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
@@ -97,9 +97,11 @@ def train_digits(
     **extra,
 ) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
+    from laya_cli.data.settings import DataRequest
+    from laya_cli.model.settings import HeadConfig
     from laya_cli.runtime import progress
-    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
     from laya_cli.training.job import train
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     req = TrainRequest(
         head=head,

@@ -23,12 +23,13 @@ import torch
 
 def run(images_per_class: int = 30, epochs: int = 20) -> dict:
     from laya_cli.data.datasets import load_dataset
+    from laya_cli.data.settings import DataRequest
     from laya_cli.model.heads import build_head
     from laya_cli.model.laya_model import EndToEnd
     from laya_cli.runtime import progress
-    from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
     from laya_cli.training.job import prepare_backbone, train
     from laya_cli.training.loop import fit
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     from .synthetic import make_image_folder
 

@@ -12,6 +12,9 @@ The public Python API is ``__all__`` (docs/api.md); everything else is internal:
     laya_model.save("model.pt")                           # laya info / audit / export read it
     laya_model = laya_cli.load("model.pt")
 
+    lm = laya_cli.fit("hf:./my-gpt", "text:./corpus", task="lm")  # a language model's heads, per token
+    laya_cli.audit(lm); laya_cli.depth(lm); laya_cli.export(lm)   # on the held-out text it was trained with
+
 Importing the package is cheap: names load their module (and torch) on first use, so that
 ``laya --help`` starts without importing torch.
 """
@@ -34,6 +37,9 @@ _EXPORTS = {
     "diff": "api",
     "Tapped": "api",
     "LayaModel": "model.laya_model",
+    "LensModel": "model.lenses",
+    "TokenExitResult": "depthing.token_exit",
+    "TokenExport": "exporting.tokens",
     "AuditResult": "auditing.run",
     "Export": "exporting.run",
     "DepthResult": "depthing.run",

@@ -1,11 +1,14 @@
-"""The Python API (``laya_cli.attach/fit/audit/export/depth/load``): your model, your DataLoaders, DataFrames back.
+"""The Python API (``laya_cli.attach/fit/audit/export/depth/diff/load``): your model, your DataLoaders, DataFrames
+back; or a language model by its folder and a text corpus, as on the command line.
 
 A façade: each function checks its arguments (the command line's one-line messages, as ``LayaError``) and
 calls the job the command runs — ``features.attach`` (the taps ``laya train`` chooses), ``training.job`` (the
 training job of ``laya train``), ``auditing.job`` and ``depthing.job`` (``laya audit``, ``laya depth``),
-``exporting.export_data`` and the checkpoint (``LayaModel.save``, ``model.load_model``) — so the two cannot drift.
-Documented in docs/api.md, which quotes these docstrings. Nothing prints except rich progress bars (and cache
-status lines) while ``progress=True``.
+``exporting`` and ``auditing.diff`` (``laya export``, ``laya diff``) and the checkpoint (``LayaModel.save``,
+``LensModel.save``, ``load``) — with the settings objects the commands build, from the same declarations, so the
+two cannot drift. The task is the model's: a ``LayaModel`` is a classifier, a ``LensModel`` a language model's heads
+(``fit(..., task="lm")``, or ``load`` of a ``--task lm`` checkpoint). Documented in docs/api.md, which quotes these
+docstrings. Nothing prints except rich progress bars (and cache status lines) while ``progress=True``.
 """
 
 from __future__ import annotations
@@ -17,34 +20,40 @@ from pathlib import Path
 from torch import nn
 
 from .auditing.diff.compare import DiffResult
+from .auditing.diff.settings import DiffSettings
 from .auditing.job import audit_job
 from .auditing.names import parse_methods, parse_metric_groups
 from .auditing.results import AuditResult
-from .depthing.job import depth_job
+from .auditing.settings import AuditRequest, AuditSettings
+from .auditing.tokens import TOKENS_AUDITED, token_audit_job
+from .data.settings import EvalRequest
+from .depthing.job import depth_job, token_depth
 from .depthing.run import DepthResult
+from .depthing.settings import DepthSettings
+from .depthing.token_exit import TokenExitResult
 from .exporting.run import Export, check_format, check_out_dir, export_data
+from .exporting.settings import ExportSettings
+from .exporting.tokens import (
+    TOKENS_EXPORTED,
+    TokenExport,
+    compute_token_export,
+    default_token_format,
+    write_token_export,
+)
 from .features.attach import Tapped, attach
 from .features.loaders import Loader
+from .model.checkpoint import checkpoint_task, read_checkpoint
 from .model.evaldata import EvalData, loader_eval_data
 from .model.heads import HEADS
-from .model.laya_model import LayaModel, load_model
+from .model.laya_model import LayaModel, model_from_checkpoint
+from .model.lenses import LensModel, lens_model_from_checkpoint
+from .model.settings import HeadConfig, LoadSettings
 from .runtime import progress as _progress
-from .runtime.config import (
-    HEAD_ABLATIONS,
-    AuditSettings,
-    DepthSettings,
-    HeadConfig,
-    Removal,
-    ScopeSettings,
-    TrainConfig,
-    check_alpha_options,
-    check_at_least,
-    check_choice,
-)
+from .runtime.declare import build, refuse_other_task, takes_settings
 from .runtime.device import resolve_device
 from .runtime.errors import LayaError, match_choice
-from .runtime.fields import build, takes_settings
-from .training.job import fit_loaders
+from .training.job import fit_loaders, train
+from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest, check_alpha_options
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
 
@@ -53,41 +62,51 @@ CACHES = ("memory", "disk")
 # What ``laya depth`` alone takes: the --samples subset's seed (a loader is its own subset) and the options that
 # write a checkpoint or read the training data by path.
 DEPTH_CLI_ONLY = ("seed", "truncate", "drop", "drop_order", "draws")
+Model = LayaModel | LensModel
+Data = Loader | EvalData | str | None  # a classifier's loader; a language model's text:PATH (None: its own)
 
 
 # --------------------------------------------------------------------------- fit
 
 
-@takes_settings(HeadConfig, TrainConfig, defaults={"batch_size": None, "device": "auto"})
+@takes_settings(HeadConfig, TrainConfig, LMSettings, defaults={"batch_size": None, "device": "auto"})
 def fit(
-    tapped: Tapped | nn.Module,
-    train_loader: Loader,
+    tapped: Tapped | nn.Module | str,
+    train_loader: Loader | str,
     val_loader: Loader | None = None,
     head: str = "laya",
     frozen: bool = True,
     *,
+    task: str = "classify",
     test_loader: Loader | None = None,
     val_fraction: float = 0.1,
     classes: Sequence[str] | None = None,
     cache: str = "memory",
     progress: bool = True,
     **settings,
-) -> LayaModel:
-    """Train a head on a tapped model from your own DataLoaders: the training job of ``laya train``.
+) -> Model:
+    """Train a head on a tapped model from your own DataLoaders, or a language model's heads: the training job of
+    ``laya train``.
 
     Adam, early stopping on validation accuracy (best weights restored), seeded. A frozen backbone
     is run over each loader once and the head trains on those features for every epoch. The same seed
     and options on the same samples give the checkpoint ``laya train`` writes.
 
+    A language model (``task="lm"``) is named as on the command line, ``fit("hf:PATH", "text:PATH", task="lm")``:
+    its LAYA head and tuned lens are trained at every position of the text's blocks (``laya train --task lm``,
+    docs/lm.md), the model itself frozen and recorded by name and SHA-256 (never copied into the checkpoint).
+
     Args:
-        tapped: what ``attach`` returned (a plain ``nn.Module`` is attached with the defaults).
+        tapped: what ``attach`` returned (a plain ``nn.Module`` is attached with the defaults); ``task="lm"``: the
+            causal language model as ``laya train --backbone`` names it (``hf:PATH``).
         train_loader: yields ``(images, labels)``: B×C×H×W float tensors, already transformed as
-            the model wants them, and integer class labels 0..C-1.
+            the model wants them, and integer class labels 0..C-1; ``task="lm"``: the corpus, ``text:PATH``.
         val_loader: the same for early stopping; None: a stratified ``val_fraction`` of the
             training samples, drawn with ``seed`` (as ``laya train`` does).
         head: ``"laya"``, or a baseline: ``"last"``, ``"concat"``, ``"scalarmix"``.
         frozen: True: the backbone is not trained (its features are extracted once); False: it
             is trained end to end with the head (in place), from the loaders read into memory once.
+        task: ``"classify"`` (your loaders' classes) or ``"lm"`` (a language model's next token).
         test_loader: the same for a test split: its accuracy and macro-F1 go into ``model.checkpoint["metrics"]``
             as ``laya train`` records them (None: no test metrics).
         val_fraction: the share of training samples held out when there is no ``val_loader``.
@@ -100,20 +119,26 @@ def fit(
         **settings: every setting of ``laya train``'s head and training, by its option's name (listed below):
             ``batch_size`` None takes the train loader's (else 128), ``device`` "auto" CUDA where available;
             ``seed`` seeds the loaders' shuffling, the validation split, the head's initialisation and the order.
+            A setting of the other task (a language model's ``objective`` for a classifier) is refused.
 
     Returns:
-        The trained ``LayaModel``. ``model.save("model.pt")`` writes the checkpoint ``laya train``
-        writes; ``model.checkpoint["history"]`` holds the epochs.
+        The trained ``LayaModel`` (``task="lm"``: a ``LensModel``). ``model.save("model.pt")`` writes the checkpoint
+        ``laya train`` writes; ``model.checkpoint["history"]`` holds the epochs.
 
     Raises:
         LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
     """
+    if match_choice("task", task, TASKS) == "lm":
+        extra = {"val_loader": val_loader, "test_loader": test_loader, "classes": classes}
+        return _fit_language_model(tapped, train_loader, settings, progress, extra, (head, frozen, cache))
+    head_cfg = build(HeadConfig, settings).validate()
+    for given in (head_cfg, build(LMSettings, settings)):
+        refuse_other_task(given, "classify")
     tapped = tapped if isinstance(tapped, Tapped) else attach(tapped)
     head = match_choice("head", head, HEADS)  # case-insensitive, as on the command line
-    check_choice("cache", cache, CACHES)
+    match_choice("cache", cache, CACHES)
     if val_loader is None and not 0 < val_fraction < 1:
         raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
-    head_cfg = build(HeadConfig, settings).validate()
     batch_size = settings["batch_size"] or getattr(train_loader, "batch_size", None) or TRAIN.batch_size
     cfg = build(TrainConfig, settings, batch_size=batch_size, device=resolve_device(settings["device"])).validate()
     check_alpha_options(cfg, head)
@@ -122,15 +147,34 @@ def fit(
         return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, cache)
 
 
+def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict, classifier: tuple) -> LensModel:
+    """``fit(..., task="lm")``: the request ``laya train --task lm`` builds from the same settings, trained by the
+    same job; nothing is written until ``LensModel.save``."""
+    if not isinstance(model, str) or not isinstance(text, str):
+        raise LayaError('a language model is named as on the command line: fit("hf:PATH", "text:PATH", task="lm")')
+    given = [name for name, value in extra.items() if value is not None]
+    given += [name for name, value, default in zip(("head", "frozen", "cache"), classifier, ("laya", True, "memory"))
+              if value != default]  # fmt: skip
+    if given:
+        raise LayaError(f"{', '.join(given)}: a classifier's (a language model's heads train on its text)")
+    values = {k: v for k, v in settings.items() if v is not None or k != "batch_size"}  # None: the paper's 128
+    req = build(TrainRequest, {**values, "backbone": model, "dataset": text, "task": "lm"}, out="")
+    req.train.device = resolve_device(req.train.device)
+    with _progress.enabled(progress):
+        ckpt = train(req)
+    return lens_model_from_checkpoint(ckpt, req.lm.device_map).to(req.train.device)
+
+
 # --------------------------------------------------------------------------- audit and export
 
 
-@takes_settings(AuditSettings, ScopeSettings, defaults={"device": "auto"})
+@takes_settings(AuditSettings, AuditRequest, skip=("compare",), defaults={"device": "auto"})
 def audit(
-    model: LayaModel,
-    loader: Loader | EvalData,
+    model: Model,
+    loader: Data = None,
     compare: str | Sequence[str] = ("ig", "gradxact"),
     *,
+    samples: int | None = None,
     progress: bool = True,
     **settings,
 ) -> AuditResult:
@@ -140,12 +184,15 @@ def audit(
     by faithfulness (Spearman ρ between its scores and Δ) and Deletion@1 (docs/metrics.md).
 
     Args:
-        model: a ``LayaModel`` (from ``fit`` or ``load``).
+        model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LensModel``.
         loader: yields ``(images, labels)`` as the model was trained on (a model trained by ``laya train`` takes
             [0, 1] images, as laya's datasets serve them); every sample is audited, in the loader's order. (``laya
-            audit`` passes its prepared test split here.)
+            audit`` passes its prepared test split here.) A language model: ``text:PATH``, or None for the held-out
+            text it was trained with; every position is a sample.
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
             ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence.
+        samples: a language model's held-out positions audited (default 2,000); a classifier's subset is the
+            loader.
         progress: rich progress bars (False: silent).
         **settings: every setting of ``laya audit``'s audit and scope, by its option's name (listed below);
             ``metrics`` a comma string or a sequence, ``device`` "auto" CUDA where available; ``scope``'s network
@@ -160,39 +207,59 @@ def audit(
         LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    methods, scope = parse_methods(compare), build(ScopeSettings, settings).validate().scope
+    methods, scope = parse_methods(compare), build(AuditRequest, settings).validate().scope
     groups, device = tuple(parse_metric_groups(settings["metrics"])), resolve_device(settings["device"])
     audited = build(AuditSettings, settings, metrics=groups, device=device).validate()
-    data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
     with _progress.enabled(progress):
+        if isinstance(model, LensModel):
+            data = _text(loader, samples, TOKENS_AUDITED)
+            return token_audit_job(model.to(device), methods, audited, scope, data.dataset, data.samples)
+        _no_samples(samples)
+        data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
         return audit_job(model, data, methods, audited, scope)
 
 
+def _text(loader, samples: int | None, default: int) -> EvalRequest:
+    """A language model's data as ``laya audit``/``depth``/``export`` read it: its held-out text (or ``text:PATH``),
+    ``samples`` positions (``default`` when None)."""
+    if loader is not None and not isinstance(loader, str):
+        raise LayaError("a language model reads text: give text:PATH, or None for the text it was trained with")
+    if samples is not None and samples < 1:
+        raise LayaError(f"samples must be at least 1, got {samples}")
+    return EvalRequest(samples=samples or default, dataset=loader).validate()
+
+
+def _no_samples(samples: int | None) -> None:
+    if samples is not None:
+        raise LayaError("samples: a classifier is read from the loader you give (take a subset there)")
+
+
+@takes_settings(ExportSettings, defaults={"device": "auto"})
 def export(
-    model: LayaModel,
-    loader: Loader | EvalData,
+    model: Model,
+    loader: Data = None,
     out: str | Path | None = None,
     *,
-    format: str = "csv",
-    plots: bool = True,
-    strip: int = 8,
+    samples: int | None = None,
     overwrite: bool = False,
-    device: str = "auto",
     progress: bool = True,
-) -> Export:
+    **settings,
+) -> Export | TokenExport:
     """Per-sample layer attention, class × layer profiles and the attention-shift ranking (``laya export``).
 
     Args:
-        model: a ``LayaModel``.
-        loader: yields ``(images, labels)``; every sample is exported, in the loader's order.
+        model: a ``LayaModel``, or a language model's ``LensModel`` (α per token: ``.table`` one row per token).
+        loader: yields ``(images, labels)``; every sample is exported, in the loader's order. A language model:
+            ``text:PATH``, or None for its held-out text.
         out: a folder to write the files of ``laya export`` to (tables, PNG plots, report.html),
             atomically; None: nothing is written.
-        format: per-sample table file format with ``out``: ``"csv"``, ``"parquet"`` or ``"npz"``.
-        plots: draw the PNG figures (with ``out``).
-        strip: how many samples the image strip shows (with ``out`` and ``plots``; 0: none).
+        samples: a language model's held-out positions (default 2,000).
         overwrite: replace ``out`` if it holds a previous laya export (never any other folder).
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
         progress: rich progress bars (False: silent).
+        **settings: ``laya export``'s settings by their option names (listed below): ``format`` of the per-sample
+            table with ``out`` (``"csv"``, ``"parquet"`` or ``"npz"``; a language model's csv or parquet),
+            ``plots`` (the PNG figures), ``strip`` (how many samples the image strip shows), ``device``. Default
+            format: csv (a language model's: parquet where pyarrow is installed).
 
     Returns:
         An ``Export`` of DataFrames: ``.table`` (one row per sample: index, label, predicted,
@@ -202,40 +269,44 @@ def export(
     Raises:
         LayaError: a bad format, an ``out`` that is not empty nor a previous export, or a bad loader.
     """
-    dev = resolve_device(device)
-    if out is not None:
-        check_format(format)
-        check_at_least("--strip", strip, 0)
-        check_out_dir(out, overwrite)
+    chosen = build(ExportSettings, settings).validate()
+    dev = resolve_device(chosen.device)
     with _progress.enabled(progress):
-        data = loader_eval_data(model, loader, dev, keep_images=out is not None and plots and strip > 0)
-        return export_data(
-            model,
-            data,
-            out,
-            fmt=format,
-            plots=plots,
-            strip=strip,
-            overwrite=overwrite,
-            device=dev,
-            info={"source": "laya_cli.export"},
-        )
+        if isinstance(model, LensModel):
+            refuse_other_task(chosen, "lm")
+            data = _text(loader, samples, TOKENS_EXPORTED)
+            exp = compute_token_export(model.to(dev), data.dataset, data.samples)
+            fmt = chosen.format or default_token_format()
+            return exp if out is None else write_token_export(exp, out, fmt, chosen.plots, overwrite)
+        _no_samples(samples)
+        fmt = chosen.format or "csv"
+        if out is not None:
+            check_format(fmt)
+            check_out_dir(out, overwrite)
+        keep_images = out is not None and chosen.plots and chosen.strip > 0
+        data = loader_eval_data(model, loader, dev, keep_images=keep_images)
+        info = {"source": "laya_cli.export"}
+        return export_data(model, data, out, fmt, chosen.plots, chosen.strip, overwrite, dev, info=info)
 
 
 # --------------------------------------------------------------------------- depth
 
 
 @takes_settings(DepthSettings, skip=DEPTH_CLI_ONLY, defaults={"device": "auto"})
-def depth(model: LayaModel, loader: Loader | EvalData, *, progress: bool = True, **settings) -> DepthResult:
+def depth(
+    model: Model, loader: Data = None, *, samples: int | None = None, progress: bool = True, **settings
+) -> DepthResult | TokenExitResult:
     """How deep must the model be (``laya depth``): accuracy when cut after each tap, compute, early exit.
 
     For every depth k: the accuracy of the model cut after tap k (α masked above k and renormalised;
     heads with α), the backbone FLOPs and wall time up to tap k, early-exit threshold sweeps with
-    their cheapest operating points, and the per-sample minimal sufficient depth (docs/depth.md).
+    their cheapest operating points, and the per-sample minimal sufficient depth (docs/depth.md). A language
+    model's: its early exit per token (``loader``: ``text:PATH`` or None; ``samples`` positions, default 20,000).
 
     Args:
-        model: a ``LayaModel`` (from ``fit`` or ``load``).
+        model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LensModel``.
         loader: yields ``(images, labels)`` as the model was trained on; every sample is analysed.
+        samples: a language model's held-out positions.
         progress: rich progress bars (False: silent).
         **settings: every setting of ``laya depth``'s analysis by its option's name (listed below; ``refit`` needs
             the training data a ``laya train`` checkpoint records). ``--truncate``, ``--drop`` and their options
@@ -244,7 +315,7 @@ def depth(model: LayaModel, loader: Loader | EvalData, *, progress: bool = True,
     Returns:
         A ``DepthResult``: ``.to_pandas()`` (the truncation table, one row per depth k),
         ``.to_dict()`` (the JSON ``laya depth --json`` writes), ``.truncation``, ``.early_exit``,
-        ``.oracle``, ``.compute``, ``.full``, ``.notes``.
+        ``.oracle``, ``.compute``, ``.full``, ``.notes``. A language model's: a ``TokenExitResult``.
 
     Raises:
         LayaError: a head without α and no ``refit``, a threshold outside (0, 1], ``refit`` for a
@@ -252,66 +323,72 @@ def depth(model: LayaModel, loader: Loader | EvalData, *, progress: bool = True,
     """
     analysis = build(DepthSettings, settings, device=resolve_device(settings["device"])).validate()
     with _progress.enabled(progress):
+        if isinstance(model, LensModel):
+            refuse_other_task(analysis, "lm")
+            return token_depth(model, analysis, _text(loader, samples, 20_000), "")
+        _no_samples(samples)
         return depth_job(model, partial(loader_eval_data, model, loader, analysis.device, keep_images=True), analysis)
 
 
+@takes_settings(DiffSettings, defaults={"device": "auto"})
 def diff(
-    model_a: LayaModel,
-    model_b: LayaModel,
-    loader: Loader | EvalData,
-    *,
-    permutations: int = 1000,
-    alpha: float = 0.05,
-    correction: str = "holm",
-    seed: int = 0,
-    ablation: str = "mean",
-    device: str = "auto",
-    progress: bool = True,
-) -> DiffResult:
+    model_a: Model, model_b: Model, loader: Data = None, *, samples: int | None = None, progress: bool = True,
+    **settings,
+) -> DiffResult | dict:  # fmt: skip
     """What changed between two versions of a model (``laya diff``), on the same samples: per class and layer
     the change of α, of the LOLO effects Δ and of contrib, a paired permutation test per class (corrected over
-    the classes) and McNemar's test of the accuracy change (docs/audit.md, "laya diff"). Head scope.
+    the classes) and McNemar's test of the accuracy change (docs/audit.md, "laya diff"). Two language models:
+    per token, the change of each method's faithfulness and Deletion@1 with paired intervals (the JSON document
+    ``laya diff --json`` writes).
 
     Args:
-        model_a: the baseline ``LayaModel`` (A).
-        model_b: the candidate (B): the same taps and classes.
-        loader: yields ``(images, labels)``; both models see every sample, in its order.
-        permutations: permutations of each paired permutation test.
-        alpha: significance level of a changed class, after correction.
-        correction: ``"holm"``, ``"bh"`` or ``"none"``.
-        seed: seed of the permutations.
-        ablation: how a layer is removed for Δ: ``"mean"``, ``"zero"`` or ``"mask"``.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"mps"``.
+        model_a: the baseline ``LayaModel`` (A), or a language model's ``LensModel``.
+        model_b: the candidate (B): the same taps and classes (or the same language model's taps and text).
+        loader: yields ``(images, labels)``; both models see every sample, in its order. Language models:
+            ``text:PATH`` or None (their held-out text).
+        samples: language models' held-out positions (default 2,000).
         progress: rich progress bars (False: silent).
+        **settings: every setting of ``laya diff`` by its option's name (listed below).
 
     Returns:
         A ``DiffResult``: ``.to_dict()`` (the JSON ``laya diff --json`` writes), ``.changed`` (the classes
         that changed), ``.classes``, ``.overall``, ``.accuracy``; shown in a notebook as its tables and the
-        class × layer picture of the change.
+        class × layer picture of the change. Two language models: the JSON document (a dict).
 
     Raises:
         LayaError: models with other taps or classes, a bad setting, or a bad loader.
     """
-    from .auditing.diff.compare import DiffSettings
     from .auditing.diff.job import check_comparable, check_diff, compare_models
-    from .stats.multiple import CORRECTIONS
+    from .auditing.diff.tokens import diff_lm_checkpoints
+    from .auditing.settings import Removal
 
-    if permutations < 1 or not 0 < alpha < 1:
-        raise LayaError(f"permutations must be >= 1 and alpha in (0, 1), got {permutations} and {alpha}")
-    settings = DiffSettings(permutations, alpha, match_choice("correction", correction, CORRECTIONS), seed)
-    removal = Removal.parse(match_choice("ablation", ablation, HEAD_ABLATIONS))  # the head scope's: mean|zero|mask
+    chosen = build(DiffSettings, settings).validate()
+    chosen.device = resolve_device(chosen.device)
+    lm = [isinstance(m, LensModel) for m in (model_a, model_b)]
+    if any(lm):
+        if not all(lm):
+            raise LayaError("laya diff compares two language models or two classifiers, not one of each")
+        refuse_other_task(chosen, "lm")
+        data, ckpts = _text(loader, samples, TOKENS_AUDITED), (model_a.ckpt, model_b.ckpt)
+        with _progress.enabled(progress):
+            return diff_lm_checkpoints(ckpts, ("model_a", "model_b"), chosen, data, LoadSettings())
+    _no_samples(samples)
+    refuse_other_task(chosen, "classify")
+    if chosen.scope not in ("head", "network"):
+        raise LayaError(f"scope {chosen.scope}: a classifiers' diff takes head or network")
+    removal = Removal.parse(chosen.ablation)
     check_comparable(model_a, model_b, "model_a", "model_b")
-    check_diff(model_a, model_b, removal, "head")
-    device = resolve_device(device)
+    check_diff(model_a, model_b, removal, chosen.scope)
+    images = chosen.scope != "head"  # the network runs on images
     with _progress.enabled(progress):
-        data_a, data_b = (loader_eval_data(m, loader, device) for m in (model_a, model_b))
-        return compare_models(model_a, model_b, data_a, data_b, settings, removal, device)
+        data_a, data_b = (loader_eval_data(m, loader, chosen.device, images) for m in (model_a, model_b))
+        return compare_models(model_a, model_b, data_a, data_b, chosen, removal, chosen.device, chosen.scope)
 
 
 # --------------------------------------------------------------------------- load
 
 
-def load(path: str | Path, backbone: nn.Module | None = None) -> LayaModel:
+def load(path: str | Path, backbone: nn.Module | None = None) -> Model:
     """Load a checkpoint written by ``laya train`` or ``LayaModel.save`` (safely: ``weights_only``).
 
     Args:
@@ -320,10 +397,14 @@ def load(path: str | Path, backbone: nn.Module | None = None) -> LayaModel:
             ``user:<module>.<class>``), an instance of it to load the stored weights into.
 
     Returns:
-        The ``LayaModel``, in eval mode on the CPU.
+        The ``LayaModel``, in eval mode on the CPU; a ``--task lm`` checkpoint's ``LensModel`` (its language model
+        loaded by name, its SHA-256 checked).
 
     Raises:
         LayaError: the file is missing, not a laya checkpoint, from a newer laya, inconsistent, or
             needs ``backbone``.
     """
-    return load_model(path, backbone)
+    ckpt = read_checkpoint(path)
+    if checkpoint_task(ckpt) == "lm":
+        return lens_model_from_checkpoint(ckpt)
+    return model_from_checkpoint(ckpt, backbone)

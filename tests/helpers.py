@@ -165,12 +165,20 @@ def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int =
     return folder
 
 
-def small_lm_request(lm_dir: Path, out: Path, **kw):
-    """A ``training.lm.LMRequest`` on ``make_lm_folder``'s model and corpus, sized for a test (``kw`` overrides)."""
-    from laya_cli.training.lm import LMRequest
+def lm_request(backbone: str, dataset: str, out, **kw):
+    """A ``--task lm`` ``TrainRequest`` from option names, as ``laya train`` takes them, with a test's small
+    defaults: one epoch of batches of 16 at lr 1e-3, no alignment or exit-aware term (``kw`` overrides)."""
+    from laya_cli.runtime.declare import build
+    from laya_cli.training.settings import TrainRequest
 
+    base = {"batch_size": 16, "epochs": 1, "lr": 1e-3, "align": 0.0, "exit_aware": 0.0}
+    return build(TrainRequest, base | kw | {"task": "lm", "backbone": backbone, "dataset": dataset}, out=str(out))
+
+
+def small_lm_request(lm_dir: Path, out: Path, **kw):
+    """``lm_request`` on ``make_lm_folder``'s model and corpus, sized for a test (``kw`` overrides)."""
     base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300, lens="none", seed=3)
-    return LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
+    return lm_request(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
 
 
 def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:

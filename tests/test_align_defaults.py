@@ -7,10 +7,10 @@ import pytest
 import torch
 from helpers import assert_user_error, invoke
 
-from laya_cli.runtime.config import TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training import defaults
 from laya_cli.training.defaults import resolved_alignment, resolved_request
+from laya_cli.training.settings import TrainConfig, TrainRequest
 
 
 @pytest.mark.parametrize(

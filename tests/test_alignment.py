@@ -11,7 +11,6 @@ from helpers import assert_user_error, invoke
 
 from benchmarks.synthetic import make_head_and_features, train_digits
 from laya_cli.auditing.metrics import lolo_effects
-from laya_cli.runtime.config import TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.alignment import (
     Alignment,
@@ -22,6 +21,7 @@ from laya_cli.training.alignment import (
 )
 from laya_cli.training.bench import BenchRequest, parse_heads
 from laya_cli.training.defaults import resolved_request
+from laya_cli.training.settings import TrainConfig, TrainRequest
 
 
 def ranking_loss_by_hand(log_alpha, delta) -> float:

@@ -29,7 +29,10 @@ PUBLIC = [
     "Export",
     "LayaError",
     "LayaModel",
+    "LensModel",
     "Tapped",
+    "TokenExitResult",
+    "TokenExport",
     "attach",
     "audit",
     "depth",
@@ -57,7 +60,7 @@ class TinyNet(nn.Module):
 
 def digits_splits():
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.runtime.config import DataRequest
+    from laya_cli.data.settings import DataRequest
 
     return load_dataset(DataRequest("digits"))
 
@@ -192,9 +195,9 @@ def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model
     """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
     the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
     from laya_cli.depthing.run import truncate_model
+    from laya_cli.depthing.settings import DepthSettings
     from laya_cli.depthing.truncation import masked_output
     from laya_cli.model.evaldata import loader_eval_data as eval_data
-    from laya_cli.runtime.config import DepthSettings
 
     full = laya_cli.load(tiny_model.save(tmp_path / "tiny.pt"), backbone=TinyNet())
     data = eval_data(full, digits_test_loader(), "cpu", keep_images=True)

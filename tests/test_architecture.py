@@ -161,7 +161,7 @@ MAY_IMPORT = {
     **{pkg: set(_PIPELINE[:i]) for i, pkg in enumerate(_PIPELINE)},
     "gates": {"runtime", "stats", "auditing.names"},  # no torch: the vocabulary and numpy statistics only
     "depthing": {*_PIPELINE, "report.notebook"},
-    "exporting": {"runtime", "stats", "features", "model", "auditing", "gates", "report"},
+    "exporting": {"runtime", "stats", "data", "features", "model", "auditing", "gates", "report"},
     "report": set(),
     "api": {*_PIPELINE, "gates", "depthing", "exporting"},
     "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report"},

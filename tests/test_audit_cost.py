@@ -17,9 +17,9 @@ from laya_cli.auditing.names import CORE_METRICS, METRIC_GROUPS, METRICS, comput
 from laya_cli.auditing.registry import METHODS
 from laya_cli.auditing.results import GROUP_KEYS
 from laya_cli.auditing.run import run_audit
+from laya_cli.auditing.settings import AuditSettings
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.model.heads import HeadConfig, build_head
-from laya_cli.runtime.config import AuditSettings
 
 DIMS, C = [6, 5, 7, 4], 3
 DEEPER_KEYS = {k for keys in GROUP_KEYS.values() for k in keys}

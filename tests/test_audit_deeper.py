@@ -28,10 +28,10 @@ from laya_cli.auditing.metrics import (
 from laya_cli.auditing.names import METRIC_GROUPS, parse_methods, parse_metric_groups
 from laya_cli.auditing.registry import METHODS, Method
 from laya_cli.auditing.run import run_audit
+from laya_cli.auditing.settings import AuditSettings
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
 from laya_cli.model.heads import cascade_stages, randomised_copy
-from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
 
 
@@ -201,7 +201,7 @@ def test_randomised_copy_cascades_and_never_touches_the_head(kind, stages):
 
 def test_psi_mlp_is_a_stage():
     from laya_cli.model.heads import build_head
-    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.model.settings import HeadConfig
 
     head = build_head("laya", DIMS, C, HeadConfig(d_star=8, score_hidden=16, psi="mlp"))
     assert cascade_stages(head) == ["classifier", "scorer", "psi", "adapters"]

@@ -29,9 +29,9 @@ from laya_cli.auditing.metrics import (
 from laya_cli.auditing.names import parse_methods
 from laya_cli.auditing.registry import METHODS, Method
 from laya_cli.auditing.run import run_audit
+from laya_cli.auditing.settings import AuditSettings, Removal
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
-from laya_cli.runtime.config import AuditSettings, Removal
 from laya_cli.runtime.errors import LayaError
 
 DIMS = [10, 6, 8, 5]

@@ -193,10 +193,13 @@ def test_an_extra_seed_trains_only_the_new_runs(tiny, tmp_path):
 
 
 def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
-    from laya_cli.runtime.config import AuditSettings, DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.auditing.settings import AuditSettings
+    from laya_cli.data.settings import DataRequest
+    from laya_cli.model.settings import HeadConfig
     from laya_cli.runtime.errors import TrainingInterrupted
     from laya_cli.training import bench as B
     from laya_cli.training.job import train
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     template = TrainRequest(
         data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8), train=TrainConfig(epochs=2)
@@ -244,7 +247,7 @@ def test_an_out_folder_that_cannot_be_made_is_a_user_error(tmp_path):
 
 
 def test_stats_mean_and_sample_std():
-    from laya_cli.training.bench import seed_stats
+    from laya_cli.training.bench_stats import seed_stats
 
     s = seed_stats([0.8, 0.9, 1.0])
     assert s["mean"] == pytest.approx(0.9) and s["std"] == pytest.approx(0.1) and s["n"] == 3

@@ -17,7 +17,7 @@ from laya_cli.depthing.truncation import fold_head, masked_output
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
-from laya_cli.runtime.config import HeadConfig
+from laya_cli.model.settings import HeadConfig
 
 # --------------------------------------------------------------------------- masked heads, by hand
 

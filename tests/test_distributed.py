@@ -164,9 +164,9 @@ def _check_audit_in_group(rank: int, world: int):
 
     from laya_cli.auditing.names import parse_methods
     from laya_cli.auditing.run import run_audit
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.laya_model import LayaModel
-    from laya_cli.runtime.config import AuditSettings
 
     head, feats, ref = make_head_and_features(batch=23)
     data = LayerFeatures(feats, torch.arange(23) % 5)

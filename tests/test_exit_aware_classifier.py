@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from laya_cli.depthing.truncation import keep_mask, masked_output, truncated_inputs
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.heads import build_head
-from laya_cli.runtime.config import HeadConfig, TrainConfig
+from laya_cli.model.settings import HeadConfig
 from laya_cli.training.exit_aware import TruncatedTerm, truncated_rows
+from laya_cli.training.settings import TrainConfig
 from laya_cli.training.shaping import AlphaShaping
 from tests.helpers import assert_user_error, invoke
 

@@ -35,7 +35,7 @@ def swap_head(src: Path, dst: Path, kind: str) -> Path:
     """A copy of a checkpoint with a freshly initialised head of another kind (no training needed)."""
     from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
     from laya_cli.model.heads import build_head
-    from laya_cli.runtime.config import HeadConfig
+    from laya_cli.model.settings import HeadConfig
 
     ckpt = read_checkpoint(src)
     torch.manual_seed(0)
@@ -358,7 +358,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(digits_ckpt, tmp_path):
     out = tmp_path / "out"
     assert_user_error(
         invoke("export", digits_ckpt, "--out", out, "--format", "parqet"),
-        "unknown format 'parqet'",
+        "unknown --format 'parqet'",
         "did you mean parquet",
     )
     assert_user_error(invoke("export", tmp_path / "missing.pt", "--out", out), "checkpoint not found")

@@ -12,9 +12,21 @@ import pytest
 import typer
 from helpers import invoke
 
+from laya_cli.auditing import settings as audit_settings
+from laya_cli.auditing.diff import settings as diff_settings
 from laya_cli.cli.group import app
-from laya_cli.runtime import config
-from laya_cli.runtime.fields import declared
+from laya_cli.data import settings as data_settings
+from laya_cli.depthing import settings as depth_settings
+from laya_cli.exporting import settings as export_settings
+from laya_cli.model import settings as model_settings
+from laya_cli.runtime import environment
+from laya_cli.runtime.declare import declared
+from laya_cli.training import bench
+from laya_cli.training import settings as train_settings
+
+# Every module that declares settings (each stage owns its own)
+DECLARING = (model_settings, data_settings, train_settings, bench, audit_settings, diff_settings, depth_settings,
+             export_settings, environment)  # fmt: skip
 
 COMMANDS = ("train", "audit", "depth", "export", "diff", "bench", "info")
 REFUSED_NUMBERS = ("nan", "inf", "-inf", "abc")
@@ -24,7 +36,7 @@ SKIP = {"config", "log_to", "help"}  # --config's file is its own suite (test_co
 
 def choices_of() -> dict[str, tuple[str, ...]]:
     """The declared choices by option name (what an unknown value must be refused against)."""
-    classes = [getattr(config, n) for n in dir(config) if isinstance(getattr(config, n), type)]
+    classes = [getattr(m, n) for m in DECLARING for n in dir(m) if isinstance(getattr(m, n), type)]
     out = {}
     for cls in classes:
         try:

@@ -19,8 +19,8 @@ from laya_cli.model import lenses
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
 from laya_cli.runtime.errors import LayaError
-from laya_cli.training.lm import LMRequest, evaluate, train_lm
-from tests.helpers import assert_close_tree, assert_user_error, invoke, make_lm_folder, sentences
+from laya_cli.training.lm import evaluate, train_lm
+from tests.helpers import assert_close_tree, assert_user_error, invoke, lm_request, make_lm_folder, sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -33,7 +33,7 @@ def lm_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(lm_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("lmckpt") / "lm.pt"
-    req = LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=24, batch_size=8,
+    req = lm_request(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=24, batch_size=8,
                     epochs=2, lr=3e-3, eval_tokens=2000, layer_dropout=0.2)  # fmt: skip
     return train_lm(req), out
 
@@ -241,7 +241,7 @@ def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["tokens"] == 300 and {p["policy"] for p in doc["points"]} == {*token_exit.POLICIES, "oracle"}
     assert "threshold sweep" in (tmp_path / "d.md").read_text()
-    assert_user_error(invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt"), "early exit per token")
+    assert_user_error(invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt"), "--truncate only applies to classifiers")
 
 
 @pytest.mark.parametrize(
@@ -389,8 +389,8 @@ def test_network_faithfulness_by_position_leaves_out_degenerate_positions_and_no
     as its overall figure does; the accuracy is held against the most frequent next token, not 'chance' over the
     vocabulary."""
     from laya_cli.auditing.metrics import degenerate_effects
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.auditing.tokens import token_audit_job
-    from laya_cli.runtime.config import AuditSettings
 
     _, path = trained
     model = lens_model_from_checkpoint(read_checkpoint(path))

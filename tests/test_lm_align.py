@@ -34,8 +34,8 @@ def aligned(lm_dir, tmp_path_factory):
 def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned):
     """The training target at sampled positions of a block against ``laya audit --scope network``'s Δ there (its
     own states, its own bypass passes, every position of the block at once)."""
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.auditing.tokens import token_data, token_network
-    from laya_cli.runtime.config import AuditSettings
 
     _, path = aligned
     model = lens_model_from_checkpoint(read_checkpoint(path))
@@ -58,8 +58,8 @@ def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned)
 def test_the_head_target_is_the_audits_head_effects_at_the_same_positions(aligned):
     """``--align-target head|both``'s target at sampled positions against ``laya audit --scope head``'s Δ there (the
     checkpoint's r̄, the audit's own leave-one-layer-out passes over every position)."""
+    from laya_cli.auditing.settings import AuditSettings
     from laya_cli.auditing.tokens import token_audit_job, token_data
-    from laya_cli.runtime.config import AuditSettings
 
     _, path = aligned
     model = lens_model_from_checkpoint(read_checkpoint(path))
@@ -176,7 +176,7 @@ def test_bad_alignment_options_are_one_line_and_write_nothing(lm_dir, tmp_path, 
         ({"align": 1.0, "align_target": "nowhere"}, "--align-target"),
         ({"align": float("nan"), "align_target": "network"}, "--align"),
         ({"align": -0.5, "align_target": "network"}, "--align"),
-        ({"align_target": "network"}, "--align 1"),
+        ({"align_target": "network"}, "not with --align 0"),
     ],
 )
 def test_the_python_api_checks_the_same(lm_dir, tmp_path, kw, fragment):

@@ -107,7 +107,7 @@ def test_a_second_bench_reuses_the_finished_runs(benched, lm_dir):
         (["--heads", "laya,last"], "--heads"),
         (["--objective", "mse"], "--objective"),
         (["--seeds", "0"], "--seeds"),
-        (["--task", "classify"], "apply to --task lm"),
+        (["--task", "classify"], "only apply to language models"),
         (["--finetune"], "--finetune"),
     ],
 )

@@ -15,7 +15,7 @@ from laya_cli.backbones.causal import build_language_model
 from laya_cli.backbones.spec import BackboneSpec
 from laya_cli.features.positions import token_states
 from laya_cli.runtime.errors import LayaError
-from tests.helpers import assert_close_tree, assert_user_error, invoke, make_lm_folder, sentences
+from tests.helpers import assert_close_tree, assert_user_error, invoke, lm_request, make_lm_folder, sentences
 
 pytest.importorskip("accelerate")
 
@@ -93,7 +93,7 @@ def test_a_bad_device_map_is_one_line(lm_dir, tmp_path, args, fragment):
 
 def test_a_device_map_for_a_classifier_is_refused(tmp_path):
     r = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", tmp_path / "m.pt", "--device-map", "auto")
-    assert_user_error(r, "--device-map places a language model")
+    assert_user_error(r, "--device-map only applies to language models")
 
 
 def test_without_accelerate_a_device_map_says_what_to_install(lm_dir, monkeypatch):
@@ -109,10 +109,10 @@ def test_auto_on_one_device_places_the_whole_model_there(lm_dir):
 
 @pytest.fixture(scope="module")
 def lm_ckpt(lm_dir, tmp_path_factory):
-    from laya_cli.training.lm import LMRequest, train_lm
+    from laya_cli.training.lm import train_lm
 
     out = tmp_path_factory.mktemp("lm-map-ckpt") / "a.pt"
-    train_lm(LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=16,
+    train_lm(lm_request(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=16,
                        epochs=1, lr=3e-3, eval_tokens=300, layer_dropout=0.3))  # fmt: skip
     return out
 
@@ -194,10 +194,10 @@ def test_a_bad_device_map_for_bench_or_diff_is_one_line(lm_dir, lm_ckpt, tmp_pat
 
 def test_a_device_map_for_a_classifier_bench_or_diff_is_refused(digits_ckpt, tmp_path):
     r = invoke("bench", "--dataset", "digits", "--seeds", "1", "--out", tmp_path / "runs", "--device-map", "auto")
-    assert_user_error(r, "--device-map places a language model")
+    assert_user_error(r, "--device-map only applies to language models")
     assert not (tmp_path / "runs").exists()
     r = invoke("diff", digits_ckpt, digits_ckpt, "--json", tmp_path / "d.json", "--device-map", "auto")
-    assert_user_error(r, "--device-map places a language model")
+    assert_user_error(r, "--device-map only applies to language models")
     assert not (tmp_path / "d.json").exists()
 
 

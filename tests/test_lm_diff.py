@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from laya_cli.training.lm import LMRequest, train_lm
-from tests.helpers import assert_user_error, invoke, make_causal_lm, make_lm_folder, sentences
+from laya_cli.training.lm import train_lm
+from tests.helpers import assert_user_error, invoke, lm_request, make_causal_lm, make_lm_folder, sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -18,7 +18,7 @@ SAMPLES = "120"
 
 def _train(lm_dir, out, **kw):
     base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300)
-    req = LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **{**base, **kw})
+    req = lm_request(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **{**base, **kw})
     train_lm(req)
     return out
 
@@ -114,7 +114,7 @@ def test_mismatched_language_models_are_one_line_and_write_nothing(pair, tmp_pat
     ]
     # the same text read by a model whose tokenizer was learnt on other sentences: other tokens, other positions
     make_causal_lm(tmp_path / "tok", sentences(300, seed=9) + ["zebra quartz jukebox"] * 50)
-    req = LMRequest(f"hf:{tmp_path / 'tok'}", f"text:{lm_dir / 'corpus'}", tmp_path / "tok.pt", block_size=16,
+    req = lm_request(f"hf:{tmp_path / 'tok'}", f"text:{lm_dir / 'corpus'}", tmp_path / "tok.pt", block_size=16,
                     batch_size=8, epochs=1, eval_tokens=300)  # fmt: skip
     train_lm(req)
     cases.append((tmp_path / "tok.pt", "different tokens"))
@@ -122,7 +122,7 @@ def test_mismatched_language_models_are_one_line_and_write_nothing(pair, tmp_pat
         assert_user_error(invoke("diff", a, b, "--samples", "30", "--json", out), fragment)
     for args, fragment in [
         (["--fail-if-changed", "any"], "--fail-if-changed"),
-        (["--scope", "everywhere"], "--scope everywhere"),
+        (["--scope", "everywhere"], "unknown --scope 'everywhere'"),
         (["--ci", "0"], "--ci"),
         (["--ablation", "zero"], "--ablation zero"),
         (["--compare", "nonsense"], "nonsense"),

@@ -20,8 +20,8 @@ from laya_cli.features.positions import batches
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import lens_model_from_checkpoint
 from laya_cli.report.token_explorer import layer_colours, tint
-from laya_cli.training.lm import LMRequest, train_lm
-from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences
+from laya_cli.training.lm import train_lm
+from tests.helpers import assert_user_error, invoke, lm_request, make_lm_folder, sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BLOCK, SAMPLES = 24, 150  # 6 whole blocks of 23 positions, then 12 of the 7th
@@ -43,7 +43,7 @@ def lm_dir(tmp_path_factory):
 def trained(lm_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lmxckpt") / "lm.pt"
     # objective ce: α then varies from token to token (kl: the last layer dominates every token of this tiny model)
-    train_lm(LMRequest(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=BLOCK, batch_size=8,
+    train_lm(lm_request(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, block_size=BLOCK, batch_size=8,
                        epochs=1, lr=3e-3, eval_tokens=300, objective="ce"))  # fmt: skip
     return out
 
@@ -166,7 +166,7 @@ def test_csv_no_plots_and_overwrite(exported, trained, tmp_path):
         (["--format", "npz"], "csv or parquet"),
         (["--dataset", "mnist"], "text:PATH"),
         (["--dataset", "text:/no/such/corpus"], "no such file"),
-        (["--model-card"], "not read by a language model's export"),
+        (["--model-card"], "--model-card only applies to classifiers"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, args, fragment):

@@ -14,7 +14,7 @@ from laya_cli.auditing.tokens import token_data
 from laya_cli.features.positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lenses import LayaLM, lens_model_from_checkpoint
-from laya_cli.runtime.config import HeadConfig
+from laya_cli.model.settings import HeadConfig
 from laya_cli.training.lm import train_lm
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
 
@@ -69,7 +69,7 @@ def lm_dir(tmp_path_factory):
 
 def test_a_run_reading_updates_is_recorded_and_read_back_as_trained(lm_dir, tmp_path):
     out = tmp_path / "upd.pt"
-    ckpt = train_lm(small_lm_request(lm_dir, out, head=HeadConfig(reads="updates")))
+    ckpt = train_lm(small_lm_request(lm_dir, out, reads="updates"))
     assert ckpt["head"]["config"]["reads"] == "updates"
     model = lens_model_from_checkpoint(read_checkpoint(out))
     assert model.laya.reads == "updates"
@@ -79,7 +79,7 @@ def test_a_run_reading_updates_is_recorded_and_read_back_as_trained(lm_dir, tmp_
         as_states = LayaLM(hs.shape[1], hs.shape[-1], model.lm.readout, HeadConfig())
         as_states.load_state_dict(model.laya.state_dict())
         assert (got - as_states(hs).logits).abs().max() > 1e-3  # the same weights read states: another head
-    states = train_lm(small_lm_request(lm_dir, tmp_path / "states.pt", head=HeadConfig(reads="states")))
+    states = train_lm(small_lm_request(lm_dir, tmp_path / "states.pt", reads="states"))
     assert states["head"]["config"]["reads"] == "states"
     assert lens_model_from_checkpoint(read_checkpoint(tmp_path / "states.pt")).laya.reads == "states"
 

@@ -11,10 +11,10 @@ import torch
 from helpers import assert_close_tree, assert_user_error, invoke
 
 from laya_cli.auditing import budget, job
+from laya_cli.auditing.settings import AuditSettings
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime import memory
-from laya_cli.runtime.config import AuditSettings
 from laya_cli.runtime.errors import LayaError
 from laya_cli.runtime.memory import MemoryBudget, MemoryRequest, MiB
 

@@ -16,12 +16,12 @@ from laya_cli.auditing.network import reference as network_reference_module
 from laya_cli.auditing.network.patching import NetworkScope, full_model_layer_ig
 from laya_cli.auditing.network.reference import network_reference
 from laya_cli.auditing.network.results import NETWORK_KEYS
+from laya_cli.auditing.settings import AuditSettings, Removal
 from laya_cli.features.extraction import tap_means, to_float_images
 from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
-from laya_cli.runtime.config import AuditSettings, Removal
 from laya_cli.runtime.errors import LayaError
 from laya_cli.runtime.memory import MEMORY_KEYS
 

@@ -9,11 +9,12 @@ import torch
 from laya_cli.auditing.job import run_scoped_audit
 from laya_cli.auditing.network.patching import NetworkScope, removal_effects
 from laya_cli.auditing.network.reference import network_reference
+from laya_cli.auditing.settings import AuditSettings
+from laya_cli.data.settings import DataRequest
 from laya_cli.features.extraction import to_float_images
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime import progress
-from laya_cli.runtime.config import AuditSettings, DataRequest, TrainConfig, TrainRequest
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.alignment import alignment_loss
 from laya_cli.training.job import train
@@ -23,6 +24,7 @@ from laya_cli.training.network_target import (
     frozen_removals,
     resolved_removal,
 )
+from laya_cli.training.settings import TrainConfig, TrainRequest
 
 
 def _batch(model, n=48):

@@ -72,7 +72,7 @@ def test_precision_is_recorded_in_the_audit_and_the_checkpoint(digits_ckpt, tmp_
 
 
 def test_precision_is_not_part_of_a_runs_fingerprint():
-    from laya_cli.runtime.config import TrainRequest
+    from laya_cli.training.settings import TrainRequest
 
     a, b = TrainRequest(), TrainRequest()
     b.train.precision = "bf16"

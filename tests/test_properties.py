@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from laya_cli.auditing.metrics import deletion_at_1, spearman_rows
 from laya_cli.model.heads import build_head
-from laya_cli.runtime.config import HeadConfig
+from laya_cli.model.settings import HeadConfig
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 

@@ -110,7 +110,9 @@ def _interrupted_state(req, with_options: bool = True):
 
 
 def _request(tmp_path, **train):
-    from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.data.settings import DataRequest
+    from laya_cli.model.settings import HeadConfig
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     return TrainRequest(
         data=DataRequest("digits", seed=0),

@@ -19,9 +19,10 @@ from helpers import assert_user_error, child_env, invoke, make_image_folder, run
 
 from benchmarks.synthetic import frozen_cnn_and_images
 from laya_cli.data.datasets import labelled_files, load_dataset
+from laya_cli.data.settings import DataRequest
 from laya_cli.features.store import extract_to_store
-from laya_cli.runtime.config import DataRequest, TrainConfig, TrainRequest
 from laya_cli.training.job import train
+from laya_cli.training.settings import TrainConfig, TrainRequest
 
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
 

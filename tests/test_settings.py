@@ -13,24 +13,18 @@ import pytest
 import typer
 
 import laya_cli
+from laya_cli.auditing.settings import AuditRequest, AuditSettings
 from laya_cli.cli.declared import Use, options_of
 from laya_cli.cli.group import app
-from laya_cli.runtime.config import (
-    AuditSettings,
-    DataRequest,
-    DepthSettings,
-    EvalRequest,
-    HeadConfig,
-    LMSettings,
-    ScopeSettings,
-    TrainConfig,
-    TrainRequest,
-)
+from laya_cli.data.settings import DataRequest, EvalRequest
+from laya_cli.depthing.settings import DepthSettings
+from laya_cli.model.settings import HeadConfig
+from laya_cli.runtime.declare import check_fields, declared
 from laya_cli.runtime.errors import LayaError
-from laya_cli.runtime.fields import check_fields, declared
+from laya_cli.training.settings import LMSettings, TrainConfig, TrainRequest
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = (HeadConfig, TrainConfig, DataRequest, TrainRequest, EvalRequest, AuditSettings, ScopeSettings)
+SETTINGS = (HeadConfig, TrainConfig, DataRequest, TrainRequest, EvalRequest, AuditSettings, AuditRequest)
 SETTINGS += (DepthSettings, LMSettings)
 
 
@@ -183,11 +177,14 @@ def test_docs_options_page_is_what_the_command_line_says():
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (("--task", "lm", "--stop-on", "combined"), "--stop-on does not apply to --task lm"),
-        (("--task", "lm", "--layer-norm", "--alpha-entropy", "0.1"), "--layer-norm, --alpha-entropy does not apply"),
-        (("--task", "lm", "--tau-start", "3"), "--tau-start does not apply to --task lm"),
-        (("--objective", "ce"), "--objective applies to --task lm only"),
-        (("--eval-tokens", "10"), "--eval-tokens applies to --task lm only"),
+        (("--task", "lm", "--stop-on", "combined"), "--stop-on only applies to classifiers"),
+        (
+            ("--task", "lm", "--layer-norm", "--alpha-entropy", "0.1"),
+            "--layer-norm, --alpha-entropy only apply to classifiers",
+        ),
+        (("--task", "lm", "--tau-start", "3"), "--tau-start only applies to classifiers"),
+        (("--objective", "ce"), "--objective only applies to language models (--task lm)"),
+        (("--eval-tokens", "10"), "--eval-tokens only applies to language models (--task lm)"),
         (("--alpha-entropy", "inf"), "--alpha-entropy must be 0 (off) or positive and finite, got inf"),
         (("--tau-start", "inf"), "--tau-start must be positive and finite, got inf"),
     ],

@@ -12,9 +12,11 @@ from helpers import assert_user_error, invoke
 
 from benchmarks.synthetic import make_head_and_features
 from laya_cli.auditing.collapse import alpha_entropy
+from laya_cli.data.settings import DataRequest
 from laya_cli.model.heads import build_head
-from laya_cli.runtime.config import DataRequest, HeadConfig, TrainConfig, TrainRequest
+from laya_cli.model.settings import HeadConfig
 from laya_cli.training.loop import fit
+from laya_cli.training.settings import TrainConfig, TrainRequest
 from laya_cli.training.shaping import (
     AlphaShaping,
     entropy_deficit,

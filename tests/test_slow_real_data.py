@@ -3,7 +3,7 @@
 import pytest
 
 from laya_cli.data.datasets import DEBIAN_FASHION_MNIST, load_dataset
-from laya_cli.runtime.config import DataRequest
+from laya_cli.data.settings import DataRequest
 
 needs_fashion = pytest.mark.skipif(
     not (DEBIAN_FASHION_MNIST / "t10k-images-idx3-ubyte.gz").is_file(), reason="apt-get install dataset-fashion-mnist"
@@ -22,8 +22,9 @@ def test_fashion_mnist_loads_the_official_splits():
 @pytest.mark.slow
 @needs_fashion
 def test_paper_mlp_config_reaches_088_on_fashion_mnist(tmp_path):
-    from laya_cli.runtime.config import HeadConfig, TrainConfig, TrainRequest
+    from laya_cli.model.settings import HeadConfig
     from laya_cli.training.job import train
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     req = TrainRequest(
         head="laya",

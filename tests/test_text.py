@@ -17,7 +17,7 @@ from laya_cli.backbones import hf
 from laya_cli.backbones import tokens as tokenization
 from laya_cli.backbones.pooling import TapFormat
 from laya_cli.data.datasets import load_dataset
-from laya_cli.runtime.config import DataRequest
+from laya_cli.data.settings import DataRequest
 from laya_cli.runtime.errors import LayaError
 
 transformers = pytest.importorskip("transformers")

@@ -129,7 +129,7 @@ def test_every_text_route_trains_then_audits(bert, tmp_path, route):
     assert n == 8
     if n_test is not None:  # the official split: every test file's rows, every train shard's rows
         from laya_cli.data.datasets import load_dataset
-        from laya_cli.runtime.config import DataRequest
+        from laya_cli.data.settings import DataRequest
 
         d = load_dataset(DataRequest(name=dataset, text_column="text"))
         assert len(d.test) == n_test and len(d.train) + len(d.val) == 60
@@ -137,7 +137,7 @@ def test_every_text_route_trains_then_audits(bert, tmp_path, route):
 
 def test_parquet_shards_without_split_names_are_one_data_set(tmp_path):
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.runtime.config import DataRequest
+    from laya_cli.data.settings import DataRequest
 
     (tmp_path / "data").mkdir()
     write_parquet(tmp_path / "data" / "part-0.parquet", rows(30, 0))
@@ -154,7 +154,7 @@ LATIN = csv_text(rows(60, 0))
 
 def test_utf8_with_a_byte_order_mark_is_read_as_utf8(tmp_path):
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.runtime.config import DataRequest
+    from laya_cli.data.settings import DataRequest
 
     (tmp_path / "plain.csv").write_bytes(LATIN.encode("utf-8"))
     (tmp_path / "bom.csv").write_bytes(LATIN.encode("utf-8-sig"))

@@ -25,10 +25,10 @@ from laya_cli.auditing.metrics import (
     tie_undefined,
 )
 from laya_cli.auditing.run import run_audit
+from laya_cli.auditing.settings import TIE_TOL, AuditSettings
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.regression import settings_differences
 from laya_cli.gates.thresholds import check_thresholds, parse_thresholds
-from laya_cli.runtime.config import TIE_TOL, AuditSettings
 
 N = 64
 METHODS = ["ig", "gradxact"]

@@ -4,9 +4,9 @@ from helpers import make_image_folder, train_digits
 
 from laya_cli import backbones as bb
 from laya_cli.data.datasets import load_dataset
+from laya_cli.data.settings import DataRequest
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.laya_model import load_model
-from laya_cli.runtime.config import DataRequest
 from laya_cli.training.loop import predict
 
 
@@ -63,8 +63,8 @@ def test_early_stopping_restores_the_best_epoch(tmp_path):
 
 
 def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, capsys):
-    from laya_cli.runtime.config import TrainConfig, TrainRequest
     from laya_cli.training.job import train
+    from laya_cli.training.settings import TrainConfig, TrainRequest
 
     folder = make_image_folder(tmp_path / "shapes", per_class=8)
     cache_root = tmp_path / "cache"

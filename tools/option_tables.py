@@ -3,8 +3,9 @@
     python tools/option_tables.py          # rewrites docs/options.md
     python tools/option_tables.py --check  # exit 1 when the page is out of date (tests/test_settings.py)
 
-The settings of a job are declared once on their dataclasses (laya_cli/runtime/config.py) and become Typer
-options (laya_cli/cli/declared.py); this page is read from those options, so it cannot disagree with them.
+The settings of a job are declared once, on the dataclasses of the stage that owns them (laya_cli/*/settings.py),
+and become Typer options (laya_cli/cli/declared.py); this page is read from those options, so it cannot disagree
+with them.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "options.md"
 INTRO = """# Every option
 
 Written by `python tools/option_tables.py` from the command line itself (`tests/test_settings.py` checks it is
-current). A job's settings are declared once, on their dataclasses in `laya_cli/runtime/config.py`; the command
-line, the Python API's keywords (docs/api.md) and this page are made from those declarations. Defaults are the
-command line's (`None`: not set, the command chooses; see each command's page).
+current). A job's settings are declared once, on the dataclasses of the stage that owns them
+(`laya_cli/<stage>/settings.py`); the command line, the Python API's keywords (docs/api.md) and this page are made
+from those declarations. Defaults are the command line's (`None`: not set, the command chooses; see each command's
+page).
 """
 
 

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..runtime.config import NETWORK_TARGETS
+from .settings import NETWORK_SCOPES
 
 COLLAPSE_LAYERS = 1.5  # mean effective layers below this: one layer holds most of the mass
 COLLAPSE_SPREAD = 0.05  # and at most this share of samples peak on another layer
@@ -81,7 +81,7 @@ def collapse_summary(alpha: Tensor, against: str | None = None) -> dict:
     summary["trained_against"] = against
     # collapsed, α trained against the network-scope effects: it names the layer the network needs, not a head that
     # stopped reading the others (a note, not a warning)
-    summary["finding"] = summary["collapsed"] and against in NETWORK_TARGETS
+    summary["finding"] = summary["collapsed"] and against in NETWORK_SCOPES
     return summary
 
 

@@ -8,11 +8,18 @@ extracted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
+from types import SimpleNamespace
 
 from torch import Tensor
 
-from ..model.evaldata import EvalData
-from ..runtime.config import AuditSettings
+from ..data.settings import EvalRequest
+from ..model.checkpoint import checkpoint_task, read_checkpoint
+from ..model.evaldata import EvalData, load_eval_data
+from ..model.laya_model import model_from_checkpoint
+from ..model.lenses import lens_model_from_checkpoint
+from ..model.settings import LoadSettings
+from ..runtime.declare import refuse_other_task
 from ..runtime.device import check_precision, resolved_precision
 from ..runtime.device import precision as device_precision
 from ..runtime.errors import LayaError
@@ -32,6 +39,45 @@ from .registry import having
 from .results import AuditResult
 from .run import record_collapse, run_audit
 from .scaffold import AuditPlan
+from .settings import AuditSettings
+from .tokens import TOKENS_AUDITED, token_audit_job
+
+
+def audit_checkpoint(
+    path,
+    methods: Sequence[str],
+    settings: AuditSettings,
+    scope: str,
+    data: EvalRequest,
+    load: LoadSettings,
+    check_planned: Callable = lambda samples, model: None,
+    **job,
+) -> AuditResult:
+    """``laya audit``'s job on a checkpoint file, whichever its task: a classifier audited on its test split (or
+    ``data``'s), a language model on ``data.samples`` held-out positions (``TOKENS_AUDITED`` by default). The
+    settings of the other task are refused in one line first; ``check_planned(samples, model)``: what the caller
+    checks against the model before any work (the gates' baseline); ``job``: ``audit_job``'s ``use_cache``,
+    ``memory`` and ``precision`` (a language model's audit reads ``memory``)."""
+    ckpt = read_checkpoint(path)  # once: the model is rebuilt from this very dict
+    task = checkpoint_task(ckpt)
+    refuse_other_task(data, task)
+    refuse_other_task(load, task)
+    if task == "lm":
+        model = lens_model_from_checkpoint(ckpt, load.device_map).to(settings.device)
+        check_planned(data.samples, SimpleNamespace(head_kind="laya", layer_names=ckpt["layers"]))
+        samples = data.samples or TOKENS_AUDITED
+        result = token_audit_job(model, methods, settings, scope, data.dataset, samples, job.get("memory"))
+        result.settings.update({"model": str(path), "samples": data.samples})
+        return result
+    laya_model = model_from_checkpoint(ckpt)
+    check_planned(data.samples, laya_model)
+    load_data = partial(
+        load_eval_data, laya_model, data.dataset, data.data_dir, data.samples, settings.seed, settings.device,
+        job.get("use_cache", True), stream=True, encoding=data.encoding,
+    )  # fmt: skip
+    result = audit_job(laya_model, load_data, methods, settings, scope, **job)
+    result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
+    return result
 
 
 def audit_job(

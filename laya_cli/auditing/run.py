@@ -25,7 +25,6 @@ from torch import Tensor
 
 from ..features.extraction import feature_batches, num_layers
 from ..model.heads import cascade_stages, randomised_copy
-from ..runtime.config import AuditSettings
 from .collapse import collapse_notes, collapse_summary, trained_against
 from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
 from .intervals import attach_intervals, class_intervals
@@ -52,6 +51,7 @@ from .metrics import (
 from .registry import METHODS, having
 from .results import AuditResult, ClassScores, MethodScores, ties_block
 from .scaffold import AuditPlan, Rows
+from .settings import AuditSettings
 
 # Seed offset of the tie-breaking draws of the deletion/insertion curves (independent of ``random``'s).
 _TIE_SEED = 0x7135

@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 
 from ..model.heads import head_kind
-from ..runtime.config import AuditSettings
 from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.progress import track
@@ -32,6 +31,7 @@ from .methods import AttributionContext, random_scores
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
 from .names import parse_metric_groups
 from .registry import METHODS, unavailable_reason
+from .settings import AuditSettings
 
 if TYPE_CHECKING:
     from .results import MethodScores

@@ -27,7 +27,6 @@ from ..backbones.engines import HookEngine, block_input
 from ..features.extraction import LayerFeatures
 from ..features.positions import batches, token_states
 from ..model.lenses import LensModel
-from ..runtime.config import AuditSettings
 from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
@@ -47,6 +46,7 @@ from .registry import METHODS
 from .results import AuditResult, ties_block
 from .run import run_audit
 from .scaffold import AuditPlan
+from .settings import AuditSettings
 
 POSITION_BUCKETS = 4
 
@@ -281,6 +281,9 @@ def token_row_costs(model: LensModel, data: TokenData, device: str) -> RowCosts:
         backbone=b.total // positions,
         taps=sum(t.numel() * t.element_size() for t in hs) // positions,
     )
+
+
+TOKENS_AUDITED = 2000  # a language model's default --samples: held-out positions (its held-out text may be huge)
 
 
 def token_audit_job(

@@ -4,79 +4,65 @@ Every backbone family answers the same small interface (``families.Family``). Mo
 stored), ``builtin`` (mlp, cnn), ``families`` (the registry), ``taps`` (running up to and continuing from a
 tap), ``pooling`` (tap formats), ``weights`` (files, hashes, hub caches), ``usercode`` (``--arch``),
 ``program`` (``.pt2``), ``hf`` (Hugging Face transformers), ``build`` (building, tapping and restoring a
-backbone). This file only re-exports.
+backbone). This file only re-exports, lazily (as the package root does): the settings that name backbone
+choices (``spec``) import without torch.
 """
 
-from .adapters import InputAdapter, TokenAdapter
-from .build import (
-    BUILTIN_FINETUNE,
-    backbone_from_checkpoint,
-    backbone_name,
-    build_backbone,
-    build_model,
-    check_sha256,
-    checkpoint_extras,
-    checkpoint_weights,
-    default_pretrained,
-    input_side,
-    is_builtin,
-    preflight,
-    reshaped_backbone,
-    resolve_layers,
-    tap_model,
-)
-from .builtin import PaperMLP, SmallCNN
-from .families import BACKBONES, BUILTIN, FAMILIES, Family, TorchvisionFamily, family_for_model, family_of
-from .pooling import Layouts, TapFormat, pool_tokens
-from .spec import IMAGENET_MEAN, IMAGENET_STD, USER_BACKBONE, BackboneSpec, InputConfig, TextInput
-from .taps import TappedBackbone, match_layers
-from .usercode import normalize_ref, trust_code
-from .weights import CLASSIFIER_KEYS, file_sha256, load_state, read_weights_file, state_fingerprint, weights_sha256
+from __future__ import annotations
 
-__all__ = [
-    "USER_BACKBONE",
-    "BACKBONES",
-    "BUILTIN",
-    "BUILTIN_FINETUNE",
-    "BackboneSpec",
-    "CLASSIFIER_KEYS",
-    "FAMILIES",
-    "Family",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "InputAdapter",
-    "InputConfig",
-    "Layouts",
-    "PaperMLP",
-    "SmallCNN",
-    "TapFormat",
-    "TappedBackbone",
-    "TextInput",
-    "TokenAdapter",
-    "TorchvisionFamily",
-    "backbone_from_checkpoint",
-    "backbone_name",
-    "build_backbone",
-    "build_model",
-    "check_sha256",
-    "checkpoint_extras",
-    "checkpoint_weights",
-    "reshaped_backbone",
-    "default_pretrained",
-    "family_for_model",
-    "family_of",
-    "file_sha256",
-    "input_side",
-    "is_builtin",
-    "load_state",
-    "match_layers",
-    "normalize_ref",
-    "pool_tokens",
-    "preflight",
-    "read_weights_file",
-    "resolve_layers",
-    "state_fingerprint",
-    "tap_model",
-    "trust_code",
-    "weights_sha256",
-]
+import importlib
+
+_EXPORTS = {
+    "InputAdapter": "adapters",
+    "TokenAdapter": "adapters",
+    "BUILTIN_FINETUNE": "build",
+    "backbone_from_checkpoint": "build",
+    "backbone_name": "build",
+    "build_backbone": "build",
+    "build_model": "build",
+    "check_sha256": "build",
+    "checkpoint_extras": "build",
+    "checkpoint_weights": "build",
+    "default_pretrained": "build",
+    "input_side": "build",
+    "is_builtin": "build",
+    "preflight": "build",
+    "reshaped_backbone": "build",
+    "resolve_layers": "build",
+    "tap_model": "build",
+    "PaperMLP": "builtin",
+    "SmallCNN": "builtin",
+    "BACKBONES": "families",
+    "BUILTIN": "families",
+    "FAMILIES": "families",
+    "Family": "families",
+    "TorchvisionFamily": "families",
+    "family_for_model": "families",
+    "family_of": "families",
+    "Layouts": "pooling",
+    "TapFormat": "pooling",
+    "pool_tokens": "pooling",
+    "IMAGENET_MEAN": "spec",
+    "IMAGENET_STD": "spec",
+    "USER_BACKBONE": "spec",
+    "BackboneSpec": "spec",
+    "InputConfig": "spec",
+    "TextInput": "spec",
+    "TappedBackbone": "taps",
+    "match_layers": "taps",
+    "normalize_ref": "usercode",
+    "trust_code": "usercode",
+    "CLASSIFIER_KEYS": "weights",
+    "file_sha256": "weights",
+    "load_state": "weights",
+    "read_weights_file": "weights",
+    "state_fingerprint": "weights",
+    "weights_sha256": "weights",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+POOL_CHOICES = ("auto", "cls", "mean", "last")  # --pool of B×N×D taps; last: the last real token (decoders; text only)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 

@@ -8,8 +8,11 @@ from functools import partial
 
 import typer
 
+from ..auditing.settings import AuditRequest, AuditSettings
+from ..data.settings import EvalRequest
+from ..model.settings import LoadSettings
 from ..runtime import progress
-from ..runtime.config import AuditSettings, EvalRequest, LMSettings, ScopeSettings
+from ..runtime.environment import RunSettings
 from .common import (
     EXIT_GATE_FAILED,
     console,
@@ -17,20 +20,16 @@ from .common import (
     escape,
     note,
     pick_device,
-    refuse_device_map,
     run_options,
     trust_arch,
     warn,
     wide_console,
 )
-from .declared import Use, with_settings
+from .declared import with_settings
 from .options import (
     AllowSettingsChange,
-    ArchImport,
     AuditQuiet,
     Baseline,
-    Cache,
-    Compare,
     FailUnder,
     GateOn,
     InconclusiveExit,
@@ -38,56 +37,49 @@ from .options import (
     JunitOut,
     MarkdownOut,
     MaxDrop,
-    MaxMemory,
     ModelPath,
     PerSample,
-    Precision,
     Replace,
 )
 
 AUDIT = AuditSettings()
 
 
-@with_settings(settings=AuditSettings, where=ScopeSettings, data=EvalRequest, lm=Use(LMSettings, only=("device_map",)))
+@with_settings(what=AuditRequest, settings=AuditSettings, data=EvalRequest, load=LoadSettings, run=RunSettings)
 def audit(
     model: ModelPath,
-    compare: Compare = "ig,gradxact",
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     fail_under: FailUnder = None,
-    cache: Cache = True,
     quiet: AuditQuiet = False,
     baseline: Baseline = None,
     max_drop: MaxDrop = None,
     allow_settings_change: AllowSettingsChange = False,
     junit: JunitOut = None,
-    arch: ArchImport = None,
-    max_memory: MaxMemory = None,
-    precision: Precision = "auto",
     gate_on: GateOn = "estimate",
     inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
     per_sample: PerSample = True,
     overwrite: Replace = False,
     *,
+    what: AuditRequest,
     settings: AuditSettings,
-    where: ScopeSettings,
     data: EvalRequest,
-    lm: LMSettings,
+    load: LoadSettings,
+    run: RunSettings,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
+    from ..auditing.job import audit_checkpoint
     from ..auditing.names import parse_methods, parse_metric_groups
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
-        trust_arch(arch)
+        trust_arch(load.validate().arch)
         data.validate()
-        methods, scope = parse_methods(compare), where.validate().scope
+        methods, scope = parse_methods(what.compare), what.validate().scope
         thresholds, drops, gated_groups = parse_gates(fail_under, max_drop, methods, scope)
-        job = run_options(
-            max_memory, precision, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size
-        )
+        job = run_options(run, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
         if settings.batch_size is None:  # the plan may lower the default
             settings.batch_size = AUDIT.batch_size
         settings.device = pick_device(settings.device)
@@ -95,7 +87,9 @@ def audit(
         settings.validate()
         gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit).check_writable(overwrite)
-        result = run_job(model, settings, methods, scope, gates, data, lm.device_map, cache, job)
+        result = audit_checkpoint(
+            model, methods, settings, scope, data, load, partial(gates.check_planned, settings, methods), **job
+        )
     result.settings["fail_under"] = [str(t) for t in thresholds]
     doc = result.to_dict()
     outcome = gates.judge(result, doc)
@@ -111,55 +105,6 @@ def parse_gates(fail_under, max_drop, methods, scope: str) -> tuple[list, list, 
 
     thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
     return thresholds, drops, groups_of([g.metric for g in [*thresholds, *drops]])
-
-
-def run_job(path, settings, methods, scope: str, gates, data, device_map, cache: bool, job: dict):
-    """The checkpoint loaded and the gates' plan checked against it, then the audit job on its data (``data``:
-    an ``EvalRequest``, loaded by the job after its own checks; ``device_map``: a language model's placement)."""
-    from ..auditing.job import audit_job
-    from ..model.checkpoint import read_checkpoint
-    from ..model.evaldata import load_eval_data
-    from ..model.laya_model import model_from_checkpoint
-    from ..model.lenses import is_language_model, lens_model_from_checkpoint
-
-    samples = data.samples
-    ckpt = read_checkpoint(path)  # once: a classifier's is rebuilt from this very dict
-    if is_language_model(ckpt):
-        lm = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
-        return audit_language_model(lm, path, settings, methods, scope, gates, data.dataset, samples, job["memory"])
-    refuse_device_map(device_map)
-    laya_model = model_from_checkpoint(ckpt)
-    gates.check_planned(settings, methods, samples, laya_model)
-    load = partial(
-        load_eval_data,
-        laya_model,
-        samples=samples,
-        seed=settings.seed,
-        device=settings.device,
-        use_cache=cache,
-        stream=True,
-        dataset=data.dataset,
-        data_dir=data.data_dir,
-        encoding=data.encoding,
-    )
-    result = audit_job(laya_model, load, methods, settings, scope, use_cache=cache, **job)
-    result.settings.update({"model": str(path), "samples": samples, "data_dir": data.data_dir})
-    return result
-
-
-TOKENS_AUDITED = 2000  # a language model's default --samples: held-out positions (its held-out text may be huge)
-
-
-def audit_language_model(model, path, settings, methods, scope: str, gates, dataset, samples, memory):
-    """Every held-out position a sample, its next token the decision (auditing/tokens.py)."""
-    from types import SimpleNamespace
-
-    from ..auditing.tokens import token_audit_job
-
-    gates.check_planned(settings, methods, samples, SimpleNamespace(head_kind="laya", layer_names=model.ckpt["layers"]))
-    result = token_audit_job(model, methods, settings, scope, dataset, samples or TOKENS_AUDITED, memory)
-    result.settings.update({"model": str(path), "samples": samples})
-    return result
 
 
 def exit_for(verdict, inconclusive_exit: int) -> None:

@@ -24,14 +24,6 @@ def pick_device(device: str) -> str:
     return resolve_device(device)
 
 
-def refuse_device_map(device_map: str | None) -> None:
-    """``--device-map`` places a language model; a classifier's backbone is placed by ``--device`` alone."""
-    if device_map is not None:
-        from ..runtime.errors import LayaError
-
-        raise LayaError("--device-map places a language model (--task lm); a classifier runs on --device")
-
-
 def escape(text: str) -> str:
     """Rich markup in a message (a path with [brackets]) is printed as written, not interpreted."""
     from rich.markup import escape as rich_escape
@@ -91,10 +83,12 @@ def write_outputs(json_out, json_text, markdown, markdown_text) -> None:
         atomic_write_text(markdown, markdown_text())
 
 
-def run_options(max_memory: str | None, precision: str, **batches) -> dict:
-    """``--max-memory`` and ``--precision`` of a job, checked now: its ``memory`` (a MemoryRequest that knows
-    which of ``batches`` the user set, not None: the plan never overrides them) and its ``precision``."""
+def run_options(run, **batches) -> dict:
+    """A ``RunSettings``' ``--max-memory``, ``--precision`` and ``--cache``, checked now, as a job takes them: its
+    ``memory`` (a MemoryRequest that knows which of ``batches`` the user set, not None: the plan never overrides
+    them), ``precision`` and ``use_cache``."""
     from ..runtime.memory import MemoryRequest
 
     given = frozenset(name for name, value in batches.items() if value is not None)
-    return {"memory": MemoryRequest(max_memory, given), "precision": precision}
+    run.validate()
+    return {"memory": MemoryRequest(run.max_memory, given), "precision": run.precision, "use_cache": run.cache}

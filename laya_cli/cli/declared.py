@@ -1,4 +1,4 @@
-"""Typer options made from the settings declared on the dataclasses (``runtime.fields.setting``).
+"""Typer options made from the settings each stage declares on its dataclasses (``runtime.declare.setting``).
 
 ``with_settings(req=TrainRequest, …)`` gives a command every declared option of each class (a nested
 dataclass field's too: a ``TrainRequest``'s head, data and training settings) after its own parameters, and
@@ -11,14 +11,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..runtime.fields import UNSET, Declared, declared
+from ..runtime.declare import UNSET, Declared, as_field, build, declared, nested, values_of
 
 
 @dataclass(frozen=True)
@@ -38,12 +36,6 @@ class Use:
         return name not in self.skip and (self.only is None or name in self.only)
 
 
-def _nested(cls) -> list[tuple[str, type]]:
-    """The fields of ``cls`` that hold another settings dataclass (TrainRequest.head_config, .data, .train)."""
-    hints = typing.get_type_hints(cls)
-    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
-
-
 def _as_used(d: Declared, use: Use) -> Declared:
     """``d`` as ``use`` offers it: renamed, with the command's own help."""
     option = d.option
@@ -57,17 +49,9 @@ def _as_used(d: Declared, use: Use) -> Declared:
 def options_of(use: Use) -> list[Declared]:
     """The command-line options of ``use``: its class's declared fields and its nested classes', as offered."""
     out = [_as_used(d, use) for d in declared(use.cls) if d.option.cli and use.offers(d.name)]
-    for name, sub in _nested(use.cls):
+    for name, sub in nested(use.cls):
         if name not in use.skip:
             out += options_of(Use(sub, use.skip, use.only))
-    return out
-
-
-def values_of(obj) -> dict:
-    """The declared settings of ``obj`` (and of its nested settings objects) by option name."""
-    out = {d.name: getattr(obj, d.field) for d in declared(type(obj))}
-    for name, _ in _nested(type(obj)):
-        out.update(values_of(getattr(obj, name)))
     return out
 
 
@@ -75,7 +59,7 @@ def changed(obj, use: Use | type) -> list[Declared]:
     """The options of ``use`` that ``obj`` holds at another value than the command line's default."""
     use = use if isinstance(use, Use) else Use(use)
     values = values_of(obj)
-    return [d for d in options_of(use) if d.name in values and values[d.name] != _as_field(d, d.command_default)]
+    return [d for d in options_of(use) if d.name in values and values[d.name] != as_field(d, d.command_default)]
 
 
 def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
@@ -88,23 +72,9 @@ def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
     return inspect.Parameter(d.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=value)
 
 
-def _as_field(d: Declared, value):
-    """A parsed value as the field holds it (a Path flag of a str field: its text)."""
-    return str(value) if isinstance(value, Path) and d.type in (str, str | None) else value
-
-
-def build(use: Use | type, values: dict, **fixed):
-    """The object ``values`` (by option name) describe, nested classes built too; ``fixed``: fields set as given."""
-    use = use if isinstance(use, Use) else Use(use)
-    kwargs = {}
-    for d in declared(use.cls):
-        name = use.rename.get(d.name, d.name)
-        if name in values and use.offers(d.name) and d.field not in fixed:
-            kwargs[d.field] = _as_field(d, values[name])
-    for name, sub in _nested(use.cls):
-        if name not in use.skip and name not in fixed:
-            kwargs[name] = build(Use(sub, use.skip, use.only), values)
-    return use.cls(**kwargs, **fixed)
+def build_used(use: Use, values: dict):
+    """The object of ``use``'s class that the parsed ``values`` (by option name) describe."""
+    return build(use.cls, values, offered=use.offers, rename=use.rename)
 
 
 def with_settings(**groups: Use | type):
@@ -126,7 +96,7 @@ def with_settings(**groups: Use | type):
 
         @functools.wraps(command)
         def run(**values):
-            built = {key: build(use, {n: values[n] for n in names[key]}) for key, use in groups.items()}
+            built = {key: build_used(use, {n: values[n] for n in names[key]}) for key, use in groups.items()}
             return command(**{p.name: values[p.name] for p in own}, **built)
 
         positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]

@@ -4,73 +4,53 @@ from __future__ import annotations
 
 from functools import partial
 
+from ..data.settings import EvalRequest
+from ..depthing.settings import DepthSettings
+from ..model.settings import LoadSettings
 from ..runtime import progress
-from ..runtime.config import DepthSettings, EvalRequest, LMSettings
+from ..runtime.environment import RunSettings
 from ..runtime.errors import LayaError
-from .common import console, note, pick_device, print_tables, refuse_device_map, run_options, trust_arch, write_outputs
+from .common import console, note, pick_device, print_tables, run_options, trust_arch, write_outputs
 from .declared import Use, with_settings
-from .options import ArchImport, Cache, JsonOut, MarkdownOut, MaxMemory, ModelPath, PlotOut, Quiet, Replace, TruncateOut
+from .options import JsonOut, MarkdownOut, ModelPath, PlotOut, Quiet, Replace, TruncateOut
 
 DEPTH = DepthSettings()
 
 
-@with_settings(settings=DepthSettings, data=EvalRequest, lm=Use(LMSettings, only=("device_map",)))
+@with_settings(settings=DepthSettings, data=EvalRequest, load=LoadSettings, run=Use(RunSettings, skip=("precision",)))
 def depth(
     model: ModelPath,
     out: TruncateOut = None,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     plot: PlotOut = None,
-    cache: Cache = True,
     quiet: Quiet = False,
-    arch: ArchImport = None,
-    max_memory: MaxMemory = None,
     overwrite: Replace = False,
     *,
     settings: DepthSettings,
     data: EvalRequest,
-    lm: LMSettings,
+    load: LoadSettings,
+    run: RunSettings,
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
-    from ..depthing.dropped import load_drop_data
-    from ..depthing.job import depth_job
-    from ..model.evaldata import load_eval_data
-    from ..model.laya_model import model_from_checkpoint
-    from ..model.lenses import is_language_model
-    from ..report.depth import truncate_line
+    from ..depthing.job import depth_checkpoint
     from ..runtime.fileio import check_new_outputs
 
     with progress.enabled(not quiet):
-        trust_arch(arch)
+        trust_arch(load.validate().arch)
         data.validate()
-        batch_size, thresholds_given = settings.batch_size, settings.thresholds is not None
+        batch_size = settings.batch_size
         if batch_size is None:  # the plan may lower the default
             settings.batch_size = DEPTH.batch_size
         settings.device = pick_device(settings.device)
         settings.validate()
-        truncate, drop, samples = settings.truncate, settings.drop, data.samples
-        check_writes(truncate, drop, out, plot)
+        check_writes(settings.truncate, settings.drop, out, plot)
         check_new_outputs({"--json": json_out, "--markdown": markdown, "--plot": plot, "--out": out}, overwrite)
-        if is_language_model(ckpt := depth_checkpoint(model, truncate, drop, settings.refit, plot)):
-            outputs = (json_out, markdown)
-            return token_depth(ckpt, data, thresholds_given, settings, outputs, model, lm.device_map)
-        refuse_device_map(lm.device_map)
-        laya_model = model_from_checkpoint(ckpt)
-        if drop is not None:
-            load = partial(
-                load_drop_data, laya_model, data.dataset, data.data_dir, samples, settings.seed, data.encoding
-            )
-            result = depth_job(laya_model, load, settings, out, overwrite=overwrite)
-            result.settings.update({"model": str(model), "samples": samples})
-            return render_drop(result, json_out, markdown)
-        where = (data.dataset, data.data_dir, samples, settings.seed, settings.device)
-        load = partial(load_eval_data, laya_model, *where, use_cache=cache, encoding=data.encoding)
-        memory = run_options(max_memory, "auto", batch_size=batch_size)["memory"]
-        result = depth_job(laya_model, load, settings, out, use_cache=cache, memory=memory, overwrite=overwrite)
-        if truncate is not None:
-            console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
-            return
-    result.settings.update({"model": str(model), "samples": samples, "data_dir": data.data_dir})
+        job = run_options(run, batch_size=batch_size)
+        result = depth_checkpoint(
+            model, settings, data, load, out, partial(check_plot, plot), use_cache=job["use_cache"],
+            memory=job["memory"], overwrite=overwrite,
+        )  # fmt: skip
     render(result, json_out, markdown, plot)
 
 
@@ -84,7 +64,32 @@ def check_writes(truncate, drop, out, plot) -> None:
         raise LayaError("--out names the checkpoint --truncate K or --drop K writes; add one of them")
 
 
+def check_plot(plot, task: str) -> None:
+    """``--plot`` draws a classifier's truncation curve: a language model's depth is its early exit per token."""
+    if plot is not None and task == "lm":
+        raise LayaError("--plot draws a classifier's truncation curve; a language model's depth is its early exit "
+                        "per token (--json, --markdown)")  # fmt: skip
+
+
 def render(result, json_out, markdown, plot) -> None:
+    """Each kind of result as its tables and files: the analysis, a truncated checkpoint's line, the drop table,
+    a language model's early exit."""
+    from ..depthing.dropped import DropResult
+    from ..depthing.run import TruncateResult
+    from ..depthing.token_exit import TokenExitResult
+    from ..report.depth import truncate_line
+
+    if isinstance(result, TruncateResult):
+        console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
+    elif isinstance(result, DropResult):
+        render_drop(result, json_out, markdown)
+    elif isinstance(result, TokenExitResult):
+        render_token_exit(result, json_out, markdown)
+    else:
+        render_analysis(result, json_out, markdown, plot)
+
+
+def render_analysis(result, json_out, markdown, plot) -> None:
     """The tables and notes on the terminal; the JSON, Markdown and plot asked for (rank 0 only)."""
     from ..report.depth import depth_markdown, depth_rich_tables
     from ..runtime import distributed
@@ -130,37 +135,14 @@ def render_drop(result, json_out, markdown) -> None:
     write_outputs(json_out, result.to_json, markdown, lambda: drop_markdown(doc))
 
 
-def depth_checkpoint(path, truncate, drop, refit, plot) -> dict:
-    """The checkpoint, read once; a language model's is refused with the options that read classifiers."""
-    from ..model.checkpoint import read_checkpoint
-    from ..model.lenses import is_language_model
-
-    ckpt = read_checkpoint(path)
-    if not is_language_model(ckpt):
-        return ckpt
-    if truncate is not None or drop is not None or refit or plot is not None:
-        raise LayaError(
-            "a language model's depth is its early exit per token: --truncate, --drop, --refit and --plot read "
-            "classifiers"
-        )
-    return ckpt
-
-
-def token_depth(ckpt, data, thresholds_given: bool, settings, outputs, path, device_map=None) -> None:
-    """``laya depth`` on a ``--task lm`` checkpoint: early exit per token (depthing/token_exit.py)."""
-    from ..depthing.token_exit import TOKEN_THRESHOLDS, token_exit_job
-    from ..model.lenses import lens_model_from_checkpoint
+def render_token_exit(result, json_out, markdown) -> None:
+    """A language model's early exit per token: its tables, its note, the JSON and Markdown asked for."""
     from ..report.lm import exit_markdown, exit_rich_tables
     from ..runtime.fileio import strict_json
 
-    json_out, markdown = outputs
-    model = lens_model_from_checkpoint(ckpt, device_map).to(settings.device)
-    chosen, tokens = settings.thresholds if thresholds_given else TOKEN_THRESHOLDS, data.samples or 20_000
-    result = token_exit_job(model, data.dataset, tokens, chosen, settings.batch_size or 16).to_dict()
-    result["settings"] = {"model": str(path), "thresholds": list(chosen), "tokens": tokens}
-    if not model.has_tuned_lens:  # --lens logit|none: its untrained translators are the logit lens
-        result["lens_note"] = f"trained with --lens {model.lens}: tuned_p_max reads the logit lens"
-        note(result["lens_note"])
-    for table in exit_rich_tables(result):
+    doc = result.to_dict()
+    if result.lens_note:
+        note(result.lens_note)
+    for table in exit_rich_tables(doc):
         console.print(table)
-    write_outputs(json_out, lambda: strict_json(result), markdown, lambda: exit_markdown(result))
+    write_outputs(json_out, lambda: strict_json(doc), markdown, lambda: exit_markdown(doc))

@@ -149,7 +149,7 @@ def offline_from_env() -> None:
     """``LAYA_OFFLINE=1`` means no download at all: also put the Hugging Face hub (timm's pretrained
     weights) in offline mode, so a missing weight fails at once instead of after the hub's retries.
     Set before anything imports huggingface_hub, which reads it when first imported."""
-    from ..runtime.config import offline
+    from ..runtime.environment import offline
 
     if offline():
         os.environ["HF_HUB_OFFLINE"] = "1"

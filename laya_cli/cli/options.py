@@ -1,10 +1,10 @@
-"""The command-line options that belong to a command rather than to a setting of a job.
+"""The command-line options that belong to the command line rather than to a setting of a job: the checkpoint
+read, where outputs go and whether they may replace a file, how results are shown, and the gates.
 
-The settings of a job (training, the audit, depth, the data a command reads) are declared once on their
-dataclasses (runtime/config.py) and become Typer options through ``cli/declared.py``; what is here are the
-options of the command line itself: where outputs go, how they are shown, the gates, the checkpoint read.
-Those that share a setting's help read it from its declaration (``help_of``). No torch here: the CLI must
-start fast.
+The settings of a job are declared once by the stage that owns them (``model/settings.py``, ``data/settings.py``,
+``training/settings.py``, ``auditing/settings.py``, ``depthing/settings.py``, ``exporting/settings.py``, the
+environment's in ``runtime/environment.py``) and become Typer options through ``cli/declared.py``. No torch here:
+the CLI must start fast.
 """
 
 from __future__ import annotations
@@ -14,63 +14,18 @@ from typing import Annotated
 
 import typer
 
-from ..runtime.config import DEVICE_HELP, TIE_TOL_HELP, AuditSettings, DepthSettings, TrainConfig, TrainRequest
-from ..runtime.fields import help_of
-from ..training.bench import BenchRequest
+# --------------------------------------------------------------------------- every command
 
-BENCH = BenchRequest()
-
-
-# --------------------------------------------------------------------------- everywhere
-
-Device = Annotated[str, typer.Option(help=DEVICE_HELP)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")]
-Cache = Annotated[bool, typer.Option(help=help_of(TrainRequest, "cache"))]  # laya train's --cache, for the readers
 ModelPath = Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")]
 JsonOut = Annotated[Path | None, typer.Option("--json", help="Write every number and setting as JSON to this file.")]
 MarkdownOut = Annotated[
     Path | None, typer.Option(help="Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")
 ]
-MaxMemory = Annotated[
-    str | None,
-    typer.Option(
-        metavar="SIZE",
-        help="Memory budget the batch sizes are planned within: a size (2G, 512M) or a fraction of the free "
-        "memory (0.5); RSS on the CPU, allocated GPU memory on CUDA (default: 0.5 of the free memory).",
-    ),
-]
-Precision = Annotated[str, typer.Option(help=help_of(TrainConfig, "precision"))]
 
-# --------------------------------------------------------------------------- data
 
-# numpy's generators take no negative seed: refused as the declared setting's is (at least 0)
-SubsetSeed = Annotated[int, typer.Option("--seed", min=0, help=help_of(DepthSettings, "seed"))]
+# --------------------------------------------------------------------------- audit: what is shown and written
 
-# --------------------------------------------------------------------------- backbone and head
-
-ArchImport = Annotated[
-    str | None,
-    typer.Option(
-        "--arch",
-        help="Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.",
-    ),
-]
-# --------------------------------------------------------------------------- training
-
-BenchAlign = Annotated[
-    float, typer.Option("--align", help="λ for the laya-aligned head of --heads (a laya head trained with --align λ).")
-]
-# --------------------------------------------------------------------------- audit
-
-Compare = Annotated[
-    str,
-    typer.Option(
-        help="Methods to compare with laya and random: ig, gradxact, atp, saliency, contrib, global (comma list), "
-        "'all', or '' for none."
-    ),
-]
-Ablation = Annotated[str, typer.Option(help=help_of(AuditSettings, "ablation"))]  # laya diff
-TieTol = Annotated[float, typer.Option("--tie-tol", help=TIE_TOL_HELP)]
 PerSample = Annotated[
     bool,
     typer.Option(
@@ -142,18 +97,9 @@ JunitOut = Annotated[
         help="Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.",
     ),
 ]
-AuditIn = Annotated[
-    Path | None,
-    typer.Option(
-        "--audit",
-        metavar="FILE",
-        help="A 'laya audit --json' of this model: adds the audit section to report.html (copied into the "
-        "export as audit.json).",
-    ),
-]
 
 
-# --------------------------------------------------------------------------- depth
+# --------------------------------------------------------------------------- depth: what is written
 
 Replace = Annotated[
     bool,
@@ -169,79 +115,19 @@ PlotOut = Annotated[
     Path | None,
     typer.Option("--plot", help="Draw accuracy vs backbone compute (truncation, refit, early exit) to this PNG."),
 ]
-DepthIn = Annotated[
-    Path | None,
-    typer.Option(
-        "--depth",
-        metavar="FILE",
-        help="A 'laya depth --json' result to add to report.html (default: MODEL.depth.json beside the "
-        "checkpoint, if there).",
-    ),
-]
 
 
-# --------------------------------------------------------------------------- export
+# --------------------------------------------------------------------------- export: what is written and shown
 
 ExportOut = Annotated[
     Path,
     typer.Option("--out", metavar="DIR", help="Folder to write (created). A non-empty folder needs --overwrite."),
 ]
-ExportFormat = Annotated[
-    str | None,
-    typer.Option(
-        "--format",
-        help="Per-sample table format: csv (default), parquet (needs pyarrow) or npz; a language model's "
-        "per-token table: parquet (default where pyarrow is installed) or csv.",
-    ),
-]
-Plots = Annotated[
-    bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures (report.html is written either way).")
-]
-Strip = Annotated[
-    int, typer.Option("--strip", metavar="K", help="How many samples the image strip shows (0 = no strip).")
-]
 Overwrite = Annotated[
     bool, typer.Option(help="Replace --out if it holds a previous laya export (never any other folder).")
 ]
-ModelCard = Annotated[
-    bool,
-    typer.Option(
-        "--model-card",
-        help="Also write README.md: a Hugging Face model card (model-index with the accuracy and, with --audit, the "
-        "audit's metrics; the audit table, the class × layer picture, how it was produced).",
-    ),
-]
 ExportQuiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables; only errors and notes.")]
 
-# --------------------------------------------------------------------------- bench
-
-BenchHeads = Annotated[
-    str,
-    typer.Option(
-        help="Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained with --align)."
-    ),
-]
-BenchSeeds = Annotated[
-    int, typer.Option(help="Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).")
-]
-BaseSeed = Annotated[int, typer.Option(min=0, help="Seed of the first run (1337: the paper config).")]
-BenchOut = Annotated[
-    Path, typer.Option(help="Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.")
-]
-BenchAuditSamples = Annotated[
-    int,
-    typer.Option(
-        help="Audit this many test samples (the same seeded subset for every run; more than the test split = all)."
-    ),
-]
-Redo = Annotated[bool, typer.Option(help="Retrain and re-audit every run, even finished ones.")]
-BenchObjectives = Annotated[
-    str,
-    typer.Option(
-        "--objective",
-        help="--task lm: the objectives trained, each with every seed: kl, ce or kl,ce (comma list).",
-    ),
-]
 # --------------------------------------------------------------------------- info
 
 InfoJson = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a panel.")]

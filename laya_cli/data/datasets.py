@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..runtime.config import LABELS, DataRequest, check_choice, offline
+from ..runtime.environment import offline
 from ..runtime.errors import LayaError, match_choice
 from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
+from .settings import LABELS, DataRequest
 from .splits import (  # noqa: F401  (datasets.DataSplits etc.: where they lived before splits.py)
     TEST_SPLIT_SEED,
     DataDirMissing,
@@ -320,7 +321,7 @@ def load_artworks(req: DataRequest) -> DataSplits:
             f"artworks not found (looked for artists.csv in {', '.join(map(str, looked))}); download "
             "'Best Artworks of All Time' from Kaggle and pass --data-dir to the folder with artists.csv and images/"
         )
-    label_rule = check_choice("--label", req.label, LABELS)
+    label_rule = match_choice("--label", req.label, LABELS)
     with open(root / "artists.csv", newline="", encoding="utf-8-sig") as f:
         rows = {
             repair_mojibake(row["name"]).replace(" ", "_"): row["genre"].split(",")[0].strip()

@@ -31,8 +31,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..runtime import distributed
-from ..runtime.config import cache_dir, digest, in_memory_budget_mb
+from ..runtime.environment import cache_dir, in_memory_budget_mb
 from ..runtime.errors import LayaError
+from ..runtime.fileio import digest
 from ..runtime.progress import log, track
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}

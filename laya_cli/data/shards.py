@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime.config import digest
 from ..runtime.errors import LayaError
+from ..runtime.fileio import digest
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", "gif")
 CLASS_EXTENSIONS = ("cls", "cls.txt", "cls2", "txt", "label")  # index (cls*) before name (txt, label)

@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..runtime.config import DataRequest
 from ..runtime.errors import LayaError
 from .images import LazyImages, take
+from .settings import DataRequest
 
 
 class DataDirMissing(LayaError):

@@ -20,8 +20,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..runtime.config import DataRequest, digest
 from ..runtime.errors import LayaError
+from ..runtime.fileio import digest
+from .settings import DataRequest
 from .shards import _labels_to_names
 from .splits import TEST_SPLIT_SEED, DataDirMissing, DataSplits, ImageTensorDataset, _finish, stratified_split
 from .textfiles import read_files, read_hf_disk

@@ -21,11 +21,11 @@ from torch import Tensor
 
 from ..data.images import image_batches
 from ..features.extraction import to_float_images
-from ..runtime.config import DepthSettings
 from ..runtime.distributed import barrier, is_main
 from ..runtime.fileio import json_safe, strict_json
 from .compute import count_flops
 from .dropping import drop_table
+from .settings import DepthSettings
 
 DROP_FORMAT = "laya-drop"
 DROP_VERSION = 1

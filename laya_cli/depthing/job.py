@@ -9,16 +9,73 @@ feature is extracted.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ..auditing.budget import plan_rows
-from ..model.evaldata import EvalData, check_fit_data, load_fit_features
-from ..runtime.config import DepthSettings
+from ..data.settings import EvalRequest
+from ..model.checkpoint import checkpoint_task, read_checkpoint
+from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_features
+from ..model.laya_model import model_from_checkpoint
+from ..model.lenses import LensModel, lens_model_from_checkpoint
+from ..model.settings import LoadSettings
+from ..runtime.declare import refuse_other_task
 from ..runtime.fileio import check_new_outputs
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
-from .dropped import DropResult, drop_job
+from .dropped import DropResult, drop_job, load_drop_data
 from .run import DepthResult, TruncateResult, run_depth, truncate_model
+from .settings import DepthSettings
+from .token_exit import TokenExitResult, token_exit_job
 from .truncation import check_k, check_maskable
+
+LM_EXIT_TOKENS = 20_000  # a language model's default --samples: held-out positions of the early-exit sweep
+
+
+def depth_checkpoint(
+    path,
+    settings: DepthSettings,
+    data: EvalRequest,
+    load: LoadSettings,
+    out: str | Path | None = None,
+    on_task: Callable[[str], None] = lambda task: None,
+    **job,
+) -> DepthResult | TruncateResult | DropResult | TokenExitResult:
+    """``laya depth``'s job on a checkpoint file, whichever its task: a classifier's analysis, truncated or thinned
+    checkpoint (``depth_job``) on its test split (or ``data``'s), a language model's early exit per token
+    (``token_exit.token_exit_job``) on its held-out text. The settings of the other task are refused in one line
+    first, and ``on_task(task)`` checks what the caller asks of that task (a plot of a classifier's curve).
+    ``job``: ``depth_job``'s ``use_cache``, ``memory`` and ``overwrite``."""
+    ckpt = read_checkpoint(path)
+    task = checkpoint_task(ckpt)
+    for given in (settings, data, load):
+        refuse_other_task(given, task)
+    on_task(task)
+    if task == "lm":
+        return token_depth(lens_model_from_checkpoint(ckpt, load.device_map), settings, data, path)
+    model = model_from_checkpoint(ckpt)
+    if settings.drop is not None:
+        where = (data.dataset, data.data_dir, data.samples, settings.seed, data.encoding)
+        result = depth_job(model, partial(load_drop_data, model, *where), settings, out, overwrite=job.get("overwrite"))
+        result.settings.update({"model": str(path), "samples": data.samples})
+        return result
+    where = (data.dataset, data.data_dir, data.samples, settings.seed, settings.device)
+    load_data = partial(load_eval_data, model, *where, use_cache=job.get("use_cache", True), encoding=data.encoding)
+    result = depth_job(model, load_data, settings, out, **job)
+    if settings.truncate is None:
+        result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
+    return result
+
+
+def token_depth(model: LensModel, settings: DepthSettings, data: EvalRequest, path) -> TokenExitResult:
+    """A language model's depth: its early exit per token on ``data.samples`` held-out positions (20,000 by
+    default)."""
+    model.to(settings.device)
+    thresholds, tokens = settings.thresholds_for("lm"), data.samples or LM_EXIT_TOKENS
+    result = token_exit_job(model, data.dataset, tokens, thresholds, settings.batch_size)
+    result.settings = {"model": str(path), "thresholds": list(thresholds), "tokens": tokens}
+    if not model.has_tuned_lens:  # --lens logit|none: its untrained translators are the logit lens
+        result.lens_note = f"trained with --lens {model.lens}: tuned_p_max reads the logit lens"
+    return result
 
 
 def depth_job(
@@ -37,6 +94,7 @@ def depth_job(
     With ``settings.drop``, ``load_data`` gives ``dropped.DropData`` and the result is a ``DropResult``. An
     existing ``out`` is refused before any work unless ``overwrite`` (``--overwrite``)."""
     check_new_outputs({"--out": out}, overwrite)
+    settings.thresholds = settings.thresholds_for("classify")
     if settings.drop is not None:
         return drop_job(model, load_data, settings, out)
     if settings.truncate is not None:

@@ -19,12 +19,14 @@ from ..data.images import take
 from ..features.extraction import LayerFeatures, to_float_images
 from ..model.evaldata import in_memory
 from ..model.heads import head_kind
-from ..runtime.config import DepthSettings, HeadConfig, TrainConfig
+from ..model.settings import HeadConfig
 from ..runtime.distributed import barrier, is_main
 from ..runtime.errors import LayaError
 from ..runtime.fileio import json_safe, strict_json
 from ..runtime.progress import log
+from ..training.settings import TrainConfig
 from . import early_exit as ee
+from .settings import DepthSettings
 from .truncation import check_k, check_maskable, fold_head, masked_output, refit_head
 
 DEPTH_FORMAT = "laya-depth"

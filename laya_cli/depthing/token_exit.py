@@ -23,7 +23,7 @@ generation keeps — the same caveat as CALM's state propagation.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,6 @@ from ..model.lenses import BITS, LensModel, chunks, cross_entropy, truncated_sta
 from ..runtime.errors import LayaError
 from .early_exit import exit_depth, minimal_sufficient_depth, take_depth
 
-TOKEN_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999, 1.0)
 POLICIES = ("alpha_mass", "p_max", "tuned_p_max")
 
 
@@ -153,10 +152,14 @@ class TokenExitResult:
     best_vs_model: dict[str, dict | None]  # per policy: its point within 1 % of the model's (the goals read these)
     oracle: dict
     goals: dict
+    settings: dict = field(default_factory=dict)  # what the job read: the model, thresholds, tokens
+    lens_note: str | None = None  # a checkpoint trained without the tuned lens: what tuned_p_max reads then
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["points"] = [p.to_dict() for p in self.points]
+        if d["lens_note"] is None:
+            del d["lens_note"]
         return d
 
 

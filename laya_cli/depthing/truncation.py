@@ -20,8 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from ..model.heads import HeadOutput, build_head, head_kind
-from ..runtime.config import HeadConfig, TrainConfig
+from ..model.settings import HeadConfig
 from ..runtime.errors import LayaError
+from ..training.settings import TrainConfig
 
 
 def check_k(k: int, n_layers: int, option: str = "--truncate") -> int:

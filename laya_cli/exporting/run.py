@@ -36,9 +36,10 @@ from ..auditing.budget import plan_rows
 from ..auditing.collapse import collapse_summary, collapse_warning, trained_against
 from ..auditing.methods import contrib as contrib_scores
 from ..auditing.scaffold import Rows, Shard
+from ..data.settings import check_encoding
 from ..features.extraction import feature_batches, num_layers
 from ..runtime import fileio
-from ..runtime.config import check_at_least, check_encoding
+from ..runtime.declare import check_at_least
 from ..runtime.distributed import broadcast_object, is_main
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
@@ -51,11 +52,11 @@ from .profiles import (
     global_profile,
     subset_mask,
 )
+from .settings import FORMATS
 
 EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
 EXPORT_BATCH = 1024  # samples per head pass (fewer within a --max-memory budget)
-FORMATS = ("csv", "parquet", "npz")
 SAMPLE_FILES = {"csv": "samples.csv", "parquet": "samples.parquet", "npz": "samples.npz"}
 RESULT_FILES = {
     "audit": "audit.json",
@@ -441,6 +442,7 @@ def run_export(
     memory: MemoryRequest | None = None,
     model_card: bool = False,
     encoding: str | None = None,
+    ckpt: dict | None = None,
 ) -> Export:
     """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
 
@@ -450,11 +452,11 @@ def run_export(
     ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
     when there), shown in report.html and copied as depth.json. ``model_card``: also write README.md, a
     Hugging Face model card with the audit (``card.py``). ``encoding``: a csv:/jsonl: data set's text encoding
-    (default: the one recorded for the checkpoint's own data, else UTF-8).
+    (default: the one recorded for the checkpoint's own data, else UTF-8). ``ckpt``: ``model_path`` already read.
     """
     from ..gates.regression import read_audit_json
     from ..model.evaldata import load_eval_data
-    from ..model.laya_model import load_model
+    from ..model.laya_model import load_model, model_from_checkpoint
 
     fmt = check_format(fmt)
     check_at_least("--strip", strip, 0)
@@ -462,7 +464,7 @@ def run_export(
     check_encoding(encoding)
     check_out_dir(out, overwrite)
     results = {"audit": read_audit_json(audit, "--audit")} if audit is not None else {}
-    model = load_model(model_path)
+    model = load_model(model_path) if ckpt is None else model_from_checkpoint(ckpt)
     check_results_match(results, model, audit)
     depth_doc, depth_note = read_depth(model_path, model.layer_names, depth)
     if depth_doc is not None:

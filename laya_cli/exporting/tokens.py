@@ -32,7 +32,8 @@ from ..runtime import fileio, progress
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import json_safe, strict_json
 from .profiles import alpha_col
-from .run import EXPORT_BATCH, EXPORT_FORMAT, EXPORT_VERSION, FORMATS, check_format, check_out_dir, is_export_dir
+from .run import EXPORT_BATCH, EXPORT_FORMAT, EXPORT_VERSION, check_format, check_out_dir, is_export_dir
+from .settings import FORMATS
 
 TOKENS_EXPORTED = 2000  # default --samples for a language model: held-out positions
 TOKEN_FILES = {"csv": "tokens.csv", "parquet": "tokens.parquet"}
@@ -74,6 +75,15 @@ class TokenExport:
         """Top-1 next-token accuracy of the LAYA head over the exported positions."""
         t = self.table
         return float((t["predicted"] == t["next_token"]).mean()) if self.n else float("nan")
+
+
+def default_token_format() -> str:
+    """A language model's per-token table: parquet where pyarrow is installed, else csv."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return "csv"
+    return "parquet"
 
 
 def check_token_format(fmt: str) -> str:

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from .. import backbones as bb
-from ..runtime.config import POOL_CHOICES, check_choice
-from ..runtime.errors import LayaError
+from ..backbones.spec import POOL_CHOICES
+from ..runtime.errors import LayaError, match_choice
 from .extraction import backbone_forward, model_batch, to_float_images
 
 WEIGHTS_SOURCE = "your nn.Module (laya_cli.attach)"  # the checkpoint's backbone ``source``
@@ -201,7 +201,7 @@ def attach(
     """
     if not isinstance(model, nn.Module):
         raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
-    check_choice("--pool", pool, POOL_CHOICES)
+    match_choice("--pool", pool, POOL_CHOICES)
     from ..backbones import hf, tokens
 
     if hf.is_text(model):

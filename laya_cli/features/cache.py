@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..runtime.config import cache_dir, digest, in_memory_budget_mb
 from ..runtime.device import feature_precision
 from ..runtime.distributed import all_true, is_main
+from ..runtime.environment import cache_dir, in_memory_budget_mb
 from ..runtime.errors import LayaError
-from ..runtime.fileio import atomic_write_bytes
+from ..runtime.fileio import atomic_write_bytes, digest
 from ..runtime.progress import log
 from .extraction import LayerFeatures, backbone_forward, extract, to_float_images
 from .store import FeatureStore, StoredFeatures, extract_to_store, torch_dtype

@@ -38,7 +38,6 @@ import torch
 from torch import Tensor
 
 from ..runtime import distributed
-from ..runtime.config import FEATURE_DTYPES
 from ..runtime.device import to_device
 from ..runtime.errors import LayaError
 from ..runtime.fileio import atomic_path, atomic_write_bytes, atomic_write_text, file_sha256
@@ -49,12 +48,13 @@ FORMAT = "laya-feature-store"
 FORMAT_VERSION = 1
 SHARD_MB = 64  # target size of one shard
 SHUFFLE_MB = 256  # default shuffle buffer of head training on a store (LAYA_SHUFFLE_MB)
+# How features may be stored (training.settings.FEATURE_DTYPES names them for --feature-dtype)
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    if name not in FEATURE_DTYPES:
-        raise LayaError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{name}'")
+    if name not in TORCH_DTYPES:
+        raise LayaError(f"--feature-dtype must be one of {', '.join(TORCH_DTYPES)}, got '{name}'")
     return TORCH_DTYPES[name]
 
 

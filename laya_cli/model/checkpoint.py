@@ -52,6 +52,12 @@ def read_checkpoint(path: str | Path) -> dict:
     return ckpt
 
 
+def checkpoint_task(ckpt: dict) -> str:
+    """The task a checkpoint was trained for: ``lm`` (a language model's heads per position, ``--task lm``) or
+    ``classify`` (every checkpoint from before the field was written)."""
+    return "lm" if ckpt.get("task") == "lm" else "classify"
+
+
 def checkpoint_body(
     *,
     backbone,

@@ -13,11 +13,12 @@ from torch import Tensor
 
 from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, holds_images, load_dataset
 from ..data.images import take
+from ..data.settings import DataRequest, check_encoding
 from ..data.text import tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures, StreamedFeatures, extract_batches, feature_batches
 from ..features.loaders import loader_batches, loader_length, text_input_of
-from ..runtime.config import DataRequest, check_at_least, check_encoding
+from ..runtime.declare import check_at_least
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
 from .laya_model import LayaModel

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime.config import HeadConfig, check_classifier_reads, digest
 from ..runtime.errors import match_choice
+from ..runtime.fileio import digest
+from .settings import HeadConfig
 
 
 class HeadOutput(NamedTuple):
@@ -182,7 +183,6 @@ def head_kind(head: nn.Module) -> str:
 def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> Head:
     kind = match_choice("head", kind, HEADS)
     cfg = (cfg or HeadConfig()).validate()
-    check_classifier_reads(cfg)
     return HEADS[kind](list(dims), num_classes, cfg)
 
 

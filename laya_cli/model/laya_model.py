@@ -15,10 +15,10 @@ from torch import Tensor, nn
 from .. import backbones as bb
 from ..backbones.build import BackboneSpec, TappedBackbone
 from ..features.extraction import backbone_forward, to_float_images
-from ..runtime.config import HeadConfig
 from ..runtime.errors import LayaError
 from .checkpoint import checkpoint_body, read_checkpoint, save_checkpoint
 from .heads import HeadOutput, build_head
+from .settings import HeadConfig
 
 
 class EndToEnd(nn.Module):

@@ -19,14 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime.config import HeadConfig
 from .heads import Head, HeadOutput
+from .settings import HeadConfig
 
 if TYPE_CHECKING:
     from ..backbones.causal import LanguageModel
@@ -266,6 +267,23 @@ class LensModel:
     @property
     def has_tuned_lens(self) -> bool:
         return bool(self.ckpt.get("tuned_lens"))
+
+    @property
+    def layer_names(self) -> list[str]:
+        return list(self.ckpt["layers"])
+
+    @property
+    def checkpoint(self) -> dict:
+        """The checkpoint it was rebuilt from (as ``LayaModel.checkpoint``): its metrics, history, options."""
+        return self.ckpt
+
+    def save(self, path) -> Path:
+        """Write the checkpoint ``laya train --task lm`` writes (atomically); ``laya audit``, ``depth``, ``export``
+        and ``diff`` read it."""
+        from .checkpoint import save_checkpoint
+
+        save_checkpoint(self.ckpt, path)
+        return Path(path)
 
     def to(self, device) -> LensModel:
         self.lm.to(device)

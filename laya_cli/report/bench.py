@@ -130,7 +130,7 @@ def _diff(block: dict | None, spec: str = "{:+.3f}") -> Cell:
 
 
 def bench_paired_rows(result) -> list[list[Cell]]:
-    """The paired differences against laya (training/bench_pairs.py), one row per (head, method) pair."""
+    """The paired differences against laya (training/bench_stats.py), one row per (head, method) pair."""
     rows = []
     for h, e in result.heads.items():
         for m, block in e["methods"].items():

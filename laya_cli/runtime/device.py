@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from . import distributed
-from .config import DEVICES, PRECISIONS
+from .environment import DEVICES, PRECISIONS
 from .errors import LayaError, match_choice
 
 _PRECISION: ContextVar[str] = ContextVar("laya_precision", default="auto")

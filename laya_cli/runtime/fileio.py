@@ -246,6 +246,12 @@ def strict_json(obj) -> str:
     return json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
 
 
+def digest(**parts) -> str:
+    """A short, stable hash of JSON-able parts: feature-cache keys and resume fingerprints."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
 def file_sha256(path: str | Path) -> str:
     """The SHA-256 of a file's bytes (hex), read in 4 MiB blocks."""
     h = hashlib.sha256()

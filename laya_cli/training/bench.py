@@ -21,28 +21,26 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import os
-import platform
-import re
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..auditing.settings import AuditSettings
 from ..runtime import distributed
-from ..runtime.config import AuditSettings, TrainRequest, check_at_least, diff_options
+from ..runtime.declare import check_at_least, check_fields, refuse_other_task, setting
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
 from ..runtime.fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
 from ..runtime.progress import log
-from .bench_pairs import pair_with_laya, seed_interval
+from .bench_stats import machine, pair_with_laya, seed_stats, slug
+from .settings import TrainRequest, diff_options
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
 DEFAULT_HEADS = ",".join(HEAD_ORDER)
 # Bench-only head names: a head kind trained with other options, compared as a head of its own.
 VARIANTS = {"laya-aligned": "laya"}  # laya trained with --align (BenchRequest.align)
 DEFAULT_COMPARE = "ig,gradxact,contrib,global"
+LM_COMPARE = "gradxact"  # a language model's bench audits α and Grad×Act unless --compare says otherwise
 RECORD_FORMAT = "laya-bench-run"
 RECORD_VERSION = 1
 BENCH_FORMAT = "laya-bench"
@@ -75,25 +73,56 @@ def check_dataset_name(name: str) -> str:
     return name
 
 
-def slug(text: str) -> str:
-    """A file-name-safe version of a dataset/backbone name (folder:~/x -> folder_x)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
-
-
 @dataclass
 class BenchRequest:
-    """Every (head, seed) run is ``train`` with its head, seed and output path set, audited with ``audit``."""
+    """Every (head, seed) run is ``train`` with its head, seed and output path set, audited with ``audit``; a
+    language model's bench (``train.task`` lm: training/bench_lm.py) runs every (objective, seed) instead."""
 
     train: TrainRequest = field(default_factory=TrainRequest)  # the template (paper config by default)
     audit: AuditSettings = field(default_factory=AuditSettings)
-    heads: list[str] = field(default_factory=lambda: list(HEAD_ORDER))
-    seeds: int = 3
-    base_seed: int = 1337
-    out: str = "bench"
-    compare: str = DEFAULT_COMPARE
-    audit_samples: int | None = 2000  # None: the whole test split
-    redo: bool = False  # retrain and re-audit every run even when a matching one is on disk
-    align: float = 1.0  # λ of the laya-aligned head
+    heads: list[str] = setting(
+        "Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained with --align).",
+        factory=lambda: list(HEAD_ORDER),
+        cli_type=str,
+        command_default=DEFAULT_HEADS,
+        task="classify",
+    )
+    align: float = setting(
+        1.0,
+        "λ for the laya-aligned head of --heads (a laya head trained with --align λ).",
+        minimum=0,
+        rule="0 or positive (positive for the laya-aligned head)",
+        task="classify",
+    )
+    objectives: list[str] = setting(
+        "The objectives trained, each with every seed: kl, ce or kl,ce (comma list).",
+        factory=lambda: ["kl"],
+        param="objective",
+        cli_type=str,
+        command_default="kl",
+        task="lm",
+    )
+    seeds: int = setting(
+        3, "Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).", minimum=1
+    )
+    base_seed: int = setting(1337, "Seed of the first run (1337: the paper config).", minimum=0)
+    out: str = setting(
+        "bench",
+        "Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.",
+        cli_type=Path,
+    )
+    compare: str | None = setting(
+        None,
+        "Methods audited besides laya and random (comma list, 'all' or ''; default ig,gradxact,contrib,global; a "
+        "language model's: gradxact).",
+    )
+    audit_samples: int | None = setting(
+        2000,
+        "Audit this many test samples (the same seeded subset for every run; more than the test split = all; a "
+        "language model's: held-out positions, 0 = no audit).",
+        minimum=0,
+    )  # None: the whole test split
+    redo: bool = setting(False, "Retrain and re-audit every run, even finished ones.")
 
     @property
     def dataset(self) -> str:
@@ -145,12 +174,21 @@ class BenchRequest:
         return {**s, "metrics": list(s["metrics"]), "methods": self.methods(), "samples": self.audit_samples}
 
     def validate(self) -> BenchRequest:
+        """The declared checks, a setting of the other task refused, then a classifier's bench's own checks (a
+        language model's: ``bench_lm.check_lm_bench``)."""
+        check_fields(self)
+        check_fields(self.train)  # its task first: what the rest is checked against
+        refuse_other_task(self, self.train.task)
+        if self.compare is None:
+            self.compare = LM_COMPARE if self.train.is_lm else DEFAULT_COMPARE
+        if self.train.is_lm:
+            return self
+        if self.train.train.layer_dropout:
+            raise LayaError("--layer-dropout: laya bench compares the heads under the paper's training (--task lm: "
+                            "the language model's heads)")  # fmt: skip
         self.train.data.name = check_dataset_name(self.dataset)
         self.heads = parse_heads(self.heads)
-        check_at_least("--seeds", self.seeds)
         check_at_least("--audit-samples", self.audit_samples)
-        if not (math.isfinite(self.align) and self.align >= 0):
-            raise LayaError(f"--align must be a finite λ >= 0, got {self.align}")
         if "laya-aligned" in self.heads and not self.align > 0:
             raise LayaError(f"--align must be positive for the laya-aligned head, got {self.align}")
         self.train.validate()
@@ -293,15 +331,6 @@ def run_one(bench: BenchRequest, head: str, seed: int) -> RunOutcome:
 # --------------------------------------------------------------------------- the bench
 
 
-def seed_stats(values: list[float]) -> dict:
-    """Mean, sample standard deviation (n − 1; null with one value) and the 95 % t-interval over seeds, NaN-free
-    values only."""
-    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    mean = statistics.fmean(vals) if vals else None
-    std = statistics.stdev(vals) if len(vals) > 1 else None
-    return {"mean": mean, "std": std, "n": len(vals), "values": list(values), **seed_interval(vals)}
-
-
 def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
     heads: dict[str, dict] = {}
     methods = bench.methods()
@@ -342,26 +371,8 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
                     notes.append(n)
         entry["notes"] = notes
         heads[head] = entry
-    pair_with_laya(heads, {h: [o.record for o in outcomes if o.head == h] for h in bench.heads})  # bench_pairs.py
+    pair_with_laya(heads, {h: [o.record for o in outcomes if o.head == h] for h in bench.heads})  # bench_stats.py
     return heads
-
-
-def machine() -> dict:
-    import torch
-
-    from .. import __version__
-
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": str(torch.__version__),
-        "laya": __version__,
-    }
-    if torch.cuda.is_available():
-        info["cuda_device"] = torch.cuda.get_device_name()
-    return info
 
 
 @dataclass
@@ -420,8 +431,12 @@ class BenchResult:
 
 
 def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:
-    """Train and audit every (head, seed) run that is not already finished, then aggregate."""
-    bench.validate()
+    """Train and audit every (head, seed) run that is not already finished, then aggregate; a language model's
+    bench (``--task lm``) is ``bench_lm.run_lm_bench``'s and returns its JSON document."""
+    if bench.validate().train.is_lm:
+        from .bench_lm import run_lm_bench
+
+        return run_lm_bench(bench, on_run)
     if distributed.active() or distributed.env_world_size() > 1:
         raise LayaError(
             "laya bench runs in one process, not under torchrun; run it with plain `laya bench` "

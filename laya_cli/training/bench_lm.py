@@ -6,7 +6,8 @@ then each figure's mean and 95 % Student-t interval over the seeds (``bench.seed
 
 Runs go to ``OUT/<text>-<model>-lm/<objective>-seed<S>.pt`` beside a ``.json`` record of the audit; a checkpoint
 whose recorded training options match is reused (and its audit, when the audit options match too), so an
-interrupted bench continues where it stopped."""
+interrupted bench continues where it stopped. Each function takes the bench's one request, ``bench.BenchRequest``
+(not imported: ``bench.run_bench`` calls this module)."""
 
 from __future__ import annotations
 
@@ -14,77 +15,62 @@ import copy
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
+from ..auditing.settings import AuditSettings
 from ..backbones.causal import parse_device_map
 from ..model.checkpoint import read_checkpoint
-from ..runtime.config import AuditSettings, check_at_least
+from ..runtime.declare import split_csv
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import atomic_write_text, json_safe, strict_json
-from .bench import machine, seed_stats, slug
-from .lm import OBJECTIVES, LMRequest, train_config, train_lm
+from .bench_stats import machine, seed_stats, slug
+from .lm import resolved_lm_request, train_config, train_lm
+from .settings import OBJECTIVES, TrainRequest
 
 LM_BENCH_FORMAT = "laya-bench-lm"
 LM_RECORD_FORMAT = "laya-bench-lm-run"
 FIGURES = ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce", "alpha")
 AUDIT_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
+# The training options the bench's JSON shows (the rest are in each run's checkpoint)
+BENCH_TRAIN = ("epochs", "batch_size", "lr", "block_size", "eval_tokens", "layer_dropout", "exit_aware", "patience",
+               "device_map")  # fmt: skip
 
 
-@dataclass
-class LMBenchRequest:
-    """Every (objective, seed) run is ``train`` with its objective, seed and output set; audited at head scope on
-    ``audit_samples`` held-out positions (0: no audit)."""
+def lm_folder(bench) -> Path:
+    """``OUT/<text>-<model>-lm``: where a language model's bench keeps its runs."""
+    text = Path(bench.train.data.name.partition(":")[2].rstrip("/")).name or "text"
+    return Path(bench.out).expanduser() / f"{slug(text)}-{slug(Path(bench.train.backbone).name)}-lm"
 
-    train: LMRequest
-    objectives: list[str] = field(default_factory=lambda: ["kl"])
-    seeds: int = 3
-    base_seed: int = 1337
-    out: str = "bench"
-    compare: str = "gradxact"
-    audit: AuditSettings = field(default_factory=AuditSettings)
-    audit_samples: int = 2000
-    redo: bool = False
 
-    @property
-    def folder(self) -> Path:
-        text = Path(self.train.dataset.partition(":")[2].rstrip("/")).name or "text"
-        return Path(self.out).expanduser() / f"{slug(text)}-{slug(Path(self.train.backbone).name)}-lm"
+def run_request(bench, objective: str, seed: int) -> TrainRequest:
+    """One run: the template with its objective, seed and checkpoint set."""
+    req = copy.deepcopy(bench.train)
+    req.lm.objective, req.train.seed, req.data.seed = objective, seed, seed
+    req.out, req.command_line = str(lm_folder(bench) / f"{objective}-seed{seed}.pt"), None
+    return req
 
-    @property
-    def seed_values(self) -> list[int]:
-        return [self.base_seed + k for k in range(self.seeds)]
 
-    def methods(self) -> list[str]:
-        from ..auditing.names import parse_methods
+def audit_options(bench) -> dict:
+    """What must match for a run's recorded audit to be reused (everything but the device)."""
+    s = asdict(bench.audit)
+    s.pop("device")
+    return json.loads(strict_json({**s, "methods": bench.methods(), "samples": bench.audit_samples}))
 
-        return parse_methods(self.compare)
 
-    def run_request(self, objective: str, seed: int) -> LMRequest:
-        req = copy.deepcopy(self.train)
-        req.objective, req.seed, req.out = objective, seed, self.folder / f"{objective}-seed{seed}.pt"
-        req.command_line = None
-        return req
-
-    def audit_options(self) -> dict:
-        s = asdict(self.audit)
-        s.pop("device")
-        return json.loads(strict_json({**s, "methods": self.methods(), "samples": self.audit_samples}))
-
-    def validate(self) -> LMBenchRequest:
-        objectives = [match_choice("--objective", o.strip(), OBJECTIVES) for o in self.objectives if o.strip()]
-        if not objectives:
-            raise LayaError(f"--objective: one or more of {', '.join(OBJECTIVES)} (comma list)")
-        self.objectives = list(dict.fromkeys(objectives))
-        check_at_least("--seeds", self.seeds)
-        check_at_least("--audit-samples", self.audit_samples, 0)
-        if not self.train.dataset.startswith("text:") or not self.train.dataset.partition(":")[2]:
-            raise LayaError(f"--task lm reads a text corpus: --dataset text:PATH, not {self.train.dataset}")
-        if self.train.device_map is not None:  # a bad map: one line before the bench folder is made
-            parse_device_map(self.train.device_map)
-        self.audit.validate()
-        self.methods()
-        return self
+def check_lm_bench(bench):
+    """A language model's bench, checked before its folder is made: the objectives by name, the corpus named, the
+    training template resolved as each run resolves it, the device map and the audit's settings."""
+    objectives = [match_choice("--objective", o.strip(), OBJECTIVES) for o in split_csv(bench.objectives)]
+    if not objectives:
+        raise LayaError(f"--objective: one or more of {', '.join(OBJECTIVES)} (comma list)")
+    bench.objectives = list(dict.fromkeys(objectives))
+    resolved_lm_request(bench.train)
+    if bench.train.lm.device_map is not None:  # a bad map: one line before the bench folder is made
+        parse_device_map(bench.train.lm.device_map)
+    bench.audit.validate()
+    bench.methods()
+    return bench
 
 
 # Where a run ran, not what it trained: a run trained on one device, or placed by --device-map, is reused by a bench
@@ -96,13 +82,13 @@ def _comparable(config: dict) -> dict:
     return {k: v for k, v in json.loads(strict_json(config)).items() if k not in PLACEMENT}
 
 
-def _reusable(bench: LMBenchRequest, req: LMRequest) -> dict | None:
+def _reusable(bench, req: TrainRequest) -> dict | None:
     """The run's checkpoint when it was trained with the same options (never with ``--redo``); one trained with
     other options is refused, as the classifiers' bench refuses it, rather than overwritten."""
     if bench.redo or not Path(req.out).is_file():
         return None
     ckpt = read_checkpoint(req.out)
-    same_head = (ckpt.get("head") or {}).get("config") == req.head.to_dict()
+    same_head = (ckpt.get("head") or {}).get("config") == req.head_config.to_dict()
     same = _comparable(ckpt.get("train_config") or {}) == _comparable(train_config(req))
     if not (same and same_head and ckpt.get("task") == "lm"):
         raise LayaError(f"{req.out} was trained with other options: --redo retrains every run, or give another --out")
@@ -117,22 +103,22 @@ def _record(path: Path) -> dict | None:
     return rec if isinstance(rec, dict) and rec.get("format") == LM_RECORD_FORMAT else None
 
 
-def audit_run(bench: LMBenchRequest, ckpt: dict) -> dict:
+def audit_run(bench, ckpt: dict) -> dict:
     """The head-scope per-token audit of one run's checkpoint: accuracy and each method's figures."""
     from ..auditing.tokens import token_audit_job
     from ..model.lenses import lens_model_from_checkpoint
 
-    device = bench.train.device
-    model = lens_model_from_checkpoint(ckpt, bench.train.device_map).to(device)
+    device = bench.train.train.device
+    model = lens_model_from_checkpoint(ckpt, bench.train.lm.device_map).to(device)
     settings = AuditSettings(**{**asdict(bench.audit), "device": device, "ci": 0.0})
     doc = token_audit_job(model, bench.methods(), settings, "head", None, bench.audit_samples).to_dict()
     methods = {m: {k: v.get(k) for k in AUDIT_METRICS} for m, v in doc["methods"].items()}
     return {"n_samples": doc["n_samples"], "accuracy": doc["accuracy"], "methods": methods}
 
 
-def run_one(bench: LMBenchRequest, objective: str, seed: int, ckpt: dict | None) -> dict:
+def run_one(bench, objective: str, seed: int, ckpt: dict | None) -> dict:
     """One run: trained (or its checkpoint ``ckpt`` reused), audited (or its audit reused); its record."""
-    req = bench.run_request(objective, seed)
+    req = run_request(bench, objective, seed)
     rec_path = Path(req.out).with_suffix(".json")
     trained, start = False, time.perf_counter()
     rec = _record(rec_path) if ckpt is not None else None
@@ -140,7 +126,7 @@ def run_one(bench: LMBenchRequest, objective: str, seed: int, ckpt: dict | None)
         ckpt, trained = train_lm(req), True
     train_seconds = time.perf_counter() - start if trained else (rec or {}).get("train_seconds")
     audit, audit_seconds = None, None
-    if rec is not None and rec.get("audit_options") == bench.audit_options():
+    if rec is not None and rec.get("audit_options") == audit_options(bench):
         audit, audit_seconds = rec.get("audit"), rec.get("audit_seconds")
     elif bench.audit_samples:
         start = time.perf_counter()
@@ -148,7 +134,7 @@ def run_one(bench: LMBenchRequest, objective: str, seed: int, ckpt: dict | None)
     rec = {
         "format": LM_RECORD_FORMAT, "objective": objective, "seed": seed, "checkpoint": str(req.out),
         "trained": trained, "train_seconds": train_seconds, "epochs_run": len(ckpt.get("history") or []),
-        "metrics": ckpt["metrics"], "audit_options": bench.audit_options(), "audit": audit,
+        "metrics": ckpt["metrics"], "audit_options": audit_options(bench), "audit": audit,
         "audit_seconds": audit_seconds,
     }  # fmt: skip
     atomic_write_text(rec_path, strict_json(json_safe(rec)))
@@ -176,16 +162,16 @@ def aggregate(records: list[dict], methods: list[str]) -> dict:
     }  # fmt: skip
 
 
-def run_lm_bench(bench: LMBenchRequest, on_run: Callable[[dict, int, int], None] | None = None) -> dict:
+def run_lm_bench(bench, on_run: Callable[[dict, int, int], None] | None = None) -> dict:
     """Every (objective, seed) run trained and audited (or reused), then aggregated per objective; the JSON."""
-    bench.validate()
+    folder = lm_folder(check_lm_bench(bench))
     try:
-        bench.folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise LayaError(f"cannot create the bench folder {bench.folder}: {e.strerror or e}") from None
+        raise LayaError(f"cannot create the bench folder {folder}: {e.strerror or e}") from None
     start, records = time.perf_counter(), []
     pairs = [(o, s) for o in bench.objectives for s in bench.seed_values]
-    reused = [_reusable(bench, bench.run_request(o, s)) for o, s in pairs]  # a mismatch: before any training
+    reused = [_reusable(bench, run_request(bench, o, s)) for o, s in pairs]  # a mismatch: before any training
     for i, ((objective, seed), ckpt) in enumerate(zip(pairs, reused), 1):
         records.append(run_one(bench, objective, seed, ckpt))
         if on_run:
@@ -197,12 +183,11 @@ def run_lm_bench(bench: LMBenchRequest, on_run: Callable[[dict, int, int], None]
     t = bench.train
     return json_safe({
         "format": LM_BENCH_FORMAT, "task": "lm",
-        "bench": {"backbone": t.backbone, "dataset": t.dataset, "objectives": bench.objectives,
-                  "seeds": bench.seed_values, "folder": str(bench.folder), "layers": layers,
-                  "train": {k: getattr(t, k) for k in ("epochs", "batch_size", "lr", "block_size", "eval_tokens",
-                                                       "layer_dropout", "exit_aware", "patience",
-                                                       "device_map")},
-                  "audit": bench.audit_options()},
+        "bench": {"backbone": t.backbone, "dataset": t.data.name, "objectives": bench.objectives,
+                  "seeds": bench.seed_values, "folder": str(folder), "layers": layers,
+                  "train": {k: v for k, v in {**train_config(t), "exit_aware": t.train.exit_aware}.items()
+                            if k in BENCH_TRAIN},
+                  "audit": audit_options(bench)},
         "objectives": by_objective,
         "runs": [{k: r[k] for k in ("objective", "seed", "checkpoint", "trained", "train_seconds", "audit_seconds")}
                  for r in records],

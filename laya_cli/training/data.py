@@ -16,8 +16,8 @@ from ..features.attach import Tapped
 from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures
 from ..features.loaders import Loader, class_names, describe_loader, loader_batches, read_features, read_images
-from ..runtime.config import TrainRequest
 from ..runtime.errors import LayaError
+from .settings import TrainRequest
 
 SPLITS = ("train", "val", "test")
 

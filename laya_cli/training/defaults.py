@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import backbones as bb
+from ..model.settings import HeadConfig
 from ..runtime import distributed
-from ..runtime.config import NETWORK_TARGETS, HeadConfig, TrainConfig, TrainRequest
 from ..runtime.errors import LayaError
+from .settings import NETWORK_TARGETS, TrainConfig, TrainRequest
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from ..features.loaders import Loader
 from ..model.checkpoint import checkpoint_body, save_checkpoint
 from ..model.heads import HEADS, build_head, head_kind
 from ..model.laya_model import EndToEnd, LayaModel
+from ..model.settings import HeadConfig
 from ..runtime import distributed
-from ..runtime.config import NETWORK_TARGETS, HeadConfig, TrainConfig, TrainRequest, check_alpha_options
 from ..runtime.device import check_precision, precision, resolved_precision
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from ..runtime.fileio import check_writable
@@ -38,11 +38,13 @@ from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
 from .defaults import resolved_alignment, resolved_request, without_bypass_default
+from .lm import LMEpoch, train_lm
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .network_target import network_alignment
+from .settings import NETWORK_TARGETS, TrainConfig, TrainRequest, check_alpha_options
 from .shaping import AlphaShaping
 
-OnEpoch = Callable[[EpochRecord], None] | None
+OnEpoch = Callable[[EpochRecord | LMEpoch], None] | None
 
 
 @dataclass
@@ -372,8 +374,11 @@ def _attached_spec(tapped: Tapped, frozen: bool) -> bb.BackboneSpec:
 
 
 def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
-    """``laya train``: the request's dataset and backbone through ``train_model``; writes the checkpoint and
-    returns it."""
+    """``laya train`` and ``laya_cli.fit`` of a named model: the request's dataset and backbone through
+    ``train_model`` (a language model's, ``--task lm``: its heads per position, ``training.lm``); writes the
+    checkpoint and returns it. The caller's request is never changed."""
+    if req.is_lm:
+        return train_lm(copy.deepcopy(req), on_epoch)
     req = _checked(req)
     data = load_dataset(req.data)
     if data.skipped:

@@ -14,8 +14,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
@@ -39,47 +38,14 @@ from ..model.lenses import (
     truncated_states,
 )
 from ..runtime import progress
-from ..runtime.config import LENS_SAMPLE, LENS_TOKENS, LENSES, HeadConfig
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
-from ..runtime.errors import LayaError, match_choice
-from .defaults import resolved_lm_head
+from ..runtime.errors import LayaError
+from ..runtime.fileio import check_writable
+from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
-from .lm_align import TokenAlignment, check_alignment
+from .lm_align import TokenAlignment
+from .settings import TrainRequest
 from .shaping import layer_dropout_mask
-
-OBJECTIVES = ("kl", "ce")
-
-
-@dataclass
-class LMRequest:
-    backbone: str
-    dataset: str  # text:PATH
-    out: Path
-    text_column: str | None = None
-    encoding: str | None = None
-    block_size: int | None = None  # None: min(128, the model's positions)
-    batch_size: int = 16
-    epochs: int = 1
-    patience: int = 5
-    lr: float = 1e-3
-    objective: str = "kl"
-    lens: str = "tuned"  # --lens: tuned (trained), logit (measured only) or none (docs/lm.md)
-    lens_sample: int = LENS_SAMPLE  # --lens-sample: positions per batch the lens trains on (0: all)
-    lens_tokens: int = LENS_TOKENS  # --lens-tokens: held-out positions its table is measured on (0: all)
-    eval_tokens: int = 20_000
-    layer_dropout: float = 0.0  # the chance each layer is left out of a position's α while training (never all)
-    align: float = 0.0  # --align λ (training/lm_align.py); 0: off
-    align_target: str = "head"  # as resolved (training/defaults.py): network, head or both when align is on
-    align_loss: str = "rank"  # --align-loss
-    align_scope: str = "scorer"  # --align-scope
-    exit_aware: float = 0.0  # --exit-aware W: the head truncated at a random depth trained too (exit_aware.py)
-    seed: int = 1337
-    device: str = "cpu"
-    device_map: str | None = None  # --device-map: transformers places the frozen model (docs/lm.md)
-    layers: list[str] = field(default_factory=list)
-    pretrained: bool = True
-    head: HeadConfig = field(default_factory=HeadConfig)
-    command_line: dict | None = None
 
 
 @dataclass
@@ -93,11 +59,16 @@ class LMEpoch:
     best: bool
 
 
-def _corpus(req: LMRequest) -> Corpus:
-    prefix, _, path = req.dataset.partition(":")
+def check_corpus_name(dataset: str) -> str:
+    """The corpus path of ``--dataset text:PATH``, or the one-line error (before any model is loaded)."""
+    prefix, _, path = dataset.partition(":")
     if prefix != "text" or not path:
-        raise LayaError(f"--task lm reads a text corpus: --dataset text:PATH, not {req.dataset}")
-    return open_corpus(path, req.text_column, req.encoding)
+        raise LayaError(f"--task lm reads a text corpus: --dataset text:PATH, not {dataset}")
+    return path
+
+
+def _corpus(req: TrainRequest) -> Corpus:
+    return open_corpus(check_corpus_name(req.data.name), req.data.text_column, req.data.encoding)
 
 
 def _with_tokenizer(lm: LanguageModel, corpus: Corpus) -> None:
@@ -110,9 +81,9 @@ def _with_tokenizer(lm: LanguageModel, corpus: Corpus) -> None:
     set_tokenizer(text, trained.tokenizer, trained.pad_id, trained.source)
 
 
-def _block_size(req: LMRequest, lm: LanguageModel) -> int:
+def _block_size(req: TrainRequest, lm: LanguageModel) -> int:
     positions = lm.backbone.adapter.text.max_length
-    block = req.block_size or min(128, positions)
+    block = req.lm.block_size or min(128, positions)
     if not 2 <= block <= positions:
         raise LayaError(f"--block-size {block}: the model reads 2 to {positions} positions")
     return block
@@ -338,13 +309,14 @@ def _epoch(
     if tuned is not None:
         tuned.train()
     total, steps = 0.0, 0
-    train = batches(lm, corpus, "train", block, req.batch_size, seed=req.seed + epoch)
-    generator = torch.Generator().manual_seed(req.seed + 7919 * epoch)  # the lens's positions, alike on every rank
+    t = req.train
+    train = batches(lm, corpus, "train", block, t.batch_size, seed=t.seed + epoch)
+    generator = torch.Generator().manual_seed(t.seed + 7919 * epoch)  # the lens's positions, alike on every rank
     for term in (aligned, exit_aware):
         if term is not None:
             term.start_epoch(epoch)
     for x in progress.track(train, f"epoch {epoch}"):
-        sample = lens_rows(len(x), x.shape[2] - 1, req.lens_sample, generator) if tuned is not None else None
+        sample = lens_rows(len(x), x.shape[2] - 1, req.lm.lens_sample, generator) if tuned is not None else None
         mine = my_rows(x)
         hs, targets = token_states(lm, mine)
         if reference is not None:
@@ -356,56 +328,80 @@ def _epoch(
         if exit_aware is not None:
             depths = exit_aware.depths(len(x), x.shape[2] - 1, hs.shape[1])
             truncated = (exit_aware.weight, exit_aware.reference(hs.device), depths)
-        total += train_step(laya, tuned, hs, targets, req.objective, opt, req.layer_dropout, sample, align, truncated)
+        total += train_step(laya, tuned, hs, targets, req.lm.objective, opt, t.layer_dropout, sample, align, truncated)
         steps += 1
     if steps == 0:
-        raise LayaError(f"{req.dataset}: the training text is shorter than one block of {block} tokens")
+        raise LayaError(f"{req.data.name}: the training text is shorter than one block of {block} tokens")
     return total / steps, steps
 
 
-def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) -> dict:
+def resolved_lm_request(req: TrainRequest) -> TrainRequest:
+    """``req`` as a language model's training reads it, in place: its settings checked (a classifier's refused in one
+    line: ``TrainRequest.validate``), the corpus named, the alignment and exit terms resolved to the language model's
+    defaults (``training.defaults``: λ 1 against the network target; a target given alone is λ 1), what the head
+    reads resolved. Idempotent: ``laya bench`` resolves its template once, each run again."""
+    req.validate()
+    check_corpus_name(req.data.name)
+    req.train = resolved_alignment(req.train, "lm", False, "laya", pool="last")
+    if req.train.align_removal not in ("auto", "bypass"):
+        raise LayaError(f"--align-removal {req.train.align_removal}: a language model's layers are removed by bypass "
+                        "(the default, auto, or bypass)")  # fmt: skip
+    req.head_config = resolved_lm_head(req.head_config)
+    return req
+
+
+def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = None) -> dict:
     """Train the LAYA head and the tuned lens, measure them beside the logit lens and the model, write the
     checkpoint (atomically) and return it."""
-    req.objective = match_choice("--objective", req.objective, OBJECTIVES)
-    req.lens = match_choice("--lens", req.lens, LENSES)
-    if req.lens_sample < 0:
-        raise LayaError(f"--lens-sample must be 0 (every position) or positive, got {req.lens_sample}")
-    if req.lens_tokens < 0:
-        raise LayaError(f"--lens-tokens must be 0 (every held-out position) or positive, got {req.lens_tokens}")
-    if not 0 <= req.layer_dropout < 1:
-        raise LayaError(f"--layer-dropout must be in [0, 1), got {req.layer_dropout}")
-    if not (math.isfinite(req.exit_aware) and req.exit_aware >= 0):
-        raise LayaError(f"--exit-aware must be 0 (off) or positive, got {req.exit_aware}")
-    check_alignment(req)
+    t = resolved_lm_request(req).train
+    if req.out:  # the Python API's run writes nothing until the model is saved
+        check_writable(req.out)
     corpus = _corpus(req)
-    spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained, task="lm")
-    lm = build_language_model(spec, device_map=req.device_map)
+    spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained is not False, task="lm")
+    lm = build_language_model(spec, device_map=req.lm.device_map)
     _with_tokenizer(lm, corpus)
     block = _block_size(req, lm)
-    lm.to(req.device)  # a model placed by --device-map stays where it is; the heads sit with its readout
+    lm.to(t.device)  # a model placed by --device-map stays where it is; the heads sit with its readout
     device = lm.head_device
-    torch.manual_seed(req.seed)
+    torch.manual_seed(t.seed)
     width = int(lm.readout.unembedding.weight.shape[1])
-    req.head = resolved_lm_head(req.head)
-    laya = LayaLM(lm.num_layers, width, lm.readout, req.head.validate()).to(device)
-    tuned = TunedLens(lm.num_layers, width, lm.readout).to(device) if req.lens == "tuned" else None
+    laya = LayaLM(lm.num_layers, width, lm.readout, req.head_config).to(device)
+    tuned = TunedLens(lm.num_layers, width, lm.readout).to(device) if req.lm.lens == "tuned" else None
     params = [p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=req.lr)
-    history, best, best_state, metrics, stale = [], None, None, None, 0
-    reference = ReferenceSum(req.eval_tokens)
+    opt = torch.optim.Adam(params, lr=t.lr)
+    reference = ReferenceSum(req.lm.eval_tokens)
     aligned = None
-    if req.align:
-        aligned = TokenAlignment(req.align, req.align_scope, req.align_loss, req.seed, req.align_target, reference)
+    if t.align:
+        aligned = TokenAlignment(t.align, t.align_scope, t.align_loss, t.seed, t.align_target, reference)
     if lm.num_layers < 2:  # one layer: no depth to exit at, nothing to truncate (recorded as off)
-        req.exit_aware = 0.0
-    exit_aware = ExitAware(req.exit_aware, reference, req.seed) if req.exit_aware else None
-    for epoch in range(1, req.epochs + 1):
+        t.exit_aware = 0.0
+    exit_aware = ExitAware(t.exit_aware, reference, t.seed) if t.exit_aware else None
+    terms = (opt, reference, aligned, exit_aware)
+    history, metrics, best_state = _epochs(lm, laya, tuned, corpus, req, block, terms, on_epoch)
+    laya.load_state_dict(best_state[0], strict=False)
+    if tuned is not None:
+        tuned.load_state_dict(best_state[1], strict=False)
+    # metrics: the best epoch's held-out figures, measured on the weights just restored (not measured again)
+    ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference.means())
+    if is_main() and req.out:  # under torchrun every rank holds the same heads; rank 0 writes
+        save_checkpoint(ckpt, req.out)
+    barrier()
+    return ckpt
+
+
+def _epochs(lm, laya, tuned, corpus, req: TrainRequest, block: int, terms, on_epoch) -> tuple[list, dict, tuple]:
+    """Every epoch until ``--patience`` epochs did not improve the held-out objective: the history, the best
+    epoch's held-out figures and its weights."""
+    opt, reference, aligned, exit_aware = terms
+    t, settings = req.train, req.lm
+    history, best, best_state, metrics, stale = [], None, None, None, 0
+    for epoch in range(1, t.epochs + 1):
         start = time.perf_counter()
         summed = reference if epoch == 1 else None
         loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, summed, aligned, exit_aware)
-        held_out = batches(lm, corpus, "test", block, req.batch_size)
-        val = evaluate(lm, laya, tuned, held_out, req.eval_tokens, req.lens, req.lens_tokens)
-        score = val["heads"]["laya"][req.objective]
+        held_out = batches(lm, corpus, "test", block, t.batch_size)
+        val = evaluate(lm, laya, tuned, held_out, settings.eval_tokens, settings.lens, settings.lens_tokens)
+        score = val["heads"]["laya"][settings.objective]
         improved = best is None or score < best
         record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
                          time.perf_counter() - start, improved)  # fmt: skip
@@ -413,39 +409,36 @@ def train_lm(req: LMRequest, on_epoch: Callable[[LMEpoch], None] | None = None) 
         if on_epoch:
             on_epoch(record)
         if improved:
-            best, best_state, metrics, stale = (
-                score,
-                (copy.deepcopy(stored_weights(laya)), tuned and copy.deepcopy(stored_weights(tuned))),  # .cpu() aliases
-                val,
-                0,
-            )
+            weights = (copy.deepcopy(stored_weights(laya)), tuned and copy.deepcopy(stored_weights(tuned)))
+            best, best_state, metrics, stale = score, weights, val, 0  # deepcopy: .cpu() aliases
         else:
             stale += 1
-            if stale >= req.patience:
+            if stale >= t.patience:
                 break
-    laya.load_state_dict(best_state[0], strict=False)
-    if tuned is not None:
-        tuned.load_state_dict(best_state[1], strict=False)
-    # metrics: the best epoch's held-out figures, measured on the weights just restored (not measured again)
-    ckpt = lm_checkpoint(lm, laya, tuned, req, block, corpus, history, metrics, reference.means())
-    if is_main():  # under torchrun every rank holds the same heads; rank 0 writes
-        save_checkpoint(ckpt, req.out)
-    barrier()
-    return ckpt
+    return history, metrics, best_state
 
 
-def train_config(req: LMRequest) -> dict:
+def train_config(req: TrainRequest) -> dict:
     """The training options a checkpoint records (``train_config``; ``laya bench --task lm`` reuses a checkpoint
-    whose record matches)."""
-    config = {k: v for k, v in asdict(req).items() if k not in ("head", "out", "command_line")}
-    if not config["align"]:  # no term: recorded as before it existed (an older record still compares equal)
-        config = {k: v for k, v in config.items() if not k.startswith("align")}
-    if not config["exit_aware"]:  # likewise
-        del config["exit_aware"]
+    whose record matches): the settings a language model's training reads, resolved."""
+    t, settings, data = req.train, req.lm, req.data
+    config = {
+        "backbone": req.backbone, "dataset": data.name, "text_column": data.text_column, "encoding": data.encoding,
+        "block_size": settings.block_size, "batch_size": t.batch_size, "epochs": t.epochs, "patience": t.patience,
+        "lr": t.lr, "objective": settings.objective, "lens": settings.lens, "lens_sample": settings.lens_sample,
+        "lens_tokens": settings.lens_tokens, "eval_tokens": settings.eval_tokens, "layer_dropout": t.layer_dropout,
+        "seed": t.seed, "device": t.device, "device_map": settings.device_map, "layers": list(req.layers),
+        "pretrained": req.pretrained is not False,
+    }  # fmt: skip
+    if t.align:  # no term: recorded as before it existed (an older record still compares equal)
+        config |= {"align": t.align, "align_target": t.align_target, "align_loss": t.align_loss,
+                   "align_scope": t.align_scope}  # fmt: skip
+    if t.exit_aware:  # likewise
+        config["exit_aware"] = t.exit_aware
     return config | {"out": str(req.out)}
 
 
-def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, history, metrics, reference) -> dict:
+def lm_checkpoint(lm, laya, tuned, req: TrainRequest, block: int, corpus: Corpus, history, metrics, reference) -> dict:
     """The checkpoint of ``--task lm`` (docs/checkpoint.md): the model by name and SHA-256 (never its weights), the
     two heads' weights without the model's readout, the held-out figures."""
     backbone = lm.backbone
@@ -461,11 +454,16 @@ def lm_checkpoint(lm, laya, tuned, req: LMRequest, block: int, corpus: Corpus, h
         },
         "layers": list(backbone.layer_names),
         "dims": [int(r.shape[-1]) for r in reference],
-        "head": {"kind": "laya", "config": req.head.to_dict(), "weights": stored_weights(laya)},
+        "head": {"kind": "laya", "config": req.head_config.to_dict(), "weights": stored_weights(laya)},
         "tuned_lens": {"weights": stored_weights(tuned)} if tuned is not None else None,  # --lens logit|none
-        "lens": {"kind": req.lens, "sample": req.lens_sample, "tokens": req.lens_tokens},
+        "lens": {"kind": req.lm.lens, "sample": req.lm.lens_sample, "tokens": req.lm.lens_tokens},
         "classes": [],
-        "dataset": {"name": req.dataset, "source": str(corpus.root), "block_size": block, "objective": req.objective},
+        "dataset": {
+            "name": req.data.name,
+            "source": str(corpus.root),
+            "block_size": block,
+            "objective": req.lm.objective,
+        },  # fmt: skip
         "reference": reference,
         "history": history,
         "metrics": metrics,

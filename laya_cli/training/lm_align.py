@@ -23,8 +23,6 @@ a step) and save nothing; at E epochs it would save (E − 1)/E of them. The cos
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -32,9 +30,9 @@ from ..auditing.metrics import lolo_effects
 from ..auditing.network.patching import removal_effects
 from ..auditing.tokens import bypassed_states
 from ..runtime import distributed
-from ..runtime.config import ALIGN_LOSSES, ALIGN_SCOPES, ALIGN_TARGETS, NETWORK_TARGETS
-from ..runtime.errors import LayaError, match_choice
+from ..runtime.errors import LayaError
 from .alignment import alignment_loss
+from .settings import NETWORK_TARGETS
 
 # The positions of each batch whose effects are computed, all drawn from one of its blocks: one bypassed pass of a
 # block (L of them) gives every position's states, so the cost is L passes of one block whatever k ≤ T − 1; the
@@ -76,18 +74,6 @@ def head_target(head: nn.Module, clean: Tensor, reference: Tensor):
 
 
 HEAD_TARGETS = ("head", "both")  # the targets with the head's own term
-
-
-def check_alignment(req) -> None:
-    """An ``LMRequest``'s alignment options, in place (the Python API's path; ``laya train`` resolved them from the
-    declared settings first): λ ≥ 0 and finite, a target named whenever λ > 0, the loss and scope by name."""
-    req.align_loss = match_choice("--align-loss", req.align_loss, ALIGN_LOSSES)
-    req.align_scope = match_choice("--align-scope", req.align_scope, ALIGN_SCOPES)
-    req.align_target = match_choice("--align-target", req.align_target, ALIGN_TARGETS)
-    if not (isinstance(req.align, (int, float)) and math.isfinite(req.align) and req.align >= 0):
-        raise LayaError(f"--align must be 0 (off) or positive, got {req.align}")
-    if not req.align and (req.align_target != "head" or req.align_loss != "rank"):
-        raise LayaError("--align-target network and --align-loss say how --align fits α: add --align 1")
 
 
 class TokenAlignment:

@@ -24,7 +24,6 @@ from ..data.images import take
 from ..features.extraction import batches
 from ..model.laya_model import EndToEnd
 from ..runtime import distributed
-from ..runtime.config import TrainConfig, TrainRequest, diff_options
 from ..runtime.device import to_device
 from ..runtime.distributed import cat_rows, gather_rows, shard_bounds
 from ..runtime.errors import LayaError
@@ -32,6 +31,7 @@ from ..runtime.fileio import atomic_torch_save
 from ..runtime.progress import log, track
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
+from .settings import TrainConfig, TrainRequest, diff_options
 from .shaping import AlphaShaping
 from .stopping import stopping_score, validation_faithfulness
 

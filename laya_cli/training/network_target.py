@@ -36,11 +36,12 @@ import torch
 from torch import Tensor, nn
 
 from ..auditing.network.patching import NetworkScope, removal_effects
+from ..auditing.settings import BY_INPUT
 from ..data.images import image_batches, take
 from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
 from ..runtime import distributed
-from ..runtime.config import BY_INPUT, IN_MEMORY_MB, in_memory_budget_mb
 from ..runtime.device import to_device
+from ..runtime.environment import IN_MEMORY_MB, in_memory_budget_mb
 from ..runtime.errors import LayaError
 from ..runtime.progress import log, track
 from .alignment import EMA_MOMENTUM, Alignment, alignment_loss

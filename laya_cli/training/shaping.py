@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..runtime.config import TrainConfig
 from .exit_aware import TruncatedTerm
+from .settings import TrainConfig
 
 
 def layer_dropout_mask(

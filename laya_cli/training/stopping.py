@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..auditing.metrics import degenerate_effects, lolo_effects, spearman_rows
-from ..runtime.config import TIE_TOL
+from ..auditing.settings import TIE_TOL
 from ..runtime.device import to_device
 
 

@@ -15,23 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...runtime.config import TIE_TOL
 from ...runtime.fileio import json_safe
 from ...stats.mcnemar import mcnemar
 from ...stats.multiple import adjust
 from ...stats.permutation import paired_profile_test
 from .profiles import Profiles
+from .settings import DiffSettings
 
 QUANTITIES = ("alpha", "delta", "contrib")  # the per-layer means compared
-
-
-@dataclass(frozen=True)
-class DiffSettings:
-    permutations: int = 1000
-    alpha: float = 0.05  # significance level of a changed class (after correction)
-    correction: str = "holm"  # holm | bh | none
-    seed: int = 0
-    tie_tol: float = TIE_TOL  # |Δ| at most this is rounding: 0 in the |Δ| share (0 = exact zeros only)
 
 
 @dataclass
@@ -127,7 +118,7 @@ def compare_profiles(
         v["p_adjusted"] = float(adj)
         v["changed"] = bool(adj < settings.alpha)
     return DiffResult(
-        settings={**settings.__dict__},
+        settings=settings.tested(),
         layers=list(layers),
         n_samples=len(a.label),
         profile="alpha" if use_alpha else "|delta| share",

@@ -3,16 +3,23 @@ audited on the same samples, their per-sample numbers compared (``compare``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from ...data.settings import EvalRequest, check_encoding
 from ...model.evaldata import load_eval_data
-from ...model.laya_model import load_model
-from ...runtime.config import Removal, check_encoding
+from ...model.laya_model import model_from_checkpoint
+from ...model.settings import LoadSettings
+from ...runtime.declare import refuse_other_task
 from ...runtime.errors import LayaError
 from ..metrics import check_removal
 from ..network.checks import check_network_scope
-from .compare import DiffResult, DiffSettings, compare_profiles
+from ..settings import Removal
+from .compare import DiffResult, compare_profiles
 from .profiles import model_profiles, network_deltas
+from .settings import DiffSettings
+from .tokens import checkpoint_kinds, diff_lm_checkpoints
 
 
 def check_comparable(a, b, path_a: str, path_b: str) -> None:
@@ -39,7 +46,35 @@ def check_gate(changed_if: str | None, classes: list[str]) -> str | None:
     raise LayaError(f"--fail-if-changed {changed_if}: no such class (any, or one of {', '.join(classes)})")
 
 
+def diff_checkpoints(
+    path_a,
+    path_b,
+    settings: DiffSettings,
+    data: EvalRequest,
+    load: LoadSettings,
+    on_classes: Callable[[list[str]], None] = lambda classes: None,
+    use_cache: bool = True,
+) -> DiffResult | dict:
+    """``laya diff``'s job on two checkpoint files of one task: two classifiers compared class by class
+    (``diff_models``), two language models token by token (``tokens.diff_lm_checkpoints``: the JSON document). The
+    settings of the other task are refused in one line first; ``on_classes(classes)``: what the caller checks
+    against a classifier's classes before any work (``--fail-if-changed``; a language model's: none)."""
+    task, ckpts = checkpoint_kinds(str(path_a), str(path_b))
+    for given in (settings, data, load):
+        refuse_other_task(given, task)
+    if task == "lm":
+        on_classes([])
+        return diff_lm_checkpoints(ckpts, (str(path_a), str(path_b)), settings, data, load)
+    a, b = (model_from_checkpoint(c) for c in ckpts)
+    check_comparable(a, b, str(path_a), str(path_b))
+    on_classes(list(a.classes))
+    where = (data.dataset, data.data_dir, data.samples, settings.seed)
+    return diff_models(a, b, str(path_a), str(path_b), *where, settings, use_cache, data.encoding)
+
+
 def diff_models(
+    a,
+    b,
     path_a: str,
     path_b: str,
     dataset: str | None = None,
@@ -47,20 +82,17 @@ def diff_models(
     samples: int | None = None,
     seed: int = 0,
     settings: DiffSettings | None = None,
-    ablation: str = "mean",
-    device: str = "cpu",
     use_cache: bool = True,
-    scope: str = "head",
     encoding: str | None = None,
 ) -> DiffResult:
-    """Both models on the same samples, compared; ``scope``: where a layer is removed for Δ (``head``: at the
-    head's inputs, direct effects; ``network``: patched inside the backbone, total effects)."""
+    """Two comparable classifiers (``a`` and ``b``, loaded from ``path_a`` and ``path_b``) on the same samples,
+    compared; ``settings.scope``: where a layer is removed for Δ (``head``: at the head's inputs, direct effects;
+    ``network``: patched inside the backbone, total effects)."""
     settings = settings or DiffSettings()
-    a, b = load_model(path_a), load_model(path_b)
-    check_comparable(a, b, path_a, path_b)
+    scope, device = settings.scope, settings.device
     if scope not in ("head", "network"):
         raise LayaError(f"--scope {scope}: laya diff takes head or network")
-    removal = Removal.parse(ablation)
+    removal = Removal.parse(settings.ablation)
     check_diff(a, b, removal, scope)
     check_encoding(encoding)  # before any work
     data_a = load_eval_data(a, dataset, data_dir, samples, seed, device, use_cache=use_cache, encoding=encoding)

@@ -19,29 +19,42 @@ import torch
 
 from ...model.checkpoint import read_checkpoint
 from ...model.lenses import is_language_model, lens_model_from_checkpoint, same_frozen_model
-from ...runtime.config import AuditSettings
 from ...runtime.errors import LayaError
 from ...runtime.fileio import json_safe
 from ...stats.audit_columns import STATISTICS, masked, paired_change
 from ...stats.bootstrap import column_mean
 from ...stats.mcnemar import mcnemar
-from ..tokens import token_audit_job, token_data
+from ..names import parse_methods
+from ..settings import AuditSettings
+from ..tokens import TOKENS_AUDITED, token_audit_job, token_data
 
 METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 DEFAULT_METHODS = ("laya", "gradxact")
 SCOPES = ("head", "network", "both")
 
 
-def checkpoint_kinds(path_a: str, path_b: str) -> tuple[dict, dict] | None:
-    """Both checkpoints read when both are language models' (None when both are classifiers'); one of each is
-    refused in one line."""
+def checkpoint_kinds(path_a: str, path_b: str) -> tuple[str, tuple[dict, dict]]:
+    """Both checkpoints read, with their one task (``lm`` or ``classify``); one of each is refused in one line."""
     a, b = read_checkpoint(path_a), read_checkpoint(path_b)
     lm_a, lm_b = is_language_model(a), is_language_model(b)
     if lm_a != lm_b:
         lm, other = (path_a, path_b) if lm_a else (path_b, path_a)
         raise LayaError(f"laya diff compares two language models or two classifiers: {lm} is a language model's "
                         f"checkpoint (laya train --task lm), {other} a classifier's")  # fmt: skip
-    return (a, b) if lm_a else None
+    return ("lm" if lm_a else "classify"), (a, b)
+
+
+def diff_lm_checkpoints(ckpts: tuple[dict, dict], paths: tuple[str, str], settings, data, load) -> dict:
+    """Two language models' checkpoints (read) compared token by token with ``DiffSettings`` ``settings`` on the
+    positions ``data`` names (``TOKENS_AUDITED`` held-out ones by default): the JSON document."""
+    if settings.ablation not in ("mean", "bypass"):
+        raise LayaError(f"a language model's diff removes a layer by its mean (head) or bypasses it (network): "
+                        f"--ablation {settings.ablation} applies to classifiers")  # fmt: skip
+    audit = AuditSettings(tie_tol=settings.tie_tol, seed=settings.seed, device=settings.device, ci=settings.ci)
+    return diff_language_models(
+        ckpts, paths, parse_methods(settings.compare), audit.validate(), settings.scope, data.dataset,
+        data.samples or TOKENS_AUDITED, settings.bootstrap, data.encoding, load.device_map,
+    )  # fmt: skip
 
 
 def check_comparable_lm(a: dict, b: dict, path_a: str, path_b: str, dataset: str | None) -> None:

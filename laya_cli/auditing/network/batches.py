@@ -13,7 +13,6 @@ from torch import Tensor
 
 from ...data.images import image_batches
 from ...features.extraction import to_float_images
-from ...runtime.config import AuditSettings
 from ...runtime.device import to_device
 from ..ig_steps import steps_summary
 from ..intervals import network_intervals
@@ -22,6 +21,7 @@ from ..metrics import degenerate_effects, deletion_at_1, lolo_effects, spearman_
 from ..registry import METHODS, having
 from ..results import ties_block
 from ..scaffold import AuditPlan, Rows
+from ..settings import AuditSettings
 from .patching import NetworkScope
 from .reference import network_reference
 from .results import NetworkResult, method_scores, scope_comparison

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ...runtime.config import BY_INPUT
 from ...runtime.errors import LayaError
 from ..registry import METHODS
+from ..settings import BY_INPUT
 
 
 def check_network_scope(model, removal: str, methods: Sequence[str] = ()) -> None:

@@ -10,9 +10,9 @@ import torch
 from torch import Tensor, nn
 
 from ...backbones.adapters import stack_copies
-from ...runtime.config import BY_INPUT
 from ...runtime.errors import LayaError
 from ..metrics import target_probability
+from ..settings import BY_INPUT
 from .methods import LayerAttributions, blended_layer_ig
 
 

@@ -31,8 +31,8 @@ def _training_means(model, ablation: str, device: str, use_cache: bool) -> list[
     from ...features.cache import FeatureCache, feature_key
     from ...features.extraction import LayerFeatures, tap_outputs, tap_updates
     from ...model.evaldata import model_dataset
-    from ...runtime.config import digest
     from ...runtime.distributed import is_main
+    from ...runtime.fileio import digest
 
     what = "tap means" if ablation == "mean" else "mean updates"
     if model.checkpoint.get("dataset", {}).get("name") == USER_DATASET:

@@ -25,7 +25,8 @@ AUDIT_METRICS = (
     "defined",
     "undefined",
 )
-EPOCH_FIELDS = ("loss", "train_accuracy", "val_accuracy", "seconds")
+# An epoch's figures (a classifier's EpochRecord has the accuracies, a language model's LMEpoch the bits)
+EPOCH_FIELDS = ("loss", "train_accuracy", "val_accuracy", "val_kl_bits", "val_ce_bits", "seconds")
 TRAIN_METRICS = ("test_accuracy", "test_macro_f1", "val_accuracy", "best_epoch", "epochs_run")
 
 
@@ -37,14 +38,18 @@ def log_files(tracker: Tracker, files) -> None:
 
 
 def log_epoch(tracker: Tracker, record) -> None:
-    """One ``EpochRecord`` of training, at its epoch."""
-    tracker.metrics({metric_key("train", k): getattr(record, k) for k in EPOCH_FIELDS}, step=record.epoch)
+    """One epoch of training (an ``EpochRecord`` or a language model's ``LMEpoch``), at its epoch."""
+    figures = {metric_key("train", k): getattr(record, k) for k in EPOCH_FIELDS if hasattr(record, k)}
+    tracker.metrics(figures, step=record.epoch)
 
 
 def log_train(tracker: Tracker, ckpt: dict, out) -> None:
     """A finished training: its test metrics, what it trained, and the checkpoint itself."""
     m = ckpt.get("metrics") or {}
-    tracker.metrics({metric_key(k): m.get(k) for k in TRAIN_METRICS})
+    held_out = {
+        metric_key("held_out", f"{head}_{k}"): v for head, f in (m.get("heads") or {}).items() for k, v in f.items()
+    }
+    tracker.metrics({**{metric_key(k): m.get(k) for k in TRAIN_METRICS}, **held_out})  # held_out: a language model's
     tracker.tags({"laya.head": ckpt["head"]["kind"], "laya.layers": ",".join(ckpt.get("layers", []))})
     log_files(tracker, [out])
 

@@ -1,13 +1,16 @@
-"""A setting declared once: a dataclass field that carries its command-line option and its checks.
+"""How a setting is declared: a dataclass field that carries its command-line option and its checks.
 
     steps: int = setting(32, "Integrated Gradients: the most steps per sample.", minimum=1)
 
-``setting`` is a ``dataclasses.field`` whose metadata holds an ``Option``. From it the command line builds its
-Typer options (``cli/declared.py``: flag, help, metavar, the default), the Python API takes the same names as
-keywords (``settings_of``, ``build``), ``check_fields`` applies the declared checks in ``validate()`` (a number
-finite and within its bounds, a choice in its canonical spelling) and the docs' option tables are written from
-it (``tools/option_tables.py``). What involves several fields stays in the dataclass's ``validate()``. No
-torch and no typer here: the gates and ``laya --help`` read these without either.
+``setting`` is a ``dataclasses.field`` whose metadata holds an ``Option``. Each stage declares its own settings
+with it (``model/settings.py``, ``data/settings.py``, ``training/settings.py``, ``auditing/settings.py``, …); from
+the declarations the command line builds its Typer options (``cli/declared.py``: flag, help, metavar, the default),
+the Python API takes the same names as keywords (``takes_settings``, ``build``), ``check_fields`` applies the
+declared checks in ``validate()`` (a number finite and within its bounds, a choice in its canonical spelling),
+``refuse_other_task`` refuses a setting of one task given to the other, and the docs' option tables are written
+from them (``tools/option_tables.py``). What involves several fields stays in the dataclass's ``validate()``.
+The generic checks of single values (``check_at_least``, ``split_csv``, ``check_unit_interval``) are here too.
+No torch and no typer here: the gates and ``laya --help`` read these without either.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import difflib
 import functools
 import inspect
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass
@@ -50,6 +54,7 @@ class Option:
     command_default: object = UNSET  # the command line's default where it is not the field's (device: auto)
     cli_type: object = None  # what the flag parses to where the field holds something else (a comma list: str)
     api: bool = True  # False: a command-line option only (where the file is written, how it is shown)
+    task: str | None = None  # the one task that reads it ("classify" or "lm"); None: both
 
     def name(self, field_name: str) -> str:
         return self.param or field_name
@@ -138,12 +143,64 @@ def settings_of(*classes, api: bool = True) -> list[str]:
     return [d.name for cls in classes for d in declared(cls) if d.option.api or not api]
 
 
-def build(cls, values: dict, **fixed):
-    """``cls`` from keyword values given by their option names (``values`` may hold others': they are left);
-    ``fixed``: fields set by the caller whatever ``values`` holds."""
-    names = {d.name: d.field for d in declared(cls)}
-    kwargs = {names[k]: v for k, v in values.items() if k in names and names[k] not in fixed}
+def nested(cls) -> list[tuple[str, type]]:
+    """The fields of ``cls`` that hold another settings dataclass (TrainRequest.head_config, .data, .train)."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
+
+
+def build(cls, values: dict, *, offered=None, rename: dict | None = None, **fixed):
+    """``cls`` from values given by their option names, its nested settings classes built from the same values
+    (``values`` may hold others': they are left); ``fixed``: fields set by the caller whatever ``values`` holds.
+    ``offered(name)``: whether the caller offers that setting (a command offers some: ``cli.declared.Use``);
+    ``rename``: the names a caller spells otherwise (bench's ``audit_seed`` for the audit's ``seed``)."""
+    rename = rename or {}
+    kwargs = {}
+    for d in declared(cls):
+        name = rename.get(d.name, d.name)
+        if name in values and d.field not in fixed and (offered is None or offered(d.name)):
+            kwargs[d.field] = as_field(d, values[name])
+    for name, sub in nested(cls):
+        if name not in fixed and (offered is None or offered(name)):
+            kwargs[name] = build(sub, values, offered=offered)
     return cls(**kwargs, **fixed)
+
+
+def as_field(d: Declared, value):
+    """A value as the field holds it (a path given for a text field: its text)."""
+    return str(value) if isinstance(value, os.PathLike) and d.type in (str, str | None) else value
+
+
+def values_of(obj) -> dict:
+    """The declared settings of ``obj`` (and of its nested settings objects) by option name."""
+    out = {d.name: getattr(obj, d.field) for d in declared(type(obj))}
+    for name, _ in nested(type(obj)):
+        out.update(values_of(getattr(obj, name)))
+    return out
+
+
+def other_task_settings(obj, task: str) -> list[str]:
+    """The flags of ``obj``'s settings (nested ones too) that only the other task reads and that are set to
+    another value than their default: they would be ignored."""
+    out = [
+        d.flag
+        for d in declared(type(obj))
+        if d.option.task not in (None, task) and getattr(obj, d.field) not in (d.default, d.command_default)
+    ]
+    return out + [flag for name, _ in nested(type(obj)) for flag in other_task_settings(getattr(obj, name), task)]
+
+
+TASK_WORDS = {"classify": "classifiers (--task classify)", "lm": "language models (--task lm)"}
+
+
+def refuse_other_task(obj, task: str) -> None:
+    """One line naming each setting of ``obj`` given for the other task (declared with ``task=``): it would be
+    ignored. Called by each job once the task is known (the request's, or the checkpoint's)."""
+    given = other_task_settings(obj, task)
+    if given:
+        other = next(t for t in TASK_WORDS if t != task)
+        verb = "applies" if len(given) == 1 else "apply"
+        raise LayaError(f"{', '.join(given)} only {verb} to {TASK_WORDS[other]}, not to {TASK_WORDS[task]}")
 
 
 def refuse_unknown(given, known, what: str) -> None:
@@ -231,10 +288,40 @@ def takes_settings(*classes, skip: tuple[str, ...] = (), defaults: dict | None =
         call.__signature__ = sig.replace(parameters=own + extra)
         lines = [f"        {d.name}: {d.option.help} (``{d.flag}``)" for d in taken]
         call.__doc__ = (fn.__doc__ or "").rstrip() + (
-            "\n\n    Settings (keywords; the command line's options of the same name, declared in runtime/config.py):\n"
+            "\n\n    Settings (keywords; the command line's options of the same name, declared by each stage):\n"
             + "\n".join(lines)
             + "\n"
         )
         return call
 
     return decorate
+
+
+def check_at_least(option: str, value, minimum: int = 1) -> None:
+    """One rule for every count option: ``--samples``, ``--epochs``, ``--batch-size``…"""
+    if value is not None and value < minimum:
+        raise LayaError(f"{option} must be at least {minimum}, got {value}")
+
+
+def split_csv(value) -> list[str]:
+    """A comma list as its items (a list or tuple is taken as it is; None: none)."""
+    if value is None or isinstance(value, (list, tuple)):
+        return list(value or [])
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def check_unit_interval(option: str, values) -> tuple[float, ...]:
+    """Thresholds of a probability-like quantity: each in (0, 1] (a comma list is split), sorted, duplicates
+    dropped."""
+    out = []
+    for v in split_csv(values) if isinstance(values, str) else values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise LayaError(f"{option}: '{v}' is not a number") from None
+        if not 0 < f <= 1:
+            raise LayaError(f"{option} values must be in (0, 1], got {v}")
+        out.append(f)
+    if not out:
+        raise LayaError(f"{option} needs at least one threshold")
+    return tuple(sorted(set(out)))

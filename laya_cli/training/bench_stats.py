@@ -1,11 +1,17 @@
-"""``laya bench``'s intervals over seeds (docs/benchmarks.md): each run-level number's 95 % Student-t interval
-(``seed_interval``), and paired differences against ``laya`` — within a head, each method minus the ``laya``
-method on the same run; across heads, each head minus the ``laya`` head on the same seed — with their own
-t-intervals. Pairing by run removes what a seed's split and initialisation give every method and head alike."""
+"""What ``laya bench`` reports besides its runs, for classifiers and language models alike (docs/benchmarks.md):
+each run-level number's mean and 95 % Student-t interval over seeds (``seed_stats``, ``seed_interval``), paired
+differences against ``laya`` — within a head, each method minus the ``laya`` method on the same run; across heads,
+each head minus the ``laya`` head on the same seed — with their own t-intervals (pairing by run removes what a
+seed's split and initialisation give every method and head alike), the machine it ran on, and file-safe names of
+its folders (``slug``)."""
 
 from __future__ import annotations
 
 import math
+import os
+import platform
+import re
+import statistics
 
 LEVEL = 0.95
 PAIRED_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
@@ -60,3 +66,35 @@ def pair_with_laya(heads: dict, records: dict[str, list[dict]]) -> None:
             if all(p["available"] for p in mine + theirs):
                 vs[m] = {k: paired([p[k] for p in mine], [p[k] for p in theirs]) for k in PAIRED_METRICS}
         entry["vs_laya_head"] = vs
+
+
+def seed_stats(values: list[float]) -> dict:
+    """Mean, sample standard deviation (n − 1; null with one value) and the 95 % t-interval over seeds, NaN-free
+    values only."""
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    mean = statistics.fmean(vals) if vals else None
+    std = statistics.stdev(vals) if len(vals) > 1 else None
+    return {"mean": mean, "std": std, "n": len(vals), "values": list(values), **seed_interval(vals)}
+
+
+def machine() -> dict:
+    import torch
+
+    from .. import __version__
+
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": str(torch.__version__),
+        "laya": __version__,
+    }
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name()
+    return info
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of a dataset/backbone name (folder:~/x -> folder_x)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"

@@ -1,0 +1,66 @@
+"""``laya diff``'s settings: how two versions of a model are compared, per class (classifiers: a paired permutation
+test per class, corrected over the classes) or per token (language models: paired intervals of each method's
+change). Declared once (``runtime.declare.setting``); no torch, no numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...runtime.declare import check_fields, setting
+from ...runtime.environment import device_setting
+from ..settings import ABLATIONS, SCOPES, tie_tol_setting
+
+CORRECTIONS = ("holm", "bh", "none")  # stats.multiple.CORRECTIONS (numpy: not imported by laya --help)
+# What a diff's JSON records of its test (the scope and the removal are recorded beside them)
+TESTED = ("permutations", "alpha", "correction", "seed", "tie_tol")
+
+
+@dataclass
+class DiffSettings:
+    seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0)
+    permutations: int = setting(1000, "Permutations of each paired permutation test.", minimum=1, task="classify")
+    alpha: float = setting(
+        0.05,
+        "Significance level of a changed class, after correction.",
+        above=0,
+        below=1,
+        task="classify",
+    )
+    correction: str = setting(
+        "holm", "Multiple-testing correction over the classes: holm, bh or none.", choices=CORRECTIONS, task="classify"
+    )
+    scope: str = setting(
+        "head",
+        "Where a layer is removed for the LOLO effects Δ: head (at the head's inputs: direct effects) or network "
+        "(patched inside the backbone: total effects); language models also both.",
+        choices=SCOPES,
+    )
+    ablation: str = setting(
+        "mean",
+        "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); at "
+        "network scope also bypass or mean-update (language models: mean at head scope, bypass at network scope).",
+        choices=ABLATIONS,
+    )
+    tie_tol: float = tie_tol_setting()
+    compare: str = setting(
+        "gradxact",
+        "The methods besides laya and random whose per-token faithfulness and Deletion@1 are compared (ig, "
+        "gradxact, atp, …; comma list).",
+        task="lm",
+    )
+    ci: float = setting(
+        0.95, "The confidence level of each change's paired interval.", above=0, below=1, flag="--ci", task="lm"
+    )
+    bootstrap: int = setting(
+        1000, "Bootstrap resamples of the positions (paired: A and B resampled alike).", minimum=1, task="lm"
+    )
+    device: str = device_setting()
+
+    def validate(self) -> DiffSettings:
+        check_fields(self)
+        return self
+
+    def tested(self) -> dict:
+        """What a classifier's diff JSON records of its test."""
+        return {k: getattr(self, k) for k in TESTED}

@@ -1,0 +1,46 @@
+"""The export job ``laya export`` runs on a checkpoint file, whichever its task: a classifier's per-sample tables,
+class × layer profiles and report.html (``run.run_export``), a language model's per-token table, heat map and text
+explorer (``tokens.run_token_export``). The settings of the other task are refused in one line first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..data.settings import EvalRequest
+from ..model.checkpoint import checkpoint_task, read_checkpoint
+from ..model.lenses import lens_model_from_checkpoint
+from ..model.settings import LoadSettings
+from ..runtime.declare import refuse_other_task
+from ..runtime.memory import MemoryRequest
+from .run import Export, run_export
+from .settings import ExportSettings
+from .tokens import TokenExport, default_token_format, run_token_export
+
+
+def export_checkpoint(
+    path,
+    out: str | Path,
+    settings: ExportSettings,
+    data: EvalRequest,
+    load: LoadSettings,
+    overwrite: bool = False,
+    memory: MemoryRequest | None = None,
+) -> Export | TokenExport:
+    """Export the checkpoint at ``path`` to the folder ``out`` (written atomically; ``overwrite``: replace a
+    previous export there)."""
+    ckpt = read_checkpoint(path)
+    task = checkpoint_task(ckpt)
+    for given in (settings, data, load):
+        refuse_other_task(given, task)
+    if task == "lm":
+        model = lens_model_from_checkpoint(ckpt, load.device_map).to(settings.device)
+        fmt, info = settings.format or default_token_format(), {"checkpoint": str(path)}
+        return run_token_export(model, out, fmt, settings.plots, data.dataset, data.samples, overwrite, info,
+                                data.encoding)  # fmt: skip
+    return run_export(
+        path, out, fmt=settings.format or "csv", plots=settings.plots, strip=settings.strip, dataset=data.dataset,
+        data_dir=data.data_dir, encoding=data.encoding, samples=data.samples, seed=settings.seed,
+        device=settings.device, overwrite=overwrite, audit=settings.audit, depth=settings.depth, memory=memory,
+        model_card=settings.model_card, ckpt=ckpt,
+    )  # fmt: skip

@@ -1,0 +1,78 @@
+"""The model's settings: the head's (``HeadConfig``, recorded in the checkpoint) and how a checkpoint's model is
+loaded (``LoadSettings``: ``--arch``, ``--device-map``). Declared once (``runtime.declare.setting``); no torch.
+
+The head's defaults are the paper's (docs/metrics.md): d* = 96, τ = 1.5, ψ = identity, score_hidden = 192.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..runtime.declare import check_fields, setting
+
+PSI_CHOICES = ("identity", "mlp")
+READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lenses.py LayaLM)
+
+
+@dataclass
+class HeadConfig:
+    d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0)
+    tau: float = setting(1.5, "Softmax temperature of the attention (fixed).", above=0)
+    psi: str = setting(
+        "identity", "Shared transform ψ before scoring: identity or mlp.", choices=PSI_CHOICES, task="classify"
+    )
+    score_hidden: int = setting(192, "Hidden width of the scoring MLP.", above=0)
+    layer_norm: bool = setting(
+        False,
+        "Normalise every layer's r_i (LayerNorm without affine) before the head's adapters, so each layer "
+        "reaches the head at the same scale (docs/results/collapse.md).",
+        flag="--layer-norm/--no-layer-norm",
+        task="classify",
+    )
+    reads: str | None = setting(
+        None,
+        "What the head weighs of each layer: its state h_i (states), or the update its block added to the "
+        "residual stream, h_i − h_{i−1} (updates; h_1 as it is): α then weighs what removing a block removes, and α "
+        "uniform reads the model's own last state. Default: updates (docs/lm.md).",
+        choices=READS,
+        task="lm",
+    )
+
+    LATER = {"layer_norm": False, "reads": None}  # as DataRequest.LATER
+
+    def validate(self) -> HeadConfig:
+        check_fields(self)
+        return self
+
+    def to_dict(self) -> dict:
+        """As the checkpoint records it: the options added later only when set (a default run's config is what it
+        was before them; ``HeadConfig(**d)`` gives their defaults back)."""
+        return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
+
+
+def device_map_setting():
+    """``--device-map``: where a language model's layers go, at training and whenever its checkpoint is loaded."""
+    return setting(
+        None,
+        "A language model: transformers places the frozen model over the devices (auto, balanced, "
+        "balanced_low_0, sequential; needs accelerate), for a model larger than one device; the heads sit with its "
+        "readout (docs/lm.md).",
+        metavar="MAP",
+        task="lm",
+    )
+
+
+@dataclass
+class LoadSettings:
+    """How a checkpoint's model is rebuilt (``laya audit``, ``depth``, ``export``, ``diff``)."""
+
+    arch: str | None = setting(
+        None,
+        "Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.",
+        api=False,  # the API takes the model already built
+    )
+    device_map: str | None = device_map_setting()
+
+    def validate(self) -> LoadSettings:
+        check_fields(self)
+        return self

@@ -1,0 +1,36 @@
+"""``laya train``'s lines: one per epoch, and what the finished run measured on held-out data (a classifier's test
+accuracy, or a language model's table of layers and heads)."""
+
+from __future__ import annotations
+
+
+def epoch_line(r) -> str:
+    """One epoch (a classifier's ``EpochRecord`` or a language model's ``LMEpoch``); the best so far is marked."""
+    mark = " [green]*best[/]" if r.best else ""
+    if hasattr(r, "val_kl_bits"):  # a language model's: its held-out objective in bits per token
+        return (
+            f"epoch {r.epoch:3d}  loss {r.loss:.4f}  val KL {r.val_kl_bits:.4f} bits  val CE {r.val_ce_bits:.4f} bits  "
+            f"{r.seconds:.1f}s{mark}"
+        )
+    faithfulness = "" if r.val_faithfulness is None else f"  val faith {r.val_faithfulness:.4f}"
+    return (
+        f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  val acc {r.val_accuracy:.4f}"
+        f"{faithfulness}  {r.seconds:.1f}s{mark}"
+    )
+
+
+def trained_lines(ckpt: dict, out) -> list:
+    """What a finished run measured (rich renderables), ending with where its checkpoint went."""
+    m = ckpt["metrics"]
+    if ckpt.get("task") == "lm":
+        from .lm import lm_layers_table
+
+        laya = m["heads"]["laya"]
+        return [
+            lm_layers_table(m, ckpt["layers"]),
+            f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}",
+        ]
+    return [
+        f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
+        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}"
+    ]

@@ -1,0 +1,426 @@
+"""Training's settings: one ``laya train`` job (``TrainRequest``) with its head, data and training settings, and
+the settings only a language model's training reads (``LMSettings``). The task is a field of the request: a
+setting that applies to one task says so in its declaration (``task=``) and is refused for the other
+(``runtime.declare.refuse_other_task``). Declared once (``runtime.declare.setting``); no torch.
+
+The defaults are the paper's (docs/metrics.md, docs/usage.md): Adam lr 3e-4, batch 128, ≤ 50 epochs, patience 5,
+seed 1337.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..auditing.settings import NETWORK_ABLATIONS, NETWORK_SCOPES, SCOPES
+from ..backbones.spec import POOL_CHOICES
+from ..data.settings import DataRequest
+from ..model.settings import HeadConfig, device_map_setting
+from ..runtime.declare import check_fields, refuse_other_task, setting, split_csv
+from ..runtime.environment import CACHE_HELP, device_setting, precision_setting
+from ..runtime.errors import LayaError
+from ..runtime.fileio import digest
+
+TASKS = ("classify", "lm")
+FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how frozen features are stored (--feature-dtype)
+ALIGN_TARGETS = SCOPES  # --align-target: the audit scope α is aligned with (training/network_target.py)
+NETWORK_TARGETS = NETWORK_SCOPES  # the targets that remove blocks inside the network (both: the head's too)
+ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
+ALIGN_LOSSES = ("rank", "distill", "both")  # --align-loss (training/alignment.py)
+ALIGN_SOURCES = ("given", "default")  # TrainConfig.align_source (training/defaults.py)
+STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
+ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = setting(50, "Maximum epochs.", minimum=1)
+    batch_size: int = setting(128, "Batch size.", minimum=1)
+    lr: float = setting(3e-4, "Adam learning rate.", above=0, below=1e30, rule="positive and below 1e30 (a float32)")
+    patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1)
+    seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.", minimum=0)
+    device: str = device_setting()
+    align: float | None = setting(
+        None,
+        "λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
+        "heads; 0 = off). Default: per kind of model, from the measurements in docs/results/network-alignment.md "
+        "(0.3 with --align-target both for the built-in mlp trained end to end, 1 with network for a frozen "
+        "Hugging Face transformer and for --task lm; 0 elsewhere); recorded resolved.",
+        minimum=0,
+        rule="0 (off) or positive",
+    )
+    align_scope: str = setting(
+        "scorer",
+        "What the alignment loss trains: scorer (the scorer and ψ only, the default) or head (the adapters "
+        "too: the whole α path; docs/metrics.md#aligned-training).",
+        choices=ALIGN_SCOPES,
+    )
+    align_target: str | None = setting(
+        None,
+        "What --align ranks α against: head (the head's own leave-one-layer-out effects: direct), network (the "
+        "network-scope effects `laya audit --scope network` scores α against: each block removed inside the backbone; "
+        "a frozen backbone's removals are computed once per run, for a share of its rows; end to end on 32 rows of "
+        "every batch; --task lm: each layer bypassed, at 16 positions of one block a batch) or both (the two terms "
+        "summed, λ each; --task lm: the head's at the same positions, with the running r̄). Default: the kind of "
+        "model's (both for the built-in mlp end to end, network for a frozen hf: transformer and --task lm, else "
+        "head); given alone, "
+        "--align is 1.",
+        choices=ALIGN_TARGETS,
+    )
+    align_loss: str | None = setting(
+        None,
+        "How --align fits α to the effects: rank (RankNet's pairwise loss: their order), distill (cross-entropy to "
+        "softmax(Δ / 0.1): their sizes too) or both (the two summed). Default: the kind of model's (both for a "
+        "frozen Hugging Face transformer with mean pooling, else rank; docs/results/network-alignment.md); "
+        "recorded resolved.",
+        choices=ALIGN_LOSSES,
+    )
+    align_removal: str = setting(
+        "auto",
+        "--align-target network: how a block is removed — auto (bypass where every tapped block keeps its input's "
+        "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved.",
+        choices=("auto", *NETWORK_ABLATIONS),
+    )
+    align_source: str = setting(
+        "given",
+        "Where the term came from: given (by the caller) or default (the kind of model's, training/defaults.py). "
+        "A default term that cannot run on this data (a frozen backbone's network target on loaders of features "
+        "only: no inputs to cache its removals from) is dropped with a note; a given one is refused.",
+        choices=ALIGN_SOURCES,
+        cli=False,
+        api=False,
+    )
+    stop_on: str = setting(
+        "accuracy",
+        "Early stopping keeps the epoch with the best validation accuracy, or (combined, laya heads) the best "
+        "validation accuracy + faithfulness of α.",
+        choices=STOP_ON,
+        task="classify",
+    )
+    precision: str = precision_setting(task="classify")
+    # Training that keeps α informative (training/shaping.py, docs/results/collapse.md): each sample's α over a
+    # random subset of the layers (P each dropped, never all), a KL-to-uniform penalty on α with its schedule,
+    # and τ annealed linearly from tau_start (epoch 1) to the head's τ (the last epoch). 0 / None: off.
+    layer_dropout: float = setting(
+        0.0,
+        "Layer dropout while training (laya/scalarmix heads): each sample's α over a random subset of the "
+        "layers, each dropped with chance P (never all), renormalised; off at evaluation. 0 = off.",
+        metavar="P",
+        minimum=0,
+        below=1,
+        rule="in [0, 1) (the chance each layer is dropped)",
+    )
+    alpha_entropy: float = setting(
+        0.0,
+        "λ of a KL-to-uniform penalty on α, λ·(1 − H(α)/log L), that keeps the attention spread over "
+        "layers (laya heads; 0 = off; docs/results/collapse.md).",
+        metavar="λ",
+        minimum=0,
+        rule="0 (off) or positive",
+        task="classify",
+    )
+    alpha_entropy_schedule: str = setting(
+        "constant",
+        "--alpha-entropy's λ over the epochs: constant, or linear (from λ at epoch 1 to 0 at --epochs).",
+        choices=ENTROPY_SCHEDULES,
+        task="classify",
+    )
+    tau_start: float | None = setting(
+        None,
+        "Anneal the attention's τ linearly from T0 (epoch 1) to --tau (epoch --epochs) while training "
+        "(laya heads); validation and the checkpoint use --tau.",
+        metavar="T0",
+        above=0,
+        task="classify",
+    )
+    exit_aware: float | None = setting(
+        None,
+        "Weight W of exit-aware training: each training sample (--task lm: each position) is also predicted by the "
+        "head truncated at a random depth k < L (r̄ above k, α masked and renormalised), the prediction laya "
+        "depth's early exit reads; 0 = off. Default: per kind of model, from measurements (1 for --task lm and "
+        "the built-in mlp trained end to end, docs/depth.md and docs/lm.md; 0 elsewhere, and for a classifier "
+        "under torchrun, where it runs in one process only); recorded resolved.",
+        metavar="W",
+        minimum=0,
+        rule="0 (off) or positive",
+    )
+
+    LATER = {
+        "align_target": "head",  # align and align_target as resolved (training/defaults.py) for no term
+        "align_removal": "auto",
+        "align_loss": None,  # resolved by the job, with the backbone's pooling (training/defaults.py)
+        "align": 0.0,
+        "align_scope": "scorer",
+        "stop_on": "accuracy",
+        "layer_dropout": 0.0,
+        "alpha_entropy": 0.0,
+        "alpha_entropy_schedule": "constant",
+        "tau_start": None,
+        "exit_aware": 0.0,  # as resolved (training/defaults.py) for no term
+    }  # as DataRequest.LATER
+
+    def validate(self) -> TrainConfig:
+        check_fields(self)
+        if self.align_target in NETWORK_TARGETS and self.align == 0:
+            raise LayaError(
+                f"--align-target {self.align_target} says what --align trains α against: not with --align 0"
+            )
+        if self.align_removal != "auto" and self.align_target == "head":
+            raise LayaError(
+                "--align-removal says how --align-target network removes a block: add --align-target network"
+            )
+        return self
+
+    def shapes_alpha(self) -> list[str]:
+        """The options set that train α itself (``--align`` aside): they need a head with α."""
+        on = [("--layer-dropout", self.layer_dropout), ("--alpha-entropy", self.alpha_entropy),
+              ("--exit-aware", self.exit_aware)]  # fmt: skip
+        return [name for name, value in on if value] + (["--tau-start"] if self.tau_start is not None else [])
+
+
+OBJECTIVES = ("kl", "ce")
+LM_EVAL_TOKENS = 20_000
+LENSES = ("tuned", "logit", "none")  # --lens: the per-layer baseline trained and measured beside LAYA (docs/lm.md)
+# --lens-sample: positions per batch the lens is trained and measured on (docs/lm.md, "What it costs": at 16 the
+# tuned lens adds about 0.2x the model's forward to training on SmolLM2's 49k vocabulary; 0 = every position)
+LENS_SAMPLE = 16
+LENS_TOKENS = 256  # --lens-tokens: held-out positions of the lens table (SmolLM2: about 0.2x the forward at 2,000)
+
+
+@dataclass
+class LMSettings:
+    """What only ``--task lm`` reads (``laya train``, ``laya bench``; training/lm.py)."""
+
+    objective: str = setting(
+        "kl",
+        "train on the model's own next-token distribution (kl, as the tuned lens trains) or on the next token (ce).",
+        choices=OBJECTIVES,
+        task="lm",
+    )
+    block_size: int | None = setting(
+        None,
+        "tokens per training block (default: 128, or the model's positions).",
+        metavar="T",
+        minimum=1,
+        task="lm",
+    )
+    eval_tokens: int = setting(
+        LM_EVAL_TOKENS,
+        "held-out positions measured after each epoch and at the end.",
+        metavar="N",
+        minimum=1,
+        task="lm",
+    )
+    lens: str = setting(
+        "tuned",
+        "the per-layer baseline beside LAYA: tuned (a translator per layer, trained; the logit lens "
+        "measured with it), logit (the logit lens only, nothing trained) or none (no per-layer table).",
+        choices=LENSES,
+        task="lm",
+    )
+    lens_sample: int = setting(
+        LENS_SAMPLE,
+        "positions per batch (a seeded sample) the tuned lens is trained on, every layer of each; "
+        "0 = every position (a full-vocabulary readout per layer and position).",
+        metavar="K",
+        minimum=0,
+        rule="0 (every position) or positive",
+        task="lm",
+    )
+    lens_tokens: int = setting(
+        LENS_TOKENS,
+        "held-out positions (a seeded sample of the --eval-tokens) the lens table is measured on, "
+        "each figure with its 95 % interval; 0 = every held-out position (exact).",
+        metavar="N",
+        minimum=0,
+        rule="0 (every held-out position) or positive",
+        task="lm",
+    )
+    device_map: str | None = device_map_setting()
+
+    def validate(self) -> LMSettings:
+        check_fields(self)
+        return self
+
+
+@dataclass
+class TrainRequest:
+    """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
+
+    backbone: str = setting("mlp", "mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")
+    head: str = setting("laya", "laya, last, concat or scalarmix.", task="classify")
+    task: str = setting(
+        "classify",
+        "classify: a head predicting the dataset's classes; lm: a causal language model's next token at every "
+        "position (hf: decoders, --dataset text:PATH; docs/lm.md).",
+        choices=TASKS,
+    )
+    head_config: HeadConfig = field(default_factory=HeadConfig)
+    data: DataRequest = field(default_factory=DataRequest)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    lm: LMSettings = field(default_factory=LMSettings)
+    layers: list[str] = setting(
+        help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).",
+        factory=list,
+        cli_type=str | None,
+        command_default=None,
+    )
+    pool: str = setting(
+        "auto",
+        "Token pooling for B×N×D layers: auto, cls (first token), mean (over real tokens) or last (the last "
+        "real token; text decoders). auto: the family's choice (hf text: last for decoders, cls for encoders).",
+        choices=POOL_CHOICES,
+        task="classify",
+    )
+    pretrained: bool | None = setting(
+        None,
+        "Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or "
+        "a local hub cache).",
+        flag="--pretrained/--no-pretrained",
+    )  # None: pretrained for frozen hub backbones (vit_base, timm:, torchvision:)
+    weights: str | None = setting(
+        None,
+        "A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch.",
+        cli_type=Path | None,
+        task="classify",
+    )
+    arch: str | None = setting(
+        None,
+        "Your own architecture: module.path:callable or path/to/file.py:callable (imported: trusted code, "
+        "see docs/backbones.md); its weights come from --weights.",
+        task="classify",
+    )
+    input_size: int | None = setting(
+        None,
+        "Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).",
+        minimum=1,
+        task="classify",
+    )
+    max_length: int | None = setting(
+        None,
+        "Text models: most tokens per text, longer ones truncated (default: min(128, its positions)).",
+        minimum=1,
+        task="classify",
+    )
+    finetune: bool | None = setting(
+        None,
+        "Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.",
+        flag="--finetune/--frozen",
+        task="classify",
+    )  # None: end to end for built-ins, frozen otherwise
+    trust_pickle: bool = setting(
+        False,
+        "Allow --weights to be a fully pickled nn.Module. This runs code from the file: only for files you trust.",
+        task="classify",
+    )
+    use_cache: bool = setting(True, CACHE_HELP, param="cache", task="classify")
+    out: str = setting("model.pt", "Where to write the checkpoint.", cli_type=Path, api=False)
+    resume: bool = setting(
+        False,
+        "Continue an interrupted run from the state saved beside --out (same options).",
+        api=False,
+        task="classify",
+    )
+    feature_dtype: str = setting(
+        "float32",
+        "Frozen features as stored and trained on: float32, float16 or bfloat16 (halves the feature cache).",
+        choices=FEATURE_DTYPES,
+        task="classify",
+    )
+    restart: bool = setting(
+        False,
+        "Discard the state an interrupted run left beside --out and start over (without --resume or "
+        "--restart, such a state is an error).",
+        api=False,
+        task="classify",
+    )
+    # The command line that asked for the run, resolved ({"command", "values"}), recorded in the checkpoint so
+    # ``laya info --options-toml`` can write it back as a --config file (None: not from the command line).
+    command_line: dict | None = None
+
+    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataRequest.LATER
+
+    # Not part of what the run computes: where it is written, how, and on which device.
+    RUN_ONLY = ("out", "resume", "restart", "use_cache", "command_line")
+
+    @property
+    def state_path(self):
+        return Path(self.out).with_name(Path(self.out).name + ".state")
+
+    def options(self) -> dict:
+        """What must match for a run to be continued (``--resume``) or reused (``laya bench``)."""
+        d = asdict(self)
+        for k in (*self.RUN_ONLY, "task", "lm"):  # a classifier's (a language model's records: training/lm.py)
+            d.pop(k)
+        d["train"].pop("device")
+        d["train"].pop("precision")  # like the device: how the numbers are computed, not which
+        d["train"].pop("align_source")  # where the term came from, not what it computes
+        parts = ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER))
+        for part, later in (*parts, (d["head_config"], HeadConfig.LATER)):
+            for k, default in later.items():
+                if part.get(k) == default:
+                    part.pop(k)
+        return d
+
+    def recorded_options(self) -> dict:
+        """``options()`` as JSON holds them: what a training state and laya bench's run records store."""
+        return json.loads(json.dumps(self.options(), default=str))
+
+    def fingerprint(self) -> str:
+        return digest(**self.options())
+
+    @property
+    def is_lm(self) -> bool:
+        return self.task == "lm"
+
+    def validate(self) -> TrainRequest:
+        """The declared checks of every field, then a setting of the other task refused (it would be ignored),
+        then the checks that involve several fields."""
+        self.layers = split_csv(self.layers)
+        check_fields(self)
+        refuse_other_task(self, self.task)
+        self.data.validate()
+        self.train.validate()
+        self.head_config.validate()
+        self.lm.validate()
+        check_alpha_options(self.train, self.head)
+        return self
+
+
+def check_alpha_options(train: TrainConfig, head: str) -> None:
+    """The training options that act on α, for the head that has it: ``--align``, ``--stop-on combined``,
+    ``--alpha-entropy`` and ``--tau-start`` on the input-conditioned attention of a laya head, ``--layer-dropout``
+    on laya and scalarmix. One line naming the option, before any data is loaded (``laya train``, ``fit``)."""
+    if (train.align or train.align_target in NETWORK_TARGETS) and head.lower() != "laya":
+        option = "--align" if train.align else "--align-target"
+        raise LayaError(f"{option} needs input-conditioned attention α: --head laya (not {head})")
+    if train.stop_on == "combined" and head.lower() != "laya":
+        raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {head})")
+    head = head.lower()
+    if train.layer_dropout and head not in ("laya", "scalarmix"):
+        raise LayaError(f"--layer-dropout drops layers from α: --head laya or scalarmix (not {head})")
+    if train.exit_aware and head not in ("laya", "scalarmix"):
+        raise LayaError(f"--exit-aware trains the head with α masked above a depth: --head laya or scalarmix "
+                        f"(not {head})")  # fmt: skip
+    for option in train.shapes_alpha():
+        if option not in ("--layer-dropout", "--exit-aware") and head != "laya":
+            raise LayaError(f"{option} acts on input-conditioned attention α: --head laya (not {head})")
+
+
+def diff_options(recorded: dict, wanted: dict, defaults: dict | None = None, prefix: str = "") -> list[str]:
+    """Each option that differs, as 'train.lr 0.0003 -> 0.001' (nested dicts by dotted names).
+
+    An option absent from ``recorded`` (one a newer laya added) counts as changed only when
+    ``wanted`` sets it to something else than its entry in ``defaults``.
+    """
+    out = []
+    for k in sorted(set(recorded) | set(wanted)):
+        want = wanted.get(k)
+        have = recorded[k] if k in recorded else (defaults or {}).get(k, None)
+        if isinstance(have, dict) and isinstance(want, dict):
+            sub = (defaults or {}).get(k)
+            out += diff_options(have, want, sub if isinstance(sub, dict) else None, f"{prefix}{k}.")
+        elif have != want:
+            out.append(f"{prefix}{k} {have!r} -> {want!r}")
+    return out
