@@ -241,7 +241,8 @@ def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["tokens"] == 300 and {p["policy"] for p in doc["points"]} == {*token_exit.POLICIES, "oracle"}
     assert "threshold sweep" in (tmp_path / "d.md").read_text()
-    assert_user_error(invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt"), "--truncate only applies to classifiers")
+    r = invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt")
+    assert_user_error(r, "--truncate only applies to classifiers")
 
 
 @pytest.mark.parametrize(
