@@ -46,8 +46,8 @@ def child(model: str, samples: int, mode: str, compare: str, batch_size: int, da
     """
     import time
 
+    from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.names import parse_methods
-    from laya_cli.auditing.run import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model

@@ -126,7 +126,7 @@ def plain_inference(plain, model, images, device: str):
 def audit(model, images, steps: int, device: str, methods=("laya", "ig", "gradxact"), metrics=()):
     """The audit's work for these images: one tapped backbone pass, then head-only methods and the metrics asked
     for (``metrics``: the deeper groups, as ``laya audit --metrics``)."""
-    from laya_cli.auditing.run import run_audit
+    from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
 

@@ -31,8 +31,8 @@ def _fastest(fn, repeats: int) -> tuple[float, object]:
 
 
 def measure(model: str, samples: int, compare: str, n_boot: int, repeats: int, data_dir: str | None) -> dict:
+    from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.names import parse_methods
-    from laya_cli.auditing.run import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data
     from laya_cli.model.laya_model import load_model

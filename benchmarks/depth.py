@@ -48,8 +48,8 @@ def measure(
     import torch
 
     from laya_cli.data.images import take
+    from laya_cli.depthing.analysis import truncate_model
     from laya_cli.depthing.compute import model_flops, tap_flops
-    from laya_cli.depthing.run import truncate_model
     from laya_cli.depthing.settings import DepthSettings
     from laya_cli.features.extraction import to_float_images
     from laya_cli.model.evaldata import load_eval_data

@@ -86,8 +86,8 @@ def audit_and_plain(
     plain, model, images, precision: str, steps: int, repeats: int, device: str = "cuda"
 ) -> tuple[float, float]:
     """(seconds of the default audit, seconds of plain inference) on ``images`` at ``precision``."""
+    from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.names import parse_methods
-    from laya_cli.auditing.run import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures, to_float_images
     from laya_cli.runtime.device import autocast, to_device

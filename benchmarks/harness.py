@@ -121,7 +121,7 @@ def _job(name: str, size: dict, device: str) -> dict:
     import torch
 
     # Every process starts from the same floor: the modules the benchmarks use, imported up front.
-    import laya_cli.auditing.run  # noqa: F401
+    import laya_cli.auditing.head_scope  # noqa: F401
     import laya_cli.model.checkpoint  # noqa: F401
     import laya_cli.training.job  # noqa: F401
     from laya_cli.runtime import progress

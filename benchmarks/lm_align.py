@@ -129,18 +129,18 @@ def step_cost(a, steps: int) -> None:
     …, so a shared machine's load falls on both alike): the term's cost, measured in-process."""
     import torch
 
-    from laya_cli.backbones.causal import build_language_model
+    from laya_cli.backbones.lm import build_language_model
     from laya_cli.backbones.spec import BackboneSpec
     from laya_cli.data.corpus import open_corpus
-    from laya_cli.features.positions import batches, token_states
-    from laya_cli.model.lenses import LayaLM
+    from laya_cli.features.lm_positions import batches, token_states
+    from laya_cli.model.lm_heads import LayaLMHead
     from laya_cli.model.settings import HeadConfig
     from laya_cli.training.lm import train_step
-    from laya_cli.training.lm_align import TokenAlignment
+    from laya_cli.training.lm_alignment import TokenAlignment
 
     lm = build_language_model(BackboneSpec(f"hf:{a.model}", pretrained=True, task="lm"))
     torch.manual_seed(0)
-    laya_head = LayaLM(lm.num_layers, int(lm.readout.unembedding.weight.shape[1]), lm.readout, HeadConfig())
+    laya_head = LayaLMHead(lm.num_layers, int(lm.readout.unembedding.weight.shape[1]), lm.readout, HeadConfig())
     opt = torch.optim.Adam([q for q in laya_head.parameters() if q.requires_grad], lr=3e-4)
     term = TokenAlignment(1.0, "scorer", "rank", 0)
     times = {"plain": [], "term": []}

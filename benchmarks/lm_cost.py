@@ -107,7 +107,7 @@ def build_model(root: Path, train: list[str], layers: int, width: int, vocab: in
 
 
 def language_model(model_dir: Path):
-    from laya_cli.backbones.causal import build_language_model
+    from laya_cli.backbones.lm import build_language_model
     from laya_cli.backbones.spec import BackboneSpec
 
     return build_language_model(BackboneSpec(f"hf:{model_dir}", task="lm"))
@@ -117,7 +117,7 @@ def read_blocks(lm, corpus_dir: Path, block: int, batch: int, seed: int, eval_to
     """The token batches ``laya train --task lm`` reads in one epoch: the shuffled training blocks, then the
     held-out blocks of its evaluation (whole batches until ``eval_tokens`` positions)."""
     from laya_cli.data.corpus import open_corpus
-    from laya_cli.features.positions import batches
+    from laya_cli.features.lm_positions import batches
 
     corpus = open_corpus(str(corpus_dir))
     out = list(batches(lm, corpus, "train", block, batch, seed=seed + 1))
@@ -188,12 +188,12 @@ def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict
     """The held-out lens table on ``--lens-tokens`` sampled positions against the exact one on every position:
     per layer, |sampled − exact| / exact and whether the exact value lies in the sampled 95 % interval."""
     from laya_cli.data.corpus import open_corpus
-    from laya_cli.features.positions import batches
+    from laya_cli.features.lm_positions import batches
     from laya_cli.model.checkpoint import read_checkpoint
-    from laya_cli.model.lenses import lens_model_from_checkpoint
+    from laya_cli.model.lm_heads import lm_from_checkpoint
     from laya_cli.training.lm import evaluate
 
-    model = lens_model_from_checkpoint(read_checkpoint(ckpt_path))
+    model = lm_from_checkpoint(read_checkpoint(ckpt_path))
     corpus = open_corpus(str(corpus_dir))
     held = lambda: batches(model.lm, corpus, "test", args.block_size, args.batch)  # noqa: E731
     runs = {}
@@ -219,12 +219,12 @@ def audit_seconds(ckpt_path: Path, samples: int, device: str = "cpu") -> dict:
     """The per-token audit at head scope on ``samples`` held-out positions: reading their states (the model's
     forward over the held-out blocks), then α with Δ (L+1 head passes: every audit's part), with IG, with
     Grad×Act, with both (``token_audit_job``, after one warm-up run); IG's mean steps per position."""
+    from laya_cli.auditing.lm import token_audit_job, token_data
     from laya_cli.auditing.settings import AuditSettings
-    from laya_cli.auditing.tokens import token_audit_job, token_data
     from laya_cli.model.checkpoint import read_checkpoint
-    from laya_cli.model.lenses import lens_model_from_checkpoint
+    from laya_cli.model.lm_heads import lm_from_checkpoint
 
-    model = lens_model_from_checkpoint(read_checkpoint(ckpt_path)).to(device)
+    model = lm_from_checkpoint(read_checkpoint(ckpt_path)).to(device)
     sync(device)
     start = time.perf_counter()
     data = token_data(model, None, samples, 8)

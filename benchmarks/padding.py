@@ -55,7 +55,7 @@ def main(argv=None) -> dict | None:
     import transformers
 
     from laya_cli import backbones as bb
-    from laya_cli.backbones.tokens import encode
+    from laya_cli.backbones.tokenizers import encode
     from laya_cli.features.extraction import extract
     from laya_cli.runtime import progress
 

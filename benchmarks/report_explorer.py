@@ -38,7 +38,7 @@ FRAME = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFram
 def made_up_export(n: int, out: Path, layers: int = 12, classes: int = 10, side: int = 28, seed: int = 0) -> Path:
     import torch
 
-    from laya_cli.exporting.run import assemble, build_table, write_export
+    from laya_cli.exporting.folder import assemble, build_table, write_export
 
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, classes, (n,), generator=g)
@@ -54,7 +54,7 @@ def made_up_export(n: int, out: Path, layers: int = 12, classes: int = 10, side:
 
 
 def real_export(model: str, n: int, out: Path) -> Path:
-    from laya_cli.exporting.run import run_export
+    from laya_cli.exporting.folder import run_export
     from laya_cli.runtime import progress
 
     with progress.enabled(False):

@@ -5,8 +5,8 @@ A façade: each function checks its arguments (the command line's one-line messa
 calls the job the command runs — ``features.attach`` (the taps ``laya train`` chooses), ``training.job`` (the
 training job of ``laya train``), ``auditing.job`` and ``depthing.job`` (``laya audit``, ``laya depth``),
 ``exporting`` and ``auditing.diff`` (``laya export``, ``laya diff``) and the checkpoint (``LayaModel.save``,
-``LensModel.save``, ``load``) — with the settings objects the commands build, from the same declarations, so the
-two cannot drift. The task is the model's: a ``LayaModel`` is a classifier, a ``LensModel`` a language model's heads
+``LayaLM.save``, ``load``) — with the settings objects the commands build, from the same declarations, so the
+two cannot drift. The task is the model's: a ``LayaModel`` is a classifier, a ``LayaLM`` a language model's heads
 (``fit(..., task="lm")``, or ``load`` of a ``--task lm`` checkpoint). Documented in docs/api.md, which quotes these
 docstrings. Nothing prints except rich progress bars (and cache status lines) while ``progress=True``.
 """
@@ -22,31 +22,31 @@ from torch import nn
 from .auditing.diff.compare import DiffResult
 from .auditing.diff.settings import DiffSettings
 from .auditing.job import audit_job
+from .auditing.lm import TOKENS_AUDITED, token_audit_job
 from .auditing.names import parse_methods, parse_metric_groups
 from .auditing.results import AuditResult
 from .auditing.settings import AuditRequest, AuditSettings
-from .auditing.tokens import TOKENS_AUDITED, token_audit_job
 from .data.settings import EvalRequest
+from .depthing.analysis import DepthResult
 from .depthing.job import depth_job, token_depth
-from .depthing.run import DepthResult
+from .depthing.lm_exit import TokenExitResult
 from .depthing.settings import DepthSettings
-from .depthing.token_exit import TokenExitResult
-from .exporting.run import Export, check_format, check_out_dir, export_data
-from .exporting.settings import ExportSettings
-from .exporting.tokens import (
+from .exporting.folder import Export, check_format, check_out_dir, export_data
+from .exporting.lm import (
     TOKENS_EXPORTED,
     TokenExport,
     compute_token_export,
     default_token_format,
     write_token_export,
 )
+from .exporting.settings import ExportSettings
 from .features.attach import Tapped, attach
 from .features.loaders import Loader
 from .model.checkpoint import checkpoint_task, read_checkpoint
 from .model.evaldata import EvalData, loader_eval_data
 from .model.heads import HEADS
 from .model.laya_model import LayaModel, model_from_checkpoint
-from .model.lenses import LensModel, lens_model_from_checkpoint
+from .model.lm_heads import LayaLM, lm_from_checkpoint
 from .model.settings import HeadConfig, LoadSettings
 from .runtime import progress as _progress
 from .runtime.declare import build, refuse_other_task, takes_settings
@@ -62,7 +62,7 @@ CACHES = ("memory", "disk")
 # What ``laya depth`` alone takes: the --samples subset's seed (a loader is its own subset) and the options that
 # write a checkpoint or read the training data by path.
 DEPTH_CLI_ONLY = ("seed", "truncate", "drop", "drop_order", "draws")
-Model = LayaModel | LensModel
+Model = LayaModel | LayaLM
 Data = Loader | EvalData | str | None  # a classifier's loader; a language model's text:PATH (None: its own)
 
 
@@ -122,7 +122,7 @@ def fit(
             A setting of the other task (a language model's ``objective`` for a classifier) is refused.
 
     Returns:
-        The trained ``LayaModel`` (``task="lm"``: a ``LensModel``). ``model.save("model.pt")`` writes the checkpoint
+        The trained ``LayaModel`` (``task="lm"``: a ``LayaLM``). ``model.save("model.pt")`` writes the checkpoint
         ``laya train`` writes; ``model.checkpoint["history"]`` holds the epochs.
 
     Raises:
@@ -147,9 +147,9 @@ def fit(
         return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, cache)
 
 
-def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict, classifier: tuple) -> LensModel:
+def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict, classifier: tuple) -> LayaLM:
     """``fit(..., task="lm")``: the request ``laya train --task lm`` builds from the same settings, trained by the
-    same job; nothing is written until ``LensModel.save``."""
+    same job; nothing is written until ``LayaLM.save``."""
     if not isinstance(model, str) or not isinstance(text, str):
         raise LayaError('a language model is named as on the command line: fit("hf:PATH", "text:PATH", task="lm")')
     given = [name for name, value in extra.items() if value is not None]
@@ -162,7 +162,7 @@ def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict
     req.train.device = resolve_device(req.train.device)
     with _progress.enabled(progress):
         ckpt = train(req)
-    return lens_model_from_checkpoint(ckpt, req.lm.device_map).to(req.train.device)
+    return lm_from_checkpoint(ckpt, req.lm.device_map).to(req.train.device)
 
 
 # --------------------------------------------------------------------------- audit and export
@@ -184,7 +184,7 @@ def audit(
     by faithfulness (Spearman ρ between its scores and Δ) and Deletion@1 (docs/metrics.md).
 
     Args:
-        model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LensModel``.
+        model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LayaLM``.
         loader: yields ``(images, labels)`` as the model was trained on (a model trained by ``laya train`` takes
             [0, 1] images, as laya's datasets serve them); every sample is audited, in the loader's order. (``laya
             audit`` passes its prepared test split here.) A language model: ``text:PATH``, or None for the held-out
@@ -204,14 +204,14 @@ def audit(
         ``.per_sample()`` (a row per sample: index, label, predicted, target, Δ per layer, per method ρ, D@1, scores).
 
     Raises:
-        LayaError: an unknown method or setting, an ablation the head cannot do, taps the network
+        LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
     methods, scope = parse_methods(compare), build(AuditRequest, settings).validate().scope
     groups, device = tuple(parse_metric_groups(settings["metrics"])), resolve_device(settings["device"])
     audited = build(AuditSettings, settings, metrics=groups, device=device).validate()
     with _progress.enabled(progress):
-        if isinstance(model, LensModel):
+        if isinstance(model, LayaLM):
             data = _text(loader, samples, TOKENS_AUDITED)
             return token_audit_job(model.to(device), methods, audited, scope, data.dataset, data.samples)
         _no_samples(samples)
@@ -248,7 +248,7 @@ def export(
     """Per-sample layer attention, class × layer profiles and the attention-shift ranking (``laya export``).
 
     Args:
-        model: a ``LayaModel``, or a language model's ``LensModel`` (α per token: ``.table`` one row per token).
+        model: a ``LayaModel``, or a language model's ``LayaLM`` (α per token: ``.table`` one row per token).
         loader: yields ``(images, labels)``; every sample is exported, in the loader's order. A language model:
             ``text:PATH``, or None for its held-out text.
         out: a folder to write the files of ``laya export`` to (tables, PNG plots, report.html),
@@ -272,7 +272,7 @@ def export(
     chosen = build(ExportSettings, settings).validate()
     dev = resolve_device(chosen.device)
     with _progress.enabled(progress):
-        if isinstance(model, LensModel):
+        if isinstance(model, LayaLM):
             refuse_other_task(chosen, "lm")
             data = _text(loader, samples, TOKENS_EXPORTED)
             exp = compute_token_export(model.to(dev), data.dataset, data.samples)
@@ -304,7 +304,7 @@ def depth(
     model's: its early exit per token (``loader``: ``text:PATH`` or None; ``samples`` positions, default 20,000).
 
     Args:
-        model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LensModel``.
+        model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LayaLM``.
         loader: yields ``(images, labels)`` as the model was trained on; every sample is analysed.
         samples: a language model's held-out positions.
         progress: rich progress bars (False: silent).
@@ -323,7 +323,7 @@ def depth(
     """
     analysis = build(DepthSettings, settings, device=resolve_device(settings["device"])).validate()
     with _progress.enabled(progress):
-        if isinstance(model, LensModel):
+        if isinstance(model, LayaLM):
             refuse_other_task(analysis, "lm")
             return token_depth(model, analysis, _text(loader, samples, 20_000), "")
         _no_samples(samples)
@@ -342,7 +342,7 @@ def diff(
     ``laya diff --json`` writes).
 
     Args:
-        model_a: the baseline ``LayaModel`` (A), or a language model's ``LensModel``.
+        model_a: the baseline ``LayaModel`` (A), or a language model's ``LayaLM``.
         model_b: the candidate (B): the same taps and classes (or the same language model's taps and text).
         loader: yields ``(images, labels)``; both models see every sample, in its order. Language models:
             ``text:PATH`` or None (their held-out text).
@@ -359,12 +359,12 @@ def diff(
         LayaError: models with other taps or classes, a bad setting, or a bad loader.
     """
     from .auditing.diff.job import check_comparable, check_diff, compare_models
-    from .auditing.diff.tokens import diff_lm_checkpoints
+    from .auditing.diff.lm import diff_lm_checkpoints
     from .auditing.settings import Removal
 
     chosen = build(DiffSettings, settings).validate()
     chosen.device = resolve_device(chosen.device)
-    lm = [isinstance(m, LensModel) for m in (model_a, model_b)]
+    lm = [isinstance(m, LayaLM) for m in (model_a, model_b)]
     if any(lm):
         if not all(lm):
             raise LayaError("laya diff compares two language models or two classifiers, not one of each")
@@ -397,7 +397,7 @@ def load(path: str | Path, backbone: nn.Module | None = None) -> Model:
             ``user:<module>.<class>``), an instance of it to load the stored weights into.
 
     Returns:
-        The ``LayaModel``, in eval mode on the CPU; a ``--task lm`` checkpoint's ``LensModel`` (its language model
+        The ``LayaModel``, in eval mode on the CPU; a ``--task lm`` checkpoint's ``LayaLM`` (its language model
         loaded by name, its SHA-256 checked).
 
     Raises:
@@ -406,5 +406,5 @@ def load(path: str | Path, backbone: nn.Module | None = None) -> Model:
     """
     ckpt = read_checkpoint(path)
     if checkpoint_task(ckpt) == "lm":
-        return lens_model_from_checkpoint(ckpt)
+        return lm_from_checkpoint(ckpt)
     return model_from_checkpoint(ckpt, backbone)

@@ -29,7 +29,7 @@ PUBLIC = [
     "Export",
     "LayaError",
     "LayaModel",
-    "LensModel",
+    "LayaLM",
     "Tapped",
     "TokenExitResult",
     "TokenExport",
@@ -123,7 +123,7 @@ def test_internal_names_are_not_on_the_package():
 def test_the_docs_quote_every_public_docstring():
     import inspect
 
-    from laya_cli.auditing.run import AuditResult
+    from laya_cli.auditing.head_scope import AuditResult
     from laya_cli.model.laya_model import LayaModel
 
     text = DOCS.read_text(encoding="utf-8")
@@ -194,7 +194,7 @@ def test_depth_on_a_loader_over_the_test_split_equals_laya_depth_json(digits_ckp
 def test_a_cut_checkpoint_of_your_own_class_loads_into_a_whole_module(tiny_model, tmp_path):
     """``laya depth --truncate``'s writer on a ``user:`` backbone: ``load(path, backbone=TinyNet())`` cuts
     the whole module given after the last kept tap, loads the kept weights and predicts as the masked model."""
-    from laya_cli.depthing.run import truncate_model
+    from laya_cli.depthing.analysis import truncate_model
     from laya_cli.depthing.settings import DepthSettings
     from laya_cli.depthing.truncation import masked_output
     from laya_cli.model.evaldata import loader_eval_data as eval_data

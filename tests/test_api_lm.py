@@ -1,5 +1,5 @@
 """A language model through the Python API, as a notebook would run it: ``fit(..., task="lm")`` trains the heads
-``laya train --task lm`` trains, and ``audit``, ``depth``, ``export``, ``diff`` and ``load`` take the ``LensModel``
+``laya train --task lm`` trains, and ``audit``, ``depth``, ``export``, ``diff`` and ``load`` take the ``LayaLM``
 it returns — the same jobs, the same numbers as the command line."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def fitted(lm_dir):
 
 
 def test_a_notebook_trains_audits_and_saves_a_language_model(fitted, lm_dir, tmp_path):
-    assert isinstance(fitted, laya_cli.LensModel) and fitted.layer_names == [f"h.{i}" for i in range(4)]
+    assert isinstance(fitted, laya_cli.LayaLM) and fitted.layer_names == [f"h.{i}" for i in range(4)]
     result = laya_cli.audit(fitted, compare="gradxact", samples=120, progress=False)
     frame = result.to_pandas()
     assert set(frame.index) >= {"laya", "gradxact", "random"} and result.n_samples == 120
@@ -39,7 +39,7 @@ def test_a_notebook_trains_audits_and_saves_a_language_model(fitted, lm_dir, tmp
     assert exported.n == 100 and not exported.files  # nothing written without out
     path = fitted.save(tmp_path / "lm.pt")
     again = laya_cli.load(path)
-    assert isinstance(again, laya_cli.LensModel) and again.checkpoint["metrics"] == fitted.checkpoint["metrics"]
+    assert isinstance(again, laya_cli.LayaLM) and again.checkpoint["metrics"] == fitted.checkpoint["metrics"]
 
 
 def test_the_api_and_the_command_line_train_the_same_heads(fitted, lm_dir, tmp_path):

@@ -11,12 +11,12 @@ from helpers import assert_user_error, head_only_model, invoke
 from test_network import FAMILIES as NETWORK_FAMILIES  # noqa: E402  (mlp, cnn; ViT, timm and torchvision ResNets slow)
 
 from laya_cli.auditing import ig_steps
+from laya_cli.auditing.head_scope import run_audit
 from laya_cli.auditing.methods import AttributionContext
 from laya_cli.auditing.metrics import target_probability
 from laya_cli.auditing.names import CORE_METRICS, METRIC_GROUPS, METRICS, computed_metrics, groups_of
 from laya_cli.auditing.registry import METHODS
 from laya_cli.auditing.results import GROUP_KEYS
-from laya_cli.auditing.run import run_audit
 from laya_cli.auditing.settings import AuditSettings
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.model.heads import HeadConfig, build_head

@@ -12,6 +12,7 @@ from captum.attr import IntegratedGradients
 from helpers import head_only_model, make_attribution_inputs
 from scipy.stats import spearmanr
 
+from laya_cli.auditing.head_scope import run_audit
 from laya_cli.auditing.methods import AttributionContext
 from laya_cli.auditing.metrics import (
     ablated_probability,
@@ -27,7 +28,6 @@ from laya_cli.auditing.metrics import (
 )
 from laya_cli.auditing.names import METRIC_GROUPS, parse_methods, parse_metric_groups
 from laya_cli.auditing.registry import METHODS, Method
-from laya_cli.auditing.run import run_audit
 from laya_cli.auditing.settings import AuditSettings
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds
@@ -73,10 +73,10 @@ def ranking(scores_row):
     return sorted(range(len(scores_row)), key=lambda i: -float(scores_row[i]))
 
 
-ABLATIONS = ["mean", "zero", "mask"]
+REMOVALS = ["mean", "zero", "mask"]
 
 
-@pytest.mark.parametrize("ablation", ABLATIONS)
+@pytest.mark.parametrize("ablation", REMOVALS)
 def test_ablated_probability_removes_the_given_layers_per_row(ablation):
     head, feats, ref, target = make()
     g = torch.Generator().manual_seed(3)
@@ -99,7 +99,7 @@ def test_rank_layers_highest_first_and_ties_broken_by_keys():
     assert rank_layers(scores, keys).tolist() == [[1, 2, 3, 0], [3, 1, 0, 2]]  # tied layers by ascending key
 
 
-@pytest.mark.parametrize("ablation", ABLATIONS)
+@pytest.mark.parametrize("ablation", REMOVALS)
 def test_deletion_and_insertion_curves_by_hand(ablation):
     head, feats, ref, target = make()
     a = METHODS["laya"](head, feats, None)
@@ -124,7 +124,7 @@ def test_deletion_and_insertion_curves_by_hand(ablation):
     torch.testing.assert_close(ic[:, -1], target_probability(head(feats).logits, target).detach(), atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("ablation", ABLATIONS)
+@pytest.mark.parametrize("ablation", REMOVALS)
 def test_keep_only_probability_by_hand(ablation):
     head, feats, ref, target = make()
     keep = keep_only_probability(head, feats, target, ref, ablation)

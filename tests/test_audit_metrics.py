@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from laya_cli.auditing import methods as attribution
+from laya_cli.auditing.head_scope import run_audit
 from laya_cli.auditing.metrics import (
     average_ranks,
     chance_level,
@@ -28,7 +29,6 @@ from laya_cli.auditing.metrics import (
 )
 from laya_cli.auditing.names import parse_methods
 from laya_cli.auditing.registry import METHODS, Method
-from laya_cli.auditing.run import run_audit
 from laya_cli.auditing.settings import AuditSettings, Removal
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.thresholds import Threshold, check_thresholds, parse_thresholds

@@ -64,7 +64,7 @@ def test_without_torchrun_everything_is_a_no_op(monkeypatch):
 
 
 def test_rows_without_torchrun_concatenate_the_batches():
-    from laya_cli.auditing.scaffold import Rows
+    from laya_cli.auditing.plan import Rows
 
     rows = Rows(5).add_state("x", width=2).add_state("flag", torch.bool).add_state("total", width=2, reduce="sum")
     for part in torch.arange(10, dtype=torch.float64).view(5, 2).split(2):
@@ -132,7 +132,7 @@ def _check_rows(rank: int, world: int):
     """The audit scaffold's Rows: states declared alike on every rank come back in sample order (with uneven and
     empty shards), sums add in batch order; Shard's generators replay the draws of the earlier ranks' batches."""
     from laya_cli.auditing.methods import random_scores
-    from laya_cli.auditing.scaffold import Rows, Shard
+    from laya_cli.auditing.plan import Rows, Shard
 
     for n, bs in ((10, 3), (5, 4), (2, 1)):  # (5, 4): 2 batches over 3 ranks, one shard empty
         shard, full = Shard(n, bs), torch.arange(n * 3, dtype=torch.float64).view(n, 3)
@@ -162,8 +162,8 @@ def _check_audit_in_group(rank: int, world: int):
     """The library (no CLI): run_audit over sharded batches equals a one-process run on every rank."""
     from helpers import make_head_and_features
 
+    from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.names import parse_methods
-    from laya_cli.auditing.run import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.laya_model import LayaModel

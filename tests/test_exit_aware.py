@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from laya_cli.auditing.tokens import token_data
-from laya_cli.depthing.token_exit import truncated_laya
-from laya_cli.features.positions import token_states
+from laya_cli.auditing.lm import token_data
+from laya_cli.depthing.lm_exit import truncated_laya
+from laya_cli.features.lm_positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import lens_model_from_checkpoint, truncated_states
+from laya_cli.model.lm_heads import lm_from_checkpoint, truncated_states
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.exit_aware import truncation_depths
 from laya_cli.training.lm import ReferenceSum, train_lm
@@ -36,7 +36,7 @@ def test_the_truncated_input_is_the_one_laya_depth_reads(trained):
     """The head on ``truncated_states`` at each position's depth gives ``truncated_laya``'s logits at that depth
     (r̄ above k, α masked above k and renormalised), several depths in one batch."""
     _, path = trained
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     hs, _ = token_states(model.lm, token_data(model, None, 30, 2).blocks[0])
     depths = truncation_depths(len(hs), hs.shape[1], torch.Generator().manual_seed(5))
     assert len(depths.unique()) > 1 and depths.min() >= 1 and depths.max() < hs.shape[1]

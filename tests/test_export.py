@@ -17,8 +17,8 @@ from helpers import assert_user_error, invoke, run_laya
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
 
+from laya_cli.exporting.folder import assemble, build_table, run_export, write_export
 from laya_cli.exporting.profiles import js_divergence
-from laya_cli.exporting.run import assemble, build_table, run_export, write_export
 from laya_cli.runtime.errors import LayaError
 
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]

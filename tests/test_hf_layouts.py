@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from laya_cli.backbones.hf import HFFamily, _layer_outputs, _probe_inputs, layer_taps
-from laya_cli.backbones.tokens import input_embeddings, vocabulary
+from laya_cli.backbones.tokenizers import input_embeddings, vocabulary
 from laya_cli.runtime.errors import LayaError
 
 transformers = pytest.importorskip("transformers")

@@ -227,7 +227,7 @@ def test_completeness_and_randomisation_intervals_match_a_by_hand_bootstrap():
     import torch
     from helpers import head_only_model
 
-    from laya_cli.auditing.run import run_audit
+    from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.heads import HeadConfig, build_head

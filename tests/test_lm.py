@@ -10,14 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from laya_cli.backbones.causal import build_language_model
+from laya_cli.backbones.lm import build_language_model
 from laya_cli.backbones.spec import BackboneSpec
 from laya_cli.data.corpus import block_batches, open_corpus, token_blocks
-from laya_cli.depthing import token_exit
-from laya_cli.features.positions import batches, token_states
-from laya_cli.model import lenses
+from laya_cli.depthing import lm_exit
+from laya_cli.features.lm_positions import batches, token_states
+from laya_cli.model import lm_heads
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import lens_model_from_checkpoint
+from laya_cli.model.lm_heads import lm_from_checkpoint
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.lm import evaluate, train_lm
 from tests.helpers import assert_close_tree, assert_user_error, invoke, lm_request, make_lm_folder, sentences
@@ -57,7 +57,7 @@ def test_the_readout_of_the_last_layer_is_the_models_own_logits(lm_dir):
 
 
 def test_a_model_whose_logits_are_not_its_readout_is_refused(lm_dir, monkeypatch):
-    from laya_cli.backbones import causal as causal_mod
+    from laya_cli.backbones import lm as causal_mod
 
     monkeypatch.setattr(causal_mod, "_norm_candidates", lambda base, layers: [("", torch.nn.Identity())])
     with pytest.raises(LayaError, match="soft-capped or scaled"):
@@ -70,8 +70,8 @@ def test_the_models_cross_entropy_is_its_own_loss_on_the_same_blocks(lm_dir):
     lm = _lm(lm_dir)
     corpus = open_corpus(str(lm_dir / "corpus"))
     blocks = list(batches(lm, corpus, "test", 16, 4))[:3]
-    laya = lenses.LayaLM(4, 32, lm.readout, lenses.HeadConfig())
-    tuned = lenses.TunedLens(4, 32, lm.readout)
+    laya = lm_heads.LayaLMHead(4, 32, lm.readout, lm_heads.HeadConfig())
+    tuned = lm_heads.TunedLens(4, 32, lm.readout)
     metrics = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     causal = AutoModelForCausalLM.from_pretrained(lm_dir / "model").eval()
     with torch.no_grad():
@@ -89,11 +89,11 @@ def test_the_models_cross_entropy_is_its_own_loss_on_the_same_blocks(lm_dir):
 def test_losses_in_chunks_equal_the_loss_in_one_piece(lm_dir, monkeypatch):
     lm = _lm(lm_dir)
     blocks = list(batches(lm, open_corpus(str(lm_dir / "corpus")), "test", 16, 4))[:2]
-    laya = lenses.LayaLM(4, 32, lm.readout, lenses.HeadConfig())
-    tuned = lenses.TunedLens(4, 32, lm.readout)
+    laya = lm_heads.LayaLMHead(4, 32, lm.readout, lm_heads.HeadConfig())
+    tuned = lm_heads.TunedLens(4, 32, lm.readout)
     whole = evaluate(lm, laya, tuned, iter(blocks), 10**9)
-    monkeypatch.setattr(lenses, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 7)  # 7 positions per chunk
-    assert len(list(lenses.chunks(120, lm.readout.vocabulary))) == 18
+    monkeypatch.setattr(lm_heads, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 7)  # 7 positions per chunk
+    assert len(list(lm_heads.chunks(120, lm.readout.vocabulary))) == 18
     parts = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     assert_close_tree(parts["heads"], whole["heads"], 1e-5)
     # (abs: the last layer's KL is 0 up to float32's rounding, which differs between chunkings)
@@ -106,7 +106,7 @@ def test_kl_is_the_definition():
     ref, logits = torch.randn(5, 9), torch.randn(5, 9)
     p, logq = F.softmax(ref, -1), F.log_softmax(logits, -1)
     want = (p * (p.log() - logq)).sum(-1)
-    torch.testing.assert_close(lenses.kl_to(F.log_softmax(ref, -1), logits), want)
+    torch.testing.assert_close(lm_heads.kl_to(F.log_softmax(ref, -1), logits), want)
 
 
 def test_training_fits_both_heads_and_the_checkpoint_reloads(trained, lm_dir):
@@ -118,7 +118,7 @@ def test_training_fits_both_heads_and_the_checkpoint_reloads(trained, lm_dir):
         assert row["tuned_kl"] <= row["logit_kl"] + 1e-6
     assert m["heads"]["laya"]["kl"] < m["layers"][0]["logit_kl"]
     assert sum(r["alpha"] for r in m["layers"]) == pytest.approx(1, abs=1e-5)
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     corpus = open_corpus(str(lm_dir / "corpus"))
     again = evaluate(model.lm, model.laya, model.tuned, batches(model.lm, corpus, "test", 24, 8), 2000)
     assert_close_tree(again["heads"], m["heads"], 1e-5)
@@ -186,12 +186,12 @@ def test_text_that_is_not_utf8_is_one_line_naming_the_line(tmp_path):
 
 def test_truncated_laya_at_full_depth_is_the_head(trained):
     ckpt, path = trained
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     hs = torch.randn(6, 4, 32)
-    logits, mass = token_exit.truncated_laya(model, hs, 4)
+    logits, mass = lm_exit.truncated_laya(model, hs, 4)
     torch.testing.assert_close(logits, model.laya(hs)[0])
     torch.testing.assert_close(mass, torch.ones(6))
-    _, mass1 = token_exit.truncated_laya(model, hs, 1)
+    _, mass1 = lm_exit.truncated_laya(model, hs, 1)
     assert (mass1 < 1).all()
 
 
@@ -199,9 +199,9 @@ def test_exit_sweep_on_a_hand_made_table():
     ce = torch.tensor([[2.0, 1.0, 1.0], [3.0, 3.0, 1.0]])  # two tokens, three layers
     scores = torch.tensor([[0.2, 0.9, 1.0], [0.1, 0.2, 1.0]])
     argmax = torch.tensor([[5, 7, 7], [1, 2, 3]])
-    tables = token_exit.ExitTables({p: ce for p in token_exit.POLICIES}, argmax,
-                                   {p: scores for p in token_exit.POLICIES}, torch.ones(2))  # fmt: skip
-    points = token_exit.exit_sweep(tables, (0.5,))
+    tables = lm_exit.ExitTables({p: ce for p in lm_exit.POLICIES}, argmax,
+                                   {p: scores for p in lm_exit.POLICIES}, torch.ones(2))  # fmt: skip
+    points = lm_exit.exit_sweep(tables, (0.5,))
     alpha = next(p for p in points if p.policy == "alpha_mass")
     # token 0 stops at layer 2 (CE 1), token 1 runs to layer 3 (CE 1): mean 2.5 layers of 3, no CE increase
     assert alpha.mean_layers == 2.5 and alpha.saving == pytest.approx(1 / 6) and alpha.ce_increase == 0
@@ -215,9 +215,9 @@ def test_the_exit_goals_read_the_models_cross_entropy_not_the_heads_own():
     ce = torch.tensor([[1.105, 1.1], [1.105, 1.1]])  # two tokens, two layers (nats)
     scores = torch.tensor([[0.9, 1.0], [0.9, 1.0]])  # α mass high at layer 1: every threshold exits there
     argmax = torch.tensor([[3, 3], [4, 4]])
-    tables = token_exit.ExitTables({p: ce for p in token_exit.POLICIES}, argmax,
-                                   {p: scores for p in token_exit.POLICIES}, torch.ones(2))  # fmt: skip
-    result = token_exit.token_exit_result(tables, ["h.0", "h.1"], (0.5,))
+    tables = lm_exit.ExitTables({p: ce for p in lm_exit.POLICIES}, argmax,
+                                   {p: scores for p in lm_exit.POLICIES}, torch.ones(2))  # fmt: skip
+    result = lm_exit.token_exit_result(tables, ["h.0", "h.1"], (0.5,))
     assert result.best["alpha_mass"]["saving"] == 0.5 and result.best["alpha_mass"]["ce_increase"] < 0.01
     at_layer_1 = next(p for p in result.points if p.policy == "alpha_mass")
     assert at_layer_1.ce_over_model == pytest.approx(0.105)
@@ -239,7 +239,7 @@ def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     r = invoke("depth", out, "--samples", "300", "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "d.json").read_text())
-    assert doc["tokens"] == 300 and {p["policy"] for p in doc["points"]} == {*token_exit.POLICIES, "oracle"}
+    assert doc["tokens"] == 300 and {p["policy"] for p in doc["points"]} == {*lm_exit.POLICIES, "oracle"}
     assert "threshold sweep" in (tmp_path / "d.md").read_text()
     r = invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt")
     assert_user_error(r, "--truncate only applies to classifiers")
@@ -295,17 +295,17 @@ def test_network_effects_are_the_model_without_the_layer(trained):
     """Δ_i(t) against an independent bypass: the layer deleted from the model's own layer list."""
     import copy
 
-    from laya_cli.auditing import tokens
+    from laya_cli.auditing import lm as lm_audit
     from laya_cli.auditing.metrics import target_probability
 
     _, path = trained
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     x = next(iter(batches(model.lm, open_corpus(model.ckpt["dataset"]["source"]), "test", 24, 2)))
     with torch.no_grad():
         hs, _ = token_states(model.lm, x)
         target = model.laya(hs).logits.argmax(-1).reshape(2, -1)
-        base = tokens._probabilities(model.laya, model.lm.backbone.activations(x), target)
-        delta = tokens._bypass_effects(model, x, target, base)
+        base = lm_audit._probabilities(model.laya, model.lm.backbone.activations(x), target)
+        delta = lm_audit._bypass_effects(model, x, target, base)
         for i in (0, 2):
             cut = copy.deepcopy(model.lm.backbone.model)
             cut.h = torch.nn.ModuleList([b for j, b in enumerate(cut.h) if j != i])
@@ -389,12 +389,12 @@ def test_network_faithfulness_by_position_leaves_out_degenerate_positions_and_no
     """Issue 48: the network scope's by-position faithfulness excludes the positions whose effects are degenerate,
     as its overall figure does; the accuracy is held against the most frequent next token, not 'chance' over the
     vocabulary."""
+    from laya_cli.auditing.lm import token_audit_job
     from laya_cli.auditing.metrics import degenerate_effects
     from laya_cli.auditing.settings import AuditSettings
-    from laya_cli.auditing.tokens import token_audit_job
 
     _, path = trained
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     settings = AuditSettings(tie_tol=0.02, ci=0.0).validate()  # a tolerance that makes some positions degenerate
     result = token_audit_job(model, ["laya", "gradxact"], settings, "both", None, 120)
     net = result.network.samples
@@ -407,7 +407,7 @@ def test_network_faithfulness_by_position_leaves_out_degenerate_positions_and_no
 
 
 def test_a_head_below_the_most_frequent_next_token_is_warned_about_in_those_words():
-    from laya_cli.auditing.run import _lm_baseline_warning
+    from laya_cli.auditing.head_scope import _lm_baseline_warning
 
     labels = torch.tensor([7] * 40 + list(range(160)))  # token 7: 41 of 200 positions
     (warning,) = _lm_baseline_warning(0.03, labels, 200)

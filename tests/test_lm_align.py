@@ -1,5 +1,5 @@
 """``laya train --task lm --align λ --align-target network``: α per token fitted to the network-scope effects
-(training/lm_align.py) — the target checked against the audit's own network scope, the run recorded and
+(training/lm_alignment.py) — the target checked against the audit's own network scope, the run recorded and
 deterministic, the refusals one line."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from laya_cli.features.positions import token_states
+from laya_cli.features.lm_positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import lens_model_from_checkpoint
+from laya_cli.model.lm_heads import lm_from_checkpoint
 from laya_cli.runtime.errors import LayaError
-from laya_cli.training import lm_align
+from laya_cli.training import lm_alignment as lm_align
 from laya_cli.training.lm import train_lm
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
 
@@ -34,11 +34,11 @@ def aligned(lm_dir, tmp_path_factory):
 def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned):
     """The training target at sampled positions of a block against ``laya audit --scope network``'s Δ there (its
     own states, its own bypass passes, every position of the block at once)."""
+    from laya_cli.auditing.lm import token_data, token_network
     from laya_cli.auditing.settings import AuditSettings
-    from laya_cli.auditing.tokens import token_data, token_network
 
     _, path = aligned
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     data = token_data(model, None, 45, 3)  # 3 blocks of 15 predicted positions
     net = token_network(model, data, ["laya", "atp"], AuditSettings(ci=0.0).validate())
     delta = net.samples["delta"]
@@ -58,11 +58,11 @@ def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned)
 def test_the_head_target_is_the_audits_head_effects_at_the_same_positions(aligned):
     """``--align-target head|both``'s target at sampled positions against ``laya audit --scope head``'s Δ there (the
     checkpoint's r̄, the audit's own leave-one-layer-out passes over every position)."""
+    from laya_cli.auditing.lm import token_audit_job, token_data
     from laya_cli.auditing.settings import AuditSettings
-    from laya_cli.auditing.tokens import token_audit_job, token_data
 
     _, path = aligned
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     data = token_data(model, None, 45, 3)
     audit = token_audit_job(model, ["laya"], AuditSettings(ci=0.0).validate(), "head", None, 45, data=data)
     delta = audit.samples["delta"]
@@ -207,10 +207,10 @@ def test_lm_align_variant_names():
 def test_the_held_out_positions_match_their_states_when_the_last_batch_is_short(aligned):
     """More tokens asked for than the held-out text holds, in batches that do not divide its blocks: one position
     per state (``laya bench --task lm`` crashed on the last, shorter batch)."""
-    from laya_cli.auditing.tokens import token_data
+    from laya_cli.auditing.lm import token_data
 
     _, path = aligned
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     data = token_data(model, None, 10**6, 8)
     n_blocks = sum(len(x) for x in data.blocks)
     assert n_blocks % 8 and len(data.positions) == len(data.features.labels) == n_blocks * 15

@@ -9,13 +9,13 @@ import statistics
 import pytest
 import torch
 
-from laya_cli.backbones.causal import build_language_model
+from laya_cli.backbones.lm import build_language_model
 from laya_cli.backbones.spec import BackboneSpec
 from laya_cli.data.corpus import open_corpus
-from laya_cli.features.positions import batches, token_states
-from laya_cli.model import lenses
+from laya_cli.features.lm_positions import batches, token_states
+from laya_cli.model import lm_heads
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import lens_model_from_checkpoint
+from laya_cli.model.lm_heads import lm_from_checkpoint
 from laya_cli.training import lm as lm_train
 from laya_cli.training.lm import evaluate, lens_rows
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences
@@ -35,8 +35,8 @@ def lm(lm_dir):
 
 def _heads(lm, seed=0):
     torch.manual_seed(seed)
-    laya = lenses.LayaLM(lm.num_layers, 32, lm.readout, lenses.HeadConfig())
-    tuned = lenses.TunedLens(lm.num_layers, 32, lm.readout)
+    laya = lm_heads.LayaLMHead(lm.num_layers, 32, lm.readout, lm_heads.HeadConfig())
+    tuned = lm_heads.TunedLens(lm.num_layers, 32, lm.readout)
     with torch.no_grad():  # a tuned lens away from the identity: its layers differ from the logit lens's
         for t in tuned.translators:
             t.weight.add_(0.3 * torch.randn_like(t.weight))
@@ -55,17 +55,17 @@ def test_the_fused_loss_and_its_gradient_are_the_definitions(name):
     final, logits = torch.randn(5, 11, generator=g) * 3, torch.randn(5, 3, 11, generator=g, requires_grad=True) * 1
     logits = logits.detach().requires_grad_()
     y = torch.randint(0, 11, (5,), generator=g)
-    ref = lenses.Reference.of(final)
-    got = lenses.fused_loss(name, logits, ref, y)
+    ref = lm_heads.Reference.of(final)
+    got = lm_heads.fused_loss(name, logits, ref, y)
     flat, ys = logits.reshape(15, 11), y.repeat_interleave(3)
-    want = (lenses.kl_to(torch.log_softmax(final, -1).repeat_interleave(3, 0), flat) if name == "kl"
-            else lenses.cross_entropy(flat, ys)).reshape(5, 3)  # fmt: skip
+    want = (lm_heads.kl_to(torch.log_softmax(final, -1).repeat_interleave(3, 0), flat) if name == "kl"
+            else lm_heads.cross_entropy(flat, ys)).reshape(5, 3)  # fmt: skip
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     weights = torch.rand(5, 3, generator=g)
     (mine,) = torch.autograd.grad((got * weights).sum(), logits)
     (plain,) = torch.autograd.grad((want * weights).sum(), logits)
     torch.testing.assert_close(mine, plain, rtol=1e-5, atol=1e-6)
-    kl, ce = lenses.kl_and_ce(logits, ref, y)
+    kl, ce = lm_heads.kl_and_ce(logits, ref, y)
     torch.testing.assert_close(kl if name == "kl" else ce, want, rtol=1e-5, atol=1e-6)
 
 
@@ -77,15 +77,15 @@ def test_the_fused_lens_loss_and_its_gradients_are_every_layer_read_alone(lm, lm
     laya, tuned = _heads(lm)
     opt = torch.optim.SGD([*laya.parameters(), *tuned.parameters()], lr=0.0)  # lr 0: the gradients are kept
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lenses, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 4 * 3)  # 3 positions' layers per chunk
+        mp.setattr(lm_heads, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 4 * 3)  # 3 positions' layers per chunk
         got = lm_train.train_step(laya, tuned, hs, y, "kl", opt, 0.0)
     grads = {n: p.grad.clone() for n, p in tuned.translators.named_parameters()}
     for p in tuned.translators.parameters():
         p.grad = None
     final = torch.log_softmax(lm.readout(hs[:, -1]).float(), -1)
     with torch.no_grad():
-        laya_loss = lenses.kl_to(final, laya(hs)[0]).mean()
-    plain = sum(lenses.kl_to(final, tuned.layer_logits(hs, i)).mean() for i in range(lm.num_layers))
+        laya_loss = lm_heads.kl_to(final, laya(hs)[0]).mean()
+    plain = sum(lm_heads.kl_to(final, tuned.layer_logits(hs, i)).mean() for i in range(lm.num_layers))
     plain.backward()
     assert got == pytest.approx(float(laya_loss + plain), rel=1e-5)
     for n, p in tuned.translators.named_parameters():
@@ -97,7 +97,7 @@ def test_chunked_held_out_table_equals_the_unchunked_one(lm, lm_dir, monkeypatch
     blocks = list(batches(lm, corpus, "test", 16, 4))[:2]
     laya, tuned = _heads(lm)
     whole = evaluate(lm, laya, tuned, iter(blocks), 10**9)
-    monkeypatch.setattr(lenses, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 5)  # 5 rows (1 position's layers)
+    monkeypatch.setattr(lm_heads, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 5)  # 5 rows (1 position's layers)
     parts = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     for a, b in zip(whole["layers"], parts["layers"]):
         for k in ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce", "alpha"):
@@ -107,7 +107,7 @@ def test_chunked_held_out_table_equals_the_unchunked_one(lm, lm_dir, monkeypatch
     hs = torch.cat(hs)
     final = torch.log_softmax(lm.readout(hs[:, -1]).float(), -1)
     for i, row in enumerate(whole["layers"]):
-        alone = float(lenses.kl_to(final, tuned.layer_logits(hs, i)).mean()) * lenses.BITS
+        alone = float(lm_heads.kl_to(final, tuned.layer_logits(hs, i)).mean()) * lm_heads.BITS
         assert row["tuned_kl"] == pytest.approx(alone, rel=1e-5, abs=1e-6)
 
 
@@ -154,7 +154,7 @@ def test_lens_none_trains_no_lens_and_lens_logit_measures_only_it(lm_dir, tmp_pa
     assert ckpt["tuned_lens"] is None and all("tuned_kl" not in row and "logit_kl" in row for row in rows)
     assert ckpt["metrics"]["lens"]["tokens"] == ckpt["metrics"]["tokens"]  # --lens-tokens 0: every position
     assert rows[-1]["logit_kl"] == pytest.approx(0, abs=1e-6)  # the logit lens at the last layer is the model
-    model = lens_model_from_checkpoint(ckpt)  # the tuned lens it lacks is the identity: the logit lens
+    model = lm_from_checkpoint(ckpt)  # the tuned lens it lacks is the identity: the logit lens
     assert not model.has_tuned_lens and model.lens == "logit"
     r = invoke("depth", tmp_path / "logit.pt", "--samples", "100")
     assert r.exit_code == 0, r.output
@@ -184,7 +184,7 @@ def test_lens_options_apply_to_language_models_only(tmp_path):
 
 @pytest.mark.parametrize("ablation", ["mean", "zero"])
 def test_the_heads_removal_passes_are_the_plain_ones(lm, ablation):
-    """LayaLM.removed_logits (each layer's translation computed once) gives lolo_effects the plain passes' Δ."""
+    """LayaLMHead.removed_logits (each layer's translation computed once) gives lolo_effects the plain passes' Δ."""
     from laya_cli.auditing.metrics import lolo_effects, target_probability
 
     laya, _ = _heads(lm)
@@ -205,8 +205,8 @@ def test_the_fused_kl_keeps_float32_precision_at_a_large_vocabulary():
     reading equal to the model's own has KL 0 (a float32 batched mat-vec there was off by ~5e-3 nats)."""
     g = torch.Generator().manual_seed(4)
     final, other = torch.randn(4, 49152, generator=g) * 8, torch.randn(4, 49152, generator=g) * 8
-    ref = lenses.Reference.of(final)
-    kl, _ = lenses.kl_and_ce(torch.stack([final, other], 1), ref, torch.zeros(4, dtype=torch.long))
-    exact = lenses.kl_to(torch.log_softmax(final.double(), -1), other.double())
+    ref = lm_heads.Reference.of(final)
+    kl, _ = lm_heads.kl_and_ce(torch.stack([final, other], 1), ref, torch.zeros(4, dtype=torch.long))
+    exact = lm_heads.kl_to(torch.log_softmax(final.double(), -1), other.double())
     assert kl[:, 0].abs().max() < 1e-4
     torch.testing.assert_close(kl[:, 1].double(), exact, rtol=1e-5, atol=1e-4)

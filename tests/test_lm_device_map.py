@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from laya_cli.backbones.causal import build_language_model
+from laya_cli.backbones.lm import build_language_model
 from laya_cli.backbones.spec import BackboneSpec
-from laya_cli.features.positions import token_states
+from laya_cli.features.lm_positions import token_states
 from laya_cli.runtime.errors import LayaError
 from tests.helpers import assert_close_tree, assert_user_error, invoke, lm_request, make_lm_folder, sentences
 
@@ -118,26 +118,26 @@ def lm_ckpt(lm_dir, tmp_path_factory):
 
 
 def _loads(monkeypatch, module) -> list:
-    """Every ``lens_model_from_checkpoint`` call of ``module``: the device map it was given, and whether it was
+    """Every ``lm_from_checkpoint`` call of ``module``: the device map it was given, and whether it was
     handed a model already loaded (``lm``) instead of loading one."""
-    from laya_cli.model import lenses
+    from laya_cli.model import lm_heads
 
-    maps, load = [], lenses.lens_model_from_checkpoint
+    maps, load = [], lm_heads.lm_from_checkpoint
 
     def spy(ckpt, device_map=None, lm=None):
         maps.append((device_map, lm is not None))
         return load(ckpt, device_map, lm)
 
-    monkeypatch.setattr(module, "lens_model_from_checkpoint", spy)
+    monkeypatch.setattr(module, "lm_from_checkpoint", spy)
     return maps
 
 
 def test_diff_with_a_device_map_places_both_models_and_finds_what_the_whole_ones_give(lm_ckpt, tmp_path, monkeypatch):
-    from laya_cli.auditing.diff import tokens
+    from laya_cli.auditing.diff import lm as lm_diff
 
     docs = {}
     for name, extra in (("whole", []), ("placed", ["--device-map", OFFLOAD])):
-        maps = _loads(monkeypatch, tokens)
+        maps = _loads(monkeypatch, lm_diff)
         out = tmp_path / f"{name}.json"
         r = invoke("diff", lm_ckpt, lm_ckpt, "--samples", "40", "--device", "cpu", "--json", out, "--quiet", *extra)
         assert r.exit_code == 0, r.output
@@ -152,13 +152,13 @@ def test_diff_with_a_device_map_places_both_models_and_finds_what_the_whole_ones
 
 
 def test_bench_with_a_device_map_trains_and_audits_every_run_with_it(lm_dir, tmp_path, monkeypatch):
-    from laya_cli.model import lenses
+    from laya_cli.model import lm_heads
 
     common = ["bench", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
               f"text:{lm_dir / 'corpus'}", "--epochs", "1", "--block-size", "16", "--eval-tokens", "300",
               "--seeds", "1", "--audit-samples", "40", "--device", "cpu", "--out", tmp_path / "runs",
               "--quiet"]  # fmt: skip
-    maps = _loads(monkeypatch, lenses)  # bench_lm.audit_run imports it from lenses when it audits
+    maps = _loads(monkeypatch, lm_heads)  # bench_lm.audit_run imports it from lm_heads when it audits
     r = invoke(*common, "--device-map", OFFLOAD, "--json", tmp_path / "placed.json")
     assert r.exit_code == 0, r.output
     assert maps == [(OFFLOAD, False)]  # the audit's model; the training's is train_lm's (its checkpoint says so)

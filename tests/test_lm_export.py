@@ -16,10 +16,10 @@ import torch
 
 from benchmarks import browser as lb
 from laya_cli.data.corpus import open_corpus
-from laya_cli.features.positions import batches
+from laya_cli.features.lm_positions import batches
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import lens_model_from_checkpoint
-from laya_cli.report.token_explorer import layer_colours, tint
+from laya_cli.model.lm_heads import lm_from_checkpoint
+from laya_cli.report.lm_explorer import layer_colours, tint
 from laya_cli.training.lm import train_lm
 from tests.helpers import assert_user_error, invoke, lm_request, make_lm_folder, sentences
 
@@ -64,7 +64,7 @@ def alpha_of(table: pd.DataFrame, layers) -> np.ndarray:
 @torch.no_grad()
 def by_hand(path: Path, lm_dir: Path) -> dict:
     """The same positions through the model and the LAYA head, one block at a time, without the export's code."""
-    model = lens_model_from_checkpoint(read_checkpoint(path))
+    model = lm_from_checkpoint(read_checkpoint(path))
     rows = {k: [] for k in ("block", "position", "token", "next", "alpha", "pred", "p_pred", "p_next")}
     blocks = batches(model.lm, open_corpus(str(lm_dir / "corpus")), "test", BLOCK, 1)
     for b, x in zip(range(SAMPLES // (BLOCK - 1) + 1), blocks):
@@ -96,9 +96,9 @@ def same(got: list[str], want: list) -> bool:
 
 
 def test_byte_level_pieces_of_a_character_read_as_their_bytes(trained):
-    from laya_cli.exporting.tokens import TokenTexts
+    from laya_cli.exporting.lm import TokenTexts
 
-    model = lens_model_from_checkpoint(read_checkpoint(trained))
+    model = lm_from_checkpoint(read_checkpoint(trained))
     texts = TokenTexts(model.lm.backbone.adapter.text.tokenizer)
     tok = texts.tokenizer
     e_acute = [tok.token_to_id(c) for c in ("Ã", "©")]  # "é" is bytes c3 a9: two tokens of the byte alphabet

@@ -1,5 +1,5 @@
 """``laya train --task lm --reads updates``: the language model's LAYA head weighs the blocks' updates h_i − h_{i−1}
-(model/lenses.py LayaLM). α uniform is the model's own prediction, the audit's fast leave-one-layer-out passes
+(model/lm_heads.py LayaLMHead). α uniform is the model's own prediction, the audit's fast leave-one-layer-out passes
 equal the head re-run on each replaced state, the setting is recorded and read back, and a classifier refuses it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from laya_cli.auditing.tokens import token_data
-from laya_cli.features.positions import token_states
+from laya_cli.auditing.lm import token_data
+from laya_cli.features.lm_positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
-from laya_cli.model.lenses import LayaLM, lens_model_from_checkpoint
+from laya_cli.model.lm_heads import LayaLMHead, lm_from_checkpoint
 from laya_cli.model.settings import HeadConfig
 from laya_cli.training.lm import train_lm
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
@@ -28,9 +28,9 @@ def readout(width: int = 8, vocabulary: int = 11) -> nn.Module:
     return module
 
 
-def head(reads: str = "updates", layers: int = 4) -> LayaLM:
+def head(reads: str = "updates", layers: int = 4) -> LayaLMHead:
     torch.manual_seed(0)
-    return LayaLM(layers, 8, readout(), HeadConfig(reads=reads)).eval()
+    return LayaLMHead(layers, 8, readout(), HeadConfig(reads=reads)).eval()
 
 
 def test_an_untrained_head_over_the_updates_is_the_model_itself():
@@ -71,17 +71,17 @@ def test_a_run_reading_updates_is_recorded_and_read_back_as_trained(lm_dir, tmp_
     out = tmp_path / "upd.pt"
     ckpt = train_lm(small_lm_request(lm_dir, out, reads="updates"))
     assert ckpt["head"]["config"]["reads"] == "updates"
-    model = lens_model_from_checkpoint(read_checkpoint(out))
+    model = lm_from_checkpoint(read_checkpoint(out))
     assert model.laya.reads == "updates"
     hs, _ = token_states(model.lm, token_data(model, None, 30, 2).blocks[0])
     with torch.no_grad():
         got = model.laya(hs).logits
-        as_states = LayaLM(hs.shape[1], hs.shape[-1], model.lm.readout, HeadConfig())
+        as_states = LayaLMHead(hs.shape[1], hs.shape[-1], model.lm.readout, HeadConfig())
         as_states.load_state_dict(model.laya.state_dict())
         assert (got - as_states(hs).logits).abs().max() > 1e-3  # the same weights read states: another head
     states = train_lm(small_lm_request(lm_dir, tmp_path / "states.pt", reads="states"))
     assert states["head"]["config"]["reads"] == "states"
-    assert lens_model_from_checkpoint(read_checkpoint(tmp_path / "states.pt")).laya.reads == "states"
+    assert lm_from_checkpoint(read_checkpoint(tmp_path / "states.pt")).laya.reads == "states"
 
 
 def test_the_language_models_default_is_updates_and_an_older_checkpoint_reads_states(lm_dir, tmp_path):
@@ -92,7 +92,7 @@ def test_the_language_models_default_is_updates_and_an_older_checkpoint_reads_st
     assert ckpt["head"]["config"]["reads"] == "updates"
     older = read_checkpoint(out)
     del older["head"]["config"]["reads"]
-    assert lens_model_from_checkpoint(older).laya.reads == "states"
+    assert lm_from_checkpoint(older).laya.reads == "states"
 
 
 def test_the_command_line_trains_audits_and_exits_with_it(lm_dir, tmp_path):

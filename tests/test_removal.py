@@ -267,7 +267,7 @@ def test_dropping_layers_is_the_model_run_without_them(folders, drop):
 
 
 def test_the_drop_table_scores_every_order_on_the_test_split(trained):
-    from laya_cli.depthing.dropping import drop_table
+    from laya_cli.depthing.drop_orders import drop_table
     from laya_cli.model.evaldata import model_dataset
     from laya_cli.model.laya_model import load_model
 
@@ -374,7 +374,7 @@ def test_laya_depth_drop_refuses_bad_input_in_one_line_and_writes_nothing(traine
 
 
 def test_a_speed_up_is_measured_from_three_rounds_with_its_spread():
-    from laya_cli.depthing.dropped import speedup_spread
+    from laya_cli.depthing.drop_table import speedup_spread
     from laya_cli.report.drop import speed_text
 
     assert speedup_spread([2.0, 2.2], [1.0, 1.0]) is None  # two rounds: no spread to give

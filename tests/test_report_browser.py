@@ -19,7 +19,7 @@ import torch
 from helpers import invoke
 
 from benchmarks import browser as lb
-from laya_cli.exporting.run import assemble, build_table, run_export, write_export
+from laya_cli.exporting.folder import assemble, build_table, run_export, write_export
 
 REASON = lb.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no browser to test report.html in: {REASON}")

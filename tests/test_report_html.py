@@ -15,7 +15,7 @@ import torch
 from helpers import assert_user_error, invoke
 from PIL import Image
 
-from laya_cli.exporting.run import assemble, build_table, write_export
+from laya_cli.exporting.folder import assemble, build_table, write_export
 from laya_cli.report.figures import thumbnails
 
 

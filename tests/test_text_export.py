@@ -15,7 +15,7 @@ import torch
 from helpers import invoke
 
 import laya_cli
-from laya_cli.exporting.run import assemble, build_table, write_export
+from laya_cli.exporting.folder import assemble, build_table, write_export
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.report.explorer import TEXT_KEPT, TEXT_SHOWN, explorer_data
 from laya_cli.report.figures import PLOT_FILES, can_strip

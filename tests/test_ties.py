@@ -17,6 +17,7 @@ from scipy.stats import rankdata, spearmanr
 
 from laya_cli.auditing.diff.compare import layer_profile
 from laya_cli.auditing.diff.profiles import Profiles
+from laya_cli.auditing.head_scope import run_audit
 from laya_cli.auditing.metrics import (
     degenerate_effects,
     deletion_at_1,
@@ -24,7 +25,6 @@ from laya_cli.auditing.metrics import (
     tie_levels,
     tie_undefined,
 )
-from laya_cli.auditing.run import run_audit
 from laya_cli.auditing.settings import TIE_TOL, AuditSettings
 from laya_cli.features.extraction import LayerFeatures
 from laya_cli.gates.regression import settings_differences

@@ -97,7 +97,7 @@ def check(entry: HFModel, root: Path) -> HFResult:
     import torch
 
     from laya_cli import backbones as bb
-    from laya_cli.backbones import tokens
+    from laya_cli.backbones import tokenizers
 
     start = time.perf_counter()
     taps: list[str] = []
@@ -114,8 +114,8 @@ def check(entry: HFModel, root: Path) -> HFResult:
         backbone = bb.build_backbone(spec).eval()
         taps = backbone.layer_names
         if text:
-            tokens.train_tokenizer(backbone.input_cfg, ["the cat sat on the mat", "a dog ran"] * 5, "probe texts")
-            x = tokens.encode(backbone.input_cfg, ["the cat sat", "a dog ran on the mat"])
+            tokenizers.train_tokenizer(backbone.input_cfg, ["the cat sat on the mat", "a dog ran"] * 5, "probe texts")
+            x = tokenizers.encode(backbone.input_cfg, ["the cat sat", "a dog ran on the mat"])
         else:
             x = torch.rand(2, 3, 32, 32)
         with torch.no_grad():

@@ -164,7 +164,7 @@ def plan_from_costs(
     given: Collection[str] = (),
 ) -> MemoryPlan:
     """``plan_audit`` for ``n`` samples whose per-row costs are known (a language model's positions measure theirs
-    in auditing/tokens.py)."""
+    in auditing/lm.py)."""
     network = scope != "head"
     steps = settings.steps if having("ig_rows", methods) else 0  # rows Captum's internal_batch_size bounds
     work, notes = budget.work, []

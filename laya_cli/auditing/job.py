@@ -17,7 +17,7 @@ from ..data.settings import EvalRequest
 from ..model.checkpoint import checkpoint_task, read_checkpoint
 from ..model.evaldata import EvalData, load_eval_data
 from ..model.laya_model import model_from_checkpoint
-from ..model.lenses import lens_model_from_checkpoint
+from ..model.lm_heads import lm_from_checkpoint
 from ..model.settings import LoadSettings
 from ..runtime.declare import refuse_other_task
 from ..runtime.device import check_precision, resolved_precision
@@ -32,15 +32,15 @@ from ..runtime.memory import (
     retry_halving,
 )
 from .budget import halver, plan_audit
+from .head_scope import record_collapse, run_audit
+from .lm import TOKENS_AUDITED, token_audit_job
 from .metrics import accuracy, check_removal
 from .network.batches import NetworkRun, network_scope, run_network
 from .network.checks import check_network_scope
+from .plan import AuditPlan
 from .registry import having
 from .results import AuditResult
-from .run import record_collapse, run_audit
-from .scaffold import AuditPlan
 from .settings import AuditSettings
-from .tokens import TOKENS_AUDITED, token_audit_job
 
 
 def audit_checkpoint(
@@ -63,7 +63,7 @@ def audit_checkpoint(
     refuse_other_task(data, task)
     refuse_other_task(load, task)
     if task == "lm":
-        model = lens_model_from_checkpoint(ckpt, load.device_map).to(settings.device)
+        model = lm_from_checkpoint(ckpt, load.device_map).to(settings.device)
         check_planned(data.samples, SimpleNamespace(head_kind="laya", layer_names=ckpt["layers"]))
         samples = data.samples or TOKENS_AUDITED
         result = token_audit_job(model, methods, settings, scope, data.dataset, samples, job.get("memory"))

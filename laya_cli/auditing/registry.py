@@ -50,7 +50,7 @@ class Method:
     model_free: bool = False  # its scores ignore the model (the random floor): randomisation flags it by design
     draws: bool = False  # its scores are drawn from ``ctx.generator`` (replayed for earlier ranks under torchrun)
     direct: bool = False  # the head's own direct-effect score (a network-scope audit notes it is scored as is)
-    tokens: bool = False  # a language model's network scope computes it (auditing/tokens.py)
+    tokens: bool = False  # a language model's network scope computes it (auditing/lm.py)
     network_note: str | None = None  # what a network-scope audit of it notes
     whole_set: WholeSet | None = None
 

@@ -209,7 +209,7 @@ class AuditResult:
     class_names: list[str] = field(default_factory=list, repr=False)  # the model's classes (label i -> name)
     # How much of the depth α uses over the audited samples (``collapse.collapse_summary``); None: no α
     alpha_collapse: dict | None = None
-    # A language model's audit (auditing/tokens.py): per scope, faithfulness and Deletion@1 by position in the block
+    # A language model's audit (auditing/lm.py): per scope, faithfulness and Deletion@1 by position in the block
     by_position: dict | None = None
 
     def __repr__(self) -> str:

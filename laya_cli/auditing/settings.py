@@ -15,9 +15,9 @@ from ..runtime.errors import LayaError, match_choice
 # How a layer is removed (docs/metrics.md, "Removing a layer"): at head scope r_i := its training mean, zero, or
 # α_i := 0 (mask); at network scope tap i's output := its training mean, zero, its input (bypass: the block's update
 # skipped, as layer-pruning does), or its input + the training mean of its update (mean-update).
-HEAD_ABLATIONS = ("mean", "zero", "mask")
-NETWORK_ABLATIONS = ("mean", "zero", "bypass", "mean-update")
-ABLATIONS = ("mean", "zero", "mask", "bypass", "mean-update")
+HEAD_REMOVALS = ("mean", "zero", "mask")
+NETWORK_REMOVALS = ("mean", "zero", "bypass", "mean-update")
+REMOVALS = ("mean", "zero", "mask", "bypass", "mean-update")
 BY_INPUT = ("bypass", "mean-update")  # network removals that put a block's own input in place of its output
 TARGETS = ("predicted", "label")
 REDUCES = ("sum", "abs", "l2")
@@ -35,9 +35,9 @@ class Removal:
 
     @classmethod
     def parse(cls, name: str) -> Removal:
-        """The removal ``name`` stands for (an ``ABLATIONS`` name, any case), or the one-line error."""
-        name = match_choice("--ablation", name, ABLATIONS)
-        return cls(name, name if name in HEAD_ABLATIONS else "mean", name if name in NETWORK_ABLATIONS else None)
+        """The removal ``name`` stands for (an ``REMOVALS`` name, any case), or the one-line error."""
+        name = match_choice("--ablation", name, REMOVALS)
+        return cls(name, name if name in HEAD_REMOVALS else "mean", name if name in NETWORK_REMOVALS else None)
 
     def at(self, scope: str, network_scopes: str = "--scope network or both") -> Removal:
         """This removal, checked once against ``scope`` (head, network or both): a network-only removal at head
@@ -47,7 +47,7 @@ class Removal:
         if scope != "head" and self.network is None:
             raise LayaError(
                 f"--scope network patches activations inside the backbone: use --ablation "
-                f"{', '.join(NETWORK_ABLATIONS)} (--ablation {self.name} only changes the head)"
+                f"{', '.join(NETWORK_REMOVALS)} (--ablation {self.name} only changes the head)"
             )
         return self
 
@@ -110,7 +110,7 @@ class AuditSettings:
         "mean",
         "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
         "at network scope also bypass (a block's output := its input) or mean-update (input + its mean update).",
-        choices=ABLATIONS,
+        choices=REMOVALS,
     )  # bypass and mean-update at network scope only
     target: str = setting("predicted", "Class explained: predicted (ŷ) or label (the true class).", choices=TARGETS)
     reduce: str = setting(

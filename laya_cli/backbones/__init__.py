@@ -1,11 +1,12 @@
 """Backbones: a model plus the layers we tap and how each tap is pooled to a vector.
 
-Every backbone family answers the same small interface (``families.Family``). Modules: ``spec`` (what is
-stored), ``builtin`` (mlp, cnn), ``families`` (the registry), ``taps`` (running up to and continuing from a
-tap), ``pooling`` (tap formats), ``weights`` (files, hashes, hub caches), ``usercode`` (``--arch``),
-``program`` (``.pt2``), ``hf`` (Hugging Face transformers), ``build`` (building, tapping and restoring a
-backbone). This file only re-exports, lazily (as the package root does): the settings that name backbone
-choices (``spec``) import without torch.
+Every backbone family answers the same small interface (``family.Family``). Modules: ``spec`` (what is
+stored), ``builtin`` (mlp, cnn), ``registry`` (the families), ``taps`` (running up to and continuing from a
+tap), ``engines`` and ``chain`` (how), ``bypass`` (a dropped block), ``pooling`` (tap formats), ``weights``
+(files, hashes, hub caches), ``usercode`` (``--arch``), ``program`` (``.pt2``), ``hf`` (Hugging Face
+transformers), ``tokenizers`` (their text input), ``lm`` (a causal language model and its readout, ``--task lm``),
+``build`` (building, tapping and restoring a backbone). This file only re-exports, lazily (as the package root
+does): the settings that name backbone choices (``spec``) import without torch.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ _EXPORTS = {
     "tap_model": "build",
     "PaperMLP": "builtin",
     "SmallCNN": "builtin",
-    "BACKBONES": "families",
-    "BUILTIN": "families",
-    "FAMILIES": "families",
-    "Family": "families",
-    "TorchvisionFamily": "families",
-    "family_for_model": "families",
-    "family_of": "families",
+    "BACKBONES": "registry",
+    "BUILTIN": "registry",
+    "FAMILIES": "registry",
+    "Family": "registry",
+    "TorchvisionFamily": "registry",
+    "family_for_model": "registry",
+    "family_of": "registry",
     "Layouts": "pooling",
     "TapFormat": "pooling",
     "pool_tokens": "pooling",

@@ -21,8 +21,8 @@ from ..runtime.progress import log
 from .adapters import InputAdapter, make_adapter, random_tokens
 from .builtin import PaperMLP, SmallCNN
 from .chain import eval_mode, trace_calls
-from .families import BACKBONES, BUILTIN, FAMILIES, Family, family_for_model, family_of
 from .pooling import Layouts, TapFormat, pool_tokens
+from .registry import BACKBONES, BUILTIN, FAMILIES, Family, family_for_model, family_of
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
 from .taps import TappedBackbone
 from .usercode import trust_code

@@ -2,7 +2,7 @@
 
 A family knows how to build its models, which layers to tap by default (from the ecosystem's own feature API
 where there is one), how its tap outputs are laid out, and how to cut a model after a tap. The registry of
-families is ``families.py``; a family with a module of its own (``hf.py``) builds on this one.
+families is ``registry.py``; a family with a module of its own (``hf.py``) builds on this one.
 """
 
 from __future__ import annotations

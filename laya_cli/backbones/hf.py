@@ -28,7 +28,7 @@ from .family import Family, _first_line
 from .pooling import Layouts
 from .spec import IMAGENET_MEAN, IMAGENET_STD, BackboneSpec, InputConfig, TextInput
 from .stages import feature_info
-from .tokens import input_embeddings, set_tokenizer, text_input_from, vocabulary
+from .tokenizers import input_embeddings, set_tokenizer, text_input_from, vocabulary
 from .weights import hf_cache_dir, hub_file_cached, hub_session, offline, pretrained_unavailable, require_download
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")

@@ -173,7 +173,7 @@ def print_tables(result, columns, compared: dict | None) -> None:
         wide_console([table]).print(table)
         for table in scope_tables(result):
             console.print(table)
-    if result.by_position:  # a language model's audit (auditing/tokens.py)
+    if result.by_position:  # a language model's audit (auditing/lm.py)
         from ..report.lm import by_position_table
 
         console.print(by_position_table(result.by_position))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from typer.core import TyperCommand
 
-from .config import META_KEY, recorded_options
+from .config_file import META_KEY, recorded_options
 from .options import Config, LogTo, Verbose  # module level: the annotations of shared_params' function
 
 

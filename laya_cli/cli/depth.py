@@ -74,9 +74,9 @@ def check_plot(plot, task: str) -> None:
 def render(result, json_out, markdown, plot) -> None:
     """Each kind of result as its tables and files: the analysis, a truncated checkpoint's line, the drop table,
     a language model's early exit."""
-    from ..depthing.dropped import DropResult
-    from ..depthing.run import TruncateResult
-    from ..depthing.token_exit import TokenExitResult
+    from ..depthing.analysis import TruncateResult
+    from ..depthing.drop_table import DropResult
+    from ..depthing.lm_exit import TokenExitResult
     from ..report.depth import truncate_line
 
     if isinstance(result, TruncateResult):

@@ -51,7 +51,7 @@ def export(
 
 def exported_lines(exp) -> list:
     """What an export shows: the mean α per layer, the attention shift (a classifier's), the files written."""
-    from ..exporting.tokens import TokenExport
+    from ..exporting.lm import TokenExport
     from ..report.export import shift_table
 
     if isinstance(exp, TokenExport):

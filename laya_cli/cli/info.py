@@ -17,7 +17,7 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
 
     summary = checkpoint_summary(read_checkpoint(model))
     if options_toml:
-        from .config import options_toml as to_toml
+        from .config_file import options_toml as to_toml
 
         if not summary.get("options"):
             raise LayaError(f"{model} records no command-line options (it was not written by laya train)")

@@ -186,7 +186,7 @@ Verbose = Annotated[
 
 
 def _load_config(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):
-    from .config import load_config
+    from .config_file import load_config
 
     return load_config(ctx, param, value)
 

@@ -1,3 +1,4 @@
-"""Data sets as image tensors or lazily decoded file images: the registry and split rule (``datasets``), image
-sources and decoding (``images``), and large-data shards (``shards``).
+"""Data sets: their settings (``settings``), image tensors or lazily decoded file images — the registry and split
+rule (``datasets``, ``splits``), image sources and decoding (``images``), large-data shards (``shards``) — text data
+(``text``, ``textfiles``) and a language model's corpora (``corpus``).
 """

@@ -192,13 +192,13 @@ def tokenize_splits(data: DataSplits, backbone) -> DataSplits:
         raise LayaError(f"dataset {data.name} holds text but {backbone.spec.name} is an image model (try hf:NAME)")
     if isinstance(data.train, TokenDataset):
         return data
-    from ..backbones import tokens
+    from ..backbones import tokenizers
 
     cfg = backbone.input_cfg
     if not cfg.tokenizer:
-        tokens.train_tokenizer(cfg, data.train.texts, f"the {data.name} training split")
+        tokenizers.train_tokenizer(cfg, data.train.texts, f"the {data.name} training split")
     splits = {
-        name: TokenDataset(tokens.encode(cfg, split.texts), split.labels, split.texts)
+        name: TokenDataset(tokenizers.encode(cfg, split.texts), split.labels, split.texts)
         for name, split in (("train", data.train), ("val", data.val), ("test", data.test))
     }
     identity = f"{data.identity}:tokens:{digest(tokenizer=cfg.tokenizer, max_length=cfg.max_length)}"

@@ -17,15 +17,15 @@ from ..data.settings import EvalRequest
 from ..model.checkpoint import checkpoint_task, read_checkpoint
 from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_features
 from ..model.laya_model import model_from_checkpoint
-from ..model.lenses import LensModel, lens_model_from_checkpoint
+from ..model.lm_heads import LayaLM, lm_from_checkpoint
 from ..model.settings import LoadSettings
 from ..runtime.declare import refuse_other_task
 from ..runtime.fileio import check_new_outputs
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
-from .dropped import DropResult, drop_job, load_drop_data
-from .run import DepthResult, TruncateResult, run_depth, truncate_model
+from .analysis import DepthResult, TruncateResult, run_depth, truncate_model
+from .drop_table import DropResult, drop_job, load_drop_data
+from .lm_exit import TokenExitResult, token_exit_job
 from .settings import DepthSettings
-from .token_exit import TokenExitResult, token_exit_job
 from .truncation import check_k, check_maskable
 
 LM_EXIT_TOKENS = 20_000  # a language model's default --samples: held-out positions of the early-exit sweep
@@ -51,7 +51,7 @@ def depth_checkpoint(
         refuse_other_task(given, task)
     on_task(task)
     if task == "lm":
-        return token_depth(lens_model_from_checkpoint(ckpt, load.device_map), settings, data, path)
+        return token_depth(lm_from_checkpoint(ckpt, load.device_map), settings, data, path)
     model = model_from_checkpoint(ckpt)
     if settings.drop is not None:
         where = (data.dataset, data.data_dir, data.samples, settings.seed, data.encoding)
@@ -66,7 +66,7 @@ def depth_checkpoint(
     return result
 
 
-def token_depth(model: LensModel, settings: DepthSettings, data: EvalRequest, path) -> TokenExitResult:
+def token_depth(model: LayaLM, settings: DepthSettings, data: EvalRequest, path) -> TokenExitResult:
     """A language model's depth: its early exit per token on ``data.samples`` held-out positions (20,000 by
     default)."""
     model.to(settings.device)

@@ -3,7 +3,7 @@
 A model cut after tap k has r_1..r_k and nothing above. A head with a layer weighting α
 (``maskable``: laya, scalarmix) then predicts with α masked above k and renormalised over the
 layers ≤ k. The LAYA scorer still reads one vector per layer: for the layers above k it reads the
-ablation reference r̄_i (the mean training features stored in the checkpoint), a constant, so
+removal reference r̄_i (the mean training features stored in the checkpoint), a constant, so
 nothing above tap k is needed (docs/depth.md). ``fold_head`` turns that masked head into an
 ordinary head of the same kind over k layers (the constant scorer inputs folded into its bias,
 softmax over L restricted to k and renormalised = softmax over the first k scores), which is what

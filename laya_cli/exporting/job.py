@@ -9,13 +9,13 @@ from pathlib import Path
 
 from ..data.settings import EvalRequest
 from ..model.checkpoint import checkpoint_task, read_checkpoint
-from ..model.lenses import lens_model_from_checkpoint
+from ..model.lm_heads import lm_from_checkpoint
 from ..model.settings import LoadSettings
 from ..runtime.declare import refuse_other_task
 from ..runtime.memory import MemoryRequest
-from .run import Export, run_export
+from .folder import Export, run_export
+from .lm import TokenExport, default_token_format, run_token_export
 from .settings import ExportSettings
-from .tokens import TokenExport, default_token_format, run_token_export
 
 
 def export_checkpoint(
@@ -34,7 +34,7 @@ def export_checkpoint(
     for given in (settings, data, load):
         refuse_other_task(given, task)
     if task == "lm":
-        model = lens_model_from_checkpoint(ckpt, load.device_map).to(settings.device)
+        model = lm_from_checkpoint(ckpt, load.device_map).to(settings.device)
         fmt, info = settings.format or default_token_format(), {"checkpoint": str(path)}
         return run_token_export(model, out, fmt, settings.plots, data.dataset, data.samples, overwrite, info,
                                 data.encoding)  # fmt: skip

@@ -202,10 +202,10 @@ def attach(
     if not isinstance(model, nn.Module):
         raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
     match_choice("--pool", pool, POOL_CHOICES)
-    from ..backbones import hf, tokens
+    from ..backbones import hf, tokenizers
 
     if hf.is_text(model):
-        cfg = tokens.given_text_input(model, tokenizer, max_length)
+        cfg = tokenizers.given_text_input(model, tokenizer, max_length)
     elif tokenizer is not None or max_length is not None:
         raise LayaError("tokenizer and max_length apply to text models; this model takes images")
     else:

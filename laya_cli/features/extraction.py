@@ -159,7 +159,7 @@ def token_batch(batch, where: str, text) -> tuple[Tensor, Tensor]:
     ``TextInput``): B×2×L token batches (ids, attention mask) as laya's own, a tokenizer's dict
     (``input_ids``, ``attention_mask``; ``labels``/``label`` inside it or beside it), or raw strings,
     tokenised with the model's tokenizer. A LayaError otherwise."""
-    from ..backbones.tokens import encode
+    from ..backbones.tokenizers import encode
 
     labels = None
     if isinstance(batch, dict):

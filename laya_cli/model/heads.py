@@ -172,7 +172,7 @@ class ScalarMixHead(Head):
 
 HEADS: dict[str, type[Head]] = {cls.kind: cls for cls in (LAYAHead, LastLayerHead, ConcatHead, ScalarMixHead)}
 
-# Heads whose alpha is a real (renormalisable) layer weighting, so "mask" ablation applies.
+# Heads whose alpha is a real (renormalisable) layer weighting, so the "mask" removal applies.
 MASKABLE_HEADS = tuple(k for k, cls in HEADS.items() if cls.maskable)
 
 

@@ -52,7 +52,7 @@ class LayaModel:
         spec: how the checkpoint names and rebuilds the backbone.
         head_kind: ``"laya"``, ``"last"``, ``"concat"`` or ``"scalarmix"``.
         classes: class names in label order.
-        reference: r̄_i, the mean training feature of each layer (the ablation reference).
+        reference: r̄_i, the mean training feature of each layer (the reference a removal by mean puts in place).
         checkpoint: the training record (dataset, history, metrics, settings) as in the checkpoint.
     """
 
@@ -61,7 +61,7 @@ class LayaModel:
     spec: BackboneSpec
     head_kind: str
     classes: list[str]
-    reference: list[Tensor]  # r̄_i: mean training features per layer (the ablation reference)
+    reference: list[Tensor]  # r̄_i: mean training features per layer (the reference a removal by mean puts in place)
     checkpoint: dict = field(repr=False, default_factory=dict)
 
     @property

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from ..runtime.declare import check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
-READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lenses.py LayaLM)
+READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
 
 
 @dataclass

@@ -1,3 +1,5 @@
-"""Training: the loop and the ``laya train`` job (``loop``), attention alignment (``alignment``), and
-``laya bench`` (``bench``).
+"""Training: its settings (``settings``), the one training job (``job``) and its loop (``loop``), the kind of
+model's defaults (``defaults``), attention alignment (``alignment``, ``network_target``), α shaping (``shaping``),
+exit-aware training (``exit_aware``), a language model's training (``lm``, ``lm_alignment``) and ``laya bench``
+(``bench``, ``bench_lm``, ``bench_stats``).
 """

@@ -4,7 +4,7 @@ removing them actually moves the prediction.
     loss = cross_entropy(logits, y) + λ · ranking_loss(log α(x), Δ(x))
 
 Δ_i(x) = p_ŷ(x) − p_ŷ(x with r_i := r̄_i) are the head's own leave-one-layer-out effects under
-mean ablation (``metrics.lolo_effects``: what the audit ranks α against), computed without
+removal by mean (``metrics.lolo_effects``: what the audit ranks α against), computed without
 gradient as a target; ŷ is the head's prediction. The ranking loss is RankNet's pairwise
 logistic loss over the layer pairs whose effects differ:
 

@@ -276,7 +276,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
 
 
 def _audit_run(bench: BenchRequest, record: dict) -> dict:
-    from ..auditing.run import run_audit
+    from ..auditing.head_scope import run_audit
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
 

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..auditing.settings import AuditSettings
-from ..backbones.causal import parse_device_map
+from ..backbones.lm import parse_device_map
 from ..model.checkpoint import read_checkpoint
 from ..runtime.declare import split_csv
 from ..runtime.errors import LayaError, match_choice
@@ -105,11 +105,11 @@ def _record(path: Path) -> dict | None:
 
 def audit_run(bench, ckpt: dict) -> dict:
     """The head-scope per-token audit of one run's checkpoint: accuracy and each method's figures."""
-    from ..auditing.tokens import token_audit_job
-    from ..model.lenses import lens_model_from_checkpoint
+    from ..auditing.lm import token_audit_job
+    from ..model.lm_heads import lm_from_checkpoint
 
     device = bench.train.train.device
-    model = lens_model_from_checkpoint(ckpt, bench.train.lm.device_map).to(device)
+    model = lm_from_checkpoint(ckpt, bench.train.lm.device_map).to(device)
     settings = AuditSettings(**{**asdict(bench.audit), "device": device, "ci": 0.0})
     doc = token_audit_job(model, bench.methods(), settings, "head", None, bench.audit_samples).to_dict()
     methods = {m: {k: v.get(k) for k in AUDIT_METRICS} for m, v in doc["methods"].items()}

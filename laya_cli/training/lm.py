@@ -19,15 +19,15 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from ..backbones.causal import LanguageModel, build_language_model
+from ..backbones.lm import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
-from ..backbones.tokens import set_tokenizer, train_tokenizer
+from ..backbones.tokenizers import set_tokenizer, train_tokenizer
 from ..data.corpus import Corpus, open_corpus
-from ..features.positions import batches, token_states
+from ..features.lm_positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
-from ..model.lenses import (
+from ..model.lm_heads import (
     BITS,
-    LayaLM,
+    LayaLMHead,
     Reference,
     TunedLens,
     chunks,
@@ -43,7 +43,7 @@ from ..runtime.errors import LayaError
 from ..runtime.fileio import check_writable
 from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
-from .lm_align import TokenAlignment
+from .lm_alignment import TokenAlignment
 from .settings import TrainRequest
 from .shaping import layer_dropout_mask
 
@@ -115,7 +115,7 @@ def lens_logits(readout, states: Tensor) -> Tensor:
 
 
 def train_step(
-    laya: LayaLM,
+    laya: LayaLMHead,
     tuned: TunedLens | None,
     hs: Tensor,
     targets: Tensor,
@@ -173,7 +173,7 @@ def train_step(
 @torch.no_grad()
 def evaluate(
     lm: LanguageModel,
-    laya: LayaLM,
+    laya: LayaLMHead,
     tuned: TunedLens | None,
     held_out: Iterator[Tensor],
     max_tokens: int,
@@ -365,7 +365,7 @@ def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = Non
     device = lm.head_device
     torch.manual_seed(t.seed)
     width = int(lm.readout.unembedding.weight.shape[1])
-    laya = LayaLM(lm.num_layers, width, lm.readout, req.head_config).to(device)
+    laya = LayaLMHead(lm.num_layers, width, lm.readout, req.head_config).to(device)
     tuned = TunedLens(lm.num_layers, width, lm.readout).to(device) if req.lm.lens == "tuned" else None
     params = [p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=t.lr)

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..auditing.settings import NETWORK_ABLATIONS, NETWORK_SCOPES, SCOPES
+from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
 from ..backbones.spec import POOL_CHOICES
 from ..data.settings import DataRequest
 from ..model.settings import HeadConfig, device_map_setting
@@ -80,7 +80,7 @@ class TrainConfig:
         "auto",
         "--align-target network: how a block is removed — auto (bypass where every tapped block keeps its input's "
         "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved.",
-        choices=("auto", *NETWORK_ABLATIONS),
+        choices=("auto", *NETWORK_REMOVALS),
     )
     align_source: str = setting(
         "given",

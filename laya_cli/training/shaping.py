@@ -8,7 +8,7 @@ architecture, so a checkpoint trained with them loads and audits like any other:
 
 - ``--layer-dropout P``: each training sample's α is taken over a random subset of the layers — every layer is
   dropped with probability P, independently, and a sample that would lose them all keeps one drawn uniformly —
-  through the head's ``alpha_mask`` (masked and renormalised, the ``mask`` ablation). The head must find what each
+  through the head's ``alpha_mask`` (masked and renormalised, the ``mask`` removal). The head must find what each
   layer holds. Off at evaluation: validation, the test split, the audit see every layer.
 - ``--alpha-entropy λ``: adds λ_e · mean_x KL(α(x) ‖ uniform) / log L = λ_e · (1 − H(α(x)) / log L), the
   normalised entropy deficit of α (0 when uniform, 1 when one-hot; the entropy is the one of

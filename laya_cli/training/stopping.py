@@ -2,7 +2,7 @@
 
 ``accuracy`` (the default) keeps the epoch with the best validation accuracy. ``combined`` keeps the epoch with
 the best validation accuracy + validation faithfulness of α, equal weights: the mean Spearman ρ between α and the
-head's leave-one-layer-out effects Δ (mean ablation, ŷ = the head's prediction) over the validation samples
+head's leave-one-layer-out effects Δ (removal by mean, ŷ = the head's prediction) over the validation samples
 where ρ is defined, as ``laya audit`` measures it. Accuracy alone lets an aligned head drift into attention that
 is faithful on few samples (docs/results/fashion-mnist.md): the combined score sees both.
 """

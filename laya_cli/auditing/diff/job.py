@@ -17,9 +17,9 @@ from ..metrics import check_removal
 from ..network.checks import check_network_scope
 from ..settings import Removal
 from .compare import DiffResult, compare_profiles
+from .lm import checkpoint_kinds, diff_lm_checkpoints
 from .profiles import model_profiles, network_deltas
 from .settings import DiffSettings
-from .tokens import checkpoint_kinds, diff_lm_checkpoints
 
 
 def check_comparable(a, b, path_a: str, path_b: str) -> None:

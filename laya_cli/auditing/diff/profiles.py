@@ -16,7 +16,7 @@ from ..methods import contrib, laya_attention
 from ..metrics import lolo_effects
 from ..network.patching import NetworkScope
 from ..network.reference import network_reference
-from ..scaffold import References
+from ..plan import References
 
 
 @dataclass

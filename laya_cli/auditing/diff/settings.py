@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ...runtime.declare import check_fields, setting
 from ...runtime.environment import device_setting
-from ..settings import ABLATIONS, SCOPES, tie_tol_setting
+from ..settings import REMOVALS, SCOPES, tie_tol_setting
 
 CORRECTIONS = ("holm", "bh", "none")  # stats.multiple.CORRECTIONS (numpy: not imported by laya --help)
 # What a diff's JSON records of its test (the scope and the removal are recorded beside them)
@@ -40,7 +40,7 @@ class DiffSettings:
         "mean",
         "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); at "
         "network scope also bypass or mean-update (language models: mean at head scope, bypass at network scope).",
-        choices=ABLATIONS,
+        choices=REMOVALS,
     )
     tie_tol: float = tie_tol_setting()
     compare: str = setting(

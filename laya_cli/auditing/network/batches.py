@@ -18,9 +18,9 @@ from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
 from ..metrics import degenerate_effects, deletion_at_1, lolo_effects, spearman_rows, tie_undefined
+from ..plan import AuditPlan, Rows
 from ..registry import METHODS, having
 from ..results import ties_block
-from ..scaffold import AuditPlan, Rows
 from ..settings import AuditSettings
 from .patching import NetworkScope
 from .reference import network_reference

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from ..metrics import nan_summary, normalised_deletion
 from ..names import NETWORK_METRICS
+from ..plan import AuditPlan
 from ..results import MethodScores
-from ..scaffold import AuditPlan
 
 # The MethodScores keys a network-scope audit computes (its JSON has only these; the deeper metrics of the head
 # scope — AOPC, sufficiency, completeness, randomisation — are not computed here: docs/metrics.md).

@@ -30,7 +30,7 @@ from .heads import Head, HeadOutput
 from .settings import HeadConfig
 
 if TYPE_CHECKING:
-    from ..backbones.causal import LanguageModel
+    from ..backbones.lm import LanguageModel
 
 LOGITS_PER_CHUNK = 1 << 22  # ≈ 16 MiB of float32 logits per chunk of positions
 BITS = 1 / math.log(2)
@@ -46,7 +46,7 @@ def translators(n_layers: int, width: int) -> nn.ModuleList:
     return maps
 
 
-class LayaLM(Head):
+class LayaLMHead(Head):
     """The LAYA head once per position, predicting the next token through the model's readout. A ``Head``: the
     per-token audit hands it the layers' states at N positions as a classifier head's r_1..r_L (N, d) and its
     "classes" are the vocabulary; no additive per-layer logits (the final norm sits between α and the logits)."""
@@ -79,7 +79,7 @@ class LayaLM(Head):
 
     def forward(self, hs: Tensor | Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
         """(logits (N, V), α (N, L)) from hs (N, L, d) or its L slices (N, d); ``alpha_mask`` (N, L) or (L,): α of
-        the masked layers set to 0, the rest renormalised (layer dropout, the "mask" ablation)."""
+        the masked layers set to 0, the rest renormalised (layer dropout, the "mask" removal)."""
         hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
         z = self.embed(hs)
         alpha = self.attention(z)
@@ -250,11 +250,11 @@ def kl_and_ce(logits: Tensor, ref: Reference, y: Tensor) -> tuple[Tensor, Tensor
 
 
 @dataclass
-class LensModel:
+class LayaLM:
     """A ``--task lm`` checkpoint rebuilt: the tapped model and its readout, the two trained heads, r̄ per layer."""
 
     lm: LanguageModel
-    laya: LayaLM
+    laya: LayaLMHead
     tuned: TunedLens  # a checkpoint trained with --lens logit|none has none: identity translators, the logit lens
     reference: list[Tensor]
     ckpt: dict
@@ -285,7 +285,7 @@ class LensModel:
         save_checkpoint(self.ckpt, path)
         return Path(path)
 
-    def to(self, device) -> LensModel:
+    def to(self, device) -> LayaLM:
         self.lm.to(device)
         device = self.lm.head_device  # ``device``, or the readout's where --device-map placed the model
         self.laya.to(device)
@@ -294,13 +294,13 @@ class LensModel:
         return self
 
 
-def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None, lm: LanguageModel | None = None) -> LensModel:
+def lm_from_checkpoint(ckpt: dict, device_map: str | None = None, lm: LanguageModel | None = None) -> LayaLM:
     """The model by name (its SHA-256 checked), the stored tokenizer, the heads' stored weights; ``device_map``:
     transformers' placement of the model (``--device-map``); ``lm``: that model already loaded for a checkpoint
     whose ``backbone`` record is this one's (``same_frozen_model``), shared rather than loaded again."""
-    from ..backbones.causal import build_language_model
+    from ..backbones.lm import build_language_model
     from ..backbones.spec import BackboneSpec
-    from ..backbones.tokens import set_tokenizer
+    from ..backbones.tokenizers import set_tokenizer
 
     section = ckpt["backbone"]
     if lm is None:
@@ -311,12 +311,12 @@ def lens_model_from_checkpoint(ckpt: dict, device_map: str | None = None, lm: La
             text = lm.backbone.adapter.text
             set_tokenizer(text, recorded["tokenizer"], recorded["pad_id"], recorded.get("source", ""))
     width = int(lm.readout.unembedding.weight.shape[1])
-    laya = LayaLM(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
+    laya = LayaLMHead(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
     tuned = TunedLens(lm.num_layers, width, lm.readout)
     load_weights(laya, ckpt["head"]["weights"])
     if ckpt.get("tuned_lens"):  # else (--lens logit|none) the untrained tuned lens: the logit lens
         load_weights(tuned, ckpt["tuned_lens"]["weights"])
-    return LensModel(lm, laya.eval(), tuned.eval(), [r.float() for r in ckpt["reference"]], ckpt)
+    return LayaLM(lm, laya.eval(), tuned.eval(), [r.float() for r in ckpt["reference"]], ckpt)
 
 
 def same_frozen_model(a: dict, b: dict) -> bool:

@@ -7,7 +7,7 @@ head's predicted token with their p.
 Self-contained: no request leaves the page; the heat map is embedded as base64. The data travel as one JSON block
 and plain JavaScript builds the spans once (a few thousand tokens take milliseconds); every token text is set as
 ``textContent``, never as markup, so a token ``<script>`` reads literally. Formats what it is given
-(``exporting/tokens.py: explorer_input``): no laya stage is imported here.
+(``exporting/lm.py: explorer_input``): no laya stage is imported here.
 """
 
 from __future__ import annotations

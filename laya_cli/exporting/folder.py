@@ -35,7 +35,7 @@ from torch import Tensor
 from ..auditing.budget import plan_rows
 from ..auditing.collapse import collapse_summary, collapse_warning, trained_against
 from ..auditing.methods import contrib as contrib_scores
-from ..auditing.scaffold import Rows, Shard
+from ..auditing.plan import Rows, Shard
 from ..data.settings import check_encoding
 from ..features.extraction import feature_batches, num_layers
 from ..runtime import fileio

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from ..backbones.causal import LanguageModel
+from ..backbones.lm import LanguageModel
 from ..data.corpus import Corpus, block_batches, token_blocks
 from ..runtime.device import autocast
 from ..runtime.distributed import all_sum, all_sum_, my_rows

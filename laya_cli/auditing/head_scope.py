@@ -48,9 +48,9 @@ from .metrics import (
     tie_levels,
     tie_undefined,
 )
+from .plan import AuditPlan, Rows
 from .registry import METHODS, having
 from .results import AuditResult, ClassScores, MethodScores, ties_block
-from .scaffold import AuditPlan, Rows
 from .settings import AuditSettings
 
 # Seed offset of the tie-breaking draws of the deletion/insertion curves (independent of ``random``'s).
@@ -473,7 +473,7 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     num_classes = len(getattr(model, "classes", None) or [])
     degenerate, by_ties = int(common["degenerate"].sum()), int(common["tie_degenerate"].sum())
     result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
-    lm = getattr(model, "task", None) == "lm"  # a language model's positions (auditing/tokens.py)
+    lm = getattr(model, "task", None) == "lm"  # a language model's positions (auditing/lm.py)
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties, lm)
     record_collapse(result, common.get("alpha"), model)
     result.samples = _samples(getattr(eval_data, "index", None), common, per)

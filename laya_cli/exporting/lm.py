@@ -8,7 +8,7 @@ What gets written (documented in docs/lm.md, "Export: per-token α and the text 
                                 dominant_layer (1-based argmax of α)
   DIR/plots/alpha_heatmap.png   tokens × layers α of the first block (its first ``HEATMAP_TOKENS`` tokens)
   DIR/summary.json              the export marker, task "lm", counts, mean α per layer, the file list
-  DIR/report.html               self-contained: the header, the heat map, the text explorer (report/token_explorer.py)
+  DIR/report.html               self-contained: the header, the heat map, the text explorer (report/lm_explorer.py)
 
 The positions are the first ``samples`` of the held-out text, block after block (the last block read may be cut),
 as ``laya audit`` takes them; predictions and p are the LAYA head's (the model's readout of Σ α_i T_i h_i).
@@ -26,13 +26,13 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..features.positions import batches, token_states
-from ..model.lenses import LensModel, chunks
+from ..features.lm_positions import batches, token_states
+from ..model.lm_heads import LayaLM, chunks
 from ..runtime import fileio, progress
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import json_safe, strict_json
+from .folder import EXPORT_BATCH, EXPORT_FORMAT, EXPORT_VERSION, check_format, check_out_dir, is_export_dir
 from .profiles import alpha_col
-from .run import EXPORT_BATCH, EXPORT_FORMAT, EXPORT_VERSION, check_format, check_out_dir, is_export_dir
 from .settings import FORMATS
 
 TOKENS_EXPORTED = 2000  # default --samples for a language model: held-out positions
@@ -139,7 +139,7 @@ def byte_level_bytes() -> dict[str, int]:
 
 
 @torch.no_grad()
-def head_rows(model: LensModel, hs: Tensor, targets: Tensor) -> dict[str, Tensor]:
+def head_rows(model: LayaLM, hs: Tensor, targets: Tensor) -> dict[str, Tensor]:
     """α (N, L), the head's prediction, its p and p(next token) at N positions, chunk by chunk of the vocabulary."""
     got: dict[str, list[Tensor]] = {"alpha": [], "predicted": [], "p_predicted": [], "p_next": []}
     for s in chunks(len(hs), model.lm.readout.vocabulary):
@@ -153,7 +153,7 @@ def head_rows(model: LensModel, hs: Tensor, targets: Tensor) -> dict[str, Tensor
     return {k: torch.cat(v) for k, v in got.items()}
 
 
-def token_rows(model: LensModel, corpus, block: int, samples: int) -> dict[str, Tensor]:
+def token_rows(model: LayaLM, corpus, block: int, samples: int) -> dict[str, Tensor]:
     """Block by block from the start of the held-out text, up to ``samples`` positions: every row's numbers."""
     per_batch = max(1, EXPORT_BATCH // block)
     rows: dict[str, list[Tensor]] = {}
@@ -193,10 +193,10 @@ def token_table(rows: dict[str, Tensor], layers: list[str], block: int, texts: T
 
 
 def compute_token_export(
-    model: LensModel, dataset: str | None, samples: int, info: dict | None = None, encoding: str | None = None
+    model: LayaLM, dataset: str | None, samples: int, info: dict | None = None, encoding: str | None = None
 ) -> TokenExport:
     """The held-out positions of ``dataset`` (default: the checkpoint's text) through the LAYA head."""
-    from ..auditing.tokens import held_out_text
+    from ..auditing.lm import held_out_text
 
     name, corpus, block = held_out_text(model, dataset, encoding)
     rows = token_rows(model, corpus, block, samples)
@@ -248,7 +248,7 @@ def heatmap_rows(exp: TokenExport) -> tuple[np.ndarray, list[str]]:
 
 def _write_tokens(exp: TokenExport, root: Path, fmt: str, plots: bool) -> list[str]:
     from ..report.figures import plot_token_alpha
-    from ..report.token_explorer import render_token_html
+    from ..report.lm_explorer import render_token_html
 
     files = [TOKEN_FILES[fmt]]
     if fmt == "csv":
@@ -271,7 +271,7 @@ def _write_tokens(exp: TokenExport, root: Path, fmt: str, plots: bool) -> list[s
 
 
 def explorer_input(exp: TokenExport) -> dict:
-    """What report/token_explorer.py renders: plain lists and numbers."""
+    """What report/lm_explorer.py renders: plain lists and numbers."""
     t = exp.table
     return {
         "info": exp.info,
@@ -303,7 +303,7 @@ def write_token_export(
 
 
 def run_token_export(
-    model: LensModel,
+    model: LayaLM,
     out: str | Path,
     fmt: str = "parquet",
     plots: bool = True,

@@ -25,7 +25,7 @@ from .family import _first_line
 from .hf import HFFamily, local_dir, text_input, transformers_module
 from .spec import BackboneSpec
 from .taps import TappedBackbone
-from .tokens import input_embeddings
+from .tokenizers import input_embeddings
 from .weights import hf_cache_dir, hub_session, offline, weights_sha256
 
 

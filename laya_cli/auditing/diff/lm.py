@@ -18,15 +18,15 @@ import numpy as np
 import torch
 
 from ...model.checkpoint import read_checkpoint
-from ...model.lenses import is_language_model, lens_model_from_checkpoint, same_frozen_model
+from ...model.lm_heads import is_language_model, lm_from_checkpoint, same_frozen_model
 from ...runtime.errors import LayaError
 from ...runtime.fileio import json_safe
 from ...stats.audit_columns import STATISTICS, masked, paired_change
 from ...stats.bootstrap import column_mean
 from ...stats.mcnemar import mcnemar
+from ..lm import TOKENS_AUDITED, token_audit_job, token_data
 from ..names import parse_methods
 from ..settings import AuditSettings
-from ..tokens import TOKENS_AUDITED, token_audit_job, token_data
 
 METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 DEFAULT_METHODS = ("laya", "gradxact")
@@ -187,9 +187,9 @@ def diff_language_models(
         raise LayaError(f"--scope {scope}: laya diff of language models takes head, network or both")
     check_comparable_lm(*ckpts, *paths, dataset)
     audit = replace(settings, ci=0.0)  # the intervals are the paired ones of the change, computed here
-    first = lens_model_from_checkpoint(ckpts[0], device_map)
+    first = lm_from_checkpoint(ckpts[0], device_map)
     shared = first.lm if same_frozen_model(*ckpts) else None  # one model, two heads: loaded (and placed) once
-    models = [first.to(settings.device), lens_model_from_checkpoint(ckpts[1], device_map, shared).to(settings.device)]
+    models = [first.to(settings.device), lm_from_checkpoint(ckpts[1], device_map, shared).to(settings.device)]
     data = [token_data(m, dataset, samples, 8, encoding) for m in models]
     _same_positions(*data, *paths)
     ra, rb = (token_audit_job(m, methods, audit, scope, dataset, samples, data=d) for m, d in zip(models, data))

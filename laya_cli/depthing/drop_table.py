@@ -24,7 +24,7 @@ from ..features.extraction import to_float_images
 from ..runtime.distributed import barrier, is_main
 from ..runtime.fileio import json_safe, strict_json
 from .compute import count_flops
-from .dropping import drop_table
+from .drop_orders import drop_table
 from .settings import DepthSettings
 
 DROP_FORMAT = "laya-drop"
@@ -120,7 +120,7 @@ def drop_job(model, load_data, settings: DepthSettings, out: str | Path | None =
     and the checkpoint. One line when K exceeds the layers that may go, or the chosen order does not exist."""
     from ..backbones.taps import DROP_NEEDS
     from ..runtime.errors import LayaError
-    from .dropping import droppable
+    from .drop_orders import droppable
 
     candidates = droppable(model)
     if settings.drop > len(candidates):
@@ -211,8 +211,8 @@ def write_dropped(model, result: DropResult, settings: DepthSettings, train, tes
     from ..backbones.build import BackboneSpec
     from ..features.extraction import extract
     from ..model.checkpoint import save_checkpoint
-    from .dropping import predictions
-    from .run import n_parameters, reshaped_checkpoint
+    from .analysis import n_parameters, reshaped_checkpoint
+    from .drop_orders import predictions
 
     dev = settings.device
     drop = sorted(result.orders[settings.drop_order][: settings.drop])

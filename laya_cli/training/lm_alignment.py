@@ -7,7 +7,7 @@
 Each Δ is what ``laya audit`` ranks α against on a language model at that scope, computed by the audit's own code.
 Δᴺ: the bypassed states of ``auditing.tokens.bypassed_states`` (each layer's output := its input, at every position
 of the block) read by the current head through ``auditing.network.patching.removal_effects`` (L + 1 head passes).
-Δᴴ: ``metrics.lolo_effects`` under mean ablation (L + 1 head passes, no model pass), with r̄ as far as it is summed
+Δᴴ: ``metrics.lolo_effects`` under removal by mean (L + 1 head passes, no model pass), with r̄ as far as it is summed
 at that step (``lm.ReferenceSum.running``: the stored r̄ is epoch 1's first ``--eval-tokens`` positions, so after
 the first batches it is the audit's own). ŷ is the head's predicted next token, as the audit's default ``--target
 predicted``. The fit (``--align-loss``: rank, distill or both) and what it trains (``--align-scope``) are
@@ -26,9 +26,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..auditing.lm import bypassed_states
 from ..auditing.metrics import lolo_effects
 from ..auditing.network.patching import removal_effects
-from ..auditing.tokens import bypassed_states
 from ..runtime import distributed
 from ..runtime.errors import LayaError
 from .alignment import alignment_loss

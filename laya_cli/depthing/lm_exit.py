@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..model.lenses import BITS, LensModel, chunks, cross_entropy, truncated_states
+from ..model.lm_heads import BITS, LayaLM, chunks, cross_entropy, truncated_states
 from ..runtime.errors import LayaError
 from .early_exit import exit_depth, minimal_sufficient_depth, take_depth
 
@@ -47,7 +47,7 @@ class ExitTables:
 
 
 @torch.no_grad()
-def truncated_laya(model: LensModel, hs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def truncated_laya(model: LayaLM, hs: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """(logits, α mass) of the LAYA head at depth k: layers above k replaced by r̄, α masked above k."""
     depths = torch.full((len(hs),), k, device=hs.device)
     seen, _ = truncated_states(hs, torch.stack(list(model.reference)).to(hs.device), depths)
@@ -59,7 +59,7 @@ def truncated_laya(model: LensModel, hs: Tensor, k: int) -> tuple[Tensor, Tensor
 
 
 @torch.no_grad()
-def exit_tables(model: LensModel, token_batches: Iterator[tuple[Tensor, Tensor]], max_tokens: int) -> ExitTables:
+def exit_tables(model: LayaLM, token_batches: Iterator[tuple[Tensor, Tensor]], max_tokens: int) -> ExitTables:
     """The tables on up to ``max_tokens`` held-out positions (``token_batches``: (hs, targets) per batch)."""
     rows: dict[str, list[Tensor]] = {k: [] for k in ("laya_ce", "tuned_ce", "argmax", *POLICIES, "model_ce")}
     n = 0
@@ -76,7 +76,7 @@ def exit_tables(model: LensModel, token_batches: Iterator[tuple[Tensor, Tensor]]
     return ExitTables(ce, cat["argmax"], {p: cat[p] for p in POLICIES}, cat["model_ce"][:, 0])
 
 
-def _rows_of(model: LensModel, hs: Tensor, y: Tensor, rows: dict[str, list[Tensor]]) -> None:
+def _rows_of(model: LayaLM, hs: Tensor, y: Tensor, rows: dict[str, list[Tensor]]) -> None:
     L = hs.shape[1]
     cols: dict[str, list[Tensor]] = {k: [] for k in rows}
     for k in range(1, L + 1):
@@ -188,12 +188,12 @@ def token_exit_result(tables: ExitTables, layers: list[str], thresholds) -> Toke
 
 
 def token_exit_job(
-    model: LensModel, dataset: str | None, max_tokens: int, thresholds: Sequence[float], batch_size: int
+    model: LayaLM, dataset: str | None, max_tokens: int, thresholds: Sequence[float], batch_size: int
 ) -> TokenExitResult:
     """``laya depth`` on a language model: the tables on the held-out text it was trained with (or ``dataset``,
     ``text:PATH``), the sweep, the goals."""
-    from ..auditing.tokens import held_out_text
-    from ..features.positions import batches, token_states
+    from ..auditing.lm import held_out_text
+    from ..features.lm_positions import batches, token_states
 
     _, corpus, block = held_out_text(model, dataset)
     from ..runtime.progress import track

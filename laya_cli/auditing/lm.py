@@ -3,7 +3,7 @@ decision explained.
 
 Head scope: the position's layer states h_1(t)..h_L(t) are the head's r_1..r_L and the vocabulary its classes, so
 the classifier audit runs unchanged (``run.run_audit``: α, IG, Grad×Act…, leave-one-layer-out by r̄, Deletion@1,
-intervals, gates); the LAYA head of a language model is a ``Head`` (model/lenses.py).
+intervals, gates); the LAYA head of a language model is a ``Head`` (model/lm_heads.py).
 
 Network scope: layer i is bypassed inside the model (its output := its input, at every position) and the later
 layers run on; Δ_i(t) = p_ŷ(t) − p_ŷ(t) with layer i bypassed, for all positions of a block in one pass. Scored
@@ -25,13 +25,14 @@ from torch import Tensor
 
 from ..backbones.engines import HookEngine, block_input
 from ..features.extraction import LayerFeatures
-from ..features.positions import batches, token_states
-from ..model.lenses import LensModel
+from ..features.lm_positions import batches, token_states
+from ..model.lm_heads import LayaLM
 from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
 from ..runtime.progress import track
 from .budget import RowCosts, _OutputBytes, plan_from_costs
+from .head_scope import run_audit
 from .intervals import network_columns, network_intervals
 from .metrics import (
     check_removal,
@@ -42,10 +43,9 @@ from .metrics import (
     tie_undefined,
 )
 from .network.results import NetworkResult, method_scores
+from .plan import AuditPlan
 from .registry import METHODS
 from .results import AuditResult, ties_block
-from .run import run_audit
-from .scaffold import AuditPlan
 from .settings import AuditSettings
 
 POSITION_BUCKETS = 4
@@ -70,7 +70,7 @@ class TokenData:
     dataset: str
 
 
-def held_out_text(model: LensModel, dataset: str | None, encoding: str | None = None):
+def held_out_text(model: LayaLM, dataset: str | None, encoding: str | None = None):
     """(name, corpus, block size): the text a language model's held-out positions come from (``--dataset
     text:PATH``, default its training text, in the encoding it was read in), checked and opened; nothing is read
     yet."""
@@ -88,7 +88,7 @@ def held_out_text(model: LensModel, dataset: str | None, encoding: str | None = 
 
 
 def token_data(
-    model: LensModel, dataset: str | None, max_tokens: int, batch_size: int, encoding: str | None = None
+    model: LayaLM, dataset: str | None, max_tokens: int, batch_size: int, encoding: str | None = None
 ) -> TokenData:
     """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
     name, corpus, block = held_out_text(model, dataset, encoding)
@@ -109,7 +109,7 @@ def token_data(
     return TokenData(features, positions, blocks, name)
 
 
-def audit_model(model: LensModel) -> TokenAuditModel:
+def audit_model(model: LayaLM) -> TokenAuditModel:
     vocabulary = model.lm.readout.vocabulary
     return TokenAuditModel(model.laya, model.reference, list(model.ckpt["layers"]), [str(i) for i in range(vocabulary)])
 
@@ -117,7 +117,7 @@ def audit_model(model: LensModel) -> TokenAuditModel:
 # --------------------------------------------------------------------------- network scope
 
 
-def _states_and_inputs(model: LensModel, x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+def _states_and_inputs(model: LayaLM, x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
     """Each tap's output h_i and its block's input x_i, in the autograd graph (the model's frozen weights; the
     gradient flows through the states)."""
     backbone = model.lm.backbone
@@ -144,12 +144,12 @@ def _probabilities(head, states: Sequence[Tensor], target: Tensor) -> Tensor:
 def bypassed_states(backbone, x: Tensor, i: int) -> list[Tensor]:
     """h_1..h_L (B, T, d, float32) of the blocks ``x`` with layer i bypassed at every position (its output := its
     input, the later layers run on), without gradient: what every network-scope effect of a language model reads
-    (``_bypass_effects`` here; the per-token network alignment target, ``training/lm_align.py``)."""
+    (``_bypass_effects`` here; the per-token network alignment target, ``training/lm_alignment.py``)."""
     with torch.no_grad(), autocast(x.device):
         return [h.float() for h in backbone.bypassed_activations(x, [i])]
 
 
-def _bypass_effects(model: LensModel, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
+def _bypass_effects(model: LayaLM, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
     """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
     backbone = model.lm.backbone
     out = []
@@ -178,7 +178,7 @@ def _dot(grad: Tensor | None, x: Tensor) -> Tensor:
     return (grad.float() * x.float()).flatten(1).sum(1)
 
 
-def _network_block(model: LensModel, x: Tensor, settings: AuditSettings, generator) -> dict[str, Tensor]:
+def _network_block(model: LayaLM, x: Tensor, settings: AuditSettings, generator) -> dict[str, Tensor]:
     """Every network-scope number of one batch of blocks, flattened to positions (B·(T−1), …)."""
     x = x.to(settings.device)
     with torch.enable_grad():
@@ -204,7 +204,7 @@ def _network_block(model: LensModel, x: Tensor, settings: AuditSettings, generat
     }
 
 
-def token_network(model: LensModel, data: TokenData, methods: Sequence[str], settings: AuditSettings) -> NetworkResult:
+def token_network(model: LayaLM, data: TokenData, methods: Sequence[str], settings: AuditSettings) -> NetworkResult:
     """The network scope on the same positions as the head scope."""
     plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)
     for m in plan.methods:
@@ -263,7 +263,7 @@ def by_position(positions: Tensor, faithfulness: dict[str, Tensor], d1: dict[str
 
 
 @torch.no_grad()
-def token_row_costs(model: LensModel, data: TokenData, device: str) -> RowCosts:
+def token_row_costs(model: LayaLM, data: TokenData, device: str) -> RowCosts:
     """``budget.RowCosts`` of one position: its L states, the head's module outputs on it (its V logits among
     them), and its share of one block's module outputs and tap activations in the model."""
     backbone, x = model.lm.backbone, data.blocks[0][:1].to(device)
@@ -287,7 +287,7 @@ TOKENS_AUDITED = 2000  # a language model's default --samples: held-out position
 
 
 def token_audit_job(
-    model: LensModel,
+    model: LayaLM,
     methods: Sequence[str],
     settings: AuditSettings,
     scope: str,
@@ -319,7 +319,7 @@ def token_audit_job(
     return result
 
 
-def _scoped(model: LensModel, data: TokenData, methods, settings: AuditSettings, scope: str) -> AuditResult:
+def _scoped(model: LayaLM, data: TokenData, methods, settings: AuditSettings, scope: str) -> AuditResult:
     block = int(model.ckpt["dataset"]["block_size"])
     positions = data.positions
     if scope == "network":
