@@ -10,6 +10,7 @@ import typer
 
 from ..auditing.settings import AuditRequest, AuditSettings
 from ..data.settings import EvalRequest
+from ..gates.settings import GateSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
 from ..runtime.environment import RunSettings
@@ -27,16 +28,10 @@ from .common import (
 )
 from .declared import with_settings
 from .options import (
-    AllowSettingsChange,
     AuditQuiet,
-    Baseline,
-    FailUnder,
-    GateOn,
-    InconclusiveExit,
     JsonOut,
     JunitOut,
     MarkdownOut,
-    MaxDrop,
     ModelPath,
     PerSample,
     Replace,
@@ -45,20 +40,16 @@ from .options import (
 AUDIT = AuditSettings()
 
 
-@with_settings(what=AuditRequest, settings=AuditSettings, data=EvalRequest, load=LoadSettings, run=RunSettings)
+@with_settings(
+    what=AuditRequest, settings=AuditSettings, data=EvalRequest, load=LoadSettings, run=RunSettings, gates=GateSettings
+)
 def audit(
     model: ModelPath,
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
-    fail_under: FailUnder = None,
-    quiet: AuditQuiet = False,
-    baseline: Baseline = None,
-    max_drop: MaxDrop = None,
-    allow_settings_change: AllowSettingsChange = False,
     junit: JunitOut = None,
-    gate_on: GateOn = "estimate",
-    inconclusive_exit: InconclusiveExit = EXIT_GATE_FAILED,
     per_sample: PerSample = True,
+    quiet: AuditQuiet = False,
     overwrite: Replace = False,
     *,
     what: AuditRequest,
@@ -66,6 +57,7 @@ def audit(
     data: EvalRequest,
     load: LoadSettings,
     run: RunSettings,
+    gates: GateSettings,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_checkpoint
@@ -78,33 +70,23 @@ def audit(
         trust_arch(load.validate().arch)
         data.validate()
         methods, scope = parse_methods(what.compare), what.validate().scope
-        thresholds, drops, gated_groups = parse_gates(fail_under, max_drop, methods, scope)
+        asked = GateRequest.asked(gates, methods, scope)
         job = run_options(run, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
         if settings.batch_size is None:  # the plan may lower the default
             settings.batch_size = AUDIT.batch_size
         settings.device = pick_device(settings.device)
-        settings.metrics = tuple(parse_metric_groups([*parse_metric_groups(settings.metrics), *gated_groups]))
+        settings.metrics = tuple(parse_metric_groups([*parse_metric_groups(settings.metrics), *asked.metric_groups]))
         settings.validate()
-        gates = GateRequest.read(thresholds, drops, baseline, allow_settings_change).on_bound(gate_on, settings)
+        asked = asked.on_bound(gates.gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit).check_writable(overwrite)
         result = audit_checkpoint(
-            model, methods, settings, scope, data, load, partial(gates.check_planned, settings, methods), **job
+            model, methods, settings, scope, data, load, partial(asked.check_planned, settings, methods), **job
         )
-    result.settings["fail_under"] = [str(t) for t in thresholds]
+    result.settings["fail_under"] = [str(t) for t in asked.thresholds]
     doc = result.to_dict()
-    outcome = gates.judge(result, doc)
+    outcome = asked.judge(result, doc)
     render(result, doc, outcome, settings.metrics, files, quiet, time.perf_counter() - started, per_sample)
-    exit_for(outcome.verdict, inconclusive_exit)
-
-
-def parse_gates(fail_under, max_drop, methods, scope: str) -> tuple[list, list, list[str]]:
-    """``--fail-under`` and ``--max-drop`` parsed, and the deeper metric groups the gates name (computed then)."""
-    from ..auditing.names import groups_of
-    from ..gates.regression import parse_max_drop
-    from ..gates.thresholds import parse_thresholds
-
-    thresholds, drops = parse_thresholds(fail_under, methods, scope), parse_max_drop(max_drop, methods, scope)
-    return thresholds, drops, groups_of([g.metric for g in [*thresholds, *drops]])
+    exit_for(outcome.verdict, gates.inconclusive_exit)
 
 
 def exit_for(verdict, inconclusive_exit: int) -> None:

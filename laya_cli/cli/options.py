@@ -1,5 +1,6 @@
 """The command-line options that belong to the command line rather than to a setting of a job: the checkpoint
-read, where outputs go and whether they may replace a file, how results are shown, and the gates.
+read, where outputs go and whether they may replace a file, and how results are shown (the gates are declared in
+``gates/settings.py``).
 
 The settings of a job are declared once by the stage that owns them (``model/settings.py``, ``data/settings.py``,
 ``training/settings.py``, ``auditing/settings.py``, ``depthing/settings.py``, ``exporting/settings.py``, the
@@ -34,61 +35,13 @@ PerSample = Annotated[
         "--no-per-sample leaves them out (a smaller file).",
     ),
 ]
-FailUnder = Annotated[
-    list[str] | None,
-    typer.Option(
-        help="Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or "
-        "'ig:faithfulness=0.8,laya:deletion@1=0.2'; prefix 'network:' for the network scope "
-        "('network:ig:faithfulness=0.8'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, "
-        "sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable."
-    ),
-]
 AuditQuiet = Annotated[
     bool,
     typer.Option(
         "--quiet", "-q", help="Print only the verdict line (PASS/FAIL and each failed check); errors still print."
     ),
 ]
-Baseline = Annotated[
-    Path | None,
-    typer.Option(
-        metavar="FILE",
-        help="A previous 'laya audit --json' taken on the same data, samples and settings: show its values and "
-        "the change beside each metric; gate with --max-drop.",
-    ),
-]
-MaxDrop = Annotated[
-    list[str] | None,
-    typer.Option(
-        help="Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' "
-        "(absolute, every method but random), 'laya:deletion@1=5%' (relative to the baseline value), "
-        "'accuracy=0.01'. Repeatable."
-    ),
-]
-# --------------------------------------------------------------------------- intervals and significance-aware gates
 
-GateOn = Annotated[
-    str,
-    typer.Option(
-        help="'estimate': gate --fail-under/--max-drop on the point value; 'bound': on the confidence interval "
-        "(pass, fail or inconclusive)."
-    ),
-]
-InconclusiveExit = Annotated[
-    int,
-    typer.Option(
-        min=0,
-        max=255,
-        help="Exit code (0-255) when a --gate-on bound check is inconclusive (its interval straddles the bar).",
-    ),
-]
-AllowSettingsChange = Annotated[
-    bool,
-    typer.Option(
-        help="Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the "
-        "differences are noted."
-    ),
-]
 JunitOut = Annotated[
     Path | None,
     typer.Option(

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from ..runtime.errors import LayaError, match_choice
 from .checks import Check, Verdict, verdict
-from .regression import Comparison, MaxDrop, check_settings, gate, planned_audit, read_audit_json
-from .significance import GATE_ON, BoundSettings, on_bound
-from .thresholds import Threshold, threshold_checks
+from .regression import Comparison, MaxDrop, check_settings, gate, parse_max_drop, planned_audit, read_audit_json
+from .settings import GATE_ON, GateSettings
+from .significance import BoundSettings, on_bound
+from .thresholds import Threshold, parse_thresholds, threshold_checks
 
 if TYPE_CHECKING:
     from ..auditing.results import AuditResult
@@ -34,6 +35,22 @@ class GateRequest:
     baseline_path: str | Path | None = None
     allow_settings_change: bool = False
     bound: BoundSettings | None = None  # --gate-on bound (significance.py); None: the point values decide
+
+    @classmethod
+    def asked(cls, gates: GateSettings, methods: Sequence[str], scope: str) -> GateRequest:
+        """What ``gates`` ask of an audit of ``methods`` at ``scope``: the thresholds and drops parsed against them,
+        the baseline read (``on_bound`` then decides how, once the audit's settings are known)."""
+        gates.validate()
+        thresholds = parse_thresholds(gates.fail_under, methods, scope)
+        drops = parse_max_drop(gates.max_drop, methods, scope)
+        return cls.read(thresholds, drops, gates.baseline, gates.allow_settings_change)
+
+    @property
+    def metric_groups(self) -> list[str]:
+        """The deeper metric groups the checks name (the audit computes them)."""
+        from ..auditing.names import groups_of
+
+        return groups_of([g.metric for g in [*self.thresholds, *self.drops]])
 
     @classmethod
     def read(
@@ -78,8 +95,7 @@ class GateRequest:
     def on_bound(self, gate_on: str, settings) -> GateRequest:
         """This request deciding its checks by their intervals when ``gate_on`` is ``bound`` (``--gate-on``), at
         the audit's ``settings`` (``AuditSettings``: ``ci``, ``bootstrap``, ``seed``)."""
-        gate_on = match_choice("--gate-on", gate_on, GATE_ON)
-        if gate_on == "estimate":
+        if match_choice("--gate-on", gate_on, GATE_ON) == "estimate":
             return self
         if not settings.ci:
             raise LayaError("--gate-on bound needs intervals: set --ci to a level above 0 (e.g. 0.95)")

@@ -23,7 +23,6 @@ from ..stats.compact import decode_index, unpack
 from ..stats.proportion import newcombe_difference, wilson
 from .checks import Check
 
-GATE_ON = ("estimate", "bound")
 _SEED = 0xD209  # offset of the paired change's bootstrap seed from the audit's --seed
 
 

@@ -1,0 +1,65 @@
+"""The gates' settings: what makes ``laya audit`` fail a build (``--fail-under``, ``--baseline`` with
+``--max-drop``) and how a check is decided (``--gate-on``, ``--inconclusive-exit``). Declared once
+(``runtime.declare.setting``), for the command line only (the Python API returns the numbers); no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime.declare import check_fields, setting
+
+GATE_ON = ("estimate", "bound")
+
+
+@dataclass
+class GateSettings:
+    fail_under: list[str] | None = setting(
+        None,
+        "Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or "
+        "'ig:faithfulness=0.8,laya:deletion@1=0.2'; prefix 'network:' for the network scope "
+        "('network:ig:faithfulness=0.8'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, "
+        "sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.",
+        api=False,
+    )
+    baseline: str | None = setting(
+        None,
+        "A previous 'laya audit --json' taken on the same data, samples and settings: show its values and the "
+        "change beside each metric; gate with --max-drop.",
+        metavar="FILE",
+        cli_type=Path | None,
+        api=False,
+    )
+    max_drop: list[str] | None = setting(
+        None,
+        "Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' (absolute, every "
+        "method but random), 'laya:deletion@1=5%' (relative to the baseline value), 'accuracy=0.01'. Repeatable.",
+        api=False,
+    )
+    allow_settings_change: bool = setting(
+        False,
+        "Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the "
+        "differences are noted.",
+        flag="--allow-settings-change/--no-allow-settings-change",
+        api=False,
+    )
+    gate_on: str = setting(
+        "estimate",
+        "'estimate': gate --fail-under/--max-drop on the point value; 'bound': on the confidence interval (pass, "
+        "fail or inconclusive).",
+        choices=GATE_ON,
+        api=False,
+    )
+    inconclusive_exit: int = setting(
+        1,
+        "Exit code (0-255) when a --gate-on bound check is inconclusive (its interval straddles the bar).",
+        minimum=0,
+        below=256,
+        rule="an exit code, 0-255",
+        api=False,
+    )
+
+    def validate(self) -> GateSettings:
+        check_fields(self)
+        return self
