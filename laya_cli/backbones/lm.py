@@ -52,7 +52,7 @@ class Readout(nn.Module):
 @dataclass
 class LanguageModel:
     """The tapped decoder (its taps: the residual stream after each layer), its readout, and what it was built from
-    (``sha256``: of the whole causal LM's weights, so the unembedding is checked with the layers)."""
+    (``sha256``: of the whole language model's weights, so the unembedding is checked with the layers)."""
 
     backbone: TappedBackbone
     readout: Readout
@@ -269,7 +269,7 @@ def find_readout(causal: nn.Module, backbone: TappedBackbone, where: str) -> Rea
 def build_language_model(
     spec: BackboneSpec, expect_sha256: str | None = None, device_map: str | None = None
 ) -> LanguageModel:
-    """``hf:NAME``/``hf:DIR`` as a causal LM: its base model tapped after every layer (``--layers`` globs choose
+    """``hf:NAME``/``hf:DIR`` as a language model: its base model tapped after every layer (``--layers`` globs choose
     others), its tokenizer, its readout. ``expect_sha256``: the weights a checkpoint was trained with.
     ``device_map``: transformers' placement of a model larger than one device (``--device-map``, docs/lm.md)."""
     if not spec.name.startswith("hf:"):
