@@ -40,7 +40,7 @@ def test_its_effects_are_the_network_scopes_batch_by_batch(tmp_path):
     transformers = pytest.importorskip("transformers")
     from laya_cli import backbones as bb
     from laya_cli.auditing.network.patching import NetworkScope
-    from laya_cli.backbones import tokens as tokenization
+    from laya_cli.backbones import tokenizers as tokenization
     from laya_cli.model.heads import build_head
 
     texts = ["dog cat", "bread cheese apple rice soup", "saw", "fish lion tiger bear wolf", "milk egg"]

@@ -146,7 +146,7 @@ def test_a_per_sample_1d_argument_of_a_replayed_layer_follows_the_rows(tmp_path)
     (network-scope IG refining them) hands the layers those rows' ids, as the full passes do."""
     from laya_cli import backbones as bb
     from laya_cli.auditing.network.patching import NetworkScope
-    from laya_cli.backbones import tokens as tokenization
+    from laya_cli.backbones import tokenizers as tokenization
     from laya_cli.model.heads import build_head
 
     config = transformers.XmodConfig(

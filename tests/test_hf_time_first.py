@@ -15,7 +15,7 @@ from helpers import invoke
 
 from laya_cli import backbones as bb
 from laya_cli.auditing.network.patching import NetworkScope
-from laya_cli.backbones import tokens as tokenization
+from laya_cli.backbones import tokenizers as tokenization
 from laya_cli.backbones.engines import first_tensor, time_first
 from laya_cli.features.extraction import tap_means
 from laya_cli.model.heads import build_head

@@ -13,7 +13,7 @@ from laya_cli.features.lm_positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lm_heads import lm_from_checkpoint
 from laya_cli.runtime.errors import LayaError
-from laya_cli.training import lm_alignment as lm_align
+from laya_cli.training import lm_alignment
 from laya_cli.training.lm import train_lm
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
 
@@ -47,7 +47,7 @@ def test_the_target_is_the_audits_network_effects_at_the_same_positions(aligned)
     for b, positions in ((0, torch.tensor([0, 3, 7, 14])), (2, torch.arange(per_block))):
         x = block[b : b + 1]
         hs, _ = token_states(model.lm, x)
-        feats, target, got = lm_align.network_target(model.lm.backbone, model.laya, x, hs[positions], positions)
+        feats, target, got = lm_alignment.network_target(model.lm.backbone, model.laya, x, hs[positions], positions)
         rows = b * per_block + positions
         assert got.shape == (len(positions), model.lm.num_layers)
         assert torch.equal(target, net.samples["predicted"][rows])
@@ -71,7 +71,7 @@ def test_the_head_target_is_the_audits_head_effects_at_the_same_positions(aligne
     r_bar = torch.stack(list(model.reference))
     for b, positions in ((1, torch.tensor([2, 5, 11])), (0, torch.arange(per_block))):
         hs, _ = token_states(model.lm, block[b : b + 1])
-        feats, target, got = lm_align.head_target(model.laya, hs[positions], r_bar)
+        feats, target, got = lm_alignment.head_target(model.laya, hs[positions], r_bar)
         rows = b * per_block + positions
         assert got.shape == (len(positions), model.lm.num_layers) and len(feats) == model.lm.num_layers
         assert got.abs().max() > 1e-4
@@ -101,11 +101,13 @@ def test_the_heads_own_term_trains_is_recorded_and_changes_the_head(aligned, lm_
 
 
 def test_the_sampled_positions_are_seeded_and_within_one_block():
-    draw = lambda seed: lm_align.sampled_positions(8, 127, 16, torch.Generator().manual_seed(seed))  # noqa: E731
+    draw = lambda seed: lm_alignment.sampled_positions(8, 127, 16, torch.Generator().manual_seed(seed))  # noqa: E731
     (b, p), (b2, p2) = draw(0), draw(0)
     assert b == b2 and torch.equal(p, p2) and 0 <= b < 8
     assert len(p) == 16 and len(set(p.tolist())) == 16 and int(p.max()) < 127
-    assert len(lm_align.sampled_positions(2, 5, 16, torch.Generator().manual_seed(0))[1]) == 5  # all of a short block
+    assert (
+        len(lm_alignment.sampled_positions(2, 5, 16, torch.Generator().manual_seed(0))[1]) == 5
+    )  # all of a short block
 
 
 def test_a_run_with_the_term_trains_records_it_and_is_deterministic(aligned, lm_dir, tmp_path):

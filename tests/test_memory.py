@@ -177,7 +177,7 @@ def test_an_out_of_memory_error_halves_and_retries_with_the_same_numbers(digits_
 
 
 def test_export_retries_with_half_the_head_batch(digits_ckpt, monkeypatch, tmp_path):
-    from laya_cli.exporting import run as export_run
+    from laya_cli.exporting import folder as export_run
 
     clean = export_run.run_export(digits_ckpt, tmp_path / "a", samples=40, plots=False)
     calls = _oom_once(monkeypatch, export_run, "_predict")

@@ -14,7 +14,7 @@ from helpers import assert_user_error, invoke
 
 from laya_cli import backbones as bb
 from laya_cli.backbones import hf
-from laya_cli.backbones import tokens as tokenization
+from laya_cli.backbones import tokenizers as tokenization
 from laya_cli.backbones.pooling import TapFormat
 from laya_cli.data.datasets import load_dataset
 from laya_cli.data.settings import DataRequest
