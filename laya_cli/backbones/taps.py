@@ -484,7 +484,8 @@ class TappedBackbone(nn.Module):
         names = [self.layer_names[i] for i in drop]
         # hooks: a traced graph (torchvision's FX) has no node for a Bypass, which hands its input on uncomputed
         engine = "hooks" if self.engine_kind == "fx" else None
-        out = self._with_model(bypass_modules(copy.deepcopy(self.model), names, [arities[i] for i in drop]), None, engine)
+        bypassed = bypass_modules(copy.deepcopy(self.model), names, [arities[i] for i in drop])
+        out = self._with_model(bypassed, None, engine)
         why = "later layers need more from a dropped block than its hidden state"
         try:
             with torch.no_grad(), eval_mode(out):

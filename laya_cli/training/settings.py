@@ -347,8 +347,8 @@ class TrainRequest:
     # ``laya info --options-toml`` can write it back as a --config file (None: not from the command line).
     command_line: dict | None = None
 
-    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}
-    # taps is not LATER: a run recorded before it tapped a CNN's stages, so it is not the default's run  # as DataRequest.LATER
+    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataRequest.LATER
+    # taps is not LATER: a run recorded before it tapped a CNN's stages, so it is not the default's run
 
     # Not part of what the run computes: where it is written, how, and on which device.
     RUN_ONLY = ("out", "resume", "restart", "use_cache", "command_line")
