@@ -16,9 +16,12 @@ network against a forward written by hand without the block's residual branch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from torch import nn
+import torch
+from torch import Tensor, nn
+
+from .chain import eval_mode, find_chain, trace_calls
 
 # "module.ClassName" -> whether an instance adds its update to an unchanged copy of its input
 RESIDUAL_BLOCKS: dict[str, Callable[[nn.Module], bool]] = {
@@ -61,8 +64,18 @@ def residual_blocks(model: nn.Module) -> list[str]:
     return found
 
 
-def block_taps(model: nn.Module) -> list[str] | None:
-    """The taps of ``--taps blocks`` for a CNN: its residual blocks, or None (fewer than ``MIN_BLOCKS``: the
-    family's own default taps stand — a ViT's blocks, a VGG's stages)."""
+def block_taps(model: nn.Module, probe: Callable[[], Tensor] | None = None) -> list[str] | None:
+    """The taps of ``--taps blocks`` for a CNN: its residual blocks, or None — fewer than ``MIN_BLOCKS`` (the
+    family's own default taps stand: a ViT's blocks, a VGG's stages), or, with a ``probe`` batch, blocks that are not
+    one chain in the forward (HRNet's parallel branches: depth is not a sequence of them)."""
     blocks = residual_blocks(model)
-    return blocks if len(blocks) >= MIN_BLOCKS else None
+    if len(blocks) < MIN_BLOCKS or (probe is not None and not chained(model, blocks, probe())):
+        return None
+    return blocks
+
+
+def chained(model: nn.Module, blocks: Sequence[str], x: Tensor) -> bool:
+    """Whether each block runs once and feeds the next through plain module calls on the probe batch ``x``."""
+    with torch.no_grad(), eval_mode(model):
+        calls = trace_calls(model, x, stop_when=blocks)
+    return find_chain(calls, blocks) is not None

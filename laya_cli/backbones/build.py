@@ -154,7 +154,7 @@ def resolve_layers(
     """Module names matching the globs, in model order; without globs ``taps``: ``blocks``, a CNN's residual blocks
     (``blocks.block_taps``) where it has at least 3, else (and for ``stages``) the family's default taps."""
     family = family or family_for_model(model)
-    if not patterns and taps == "blocks" and (found := block_taps(model)):
+    if not patterns and taps == "blocks" and (found := block_taps(model, probe or (lambda: _default_probe(model)))):
         return found
     if not patterns:
         was = model.training
