@@ -157,6 +157,11 @@ def run(case: str, options: list[str], variant: str, seed: int, out: Path, drop:
     return summary(case, variant, seed, audit, depth, dropped if blocks else None, timed)
 
 
+def kept(folder: Path, variant: str) -> bool:
+    names = ("model.pt", "audit.json", "depth.json", *(("drop.json",) if variant != "stages" else ()))
+    return all((folder / n).is_file() for n in names)
+
+
 def summary(case, variant, seed, audit: Path, depth: Path, dropped: Path | None, timed: Path) -> dict:
     doc, exits = json.loads(audit.read_text()), json.loads(depth.read_text())
     head, net = doc["methods"], doc["network"]["methods"]
@@ -225,6 +230,7 @@ def main(argv=None) -> None:
     p.add_argument("--drop", type=int, default=3, help="laya depth --drop K")
     p.add_argument("--samples", type=int, default=500, help="laya audit --samples")
     p.add_argument("--out", type=Path, default=Path("cnn-depth-run"))
+    p.add_argument("--kept", action="store_true", help="only the runs whose files are all kept in --out (no work)")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -234,6 +240,8 @@ def main(argv=None) -> None:
             continue
         for seed in map(int, a.seeds.split(",")):
             for variant in a.variants.split(","):
+                if a.kept and not kept(a.out / case / f"{variant}-{seed}", variant):
+                    continue
                 rows.append(run(case, options, variant, seed, a.out, a.drop, a.samples))
                 say(json.dumps(rows[-1]))
     say("")
