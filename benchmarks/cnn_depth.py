@@ -218,8 +218,21 @@ def tables(rows: list[dict]) -> list[str]:
             runs = [r for r in rows if r["case"] == case and r["variant"] == variant]
             cells = [cell([r[k] for r in runs if r.get(k) is not None], d) for k, _, d in COLUMNS]
             lines.append(f"| {variant} | {len(runs)} | " + " | ".join(c if c != "n/a" else "–" for c in cells) + " |")
-        lines.append("")
+        lines += ["", *paired_lines([r for r in rows if r["case"] == case]), ""]
     return lines
+
+
+PAIRED = (("accuracy", 4), ("net_laya", 3), ("alpha_minus_atp", 3), ("head_laya", 3), ("drop_alpha", 4))
+
+
+def paired_lines(rows: list[dict]) -> list[str]:
+    """default minus plain, paired by seed: what the network target changes."""
+    plain = {r["seed"]: r for r in rows if r["variant"] == "plain"}
+    default = [r for r in rows if r["variant"] == "default" and r["seed"] in plain]
+    if not default:
+        return []
+    diff = lambda k: [r[k] - plain[r["seed"]][k] for r in default if None not in (r.get(k), plain[r["seed"]].get(k))]  # noqa: E731
+    return ["default − plain, paired by seed: " + ", ".join(f"{k} {cell(diff(k), d)}" for k, d in PAIRED)]
 
 
 def main(argv=None) -> None:
