@@ -137,7 +137,9 @@ def case_options(case: str, out: Path) -> list[str] | None:
     raise SystemExit(f"unknown case {case}: resnet-fm, efflite-fm")
 
 
-def run(case: str, options: list[str], variant: str, seed: int, out: Path, drop: int, samples: int) -> dict:
+def run(
+    case: str, options: list[str], variant: str, seed: int, out: Path, drop: int, samples: int, depth_too: bool = True
+) -> dict:
     folder = out / case / f"{variant}-{seed}"
     folder.mkdir(parents=True, exist_ok=True)
     ckpt, audit, depth, dropped, timed = (
@@ -150,34 +152,35 @@ def run(case: str, options: list[str], variant: str, seed: int, out: Path, drop:
     if not audit.is_file():
         laya("audit", str(ckpt), "--scope", "both", "--compare", "laya,global,gradxact,atp", "--ablation",
              "bypass" if blocks else "mean", "--samples", str(samples), "--json", str(audit), "--quiet")  # fmt: skip
-    if not depth.is_file():
+    if depth_too and not depth.is_file():
         laya("depth", str(ckpt), "--json", str(depth), "--quiet")
-    if blocks and not dropped.is_file():
+    if depth_too and blocks and not dropped.is_file():
         laya("depth", str(ckpt), "--drop", str(drop), "--json", str(dropped), "--quiet")
     return summary(case, variant, seed, audit, depth, dropped if blocks else None, timed)
 
 
 def kept(folder: Path, variant: str) -> bool:
-    names = ("model.pt", "audit.json", "depth.json", *(("drop.json",) if variant != "stages" else ()))
-    return all((folder / n).is_file() for n in names)
+    return all((folder / n).is_file() for n in ("model.pt", "audit.json"))
 
 
 def summary(case, variant, seed, audit: Path, depth: Path, dropped: Path | None, timed: Path) -> dict:
-    doc, exits = json.loads(audit.read_text()), json.loads(depth.read_text())
+    doc = json.loads(audit.read_text())
     head, net = doc["methods"], doc["network"]["methods"]
-    points = exits["early_exit"]["operating_points"]["1pp"]["by_policy"]
-    saved = lambda p: 1 - points[p]["flops_fraction"] if p in points else 0.0  # noqa: E731
     row = {
-        "case": case, "variant": variant, "seed": seed, "layers": len(exits["layers"]),
-        "accuracy": exits["full"]["accuracy"], "train_s": json.loads(timed.read_text()) if timed.is_file() else None,
+        "case": case, "variant": variant, "seed": seed, "layers": len(doc["layers"]), "accuracy": doc["accuracy"],
+        "train_s": json.loads(timed.read_text()) if timed.is_file() else None,
         "net_laya": net["laya"]["faithfulness"], "net_global": net["global"]["faithfulness"],
         "net_gradxact": net["gradxact"]["faithfulness"], "net_atp": net["atp"]["faithfulness"],
         "head_laya": head["laya"]["faithfulness"], "head_atp": head["atp"]["faithfulness"],
-        "exit_pmax": saved("p_max"), "exit_alpha": saved("alpha_mass"),
-        "exit_oracle": 1 - exits["oracle"]["flops_fraction"],
     }  # fmt: skip
     row["alpha_minus_atp"] = row["net_laya"] - row["net_atp"]
-    if dropped is not None:
+    if depth.is_file():
+        exits = json.loads(depth.read_text())
+        points = exits["early_exit"]["operating_points"]["1pp"]["by_policy"]
+        saved = lambda p: 1 - points[p]["flops_fraction"] if p in points else 0.0  # noqa: E731
+        row.update(exit_pmax=saved("p_max"), exit_alpha=saved("alpha_mass"),
+                   exit_oracle=1 - exits["oracle"]["flops_fraction"])  # fmt: skip
+    if dropped is not None and dropped.is_file():
         table = json.loads(dropped.read_text())
         k = table["settings"]["drop"]
         acc = {r["order"]: r["accuracy"] for r in table["rows"] if r["k"] == k}
@@ -244,6 +247,7 @@ def main(argv=None) -> None:
     p.add_argument("--samples", type=int, default=500, help="laya audit --samples")
     p.add_argument("--out", type=Path, default=Path("cnn-depth-run"))
     p.add_argument("--kept", action="store_true", help="only the runs whose files are all kept in --out (no work)")
+    p.add_argument("--depth-seeds", default=None, help="the seeds whose laya depth (exit, --drop) runs (default: all)")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -255,7 +259,8 @@ def main(argv=None) -> None:
             for variant in a.variants.split(","):
                 if a.kept and not kept(a.out / case / f"{variant}-{seed}", variant):
                     continue
-                rows.append(run(case, options, variant, seed, a.out, a.drop, a.samples))
+                depth_too = a.depth_seeds is None or str(seed) in a.depth_seeds.split(",")
+                rows.append(run(case, options, variant, seed, a.out, a.drop, a.samples, depth_too))
                 say(json.dumps(rows[-1]))
     say("")
     for line in tables(rows):

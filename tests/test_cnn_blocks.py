@@ -152,3 +152,25 @@ def test_bypassed_inverted_residual_is_the_network_without_its_branch(effnet, k)
     for j, tap in enumerate(b.layer_names):
         torch.testing.assert_close(got[j], want_taps[tap], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got_out, want_out, rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_methods_share_one_backward_pass_and_give_what_each_gave_alone(resnet):
+    """Grad×Act, AtP and saliency at network scope from one Captum pass of layer gradients (the audit's route since
+    issue 65) equal each method's own Captum call."""
+    _, b = resnet
+    dims = [r.shape[-1] for r in b(images(2))]
+    weight = torch.randn(sum(dims), 7, generator=torch.Generator().manual_seed(0))
+
+    class Head(nn.Module):
+        def forward(self, feats):
+            return type("Out", (), {"logits": torch.cat(list(feats), -1) @ weight})()
+
+    head = Head()
+    net = NetworkScope(b, head, ablation="bypass")
+    x = images()
+    hs = net.activations(x)
+    target = head(net.pooled(hs)).logits.argmax(-1)
+    grads = net.layer_gradients(x, target, multiply=False)
+    torch.testing.assert_close(net.from_gradients("gradxact", hs, grads), net.gradient_x_activation(x, target))
+    torch.testing.assert_close(net.from_gradients("atp", hs, grads), net.attribution_patching(x, hs, target))
+    torch.testing.assert_close(net.from_gradients("saliency", hs, grads), net.saliency(x, target))
