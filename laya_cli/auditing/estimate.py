@@ -62,7 +62,7 @@ def eta_line(seconds: float, n: int, passes: float, ig_passes: float) -> str | N
             f"forwards each); cheaper: {', '.join(cheaper)}")  # fmt: skip
 
 
-def audit_eta(backbone, images, methods: Sequence[str], prefix: bool, probe: int = 4) -> str | None:
+def audit_eta(backbone, images, methods: Sequence[str], prefix: bool, probe: int = 2) -> str | None:
     """``eta_line`` for a network-scope audit of ``images`` (timed on a probe batch of the first ``probe``)."""
     from ..features.extraction import to_float_images
     from ..runtime.device import to_device
