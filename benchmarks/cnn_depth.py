@@ -163,6 +163,12 @@ def kept(folder: Path, variant: str) -> bool:
     return all((folder / n).is_file() for n in ("model.pt", "audit.json"))
 
 
+def kept_summary(case: str, variant: str, seed: int, folder: Path) -> dict:
+    names = ("audit.json", "depth.json", "drop.json", "train_seconds.json")
+    audit, depth, dropped, timed = (folder / n for n in names)
+    return summary(case, variant, seed, audit, depth, dropped if variant != "stages" else None, timed)
+
+
 def summary(case, variant, seed, audit: Path, depth: Path, dropped: Path | None, timed: Path) -> dict:
     doc = json.loads(audit.read_text())
     head, net = doc["methods"], doc["network"]["methods"]
@@ -257,7 +263,10 @@ def main(argv=None) -> None:
             continue
         for seed in map(int, a.seeds.split(",")):
             for variant in a.variants.split(","):
-                if a.kept and not kept(a.out / case / f"{variant}-{seed}", variant):
+                folder = a.out / case / f"{variant}-{seed}"
+                if a.kept:  # no work: what the kept files say
+                    if kept(folder, variant):
+                        rows.append(kept_summary(case, variant, seed, folder))
                     continue
                 depth_too = a.depth_seeds is None or str(seed) in a.depth_seeds.split(",")
                 rows.append(run(case, options, variant, seed, a.out, a.drop, a.samples, depth_too))
