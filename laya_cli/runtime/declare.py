@@ -21,11 +21,20 @@ import functools
 import inspect
 import math
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass
 
 from .errors import LayaError, match_choice
+
+# The largest numbers the code can hold and that still mean something (issue 66): a whole number past these is
+# refused in one line before any work, never an overflow deep inside torch or numpy.
+INT64_MAX = 2**63 - 1  # what torch and numpy hold: the ceiling of every whole number, declared or not
+SEED_MAX = 2**32 - 1  # a seed (numpy's legacy and torch's generators take it; seed + k, + 7919·epoch stay in int64)
+COUNT_MAX = 10**12  # counts where more than there are means all (samples, tokens): a larger one means no more
+STEPS_MAX = 10**6  # epochs, patience, IG steps, resamples, permutations, repeats, draws: beyond, no run ends
+WIDTH_MAX = 2**20  # widths and sides (d*, hidden units, image sides, tokens per block, layers dropped)
 
 
 class _Unset:
@@ -49,6 +58,7 @@ class Option:
     minimum: float | None = None  # numbers: at least this
     above: float | None = None  # numbers: greater than this
     below: float | None = None  # numbers: less than this
+    maximum: float | None = None  # numbers: at most this (every whole number declares one; INT64_MAX bounds the rest)
     rule: str | None = None  # how the bounds read in a message ("0 (off) or positive"); default: from the bounds
     cli: bool = True  # False: a setting of the Python API and the checkpoint only (set by the job, not a flag)
     command_default: object = UNSET  # the command line's default where it is not the field's (device: auto)
@@ -244,16 +254,38 @@ def check_value(d: Declared, value):
 
 def _check_number(d: Declared, value):
     option, flag, whole = d.option, d.flag, not _allows(float, d.type)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not _is_whole(value)):
         kind = "a whole number" if whole else "a number"
-        raise LayaError(f"{flag} must be {kind}, got {value!r}")
-    rule = option.bounds()
-    if not math.isfinite(value):
-        raise LayaError(f"{flag} must be {rule + ' and finite' if rule else 'a finite number'}, got {value}")
+        raise LayaError(f"{flag} must be {kind}, got {shown_number(value)}")
+    rule, got = option.bounds(), shown_number(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise LayaError(f"{flag} must be {rule + ' and finite' if rule else 'a finite number'}, got {got}")
     low_ok = (option.minimum is None or value >= option.minimum) and (option.above is None or value > option.above)
     if not low_ok or (option.below is not None and not value < option.below):
-        raise LayaError(f"{flag} must be {rule}, got {value}")
+        raise LayaError(f"{flag} must be {rule}, got {got}")
+    # the declared maximum; else what the code holds: an int64, a float64 (a huge int given for a float)
+    top = option.maximum if option.maximum is not None else INT64_MAX if whole else sys.float_info.max
+    if value > top:
+        raise LayaError(
+            f"{flag} must be at most {top:,}, got {got}" if whole else f"{flag} must be at most {top:g}, got {got}"
+        )
+    if value < -(INT64_MAX if whole else sys.float_info.max):
+        raise LayaError(f"{flag} is past what the code holds, got {got}")
     return int(value) if whole else value
+
+
+def _is_whole(value) -> bool:
+    """An int, or a float without a fraction (a huge int is never turned into a float: it may not fit one)."""
+    return isinstance(value, int) or (math.isfinite(value) and float(value).is_integer())
+
+
+def shown_number(value) -> str:
+    """A number as a message shows it: a very long whole number by its first digits and its length (a 400-digit
+    --epochs is not echoed whole)."""
+    text = str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and len(text.lstrip("-")) > 24:
+        return f"{text[: 7 if value < 0 else 6]}… (a {len(text.lstrip('-'))}-digit number)"
+    return text if isinstance(value, (int, float)) else repr(value)
 
 
 def _type_name(tp) -> str:

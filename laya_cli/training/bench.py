@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..auditing.settings import AuditSettings
 from ..runtime import distributed
-from ..runtime.declare import check_at_least, check_fields, refuse_other_task, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, check_at_least, check_fields, refuse_other_task, setting
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
 from ..runtime.fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
 from ..runtime.progress import log
@@ -103,9 +103,12 @@ class BenchRequest:
         task="lm",
     )
     seeds: int = setting(
-        3, "Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).", minimum=1
+        3,
+        "Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).",
+        minimum=1,
+        maximum=STEPS_MAX,
     )
-    base_seed: int = setting(1337, "Seed of the first run (1337: the paper config).", minimum=0)
+    base_seed: int = setting(1337, "Seed of the first run (1337: the paper config).", minimum=0, maximum=SEED_MAX)
     out: str = setting(
         "bench",
         "Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.",
@@ -121,6 +124,7 @@ class BenchRequest:
         "Audit this many test samples (the same seeded subset for every run; more than the test split = all; a "
         "language model's: held-out positions, 0 = no audit).",
         minimum=0,
+        maximum=COUNT_MAX,
     )  # None: the whole test split
     redo: bool = setting(False, "Retrain and re-audit every run, even finished ones.")
 
@@ -177,6 +181,9 @@ class BenchRequest:
         """The declared checks, a setting of the other task refused, then a classifier's bench's own checks (a
         language model's: ``bench_lm.check_lm_bench``)."""
         check_fields(self)
+        if self.base_seed + self.seeds - 1 > SEED_MAX:
+            raise LayaError(f"--base-seed {self.base_seed} with --seeds {self.seeds}: the last run's seed would pass "
+                            f"{SEED_MAX:,}, the largest seed")  # fmt: skip
         check_fields(self.train)  # its task first: what the rest is checked against
         refuse_other_task(self, self.train.task)
         if self.compare is None:

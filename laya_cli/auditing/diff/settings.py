@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...runtime.declare import check_fields, setting
+from ...runtime.declare import SEED_MAX, STEPS_MAX, check_fields, setting
 from ...runtime.environment import device_setting
 from ..settings import REMOVALS, SCOPES, tie_tol_setting
 
@@ -18,8 +18,10 @@ TESTED = ("permutations", "alpha", "correction", "seed", "tie_tol")
 
 @dataclass
 class DiffSettings:
-    seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0)
-    permutations: int = setting(1000, "Permutations of each paired permutation test.", minimum=1, task="classify")
+    seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0, maximum=SEED_MAX)
+    permutations: int = setting(
+        1000, "Permutations of each paired permutation test.", minimum=1, task="classify", maximum=STEPS_MAX
+    )
     alpha: float = setting(
         0.05,
         "Significance level of a changed class, after correction.",
@@ -53,7 +55,11 @@ class DiffSettings:
         0.95, "The confidence level of each change's paired interval.", above=0, below=1, flag="--ci", task="lm"
     )
     bootstrap: int = setting(
-        1000, "Bootstrap resamples of the positions (paired: A and B resampled alike).", minimum=1, task="lm"
+        1000,
+        "Bootstrap resamples of the positions (paired: A and B resampled alike).",
+        minimum=1,
+        task="lm",
+        maximum=STEPS_MAX,
     )
     device: str = device_setting()
 
