@@ -189,13 +189,28 @@ def values_of(obj) -> dict:
     return out
 
 
+GIVEN = "_laya_given"  # the attribute mark_given sets: the option names a caller gave explicitly
+
+
+def mark_given(obj, names) -> None:
+    """Record on ``obj`` (and on its nested settings objects) which of its options the caller gave explicitly (the
+    command line's flags): a setting of the other task spelled at its default is then refused too
+    (``refuse_other_task``), not only one set to another value."""
+    own = {d.name for d in declared(type(obj))}
+    object.__setattr__(obj, GIVEN, frozenset(own & set(names)))
+    for name, _ in nested(type(obj)):
+        mark_given(getattr(obj, name), names)
+
+
 def other_task_settings(obj, task: str) -> list[str]:
     """The flags of ``obj``'s settings (nested ones too) that only the other task reads and that are set to
-    another value than their default: they would be ignored."""
+    another value than their default, or were given explicitly (``mark_given``): they would be ignored."""
+    given = getattr(obj, GIVEN, frozenset())
     out = [
         d.flag
         for d in declared(type(obj))
-        if d.option.task not in (None, task) and getattr(obj, d.field) not in (d.default, d.command_default)
+        if d.option.task not in (None, task)
+        and (getattr(obj, d.field) not in (d.default, d.command_default) or d.name in given)
     ]
     return out + [flag for name, _ in nested(type(obj)) for flag in other_task_settings(getattr(obj, name), task)]
 
