@@ -91,8 +91,10 @@ def _shared_params() -> tuple:
 
 
 def start(ctx) -> CommandRun:
+    from ..runtime.environment import check_environment
     from ..runtime.errors import LayaError
 
+    check_environment()  # every LAYA_* variable, before any work (one a command never reads too)
     verbose = bool(ctx.meta.get("laya.verbose"))
     if verbose and ctx.params.get("quiet"):
         raise LayaError("--quiet and --verbose ask for opposite things: give one of them")
