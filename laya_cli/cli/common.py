@@ -8,12 +8,14 @@ for both would be an import cycle. Nothing heavy at import: rich, torch and the 
 from __future__ import annotations
 
 from ..runtime.progress import LazyConsole
+from ..runtime.tracking.guest import EXIT_NOT_LOGGED  # noqa: F401  (here with the other codes)
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
 err_console = LazyConsole(stderr=True)
 
 # The exit-code contract (docs/usage.md#exit-codes): what a CI job can rely on. ``app.LayaGroup`` maps every
 # way a command ends to one of these; a command itself raises only ``typer.Exit(EXIT_GATE_FAILED)``.
+# EXIT_NOT_LOGGED (4): done, outputs complete, but the --log-to tracker did not log all of it (tracking/guest.py).
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 

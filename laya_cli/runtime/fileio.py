@@ -9,6 +9,7 @@ the umask gives (not the temp file's 0600).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -53,6 +54,37 @@ def check_writable(path: str | Path) -> Path:
     except OSError as e:
         raise LayaError(f"cannot write {path}: folder {parent} is not writable ({e.strerror})") from None
     return path
+
+
+def check_folder_writable(folder: str | Path, what: str) -> Path:
+    """``folder`` (made with its missing parents) takes a file of a few KiB: a folder under a file, on a read-only
+    mount or on a full disk is one line (``what`` names it) before any work. The folders made to check are removed
+    again either way: whoever writes there makes them."""
+    folder = Path(folder).expanduser()
+    missing, p = [], folder
+    while not p.exists() and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    made = []
+    try:
+        for m in reversed(missing):
+            m.mkdir()
+            made.append(m)
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        fd, probe = tempfile.mkstemp(prefix=".laya-probe-", dir=folder)
+        try:
+            os.write(fd, b"\0" * 4096)  # a full disk still creates empty files: write some bytes
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        raise LayaError(f"cannot write {what} {folder}: {e.strerror or e}") from None
+    finally:
+        for m in reversed(made):
+            with contextlib.suppress(OSError):
+                m.rmdir()
+    return folder
 
 
 def check_outputs(*paths: str | Path | None) -> None:
