@@ -162,10 +162,13 @@ class SharedOptions:
         super().__init__(*args, params=[*(params or []), *shared_params()], **kwargs)
 
     def invoke(self, ctx):
+        from ..runtime.fileio import claims
+
         run = start(ctx)
         token = _CURRENT.set(run)
         try:
-            result = super().invoke(ctx)
+            with claims():  # the outputs the command checks are its own until it ends (runtime/fileio.py)
+                result = super().invoke(ctx)
         except BaseException as e:
             run.finish(e)
             raise

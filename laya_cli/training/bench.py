@@ -30,7 +30,15 @@ from ..auditing.settings import AuditSettings
 from ..runtime import distributed
 from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, check_at_least, check_fields, refuse_other_task, setting
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
-from ..runtime.fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
+from ..runtime.fileio import (
+    atomic_write_text,
+    check_writable,
+    claim,
+    file_sha256,
+    json_safe,
+    made_folders,
+    strict_json,
+)
 from ..runtime.progress import log
 from .bench_stats import machine, pair_with_laya, seed_stats, slug
 from .settings import TrainRequest, diff_options
@@ -449,11 +457,14 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
             "laya bench runs in one process, not under torchrun; run it with plain `laya bench` "
             "(use torchrun for single `laya train`/`laya audit` runs)"
         )
-    try:
-        bench.folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LayaError(f"cannot create the bench folder {bench.folder}: {e.strerror or e}") from None
-    check_writable(bench.folder / "probe")
+    with made_folders(bench.folder, "the bench folder"):  # a bench that fails leaves no folder it made
+        check_writable(bench.folder / "probe")
+        claim(bench.folder)  # one bench at a time in a folder
+        return _run_all(bench, on_run)
+
+
+def _run_all(bench: BenchRequest, on_run) -> BenchResult:
+    """Every (head, seed) run in the bench's folder, trained and audited or reused, and their aggregate."""
     start = time.perf_counter()
     pairs = [(h, s) for h in bench.heads for s in bench.seed_values]
     finished = sum(1 for h, s in pairs if _is_finished(bench, h, s))
