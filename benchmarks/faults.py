@@ -1,7 +1,7 @@
 """Faults and limits (issue 66): each case the issue lists, run as a real ``laya`` process, with its exit code, the
 lines it wrote on stderr and what it left behind: the before/after table of the issue's closing note.
 
-    python -m benchmarks.faults [--only TEXT] [--json FILE] [--laya DIR]
+    python -m benchmarks.faults [--only TEXT ...] [--json FILE] [--laya DIR]
 
 ``--laya DIR``: the checkout whose ``laya_cli`` is run (default: this one), e.g. a copy of main before a change for
 the "before" column: ``git archive BASE | tar -x -C /tmp/before`` then ``--laya /tmp/before``.
@@ -70,6 +70,7 @@ class Case:
     runner: Callable | None = None  # (case folder, fixtures) -> Outcome fields: a kill, two writers
     needs: tuple[str, ...] = ()  # "full", "ro"
     timeout: float = 300
+    leave: int = 0  # bytes the full disk keeps free (room for a tracker's events, not for a checkpoint's copy)
 
 
 # --------------------------------------------------------------------------- running laya
@@ -140,7 +141,7 @@ def run_case(case: Case, fx: Fixtures, where: Path, index: int) -> Outcome:
     here = where / f"case-{index:02d}"
     here.mkdir()
     if "full" in case.needs:
-        fill(fx.full)
+        fill(fx.full, case.leave)
     if case.prepare is not None:
         case.prepare(here, fx)
     before = {p.name for p in here.iterdir()}
@@ -204,6 +205,13 @@ def flipped(here: Path, fx: Fixtures) -> None:
     (here / "c.pt").write_bytes(bytes(data))
 
 
+def flipped_head(here: Path, fx: Fixtures) -> None:
+    """The digits checkpoint with one byte flipped in the middle of its head's largest weight tensor."""
+    from benchmarks.synthetic import flip_head_byte
+
+    flip_head_byte(fx.ckpt, here / "c.pt")
+
+
 def nan_head(source: str) -> Callable:
     """A checkpoint whose head weights are NaN, written as laya's own save would (torch.save of the dict)."""
 
@@ -234,7 +242,7 @@ def binary_corpus(here: Path, fx: Fixtures) -> None:
 
 
 def not_utf8_config(here: Path, fx: Fixtures) -> None:
-    (here / "c.toml").write_bytes(b'# caf\xe9\nepochs = 1\n')
+    (here / "c.toml").write_bytes(b"# caf\xe9\nepochs = 1\n")
 
 
 def a_file(here: Path, fx: Fixtures) -> None:
@@ -304,65 +312,132 @@ def cases() -> list[Case]:
         Case("lm train --align 1e308", [*lm_train, "--align", "1e308"]),
         Case("classifier train --lr 1e29", [*train, "--lr", "1e29"]),
         Case("bench --lr 1e29", ["bench", *DIGITS, "--heads", "last", "--seeds", "1", "--lr", "1e29", "--out", "b"]),
-        Case("audit a language model with NaN head weights", ["audit", "c.pt", "--samples", "50"],
-             prepare=nan_head("lm_ckpt")),  # fmt: skip
-        Case("audit a classifier with NaN head weights", ["audit", "c.pt", "--samples", "50"],
-             prepare=nan_head("ckpt")),  # fmt: skip
+        Case(
+            "audit a language model with NaN head weights",
+            ["audit", "c.pt", "--samples", "50"],
+            prepare=nan_head("lm_ckpt"),
+        ),  # fmt: skip
+        Case(
+            "audit a classifier with NaN head weights", ["audit", "c.pt", "--samples", "50"], prepare=nan_head("ckpt")
+        ),  # fmt: skip
         # numbers past the machine's
-        *[Case(f"{c} --seed {HUGE}", [*a, "--seed", HUGE]) for c, a in [
-            ("train", train), ("audit", ["audit", "{ckpt}", "--samples", "20"]),
-            ("depth", ["depth", "{ckpt}", "--samples", "20"]),
-            ("export", ["export", "{ckpt}", "--samples", "20", "--out", "exp"]),
-            ("diff", ["diff", "{ckpt}", "{ckpt}", "--samples", "20"])]],  # fmt: skip
+        *[
+            Case(f"{c} --seed {HUGE}", [*a, "--seed", HUGE])
+            for c, a in [
+                ("train", train),
+                ("audit", ["audit", "{ckpt}", "--samples", "20"]),
+                ("depth", ["depth", "{ckpt}", "--samples", "20"]),
+                ("export", ["export", "{ckpt}", "--samples", "20", "--out", "exp"]),
+                ("diff", ["diff", "{ckpt}", "{ckpt}", "--samples", "20"]),
+            ]
+        ],  # fmt: skip
         Case("train --epochs 9×400", [*train, "--epochs", "9" * 400]),
         Case("audit --samples 9×400", ["audit", "{ckpt}", "--samples", "9" * 400]),
         Case("audit --bootstrap 1e30", ["audit", "{ckpt}", "--samples", "20", "--bootstrap", str(10**30)]),
-        Case(f"bench --base-seed {HUGE}", ["bench", *DIGITS, "--heads", "last", "--seeds", "1", "--base-seed", HUGE,
-                                          "--out", "b"]),  # fmt: skip
+        Case(
+            f"bench --base-seed {HUGE}",
+            ["bench", *DIGITS, "--heads", "last", "--seeds", "1", "--base-seed", HUGE, "--out", "b"],
+        ),  # fmt: skip
         Case("train --lr 1e400 (past float64)", [*train, "--lr", "1e400"]),
         # text that is not UTF-8
-        Case("lm train on a text: file with a latin-1 byte", [*lm_train[:-4], "--dataset", "text:corpus", "--out",
-                                                              "o.pt"], prepare=not_utf8_corpus),  # fmt: skip
-        Case("lm train on a binary text: file", [*lm_train[:-4], "--dataset", "text:corpus", "--out", "o.pt"],
-             prepare=binary_corpus),  # fmt: skip
+        Case(
+            "lm train on a text: file with a latin-1 byte",
+            [*lm_train[:-4], "--dataset", "text:corpus", "--out", "o.pt"],
+            prepare=not_utf8_corpus,
+        ),  # fmt: skip
+        Case(
+            "lm train on a binary text: file",
+            [*lm_train[:-4], "--dataset", "text:corpus", "--out", "o.pt"],
+            prepare=binary_corpus,
+        ),  # fmt: skip
         Case("train --config with a non-UTF-8 byte", [*train, "--config", "c.toml"], prepare=not_utf8_config),
         # trackers
         Case("train --log-to mlflow:nosuch://x", [*train, "--log-to", "mlflow:nosuch://x"]),
-        Case("train --log-to mlflow at a closed port", [*train, "--log-to", "mlflow:http://127.0.0.1:9"],
-             env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}),  # fmt: skip
-        Case("train --log-to tensorboard under a file", [*train, "--log-to", "tensorboard:{here}/file/tb"],
-             prepare=a_file),  # fmt: skip
-        Case("train --log-to tensorboard in a read-only folder", [*train, "--log-to", "tensorboard:{ro}/tb"],
-             needs=("ro",)),  # fmt: skip
-        Case("train --log-to tensorboard on a full disk", [*train, "--log-to", "tensorboard:{full}/tb"],
-             needs=("full",)),  # fmt: skip
+        Case(
+            "train --log-to mlflow at a closed port",
+            [*train, "--log-to", "mlflow:http://127.0.0.1:9"],
+            env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
+        ),  # fmt: skip
+        Case(
+            "train --log-to tensorboard under a file",
+            [*train, "--log-to", "tensorboard:{here}/file/tb"],
+            prepare=a_file,
+        ),  # fmt: skip
+        Case(
+            "train --log-to tensorboard in a read-only folder",
+            [*train, "--log-to", "tensorboard:{ro}/tb"],
+            needs=("ro",),
+        ),  # fmt: skip
+        Case(
+            "train --log-to tensorboard on a full disk", [*train, "--log-to", "tensorboard:{full}/tb"], needs=("full",)
+        ),  # fmt: skip
+        Case(
+            "train --log-to tensorboard on a disk with room for its events, not for the checkpoint's copy",
+            [*train, "--log-to", "tensorboard:{full}/tb"],
+            needs=("full",),
+            leave=64 * 1024,
+        ),  # fmt: skip
         Case("LAYA_LOG_TO=mlflow:nosuch://x train", train, env={"LAYA_LOG_TO": "mlflow:nosuch://x"}),
-        Case("LAYA_LOG_TO=tensorboard under a file", train, env={"LAYA_LOG_TO": "tensorboard:{here}/file/tb"},
-             prepare=a_file),  # fmt: skip
+        Case(
+            "LAYA_LOG_TO=tensorboard under a file",
+            train,
+            env={"LAYA_LOG_TO": "tensorboard:{here}/file/tb"},
+            prepare=a_file,
+        ),  # fmt: skip
         # a corrupted checkpoint
-        *[Case(f"{c} of a checkpoint with one byte flipped", a, prepare=flipped) for c, a in [
-            ("audit", ["audit", "c.pt", "--samples", "20"]), ("export", ["export", "c.pt", "--samples", "20",
-            "--out", "exp"]), ("depth", ["depth", "c.pt", "--samples", "20"]),
-            ("diff", ["diff", "c.pt", "{ckpt}", "--samples", "20"])]],  # fmt: skip
+        *[
+            Case(f"{c} of a checkpoint with one byte flipped", a, prepare=flipped)
+            for c, a in [
+                ("audit", ["audit", "c.pt", "--samples", "20"]),
+                ("export", ["export", "c.pt", "--samples", "20", "--out", "exp"]),
+                ("depth", ["depth", "c.pt", "--samples", "20"]),
+                ("diff", ["diff", "c.pt", "{ckpt}", "--samples", "20"]),
+            ]
+        ],  # fmt: skip
+        *[
+            Case(f"{c} of a checkpoint with one byte of its head flipped", a, prepare=flipped_head)
+            for c, a in [
+                ("audit", ["audit", "c.pt", "--samples", "20"]),
+                ("export", ["export", "c.pt", "--samples", "20", "--out", "exp"]),
+                ("depth", ["depth", "c.pt", "--samples", "20"]),
+                ("diff", ["diff", "c.pt", "{ckpt}", "--samples", "20"]),
+            ]
+        ],  # fmt: skip
         # a full disk
-        Case("depth --json on a full disk", ["depth", "{ckpt}", "--samples", "20", "--json", "{full}/d.json"],
-             needs=("full",)),  # fmt: skip
-        Case("bench --out on a full disk", ["bench", *DIGITS, "--heads", "last", "--seeds", "1", "--out", "{full}/b"],
-             needs=("full",)),  # fmt: skip
+        Case(
+            "depth --json on a full disk",
+            ["depth", "{ckpt}", "--samples", "20", "--json", "{full}/d.json"],
+            needs=("full",),
+        ),  # fmt: skip
+        Case("train --out in a read-only folder", [*train[:-1], "{ro}/o.pt"], needs=("ro",)),
+        Case(
+            "bench --out on a full disk",
+            ["bench", *DIGITS, "--heads", "last", "--seeds", "1", "--out", "{full}/b"],
+            needs=("full",),
+        ),  # fmt: skip
         # after a kill, two writers
         Case("export killed (SIGKILL), then rerun", runner=kill_export),
         Case("lm train killed (SIGKILL) before its write, then rerun", runner=kill_lm_train),
         Case("two train --out same.pt at once", runner=two_writers),
         # values that should be refused
         Case("lm train --lens-tokens -1", [*lm_train, "--lens-tokens", "-1"]),
-        Case("LAYA_PROGRESS_INTERVAL=-1 export", ["export", "{ckpt}", "--samples", "20", "--out", "exp"],
-             env={"LAYA_PROGRESS_INTERVAL": "-1"}),  # fmt: skip
+        Case(
+            "LAYA_PROGRESS_INTERVAL=-1 export",
+            ["export", "{ckpt}", "--samples", "20", "--out", "exp"],
+            env={"LAYA_PROGRESS_INTERVAL": "-1"},
+        ),  # fmt: skip
         Case("classifier train --lens tuned", [*train, "--lens", "tuned"]),
         Case("classifier train --reads states", [*train, "--reads", "states"]),
-        Case("LAYA_SHARD_MB=abc train --frozen (streamed)", [*train, "--frozen"],
-             env={"LAYA_SHARD_MB": "abc", "LAYA_IN_MEMORY_MB": "0"}),  # fmt: skip
-        Case("LAYA_SHUFFLE_MB=nan train --frozen (streamed)", [*train, "--frozen"],
-             env={"LAYA_SHUFFLE_MB": "nan", "LAYA_IN_MEMORY_MB": "0"}),  # fmt: skip
+        Case(
+            "LAYA_SHARD_MB=abc train --frozen (streamed)",
+            [*train, "--frozen"],
+            env={"LAYA_SHARD_MB": "abc", "LAYA_IN_MEMORY_MB": "0"},
+        ),  # fmt: skip
+        Case(
+            "LAYA_SHUFFLE_MB=nan train --frozen (streamed)",
+            [*train, "--frozen"],
+            env={"LAYA_SHUFFLE_MB": "nan", "LAYA_IN_MEMORY_MB": "0"},
+        ),  # fmt: skip
         Case("LAYA_IN_MEMORY_MB=abc train --frozen", [*train, "--frozen"], env={"LAYA_IN_MEMORY_MB": "abc"}),
         Case("LAYA_WORKERS=abc train", train, env={"LAYA_WORKERS": "abc"}),
     ]
@@ -382,12 +457,12 @@ def table(rows: list[Outcome]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default=None, help="run the cases whose name holds this text")
+    ap.add_argument("--only", action="append", help="run the cases whose name holds this text (repeatable)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     ap.add_argument("--laya", default=str(ROOT), help="the checkout whose laya_cli is run (default: this one)")
     a = ap.parse_args(argv)
     LAYA[0] = Path(a.laya).resolve()
-    chosen = [c for c in cases() if a.only is None or a.only in c.name]
+    chosen = [c for c in cases() if a.only is None or any(text in c.name for text in a.only)]
     with tempfile.TemporaryDirectory(prefix="laya-faults-") as tmp:
         root = Path(tmp)
         fx = make_fixtures(root)

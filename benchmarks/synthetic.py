@@ -1,6 +1,7 @@
 """Small, real, generated inputs: an image folder of drawn shapes, a seeded head with features, a
-briefly trained digits checkpoint, a tiny causal language model with its corpus. Used by the tests (through ``helpers``), by the speed
-benchmarks, and by anyone who wants a laya model to try something on without downloading data.
+briefly trained digits checkpoint, a tiny causal language model with its corpus, a checkpoint with one byte of
+its head flipped. Used by the tests (through ``helpers``), by the speed and fault benchmarks, and by anyone who
+wants a laya model to try something on without downloading data.
 """
 
 from __future__ import annotations
@@ -176,3 +177,18 @@ def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:
     (root / "corpus" / "train.txt").write_text("\n".join(texts[:train]) + "\n")
     (root / "corpus" / "test.txt").write_text("\n".join(texts[train:]) + "\n")
     return root
+
+
+def flip_head_byte(src: Path, dst: Path) -> Path:
+    """``dst``: the checkpoint ``src`` with one byte flipped in the middle of its head's largest weight tensor (found
+    by its bytes in the file: a torch checkpoint stores tensors uncompressed), the file otherwise unchanged."""
+    import torch
+
+    data = bytearray(Path(src).read_bytes())
+    weights = torch.load(src, map_location="cpu", weights_only=True)["head"]["weights"]
+    raw = max((t.contiguous().numpy().tobytes() for t in weights.values()), key=len)
+    at = data.find(raw)
+    assert at >= 0 and data.find(raw, at + 1) < 0, "the tensor's bytes are not found once in the file"
+    data[at + len(raw) // 2] ^= 0xFF
+    Path(dst).write_bytes(bytes(data))
+    return Path(dst)
