@@ -158,7 +158,8 @@ def _number(var: Variable, raw: str) -> float | int:
         value = None
     low_ok = value is not None and (var.minimum is None or value >= var.minimum)
     low_ok = low_ok and (var.above is None or value > var.above)
-    if not low_ok or not math.isfinite(value) or (var.maximum is not None and value > var.maximum):
+    finite = isinstance(value, int) or (value is not None and math.isfinite(value))  # an int may not fit a float
+    if not low_ok or not finite or (var.maximum is not None and value > var.maximum):
         shown = raw if len(raw) <= 24 else f"{raw[:6]}… ({len(raw)} characters)"
         raise LayaError(f"{var.name} must be {var.rule()}, got {shown!r}")
     return value
