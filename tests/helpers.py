@@ -6,6 +6,7 @@ pytest import, no side effects on import.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -37,6 +38,7 @@ __all__ = [
     "run_laya",
     "child_env",
     "assert_user_error",
+    "fill",
     "assert_close_tree",
 ]
 
@@ -117,6 +119,19 @@ def make_backbone(name: str, side: int, seed: int = 0):
         name, in_channels=1 if builtin else 3, image_size=(side, side), input_size=None if builtin else side
     )
     return build_backbone(spec).eval()
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Use every free block of ``folder``'s file system but ``leave`` bytes, so that a write past them fails with
+    ENOSPC (creating empty files still works)."""
+    stat = os.statvfs(folder)
+    with open(Path(folder) / "ballast", "wb", buffering=0) as f:
+        try:
+            f.write(b"\0" * max(0, stat.f_bavail * stat.f_frsize - leave))
+            while not leave:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
 
 
 def assert_user_error(result, *fragments: str) -> None:

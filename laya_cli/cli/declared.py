@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from ..runtime.declare import UNSET, Declared, as_field, build, declared, mark_given, nested, values_of
+from ..runtime.declare import UNSET, Declared, as_field, build, declared, mark_flags, mark_given, nested, values_of
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,12 @@ def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
 
 
 def build_used(use: Use, values: dict):
-    """The object of ``use``'s class that the parsed ``values`` (by option name) describe."""
-    return build(use.cls, values, offered=use.offers, rename=use.rename)
+    """The object of ``use``'s class that the parsed ``values`` (by option name) describe (a renamed option's
+    messages name the flag the command spells)."""
+    obj = build(use.cls, values, offered=use.offers, rename=use.rename)
+    if use.rename:
+        mark_flags(obj, {name: "--" + new.replace("_", "-") for name, new in use.rename.items()})
+    return obj
 
 
 def given_on_command_line(names) -> list[str]:

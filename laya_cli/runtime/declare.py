@@ -190,6 +190,13 @@ def values_of(obj) -> dict:
 
 
 GIVEN = "_laya_given"  # the attribute mark_given sets: the option names a caller gave explicitly
+FLAGS = "_laya_flags"  # the attribute mark_flags sets: the flags a caller spells otherwise, by option name
+
+
+def mark_flags(obj, flags: dict[str, str]) -> None:
+    """Record on ``obj`` the flags its caller spells some of its options with (``laya bench``'s ``--audit-seed`` for
+    the audit's ``--seed``): ``check_fields`` names those in its messages."""
+    object.__setattr__(obj, FLAGS, dict(flags))
 
 
 def mark_given(obj, names) -> None:
@@ -239,11 +246,15 @@ def refuse_unknown(given, known, what: str) -> None:
 
 def check_fields(obj) -> None:
     """Apply each declared field's checks to ``obj`` in place: its type, a finite number within its bounds, a
-    choice in its canonical spelling. None passes where the field may be None."""
+    choice in its canonical spelling. None passes where the field may be None. A message names the flag the
+    caller spelled (``mark_flags``: bench's ``--audit-seed`` for the audit's ``--seed``)."""
+    flags = getattr(obj, FLAGS, {})
     for d in declared(type(obj)):
         value = getattr(obj, d.field)
         if value is None:
             continue
+        if d.name in flags:
+            d = dataclasses.replace(d, option=dataclasses.replace(d.option, flag=flags[d.name]))
         setattr(obj, d.field, check_value(d, value))
 
 
