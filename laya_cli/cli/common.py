@@ -77,12 +77,9 @@ def print_tables(tables):
 def write_outputs(json_out, json_text, markdown, markdown_text) -> None:
     """``--json`` and ``--markdown`` where asked for, each written atomically; ``json_text``/``markdown_text``
     make the texts (called only for a file asked for)."""
-    from ..runtime.fileio import atomic_write_text
+    from ..runtime.fileio import write_texts
 
-    if json_out is not None:
-        atomic_write_text(json_out, json_text())
-    if markdown is not None:
-        atomic_write_text(markdown, markdown_text())
+    write_texts([(json_out, json_text), (markdown, markdown_text)])  # both, or neither (a full disk)
 
 
 def run_options(run, **batches) -> dict:

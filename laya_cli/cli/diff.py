@@ -81,8 +81,8 @@ def render(result, paths, quiet: bool, files) -> None:
 
     doc, run = result.to_dict(), current_run()
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: diff_markdown(doc))  # first: a full disk's line
     print_tables([] if quiet else diff_rich_tables(doc))  # a log or a pipe gets the per-layer table whole
-    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: diff_markdown(doc))
     log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, list(files))
 
 
@@ -95,6 +95,6 @@ def render_lm(doc: dict, paths, quiet: bool, files) -> None:
 
     run = current_run()
     doc["options"] = run.record
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_diff_markdown(doc))  # first: see render
     print_tables([] if quiet else lm_diff_rich_tables(doc))
-    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_diff_markdown(doc))
     log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, list(files))

@@ -160,6 +160,22 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_texts(files) -> None:
+    """Each ``(path, make_text)`` whose path is not None, written atomically: all of them, or — when one fails (a
+    full disk) — none of them (those already written are removed), so a command's outputs are never half there."""
+    written = []
+    try:
+        for path, make_text in files:
+            if path is not None:
+                atomic_write_text(path, make_text())
+                written.append(path)
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+
+
 def append_text(path: str | Path, text: str) -> None:
     """Append ``text`` in one write (a file other steps also append to, e.g. ``$GITHUB_STEP_SUMMARY``)."""
     path = Path(path).expanduser()
