@@ -1,10 +1,11 @@
 """Faults and limits (issue 66): each case the issue lists, run as a real ``laya`` process, with its exit code, the
 lines it wrote on stderr and what it left behind: the before/after table of the issue's closing note.
 
-    python -m benchmarks.faults [--only TEXT ...] [--json FILE] [--laya DIR]
+    python -m benchmarks.faults [--only TEXT ...] [--json FILE] [--laya DIR] [--before FILE.json ...]
 
 ``--laya DIR``: the checkout whose ``laya_cli`` is run (default: this one), e.g. a copy of main before a change for
-the "before" column: ``git archive BASE | tar -x -C /tmp/before`` then ``--laya /tmp/before``.
+the "before" column: ``git archive BASE | tar -x -C /tmp/before`` then ``--laya /tmp/before --json before.json``;
+``--before before.json`` then prints this run beside it.
 
 Every case runs in a folder of its own; "left" lists what the run created there (hidden files too: the temp files
 and folders of a write that did not finish), and on the full or read-only disk it used. The fixtures are made
@@ -455,11 +456,27 @@ def table(rows: list[Outcome]) -> str:
     )
 
 
+def side_by_side(before: list[dict], rows: list[Outcome]) -> str:
+    """One row per case: before (from a --json of another run) and now, exit code, stderr lines and what was left."""
+    was = {r["case"]: r for r in before}
+    head = "| case | before: exit, lines | before: left | now: exit, lines | now: first line | now: left |\n"
+    head += "|---|---|---|---|---|---|\n"
+    cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    out = []
+    for r in rows:
+        b = was.get(r.case)
+        then = (f"{b['exit']}, {b['lines']}", b["left"]) if b else ("not run", "")
+        out.append(f"| {cell(r.case)} | {then[0]} | {cell(then[1])} | {r.exit}, {r.lines} | {cell(r.first)} | "
+                   f"{cell(r.left)} |")  # fmt: skip
+    return head + "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", help="run the cases whose name holds this text (repeatable)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     ap.add_argument("--laya", default=str(ROOT), help="the checkout whose laya_cli is run (default: this one)")
+    ap.add_argument("--before", action="append", help="the --json of an earlier run: printed side by side")
     a = ap.parse_args(argv)
     LAYA[0] = Path(a.laya).resolve()
     chosen = [c for c in cases() if a.only is None or any(text in c.name for text in a.only)]
@@ -478,7 +495,8 @@ def main(argv=None) -> int:
                 shutil.rmtree(root, ignore_errors=True)
     for note in fx.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(table(rows))
+    before = [r for path in a.before or [] for r in json.loads(Path(path).read_text())]
+    print(side_by_side(before, rows) if before else table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     return 0
