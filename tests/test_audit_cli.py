@@ -111,7 +111,7 @@ def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
         "--markdown",
         md,
         "--fail-under",
-        "ig:completeness=-100,aopc=-1,randomisation=3",
+        "ig:completeness=-100,aopc=-1,all:randomisation=3",
     )  # not -q: that prints only the verdict
     assert full.exit_code == 1, full.output
     for header in ("aopc", "suff@1", "completeness", "randomisation"):
