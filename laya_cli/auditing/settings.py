@@ -7,6 +7,7 @@ so the gates read them too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..runtime.declare import (
     COUNT_MAX,
@@ -75,6 +76,8 @@ class AuditRequest:
     comparison. Kept apart from ``AuditSettings`` (each result records them in its own place) so head-scope results
     and settings stay exactly as they were."""
 
+    PANEL: ClassVar[str] = "Main"
+
     compare: str = setting(
         DEFAULT_COMPARE,
         "Methods to compare with laya and random: ig, gradxact, atp, saliency, contrib, global (comma list), 'all', "
@@ -115,6 +118,8 @@ def tie_tol_setting():
 
 @dataclass
 class AuditSettings:
+    PANEL: ClassVar[str] = "Audit"
+
     ablation: str = setting(
         "mean",
         "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
@@ -146,20 +151,22 @@ class AuditSettings:
         None,
         "Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).",
         minimum=1,
+        panel="Run",
         maximum=COUNT_MAX,
     )
     batch_size: int = setting(
         256,
         "Samples per audited batch (default: 256, fewer when --max-memory needs it).",
         minimum=1,
-        command_default=None,  # the command line's None: planned within --max-memory
+        command_default=None,  # the command line's None: planned within --max-memory,
+        panel="Run",
         maximum=COUNT_MAX,
     )
     seed: int = setting(0, "Seed of the --samples subset (and of the random method).", minimum=0, maximum=SEED_MAX)
     by_class: bool = setting(
         False, "Add faithfulness and Deletion@1 per class (with intervals, as --ci).", flag="--by-class"
     )
-    device: str = device_setting()
+    device: str = device_setting(panel="Run")
     # The model-randomisation check runs on the first N audited samples, in whole batches (0: skipped):
     # a property of the method, not of a sample, that costs every method once more per cascade stage.
     randomisation_samples: int = setting(

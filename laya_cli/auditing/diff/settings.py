@@ -6,6 +6,7 @@ change). Declared once (``runtime.declare.setting``); no torch, no numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...runtime.declare import SEED_MAX, STEPS_MAX, check_fields, setting
 from ...runtime.environment import device_setting
@@ -18,6 +19,8 @@ TESTED = ("permutations", "alpha", "correction", "seed", "tie_tol")
 
 @dataclass
 class DiffSettings:
+    PANEL: ClassVar[str] = "Diff"
+
     seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0, maximum=SEED_MAX)
     permutations: int = setting(
         1000, "Permutations of each paired permutation test.", minimum=1, task="classify", maximum=STEPS_MAX
@@ -61,7 +64,7 @@ class DiffSettings:
         task="lm",
         maximum=STEPS_MAX,
     )
-    device: str = device_setting()
+    device: str = device_setting(panel="Run")
 
     def validate(self) -> DiffSettings:
         check_fields(self)
