@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from .cells import (
+    EXCLUDES_0_LEGEND,
     MD_MARKS,
     RICH_MARKS,
     Cell,
@@ -27,6 +28,7 @@ from .cells import (
 )
 from .collapse import collapse_text
 from .intervals import ci_cell, ci_header, ci_text, interval_columns, vs_laya_rows
+from .notes import labelled
 
 AUDIT_COLUMNS = [
     Column("faithfulness", "faithfulness", best=True),
@@ -50,7 +52,8 @@ AUDIT_EXTRA_COLUMNS = {
 }
 
 VS_LAYA_CAPTION = (
-    "method − laya on the same resampled samples (paired bootstrap); marked: the interval excludes 0 · docs/metrics.md"
+    f"method − laya on the same resampled samples (paired bootstrap); {EXCLUDES_0_LEGEND} (a difference, better or "
+    "worse) · docs/metrics.md"
 )
 
 CLASS_TABLES = (  # --by-class: (metric, terminal title, Markdown title)
@@ -292,7 +295,7 @@ def vs_laya_rich_table(result, metrics: Sequence[str] = ()) -> Table | None:
 
 def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None) -> list[str]:
     """The end of an audit's Markdown: its notes, then the --fail-under and --max-drop outcomes (when gated)."""
-    lines = ["", *(f"- note: {n}" for n in notes)] if notes else []
+    lines = ["", *(f"- {labelled(n)}" for n in notes)] if notes else []
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]

@@ -13,6 +13,7 @@ import html
 from rich.table import Table
 
 from .cells import align_of, fmt, html_table, justify, md_table, rich_table
+from .notes import labelled
 
 TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
 
@@ -179,7 +180,7 @@ def depth_markdown(doc: dict, title: str = "laya depth") -> str:
         *md_table(*depth_class_rows(doc)),
     ]
     for note in doc.get("notes", []):
-        lines += ["", f"> note: {note}"]
+        lines += ["", f"> {labelled(note)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .cells import align_of, fmt, md_table
 from .depth import human_flops, rows_table, seconds_per_image
+from .notes import labelled
 
 TIMING_LEFT = (1,)  # the text column: the dropped layers
 
@@ -127,5 +128,5 @@ def drop_markdown(doc: dict, title: str = "laya depth --drop") -> str:
         lines += ["", f"### Cost ({timing_caption(doc)})", "", *md_table(header, rows, align_of(header, TIMING_LEFT))]
     lines += [f"\n{line}" for line in drop_lines(doc)]
     for note in doc.get("notes", []):
-        lines += ["", f"> note: {note}"]
+        lines += ["", f"> {labelled(note)}"]
     return "\n".join(lines) + "\n"

@@ -79,6 +79,13 @@ class NetworkRun:
     computed: list[str]  # the methods scored per batch (the whole-set ones need all batches first)
     whole: list[str]  # the whole-set methods (``global``): scored after the batches
 
+    @property
+    def crossed(self) -> list[str]:
+        """The methods whose head- and network-scope scores --scope both compares: those with an attribution of
+        their own at network scope. The others (laya, contrib, random) score the same at both scopes, so their ρ
+        is 1 by construction: not a finding, left out."""
+        return [m for m in self.computed if METHODS[m].network]
+
     @classmethod
     def prepare(cls, plan: AuditPlan, net: NetworkScope, eval_data, both: bool) -> NetworkRun:
         active = plan.active
@@ -114,7 +121,7 @@ class NetworkRun:
         if having("convergence", self.computed):  # the steps IG used per (sample, layer)
             rows["steps"] = Rows(n).add_states(having("convergence", self.computed), torch.long, n_layers)
         if self.both:
-            rows["cross"] = per_method(["lolo_effects", *self.computed])
+            rows["cross"] = per_method(["lolo_effects", *self.crossed])
             rows["sums"] = Rows(n).add_states(["head", "network"], width=n_layers, reduce="sum")
         return rows
 
@@ -157,9 +164,8 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         rows["rho"].append({m: rho})
         rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})
         rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
-        if run.both:
-            a_head = METHODS[m](head, b.feats, b.ctx).cpu() if METHODS[m].network else a
-            rows["cross"].append({m: spearman_rows(a_head, a)})
+        if run.both and METHODS[m].network:
+            rows["cross"].append({m: spearman_rows(METHODS[m](head, b.feats, b.ctx).cpu(), a)})
     if b.steps:
         rows["steps"].append(b.steps)
     if run.whole:
