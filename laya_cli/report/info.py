@@ -123,13 +123,10 @@ def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
             )
         )
     if d := summary.get("dropped"):
-        rounds, spread = d.get("timing_rounds"), d.get("speedup_spread")
-        # a speed-up only where it was measured (3 or more rounds, with its spread); the FLOPs share says the rest
-        speed = (
-            f", {d['speedup']:.2f}× faster measured ({spread[0]:.2f}–{spread[1]:.2f}× over {rounds} rounds)"
-            if d.get("speedup") and rounds and rounds >= 3 and spread
-            else ""
-        )
+        from .drop import speed_text
+
+        # what the timing rounds measured (3 or more: faster, slower, none or too noisy); under 3, nothing
+        speed = speed_text(d) if d.get("timing_rounds") and d["timing_rounds"] >= 3 else ""
         rows.append(
             (
                 "dropped",
