@@ -27,7 +27,7 @@ def test_a_loop_shorter_than_the_interval_prints_nothing(capsys):
 
 
 def test_the_text_without_a_total_and_for_slow_items():
-    assert progress.progress_text("epoch 2", 120, None, 60.0) == "epoch 2: 120, 2.0/s"
+    assert progress.progress_text("epoch 2", 120, None, 60.0) == "epoch 2: 120, 2.0/s"  # no unit given
     assert progress.progress_text("audit", 3, 10, 30.0) == "audit: 3/10 (30 %), 10.0 s each, 1m 10s left"
     assert progress.progress_text("audit", 10, 10, 3700.0, finished=True).endswith("done in 1h 01m 40s")
 
@@ -44,5 +44,53 @@ def test_training_in_a_log_prints_its_progress_lines(tmp_path):
                  env={"LAYA_PROGRESS_INTERVAL": "0"})  # fmt: skip
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.startswith("epoch 1: ")]
-    assert lines and "/s" in lines[0] and "%" in lines[0], r.stderr  # stderr is a pipe here: plain lines
+    assert lines and ("batches/s" in lines[0] or "s per batch" in lines[0]) and "%" in lines[0], r.stderr  # plain
     assert any(" done in " in line for line in lines)
+
+
+def test_every_line_names_its_unit_and_what_one_holds(capsys):
+    """Issue 64: 'epoch 2: 8, 4.6 s each' (8 of what?)."""
+    assert progress.progress_text("epoch 2", 8, None, 36.8, unit="batch", of="of 8 blocks of 64 tokens") == (
+        "epoch 2: 8 batches of 8 blocks of 64 tokens, 4.6 s per batch"
+    )
+    assert (
+        progress.progress_text("audit", 1, 10, 30.0, unit="batch")
+        == "audit: 1/10 batches (10 %), 30.0 s per batch, 4m 30s left"
+    )
+    assert progress.progress_text("x", 120, None, 60.0, unit="batch") == "x: 120 batches, 2.0 batches/s"
+    with progress.enabled(True):
+        list(progress.log_lines(range(2), "epoch 1", total=2, interval=0, unit="batch", of="of 32 samples"))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("epoch 1: 1/2 batches of 32 samples (50 %), ") and lines[-1].endswith(lines[-1])
+
+
+def test_progress_moves_inside_one_long_item_with_the_time_left_from_the_first_seconds(capsys, monkeypatch):
+    """Issue 64: a network-scope audit printed its first line after 31 minutes (progress was per batch). Work inside
+    an item reports its share (``within``, ``phase``): the line comes early, counts fractions of a batch, and gives the
+    time left from them."""
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+
+    def batch():
+        with progress.phase(0.25):  # e.g. the patched passes: a quarter of the batch
+            for _ in progress.within(range(5)):
+                clock[0] += 1.0
+        with progress.phase(0.75):
+            for _ in progress.within(range(3)):  # e.g. IG, layer by layer
+                clock[0] += 5.0
+
+    with progress.enabled(True):
+        for _ in progress.log_lines(range(4), "auditing (network scope)", total=4, interval=30, unit="batch"):
+            batch()
+    lines = capsys.readouterr().err.strip().splitlines()
+    first = lines[0]
+    assert first.startswith("auditing (network scope): 0.") and "/4 batches" in first, lines  # inside batch 1
+    assert first.endswith(" left") and float(first.split(": ")[1].split("/")[0]) < 1
+    assert clock[0] - 4 * 20.0 == 0 and lines[-1].endswith("done in 1m 20s")
+    assert len(lines) >= 3  # the first after ~10 s, then every 30 s, then the closing line
+
+
+def test_inner_progress_outside_a_tracked_loop_is_a_plain_loop():
+    assert list(progress.within(range(3))) == [0, 1, 2]
+    with progress.phase(0.5):
+        pass

@@ -176,9 +176,9 @@ def lm_layer_rows(doc: dict) -> list[list[str]]:
 def lm_position_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     """The change of mean faithfulness per method and scope in ranges of the position in the block."""
     first = next(iter(doc["by_position"].values()))
-    header = ["scope", "method"] + [f"t {p} (n={n})" for p, n in zip(first["positions"], first["n"])]
+    header = ["scope", "method"] + [f"t {p} ({n:,} positions)" for p, n in zip(first["positions"], first["n"])]
     rows = [
-        [scope, m] + [fmt(v, "{:+.3f}") for v in values]
+        [scope, m] + [fmt(v, "{:+.3f}") for v in values]  # the means over the positions whose ρ is defined
         for scope, block in doc["by_position"].items()
         for m, values in block["methods"].items()
     ]

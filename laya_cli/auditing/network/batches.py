@@ -14,6 +14,7 @@ from torch import Tensor
 from ...data.images import image_batches
 from ...features.extraction import to_float_images
 from ...runtime.device import to_device
+from ...runtime.progress import phase
 from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
@@ -147,10 +148,25 @@ def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
     return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator)), y, out
 
 
+def batch_work(run: NetworkRun) -> dict[str, float]:
+    """What one batch's parts cost, as shares of the batch (for the progress inside it): in passes of the network
+    after a tap, L for the effects, IG about 3 × its steps per layer (forward and backward), a layer-gradient method
+    3, a head-only one next to nothing. An estimate: the line's time left is one."""
+    L, s = run.plan.n_layers, run.plan.settings
+    cost = {"effects": float(L) + 1.0}
+    for m in run.computed:
+        method = METHODS[m]
+        cost[m] = 3.0 * s.steps * L if method.convergence and method.network else 3.0 if method.network else 0.01
+    total = sum(cost.values())
+    return {k: v / total for k, v in cost.items()}
+
+
 def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> None:
     """Score every method on the batch of images [first, first + B) against its total effects: append the rows."""
     s, head = run.plan.settings, run.net.head
-    b, y, out = _batch(run, first, xb)
+    work = batch_work(run)
+    with phase(work["effects"]):
+        b, y, out = _batch(run, first, xb)
     if "alpha" in rows["common"]:
         rows["common"].append(alpha=out.alpha.float().cpu())
     delta = b.delta
@@ -159,7 +175,8 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
     for m in run.computed:
-        a = _scores_on(run, m, b).cpu()
+        with phase(work[m]):
+            a = _scores_on(run, m, b).cpu()
         rho = spearman_rows(a, delta, s.tie_tol)
         rows["rho"].append({m: rho})
         rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})

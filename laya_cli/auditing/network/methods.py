@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ...runtime.progress import within
 from ..ig_steps import NETWORK_FIRST_STEPS, adaptive_ig
 from ..methods import REDUCTIONS
 
@@ -57,7 +58,7 @@ class LayerAttributions:
         return torch.stack(
             [
                 self._layer_ig(i, h, feats[:i], target, n_steps, internal_batch_size, reduce)[0]
-                for i, h in enumerate(hs)
+                for i, h in within(list(enumerate(hs)))  # progress layer by layer inside a long batch
             ],
             dim=1,
         )
@@ -82,7 +83,7 @@ class LayerAttributions:
             scores = self.integrated_gradients(x, hs, feats, target, max_steps, internal_batch_size, reduce)
             return scores, torch.full(scores.shape, max_steps, dtype=torch.long)
         scores, steps = [], []
-        for i, h in enumerate(hs):
+        for i, h in within(list(enumerate(hs))):  # progress layer by layer inside a long batch
 
             def attribute(rows: Tensor, n_steps: int, i=i, h=h):
                 on = rows.to(h.device)
@@ -184,7 +185,7 @@ def blended_layer_ig(
     layers = range(scope.num_layers) if layers is None else layers
     on, off = torch.ones(len(x), device=x.device), torch.zeros(len(x), device=x.device)
     scores = []
-    for i in layers:
+    for i in within(list(layers)):  # progress layer by layer inside a long batch
         blend = _Blend()
 
         def forward(images, b, i=i, blend=blend):
