@@ -330,7 +330,7 @@ def audit_section(doc: dict) -> str:
         "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
         "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "
         "docs/metrics.md).</p>",
-        *([html_methods_table(methods, compared)] if methods or not doc.get("network") else []),
+        *([html_methods_table(methods, compared, doc.get("ranking"))] if methods or not doc.get("network") else []),
         f'<p class="sub">{caption}</p>',
         *network_html(doc, compared),
     ]

@@ -132,7 +132,7 @@ def network_markdown(
     a ``--baseline`` comparison (its network-scope part adds baseline and change columns); with ``misses``
     and ``drop_misses`` (a --scope network run, which has no head-scope section), the gates' outcome."""
     comparison = network_comparison(comparison)
-    rows = method_rows(result.network.methods)  # the default columns: what the network scope computes
+    rows = method_rows(result.network.methods, result.network.ranking)  # the default columns: what it computes
     lines = [
         f"### {NETWORK_TITLE}",
         "",
@@ -175,7 +175,7 @@ def network_html(doc: dict, compared: dict) -> list[str]:
         "<p>Each layer's output replaced inside the backbone by "
         f"{e(NETWORK_REMOVALS.get(net.get('reference'), str(net.get('reference'))))}, every later layer "
         f"run on it ({e(how)}): faithfulness and Deletion@1 against these total effects.</p>",
-        html_methods_table(net["methods"], network_methods(compared)),
+        html_methods_table(net["methods"], network_methods(compared), net.get("ranking")),
     ]
     layers = (net.get("scopes") or {}).get("layers") or {}
     if layers:

@@ -18,7 +18,16 @@ from ...runtime.progress import phase
 from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
-from ..metrics import degenerate_effects, deletion_at_1, lolo_effects, spearman_rows, tie_undefined
+from ..metrics import (
+    degenerate_effects,
+    deletion_at_1,
+    lolo_effects,
+    near_equal_effects,
+    ranking_block,
+    spearman_rows,
+    tie_undefined,
+    undetermined_note,
+)
 from ..plan import AuditPlan, Rows
 from ..registry import METHODS, having
 from ..results import ties_block
@@ -109,7 +118,7 @@ class NetworkRun:
             "common": Rows(n)
             .add_states(["pred", "label"], torch.long)
             .add_states(["oracle", "random"])
-            .add_states(["degenerate", "tie_degenerate"], torch.bool),
+            .add_states(["degenerate", "tie_degenerate", "near_equal"], torch.bool),
             "rho": per_method(self.computed),
             "tie": Rows(n).add_states(self.computed, torch.bool),
             "d1": per_method(self.computed),
@@ -196,6 +205,7 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         random=random,
         degenerate=degenerate,
         tie_degenerate=degenerate & ~degenerate_effects(delta),
+        near_equal=near_equal_effects(delta),
     )
 
 
@@ -231,5 +241,7 @@ def run_network(run: NetworkRun, images, layer_names: Sequence[str]) -> tuple[Ne
         comparison=scope_comparison(got["cross"], got["sums"], plan.n, layer_names) if run.both else None,
         notes=network_notes(plan),
         ties=ties_block(tol, int(common["degenerate"].sum()), int(common["tie_degenerate"].sum()), methods),
+        ranking=ranking_block(common["near_equal"]),
     )
+    network.notes += [n for n in [undetermined_note(network.ranking, "network")] if n]
     return network, common
