@@ -94,3 +94,19 @@ def test_inner_progress_outside_a_tracked_loop_is_a_plain_loop():
     assert list(progress.within(range(3))) == [0, 1, 2]
     with progress.phase(0.5):
         pass
+
+
+def test_a_callback_moves_the_progress_pass_by_pass(capsys, monkeypatch):
+    """``ticks``: Captum's passes over IG's steps (internal batches) call back; each moves the line on by 1/n."""
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    with progress.enabled(True):
+        for _ in progress.log_lines(range(1), "ig", total=1, interval=0, unit="batch"):
+            with progress.ticks(4) as tick:
+                for _ in range(6):  # more calls than passes (Captum's convergence check): capped at the share
+                    clock[0] += 1.0
+                    tick()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(" batch")[0] for line in lines[:4]] == ["ig: 0.2/1", "ig: 0.5/1", "ig: 0.8/1", "ig: 1/1"]
+    with progress.ticks(3) as tick:  # nothing tracked: a no-op
+        tick()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from .errors import LayaError
@@ -132,6 +132,28 @@ def within(items: Iterable[T], n: int | None = None) -> Iterator[T]:
             yield item
         finally:
             tracker.leave(start + (i + 1) * size / max(n, 1))
+
+
+@contextlib.contextmanager
+def ticks(n: int) -> Iterator[Callable[[], None]]:
+    """A function to call ``n`` times inside (a callback: Captum's passes over IG's steps in internal batches), each
+    call moving the current share of the item being tracked on by 1/n; a no-op when none is tracked."""
+    tracker = _active[-1] if _active else None
+    if tracker is None or n < 1:
+        yield lambda: None
+        return
+    start, size, calls = tracker.pos, tracker.span(), [0]
+
+    def tick() -> None:
+        calls[0] = min(calls[0] + 1, n)
+        tracker.pos = start + calls[0] * size / n
+        tracker.report()
+
+    tracker.enter(start, size)
+    try:
+        yield tick
+    finally:
+        tracker.leave(start + size)
 
 
 @contextlib.contextmanager

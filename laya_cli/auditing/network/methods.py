@@ -9,12 +9,13 @@ saliency  the same Captum call with ``multiply_by_inputs=False`` (layer gradient
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ...runtime.progress import within
+from ...runtime.progress import ticks, within
 from ..ig_steps import NETWORK_FIRST_STEPS, adaptive_ig
 from ..methods import REDUCTIONS
 
@@ -120,15 +121,24 @@ class LayerAttributions:
                 [*before, self.backbone.pool_tap(i, hi), *self.pooled(self.backbone.continue_from(i, hi), i + 1)]
             )
 
-        attr, delta = LayerIntegratedGradients(forward, point).attribute(
-            h.detach(),
-            baselines=self.fill(i, h, rows).contiguous(),
-            target=target,
-            additional_forward_args=tuple(f.detach() for f in before) or None,
-            n_steps=n_steps,
-            internal_batch_size=internal_batch_size,
-            return_convergence_delta=True,
-        )
+        # Captum runs the steps in passes of internal_batch_size rows (one without it): progress moves pass by pass
+        passes = math.ceil(len(h) * n_steps / internal_batch_size) if internal_batch_size else 1
+        with ticks(passes) as tick:
+
+            def counted(*args):
+                out = forward(*args)
+                tick()
+                return out
+
+            attr, delta = LayerIntegratedGradients(counted, point).attribute(
+                h.detach(),
+                baselines=self.fill(i, h, rows).contiguous(),
+                target=target,
+                additional_forward_args=tuple(f.detach() for f in before) or None,
+                n_steps=n_steps,
+                internal_batch_size=internal_batch_size,
+                return_convergence_delta=True,
+            )
         return REDUCTIONS[reduce](_first(attr).flatten(1)).detach(), delta.detach()
 
     def layer_gradients(self, x: Tensor, target: Tensor, multiply: bool = True) -> list[Tensor]:
