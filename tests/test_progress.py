@@ -15,7 +15,7 @@ def test_a_plain_line_every_interval_with_count_rate_and_time_left(capsys):
         got = list(progress.log_lines(range(4), "epoch 1", total=4, interval=0))
     assert got == [0, 1, 2, 3]  # the items themselves, untouched
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 5, lines  # one per item (interval 0), then the closing line
+    assert len(lines) == 4, lines  # one per item (interval 0) but the last, which the closing line says
     assert lines[0].startswith("epoch 1: 1/4 (25 %), ") and lines[0].endswith(" left")
     assert lines[-1].startswith("epoch 1: 4/4 (100 %), ") and " done in " in lines[-1]
 

@@ -215,7 +215,8 @@ class Tracker:
             for item in items:
                 yield item
                 self.done, self.pos, self.spans = self.done + 1, 0.0, [(0.0, 1.0)]
-                self.report()
+                if not (self.total and self.done >= self.total):  # the last item: the closing line says it
+                    self.report()
         finally:
             _active.remove(self)
 
