@@ -438,7 +438,10 @@ def test_a_busy_machines_time_fraction_is_said_to_be_noise_not_given_as_a_number
         [0.049, 0.051]
     )
     busy = timed_compute([[0.5, 2.0, 0.4, 0.5, 3.0], [1.0, 5.7, 1.0, 0.9, 1.0]], whole, 10)
-    assert busy["time_noisy"] and busy["time_fraction"] is None and busy["time_fraction_range"][1][1] > 5
+    assert busy["time_noisy"] and busy["time_fraction"] == [None, None] and busy["time_fraction_range"][1][1] > 5
+    mixed = timed_compute([[0.5, 0.51, 0.49, 0.5, 0.5], [1.0, 5.7, 1.0, 0.9, 1.0]], whole, 10)
+    assert mixed["time_noisy"] and mixed["time_fraction"][0] == pytest.approx(0.5, abs=0.02)  # noise per depth
+    assert mixed["time_fraction"][1] is None
     doc = {
         "compute": {**busy, "time_repeats": 5, "time_batch": 10, "device": "cpu"},
         "truncation": [

@@ -384,6 +384,10 @@ def test_a_speed_up_is_called_measured_only_when_its_interval_excludes_1():
     assert clear["speedup_interval"][0] > 1 and speedup_cell(clear).startswith("2.0")
     busy = timing_row([2.0, 1.0, 4.0, 1.5, 0.9], [1.0, 1.2, 1.0, 2.0, 1.0], 1)  # a busy machine: rounds all over
     assert busy["speedup_verdict"] == "noisy" and speedup_cell(busy).startswith("noisy (")
+    wide = timing_row([2.0, 3.0, 6.0, 2.5, 2.2], [1.0, 1.0, 1.0, 1.0, 1.0], 1)  # faster, but 2–6×: no one number
+    assert wide["speedup_verdict"] == "faster, noisy" and speedup_cell(wide) == "faster (2.00–6.00)"
+    w_wide = {**wide, "timing_rounds": 5, "flops_fraction": 0.5, "flops_speedup": 2.0}
+    assert "faster measured, too noisy for one ratio: full ÷ dropped 2.00–6.00×" in speed_text(w_wide)
     same = timing_row([1.0, 1.01, 0.99, 1.0, 1.0], [1.0, 1.0, 1.0, 1.01, 0.99], 1)
     assert same["speedup_verdict"] == "same" and speedup_cell(same).startswith("none (")
     assert timing_row([2.0, 2.2], [1.0, 1.0], 1)["speedup_interval"] is None  # two rounds: no interval

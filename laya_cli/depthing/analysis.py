@@ -197,12 +197,19 @@ def measure_compute(model, data, settings: DepthSettings) -> dict:
     return out
 
 
+def measured(time_fraction: list | None) -> list[float] | None:
+    """The time fractions an expected time is computed from: all of them, or None where any depth's was noise (an
+    early exit's mean time over depths would carry it)."""
+    return time_fraction if time_fraction and all(f is not None for f in time_fraction) else None
+
+
 def timed_compute(depths: list[list[float]], whole: list[float], per: int) -> dict:
     """The compute dict's times (``depths``: each depth's rounds; ``whole``: the whole model's; ``per`` images a
     round): per depth the median seconds per image with its interval, and its time fraction — its time ÷ the whole
     model's in the same round, the median over the rounds with its interval. A fraction whose interval is wider than
-    ``timing.NOISE_WIDTH`` is noise, not a measurement: then ``time_fraction`` is None (no number to misread: a
-    share of 5.688), ``time_noisy`` says so and ``time_fraction_range`` keeps what the rounds gave."""
+    ``timing.NOISE_WIDTH`` (20 points) is noise, not a measurement: that depth's ``time_fraction`` is None (no
+    number to misread: a share of 5.688), ``time_noisy`` says some depth is and ``time_fraction_range`` keeps what
+    the rounds gave."""
     from .timing import ratio_summary, seconds_summary
 
     secs = [seconds_summary(r, per) for r in depths]
@@ -214,7 +221,7 @@ def timed_compute(depths: list[list[float]], whole: list[float], per: int) -> di
         "seconds_range": [s["interval"] for s in secs],
         "seconds_full_model": full["seconds"],
         "seconds_full_model_range": full["interval"],
-        "time_fraction": None if noisy else [f["value"] for f in fractions],
+        "time_fraction": [None if f["noisy"] else f["value"] for f in fractions],
         "time_fraction_range": [f["interval"] for f in fractions],
         "time_noisy": noisy,
     }
@@ -332,7 +339,7 @@ def early_exit_summary(
 ) -> dict:
     """The threshold sweeps of each policy (p_max; α mass for a head with α) and their cheapest operating
     points within each of ``TOLERANCES`` of the full model's accuracy, best overall and per policy."""
-    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
+    flops_frac, time_frac = compute["flops_fraction"], measured(compute["time_fraction"])
     points = ee.sweep("p_max", preds, pmax, labels, thresholds, flops_frac, time_frac, C)
     if mass is not None:
         points += ee.sweep("alpha_mass", preds, mass, labels, thresholds, flops_frac, time_frac, C)
@@ -354,7 +361,7 @@ def early_exit_summary(
 def oracle_depth(source: str, preds: Tensor, labels: Tensor, classes: list[str], compute: dict) -> dict:
     """The per-sample minimal sufficient depth: its mean, the compute it would take, its histogram (per class)."""
     L = preds.shape[1]
-    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
+    flops_frac, time_frac = compute["flops_fraction"], measured(compute["time_fraction"])
     depth = ee.minimal_sufficient_depth(preds)
     by_class = {}
     for c in range(len(classes)):

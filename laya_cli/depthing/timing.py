@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 MIN_ROUNDS = 3  # fewer rounds give no interval: a single timing, not a measurement
 LEVEL = 0.95  # the coverage the median's interval aims at (the most the rounds allow under it)
-NOISE_WIDTH = 0.2  # a time fraction or a speed-up whose interval is wider than this: too noisy to tell
+NOISE_WIDTH = 0.2  # an interval wider than this × max(1, the median): too noisy to tell (20 points of a time
+# fraction; 20 % of a speed-up)
 
 
 def median(values: Sequence[float]) -> float:
@@ -39,14 +40,15 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
 
 def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> dict:
     """A ratio of two models' times measured round by round (``numerators[r] / denominators[r]``): its median, its
-    interval (None under ``MIN_ROUNDS`` rounds) and whether that interval is wider than ``NOISE_WIDTH``."""
+    interval (None under ``MIN_ROUNDS`` rounds) and whether that interval is wider than ``NOISE_WIDTH`` × max(1,
+    the median): 20 points of a fraction of the full model's time, 20 % of a speed-up."""
     ratios = [a / b for a, b in zip(numerators, denominators) if b > 0]
     if not ratios:
         return {"value": None, "interval": None, "noisy": False, "rounds": 0}
-    interval = median_interval(ratios)
-    noisy = interval is not None and interval[1] - interval[0] > NOISE_WIDTH
+    interval, value = median_interval(ratios), median(ratios)
+    noisy = interval is not None and interval[1] - interval[0] > NOISE_WIDTH * max(1.0, abs(value))
     return {
-        "value": median(ratios),
+        "value": value,
         "interval": None if interval is None else [interval[0], interval[1]],
         "coverage": None if interval is None else interval[2],
         "noisy": noisy,
@@ -66,14 +68,16 @@ def seconds_summary(rounds: Sequence[float], per: int) -> dict:
 
 def speedup_verdict(summary: dict) -> str:
     """What a speed-up's rounds say (``ratio_summary`` of the full model's times over the smaller one's): 'faster'
-    or 'slower' where its interval excludes 1, 'noisy' where the interval holds 1 and is wider than
-    ``NOISE_WIDTH`` (the machine too busy to tell), 'same' where it holds 1 and is narrow (no measurable change),
-    'single' without an interval (under ``MIN_ROUNDS`` rounds)."""
+    or 'slower' where its interval excludes 1 and is narrow enough for one number; 'faster, noisy' or 'slower,
+    noisy' where it excludes 1 but is too wide for one (the direction is measured, the size is not); 'noisy' where
+    it holds 1 and is wide (the machine too busy to tell), 'same' where it holds 1 and is narrow (no measurable
+    change); 'single' without an interval (under ``MIN_ROUNDS`` rounds)."""
     interval = summary.get("interval")
     if summary.get("value") is None or interval is None:
         return "single"
+    noisy = ", noisy" if summary["noisy"] else ""
     if interval[0] > 1:
-        return "faster"
+        return "faster" + noisy
     if interval[1] < 1:
-        return "slower"
+        return "slower" + noisy
     return "noisy" if summary["noisy"] else "same"

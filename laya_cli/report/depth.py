@@ -172,8 +172,8 @@ def timing_caption(c: dict) -> str:
     )
     if c.get("time_noisy"):
         text += (
-            "; the time % is too noisy to tell on this machine (a depth's share ranged wider than "
-            "20 points over the rounds): rerun on an idle machine or with more --time-repeats"
+            "; 'noisy': that depth's time % is too noisy to tell on this machine (its interval is wider than 20 "
+            "points), so no ratio is given: rerun on an idle machine or with more --time-repeats"
         )
     return text
 

@@ -61,7 +61,10 @@ def _verdict(t: dict) -> str:
     iv, n = _interval(t), _rounds(t)
     if iv is None or not n or n < 3:
         return "single"
-    return "faster" if iv[0] > 1 else "slower" if iv[1] < 1 else "noisy" if iv[1] - iv[0] > 0.2 else "same"
+    from ..depthing.timing import speedup_verdict
+
+    wide = iv[1] - iv[0] > 0.2 * max(1.0, t.get("speedup") or 1.0)
+    return speedup_verdict({"value": t.get("speedup"), "interval": iv, "noisy": wide})
 
 
 def speedup_cell(t: dict) -> str:
@@ -76,6 +79,8 @@ def speedup_cell(t: dict) -> str:
     span = f"({iv[0]:.2f}–{iv[1]:.2f})"
     if verdict in ("faster", "slower"):
         return f"{t['speedup']:.2f}× {span}"
+    if verdict.endswith(", noisy"):  # the direction is measured, one number for its size is not
+        return f"{verdict.split(',')[0]} {span}"
     return f"{'noisy' if verdict == 'noisy' else 'none'} {span}"
 
 
@@ -94,7 +99,8 @@ def timing_caption(doc: dict) -> str:
     rounds = f"median of {n} rounds" if n > 1 else "a single timing round"
     caveat = (
         "; speed-up = full ÷ dropped round by round, its median (interval over the rounds): a number only where the "
-        "interval excludes 1; none: it holds 1 and is narrow; noisy: too wide to tell on this machine"
+        "interval excludes 1 and is within 20 % of it; faster/slower: it excludes 1 but is too wide for one number; "
+        "none: it holds 1 and is narrow; noisy: it holds 1 and is too wide to tell on this machine"
         if n >= 3
         else " (under 3 rounds the times are single timings, not a measured speed-up)"
     )
@@ -111,6 +117,12 @@ def speed_text(w: dict) -> str:
     if not w.get("speedup"):
         return ""
     rounds, verdict, iv = _rounds(w), _verdict(w), _interval(w)
+    if verdict.endswith(", noisy"):  # measured faster (or slower), but too wide for one number
+        word = verdict.split(",")[0]
+        return (
+            f", {word} measured, too noisy for one ratio: full ÷ dropped {iv[0]:.2f}–{iv[1]:.2f}× over {rounds} "
+            f"rounds (FLOPs {w.get('flops_speedup') or 1 / w['flops_fraction']:.2f}×)"
+        )
     if verdict in ("faster", "slower"):
         factor = w["speedup"] if verdict == "faster" else 1 / w["speedup"]
         return (
