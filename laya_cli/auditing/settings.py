@@ -7,6 +7,7 @@ so the gates read them too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..runtime.declare import check_at_least, check_fields, check_value, declared_setting, setting
 from ..runtime.environment import device_setting
@@ -66,6 +67,8 @@ class AuditRequest:
     comparison. Kept apart from ``AuditSettings`` (each result records them in its own place) so head-scope results
     and settings stay exactly as they were."""
 
+    PANEL: ClassVar[str] = "Main"
+
     compare: str = setting(
         DEFAULT_COMPARE,
         "Methods to compare with laya and random: ig, gradxact, atp, saliency, contrib, global (comma list), 'all', "
@@ -106,6 +109,8 @@ def tie_tol_setting():
 
 @dataclass
 class AuditSettings:
+    PANEL: ClassVar[str] = "Audit"
+
     ablation: str = setting(
         "mean",
         "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
@@ -131,19 +136,23 @@ class AuditSettings:
         rule="in [0, 1) (0 = always --steps)",
     )
     internal_batch_size: int | None = setting(
-        None, "Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).", minimum=1
+        None,
+        "Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).",
+        minimum=1,
+        panel="Run",
     )
     batch_size: int = setting(
         256,
         "Samples per audited batch (default: 256, fewer when --max-memory needs it).",
         minimum=1,
-        command_default=None,  # the command line's None: planned within --max-memory
+        command_default=None,  # the command line's None: planned within --max-memory,
+        panel="Run",
     )
     seed: int = setting(0, "Seed of the --samples subset (and of the random method).", minimum=0)
     by_class: bool = setting(
         False, "Add faithfulness and Deletion@1 per class (with intervals, as --ci).", flag="--by-class"
     )
-    device: str = device_setting()
+    device: str = device_setting(panel="Run")
     # The model-randomisation check runs on the first N audited samples, in whole batches (0: skipped):
     # a property of the method, not of a sample, that costs every method once more per cascade stage.
     randomisation_samples: int = setting(

@@ -192,5 +192,5 @@ def pretrained_unavailable(backbone: str, cause: str) -> LayaError:
         f"pretrained weights for {backbone} are not available ({cause}); pass --weights FILE "
         "(a .safetensors/.bin/.pth state dict), or point the hub caches at a copy that has them "
         "(timm: HF_HOME, with HF_HUB_OFFLINE=1 to stay offline; torchvision: TORCH_HOME), "
-        "or use --no-pretrained for a randomly initialised backbone"
+        "or train it from scratch with --no-pretrained --finetune (frozen, random weights give random features)"
     )

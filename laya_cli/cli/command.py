@@ -150,4 +150,10 @@ class SharedOptions:
 
 
 class LayaCommand(SharedOptions, TyperCommand):
-    """A job's command (train, audit, depth, export, bench, diff): its own options and the shared ones."""
+    """A job's command (train, audit, depth, export, bench, diff): its own options and the shared ones, listed in
+    panels (``panels``)."""
+
+    def format_options(self, ctx, formatter) -> None:
+        from .panels import format_options
+
+        format_options(self, ctx, formatter)

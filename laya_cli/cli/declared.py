@@ -67,7 +67,8 @@ def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
     o = d.option
     decls = [o.flag] if o.flag else []
     decls += [o.short] if o.short else []
-    annotation = Annotated[o.cli_type or d.type, typer.Option(*decls, help=o.help, metavar=o.metavar)]
+    option = typer.Option(*decls, help=o.help, metavar=o.metavar, rich_help_panel=o.panel)
+    annotation = Annotated[o.cli_type or d.type, option]
     value = d.command_default if default is UNSET else default
     return inspect.Parameter(d.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=value)
 

@@ -60,6 +60,11 @@ class LayaGroup(TyperGroup):
             option.default = False
         return option
 
+    def format_commands(self, ctx, formatter):
+        from .panels import format_commands
+
+        format_commands(self, ctx, formatter)
+
     def get_params(self, ctx):
         # Typer's completion flags (--install-completion, --show-completion) default to None, and a None flag
         # is coerced through pydantic (~0.15 s on every command). False says "not given" the same way.

@@ -6,6 +6,7 @@ in the checkpoint) and the samples a command reads from a checkpoint's data (``E
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..runtime.declare import check_fields, setting
 from ..runtime.errors import LayaError
@@ -13,8 +14,9 @@ from ..runtime.errors import LayaError
 LABELS = ("genre", "artist")
 
 DATASET_HELP = (
-    "digits, fashion-mnist, cifar10, artworks, wordnet-supersenses (text), folder:PATH, "
-    "wds:PATH/{000..099}.tar, parquet:PATH, hf-disk:PATH, csv:PATH or jsonl:PATH (text)."
+    "digits, fashion-mnist, cifar10, artworks, wordnet-supersenses (text), folder:PATH (an image folder), "
+    "wds:PATH/{000..099}.tar, parquet:PATH, hf-disk:PATH, csv:PATH or jsonl:PATH (text), text:PATH (a corpus for "
+    "--task lm) (docs/datasets.md)."
 )
 ENCODING_HELP = (
     "csv:/jsonl: the files' text encoding, e.g. latin-1, cp1252, utf-16 (default: UTF-8, with or without "
@@ -25,7 +27,9 @@ DATA_DIR_HELP = "Where the dataset lives (see docs/datasets.md)."
 
 @dataclass
 class DataRequest:
-    name: str = setting("digits", DATASET_HELP, param="dataset")
+    PANEL: ClassVar[str] = "Data"
+
+    name: str = setting("digits", DATASET_HELP, param="dataset", panel="Main")
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")
     image_size: int | None = setting(
         None, "Side of file-based images (default: the backbone's input).", minimum=1, task="classify"
@@ -63,8 +67,12 @@ class DataRequest:
 class EvalRequest:
     """The samples a command reads from a checkpoint's data (``laya audit``, ``depth``, ``export``, ``diff``)."""
 
-    samples: int | None = setting(None, "Use a seeded random subset of N test samples (default: all).", minimum=1)
-    dataset: str | None = setting(None, "Use another dataset (default: the checkpoint's own test split).")
+    PANEL: ClassVar[str] = "Data"
+
+    samples: int | None = setting(
+        None, "Use a seeded random subset of N test samples (default: all).", minimum=1, panel="Main"
+    )
+    dataset: str | None = setting(None, "Use another dataset (default: the checkpoint's own test split).", panel="Main")
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")
     encoding: str | None = setting(None, ENCODING_HELP)
 

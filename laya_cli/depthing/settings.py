@@ -5,6 +5,7 @@ Declared once (``runtime.declare.setting``); no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..runtime.declare import check_fields, check_unit_interval, setting
 from ..runtime.environment import device_setting
@@ -24,11 +25,14 @@ DROP_ORDERS = ("alpha", "block-influence", "network", "reverse", "greedy")  # la
 class DepthSettings:
     """``laya depth``: truncation curve, early exit, a truncated checkpoint (docs/depth.md)."""
 
+    PANEL: ClassVar[str] = "Depth"
+
     batch_size: int = setting(
         256,
         "Samples per evaluated batch (default: 256, fewer when --max-memory needs it).",
         minimum=1,
-        command_default=None,  # the command line's None: planned within --max-memory
+        command_default=None,  # the command line's None: planned within --max-memory,
+        panel="Run",
     )  # samples per head pass
     seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify")
     refit: bool = setting(
@@ -78,7 +82,7 @@ class DepthSettings:
         task="classify",
     )
     drop_draws: int = setting(3, "Seeded random orders in the --drop table.", param="draws", minimum=0, task="classify")
-    device: str = device_setting()
+    device: str = device_setting(panel="Run")
 
     def thresholds_for(self, task: str) -> tuple[float, ...]:
         """The thresholds given, or the task's default (a classifier's, or a language model's per token)."""

@@ -5,6 +5,7 @@ card). Declared once (``runtime.declare.setting``); no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..runtime.declare import check_fields, setting
 from ..runtime.environment import device_setting
@@ -14,6 +15,8 @@ FORMATS = ("csv", "parquet", "npz")
 
 @dataclass
 class ExportSettings:
+    PANEL: ClassVar[str] = "Export"
+
     format: str | None = setting(
         None,
         "Per-sample table format: csv (default), parquet (needs pyarrow) or npz; a language model's per-token "
@@ -49,7 +52,7 @@ class ExportSettings:
         task="classify",
         api=False,
     )
-    device: str = device_setting()
+    device: str = device_setting(panel="Run")
 
     def validate(self) -> ExportSettings:
         check_fields(self)

@@ -41,7 +41,7 @@ def save_checkpoint(ckpt: dict, path: str | Path) -> None:
 def read_checkpoint(path: str | Path) -> dict:
     """Load and validate a checkpoint dict. Never unpickles code (weights_only=True)."""
     path = Path(path).expanduser()
-    ckpt = safe_torch_load(path, "checkpoint")
+    ckpt = safe_torch_load(path, "laya checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise LayaError(f"{path} is not a laya checkpoint (no '{FORMAT}' marker)")
     version = ckpt.get("format_version")
@@ -138,6 +138,17 @@ def _text_summary(recorded_input: dict) -> dict | None:
     return {k: recorded_input.get(k) for k in keys}
 
 
+def untrained_backbone(ckpt: dict) -> str | None:
+    """The warning a classifier's checkpoint deserves when its backbone was never trained (frozen at random
+    initialisation); None otherwise (a language model's is its own pretrained model)."""
+    from ..backbones.build import frozen_random, frozen_random_warning
+
+    section = ckpt["backbone"]
+    if checkpoint_task(ckpt) == "lm" or not frozen_random(section["spec"]["finetune"], section.get("source") or ""):
+        return None
+    return frozen_random_warning(section["spec"]["name"])
+
+
 def checkpoint_summary(ckpt: dict) -> dict:
     """The JSON shape of ``laya info`` (documented in docs/checkpoint.md)."""
     spec = ckpt["backbone"]["spec"]
@@ -178,4 +189,5 @@ def checkpoint_summary(ckpt: dict) -> dict:
         "truncated": ckpt.get("truncated"),  # laya depth --truncate: cut after which tap (docs/depth.md)
         "dropped": ckpt.get("dropped"),  # laya depth --drop: which layers are gone (docs/depth.md)
         "options": ckpt.get("options"),  # the resolved command line of laya train (docs/integrations.md)
+        "warnings": [w for w in [untrained_backbone(ckpt)] if w],  # what laya info and laya audit warn of
     }

@@ -55,6 +55,7 @@ class Option:
     cli_type: object = None  # what the flag parses to where the field holds something else (a comma list: str)
     api: bool = True  # False: a command-line option only (where the file is written, how it is shown)
     task: str | None = None  # the one task that reads it ("classify" or "lm"); None: both
+    panel: str | None = None  # where --help lists it (default: its class's PANEL; ``help_panels``)
 
     def name(self, field_name: str) -> str:
         return self.param or field_name
@@ -116,13 +117,17 @@ class Declared:
 
 
 def declared(cls) -> list[Declared]:
-    """The declared fields of a settings dataclass, in declaration order (fields without an Option are left out)."""
+    """The declared fields of a settings dataclass, in declaration order (fields without an Option are left out);
+    an option without a panel of its own is listed in its class's (``PANEL``)."""
     hints = typing.get_type_hints(cls)
+    panel = getattr(cls, "PANEL", None)
     out = []
     for f in dataclasses.fields(cls):
         option = f.metadata.get("option")
         if option is None:
             continue
+        if option.panel is None and panel is not None:
+            option = dataclasses.replace(option, panel=panel)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         out.append(Declared(f.name, hints[f.name], default, option))
     return out

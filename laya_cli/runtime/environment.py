@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from .declare import check_fields, setting
 from .errors import LayaError
@@ -17,18 +18,18 @@ PRECISIONS = ("auto", "bf16", "fp32")  # --precision of backbone passes (runtime
 DEVICE_HELP = "auto, cpu, cuda or mps (auto: CUDA if available)."
 
 
-def device_setting():
+def device_setting(panel: str = "Run"):
     """``--device``: the command line's default is auto (resolved by the command), a library object's cpu."""
-    return setting("cpu", DEVICE_HELP, choices=DEVICES, command_default="auto")
+    return setting("cpu", DEVICE_HELP, choices=DEVICES, command_default="auto", panel=panel)
 
 
-def precision_setting(**task):
+def precision_setting(**option):
     """``--precision`` of the backbone passes, recorded resolved (``runtime/device.py``)."""
     return setting(
         "auto",
         "Backbone passes: auto (bf16 autocast on bf16-capable CUDA, else fp32), bf16 (CUDA only) or fp32.",
         choices=PRECISIONS,
-        **task,
+        **{"panel": "Run", **option},
     )
 
 
@@ -39,6 +40,8 @@ CACHE_HELP = "Use the on-disk feature cache for frozen backbones."
 class RunSettings:
     """How a job runs on this machine, not what it computes (``laya audit``, ``depth``, ``export``): the memory its
     batches are planned within, the precision of the backbone passes, the feature cache."""
+
+    PANEL: ClassVar[str] = "Run"
 
     max_memory: str | None = setting(
         None,
@@ -71,6 +74,17 @@ def in_memory_budget_mb() -> float:
 def cache_dir():
     """Where laya keeps what it computed once: feature-cache entries, sharded stores, image scans."""
     return Path(os.environ.get("LAYA_CACHE_DIR", Path.home() / ".cache" / "laya" / "features"))
+
+
+def docs_dir() -> Path | None:
+    """Where laya's documentation is on this machine: the pages a wheel installs (``share/doc/laya-audit`` under
+    the environment's prefix), else a checkout's ``docs/``; None when neither is there."""
+    import sys
+
+    for folder in (Path(sys.prefix) / "share" / "doc" / "laya-audit", Path(__file__).resolve().parents[2] / "docs"):
+        if (folder / "metrics.md").is_file():
+            return folder
+    return None
 
 
 def offline() -> bool:

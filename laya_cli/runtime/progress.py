@@ -177,6 +177,11 @@ def log(message: str) -> None:
         console.print(message, highlight=False, soft_wrap=True)
 
 
+def warn(message: str) -> None:
+    """A warning on stderr, shown with progress off too (``--quiet``): what the user must know about a result."""
+    console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
 LOG_INTERVAL = 30.0  # seconds between two plain progress lines in a log; LAYA_PROGRESS_INTERVAL sets another
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from ..auditing.settings import AuditSettings
 from ..runtime import distributed
@@ -78,6 +79,8 @@ class BenchRequest:
     """Every (head, seed) run is ``train`` with its head, seed and output path set, audited with ``audit``; a
     language model's bench (``train.task`` lm: training/bench_lm.py) runs every (objective, seed) instead."""
 
+    PANEL: ClassVar[str] = "Bench"
+
     train: TrainRequest = field(default_factory=TrainRequest)  # the template (paper config by default)
     audit: AuditSettings = field(default_factory=AuditSettings)
     heads: list[str] = setting(
@@ -86,6 +89,7 @@ class BenchRequest:
         cli_type=str,
         command_default=DEFAULT_HEADS,
         task="classify",
+        panel="Main",
     )
     align: float = setting(
         1.0,
@@ -103,13 +107,17 @@ class BenchRequest:
         task="lm",
     )
     seeds: int = setting(
-        3, "Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).", minimum=1
+        3,
+        "Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).",
+        minimum=1,
+        panel="Main",
     )
     base_seed: int = setting(1337, "Seed of the first run (1337: the paper config).", minimum=0)
     out: str = setting(
         "bench",
         "Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.",
         cli_type=Path,
+        panel="Main",
     )
     compare: str | None = setting(
         None,

@@ -359,6 +359,7 @@ def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = Non
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained is not False, task="lm")
     lm = build_language_model(spec, device_map=req.lm.device_map)
+    progress.log(f"{req.backbone}: starts from {lm.backbone.weights_source}; frozen (its heads train per position)")
     _with_tokenizer(lm, corpus)
     block = _block_size(req, lm)
     lm.to(t.device)  # a model placed by --device-map stays where it is; the heads sit with its readout

@@ -6,6 +6,7 @@ change). Declared once (``runtime.declare.setting``); no torch, no numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...runtime.declare import check_fields, setting
 from ...runtime.environment import device_setting
@@ -24,6 +25,8 @@ PRACTICAL_JS_BITS = 0.01
 
 @dataclass
 class DiffSettings:
+    PANEL: ClassVar[str] = "Diff"
+
     seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0)
     permutations: int = setting(1000, "Permutations of each paired permutation test.", minimum=1, task="classify")
     alpha: float = setting(
@@ -69,7 +72,7 @@ class DiffSettings:
     bootstrap: int = setting(
         1000, "Bootstrap resamples of the positions (paired: A and B resampled alike).", minimum=1, task="lm"
     )
-    device: str = device_setting()
+    device: str = device_setting(panel="Run")
 
     def validate(self) -> DiffSettings:
         check_fields(self)
