@@ -145,6 +145,19 @@ def assert_user_error(result, *fragments: str) -> None:
         assert fragment in text, text
 
 
+def assert_run_error(result, *fragments: str) -> None:
+    """A run that failed after it started: exit 2, no traceback, its progress and warnings, then exactly one
+    'error:' line, the last, naming ``fragments``."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("error:"), result.output
+    assert sum(line.startswith("error:") for line in lines) == 1, result.output
+    text = " ".join(lines[-1].split())
+    for fragment in fragments:
+        assert fragment in text, text
+
+
 def assert_close_tree(a, b, tol: float, path: str = "") -> None:
     """Two JSON-like documents (dicts, lists, numbers, strings) are equal, floats to within ``tol``."""
     if isinstance(a, dict):

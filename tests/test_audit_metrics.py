@@ -373,3 +373,28 @@ def test_methods_and_heads_are_case_insensitive():
     assert AuditSettings(ablation="Mean", target="LABEL", reduce="Abs").validate().ablation == "mean"
     with pytest.raises(LayaError, match="unknown method 'IGG': did you mean ig"):
         parse_methods("IGG")
+
+
+def test_a_scope_whose_effects_are_near_equal_has_an_undetermined_ranking_and_faithfulness_is_not_scored():
+    """Issue 64: on a frozen pretrained CNN every stage's patch cost 0.39–0.44 of p, and the network-scope ranking
+    ranked those near-equal effects (α's −0.32 printed like any other figure)."""
+    import torch
+
+    from laya_cli.auditing.metrics import near_equal_effects, ranking_block, undetermined_note
+    from laya_cli.report.audit import UNDETERMINED, scored_rows
+
+    flat = torch.tensor([[0.39, 0.44, 0.41, 0.42], [0.40, 0.43, 0.42, 0.44], [0.9, 0.1, 0.0, 0.2]])
+    near = near_equal_effects(flat)
+    assert near.tolist() == [True, True, False]  # within 20 % of the largest |Δ| / a clear ranking
+    block = ranking_block(near)
+    assert block == {"determined": False, "near_equal": 2, "samples": 3, "margin": 0.2}
+    assert "ranking is undetermined" in undetermined_note(block, "network")
+    assert (
+        ranking_block(near_equal_effects(flat[2:]))["determined"]
+        and undetermined_note(ranking_block(near[2:]), "head") is None
+    )
+    assert not near_equal_effects(torch.tensor([[0.5, 0.5]])).any()  # L < 3: never flagged
+    rows = {"laya": {"faithfulness": -0.32, "faithfulness_std": 0.4, "deletion@1": 0.41, "ci": {"faithfulness": {}}}}
+    shown = scored_rows(rows, block)["laya"]
+    assert shown["faithfulness"] == UNDETERMINED and shown["faithfulness_std"] is None and shown["ci"] == {}
+    assert shown["deletion@1"] == 0.41 and scored_rows(rows, {"determined": True}) is rows

@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from helpers import assert_user_error, fill, invoke, run_laya
+from helpers import assert_run_error, fill, invoke, run_laya
 
 DIGITS = ["--epochs", "2", "--d-star", "16", "--score-hidden", "16", "--seed", "3"]
 
@@ -23,7 +23,7 @@ def one_error_line(proc, *fragments):
 
 
 def test_train_on_a_full_disk(full_disk):
-    proc = run_laya("train", "--out", full_disk / "m.pt", *DIGITS)  # the first epoch's state does not fit
+    proc = run_laya("train", "--out", full_disk / "m.pt", *DIGITS, "-q")  # the first epoch's state does not fit
     one_error_line(proc, f"cannot write {full_disk / 'm.pt.state'}", "No space left on device")
     assert sorted(p.name for p in full_disk.iterdir()) == []
 
@@ -55,7 +55,7 @@ def test_a_checkpoint_that_cannot_be_written_leaves_a_resumable_training(tmp_pat
     out = tmp_path / "m.pt"
     monkeypatch.setattr(laya_cli.training.job, "save_checkpoint", full)
     result = invoke("train", "--out", out, *DIGITS, "-q")
-    assert_user_error(result, f"cannot write {out}", "No space left on device", f"kept in {out}.state", "--resume")
+    assert_run_error(result, f"cannot write {out}", "No space left on device", f"kept in {out}.state", "--resume")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt.state"]  # no partial checkpoint, no temp file
 
     monkeypatch.undo()

@@ -152,6 +152,7 @@ def print_tables(result, columns, compared: dict | None) -> None:
             network.methods,
             network_caption(result, compared),
             comparison=network_comparison(compared),
+            ranking=network.ranking,
         )
         wide_console([table]).print(table)
         for table in scope_tables(result):

@@ -312,7 +312,11 @@ def _scan(source, size: int) -> np.ndarray:
     masks = [
         mask
         for _, _, mask, _, _ in track(
-            _decoded(source, size, batches, keep=False), "scanning images", total=len(batches)
+            _decoded(source, size, batches, keep=False),
+            "scanning images",
+            total=len(batches),
+            unit="batch",
+            of=f"of {BATCH} images",
         )
     ]
     mine = torch.cat(masks) if masks else torch.zeros(0, dtype=torch.bool)

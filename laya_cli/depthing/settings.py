@@ -57,7 +57,7 @@ class DepthSettings:
     )  # None: the task's default (thresholds_for)
     time_repeats: int = setting(
         5,
-        "Timed rounds per depth (the fastest is kept); 0 = count FLOPs only.",
+        "Timed rounds per depth (their median is reported with its interval); 0 = count FLOPs only.",
         minimum=0,
         task="classify",
         maximum=STEPS_MAX,

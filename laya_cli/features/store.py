@@ -183,7 +183,13 @@ def extract_to_store(
         log(f"{description}: {n:,} rows → feature store {path} ({n_shards} shard(s) of up to {rps:,} rows, {dtype})")
     backbone.eval()
     total = sum(math.ceil((min(n, (k + 1) * rps) - k * rps) / batch_size) for k in todo)
-    batches = track(_shard_batches(backbone, images, todo, rps, n, batch_size, device), description, total=total)
+    batches = track(
+        _shard_batches(backbone, images, todo, rps, n, batch_size, device),
+        description,
+        total=total,
+        unit="batch",
+        of=f"of {batch_size} inputs",
+    )
     current, parts = None, []
     for k, feats in batches:
         if current is not None and k != current:

@@ -52,7 +52,7 @@ def looks_like(path: Path) -> str | None:
     try:
         text = head.decode("utf-8").lstrip("\ufeff \t\r\n")
     except UnicodeDecodeError:
-        return "binary data of no kind laya knows"
+        return "corrupt or foreign binary data (of no format laya knows)"
     first = text.splitlines()[0] if text else ""
     if text[:1] in "{[":
         return "JSON text"

@@ -448,6 +448,7 @@ def _checked(req: TrainRequest) -> TrainRequest:
     req.data.name = dataset_name(req.data.name)
     resolved_request(req)  # --align / --align-target: the kind's default where not given (recorded resolved)
     check_writable(req.out)
+    check_precision(req.train.precision, req.train.device)  # before any data is read or model built
     bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
     check_no_unfinished_run(req)
     if req.data.image_size is None and holds_images(req.data):

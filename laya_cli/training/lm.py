@@ -201,7 +201,7 @@ def evaluate(
     n, n_lens = 0, 0
     # the same held-out positions at every epoch, for every training seed and lens: their figures are paired
     generator = torch.Generator().manual_seed(seed)
-    for x in progress.track(held_out, "held-out evaluation"):
+    for x in progress.track(held_out, "held-out evaluation", unit="batch", of=f"(up to {max_tokens:,} positions)"):
         per_block = x.shape[2] - 1
         share = min(math.ceil(positions * len(x) * per_block / max_tokens), positions - n_lens) if positions else 0
         reads = lensed and (not positions or share > 0)  # the sample already full: this batch's lens is not read
@@ -237,7 +237,7 @@ def evaluate(
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
     lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
-    return {"tokens": n, "layers": layers, "heads": heads, "lens": lens_info}
+    return {"tokens": n, "tokens_asked": max_tokens, "layers": layers, "heads": heads, "lens": lens_info}
 
 
 def _add_lens_figures(lm, tuned, lensed, hs: Tensor, targets: Tensor, sums: dict, squares: dict) -> None:
@@ -316,7 +316,7 @@ def _epoch(
     for term in (aligned, exit_aware):
         if term is not None:
             term.start_epoch(epoch)
-    for x in progress.track(train, f"epoch {epoch}"):
+    for x in progress.track(train, f"epoch {epoch}", unit="batch", of=f"of {t.batch_size} blocks of {block} tokens"):
         sample = lens_rows(len(x), x.shape[2] - 1, req.lm.lens_sample, generator) if tuned is not None else None
         mine = my_rows(x)
         hs, targets = token_states(lm, mine)

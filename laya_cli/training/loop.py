@@ -348,7 +348,9 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
             else batches([*train_x, train_y, *rows], cfg.batch_size, run.shuffle)
         )
         n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
-        for batch, items in enumerate(track(shuffled, f"epoch {epoch}", n_batches), 1):
+        for batch, items in enumerate(
+            track(shuffled, f"epoch {epoch}", n_batches, unit="batch", of=f"of {cfg.batch_size} samples"), 1
+        ):
             at = items.pop() if with_rows else None
             *xs, y = items
             if ddp is not None:
@@ -456,7 +458,7 @@ def _store_ddp_epoch(
     none = torch.zeros(0, dtype=torch.long)
     empty = ([torch.zeros(0, d) for d in train_x.dims], none, *([none] if with_rows else []))
     loss_sum, correct = 0.0, 0
-    for step in track(range(len(shares)), f"epoch {epoch}", len(shares)):
+    for step in track(range(len(shares)), f"epoch {epoch}", len(shares), unit="step", of="of one global batch"):
         xs, y, *rows = next(mine) if shares[step, rank] else empty
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
         global_rows = int(shares[step].sum())

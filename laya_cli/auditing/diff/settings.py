@@ -14,7 +14,13 @@ from ..settings import REMOVALS, SCOPES, tie_tol_setting
 
 CORRECTIONS = ("holm", "bh", "none")  # stats.multiple.CORRECTIONS (numpy: not imported by laya --help)
 # What a diff's JSON records of its test (the scope and the removal are recorded beside them)
-TESTED = ("permutations", "alpha", "correction", "seed", "tie_tol")
+TESTED = ("permutations", "alpha", "correction", "min_js", "seed", "tie_tol")
+
+# The practical size of a change of layer profile: a Jensen–Shannon divergence (base 2) of 0.01 bits is about what
+# moving 12 % of the attention from one of two equally used layers to the other gives ([0.5, 0.5] against [0.62,
+# 0.38]: 0.0105 bits). Below it a change is not called one, however significant (docs/audit.md, "laya diff"); laya
+# export ranks an attention shift only from this size on (docs/export.md).
+PRACTICAL_JS_BITS = 0.01
 
 
 @dataclass
@@ -34,6 +40,14 @@ class DiffSettings:
     )
     correction: str = setting(
         "holm", "Multiple-testing correction over the classes: holm, bh or none.", choices=CORRECTIONS, task="classify"
+    )
+    min_js: float = setting(
+        PRACTICAL_JS_BITS,
+        "Practical size of a change: a class is called changed only when its layer profile's JS divergence (bits) is "
+        "at least this, and significant (0: significance alone).",
+        minimum=0,
+        below=1,
+        task="classify",
     )
     scope: str = setting(
         "head",
