@@ -93,3 +93,26 @@ def open_report(browser, path: str | Path, width: int = 1400, height: int = 1000
     page.route("**/*", route)
     page.goto(url, wait_until="load")
     return page, watch
+
+
+# Where labels overlap or are cut: each element of a selector whose text is wider (or taller) than its box, and each
+# pair of them whose boxes intersect (by more than half a pixel each way). Run in the page; returns plain lists.
+_LABEL_FAULTS_JS = """sel => {
+  const els = [...document.querySelectorAll(sel)].filter(e => e.getClientRects().length);
+  const clipped = els.filter(e => e.scrollWidth > e.clientWidth + 0.5 || e.scrollHeight > e.clientHeight + 0.5)
+    .map(e => e.textContent);
+  const boxes = els.map(e => e.getBoundingClientRect()), overlapping = [];
+  for (let i = 0; i < els.length; i++) for (let j = i + 1; j < els.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (w > 0.5 && h > 0.5) overlapping.push([els[i].textContent, els[j].textContent]);
+  }
+  return {count: els.length, clipped: clipped, overlapping: overlapping};
+}"""
+
+
+def label_faults(page, selector: str) -> dict:
+    """The labels matched by ``selector`` in ``page`` that are cut (text wider or taller than its box) or overlap
+    another: ``{"count": n, "clipped": [text, ...], "overlapping": [[text, text], ...]}``."""
+    return page.evaluate(_LABEL_FAULTS_JS, selector)

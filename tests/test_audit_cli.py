@@ -111,7 +111,7 @@ def test_metrics_columns_and_gates_on_the_deeper_metrics(digits_ckpt, tmp_path):
         "--markdown",
         md,
         "--fail-under",
-        "ig:completeness=-100,aopc=-1,randomisation=3",
+        "ig:completeness=-100,aopc=-1,all:randomisation=3",
     )  # not -q: that prints only the verdict
     assert full.exit_code == 1, full.output
     for header in ("aopc", "suff@1", "completeness", "randomisation"):
@@ -138,7 +138,7 @@ def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
         "--steps",
         4,
         "--fail-under",
-        "faithfulness=1.01",
+        "all:faithfulness=1.01",
         "--fail-under",
         "random:deletion@1=5,accuracy=0",
         "--json",
@@ -151,7 +151,7 @@ def test_fail_under_exits_1_naming_each_miss(digits_ckpt, tmp_path):
     assert [line.split()[1] for line in lines] == ["laya:", "ig:", "gradxact:", "random:"]
     doc = json.loads(js.read_text())  # outputs are still written for the CI summary
     assert doc["fail_under"]["passed"] is False and len(doc["fail_under"]["misses"]) == 4
-    assert doc["settings"]["fail_under"] == ["faithfulness=1.01", "random:deletion@1=5", "accuracy=0"]
+    assert doc["settings"]["fail_under"] == ["all:faithfulness=1.01", "random:deletion@1=5", "accuracy=0"]
     assert "fail-under: missed" in md.read_text()
 
 

@@ -330,10 +330,10 @@ def test_thresholds_on_the_new_metrics():
         parse_thresholds("aopcc=0.1")
     head, feats, ref, _ = make(batch=20)
     result = run_audit(head_only_model(head, ref, C), data(feats), parse_methods("ig"), Deeper(steps=16))
-    assert check_thresholds(result, parse_thresholds("completeness=-5")) == []  # only IG has it: others skipped
+    assert check_thresholds(result, parse_thresholds("all:completeness=-5")) == []  # only IG has it: others skipped
     misses = check_thresholds(result, parse_thresholds("laya:completeness=0"))
     assert misses == ["laya: completeness applies to ig only (required by --fail-under laya:completeness=0)"]
-    misses = check_thresholds(result, parse_thresholds("randomisation=3,aopc=1"))
+    misses = check_thresholds(result, parse_thresholds("all:randomisation=3,all:aopc=1"))
     assert [m.split(":")[0] for m in misses] == ["laya", "ig", "laya", "ig"]  # random is never gated
     result.methods["ig"].completeness = float("nan")  # undefined must not pass a gate
     assert "undefined" in check_thresholds(result, parse_thresholds("ig:completeness=0"))[0]

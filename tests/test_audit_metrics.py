@@ -275,11 +275,18 @@ def test_parse_methods():
 
 
 def test_parse_thresholds():
-    ts = parse_thresholds("faithfulness=0.7, ig:faithfulness=0.8,laya:deletion@1=0.2")
+    ts = parse_thresholds("faithfulness=0.7, ig:faithfulness=0.8,laya:deletion@1=0.2,ALL:aopc=0.1")
     assert ts == [
-        Threshold("faithfulness", 0.7),
+        Threshold("faithfulness", 0.7, "laya"),  # unqualified: the model's own attribution
         Threshold("faithfulness", 0.8, "ig"),
         Threshold("deletion@1", 0.2, "laya"),
+        Threshold("aopc", 0.1),  # all: every audited method but random
+    ]
+    assert [str(t) for t in ts] == [
+        "laya:faithfulness=0.7",
+        "ig:faithfulness=0.8",
+        "laya:deletion@1=0.2",
+        "all:aopc=0.1",
     ]
     assert parse_thresholds(["accuracy=0.9", "deletion@1_normalised=0.5"])[0] == Threshold("accuracy", 0.9)
     for bad, msg in [
@@ -303,8 +310,10 @@ def test_check_thresholds_names_each_miss():
     result = run_audit(head_only_model(head, ref, C), features(feats), parse_methods("ig"), AuditSettings(steps=4))
     f = {m: s.faithfulness for m, s in result.methods.items()}
     assert check_thresholds(result, parse_thresholds("faithfulness=-1,accuracy=0")) == []
-    misses = check_thresholds(result, parse_thresholds(f"faithfulness={max(f['laya'], f['ig']) + 0.01}"))
+    misses = check_thresholds(result, parse_thresholds(f"all:faithfulness={max(f['laya'], f['ig']) + 0.01}"))
     assert len(misses) == 2 and misses[0].startswith("laya: faithfulness") and misses[1].startswith("ig:")
+    own = check_thresholds(result, parse_thresholds(f"faithfulness={max(f['laya'], f['ig']) + 0.01}"))
+    assert len(own) == 1 and own[0].startswith("laya: faithfulness")  # a reference method only when named
     misses = check_thresholds(result, parse_thresholds("random:deletion@1=2,accuracy=1.01"))
     assert [m.split()[0] for m in misses] == ["random:", "accuracy"]
 
@@ -351,7 +360,7 @@ def test_the_gate_says_faithfulness_is_degenerate_on_a_last_head():
         head_only_model(head, ref, C), features(feats), parse_methods("ig,gradxact"), AuditSettings(steps=4)
     )
     assert any("degenerate on all 30 of 30 samples" in n for n in result.notes)
-    misses = check_thresholds(result, parse_thresholds("faithfulness=0.7"))
+    misses = check_thresholds(result, parse_thresholds("all:faithfulness=0.7"))
     assert len(misses) == 2 and all("degenerate on all 30 samples" in m for m in misses)
     assert check_thresholds(result, parse_thresholds("ig:deletion@1=-1")) == []  # Deletion@1 stays defined
     assert json.loads(result.to_json())["methods"]["ig"]["degenerate"] == 30
@@ -364,3 +373,28 @@ def test_methods_and_heads_are_case_insensitive():
     assert AuditSettings(ablation="Mean", target="LABEL", reduce="Abs").validate().ablation == "mean"
     with pytest.raises(LayaError, match="unknown method 'IGG': did you mean ig"):
         parse_methods("IGG")
+
+
+def test_a_scope_whose_effects_are_near_equal_has_an_undetermined_ranking_and_faithfulness_is_not_scored():
+    """Issue 64: on a frozen pretrained CNN every stage's patch cost 0.39–0.44 of p, and the network-scope ranking
+    ranked those near-equal effects (α's −0.32 printed like any other figure)."""
+    import torch
+
+    from laya_cli.auditing.metrics import near_equal_effects, ranking_block, undetermined_note
+    from laya_cli.report.audit import UNDETERMINED, scored_rows
+
+    flat = torch.tensor([[0.39, 0.44, 0.41, 0.42], [0.40, 0.43, 0.42, 0.44], [0.9, 0.1, 0.0, 0.2]])
+    near = near_equal_effects(flat)
+    assert near.tolist() == [True, True, False]  # within 20 % of the largest |Δ| / a clear ranking
+    block = ranking_block(near)
+    assert block == {"determined": False, "near_equal": 2, "samples": 3, "margin": 0.2}
+    assert "ranking is undetermined" in undetermined_note(block, "network")
+    assert (
+        ranking_block(near_equal_effects(flat[2:]))["determined"]
+        and undetermined_note(ranking_block(near[2:]), "head") is None
+    )
+    assert not near_equal_effects(torch.tensor([[0.5, 0.5]])).any()  # L < 3: never flagged
+    rows = {"laya": {"faithfulness": -0.32, "faithfulness_std": 0.4, "deletion@1": 0.41, "ci": {"faithfulness": {}}}}
+    shown = scored_rows(rows, block)["laya"]
+    assert shown["faithfulness"] == UNDETERMINED and shown["faithfulness_std"] is None and shown["ci"] == {}
+    assert shown["deletion@1"] == 0.41 and scored_rows(rows, {"determined": True}) is rows

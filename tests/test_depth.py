@@ -408,3 +408,52 @@ def test_flops_are_counted_for_a_model_that_returns_one_of_its_parameters():
     model = Queries()
     assert count_flops(lambda: model(torch.ones(2, 4)), model) == 2 * 2 * 4 * 4
     assert all(p.requires_grad for p in model.parameters())  # as they were
+
+
+# --------------------------------------------------------------------------- times as measurements (issue 64)
+
+
+def test_the_median_interval_is_the_order_statistics_that_cover_the_median():
+    from laya_cli.depthing.timing import median, median_interval
+
+    assert median_interval([3.0, 1.0]) is None  # under 3 rounds: a single timing, no interval
+    low, high, coverage = median_interval([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert (low, high) == (1.0, 5.0) and coverage == pytest.approx(1 - 2 / 32)  # 5 rounds: the whole range
+    low, high, coverage = median_interval([float(i) for i in range(10)])
+    assert (low, high) == (1.0, 8.0) and coverage == pytest.approx(1 - 2 * 11 / 1024)  # 10: the 2nd and 9th
+    assert median([3.0, 1.0, 2.0]) == 2.0 and median([1.0, 2.0, 3.0, 4.0]) == 2.5
+
+
+def test_a_busy_machines_time_fraction_is_said_to_be_noise_not_given_as_a_number():
+    """Issue 64: time % 118.9 at k=4 and 158.5 at full depth, 'full model 31.63 ms' beside a full-depth row of
+    50.13 ms, and the API's time_fraction 5.688. Each depth's fraction is paired round by round with the whole
+    model's time; where its interval is wider than 20 points it is None, and the table says 'noisy'."""
+    from laya_cli.depthing.analysis import timed_compute
+    from laya_cli.report.depth import depth_table_rows, timing_caption
+
+    whole = [1.0, 1.02, 0.98, 1.01, 0.99]
+    quiet = timed_compute([[0.5, 0.51, 0.49, 0.5, 0.5], [1.0, 1.01, 0.99, 1.0, 1.0]], whole, 10)
+    assert quiet["time_fraction"] == pytest.approx([0.5, 1.0], abs=0.02) and not quiet["time_noisy"]
+    assert quiet["seconds_full_model"] == pytest.approx(0.1) and quiet["seconds_range"][0] == pytest.approx(
+        [0.049, 0.051]
+    )
+    busy = timed_compute([[0.5, 2.0, 0.4, 0.5, 3.0], [1.0, 5.7, 1.0, 0.9, 1.0]], whole, 10)
+    assert busy["time_noisy"] and busy["time_fraction"] == [None, None] and busy["time_fraction_range"][1][1] > 5
+    mixed = timed_compute([[0.5, 0.51, 0.49, 0.5, 0.5], [1.0, 5.7, 1.0, 0.9, 1.0]], whole, 10)
+    assert mixed["time_noisy"] and mixed["time_fraction"][0] == pytest.approx(0.5, abs=0.02)  # noise per depth
+    assert mixed["time_fraction"][1] is None
+    doc = {
+        "compute": {**busy, "time_repeats": 5, "time_batch": 10, "device": "cpu"},
+        "truncation": [
+            {"k": k, "layer": f"l{k}", "accuracy": 0.9, "delta": 0.0, "macro_f1": 0.9, "flops": 1, "flops_block": 1,
+             "flops_fraction": k / 2, "seconds_per_image": busy["seconds_per_image"][k - 1],
+             "seconds_range": busy["seconds_range"][k - 1], "time_fraction": None,
+             "time_fraction_range": busy["time_fraction_range"][k - 1]}
+            for k in (1, 2)
+        ],
+    }  # fmt: skip
+    header, rows = depth_table_rows(doc)
+    assert all(r[header.index("time %")].startswith("noisy (") for r in rows)
+    assert "(" in rows[0][header.index("time/img")]  # each time with its interval
+    caption = timing_caption(doc["compute"])
+    assert "too noisy to tell" in caption and "median of 5 rounds" in caption and "in the same round" in caption

@@ -176,3 +176,32 @@ def test_diff_takes_the_shared_options(digits_ckpt, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[diff]\nzebra = 1\n")
     assert_user_error(invoke("diff", digits_ckpt, digits_ckpt, "--config", bad), "unknown option 'zebra'")
+
+
+def test_a_class_is_called_changed_only_when_significant_and_of_a_practical_size():
+    """Issue 64: three classes were 'changed yes !' for JS ≈ 0.003 bits. Class 0's profile moves a little on every
+    sample (significant, far under 0.01 bits), class 1's a lot; --min-js is recorded with the test."""
+    from laya_cli.auditing.diff.compare import compare_profiles
+    from laya_cli.auditing.diff.profiles import Profiles
+    from laya_cli.auditing.diff.settings import PRACTICAL_JS_BITS, DiffSettings
+    from laya_cli.report.diff import diff_markdown
+
+    rng, n = np.random.default_rng(0), 200
+    label = np.repeat([0, 1], n // 2)
+    alpha_a = np.tile([0.5, 0.3, 0.2], (n, 1)) + rng.normal(0, 0.002, (n, 3))
+    shift = np.where(label[:, None] == 0, [0.02, -0.01, -0.01], [0.25, -0.15, -0.1])
+    alpha_b = alpha_a + shift
+    zeros = np.zeros((n, 3))
+    a = Profiles(label, label, zeros, alpha_a / alpha_a.sum(1, keepdims=True), None)
+    b = Profiles(label, label, zeros, alpha_b / alpha_b.sum(1, keepdims=True), None)
+    doc = compare_profiles(a, b, ["small", "large"], ["l0", "l1", "l2"], DiffSettings(permutations=200)).to_dict()
+    small, large = doc["classes"]["small"], doc["classes"]["large"]
+    assert small["significant"] and small["js"] < PRACTICAL_JS_BITS and not small["changed"]
+    assert large["significant"] and large["js"] >= PRACTICAL_JS_BITS and large["changed"]
+    assert doc["changed_classes"] == ["large"] and doc["settings"]["min_js"] == PRACTICAL_JS_BITS
+    md = diff_markdown({**doc, "settings": {**doc["settings"], "model_a": "a.pt", "model_b": "b.pt"}})
+    row = next(line for line in md.splitlines() if line.startswith("| small |"))
+    assert row.endswith("| small |")  # significant, under the practical size
+    assert "p = <" not in md and "JS at least 0.01 bits" in md
+    loose = compare_profiles(a, b, ["small", "large"], ["l0", "l1", "l2"], DiffSettings(permutations=200, min_js=0))
+    assert loose.changed == ["small", "large"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from helpers import assert_user_error, invoke
+from helpers import assert_run_error, assert_user_error, invoke
 
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.job import _discard_failed_state
@@ -18,7 +18,7 @@ from laya_cli.training.loop import NonFiniteLoss, StateKept
 def test_a_diverged_run_says_so_and_leaves_no_state(tmp_path, route):
     out = tmp_path / "m.pt"
     r = invoke("train", "--dataset", "digits", "--epochs", "2", "--lr", "1e20", "--out", out, "--quiet", *route)
-    assert_user_error(r, "training diverged", "NaN or Inf", "--lr 1e+20", "no training state is kept")
+    assert_run_error(r, "training diverged", "NaN or Inf", "--lr 1e+20", "no training state is kept")
     assert "produced NaN" not in r.output  # the backbone is not blamed for what the options did
     assert not out.exists() and not (tmp_path / "m.pt.state").exists()
     again = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "--quiet", *route)

@@ -205,6 +205,8 @@ def test_text_explorer_in_a_browser(exported, tmp_path):
         page.wait_for_selector("body[data-tokens=ready]", timeout=30_000)
         spans = page.locator("#t-text .t-tok")
         assert spans.count() == len(t)
+        faults = lb.label_faults(page, ".t-legend .t-key")  # the tiny GPT-2's layer labels: none cut or overlapping
+        assert faults["count"] == 2 * len(layers) and faults["clipped"] == [] and faults["overlapping"] == [], faults
         assert page.eval_on_selector_all("#t-text .t-tok", "s => s.map(e => e.textContent)") == [
             s.replace("\n", "\u21b5\n") if s else "\u2205" for s in t["token_text"]
         ]

@@ -51,11 +51,11 @@ def random_state(seed: int) -> dict:
     return timm.create_model("test_resnet", pretrained=False).state_dict()  # with its 1000-class head
 
 
-def test_hub_backbones_are_pretrained_by_default_only_when_frozen():
+def test_hub_backbones_start_from_their_pretrained_weights_frozen_or_fine_tuned():
     assert bb.default_pretrained("vit_base", finetune=False)
     assert bb.default_pretrained("timm:resnet18", finetune=False)
     assert bb.default_pretrained("torchvision:resnet18", finetune=False)
-    assert not bb.default_pretrained("timm:resnet18", finetune=True)
+    assert bb.default_pretrained("timm:resnet18", finetune=True)  # fine-tuning starts from the weights named
     assert not bb.default_pretrained("timm:resnet18", finetune=False, weights="w.safetensors")
     assert not bb.default_pretrained("mlp", finetune=False)
 

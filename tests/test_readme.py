@@ -22,21 +22,21 @@ SKIP = [
     ("make ", "creates a virtual environment and installs packages (the .ci/run job does that)"),
     ("pip install", "installs packages"),
     (
-        "--dataset fashion-mnist",
-        "trains or benches on the 60,000 Fashion-MNIST images: minutes to hours "
-        "(the slow tests and docs/results/ cover it)",
-    ),
-    ("--backbone vit_base", "needs the Best Artworks data set and pretrained ViT-B weights (network)"),
-    ("--backbone timm:resnet50 --weights", "needs the user's own weights file and image folder"),
-    ("--backbone hf:bert-base-uncased", "needs BERT's pretrained weights from the hub (network) and the user's csv"),
-    (
-        "--backbone hf:./my-llama",
-        "needs a model folder and WordNet for minutes of training (tests/test_text.py and benchmarks/text.py do both)",
+        "xrays",
+        "needs the user's own image folder and, offline, a timm/torchvision model's weights (tests/test_front_door.py "
+        "and benchmarks/newcomer.py run the same with an image folder and a weights file they make)",
     ),
     (
-        "--ablation bypass",
-        "needs a residual model whose blocks keep their input's shape (the README's digits MLP is none): "
-        "tests/test_removal.py runs it on BERT, GPT-2 and Llama",
+        "hf:./my-bert",
+        "needs the user's transformers folder and csv (tests/test_front_door.py fine-tunes a folder it makes)",
+    ),
+    (
+        "hf:./my-gpt",
+        "needs a causal language model folder and a corpus (tests/test_lm.py trains one on made-up text)",
+    ),
+    (
+        "lm.pt",
+        "needs a language model's checkpoint (tests/test_lm.py and tests/test_api_lm.py make one)",
     ),
     (
         "--drop 2",
@@ -44,19 +44,9 @@ SKIP = [
         "is tested): tests/test_removal.py runs --drop and --out on BERT",
     ),
     (
-        "lm.pt",
-        "needs a causal language model folder and a corpus (tests/test_lm.py trains one on made-up text; "
-        "python -m benchmarks.causal_lm trains one from scratch on WordNet's glosses)",
-    ),
-    ("torchrun", "starts several processes per command (tests/test_distributed.py covers torchrun)"),
-    ("--config run.toml", "reads the user's own run.toml (tests/test_config_file.py writes and replays one)"),
-    (
-        "--log-to mlflow",
-        "logs to an MLflow database (tests/test_tracking.py logs to local stores and reads every number back)",
-    ),
-    (
         "laya audit new.pt --baseline main-audit.json --max-drop faithfulness=0.02 --junit",
-        "the one-line overview of the regression gate: the CI section below runs the gate on files it makes",
+        "needs a baseline audit of the model on main (tests/test_regression.py runs the regression gate on files it "
+        "makes)",
     ),
 ]
 # Files the README's commands read but do not make: the CI section's two versions of a model (on main, in the pull
@@ -83,8 +73,7 @@ def skip_reason(command: str) -> str | None:
 
 def test_the_readme_parser_sees_the_commands():
     cmds = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert "laya train" in cmds and "laya info model.pt" in cmds
-    assert any(c.startswith("laya bench --dataset fashion-mnist") and "--markdown fm.md" in c for c in cmds)  # joined
+    assert "laya train --out model.pt" in cmds and "laya info model.pt" in cmds
     assert all("#" not in c for c in cmds)
 
 
@@ -112,8 +101,7 @@ def test_readme_commands_run_as_written_top_to_bottom(tmp_path, monkeypatch):
         allowed = (0, 1) if any(g in command for g in GATES) else (0,)
         assert result.exit_code in allowed, f"`{command}` exited {result.exit_code}:\n{result.output}"
         ran.append(command)
-    # the digits workflow of the README: train, info, audit (table, JSON, Markdown, gate), export twice
+    # the digits workflow of the README: train, info, audit (JSON, gates), export, depth, diff
     assert len(ran) >= 8, ran
     assert (tmp_path / "model.pt").is_file() and (tmp_path / "audit.json").is_file()
     assert (tmp_path / "export" / "report.html").is_file()
-    assert (tmp_path / "export-parquet" / "samples.parquet").is_file()

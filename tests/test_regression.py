@@ -63,13 +63,16 @@ def doc(**metrics) -> dict:
 
 
 def test_parse_max_drop_absolute_relative_method_and_model():
-    rules = parse_max_drop(["faithfulness=0.02,laya:deletion@1=5%", "accuracy=0.01"], ["laya", "ig", "random"])
+    rules = parse_max_drop(
+        ["faithfulness=0.02,ig:deletion@1=5%", "accuracy=0.01,all:aopc=0.1"], ["laya", "ig", "random"]
+    )
     assert rules == [
-        MaxDrop("faithfulness", 0.02),
-        MaxDrop("deletion@1", 0.05, True, "laya"),
+        MaxDrop("faithfulness", 0.02, method="laya"),  # unqualified: the model's own attribution
+        MaxDrop("deletion@1", 0.05, True, "ig"),
         MaxDrop("accuracy", 0.01),
+        MaxDrop("aopc", 0.1),  # all: every method but random
     ]
-    assert [str(r) for r in rules] == ["faithfulness=0.02", "laya:deletion@1=5%", "accuracy=0.01"]
+    assert [str(r) for r in rules] == ["laya:faithfulness=0.02", "ig:deletion@1=5%", "accuracy=0.01", "all:aopc=0.1"]
     assert rules[1].allowed(-0.4) == pytest.approx(0.02)  # relative to the magnitude of the baseline
 
 
@@ -93,7 +96,7 @@ def test_parse_max_drop_errors(spec, fragment):
 
 def test_compare_absolute_and_relative_by_hand():
     base, now = doc(laya=0.80, ig=0.85), doc(laya=0.77, ig=0.84)
-    c = compare(base, now, parse_max_drop("faithfulness=0.02,ig:faithfulness=1%"))
+    c = compare(base, now, parse_max_drop("all:faithfulness=0.02,ig:faithfulness=1%"))
     by = {c_.name: c_ for c_ in c.checks}
     assert set(by) == {"laya:faithfulness drop<=0.02", "ig:faithfulness drop<=0.02", "ig:faithfulness drop<=1%"}
     assert by["laya:faithfulness drop<=0.02"].failed  # 0.80 -> 0.77: 0.03 > 0.02
@@ -115,8 +118,8 @@ def with_network(head: dict, **faithfulness) -> dict:
 def test_network_scope_max_drop_by_hand():
     base = with_network(doc(), laya=0.70, ig=0.95)
     now = with_network(doc(), laya=0.60, ig=0.95)
-    rules = parse_max_drop("network:faithfulness=0.05,faithfulness=0.05", ["laya", "ig", "random"], "both")
-    assert [str(r) for r in rules] == ["network:faithfulness=0.05", "faithfulness=0.05"]
+    rules = parse_max_drop("network:all:faithfulness=0.05,all:faithfulness=0.05", ["laya", "ig", "random"], "both")
+    assert [str(r) for r in rules] == ["network:all:faithfulness=0.05", "all:faithfulness=0.05"]
     assert parse_max_drop("Network:IG:faithfulness=0.05", ["laya", "ig"], "network") == [
         MaxDrop("faithfulness", 0.05, method="ig", scope="network")
     ]  # names are case-insensitive
@@ -287,7 +290,7 @@ def doctored(baseline: Path, tmp_path: Path, **raise_by) -> Path:
 
 def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
     junit, js, md = tmp_path / "j.xml", tmp_path / "a.json", tmp_path / "a.md"
-    gate = ("--baseline", baseline, "--max-drop", "faithfulness=0,accuracy=0")
+    gate = ("--baseline", baseline, "--max-drop", "all:faithfulness=0,accuracy=0")
     r = invoke("audit", digits_ckpt, *FAST, *gate, "--junit", junit, "--json", js, "--markdown", md)
     assert r.exit_code == 0, r.output
     assert "base" in r.stdout and "Δ" in r.stdout and "+0.000" in r.stdout and "baseline" in r.stdout
@@ -309,7 +312,7 @@ def test_passing_gate_against_itself(digits_ckpt, baseline, tmp_path):
 def test_failing_gate_names_each_metric_that_dropped(digits_ckpt, baseline, tmp_path):
     base = doctored(baseline, tmp_path, laya=0.05, ig=0.015)
     junit, js, md = tmp_path / "j.xml", tmp_path / "a.json", tmp_path / "a.md"
-    gate = ("--baseline", base, "--max-drop", "faithfulness=0.02", "--fail-under", "faithfulness=-1")
+    gate = ("--baseline", base, "--max-drop", "all:faithfulness=0.02", "--fail-under", "all:faithfulness=-1")
     r = invoke("audit", digits_ckpt, *FAST, *gate, "--junit", junit, "--json", js, "--markdown", md)
     assert r.exit_code == 1, r.output
     misses = [line for line in r.stderr.splitlines() if line.startswith("max-drop:")]

@@ -349,7 +349,7 @@ def test_laya_depth_drop_writes_a_checkpoint_that_info_audit_export_and_truncate
     said = " ".join(r.output.split())
     assert "a single timing round" in said and "not a measured speed-up" in said and "fewer FLOPs" in said
     assert "faster" not in said and "faster" not in invoke("info", small).output
-    assert written["timing_rounds"] == 1 and written["speedup_spread"] is None
+    assert written["timing_rounds"] == 1 and written["speedup_interval"] is None
     audit = invoke("audit", small, "--scope", "both", "--ablation", "bypass", "--samples", "8", "--ci", "0")
     assert audit.exit_code == 0, audit.output
     assert invoke("export", small, "--samples", "8", "--out", tmp_path / "exp").exit_code == 0
@@ -373,13 +373,31 @@ def test_laya_depth_drop_refuses_bad_input_in_one_line_and_writes_nothing(traine
     assert not out.exists() and not (tmp_path / "p.png").exists()
 
 
-def test_a_speed_up_is_measured_from_three_rounds_with_its_spread():
-    from laya_cli.depthing.drop_table import speedup_spread
-    from laya_cli.report.drop import speed_text
+def test_a_speed_up_is_called_measured_only_when_its_interval_excludes_1():
+    """Issue 64: '1.97× faster measured' with its range 0.85–3.93× on the last line only. A speed-up is the median of
+    full ÷ dropped round by round; measured where the median's interval excludes 1, otherwise said to be noise."""
+    from laya_cli.depthing.drop_table import timing_row
+    from laya_cli.report.drop import speed_text, speedup_cell
 
-    assert speedup_spread([2.0, 2.2], [1.0, 1.0]) is None  # two rounds: no spread to give
-    assert speedup_spread([2.0, 2.2, 1.8], [1.0, 1.1, 1.0]) == pytest.approx([1.8, 2.0])
-    w = {"speedup": 2.0, "timing_rounds": 5, "speedup_spread": [1.8, 2.2], "flops_fraction": 0.5, "flops_speedup": 2}
-    assert speed_text(w) == ", 2.00× faster measured (fastest of 5 rounds; 1.80–2.20× over them)"
-    w.update(timing_rounds=2, speedup_spread=None)
+    clear = timing_row([2.0, 2.1, 1.9, 2.0, 2.05], [1.0, 1.02, 0.98, 1.0, 1.01], 1)
+    assert clear["speedup_verdict"] == "faster" and clear["speedup"] == pytest.approx(2.0, abs=0.05)
+    assert clear["speedup_interval"][0] > 1 and speedup_cell(clear).startswith("2.0")
+    busy = timing_row([2.0, 1.0, 4.0, 1.5, 0.9], [1.0, 1.2, 1.0, 2.0, 1.0], 1)  # a busy machine: rounds all over
+    assert busy["speedup_verdict"] == "noisy" and speedup_cell(busy).startswith("noisy (")
+    wide = timing_row([2.0, 3.0, 6.0, 2.5, 2.2], [1.0, 1.0, 1.0, 1.0, 1.0], 1)  # faster, but 2–6×: no one number
+    assert wide["speedup_verdict"] == "faster, noisy" and speedup_cell(wide) == "faster (2.00–6.00)"
+    w_wide = {**wide, "timing_rounds": 5, "flops_fraction": 0.5, "flops_speedup": 2.0}
+    assert "faster measured, too noisy for one ratio: full ÷ dropped 2.00–6.00×" in speed_text(w_wide)
+    same = timing_row([1.0, 1.01, 0.99, 1.0, 1.0], [1.0, 1.0, 1.0, 1.01, 0.99], 1)
+    assert same["speedup_verdict"] == "same" and speedup_cell(same).startswith("none (")
+    assert timing_row([2.0, 2.2], [1.0, 1.0], 1)["speedup_interval"] is None  # two rounds: no interval
+    w = {"speedup": 2.0, "timing_rounds": 5, "speedup_interval": [1.8, 2.2], "speedup_verdict": "faster",
+         "flops_fraction": 0.5, "flops_speedup": 2}  # fmt: skip
+    assert speed_text(w) == ", 2.00× faster measured (median of 5 rounds; full ÷ dropped 1.80–2.20×)"
+    w.update(speedup_interval=[0.85, 3.93], speedup_verdict="noisy")
+    said = speed_text(w)
+    assert "faster" not in said and "too noisy to tell (0.85–3.93× over 5 rounds)" in said and "fewer FLOPs" in said
+    old = {"speedup": 2.0, "timing_rounds": 5, "speedup_spread": [0.85, 3.93], "flops_fraction": 0.5}
+    assert "too noisy to tell" in speed_text(old)  # a checkpoint written before: read off its spread
+    w.update(timing_rounds=2, speedup_interval=None, speedup_verdict="single")
     assert speed_text(w).startswith(", 2.00× fewer FLOPs (2 timing rounds: 2.00×, not a measured speed-up")

@@ -275,3 +275,78 @@ def test_a_text_models_explorer_shows_the_texts_inert_and_filters(chromium, text
         assert watch.console_errors == [] and watch.page_errors == [] and watch.external_requests == []
     finally:
         page.close()
+
+
+# --------------------------------------------------------------------------- labels that never overlap or clip
+
+LAYER_LABELS = "#x-table thead .x-layers button"
+
+
+def made_up_export(root: Path, layers: list[str], spread: float, n: int = 300, C: int = 5) -> Path:
+    """A made-up export of ``n`` samples over ``layers``; α a softmax of noise of scale ``spread`` (small: near
+    uniform)."""
+    L = len(layers)
+    g = torch.Generator().manual_seed(1)
+    labels = torch.randint(0, C, (n,), generator=g)
+    logits = torch.randn(n, C, generator=g) + 2 * torch.nn.functional.one_hot(labels, C)
+    alpha = torch.softmax(spread * torch.randn(n, L, generator=g), -1)
+    contrib = torch.randn(n, L, generator=g, dtype=torch.float64)
+    table = build_table(torch.arange(n), labels, logits, alpha, contrib, layers, [f"c{c}" for c in range(C)])
+    images = (torch.rand(n, 3, 16, 16, generator=g) * 255).to(torch.uint8)
+    exp = assemble(table, layers, [f"c{c}" for c in range(C)], images, {"head": "laya", "backbone": "made-up"})
+    write_export(exp, root, plots=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def near_uniform_export(tmp_path_factory) -> Path:
+    """A near-uniform α (about 4.96 of 5 effective layers) over a timm ResNet's stage names, which share no prefix:
+    the names that overlapped into 'act1layelayelayelaye'."""
+    layers = ["act1", "layer1", "layer2", "layer3", "layer4"]
+    return made_up_export(tmp_path_factory.mktemp("uniform") / "export", layers, spread=0.1)
+
+
+@pytest.fixture(scope="module")
+def deep_export(tmp_path_factory) -> Path:
+    """48 layers: too many for a label over each bar (numbers or a legend instead)."""
+    layers = [f"model.layers.{i}.mlp.act" for i in range(48)]
+    return made_up_export(tmp_path_factory.mktemp("deep") / "export", layers, spread=1.0, n=120)
+
+
+@pytest.mark.parametrize("which", ["digits_export", "near_uniform_export", "deep_export", "text_export"])
+def test_the_explorers_layer_labels_never_overlap_or_clip(chromium, request, which):
+    """Issue 64: the explorer's layer labels overlapped into 'act1layelayelaye'. On the demo model, a near-uniform α
+    with a ResNet's stage names, 48 layers and the tiny BERT: every label fits its bar (nothing cut, nothing
+    overlapping), each sits over its own bar, and numbered or unlabelled bars have a legend naming every layer."""
+    root = request.getfixturevalue(which)
+    layers = data_of(root / "report.html")["layers"]
+    page, watch = open_ready(chromium, root / "report.html")
+    try:
+        faults = lb.label_faults(page, LAYER_LABELS)
+        assert faults["count"] == 2 * len(layers)  # α and contrib, one label per layer each
+        assert faults["clipped"] == [] and faults["overlapping"] == [], faults
+        labels = page.eval_on_selector_all(LAYER_LABELS, "bs => bs.map(b => b.textContent)")[: len(layers)]
+        if not all(labels) or labels != [name[-len(label) :] for name, label in zip(layers, labels)]:
+            legend = page.text_content(".x-legend")  # numbered or unlabelled bars: the legend names each layer
+            assert all(f"{k + 1} {name}" in legend for k, name in enumerate(layers)), legend
+        lefts = page.eval_on_selector_all(LAYER_LABELS, "bs => bs.map(b => b.getBoundingClientRect().left)")
+        bar = page.eval_on_selector("#x-body tr.x-row td.c-alpha svg", "s => s.getBoundingClientRect().left")
+        rects = page.eval_on_selector_all(
+            "#x-body tr.x-row:first-child td.c-alpha svg rect", "rs => rs.map(r => r.getBoundingClientRect().left)"
+        )
+        for k, x in enumerate(rects):  # each bar under its own label (a bar of 0 height is drawn too: 0.5 px)
+            assert abs(x - lefts[k]) <= 1.0 and x >= bar - 0.5, (k, x, lefts[k])
+        assert watch.console_errors == [] and watch.page_errors == [] and watch.external_requests == []
+    finally:
+        page.close()
+
+
+def test_a_near_uniform_alpha_reads_as_near_uniform_in_the_reports_captions(near_uniform_export):
+    """Issue 64: the heat map's scale ran dark purple → bright yellow over 0.17–0.24 for a near-uniform α, and an
+    attention shift of JS 0.000121 was a full-width bar ranked first. The captions state the anchored scale and the
+    practical size; no class of the near-uniform model is ranked."""
+    page = (near_uniform_export / "report.html").read_text(encoding="utf-8")
+    assert "Colour from 0 to 0.40" in page and "uniform 1/L = 0.200" in page
+    assert "Ranked and drawn in colour only from 0.01 bits on" in page
+    shift = pd.read_csv(near_uniform_export / "attention_shift.csv")
+    assert shift["js_divergence"].max() < 0.01 and shift["rank"].isna().all()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_user_error, invoke, make_image_folder
+from helpers import assert_run_error, assert_user_error, invoke, make_image_folder
 from safetensors.torch import save_file
 from torch import nn
 
@@ -253,7 +253,7 @@ def test_corrupt_and_unsafe_programs_are_refused(tmp_path, folder, program):
 def test_unpoolable_taps_and_empty_globs_are_one_line(tmp_path, folder, on_folder):
     out = tmp_path / "m.pt"
     res = invoke("train", "--arch", f"{HERE}:Unpoolable", "--layers", "blocks.*", *on_folder, "--out", out)
-    assert_user_error(res, "outputs a dict", "cannot be pooled")
+    assert_run_error(res, "outputs a dict", "cannot be pooled")
     res = invoke("train", "--arch", f"{HERE}:build_tiny_net", "--layers", "nothing.here*", *on_folder, "--out", out)
     assert_user_error(res, "matched no module", "stages")
     res = invoke(

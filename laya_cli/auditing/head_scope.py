@@ -41,12 +41,15 @@ from .metrics import (
     lolo_effects,
     nan_summary,
     near_chance,
+    near_equal_effects,
     normalised_deletion,
     rank_layers,
+    ranking_block,
     spearman_rows,
     target_probability,
     tie_levels,
     tie_undefined,
+    undetermined_note,
 )
 from .plan import AuditPlan, Rows
 from .registry import METHODS, having
@@ -473,6 +476,8 @@ def run_audit(model, eval_data, methods: Sequence[str], settings: AuditSettings 
     num_classes = len(getattr(model, "classes", None) or [])
     degenerate, by_ties = int(common["degenerate"].sum()), int(common["tie_degenerate"].sum())
     result.ties = ties_block(settings.tie_tol, degenerate, by_ties, result.methods)
+    result.ranking = ranking_block(near_equal_effects(common["delta"]))
+    result.notes += [n for n in [undetermined_note(result.ranking, "head")] if n]
     lm = getattr(model, "task", None) == "lm"  # a language model's positions (auditing/lm.py)
     result.notes = plan.notes(result.methods) + _warnings(result, labels, num_classes, degenerate, by_ties, lm)
     record_collapse(result, common.get("alpha"), model)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from torch import Tensor
 
 from ..data.settings import EvalRequest
-from ..model.checkpoint import checkpoint_task, read_checkpoint
+from ..model.checkpoint import checkpoint_task, read_checkpoint, untrained_backbone
 from ..model.evaldata import EvalData, load_eval_data
 from ..model.laya_model import model_from_checkpoint
 from ..model.lm_heads import lm_from_checkpoint
@@ -80,6 +80,8 @@ def audit_checkpoint(
     )  # fmt: skip
     result = audit_job(laya_model, load_data, methods, settings, scope, **job)
     result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
+    if (untrained := untrained_backbone(ckpt)) is not None:
+        result.notes.append(f"warning: {untrained}")
     return result
 
 

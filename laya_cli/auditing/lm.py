@@ -30,7 +30,7 @@ from ..model.lm_heads import LayaLM
 from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
-from ..runtime.progress import track
+from ..runtime.progress import phase, track, within
 from .budget import RowCosts, _OutputBytes, plan_from_costs
 from .head_scope import run_audit
 from .intervals import network_columns, network_intervals
@@ -93,7 +93,12 @@ def token_data(
     """Up to ``max_tokens`` held-out positions (whole blocks: the first ones of the held-out text)."""
     name, corpus, block = held_out_text(model, dataset, encoding)
     states, targets, blocks, n = [], [], [], 0
-    for x in track(batches(model.lm, corpus, "test", block, batch_size), "held-out positions"):
+    for x in track(
+        batches(model.lm, corpus, "test", block, batch_size),
+        "held-out positions",
+        unit="batch",
+        of=f"of {batch_size} blocks of {block} tokens",
+    ):
         hs, y = token_states(model.lm, x)
         states.append(hs.cpu())
         targets.append(y.cpu())
@@ -170,7 +175,7 @@ def each_bypassed(backbone, x: Tensor):
 def _bypass_effects(model: LayaLM, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
     """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
     out = []
-    for _, states in each_bypassed(model.lm.backbone, x):
+    for _, states in within(each_bypassed(model.lm.backbone, x), len(model.lm.backbone.layer_names)):  # progress inside the batch
         with torch.no_grad():
             out.append(base - _probabilities(model.laya, states, target))
     return torch.stack(out, dim=-1)
@@ -180,7 +185,7 @@ def _gradient_scores(states, inputs, p: Tensor) -> tuple[Tensor, Tensor]:
     """(B, T−1, L) Grad×Act and AtP: Σ over positions s and features of ∂p(t)/∂h_i(s) · h_i(s) (or · (h_i − x_i)),
     one backward pass per position t (the blocks of a batch are independent: their p(t) are summed)."""
     gxa, atp = [], []
-    for t in range(p.shape[1]):
+    for t in within(range(p.shape[1])):  # one backward pass per position
         grads = torch.autograd.grad(p[:, t].sum(), states, retain_graph=True, allow_unused=True)
         gxa.append(torch.stack([_dot(g, h) for g, h in zip(grads, states)], -1))
         atp.append(torch.stack([_dot(g, h.float() - xi.float()) for g, h, xi in zip(grads, states, inputs)], -1))
@@ -205,8 +210,10 @@ def _network_block(model: LayaLM, x: Tensor, settings: AuditSettings, generator)
             target = out.logits.argmax(-1) if settings.target == "predicted" else x[:, 0, 1:].reshape(-1).long()
         target = target.reshape(x.shape[0], -1)
         p = _probabilities(model.laya, states, target)
-        gxa, atp = _gradient_scores(states, inputs, p)
-    delta = _bypass_effects(model, x, target, p.detach())
+        with phase(0.5):  # the backward passes per position, then the bypassed passes per layer: about half each
+            gxa, atp = _gradient_scores(states, inputs, p)
+    with phase(0.5):
+        delta = _bypass_effects(model, x, target, p.detach())
     flat = lambda t: t.reshape(-1, t.shape[-1]).cpu()  # noqa: E731
     L = delta.shape[-1]
     return {
@@ -230,7 +237,10 @@ def token_network(model: LayaLM, data: TokenData, methods: Sequence[str], settin
     blocks = torch.cat(data.blocks)
     per_batch = max(1, settings.batch_size // (blocks.shape[2] - 1))  # --batch-size counts positions
     chunks = blocks.split(per_batch)
-    rows = [_network_block(model, x, settings, generator) for x in track(chunks, "network scope", len(chunks))]
+    rows = [
+        _network_block(model, x, settings, generator)
+        for x in track(chunks, "network scope", len(chunks), unit="batch", of=f"of {per_batch} blocks")
+    ]
     got = {k: torch.cat([r[k] for r in rows])[: len(data.features)] for k in rows[0]}
     delta, tol = got["delta"], settings.tie_tol
     got["global"] = got["laya"].mean(0, keepdim=True).expand_as(got["laya"])
@@ -263,7 +273,8 @@ def token_network(model: LayaLM, data: TokenData, methods: Sequence[str], settin
 
 
 def by_position(positions: Tensor, faithfulness: dict[str, Tensor], d1: dict[str, Tensor], block: int) -> dict:
-    """Mean faithfulness and Deletion@1 per method in ``POSITION_BUCKETS`` ranges of the position t."""
+    """Mean faithfulness and Deletion@1 per method in ``POSITION_BUCKETS`` ranges of the position t; ``n``: the
+    positions of each range, ``defined``: per method, those whose faithfulness is defined (the mean's count)."""
     edges = torch.linspace(0, block - 1, POSITION_BUCKETS + 1).round().long().tolist()
     buckets = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
     out = {"positions": [f"{a + 1}-{b}" for a, b in buckets], "n": [], "methods": {}}
@@ -273,6 +284,7 @@ def by_position(positions: Tensor, faithfulness: dict[str, Tensor], d1: dict[str
         rows = [(positions >= a) & (positions < b) for a, b in buckets]
         out["methods"][m] = {
             "faithfulness": [float(faithfulness[m][r].nanmean()) if r.any() else None for r in rows],
+            "defined": [int((~faithfulness[m][r].isnan()).sum()) for r in rows],  # positions whose ρ is defined
             "deletion@1": [float(d1[m][r].double().mean()) if r.any() else None for r in rows],
         }
     return out

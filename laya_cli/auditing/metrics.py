@@ -137,6 +137,41 @@ def spearman_rows(a: Tensor, b: Tensor, tol: float = 0.0) -> Tensor:
     return rho.clamp(-1, 1).masked_fill(undefined, float("nan"))
 
 
+RANK_MARGIN = 0.2  # a sample's layer effects all within 20 % of its largest |Δ| of each other: near-equal
+UNDETERMINED_FROM = 0.5  # a scope whose samples are near-equal more often than this: its ranking is undetermined
+
+
+def near_equal_effects(delta: Tensor, margin: float = RANK_MARGIN) -> Tensor:
+    """(B,) True where a sample's effects Δ (B, L) all lie within ``margin`` × its largest |Δ_i| of each other
+    (max Δ − min Δ < margin · max |Δ|): removing any layer costs about the same (a frozen pretrained CNN patched at
+    any stage loses 0.39–0.44 of p), so a ranking of its layers ranks near-equal effects. With L < 3 no sample is
+    flagged (as ``degenerate_effects``)."""
+    if delta.shape[-1] < 3:
+        return torch.zeros(delta.shape[:-1], dtype=torch.bool, device=delta.device)
+    spread = delta.amax(-1) - delta.amin(-1)
+    return spread <= margin * delta.abs().amax(-1)
+
+
+def ranking_block(near_equal: Tensor, margin: float = RANK_MARGIN) -> dict:
+    """What the audit says of a scope's layer ranking: ``determined`` unless more than ``UNDETERMINED_FROM`` of the
+    samples have near-equal effects (``near_equal_effects``); then faithfulness, a ranking of near-equal effects, is
+    not scored there (the tables say "undetermined"; the JSON keeps the numbers beside this block)."""
+    n, k = int(near_equal.numel()), int(near_equal.sum())
+    return {"determined": not (n and k / n > UNDETERMINED_FROM), "near_equal": k, "samples": n, "margin": margin}
+
+
+def undetermined_note(block: dict, scope: str) -> str | None:
+    """The audit's note for a scope whose ranking is undetermined (``ranking_block``); None where it is determined."""
+    if block["determined"]:
+        return None
+    return (
+        f"{scope} scope: removing any layer costs about the same (the effects lie within {100 * block['margin']:.0f} "
+        f"% of each other on {block['near_equal']:,} of {block['samples']:,} samples), so the layers' ranking is "
+        "undetermined there: faithfulness is not scored at this scope (the tables say 'undetermined'; Deletion@1 "
+        "still is)"
+    )
+
+
 def degenerate_effects(delta: Tensor, tol: float = 0.0) -> Tensor:
     """(B,) True where a sample's LOLO effects Δ (B, L) vary in at most one layer (L ≥ 3).
 

@@ -69,7 +69,9 @@ class Shard:
 
     def walk(self, batches: Iterable[T], description: str) -> Iterator[tuple[int, T]]:
         """(first row, batch) of this rank's ``batches`` (those of rows [start, stop)), with a progress bar."""
-        return track(zip(range(self.start, self.stop, self.batch_size), batches), description, total=self.n_batches)
+        first = range(self.start, self.stop, self.batch_size)
+        of = f"of {self.batch_size} samples"
+        return track(zip(first, batches), description, total=self.n_batches, unit="batch", of=of)
 
     def generator(self, seed: int, n_layers: int, replay: bool = True) -> torch.Generator:
         """A generator seeded with ``seed`` that has drawn ``random_scores`` for every batch of the earlier

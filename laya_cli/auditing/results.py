@@ -211,6 +211,8 @@ class AuditResult:
     alpha_collapse: dict | None = None
     # A language model's audit (auditing/lm.py): per scope, faithfulness and Deletion@1 by position in the block
     by_position: dict | None = None
+    # Whether the layers' effects differ enough to rank (``metrics.ranking_block``); None: an audit from before
+    ranking: dict | None = None
 
     def __repr__(self) -> str:
         """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
@@ -297,6 +299,8 @@ class AuditResult:
             "computed_metrics": computed_metrics(self.groups),
             "alpha_collapse": self.alpha_collapse,  # null for a head without α (docs/metrics.md, "α collapse")
         }
+        if self.ranking is not None:
+            out["ranking"] = self.ranking  # docs/metrics.md, "An undetermined ranking"
         if self.ties is not None:
             out["ties"] = self.ties
         if self.by_class is not None:

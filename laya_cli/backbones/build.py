@@ -101,9 +101,41 @@ def backbone_name(backbone: str, arch: str | None = None) -> str:
 
 
 def default_pretrained(name: str, finetune: bool, weights: str | None = None) -> bool:
-    """Hub backbones are pretrained by default when frozen and no --weights file is given."""
+    """Hub backbones start from their pretrained weights unless a --weights file is given, frozen or fine-tuned
+    (as timm and transformers do: fine-tuning starts from the weights named); random only with --no-pretrained."""
     family, _ = family_of(name)
-    return family.hub and not finetune and not weights
+    return family.hub and not weights
+
+
+RANDOM_START = "random initialisation"  # the weights_source of a backbone no weights were loaded into
+
+
+def frozen_random(finetune: bool, weights_source: str) -> bool:
+    """A backbone that was never trained: frozen, and started from random weights (no pretrained ones, no file)."""
+    return not finetune and weights_source.startswith(RANDOM_START)
+
+
+def frozen_random_warning(name: str) -> str:
+    """What a frozen random backbone means, and what gives a useful model instead (for ``name``'s family)."""
+    remedy = (
+        "its pretrained weights (the default), --weights FILE, or --finetune"
+        if family_of(name)[0].hub
+        else ("--finetune (the built-ins' default) or --weights FILE")
+    )
+    return (
+        f"{name} is frozen at its random initialisation: its features are random projections, not what a trained "
+        f"network computes; train it from {remedy}"
+    )
+
+
+def start_line(backbone: TappedBackbone, weights_file: str | None) -> str:
+    """What a run starts from, said before it trains: the weights, and whether they are trained too."""
+    spec = backbone.spec
+    source = f"the weights in {weights_file}" if weights_file else backbone.weights_source
+    how = "fine-tuned end to end" if spec.finetune else "frozen (features cached)"
+    if source.startswith(RANDOM_START):
+        source += " (--no-pretrained)" if family_of(spec.name)[0].hub else ""
+    return f"{spec.name}: starts from {source}; {how}"
 
 
 def preflight(

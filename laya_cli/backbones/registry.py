@@ -140,7 +140,10 @@ class TimmFamily(Family):
         self._check_name(model_name)
         cfg = timm.get_pretrained_cfg(model_name)
         if cfg is None or not (cfg.hf_hub_id or cfg.url or cfg.file):
-            raise LayaError(f"timm:{model_name} has no pretrained weights; use --no-pretrained or --weights FILE")
+            raise LayaError(
+                f"timm:{model_name} has no pretrained weights: pass --weights FILE, or train it from "
+                "scratch with --no-pretrained --finetune"
+            )
         if cfg.file:
             return True
         if cfg.hf_hub_id and hub_file_cached(
@@ -296,7 +299,10 @@ class TorchvisionFamily(Family):
         self._check_name(model_name)
         weights = self._weights_enum(model_name)
         if weights is None:
-            raise LayaError(f"torchvision:{model_name} has no pretrained weights; use --no-pretrained")
+            raise LayaError(
+                f"torchvision:{model_name} has no pretrained weights: pass --weights FILE, or train it "
+                "from scratch with --no-pretrained --finetune"
+            )
         cached = torch_hub_cached(weights.url)
         if cached.is_file():
             return True

@@ -99,10 +99,9 @@ def weights_sha256(state: dict[str, Tensor]) -> str:
 
 def offline() -> bool:
     """No download attempts: LAYA_OFFLINE or HF_HUB_OFFLINE set."""
-    return any(
-        os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no")
-        for v in ("LAYA_OFFLINE", "HF_HUB_OFFLINE")
-    )
+    from ..runtime.environment import offline as laya_offline
+
+    return laya_offline() or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("", "0", "false", "no")
 
 
 _reachable: dict[str, bool] = {}
@@ -192,5 +191,5 @@ def pretrained_unavailable(backbone: str, cause: str) -> LayaError:
         f"pretrained weights for {backbone} are not available ({cause}); pass --weights FILE "
         "(a .safetensors/.bin/.pth state dict), or point the hub caches at a copy that has them "
         "(timm: HF_HOME, with HF_HUB_OFFLINE=1 to stay offline; torchvision: TORCH_HOME), "
-        "or use --no-pretrained for a randomly initialised backbone"
+        "or train it from scratch with --no-pretrained --finetune (frozen, random weights give random features)"
     )

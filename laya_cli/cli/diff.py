@@ -44,6 +44,7 @@ def diff(
     language model: per token, the change of each method's faithfulness and Deletion@1, with paired intervals."""
     from ..auditing.diff.compare import DiffResult
     from ..auditing.diff.job import check_gate, diff_checkpoints
+    from ..report.diff import diff_markdown, diff_rich_tables, lm_diff_markdown, lm_diff_rich_tables
     from ..runtime.fileio import check_new_outputs
 
     trust_arch(load.validate().arch)
@@ -52,9 +53,10 @@ def diff(
     check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
     with progress.enabled(not quiet):
         result = diff_checkpoints(model_a, model_b, settings, data, load, partial(check_gate_of, fail_if_changed))
+    paths, files = (model_a, model_b), (json_out, markdown)
     if not isinstance(result, DiffResult):  # two language models: the JSON document
-        return render_lm(result, (model_a, model_b), quiet, (json_out, markdown))
-    render(result, (model_a, model_b), quiet, (json_out, markdown))
+        return render(result, lm_diff_rich_tables, lm_diff_markdown, paths, quiet, files)
+    render(result.to_dict(), diff_rich_tables, diff_markdown, paths, quiet, files)
     gate = check_gate(fail_if_changed, list(result.classes))
     hit = result.changed if gate == "any" else [c for c in result.changed if c == gate] if gate else []
     if hit:
@@ -72,29 +74,14 @@ def check_gate_of(fail_if_changed: str | None, classes: list[str]) -> None:
     check_gate(fail_if_changed, classes)
 
 
-def render(result, paths, quiet: bool, files) -> None:
-    """A classifier's diff: its tables (unless quiet), the JSON and Markdown asked for, the tracker's run."""
-    from ..report.diff import diff_markdown, diff_rich_tables
-    from ..runtime.fileio import strict_json
-    from ..runtime.tracking.events import log_diff
-    from .command import current_run
-
-    doc, run = result.to_dict(), current_run()
-    doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
-    print_tables([] if quiet else diff_rich_tables(doc))  # a log or a pipe gets the per-layer table whole
-    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: diff_markdown(doc))
-    log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, list(files))
-
-
-def render_lm(doc: dict, paths, quiet: bool, files) -> None:
-    """Two language models' diff: its tables, the JSON and Markdown asked for, the tracker's run."""
-    from ..report.diff import lm_diff_markdown, lm_diff_rich_tables
+def render(doc: dict, tables, markdown, paths, quiet: bool, files) -> None:
+    """A diff's document: its tables (unless quiet), the JSON and Markdown asked for, the tracker's run."""
     from ..runtime.fileio import strict_json
     from ..runtime.tracking.events import log_diff
     from .command import current_run
 
     run = current_run()
-    doc["options"] = run.record
-    print_tables([] if quiet else lm_diff_rich_tables(doc))
-    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_diff_markdown(doc))
+    doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: markdown(doc))  # first: a full disk's line
+    print_tables([] if quiet else tables(doc))  # a log or a pipe gets the per-layer table whole
     log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, list(files))

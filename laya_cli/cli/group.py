@@ -60,6 +60,11 @@ class LayaGroup(TyperGroup):
             option.default = False
         return option
 
+    def format_commands(self, ctx, formatter):
+        from .panels import format_commands
+
+        format_commands(self, ctx, formatter)
+
     def get_params(self, ctx):
         # Typer's completion flags (--install-completion, --show-completion) default to None, and a None flag
         # is coerced through pydantic (~0.15 s on every command). False says "not given" the same way.
@@ -70,7 +75,6 @@ class LayaGroup(TyperGroup):
         return params
 
     def invoke(self, ctx):
-        offline_from_env()
         if not _under_torchrun():  # the common case: nothing to join, no torch to import
             return self._run(ctx)
         from ..runtime import distributed
@@ -87,6 +91,7 @@ class LayaGroup(TyperGroup):
 
     def _run(self, ctx):
         try:
+            offline_from_env()  # LAYA_OFFLINE=maybe: one line, as every other user error
             return super().invoke(ctx)
         except LayaError as e:
             _report_user_error(e)

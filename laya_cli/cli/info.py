@@ -32,6 +32,8 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
         console.print(lm_info_panel(summary, model))
         return
     console.print(info_panel(summary, model))
+    for text in summary["warnings"]:
+        warn(text)
     collapse = summary["metrics"].get("alpha_collapse")
     if collapse and collapse["collapsed"]:  # what it means and what to try, as the audit warns
         from ..auditing.collapse import collapse_warning

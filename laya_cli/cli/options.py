@@ -38,7 +38,9 @@ PerSample = Annotated[
 AuditQuiet = Annotated[
     bool,
     typer.Option(
-        "--quiet", "-q", help="Print only the verdict line (PASS/FAIL and each failed check); errors still print."
+        "--quiet",
+        "-q",
+        help="Print only the verdict line (PASS/FAIL and each failed check); errors still print.",
     ),
 ]
 

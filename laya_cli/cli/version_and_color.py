@@ -35,8 +35,13 @@ def versions() -> list[tuple[str, str]]:
 
 
 def version_text() -> str:
-    """``laya --version``: ``laya 0.1.0`` on the first line, one library per line after it."""
-    return "\n".join(f"{name} {version}" for name, version in versions()) + "\n"
+    """``laya --version``: ``laya 0.1.0`` on the first line, one library per line after it, then where the docs
+    are (the pages every message and table footer names)."""
+    from ..runtime.environment import docs_dir
+
+    where = docs_dir()
+    docs = f"docs {where}" if where is not None else "docs not installed with this copy"
+    return "\n".join([*(f"{name} {version}" for name, version in versions()), docs]) + "\n"
 
 
 def show_version(value: bool) -> None:

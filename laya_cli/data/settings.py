@@ -6,15 +6,17 @@ in the checkpoint) and the samples a command reads from a checkpoint's data (``E
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..runtime.declare import check_fields, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, WIDTH_MAX, check_fields, setting
 from ..runtime.errors import LayaError
 
 LABELS = ("genre", "artist")
 
 DATASET_HELP = (
-    "digits, fashion-mnist, cifar10, artworks, wordnet-supersenses (text), folder:PATH, "
-    "wds:PATH/{000..099}.tar, parquet:PATH, hf-disk:PATH, csv:PATH or jsonl:PATH (text)."
+    "digits, fashion-mnist, cifar10, artworks, wordnet-supersenses (text), folder:PATH (an image folder), "
+    "wds:PATH/{000..099}.tar, parquet:PATH, hf-disk:PATH, csv:PATH or jsonl:PATH (text), text:PATH (a corpus for "
+    "--task lm) (docs/datasets.md)."
 )
 ENCODING_HELP = (
     "csv:/jsonl: the files' text encoding, e.g. latin-1, cp1252, utf-16 (default: UTF-8, with or without "
@@ -25,13 +27,19 @@ DATA_DIR_HELP = "Where the dataset lives (see docs/datasets.md)."
 
 @dataclass
 class DataRequest:
-    name: str = setting("digits", DATASET_HELP, param="dataset")
+    PANEL: ClassVar[str] = "Data"
+
+    name: str = setting("digits", DATASET_HELP, param="dataset", panel="Main")
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")
     image_size: int | None = setting(
-        None, "Side of file-based images (default: the backbone's input).", minimum=1, task="classify"
+        None,
+        "Side of file-based images (default: the backbone's input).",
+        minimum=1,
+        task="classify",
+        maximum=WIDTH_MAX,
     )  # after loading
     label: str = setting("genre", "artworks only: genre or artist.", choices=LABELS, task="classify")
-    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, api=False)
+    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, api=False, maximum=SEED_MAX)
     strict: bool = setting(
         False,
         "Fail on an undecodable image (or a tar sample without image or class) instead of skipping it.",
@@ -63,8 +71,12 @@ class DataRequest:
 class EvalRequest:
     """The samples a command reads from a checkpoint's data (``laya audit``, ``depth``, ``export``, ``diff``)."""
 
-    samples: int | None = setting(None, "Use a seeded random subset of N test samples (default: all).", minimum=1)
-    dataset: str | None = setting(None, "Use another dataset (default: the checkpoint's own test split).")
+    PANEL: ClassVar[str] = "Data"
+
+    samples: int | None = setting(
+        None, "Use a seeded random subset of N test samples (default: all).", minimum=1, panel="Main", maximum=COUNT_MAX
+    )
+    dataset: str | None = setting(None, "Use another dataset (default: the checkpoint's own test split).", panel="Main")
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")
     encoding: str | None = setting(None, ENCODING_HELP)
 

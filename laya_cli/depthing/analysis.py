@@ -70,7 +70,9 @@ class DepthResult:
         """The truncation table, one row per depth ``k`` (the index): ``layer``, ``accuracy``, ``macro_f1``
         and ``delta`` (vs the full model) of the model cut after tap k (α masked; None for a head without
         α), ``flops``/``flops_block``/``flops_fraction`` and ``seconds_per_image``/``time_fraction`` up to
-        tap k, and with refit ``refit_accuracy``, ``refit_macro_f1``, ``refit_delta``, ``refit_epochs``."""
+        tap k (the medians over the timing rounds; ``seconds_range``/``time_fraction_range`` their intervals;
+        ``time_fraction`` None where the rounds were too noisy to tell, ``compute["time_noisy"]``), and with refit
+        ``refit_accuracy``, ``refit_macro_f1``, ``refit_delta``, ``refit_epochs``."""
         import pandas as pd
 
         return pd.DataFrame(self.truncation).set_index("k")
@@ -180,16 +182,49 @@ def measure_compute(model, data, settings: DepthSettings) -> dict:
         "flops_full_model": full,
         "flops_fraction": [f / full if full else float("nan") for f in flops],
         "seconds_per_image": None,
+        "seconds_range": None,
         "seconds_full_model": None,
+        "seconds_full_model_range": None,
         "time_fraction": None,
+        "time_fraction_range": None,
+        "time_noisy": False,
         "time_batch": settings.time_batch,
         "time_repeats": settings.time_repeats,
         "device": settings.device,
     }
     if settings.time_repeats:
-        secs, full_secs = tap_seconds(backbone, x, settings.time_repeats)
-        out.update(seconds_per_image=secs, seconds_full_model=full_secs, time_fraction=[s / full_secs for s in secs])
+        out.update(timed_compute(*tap_seconds(backbone, x, settings.time_repeats), len(x)))
     return out
+
+
+def measured(time_fraction: list | None) -> list[float] | None:
+    """The time fractions an expected time is computed from: all of them, or None where any depth's was noise (an
+    early exit's mean time over depths would carry it)."""
+    return time_fraction if time_fraction and all(f is not None for f in time_fraction) else None
+
+
+def timed_compute(depths: list[list[float]], whole: list[float], per: int) -> dict:
+    """The compute dict's times (``depths``: each depth's rounds; ``whole``: the whole model's; ``per`` images a
+    round): per depth the median seconds per image with its interval, and its time fraction — its time ÷ the whole
+    model's in the same round, the median over the rounds with its interval. A fraction whose interval is wider than
+    ``timing.NOISE_WIDTH`` (20 points) is noise, not a measurement: that depth's ``time_fraction`` is None (no
+    number to misread: a share of 5.688), ``time_noisy`` says some depth is and ``time_fraction_range`` keeps what
+    the rounds gave."""
+    from .timing import ratio_summary, seconds_summary
+
+    secs = [seconds_summary(r, per) for r in depths]
+    full = seconds_summary(whole, per)
+    fractions = [ratio_summary(r, whole) for r in depths]
+    noisy = any(f["noisy"] for f in fractions)
+    return {
+        "seconds_per_image": [s["seconds"] for s in secs],
+        "seconds_range": [s["interval"] for s in secs],
+        "seconds_full_model": full["seconds"],
+        "seconds_full_model_range": full["interval"],
+        "time_fraction": [None if f["noisy"] else f["value"] for f in fractions],
+        "time_fraction_range": [f["interval"] for f in fractions],
+        "time_noisy": noisy,
+    }
 
 
 # --------------------------------------------------------------------------- the run
@@ -273,8 +308,10 @@ def truncation_rows(
             flops=compute["flops"][k - 1],
             flops_block=compute["flops_block"][k - 1],
             flops_fraction=flops_frac[k - 1],
-            seconds_per_image=compute["seconds_per_image"][k - 1] if time_frac else None,
+            seconds_per_image=compute["seconds_per_image"][k - 1] if compute["seconds_per_image"] else None,
+            seconds_range=(compute.get("seconds_range") or [None] * len(layers))[k - 1],
             time_fraction=time_frac[k - 1] if time_frac else None,
+            time_fraction_range=(compute.get("time_fraction_range") or [None] * len(layers))[k - 1],
         )
         if refit is not None:
             p, _, epochs = refit[k]
@@ -302,7 +339,7 @@ def early_exit_summary(
 ) -> dict:
     """The threshold sweeps of each policy (p_max; α mass for a head with α) and their cheapest operating
     points within each of ``TOLERANCES`` of the full model's accuracy, best overall and per policy."""
-    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
+    flops_frac, time_frac = compute["flops_fraction"], measured(compute["time_fraction"])
     points = ee.sweep("p_max", preds, pmax, labels, thresholds, flops_frac, time_frac, C)
     if mass is not None:
         points += ee.sweep("alpha_mass", preds, mass, labels, thresholds, flops_frac, time_frac, C)
@@ -324,7 +361,7 @@ def early_exit_summary(
 def oracle_depth(source: str, preds: Tensor, labels: Tensor, classes: list[str], compute: dict) -> dict:
     """The per-sample minimal sufficient depth: its mean, the compute it would take, its histogram (per class)."""
     L = preds.shape[1]
-    flops_frac, time_frac = compute["flops_fraction"], compute["time_fraction"]
+    flops_frac, time_frac = compute["flops_fraction"], measured(compute["time_fraction"])
     depth = ee.minimal_sufficient_depth(preds)
     by_class = {}
     for c in range(len(classes)):

@@ -72,12 +72,11 @@ def model_flops(backbone, x: Tensor) -> int:
 
 
 @torch.no_grad()
-def tap_seconds(backbone, x: Tensor, repeats: int = 5) -> tuple[list[float], float]:
-    """Wall seconds per image of the backbone run up to tap k (k = 1..L) and of the whole plain model.
-
-    One warm-up pass each, then ``repeats`` rounds; each round times every depth and the full model
-    in turn (side by side, so a change of machine load hits all alike); the fastest round of each is
-    kept (``timeit``'s rule: slower rounds measure the machine's other work, not the model)."""
+def tap_seconds(backbone, x: Tensor, repeats: int = 5) -> tuple[list[list[float]], list[float]]:
+    """Wall seconds of the backbone run up to tap k (k = 1..L), one list of rounds per depth, and of the whole plain
+    model's rounds: one warm-up pass each, then ``repeats`` rounds, each timing every depth and the full model in
+    turn (side by side, so a change of machine load hits all alike). What they measure — medians, intervals, time
+    fractions paired round by round — is ``timing``'s to say."""
     was = _eval(backbone)
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     L = len(backbone.layer_names)
@@ -96,5 +95,4 @@ def tap_seconds(backbone, x: Tensor, repeats: int = 5) -> tuple[list[float], flo
                 times[i].append(time.perf_counter() - t0)
     finally:
         backbone.train(was)
-    per_image = [min(t) / x.shape[0] for t in times]
-    return per_image[:-1], per_image[-1]
+    return times[:-1], times[-1]

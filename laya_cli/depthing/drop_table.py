@@ -3,10 +3,11 @@
 
 Cost is measured on the model itself: FLOPs (``compute.count_flops``) of the backbone's forward up to its last tap
 with the dropped blocks replaced by ``Bypass`` (``TappedBackbone.dropped``), and for the chosen order the wall time
-of that forward next to the full one's, side by side in each round, the fastest round kept (``compute.tap_seconds``'
-rule). The written checkpoint keeps the head as it is (a dropped tap reads the stream entering its block, which is
-what the table scored) and recomputes the head-scope reference r̄_i on the training split through the dropped model,
-since every tap after a dropped block now reads another stream. Definitions: docs/depth.md.
+of that forward next to the full one's, side by side in each round: the median time with its interval, and the
+speed-up full ÷ dropped round by round, its median and interval (``timing``), called measured only where that
+interval excludes 1. The written checkpoint keeps the head as it is (a dropped tap reads the stream entering its
+block, which is what the table scored) and recomputes the head-scope reference r̄_i on the training split through the
+dropped model, since every tap after a dropped block now reads another stream. Definitions: docs/depth.md.
 """
 
 from __future__ import annotations
@@ -58,14 +59,6 @@ def backbone_flops(backbone, x: Tensor) -> int:
     return count_flops(lambda: backbone(x), backbone) // x.shape[0]
 
 
-SPREAD_ROUNDS = 3  # timing rounds from which a speed-up is reported as measured, with its spread over the rounds
-
-
-def seconds_side_by_side(backbones: list, x: Tensor, repeats: int) -> list[float]:
-    """Wall seconds per input of each backbone's forward, timed in turn in every round; the fastest round kept."""
-    return [min(t) / x.shape[0] for t in round_seconds(backbones, x, repeats)]
-
-
 @torch.no_grad()
 def round_seconds(backbones: list, x: Tensor, repeats: int) -> list[list[float]]:
     """Wall seconds of each backbone's forward on ``x`` in each of ``repeats`` rounds (all timed in turn in every
@@ -84,13 +77,16 @@ def round_seconds(backbones: list, x: Tensor, repeats: int) -> list[list[float]]
     return times
 
 
-def speedup_spread(full: list[float], small: list[float]) -> list[float] | None:
-    """[lowest, highest] speed-up of one round over the rounds (full ÷ small, round by round); None under
-    ``SPREAD_ROUNDS`` rounds, too few for a spread."""
-    if len(full) < SPREAD_ROUNDS:
-        return None
-    ratios = [f / t for f, t in zip(full, small) if t > 0]
-    return [min(ratios), max(ratios)] if ratios else None
+def timing_row(full: list[float], rounds: list[float], per: int) -> dict:
+    """One dropped model's measured cost beside the full one's rounds (``per`` inputs a round): its median seconds
+    per input with their interval, and the speed-up full ÷ dropped per round — its median, interval and what they
+    say (``timing.speedup_verdict``: faster, slower, same, noisy, or single under 3 rounds)."""
+    from .timing import ratio_summary, seconds_summary, speedup_verdict
+
+    secs, speed = seconds_summary(rounds, per), ratio_summary(full, rounds)
+    return {"seconds_per_image": secs["seconds"], "seconds_range": secs["interval"], "speedup": speed["value"],
+            "speedup_interval": speed["interval"], "speedup_verdict": speedup_verdict(speed),
+            "rounds": len(rounds)}  # fmt: skip
 
 
 @dataclass
@@ -163,12 +159,10 @@ def run_drop(model, test, val, settings: DepthSettings, x_time: Tensor) -> DropR
     if settings.time_repeats > 0:
         sets = [chosen[:k] for k in range(len(chosen[:K]) + 1)]
         rounds = round_seconds([backbone.dropped(s) for s in sets], x_time.to(dev), settings.time_repeats)
-        seconds = [min(t) / x_time.shape[0] for t in rounds]
-        for k, (s, sec) in enumerate(zip(sets, seconds)):
+        for k, s in enumerate(sets):
             fraction = flops[frozenset(s)] / max(full_flops, 1)
-            timing.append({"k": k, "dropped": s, "dropped_layers": [names[i] for i in s], "seconds_per_image": sec,
-                           "speedup": seconds[0] / sec, "rounds": settings.time_repeats,
-                           "speedup_spread": speedup_spread(rounds[0], rounds[k]), "flops_fraction": fraction,
+            timing.append({"k": k, "dropped": s, "dropped_layers": [names[i] for i in s],
+                           **timing_row(rounds[0], rounds[k], x_time.shape[0]), "flops_fraction": fraction,
                            "flops_speedup": 1 / fraction if fraction > 0 else math.inf})  # fmt: skip
     return DropResult(
         settings=_settings_record(settings, full_flops, x_time),
@@ -239,9 +233,10 @@ def write_dropped(model, result: DropResult, settings: DepthSettings, train, tes
         "parameters": kept,
         "parameters_full": full,
         "flops_fraction": row["flops_fraction"],
-        "speedup": timed.get("speedup"),  # from the fastest of ``timing_rounds`` rounds
+        "speedup": timed.get("speedup"),  # the median over ``timing_rounds`` rounds of full ÷ dropped
         "timing_rounds": timed.get("rounds"),
-        "speedup_spread": timed.get("speedup_spread"),  # [lowest, highest] over the rounds; None under 3 rounds
+        "speedup_interval": timed.get("speedup_interval"),  # the median's interval; None under 3 rounds
+        "speedup_verdict": timed.get("speedup_verdict"),  # faster/slower (interval excludes 1), same, noisy, single
         "flops_speedup": timed.get("flops_speedup"),
         "evaluated_on": {"samples": len(test[1])},
     }

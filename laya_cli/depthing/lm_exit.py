@@ -198,7 +198,12 @@ def token_exit_job(
     _, corpus, block = held_out_text(model, dataset)
     from ..runtime.progress import track
 
-    blocks = track(batches(model.lm, corpus, "test", block, batch_size), "early exit per token")
+    blocks = track(
+        batches(model.lm, corpus, "test", block, batch_size),
+        "early exit per token",
+        unit="batch",
+        of=f"of {batch_size} blocks of {block} tokens",
+    )
     held_out = (token_states(model.lm, x) for x in blocks)
     tables = exit_tables(model, held_out, max_tokens)
     return token_exit_result(tables, list(model.ckpt["layers"]), thresholds)

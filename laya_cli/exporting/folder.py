@@ -45,6 +45,7 @@ from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
 from .profiles import (
+    SHIFT_RANKED_FROM,
     alpha_col,
     attention_shift,
     class_layer_profiles,
@@ -91,6 +92,9 @@ class Export:
     # warning report.html shows when it has collapsed
     alpha_collapse: dict | None = None
     collapse_warning: str | None = None
+    # The attention shift is ranked from this JS divergence on (bits; profiles.SHIFT_RANKED_FROM): what the report's
+    # table, picture and captions say
+    shift_ranked_from: float = SHIFT_RANKED_FROM
 
     @property
     def n(self) -> int:
@@ -370,6 +374,7 @@ def summary(exp: Export, fmt: str) -> dict:
             "results": {key: RESULT_FILES.get(key, f"{key}.json") for key in exp.results},
             "global_profile": _records(exp.global_profile),
             "attention_shift": _records(exp.shift),
+            "attention_shift_ranked_from": exp.shift_ranked_from,  # JS bits: below it a class has no rank
             "files": exp.files,
         }
     )

@@ -158,7 +158,12 @@ def token_rows(model: LayaLM, corpus, block: int, samples: int) -> dict[str, Ten
     per_batch = max(1, EXPORT_BATCH // block)
     rows: dict[str, list[Tensor]] = {}
     n = 0
-    for x in progress.track(batches(model.lm, corpus, "test", block, per_batch), "exporting positions"):
+    for x in progress.track(
+        batches(model.lm, corpus, "test", block, per_batch),
+        "exporting positions",
+        unit="batch",
+        of=f"of {per_batch} blocks of {block} tokens",
+    ):
         hs, targets = token_states(model.lm, x)
         got = head_rows(model, hs, targets)
         got["token"], got["next_token"] = x[:, 0, :-1].reshape(-1).long().cpu(), targets.cpu()

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ..auditing.diff.settings import PRACTICAL_JS_BITS
+
 SUBSETS = ("all", "correct", "incorrect")
+# An attention shift is ranked from this JS divergence on (bits): the practical size laya diff calls a change
+# (docs/export.md, "Attention shift"); below it a class's correct and incorrect profiles are the same for a reader.
+SHIFT_RANKED_FROM = PRACTICAL_JS_BITS
 
 
 def alpha_col(layer: str) -> str:
@@ -95,7 +100,9 @@ def js_divergence(p: Sequence[float], q: Sequence[float], base: float = 2.0) -> 
 def attention_shift(table: pd.DataFrame, layers: Sequence[str], classes: Sequence[str]) -> pd.DataFrame:
     """Per true class: JS divergence between mean α of correct and of incorrect predictions, ranked.
 
-    Classes without correct or without incorrect predictions get NaN and rank last (by class index).
+    Sorted by divergence, largest first; ``rank`` (1, 2, …) only for a divergence of at least ``SHIFT_RANKED_FROM``
+    bits, <NA> below it (a shift too small to mean anything is not ranked) and for classes without correct or
+    without incorrect predictions (NaN divergence; last, by class index).
     ``most_shifted_layer``/``shift``: the layer whose mean α moves most (incorrect − correct).
     """
     labels = table["label"].to_numpy()
@@ -126,5 +133,7 @@ def attention_shift(table: pd.DataFrame, layers: Sequence[str], classes: Sequenc
         )
     df = pd.DataFrame(rows)
     df = df.sort_values(["js_divergence", "class"], ascending=[False, True], na_position="last", kind="stable")
-    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    ranked = (df["js_divergence"] >= SHIFT_RANKED_FROM).to_numpy()  # NaN compares False
+    df.insert(0, "rank", pd.array(np.where(ranked, np.cumsum(ranked), 0), dtype="Int64"))
+    df.loc[~ranked, "rank"] = pd.NA
     return df.reset_index(drop=True)

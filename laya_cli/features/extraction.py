@@ -109,7 +109,8 @@ def extract(
     start, stop = shard_bounds(n, batch_size) if shard else (0, n)
     chunks: list[list[Tensor]] = []
     n_batches = (stop - start + batch_size - 1) // batch_size
-    for x in track(image_batches(images, batch_size, start, stop), description, total=n_batches):
+    batched = image_batches(images, batch_size, start, stop)
+    for x in track(batched, description, total=n_batches, unit="batch", of=f"of {batch_size} inputs"):
         feats = backbone_forward(backbone, to_float_images(to_device(x, device)))
         chunks.append([f.cpu() for f in feats])
     if chunks:
@@ -224,7 +225,7 @@ def extract_batches(
     chunks: list[list[Tensor]] = []
     labels: list[Tensor] = []
     images: list[Tensor] = []
-    for x, y in track(batches, description, total=total):
+    for x, y in track(batches, description, total=total, unit="batch"):
         feats = backbone_forward(backbone, to_float_images(to_device(x, device)))
         chunks.append([f.cpu() for f in feats])
         labels.append(y.cpu().long())
@@ -269,7 +270,8 @@ def tap_means(
     start, stop = shard_bounds(n, batch_size)
     sums = None
     total = (stop - start + batch_size - 1) // batch_size
-    for x in track(image_batches(images, batch_size, start, stop), description, total=total):
+    batched = image_batches(images, batch_size, start, stop)
+    for x in track(batched, description, total=total, unit="batch", of=f"of {batch_size} inputs"):
         with backbone.full_length(), torch.no_grad():  # a text model's means are per position, up to max_length
             hs = of(backbone, to_float_images(to_device(x, device)))
         part = [h.double().sum(0).cpu() for h in hs]

@@ -87,7 +87,7 @@ def read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache:
     # order of that first pass, as "memory" would give it (the same model either way).
     digests: list[bytes] = []
     for images, labels in progress.track(
-        loader_batches(loader, where, tapped), f"hashing {what} data", loader_length(loader)
+        loader_batches(loader, where, tapped), f"hashing {what} data", loader_length(loader), unit="batch"
     ):
         digests += sample_digests(images, labels)
     if not digests:
@@ -120,7 +120,10 @@ def read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache:
 def read_images(loader: Loader, what: str, tapped: Tapped) -> tuple[Tensor, Tensor]:
     images, labels = [], []
     for x, y in progress.track(
-        loader_batches(loader, f"the {what} loader", tapped), f"reading {what} data", loader_length(loader)
+        loader_batches(loader, f"the {what} loader", tapped),
+        f"reading {what} data",
+        loader_length(loader),
+        unit="batch",
     ):
         images.append(x.cpu())
         labels.append(y.cpu())

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..auditing.names import GLOBAL_METRICS, METRICS
 from ..runtime.errors import LayaError
 from .checks import Check
-from .thresholds import gate_items
+from .thresholds import gate_items, item_prefix
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
 # that is the point). ``n_samples`` and the layer names live at the top level of the JSON.
@@ -51,8 +51,8 @@ _ITEM = re.compile(
     r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=%]+)(?P<pct>%?)$"
 )
 SYNTAX = (
-    "METRIC=AMOUNT or METHOD:METRIC=AMOUNT (AMOUNT absolute, or relative with %), comma-separated; "
-    "prefix network: for the network scope"
+    "METRIC=AMOUNT (the model's own attribution, laya), METHOD:METRIC=AMOUNT or all:METRIC=AMOUNT (every method "
+    "but random; AMOUNT absolute, or relative with %), comma-separated; prefix network: for the network scope"
 )
 NETWORK = "network:"  # the prefix of network-scope methods in a comparison (``network:ig``)
 
@@ -103,13 +103,12 @@ class MaxDrop:
     metric: str
     amount: float  # absolute (metric units), or a fraction of |baseline| when relative
     relative: bool = False
-    method: str | None = None  # None: every method in both audits but random (accuracy: the model)
+    method: str | None = None  # None: every method in both audits but random (all:; accuracy: the model's)
     scope: str = "head"  # "network": the network-scope results (``network:`` prefix)
 
     def __str__(self) -> str:
         amount = f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
-        prefix = NETWORK if self.scope == "network" else ""
-        return f"{prefix}{self.method + ':' if self.method else ''}{self.metric}={amount}"
+        return f"{item_prefix(self.scope, self.method, self.metric)}{self.metric}={amount}"
 
     def allowed(self, baseline: float) -> float:
         """The largest drop allowed from ``baseline`` (in metric units)."""
@@ -122,7 +121,7 @@ def parse_max_drop(
     """Parse ``--max-drop`` items; with ``methods``, also check the named methods are audited.
     ``scope``: the audit's ``--scope`` (``gate_items`` checks a ``network:`` item against it)."""
     out = []
-    expected = f"{SYNTAX} (e.g. faithfulness=0.02,laya:deletion@1=5%)"
+    expected = f"{SYNTAX} (e.g. faithfulness=0.02,ig:deletion@1=5%)"
     for item, m, method, metric, amount in gate_items(spec, "--max-drop", _ITEM, expected, methods, scope):
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")

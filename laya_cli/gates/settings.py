@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ..runtime.declare import check_fields, setting
 
@@ -15,11 +16,14 @@ GATE_ON = ("estimate", "bound")
 
 @dataclass
 class GateSettings:
+    PANEL: ClassVar[str] = "Gates"
+
     fail_under: list[str] | None = setting(
         None,
-        "Exit 1 when a metric is below a threshold: 'faithfulness=0.7' (every method but random) or "
-        "'ig:faithfulness=0.8,laya:deletion@1=0.2'; prefix 'network:' for the network scope "
-        "('network:ig:faithfulness=0.8'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, "
+        "Exit 1 when a metric is below a threshold: 'faithfulness=0.7' gates the model's own attribution (laya, "
+        "the head's α); a reference method only when named ('ig:faithfulness=0.8') or with 'all:' (every audited "
+        "method but random); comma-separated; prefix 'network:' for the network scope "
+        "('network:faithfulness=0.5'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, "
         "sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.",
         api=False,
     )
@@ -33,8 +37,9 @@ class GateSettings:
     )
     max_drop: list[str] | None = setting(
         None,
-        "Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' (absolute, every "
-        "method but random), 'laya:deletion@1=5%' (relative to the baseline value), 'accuracy=0.01'. Repeatable.",
+        "Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' (absolute, the "
+        "model's own attribution, laya), 'ig:deletion@1=5%' (relative to the baseline value), 'all:faithfulness=0.02' "
+        "(every method but random), 'accuracy=0.01'. Repeatable.",
         api=False,
     )
     allow_settings_change: bool = setting(

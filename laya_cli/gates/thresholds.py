@@ -23,21 +23,30 @@ _THRESHOLD = re.compile(
     r"^(?:(?P<scope>(?i:network)):)?(?:(?P<method>[\w@.-]+):)?(?P<metric>[\w@.-]+)=(?P<value>[^=]+)$"
 )
 THRESHOLD_SYNTAX = (
-    "METRIC=VALUE or METHOD:METRIC=VALUE, comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); "
-    "prefix network: for the network scope"
+    "METRIC=VALUE (the model's own attribution, laya), METHOD:METRIC=VALUE or all:METRIC=VALUE (every audited "
+    "method but random), comma-separated (e.g. faithfulness=0.7,ig:deletion@1=0.2); prefix network: for the "
+    "network scope"
 )
+ALL_METHODS = "all"  # the explicit all-methods form of a gate item (all:faithfulness=0.7)
+OWN = "laya"  # what an unqualified gate item checks: the model's own attribution, the head's α
 
 
 @dataclass(frozen=True)
 class Threshold:
     metric: str
     value: float
-    method: str | None = None  # None: every audited method except random (and accuracy: global)
+    method: str | None = None  # None: every audited method except random (all:; accuracy: the model's)
     scope: str = "head"  # "network": the network-scope results (``network:`` prefix)
 
     def __str__(self) -> str:
-        prefix = "network:" if self.scope == "network" else ""
-        return f"{prefix}{self.method + ':' if self.method else ''}{self.metric}={self.value:g}"
+        return f"{item_prefix(self.scope, self.method, self.metric)}{self.metric}={self.value:g}"
+
+
+def item_prefix(scope: str, method: str | None, metric: str) -> str:
+    """How a gate item names what it checks: ``network:`` for the network scope, then its method (``all`` for
+    every method); the model's metrics (accuracy) name none."""
+    who = "" if metric in GLOBAL_METRICS else f"{method or ALL_METHODS}:"
+    return ("network:" if scope == "network" else "") + who
 
 
 def gate_items(
@@ -49,10 +58,12 @@ def gate_items(
     scope: str = "head",
 ):
     """The items of a gate option (``--fail-under``, ``--max-drop``): comma-separated, repeatable
-    ``[network:][METHOD:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a known
-    method (any case) that is audited when ``methods`` is given, and a scope the audit has: ``scope`` is the
+    ``[network:][METHOD:|all:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a
+    known method (any case) that is audited when ``methods`` is given, and a scope the audit has: ``scope`` is the
     audit's ``--scope`` (a ``network:`` item needs network or both; with network alone an item without the
-    prefix is a usage error, since no head-scope results exist). Yields (item, match, method, metric, number);
+    prefix is a usage error, since no head-scope results exist). An item without a method checks the model's own
+    attribution (laya: a reference method fails a build only when named), ``all:`` every audited method but random.
+    Yields (item, match, method, metric, number) — method None for ``all:`` and the model's metrics;
     ``match.group("scope")`` is ``"network"`` for a network-scope item (patterns without that group: head only)."""
     parts = [spec] if isinstance(spec, str) else list(spec or [])
     for item in (p.strip() for s in parts for p in s.split(",") if p.strip()):
@@ -85,11 +96,20 @@ def gate_items(
                     f"{option} {item}: {metric} is not computed at network scope "
                     f"(only {', '.join(NETWORK_METRICS)}; docs/metrics.md)"
                 )
-        if method is not None:
-            method = match_choice(f"{option} method", method, [*ALWAYS, *COMPARE])
-            if methods is not None and method not in methods:
-                raise LayaError(f"{option} {item} names {method}, which is not audited; add --compare {method}")
-        yield item, m, method, metric, number
+        yield item, m, _method(method, metric, option, item, methods), metric, number
+
+
+def _method(method: str | None, metric: str, option: str, item: str, methods: Sequence[str] | None) -> str | None:
+    """The method a gate item checks: the one it names (audited), None for ``all:`` and the model's metrics, the
+    model's own attribution (laya) when it names none."""
+    if metric in GLOBAL_METRICS or (method is not None and method.lower() == ALL_METHODS):
+        return None
+    if method is None:
+        return OWN
+    method = match_choice(f"{option} method", method, [*ALWAYS, *COMPARE])
+    if methods is not None and method not in methods:
+        raise LayaError(f"{option} {item} names {method}, which is not audited; add --compare {method}")
+    return method
 
 
 def parse_thresholds(

@@ -7,8 +7,9 @@ The head's defaults are the paper's (docs/metrics.md): d* = 96, τ = 1.5, ψ = i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
-from ..runtime.declare import check_fields, setting
+from ..runtime.declare import WIDTH_MAX, check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
 READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
@@ -16,12 +17,14 @@ READS = ("states", "updates")  # what a language model's LAYA head weighs of eac
 
 @dataclass
 class HeadConfig:
-    d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0)
+    PANEL: ClassVar[str] = "Head"
+
+    d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0, maximum=WIDTH_MAX)
     tau: float = setting(1.5, "Softmax temperature of the attention (fixed).", above=0)
     psi: str = setting(
         "identity", "Shared transform ψ before scoring: identity or mlp.", choices=PSI_CHOICES, task="classify"
     )
-    score_hidden: int = setting(192, "Hidden width of the scoring MLP.", above=0)
+    score_hidden: int = setting(192, "Hidden width of the scoring MLP.", above=0, maximum=WIDTH_MAX)
     layer_norm: bool = setting(
         False,
         "Normalise every layer's r_i (LayerNorm without affine) before the head's adapters, so each layer "
@@ -36,6 +39,7 @@ class HeadConfig:
         "uniform reads the model's own last state. Default: updates (docs/lm.md).",
         choices=READS,
         task="lm",
+        panel="Language models (--task lm)",
     )
 
     LATER = {"layer_norm": False, "reads": None}  # as DataRequest.LATER
@@ -65,6 +69,8 @@ def device_map_setting():
 @dataclass
 class LoadSettings:
     """How a checkpoint's model is rebuilt (``laya audit``, ``depth``, ``export``, ``diff``)."""
+
+    PANEL: ClassVar[str] = "Checkpoint"
 
     arch: str | None = setting(
         None,

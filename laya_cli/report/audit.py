@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from .cells import (
+    EXCLUDES_0_LEGEND,
     MD_MARKS,
     RICH_MARKS,
     Cell,
@@ -27,6 +28,7 @@ from .cells import (
 )
 from .collapse import collapse_text
 from .intervals import ci_cell, ci_header, ci_text, interval_columns, vs_laya_rows
+from .notes import labelled
 
 AUDIT_COLUMNS = [
     Column("faithfulness", "faithfulness", best=True),
@@ -50,7 +52,8 @@ AUDIT_EXTRA_COLUMNS = {
 }
 
 VS_LAYA_CAPTION = (
-    "method − laya on the same resampled samples (paired bootstrap); marked: the interval excludes 0 · docs/metrics.md"
+    f"method − laya on the same resampled samples (paired bootstrap); {EXCLUDES_0_LEGEND} (a difference, better or "
+    "worse) · docs/metrics.md"
 )
 
 CLASS_TABLES = (  # --by-class: (metric, terminal title, Markdown title)
@@ -84,9 +87,27 @@ def compared_columns(columns: Sequence[Column], compared: dict | None) -> list[C
     return out
 
 
-def method_rows(methods: dict) -> dict[str, dict]:
-    """Method -> its scores as a dict (``MethodScores`` or already the JSON's dicts)."""
-    return {m: (v.to_dict() if hasattr(v, "to_dict") else v) for m, v in methods.items()}
+def method_rows(methods: dict, ranking: dict | None = None) -> dict[str, dict]:
+    """Method -> its scores as a dict (``MethodScores`` or already the JSON's dicts); where the scope's ``ranking``
+    is undetermined (``auditing.metrics.ranking_block``), its faithfulness as ``scored_rows`` shows it."""
+    return scored_rows({m: (v.to_dict() if hasattr(v, "to_dict") else v) for m, v in methods.items()}, ranking)
+
+
+UNDETERMINED = "undetermined"
+
+
+def scored_rows(rows: dict[str, dict], ranking: dict | None) -> dict[str, dict]:
+    """``rows`` as a scope's table shows them: where its layers' effects are near-equal on most samples (``ranking``
+    not determined), faithfulness — a ranking of near-equal effects — reads 'undetermined', with no std, interval or
+    difference from laya; Deletion@1 stays. Determined (or no ranking block: an audit from before): as they are."""
+    if not ranking or ranking.get("determined", True):
+        return rows
+    out = {}
+    for name, row in rows.items():
+        cut = lambda block: {k: v for k, v in (block or {}).items() if k != "faithfulness"}  # noqa: E731
+        out[name] = {**row, "faithfulness": UNDETERMINED, "faithfulness_std": None, "ci": cut(row.get("ci")),
+                     "vs_laya": cut(row.get("vs_laya"))}  # fmt: skip
+    return out
 
 
 def method_cells(rows: dict[str, dict], columns: Sequence[Column], compared: dict | None) -> dict[str, list[Cell]]:
@@ -133,14 +154,18 @@ def audit_rich_table(
     methods: dict | None = None,
     caption: str | None = None,
     comparison: dict | None = None,
+    ranking: dict | None = None,
 ) -> Table:
-    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class).
+    """The audit table for the terminal (``methods`` overrides the rows, e.g. one class or the network scope's, with
+    that scope's ``ranking``; without them, the head scope's rows and ranking).
 
     ``comparison`` (``regression.Comparison.to_dict()``): a baseline and a change column beside each metric.
     """
     if caption is None:
         caption = audit_caption(result) + (f"\n{baseline_caption(comparison)}" if comparison else "")
-    rows = method_rows(methods if methods is not None else result.methods)
+    if methods is None:
+        methods, ranking = result.methods, getattr(result, "ranking", None)
+    rows = method_rows(methods, ranking)
     return rich_methods_table(rows, AUDIT_COLUMNS, title, caption, compared_methods(comparison))
 
 
@@ -243,13 +268,15 @@ def audit_markdown(
     lines = [
         f"### {title}",
         "",
-        *md_methods_table(method_rows(result.methods), columns, compared_methods(comparison)),
+        *md_methods_table(
+            method_rows(result.methods, getattr(result, "ranking", None)), columns, compared_methods(comparison)
+        ),
         "",
         f"_{audit_caption(result)}_",
     ]
     if comparison:
         lines += ["", f"_{baseline_caption(comparison)}_"]
-    lines += vs_laya_markdown(method_rows(result.methods), metrics)
+    lines += vs_laya_markdown(method_rows(result.methods, getattr(result, "ranking", None)), metrics)
     if result.by_class:
         header = ["class", "n", "accuracy", *result.methods]
         for key, _, title_ in CLASS_TABLES:  # unmarked: the class tables' Markdown has never marked the best
@@ -278,7 +305,7 @@ def vs_laya_markdown(rows: dict[str, dict], metrics: Sequence[str] = ()) -> list
 def vs_laya_rich_table(result, metrics: Sequence[str] = ()) -> Table | None:
     """The paired differences from ``laya`` for the terminal (``metrics``: the --metrics groups shown); None
     without intervals."""
-    header, body = vs_laya_rows(method_rows(result.methods), metrics)
+    header, body = vs_laya_rows(method_rows(result.methods, getattr(result, "ranking", None)), metrics)
     if not body:
         return None
     table = rich_table("paired difference from laya", caption=VS_LAYA_CAPTION, caption_justify="left")
@@ -292,7 +319,7 @@ def vs_laya_rich_table(result, metrics: Sequence[str] = ()) -> Table | None:
 
 def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None) -> list[str]:
     """The end of an audit's Markdown: its notes, then the --fail-under and --max-drop outcomes (when gated)."""
-    lines = ["", *(f"- note: {n}" for n in notes)] if notes else []
+    lines = ["", *(f"- {labelled(n)}" for n in notes)] if notes else []
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
         lines += [f"- {m}" for m in misses]
@@ -308,9 +335,11 @@ def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None
 # --------------------------------------------------------------------------- report.html
 
 
-def html_methods_table(methods: dict, compared: dict) -> str:
+def html_methods_table(methods: dict, compared: dict, ranking: dict | None = None) -> str:
     """The default metrics of the methods of a ``laya audit --json`` (with the baseline and the change where
-    ``compared`` holds them, keyed like ``methods``)."""
+    ``compared`` holds them, keyed like ``methods``; ``ranking``: the scope's, faithfulness 'undetermined' where it
+    is)."""
+    methods = scored_rows(methods, ranking)
     columns = compared_columns(interval_columns(AUDIT_COLUMNS, methods), compared)
     body = [
         [f"<code>{html.escape(name)}</code>", *html_marked(cells)]

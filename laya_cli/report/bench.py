@@ -3,7 +3,8 @@ per method and head (mean ± std over seeds; the best of each column marked)."""
 
 from __future__ import annotations
 
-from .cells import MD_MARKS, RICH_MARKS, Cell, best, marked, md_table, rich_table
+from .cells import EXCLUDES_0_LEGEND, MD_MARKS, RICH_MARKS, Cell, best, difference_cell, marked, md_table, rich_table
+from .notes import labelled
 
 BENCH_ACC_HEADERS = ["test accuracy", "macro-F1", "epochs", "train time", "runs"]
 BENCH_METRICS = {  # metric -> (terminal title, Markdown title)
@@ -115,7 +116,7 @@ def bench_counts(result) -> str:
 PAIRED_HEADER = ["on head", "difference", "Δ faithfulness", "Δ deletion@1", "Δ normalised"]
 PAIRED_CAPTION = (
     "paired by run: a method − the laya method on the same head and seed, or a head − the laya head on the same "
-    "seed (its test accuracy, then each method); mean [95 % t-interval over seeds]; marked: the interval excludes 0"
+    f"seed (its test accuracy, then each method); mean [95 % t-interval over seeds]; {EXCLUDES_0_LEGEND}"
 )
 
 
@@ -126,7 +127,7 @@ def _diff(block: dict | None, spec: str = "{:+.3f}") -> Cell:
     lo, hi = block.get("ci_low"), block.get("ci_high")
     if lo is not None and hi is not None:
         text += f" [{spec.format(lo)}, {spec.format(hi)}]"
-    return Cell(text, "best" if lo is not None and hi is not None and (lo > 0 or hi < 0) else None)
+    return difference_cell(text, lo, hi)
 
 
 def bench_paired_rows(result) -> list[list[Cell]]:
@@ -198,5 +199,5 @@ def bench_markdown(result, title: str = "laya bench") -> str:
     lines += ["", f"_{bench_caption(result)}_"]
     notes = [f"{h} head: {n}" for h, e in result.heads.items() for n in e["notes"]]
     if notes:
-        lines += ["", *(f"- note: {n}" for n in notes)]
+        lines += ["", *(f"- {labelled(n)}" for n in notes)]
     return "\n".join(lines) + "\n"

@@ -4,7 +4,14 @@ mark, and each form writes the marks its own way.
 The per-command modules (``audit``, ``network``, ``bench``, ``depth``, ...) build a table's cells once; the
 terminal (rich markup), Markdown and report.html (HTML) only choose the marks, so a value reads the same in all
 three: formatted by ``fmt`` ("n/a" where undefined), the best value of a higher-is-better column marked
-``best``, a flagged value ``flag``, a change that failed its --max-drop ``failed``, an n/a to fade ``dim``.
+``best``, a flagged value ``flag``, a change that failed its --max-drop ``failed``, an n/a to fade ``dim``, a
+difference whose interval excludes 0 ``sig``.
+
+Every mark that means something survives without colour (a piped CI log, NO_COLOR): ``flag`` writes " !", ``failed``
+" ✗", ``sig`` a leading ``EXCLUDES_0`` ("* +0.029": leading, so the digits of a right-aligned column stay aligned),
+explained by ``EXCLUDES_0_LEGEND`` under its table; ``sig`` is bold, never green: a difference that excludes 0 is as
+often worse as better. A column's numbers share one format (``column_format``), p-values read "0.012" or "< 0.001"
+(``p_text``, ``p_clause``).
 """
 
 from __future__ import annotations
@@ -41,9 +48,41 @@ RICH_MARKS = {
     "flag": "[yellow]{} ![/]",
     "failed": "[bold red]{} ✗[/]",
     "dim": "[dim]{}[/]",
+    "sig": "[bold]{}[/]",
 }
-MD_MARKS = {"best": "**{}**", "flag": "{} !", "failed": "**{} ✗**"}
-HTML_MARKS = {"best": '<span class="best">{}</span>', "flag": "{} !", "failed": '<span class="fail">{} ✗</span>'}
+MD_MARKS = {"best": "**{}**", "flag": "{} !", "failed": "**{} ✗**", "sig": "**\\{}**"}  # \*: a literal star
+HTML_MARKS = {
+    "best": '<span class="best">{}</span>',
+    "flag": "{} !",
+    "failed": '<span class="fail">{} ✗</span>',
+    "sig": '<span class="sig">{}</span>',
+}
+
+EXCLUDES_0 = "*"  # written before a difference whose interval excludes 0
+EXCLUDES_0_LEGEND = f"{EXCLUDES_0} the interval excludes 0"
+
+
+def excludes_zero(low, high) -> bool:
+    """Whether an interval [low, high] lies wholly on one side of 0 (False where a bound is missing)."""
+    return low is not None and high is not None and (low > 0 or high < 0)
+
+
+def difference_cell(text: str, low, high) -> Cell:
+    """A difference's cell: marked ``sig`` and led by ``EXCLUDES_0`` where its interval excludes 0."""
+    return Cell(f"{EXCLUDES_0} {text}", "sig") if excludes_zero(low, high) else Cell(text)
+
+
+def p_text(p) -> str:
+    """A p-value as a table shows it: '0.012', '< 0.001', 'n/a'."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_clause(p) -> str:
+    """A p-value in a sentence: 'p = 0.012', 'p < 0.001' (never 'p = < 0.001')."""
+    text = p_text(p)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
 
 
 def fmt(value, spec: str = "{:.3f}") -> str:
@@ -61,9 +100,18 @@ def interval_format(*values: float | None) -> str:
     """A signed format with enough decimals (3 at least) that a difference and its interval — ``values``: the
     difference, the bounds — each show a significant digit, and so does the width: an interval that excludes 0
     reads so (never '+0.000 [+0.000, +0.000]*'). Scientific below 1e-8."""
-    defined = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    widths = [max(defined) - min(defined)] if len(defined) > 1 else []
-    nonzero = [abs(v) for v in [*defined, *widths] if v]
+    return column_format([values])
+
+
+def column_format(rows: Iterable[Sequence[float | None]]) -> str:
+    """One signed format for a whole column of differences with their intervals (``rows``: each row's difference
+    and bounds): enough decimals (3 at least) that every value and every interval's width shows a significant digit,
+    the same in every row, so a column never reads '-0.00117', '+0.00007', '-0.000009'. Scientific below 1e-8."""
+    nonzero = []
+    for values in rows:
+        defined = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        widths = [max(defined) - min(defined)] if len(defined) > 1 else []
+        nonzero += [abs(v) for v in [*defined, *widths] if v]
     smallest = min(nonzero, default=1.0)
     if smallest < 1e-8:
         return "{:+.2e}"

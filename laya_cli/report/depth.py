@@ -13,6 +13,7 @@ import html
 from rich.table import Table
 
 from .cells import align_of, fmt, html_table, justify, md_table, rich_table
+from .notes import labelled
 
 TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
 
@@ -40,10 +41,34 @@ def seconds_per_image(v) -> str:
     return f"{v * 1e6:.1f} µs" if v < 1e-3 else f"{v * 1e3:.2f} ms"
 
 
+def seconds_text(v, interval=None) -> str:
+    """A median time per image with its interval over the rounds: '14.4 µs (12.1–20.3)'; the median alone without
+    one (under 3 rounds)."""
+    text = seconds_per_image(v)
+    if v is None or not interval:
+        return text
+    scale, unit = (1e6, "µs") if v < 1e-3 else (1e3, "ms")
+    digits = 1 if unit == "µs" else 2
+    return f"{text} ({interval[0] * scale:.{digits}f}–{interval[1] * scale:.{digits}f})"
+
+
+def _short_pct(v: float) -> str:
+    return f"{100 * v:.1f}" if 100 * v < 10 else f"{100 * v:.0f}"
+
+
+def fraction_text(value, interval=None) -> str:
+    """A time fraction of the whole model, median over the rounds with its interval: '62.1 % (58.0–66.3)'; where the
+    interval is too wide to tell (``value`` None, the rounds' ``interval`` kept) 'noisy (33–158 %)'."""
+    if value is None:
+        return f"noisy ({_short_pct(interval[0])}–{_short_pct(interval[1])} %)" if interval else "n/a"
+    text = _pct(value)
+    return f"{text} ({100 * interval[0]:.1f}–{100 * interval[1]:.1f})" if interval else text
+
+
 def depth_table_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the truncation table (one row per depth k)."""
     refit = any("refit_accuracy" in r for r in doc["truncation"])
-    timed = doc["compute"].get("time_fraction") is not None
+    timed = doc["compute"].get("seconds_per_image") is not None
     header = ["k", "layer", "accuracy", "Δ pp", "macro-F1", "FLOPs/img", "block FLOPs", "FLOPs %"]
     header += ["time/img", "time %"] if timed else []
     header += ["refit acc.", "refit Δ pp"] if refit else []
@@ -60,7 +85,10 @@ def depth_table_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
             _pct(r["flops_fraction"]),
         ]
         if timed:
-            row += [seconds_per_image(r["seconds_per_image"]), _pct(r["time_fraction"])]
+            row += [
+                seconds_text(r["seconds_per_image"], r.get("seconds_range")),
+                fraction_text(r["time_fraction"], r.get("time_fraction_range")),
+            ]
         if refit:
             row += [fmt(r.get("refit_accuracy"), "{:.4f}"), _pp(r.get("refit_delta"))]
         rows.append(row)
@@ -108,6 +136,8 @@ def depth_exit_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     o = doc["oracle"]  # every sample exits where its prediction first equals the full model's: its accuracy
     oracle = {**o, "accuracy": doc["full"]["accuracy"], "delta": 0.0}
     rows.append(_exit_row("oracle (minimal sufficient depth)", o["source"], "—", oracle))
+    if doc["compute"].get("time_noisy"):  # the times were too noisy for a fraction: say so, not "n/a"
+        rows = [[*r[:-1], "noisy" if r[-1] == "n/a" else r[-1]] for r in rows]
     return EXIT_HEADER, rows
 
 
@@ -121,19 +151,31 @@ def depth_class_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
 
 def depth_caption(doc: dict) -> str:
     c = doc["compute"]
-    timed = (
-        (
-            f"; time: fastest of {c['time_repeats']} rounds of {c['time_batch']} images on {c['device']}, "
-            f"full model {seconds_per_image(c['seconds_full_model'])}/img"
-        )
-        if c.get("time_fraction")
-        else ""
-    )
     return (
         f"{doc['n_samples']:,} samples, {doc['head']} head, full model accuracy {doc['full']['accuracy']:.4f}; "
-        f"accuracy at k: α masked above k and renormalised; FLOPs % and time % of the whole backbone "
-        f"({human_flops(c['flops_full_model'])} FLOPs/img){timed}"
+        f"accuracy at k: α masked above k and renormalised; FLOPs % of the whole backbone "
+        f"({human_flops(c['flops_full_model'])} FLOPs/img){timing_caption(c)}"
     )
+
+
+def timing_caption(c: dict) -> str:
+    """How the times were measured, the one measurement the time % divides by, and whether they say anything."""
+    if c.get("seconds_per_image") is None:
+        return ""
+    n = c["time_repeats"]
+    whole = seconds_text(c["seconds_full_model"], c.get("seconds_full_model_range"))
+    spread = "(interval of the median over the rounds)" if n >= 3 else "(under 3 rounds: single timings, no interval)"
+    text = (
+        f"; time: median of {n} rounds of {c['time_batch']} images on {c['device']} {spread}, each round timing "
+        f"every depth and the whole backbone in turn; time % = a depth's time ÷ the whole backbone's in the same "
+        f"round, median over the rounds (the whole backbone: {whole} per image)"
+    )
+    if c.get("time_noisy"):
+        text += (
+            "; 'noisy': that depth's time % is too noisy to tell on this machine (its interval is wider than 20 "
+            "points), so no ratio is given: rerun on an idle machine or with more --time-repeats"
+        )
+    return text
 
 
 def exit_title(doc: dict) -> str:
@@ -179,7 +221,7 @@ def depth_markdown(doc: dict, title: str = "laya depth") -> str:
         *md_table(*depth_class_rows(doc)),
     ]
     for note in doc.get("notes", []):
-        lines += ["", f"> note: {note}"]
+        lines += ["", f"> {labelled(note)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -6,14 +6,32 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .cells import MD_MARKS, RICH_MARKS, Cell, fmt, interval_format, marked, md_table, rich_table
+from .cells import (
+    EXCLUDES_0,
+    EXCLUDES_0_LEGEND,
+    MD_MARKS,
+    RICH_MARKS,
+    Cell,
+    column_format,
+    excludes_zero,
+    fmt,
+    interval_format,
+    marked,
+    md_table,
+    p_clause,
+    p_text,
+    rich_table,
+)
 
 CLASS_HEADER = ["class", "n", "acc. A", "acc. B", "JS (bits)", "p", "p adj.", "changed"]
 LAYER_HEADER = ["layer", "α A", "α B", "Δα", "LOLO Δ A", "LOLO Δ B", "change", "contrib A", "contrib B", "change"]
 
 
-def _p(v) -> str:
-    return "n/a" if v is None else ("<0.001" if v < 0.001 else f"{v:.3f}")
+def changed_text(c: dict) -> str:
+    """'yes'; 'small' for a significant change under the practical size (--min-js); 'no'."""
+    if c["changed"]:
+        return "yes"
+    return "small" if c.get("significant", c["changed"]) else "no"
 
 
 def class_rows(doc: dict) -> list[list[Cell]]:
@@ -27,9 +45,9 @@ def class_rows(doc: dict) -> list[list[Cell]]:
                 Cell(fmt(c["accuracy_a"])),
                 Cell(fmt(c["accuracy_b"])),
                 Cell(fmt(c["js"], "{:.4f}")),
-                Cell(_p(c["p_value"])),
-                Cell(_p(c["p_adjusted"]), mark),
-                Cell("yes" if c["changed"] else "no", mark),
+                Cell(p_text(c["p_value"])),
+                Cell(p_text(c["p_adjusted"])),
+                Cell(changed_text(c), mark),
             ]
         )
     return rows
@@ -50,13 +68,21 @@ def summary_line(doc: dict) -> str:
     changed = doc["changed_classes"]
     return (
         f"{s['model_a']} → {s['model_b']} · {doc['n_samples']:,} samples of {s.get('dataset')} · accuracy "
-        f"{acc['a']:.4f} → {acc['b']:.4f} ({acc['change']:+.4f}; McNemar exact p = {_p(acc['p_value'])}, "
+        f"{acc['a']:.4f} → {acc['b']:.4f} ({acc['change']:+.4f}; McNemar exact {p_clause(acc['p_value'])}, "
         f"{acc['a_only']} right only under A, {acc['b_only']} only under B) · layer profile ({doc['profile']}) "
-        f"JS {doc['overall']['js']:.4f} bits, permutation p = {_p(doc['overall']['p_value'])} · "
+        f"JS {doc['overall']['js']:.4f} bits, permutation {p_clause(doc['overall']['p_value'])} · "
         f"LOLO Δ at {s.get('scope', 'head')} scope ({s.get('ablation', 'mean')} removal) · "
-        f"{len(changed)} of {len(doc['classes'])} classes changed their layer usage "
-        f"({s['correction']} corrected, level {s['alpha']:g}, {s['permutations']} permutations)"
+        f"{len(changed)} of {len(doc['classes'])} classes changed their layer usage: "
+        f"{s['correction']}-corrected p below {s['alpha']:g} ({s['permutations']} permutations){_size_rule(s)}"
     )
+
+
+def _size_rule(s: dict) -> str:
+    """' and JS at least 0.01 bits (--min-js; "small": significant, under it)'; '' for a diff from before the
+    practical size (its JSON has no min_js) or with --min-js 0."""
+    if not s.get("min_js"):
+        return ""
+    return f" and JS at least {s['min_js']:g} bits (--min-js; small: significant, but under it)"
 
 
 def diff_rich_tables(doc: dict) -> list[Table]:
@@ -102,27 +128,37 @@ LM_METHOD_HEADER = ["scope", "method"] + [f"{t} {w}" for _, t in LM_METRICS for 
 LM_LAYER_HEADER = ["scope", "layer", "α A", "α B", "Δα", "LOLO Δ A", "LOLO Δ B", "change"]
 
 
-def _change(block: dict | None) -> str:
-    """A change with its paired interval: +0.012 [−0.004, +0.027], a star where the interval excludes 0."""
+def _change(block: dict | None, spec: str | None = None) -> str:
+    """A change with its paired interval: +0.012 [−0.004, +0.027], led by a star where the interval excludes 0
+    ("* +0.027 [+0.004, +0.051]"); ``spec``: the column's format (default: sized on this change alone)."""
     if block is None or block.get("change") is None:
         return "n/a"
     low, high = block.get("ci_low"), block.get("ci_high")
     if low is None or high is None:
-        return fmt(block["change"], "{:+.3f}")
-    star = "*" if low > 0 or high < 0 else ""
-    spec = interval_format(block["change"], low, high)
-    return f"{spec.format(block['change'])} [{spec.format(low)}, {spec.format(high)}]{star}"
+        return fmt(block["change"], spec or "{:+.3f}")
+    spec = spec or interval_format(block["change"], low, high)
+    star = f"{EXCLUDES_0} " if excludes_zero(low, high) else ""
+    return f"{star}{spec.format(block['change'])} [{spec.format(low)}, {spec.format(high)}]"
 
 
 def lm_method_rows(doc: dict) -> list[list[str]]:
+    """Per scope and method, each metric under A and B and the change with its interval; each change column in one
+    format (``column_format`` over every row's change and bounds)."""
+    listed = [(scope, method, metrics) for scope, block in doc["scopes"].items() for method, metrics in
+              block["methods"].items()]  # fmt: skip
+    specs = {
+        key: column_format(
+            (m.get("change"), m.get("ci_low"), m.get("ci_high")) for _, _, ms in listed if (m := ms.get(key))
+        )
+        for key, _ in LM_METRICS
+    }
     rows = []
-    for scope, block in doc["scopes"].items():
-        for method, metrics in block["methods"].items():
-            row = [scope, method]
-            for key, _ in LM_METRICS:
-                m = metrics.get(key)
-                row += [fmt(None if m is None else m["a"]), fmt(None if m is None else m["b"]), _change(m)]
-            rows.append(row)
+    for scope, method, metrics in listed:
+        row = [scope, method]
+        for key, _ in LM_METRICS:
+            m = metrics.get(key)
+            row += [fmt(None if m is None else m["a"]), fmt(None if m is None else m["b"]), _change(m, specs[key])]
+        rows.append(row)
     return rows
 
 
@@ -140,9 +176,9 @@ def lm_layer_rows(doc: dict) -> list[list[str]]:
 def lm_position_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     """The change of mean faithfulness per method and scope in ranges of the position in the block."""
     first = next(iter(doc["by_position"].values()))
-    header = ["scope", "method"] + [f"t {p} (n={n})" for p, n in zip(first["positions"], first["n"])]
+    header = ["scope", "method"] + [f"t {p} ({n:,} positions)" for p, n in zip(first["positions"], first["n"])]
     rows = [
-        [scope, m] + [fmt(v, "{:+.3f}") for v in values]
+        [scope, m] + [fmt(v, "{:+.3f}") for v in values]  # the means over the positions whose ρ is defined
         for scope, block in doc["by_position"].items()
         for m, values in block["methods"].items()
     ]
@@ -155,8 +191,8 @@ def lm_summary_line(doc: dict) -> str:
     return (
         f"{s['model_a']} → {s['model_b']} ({model}) · {doc['n_samples']:,} held-out positions of {s['dataset']}, "
         f"each a sample in both · top-1 next-token accuracy {acc['a']:.4f} → {acc['b']:.4f} ({acc['change']:+.4f}; "
-        f"McNemar exact p = {_p(acc['p_value'])}) · B − A with its paired {100 * s['ci']:g} % bootstrap interval "
-        f"over the positions ({s['bootstrap']} resamples; * excludes 0)"
+        f"McNemar exact {p_clause(acc['p_value'])}) · B − A with its paired {100 * s['ci']:g} % bootstrap interval "
+        f"over the positions ({s['bootstrap']} resamples); {EXCLUDES_0_LEGEND}"
     )
 
 

@@ -4,7 +4,8 @@ order's measured cost, the goals line and the written checkpoint's line, from th
 from __future__ import annotations
 
 from .cells import align_of, fmt, md_table
-from .depth import human_flops, rows_table, seconds_per_image
+from .depth import human_flops, rows_table, seconds_text
+from .notes import labelled
 
 TIMING_LEFT = (1,)  # the text column: the dropped layers
 
@@ -35,13 +36,52 @@ def drop_timing_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
             str(t["k"]),
             ", ".join(t["dropped_layers"]) or "—",
             fmt(100 * t["flops_fraction"], "{:.1f} %"),
-            seconds_per_image(t["seconds_per_image"]),
-            fmt(t["speedup"], "{:.2f}×"),
+            seconds_text(t["seconds_per_image"], t.get("seconds_range")),
+            "1 (itself)" if t["k"] == 0 else speedup_cell(t),
             fmt(t["flops_speedup"], "{:.2f}×"),
         ]
         for t in doc["timing"]
     ]
     return header, rows
+
+
+def _rounds(t: dict) -> int | None:
+    return t.get("rounds", t.get("timing_rounds"))
+
+
+def _interval(t: dict) -> list[float] | None:
+    """A timing's interval of the speed-up (``speedup_spread``: a table or checkpoint from before issue 64)."""
+    return t.get("speedup_interval") or t.get("speedup_spread")
+
+
+def _verdict(t: dict) -> str:
+    """What a timing's rounds say (``timing.speedup_verdict``); read off the interval where it was not recorded."""
+    if t.get("speedup_verdict"):
+        return t["speedup_verdict"]
+    iv, n = _interval(t), _rounds(t)
+    if iv is None or not n or n < 3:
+        return "single"
+    from ..depthing.timing import speedup_verdict
+
+    wide = iv[1] - iv[0] > 0.2 * max(1.0, t.get("speedup") or 1.0)
+    return speedup_verdict({"value": t.get("speedup"), "interval": iv, "noisy": wide})
+
+
+def speedup_cell(t: dict) -> str:
+    """A speed-up as the rounds measured it: '1.97× (1.85–2.10)' where the interval excludes 1, 'none (0.97–1.04)'
+    where it holds 1 and is narrow, 'noisy (0.28–4.09)' where it is too wide to tell, '1.97×, 1 round' (no
+    interval: not a measurement)."""
+    verdict, iv, n = _verdict(t), _interval(t), _rounds(t)
+    if t.get("speedup") is None:
+        return "n/a"
+    if verdict == "single":
+        return f"{t['speedup']:.2f}×, {n} round{'s' if n != 1 else ''}"
+    span = f"({iv[0]:.2f}–{iv[1]:.2f})"
+    if verdict in ("faster", "slower"):
+        return f"{t['speedup']:.2f}× {span}"
+    if verdict.endswith(", noisy"):  # the direction is measured, one number for its size is not
+        return f"{verdict.split(',')[0]} {span}"
+    return f"{'noisy' if verdict == 'noisy' else 'none'} {span}"
 
 
 def drop_caption(doc: dict) -> str:
@@ -56,8 +96,14 @@ def drop_caption(doc: dict) -> str:
 def timing_caption(doc: dict) -> str:
     s = doc["settings"]
     n = s["time_repeats"]
-    rounds = f"fastest of {n} rounds" if n > 1 else "a single timing round"
-    caveat = "" if n >= 3 else " (under 3 rounds the times are single timings, not a measured speed-up)"
+    rounds = f"median of {n} rounds" if n > 1 else "a single timing round"
+    caveat = (
+        "; speed-up = full ÷ dropped round by round, its median (interval over the rounds): a number only where the "
+        "interval excludes 1 and is within 20 % of it; faster/slower: it excludes 1 but is too wide for one number; "
+        "none: it holds 1 and is narrow; noisy: it holds 1 and is too wide to tell on this machine"
+        if n >= 3
+        else " (under 3 rounds the times are single timings, not a measured speed-up)"
+    )
     return (
         f"the {s['drop_order']} order: the model without those layers, {rounds} of {s['time_batch']} inputs on "
         f"{s['device']}, timed side by side{caveat}"
@@ -65,16 +111,29 @@ def timing_caption(doc: dict) -> str:
 
 
 def speed_text(w: dict) -> str:
-    """What a written drop's timing says: a measured speed-up with its spread over 3 or more rounds; under 3, the
-    FLOPs ratio and the timing as what it is (one or two rounds measure no speed-up); '' without a timing."""
+    """What a written drop's timing says: a measured speed-up (its interval over 3 or more rounds excludes 1) with
+    that interval; where it holds 1, that the machine was too noisy to tell, or that no speed-up was measured; under
+    3 rounds, the FLOPs ratio and the timing as what it is; '' without a timing."""
     if not w.get("speedup"):
         return ""
-    rounds, spread = w.get("timing_rounds"), w.get("speedup_spread")
-    if rounds and rounds >= 3 and spread:
-        over = f"{spread[0]:.2f}–{spread[1]:.2f}× over them"
-        return f", {w['speedup']:.2f}× faster measured (fastest of {rounds} rounds; {over})"
+    rounds, verdict, iv = _rounds(w), _verdict(w), _interval(w)
+    if verdict.endswith(", noisy"):  # measured faster (or slower), but too wide for one number
+        word = verdict.split(",")[0]
+        return (
+            f", {word} measured, too noisy for one ratio: full ÷ dropped {iv[0]:.2f}–{iv[1]:.2f}× over {rounds} "
+            f"rounds (FLOPs {w.get('flops_speedup') or 1 / w['flops_fraction']:.2f}×)"
+        )
+    if verdict in ("faster", "slower"):
+        factor = w["speedup"] if verdict == "faster" else 1 / w["speedup"]
+        return (
+            f", {factor:.2f}× {verdict} measured (median of {rounds} rounds; full ÷ dropped {iv[0]:.2f}–{iv[1]:.2f}×)"
+        )
     flops = w.get("flops_speedup") or (1 / w["flops_fraction"] if w.get("flops_fraction") else None)
     ratio = f", {flops:.2f}× fewer FLOPs" if flops else ""
+    if verdict == "noisy":
+        return f"{ratio}; speed-up not measured: too noisy to tell ({iv[0]:.2f}–{iv[1]:.2f}× over {rounds} rounds)"
+    if verdict == "same":
+        return f"{ratio}; no measured speed-up ({iv[0]:.2f}–{iv[1]:.2f}× over {rounds} rounds holds 1)"
     timed = (
         "a single timing round"
         if rounds == 1
@@ -127,5 +186,5 @@ def drop_markdown(doc: dict, title: str = "laya depth --drop") -> str:
         lines += ["", f"### Cost ({timing_caption(doc)})", "", *md_table(header, rows, align_of(header, TIMING_LEFT))]
     lines += [f"\n{line}" for line in drop_lines(doc)]
     for note in doc.get("notes", []):
-        lines += ["", f"> note: {note}"]
+        lines += ["", f"> {labelled(note)}"]
     return "\n".join(lines) + "\n"

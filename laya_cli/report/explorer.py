@@ -32,7 +32,10 @@ EXPLORER_CSS = """\
 .x-table td.c-text { max-width: 40em; text-overflow: ellipsis; }
 .x-table .ok { color: #2a7d34; } .x-table .no { color: #c62828; font-weight: bold; }
 .x-layers { display: flex; gap: 1px; margin-top: 2px; } .x-layers button { font-size: 9px !important;
-  font-weight: normal !important; color: #666; overflow: hidden; text-align: center; }
+  font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace !important; font-weight: normal !important;
+  color: #666; overflow: hidden; white-space: nowrap; text-align: center; padding: 0; flex: none; }
+.x-legend { color: #555; font-size: 0.88em; }
+.x-table th.x-vec, .x-table td.c-alpha, .x-table td.c-contrib { padding-left: 6px; }  /* labels over their bars */
 svg.x-bars { display: block; }
 """
 
@@ -49,6 +52,7 @@ _EXPLORER_JS = r"""
   var correct = new Uint8Array(n), aMax = 0, cMax = 0, i;
   for (i = 0; i < n; i++) correct[i] = D.label[i] === D.pred[i] ? 1 : 0;
   if (D.alpha) for (i = 0; i < D.alpha.length; i++) aMax = Math.max(aMax, D.alpha[i]);
+  aMax = Math.min(1, Math.max(aMax, 2 / L));  // anchored as the heat maps: 0 to max(largest α, 2/L)
   cMax = D.contrib_scale || 0;  // bars are clipped there: a few outliers would flatten the rest
   function esc(s) {
     return String(s).replace(/[&<>"']/g, function (c) {
@@ -126,6 +130,9 @@ _EXPLORER_JS = r"""
       s += '<rect x="' + (k * (BW + 1)) + '" y="' + y.toFixed(1) + '" width="' + BW + '" height="' + h.toFixed(1) +
            '" fill="' + colour + '"/>';
     }
+    var uni = BH - BH / L / max;  // α: the uniform share 1/L, a dashed line over the bars
+    if (!signed && max) s += '<line class="x-uniform" x1="0" x2="' + w + '" y1="' + uni.toFixed(1) + '" y2="' +
+      uni.toFixed(1) + '" stroke="#333" stroke-width="0.6" stroke-dasharray="2,1"/>';
     return s + "</svg>";
   }
   function row(j) {
@@ -213,7 +220,7 @@ def explorer_data(exp, thumbs: Sequence[str] | None) -> dict:
         "alpha": None,
         "contrib": None,
         "thumbs": list(thumbs) if thumbs is not None else None,
-        "bar_width": max(3, min(16, 120 // max(len(layers), 1))),
+        "bar_width": layer_labels(layers)[1],
         "contrib_scale": None,
     }
     texts = getattr(exp, "texts", None)
@@ -230,19 +237,50 @@ def explorer_data(exp, thumbs: Sequence[str] | None) -> dict:
     return data
 
 
-def _header(exp, thumbs: Sequence[str] | None, bar_width: int) -> tuple[list[str], list[tuple[str, str]]]:
-    """The table's header cells (each a sort button; α and contrib one per layer) and the sort choices."""
+LABEL_PX = 5.6  # pixels per character of a layer label (9 px monospace: 5.4; a little more, never clipped)
+WIDEST_BAR = 40  # a bar is widened to fit its layer's label up to this many pixels …
+WIDEST_BARS = 360  # … while all the bars of a row stay within this many
+
+
+def layer_labels(layers: Sequence[str]) -> tuple[list[str], int, bool]:
+    """(label per layer, bar width in pixels, whether the labels need the legend): each layer's name without the
+    shared prefix where every one fits over its bar (the bar widened for it, within ``WIDEST_BAR``), else its number
+    1…L where those fit, else none; numbered or unlabelled bars get a legend (``layer_legend``). A label is never
+    wider than its bar, so the labels never overlap or clip ("act1layelayelaye")."""
     from .figures import short_layer_labels
 
+    n = max(len(layers), 1)
+    bar = max(3, min(16, 120 // n))
+    short, _ = short_layer_labels(layers)
+    need = math.ceil(max((len(t) for t in short), default=1) * LABEL_PX) + 2
+    if need <= max(bar, WIDEST_BAR) and max(bar, need) * n <= max(bar * n, WIDEST_BARS):
+        return list(short), max(bar, need), False
+    if math.ceil(len(str(n)) * LABEL_PX) + 2 <= bar:
+        return [str(k + 1) for k in range(len(layers))], bar, True
+    return [""] * len(layers), bar, True
+
+
+def layer_legend(layers: Sequence[str]) -> str:
+    """Under the explorer's controls where its bars are numbered (or unlabelled): which layer each bar is."""
+    labels, _, legend = layer_labels(layers)
+    if not legend:
+        return ""
+    names = " · ".join(f"{k + 1} {name}" for k, name in enumerate(layers))
+    how = "numbered" if any(labels) else "left to right"
+    return f'<p class="x-legend">α/contrib bars per layer, {how}: {html.escape(names)}</p>'
+
+
+def _header(exp, thumbs: Sequence[str] | None, bar_width: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """The table's header cells (each a sort button; α and contrib one per layer) and the sort choices."""
     e = html.escape
-    short, _ = short_layer_labels(exp.layers)
+    short, _, _ = layer_labels(exp.layers)
 
     def layer_buttons(kind: str) -> str:
         return (
             '<div class="x-layers">'
             + "".join(
                 f'<button type="button" data-sort="{kind}:{k}" title="sort by {kind}[{e(name)}]" '
-                f'style="width:{bar_width}px">{e(short[k]) if bar_width >= 8 else ""}</button>'
+                f'style="width:{bar_width}px">{e(short[k])}</button>'
                 for k, name in enumerate(exp.layers)
             )
             + "</div>"
@@ -285,7 +323,10 @@ def _what(exp, thumbs: Sequence[str] | None) -> str:
         what.append(f"text (its first {TEXT_SHOWN} characters; hover for the whole text)")
     what += ["true and predicted class", "p_ŷ"]
     if exp.has_alpha:
-        what.append("α per layer (bars on one scale for all samples; hover for the values)")
+        what.append(
+            "α per layer (bars on one scale for all samples, from 0 to the larger of the largest α and 2/L; the "
+            "dashed line is the uniform 1/L; hover for the values)"
+        )
     if exp.has_contrib:
         what.append(
             "contrib per layer (green: for ŷ, red: for the runner-up; bars clipped at the 99th percentile of |contrib|)"
@@ -314,6 +355,7 @@ def explorer_section(exp, thumbs: Sequence[str] | None) -> str:
             '<button type="button" id="x-reset">reset</button>',
             '<span id="x-count" aria-live="polite"></span>',
             "</div>",
+            layer_legend(exp.layers) if exp.has_alpha or exp.has_contrib else "",
             '<div id="x-scroll" class="x-scroll"><table id="x-table" class="x-table">',
             f"<thead><tr>{''.join(cols)}</tr></thead>",
             '<tbody id="x-body"></tbody></table></div>',

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from .html import js_text, rank_text
+
 
 def shift_table(exp, limit: int = 20) -> Table:
     """A rich table of the JS ranking (the top ``limit`` classes)."""
@@ -24,13 +26,16 @@ def shift_table(exp, limit: int = 20) -> Table:
     for r in shown.itertuples(index=False) if len(shown) else []:
         defined = r.js_divergence == r.js_divergence
         table.add_row(
-            str(r.rank),
+            rank_text(r.rank),
             str(r.class_name),
-            f"{r.js_divergence:.4f}" if defined else "n/a",
+            js_text(r.js_divergence),
             str(r.n_correct),
             str(r.n_incorrect),
             f"{r.most_shifted_layer} ({r.shift:+.3f})" if defined else "—",
         )
+    ranked_from = getattr(exp, "shift_ranked_from", 0.0)
+    caption = [f"ranked from {ranked_from:g} bits (about 12 % of the attention moved between two layers); — below"]
     if exp.shift is not None and len(exp.shift) > limit:
-        table.caption = f"… {len(exp.shift) - limit} more classes in attention_shift.csv"
+        caption.append(f"… {len(exp.shift) - limit} more classes in attention_shift.csv")
+    table.caption = " · ".join(caption) if ranked_from else " · ".join(caption[1:]) or None
     return table

@@ -77,6 +77,14 @@ def _layer_axis(ax, layers: Sequence[str], axis: str = "x", fontsize: float = 9)
         ax.set_yticks(pos, list(layers), fontsize=fontsize)
 
 
+def mark_uniform(cbar, uniform: float) -> None:
+    """The value every layer would get from a uniform average, marked and named on an α colour bar."""
+    cbar.ax.axhline(uniform, color="white", linewidth=2.2)
+    cbar.ax.axhline(uniform, color="black", linewidth=1.0, linestyle="--")
+    cbar.ax.text(-0.15, uniform, f"1/L = {uniform:.3f}", transform=cbar.ax.get_yaxis_transform(), ha="right",
+                 va="center", fontsize=7, color="#333333")  # fmt: skip
+
+
 def _text_colour(cmap, norm, value: float) -> str:
     r, g, b, _ = cmap(norm(value))
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
@@ -168,8 +176,10 @@ def plot_heatmap(
     vmin: float | None = None,
     vmax: float | None = None,
     fmt: str = "{:.2f}",
+    uniform: float | None = None,
 ) -> None:
-    """Class × layer heatmap with class names, layer names, a labelled colour bar and cell values."""
+    """Class × layer heatmap with class names, layer names, a labelled colour bar and cell values; ``uniform``: a
+    value marked and named on the colour bar (α's 1/L)."""
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
 
@@ -188,6 +198,8 @@ def plot_heatmap(
     ax.tick_params(length=0)
     cbar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.02)
     cbar.set_label(colour_label)
+    if uniform is not None:
+        mark_uniform(cbar, uniform)
     if C * L <= 260:
         size = 8 if L <= 8 else 6.5
         for i in range(C):
@@ -203,20 +215,23 @@ def plot_heatmap(
     _save(fig, path)
 
 
-def _alpha_limits(mats: Sequence[np.ndarray]) -> tuple[float, float]:
+SHIFT_COLOUR_FROM = 0.05  # the attention-shift heatmap's colour saturates at ±max(largest |Δ mean α|, this)
+
+
+def alpha_scale(mats: Sequence[np.ndarray], n_layers: int) -> tuple[float, float]:
+    """The colour scale of the α heatmaps, anchored to what α can be: from 0 to the larger of the largest mean α
+    shown and 2/L (twice the uniform share; at most 1). A near-uniform α (0.17–0.24 of 5 layers) then reads as the
+    one colour it nearly is, instead of a dark-purple-to-yellow range spread over 0.07."""
     vals = np.concatenate([m[np.isfinite(m)] for m in mats]) if mats else np.array([])
-    if not len(vals):
-        return 0.0, 1.0
-    lo, hi = float(vals.min()), float(vals.max())
-    if hi - lo < 1e-6:
-        lo, hi = max(0.0, lo - 0.05), min(1.0, hi + 0.05)
-    return lo, hi
+    top = float(vals.max()) if len(vals) else 0.0
+    return 0.0, min(1.0, max(top, 2.0 / max(n_layers, 1)))
 
 
 def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
     out = {}
     mats = {s: exp.matrix(s) for s in ("all", "correct", "incorrect")}
-    lo, hi = _alpha_limits(list(mats.values()))
+    L = len(exp.layers)
+    lo, hi = alpha_scale(list(mats.values()), L)
     words = {"all": "all predictions", "correct": "correct predictions", "incorrect": "incorrect predictions"}
     for subset, mat in mats.items():
         counts = exp.counts(subset)
@@ -225,25 +240,27 @@ def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
         rows = [f"{name} (n={_fmt_n(int(n))})" for name, n in zip(exp.classes, counts)]
         title = (
             f"Mean layer attention α by true class — {words[subset]} (n = {_fmt_n(int(counts.sum()))})\n"
-            f"colour scale shared by the all / correct / incorrect maps; grey = no samples"
+            f"colour 0 to {hi:.2f} (all three maps); dashed on the bar: uniform 1/L = {1 / L:.3f}; grey = no samples"
         )
         key = f"heatmap_{subset}"
         plot_heatmap(
-            mat, rows, exp.layers, title, "mean α (attention weight)", folder / PLOT_FILES[key], vmin=lo, vmax=hi
-        )
+            mat, rows, exp.layers, title, "mean α (attention weight)", folder / PLOT_FILES[key], vmin=lo, vmax=hi,
+            uniform=1.0 / L,
+        )  # fmt: skip
         out[key] = PLOT_FILES[key]
     n_ok, n_bad = exp.counts("correct"), exp.counts("incorrect")
     if n_bad.sum() and n_ok.sum():
         diff = mats["incorrect"] - mats["correct"]
         finite = diff[np.isfinite(diff)]
-        lim = float(np.abs(finite).max()) if len(finite) else 0.0
-        lim = lim if lim > 1e-9 else 0.01
+        largest = float(np.abs(finite).max()) if len(finite) else 0.0
+        lim = max(largest, SHIFT_COLOUR_FROM)  # a shift of 0.004 stays near white: the colour is not a magnifier
         rows = [f"{name} ({int(a)} ok / {int(b)} wrong)" for name, a, b in zip(exp.classes, n_ok, n_bad)]
         title = (
             "Attention shift by true class: mean α(incorrect) − mean α(correct)\n"
-            "red = more weight when wrong, blue = less; grey = n/a"
+            f"red = more weight when wrong, blue = less; colour saturates at ±{lim:.2f} "
+            f"(largest |Δ| {largest:.3f}); grey = n/a"
         )
-        decimals = min(6, max(2, 1 - math.floor(math.log10(lim))))
+        decimals = min(6, max(2, 1 - math.floor(math.log10(max(largest, 1e-9)))))
         plot_heatmap(
             diff,
             rows,
@@ -261,8 +278,12 @@ def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
 
 
 def plot_shift_ranking(exp, path: Path) -> None:
-    """Horizontal bars: JS divergence per class, rank 1 on top; n/a classes listed last."""
+    """Horizontal bars: JS divergence per class, rank 1 on top. Only a ranked class (the export ranks from
+    ``exp.shift_ranked_from`` bits on) is drawn in colour (the dashed line marks that size); below it a grey bar,
+    "not ranked"; n/a classes listed last. The axis starts at 0 and spans at least 4 × that size, so a divergence
+    of 0.0001 draws as the sliver it is, not as a full-width bar."""
     s = exp.shift
+    ranked_from = getattr(exp, "shift_ranked_from", 0.0) or 0.0
     C = len(s)
     names = [str(n) for n in s["class_name"]]
     label_w = 0.075 * max((len(n) for n in names), default=4)
@@ -271,29 +292,27 @@ def plot_shift_ranking(exp, path: Path) -> None:
     y = np.arange(C)
     js = s["js_divergence"].to_numpy(dtype=float)
     defined = np.isfinite(js)
-    ax.barh(y, np.where(defined, js, 0.0), color=[WRONG if d else "#bbbbbb" for d in defined], height=0.65)
+    ranked = s["rank"].notna().to_numpy() & defined
+    colours = [WRONG if r else "#bbbbbb" for r in ranked]
+    ax.barh(y, np.where(defined, js, 0.0), color=colours, height=0.65)
     ax.set_yticks(y, names, fontsize=7 if C > 25 else 9)
     ax.set_ylim(C - 0.4, -0.6)  # rank 1 on top, no empty margins
     xmax = float(np.nanmax(js)) if defined.any() else 0.0
-    ax.set_xlim(0, xmax * 1.18 if xmax > 0 else 0.01)
+    ax.set_xlim(0, max(xmax * 1.18, 4 * ranked_from, 1e-3))
+    if ranked_from:
+        ax.axvline(ranked_from, color="#555555", linestyle="--", linewidth=1, label=f"ranked from {ranked_from:g} bits")
+        ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     trans = ax.get_yaxis_transform()  # x in axes coords, y in data coords
     for i, r in enumerate(s.itertuples(index=False)):
         if defined[i]:
-            ax.text(js[i], i, f" {js[i]:.3g}", va="center", ha="left", fontsize=8)
-            note = f"{r.n_correct} ok / {r.n_incorrect} wrong"
+            ax.text(js[i], i, f" {js[i]:.2g}", va="center", ha="left", fontsize=8)
+            note = f"{r.n_correct} ok / {r.n_incorrect} wrong" + ("" if ranked[i] else ", not ranked")
         else:
             note = "n/a: no incorrect" if r.n_incorrect == 0 else "n/a: no correct"
-        ax.text(
-            1.02,
-            i,
-            note,
-            transform=trans,
-            va="center",
-            ha="left",
-            fontsize=8,
-            color="#333333" if defined[i] else "#888888",
-        )
-    ax.set_xlabel("Jensen–Shannon divergence of mean α, correct vs incorrect\n(base 2: 0 = same profile, 1 = disjoint)")
+        ax.text(1.02, i, note, transform=trans, va="center", ha="left", fontsize=8,
+                color="#333333" if ranked[i] else "#888888")  # fmt: skip
+    ax.set_xlabel("Jensen–Shannon divergence of mean α, correct vs incorrect (bits)\n"
+                  "0 = same profile, 1 = disjoint; 0.01 ≈ 12 % of the attention moved between two layers")  # fmt: skip
     ax.set_ylabel("true class (rank 1 on top)")
     n_bad = int(s["n_incorrect"].sum())
     ax.set_title(
@@ -510,13 +529,15 @@ def plot_token_alpha(alpha: np.ndarray, tokens: Sequence[str], layers: Sequence[
     width, _ = _heatmap_size(T, L, labels, short)
     fig = _figure(width, max(3.6, 1.6 + 0.2 * T))
     ax = fig.subplots()
-    im = ax.imshow(alpha, cmap=colormaps["viridis"], vmin=0.0, vmax=max(float(alpha.max(initial=0.0)), 1e-6),
-                   aspect="auto", interpolation="nearest")  # fmt: skip
+    lo, hi = alpha_scale([alpha], L)  # anchored at 0, at least twice the uniform share
+    im = ax.imshow(alpha, cmap=colormaps["viridis"], vmin=lo, vmax=hi, aspect="auto", interpolation="nearest")
     ax.set_yticks(np.arange(T), labels, fontsize=7 if T > 25 else 9)
     _layer_axis(ax, short)
     ax.set_xlabel(f"layer ({prefix}N, shallow → deep)" if prefix else "layer (shallow → deep)")
     ax.set_ylabel("input token (position ↓)")
     ax.set_title(title, fontsize=10.5)
     ax.tick_params(length=0)
-    fig.colorbar(im, ax=ax, shrink=0.9, pad=0.02).set_label("α (LAYA head)")
+    cbar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.02)
+    cbar.set_label(f"α (LAYA head), 0 to {hi:.2f}")
+    mark_uniform(cbar, 1.0 / L)
     _save(fig, path)

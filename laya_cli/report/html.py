@@ -53,17 +53,40 @@ details pre { background: #f7f7f7; padding: 0.6em; overflow: auto; max-height: 3
 
 _CAPTIONS = {
     "global": "Mean α per layer over all exported samples (bars, ± 1 std) with the means over correct and "
-    "incorrect predictions (markers); the dashed line is the uniform weighting 1/L.",
-    "heatmap_all": "Mean α per true class and layer, all predictions.",
-    "heatmap_correct": "Mean α per true class and layer, correct predictions only.",
-    "heatmap_incorrect": "Mean α per true class and layer, incorrect predictions only (grey: no errors).",
-    "heatmap_shift": "Mean α(incorrect) − mean α(correct) per true class and layer.",
-    "shift_ranking": "Jensen–Shannon divergence (base 2) between the mean α of correct and of incorrect "
-    "predictions, per true class, ranked.",
+    "incorrect predictions (markers); the dashed line is the uniform weighting 1/L = {uniform}. A bar twice that "
+    "high takes twice a uniform share of the attention; 0.05 between two bars is 5 % of it.",
+    "heatmap_all": "Mean α per true class and layer, all predictions. Colour from 0 to {top} (the larger of the "
+    "largest mean α and 2/L), the uniform 1/L = {uniform} marked on the bar: two cells 0.05 apart differ by 5 % of "
+    "the attention.",
+    "heatmap_correct": "Mean α per true class and layer, correct predictions only (the same colour scale).",
+    "heatmap_incorrect": "Mean α per true class and layer, incorrect predictions only (the same colour scale; grey: no "
+    "errors).",
+    "heatmap_shift": "Mean α(incorrect) − mean α(correct) per true class and layer. +0.05: the wrong predictions put "
+    "5 % more of their attention on that layer than the right ones; the colour saturates at ±max(largest |Δ|, "
+    "{shift_from}), so a shift under 0.01 stays near white.",
+    "shift_ranking": "Jensen–Shannon divergence (base 2, bits) between the mean α of correct and of incorrect "
+    "predictions, per true class. Ranked and drawn in colour only from {js_from} bits on (the dashed line): about "
+    "12 % of the attention moved between two equally used layers; below it the two profiles are the same to a "
+    "reader. The axis spans at least {js_axis} bits, so a tiny divergence draws a tiny bar.",
     "strip": "The first exported samples with their prediction and layer attention.",
     "depth": "Accuracy against mean backbone FLOPs (% of the full model): the model cut after each tap (α masked "
     "above k), heads refitted on the taps ≤ k, the early-exit threshold sweeps and the oracle.",
 }
+
+
+def caption(key: str, exp) -> str:
+    """A figure's caption with the numbers its picture is drawn to (1/L, the colour scale's top, the sizes)."""
+    from .figures import SHIFT_COLOUR_FROM, alpha_scale
+
+    L = max(len(getattr(exp, "layers", None) or ()), 1)
+    js_from = getattr(exp, "shift_ranked_from", 0.0) or 0.0
+    numbers = {"uniform": f"{1 / L:.3f}", "shift_from": f"{SHIFT_COLOUR_FROM:g}", "js_from": f"{js_from:g}",
+               "js_axis": f"{4 * js_from:g}", "top": f"{2 / L:.2f}"}  # fmt: skip
+    if key.startswith("heatmap_") and getattr(exp, "has_alpha", False):
+        mats = [exp.matrix(s) for s in ("all", "correct", "incorrect")]
+        numbers["top"] = f"{alpha_scale(mats, L)[1]:.2f}"
+    return _CAPTIONS[key].format(**numbers)
+
 
 _LOADERS = {".csv": "pandas.read_csv", ".parquet": "pandas.read_parquet", ".npz": "numpy.load"}
 
@@ -91,8 +114,8 @@ def render_html(
     def figure(key: str) -> str:
         if key not in pngs:
             return ""
-        caption = _CAPTIONS[key]
-        return f"<figure>{_img(root / 'plots', pngs[key], caption)}<figcaption>{e(caption)}</figcaption></figure>"
+        text = caption(key, exp)
+        return f"<figure>{_img(root / 'plots', pngs[key], text)}<figcaption>{e(text)}</figcaption></figure>"
 
     results = result_sections(getattr(exp, "results", None) or {}, {"depth": figure("depth")})
     toc = [("model", "Model"), *((anchor, title.split(":")[0]) for anchor, title, _ in results)]
@@ -152,6 +175,25 @@ def _model_table(exp) -> str:
     return html_table(None, [(f"<b>{k}</b>", v) for k, v in rows])
 
 
+def rank_text(rank) -> str:
+    """A class's rank in the attention shift; '—' where it is not ranked (below the practical size, or n/a)."""
+    try:
+        return str(int(rank))
+    except (TypeError, ValueError):  # None, pandas' NA, NaN
+        return "—"
+
+
+def js_text(v) -> str:
+    """A JS divergence in bits: 4 decimals, or 2 significant digits below 0.001 (never a 0.0000 that is not 0)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "n/a"
+    if math.isnan(f):
+        return "n/a"
+    return f"{f:.4f}" if f >= 1e-3 or f == 0 else f"{f:.1e}"
+
+
 def _attention_sections(exp, figure: Callable[[str], str]) -> list[str]:
     """A head with α: the global layer attention, per class × layer, and the attention shift per class."""
     parts = ['<h2 id="global">Global layer attention</h2>', *_collapse_parts(exp), figure("global"), _global_table(exp)]
@@ -164,8 +206,11 @@ def _attention_sections(exp, figure: Callable[[str], str]) -> list[str]:
         '<h2 id="shift">Attention shift: correct vs incorrect</h2>',
         "<p>Per true class, the Jensen–Shannon divergence (base 2, in [0, 1]) between the mean α of its "
         "correctly and of its incorrectly predicted samples. Note that scipy's <code>jensenshannon</code> "
-        "returns the JS <em>distance</em>, the square root of this divergence (also given below). Classes "
-        "with no incorrect (or no correct) predictions have no divergence (n/a) and rank last.</p>",
+        "returns the JS <em>distance</em>, the square root of this divergence (also given below). A class is "
+        f"ranked only from {getattr(exp, 'shift_ranked_from', 0.0):g} bits on (about 12 % of the attention moved "
+        "between two layers); "
+        "below that its rank is — (the shift is too small to mean anything). Classes with no incorrect (or no "
+        "correct) predictions have no divergence (n/a) and come last.</p>",
         figure("shift_ranking"),
         _shift_table(exp),
     ]
@@ -230,9 +275,9 @@ def _shift_table(exp) -> str:
         defined = r.js_divergence == r.js_divergence
         rows.append(
             [
-                str(r.rank),
+                rank_text(r.rank),
                 e(str(r.class_name)),
-                _num(r.js_divergence),
+                js_text(r.js_divergence),
                 _num(r.js_distance),
                 str(r.n_correct),
                 str(r.n_incorrect),
@@ -285,7 +330,7 @@ def audit_section(doc: dict) -> str:
         "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
         "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed (laya's "
         "docs/metrics.md).</p>",
-        *([html_methods_table(methods, compared)] if methods or not doc.get("network") else []),
+        *([html_methods_table(methods, compared, doc.get("ranking"))] if methods or not doc.get("network") else []),
         f'<p class="sub">{caption}</p>',
         *network_html(doc, compared),
     ]

@@ -17,9 +17,13 @@ def _maybe(value, missing: str = "not measured (no test split: trained with laya
 NOT_OPTIONS = ("align_source", "align_dropped")
 
 
-def training_text(train_config: dict | None, shown_elsewhere: tuple[str, ...] = ()) -> str | None:
+def training_text(
+    train_config: dict | None, shown_elsewhere: tuple[str, ...] = (), used: dict | None = None
+) -> str | None:
     """Every training option a checkpoint records, as the options read ('--epochs 2 · --lr 0.0003 · --tau-start
-    none · --pretrained'); None when it records none."""
+    none · --pretrained'); None when it records none. ``used``: the value the run resolved for an option left unset
+    (recorded None), shown as it was used ('--block-size 64 (default)', never '--block-size none' beside blocks of
+    64 tokens)."""
     if not train_config:
         return None
     parts = []
@@ -32,6 +36,9 @@ def training_text(train_config: dict | None, shown_elsewhere: tuple[str, ...] = 
             continue
         if isinstance(value, (list, tuple)):
             value = ",".join(map(str, value)) or None
+        if value is None and (used or {}).get(key) is not None:
+            parts.append(f"{option} {used[key]} (default)")
+            continue
         shown = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
         parts.append(f"{option} {shown}")
     return " · ".join(parts)
@@ -123,13 +130,10 @@ def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
             )
         )
     if d := summary.get("dropped"):
-        rounds, spread = d.get("timing_rounds"), d.get("speedup_spread")
-        # a speed-up only where it was measured (3 or more rounds, with its spread); the FLOPs share says the rest
-        speed = (
-            f", {d['speedup']:.2f}× faster measured ({spread[0]:.2f}–{spread[1]:.2f}× over {rounds} rounds)"
-            if d.get("speedup") and rounds and rounds >= 3 and spread
-            else ""
-        )
+        from .drop import speed_text
+
+        # what the timing rounds measured (3 or more: faster, slower, none or too noisy); under 3, nothing
+        speed = speed_text(d) if d.get("timing_rounds") and d["timing_rounds"] >= 3 else ""
         rows.append(
             (
                 "dropped",

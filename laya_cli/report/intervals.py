@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .cells import Cell, Column, fmt, interval_format
+from .cells import Cell, Column, column_format, difference_cell, fmt
 
 # the metrics of the paired-difference table, with their short headers
 VS_LAYA = {
@@ -62,22 +62,26 @@ GROUPS = {"aopc": ("aopc",), "sufficiency": ("sufficiency@1",)}
 def vs_laya_rows(rows: dict[str, dict], groups: Sequence[str] = ()) -> tuple[list[str], list[list[Cell]]]:
     """The paired differences from ``laya`` of the metrics shown (the default ones and those of the ``--metrics``
     ``groups``): a header (difference and CI per metric) and one row per method that has them; a difference
-    whose interval excludes 0 is marked (``best``)."""
+    whose interval excludes 0 is marked (``sig``: a leading star, never a colour). Each metric's numbers share one
+    format, sized on every method's difference and bounds (``column_format``)."""
     shown = {*SHOWN, *(m for g in groups for m in GROUPS.get(g, ()))}
     metrics = [m for m in VS_LAYA if m in shown and any(m in (r.get("vs_laya") or {}) for r in rows.values())]
     level = level_of(rows) or 0.95
     header = ["method"] + [h for m in metrics for h in (f"Δ {VS_LAYA[m]}", ci_header(level))]
+    listed = {name: row["vs_laya"] for name, row in rows.items() if row.get("vs_laya")}
+    specs = {
+        m: column_format(
+            ((vs.get(m) or {}).get("difference"), (vs.get(m) or {}).get("ci_low"), (vs.get(m) or {}).get("ci_high"))
+            for vs in listed.values()
+        )
+        for m in metrics
+    }
     body = []
-    for name, row in rows.items():
-        vs = row.get("vs_laya") or {}
-        if not vs:
-            continue
+    for name, vs in listed.items():
         cells = [Cell(name)]
         for m in metrics:
-            b = vs.get(m) or {}
-            lo, hi = b.get("ci_low"), b.get("ci_high")
-            mark = "best" if (lo is not None and lo > 0) or (hi is not None and hi < 0) else None
-            spec = interval_format(b.get("difference"), lo, hi)
-            cells += [Cell(fmt(b.get("difference"), spec), mark), Cell(ci_text(b, spec))]
+            b, spec = vs.get(m) or {}, specs[m]
+            cells += [difference_cell(fmt(b.get("difference"), spec), b.get("ci_low"), b.get("ci_high"))]
+            cells.append(Cell(ci_text(b, spec)))
         body.append(cells)
     return header, body

@@ -12,7 +12,9 @@ HEADER = ("layer", "logit lens KL", "logit lens CE", "tuned lens KL", "tuned len
 
 
 def number(value, spec: str) -> str:
-    return spec.format(value)
+    """``value`` in ``spec``, never a negative zero ('-0.0000': a KL of 0 rounded from below)."""
+    text = spec.format(value)
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 LENS_FIGURES = ("logit_kl", "logit_ce", "tuned_kl", "tuned_ce")
@@ -24,7 +26,7 @@ def _lens_cell(r: dict, k: str, value) -> str:
     if r.get(k) is None:
         return "—"
     if value is number and r.get(f"{k}_ci") is not None:
-        return f"{r[k]:.4f} ± {r[f'{k}_ci']:.4f}"
+        return f"{number(r[k], '{:.4f}')} ± {r[f'{k}_ci']:.4f}"
     return value(r[k], "{:.4f}")
 
 
@@ -43,7 +45,12 @@ def lm_rows(metrics: dict, layers: Sequence[str], value: Callable[[object, str],
 
 
 def caption(metrics: dict) -> str:
-    text = f"held-out, {metrics['tokens']:,} positions; KL to the model's final distribution and CE, bits per token"
+    asked = metrics.get("tokens_asked")  # --eval-tokens: whole batches are read, so a few more positions
+    rounded = f" (--eval-tokens {asked:,}, rounded up to whole batches)" if asked and asked != metrics["tokens"] else ""
+    text = (
+        f"held-out, {metrics['tokens']:,} positions{rounded}; KL to the model's final distribution and CE, bits per "
+        "token"
+    )
     lens = metrics.get("lens") or {}
     if lens.get("kind") == "none":
         return text + "; no lens measured (--lens none)"
@@ -95,7 +102,11 @@ def lm_info_panel(summary: dict, path):
         ("heads", f"{h['kind']}  " + "  ".join(f"{k}={v}" for k, v in h["config"].items()) + _lens_words(summary)),
         ("text", f"{d['name']}, blocks of {d.get('block_size')} tokens, tokenizer: {text.get('source')}"),
         ("epochs", str(summary["epochs"])),
-        *([("training", t)] if (t := training_text(summary.get("train_config"), LM_SHOWN)) else []),
+        *(
+            [("training", t)]
+            if (t := training_text(summary.get("train_config"), LM_SHOWN, {"block_size": d.get("block_size")}))
+            else []
+        ),
     ]
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/]", escape(str(value)))
@@ -180,16 +191,24 @@ def exit_markdown(result: dict) -> str:
 def by_position_rows(by_position: dict) -> tuple[list[str], list[list[str]]]:
     """Faithfulness (and Deletion@1) per method and scope in ranges of the position in the block."""
     first = next(iter(by_position.values()))
-    header = ["scope", "method"] + [f"t {p} (n={n})" for p, n in zip(first["positions"], first["n"])]
+    header = ["scope", "method"] + [f"t {p} ({n:,} positions)" for p, n in zip(first["positions"], first["n"])]
     rows = []
     for scope, block in by_position.items():
         for method, values in block["methods"].items():
-            rows.append([scope, method] + ["" if v is None else f"{v:.3f}" for v in values["faithfulness"]])
+            defined = values.get("defined") or [None] * len(values["faithfulness"])  # an audit from before: none
+            cells = [
+                "n/a" if v is None or v != v else f"{v:.3f}" + ("" if k is None else f" ({k:,})")
+                for v, k in zip(values["faithfulness"], defined)
+            ]
+            rows.append([scope, method, *cells])
     return header, rows
 
 
 def by_position_table(by_position: dict):
-    caption = "mean Spearman ρ over the positions in range"
+    caption = (
+        "mean Spearman ρ over the positions in range where it is defined (in brackets: how many; the header: all the "
+        "range's positions; ρ is undefined where the effects or the scores do not vary)"
+    )
     return _terminal("faithfulness by position in the block", *by_position_rows(by_position), caption, left=(0, 1))
 
 

@@ -194,7 +194,11 @@ def render_token_html(data: dict, heatmap_png: bytes | None, plots: bool) -> str
     parts += [f'<p class="note">{e(note)}</p>' for note in data["notes"]]
     if heatmap_png is not None:
         b64 = base64.b64encode(heatmap_png).decode("ascii")
-        caption = "α of the LAYA head per input token (down) and layer (across), for the first exported block."
+        caption = (
+            "α of the LAYA head per input token (down) and layer (across), for the first exported block; colour from "
+            "0 to the larger of the largest α and 2/L, the uniform 1/L marked on the bar: two cells 0.05 apart differ "
+            "by 5 % of the token's attention."
+        )
         parts += ['<h2 id="heatmap">α per token</h2>',
                   f'<figure><img src="data:image/png;base64,{b64}" alt="{e(caption)}">'
                   f"<figcaption>{e(caption)}</figcaption></figure>"]  # fmt: skip

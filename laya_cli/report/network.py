@@ -27,6 +27,11 @@ SCOPE_LOLO = "lolo_effects"  # the comparison's row for the effects themselves
 NETWORK = "network:"  # a comparison keys the network-scope methods ``network:METHOD``
 
 SCOPE_METHOD_HEADER = ["method", "ρ(head, network)", "± std", "undef."]
+# Under the ρ(head, network) table: why laya, contrib and random are not in it
+SCOPE_METHOD_CAPTION = (
+    "methods with an attribution of their own at network scope; laya, contrib and random score the same at both "
+    "scopes (ρ = 1 by construction) and are left out"
+)
 SCOPE_LAYER_HEADER = ["layer", "mean Δ head", "mean Δ network", "direct ÷ total"]
 # The per-layer table: a ratio of means, not a share (above 1 or below 0 where later layers offset the direct effect)
 SCOPE_LAYER_TITLE = "direct ÷ total effect of each layer (ratio of the means; > 1 or < 0: later layers offset it)"
@@ -101,15 +106,16 @@ def scope_tables(result) -> list[Table]:
         return []
     comp = result.network.comparison
     tables = []
-    for title, header, rows in (
+    for title, header, rows, caption in (
         (
             "head vs network scope: how each method's layer ranking moves",
             SCOPE_METHOD_HEADER,
             scope_method_rows(comp.methods),
+            SCOPE_METHOD_CAPTION,
         ),
-        (SCOPE_LAYER_TITLE, SCOPE_LAYER_HEADER, scope_layer_rows(comp.layers)),
+        (SCOPE_LAYER_TITLE, SCOPE_LAYER_HEADER, scope_layer_rows(comp.layers), None),
     ):
-        table = rich_table(title)
+        table = rich_table(title, caption=caption, caption_justify="left")
         table.add_column(header[0], style="bold", no_wrap=True)
         for h in header[1:]:
             table.add_column(h, justify="right", no_wrap=True)
@@ -126,7 +132,7 @@ def network_markdown(
     a ``--baseline`` comparison (its network-scope part adds baseline and change columns); with ``misses``
     and ``drop_misses`` (a --scope network run, which has no head-scope section), the gates' outcome."""
     comparison = network_comparison(comparison)
-    rows = method_rows(result.network.methods)  # the default columns: what the network scope computes
+    rows = method_rows(result.network.methods, result.network.ranking)  # the default columns: what it computes
     lines = [
         f"### {NETWORK_TITLE}",
         "",
@@ -142,6 +148,8 @@ def network_markdown(
             "#### Head vs network scope",
             "",
             *md_table(SCOPE_METHOD_HEADER, scope_method_rows(comp.methods)),
+            "",
+            f"_{SCOPE_METHOD_CAPTION}_",
             "",
             f"#### {SCOPE_LAYER_TITLE[0].upper()}{SCOPE_LAYER_TITLE[1:]}",
             "",
@@ -167,7 +175,7 @@ def network_html(doc: dict, compared: dict) -> list[str]:
         "<p>Each layer's output replaced inside the backbone by "
         f"{e(NETWORK_REMOVALS.get(net.get('reference'), str(net.get('reference'))))}, every later layer "
         f"run on it ({e(how)}): faithfulness and Deletion@1 against these total effects.</p>",
-        html_methods_table(net["methods"], network_methods(compared)),
+        html_methods_table(net["methods"], network_methods(compared), net.get("ranking")),
     ]
     layers = (net.get("scopes") or {}).get("layers") or {}
     if layers:

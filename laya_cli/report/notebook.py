@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .cells import fmt, html_marked, html_table
+from .notes import labelled
 
 _CSS = (
     "<style>.laya-result{font-family:-apple-system,'Segoe UI',Roboto,Arial,sans-serif;color:#222;line-height:1.4}"
@@ -51,7 +52,7 @@ def plain_text(title: str, tables: Sequence, notes: Sequence[str] = ()) -> str:
     for table in tables:
         console.print(table)
     for note in notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        console.print(labelled(note), markup=False, highlight=False)
     return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines())
 
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 
 def epoch_line(r) -> str:
-    """One epoch (a classifier's ``EpochRecord`` or a language model's ``LMEpoch``); the best so far is marked."""
+    """One epoch (a classifier's ``EpochRecord`` or a language model's ``LMEpoch``) with each figure's unit: the
+    training loss in nats (a language model's per token, its terms summed: the objective, the tuned lens, --align,
+    --exit-aware), the held-out KL and CE in bits per token; the best so far is marked."""
     mark = " [green]*best[/]" if r.best else ""
-    if hasattr(r, "val_kl_bits"):  # a language model's: its held-out objective in bits per token
+    if hasattr(r, "val_kl_bits"):  # a language model's: what it trains on, in nats; held-out figures in bits
         return (
-            f"epoch {r.epoch:3d}  loss {r.loss:.4f}  val KL {r.val_kl_bits:.4f} bits  val CE {r.val_ce_bits:.4f} bits  "
-            f"{r.seconds:.1f}s{mark}"
+            f"epoch {r.epoch:3d}  train objective {r.loss:.4f} nats/token (all terms summed)  held-out KL "
+            f"{r.val_kl_bits:.4f}, CE {r.val_ce_bits:.4f} bits/token  {r.seconds:.1f}s{mark}"
         )
     faithfulness = "" if r.val_faithfulness is None else f"  val faith {r.val_faithfulness:.4f}"
     return (
-        f"epoch {r.epoch:3d}  loss {r.loss:.4f}  train acc {r.train_accuracy:.4f}  val acc {r.val_accuracy:.4f}"
-        f"{faithfulness}  {r.seconds:.1f}s{mark}"
+        f"epoch {r.epoch:3d}  loss {r.loss:.4f} nats/sample  train acc {r.train_accuracy:.4f}  val acc "
+        f"{r.val_accuracy:.4f}{faithfulness}  {r.seconds:.1f}s{mark}"
     )
 
 

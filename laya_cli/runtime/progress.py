@@ -8,12 +8,9 @@ setting on exit, so one command (or a test) never changes what the next one prin
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
-
-from .errors import LayaError
 
 T = TypeVar("T")
 
@@ -49,6 +46,7 @@ class LazyConsole:
 
 console = LazyConsole(stderr=True)
 _enabled = True
+_active: list = []  # the loops being tracked, innermost last (``within`` and ``phase`` report to it)
 
 
 def set_enabled(flag: bool) -> bool:
@@ -76,33 +74,98 @@ def is_enabled() -> bool:
     return _enabled
 
 
-def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+def plural(unit: str, n: float = 2) -> str:
+    """``unit`` for ``n`` of it: 'batch' → 'batches', 'block' → 'blocks' (1 keeps the singular)."""
+    if n == 1 or not unit:
+        return unit
+    return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
+
+
+def track(
+    items: Iterable[T], description: str, total: int | None = None, *, unit: str = "step", of: str = ""
+) -> Iterator[T]:
     """``items``, with a rich bar on a terminal (or in Jupyter), and in logs and pipes a plain line every
-    ``LOG_INTERVAL`` seconds (``log_lines``); nothing when disabled."""
+    ``LOG_INTERVAL`` seconds (``log_lines``); nothing when disabled. ``unit``: what one item is, singular ('batch');
+    ``of``: what one holds ('of 32 images'), said once in each line, so a line never reads 'epoch 2: 8, 4.6 s each'.
+    Work inside an item reports how far it got with ``within`` and ``phase``: the line, the bar and the time left
+    move inside one long item too."""
     if not _enabled:
         yield from items
         return
     if not (console.is_terminal or console.is_jupyter):  # no bars in logs and pipes: plain lines
-        yield from log_lines(items, description, total)
+        yield from log_lines(items, description, total, unit=unit, of=of)
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     columns = [
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[count]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     ]
-    with Progress(*columns, console=console.get(), transient=True) as progress:
-        yield from progress.track(items, total=total, description=description)
+    with Progress(*columns, console=console.get(), transient=True) as bar:
+        task = bar.add_task(description, total=total, count="")
+
+        def show(tracker: Tracker) -> None:
+            bar.update(task, completed=tracker.done + tracker.pos, count=tracker.count_text())
+
+        yield from Tracker(description, total, unit, of, show, interval=0.0).run(items)
+
+
+def within(items: Iterable[T], n: int | None = None) -> Iterator[T]:
+    """``items`` (``n`` of them; default ``len(items)``), each an equal share of the current item of the loop being
+    tracked (or of the enclosing ``within`` or ``phase``): its progress is reported after each, so a long item (a
+    batch whose layers are patched one by one) moves the line and the time left. A plain loop when none is tracked."""
+    tracker = _active[-1] if _active else None
+    if tracker is None:
+        yield from items
+        return
+    n = len(items) if n is None else n  # type: ignore[arg-type]
+    start, size = tracker.pos, tracker.span()
+    for i, item in enumerate(items):
+        tracker.enter(start + i * size / max(n, 1), size / max(n, 1))
+        try:
+            yield item
+        finally:
+            tracker.leave(start + (i + 1) * size / max(n, 1))
+
+
+@contextlib.contextmanager
+def ticks(n: int) -> Iterator[Callable[[], None]]:
+    """A function to call ``n`` times inside (a callback: Captum's passes over IG's steps in internal batches), each
+    call moving the current share of the item being tracked on by 1/n; a no-op when none is tracked."""
+    tracker = _active[-1] if _active else None
+    if tracker is None or n < 1:
+        yield lambda: None
+        return
+    start, size, calls = tracker.pos, tracker.span(), [0]
+
+    def tick() -> None:
+        calls[0] = min(calls[0] + 1, n)
+        tracker.pos = start + calls[0] * size / n
+        tracker.report()
+
+    tracker.enter(start, size)
+    try:
+        yield tick
+    finally:
+        tracker.leave(start + size)
+
+
+@contextlib.contextmanager
+def phase(weight: float) -> Iterator[None]:
+    """The work inside is ``weight`` (0..1) of the current share of the item being tracked, from where it stands."""
+    tracker = _active[-1] if _active else None
+    if tracker is None:
+        yield
+        return
+    start, size = tracker.pos, weight * tracker.span()
+    tracker.enter(start, size)
+    try:
+        yield
+    finally:
+        tracker.leave(start + size)
 
 
 def log(message: str) -> None:
@@ -111,49 +174,127 @@ def log(message: str) -> None:
         console.print(message, highlight=False, soft_wrap=True)
 
 
+def warn(message: str) -> None:
+    """A warning on stderr, shown with progress off too (``--quiet``): what the user must know about a result."""
+    console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
 LOG_INTERVAL = 30.0  # seconds between two plain progress lines in a log; LAYA_PROGRESS_INTERVAL sets another
 
 
 def log_interval() -> float:
     """The seconds between two plain progress lines: ``LAYA_PROGRESS_INTERVAL``, else ``LOG_INTERVAL``."""
-    raw = os.environ.get("LAYA_PROGRESS_INTERVAL", "").strip()
-    if not raw:
-        return LOG_INTERVAL
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise LayaError(f"LAYA_PROGRESS_INTERVAL must be a number of seconds (0 or more), got {raw!r}")
-    return seconds
+    from .environment import env
+
+    return env("LAYA_PROGRESS_INTERVAL", LOG_INTERVAL)
+
+
+FIRST_LINE = 10.0  # seconds: the first plain line (with its time left) comes this early, then every interval
+
+
+class Tracker:
+    """One tracked loop: items done, how far into the current one (``pos``, 0..1, moved by ``within`` and
+    ``phase``), and when its last line went out. ``emit`` shows it (a plain line, or the bar's update)."""
+
+    def __init__(self, description, total, unit, of, emit, interval: float, first: float | None = None):
+        self.description, self.total, self.unit, self.of, self.emit = description, total, unit, of, emit
+        self.interval = interval
+        self.first = min(interval, FIRST_LINE) if first is None else first
+        self.done, self.pos, self.spans = 0, 0.0, [(0.0, 1.0)]
+        self.start = self.last = time.monotonic()
+        self.printed, self.shown = False, -1.0
+
+    def run(self, items: Iterable[T]) -> Iterator[T]:
+        _active.append(self)
+        try:
+            for item in items:
+                yield item
+                self.done, self.pos, self.spans = self.done + 1, 0.0, [(0.0, 1.0)]
+                if not (self.total and self.done >= self.total):  # the last item: the closing line says it
+                    self.report()
+        finally:
+            _active.remove(self)
+
+    def span(self) -> float:
+        return self.spans[-1][1]
+
+    def enter(self, start: float, size: float) -> None:
+        self.pos = start
+        self.spans.append((start, size))
+
+    def leave(self, end: float) -> None:
+        self.spans.pop()
+        self.pos = end
+        self.report()
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.start
+
+    def report(self) -> None:
+        """Emit a line when one is due: the first after ``first`` seconds, then every ``interval``."""
+        now, at = time.monotonic(), self.done + self.pos
+        due = self.interval if self.printed else self.first
+        if now - self.last >= due and at != self.shown:  # never the same count twice (an item's end, then its close)
+            self.emit(self)
+            self.last, self.printed, self.shown = now, True, at
+
+    def count_text(self) -> str:
+        done = self.done + self.pos
+        count = f"{done:,.1f}" if self.pos else f"{self.done:,}"
+        if self.total:
+            count += f"/{self.total:,}"
+        return f"{count} {plural(self.unit, self.total or done)}"
 
 
 def log_lines(
-    items: Iterable[T], description: str, total: int | None = None, interval: float | None = None
+    items: Iterable[T],
+    description: str,
+    total: int | None = None,
+    interval: float | None = None,
+    *,
+    unit: str = "",
+    of: str = "",
 ) -> Iterator[T]:
-    """``items``, with a plain line every ``interval`` seconds (``LOG_INTERVAL``) while they last — items done, the
-    rate, and with a ``total`` the share and the time left — and one when they end if any was printed: what a
-    long run shows in a log file, a CI job or a pipe, where a rich bar would print nothing. A loop shorter than
-    the interval prints nothing. ``interval`` None: ``log_interval()``."""
+    """``items``, with a plain line while they last — items done (fractions of one where its work reports them:
+    ``within``, ``phase``), the rate, and with a ``total`` the share and the time left — the first after
+    ``FIRST_LINE`` seconds (or the interval, if shorter), then every ``interval`` seconds (``LOG_INTERVAL``), and
+    one when they end if any was printed: what a long run shows in a log file, a CI job or a pipe, where a rich bar
+    would print nothing. A loop shorter than that prints nothing. ``interval`` None: ``log_interval()``."""
     interval = log_interval() if interval is None else interval
-    start = last = time.monotonic()
-    done, printed = 0, False
-    for item in items:
-        yield item
-        done += 1
-        now = time.monotonic()
-        if now - last >= interval:
-            log_line(progress_text(description, done, total, now - start))
-            last, printed = now, True
-    if printed:
-        log_line(progress_text(description, done, total, time.monotonic() - start, finished=True))
+
+    def line(tracker: Tracker) -> None:
+        log_line(progress_text(description, tracker.done + tracker.pos, total, tracker.seconds(), unit=unit, of=of))
+
+    tracker = Tracker(description, total, unit, of, line, interval)
+    yield from tracker.run(items)
+    if tracker.printed:
+        log_line(progress_text(description, tracker.done, total, tracker.seconds(), finished=True, unit=unit, of=of))
 
 
-def progress_text(description: str, done: int, total: int | None, seconds: float, finished: bool = False) -> str:
-    """'epoch 3: 120/400 (30 %), 4.1/s, 1m 08s left' (or '…, done in 1m 37s')."""
+def progress_text(
+    description: str,
+    done: float,
+    total: int | None,
+    seconds: float,
+    finished: bool = False,
+    *,
+    unit: str = "",
+    of: str = "",
+) -> str:
+    """'epoch 3: 120/400 batches of 32 images (30 %), 4.1 batches/s, 1m 08s left' (or '…, done in 1m 37s');
+    'auditing: 0.4/5 batches (8 %), 95 s per batch, 7m 24s left' inside a long first batch."""
     rate = done / seconds if seconds > 0 else float("inf")
-    count = f"{done:,}/{total:,} ({100 * done / total:.0f} %)" if total else f"{done:,}"
-    speed = f"{rate:.1f}/s" if rate >= 1 or rate == 0 else f"{seconds / done:.1f} s each"
+    number = f"{done:,.1f}" if done != int(done) else f"{int(done):,}"
+    noun = f" {plural(unit, total or done)}" if unit else ""
+    detail = f" {of}" if of and unit else ""
+    share = f" ({100 * done / total:.0f} %)" if total else ""
+    count = f"{number}/{total:,}{noun}{detail}{share}" if total else f"{number}{noun}{detail}"
+    per = f" {plural(unit)}/s" if unit else "/s"
+    speed = (
+        f"{rate:.1f}{per}"
+        if rate >= 1 or rate == 0
+        else f"{seconds / done:.1f} s " + (f"per {unit}" if unit else "each")
+    )
     if finished:
         return f"{description}: {count}, {speed}, done in {_duration(seconds)}"
     left = f", {_duration((total - done) / rate)} left" if total and total > done and rate > 0 else ""

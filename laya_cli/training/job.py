@@ -33,7 +33,7 @@ from ..runtime import distributed
 from ..runtime.device import check_precision, precision, resolved_precision
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from ..runtime.fileio import check_writable
-from ..runtime.progress import log
+from ..runtime.progress import log, warn
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
@@ -444,6 +444,9 @@ def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
     backbone = bb.build_backbone(spec, state, trust_pickle=req.trust_pickle)
     if req.max_length is not None and not isinstance(backbone.input_cfg, bb.TextInput):
         raise LayaError(f"--max-length applies to text models; {name} takes images")
+    log(bb.start_line(backbone, req.weights))
+    if bb.frozen_random(finetune, "" if req.weights else backbone.weights_source):
+        warn(bb.frozen_random_warning(name))
     return backbone
 
 
@@ -454,6 +457,7 @@ def _checked(req: TrainRequest) -> TrainRequest:
     req.data.name = dataset_name(req.data.name)
     resolved_request(req)  # --align / --align-target: the kind's default where not given (recorded resolved)
     check_writable(req.out)
+    check_precision(req.train.precision, req.train.device)  # before any data is read or model built
     bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
     check_no_unfinished_run(req)
     if req.data.image_size is None and holds_images(req.data):

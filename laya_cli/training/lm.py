@@ -44,6 +44,7 @@ from ..runtime.fileio import check_writable
 from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
 from .lm_alignment import TokenAlignment
+from .loop import check_finite_weights, non_finite_loss
 from .settings import TrainRequest
 from .shaping import layer_dropout_mask
 
@@ -200,7 +201,7 @@ def evaluate(
     n, n_lens = 0, 0
     # the same held-out positions at every epoch, for every training seed and lens: their figures are paired
     generator = torch.Generator().manual_seed(seed)
-    for x in progress.track(held_out, "held-out evaluation"):
+    for x in progress.track(held_out, "held-out evaluation", unit="batch", of=f"(up to {max_tokens:,} positions)"):
         per_block = x.shape[2] - 1
         share = min(math.ceil(positions * len(x) * per_block / max_tokens), positions - n_lens) if positions else 0
         reads = lensed and (not positions or share > 0)  # the sample already full: this batch's lens is not read
@@ -236,7 +237,7 @@ def evaluate(
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
     lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
-    return {"tokens": n, "layers": layers, "heads": heads, "lens": lens_info}
+    return {"tokens": n, "tokens_asked": max_tokens, "layers": layers, "heads": heads, "lens": lens_info}
 
 
 def _add_lens_figures(lm, tuned, lensed, hs: Tensor, targets: Tensor, sums: dict, squares: dict) -> None:
@@ -315,7 +316,7 @@ def _epoch(
     for term in (aligned, exit_aware):
         if term is not None:
             term.start_epoch(epoch)
-    for x in progress.track(train, f"epoch {epoch}"):
+    for x in progress.track(train, f"epoch {epoch}", unit="batch", of=f"of {t.batch_size} blocks of {block} tokens"):
         sample = lens_rows(len(x), x.shape[2] - 1, req.lm.lens_sample, generator) if tuned is not None else None
         mine = my_rows(x)
         hs, targets = token_states(lm, mine)
@@ -328,10 +329,14 @@ def _epoch(
         if exit_aware is not None:
             depths = exit_aware.depths(len(x), x.shape[2] - 1, hs.shape[1])
             truncated = (exit_aware.weight, exit_aware.reference(hs.device), depths)
-        total += train_step(laya, tuned, hs, targets, req.lm.objective, opt, t.layer_dropout, sample, align, truncated)
+        loss = train_step(laya, tuned, hs, targets, req.lm.objective, opt, t.layer_dropout, sample, align, truncated)
+        if not math.isfinite(loss):  # a diverged run keeps nothing: no checkpoint is written (docs/lm.md)
+            raise non_finite_loss(t, epoch, f"at batch {steps + 1}")
+        total += loss
         steps += 1
     if steps == 0:
         raise LayaError(f"{req.data.name}: the training text is shorter than one block of {block} tokens")
+    check_finite_weights([laya, tuned], t, epoch)  # a last step can turn them NaN after a finite loss
     return total / steps, steps
 
 
@@ -359,6 +364,7 @@ def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = Non
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained is not False, task="lm")
     lm = build_language_model(spec, device_map=req.lm.device_map)
+    progress.log(f"{req.backbone}: starts from {lm.backbone.weights_source}; frozen (its heads train per position)")
     _with_tokenizer(lm, corpus)
     block = _block_size(req, lm)
     lm.to(t.device)  # a model placed by --device-map stays where it is; the heads sit with its readout
@@ -402,6 +408,8 @@ def _epochs(lm, laya, tuned, corpus, req: TrainRequest, block: int, terms, on_ep
         held_out = batches(lm, corpus, "test", block, t.batch_size)
         val = evaluate(lm, laya, tuned, held_out, settings.eval_tokens, settings.lens, settings.lens_tokens)
         score = val["heads"]["laya"][settings.objective]
+        if not math.isfinite(score):  # finite weights whose held-out figures are not: as diverged
+            raise non_finite_loss(t, epoch, "in the held-out evaluation")
         improved = best is None or score < best
         record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
                          time.perf_counter() - start, improved)  # fmt: skip

@@ -51,6 +51,7 @@ def non_finite_loss(cfg: TrainConfig, epoch: int, where: str) -> NonFiniteLoss:
     suspects += [f"--alpha-entropy {cfg.alpha_entropy:g}"] if cfg.alpha_entropy else []
     suspects += [f"--tau-start {cfg.tau_start:g}"] if cfg.tau_start is not None else []
     suspects += [f"--align {cfg.align:g}"] if cfg.align else []
+    suspects += [f"--exit-aware {cfg.exit_aware:g}"] if cfg.exit_aware else []
     suspects += [f"--precision {cfg.precision}"] if cfg.precision not in ("auto", "fp32") else []
     lower = "lower it" if len(suspects) == 1 else "lower the learning rate or the loss terms' weights"
     return NonFiniteLoss(
@@ -66,9 +67,15 @@ def _check_finite_loss(loss: float, cfg: TrainConfig, epoch: int, batch: int) ->
 
 def _check_finite_weights(model: nn.Module, cfg: TrainConfig, epoch: int) -> None:
     """After an epoch: the trained weights are finite (a last step can turn them NaN after a finite loss)."""
-    for p in model.parameters():
-        if p.requires_grad and not torch.isfinite(p.detach()).all():
-            raise non_finite_loss(cfg, epoch, "in the last step")
+    check_finite_weights([model], cfg, epoch)
+
+
+def check_finite_weights(modules, cfg: TrainConfig, epoch: int) -> None:
+    """The trained weights of ``modules`` (None: not trained) are finite, else ``non_finite_loss``'s line."""
+    for module in modules:
+        for p in module.parameters() if module is not None else ():
+            if p.requires_grad and not torch.isfinite(p.detach()).all():
+                raise non_finite_loss(cfg, epoch, "in the last step")
 
 
 @dataclass
@@ -341,7 +348,9 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
             else batches([*train_x, train_y, *rows], cfg.batch_size, run.shuffle)
         )
         n_batches = (len(train_y) + cfg.batch_size - 1) // cfg.batch_size
-        for batch, items in enumerate(track(shuffled, f"epoch {epoch}", n_batches), 1):
+        for batch, items in enumerate(
+            track(shuffled, f"epoch {epoch}", n_batches, unit="batch", of=f"of {cfg.batch_size} samples"), 1
+        ):
             at = items.pop() if with_rows else None
             *xs, y = items
             if ddp is not None:
@@ -449,7 +458,7 @@ def _store_ddp_epoch(
     none = torch.zeros(0, dtype=torch.long)
     empty = ([torch.zeros(0, d) for d in train_x.dims], none, *([none] if with_rows else []))
     loss_sum, correct = 0.0, 0
-    for step in track(range(len(shares)), f"epoch {epoch}", len(shares)):
+    for step in track(range(len(shares)), f"epoch {epoch}", len(shares), unit="step", of="of one global batch"):
         xs, y, *rows = next(mine) if shares[step, rank] else empty
         xs, y = [to_device(x, cfg.device) for x in xs], to_device(y, cfg.device)
         global_rows = int(shares[step].sum())

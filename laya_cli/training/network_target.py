@@ -109,7 +109,13 @@ def frozen_removals(net: NetworkScope, images, device: str, batch_size: int = 25
     parts: list[list[list[Tensor]]] = []
     n = len(images)
     net.backbone.eval()
-    for xb in track(image_batches(images, batch_size, 0, n), "network target (train)", -(-n // batch_size)):
+    for xb in track(
+        image_batches(images, batch_size, 0, n),
+        "network target (train)",
+        -(-n // batch_size),
+        unit="batch",
+        of=f"of {batch_size} inputs",
+    ):
         x = to_float_images(to_device(xb, device))
         removed = net.removed_taps(x, net.activations(x))
         parts.append([[t.detach().to("cpu", dtype or t.dtype) for t in taps] for taps in removed])

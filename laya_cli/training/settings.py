@@ -12,12 +12,22 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
 from ..backbones.spec import POOL_CHOICES, TAP_CHOICES
 from ..data.settings import DataRequest
 from ..model.settings import HeadConfig, device_map_setting
-from ..runtime.declare import check_fields, refuse_other_task, setting, split_csv
+from ..runtime.declare import (
+    COUNT_MAX,
+    SEED_MAX,
+    STEPS_MAX,
+    WIDTH_MAX,
+    check_fields,
+    refuse_other_task,
+    setting,
+    split_csv,
+)
 from ..runtime.environment import CACHE_HELP, device_setting, precision_setting
 from ..runtime.errors import LayaError
 from ..runtime.fileio import digest
@@ -35,11 +45,15 @@ ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training
 
 @dataclass
 class TrainConfig:
-    epochs: int = setting(50, "Maximum epochs.", minimum=1)
-    batch_size: int = setting(128, "Batch size.", minimum=1)
+    PANEL: ClassVar[str] = "Training"
+
+    epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main", maximum=STEPS_MAX)
+    batch_size: int = setting(128, "Batch size.", minimum=1, maximum=COUNT_MAX)
     lr: float = setting(3e-4, "Adam learning rate.", above=0, below=1e30, rule="positive and below 1e30 (a float32)")
-    patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1)
-    seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.", minimum=0)
+    patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1, maximum=STEPS_MAX)
+    seed: int = setting(
+        1337, "Seed for initialisation, shuffling and the validation split.", minimum=0, maximum=SEED_MAX
+    )
     device: str = device_setting()
     align: float | None = setting(
         None,
@@ -49,12 +63,14 @@ class TrainConfig:
         "Hugging Face transformer and for --task lm; 0 elsewhere); recorded resolved.",
         minimum=0,
         rule="0 (off) or positive",
+        panel="α shaping",
     )
     align_scope: str = setting(
         "scorer",
         "What the alignment loss trains: scorer (the scorer and ψ only, the default) or head (the adapters "
         "too: the whole α path; docs/metrics.md#aligned-training).",
         choices=ALIGN_SCOPES,
+        panel="α shaping",
     )
     align_target: str | None = setting(
         None,
@@ -67,6 +83,7 @@ class TrainConfig:
         "head); given alone, "
         "--align is 1.",
         choices=ALIGN_TARGETS,
+        panel="α shaping",
     )
     align_loss: str | None = setting(
         None,
@@ -75,12 +92,14 @@ class TrainConfig:
         "frozen Hugging Face transformer with mean pooling, else rank; docs/results/network-alignment.md); "
         "recorded resolved.",
         choices=ALIGN_LOSSES,
+        panel="α shaping",
     )
     align_removal: str = setting(
         "auto",
         "--align-target network: how a block is removed — auto (bypass where every tapped block keeps its input's "
         "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved.",
         choices=("auto", *NETWORK_REMOVALS),
+        panel="α shaping",
     )
     align_source: str = setting(
         "given",
@@ -110,6 +129,7 @@ class TrainConfig:
         minimum=0,
         below=1,
         rule="in [0, 1) (the chance each layer is dropped)",
+        panel="α shaping",
     )
     alpha_entropy: float = setting(
         0.0,
@@ -119,12 +139,14 @@ class TrainConfig:
         minimum=0,
         rule="0 (off) or positive",
         task="classify",
+        panel="α shaping",
     )
     alpha_entropy_schedule: str = setting(
         "constant",
         "--alpha-entropy's λ over the epochs: constant, or linear (from λ at epoch 1 to 0 at --epochs).",
         choices=ENTROPY_SCHEDULES,
         task="classify",
+        panel="α shaping",
     )
     tau_start: float | None = setting(
         None,
@@ -133,6 +155,7 @@ class TrainConfig:
         metavar="T0",
         above=0,
         task="classify",
+        panel="α shaping",
     )
     exit_aware: float | None = setting(
         None,
@@ -144,6 +167,7 @@ class TrainConfig:
         metavar="W",
         minimum=0,
         rule="0 (off) or positive",
+        panel="α shaping",
     )
 
     LATER = {
@@ -192,6 +216,8 @@ LENS_TOKENS = 256  # --lens-tokens: held-out positions of the lens table (SmolLM
 class LMSettings:
     """What only ``--task lm`` reads (``laya train``, ``laya bench``; training/lm.py)."""
 
+    PANEL: ClassVar[str] = "Language models (--task lm)"
+
     objective: str = setting(
         "kl",
         "train on the model's own next-token distribution (kl, as the tuned lens trains) or on the next token (ce).",
@@ -204,6 +230,7 @@ class LMSettings:
         metavar="T",
         minimum=1,
         task="lm",
+        maximum=WIDTH_MAX,
     )
     eval_tokens: int = setting(
         LM_EVAL_TOKENS,
@@ -211,6 +238,7 @@ class LMSettings:
         metavar="N",
         minimum=1,
         task="lm",
+        maximum=COUNT_MAX,
     )
     lens: str = setting(
         "tuned",
@@ -227,6 +255,7 @@ class LMSettings:
         minimum=0,
         rule="0 (every position) or positive",
         task="lm",
+        maximum=COUNT_MAX,
     )
     lens_tokens: int = setting(
         LENS_TOKENS,
@@ -236,6 +265,7 @@ class LMSettings:
         minimum=0,
         rule="0 (every held-out position) or positive",
         task="lm",
+        maximum=COUNT_MAX,
     )
     device_map: str | None = device_map_setting()
 
@@ -248,13 +278,21 @@ class LMSettings:
 class TrainRequest:
     """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
 
-    backbone: str = setting("mlp", "mlp, cnn, vit_base, timm:NAME or torchvision:NAME.")
-    head: str = setting("laya", "laya, last, concat or scalarmix.", task="classify")
+    PANEL: ClassVar[str] = "Backbone"
+
+    backbone: str = setting(
+        "mlp",
+        "mlp, cnn, vit_base, timm:NAME, torchvision:NAME, hf:NAME or hf:FOLDER (Hugging Face transformers), a "
+        "torch.export program FILE.pt2, or your own architecture with --arch (docs/backbones.md).",
+        panel="Main",
+    )
+    head: str = setting("laya", "laya, last, concat or scalarmix.", task="classify", panel="Main")
     task: str = setting(
         "classify",
         "classify: a head predicting the dataset's classes; lm: a causal language model's next token at every "
         "position (hf: decoders, --dataset text:PATH; docs/lm.md).",
         choices=TASKS,
+        panel="Main",
     )
     head_config: HeadConfig = field(default_factory=HeadConfig)
     data: DataRequest = field(default_factory=DataRequest)
@@ -283,10 +321,12 @@ class TrainRequest:
     )
     pretrained: bool | None = setting(
         None,
-        "Load the timm/torchvision pretrained weights (default for frozen hub backbones; needs network or "
-        "a local hub cache).",
+        "Start from the model's pretrained weights — timm's, torchvision's, a Hugging Face hub model's or folder's — "
+        "frozen or fine-tuned (the default for those, unless --weights names a file); --no-pretrained: random "
+        "initialisation (frozen, that gives random features: warned). Offline, the weights must be in the local "
+        "hub cache (docs/backbones.md).",
         flag="--pretrained/--no-pretrained",
-    )  # None: pretrained for frozen hub backbones (vit_base, timm:, torchvision:)
+    )  # None: pretrained for hub backbones (vit_base, timm:, torchvision:, hf:) without a --weights file
     weights: str | None = setting(
         None,
         "A state-dict file (.pt/.pth/.bin/.safetensors) for --backbone timm:NAME|torchvision:NAME or --arch.",
@@ -304,16 +344,19 @@ class TrainRequest:
         "Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).",
         minimum=1,
         task="classify",
+        maximum=WIDTH_MAX,
     )
     max_length: int | None = setting(
         None,
         "Text models: most tokens per text, longer ones truncated (default: min(128, its positions)).",
         minimum=1,
         task="classify",
+        maximum=WIDTH_MAX,
     )
     finetune: bool | None = setting(
         None,
-        "Train the backbone too (default for mlp/cnn) or keep it frozen and cache features.",
+        "Train the backbone too, from the weights it starts with (the default for mlp/cnn), or keep it frozen and "
+        "cache its features (the default for the others).",
         flag="--finetune/--frozen",
         task="classify",
     )  # None: end to end for built-ins, frozen otherwise
@@ -323,12 +366,13 @@ class TrainRequest:
         task="classify",
     )
     use_cache: bool = setting(True, CACHE_HELP, param="cache", task="classify")
-    out: str = setting("model.pt", "Where to write the checkpoint.", cli_type=Path, api=False)
+    out: str = setting("model.pt", "Where to write the checkpoint.", cli_type=Path, api=False, panel="Main")
     resume: bool = setting(
         False,
         "Continue an interrupted run from the state saved beside --out (same options).",
         api=False,
         task="classify",
+        panel="Training",
     )
     feature_dtype: str = setting(
         "float32",
@@ -342,6 +386,7 @@ class TrainRequest:
         "--restart, such a state is an error).",
         api=False,
         task="classify",
+        panel="Training",
     )
     # The command line that asked for the run, resolved ({"command", "values"}), recorded in the checkpoint so
     # ``laya info --options-toml`` can write it back as a --config file (None: not from the command line).

@@ -14,10 +14,20 @@ from torch import Tensor
 from ...data.images import image_batches
 from ...features.extraction import to_float_images
 from ...runtime.device import to_device
+from ...runtime.progress import phase
 from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
-from ..metrics import degenerate_effects, deletion_at_1, lolo_effects, spearman_rows, tie_undefined
+from ..metrics import (
+    degenerate_effects,
+    deletion_at_1,
+    lolo_effects,
+    near_equal_effects,
+    ranking_block,
+    spearman_rows,
+    tie_undefined,
+    undetermined_note,
+)
 from ..plan import AuditPlan, Rows
 from ..registry import METHODS, having
 from ..results import ties_block
@@ -80,6 +90,13 @@ class NetworkRun:
     computed: list[str]  # the methods scored per batch (the whole-set ones need all batches first)
     whole: list[str]  # the whole-set methods (``global``): scored after the batches
 
+    @property
+    def crossed(self) -> list[str]:
+        """The methods whose head- and network-scope scores --scope both compares: those with an attribution of
+        their own at network scope. The others (laya, contrib, random) score the same at both scopes, so their ρ
+        is 1 by construction: not a finding, left out."""
+        return [m for m in self.computed if METHODS[m].network]
+
     @classmethod
     def prepare(cls, plan: AuditPlan, net: NetworkScope, eval_data, both: bool) -> NetworkRun:
         active = plan.active
@@ -102,7 +119,7 @@ class NetworkRun:
             "common": Rows(n)
             .add_states(["pred", "label"], torch.long)
             .add_states(["oracle", "random"])
-            .add_states(["degenerate", "tie_degenerate"], torch.bool),
+            .add_states(["degenerate", "tie_degenerate", "near_equal"], torch.bool),
             "rho": per_method(self.computed),
             "tie": Rows(n).add_states(self.computed, torch.bool),
             "d1": per_method(self.computed),
@@ -115,7 +132,7 @@ class NetworkRun:
         if having("convergence", self.computed):  # the steps IG used per (sample, layer)
             rows["steps"] = Rows(n).add_states(having("convergence", self.computed), torch.long, n_layers)
         if self.both:
-            rows["cross"] = per_method(["lolo_effects", *self.computed])
+            rows["cross"] = per_method(["lolo_effects", *self.crossed])
             rows["sums"] = Rows(n).add_states(["head", "network"], width=n_layers, reduce="sum")
         return rows
 
@@ -141,10 +158,25 @@ def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
     return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator)), y, out
 
 
+def batch_work(run: NetworkRun) -> dict[str, float]:
+    """What one batch's parts cost, as shares of the batch (for the progress inside it): in passes of the network
+    after a tap, L for the effects, IG about 3 × its steps per layer (forward and backward), a layer-gradient method
+    3, a head-only one next to nothing. An estimate: the line's time left is one."""
+    L, s = run.plan.n_layers, run.plan.settings
+    cost = {"effects": float(L) + 1.0}
+    for m in run.computed:
+        method = METHODS[m]
+        cost[m] = 3.0 * s.steps * L if method.convergence and method.network else 3.0 if method.network else 0.01
+    total = sum(cost.values())
+    return {k: v / total for k, v in cost.items()}
+
+
 def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> None:
     """Score every method on the batch of images [first, first + B) against its total effects: append the rows."""
     s, head = run.plan.settings, run.net.head
-    b, y, out = _batch(run, first, xb)
+    work = batch_work(run)
+    with phase(work["effects"]):
+        b, y, out = _batch(run, first, xb)
     if "alpha" in rows["common"]:
         rows["common"].append(alpha=out.alpha.float().cpu())
     delta = b.delta
@@ -153,14 +185,14 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
     for m in run.computed:
-        a = _scores_on(run, m, b).cpu()
+        with phase(work[m]):
+            a = _scores_on(run, m, b).cpu()
         rho = spearman_rows(a, delta, s.tie_tol)
         rows["rho"].append({m: rho})
         rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})
         rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
-        if run.both:
-            a_head = METHODS[m](head, b.feats, b.ctx).cpu() if METHODS[m].network else a
-            rows["cross"].append({m: spearman_rows(a_head, a)})
+        if run.both and METHODS[m].network:
+            rows["cross"].append({m: spearman_rows(METHODS[m](head, b.feats, b.ctx).cpu(), a)})
     if b.steps:
         rows["steps"].append(b.steps)
     if run.whole:
@@ -174,6 +206,7 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         random=random,
         degenerate=degenerate,
         tie_degenerate=degenerate & ~degenerate_effects(delta),
+        near_equal=near_equal_effects(delta),
     )
 
 
@@ -209,5 +242,7 @@ def run_network(run: NetworkRun, images, layer_names: Sequence[str]) -> tuple[Ne
         comparison=scope_comparison(got["cross"], got["sums"], plan.n, layer_names) if run.both else None,
         notes=network_notes(plan),
         ties=ties_block(tol, int(common["degenerate"].sum()), int(common["tie_degenerate"].sum()), methods),
+        ranking=ranking_block(common["near_equal"]),
     )
+    network.notes += [n for n in [undetermined_note(network.ranking, "network")] if n]
     return network, common

@@ -9,11 +9,13 @@ saliency  the same Captum call with ``multiply_by_inputs=False`` (layer gradient
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from ...runtime.progress import ticks, within
 from ..ig_steps import NETWORK_FIRST_STEPS, adaptive_ig
 from ..methods import REDUCTIONS
 
@@ -57,7 +59,7 @@ class LayerAttributions:
         return torch.stack(
             [
                 self._layer_ig(i, h, feats[:i], target, n_steps, internal_batch_size, reduce)[0]
-                for i, h in enumerate(hs)
+                for i, h in within(list(enumerate(hs)))  # progress layer by layer inside a long batch
             ],
             dim=1,
         )
@@ -82,7 +84,7 @@ class LayerAttributions:
             scores = self.integrated_gradients(x, hs, feats, target, max_steps, internal_batch_size, reduce)
             return scores, torch.full(scores.shape, max_steps, dtype=torch.long)
         scores, steps = [], []
-        for i, h in enumerate(hs):
+        for i, h in within(list(enumerate(hs))):  # progress layer by layer inside a long batch
 
             def attribute(rows: Tensor, n_steps: int, i=i, h=h):
                 on = rows.to(h.device)
@@ -119,15 +121,24 @@ class LayerAttributions:
                 [*before, self.backbone.pool_tap(i, hi), *self.pooled(self.backbone.continue_from(i, hi), i + 1)]
             )
 
-        attr, delta = LayerIntegratedGradients(forward, point).attribute(
-            h.detach(),
-            baselines=self.fill(i, h, rows).contiguous(),
-            target=target,
-            additional_forward_args=tuple(f.detach() for f in before) or None,
-            n_steps=n_steps,
-            internal_batch_size=internal_batch_size,
-            return_convergence_delta=True,
-        )
+        # Captum runs the steps in passes of internal_batch_size rows (one without it): progress moves pass by pass
+        passes = math.ceil(len(h) * n_steps / internal_batch_size) if internal_batch_size else 1
+        with ticks(passes) as tick:
+
+            def counted(*args):
+                out = forward(*args)
+                tick()
+                return out
+
+            attr, delta = LayerIntegratedGradients(counted, point).attribute(
+                h.detach(),
+                baselines=self.fill(i, h, rows).contiguous(),
+                target=target,
+                additional_forward_args=tuple(f.detach() for f in before) or None,
+                n_steps=n_steps,
+                internal_batch_size=internal_batch_size,
+                return_convergence_delta=True,
+            )
         return REDUCTIONS[reduce](_first(attr).flatten(1)).detach(), delta.detach()
 
     def layer_gradients(self, x: Tensor, target: Tensor, multiply: bool = True) -> list[Tensor]:
@@ -199,7 +210,7 @@ def blended_layer_ig(
     layers = range(scope.num_layers) if layers is None else layers
     on, off = torch.ones(len(x), device=x.device), torch.zeros(len(x), device=x.device)
     scores = []
-    for i in layers:
+    for i in within(list(layers)):  # progress layer by layer inside a long batch
         blend = _Blend()
 
         def forward(images, b, i=i, blend=blend):

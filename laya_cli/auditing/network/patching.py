@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ...backbones.adapters import stack_copies
 from ...runtime.errors import LayaError
+from ...runtime.progress import within
 from ..metrics import target_probability
 from ..settings import BY_INPUT
 from .methods import LayerAttributions, blended_layer_ig
@@ -106,7 +107,7 @@ class NetworkScope(LayerAttributions):
         """Per tap i, the pooled taps i..L with tap i removed inside the network (the earlier taps do not change):
         tap i's fill, then the layers after it (a chain) or a full pass. ``hs``: ``activations(x)``."""
         removed = []
-        for i, h in enumerate(hs):
+        for i, h in within(list(enumerate(hs))):  # one patched pass per layer: progress inside a long batch
             fill = self.fill(i, h)
             removed.append([self.backbone.pool_tap(i, fill), *self.pooled(self.later(i, fill, x), i + 1)])
         return removed

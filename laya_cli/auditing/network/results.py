@@ -59,6 +59,7 @@ class NetworkResult:
     comparison: ScopeComparison | None = None
     notes: list[str] = field(default_factory=list)
     ties: dict | None = None  # the tie tolerance and what it made undefined (results.ties_block)
+    ranking: dict | None = None  # whether the total effects differ enough to rank (metrics.ranking_block)
 
     def to_dict(self) -> dict:
         out = {
@@ -73,6 +74,8 @@ class NetworkResult:
             out["scopes"] = self.comparison.to_dict()
         if self.ties is not None:
             out["ties"] = self.ties
+        if self.ranking is not None:
+            out["ranking"] = self.ranking
         return out
 
 
