@@ -175,7 +175,8 @@ def each_bypassed(backbone, x: Tensor):
 def _bypass_effects(model: LayaLM, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
     """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
     out = []
-    for _, states in within(each_bypassed(model.lm.backbone, x), len(model.lm.backbone.layer_names)):  # progress inside the batch
+    backbone = model.lm.backbone
+    for _, states in within(each_bypassed(backbone, x), len(backbone.layer_names)):  # progress inside the batch
         with torch.no_grad():
             out.append(base - _probabilities(model.laya, states, target))
     return torch.stack(out, dim=-1)
