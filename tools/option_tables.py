@@ -20,6 +20,8 @@ from laya_cli.cli.group import app
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "options.md"
 INTRO = """# Every option
 
+*Reference: every option of every command, its default and its help, written from the declarations.*
+
 Written by `python tools/option_tables.py` from the command line itself (`tests/test_settings.py` checks it is
 current). A job's settings are declared once, on the dataclasses of the stage that owns them
 (`laya_cli/<stage>/settings.py`); the command line, the Python API's keywords (docs/api.md) and this page are made
