@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import assert_run_error, assert_user_error, invoke, run_laya
+from helpers import assert_run_error, invoke, run_laya
 
 DIGITS = ["--epochs", "2", "--d-star", "16", "--score-hidden", "16", "--seed", "3"]
 
