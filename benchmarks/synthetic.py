@@ -1,6 +1,7 @@
 """Small, real, generated inputs: an image folder of drawn shapes, a seeded head with features, a
-briefly trained digits checkpoint. Used by the tests (through ``helpers``), by the speed
-benchmarks, and by anyone who wants a laya model to try something on without downloading data.
+briefly trained digits checkpoint, a tiny causal language model with its corpus, a checkpoint with one byte of
+its head flipped. Used by the tests (through ``helpers``), by the speed and fault benchmarks, and by anyone who
+wants a laya model to try something on without downloading data.
 """
 
 from __future__ import annotations
@@ -143,3 +144,51 @@ def sentences(n: int, seed: int = 0) -> list[str]:
         f"{rng.choice(adjs)} {rng.choice(nouns)}."
         for _ in range(n)
     ]
+
+
+def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int = 32, init: float = 0.3) -> Path:
+    """A GPT-2 of ``layers`` × ``width`` with random weights (std ``init``: peaked next-token distributions that
+    differ by layer) and a byte-level BPE tokenizer learnt on ``texts``, saved with ``save_pretrained``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=320, special_tokens=["<eos>"], initial_alphabet=alphabet)
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+    config = GPT2Config(vocab_size=len(fast), n_layer=layers, n_embd=width, n_head=2, n_positions=64,
+                        initializer_range=init, eos_token_id=0, bos_token_id=0)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:
+    """``root/model`` (``make_causal_lm`` on ``texts``) and ``root/corpus`` (train.txt: the first ``train`` texts,
+    test.txt: the rest): what ``laya train --task lm`` reads."""
+    make_causal_lm(root / "model", texts)
+    (root / "corpus").mkdir()
+    (root / "corpus" / "train.txt").write_text("\n".join(texts[:train]) + "\n")
+    (root / "corpus" / "test.txt").write_text("\n".join(texts[train:]) + "\n")
+    return root
+
+
+def flip_head_byte(src: Path, dst: Path) -> Path:
+    """``dst``: the checkpoint ``src`` with one byte flipped in the middle of its head's largest weight tensor (found
+    by its bytes in the file: a torch checkpoint stores tensors uncompressed), the file otherwise unchanged."""
+    import torch
+
+    data = bytearray(Path(src).read_bytes())
+    weights = torch.load(src, map_location="cpu", weights_only=True)["head"]["weights"]
+    raw = max((t.contiguous().numpy().tobytes() for t in weights.values()), key=len)
+    at = data.find(raw)
+    assert at >= 0 and data.find(raw, at + 1) < 0, "the tensor's bytes are not found once in the file"
+    data[at + len(raw) // 2] ^= 0xFF
+    Path(dst).write_bytes(bytes(data))
+    return Path(dst)

@@ -6,9 +6,11 @@ heads, folders and checkpoints) live in ``helpers``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import random
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,6 +51,34 @@ def digits_ckpts(tmp_path_factory) -> dict[str, Path]:
     """One checkpoint per head kind."""
     root = tmp_path_factory.mktemp("heads")
     return {h: train_digits(root / f"{h}.pt", head=h, epochs=4) for h in ("laya", "last", "concat", "scalarmix")}
+
+
+@contextlib.contextmanager
+def _tmpfs(mnt: Path, options: str):
+    """A tmpfs mounted at ``mnt`` for the block (root only; CI runs as root), else the test is skipped."""
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+@pytest.fixture()
+def full_disk(tmp_path):
+    """A 600 KiB tmpfs (``helpers.fill`` uses every free block of it)."""
+    with _tmpfs(tmp_path / "full", "size=600k") as mnt:
+        yield mnt
+
+
+@pytest.fixture()
+def read_only_dir(tmp_path):
+    """An empty tmpfs mounted read-only: nothing can be written there, not even by root."""
+    with _tmpfs(tmp_path / "ro", "size=64k,ro") as mnt:
+        yield mnt
 
 
 @pytest.fixture()

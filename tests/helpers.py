@@ -6,6 +6,7 @@ pytest import, no side effects on import.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -13,15 +14,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from benchmarks.synthetic import (
+    make_causal_lm,
     make_collapsed_head,
     make_head_and_features,
     make_image_folder,
+    make_lm_folder,
     sentences,
     train_digits,
 )
 
 __all__ = [
     "make_image_folder",
+    "make_causal_lm",
+    "make_lm_folder",
     "sentences",
     "make_head_and_features",
     "make_collapsed_head",
@@ -33,6 +38,7 @@ __all__ = [
     "run_laya",
     "child_env",
     "assert_user_error",
+    "fill",
     "assert_close_tree",
 ]
 
@@ -115,6 +121,19 @@ def make_backbone(name: str, side: int, seed: int = 0):
     return build_backbone(spec).eval()
 
 
+def fill(folder: Path, leave: int = 0) -> None:
+    """Use every free block of ``folder``'s file system but ``leave`` bytes, so that a write past them fails with
+    ENOSPC (creating empty files still works)."""
+    stat = os.statvfs(folder)
+    with open(Path(folder) / "ballast", "wb", buffering=0) as f:
+        try:
+            f.write(b"\0" * max(0, stat.f_bavail * stat.f_frsize - leave))
+            while not leave:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+
+
 def assert_user_error(result, *fragments: str) -> None:
     """A CliRunner result that is exactly one 'error:' line, exit 2, no traceback, naming ``fragments``."""
     assert result.exit_code == 2, result.output
@@ -155,29 +174,6 @@ def assert_close_tree(a, b, tol: float, path: str = "") -> None:
         assert a == b, f"{path}: {a!r} vs {b!r}"
 
 
-def make_causal_lm(folder: Path, texts: list[str], layers: int = 4, width: int = 32, init: float = 0.3) -> Path:
-    """A GPT-2 of ``layers`` × ``width`` with random weights (std ``init``: peaked next-token distributions that
-    differ by layer) and a byte-level BPE tokenizer learnt on ``texts``, saved with ``save_pretrained``."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    tok.train_from_iterator(
-        texts, trainers.BpeTrainer(vocab_size=320, special_tokens=["<eos>"], initial_alphabet=alphabet)
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
-    config = GPT2Config(vocab_size=len(fast), n_layer=layers, n_embd=width, n_head=2, n_positions=64,
-                        initializer_range=init, eos_token_id=0, bos_token_id=0)  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(config)
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return folder
-
-
 def lm_request(backbone: str, dataset: str, out, **kw):
     """A ``--task lm`` ``TrainRequest`` from option names, as ``laya train`` takes them, with a test's small
     defaults: one epoch of batches of 16 at lr 1e-3, no alignment or exit-aware term (``kw`` overrides)."""
@@ -192,13 +188,3 @@ def small_lm_request(lm_dir: Path, out: Path, **kw):
     """``lm_request`` on ``make_lm_folder``'s model and corpus, sized for a test (``kw`` overrides)."""
     base = dict(block_size=16, batch_size=8, epochs=1, lr=3e-3, eval_tokens=300, lens="none", seed=3)
     return lm_request(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", out, **(base | kw))
-
-
-def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:
-    """``root/model`` (``make_causal_lm`` on ``texts``) and ``root/corpus`` (train.txt: the first ``train`` texts,
-    test.txt: the rest): what ``laya train --task lm`` reads."""
-    make_causal_lm(root / "model", texts)
-    (root / "corpus").mkdir()
-    (root / "corpus" / "train.txt").write_text("\n".join(texts[:train]) + "\n")
-    (root / "corpus" / "test.txt").write_text("\n".join(texts[train:]) + "\n")
-    return root

@@ -6,38 +6,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
-from helpers import assert_run_error, invoke, run_laya
+from helpers import assert_run_error, fill, invoke, run_laya
 
 DIGITS = ["--epochs", "2", "--d-star", "16", "--score-hidden", "16", "--seed", "3"]
-
-
-@pytest.fixture()
-def full_disk(tmp_path):
-    """A 600 KiB tmpfs, filled to the last block (root only; CI runs as root)."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
-
-
-def fill(folder: Path) -> None:
-    """Use every free block, so that the next write fails with ENOSPC (creating empty files still works)."""
-    with open(folder / "ballast", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC
 
 
 def one_error_line(proc, *fragments):

@@ -211,3 +211,56 @@ def test_a_name_the_command_takes_itself_is_not_fed_to_its_settings():
 
     command(**{p: v.default for p, v in inspect.signature(command).parameters.items()})
     assert seen == {"own": 1.0, "template": None}
+
+
+def _declaring_classes() -> list[type]:
+    """Every settings class of the package (each stage's, the bench's, the gates', the diff's, the runtime's)."""
+    import importlib
+    import pkgutil
+
+    out = []
+    for info in pkgutil.walk_packages(laya_cli.__path__, "laya_cli."):
+        if info.name.endswith("settings") or info.name in ("laya_cli.training.bench", "laya_cli.runtime.environment"):
+            module = importlib.import_module(info.name)
+            for cls in vars(module).values():
+                if isinstance(cls, type) and cls.__module__ == module.__name__:
+                    try:
+                        out.append((cls, declared(cls)))
+                    except TypeError:  # not a dataclass
+                        continue
+    return out
+
+
+def test_every_whole_number_setting_declares_its_maximum():
+    """Issue 66: a seed, a count or a width past what the code holds (or means) is refused before any work."""
+    from laya_cli.runtime.declare import _allows
+
+    classes = _declaring_classes()
+    assert len(classes) >= 12
+    missing = [
+        f"{cls.__name__}.{d.name}"
+        for cls, fields in classes
+        for d in fields
+        if _allows(int, d.type) and not _allows(bool, d.type) and not _allows(float, d.type)
+        and d.option.maximum is None and d.option.below is None
+    ]  # fmt: skip
+    assert missing == []
+
+
+def test_every_laya_variable_is_read_through_its_declaration_and_documented():
+    """``os.environ`` reads of a ``LAYA_*`` name live in runtime/environment.py only, and each declared variable
+    has a row in docs/usage.md's Environment table."""
+    import re
+
+    from laya_cli.runtime.environment import VARIABLES
+
+    stray = []
+    for path in (ROOT / "laya_cli").rglob("*.py"):
+        if path.name == "environment.py":
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if re.search(r"environ(\.get)?\W+[\"']LAYA_", line):
+                stray.append(f"{path.relative_to(ROOT)}: {line.strip()}")
+    assert stray == []
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert [name for name in VARIABLES if f"| `{name}" not in usage] == []

@@ -9,7 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import check_at_least, check_fields, check_value, declared_setting, setting
+from ..runtime.declare import (
+    COUNT_MAX,
+    SEED_MAX,
+    STEPS_MAX,
+    check_at_least,
+    check_fields,
+    check_value,
+    declared_setting,
+    setting,
+)
 from ..runtime.environment import device_setting
 from ..runtime.errors import LayaError, match_choice
 
@@ -122,7 +131,10 @@ class AuditSettings:
         "sum", "Per-layer reduction of gradient attributions: sum (signed), abs or l2.", choices=REDUCES
     )
     steps: int = setting(
-        32, "Integrated Gradients: the most steps per sample (with --ig-tol 0: exactly these).", minimum=1
+        32,
+        "Integrated Gradients: the most steps per sample (with --ig-tol 0: exactly these).",
+        minimum=1,
+        maximum=STEPS_MAX,
     )
     # IG's completeness tolerance: each sample's steps double from 4 (network scope: 16; auditing.ig_steps) until
     # Captum's convergence delta |δ| ≤ ig_tol·|p_ŷ(x) − p_ŷ(baseline)| or ``steps`` is reached; 0 = always ``steps``.
@@ -140,6 +152,7 @@ class AuditSettings:
         "Memory bound: at most this many rows per IG head pass (Captum's internal_batch_size).",
         minimum=1,
         panel="Run",
+        maximum=COUNT_MAX,
     )
     batch_size: int = setting(
         256,
@@ -147,8 +160,9 @@ class AuditSettings:
         minimum=1,
         command_default=None,  # the command line's None: planned within --max-memory,
         panel="Run",
+        maximum=COUNT_MAX,
     )
-    seed: int = setting(0, "Seed of the --samples subset (and of the random method).", minimum=0)
+    seed: int = setting(0, "Seed of the --samples subset (and of the random method).", minimum=0, maximum=SEED_MAX)
     by_class: bool = setting(
         False, "Add faithfulness and Deletion@1 per class (with intervals, as --ci).", flag="--by-class"
     )
@@ -159,6 +173,7 @@ class AuditSettings:
         256,
         "The model-randomisation sanity check runs on the first N audited samples (whole batches; 0 skips it).",
         minimum=0,
+        maximum=COUNT_MAX,
     )
     # The deeper metric groups computed (auditing.names.METRIC_GROUPS); faithfulness and Deletion@1 always are.
     metrics: tuple[str, ...] = setting(
@@ -180,7 +195,7 @@ class AuditSettings:
         rule="a level in [0, 1) (e.g. 0.95; 0 = no intervals)",
     )
     bootstrap: int = setting(
-        1000, "Bootstrap resamples of the samples (seeded, paired across methods).", minimum=0
+        1000, "Bootstrap resamples of the samples (seeded, paired across methods).", minimum=0, maximum=STEPS_MAX
     )  # ≥ 1 when intervals are on: validate()
     # The noise floor of faithfulness and Deletion@1 (docs/metrics.md, "Ties"): effects Δ (and scores) of one
     # sample within tie_tol of each other are ties; 0 = exact ties only.

@@ -99,10 +99,9 @@ def weights_sha256(state: dict[str, Tensor]) -> str:
 
 def offline() -> bool:
     """No download attempts: LAYA_OFFLINE or HF_HUB_OFFLINE set."""
-    return any(
-        os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no")
-        for v in ("LAYA_OFFLINE", "HF_HUB_OFFLINE")
-    )
+    from ..runtime.environment import offline as laya_offline
+
+    return laya_offline() or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("", "0", "false", "no")
 
 
 _reachable: dict[str, bool] = {}

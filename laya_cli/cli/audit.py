@@ -110,13 +110,14 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
     if not per_sample:
         doc.pop("per_sample", None)
+    text = markdown_text(result, outcome, columns, compared)
+    warning = None
+    if distributed.is_main():  # under torchrun only rank 0 writes; first: a file that cannot be is the only line
+        warning = files.write(doc, text, outcome, seconds)
     if not quiet:
         print_tables(result, columns, compared)
-    text = markdown_text(result, outcome, columns, compared)
-    if distributed.is_main():  # under torchrun only rank 0 writes
-        warning = files.write(doc, text, outcome, seconds)
-        if warning is not None:
-            warn(warning)
+    if warning is not None:
+        warn(warning)
     if not quiet:
         print_gates(outcome)
     log_audit(

@@ -74,11 +74,11 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
     """The comparison tables and their caption; the JSON and Markdown asked for."""
     from ..report.bench import bench_caption, bench_counts, bench_markdown, bench_rich_tables
 
+    write_outputs(json_out, result.to_json, markdown, lambda: bench_markdown(result))  # first: a full disk's one line
     wide = print_tables(bench_rich_tables(result))
     wide.print(bench_caption(result), style="dim", highlight=False)
     if not quiet:
         console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
-    write_outputs(json_out, result.to_json, markdown, lambda: bench_markdown(result))
 
 
 def log_bench_run(name: str, result, files) -> None:
@@ -94,8 +94,8 @@ def render_lm(doc: dict, quiet: bool, files) -> None:
     from ..report.lm import lm_bench_markdown, lm_bench_tables
     from ..runtime.fileio import strict_json
 
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_bench_markdown(doc))  # first: see render
     print_tables(lm_bench_tables(doc))
-    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_bench_markdown(doc))
     if not quiet:
         console.print(f"{len(doc['runs'])} runs in {doc['wall_seconds']:.0f} s -> {doc['bench']['folder']}")
 

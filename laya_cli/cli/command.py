@@ -3,9 +3,11 @@
 
 Before the command runs, ``start`` refuses ``-q`` with ``-v``, records the resolved options (defaults, the
 ``--config`` file, then flags: what a checkpoint and an audit JSON keep), prints them with ``-v``, and opens the
-``--log-to`` tracker (a missing extra is exit 2 before any work). The command reads all of it from
+``--log-to`` tracker: a missing extra, or a tracker that cannot start or write (``Tracker.check``: a bad URI, an
+unreachable server, an unwritable folder), is exit 2 before any work. The command reads all of it from
 ``current_run()``; the tracker's run is finished when the command ends: FINISHED (a missed gate too), FAILED
-(an error) or KILLED (interrupted).
+(an error) or KILLED (interrupted). The tracker is a guest (``tracking.guest.Guest``): what it fails to log later
+never stops the command; it is said at the end, and a command that otherwise succeeded exits ``EXIT_NOT_LOGGED``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ class CommandRun:
     started: bool = False
     quiet: bool = False
 
-    def track(self, name: str):
+    def track(self, name: str, before_work: bool = False):
         """The tracker, its run started on first use (named ``name``, the options as its parameters); without
-        ``--log-to``, the tracker that does nothing."""
+        ``--log-to``, the tracker that does nothing. ``before_work``: a run that cannot start is one line (the
+        command has not begun: ``laya train``), not a note at the end."""
         if self.tracker is None:
             from ..runtime.tracking.base import Tracker
 
@@ -40,7 +43,14 @@ class CommandRun:
         if not self.started:
             self.tracker.start(name, self.record["values"], {"laya.command": str(self.record["command"])})
             self.started = True
+            if before_work and self.tracker.start_failed():
+                self.started = False  # nothing to finish: the one line says it all
+                raise self.tracker.start_error()
         return self.tracker
+
+    def not_logged(self) -> bool:
+        """The tracker failed to log part of the run (said by ``finish``)."""
+        return bool(self.tracker is not None and self.tracker.missed)
 
     def finish(self, error: BaseException | None) -> None:
         """End the tracker's run: FINISHED (also a missed gate, exit 1: a result), KILLED (interrupted), FAILED."""
@@ -55,7 +65,9 @@ class CommandRun:
             status = "FAILED"
         where = self.tracker.where()
         self.tracker.finish(status)
-        if not self.quiet:
+        if self.tracker.missed:
+            say_not_logged(self.tracker.missed_lines())
+        elif not self.quiet:
             say_logged(where, status)
 
 
@@ -91,8 +103,10 @@ def _shared_params() -> tuple:
 
 
 def start(ctx) -> CommandRun:
+    from ..runtime.environment import check_environment
     from ..runtime.errors import LayaError
 
+    check_environment()  # every LAYA_* variable, before any work (one a command never reads too)
     verbose = bool(ctx.meta.get("laya.verbose"))
     if verbose and ctx.params.get("quiet"):
         raise LayaError("--quiet and --verbose ask for opposite things: give one of them")
@@ -105,9 +119,12 @@ def start(ctx) -> CommandRun:
     if log_to:
         from ..runtime.distributed import is_main
         from ..runtime.tracking import open_tracker
+        from ..runtime.tracking.guest import Guest
 
-        tracker = open_tracker(log_to)
-        run.tracker = tracker if is_main() else None  # under torchrun rank 0 logs
+        if is_main():  # under torchrun rank 0 logs
+            tracker = open_tracker(log_to)
+            tracker.check()  # it can start and write: one line before any work otherwise
+            run.tracker = Guest(tracker)
     return run
 
 
@@ -116,6 +133,15 @@ def say_logged(where: str, status: str) -> None:
     from .common import err_console, escape
 
     err_console.print(f"[dim]logged ({status.lower()}):[/] {escape(where)}", highlight=False, soft_wrap=True)
+
+
+def say_not_logged(lines: list[str]) -> None:
+    """What the tracker failed to log (stderr; also under --quiet: the exit code says it too)."""
+    from .common import err_console, escape
+
+    for i, line in enumerate(lines):
+        mark = "[bold yellow]warning:[/] " if i == 0 else "  "
+        err_console.print(mark + escape(line), highlight=False, soft_wrap=True)
 
 
 def say_options(ctx, values: dict) -> None:
@@ -136,16 +162,25 @@ class SharedOptions:
         super().__init__(*args, params=[*(params or []), *shared_params()], **kwargs)
 
     def invoke(self, ctx):
+        from ..runtime.fileio import claims
+
         run = start(ctx)
         token = _CURRENT.set(run)
         try:
-            result = super().invoke(ctx)
+            with claims():  # the outputs the command checks are its own until it ends (runtime/fileio.py)
+                result = super().invoke(ctx)
         except BaseException as e:
             run.finish(e)
             raise
         finally:
             _CURRENT.reset(token)
         run.finish(None)
+        if run.not_logged():
+            import typer
+
+            from .common import EXIT_NOT_LOGGED
+
+            raise typer.Exit(EXIT_NOT_LOGGED)
         return result
 
 

@@ -8,12 +8,14 @@ for both would be an import cycle. Nothing heavy at import: rich, torch and the 
 from __future__ import annotations
 
 from ..runtime.progress import LazyConsole
+from ..runtime.tracking.guest import EXIT_NOT_LOGGED  # noqa: F401  (here with the other codes)
 
 console = LazyConsole()  # rich is imported on first print, not by `laya --help`
 err_console = LazyConsole(stderr=True)
 
 # The exit-code contract (docs/usage.md#exit-codes): what a CI job can rely on. ``app.LayaGroup`` maps every
 # way a command ends to one of these; a command itself raises only ``typer.Exit(EXIT_GATE_FAILED)``.
+# EXIT_NOT_LOGGED (4): done, outputs complete, but the --log-to tracker did not log all of it (tracking/guest.py).
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -75,12 +77,9 @@ def print_tables(tables):
 def write_outputs(json_out, json_text, markdown, markdown_text) -> None:
     """``--json`` and ``--markdown`` where asked for, each written atomically; ``json_text``/``markdown_text``
     make the texts (called only for a file asked for)."""
-    from ..runtime.fileio import atomic_write_text
+    from ..runtime.fileio import write_texts
 
-    if json_out is not None:
-        atomic_write_text(json_out, json_text())
-    if markdown is not None:
-        atomic_write_text(markdown, markdown_text())
+    write_texts([(json_out, json_text), (markdown, markdown_text)])  # both, or neither (a full disk)
 
 
 def run_options(run, **batches) -> dict:

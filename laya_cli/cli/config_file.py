@@ -67,10 +67,18 @@ def checked_value(param, key: str, value, path):
     if many and isinstance(value, list) and all(_fits(expected, v) for v in value):
         return value
     if _fits(expected, value):
-        return [value] if many else (float(value) if expected is float else value)
+        return [value] if many else (_as_float(key, value, path) if expected is float else value)
     need = _NAMES.get(expected, "a string")
     need = f"{need} or a list of them" if many else need
     raise LayaError(f"--config {path}: '{key}' must be {need}, got {type(value).__name__} {value!r}")
+
+
+def _as_float(key: str, value, path) -> float:
+    """A TOML integer given for a number option, as a float (one too large for a float is one line)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise LayaError(f"--config {path}: '{key}' is too large for a number ({len(str(value))} digits)") from None
 
 
 def command_table(doc: dict, command: str, path) -> dict:

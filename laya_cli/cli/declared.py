@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 from dataclasses import dataclass, field
 from typing import Annotated
 
 import typer
 
-from ..runtime.declare import UNSET, Declared, as_field, build, declared, nested, values_of
+from ..runtime.declare import UNSET, Declared, as_field, build, declared, mark_flags, mark_given, nested, values_of
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,31 @@ def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
 
 
 def build_used(use: Use, values: dict):
-    """The object of ``use``'s class that the parsed ``values`` (by option name) describe."""
-    return build(use.cls, values, offered=use.offers, rename=use.rename)
+    """The object of ``use``'s class that the parsed ``values`` (by option name) describe (a renamed option's
+    messages name the flag the command spells)."""
+    obj = build(use.cls, values, offered=use.offers, rename=use.rename)
+    if use.rename:
+        mark_flags(obj, {name: "--" + new.replace("_", "-") for name, new in use.rename.items()})
+    return obj
+
+
+def given_on_command_line(names) -> list[str]:
+    """The parameters among ``names`` that the command line gave (not a default, nor the ``--config`` file: a file's
+    top level may serve several commands and both tasks)."""
+    ctx = _current_context()
+    if ctx is None:
+        return []
+    return [n for n in names if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
+
+
+def _current_context():
+    """The running command's click context: typer's own click (recent typer vendors it), else click's."""
+    for module in ("typer._click.globals", "click.globals"):
+        try:
+            return importlib.import_module(module).get_current_context(silent=True)
+        except ImportError:
+            continue
+    return None
 
 
 def with_settings(**groups: Use | type):
@@ -98,6 +122,9 @@ def with_settings(**groups: Use | type):
         @functools.wraps(command)
         def run(**values):
             built = {key: build_used(use, {n: values[n] for n in names[key]}) for key, use in groups.items()}
+            flags = given_on_command_line(values)
+            for obj in built.values():
+                mark_given(obj, flags)  # an option of the other task given at its default is refused too
             return command(**{p.name: values[p.name] for p in own}, **built)
 
         positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]

@@ -100,21 +100,21 @@ def render_analysis(result, json_out, markdown, plot) -> None:
     run = current_run()
     result.settings["options"] = run.record  # the resolved options: defaults, --config, flags
     doc = result.to_dict()
+    if distributed.is_main():  # the files first: one that cannot be written is the only line (a full disk)
+        write_outputs(json_out, result.to_json, markdown, lambda: depth_markdown(doc))
+        if plot is not None:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            from ..report.figures import plot_depth
+
+            with atomic_path(plot) as tmp:
+                plot_depth(doc, tmp)
     print_tables(depth_rich_tables(doc))
     for text in result.notes:
         note(text)
-    if not distributed.is_main():
-        return
-    write_outputs(json_out, result.to_json, markdown, lambda: depth_markdown(doc))
-    if plot is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from ..report.figures import plot_depth
-
-        with atomic_path(plot) as tmp:
-            plot_depth(doc, tmp)
-    log_depth(run.track(f"depth {result.settings.get('model')}"), doc, [json_out, markdown, plot])
+    if distributed.is_main():
+        log_depth(run.track(f"depth {result.settings.get('model')}"), doc, [json_out, markdown, plot])
 
 
 def render_drop(result, json_out, markdown) -> None:
@@ -125,14 +125,13 @@ def render_drop(result, json_out, markdown) -> None:
 
     result.settings["options"] = current_run().record
     doc = result.to_dict()
+    if distributed.is_main():  # the files first: one that cannot be written is the only line (a full disk)
+        write_outputs(json_out, result.to_json, markdown, lambda: drop_markdown(doc))
     print_tables(drop_rich_tables(doc))
     for line in drop_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     for text in result.notes:
         note(text)
-    if not distributed.is_main():
-        return
-    write_outputs(json_out, result.to_json, markdown, lambda: drop_markdown(doc))
 
 
 def render_token_exit(result, json_out, markdown) -> None:
@@ -141,8 +140,8 @@ def render_token_exit(result, json_out, markdown) -> None:
     from ..runtime.fileio import strict_json
 
     doc = result.to_dict()
+    write_outputs(json_out, lambda: strict_json(doc), markdown, lambda: exit_markdown(doc))  # first: see above
     if result.lens_note:
         note(result.lens_note)
     for table in exit_rich_tables(doc):
         console.print(table)
-    write_outputs(json_out, lambda: strict_json(doc), markdown, lambda: exit_markdown(doc))

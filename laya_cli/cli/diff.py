@@ -82,6 +82,6 @@ def render(doc: dict, tables, markdown, paths, quiet: bool, files) -> None:
 
     run = current_run()
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
+    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: markdown(doc))  # first: a full disk's line
     print_tables([] if quiet else tables(doc))  # a log or a pipe gets the per-layer table whole
-    write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: markdown(doc))
     log_diff(run.track(f"diff {paths[0]} {paths[1]}"), doc, list(files))

@@ -75,7 +75,6 @@ class LayaGroup(TyperGroup):
         return params
 
     def invoke(self, ctx):
-        offline_from_env()
         if not _under_torchrun():  # the common case: nothing to join, no torch to import
             return self._run(ctx)
         from ..runtime import distributed
@@ -92,6 +91,7 @@ class LayaGroup(TyperGroup):
 
     def _run(self, ctx):
         try:
+            offline_from_env()  # LAYA_OFFLINE=maybe: one line, as every other user error
             return super().invoke(ctx)
         except LayaError as e:
             _report_user_error(e)

@@ -26,7 +26,7 @@ def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainRequest
     check_new_checkpoint(req, overwrite)
     req.data.seed, req.train.device = req.train.seed, pick_device(req.train.device)
     run = current_run()
-    tracker = run.track(f"train {req.out}")
+    tracker = run.track(f"train {req.out}", before_work=True)
     with progress.enabled(not quiet):
         req.validate().command_line = run.record
         if req.trust_pickle:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import csv
 import gzip
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..runtime.environment import offline
+from ..runtime.environment import data_dir, offline
 from ..runtime.errors import LayaError, match_choice
 from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
 from .settings import LABELS, DataRequest
@@ -116,7 +115,7 @@ def explicit_dir(req: DataRequest, holds: Callable[[Path], bool], wanted: str) -
 
 
 def default_data_dir() -> Path:
-    return Path(os.environ.get("LAYA_DATA_DIR", Path.home() / ".cache" / "laya" / "data"))
+    return data_dir()
 
 
 def load_fashion_mnist(req: DataRequest) -> DataSplits:

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..runtime import distributed
-from ..runtime.environment import cache_dir, in_memory_budget_mb
+from ..runtime.environment import cache_dir, env, in_memory_budget_mb
 from ..runtime.errors import LayaError
 from ..runtime.fileio import digest
 from ..runtime.progress import log, track
@@ -129,8 +129,9 @@ def decode_workers(n_files: int) -> int:
     """Worker processes that decode image files: ``LAYA_WORKERS``, else up to 8 for large sources
     (0 below 256 images, where starting workers costs more than it saves), shared by the ranks
     torchrun starts on this machine."""
-    if os.environ.get("LAYA_WORKERS"):
-        return max(0, int(os.environ["LAYA_WORKERS"]))
+    workers = env("LAYA_WORKERS")
+    if workers is not None:
+        return workers
     if n_files < 256:
         return 0
     per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -139,7 +140,7 @@ def decode_workers(n_files: int) -> int:
 
 def pin_loaders() -> bool:
     """Decode workers hand back pinned batches: on machines with CUDA (``LAYA_PIN_MEMORY=0`` turns it off)."""
-    return os.environ.get("LAYA_PIN_MEMORY", "1") != "0" and torch.cuda.is_available()
+    return env("LAYA_PIN_MEMORY", True) and torch.cuda.is_available()
 
 
 def _decoded(source, size: int, row_batches: Sequence[Sequence[int]], keep: bool = True) -> Iterator:

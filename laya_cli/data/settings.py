@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import check_fields, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, WIDTH_MAX, check_fields, setting
 from ..runtime.errors import LayaError
 
 LABELS = ("genre", "artist")
@@ -32,10 +32,14 @@ class DataRequest:
     name: str = setting("digits", DATASET_HELP, param="dataset", panel="Main")
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")
     image_size: int | None = setting(
-        None, "Side of file-based images (default: the backbone's input).", minimum=1, task="classify"
+        None,
+        "Side of file-based images (default: the backbone's input).",
+        minimum=1,
+        task="classify",
+        maximum=WIDTH_MAX,
     )  # after loading
     label: str = setting("genre", "artworks only: genre or artist.", choices=LABELS, task="classify")
-    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, api=False)
+    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, api=False, maximum=SEED_MAX)
     strict: bool = setting(
         False,
         "Fail on an undecodable image (or a tar sample without image or class) instead of skipping it.",
@@ -70,7 +74,7 @@ class EvalRequest:
     PANEL: ClassVar[str] = "Data"
 
     samples: int | None = setting(
-        None, "Use a seeded random subset of N test samples (default: all).", minimum=1, panel="Main"
+        None, "Use a seeded random subset of N test samples (default: all).", minimum=1, panel="Main", maximum=COUNT_MAX
     )
     dataset: str | None = setting(None, "Use another dataset (default: the checkpoint's own test split).", panel="Main")
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")

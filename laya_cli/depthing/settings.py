@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import check_fields, check_unit_interval, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, WIDTH_MAX, check_fields, check_unit_interval, setting
 from ..runtime.environment import device_setting
 from ..runtime.errors import LayaError
 
@@ -33,8 +33,9 @@ class DepthSettings:
         minimum=1,
         command_default=None,  # the command line's None: planned within --max-memory,
         panel="Run",
+        maximum=COUNT_MAX,
     )  # samples per head pass
-    seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify")
+    seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify", maximum=SEED_MAX)
     refit: bool = setting(
         False,
         "Also retrain a head on the taps ≤ k for each k (any head kind; the checkpoint's training "
@@ -47,6 +48,7 @@ class DepthSettings:
         "Maximum epochs of each --refit head (default: the checkpoint's own).",
         minimum=1,
         task="classify",
+        maximum=STEPS_MAX,
     )
     thresholds: tuple[float, ...] | None = setting(
         None,
@@ -58,13 +60,15 @@ class DepthSettings:
         "Timed rounds per depth (their median is reported with its interval); 0 = count FLOPs only.",
         minimum=0,
         task="classify",
+        maximum=STEPS_MAX,
     )  # timed passes per depth
-    time_batch: int = setting(32, "Images per timed backbone pass.", minimum=1, task="classify")
+    time_batch: int = setting(32, "Images per timed backbone pass.", minimum=1, task="classify", maximum=COUNT_MAX)
     truncate: int | None = setting(
         None,
         "Write a checkpoint whose backbone stops after tap K (1..L) to --out.",
         metavar="K",
         task="classify",
+        maximum=WIDTH_MAX,
     )  # K: write a checkpoint cut after tap K
     drop: int | None = setting(
         None,
@@ -73,6 +77,7 @@ class DepthSettings:
         metavar="K",
         minimum=1,
         task="classify",
+        maximum=WIDTH_MAX,
     )
     drop_order: str = setting(
         "alpha",
@@ -81,7 +86,9 @@ class DepthSettings:
         choices=DROP_ORDERS,
         task="classify",
     )
-    drop_draws: int = setting(3, "Seeded random orders in the --drop table.", param="draws", minimum=0, task="classify")
+    drop_draws: int = setting(
+        3, "Seeded random orders in the --drop table.", param="draws", minimum=0, task="classify", maximum=STEPS_MAX
+    )
     device: str = device_setting(panel="Run")
 
     def thresholds_for(self, task: str) -> tuple[float, ...]:

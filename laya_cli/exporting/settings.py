@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import check_fields, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, check_fields, setting
 from ..runtime.environment import device_setting
 
 FORMATS = ("csv", "parquet", "npz")
@@ -25,9 +25,14 @@ class ExportSettings:
     )
     plots: bool = setting(True, "Draw the PNG figures (report.html is written either way).", flag="--plots/--no-plots")
     strip: int = setting(
-        8, "How many samples the image strip shows (0 = no strip).", metavar="K", minimum=0, task="classify"
+        8,
+        "How many samples the image strip shows (0 = no strip).",
+        metavar="K",
+        minimum=0,
+        task="classify",
+        maximum=COUNT_MAX,
     )
-    seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify", api=False)
+    seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify", api=False, maximum=SEED_MAX)
     audit: str | None = setting(
         None,
         "A 'laya audit --json' of this model: adds the audit section to report.html (copied into the export as "

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from torch import Tensor
 
 from ..runtime import distributed
 from ..runtime.device import to_device
+from ..runtime.environment import env
 from ..runtime.errors import LayaError
 from ..runtime.fileio import atomic_path, atomic_write_bytes, atomic_write_text, file_sha256
 from ..runtime.progress import log, track
@@ -60,14 +60,14 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def rows_per_shard(dims: Sequence[int], dtype: str, batch_size: int, shard_mb: float | None = None) -> int:
     """Rows of one shard: about ``SHARD_MB`` (``LAYA_SHARD_MB``), in whole extraction batches."""
-    shard_mb = shard_mb or float(os.environ.get("LAYA_SHARD_MB", SHARD_MB))
+    shard_mb = shard_mb or env("LAYA_SHARD_MB", SHARD_MB)
     row = sum(dims) * torch_dtype(dtype).itemsize + 8
     return max(1, int(shard_mb * 2**20 // (row * batch_size))) * batch_size
 
 
 def shuffle_rows(dims: Sequence[int]) -> int:
     """Rows the shuffle buffer of head training holds (``LAYA_SHUFFLE_MB``, float32 in memory)."""
-    mb = float(os.environ.get("LAYA_SHUFFLE_MB", SHUFFLE_MB))
+    mb = env("LAYA_SHUFFLE_MB", SHUFFLE_MB)
     return max(1, int(mb * 2**20 // ((sum(dims) + 2) * 4)))
 
 

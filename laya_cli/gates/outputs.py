@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.errors import LayaError
-from ..runtime.fileio import append_text, atomic_write_text, check_new_outputs, strict_json
+from ..runtime.fileio import append_text, check_new_outputs, strict_json, write_texts
 from .junit import junit_xml
 from .outcome import GateOutcome
 from .regression import junit_properties
@@ -58,10 +58,7 @@ class AuditOutputs:
     def write(self, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0) -> str | None:
         """Write each file asked for, atomically, and append ``markdown`` to the job summary; returns the warning
         of a job summary that could not be written. ``seconds``: the audit's wall time, for JUnit."""
-        if self.json is not None:
-            atomic_write_text(self.json, audit_json(doc, outcome))
-        if self.markdown is not None:
-            atomic_write_text(self.markdown, markdown)
-        if self.junit is not None:
-            atomic_write_text(self.junit, audit_junit(doc, outcome, seconds))
+        files = [(self.json, lambda: audit_json(doc, outcome)), (self.markdown, lambda: markdown),
+                 (self.junit, lambda: audit_junit(doc, outcome, seconds))]  # fmt: skip
+        write_texts(files)  # all of them, or none (a full disk)
         return append_step_summary(markdown)

@@ -3,7 +3,7 @@
 Layout (``format_version`` 1), documented in docs/checkpoint.md:
   format, format_version, versions{torch,timm,laya}, backbone{spec..., weights, input},
   layers, dims, head{kind, config, weights}, classes, dataset{...}, reference[L tensors],
-  history[...], metrics{...}, train_config{...}
+  history[...], metrics{...}, train_config{...}, digest{sha256} (integrity.py)
 
 ``checkpoint_body`` is the one builder of that dict (``laya train`` and ``LayaModel.save`` both
 call it); rebuilding a model from it is ``model.model_from_checkpoint``.
@@ -20,6 +20,7 @@ from .. import backbones as bb
 from ..runtime.errors import LayaError
 from ..runtime.fileio import atomic_torch_save
 from ..runtime.trust import safe_torch_load
+from .integrity import check_digest, check_finite_weights, with_digest
 
 FORMAT = "laya-checkpoint"
 FORMAT_VERSION = 1
@@ -34,12 +35,14 @@ def versions() -> dict:
 
 
 def save_checkpoint(ckpt: dict, path: str | Path) -> None:
+    """Write ``ckpt`` with its header and the digest of its contents (``integrity.py``), whole or not at all."""
     ckpt = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), **ckpt}
-    atomic_torch_save(ckpt, path)
+    atomic_torch_save(with_digest(ckpt), path)
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """Load and validate a checkpoint dict. Never unpickles code (weights_only=True)."""
+    """Load and validate a checkpoint dict: never unpickles code (weights_only=True); its contents match the digest
+    written with it, and its heads' weights are finite (``integrity.py``), else one line naming the file."""
     path = Path(path).expanduser()
     ckpt = safe_torch_load(path, "laya checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -49,6 +52,8 @@ def read_checkpoint(path: str | Path) -> dict:
         raise LayaError(
             f"{path} has checkpoint format version {version}; this laya reads up to {FORMAT_VERSION} — upgrade laya"
         )
+    check_digest(ckpt, path)
+    check_finite_weights(ckpt, path)
     return ckpt
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
-from ..runtime.declare import check_fields, setting
+from ..runtime.declare import WIDTH_MAX, check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
 READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
@@ -19,12 +19,12 @@ READS = ("states", "updates")  # what a language model's LAYA head weighs of eac
 class HeadConfig:
     PANEL: ClassVar[str] = "Head"
 
-    d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0)
+    d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0, maximum=WIDTH_MAX)
     tau: float = setting(1.5, "Softmax temperature of the attention (fixed).", above=0)
     psi: str = setting(
         "identity", "Shared transform ψ before scoring: identity or mlp.", choices=PSI_CHOICES, task="classify"
     )
-    score_hidden: int = setting(192, "Hidden width of the scoring MLP.", above=0)
+    score_hidden: int = setting(192, "Hidden width of the scoring MLP.", above=0, maximum=WIDTH_MAX)
     layer_norm: bool = setting(
         False,
         "Normalise every layer's r_i (LayerNorm without affine) before the head's adapters, so each layer "

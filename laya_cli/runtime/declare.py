@@ -21,11 +21,20 @@ import functools
 import inspect
 import math
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass
 
 from .errors import LayaError, match_choice
+
+# The largest numbers the code can hold and that still mean something (issue 66): a whole number past these is
+# refused in one line before any work, never an overflow deep inside torch or numpy.
+INT64_MAX = 2**63 - 1  # what torch and numpy hold: the ceiling of every whole number, declared or not
+SEED_MAX = 2**32 - 1  # a seed (numpy's legacy and torch's generators take it; seed + k, + 7919·epoch stay in int64)
+COUNT_MAX = 10**12  # counts where more than there are means all (samples, tokens): a larger one means no more
+STEPS_MAX = 10**6  # epochs, patience, IG steps, resamples, permutations, repeats, draws: beyond, no run ends
+WIDTH_MAX = 2**20  # widths and sides (d*, hidden units, image sides, tokens per block, layers dropped)
 
 
 class _Unset:
@@ -49,6 +58,7 @@ class Option:
     minimum: float | None = None  # numbers: at least this
     above: float | None = None  # numbers: greater than this
     below: float | None = None  # numbers: less than this
+    maximum: float | None = None  # numbers: at most this (every whole number declares one; INT64_MAX bounds the rest)
     rule: str | None = None  # how the bounds read in a message ("0 (off) or positive"); default: from the bounds
     cli: bool = True  # False: a setting of the Python API and the checkpoint only (set by the job, not a flag)
     command_default: object = UNSET  # the command line's default where it is not the field's (device: auto)
@@ -184,13 +194,35 @@ def values_of(obj) -> dict:
     return out
 
 
+GIVEN = "_laya_given"  # the attribute mark_given sets: the option names a caller gave explicitly
+FLAGS = "_laya_flags"  # the attribute mark_flags sets: the flags a caller spells otherwise, by option name
+
+
+def mark_flags(obj, flags: dict[str, str]) -> None:
+    """Record on ``obj`` the flags its caller spells some of its options with (``laya bench``'s ``--audit-seed`` for
+    the audit's ``--seed``): ``check_fields`` names those in its messages."""
+    object.__setattr__(obj, FLAGS, dict(flags))
+
+
+def mark_given(obj, names) -> None:
+    """Record on ``obj`` (and on its nested settings objects) which of its options the caller gave explicitly (the
+    command line's flags): a setting of the other task spelled at its default is then refused too
+    (``refuse_other_task``), not only one set to another value."""
+    own = {d.name for d in declared(type(obj))}
+    object.__setattr__(obj, GIVEN, frozenset(own & set(names)))
+    for name, _ in nested(type(obj)):
+        mark_given(getattr(obj, name), names)
+
+
 def other_task_settings(obj, task: str) -> list[str]:
     """The flags of ``obj``'s settings (nested ones too) that only the other task reads and that are set to
-    another value than their default: they would be ignored."""
+    another value than their default, or were given explicitly (``mark_given``): they would be ignored."""
+    given = getattr(obj, GIVEN, frozenset())
     out = [
         d.flag
         for d in declared(type(obj))
-        if d.option.task not in (None, task) and getattr(obj, d.field) not in (d.default, d.command_default)
+        if d.option.task not in (None, task)
+        and (getattr(obj, d.field) not in (d.default, d.command_default) or d.name in given)
     ]
     return out + [flag for name, _ in nested(type(obj)) for flag in other_task_settings(getattr(obj, name), task)]
 
@@ -219,11 +251,15 @@ def refuse_unknown(given, known, what: str) -> None:
 
 def check_fields(obj) -> None:
     """Apply each declared field's checks to ``obj`` in place: its type, a finite number within its bounds, a
-    choice in its canonical spelling. None passes where the field may be None."""
+    choice in its canonical spelling. None passes where the field may be None. A message names the flag the
+    caller spelled (``mark_flags``: bench's ``--audit-seed`` for the audit's ``--seed``)."""
+    flags = getattr(obj, FLAGS, {})
     for d in declared(type(obj)):
         value = getattr(obj, d.field)
         if value is None:
             continue
+        if d.name in flags:
+            d = dataclasses.replace(d, option=dataclasses.replace(d.option, flag=flags[d.name]))
         setattr(obj, d.field, check_value(d, value))
 
 
@@ -249,16 +285,38 @@ def check_value(d: Declared, value):
 
 def _check_number(d: Declared, value):
     option, flag, whole = d.option, d.flag, not _allows(float, d.type)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not _is_whole(value)):
         kind = "a whole number" if whole else "a number"
-        raise LayaError(f"{flag} must be {kind}, got {value!r}")
-    rule = option.bounds()
-    if not math.isfinite(value):
-        raise LayaError(f"{flag} must be {rule + ' and finite' if rule else 'a finite number'}, got {value}")
+        raise LayaError(f"{flag} must be {kind}, got {shown_number(value)}")
+    rule, got = option.bounds(), shown_number(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise LayaError(f"{flag} must be {rule + ' and finite' if rule else 'a finite number'}, got {got}")
     low_ok = (option.minimum is None or value >= option.minimum) and (option.above is None or value > option.above)
     if not low_ok or (option.below is not None and not value < option.below):
-        raise LayaError(f"{flag} must be {rule}, got {value}")
+        raise LayaError(f"{flag} must be {rule}, got {got}")
+    # the declared maximum; else what the code holds: an int64, a float64 (a huge int given for a float)
+    top = option.maximum if option.maximum is not None else INT64_MAX if whole else sys.float_info.max
+    if value > top:
+        raise LayaError(
+            f"{flag} must be at most {top:,}, got {got}" if whole else f"{flag} must be at most {top:g}, got {got}"
+        )
+    if value < -(INT64_MAX if whole else sys.float_info.max):
+        raise LayaError(f"{flag} is past what the code holds, got {got}")
     return int(value) if whole else value
+
+
+def _is_whole(value) -> bool:
+    """An int, or a float without a fraction (a huge int is never turned into a float: it may not fit one)."""
+    return isinstance(value, int) or (math.isfinite(value) and float(value).is_integer())
+
+
+def shown_number(value) -> str:
+    """A number as a message shows it: a very long whole number by its first digits and its length (a 400-digit
+    --epochs is not echoed whole)."""
+    text = str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and len(text.lstrip("-")) > 24:
+        return f"{text[: 7 if value < 0 else 6]}… (a {len(text.lstrip('-'))}-digit number)"
+    return text if isinstance(value, (int, float)) else repr(value)
 
 
 def _type_name(tp) -> str:

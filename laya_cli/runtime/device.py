@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from contextvars import ContextVar
 
 import torch
 from torch import Tensor
 
 from . import distributed
-from .environment import DEVICES, PRECISIONS
+from .environment import DEVICES, PRECISIONS, env
 from .errors import LayaError, match_choice
 
 _PRECISION: ContextVar[str] = ContextVar("laya_precision", default="auto")
@@ -46,7 +45,7 @@ def resolve_device(device: str) -> str:
 
 @functools.cache
 def _bf16_allowed() -> bool:
-    return os.environ.get("LAYA_BF16", "1") != "0"
+    return env("LAYA_BF16", True)
 
 
 def _bf16_capable() -> bool:

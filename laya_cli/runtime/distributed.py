@@ -54,12 +54,21 @@ def env_world_size() -> int:
     return _env_int("WORLD_SIZE", 1)
 
 
+def dist_timeout() -> float:
+    """``LAYA_DIST_TIMEOUT``: the seconds a collective waits (default 1800)."""
+    from .environment import env
+
+    return env("LAYA_DIST_TIMEOUT", 1800.0)
+
+
 def default_backend() -> str:
     """``LAYA_DIST_BACKEND`` if set, else gloo (CPU) or gloo for CPU + NCCL for CUDA tensors."""
     import torch
 
-    if os.environ.get("LAYA_DIST_BACKEND"):
-        return os.environ["LAYA_DIST_BACKEND"]
+    from .environment import env
+
+    if env("LAYA_DIST_BACKEND"):
+        return env("LAYA_DIST_BACKEND")
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -79,7 +88,7 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
         return True
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank() % max(torch.cuda.device_count(), 1))
-    timeout_s = timeout_s or float(os.environ.get("LAYA_DIST_TIMEOUT", 1800))
+    timeout_s = timeout_s or dist_timeout()
     try:
         dist.init_process_group(backend=backend or default_backend(), timeout=datetime.timedelta(seconds=timeout_s))
     except (ValueError, RuntimeError) as e:
@@ -169,7 +178,7 @@ def wait_for_main(timeout_s: float | None = None) -> None:
     """
     if not active() or is_main():
         return
-    timeout_s = timeout_s or float(os.environ.get("LAYA_DIST_TIMEOUT", 1800))
+    timeout_s = timeout_s or dist_timeout()
     try:
         _store().wait(["laya/done/0"], datetime.timedelta(seconds=timeout_s))
     except Exception:

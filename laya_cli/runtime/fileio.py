@@ -4,21 +4,35 @@ Every fault the operating system reports while writing (a full disk, a read-only
 permission, a folder removed mid-run) becomes one ``LayaError`` line naming the file and the
 reason; the temp is removed, so nothing half-written is ever left behind. Files keep the mode
 the umask gives (not the temp file's 0600).
+
+A temp is named ``.NAME.laya-PID-…`` after its output and the process writing it: a run killed before it could
+remove its temps (SIGKILL, a power cut) leaves them, and the next write of the same output removes every one whose
+process is gone (``remove_stale``). Within a command, the outputs it writes are claimed (``claim``: an exclusive
+``flock`` on ``.NAME.laya-lock`` beside each, held until the command ends), so two runs on one output cannot both
+win: the second refuses in one line. ``made_folders`` removes the folders a failed run made (``laya bench``'s).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .errors import LayaError
+from .errors import LayaError, TrainingInterrupted
+
+try:  # POSIX; elsewhere outputs are not locked
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
 
 
 def write_error(path: str | Path, e: OSError) -> LayaError:
@@ -47,12 +61,43 @@ def check_writable(path: str | Path) -> Path:
     if not parent.is_dir():
         raise LayaError(f"cannot write {path}: folder {parent} does not exist")
     try:  # the only reliable test (root ignores mode bits, read-only mounts don't)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".probe", dir=parent)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
         raise LayaError(f"cannot write {path}: folder {parent} is not writable ({e.strerror})") from None
     return path
+
+
+def check_folder_writable(folder: str | Path, what: str) -> Path:
+    """``folder`` (made with its missing parents) takes a file of a few KiB: a folder under a file, on a read-only
+    mount or on a full disk is one line (``what`` names it) before any work. The folders made to check are removed
+    again either way: whoever writes there makes them."""
+    folder = Path(folder).expanduser()
+    missing, p = [], folder
+    while not p.exists() and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    made = []
+    try:
+        for m in reversed(missing):
+            m.mkdir()
+            made.append(m)
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        fd, probe = tempfile.mkstemp(prefix=".laya-probe-", dir=folder)
+        try:
+            os.write(fd, b"\0" * 4096)  # a full disk still creates empty files: write some bytes
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        raise LayaError(f"cannot write {what} {folder}: {e.strerror or e}") from None
+    finally:
+        for m in reversed(made):
+            with contextlib.suppress(OSError):
+                m.rmdir()
+    return folder
 
 
 def check_outputs(*paths: str | Path | None) -> None:
@@ -75,9 +120,10 @@ def check_new_outputs(outputs: Mapping[str, str | Path | None], overwrite: bool)
         if target in seen:
             raise LayaError(f"{seen[target]} and {option} both name {path}: give each its own file")
         seen[target] = option
+        check_writable(path)
+        claim(path)  # before looking whether it exists: a run that claimed it first may be writing it now
         if not overwrite and (target.is_file() or target.is_symlink()):
             raise LayaError(f"{option} {path} exists; pass --overwrite to replace it, or choose another file")
-        check_writable(path)
 
 
 def _umask() -> int:
@@ -91,7 +137,8 @@ def atomic_path(path: str | Path):
     """Yield a temp path; on success it replaces ``path`` in one rename, on failure it vanishes."""
     path = check_writable(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale(path)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
         os.close(fd)
     except OSError as e:
         raise write_error(path, e) from None
@@ -111,6 +158,22 @@ def atomic_path(path: str | Path):
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def write_texts(files) -> None:
+    """Each ``(path, make_text)`` whose path is not None, written atomically: all of them, or — when one fails (a
+    full disk) — none of them (those already written are removed), so a command's outputs are never half there."""
+    written = []
+    try:
+        for path, make_text in files:
+            if path is not None:
+                atomic_write_text(path, make_text())
+                written.append(path)
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
 
 
 def append_text(path: str | Path, text: str) -> None:
@@ -174,9 +237,10 @@ def check_out_dir(out: str | Path, overwrite: bool, ours: Callable[[Path], bool]
     if not anchor.is_dir():
         raise LayaError(f"cannot write {out}: {anchor} is not a folder")
     try:  # the only reliable test: root ignores mode bits, read-only mounts do not
-        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.laya-probe-", dir=anchor))
+        os.rmdir(tempfile.mkdtemp(prefix=temp_prefix(out) + "probe-", dir=anchor))
     except OSError as e:
         raise LayaError(f"cannot write {out}: folder {anchor} is not writable ({e.strerror})") from None
+    claim(out)
     return out
 
 
@@ -187,7 +251,8 @@ def atomic_folder(out: str | Path, overwrite: bool, ours: Callable[[Path], bool]
     out = check_out_dir(out, overwrite, ours, what)
     anchor = existing_ancestor(out.parent)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-", dir=anchor))
+        remove_stale(out)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=anchor))
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: give the folder the usual mode
     except OSError as e:
         raise write_error(out, e) from None
@@ -211,7 +276,7 @@ def _replace_folder(tmp: Path, out: Path, overwrite: bool, ours, what: str) -> N
         os.replace(tmp, out)  # POSIX rename onto an empty folder
         return
     check_out_dir(out, overwrite, ours, what)  # re-check right before replacing
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.laya-old-", dir=out.parent))
+    old = Path(tempfile.mkdtemp(prefix=temp_prefix(out) + "old-", dir=out.parent))
     os.rmdir(old)
     os.rename(out, old)
     try:
@@ -220,6 +285,156 @@ def _replace_folder(tmp: Path, out: Path, overwrite: bool, ours, what: str) -> N
         os.rename(old, out)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- temps, claims, folders made
+
+
+def temp_prefix(path: Path) -> str:
+    """How every temp of ``path`` begins: ``.NAME.laya-PID-`` (the process that writes it: ``remove_stale``)."""
+    return f".{Path(path).name}.laya-{os.getpid()}-"
+
+
+def _lock_file(path: Path) -> Path:
+    return path.parent / f".{path.name}.laya-lock"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def stale_temps(path: str | Path) -> list[Path]:
+    """The temps of ``path`` left by runs that are gone: ``.NAME.laya-PID-…`` whose process no longer runs, and —
+    while this process holds ``path``'s claim, so no other laya run writes it — the temps laya wrote before they
+    carried a PID (``.NAME.laya-XXXXXXXX``, ``.NAME.XXXXXXXX.tmp``). The claim's own lock file is never one."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    folder = path.parent if path.parent.is_dir() else None
+    if folder is None:
+        return []
+    name = re.escape(path.name)
+    with_pid = re.compile(rf"^\.{name}\.laya-(\d+)-")
+    legacy = re.compile(rf"^\.{name}\.(laya-(?!lock$)(?!\d+-).+|[a-z0-9_]{{8}}\.(tmp|probe))$")
+    owned, prefix = path in _claims, f".{path.name}."
+    out = []
+    with os.scandir(folder) as entries:  # a store folder holds thousands of shards: a cheap test first
+        for entry in entries:
+            if not entry.name.startswith(prefix):
+                continue
+            m = with_pid.match(entry.name)
+            if (m and not _alive(int(m.group(1)))) or (owned and not m and legacy.match(entry.name)):
+                out.append(Path(entry.path))
+    return out
+
+
+def remove_stale(path: str | Path) -> list[Path]:
+    """Remove ``stale_temps(path)`` (files and folders); the ones removed."""
+    removed = []
+    for entry in stale_temps(path):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            removed.append(entry)
+    return removed
+
+
+_claims: dict[Path, tuple[int, Path]] = {}  # this process's claimed outputs: the lock's fd and file
+_claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("laya_claiming", default=False)
+
+
+@contextlib.contextmanager
+def claims():
+    """Within the block (a command), ``claim`` locks the outputs it is given; every claim is released at its end.
+    Outside one (the Python API), nothing is locked."""
+    token = _claiming.set(True)
+    try:
+        yield
+    finally:
+        release_claims()
+        _claiming.reset(token)
+
+
+def claim(path: str | Path) -> None:
+    """This run is the one laya run writing ``path`` until the command ends, else one line: an exclusive
+    ``flock`` on ``.NAME.laya-lock`` beside it (released when the command ends, or by the system when its process
+    dies). Then the temps of earlier runs on ``path`` that were killed are removed. Under torchrun rank 0 claims."""
+    if not _claiming.get() or fcntl is None or os.environ.get("RANK", "0") != "0":
+        return
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    if path in _claims or not path.parent.is_dir():
+        return  # a folder whose parents are still to be made: its temp lives elsewhere, nobody can write it yet
+    lock = _lock_file(path)
+    for _ in range(5):  # the lock file's previous owner may unlink it between our open and our flock
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        except OSError as e:
+            raise write_error(path, e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            who = f" (pid {owner})" if owner.isdigit() else ""
+            raise LayaError(f"{path} is being written by another laya run{who}: wait until it ends, or choose "
+                            f"another output") from None  # fmt: skip
+        if _same_file(lock, fd):
+            break
+        os.close(fd)
+    else:
+        raise LayaError(f"{path}: cannot lock it for writing ({lock} keeps changing)")
+    with contextlib.suppress(OSError):  # who holds it, for the message of a run refused (a full disk: none)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    _claims[path] = (fd, lock)
+    remove_stale(path)
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
+
+
+def release_claims() -> None:
+    """Release every claim of this process, removing its lock file (unlinked while held: a run that opened it in
+    between finds it gone and makes its own)."""
+    for fd, lock in _claims.values():
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _claims.clear()
+
+
+@contextlib.contextmanager
+def made_folders(folder: str | Path, what: str):
+    """``folder`` made (with its missing parents) for the block. If the block fails — but for an interruption,
+    which keeps its work to be continued — the folders made here are removed with everything in them: a run that
+    failed leaves no folder it made (a folder that was there before keeps what it held)."""
+    folder = Path(folder).expanduser()
+    top = folder
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    made = None if folder.exists() else top
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LayaError(f"cannot create {what} {folder}: {e.strerror or e}") from None
+    try:
+        yield folder
+    except (KeyboardInterrupt, TrainingInterrupted):
+        raise
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
 
 
 # --------------------------------------------------------------------------- JSON

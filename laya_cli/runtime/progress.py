@@ -8,12 +8,9 @@ setting on exit, so one command (or a test) never changes what the next one prin
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
-
-from .errors import LayaError
 
 T = TypeVar("T")
 
@@ -187,16 +184,9 @@ LOG_INTERVAL = 30.0  # seconds between two plain progress lines in a log; LAYA_P
 
 def log_interval() -> float:
     """The seconds between two plain progress lines: ``LAYA_PROGRESS_INTERVAL``, else ``LOG_INTERVAL``."""
-    raw = os.environ.get("LAYA_PROGRESS_INTERVAL", "").strip()
-    if not raw:
-        return LOG_INTERVAL
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise LayaError(f"LAYA_PROGRESS_INTERVAL must be a number of seconds (0 or more), got {raw!r}")
-    return seconds
+    from .environment import env
+
+    return env("LAYA_PROGRESS_INTERVAL", LOG_INTERVAL)
 
 
 FIRST_LINE = 10.0  # seconds: the first plain line (with its time left) comes this early, then every interval

@@ -26,6 +26,9 @@ def read_toml(path: str | Path) -> dict:
         raise LayaError(f"--config {path}: no such file") from None
     except OSError as e:
         raise LayaError(f"--config {path}: cannot read it ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8: a file in another encoding, or not text at all
+        where = f"byte 0x{e.object[e.start]:02x} at offset {e.start}"
+        raise LayaError(f"--config {path}: not UTF-8 text ({where}); a TOML file is UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise LayaError(f"--config {path}: not valid TOML ({e})") from None
 

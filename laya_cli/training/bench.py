@@ -29,9 +29,17 @@ from typing import ClassVar
 
 from ..auditing.settings import AuditSettings
 from ..runtime import distributed
-from ..runtime.declare import check_at_least, check_fields, refuse_other_task, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, check_at_least, check_fields, refuse_other_task, setting
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
-from ..runtime.fileio import atomic_write_text, check_writable, file_sha256, json_safe, strict_json
+from ..runtime.fileio import (
+    atomic_write_text,
+    check_writable,
+    claim,
+    file_sha256,
+    json_safe,
+    made_folders,
+    strict_json,
+)
 from ..runtime.progress import log
 from .bench_stats import machine, pair_with_laya, seed_stats, slug
 from .settings import TrainRequest, diff_options
@@ -111,8 +119,9 @@ class BenchRequest:
         "Runs per head; run k uses seed --base-seed + k (init, shuffling, validation split).",
         minimum=1,
         panel="Main",
+        maximum=STEPS_MAX,
     )
-    base_seed: int = setting(1337, "Seed of the first run (1337: the paper config).", minimum=0)
+    base_seed: int = setting(1337, "Seed of the first run (1337: the paper config).", minimum=0, maximum=SEED_MAX)
     out: str = setting(
         "bench",
         "Output folder; runs go to OUT/<dataset>-<backbone>/ and finished ones are reused.",
@@ -129,6 +138,7 @@ class BenchRequest:
         "Audit this many test samples (the same seeded subset for every run; more than the test split = all; a "
         "language model's: held-out positions, 0 = no audit).",
         minimum=0,
+        maximum=COUNT_MAX,
     )  # None: the whole test split
     redo: bool = setting(False, "Retrain and re-audit every run, even finished ones.")
 
@@ -185,6 +195,9 @@ class BenchRequest:
         """The declared checks, a setting of the other task refused, then a classifier's bench's own checks (a
         language model's: ``bench_lm.check_lm_bench``)."""
         check_fields(self)
+        if self.base_seed + self.seeds - 1 > SEED_MAX:
+            raise LayaError(f"--base-seed {self.base_seed} with --seeds {self.seeds}: the last run's seed would pass "
+                            f"{SEED_MAX:,}, the largest seed")  # fmt: skip
         check_fields(self.train)  # its task first: what the rest is checked against
         refuse_other_task(self, self.train.task)
         if self.compare is None:
@@ -450,11 +463,14 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
             "laya bench runs in one process, not under torchrun; run it with plain `laya bench` "
             "(use torchrun for single `laya train`/`laya audit` runs)"
         )
-    try:
-        bench.folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LayaError(f"cannot create the bench folder {bench.folder}: {e.strerror or e}") from None
-    check_writable(bench.folder / "probe")
+    with made_folders(bench.folder, "the bench folder"):  # a bench that fails leaves no folder it made
+        check_writable(bench.folder / "probe")
+        claim(bench.folder)  # one bench at a time in a folder
+        return _run_all(bench, on_run)
+
+
+def _run_all(bench: BenchRequest, on_run) -> BenchResult:
+    """Every (head, seed) run in the bench's folder, trained and audited or reused, and their aggregate."""
     start = time.perf_counter()
     pairs = [(h, s) for h in bench.heads for s in bench.seed_values]
     finished = sum(1 for h, s in pairs if _is_finished(bench, h, s))

@@ -23,7 +23,7 @@ from ..backbones.lm import parse_device_map
 from ..model.checkpoint import read_checkpoint
 from ..runtime.declare import split_csv
 from ..runtime.errors import LayaError, match_choice
-from ..runtime.fileio import atomic_write_text, json_safe, strict_json
+from ..runtime.fileio import atomic_write_text, claim, json_safe, made_folders, strict_json
 from .bench_stats import machine, seed_stats, slug
 from .lm import resolved_lm_request, train_config, train_lm
 from .settings import OBJECTIVES, TrainRequest
@@ -165,10 +165,12 @@ def aggregate(records: list[dict], methods: list[str]) -> dict:
 def run_lm_bench(bench, on_run: Callable[[dict, int, int], None] | None = None) -> dict:
     """Every (objective, seed) run trained and audited (or reused), then aggregated per objective; the JSON."""
     folder = lm_folder(check_lm_bench(bench))
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LayaError(f"cannot create the bench folder {folder}: {e.strerror or e}") from None
+    with made_folders(folder, "the bench folder"):  # a bench that fails leaves no folder it made
+        claim(folder)  # one bench at a time in a folder
+        return _run_lm_all(bench, folder, on_run)
+
+
+def _run_lm_all(bench, folder: Path, on_run) -> dict:
     start, records = time.perf_counter(), []
     pairs = [(o, s) for o in bench.objectives for s in bench.seed_values]
     reused = [_reusable(bench, run_request(bench, o, s)) for o, s in pairs]  # a mismatch: before any training

@@ -44,6 +44,7 @@ from ..runtime.fileio import check_writable
 from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
 from .lm_alignment import TokenAlignment
+from .loop import check_finite_weights, non_finite_loss
 from .settings import TrainRequest
 from .shaping import layer_dropout_mask
 
@@ -328,10 +329,14 @@ def _epoch(
         if exit_aware is not None:
             depths = exit_aware.depths(len(x), x.shape[2] - 1, hs.shape[1])
             truncated = (exit_aware.weight, exit_aware.reference(hs.device), depths)
-        total += train_step(laya, tuned, hs, targets, req.lm.objective, opt, t.layer_dropout, sample, align, truncated)
+        loss = train_step(laya, tuned, hs, targets, req.lm.objective, opt, t.layer_dropout, sample, align, truncated)
+        if not math.isfinite(loss):  # a diverged run keeps nothing: no checkpoint is written (docs/lm.md)
+            raise non_finite_loss(t, epoch, f"at batch {steps + 1}")
+        total += loss
         steps += 1
     if steps == 0:
         raise LayaError(f"{req.data.name}: the training text is shorter than one block of {block} tokens")
+    check_finite_weights([laya, tuned], t, epoch)  # a last step can turn them NaN after a finite loss
     return total / steps, steps
 
 
@@ -403,6 +408,8 @@ def _epochs(lm, laya, tuned, corpus, req: TrainRequest, block: int, terms, on_ep
         held_out = batches(lm, corpus, "test", block, t.batch_size)
         val = evaluate(lm, laya, tuned, held_out, settings.eval_tokens, settings.lens, settings.lens_tokens)
         score = val["heads"]["laya"][settings.objective]
+        if not math.isfinite(score):  # finite weights whose held-out figures are not: as diverged
+            raise non_finite_loss(t, epoch, "in the held-out evaluation")
         improved = best is None or score < best
         record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
                          time.perf_counter() - start, improved)  # fmt: skip

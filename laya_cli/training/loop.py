@@ -51,6 +51,7 @@ def non_finite_loss(cfg: TrainConfig, epoch: int, where: str) -> NonFiniteLoss:
     suspects += [f"--alpha-entropy {cfg.alpha_entropy:g}"] if cfg.alpha_entropy else []
     suspects += [f"--tau-start {cfg.tau_start:g}"] if cfg.tau_start is not None else []
     suspects += [f"--align {cfg.align:g}"] if cfg.align else []
+    suspects += [f"--exit-aware {cfg.exit_aware:g}"] if cfg.exit_aware else []
     suspects += [f"--precision {cfg.precision}"] if cfg.precision not in ("auto", "fp32") else []
     lower = "lower it" if len(suspects) == 1 else "lower the learning rate or the loss terms' weights"
     return NonFiniteLoss(
@@ -66,9 +67,15 @@ def _check_finite_loss(loss: float, cfg: TrainConfig, epoch: int, batch: int) ->
 
 def _check_finite_weights(model: nn.Module, cfg: TrainConfig, epoch: int) -> None:
     """After an epoch: the trained weights are finite (a last step can turn them NaN after a finite loss)."""
-    for p in model.parameters():
-        if p.requires_grad and not torch.isfinite(p.detach()).all():
-            raise non_finite_loss(cfg, epoch, "in the last step")
+    check_finite_weights([model], cfg, epoch)
+
+
+def check_finite_weights(modules, cfg: TrainConfig, epoch: int) -> None:
+    """The trained weights of ``modules`` (None: not trained) are finite, else ``non_finite_loss``'s line."""
+    for module in modules:
+        for p in module.parameters() if module is not None else ():
+            if p.requires_grad and not torch.isfinite(p.detach()).all():
+                raise non_finite_loss(cfg, epoch, "in the last step")
 
 
 @dataclass

@@ -18,7 +18,16 @@ from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
 from ..backbones.spec import POOL_CHOICES
 from ..data.settings import DataRequest
 from ..model.settings import HeadConfig, device_map_setting
-from ..runtime.declare import check_fields, refuse_other_task, setting, split_csv
+from ..runtime.declare import (
+    COUNT_MAX,
+    SEED_MAX,
+    STEPS_MAX,
+    WIDTH_MAX,
+    check_fields,
+    refuse_other_task,
+    setting,
+    split_csv,
+)
 from ..runtime.environment import CACHE_HELP, device_setting, precision_setting
 from ..runtime.errors import LayaError
 from ..runtime.fileio import digest
@@ -38,11 +47,13 @@ ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training
 class TrainConfig:
     PANEL: ClassVar[str] = "Training"
 
-    epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main")
-    batch_size: int = setting(128, "Batch size.", minimum=1)
+    epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main", maximum=STEPS_MAX)
+    batch_size: int = setting(128, "Batch size.", minimum=1, maximum=COUNT_MAX)
     lr: float = setting(3e-4, "Adam learning rate.", above=0, below=1e30, rule="positive and below 1e30 (a float32)")
-    patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1)
-    seed: int = setting(1337, "Seed for initialisation, shuffling and the validation split.", minimum=0)
+    patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1, maximum=STEPS_MAX)
+    seed: int = setting(
+        1337, "Seed for initialisation, shuffling and the validation split.", minimum=0, maximum=SEED_MAX
+    )
     device: str = device_setting()
     align: float | None = setting(
         None,
@@ -219,6 +230,7 @@ class LMSettings:
         metavar="T",
         minimum=1,
         task="lm",
+        maximum=WIDTH_MAX,
     )
     eval_tokens: int = setting(
         LM_EVAL_TOKENS,
@@ -226,6 +238,7 @@ class LMSettings:
         metavar="N",
         minimum=1,
         task="lm",
+        maximum=COUNT_MAX,
     )
     lens: str = setting(
         "tuned",
@@ -242,6 +255,7 @@ class LMSettings:
         minimum=0,
         rule="0 (every position) or positive",
         task="lm",
+        maximum=COUNT_MAX,
     )
     lens_tokens: int = setting(
         LENS_TOKENS,
@@ -251,6 +265,7 @@ class LMSettings:
         minimum=0,
         rule="0 (every held-out position) or positive",
         task="lm",
+        maximum=COUNT_MAX,
     )
     device_map: str | None = device_map_setting()
 
@@ -321,12 +336,14 @@ class TrainRequest:
         "Side of the images the backbone sees (default: its own input size; mlp/cnn: the data's).",
         minimum=1,
         task="classify",
+        maximum=WIDTH_MAX,
     )
     max_length: int | None = setting(
         None,
         "Text models: most tokens per text, longer ones truncated (default: min(128, its positions)).",
         minimum=1,
         task="classify",
+        maximum=WIDTH_MAX,
     )
     finetune: bool | None = setting(
         None,

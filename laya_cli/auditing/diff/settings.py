@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...runtime.declare import check_fields, setting
+from ...runtime.declare import SEED_MAX, STEPS_MAX, check_fields, setting
 from ...runtime.environment import device_setting
 from ..settings import REMOVALS, SCOPES, tie_tol_setting
 
@@ -27,8 +27,10 @@ PRACTICAL_JS_BITS = 0.01
 class DiffSettings:
     PANEL: ClassVar[str] = "Diff"
 
-    seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0)
-    permutations: int = setting(1000, "Permutations of each paired permutation test.", minimum=1, task="classify")
+    seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0, maximum=SEED_MAX)
+    permutations: int = setting(
+        1000, "Permutations of each paired permutation test.", minimum=1, task="classify", maximum=STEPS_MAX
+    )
     alpha: float = setting(
         0.05,
         "Significance level of a changed class, after correction.",
@@ -70,7 +72,11 @@ class DiffSettings:
         0.95, "The confidence level of each change's paired interval.", above=0, below=1, flag="--ci", task="lm"
     )
     bootstrap: int = setting(
-        1000, "Bootstrap resamples of the positions (paired: A and B resampled alike).", minimum=1, task="lm"
+        1000,
+        "Bootstrap resamples of the positions (paired: A and B resampled alike).",
+        minimum=1,
+        task="lm",
+        maximum=STEPS_MAX,
     )
     device: str = device_setting(panel="Run")
 

@@ -1,8 +1,10 @@
 """What a command asks of an experiment tracker, and how laya names what it logs.
 
-A ``Tracker`` holds one run: ``start`` (its name, the resolved options as parameters, tags), ``metrics`` (a
-dict of numbers, at a step or not), ``tags``, ``artifact`` (a file), ``finish`` (the status). The base class
-does nothing, so a command logs unconditionally and ``--log-to`` unset costs nothing.
+A ``Tracker`` holds one run: ``check`` (it can start and write: one line before any work otherwise), ``start`` (its
+name, the resolved options as parameters, tags), ``metrics`` (a dict of numbers, at a step or not), ``tags``,
+``artifact`` (a file), ``finish`` (the status). The base class does nothing, so a command logs unconditionally and
+``--log-to`` unset costs nothing. A command holds its tracker through ``guest.Guest``: a failure after the check is
+said at the end, never fatal.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class Tracker:
     """One tracked run. This base class is the tracker of a command without ``--log-to``: it does nothing."""
 
     name = "none"
+
+    def check(self) -> None:
+        """Whether the tracker can start and write (its store reachable, its folder writable), checked before any
+        work with a short timeout: one ``LayaError`` line otherwise."""
 
     def start(self, run_name: str, params: dict, tags: dict[str, str]) -> None:
         pass

@@ -25,6 +25,12 @@ class TensorBoardTracker(Tracker):
         self.writer = None
         self.folder: Path | None = None
 
+    def check(self) -> None:
+        """The log folder can be made and written (not under a file, not read-only, not on a full disk)."""
+        from ..fileio import check_folder_writable
+
+        check_folder_writable(self.root, "the TensorBoard folder (--log-to tensorboard)")
+
     def start(self, run_name: str, params: dict, tags: dict[str, str]) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -53,8 +59,11 @@ class TensorBoardTracker(Tracker):
             self.writer.add_text(f"tags/{key}", str(value))
 
     def artifact(self, path: str | Path) -> None:
+        from ..fileio import atomic_path
+
         (self.folder / "artifacts").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, self.folder / "artifacts" / Path(path).name)
+        with atomic_path(self.folder / "artifacts" / Path(path).name) as tmp:  # whole or absent (a full disk)
+            shutil.copy2(path, tmp)
 
     def finish(self, status: str = "FINISHED") -> None:
         if self.writer is not None:

@@ -26,6 +26,14 @@ class WandbTracker(Tracker):
         self.project = target or os.environ.get("WANDB_PROJECT") or PROJECT
         self.run = None
 
+    def check(self) -> None:
+        """Offline (``WANDB_MODE=offline``): the folder the run is kept in can be written. Online there is nothing
+        to check without a request of its own: wandb's login says it."""
+        if os.environ.get("WANDB_MODE", "").strip().lower() in ("offline", "dryrun"):
+            from ..fileio import check_folder_writable
+
+            check_folder_writable(os.environ.get("WANDB_DIR") or ".", "the wandb folder (--log-to wandb)")
+
     def start(self, run_name: str, params: dict, tags: dict[str, str]) -> None:
         settings = self.wandb.Settings(console="off", silent=True)
         command = str(tags.get("laya.command") or run_name.split(" ")[0] or "laya")
@@ -44,7 +52,10 @@ class WandbTracker(Tracker):
             self.run.summary[f"tags/{key}"] = str(value)
 
     def artifact(self, path: str | Path) -> None:
-        shutil.copy2(path, Path(self.run.dir) / Path(path).name)
+        from ..fileio import atomic_path
+
+        with atomic_path(Path(self.run.dir) / Path(path).name) as tmp:  # whole or absent (a full disk)
+            shutil.copy2(path, tmp)
 
     def finish(self, status: str = "FINISHED") -> None:
         if self.run is not None:
