@@ -28,7 +28,7 @@ demo: install
 	$(BIN)/laya info model.pt
 
 test: $(TEST_TOOLS)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadscope
 
 # ruff (configured in pyproject.toml): lint and the formatter's check, as CI runs them before the tests.
 lint: $(TEST_TOOLS)

@@ -101,6 +101,26 @@ def test_taps_option_chooses_blocks_or_stages():
     assert "taps" not in bb.BackboneSpec("timm:resnet18").to_dict()  # checkpoints of the default keep their layout
 
 
+def test_the_api_attaches_blocks_or_stages_as_laya_train_does():
+    import laya_cli
+
+    assert laya_cli.attach(torchvision.models.resnet18()).layers == [
+        "layer1.0",
+        "layer1.1",
+        "layer2.1",
+        "layer3.1",
+        "layer4.1",
+    ]
+    assert laya_cli.attach(torchvision.models.resnet18(), taps="stages").layers == [
+        "layer1",
+        "layer2",
+        "layer3",
+        "layer4",
+    ]
+    with pytest.raises(laya_cli.LayaError, match="--taps"):
+        laya_cli.attach(torchvision.models.resnet18(), taps="block")
+
+
 # --------------------------------------------------------------------------- bypassed = run without the branch
 
 

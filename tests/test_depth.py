@@ -414,7 +414,7 @@ def test_flops_are_counted_for_a_model_that_returns_one_of_its_parameters():
 
 
 def test_the_median_interval_is_the_order_statistics_that_cover_the_median():
-    from laya_cli.depthing.timing import median, median_interval
+    from laya_cli.stats.timing import median, median_interval
 
     assert median_interval([3.0, 1.0]) is None  # under 3 rounds: a single timing, no interval
     low, high, coverage = median_interval([5.0, 1.0, 4.0, 2.0, 3.0])

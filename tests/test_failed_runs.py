@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from helpers import assert_run_error, assert_user_error, invoke
+from helpers import assert_run_error, invoke
 
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.job import _discard_failed_state

@@ -210,7 +210,7 @@ def timed_compute(depths: list[list[float]], whole: list[float], per: int) -> di
     ``timing.NOISE_WIDTH`` (20 points) is noise, not a measurement: that depth's ``time_fraction`` is None (no
     number to misread: a share of 5.688), ``time_noisy`` says some depth is and ``time_fraction_range`` keeps what
     the rounds gave."""
-    from .timing import ratio_summary, seconds_summary
+    from ..stats.timing import ratio_summary, seconds_summary
 
     secs = [seconds_summary(r, per) for r in depths]
     full = seconds_summary(whole, per)

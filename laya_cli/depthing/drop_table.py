@@ -81,7 +81,7 @@ def timing_row(full: list[float], rounds: list[float], per: int) -> dict:
     """One dropped model's measured cost beside the full one's rounds (``per`` inputs a round): its median seconds
     per input with their interval, and the speed-up full ÷ dropped per round — its median, interval and what they
     say (``timing.speedup_verdict``: faster, slower, same, noisy, or single under 3 rounds)."""
-    from .timing import ratio_summary, seconds_summary, speedup_verdict
+    from ..stats.timing import ratio_summary, seconds_summary, speedup_verdict
 
     secs, speed = seconds_summary(rounds, per), ratio_summary(full, rounds)
     return {"seconds_per_image": secs["seconds"], "seconds_range": secs["interval"], "speedup": speed["value"],

@@ -61,7 +61,7 @@ def _verdict(t: dict) -> str:
     iv, n = _interval(t), _rounds(t)
     if iv is None or not n or n < 3:
         return "single"
-    from ..depthing.timing import speedup_verdict
+    from ..stats.timing import speedup_verdict
 
     wide = iv[1] - iv[0] > 0.2 * max(1.0, t.get("speedup") or 1.0)
     return speedup_verdict({"value": t.get("speedup"), "interval": iv, "noisy": wide})
