@@ -94,7 +94,7 @@ def gate_items(
             if network and metric not in NETWORK_METRICS:
                 raise LayaError(
                     f"{option} {item}: {metric} is not computed at network scope "
-                    f"(only {', '.join(NETWORK_METRICS)}; docs/metrics.md)"
+                    f"(only {', '.join(NETWORK_METRICS)}; metrics.md in laya's docs)"
                 )
         yield item, m, _method(method, metric, option, item, methods), metric, number
 

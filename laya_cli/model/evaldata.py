@@ -94,7 +94,7 @@ def model_dataset(
         raise LayaError(
             f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
             f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
-            f"docs/datasets.md), or audit it in Python with laya_cli.audit(model, loader)"
+            f"datasets.md in laya's docs), or audit it in Python with laya_cli.audit(model, loader)"
         )
     name = dataset_name(dataset or ds.get("name", "digits"))
     same = name == ds.get("name")

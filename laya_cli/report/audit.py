@@ -28,7 +28,7 @@ from .cells import (
 )
 from .collapse import collapse_text
 from .intervals import ci_cell, ci_header, ci_text, interval_columns, vs_laya_rows
-from .notes import labelled
+from .notes import docs_page, labelled
 
 AUDIT_COLUMNS = [
     Column("faithfulness", "faithfulness", best=True),
@@ -53,7 +53,7 @@ AUDIT_EXTRA_COLUMNS = {
 
 VS_LAYA_CAPTION = (
     f"method − laya on the same resampled samples (paired bootstrap); {EXCLUDES_0_LEGEND} (a difference, better or "
-    "worse) · docs/metrics.md"
+    f"worse) · {docs_page('metrics.md')}"
 )
 
 CLASS_TABLES = (  # --by-class: (metric, terminal title, Markdown title)
@@ -176,7 +176,7 @@ def audit_deeper_table(
     terminal cannot hold them all beside the default columns); None when none is asked for."""
     if not metrics:
         return None
-    caption = "! flagged · docs/metrics.md"
+    caption = f"! flagged · {docs_page('metrics.md')}"
     return rich_methods_table(
         method_rows(result.methods), extra_columns(metrics), title, caption, compared_methods(comparison)
     )

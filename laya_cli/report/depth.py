@@ -13,7 +13,7 @@ import html
 from rich.table import Table
 
 from .cells import align_of, fmt, html_table, justify, md_table, rich_table
-from .notes import labelled
+from .notes import docs_page, labelled
 
 TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
 
@@ -228,7 +228,7 @@ def depth_markdown(doc: dict, title: str = "laya depth") -> str:
 def depth_section(doc: dict, figure_html: str = "") -> str:
     """The ``laya depth`` section of report.html, from the depth JSON (docs/depth.md)."""
     e = html.escape
-    parts = [f'<p class="sub">{e(depth_caption(doc))}. Definitions: laya\'s docs/depth.md.</p>', figure_html]
+    parts = [f'<p class="sub">{e(depth_caption(doc))}. Definitions: {e(docs_page("depth.md"))}.</p>', figure_html]
     header, rows = depth_table_rows(doc)
     parts.append(html_table(header, [[e(c) for c in r] for r in rows], align_of(header, TRUNCATION_LEFT)))
     if doc.get("early_exit"):

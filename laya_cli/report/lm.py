@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from .cells import align_of, justify, md_table, rich_table
 from .info import training_text
+from .notes import docs_page
 
 HEADER = ("layer", "logit lens KL", "logit lens CE", "tuned lens KL", "tuned lens CE", "laya mean α")
 
@@ -162,7 +163,8 @@ def exit_caption(result: dict) -> str:
         f"{result['laya_ce_bits']:.4f} bits per token. α-guided exit saves {100 * g['alpha_saving']:.1f} % of layer "
         f"computations within 1 % of the model's CE ({100 * g['alpha_saving_own']:.1f} % within 1 % of the head's "
         f"own full-depth CE), the oracle {100 * g['oracle_saving']:.1f} %. laya's targets for α-guided "
-        f"exit (docs/lm.md): ≥ 20 % saved, {'met' if g['alpha_saves_20pc_within_1pc'] else 'missed'}; ≥ 80 % of the "
+        f"exit ({docs_page('lm.md')}): ≥ 20 % saved, {'met' if g['alpha_saves_20pc_within_1pc'] else 'missed'}; "
+        "≥ 80 % of the "
         f"oracle's saving, {'met' if g['alpha_reaches_80pc_of_oracle'] else 'missed'}"
     )
 
