@@ -1,13 +1,16 @@
-"""GPU throughput: a frozen ViT-B/16 (extraction fp32 vs bf16, the audit vs plain inference) and a language model
-(``laya train --task lm`` and the per-token audit vs the model's own forward), each case selectable.
+"""GPU throughput: a frozen ViT-B/16 (extraction fp32 vs bf16, the audit vs plain inference), a language model
+(``laya train --task lm`` and the per-token audit vs the model's own forward) and the audit against its floor on a
+CNN tapped at its residual blocks (issue 65), each case selectable.
 
-    python -m benchmarks.gpu [--case vit,lm] [--json FILE]
+    python -m benchmarks.gpu [--case vit,lm,floor] [--json FILE] [--quick]
         vit: [--images 1024] [--audit-images 256] [--steps 32] [--repeats 3]
         lm:  [--layers 12 --width 768 --vocab 50257] [--glosses 20000] [--block-size 128] [--batch 16]
              [--eval-tokens 4096] [--audit-samples 256] [--pretrained DIR] [--out DIR]
 
 Needs a CUDA device. Without one it prints one line saying so and exits 0 (nothing failed: there is
-nothing to measure), so it can sit in any script. (A hidden ``--device cpu`` runs the code path on the CPU: the
+nothing to measure), so it can sit in any script. ``--quick`` runs every case asked for at tiny sizes, on the CPU
+where there is no CUDA device (the code path checked in seconds; its figures say nothing of a GPU). (A hidden
+``--device cpu`` runs the code path on the CPU: the
 tests' smoke run on tiny sizes; bf16 autocast is off there, so both precisions are float32.)
 
 vit. Model: timm ``vit_base_patch16_224`` with random weights (``pretrained=False``: no download; throughput
@@ -43,6 +46,11 @@ train and audit on a sliver of the text:
               ``lm_cost.audit_seconds``) per position / the forward per token; α and Δ alone beside it.
 
 Targets printed beside the figures (issue 49): train ≤ 3× the forward; audit ≤ 3× the forward per position.
+
+floor (issue 65): ``benchmarks.audit_floor`` on timm resnet34 (random weights) tapped at its 13 residual blocks, 64
+images at 224 px: the model's own forward, each scope's floor (head: the taps + L + 1 head passes; network: the taps
++ each bypassed block's suffix + L + 1 head passes), and ``laya audit``'s default at each scope (and the network
+scope's default before, ig,gradxact), each as × the forward and × its scope's floor (goal ≤ 1.5×).
 """
 
 from __future__ import annotations
@@ -250,7 +258,17 @@ def lm_report(r: dict) -> list[str]:
     return lines
 
 
-CASES = ("vit", "lm")
+CASES = ("vit", "lm", "floor")
+QUICK = {"images": 4, "audit_images": 2, "steps": 2, "repeats": 1, "layers": 2, "width": 32, "vocab": 512,
+         "glosses": 60, "block_size": 16, "batch": 8, "eval_tokens": 64, "audit_samples": 4}  # fmt: skip
+
+
+def floor_run(device: str, quick: bool) -> dict:
+    """``benchmarks.audit_floor`` on a CNN tapped at its residual blocks (``--quick``: resnet18, 4 images of 32 px)."""
+    from .audit_floor import measure, method_lists
+
+    name, side, images, repeats = ("resnet18", 32, 4, 1) if quick else ("resnet34", 224, 64, 3)
+    return measure(name, side, images, repeats, device, method_lists(None, "ig,gradxact"))
 
 
 def cases(text: str) -> list[str]:
@@ -263,7 +281,8 @@ def cases(text: str) -> list[str]:
 
 def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
-    ap.add_argument("--case", type=cases, default=list(CASES), help="vit, lm or both (default: vit,lm)")
+    ap.add_argument("--case", type=cases, default=list(CASES), help="vit, lm, floor (default: all three)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, on the CPU without CUDA: the code path only")
     ap.add_argument("--images", type=int, default=1024, help="vit: images for the extraction rates")
     ap.add_argument("--audit-images", type=int, default=256, help="vit: images for the audit / plain ratio")
     ap.add_argument("--steps", type=int, default=32, help="vit: IG steps")
@@ -288,12 +307,16 @@ def main(argv=None) -> dict:
     from .say import say
 
     args = parse(argv)
+    if args.quick:
+        vars(args).update(QUICK)
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         say("no CUDA device on this machine: python -m benchmarks.gpu measures GPU throughput, nothing measured")
         return {"cuda": False}
     results = {}
     if "vit" in args.case:
-        r = run(args.images, min(args.audit_images, args.images), args.steps, args.repeats, args.device)
+        name = "vit_tiny_patch16_224" if args.quick else MODEL
+        r = run(args.images, min(args.audit_images, args.images), args.steps, args.repeats, args.device, name)
         results["vit"] = r
         for line in report(r):
             say(line)
@@ -306,6 +329,12 @@ def main(argv=None) -> dict:
             results["lm"] = r
             for line in lm_report(r):
                 say(line)
+    if "floor" in args.case:
+        from .audit_floor import table
+
+        results["floor"] = floor_run(args.device, args.quick)
+        for line in table(results["floor"]):
+            say(line)
     if args.json_out:
         from laya_cli.runtime.fileio import atomic_write_text
 

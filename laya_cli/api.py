@@ -25,7 +25,7 @@ from .auditing.job import audit_job
 from .auditing.lm import TOKENS_AUDITED, token_audit_job
 from .auditing.names import parse_methods, parse_metric_groups
 from .auditing.results import AuditResult
-from .auditing.settings import AuditRequest, AuditSettings
+from .auditing.settings import AuditRequest, AuditSettings, compare_for
 from .data.settings import EvalRequest
 from .depthing.analysis import DepthResult
 from .depthing.job import depth_job, token_depth
@@ -172,7 +172,7 @@ def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict
 def audit(
     model: Model,
     loader: Data = None,
-    compare: str | Sequence[str] = ("ig", "gradxact"),
+    compare: str | Sequence[str] | None = None,
     *,
     samples: int | None = None,
     progress: bool = True,
@@ -190,7 +190,9 @@ def audit(
             audit`` passes its prepared test split here.) A language model: ``text:PATH``, or None for the held-out
             text it was trained with; every position is a sample.
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
-            ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence.
+            ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence. None:
+            the scope's default (``ig,gradxact`` at head scope, ``gradxact,atp`` at network scope, all three for
+            both).
         samples: a language model's held-out positions audited (default 2,000); a classifier's subset is the
             loader.
         progress: rich progress bars (False: silent).
@@ -207,7 +209,8 @@ def audit(
         LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    methods, scope = parse_methods(compare), build(AuditRequest, settings).validate().scope
+    scope = build(AuditRequest, settings).validate().scope
+    methods = parse_methods(compare_for(compare, scope) if compare is None or isinstance(compare, str) else compare)
     groups, device = tuple(parse_metric_groups(settings["metrics"])), resolve_device(settings["device"])
     audited = build(AuditSettings, settings, metrics=groups, device=device).validate()
     with _progress.enabled(progress):

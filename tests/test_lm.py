@@ -316,6 +316,21 @@ def test_network_effects_are_the_model_without_the_layer(trained):
             torch.testing.assert_close(delta[..., i], base - p, atol=1e-5, rtol=1e-4)
 
 
+def test_bypassed_states_from_the_prefix_are_the_full_passes(trained):
+    """Each layer bypassed by re-running only the layers after it (the recorded calls replayed) gives the states of
+    a full forward with that layer bypassed, at every layer (the floor of the network scope, not an estimate)."""
+    from laya_cli.auditing import lm as lm_audit
+
+    _, path = trained
+    model = lm_from_checkpoint(read_checkpoint(path))
+    backbone = model.lm.backbone
+    assert backbone.can_continue  # the prefix route is the one tested (else each_bypassed runs full passes)
+    x = next(iter(batches(model.lm, open_corpus(model.ckpt["dataset"]["source"]), "test", 24, 2)))
+    for i, states in lm_audit.each_bypassed(backbone, x):
+        for got, want in zip(states, lm_audit.bypassed_states(backbone, x, i)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 def _block_outputs(model, x) -> list:
     """Each block's output (GPT-2's hidden_states[-1] has the final norm applied: read the blocks instead)."""
     seen = []

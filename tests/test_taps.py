@@ -258,12 +258,13 @@ def test_timm_stages_as_layers_and_class_tokens():
     """``--layers 'feature_info.*'`` reads any timm model's stages (the same r_i as its hooked modules); a model
     whose stages carry prefix tokens keeps them (NLC+P, class-token pooling); stages and modules do not mix."""
 
-    def build(name, layers):  # the weights of backbone(name, 32): the same seed
+    def build(name, layers, taps="blocks"):  # the weights of backbone(name, 32): the same seed
         torch.manual_seed(0)
-        return bb.build_backbone(bb.BackboneSpec(name, layers, in_channels=3, image_size=(32, 32), input_size=32))
+        spec = bb.BackboneSpec(name, layers, in_channels=3, image_size=(32, 32), input_size=32, taps=taps)
+        return bb.build_backbone(spec)
 
     x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    hooked = backbone("timm:resnet18", 32)
+    hooked = build("timm:resnet18", [], taps="stages").eval()  # the stage ends, by hooks on their modules
     staged = build("timm:resnet18", ["feature_info.*"]).eval()
     assert staged.engine_kind == "intermediates" and hooked.engine_kind == "hooks"
     assert staged.layer_names == [f"feature_info.{i}" for i in range(len(hooked.layer_names))]

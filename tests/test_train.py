@@ -113,13 +113,16 @@ def test_layer_globs_choose_taps_per_family():
         "blocks.0.drop_path2",
     ]
     resnet = torchvision.models.resnet18()
-    assert bb.resolve_layers(resnet, None) == ["layer1", "layer2", "layer3", "layer4"]
+    assert bb.resolve_layers(resnet, None, taps="stages") == ["layer1", "layer2", "layer3", "layer4"]
+    assert bb.resolve_layers(resnet, None) == ["layer1.0", "layer1.1", "layer2.1", "layer3.1", "layer4.1"]
 
 
 def test_torchvision_resnet_taps_pool_to_channel_vectors():
-    spec = bb.BackboneSpec("torchvision:resnet18", in_channels=3, image_size=(32, 32))
+    spec = bb.BackboneSpec("torchvision:resnet18", in_channels=3, image_size=(32, 32), taps="stages")
     backbone = bb.build_backbone(spec)
     assert backbone.dims(torch.rand(2, 3, 32, 32)) == [64, 128, 256, 512]
+    blocks = bb.build_backbone(bb.BackboneSpec("torchvision:resnet18", in_channels=3, image_size=(32, 32)))
+    assert blocks.dims(torch.rand(2, 3, 32, 32)) == [64, 64, 128, 256, 512]
 
 
 def test_user_weights_file_loads_into_its_architecture(tmp_path):

@@ -137,7 +137,11 @@ def make_shapes_folder(root: Path, size: int, per_class: int = 8, classes=("circ
 def build(entry: ZooModel):
     from laya_cli import backbones as bb
 
-    spec = bb.BackboneSpec(entry.name, in_channels=3, image_size=(entry.size, entry.size), input_size=entry.size)
+    # the declared stages are what is checked here (timm's feature_info, torchvision's stage widths); a CNN's residual
+    # blocks (--taps blocks, the default) are checked by tests/test_cnn_blocks.py
+    spec = bb.BackboneSpec(
+        entry.name, in_channels=3, image_size=(entry.size, entry.size), input_size=entry.size, taps="stages"
+    )
     return bb.build_backbone(spec).eval()
 
 

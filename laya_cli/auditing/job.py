@@ -22,6 +22,7 @@ from ..model.settings import LoadSettings
 from ..runtime.declare import refuse_other_task
 from ..runtime.device import check_precision, resolved_precision
 from ..runtime.device import precision as device_precision
+from ..runtime.distributed import is_main
 from ..runtime.errors import LayaError
 from ..runtime.memory import (
     MemoryRequest,
@@ -31,7 +32,9 @@ from ..runtime.memory import (
     reset_peak_memory,
     retry_halving,
 )
+from ..runtime.progress import log
 from .budget import halver, plan_audit
+from .estimate import audit_eta
 from .head_scope import record_collapse, run_audit
 from .lm import TOKENS_AUDITED, token_audit_job
 from .metrics import accuracy, check_removal
@@ -165,6 +168,8 @@ def run_scoped_audit(
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
     plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
     net = network_scope(model, settings, reference, use_cache, prefix)
+    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix)):
+        log(line)  # before the work: what it will cost and how to make it cheaper
     head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
     run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)

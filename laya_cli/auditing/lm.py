@@ -154,12 +154,29 @@ def bypassed_states(backbone, x: Tensor, i: int) -> list[Tensor]:
         return [h.float() for h in backbone.bypassed_activations(x, [i])]
 
 
+def each_bypassed(backbone, x: Tensor):
+    """(i, h_1..h_L with layer i bypassed) for every layer i of the blocks ``x``, as ``bypassed_states`` gives them,
+    at the cost of the floor: one pass records every layer's input and call, then bypassing layer i runs only the
+    layers after it (``continue_from``: the earlier states cannot change), L(L−1)/2 layer calls in all instead of
+    L full passes. A backbone that cannot continue from a tap (its replayed calls do not reproduce it on a probe
+    batch) takes the full passes."""
+    n = len(backbone.layer_names)
+    if not backbone.can_continue:
+        for i in range(n):
+            yield i, bypassed_states(backbone, x, i)
+        return
+    with torch.no_grad(), autocast(x.device):
+        hs, given = backbone.activations_and_inputs(x)
+        for i in range(n):
+            later = backbone.continue_from(i, given[i]) if i + 1 < n else []
+            yield i, [h.float() for h in (*hs[:i], given[i], *later)]
+
+
 def _bypass_effects(model: LayaLM, x: Tensor, target: Tensor, base: Tensor) -> Tensor:
     """(B, T−1, L) Δ_i(t): p_ŷ(t) minus p_ŷ(t) with layer i bypassed at every position."""
-    backbone = model.lm.backbone
     out = []
-    for i in within(range(len(backbone.layer_names))):  # one bypassed pass per layer: progress inside the batch
-        states = bypassed_states(backbone, x, i)
+    backbone = model.lm.backbone
+    for _, states in within(each_bypassed(backbone, x), len(backbone.layer_names)):  # progress inside the batch
         with torch.no_grad():
             out.append(base - _probabilities(model.laya, states, target))
     return torch.stack(out, dim=-1)

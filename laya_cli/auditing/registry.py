@@ -136,16 +136,24 @@ def _ig_network(run, b):
     return scores
 
 
+def _layer_gradients(run, b):
+    """dp_ŷ/dh_i of the batch's taps: one Captum forward and backward shared by Grad×Act, AtP and saliency (each
+    asked for them alone before: one pass each, for the same gradients)."""
+    if b.grads is None:
+        b.grads = run.net.layer_gradients(b.x, b.target, multiply=False)
+    return b.grads
+
+
 def _gradxact_network(run, b):
-    return run.net.gradient_x_activation(b.x, b.target, run.plan.settings.reduce)
+    return run.net.from_gradients("gradxact", b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
 
 
 def _atp_network(run, b):
-    return run.net.attribution_patching(b.x, b.hs, b.target, run.plan.settings.reduce)
+    return run.net.from_gradients("atp", b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
 
 
 def _saliency_network(run, b):
-    return run.net.saliency(b.x, b.target, run.plan.settings.reduce)
+    return run.net.from_gradients("saliency", b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
 
 
 # --------------------------------------------------------------------------- the records

@@ -67,6 +67,16 @@ NETWORK_SCOPES = ("network", "both")  # the scopes that remove blocks inside the
 
 
 DEFAULT_COMPARE = "ig,gradxact"
+# --compare when none is named, per scope. At network scope IG with the removal as its baseline sums to the effect Δ
+# itself (completeness): the target computed another way, at ≥ 16 forward and backward passes of each layer's suffix
+# where Δ costs one (docs/metrics.md); Grad×Act and attribution patching are the competitors there, one backward
+# pass for all layers. So the network scope's default keeps the audit near its floor (benchmarks/audit_floor.py).
+SCOPE_COMPARE = {"head": DEFAULT_COMPARE, "network": "gradxact,atp", "both": "ig,gradxact,atp"}
+
+
+def compare_for(compare: str | None, scope: str) -> str:
+    """The methods ``--compare`` names, or the scope's default (``SCOPE_COMPARE``) when it names none."""
+    return SCOPE_COMPARE.get(scope, DEFAULT_COMPARE) if compare is None else compare
 
 
 @dataclass
@@ -78,10 +88,12 @@ class AuditRequest:
 
     PANEL: ClassVar[str] = "Main"
 
-    compare: str = setting(
-        DEFAULT_COMPARE,
+    compare: str | None = setting(
+        None,
         "Methods to compare with laya and random: ig, gradxact, atp, saliency, contrib, global (comma list), 'all', "
-        "or '' for none.",
+        "or '' for none. Default: ig,gradxact at --scope head, gradxact,atp at network (where IG is the effect "
+        "computed another way), ig,gradxact,atp for both.",
+        cli_type=str | None,
     )
     scope: str = setting(
         "head",

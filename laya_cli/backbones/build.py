@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from ..runtime.errors import LayaError
 from ..runtime.progress import log
 from .adapters import InputAdapter, make_adapter, random_tokens
+from .blocks import block_taps
 from .builtin import PaperMLP, SmallCNN
 from .chain import eval_mode, trace_calls
 from .pooling import Layouts, TapFormat, pool_tokens
@@ -180,9 +181,13 @@ def resolve_layers(
     patterns: Sequence[str] | None,
     family: Family | None = None,
     probe: Callable[[], Tensor] | None = None,
+    taps: str = "blocks",
 ) -> list[str]:
-    """Module names matching the globs, in model order; without globs the family's default taps."""
+    """Module names matching the globs, in model order; without globs ``taps``: ``blocks``, a CNN's residual blocks
+    (``blocks.block_taps``) where it has at least 3, else (and for ``stages``) the family's default taps."""
     family = family or family_for_model(model)
+    if not patterns and taps == "blocks" and (found := block_taps(model, probe or (lambda: _default_probe(model)))):
+        return found
     if not patterns:
         was = model.training
         model.eval()
@@ -225,7 +230,7 @@ def tap_model(
     family = family or family_for_model(model)
     family.prepare(model)
     probe = None if example_shape is None else _shape_probe(input_cfg, tuple(example_shape))
-    layers = resolve_layers(model, spec.layers, family, probe)
+    layers = resolve_layers(model, spec.layers, family, probe, spec.taps)
     if layers != spec.layers:
         spec.formats = []
     spec.layers = layers

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 POOL_CHOICES = ("auto", "cls", "mean", "last")  # --pool of B×N×D taps; last: the last real token (decoders; text only)
+# --taps without --layers: a CNN's residual blocks (blocks.py; the grain at which it can lose depth), or its stage
+# ends (each family's declared stages, as before 2026-12-06). Isotropic models tap their blocks either way.
+TAP_CHOICES = ("blocks", "stages")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -68,6 +71,7 @@ class BackboneSpec:
     )
     dropped: list[int] = field(default_factory=list)  # taps whose blocks are skipped, not stored (laya depth --drop)
     task: str = "classify"  # lm: a causal language model read through its own readout at every position (--task lm)
+    taps: str = "blocks"  # without layers: blocks (a CNN's residual blocks) or stages (TAP_CHOICES)
 
     @property
     def reshaped(self) -> bool:
@@ -83,6 +87,8 @@ class BackboneSpec:
             d.pop("dropped")
         if self.task == "classify":  # only language models carry it
             d.pop("task")
+        if self.taps == "blocks":  # the layers are stored by name; only a run that asked for stages says so
+            d.pop("taps")
         if self.max_length is None:  # image backbones keep the layout they had before token sequences
             d.pop("max_length")
         return d

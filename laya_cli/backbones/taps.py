@@ -436,8 +436,9 @@ class TappedBackbone(nn.Module):
                 return out
         raise LayaError(f"this model cannot be truncated at layer {names[-1]}: the cut model's taps differ")
 
-    def _with_model(self, model: nn.Module, k: int | None = None) -> TappedBackbone:
-        """A backbone over ``model`` (a cut or dropped copy of this one's) tapping this one's first k taps alike."""
+    def _with_model(self, model: nn.Module, k: int | None = None, engine: str | None = None) -> TappedBackbone:
+        """A backbone over ``model`` (a cut or dropped copy of this one's) tapping this one's first k taps alike
+        (read by ``engine``, default this one's)."""
         k = len(self.layer_names) if k is None else k
         formats = [str(f) for f in self.formats[:k]] if all(f is not None for f in self.formats[:k]) else None
         out = TappedBackbone(
@@ -447,7 +448,7 @@ class TappedBackbone(nn.Module):
             self.pool,
             formats,
             family=self.family,
-            engine=self.engine_kind,
+            engine=engine or self.engine_kind,
             layouts=self.layouts,
             expected_widths=self.expected_widths[:k],
             example_shape=self.example_shape,
@@ -481,7 +482,10 @@ class TappedBackbone(nn.Module):
             HookEngine(self.model, self.layer_names).run(self.adapter(x), drop[-1] + 1, replace=record)
             want = self.bypassed_activations(x, drop)
         names = [self.layer_names[i] for i in drop]
-        out = self._with_model(bypass_modules(copy.deepcopy(self.model), names, [arities[i] for i in drop]))
+        # hooks: a traced graph (torchvision's FX) has no node for a Bypass, which hands its input on uncomputed
+        engine = "hooks" if self.engine_kind == "fx" else None
+        bypassed = bypass_modules(copy.deepcopy(self.model), names, [arities[i] for i in drop])
+        out = self._with_model(bypassed, None, engine)
         why = "later layers need more from a dropped block than its hidden state"
         try:
             with torch.no_grad(), eval_mode(out):

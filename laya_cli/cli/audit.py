@@ -62,6 +62,7 @@ def audit(
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_checkpoint
     from ..auditing.names import parse_methods, parse_metric_groups
+    from ..auditing.settings import compare_for
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
 
@@ -69,7 +70,8 @@ def audit(
     with progress.enabled(not quiet):
         trust_arch(load.validate().arch)
         data.validate()
-        methods, scope = parse_methods(what.compare), what.validate().scope
+        scope = what.validate().scope
+        methods = parse_methods(compare_for(what.compare, scope))
         asked = GateRequest.asked(gates, methods, scope)
         job = run_options(run, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
         if settings.batch_size is None:  # the plan may lower the default

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import backbones as bb
-from ..backbones.spec import POOL_CHOICES
+from ..backbones.spec import POOL_CHOICES, TAP_CHOICES
 from ..runtime.errors import LayaError, match_choice
 from .extraction import backbone_forward, model_batch, to_float_images
 
@@ -162,6 +162,7 @@ def attach(
     layers: str | Sequence[str] | None = None,
     pool: str = "auto",
     *,
+    taps: str = "blocks",
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     tokenizer=None,
@@ -179,6 +180,8 @@ def attach(
             taps, else the longest run of blocks, found by running the model once — on a 3×224×224
             probe, or, for a model that cannot take one, on the first batch ``fit`` or ``tapped``
             is given (until then ``tapped.layers`` raises).
+        taps: without ``layers``, what a CNN taps (``--taps``): ``"blocks"``, its residual blocks whose skip
+            carries their input (the layers it can lose), or ``"stages"``, the last block at each resolution.
         pool: how a B×N×D token output becomes a vector: ``"cls"``, ``"mean"``, or ``"auto"`` (CLS
             when the model has a class token, else the mean). Each tap's layout (B×C×H×W,
             B×H×W×C, tokens) is read as ``laya train`` reads it; feature maps are averaged.
@@ -202,6 +205,7 @@ def attach(
     if not isinstance(model, nn.Module):
         raise LayaError(f"attach() needs a torch nn.Module, got {type(model).__name__}")
     match_choice("--pool", pool, POOL_CHOICES)
+    taps = match_choice("--taps", taps, TAP_CHOICES)
     from ..backbones import hf, tokenizers
 
     if hf.is_text(model):
@@ -211,7 +215,7 @@ def attach(
     else:
         cfg = _input_config(mean, std)
     patterns = [p.strip() for p in layers.split(",") if p.strip()] if isinstance(layers, str) else list(layers or [])
-    spec = bb.BackboneSpec(backbone_name(model), patterns, pool, max_length=getattr(cfg, "max_length", None))
+    spec = bb.BackboneSpec(backbone_name(model), patterns, pool, max_length=getattr(cfg, "max_length", None), taps=taps)
     # The taps, pooling and tap formats `laya train` would choose (backbones.tap_model, which
     # build_backbone calls too). A model that declares no taps is run once to find its blocks: on a
     # 3×224×224 probe here, or, when it cannot take that, on the first batch of your loader.

@@ -64,6 +64,12 @@ OFF = AlignDefault(0.0, "head")
 #   more of the head's account but only 0.46 at network scope. As for the frozen hf transformers, the price is the
 #   head-scope account (faithfulness 0.61 → 0.21). Where the blocks change shape (a ResNet's stages) no term: the
 #   built-in CNN's stage effects tie.
+# - A frozen timm or torchvision CNN is tapped at its residual blocks since 2026-12-06 (--taps blocks: they can be
+#   bypassed), so FROZEN_VIT's term reaches it; --taps stages keeps the stage ends and no term. On the pretrained
+#   EfficientNet-Lite0 (5 hard Fashion-MNIST classes, 1 seed each; docs/results/cnn-depth.md) the block taps alone
+#   take AtP's network faithfulness from 0.15 (stages) to 0.76 and accuracy 0.773 → 0.793; α's, plain, is 0.10.
+#   What the term does there was not measured over seeds in time (see the results page): the default is the ViT's
+#   evidence carried over to blocks that are bypassed the same way, not a CNN measurement.
 # The built-in CNN is not listed: removing any of its stages takes p_ŷ to about chance, so the effects tie and the
 # term learns nothing.
 FROZEN_VIT = AlignDefault(1.0, "network", removal="bypass")

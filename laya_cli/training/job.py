@@ -425,7 +425,16 @@ def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
     finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
     pretrained = bb.default_pretrained(name, finetune, req.weights) if req.pretrained is None else req.pretrained
     spec = bb.BackboneSpec(
-        name, list(req.layers), req.pool, pretrained, finetune, c, (h, w), req.input_size, max_length=req.max_length
+        name,
+        list(req.layers),
+        req.pool,
+        pretrained,
+        finetune,
+        c,
+        (h, w),
+        req.input_size,
+        max_length=req.max_length,
+        taps=req.taps,
     )
     state = None
     if req.weights:

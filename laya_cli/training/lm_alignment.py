@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..auditing.lm import bypassed_states
+from ..auditing.lm import each_bypassed
 from ..auditing.metrics import lolo_effects
 from ..auditing.network.patching import removal_effects
 from ..runtime import distributed
@@ -58,8 +58,7 @@ def network_target(backbone, head: nn.Module, x: Tensor, clean: Tensor, position
     target = head(feats).logits.argmax(-1)
     where = positions.to(x.device)
     removed = []
-    for i in range(len(feats)):
-        states = bypassed_states(backbone, x, i)
+    for i, states in each_bypassed(backbone, x):  # the layers after i only (prefix reuse)
         removed.append([states[j][0, where].to(clean.device) for j in range(i, len(feats))])
     return feats, target, removal_effects(head, feats, removed, target)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
-from ..backbones.spec import POOL_CHOICES
+from ..backbones.spec import POOL_CHOICES, TAP_CHOICES
 from ..data.settings import DataRequest
 from ..model.settings import HeadConfig, device_map_setting
 from ..runtime.declare import (
@@ -304,6 +304,14 @@ class TrainRequest:
         cli_type=str | None,
         command_default=None,
     )
+    taps: str = setting(
+        "blocks",
+        "Without --layers, what a CNN taps: blocks (its residual blocks whose skip carries their input: the layers "
+        "it can lose, bypassable at network scope) or stages (the last block at each resolution). Models without "
+        "3 such blocks (ViTs, VGG, the built-ins) tap as before either way.",
+        choices=TAP_CHOICES,
+        task="classify",
+    )
     pool: str = setting(
         "auto",
         "Token pooling for B×N×D layers: auto, cls (first token), mean (over real tokens) or last (the last "
@@ -385,6 +393,7 @@ class TrainRequest:
     command_line: dict | None = None
 
     LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataRequest.LATER
+    # taps is not LATER: a run recorded before it tapped a CNN's stages, so it is not the default's run
 
     # Not part of what the run computes: where it is written, how, and on which device.
     RUN_ONLY = ("out", "resume", "restart", "use_cache", "command_line")

@@ -75,6 +75,7 @@ class Batch:
     delta: Tensor  # (B, L) total effects, on the CPU
     ctx: AttributionContext
     steps: dict[str, Tensor] = field(default_factory=dict)  # the methods with a convergence delta: their IG steps
+    grads: list[Tensor] | None = None  # dp_ŷ/dh_i, once per batch for the gradient methods (registry)
 
 
 @dataclass

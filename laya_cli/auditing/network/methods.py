@@ -167,6 +167,21 @@ class LayerAttributions:
             dim=1,
         )
 
+    def from_gradients(self, method: str, hs: Sequence[Tensor], grads: Sequence[Tensor], reduce: str = "sum") -> Tensor:
+        """(B, L) scores of a gradient method from the layer gradients ``grads`` (``layer_gradients(...,
+        multiply=False)``) and the taps ``hs`` of the same batch: ``gradxact`` g·h (what Captum's
+        LayerGradientXActivation multiplies), ``atp`` g·(h − fill), ``saliency`` |g|. One Captum pass serves all
+        three."""
+        parts = {
+            "gradxact": lambda i, h, g: h * g,
+            "atp": lambda i, h, g: (h - self.fill(i, h)) * g,
+            "saliency": lambda i, h, g: g.abs(),
+        }[method]
+        return torch.stack(
+            [REDUCTIONS[reduce](parts(i, h, g.to(h.dtype)).flatten(1)) for i, (h, g) in enumerate(zip(hs, grads))],
+            dim=1,
+        )
+
     def saliency(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:
         grads = self.layer_gradients(x, target, multiply=False)
         return torch.stack([REDUCTIONS[reduce](g.abs().flatten(1)) for g in grads], dim=1)
