@@ -237,7 +237,8 @@ def test_curves_sharing_passes_equal_the_two_curves(dims, ablation):
 
 def test_network_scope_json_says_what_it_computed_and_ig_steps(digits_ckpt, tmp_path):
     out = tmp_path / "n.json"
-    r = invoke("audit", str(digits_ckpt), "--samples", "30", "--scope", "network", "--json", str(out), "--quiet")
+    audit = ("audit", str(digits_ckpt), "--samples", "30", "--scope", "network", "--compare", "ig,gradxact")
+    r = invoke(*audit, "--json", str(out), "--quiet")  # IG named: the network scope's default leaves it out
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["computed_metrics"] == list(CORE_METRICS) and doc["methods"] == {}

@@ -16,6 +16,7 @@ from laya_cli.depthing.compute import model_flops, tap_flops
 from laya_cli.depthing.truncation import fold_head, masked_output
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.evaldata import load_eval_data
+from laya_cli.model.integrity import with_digest
 from laya_cli.model.laya_model import load_model
 from laya_cli.model.settings import HeadConfig
 
@@ -239,7 +240,7 @@ def test_public_load_of_a_truncated_checkpoint_predicts_as_the_masked_full_model
     exported = invoke("export", small, "--out", tmp_path / "exp", "--samples", 20, "--no-plots")
     assert exported.exit_code == 0, exported.output
     ckpt["backbone"]["sha256"] = "0" * 64
-    torch.save(ckpt, tmp_path / "edited.pt")
+    torch.save(with_digest(ckpt), tmp_path / "edited.pt")  # an edit that kept the file whole: the weights' check
     with pytest.raises(LayaError, match="backbone weights differ"):
         laya_cli.load(tmp_path / "edited.pt")
 

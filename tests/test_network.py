@@ -250,7 +250,8 @@ def test_network_fail_under_gates(digits_ckpt, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("laya audit: FAIL · 1 of 2 gate checks failed"), r.output
     assert "network:random: faithfulness" in lines[0]
     doc = json.loads((tmp_path / "a.json").read_text())
-    assert doc["methods"] == {} and set(doc["network"]["methods"]) == {"laya", "ig", "gradxact", "random"}
+    # the network scope's default methods (IG there is the effect computed again): gradxact, atp
+    assert doc["methods"] == {} and set(doc["network"]["methods"]) == {"laya", "gradxact", "atp", "random"}
     assert doc["fail_under"]["misses"] and not doc["fail_under"]["passed"]
 
 

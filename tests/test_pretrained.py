@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from laya_cli import backbones as bb
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.integrity import with_digest
 
 TIMM = "timm:test_resnet"  # timm's own tiny test model; its hub weights: timm/test_resnet.r160_in1k
 HUB_ID = "timm/test_resnet.r160_in1k"
@@ -132,5 +133,5 @@ def test_tampered_stored_weights_are_refused(tmp_path, digits_ckpt):
     ckpt = torch.load(digits_ckpt, weights_only=True)
     ckpt_path = tmp_path / "m.pt"
     ckpt["backbone"]["weights"]["blocks.0.0.weight"] += 1.0
-    torch.save(ckpt, ckpt_path)
+    torch.save(with_digest(ckpt), ckpt_path)  # re-sealed: what the weights' own SHA-256 catches
     assert_user_error(invoke("audit", ckpt_path, "-q"), "weights differ", "stored weights")

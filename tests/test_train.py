@@ -237,7 +237,13 @@ def _flat(tree, prefix: str = "") -> dict:
 
 
 # Where the data and the command came from: what a DataLoader cannot know of itself, and the command line.
-WHERE_FROM = {"dataset.name", "dataset.label", "dataset.source", "backbone.source"}
+WHERE_FROM = {
+    "dataset.name",
+    "dataset.label",
+    "dataset.source",
+    "backbone.source",
+    "digest.sha256",
+}  # the digest covers them
 
 
 @pytest.mark.parametrize("finetune", [True, False], ids=["end-to-end", "frozen"])
