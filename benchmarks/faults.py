@@ -40,6 +40,12 @@ LM = ["--task", "lm", "--block-size", "16", "--batch-size", "8", "--epochs", "1"
       "--lens", "none", "--align", "0", "--exit-aware", "0"]  # fmt: skip
 ROOT = Path(__file__).resolve().parents[1]
 LAYA = [ROOT]  # the checkout whose laya_cli runs (--laya)
+CHECKPOINT_READERS = [  # every command that reads a checkpoint c.pt (the flipped-byte cases)
+    ("audit", ["audit", "c.pt", "--samples", "20"]),
+    ("export", ["export", "c.pt", "--samples", "20", "--out", "exp"]),
+    ("depth", ["depth", "c.pt", "--samples", "20"]),
+    ("diff", ["diff", "c.pt", "{ckpt}", "--samples", "20"]),
+]
 
 
 @dataclass
@@ -387,22 +393,9 @@ def cases() -> list[Case]:
         ),  # fmt: skip
         # a corrupted checkpoint
         *[
-            Case(f"{c} of a checkpoint with one byte flipped", a, prepare=flipped)
-            for c, a in [
-                ("audit", ["audit", "c.pt", "--samples", "20"]),
-                ("export", ["export", "c.pt", "--samples", "20", "--out", "exp"]),
-                ("depth", ["depth", "c.pt", "--samples", "20"]),
-                ("diff", ["diff", "c.pt", "{ckpt}", "--samples", "20"]),
-            ]
-        ],  # fmt: skip
-        *[
-            Case(f"{c} of a checkpoint with one byte of its head flipped", a, prepare=flipped_head)
-            for c, a in [
-                ("audit", ["audit", "c.pt", "--samples", "20"]),
-                ("export", ["export", "c.pt", "--samples", "20", "--out", "exp"]),
-                ("depth", ["depth", "c.pt", "--samples", "20"]),
-                ("diff", ["diff", "c.pt", "{ckpt}", "--samples", "20"]),
-            ]
+            Case(f"{c} of a checkpoint with one byte{where} flipped", a, prepare=prepare)
+            for where, prepare in [("", flipped), (" of its head", flipped_head)]
+            for c, a in CHECKPOINT_READERS
         ],  # fmt: skip
         # a full disk
         Case(
