@@ -66,8 +66,7 @@ def own_files(work: Path) -> dict:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.synthetic import make_image_folder
-    from tools.snapshot import tiny_bert
+    from benchmarks.synthetic import make_image_folder, tiny_bert
 
     make_image_folder(work / "shapes", per_class=20, size=48)
     import timm

@@ -1,7 +1,8 @@
 """Small, real, generated inputs: an image folder of drawn shapes, a seeded head with features, a
-briefly trained digits checkpoint, a tiny causal language model with its corpus, a checkpoint with one byte of
-its head flipped. Used by the tests (through ``helpers``), by the speed and fault benchmarks, and by anyone who
-wants a laya model to try something on without downloading data.
+briefly trained digits checkpoint, a tiny causal language model with its corpus, a tiny BERT with a made-up csv of
+three topics, a checkpoint with one byte of its head flipped. Used by the tests (through ``helpers``), by the speed
+and fault benchmarks, by ``tools/snapshot.py``, and by anyone who wants a laya model to try something on without
+downloading data.
 """
 
 from __future__ import annotations
@@ -176,6 +177,53 @@ def make_lm_folder(root: Path, texts: list[str], train: int) -> Path:
     (root / "corpus").mkdir()
     (root / "corpus" / "train.txt").write_text("\n".join(texts[:train]) + "\n")
     (root / "corpus" / "test.txt").write_text("\n".join(texts[train:]) + "\n")
+    return root
+
+
+TOPICS = {
+    "sport": "ball goal team match score player coach race win run".split(),
+    "food": "bread cheese apple soup rice pasta salt sugar bake cook".split(),
+    "tech": "computer code network chip data server cloud robot byte laser".split(),
+}
+
+
+def topic_texts(n: int, seed: int) -> list[tuple[str, str]]:
+    """``n`` made-up (text, topic) rows of three topics, seeded: a small text classification data set."""
+    import random
+
+    rng, filler = random.Random(seed), "the a of and with in on very some".split()
+    rows = []
+    for i in range(n):
+        topic = list(TOPICS)[i % len(TOPICS)]
+        words = rng.choices(TOPICS[topic], k=5) + rng.choices(filler, k=3)
+        rng.shuffle(words)
+        rows.append((" ".join(words), topic))
+    return rows
+
+
+def tiny_bert(root: Path) -> Path:
+    """``root/bert`` (a 3-layer BERT made from a config, seeded: no download) and ``root/data`` (train.csv and
+    test.csv of ``topic_texts``): a text model and its data set for ``--backbone hf:`` and ``--dataset csv:``."""
+    import csv
+
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    transformers.set_seed(0)
+    transformers.AutoModel.from_config(config).save_pretrained(root / "bert")
+    (root / "data").mkdir(exist_ok=True)
+    for name, rows in (("train", topic_texts(150, 0)), ("test", topic_texts(24, 1))):
+        with open(root / "data" / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            w.writerows(rows)
     return root
 
 

@@ -15,31 +15,12 @@ and after a refactor into two folders and compare them with ``tools/json_diff.py
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
-
-TOPICS = {
-    "sport": "ball goal team match score player coach race win run".split(),
-    "food": "bread cheese apple soup rice pasta salt sugar bake cook".split(),
-    "tech": "computer code network chip data server cloud robot byte laser".split(),
-}
-
-
-def texts(n: int, seed: int) -> list[tuple[str, str]]:
-    rng, filler = random.Random(seed), "the a of and with in on very some".split()
-    rows = []
-    for i in range(n):
-        topic = list(TOPICS)[i % len(TOPICS)]
-        words = rng.choices(TOPICS[topic], k=5) + rng.choices(filler, k=3)
-        rng.shuffle(words)
-        rows.append((" ".join(words), topic))
-    return rows
 
 
 def laya(*args) -> None:
@@ -51,33 +32,9 @@ def laya(*args) -> None:
         raise SystemExit(f"laya {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
 
 
-def tiny_bert(root: Path) -> Path:
-    import transformers
-
-    config = transformers.BertConfig(
-        vocab_size=1000,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    transformers.set_seed(0)
-    transformers.AutoModel.from_config(config).save_pretrained(root / "bert")
-    (root / "data").mkdir(exist_ok=True)
-    for name, rows in (("train", texts(150, 0)), ("test", texts(24, 1))):
-        with open(root / "data" / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["text", "label"])
-            w.writerows(rows)
-    return root
-
-
 def tiny_gpt2(root: Path) -> Path:
-    """A 4-layer GPT-2 and its corpus, as the language-model tests make them (tests/helpers.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.synthetic import sentences
-    from tests.helpers import make_lm_folder
+    """A 4-layer GPT-2 and its corpus, as the language-model tests make them (``benchmarks.synthetic``)."""
+    from benchmarks.synthetic import make_lm_folder, sentences
 
     return make_lm_folder(root, sentences(400), 330)
 
@@ -99,11 +56,14 @@ def describe(ckpt_path: Path) -> dict:
 
 
 def main(out: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's benchmarks/ (synthetic inputs)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     audit = ["--scope", "both", "--compare", "all", "--metrics", "all", "-q"]
     laya("train", "--dataset", "digits", "--epochs", "3", "--out", out_dir / "digits.pt", "-q")
     laya("audit", out_dir / "digits.pt", *audit, "--samples", "120", "--json", out_dir / "digits-audit.json")
+    from benchmarks.synthetic import tiny_bert
+
     root = tiny_bert(out_dir / "text")
     bert = ["--backbone", f"hf:{root / 'bert'}", "--dataset", f"csv:{root / 'data'}", "--max-length", "16"]
     laya("train", *bert, "--epochs", "3", "--pool", "mean", "--out", out_dir / "bert.pt", "-q")
