@@ -20,18 +20,25 @@ from collections.abc import Sequence
 import torch
 
 from .ig_steps import NETWORK_FIRST_STEPS
+from .registry import METHODS
 
 SAY_ABOVE_S = 180.0  # "more than a few minutes"
-GRADIENT_METHODS = ("gradxact", "atp", "saliency")
+# What each cost class of method (``Method.cost``) adds per sample, in forwards to the last tap (module docstring):
+# (the share of the pass after each tap, the layers, IG's first steps) -> forwards.
+COST_PASSES = {
+    "gradient": lambda suffix, n_layers, ig_steps: 3.0,
+    "path": lambda suffix, n_layers, ig_steps: 3.0 * ig_steps * sum(s + 1.0 / n_layers for s in suffix),
+}
 
 
 def network_passes(methods: Sequence[str], n_layers: int, prefix: bool, ig_steps: int = NETWORK_FIRST_STEPS) -> float:
     """Forwards to the last tap per sample of a network-scope audit of ``methods`` (module docstring)."""
     suffix = [(n_layers - 1 - i) / n_layers if prefix else 1.0 for i in range(n_layers)]
     passes = 1.0 + sum(suffix)
-    passes += 3.0 * sum(m in GRADIENT_METHODS for m in methods)
-    if "ig" in methods:
-        passes += 3.0 * ig_steps * sum(s + 1.0 / n_layers for s in suffix)
+    for cost, extra in COST_PASSES.items():
+        count = sum(METHODS[m].cost == cost for m in methods)
+        if count:
+            passes += count * extra(suffix, n_layers, ig_steps)
     return passes
 
 
@@ -70,7 +77,7 @@ def audit_eta(backbone, images, methods: Sequence[str], prefix: bool, probe: int
     x = to_float_images(to_device(images[:probe], backbone.adapter_device))
     n_layers = len(backbone.layer_names)
     passes = network_passes(methods, n_layers, prefix)
-    ig = passes - network_passes([m for m in methods if m != "ig"], n_layers, prefix)
+    ig = passes - network_passes([m for m in methods if METHODS[m].cost != "path"], n_layers, prefix)
     return eta_line(seconds_per_forward(backbone, x) * passes * len(images), len(images), passes, ig)
 
 

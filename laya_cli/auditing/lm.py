@@ -182,15 +182,18 @@ def _bypass_effects(model: LayaLM, x: Tensor, target: Tensor, base: Tensor) -> T
     return torch.stack(out, dim=-1)
 
 
-def _gradient_scores(states, inputs, p: Tensor) -> tuple[Tensor, Tensor]:
-    """(B, T−1, L) Grad×Act and AtP: Σ over positions s and features of ∂p(t)/∂h_i(s) · h_i(s) (or · (h_i − x_i)),
-    one backward pass per position t (the blocks of a batch are independent: their p(t) are summed)."""
-    gxa, atp = [], []
+def _gradient_scores(states, inputs, p: Tensor, parts: dict) -> dict[str, Tensor]:
+    """(B, T−1, L) per method of ``parts`` (its record's ``token_gradient``: (h_i, x_i) -> what ∂p(t)/∂h_i(s) is
+    multiplied by; Grad×Act h_i(s), AtP h_i(s) − x_i(s)), summed over positions s and features, one backward pass per
+    position t shared by them all (the blocks of a batch are independent: their p(t) are summed)."""
+    if not parts:
+        return {}
+    out: dict[str, list[Tensor]] = {m: [] for m in parts}
     for t in within(range(p.shape[1])):  # one backward pass per position
         grads = torch.autograd.grad(p[:, t].sum(), states, retain_graph=True, allow_unused=True)
-        gxa.append(torch.stack([_dot(g, h) for g, h in zip(grads, states)], -1))
-        atp.append(torch.stack([_dot(g, h.float() - xi.float()) for g, h, xi in zip(grads, states, inputs)], -1))
-    return torch.stack(gxa, 1).detach(), torch.stack(atp, 1).detach()
+        for m, part in parts.items():
+            out[m].append(torch.stack([_dot(g, part(h, xi)) for g, h, xi in zip(grads, states, inputs)], -1))
+    return {m: torch.stack(v, 1).detach() for m, v in out.items()}
 
 
 def _dot(grad: Tensor | None, x: Tensor) -> Tensor:
@@ -200,9 +203,22 @@ def _dot(grad: Tensor | None, x: Tensor) -> Tensor:
     return (grad.float() * x.float()).flatten(1).sum(1)
 
 
-def _network_block(model: LayaLM, x: Tensor, settings: AuditSettings, generator) -> dict[str, Tensor]:
-    """Every network-scope number of one batch of blocks, flattened to positions (B·(T−1), …)."""
+@dataclass
+class TokenBatch:
+    """What a method's record reads to score one batch of blocks at network scope (``Method.tokens``)."""
+
+    alpha: Tensor  # (N, L) the head's α at the batch's N positions (on the CPU)
+    n_layers: int
+    generator: torch.Generator  # the audit's seeded draws (random)
+
+
+def _network_block(
+    model: LayaLM, x: Tensor, settings: AuditSettings, generator, methods: Sequence[str]
+) -> dict[str, Tensor]:
+    """Every network-scope number of one batch of blocks, flattened to positions (B·(T−1), …): the scores of
+    ``methods`` (each as its record says, ``Method.tokens`` or ``token_gradient``) under their names."""
     x = x.to(settings.device)
+    parts = {m: METHODS[m].token_gradient for m in methods if METHODS[m].token_gradient is not None}
     with torch.enable_grad():
         states, inputs = _states_and_inputs(model, x)
         with torch.no_grad():
@@ -212,17 +228,16 @@ def _network_block(model: LayaLM, x: Tensor, settings: AuditSettings, generator)
         target = target.reshape(x.shape[0], -1)
         p = _probabilities(model.laya, states, target)
         with phase(0.5):  # the backward passes per position, then the bypassed passes per layer: about half each
-            gxa, atp = _gradient_scores(states, inputs, p)
+            gradients = _gradient_scores(states, inputs, p, parts)
     with phase(0.5):
         delta = _bypass_effects(model, x, target, p.detach())
     flat = lambda t: t.reshape(-1, t.shape[-1]).cpu()  # noqa: E731
-    L = delta.shape[-1]
+    batch = TokenBatch(out.alpha.detach().cpu(), delta.shape[-1], generator)
+    scores = {m: flat(gradients[m]) if m in parts else METHODS[m].tokens(batch) for m in methods}
     return {
         "delta": flat(delta),
-        "laya": out.alpha.detach().cpu(),
-        "gradxact": flat(gxa),
-        "atp": flat(atp),
-        "random": torch.rand(out.alpha.shape[0], L, generator=generator),
+        "alpha": batch.alpha,
+        **scores,
         "pred": out.logits.argmax(-1).cpu(),
         "label": x[:, 0, 1:].reshape(-1).cpu(),
     }
@@ -232,19 +247,22 @@ def token_network(model: LayaLM, data: TokenData, methods: Sequence[str], settin
     """The network scope on the same positions as the head scope."""
     plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)
     for m in plan.methods:
-        if not METHODS[m].tokens and not plan.reasons[m]:
+        if not METHODS[m].built_for_tokens and not plan.reasons[m]:
             plan.reasons[m] = f"{m} is not built at network scope for language models (α, gradxact, atp are)"
     generator = torch.Generator().manual_seed(settings.seed)
     blocks = torch.cat(data.blocks)
     per_batch = max(1, settings.batch_size // (blocks.shape[2] - 1))  # --batch-size counts positions
     chunks = blocks.split(per_batch)
+    built = [m for m in plan.methods if not plan.reasons[m]]
     rows = [
-        _network_block(model, x, settings, generator)
+        _network_block(model, x, settings, generator, built)
         for x in track(chunks, "network scope", len(chunks), unit="batch", of=f"of {per_batch} blocks")
     ]
     got = {k: torch.cat([r[k] for r in rows])[: len(data.features)] for k in rows[0]}
     delta, tol = got["delta"], settings.tie_tol
-    got["global"] = got["laya"].mean(0, keepdim=True).expand_as(got["laya"])
+    for m in built:
+        if METHODS[m].whole_set is not None:  # one statistic of the whole set: the mean over every position
+            got[m] = got[m].mean(0, keepdim=True).expand_as(got[m])
     rho, d1, tie = {}, {}, {}
     for m in plan.methods:
         if plan.reasons[m]:
@@ -259,13 +277,13 @@ def token_network(model: LayaLM, data: TokenData, methods: Sequence[str], settin
     network_intervals(scores, rho, d1, common, settings)  # --ci, as at head scope
     ties = ties_block(tol, int(degenerate.sum()), int((degenerate & ~degenerate_effects(delta)).sum()), scores)
     notes = ["network scope: each layer bypassed (its output := its input) at every position of the block"]
-    notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if not METHODS[m].tokens and plan.reasons[m]]
+    notes += [f"{m}: {plan.reasons[m]}" for m in plan.methods if not METHODS[m].built_for_tokens and plan.reasons[m]]
     network = NetworkResult(methods=scores, patched="full", reference="bypass", notes=notes, ties=ties)
     accuracy = float((got["pred"] == got["label"]).double().mean())
     # ρ is undefined (NaN) where every Δ is equal within the tolerance, as in the summary (and at head scope)
     undefined = {m: r.masked_fill(degenerate, float("nan")) for m, r in rho.items()}
     network.samples = {"faithfulness": undefined, "deletion@1": d1, "delta": delta, "accuracy": accuracy,
-                       "columns": network_columns(scores, rho, d1, common), "alpha": got["laya"],
+                       "columns": network_columns(scores, rho, d1, common), "alpha": got["alpha"],
                        "predicted": got["pred"], "label": got["label"]}  # fmt: skip
     return network
 

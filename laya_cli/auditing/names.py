@@ -13,6 +13,8 @@ from .registry import METHODS, having
 # Read from the methods' records (registry.py): audited always, chosen by --compare.
 ALWAYS = tuple(having("always"))
 COMPARE = tuple(m for m in METHODS if m not in ALWAYS)
+(OWN,) = having("own")  # the model's own attribution (laya: the head's α), what an unqualified gate item checks
+FLOORS = tuple(having("model_free"))  # the floor every method must beat (random): "every method" leaves it out
 METRICS = (
     "faithfulness",
     "deletion@1",

@@ -230,11 +230,8 @@ class AuditPlan:
 
     def notes(self, scores: Mapping[str, MethodScores] | None = None) -> list[str]:
         notes = audit_notes(self.methods, self.reasons, self.n_layers, self.kind, self.settings, scores)
-        if self.scale_free and "gradxact" in self.methods:
-            notes.append(
-                "gradxact: this head normalises every layer (--layer-norm), so p_ŷ does not change along r_i and "
-                "r_i · ∂p/∂r_i ≈ 0 by construction: its faithfulness says nothing; compare ig or atp"
-            )
+        if self.scale_free:
+            notes += _noted(self.methods, "scale_free")
         return notes
 
 
@@ -260,12 +257,10 @@ def audit_notes(
         )
     if kind == "last":
         notes.append("the last head reads only the last layer: removing any other layer changes nothing (Δ_i = 0)")
-    if kind == "scalarmix" and "laya" in methods:
-        notes.append("on a scalarmix head, laya's α is the static softmax(w), the same for every sample")
-    if settings.removal.head == "mask" and "ig" in methods:
-        notes.append(
-            "--ablation mask has no input-space reference: IG uses the mean training features r̄ as its baseline"
-        )
+    if kind == "scalarmix":
+        notes += _noted(methods, "scalarmix")
+    if settings.removal.head == "mask":
+        notes += _noted(methods, "mask")
     if settings.randomisation_samples == 0 and "randomisation" in parse_metric_groups(settings.metrics):
         notes.append("model-randomisation check skipped (--randomisation-samples 0)")
     for m, s in (scores or {}).items():
@@ -282,3 +277,8 @@ def audit_notes(
                 f"{s.randomisation:.2f} < {RANDOMISATION_FLAG:g}): they barely depend on the head's parameters"
             )
     return notes
+
+
+def _noted(methods: Sequence[str], situation: str) -> list[str]:
+    """What the records of ``methods`` note in ``situation`` (``Method.notes``), in their order."""
+    return [note for m in methods if (note := METHODS[m].note(situation))]

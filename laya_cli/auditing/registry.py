@@ -2,9 +2,10 @@
 
 A ``Method`` says everything the audit knows of a method: its scores at head scope, its own attribution at
 network scope (if it has one), its convergence delta (if it reports one), what it needs from the head, what it
-costs, whether a language model's network scope computes it, and whether its scores are one statistic of the
-whole audited set (``global``). Adding a method = one record here (its scores in ``methods.py``, Captum wrapped)
-and one line in ``METHODS``.
+costs (its cost class: what the network-scope estimate counts), how a language model's network scope computes it
+(if it does), where it is compared by default, what the audit notes of it, and whether its scores are one statistic
+of the whole audited set (``global``). Adding a method = one record here (its scores in ``methods.py``, Captum
+wrapped) and one line in ``METHODS``: no other module tests a method's name.
 
 No torch at import: the gates and the command line read the names (``names.py``); the scores import
 ``methods.py`` (torch, Captum) when first called.
@@ -32,6 +33,18 @@ class WholeSet:
     batch_sum: Callable[[Any, Any], Any]  # (head, feats) -> (1, L) float64 sum over the batch's samples
 
 
+# Where a method is compared when ``--compare`` is left out (``Method.compared_by_default``): ``laya audit`` at each
+# scope, ``laya bench`` of a classifier and of a language model, ``laya diff`` of two language models.
+DEFAULT_PLACES = ("head", "network", "both", "bench", "lm-bench", "lm-diff")
+# What a method costs at network scope, in forwards of the backbone per sample (``estimate.network_passes``):
+# nothing beyond the taps and the removals (``free``), one forward and backward of the whole model (``gradient``),
+# or its integration steps on every layer's suffix (``path``: IG).
+COST_CLASSES = ("free", "gradient", "path")
+# The situations an audit notes of a method (``Method.notes``; ``plan.audit_notes``): its head scope on a scalarmix
+# head, with --ablation mask, and on a head that normalises every layer (--layer-norm).
+NOTE_SITUATIONS = ("scalarmix", "mask", "scale_free")
+
+
 @dataclass(frozen=True)
 class Method:
     """Everything the audit knows of one attribution method."""
@@ -46,13 +59,37 @@ class Method:
     convergence: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
     requires: tuple[str, str] | None = None  # (head capability flag, what to say when the head lacks it)
     always: bool = False  # audited whatever ``--compare`` says (laya, random)
+    own: bool = False  # the model's own attribution (the head's α): what an unqualified gate item checks
     ig_rows: bool = False  # Captum's internal_batch_size bounds its rows per pass (--max-memory plans it)
     model_free: bool = False  # its scores ignore the model (the random floor): randomisation flags it by design
     draws: bool = False  # its scores are drawn from ``ctx.generator`` (replayed for earlier ranks under torchrun)
     direct: bool = False  # the head's own direct-effect score (a network-scope audit notes it is scored as is)
-    tokens: bool = False  # a language model's network scope computes it (auditing/lm.py)
+    # A language model's network scope (auditing/lm.py), per batch of blocks: ``tokens`` (batch: lm.TokenBatch) ->
+    # its (N, L) scores at the batch's N positions; or ``token_gradient`` (h_i, x_i) -> what ∂p_ŷ(t)/∂h_i is
+    # multiplied by (one backward pass per position, shared by every such method). Neither: not built there.
+    tokens: Callable[[Any], Any] | None = None
+    token_gradient: Callable[[Any, Any], Any] | None = None
     network_note: str | None = None  # what a network-scope audit of it notes
     whole_set: WholeSet | None = None
+    cost: str = "free"  # its cost class at network scope (COST_CLASSES)
+    # (part, net, i, h_i, dp/dh_i) -> its per-feature attribution of tap i from the layer gradients that Grad×Act,
+    # AtP and saliency share at network scope (``NetworkScope.from_gradients``; net: that NetworkScope)
+    from_gradients: Callable[[Any, int, Any, Any], Any] | None = None
+    compared_by_default: tuple[str, ...] = ()  # the DEFAULT_PLACES where --compare left out compares it
+    notes: tuple[tuple[str, str], ...] = ()  # (situation of NOTE_SITUATIONS, what the audit notes of it there)
+
+    def __post_init__(self):
+        assert self.cost in COST_CLASSES and set(self.compared_by_default) <= set(DEFAULT_PLACES)
+        assert {situation for situation, _ in self.notes} <= set(NOTE_SITUATIONS)
+
+    @property
+    def built_for_tokens(self) -> bool:
+        """Whether a language model's network scope computes it."""
+        return self.tokens is not None or self.token_gradient is not None
+
+    def note(self, situation: str) -> str | None:
+        """What the audit notes of this method in ``situation`` (NOTE_SITUATIONS), or None."""
+        return dict(self.notes).get(situation)
 
     def __call__(self, head, feats, ctx):
         return self.head(head, feats, ctx)
@@ -144,27 +181,55 @@ def _layer_gradients(run, b):
     return b.grads
 
 
-def _gradxact_network(run, b):
-    return run.net.from_gradients("gradxact", b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
+def _from_layer_gradients(part):
+    """The network-scope scores of the method whose per-feature attribution is ``part`` (``Method.from_gradients``)."""
+    return lambda run, b: run.net.from_gradients(part, b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
 
 
-def _atp_network(run, b):
-    return run.net.from_gradients("atp", b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
+# Each tap's per-feature attribution from its gradient g = dp_ŷ/dh_i (what Captum's LayerGradientXActivation
+# multiplies): Grad×Act g·h, AtP g·(h − the removal's fill), saliency |g|.
+def _gradxact_part(net, i, h, g):
+    return h * g
 
 
-def _saliency_network(run, b):
-    return run.net.from_gradients("saliency", b.hs, _layer_gradients(run, b), run.plan.settings.reduce)
+def _atp_part(net, i, h, g):
+    return (h - net.fill(i, h)) * g
+
+
+def _saliency_part(net, i, h, g):
+    return g.abs()
+
+
+# A language model's network scope (auditing/lm.py; b: its TokenBatch).
+def _alpha_tokens(b):
+    return b.alpha
+
+
+def _random_tokens(b):
+    import torch
+
+    return torch.rand(b.alpha.shape[0], b.n_layers, generator=b.generator)
 
 
 # --------------------------------------------------------------------------- the records
 
 ALPHA = "has no layer attention α (only laya and scalarmix heads do)"
-LAYA = Method("laya", _laya, requires=("has_alpha", ALPHA), always=True, direct=True, tokens=True)
+LAYA = Method(
+    "laya",
+    _laya,
+    requires=("has_alpha", ALPHA),
+    always=True,
+    own=True,
+    direct=True,
+    tokens=_alpha_tokens,
+    notes=(("scalarmix", "on a scalarmix head, laya's α is the static softmax(w), the same for every sample"),),
+)
 CONTRIB = Method(
     "contrib",
     _contrib,
     requires=("has_layer_logits", "has no additive per-layer logits (contrib is intrinsic to a laya head)"),
     direct=True,
+    compared_by_default=("bench",),
 )
 IG = Method(
     "ig",
@@ -174,19 +239,49 @@ IG = Method(
     ig_rows=True,
     network_note="network scope: ig integrates from the patch itself, so its layer scores add up to the patch effects "
     "(completeness): a reference computed another way, not a competitor",
+    cost="path",
+    compared_by_default=("head", "both", "bench"),
+    notes=(
+        ("mask", "--ablation mask has no input-space reference: IG uses the mean training features r̄ as its baseline"),
+    ),
 )
-GRADXACT = Method("gradxact", _gradxact, _gradxact_network, tokens=True)
-ATP = Method("atp", _atp, _atp_network, tokens=True)
-SALIENCY = Method("saliency", _saliency, _saliency_network)
+GRADXACT = Method(
+    "gradxact",
+    _gradxact,
+    _from_layer_gradients(_gradxact_part),
+    token_gradient=lambda h, x_in: h,  # Σ_s ∂p_ŷ(t)/∂h_i(s) · h_i(s)
+    cost="gradient",
+    from_gradients=_gradxact_part,
+    compared_by_default=("head", "network", "both", "bench", "lm-bench", "lm-diff"),
+    notes=(
+        (
+            "scale_free",
+            "gradxact: this head normalises every layer (--layer-norm), so p_ŷ does not change along r_i and "
+            "r_i · ∂p/∂r_i ≈ 0 by construction: its faithfulness says nothing; compare ig or atp",
+        ),
+    ),
+)
+ATP = Method(
+    "atp",
+    _atp,
+    _from_layer_gradients(_atp_part),
+    token_gradient=lambda h, x_in: h.float() - x_in.float(),  # · (h_i(s) − x_i(s)): the bypass's first order
+    cost="gradient",
+    from_gradients=_atp_part,
+    compared_by_default=("network", "both"),
+)
+SALIENCY = Method("saliency", _saliency, _from_layer_gradients(_saliency_part), cost="gradient",
+                  from_gradients=_saliency_part)  # fmt: skip
 GLOBAL = Method(
     "global",
     _global,
     requires=("has_alpha", "has no layer weights to average (only laya and scalarmix heads do)"),
     direct=True,
-    tokens=True,
+    tokens=_alpha_tokens,  # averaged over every position after the batches (whole_set)
     whole_set=WholeSet(_alpha_sum),
+    compared_by_default=("bench",),
 )
-RANDOM = Method("random", _random, always=True, model_free=True, draws=True, tokens=True)
+RANDOM = Method("random", _random, always=True, model_free=True, draws=True, tokens=_random_tokens)
 
 # The registry, in the order of the tables: laya, the methods ``--compare`` chooses from, random.
 METHODS: dict[str, Method] = {m.name: m for m in (LAYA, IG, GRADXACT, ATP, SALIENCY, CONTRIB, GLOBAL, RANDOM)}
@@ -195,6 +290,12 @@ METHODS: dict[str, Method] = {m.name: m for m in (LAYA, IG, GRADXACT, ATP, SALIE
 def having(flag: str, methods=None) -> list[str]:
     """The names among ``methods`` (default: every registered one) whose record sets ``flag``, in their order."""
     return [m for m in (METHODS if methods is None else methods) if m in METHODS and getattr(METHODS[m], flag)]
+
+
+def compared_by_default(place: str) -> str:
+    """The comma list ``--compare`` means when left out at ``place`` (DEFAULT_PLACES), in the registry's order."""
+    assert place in DEFAULT_PLACES
+    return ",".join(m.name for m in METHODS.values() if place in m.compared_by_default)
 
 
 def unavailable_reason(method: str, head) -> str | None:

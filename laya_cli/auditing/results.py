@@ -11,7 +11,7 @@ from ..runtime.fileio import json_safe, strict_json
 from ..stats.audit_columns import COMMON
 from ..stats.compact import pack
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
-from .names import METRIC_GROUPS, computed_metrics
+from .names import METRIC_GROUPS, OWN, computed_metrics
 
 # The JSON keys of each deeper metric group: a method's dict has them only when the group was computed.
 GROUP_KEYS = {
@@ -235,9 +235,9 @@ class AuditResult:
         s = self.samples
         if s is None or not len(s["label"]):
             return None
-        laya = self.methods.get("laya")
-        alpha = laya is not None and laya.available and "laya" in s["scores"]
-        values = (s["scores"]["laya"] if alpha else s["delta"]).double().cpu().numpy()
+        own = self.methods.get(OWN)  # the head's α
+        alpha = own is not None and own.available and OWN in s["scores"]
+        values = (s["scores"][OWN] if alpha else s["delta"]).double().cpu().numpy()
         labels = s["label"].cpu().numpy()
         classes = sorted({int(c) for c in labels})
         names = self.class_names

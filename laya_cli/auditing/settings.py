@@ -21,6 +21,7 @@ from ..runtime.declare import (
 )
 from ..runtime.environment import device_setting
 from ..runtime.errors import LayaError, match_choice
+from .registry import compared_by_default
 
 # How a layer is removed (docs/metrics.md, "Removing a layer"): at head scope r_i := its training mean, zero, or
 # α_i := 0 (mask); at network scope tap i's output := its training mean, zero, its input (bypass: the block's update
@@ -66,12 +67,13 @@ SCOPES = ("head", "network", "both")  # laya audit --scope (docs/metrics.md, "Tw
 NETWORK_SCOPES = ("network", "both")  # the scopes that remove blocks inside the network (both: the head's too)
 
 
-DEFAULT_COMPARE = "ig,gradxact"
-# --compare when none is named, per scope. At network scope IG with the removal as its baseline sums to the effect Δ
-# itself (completeness): the target computed another way, at ≥ 16 forward and backward passes of each layer's suffix
-# where Δ costs one (docs/metrics.md); Grad×Act and attribution patching are the competitors there, one backward
-# pass for all layers. So the network scope's default keeps the audit near its floor (benchmarks/audit_floor.py).
-SCOPE_COMPARE = {"head": DEFAULT_COMPARE, "network": "gradxact,atp", "both": "ig,gradxact,atp"}
+# --compare when none is named, per scope (each method's record says where it is compared by default). At network
+# scope IG with the removal as its baseline sums to the effect Δ itself (completeness): the target computed another
+# way, at ≥ 16 forward and backward passes of each layer's suffix where Δ costs one (docs/metrics.md); Grad×Act and
+# attribution patching are the competitors there, one backward pass for all layers. So the network scope's default
+# keeps the audit near its floor (benchmarks/audit_floor.py).
+SCOPE_COMPARE = {scope: compared_by_default(scope) for scope in SCOPES}  # head ig,gradxact; network gradxact,atp
+DEFAULT_COMPARE = SCOPE_COMPARE["head"]
 
 
 def compare_for(compare: str | None, scope: str) -> str:

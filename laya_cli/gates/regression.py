@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..auditing.names import GLOBAL_METRICS, METRICS
+from ..auditing.names import FLOORS, GLOBAL_METRICS, METRICS
 from ..runtime.errors import LayaError
 from .checks import Check
 from .thresholds import gate_items, item_prefix
@@ -264,7 +264,7 @@ def compare(
                 m
                 for m in shared
                 if m.startswith(NETWORK) == bool(prefix)
-                and m != prefix + "random"
+                and m.removeprefix(prefix) not in FLOORS
                 and now_methods[m].get("available", True)
                 and base_methods[m].get("available", True)
             ]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..auditing.names import ALWAYS, COMPARE, GLOBAL_METRICS, METRICS, NETWORK_METRICS, ONLY_FOR
+from ..auditing.names import ALWAYS, COMPARE, FLOORS, GLOBAL_METRICS, METRICS, NETWORK_METRICS, ONLY_FOR, OWN
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from .checks import Check
 
@@ -28,7 +28,6 @@ THRESHOLD_SYNTAX = (
     "network scope"
 )
 ALL_METHODS = "all"  # the explicit all-methods form of a gate item (all:faithfulness=0.7)
-OWN = "laya"  # what an unqualified gate item checks: the model's own attribution, the head's α
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,7 @@ def threshold_checks(result: AuditResult, thresholds: Sequence[Threshold]) -> li
         if t.method is not None:
             targets = [t.method]
         else:  # every audited method but random, that is defined for the head and has this metric
-            targets = [m for m, s in scored.items() if m != "random" and s.available and (only is None or m in only)]
+            targets = [m for m, s in scored.items() if m not in FLOORS and s.available and (only is None or m in only)]
         for m in targets:
             scores = scored.get(m)
             value = None if scores is None or not scores.available else scores.metric(t.metric)

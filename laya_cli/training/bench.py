@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from ..auditing.registry import compared_by_default
 from ..auditing.settings import AuditSettings
 from ..runtime import distributed
 from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, check_at_least, check_fields, refuse_other_task, setting
@@ -48,8 +49,8 @@ HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
 DEFAULT_HEADS = ",".join(HEAD_ORDER)
 # Bench-only head names: a head kind trained with other options, compared as a head of its own.
 VARIANTS = {"laya-aligned": "laya"}  # laya trained with --align (BenchRequest.align)
-DEFAULT_COMPARE = "ig,gradxact,contrib,global"
-LM_COMPARE = "gradxact"  # a language model's bench audits α and Grad×Act unless --compare says otherwise
+DEFAULT_COMPARE = compared_by_default("bench")  # ig,gradxact,contrib,global (the methods' records say)
+LM_COMPARE = compared_by_default("lm-bench")  # a language model's bench audits α and Grad×Act unless --compare says
 RECORD_FORMAT = "laya-bench-run"
 RECORD_VERSION = 1
 BENCH_FORMAT = "laya-bench"

@@ -25,11 +25,10 @@ from ...stats.audit_columns import STATISTICS, masked, paired_change
 from ...stats.bootstrap import column_mean
 from ...stats.mcnemar import mcnemar
 from ..lm import TOKENS_AUDITED, token_audit_job, token_data
-from ..names import parse_methods
+from ..names import OWN, parse_methods
 from ..settings import AuditSettings
 
 METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
-DEFAULT_METHODS = ("laya", "gradxact")
 SCOPES = ("head", "network", "both")
 
 
@@ -83,7 +82,7 @@ def _scope_samples(result, scope: str) -> dict:
     """One scope's per-position numbers of an audit: the columns per method, α, Δ, predictions and labels."""
     if scope == "head":
         s = result.samples
-        alpha = s["scores"].get("laya")
+        alpha = s["scores"].get(OWN)  # the head's α
         return {"columns": result.columns or {}, "alpha": alpha, "delta": s["delta"],
                 "predicted": s["predicted"], "label": s["label"]}  # fmt: skip
     return result.network.samples

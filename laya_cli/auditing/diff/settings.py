@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from ...runtime.declare import SEED_MAX, STEPS_MAX, check_fields, setting
 from ...runtime.environment import device_setting
+from ..registry import compared_by_default
 from ..settings import REMOVALS, SCOPES, tie_tol_setting
 
 CORRECTIONS = ("holm", "bh", "none")  # stats.multiple.CORRECTIONS (numpy: not imported by laya --help)
@@ -63,7 +64,7 @@ class DiffSettings:
     )
     tie_tol: float = tie_tol_setting()
     compare: str = setting(
-        "gradxact",
+        compared_by_default("lm-diff"),
         "The methods besides laya and random whose per-token faithfulness and Deletion@1 are compared (ig, "
         "gradxact, atp, …; comma list).",
         task="lm",

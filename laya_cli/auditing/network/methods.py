@@ -167,18 +167,13 @@ class LayerAttributions:
             dim=1,
         )
 
-    def from_gradients(self, method: str, hs: Sequence[Tensor], grads: Sequence[Tensor], reduce: str = "sum") -> Tensor:
+    def from_gradients(self, part, hs: Sequence[Tensor], grads: Sequence[Tensor], reduce: str = "sum") -> Tensor:
         """(B, L) scores of a gradient method from the layer gradients ``grads`` (``layer_gradients(...,
-        multiply=False)``) and the taps ``hs`` of the same batch: ``gradxact`` g·h (what Captum's
-        LayerGradientXActivation multiplies), ``atp`` g·(h − fill), ``saliency`` |g|. One Captum pass serves all
-        three."""
-        parts = {
-            "gradxact": lambda i, h, g: h * g,
-            "atp": lambda i, h, g: (h - self.fill(i, h)) * g,
-            "saliency": lambda i, h, g: g.abs(),
-        }[method]
+        multiply=False)``) and the taps ``hs`` of the same batch; ``part`` (the method's record's
+        ``from_gradients``: Grad×Act g·h, what Captum's LayerGradientXActivation multiplies; AtP g·(h − fill);
+        saliency |g|) makes tap i's per-feature attribution. One Captum pass serves all three."""
         return torch.stack(
-            [REDUCTIONS[reduce](parts(i, h, g.to(h.dtype)).flatten(1)) for i, (h, g) in enumerate(zip(hs, grads))],
+            [REDUCTIONS[reduce](part(self, i, h, g.to(h.dtype)).flatten(1)) for i, (h, g) in enumerate(zip(hs, grads))],
             dim=1,
         )
 
