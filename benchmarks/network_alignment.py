@@ -31,7 +31,7 @@ Cases:
           ``--pool auto`` (a decoder's last real token); removal ``bypass``. Only where ``$LAYA_SMOLLM2`` names the
           cache ``python -m benchmarks.causal_lm --pretrained CACHE`` filled.
   smollm2-mean  the same with ``--pool mean``.
-Variants: ``default`` (laya's defaults for the kind: ``training/defaults.py``), ``plain`` (``--align 0``), ``head``
+Variants: ``default`` (laya's defaults for the kind: ``backbones/defaults.py``), ``plain`` (``--align 0``), ``head``
 (λ 1, the head's effects), ``net`` (λ 1, the network's, ranked: every variant that names λ ranks unless it names
 another ``--align-loss``), ``both`` (λ 1 each: the head's and the network's terms summed; ``both-3``,
 ``both-0.3``: λ 3, 0.3), ``net-3``, ``net-0.3`` (λ 3, 0.3), ``net-all`` / ``net-32`` (as ``net``, a frozen
@@ -60,7 +60,7 @@ import torch
 
 CACHE = "cache"  # not a TrainConfig field: a frozen backbone caches the removals of this many rows a batch
 VARIANTS: dict[str, dict] = {
-    "default": {},  # laya's defaults for the kind (training/defaults.py)
+    "default": {},  # laya's defaults for the kind (laya_cli/backbones/defaults.py)
     "plain": {"align": 0.0},  # --align 0: without it a kind with a default term would train with it
     "head": {"align": 1.0, "align_target": "head"},  # named: λ alone takes the kind's target
     "net": {"align": 1.0, "align_target": "network"},

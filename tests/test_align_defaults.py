@@ -1,4 +1,5 @@
-"""The alignment term a kind of model trains with when the user names none (training/defaults.py), resolved once
+"""The alignment term a kind of model trains with when the user names none (backbones/defaults.py's table, resolved
+by training/defaults.py), resolved once
 and recorded in the checkpoint."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import pytest
 import torch
 from helpers import assert_user_error, invoke
 
+from laya_cli.backbones import defaults as kinds
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training import defaults
 from laya_cli.training.defaults import resolved_alignment, resolved_request
@@ -165,8 +167,8 @@ def test_the_kind_of_model_decides_exit_aware_training_when_not_given(backbone, 
 @pytest.fixture
 def frozen_mlp_default(monkeypatch):
     """As if the frozen mlp's default were the network term (the frozen kinds that have one are hub models)."""
-    table = {**defaults.ALIGN_DEFAULTS, ("mlp", False): defaults.AlignDefault(1.0, "network")}
-    monkeypatch.setattr(defaults, "ALIGN_DEFAULTS", table)
+    table = {**kinds.ALIGN_DEFAULTS, ("mlp", False): kinds.AlignDefault(1.0, "network")}
+    monkeypatch.setattr(kinds, "ALIGN_DEFAULTS", table)
 
 
 def test_a_default_term_on_a_store_trains(tmp_path, monkeypatch, frozen_mlp_default):

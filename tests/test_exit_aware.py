@@ -66,7 +66,7 @@ def test_the_reference_it_truncates_with_is_the_one_the_checkpoint_stores(lm_dir
 
 
 def test_the_command_line_trains_with_it_by_default_and_0_turns_it_off(lm_dir, tmp_path):
-    """The LM default (``training.defaults.LM_EXIT_AWARE``, with the network term), recorded resolved."""
+    """The LM default (``backbones.defaults.KIND_DEFAULTS``' lm entry, with the network term), recorded resolved."""
     base = ["train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset", f"text:{lm_dir / 'corpus'}",
             "--block-size", "16", "--eval-tokens", "200", "--lens", "none", "--quiet"]  # fmt: skip
     for extra, want in (((), 1.0), (("--exit-aware", "0"), None)):

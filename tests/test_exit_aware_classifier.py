@@ -79,7 +79,7 @@ def _train(tmp_path, name, *extra):
 
 
 def test_a_run_with_it_records_it_trains_another_head_and_replays(tmp_path):
-    aware = _train(tmp_path, "aware")  # the built-in mlp end to end: on by default (training/defaults.py)
+    aware = _train(tmp_path, "aware")  # the built-in mlp end to end: on by default (backbones/defaults.py)
     plain = _train(tmp_path, "plain", "--exit-aware", "0")
     config = json.loads(invoke("info", aware, "--json").stdout)["train_config"]
     assert config["exit_aware"] == 1.0

@@ -85,7 +85,7 @@ def test_a_run_reading_updates_is_recorded_and_read_back_as_trained(lm_dir, tmp_
 
 
 def test_the_language_models_default_is_updates_and_an_older_checkpoint_reads_states(lm_dir, tmp_path):
-    """Left out, --reads resolves to the LM kind's (training/defaults.py) and is recorded resolved; a checkpoint from
+    """Left out, --reads resolves to the LM kind's (backbones/defaults.py) and is recorded resolved; a checkpoint from
     before the setting (no ``reads`` in its head config) was trained on states and is read back as such."""
     out = tmp_path / "default.pt"
     ckpt = train_lm(small_lm_request(lm_dir, out))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
+from ..backbones.defaults import term_for
 from ..runtime.declare import WIDTH_MAX, check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
@@ -36,7 +37,7 @@ class HeadConfig:
         None,
         "What the head weighs of each layer: its state h_i (states), or the update its block added to the "
         "residual stream, h_i − h_{i−1} (updates; h_1 as it is): α then weighs what removing a block removes, and α "
-        "uniform reads the model's own last state. Default: updates (docs/lm.md).",
+        f"uniform reads the model's own last state. Default: {term_for('lm', False).reads} (docs/lm.md).",
         choices=READS,
         task="lm",
         panel="Language models (--task lm)",

@@ -1,99 +1,28 @@
 """The alignment term a kind of model gets when the user names none: chosen from measurements, not by habit.
 
 ``--align`` and ``--align-target`` default to ``None`` ("the kind's"); ``resolved_alignment`` turns them into the λ
-and the target this kind of model trains with, and the checkpoint records what it resolved to. The evidence for
-each entry is docs/results/network-alignment.md (``python -m benchmarks.network_alignment``); a kind that is not
-listed trains without the term, as laya always did, until a measurement says otherwise.
+and the target this kind of model trains with, and the checkpoint records what it resolved to. Each kind's defaults
+and their evidence are the table beside the backbone families (``backbones.defaults``), the one the options' help
+texts are written from; a kind that is not listed trains without the term, as laya always did.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .. import backbones as bb
+from ..backbones.defaults import OFF, AlignDefault, kind_of, term_for
 from ..model.settings import HeadConfig
 from ..runtime import distributed
 from ..runtime.errors import LayaError
 from .settings import NETWORK_TARGETS, TrainConfig, TrainRequest
 
 
-@dataclass(frozen=True)
-class AlignDefault:
-    align: float
-    target: str
-    losses: tuple[tuple[str, str], ...] = ()  # (pooling, --align-loss) where it is not rank
-    exit_aware: float = 0.0  # --exit-aware W (training/exit_aware.py)
-    # The network term's removal. "bypass": the term is this kind's only where its tapped blocks can be bypassed
-    # (residual blocks that keep their input's shape: a ViT's); elsewhere (a ResNet's stages) it has none.
-    removal: str = "auto"
-    reads: str = "states"  # what a language model's head weighs of each layer (HeadConfig.reads; --task lm only)
-
-    def loss(self, pool: str | None) -> str:
-        return dict(self.losses).get(pool or "", "rank")
-
-
-OFF = AlignDefault(0.0, "head")
-
-# (kind of backbone, trained end to end) -> the term; the kind is the built-in's name, or a hub model's family.
-# - The built-in MLP end to end (make demo): α ranked against the network-scope effects and the head's own, λ 0.3
-#   (both): over 10 digits seeds network faithfulness −0.29 → 0.56 (Grad×Act 0.24, AtP 0.40), 1.9 effective layers
-#   instead of a collapse onto one, and no regression: accuracy −0.5 pp, head faithfulness 0.90 → 0.87, head
-#   Deletion@1 / oracle 0.99 → 0.96 (intervals overlap); the network target alone reaches 0.96 at network scope but
-#   drops head Deletion@1 / oracle to 0.79 (Fashion-MNIST: no regression either way).
-# - A frozen Hugging Face transformer (pretrained MiniLM and SmolLM2-135M): without the term α collapses onto one
-#   layer and its network faithfulness is about 0; with it α is about as faithful as AtP. With mean pooling the
-#   ranking loss alone costs accuracy (−1.6 pp on MiniLM) and ranking + distillation does not (−0.15 pp); with
-#   one token pooled (cls, a decoder's last) distillation costs accuracy (−2.5 pp) and ranking alone gains it.
-# - A causal language model (--task lm, per token): without the term α sits on the last layer (0.99) and its
-#   network faithfulness is about 0 (−0.10 over 5 seeds of the WordNet GPT-2); ranked against the bypass effects it
-#   is 0.65, above AtP (0.24; α − AtP +0.41 [0.35, 0.48]) for +0.9 % of the head's cross-entropy, and with
-#   --exit-aware (the LM default, its exit_aware below) the α-guided exit saves 62 % of layers within 1 % of the
-#   model's cross-entropy (confidence exit 2.5 %); at batch 128 (3 seeds, 11 steps) 0.52 vs plain −0.08, exit
-#   21 % but head-scope faithfulness 0.47 → 0.02 (the known price). Reading the blocks' updates (reads="updates",
-#   since 2026-12-06; 3 seeds of the GPT-2 at batch 16) buys that price back: head CE 8.442 → 8.431 bits, head-scope
-#   faithfulness 0.00 → 0.25, α-exit 73 % → 83 %, network faithfulness 0.65 → 0.68; on SmolLM2-135M (30 layers) α
-#   over states stays one-hot even with the term (network faithfulness −0.03) and over updates spreads (0.36; AtP
-#   0.52). docs/lm.md.
-# - --exit-aware 1 for the built-in MLP end to end: over 5 digits seeds the head truncated after block 1 goes from
-#   0.73 to 0.96 accuracy and laya depth's confidence exit saves 78 % of the FLOPs within 1 pp instead of 35 % (paired
-#   +42 pp [36, 49]), head-scope faithfulness 0.91 → 0.99, network-scope unchanged (0.56), accuracy −0.45 pp
-#   [−1.4, +0.5]; Fashion-MNIST (3 seeds): no regression (docs/depth.md, exit-aware training).
-# - A frozen timm or torchvision model whose blocks can be bypassed (a ViT; vit_base): a timm ViT-tiny trained here on
-#   Fashion-MNIST, then frozen (3 seeds; no pretrained ViT can be downloaded here): α's network faithfulness −0.31 →
-#   0.75 (Grad×Act 0.37, AtP 0.86), accuracy −0.3 pp (intervals overlap), 1.8 → 4.1 effective layers; `both` keeps
-#   more of the head's account but only 0.46 at network scope. As for the frozen hf transformers, the price is the
-#   head-scope account (faithfulness 0.61 → 0.21). Where the blocks change shape (a ResNet's stages) no term: the
-#   built-in CNN's stage effects tie.
-# - A frozen timm or torchvision CNN is tapped at its residual blocks since 2026-12-06 (--taps blocks: they can be
-#   bypassed), so FROZEN_VIT's term reaches it; --taps stages keeps the stage ends and no term. On the pretrained
-#   EfficientNet-Lite0 (5 hard Fashion-MNIST classes, 1 seed each; docs/results/cnn-depth.md) the block taps alone
-#   take AtP's network faithfulness from 0.15 (stages) to 0.76 and accuracy 0.773 → 0.793; α's, plain, is 0.10.
-#   What the term does there was not measured over seeds in time (see the results page): the default is the ViT's
-#   evidence carried over to blocks that are bypassed the same way, not a CNN measurement.
-# The built-in CNN is not listed: removing any of its stages takes p_ŷ to about chance, so the effects tie and the
-# term learns nothing.
-FROZEN_VIT = AlignDefault(1.0, "network", removal="bypass")
-ALIGN_DEFAULTS: dict[tuple[str, bool], AlignDefault] = {
-    ("mlp", True): AlignDefault(0.3, "both", exit_aware=1.0),
-    ("hf", False): AlignDefault(1.0, "network", (("mean", "both"),)),
-    ("lm", False): AlignDefault(1.0, "network", exit_aware=1.0, reads="updates"),  # --task lm: its kind is the task
-    ("vit_base", False): FROZEN_VIT,
-    ("timm", False): FROZEN_VIT,
-    ("torchvision", False): FROZEN_VIT,
-}
-
-
-def kind_of(backbone: str) -> str:
-    """What a default is chosen for: a built-in by its name, a hub model by its family (``hf:NAME`` -> hf)."""
-    prefix, sep, _ = backbone.partition(":")
-    return prefix if sep else backbone
-
-
 def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
     """The term a ``head`` on ``backbone`` (trained end to end or not) gets by default; OFF without α."""
     if head.lower() != "laya":
         return OFF
-    return ALIGN_DEFAULTS.get((kind_of(backbone), bool(finetune)), OFF)
+    return term_for(backbone, finetune)
 
 
 def resolved_lm_head(head: HeadConfig) -> HeadConfig:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
+from ..backbones.defaults import default_text
 from ..backbones.spec import POOL_CHOICES, TAP_CHOICES
 from ..data.settings import DataRequest
 from ..model.settings import HeadConfig, device_map_setting
@@ -38,6 +39,13 @@ ALIGN_TARGETS = SCOPES  # --align-target: the audit scope α is aligned with (tr
 NETWORK_TARGETS = NETWORK_SCOPES  # the targets that remove blocks inside the network (both: the head's too)
 ALIGN_SCOPES = ("scorer", "head")  # --align-scope (training/alignment.py)
 ALIGN_LOSSES = ("rank", "distill", "both")  # --align-loss (training/alignment.py)
+# Each kind of model's defaults in --help's words, written from the table the training job resolves them from
+# (backbones/defaults.py): what --help says a kind gets is what it trains with.
+KIND_ALIGN = default_text(lambda t: f"{t.align:g} with --align-target {t.target}" if t.align else None, "0")
+KIND_TARGET = default_text(lambda t: t.target if t.align else None, "head")
+KIND_LOSS = default_text(lambda t: ", ".join(f"{loss} with --pool {pool}" for pool, loss in t.losses) or None, "rank")
+KIND_REMOVAL = default_text(lambda t: t.removal if t.align and t.removal != "auto" else None, "auto")
+KIND_EXIT_AWARE = default_text(lambda t: f"{t.exit_aware:g}" if t.exit_aware else None, "0")
 ALIGN_SOURCES = ("given", "default")  # TrainConfig.align_source (training/defaults.py)
 STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
@@ -59,8 +67,7 @@ class TrainConfig:
         None,
         "λ of the faithfulness-alignment loss: teaches α to rank layers as removing them moves p_ŷ (laya "
         "heads; 0 = off). Default: per kind of model, from the measurements in docs/results/network-alignment.md "
-        "(0.3 with --align-target both for the built-in mlp trained end to end, 1 with network for a frozen "
-        "Hugging Face transformer and for --task lm; 0 elsewhere); recorded resolved.",
+        f"({KIND_ALIGN}); recorded resolved.",
         minimum=0,
         rule="0 (off) or positive",
         panel="α shaping",
@@ -79,31 +86,30 @@ class TrainConfig:
         "a frozen backbone's removals are computed once per run, for a share of its rows; end to end on 32 rows of "
         "every batch; --task lm: each layer bypassed, at 16 positions of one block a batch) or both (the two terms "
         "summed, λ each; --task lm: the head's at the same positions, with the running r̄). Default: the kind of "
-        "model's (both for the built-in mlp end to end, network for a frozen hf: transformer and --task lm, else "
-        "head); given alone, "
-        "--align is 1.",
+        f"model's ({KIND_TARGET}); given alone, --align is 1.",
         choices=ALIGN_TARGETS,
         panel="α shaping",
     )
     align_loss: str | None = setting(
         None,
         "How --align fits α to the effects: rank (RankNet's pairwise loss: their order), distill (cross-entropy to "
-        "softmax(Δ / 0.1): their sizes too) or both (the two summed). Default: the kind of model's (both for a "
-        "frozen Hugging Face transformer with mean pooling, else rank; docs/results/network-alignment.md); "
-        "recorded resolved.",
+        "softmax(Δ / 0.1): their sizes too) or both (the two summed). Default: the kind of model's "
+        f"({KIND_LOSS}; docs/results/network-alignment.md); recorded resolved.",
         choices=ALIGN_LOSSES,
         panel="α shaping",
     )
     align_removal: str = setting(
         "auto",
         "--align-target network: how a block is removed — auto (bypass where every tapped block keeps its input's "
-        "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved.",
+        "shape, as residual blocks do; else mean), mean, zero, bypass or mean-update; recorded resolved. The kind of "
+        f"model's own term, when neither --align nor --align-target is given: {KIND_REMOVAL} (and no term where the "
+        "blocks cannot be bypassed).",
         choices=("auto", *NETWORK_REMOVALS),
         panel="α shaping",
     )
     align_source: str = setting(
         "given",
-        "Where the term came from: given (by the caller) or default (the kind of model's, training/defaults.py). "
+        "Where the term came from: given (by the caller) or default (the kind of model's, backbones/defaults.py). "
         "A default term that cannot run on this data (a frozen backbone's network target on loaders of features "
         "only: no inputs to cache its removals from) is dropped with a note; a given one is refused.",
         choices=ALIGN_SOURCES,
@@ -161,9 +167,9 @@ class TrainConfig:
         None,
         "Weight W of exit-aware training: each training sample (--task lm: each position) is also predicted by the "
         "head truncated at a random depth k < L (r̄ above k, α masked and renormalised), the prediction laya "
-        "depth's early exit reads; 0 = off. Default: per kind of model, from measurements (1 for --task lm and "
-        "the built-in mlp trained end to end, docs/depth.md and docs/lm.md; 0 elsewhere, and for a classifier "
-        "under torchrun, where it runs in one process only); recorded resolved.",
+        "depth's early exit reads; 0 = off. Default: per kind of model, from measurements (docs/depth.md, "
+        f"docs/lm.md: {KIND_EXIT_AWARE}, and for a classifier under torchrun, where it runs in one process only); "
+        "recorded resolved.",
         metavar="W",
         minimum=0,
         rule="0 (off) or positive",
