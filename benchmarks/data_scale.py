@@ -222,7 +222,7 @@ def run(sizes, ranks, epochs: int = 3, keep: str | None = None, say=print) -> di
 
 def per_image_costs(device: str = "cpu", images: int = 16, batch: int = 16) -> dict:
     """What the ImageNet calculation of docs/scaling.md needs, measured here: seconds per image of
-    (a) a ViT-B/16 extraction with its 12 block taps (laya's ``features.extract``, random weights: the same
+    (a) a ViT-B/16 extraction with its 12 block taps (laya's ``features.extraction.extract``, random weights: the same
     arithmetic as pretrained ones; bf16 autocast on CUDA) and (b) decoding + resizing one 500×375 JPEG to
     224×224 on one CPU core (``images.decode_image``), and the feature row size."""
     import io

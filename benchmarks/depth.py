@@ -5,7 +5,7 @@
     python -m benchmarks.depth ...   (from a source checkout: the same, through a thin shim)
 
 For each ``MODEL.pt@K`` the truncated checkpoint is written with ``laya depth MODEL.pt --truncate K``'s
-own code (``depthing.truncate_model``, α masked above K and folded into a K-layer head) into a temp
+own code (``depthing.analysis.truncate_model``, α masked above K and folded into a K-layer head) into a temp
 folder, and both checkpoints are loaded back as a user would load them (``load_model``). Inference =
 images → tapped backbone → head → predicted class, under ``torch.no_grad``, on the first ``--images``
 test images of the checkpoint's dataset, in batches of ``--batch``.

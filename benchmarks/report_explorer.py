@@ -4,7 +4,7 @@
     python -m benchmarks.report_explorer     (in a source checkout: the same, through a thin shim)
 
 Writes exports of 1,000 and 10,000 samples (``--sizes``), opens each report.html in headless Chromium
-(the system browser, driven by Playwright: ``laya_cli.browser``), and measures, side by side in one
+(the system browser, driven by Playwright: ``benchmarks.browser``), and measures, side by side in one
 run, per size (median of ``--repeats`` fresh page loads):
 
   ready     ms from navigation start until the explorer is interactive: its data parsed, the first

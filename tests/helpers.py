@@ -95,7 +95,7 @@ def make_attribution_inputs(
 
 
 def head_only_model(head, reference, num_classes: int) -> SimpleNamespace:
-    """A bare head and its ablation reference as the model an audit takes (``auditing.run.run_audit``),
+    """A bare head and its ablation reference as the model an audit takes (``auditing.head_scope.run_audit``),
     with layers named l0, l1, … and classes c0, c1, …"""
     return SimpleNamespace(
         head=head,

@@ -213,7 +213,7 @@ def test_truncated_checkpoint_predicts_as_the_masked_full_model(digits_ckpt, tmp
 
 
 def test_public_load_of_a_truncated_checkpoint_predicts_as_the_masked_full_model(digits_ckpt, tmp_path):
-    """``laya_cli.load(small.pt)`` (the public API) rebuilds the cut backbone through ``model.load_model``;
+    """``laya_cli.load(small.pt)`` (the public API) rebuilds the cut backbone through ``model.laya_model.load_model``;
     the checkpoint's SHA-256 is of the weights it stores (so nothing refuses it), and an edited digest is refused."""
     import laya_cli
     from laya_cli.backbones.build import weights_sha256

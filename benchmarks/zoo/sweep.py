@@ -1,4 +1,4 @@
-"""The zoo sweep: the conformance check of ``benchmarks/zoo.py`` over whole ecosystems, not a curated list.
+"""The zoo sweep: the conformance check of ``benchmarks/zoo/conformance.py`` over whole ecosystems, not a curated list.
 
     python -m benchmarks.zoo --sweep [--source timm,torchvision] [--only NAME,NAME] [--markdown FILE] [--threads N]
 

@@ -389,7 +389,7 @@ class TappedBackbone(nn.Module):
 
     def bypassed_activations(self, x: Tensor, drop) -> list[Tensor]:
         """Raw h_1..h_L from a full forward in which every tap in ``drop`` (indices) is bypassed: its output := its
-        input, so each later layer runs on the stream without those blocks (layer dropping, ``depthing.dropping``)."""
+        input, so each later layer runs on the stream without those blocks (layer dropping, ``depthing.drop_table``)."""
         n = len(self.layer_names)
         self.tap_modules()
         drop, given = set(drop), {}

@@ -405,7 +405,7 @@ def truncate_model(
     """Write a laya checkpoint whose backbone stops after tap K and whose head reads the taps ≤ K
     (the masked head folded into a K-layer head, or with ``refit`` a retrained one). It is built by the
     one checkpoint builder (``checkpoint.checkpoint_body``) from the cut backbone, so its weights are the
-    kept ones, its SHA-256 is theirs, and ``model.load_model`` rebuilds it (``spec.cut``)."""
+    kept ones, its SHA-256 is theirs, and ``model.laya_model.load_model`` rebuilds it (``spec.cut``)."""
     from ..model.checkpoint import save_checkpoint
     from .compute import model_flops, tap_flops
 

@@ -1,6 +1,6 @@
 """The export job ``laya export`` runs on a checkpoint file, whichever its task: a classifier's per-sample tables,
-class × layer profiles and report.html (``run.run_export``), a language model's per-token table, heat map and text
-explorer (``tokens.run_token_export``). The settings of the other task are refused in one line first.
+class × layer profiles and report.html (``folder.run_export``), a language model's per-token table, heat map and text
+explorer (``lm.run_token_export``). The settings of the other task are refused in one line first.
 """
 
 from __future__ import annotations

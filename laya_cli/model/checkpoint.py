@@ -6,7 +6,7 @@ Layout (``format_version`` 1), documented in docs/checkpoint.md:
   history[...], metrics{...}, train_config{...}, digest{sha256} (integrity.py)
 
 ``checkpoint_body`` is the one builder of that dict (``laya train`` and ``LayaModel.save`` both
-call it); rebuilding a model from it is ``model.model_from_checkpoint``.
+call it); rebuilding a model from it is ``model.laya_model.model_from_checkpoint``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Heads for language models: at every position t, the layers' hidden states h_1(t)..h_L(t) give next-token logits
-through the model's own readout (final norm, then unembedding; frozen, ``backbones.causal.Readout``).
+through the model's own readout (final norm, then unembedding; frozen, ``backbones.lm.Readout``).
 
     laya    z_i = T_i h_i,  α = softmax(MLP([P z_1 ‖ … ‖ P z_L]) / τ),  logits = readout(Σ_i α_i z_i)
     tuned   layer i alone: readout(T_i h_i)            the tuned lens (Belrose et al., 2023)

@@ -1,9 +1,9 @@
 """``laya depth``'s tables, for the terminal, Markdown and report.html: accuracy and compute when the model is
 cut after each tap, the early-exit operating points and the minimal sufficient depth per class.
 
-Each table is built once, as its header and rows of text, from the JSON dict of ``depthing.DepthResult.to_dict()``
-(so export's report can show an attached ``laya depth --json``), and written in the three forms with the same
-text columns left-aligned. ``truncate_line`` is what ``--truncate K`` prints.
+Each table is built once, as its header and rows of text, from the JSON dict of
+``depthing.analysis.DepthResult.to_dict()`` (so export's report can show an attached ``laya depth --json``), and
+written in the three forms with the same text columns left-aligned. ``truncate_line`` is what ``--truncate K`` prints.
 """
 
 from __future__ import annotations

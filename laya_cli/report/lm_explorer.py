@@ -186,7 +186,7 @@ def _legend(layers: Sequence[str], mean_alpha: Sequence[float], colours: Sequenc
 
 
 def render_token_html(data: dict, heatmap_png: bytes | None, plots: bool) -> str:
-    """The whole page from ``exporting.tokens.explorer_input``'s dict and the heat map's PNG bytes (or None)."""
+    """The whole page from ``exporting.lm.explorer_input``'s dict and the heat map's PNG bytes (or None)."""
     e = html.escape
     js = token_data(data)
     parts = [*_header(data), '<h2 id="alpha">Mean α per layer</h2>', _legend(data["layers"], data["mean_alpha"],

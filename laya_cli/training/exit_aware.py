@@ -2,12 +2,12 @@
 
 ``laya depth``'s early exit reads the head truncated at depth k: the layers above k replaced by the training mean
 r̄, α masked above k and renormalised (``depthing.truncation.masked_output`` for a classifier,
-``depthing.token_exit.truncated_laya`` per token). A head trained on full depth only never sees that input, so its
+``depthing.lm_exit.truncated_laya`` per token). A head trained on full depth only never sees that input, so its
 truncated predictions are worse than they need be and an exit that trusts them costs accuracy. Exit-aware training
 adds W · the objective of the head truncated at a depth k drawn uniformly from 1..L−1 per sample (depth L is the
 full head, trained already): one more head pass, no backbone pass.
 
-- Language models (``ExitAware``): every training position, on the input ``model.lenses.truncated_states`` builds
+- Language models (``ExitAware``): every training position, on the input ``model.lm_heads.truncated_states`` builds
   for ``laya depth``; r̄ is the one the checkpoint stores (``ReferenceSum``: epoch 1's first ``--eval-tokens``
   positions), as far as it is summed at that step. The depths are drawn for the whole global batch from a generator
   of the seed and the epoch, and each rank takes its rows: under torchrun the same depths fall on the same
@@ -58,7 +58,7 @@ class ExitAware:
 
 def truncated_rows(feats: Sequence[Tensor], reference: Sequence[Tensor], depths: Tensor) -> tuple[list[Tensor], Tensor]:
     """(r'_1..r'_L, keep): each row b's layers above its depth ``depths[b]`` replaced by r̄_i, and the (n, L) mask of
-    the layers it keeps — a classifier head's input and α mask truncated per row (``model.lenses.truncated_states``
+    the layers it keeps — a classifier head's input and α mask truncated per row (``model.lm_heads.truncated_states``
     for the stacked states of a language model; ``depthing.truncation.truncated_inputs`` for one k)."""
     keep = torch.arange(len(feats), device=depths.device) < depths.unsqueeze(1)
     seen = [

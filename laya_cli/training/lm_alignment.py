@@ -5,7 +5,7 @@
     head:    Δᴴ_i(t) = p_ŷ(t) − p_ŷ(t with r_i := r̄_i at the head)            both: the two terms, λ each
 
 Each Δ is what ``laya audit`` ranks α against on a language model at that scope, computed by the audit's own code.
-Δᴺ: the bypassed states of ``auditing.tokens.bypassed_states`` (each layer's output := its input, at every position
+Δᴺ: the bypassed states of ``auditing.lm.bypassed_states`` (each layer's output := its input, at every position
 of the block) read by the current head through ``auditing.network.patching.removal_effects`` (L + 1 head passes).
 Δᴴ: ``metrics.lolo_effects`` under removal by mean (L + 1 head passes, no model pass), with r̄ as far as it is summed
 at that step (``lm.ReferenceSum.running``: the stored r̄ is epoch 1's first ``--eval-tokens`` positions, so after
@@ -52,7 +52,7 @@ def sampled_positions(n_blocks: int, per_block: int, k: int, generator: torch.Ge
 @torch.no_grad()
 def network_target(backbone, head: nn.Module, x: Tensor, clean: Tensor, positions: Tensor):
     """(r_1..r_L, ŷ, Δᴺ) at ``positions`` of the one block ``x`` (1, 2, T): ``clean`` (k, L, d) the layers' states
-    there (``features.positions.token_states``), ŷ (k,) the head's predicted next tokens, Δᴺ (k, L) the drop of
+    there (``features.lm_positions.token_states``), ŷ (k,) the head's predicted next tokens, Δᴺ (k, L) the drop of
     p_ŷ when each layer is bypassed (module docstring)."""
     feats = [clean[:, j] for j in range(clean.shape[1])]
     target = head(feats).logits.argmax(-1)

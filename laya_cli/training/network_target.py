@@ -5,9 +5,10 @@ effects instead of the head's own.
     Δᴺ_i(x) = p_ŷ(x) − p_ŷ(x with block i removed inside the backbone, the later blocks run on)
 
 Δᴺ is what ``laya audit --scope network`` ranks every method against, computed by the audit's own code
-(``auditing.network.NetworkScope``: its fill, its continuation from a tap, its pooling; ``removal_effects``), under
-``removal``: by default (``auto``) ``bypass`` where every tapped block's output has its input's shape (residual
-blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change width). ŷ is the head's prediction.
+(``auditing.network.patching.NetworkScope``: its fill, its continuation from a tap, its pooling;
+``removal_effects``), under ``removal``: by default (``auto``) ``bypass`` where every tapped block's output has its
+input's shape (residual blocks: a transformer's layers), else ``mean`` (the built-in mlp and cnn change width). ŷ
+is the head's prediction.
 
 - Frozen backbone: the taps cannot move, so the pooled taps with each block removed are computed **once** (one
   backbone pass and, per block, the blocks after it) and kept beside the features, for a seeded ``FROZEN_SUBSET /

@@ -1,6 +1,6 @@
 """Network scope: total layer effects, patched inside the backbone (docs/metrics.md, "Two scopes").
 
-At head scope (``auditing.run_audit``) layer i is removed where the head reads it: r_i is replaced
+At head scope (``auditing.head_scope.run_audit``) layer i is removed where the head reads it: r_i is replaced
 and every later layer still sees the original h_i — layer i's *direct* effect. Here layer i's
 output is replaced *inside the backbone* by a reference activation (the training mean of the
 unpooled activation, or zero) and the rest of the network runs on: its *total* effect, direct and
