@@ -72,8 +72,9 @@ class Method:
     network_note: str | None = None  # what a network-scope audit of it notes
     whole_set: WholeSet | None = None
     cost: str = "free"  # its cost class at network scope (COST_CLASSES)
-    # (part, net, i, h_i, dp/dh_i) -> its per-feature attribution of tap i from the layer gradients that Grad×Act,
-    # AtP and saliency share at network scope (``NetworkScope.from_gradients``; net: that NetworkScope)
+    # (net, i, h_i, g_i) -> its per-feature attribution of tap i from g_i = dp_ŷ/dh_i, the layer gradients that
+    # Grad×Act, AtP and saliency share at network scope (net: the NetworkScope; ``NetworkScope.from_gradients``).
+    # Given, it is the method's network scores (``network``), one Captum pass for all such methods.
     from_gradients: Callable[[Any, int, Any, Any], Any] | None = None
     compared_by_default: tuple[str, ...] = ()  # the DEFAULT_PLACES where --compare left out compares it
     notes: tuple[tuple[str, str], ...] = ()  # (situation of NOTE_SITUATIONS, what the audit notes of it there)
@@ -81,6 +82,8 @@ class Method:
     def __post_init__(self):
         assert self.cost in COST_CLASSES and set(self.compared_by_default) <= set(DEFAULT_PLACES)
         assert {situation for situation, _ in self.notes} <= set(NOTE_SITUATIONS)
+        if self.from_gradients is not None and self.network is None:
+            object.__setattr__(self, "network", _from_layer_gradients(self.from_gradients))
 
     @property
     def built_for_tokens(self) -> bool:
@@ -248,7 +251,6 @@ IG = Method(
 GRADXACT = Method(
     "gradxact",
     _gradxact,
-    _from_layer_gradients(_gradxact_part),
     token_gradient=lambda h, x_in: h,  # Σ_s ∂p_ŷ(t)/∂h_i(s) · h_i(s)
     cost="gradient",
     from_gradients=_gradxact_part,
@@ -264,14 +266,12 @@ GRADXACT = Method(
 ATP = Method(
     "atp",
     _atp,
-    _from_layer_gradients(_atp_part),
     token_gradient=lambda h, x_in: h.float() - x_in.float(),  # · (h_i(s) − x_i(s)): the bypass's first order
     cost="gradient",
     from_gradients=_atp_part,
     compared_by_default=("network", "both"),
 )
-SALIENCY = Method("saliency", _saliency, _from_layer_gradients(_saliency_part), cost="gradient",
-                  from_gradients=_saliency_part)  # fmt: skip
+SALIENCY = Method("saliency", _saliency, cost="gradient", from_gradients=_saliency_part)
 GLOBAL = Method(
     "global",
     _global,

@@ -13,6 +13,8 @@ import platform
 import re
 import statistics
 
+from ..auditing.names import OWN
+
 LEVEL = 0.95
 PAIRED_METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 
@@ -46,14 +48,12 @@ def pair_with_laya(heads: dict, records: dict[str, list[dict]]) -> None:
     for head, entry in heads.items():
         recs = records[head]
         runs = [r["audit"]["methods"] for r in recs]
-        for m, block in entry["methods"].items():
-            if m == "laya" or "laya" not in entry["methods"] or not block["available"]:
+        for m, block in entry["methods"].items():  # each method against OWN (laya: the head's α)
+            if m == OWN or OWN not in entry["methods"] or not block["available"]:
                 continue
-            if not entry["methods"]["laya"]["available"]:
+            if not entry["methods"][OWN]["available"]:
                 continue
-            block["vs_laya"] = {
-                k: paired([r[m][k] for r in runs], [r["laya"][k] for r in runs]) for k in PAIRED_METRICS
-            }
+            block["vs_laya"] = {k: paired([r[m][k] for r in runs], [r[OWN][k] for r in runs]) for k in PAIRED_METRICS}
         if head == "laya" or "laya" not in heads:
             continue
         base = {r["seed"]: r for r in records["laya"]}
