@@ -20,8 +20,6 @@ from .common import (
     err_console,
     escape,
     note,
-    pick_device,
-    run_options,
     trust_arch,
     warn,
     wide_console,
@@ -36,8 +34,6 @@ from .options import (
     PerSample,
     Replace,
 )
-
-AUDIT = AuditSettings()
 
 
 @with_settings(
@@ -61,28 +57,23 @@ def audit(
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_checkpoint
-    from ..auditing.names import parse_methods, parse_metric_groups
+    from ..auditing.names import parse_methods
     from ..auditing.settings import compare_for
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
+    from ..runtime.device import resolved
 
     started = time.perf_counter()
     with progress.enabled(not quiet):
-        trust_arch(load.validate().arch)
-        data.validate()
-        scope = what.validate().scope
-        methods = parse_methods(compare_for(what.compare, scope))
-        asked = GateRequest.asked(gates, methods, scope)
-        job = run_options(run, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
-        if settings.batch_size is None:  # the plan may lower the default
-            settings.batch_size = AUDIT.batch_size
-        settings.device = pick_device(settings.device)
-        settings.metrics = tuple(parse_metric_groups([*parse_metric_groups(settings.metrics), *asked.metric_groups]))
-        settings.validate()
+        trust_arch(load.arch)
+        methods = parse_methods(compare_for(what.compare, what.scope))
+        asked = GateRequest.asked(gates, methods, what.scope)
+        run = run.with_batches(batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
+        settings = resolved(settings, metrics=(*settings.metrics, *asked.metric_groups))  # a gate's groups too
         asked = asked.on_bound(gates.gate_on, settings)
         files = AuditOutputs(json_out, markdown, junit).check_writable(overwrite)
         result = audit_checkpoint(
-            model, methods, settings, scope, data, load, partial(asked.check_planned, settings, methods), **job
+            model, methods, settings, what.scope, data, load, partial(asked.check_planned, settings, methods), run
         )
     result.settings["fail_under"] = [str(t) for t in asked.thresholds]
     doc = result.to_dict()

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from ..runtime.declare import check_fields, setting
+from ..runtime.declare import Settings, setting
 
 GATE_ON = ("estimate", "bound")
 
 
-@dataclass
-class GateSettings:
+@dataclass(frozen=True)
+class GateSettings(Settings):
     PANEL: ClassVar[str] = "Gates"
 
     fail_under: list[str] | None = setting(
@@ -25,7 +25,6 @@ class GateSettings:
         "method but random); comma-separated; prefix 'network:' for the network scope "
         "('network:faithfulness=0.5'). Metrics: faithfulness, deletion@1, deletion@1_normalised, aopc, "
         "sufficiency@1, sufficiency@1_normalised, completeness, randomisation, accuracy. Repeatable.",
-        api=False,
     )
     baseline: str | None = setting(
         None,
@@ -33,28 +32,24 @@ class GateSettings:
         "change beside each metric; gate with --max-drop.",
         metavar="FILE",
         cli_type=Path | None,
-        api=False,
     )
     max_drop: list[str] | None = setting(
         None,
         "Exit 1 when a metric dropped below --baseline by more than allowed: 'faithfulness=0.02' (absolute, the "
         "model's own attribution, laya), 'ig:deletion@1=5%' (relative to the baseline value), 'all:faithfulness=0.02' "
         "(every method but random), 'accuracy=0.01'. Repeatable.",
-        api=False,
     )
     allow_settings_change: bool = setting(
         False,
         "Compare with a --baseline audited with other settings (data, samples, ablation, …) anyway; the "
         "differences are noted.",
         flag="--allow-settings-change/--no-allow-settings-change",
-        api=False,
     )
     gate_on: str = setting(
         "estimate",
         "'estimate': gate --fail-under/--max-drop on the point value; 'bound': on the confidence interval (pass, "
         "fail or inconclusive).",
         choices=GATE_ON,
-        api=False,
     )
     inconclusive_exit: int = setting(
         1,
@@ -62,9 +57,4 @@ class GateSettings:
         minimum=0,
         below=256,
         rule="an exit code, 0-255",
-        api=False,
     )
-
-    def validate(self) -> GateSettings:
-        check_fields(self)
-        return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
-from ..runtime.declare import WIDTH_MAX, check_fields, setting
+from ..runtime.declare import WIDTH_MAX, Settings, check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
 READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
@@ -66,8 +66,8 @@ def device_map_setting():
     )
 
 
-@dataclass
-class LoadSettings:
+@dataclass(frozen=True)
+class LoadSettings(Settings):
     """How a checkpoint's model is rebuilt (``laya audit``, ``depth``, ``export``, ``diff``)."""
 
     PANEL: ClassVar[str] = "Checkpoint"
@@ -75,10 +75,5 @@ class LoadSettings:
     arch: str | None = setting(
         None,
         "Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.",
-        api=False,  # the API takes the model already built
     )
     device_map: str | None = device_map_setting()
-
-    def validate(self) -> LoadSettings:
-        check_fields(self)
-        return self
