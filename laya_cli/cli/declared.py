@@ -19,7 +19,7 @@ import typer
 
 from ..runtime.declare import UNSET, Declared, Use, as_field, as_use, build, declared, mark_given, nested, values_of
 
-__all__ = ["Use", "changed", "options_of", "with_settings"]
+__all__ = ["Use", "options_of", "with_settings"]  # Use: the one way to leave a setting out (runtime.declare)
 
 
 def _as_used(d: Declared, use: Use) -> Declared:

@@ -122,11 +122,9 @@ def head_predictions(
 
 def _train_config(model, settings: DepthSettings) -> TrainConfig:
     known = {f for f in TrainConfig.__dataclass_fields__}
-    cfg = TrainConfig(**{k: v for k, v in model.checkpoint.get("train_config", {}).items() if k in known})
-    cfg.device = settings.device
-    if settings.refit_epochs is not None:
-        cfg.epochs = settings.refit_epochs
-    return cfg.validate()
+    recorded = {k: v for k, v in model.checkpoint.get("train_config", {}).items() if k in known}
+    epochs = {} if settings.refit_epochs is None else {"epochs": settings.refit_epochs}
+    return TrainConfig(**{**recorded, "device": settings.device, **epochs}).validate()
 
 
 def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: DepthSettings) -> dict[int, tuple]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..runtime.declare import Settings, setting
+from ..runtime.fileio import check_new_outputs
 
 GATE_ON = ("estimate", "bound")
 
@@ -58,3 +59,48 @@ class GateSettings(Settings):
         below=256,
         rule="an exit code, 0-255",
     )
+
+
+@dataclass(frozen=True)
+class AuditOutputs(Settings):
+    """The files ``laya audit`` was asked to write (None: not asked; the job summary needs no asking) and how it
+    shows its result: the command line's own options, declared so that the command is made from them
+    (``gates.outputs.write_audit_files`` writes them)."""
+
+    PANEL: ClassVar[str] = "Outputs"
+
+    json: Path | None = setting(
+        None, "Write every number and setting as JSON to this file.", param="json_out", flag="--json"
+    )
+    markdown: Path | None = setting(None, "Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")
+    junit: Path | None = setting(
+        None, "Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.", metavar="FILE"
+    )
+    per_sample: bool = setting(
+        True,
+        "Keep the per-sample scores in --json (what a --gate-on bound --max-drop baseline needs); "
+        "--no-per-sample leaves them out (a smaller file).",
+        flag="--per-sample/--no-per-sample",
+    )
+    quiet: bool = setting(
+        False,
+        "Print only the verdict line (PASS/FAIL and each failed check); errors still print.",
+        flag="--quiet",
+        short="-q",
+    )
+    overwrite: bool = setting(
+        False,
+        "Replace output files that already exist (without it an existing output is an error, before any work).",
+        flag="--overwrite",
+    )
+
+    @property
+    def paths(self) -> list[Path | None]:
+        return [self.json, self.markdown, self.junit]
+
+    def check_writable(self, overwrite: bool | None = None) -> AuditOutputs:
+        """Each file asked for can be written and, without ``overwrite`` (default: the command's ``--overwrite``),
+        does not exist yet: a LayaError now, not after the audit. Returns these outputs."""
+        overwrite = self.overwrite if overwrite is None else overwrite
+        check_new_outputs({"--json": self.json, "--markdown": self.markdown, "--junit": self.junit}, overwrite)
+        return self

@@ -24,6 +24,7 @@ import functools
 import inspect
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -59,11 +60,12 @@ class Option:
     short: str | None = None  # a one-letter alias, e.g. "-q"
     metavar: str | None = None
     choices: tuple[str, ...] = ()  # case-insensitive; stored in the spelling given here
+    resolved: str | None = None  # a regex of values a resolving step stores beside the choices (cuda:1, a device)
     minimum: float | None = None  # numbers: at least this
     above: float | None = None  # numbers: greater than this
     below: float | None = None  # numbers: less than this
     maximum: float | None = None  # numbers: at most this (every whole number declares one; INT64_MAX bounds the rest)
-    rule: str | None = None  # how the bounds read in a message ("0 (off) or positive"); default: from the bounds
+    rule: str | None = None  # how the bounds (or the choices) read in a message ("0 (off) or positive")
     cli: bool = True  # False: set by the job and recorded in the checkpoint, never a flag nor a keyword
     command_default: object = UNSET  # the command line's default where it is not the field's (device: auto)
     cli_type: object = None  # what the flag parses to where the field holds something else (a comma list: str)
@@ -354,7 +356,14 @@ def check_value(d: Declared, value):
     if _allows(int, d.type) or _allows(float, d.type):
         return _check_number(d, value)
     if option.choices:
-        return match_choice(flag, value, option.choices)
+        if option.resolved is not None and isinstance(value, str) and re.fullmatch(option.resolved, value):
+            return value  # already resolved (``runtime.device.resolved``): a new object built from a resolved one
+        try:
+            return match_choice(flag, value, option.choices)
+        except LayaError:
+            if option.rule is None:
+                raise
+            raise LayaError(f"{flag} must be {option.rule}, got {value!r}") from None  # as its resolver says it
     return value
 
 

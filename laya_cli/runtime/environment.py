@@ -22,8 +22,12 @@ DEVICE_HELP = "auto, cpu, cuda or mps (auto: CUDA if available)."
 
 
 def device_setting(panel: str = "Run"):
-    """``--device``: the command line's default is auto (resolved by the command), a library object's cpu."""
-    return setting("cpu", DEVICE_HELP, choices=DEVICES, command_default="auto", panel=panel)
+    """``--device``: the command line's default is auto (resolved by the command), a library object's cpu; under
+    torchrun CUDA resolves to this rank's GPU (cuda:N), which a resolved object holds."""
+    return setting(
+        "cpu", DEVICE_HELP, choices=DEVICES, command_default="auto", panel=panel, resolved=r"cuda:\d+",
+        rule="auto, cpu, cuda or mps",  # resolve_device's words
+    )  # fmt: skip
 
 
 def precision_setting(**option):
