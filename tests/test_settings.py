@@ -327,6 +327,12 @@ def test_resolving_makes_a_new_object_with_the_device_and_the_batch_size():
     ready = resolved(given)
     assert (ready.device, ready.batch_size) == ("cpu", AuditSettings().batch_size)
     assert (given.device, given.batch_size) == ("cpu", None)  # canonical when built; the plan's None kept
+    # under torchrun CUDA resolves to this rank's GPU: a later step's new object keeps it
+    from laya_cli.runtime.declare import evolve
+
+    assert evolve(AuditSettings(device="cuda:1"), batch_size=2).device == "cuda:1"
+    with pytest.raises(LayaError, match="--device must be auto, cpu, cuda or mps, got 'tpu'"):
+        AuditSettings(device="tpu")  # the words resolve_device says it with
 
 
 def test_one_way_to_leave_a_setting_out_of_an_entry_point():

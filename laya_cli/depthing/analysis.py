@@ -233,7 +233,7 @@ def run_depth(
 ) -> DepthResult:
     """The whole analysis on ``data`` (EvalData or features). ``fit_feats`` (train/val features of the
     checkpoint's data) are needed with ``settings.refit``."""
-    settings = (settings or DepthSettings()).validate()
+    settings = settings or DepthSettings()  # valid as built
     head, dev, bs = model.head, settings.device, settings.batch_size
     maskable = getattr(head, "maskable", False)
     if not maskable and not settings.refit:
@@ -407,7 +407,6 @@ def truncate_model(
     from ..model.checkpoint import save_checkpoint
     from .compute import model_flops, tap_flops
 
-    settings = settings.validate()
     L = model.num_layers
     k = check_k(settings.truncate, L)
     if model.checkpoint["backbone"].get("program") is not None:
