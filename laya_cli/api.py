@@ -14,6 +14,7 @@ docstrings. Nothing prints except rich progress bars (and cache status lines) wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from .auditing.diff.compare import DiffResult
 from .auditing.diff.settings import DiffSettings
 from .auditing.job import audit_job
 from .auditing.lm import TOKENS_AUDITED, token_audit_job
-from .auditing.names import parse_methods, parse_metric_groups
+from .auditing.names import parse_methods
 from .auditing.results import AuditResult
 from .auditing.settings import AuditRequest, AuditSettings, compare_for
 from .data.settings import EvalRequest
@@ -31,7 +32,7 @@ from .depthing.analysis import DepthResult
 from .depthing.job import depth_job, token_depth
 from .depthing.lm_exit import TokenExitResult
 from .depthing.settings import DepthSettings
-from .exporting.folder import Export, check_format, check_out_dir, export_data
+from .exporting.folder import Export, check_installed, check_out_dir, export_data
 from .exporting.lm import (
     TOKENS_EXPORTED,
     TokenExport,
@@ -49,8 +50,8 @@ from .model.laya_model import LayaModel, model_from_checkpoint
 from .model.lm_heads import LayaLM, lm_from_checkpoint
 from .model.settings import HeadConfig, LoadSettings
 from .runtime import progress as _progress
-from .runtime.declare import build, refuse_other_task, takes_settings
-from .runtime.device import resolve_device
+from .runtime.declare import Use, build, refuse_other_task, takes_settings
+from .runtime.device import resolved
 from .runtime.errors import LayaError, match_choice
 from .training.job import fit_loaders, train
 from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest, check_alpha_options
@@ -58,7 +59,6 @@ from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest, che
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
 
 TRAIN = TrainConfig()
-CACHES = ("memory", "disk")
 # What ``laya depth`` alone takes: the --samples subset's seed (a loader is its own subset) and the options that
 # write a checkpoint or read the training data by path.
 DEPTH_CLI_ONLY = ("seed", "truncate", "drop", "drop_order", "draws")
@@ -69,7 +69,13 @@ Data = Loader | EvalData | str | None  # a classifier's loader; a language model
 # --------------------------------------------------------------------------- fit
 
 
-@takes_settings(HeadConfig, TrainConfig, LMSettings, defaults={"batch_size": None, "device": "auto"})
+@takes_settings(
+    HeadConfig,
+    Use(TrainConfig, defaults={"batch_size": None, "device": "auto"}),
+    LMSettings,
+    # --task and --cache as the command line takes them; the cache off by default: the caller's loaders
+    Use(TrainRequest, only=("task", "cache"), defaults={"cache": False}),
+)
 def fit(
     tapped: Tapped | nn.Module | str,
     train_loader: Loader | str,
@@ -77,11 +83,9 @@ def fit(
     head: str = "laya",
     frozen: bool = True,
     *,
-    task: str = "classify",
     test_loader: Loader | None = None,
     val_fraction: float = 0.1,
     classes: Sequence[str] | None = None,
-    cache: str = "memory",
     progress: bool = True,
     **settings,
 ) -> Model:
@@ -103,22 +107,23 @@ def fit(
             the model wants them, and integer class labels 0..C-1; ``task="lm"``: the corpus, ``text:PATH``.
         val_loader: the same for early stopping; None: a stratified ``val_fraction`` of the
             training samples, drawn with ``seed`` (as ``laya train`` does).
-        head: ``"laya"``, or a baseline: ``"last"``, ``"concat"``, ``"scalarmix"``.
+        head: ``"laya"``, or a baseline: ``"last"``, ``"concat"``, ``"scalarmix"`` (``laya train --head``).
         frozen: True: the backbone is not trained (its features are extracted once); False: it
-            is trained end to end with the head (in place), from the loaders read into memory once.
-        task: ``"classify"`` (your loaders' classes) or ``"lm"`` (a language model's next token).
+            is trained end to end with the head (in place), from the loaders read into memory once
+            (``laya train --frozen``/``--finetune``).
         test_loader: the same for a test split: its accuracy and macro-F1 go into ``model.checkpoint["metrics"]``
             as ``laya train`` records them (None: no test metrics).
         val_fraction: the share of training samples held out when there is no ``val_loader``.
         classes: class names in label order; None: ``train_loader.dataset.classes`` if it has
             them, else ``"0"``, ``"1"``, …
-        cache: frozen features are held in ``"memory"``, or also written to the on-disk feature
-            cache (``"disk"``, ``$LAYA_CACHE_DIR``) and reused next time, keyed by the backbone's
-            weights and the content of every sample (a loader with random transforms is not cached).
         progress: rich progress bars (False: silent).
         **settings: every setting of ``laya train``'s head and training, by its option's name (listed below):
+            ``task`` ``"classify"`` (your loaders' classes) or ``"lm"`` (a language model's next token);
             ``batch_size`` None takes the train loader's (else 128), ``device`` "auto" CUDA where available;
-            ``seed`` seeds the loaders' shuffling, the validation split, the head's initialisation and the order.
+            ``seed`` seeds the loaders' shuffling, the validation split, the head's initialisation and the order;
+            ``cache`` (``--cache``, off here): frozen features are held in memory only, or (True) also written to
+            the on-disk feature cache (``$LAYA_CACHE_DIR``) and reused next time, keyed by the backbone's weights
+            and the content of every sample (a loader with random transforms is not cached).
             A setting of the other task (a language model's ``objective`` for a classifier) is refused.
 
     Returns:
@@ -128,23 +133,37 @@ def fit(
     Raises:
         LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
     """
-    if match_choice("task", task, TASKS) == "lm":
+    use_cache = _cache_switch(settings.pop("cache"))
+    if match_choice("task", settings.pop("task"), TASKS) == "lm":
         extra = {"val_loader": val_loader, "test_loader": test_loader, "classes": classes}
-        return _fit_language_model(tapped, train_loader, settings, progress, extra, (head, frozen, cache))
+        return _fit_language_model(tapped, train_loader, settings, progress, extra, (head, frozen, use_cache))
     head_cfg = build(HeadConfig, settings).validate()
     for given in (head_cfg, build(LMSettings, settings)):
         refuse_other_task(given, "classify")
     tapped = tapped if isinstance(tapped, Tapped) else attach(tapped)
     head = match_choice("head", head, HEADS)  # case-insensitive, as on the command line
-    match_choice("cache", cache, CACHES)
     if val_loader is None and not 0 < val_fraction < 1:
         raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
     batch_size = settings["batch_size"] or getattr(train_loader, "batch_size", None) or TRAIN.batch_size
-    cfg = build(TrainConfig, settings, batch_size=batch_size, device=resolve_device(settings["device"])).validate()
+    cfg = resolved(build(TrainConfig, settings, batch_size=batch_size)).validate()
     check_alpha_options(cfg, head)
     loaders = {"train": train_loader, "val": val_loader, "test": test_loader}
     with _progress.enabled(progress):
-        return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, cache)
+        return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, use_cache)
+
+
+def _cache_switch(cache) -> bool:
+    """``cache`` means what ``laya train --cache`` means: the on-disk feature cache, on or off. The words it took
+    before (where frozen features are held) are refused in one line naming the switch that says the same."""
+    if isinstance(cache, str) and cache.strip().lower() in ("memory", "disk"):
+        disk = cache.strip().lower() == "disk"
+        raise LayaError(
+            f"cache={cache!r}: cache is now a switch, as --cache on the command line: cache={disk} "
+            f"{'uses' if disk else 'skips'} the on-disk feature cache"
+        )
+    if not isinstance(cache, bool):
+        raise LayaError(f"cache is a switch (--cache: the on-disk feature cache), True or False, got {cache!r}")
+    return cache
 
 
 def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict, classifier: tuple) -> LayaLM:
@@ -153,13 +172,13 @@ def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict
     if not isinstance(model, str) or not isinstance(text, str):
         raise LayaError('a language model is named as on the command line: fit("hf:PATH", "text:PATH", task="lm")')
     given = [name for name, value in extra.items() if value is not None]
-    given += [name for name, value, default in zip(("head", "frozen", "cache"), classifier, ("laya", True, "memory"))
+    given += [name for name, value, default in zip(("head", "frozen", "cache"), classifier, ("laya", True, False))
               if value != default]  # fmt: skip
     if given:
         raise LayaError(f"{', '.join(given)}: a classifier's (a language model's heads train on its text)")
     values = {k: v for k, v in settings.items() if v is not None or k != "batch_size"}  # None: the paper's 128
     req = build(TrainRequest, {**values, "backbone": model, "dataset": text, "task": "lm"}, out="")
-    req.train.device = resolve_device(req.train.device)
+    req = replace(req, train=resolved(req.train))
     with _progress.enabled(progress):
         ckpt = train(req)
     return lm_from_checkpoint(ckpt, req.lm.device_map).to(req.train.device)
@@ -168,7 +187,7 @@ def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict
 # --------------------------------------------------------------------------- audit and export
 
 
-@takes_settings(AuditSettings, AuditRequest, skip=("compare",), defaults={"device": "auto"})
+@takes_settings(Use(AuditSettings, defaults={"device": "auto"}), Use(AuditRequest, skip=("compare",)))
 def audit(
     model: Model,
     loader: Data = None,
@@ -209,14 +228,13 @@ def audit(
         LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    scope = build(AuditRequest, settings).validate().scope
+    scope = build(AuditRequest, settings).scope
     methods = parse_methods(compare_for(compare, scope) if compare is None or isinstance(compare, str) else compare)
-    groups, device = tuple(parse_metric_groups(settings["metrics"])), resolve_device(settings["device"])
-    audited = build(AuditSettings, settings, metrics=groups, device=device).validate()
+    audited = resolved(build(AuditSettings, settings))
     with _progress.enabled(progress):
         if isinstance(model, LayaLM):
             data = _text(loader, samples, TOKENS_AUDITED)
-            return token_audit_job(model.to(device), methods, audited, scope, data.dataset, data.samples)
+            return token_audit_job(model.to(audited.device), methods, audited, scope, data.dataset, data.samples)
         _no_samples(samples)
         data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
         return audit_job(model, data, methods, audited, scope)
@@ -229,7 +247,7 @@ def _text(loader, samples: int | None, default: int) -> EvalRequest:
         raise LayaError("a language model reads text: give text:PATH, or None for the text it was trained with")
     if samples is not None and samples < 1:
         raise LayaError(f"samples must be at least 1, got {samples}")
-    return EvalRequest(samples=samples or default, dataset=loader).validate()
+    return EvalRequest(samples=samples or default, dataset=loader)
 
 
 def _no_samples(samples: int | None) -> None:
@@ -237,7 +255,8 @@ def _no_samples(samples: int | None) -> None:
         raise LayaError("samples: a classifier is read from the loader you give (take a subset there)")
 
 
-@takes_settings(ExportSettings, defaults={"device": "auto"})
+# The --samples subset's seed and the files an export attaches or writes by path are the command line's.
+@takes_settings(Use(ExportSettings, skip=("seed", "audit", "depth", "model_card"), defaults={"device": "auto"}))
 def export(
     model: Model,
     loader: Data = None,
@@ -272,8 +291,8 @@ def export(
     Raises:
         LayaError: a bad format, an ``out`` that is not empty nor a previous export, or a bad loader.
     """
-    chosen = build(ExportSettings, settings).validate()
-    dev = resolve_device(chosen.device)
+    chosen = resolved(build(ExportSettings, settings))
+    dev = chosen.device
     with _progress.enabled(progress):
         if isinstance(model, LayaLM):
             refuse_other_task(chosen, "lm")
@@ -284,7 +303,7 @@ def export(
         _no_samples(samples)
         fmt = chosen.format or "csv"
         if out is not None:
-            check_format(fmt)
+            check_installed(fmt)
             check_out_dir(out, overwrite)
         keep_images = out is not None and chosen.plots and chosen.strip > 0
         data = loader_eval_data(model, loader, dev, keep_images=keep_images)
@@ -295,7 +314,7 @@ def export(
 # --------------------------------------------------------------------------- depth
 
 
-@takes_settings(DepthSettings, skip=DEPTH_CLI_ONLY, defaults={"device": "auto"})
+@takes_settings(Use(DepthSettings, skip=DEPTH_CLI_ONLY, defaults={"device": "auto"}))
 def depth(
     model: Model, loader: Data = None, *, samples: int | None = None, progress: bool = True, **settings
 ) -> DepthResult | TokenExitResult:
@@ -324,7 +343,7 @@ def depth(
         LayaError: a head without α and no ``refit``, a threshold outside (0, 1], ``refit`` for a
             model trained from your own DataLoader, or a bad loader.
     """
-    analysis = build(DepthSettings, settings, device=resolve_device(settings["device"])).validate()
+    analysis = resolved(build(DepthSettings, settings))
     with _progress.enabled(progress):
         if isinstance(model, LayaLM):
             refuse_other_task(analysis, "lm")
@@ -333,7 +352,7 @@ def depth(
         return depth_job(model, partial(loader_eval_data, model, loader, analysis.device, keep_images=True), analysis)
 
 
-@takes_settings(DiffSettings, defaults={"device": "auto"})
+@takes_settings(Use(DiffSettings, defaults={"device": "auto"}))
 def diff(
     model_a: Model, model_b: Model, loader: Data = None, *, samples: int | None = None, progress: bool = True,
     **settings,
@@ -365,8 +384,7 @@ def diff(
     from .auditing.diff.lm import diff_lm_checkpoints
     from .auditing.settings import Removal
 
-    chosen = build(DiffSettings, settings).validate()
-    chosen.device = resolve_device(chosen.device)
+    chosen = resolved(build(DiffSettings, settings))
     lm = [isinstance(m, LayaLM) for m in (model_a, model_b)]
     if any(lm):
         if not all(lm):

@@ -318,11 +318,11 @@ def test_fit_is_seeded_and_the_disk_cache_serves_a_shuffling_loader(tmp_path, mo
     monkeypatch.setattr(loaders, "extract_batches", lambda *a, **k: calls.append(k) or real(*a, **k))
     train, val = user_loaders(n=300)
     runs = []
-    for cache in ("memory", "disk", "disk"):
+    for cache in (False, True, True):
         torch.manual_seed(0)
         net = TinyNet()
         runs.append(laya_cli.fit(laya_cli.attach(net), train, val, epochs=2, seed=3, cache=cache, progress=False))
-    # memory: train and val extracted; disk: both again (no entry yet) and stored; disk: both read back.
+    # off: train and val extracted; on: both again (no entry yet) and stored; on: both read back.
     assert len(calls) == 4
     heads = [r.head.state_dict() for r in runs]  # the same model all three times
     assert all(torch.equal(heads[0][k], h[k]) for h in heads[1:] for k in heads[0])
@@ -335,8 +335,8 @@ def test_fit_is_seeded_and_the_disk_cache_serves_a_shuffling_loader(tmp_path, mo
                 yield x + 0.01 * torch.rand_like(x), y
 
     calls.clear()
-    laya_cli.fit(laya_cli.attach(TinyNet()), Jitter(), epochs=1, cache="disk", progress=False)
-    laya_cli.fit(laya_cli.attach(TinyNet()), Jitter(), epochs=1, cache="disk", progress=False)
+    laya_cli.fit(laya_cli.attach(TinyNet()), Jitter(), epochs=1, cache=True, progress=False)
+    laya_cli.fit(laya_cli.attach(TinyNet()), Jitter(), epochs=1, cache=True, progress=False)
     assert len(calls) == 2
 
 
@@ -382,6 +382,8 @@ def test_mistakes_are_one_line_laya_errors_with_the_cli_messages(tiny_model):
     one_line(lambda: laya_cli.fit(TinyNet(), [(images, labels)], head="lasst", progress=False), "unknown head", "last")
     one_line(lambda: laya_cli.fit(TinyNet(), [(images, labels)], epochs=0, progress=False), "--epochs")
     one_line(lambda: laya_cli.fit(TinyNet(), [(images, labels)], cache="ram", progress=False), "cache")
+    # cache means what --cache means: the on-disk feature cache on or off; the old words name the switch
+    one_line(lambda: laya_cli.fit(TinyNet(), [(images, labels)], cache="disk", progress=False), "cache=True", "--cache")
     one_line(lambda: laya_cli.audit(model, [(images, labels + 10)], progress=False), "10 classes")
     one_line(lambda: laya_cli.export(model, [(images, labels)], format="xlsx", out="x", progress=False), "format")
     msg = one_line(lambda: laya_cli.audit(model, [(images, labels)], compare="ig,bogus", progress=False), "bogus")

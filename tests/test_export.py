@@ -17,13 +17,20 @@ from helpers import assert_user_error, invoke, run_laya
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
 
+from laya_cli.data.settings import EvalRequest
 from laya_cli.exporting.folder import assemble, build_table, run_export, write_export
 from laya_cli.exporting.profiles import js_divergence
+from laya_cli.exporting.settings import ExportSettings
 from laya_cli.runtime.errors import LayaError
 
 LAYERS = ["blocks.0", "blocks.1", "blocks.2"]
 CLASSES = [str(i) for i in range(10)]
 BASE_COLUMNS = ["index", "label", "label_name", "predicted", "predicted_name", "correct", "p_pred"]
+
+
+def on_cpu(**settings) -> ExportSettings:
+    """``laya export``'s settings as run_export takes them (resolved: on the CPU)."""
+    return ExportSettings(device="cpu", **settings)
 
 
 def no_leftovers(folder: Path) -> bool:
@@ -48,7 +55,7 @@ def swap_head(src: Path, dst: Path, kind: str) -> Path:
 @pytest.fixture(scope="module")
 def exported(digits_ckpt, tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "run"
-    exp = run_export(digits_ckpt, out, use_cache=False)
+    exp = run_export(digits_ckpt, out, use_cache=False)  # the declared settings on the CPU, every sample
     return exp, out
 
 
@@ -305,8 +312,8 @@ def test_plots_read_for_12_layers_and_rgb_images(tmp_path):
 
 def test_parquet_and_npz_hold_the_same_table(digits_ckpt, tmp_path, samples_csv):
     pytest.importorskip("pyarrow")
-    run_export(digits_ckpt, tmp_path / "pq", fmt="parquet", plots=False, use_cache=False)
-    run_export(digits_ckpt, tmp_path / "npz", fmt="npz", plots=False, use_cache=False)
+    run_export(digits_ckpt, tmp_path / "pq", on_cpu(format="parquet", plots=False), use_cache=False)
+    run_export(digits_ckpt, tmp_path / "npz", on_cpu(format="npz", plots=False), use_cache=False)
     pq = pd.read_parquet(tmp_path / "pq" / "samples.parquet")
     assert list(pq.columns) == list(samples_csv.columns)
     pd.testing.assert_frame_equal(
@@ -352,7 +359,7 @@ def test_scalarmix_has_global_alpha_and_no_contrib(digits_ckpt, tmp_path):
 def test_samples_and_seed_pick_a_reproducible_subset(digits_ckpt, tmp_path):
     from laya_cli.model.evaldata import select_samples
 
-    a = run_export(digits_ckpt, tmp_path / "a", samples=40, seed=3, plots=False, use_cache=False)
+    a = run_export(digits_ckpt, tmp_path / "a", on_cpu(seed=3, plots=False), EvalRequest(samples=40), use_cache=False)
     assert a.table["index"].tolist() == select_samples(359, 40, 3).tolist()
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["model"]["samples"] == 40
 
@@ -428,20 +435,21 @@ def test_failure_while_writing_leaves_nothing(digits_ckpt, tmp_path, monkeypatch
 
     monkeypatch.setattr(laya_cli.report.figures, "render_plots", boom)
     with pytest.raises(RuntimeError):
-        run_export(digits_ckpt, tmp_path / "nested" / "out", samples=10, use_cache=False)
+        run_export(digits_ckpt, tmp_path / "nested" / "out", data=EvalRequest(samples=10), use_cache=False)
     assert list(tmp_path.iterdir()) == []  # no out, no parents, no temp folder
     # an existing export survives a failed --overwrite untouched
-    run_export(digits_ckpt, tmp_path / "out", samples=10, plots=False, use_cache=False)
+    run_export(digits_ckpt, tmp_path / "out", on_cpu(plots=False), EvalRequest(samples=10), use_cache=False)
     before = (tmp_path / "out" / "samples.csv").read_bytes()
     with pytest.raises(RuntimeError):
-        run_export(digits_ckpt, tmp_path / "out", samples=25, overwrite=True, use_cache=False)
+        run_export(digits_ckpt, tmp_path / "out", data=EvalRequest(samples=25), overwrite=True, use_cache=False)
     assert (tmp_path / "out" / "samples.csv").read_bytes() == before
     assert no_leftovers(tmp_path)
 
 
 def test_library_refuses_unknown_format_before_work(tmp_path):
-    with pytest.raises(LayaError, match="unknown format"):
-        run_export(tmp_path / "missing.pt", tmp_path / "o", fmt="xlsx")
+    """The format is declared: the settings refuse it as they are built, before any file is read."""
+    with pytest.raises(LayaError, match="unknown --format 'xlsx'"):
+        run_export(tmp_path / "missing.pt", tmp_path / "o", on_cpu(format="xlsx"))
 
 
 # --------------------------------------------------------------------------- the real command

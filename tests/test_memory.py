@@ -12,6 +12,8 @@ from helpers import assert_close_tree, assert_user_error, invoke
 
 from laya_cli.auditing import budget, job
 from laya_cli.auditing.settings import AuditSettings
+from laya_cli.data.settings import EvalRequest
+from laya_cli.exporting.settings import ExportSettings
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
 from laya_cli.runtime import memory
@@ -110,23 +112,24 @@ def test_plan_lowers_the_ig_internal_batch_first_then_the_batch(digits_ckpt):
 
     roomy = AuditSettings(steps=32, batch_size=64)
     plan = budget.plan_audit(model, data, ["laya", "ig"], roomy, "head", _budget(10_000))
-    assert (roomy.batch_size, roomy.internal_batch_size, plan.notes) == (64, None, [])
+    assert (plan.settings.batch_size, plan.settings.internal_batch_size, plan.notes) == (64, None, [])
 
     full = budget.audit_bytes(c, 64, 64 * 32, "head", False)
     tight = AuditSettings(steps=32, batch_size=64)
     plan = budget.plan_audit(model, data, ["laya", "ig"], tight, "head", _budget(full / MiB / 4))
-    assert tight.batch_size == 64 and tight.internal_batch_size < 64 * 32
+    assert plan.settings.batch_size == 64 and plan.settings.internal_batch_size < 64 * 32
+    assert tight.internal_batch_size is None  # the plan made new settings; the caller's are as they were
     assert plan.estimate <= plan.budget.work and "IG internal batch" in plan.notes[0]
 
     starved = AuditSettings(steps=32, batch_size=64)
-    budget.plan_audit(model, data, ["laya", "ig"], starved, "network", _budget(0.01))
-    assert starved.batch_size == 1 and starved.internal_batch_size == 1
+    plan = budget.plan_audit(model, data, ["laya", "ig"], starved, "network", _budget(0.01))
+    assert plan.settings.batch_size == 1 and plan.settings.internal_batch_size == 1
 
     mine = AuditSettings(steps=32, batch_size=64, internal_batch_size=4096)
     plan = budget.plan_audit(
         model, data, ["ig"], mine, "head", _budget(0.01), given={"batch_size", "internal_batch_size"}
     )
-    assert (mine.batch_size, mine.internal_batch_size) == (64, 4096)
+    assert (plan.settings.batch_size, plan.settings.internal_batch_size) == (64, 4096)
     assert plan.notes[0].startswith("warning: the estimated working memory")
 
 
@@ -168,7 +171,7 @@ def test_an_out_of_memory_error_halves_and_retries_with_the_same_numbers(digits_
     settings = AuditSettings(steps=8, batch_size=16)
     result = job.audit_job(model, lambda: load_eval_data(model, samples=48), methods, settings, scope)
     assert len(calls) > 1
-    assert settings.internal_batch_size == 64 and settings.batch_size == 16  # 16 × 8 rows halved
+    assert settings.internal_batch_size is None and settings.batch_size == 16  # halved in new settings, not these
     assert any("out of memory (OutOfMemoryError): IG internal batch 128 -> 64 rows" in n for n in result.notes)
     retried = result.to_dict()
     key = "methods" if scope == "head" else "network"
@@ -179,9 +182,10 @@ def test_an_out_of_memory_error_halves_and_retries_with_the_same_numbers(digits_
 def test_export_retries_with_half_the_head_batch(digits_ckpt, monkeypatch, tmp_path):
     from laya_cli.exporting import folder as export_run
 
-    clean = export_run.run_export(digits_ckpt, tmp_path / "a", samples=40, plots=False)
+    settings, data = ExportSettings(plots=False, device="cpu"), EvalRequest(samples=40)
+    clean = export_run.run_export(digits_ckpt, tmp_path / "a", settings, data)
     calls = _oom_once(monkeypatch, export_run, "_predict")
-    again = export_run.run_export(digits_ckpt, tmp_path / "b", samples=40, plots=False, memory=MemoryRequest("4G"))
+    again = export_run.run_export(digits_ckpt, tmp_path / "b", settings, data, memory=MemoryRequest("4G"))
     assert len(calls) == 2 and any("1024 -> 512 samples per head pass" in n for n in again.notes)
     assert again.table.equals(clean.table)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())

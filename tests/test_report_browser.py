@@ -19,7 +19,9 @@ import torch
 from helpers import invoke
 
 from benchmarks import browser as lb
+from laya_cli.data.settings import EvalRequest
 from laya_cli.exporting.folder import assemble, build_table, run_export, write_export
+from laya_cli.exporting.settings import ExportSettings
 
 REASON = lb.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no browser to test report.html in: {REASON}")
@@ -40,7 +42,9 @@ def digits_export(digits_ckpt, tmp_path_factory) -> Path:
     assert r.exit_code == 0, r.output
     r = invoke("depth", digits_ckpt, "--time-repeats", 0, "--json", depth, "-q")
     assert r.exit_code == 0, r.output
-    run_export(digits_ckpt, root / "export", audit=audit, depth=depth, use_cache=False)
+    run_export(
+        digits_ckpt, root / "export", ExportSettings(audit=str(audit), depth=str(depth), device="cpu"), use_cache=False
+    )
     return root / "export"
 
 
@@ -208,7 +212,9 @@ def test_rows_are_rendered_lazily(chromium, big_export):
 
 def test_a_head_without_alpha_gets_an_explorer_too(chromium, digits_ckpts, tmp_path):
     out = tmp_path / "last"
-    run_export(digits_ckpts["last"], out, samples=80, use_cache=False, plots=False)
+    run_export(
+        digits_ckpts["last"], out, ExportSettings(plots=False, device="cpu"), EvalRequest(samples=80), use_cache=False
+    )
     page, watch = open_ready(chromium, out / "report.html")
     try:
         assert watch.console_errors == [] and watch.page_errors == [] and watch.external_requests == []

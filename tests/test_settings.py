@@ -147,16 +147,12 @@ def test_every_declared_number_refuses_nan_inf_and_its_bounds(cls):
         if d.type not in (int, float, int | None, float | None) or d.type is bool:
             continue
         for bad in (math.nan, math.inf, -math.inf):
-            obj = cls()
-            setattr(obj, d.field, bad)
             with pytest.raises(LayaError, match=d.flag):
-                check_fields(obj)
+                check_fields(cls(**{d.field: bad}))  # a Settings class refuses it as it is built
         low = d.option.minimum if d.option.minimum is not None else d.option.above
         if low is not None:
-            obj = cls()
-            setattr(obj, d.field, low - 1)
             with pytest.raises(LayaError, match=d.flag):
-                check_fields(obj)
+                check_fields(cls(**{d.field: low - 1}))
 
 
 def test_whole_numbers_refuse_fractions_and_switches_refuse_strings():
@@ -264,3 +260,85 @@ def test_every_laya_variable_is_read_through_its_declaration_and_documented():
     assert stray == []
     usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
     assert [name for name in VARIABLES if f"| `{name}" not in usage] == []
+
+
+def _frozen():
+    from laya_cli.auditing.diff.settings import DiffSettings
+    from laya_cli.exporting.settings import ExportSettings
+    from laya_cli.gates.settings import GateSettings
+    from laya_cli.model.settings import LoadSettings
+    from laya_cli.runtime.environment import RunSettings
+
+    return (EvalRequest, AuditSettings, AuditRequest, DepthSettings, ExportSettings, DiffSettings, GateSettings,
+            LoadSettings, RunSettings)  # fmt: skip
+
+
+FROZEN = _frozen()
+
+
+@pytest.mark.parametrize("cls", FROZEN, ids=lambda c: c.__name__)
+def test_the_settings_of_audit_depth_export_and_diff_are_frozen_and_checked_when_built(cls):
+    from laya_cli.runtime.declare import Settings
+
+    assert issubclass(cls, Settings) and cls.__dataclass_params__.frozen
+
+
+@pytest.mark.parametrize("cls", (EvalRequest, AuditSettings, DepthSettings), ids=lambda c: c.__name__)
+def test_a_settings_object_is_valid_when_built_and_never_changed_after(cls):
+    """Building validates (issue 69): no invalid object exists to be passed on; a step that needs another value
+    makes a new, validated object (``evolve``) and leaves the first as it was."""
+    import dataclasses
+
+    from laya_cli.runtime.declare import evolve
+
+    obj = cls()
+    d = next(d for d in declared(cls) if d.type in (int, int | None) and d.option.minimum is not None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, d.field, 5)
+    with pytest.raises(LayaError, match=d.flag):
+        evolve(obj, **{d.field: d.option.minimum - 1})
+    new = evolve(obj, **{d.field: d.option.minimum + 1})
+    assert getattr(new, d.field) == d.option.minimum + 1 and getattr(obj, d.field) == getattr(cls(), d.field)
+
+
+def test_building_keeps_a_choice_in_its_canonical_spelling_and_the_metrics_parsed():
+    s = AuditSettings(ablation="MEAN", target="Label", metrics="sufficiency, aopc")
+    assert (s.ablation, s.target, s.metrics) == ("mean", "label", ("aopc", "sufficiency"))
+    with pytest.raises(LayaError, match="--metrics group"):
+        AuditSettings(metrics="bogus")
+
+
+def test_a_renamed_option_is_named_by_its_flag_when_refused_as_it_is_built():
+    """bench's --audit-seed is the audit's --seed: the check that runs while the object is built names the flag
+    the command spells, and so does a later evolve."""
+    from laya_cli.runtime.declare import build, evolve
+
+    with pytest.raises(LayaError, match="--audit-seed"):
+        build(AuditSettings, {"audit_seed": -1}, rename={"seed": "audit_seed"})
+    ok = build(AuditSettings, {"audit_seed": 3}, rename={"seed": "audit_seed"})
+    with pytest.raises(LayaError, match="--audit-seed"):
+        evolve(ok, seed=-1)
+
+
+def test_resolving_makes_a_new_object_with_the_device_and_the_batch_size():
+    from laya_cli.runtime.device import resolved
+
+    given = AuditSettings(batch_size=None, device="CPU")
+    ready = resolved(given)
+    assert (ready.device, ready.batch_size) == ("cpu", AuditSettings().batch_size)
+    assert (given.device, given.batch_size) == ("cpu", None)  # canonical when built; the plan's None kept
+    # under torchrun CUDA resolves to this rank's GPU: a later step's new object keeps it
+    from laya_cli.runtime.declare import evolve
+
+    assert evolve(AuditSettings(device="cuda:1"), batch_size=2).device == "cuda:1"
+    with pytest.raises(LayaError, match="--device must be auto, cpu, cuda or mps, got 'tpu'"):
+        AuditSettings(device="tpu")  # the words resolve_device says it with
+
+
+def test_one_way_to_leave_a_setting_out_of_an_entry_point():
+    """``Use`` says what a command or an API function offers: no declaration carries an API-only switch."""
+    from laya_cli.runtime.declare import Option
+
+    assert "api" not in {f.name for f in __import__("dataclasses").fields(Option)}
+    export = inspect.signature(laya_cli.export).parameters
+    assert "strip" in export and not {"audit", "depth", "model_card"} & set(export)

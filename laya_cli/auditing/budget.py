@@ -26,6 +26,7 @@ from torch import nn
 from ..backbones.chain import eval_mode
 from ..data.images import image_ranges
 from ..features.extraction import StreamedFeatures, to_float_images
+from ..runtime.declare import evolve
 from ..runtime.device import to_device
 from ..runtime.distributed import broadcast_object
 from ..runtime.memory import MEMORY_KEYS, MemoryBudget, MiB
@@ -130,6 +131,7 @@ class MemoryPlan:
     costs: RowCosts | None
     estimate: int
     notes: list[str]
+    settings: object = None  # the AuditSettings planned: a new object with the batch sizes that fit
 
     def to_dict(self, peak_mb: float, measure: str) -> dict:
         """The JSON's memory keys (``laya audit --json``: top level)."""
@@ -146,8 +148,9 @@ def plan_audit(
     budget: MemoryBudget,
     given: Collection[str] = (),
 ) -> MemoryPlan:
-    """Set ``settings.internal_batch_size`` and ``settings.batch_size`` (AuditSettings) so the audit of
-    ``data`` (an EvalData) fits ``budget``, unless named in ``given`` (set by the user: then only a warning)."""
+    """The plan whose ``settings`` are ``settings`` (AuditSettings) with the ``internal_batch_size`` and
+    ``batch_size`` at which the audit of ``data`` (an EvalData) fits ``budget``, unless named in ``given`` (set by the
+    user: then only a warning)."""
     c = row_costs(model, data.images, settings.device)
     streamed = isinstance(data.features, StreamedFeatures)
     return plan_from_costs(c, len(data.features), streamed, methods, settings, scope, budget, given)
@@ -195,28 +198,29 @@ def plan_from_costs(
     # Under torchrun every rank runs rank 0's plan: the batches must be the same everywhere (shards are whole
     # batches), and each rank's own free memory may differ a little.
     b, k, notes = broadcast_object((b, k, notes))
-    settings.batch_size, settings.internal_batch_size = b, k
-    return MemoryPlan(budget, c, need(b, k), notes)
+    planned = evolve(settings, batch_size=b, internal_batch_size=k)
+    return MemoryPlan(budget, c, need(b, k), notes, planned)
 
 
-def halver(settings, steps: int, given: Collection[str] = ()):
-    """The ``halve`` of ``runtime.memory.retry_halving`` for AuditSettings: IG's internal batch first (down
-    to the batch), then the batch. A user's value is halved too (running beats failing), with the note."""
+class Halver:
+    """The ``halve`` of ``runtime.memory.retry_halving`` for AuditSettings: IG's internal batch first (down to the
+    batch), then the batch. A user's value is halved too (running beats failing), with the note. Each step makes
+    new ``settings`` (the next attempt runs with them)."""
 
-    def halve() -> str | None:
-        b, k = settings.batch_size, settings.internal_batch_size
-        rows = b * steps if k is None else k
-        if steps and rows > b:
-            settings.internal_batch_size = max(rows // 2, b)
-            return f"IG internal batch {rows} -> {settings.internal_batch_size} rows"
+    def __init__(self, settings, steps: int):
+        self.settings, self.steps = settings, steps
+
+    def __call__(self) -> str | None:
+        b, k = self.settings.batch_size, self.settings.internal_batch_size
+        rows = b * self.steps if k is None else k
+        if self.steps and rows > b:
+            self.settings = evolve(self.settings, internal_batch_size=max(rows // 2, b))
+            return f"IG internal batch {rows} -> {self.settings.internal_batch_size} rows"
         if b > 1:
-            settings.batch_size = max(b // 2, 1)
-            if k is not None:
-                settings.internal_batch_size = max(k // 2, 1)
-            return f"batch size {b} -> {settings.batch_size}"
+            halved = {"batch_size": max(b // 2, 1)} | ({} if k is None else {"internal_batch_size": max(k // 2, 1)})
+            self.settings = evolve(self.settings, **halved)
+            return f"batch size {b} -> {self.settings.batch_size}"
         return None
-
-    return halve
 
 
 def plan_rows(model, data, device: str, budget: MemoryBudget, most: int) -> tuple[int, RowCosts]:

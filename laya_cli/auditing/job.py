@@ -23,6 +23,7 @@ from ..runtime.declare import refuse_other_task
 from ..runtime.device import check_precision, resolved_precision
 from ..runtime.device import precision as device_precision
 from ..runtime.distributed import is_main
+from ..runtime.environment import RunSettings
 from ..runtime.errors import LayaError
 from ..runtime.memory import (
     MemoryRequest,
@@ -33,7 +34,7 @@ from ..runtime.memory import (
     retry_halving,
 )
 from ..runtime.progress import log
-from .budget import halver, plan_audit
+from .budget import Halver, plan_audit
 from .estimate import audit_eta
 from .head_scope import record_collapse, run_audit
 from .lm import TOKENS_AUDITED, token_audit_job
@@ -54,13 +55,14 @@ def audit_checkpoint(
     data: EvalRequest,
     load: LoadSettings,
     check_planned: Callable = lambda samples, model: None,
-    **job,
+    run: RunSettings | None = None,
 ) -> AuditResult:
     """``laya audit``'s job on a checkpoint file, whichever its task: a classifier audited on its test split (or
     ``data``'s), a language model on ``data.samples`` held-out positions (``TOKENS_AUDITED`` by default). The
     settings of the other task are refused in one line first; ``check_planned(samples, model)``: what the caller
-    checks against the model before any work (the gates' baseline); ``job``: ``audit_job``'s ``use_cache``,
-    ``memory`` and ``precision`` (a language model's audit reads ``memory``)."""
+    checks against the model before any work (the gates' baseline); ``run``: the memory the batches are planned
+    within, the precision and the feature cache (a language model's audit reads the memory; None: the batches as
+    given, the defaults)."""
     ckpt = read_checkpoint(path)  # once: the model is rebuilt from this very dict
     task = checkpoint_task(ckpt)
     refuse_other_task(data, task)
@@ -69,16 +71,20 @@ def audit_checkpoint(
         model = lm_from_checkpoint(ckpt, load.device_map).to(settings.device)
         check_planned(data.samples, SimpleNamespace(head_kind="laya", layer_names=ckpt["layers"]))
         samples = data.samples or TOKENS_AUDITED
-        result = token_audit_job(model, methods, settings, scope, data.dataset, samples, job.get("memory"))
+        result = token_audit_job(model, methods, settings, scope, data.dataset, samples, run and run.memory)
         result.settings.update({"model": str(path), "samples": data.samples})
         return result
     laya_model = model_from_checkpoint(ckpt)
     check_planned(data.samples, laya_model)
     load_data = partial(
         load_eval_data, laya_model, data.dataset, data.data_dir, data.samples, settings.seed, settings.device,
-        job.get("use_cache", True), stream=True, encoding=data.encoding,
+        run is None or run.cache, stream=True, encoding=data.encoding,
     )  # fmt: skip
-    result = audit_job(laya_model, load_data, methods, settings, scope, **job)
+    result = (
+        audit_job(laya_model, load_data, methods, settings, scope)
+        if run is None
+        else audit_job(laya_model, load_data, methods, settings, scope, run.cache, run.memory, run.precision)
+    )
     result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
     if (untrained := untrained_backbone(ckpt)) is not None:
         result.notes.append(f"warning: {untrained}")
@@ -124,10 +130,11 @@ def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_c
         plan = plan_audit(
             model, data, methods, settings, scope, memory_budget(memory.max_memory, settings.device), memory.given
         )
-    steps = settings.steps if having("ig_rows", methods) else 0
+        settings = plan.settings
+    halve = Halver(settings, settings.steps if having("ig_rows", methods) else 0)
     result, retries = retry_halving(
-        lambda: run_scoped_audit(model, data, methods, settings, scope, use_cache=use_cache),
-        halver(settings, steps, memory.given if memory else ()),
+        lambda: run_scoped_audit(model, data, methods, halve.settings, scope, use_cache=use_cache),
+        halve,
         settings.device,
     )
     if plan is not None:

@@ -359,6 +359,7 @@ def token_audit_job(
         costs = token_row_costs(model, data, settings.device)
         budget = memory_budget(memory.max_memory, settings.device)
         plan = plan_from_costs(costs, len(data.features), False, methods, settings, scope, budget, memory.given)
+        settings = plan.settings
     result = _scoped(model, data, methods, settings, scope)
     if plan is not None:
         result.notes += plan.notes

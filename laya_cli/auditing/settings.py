@@ -13,14 +13,17 @@ from ..runtime.declare import (
     COUNT_MAX,
     SEED_MAX,
     STEPS_MAX,
+    Settings,
     check_at_least,
     check_fields,
     check_value,
     declared_setting,
+    normalise,
     setting,
 )
 from ..runtime.environment import device_setting
 from ..runtime.errors import LayaError, match_choice
+from .names import parse_metric_groups
 from .registry import compared_by_default
 
 # How a layer is removed (docs/metrics.md, "Removing a layer"): at head scope r_i := its training mean, zero, or
@@ -81,8 +84,8 @@ def compare_for(compare: str | None, scope: str) -> str:
     return SCOPE_COMPARE.get(scope, DEFAULT_COMPARE) if compare is None else compare
 
 
-@dataclass
-class AuditRequest:
+@dataclass(frozen=True)
+class AuditRequest(Settings):
     """What is audited: the methods compared with laya and random, and where layers are removed — at the head's
     inputs (``head``, direct effects), inside the backbone (``network``, total effects), or ``both`` with their
     comparison. Kept apart from ``AuditSettings`` (each result records them in its own place) so head-scope results
@@ -103,10 +106,6 @@ class AuditRequest:
         "the backbone, later layers see it: total effects) or both (and their comparison).",
         choices=SCOPES,
     )
-
-    def validate(self) -> AuditRequest:
-        check_fields(self)
-        return self
 
 
 # The default noise floor of faithfulness (docs/metrics.md, "Ties"; measured by benchmarks/ties.py): float32's
@@ -130,8 +129,8 @@ def tie_tol_setting():
     )
 
 
-@dataclass
-class AuditSettings:
+@dataclass(frozen=True)
+class AuditSettings(Settings):
     PANEL: ClassVar[str] = "Audit"
 
     ablation: str = setting(
@@ -222,7 +221,7 @@ class AuditSettings:
 
     def validate(self) -> AuditSettings:
         check_fields(self)
-        self.metrics = tuple(self.metrics)
+        normalise(self, metrics=tuple(parse_metric_groups(self.metrics)))  # a comma list or a sequence, canonical
         check_ci(self.ci, self.bootstrap)
         return self
 

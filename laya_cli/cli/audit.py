@@ -10,7 +10,7 @@ import typer
 
 from ..auditing.settings import AuditRequest, AuditSettings
 from ..data.settings import EvalRequest
-from ..gates.settings import GateSettings
+from ..gates.settings import AuditOutputs, GateSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
 from ..runtime.environment import RunSettings
@@ -20,38 +20,27 @@ from .common import (
     err_console,
     escape,
     note,
-    pick_device,
-    run_options,
     trust_arch,
     warn,
     wide_console,
 )
 from .declared import with_settings
-from .options import (
-    AuditQuiet,
-    JsonOut,
-    JunitOut,
-    MarkdownOut,
-    ModelPath,
-    PerSample,
-    Replace,
-)
-
-AUDIT = AuditSettings()
+from .options import ModelPath
 
 
 @with_settings(
-    what=AuditRequest, settings=AuditSettings, data=EvalRequest, load=LoadSettings, run=RunSettings, gates=GateSettings
+    files=AuditOutputs,
+    what=AuditRequest,
+    settings=AuditSettings,
+    data=EvalRequest,
+    load=LoadSettings,
+    run=RunSettings,
+    gates=GateSettings,
 )
 def audit(
     model: ModelPath,
-    json_out: JsonOut = None,
-    markdown: MarkdownOut = None,
-    junit: JunitOut = None,
-    per_sample: PerSample = True,
-    quiet: AuditQuiet = False,
-    overwrite: Replace = False,
     *,
+    files: AuditOutputs,
     what: AuditRequest,
     settings: AuditSettings,
     data: EvalRequest,
@@ -61,33 +50,27 @@ def audit(
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_checkpoint
-    from ..auditing.names import parse_methods, parse_metric_groups
+    from ..auditing.names import parse_methods
     from ..auditing.settings import compare_for
     from ..gates.outcome import GateRequest
-    from ..gates.outputs import AuditOutputs
+    from ..runtime.device import resolved
 
     started = time.perf_counter()
-    with progress.enabled(not quiet):
-        trust_arch(load.validate().arch)
-        data.validate()
-        scope = what.validate().scope
-        methods = parse_methods(compare_for(what.compare, scope))
-        asked = GateRequest.asked(gates, methods, scope)
-        job = run_options(run, batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
-        if settings.batch_size is None:  # the plan may lower the default
-            settings.batch_size = AUDIT.batch_size
-        settings.device = pick_device(settings.device)
-        settings.metrics = tuple(parse_metric_groups([*parse_metric_groups(settings.metrics), *asked.metric_groups]))
-        settings.validate()
+    with progress.enabled(not files.quiet):
+        trust_arch(load.arch)
+        methods = parse_methods(compare_for(what.compare, what.scope))
+        asked = GateRequest.asked(gates, methods, what.scope)
+        run = run.with_batches(batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
+        settings = resolved(settings, metrics=(*settings.metrics, *asked.metric_groups))  # a gate's groups too
         asked = asked.on_bound(gates.gate_on, settings)
-        files = AuditOutputs(json_out, markdown, junit).check_writable(overwrite)
+        files.check_writable()
         result = audit_checkpoint(
-            model, methods, settings, scope, data, load, partial(asked.check_planned, settings, methods), **job
+            model, methods, settings, what.scope, data, load, partial(asked.check_planned, settings, methods), run
         )
     result.settings["fail_under"] = [str(t) for t in asked.thresholds]
     doc = result.to_dict()
     outcome = asked.judge(result, doc)
-    render(result, doc, outcome, settings.metrics, files, quiet, time.perf_counter() - started, per_sample)
+    render(result, doc, outcome, settings.metrics, files, time.perf_counter() - started)
     exit_for(outcome.verdict, gates.inconclusive_exit)
 
 
@@ -100,31 +83,32 @@ def exit_for(verdict, inconclusive_exit: int) -> None:
         raise typer.Exit(inconclusive_exit)
 
 
-def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: float, per_sample: bool = True) -> None:
+def render(result, doc: dict, outcome, columns, files: AuditOutputs, seconds: float) -> None:
     """The tables (unless quiet), the files asked for (rank 0; ``--no-per-sample``: the JSON without its
     ``per_sample`` block, which the gates have already read), the failed checks and the verdict line."""
+    from ..gates.outputs import write_audit_files
     from ..report.audit import verdict_line
     from ..runtime import distributed
     from ..runtime.tracking.events import log_audit
     from .command import current_run
 
+    quiet = files.quiet
+
     compared, run, verdict = outcome.compared, current_run(), verdict_line(outcome.verdict, result.n_samples)
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
-    if not per_sample:
+    if not files.per_sample:
         doc.pop("per_sample", None)
     text = markdown_text(result, outcome, columns, compared)
     warning = None
     if distributed.is_main():  # under torchrun only rank 0 writes; first: a file that cannot be is the only line
-        warning = files.write(doc, text, outcome, seconds)
+        warning = write_audit_files(files, doc, text, outcome, seconds)
     if not quiet:
         print_tables(result, columns, compared)
     if warning is not None:
         warn(warning)
     if not quiet:
         print_gates(outcome)
-    log_audit(
-        run.track(f"audit {doc['settings'].get('model')}"), doc, outcome.verdict.passed, verdict, vars(files).values()
-    )
+    log_audit(run.track(f"audit {doc['settings'].get('model')}"), doc, outcome.verdict.passed, verdict, files.paths)
     console.print(verdict, highlight=False, soft_wrap=True, markup=False)
 
 

@@ -11,7 +11,7 @@ from ..auditing.settings import AuditSettings
 from ..runtime import progress
 from ..training.bench import BenchRequest
 from ..training.settings import TrainRequest
-from .common import console, pick_device, print_tables, write_outputs
+from .common import console, print_tables, write_outputs
 from .declared import Use, with_settings
 from .options import JsonOut, MarkdownOut, Quiet, Replace
 
@@ -43,12 +43,15 @@ def bench(
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
     head and the tuned lens of a causal language model, per layer, over seeds)."""
+    from ..runtime.declare import evolve
+    from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
     from ..training.bench import run_bench
 
-    req.train.seed = req.data.seed = bench.base_seed
-    req.train.device = pick_device(req.train.device)
-    bench.train, bench.audit = req, audit
+    # the bench's base seed is each run's seed and its split's; the device picked: a new request
+    train = resolved(req.train, seed=bench.base_seed)
+    req = evolve(req, train=train, data=evolve(req.data, seed=bench.base_seed))
+    bench = evolve(bench, train=req, audit=audit)
     with progress.enabled(not quiet):
         bench.validate()
         check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)

@@ -1,5 +1,5 @@
 """What every command shares: the consoles, the exit-code contract, and the few helpers each command
-calls on its options (the device, ``--arch``) and on its output (notes, wide tables).
+calls on its options (``--arch``) and on its output (notes, wide tables).
 
 Its own module because ``app.py`` imports every command and every command imports these: one module
 for both would be an import cycle. Nothing heavy at import: rich, torch and the backbones load on use.
@@ -17,13 +17,6 @@ err_console = LazyConsole(stderr=True)
 # way a command ends to one of these; a command itself raises only ``typer.Exit(EXIT_GATE_FAILED)``.
 # EXIT_NOT_LOGGED (4): done, outputs complete, but the --log-to tracker did not log all of it (tracking/guest.py).
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-
-def pick_device(device: str) -> str:
-    """``--device``: auto, cpu, cuda or mps, resolved to the device the command runs on."""
-    from ..runtime.device import resolve_device
-
-    return resolve_device(device)
 
 
 def escape(text: str) -> str:
@@ -80,14 +73,3 @@ def write_outputs(json_out, json_text, markdown, markdown_text) -> None:
     from ..runtime.fileio import write_texts
 
     write_texts([(json_out, json_text), (markdown, markdown_text)])  # both, or neither (a full disk)
-
-
-def run_options(run, **batches) -> dict:
-    """A ``RunSettings``' ``--max-memory``, ``--precision`` and ``--cache``, checked now, as a job takes them: its
-    ``memory`` (a MemoryRequest that knows which of ``batches`` the user set, not None: the plan never overrides
-    them), ``precision`` and ``use_cache``."""
-    from ..runtime.memory import MemoryRequest
-
-    given = frozenset(name for name, value in batches.items() if value is not None)
-    run.validate()
-    return {"memory": MemoryRequest(run.max_memory, given), "precision": run.precision, "use_cache": run.cache}

@@ -2,8 +2,9 @@
 
 ``with_settings(req=TrainRequest, …)`` gives a command every declared option of each class (a nested
 dataclass field's too: a ``TrainRequest``'s head, data and training settings) after its own parameters, and
-calls it with one unvalidated object per class, built from the parsed values. The flag, help, metavar and
-default come from the field's declaration, so a setting is written once. No torch here.
+calls it with one object per class, built from the parsed values: valid (a ``runtime.declare.Settings`` checks
+itself when built) and frozen. ``Use`` (runtime/declare.py) says which settings of a class a command offers. The
+flag, help, metavar and default come from the field's declaration, so a setting is written once. No torch here.
 """
 
 from __future__ import annotations
@@ -12,29 +13,13 @@ import dataclasses
 import functools
 import importlib
 import inspect
-from dataclasses import dataclass, field
 from typing import Annotated
 
 import typer
 
-from ..runtime.declare import UNSET, Declared, as_field, build, declared, mark_flags, mark_given, nested, values_of
+from ..runtime.declare import UNSET, Declared, Use, as_field, as_use, build, declared, mark_given, nested, values_of
 
-
-@dataclass(frozen=True)
-class Use:
-    """A settings class as one command takes it: ``skip`` names (and nested fields) it does not offer, or ``only``
-    those it offers; ``defaults`` the command's own default of a name; ``rename`` a name the command spells
-    otherwise (bench's ``seed`` of the audit: ``audit_seed``, flag ``--audit-seed``)."""
-
-    cls: type
-    skip: tuple[str, ...] = ()
-    only: tuple[str, ...] | None = None
-    defaults: dict = field(default_factory=dict)
-    rename: dict = field(default_factory=dict)
-    helps: dict = field(default_factory=dict)  # the command's own help of a name
-
-    def offers(self, name: str) -> bool:
-        return name not in self.skip and (self.only is None or name in self.only)
+__all__ = ["Use", "options_of", "with_settings"]  # Use: the one way to leave a setting out (runtime.declare)
 
 
 def _as_used(d: Declared, use: Use) -> Declared:
@@ -58,7 +43,7 @@ def options_of(use: Use) -> list[Declared]:
 
 def changed(obj, use: Use | type) -> list[Declared]:
     """The options of ``use`` that ``obj`` holds at another value than the command line's default."""
-    use = use if isinstance(use, Use) else Use(use)
+    use = as_use(use)
     values = values_of(obj)
     return [d for d in options_of(use) if d.name in values and values[d.name] != as_field(d, d.command_default)]
 
@@ -75,12 +60,9 @@ def parameter(d: Declared, default=UNSET) -> inspect.Parameter:
 
 
 def build_used(use: Use, values: dict):
-    """The object of ``use``'s class that the parsed ``values`` (by option name) describe (a renamed option's
-    messages name the flag the command spells)."""
-    obj = build(use.cls, values, offered=use.offers, rename=use.rename)
-    if use.rename:
-        mark_flags(obj, {name: "--" + new.replace("_", "-") for name, new in use.rename.items()})
-    return obj
+    """The object of ``use``'s class that the parsed ``values`` (by option name) describe, validated as it is built
+    (a renamed option's messages name the flag the command spells)."""
+    return build(use.cls, values, offered=use.offers, rename=use.rename)
 
 
 def given_on_command_line(names) -> list[str]:
@@ -104,7 +86,7 @@ def _current_context():
 
 def with_settings(**groups: Use | type):
     """``command(own…, *, group=object…)`` as a Typer command taking its own parameters, then each group's."""
-    groups = {k: v if isinstance(v, Use) else Use(v) for k, v in groups.items()}
+    groups = {k: as_use(v) for k, v in groups.items()}
 
     def decorate(command):
         own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name not in groups]

@@ -10,11 +10,9 @@ from ..model.settings import LoadSettings
 from ..runtime import progress
 from ..runtime.environment import RunSettings
 from ..runtime.errors import LayaError
-from .common import console, note, pick_device, print_tables, run_options, trust_arch, write_outputs
+from .common import console, note, print_tables, trust_arch, write_outputs
 from .declared import Use, with_settings
 from .options import JsonOut, MarkdownOut, ModelPath, PlotOut, Quiet, Replace, TruncateOut
-
-DEPTH = DepthSettings()
 
 
 @with_settings(settings=DepthSettings, data=EvalRequest, load=LoadSettings, run=Use(RunSettings, skip=("precision",)))
@@ -34,23 +32,16 @@ def depth(
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
     from ..depthing.job import depth_checkpoint
+    from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
 
     with progress.enabled(not quiet):
-        trust_arch(load.validate().arch)
-        data.validate()
-        batch_size = settings.batch_size
-        if batch_size is None:  # the plan may lower the default
-            settings.batch_size = DEPTH.batch_size
-        settings.device = pick_device(settings.device)
-        settings.validate()
+        trust_arch(load.arch)
+        run = run.with_batches(batch_size=settings.batch_size)  # the command line's None: the plan may lower it
+        settings = resolved(settings)
         check_writes(settings.truncate, settings.drop, out, plot)
         check_new_outputs({"--json": json_out, "--markdown": markdown, "--plot": plot, "--out": out}, overwrite)
-        job = run_options(run, batch_size=batch_size)
-        result = depth_checkpoint(
-            model, settings, data, load, out, partial(check_plot, plot), use_cache=job["use_cache"],
-            memory=job["memory"], overwrite=overwrite,
-        )  # fmt: skip
+        result = depth_checkpoint(model, settings, data, load, out, partial(check_plot, plot), run, overwrite)
     render(result, json_out, markdown, plot)
 
 

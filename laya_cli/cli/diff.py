@@ -14,7 +14,7 @@ from ..auditing.diff.settings import DiffSettings
 from ..data.settings import EvalRequest
 from ..model.settings import LoadSettings
 from ..runtime import progress
-from .common import EXIT_GATE_FAILED, err_console, pick_device, print_tables, trust_arch, write_outputs
+from .common import EXIT_GATE_FAILED, err_console, print_tables, trust_arch, write_outputs
 from .declared import Use, with_settings
 from .options import JsonOut, MarkdownOut, Quiet, Replace
 
@@ -45,11 +45,11 @@ def diff(
     from ..auditing.diff.compare import DiffResult
     from ..auditing.diff.job import check_gate, diff_checkpoints
     from ..report.diff import diff_markdown, diff_rich_tables, lm_diff_markdown, lm_diff_rich_tables
+    from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
 
-    trust_arch(load.validate().arch)
-    data.validate()
-    settings.validate().device = pick_device(settings.device)
+    trust_arch(load.arch)
+    settings = resolved(settings)
     check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
     with progress.enabled(not quiet):
         result = diff_checkpoints(model_a, model_b, settings, data, load, partial(check_gate_of, fail_if_changed))

@@ -10,7 +10,7 @@ from ..exporting.settings import ExportSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
 from ..runtime.environment import RunSettings
-from .common import console, note, pick_device, trust_arch
+from .common import console, note, trust_arch
 from .declared import Use, with_settings
 from .options import ExportOut, ExportQuiet, ModelPath, Overwrite
 
@@ -32,15 +32,13 @@ def export(
 
     matplotlib.use("Agg")  # headless: no display needed (figures.py draws without pyplot anyway)
     from ..exporting.job import export_checkpoint
-    from ..runtime.memory import MemoryRequest
+    from ..runtime.device import resolved
     from ..runtime.tracking.events import log_export
     from .command import current_run
 
     with progress.enabled(not quiet):
-        trust_arch(load.validate().arch)
-        data.validate()
-        settings.validate().device = pick_device(settings.device)
-        exp = export_checkpoint(model, out, settings, data, load, overwrite, MemoryRequest(run.validate().max_memory))
+        trust_arch(load.arch)
+        exp = export_checkpoint(model, out, resolved(settings), data, load, overwrite, run.memory)
     log_export(current_run().track(f"export {model}"), exp)
     for text in getattr(exp, "notes", []):
         note(text)

@@ -1,6 +1,6 @@
 """The command-line options that belong to the command line rather than to a setting of a job: the checkpoint
-read, where outputs go and whether they may replace a file, and how results are shown (the gates are declared in
-``gates/settings.py``).
+read, where outputs go and whether they may replace a file, and how results are shown (the gates and ``laya audit``'s
+outputs are declared in ``gates/settings.py``).
 
 The settings of a job are declared once by the stage that owns them (``model/settings.py``, ``data/settings.py``,
 ``training/settings.py``, ``auditing/settings.py``, ``depthing/settings.py``, ``exporting/settings.py``, the
@@ -15,54 +15,21 @@ from typing import Annotated
 
 import typer
 
+from ..gates.settings import AuditOutputs
+from ..runtime.declare import help_of
+
 # --------------------------------------------------------------------------- every command
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or status lines.")]
 ModelPath = Annotated[Path, typer.Argument(help="A laya checkpoint (model.pt).")]
-JsonOut = Annotated[Path | None, typer.Option("--json", help="Write every number and setting as JSON to this file.")]
-MarkdownOut = Annotated[
-    Path | None, typer.Option(help="Write the tables as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")
-]
+# The same words as laya audit's declared outputs (gates/settings.py: AuditOutputs), written once there.
+JsonOut = Annotated[Path | None, typer.Option("--json", help=help_of(AuditOutputs, "json_out"))]
+MarkdownOut = Annotated[Path | None, typer.Option(help=help_of(AuditOutputs, "markdown"))]
 
 
-# --------------------------------------------------------------------------- audit: what is shown and written
+# --------------------------------------------------------------------------- what is written
 
-PerSample = Annotated[
-    bool,
-    typer.Option(
-        "--per-sample/--no-per-sample",
-        help="Keep the per-sample scores in --json (what a --gate-on bound --max-drop baseline needs); "
-        "--no-per-sample leaves them out (a smaller file).",
-    ),
-]
-AuditQuiet = Annotated[
-    bool,
-    typer.Option(
-        "--quiet",
-        "-q",
-        help="Print only the verdict line (PASS/FAIL and each failed check); errors still print.",
-    ),
-]
-
-JunitOut = Annotated[
-    Path | None,
-    typer.Option(
-        "--junit",
-        metavar="FILE",
-        help="Write the gate checks (--fail-under, --max-drop) as JUnit XML, one test case per check.",
-    ),
-]
-
-
-# --------------------------------------------------------------------------- depth: what is written
-
-Replace = Annotated[
-    bool,
-    typer.Option(
-        "--overwrite",
-        help="Replace output files that already exist (without it an existing output is an error, before any work).",
-    ),
-]
+Replace = Annotated[bool, typer.Option("--overwrite", help=help_of(AuditOutputs, "overwrite"))]
 TruncateOut = Annotated[
     Path | None, typer.Option("--out", help="Where --truncate or --drop writes the smaller checkpoint.")
 ]

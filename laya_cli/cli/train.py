@@ -10,8 +10,9 @@ from functools import partial
 from pathlib import Path
 
 from ..runtime import progress
+from ..runtime.declare import evolve
 from ..training.settings import TrainRequest
-from .common import console, err_console, pick_device
+from .common import console, err_console
 from .declared import with_settings
 from .options import Quiet, Replace
 
@@ -19,16 +20,19 @@ from .options import Quiet, Replace
 @with_settings(req=TrainRequest)
 def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainRequest):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
+    from ..runtime.device import resolved
     from ..runtime.tracking.events import log_train
     from ..training.job import train as run_training
     from .command import current_run
 
     check_new_checkpoint(req, overwrite)
-    req.data.seed, req.train.device = req.train.seed, pick_device(req.train.device)
     run = current_run()
+    # the run's seed draws the split too; the device picked; the command line recorded: a new request
+    data, train = evolve(req.data, seed=req.train.seed), resolved(req.train)
+    req = evolve(req, data=data, train=train, command_line=run.record)
     tracker = run.track(f"train {req.out}", before_work=True)
     with progress.enabled(not quiet):
-        req.validate().command_line = run.record
+        req.validate()
         if req.trust_pickle:
             err_console.print("[bold yellow]warning:[/] --trust-pickle lets the weights file run code on this machine")
         ckpt = run_training(req, partial(on_epoch, tracker, quiet))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import COUNT_MAX, SEED_MAX, WIDTH_MAX, check_fields, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, WIDTH_MAX, Settings, check_fields, setting
 from ..runtime.errors import LayaError
 
 LABELS = ("genre", "artist")
@@ -39,7 +39,7 @@ class DataRequest:
         maximum=WIDTH_MAX,
     )  # after loading
     label: str = setting("genre", "artworks only: genre or artist.", choices=LABELS, task="classify")
-    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, api=False, maximum=SEED_MAX)
+    seed: int = setting(1337, "The split's seed: the run's --seed.", cli=False, maximum=SEED_MAX)
     strict: bool = setting(
         False,
         "Fail on an undecodable image (or a tar sample without image or class) instead of skipping it.",
@@ -67,8 +67,8 @@ class DataRequest:
         return self
 
 
-@dataclass
-class EvalRequest:
+@dataclass(frozen=True)
+class EvalRequest(Settings):
     """The samples a command reads from a checkpoint's data (``laya audit``, ``depth``, ``export``, ``diff``)."""
 
     PANEL: ClassVar[str] = "Data"

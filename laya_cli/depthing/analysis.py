@@ -122,11 +122,9 @@ def head_predictions(
 
 def _train_config(model, settings: DepthSettings) -> TrainConfig:
     known = {f for f in TrainConfig.__dataclass_fields__}
-    cfg = TrainConfig(**{k: v for k, v in model.checkpoint.get("train_config", {}).items() if k in known})
-    cfg.device = settings.device
-    if settings.refit_epochs is not None:
-        cfg.epochs = settings.refit_epochs
-    return cfg.validate()
+    recorded = {k: v for k, v in model.checkpoint.get("train_config", {}).items() if k in known}
+    epochs = {} if settings.refit_epochs is None else {"epochs": settings.refit_epochs}
+    return TrainConfig(**{**recorded, "device": settings.device, **epochs}).validate()
 
 
 def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: DepthSettings) -> dict[int, tuple]:
@@ -235,7 +233,7 @@ def run_depth(
 ) -> DepthResult:
     """The whole analysis on ``data`` (EvalData or features). ``fit_feats`` (train/val features of the
     checkpoint's data) are needed with ``settings.refit``."""
-    settings = (settings or DepthSettings()).validate()
+    settings = settings or DepthSettings()  # valid as built
     head, dev, bs = model.head, settings.device, settings.batch_size
     maskable = getattr(head, "maskable", False)
     if not maskable and not settings.refit:
@@ -409,7 +407,6 @@ def truncate_model(
     from ..model.checkpoint import save_checkpoint
     from .compute import model_flops, tap_flops
 
-    settings = settings.validate()
     L = model.num_layers
     k = check_k(settings.truncate, L)
     if model.checkpoint["backbone"].get("program") is not None:

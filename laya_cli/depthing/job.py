@@ -19,7 +19,8 @@ from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_
 from ..model.laya_model import model_from_checkpoint
 from ..model.lm_heads import LayaLM, lm_from_checkpoint
 from ..model.settings import LoadSettings
-from ..runtime.declare import refuse_other_task
+from ..runtime.declare import evolve, refuse_other_task
+from ..runtime.environment import RunSettings
 from ..runtime.fileio import check_new_outputs
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
 from .analysis import DepthResult, TruncateResult, run_depth, truncate_model
@@ -38,13 +39,15 @@ def depth_checkpoint(
     load: LoadSettings,
     out: str | Path | None = None,
     on_task: Callable[[str], None] = lambda task: None,
-    **job,
+    run: RunSettings | None = None,
+    overwrite: bool = False,
 ) -> DepthResult | TruncateResult | DropResult | TokenExitResult:
     """``laya depth``'s job on a checkpoint file, whichever its task: a classifier's analysis, truncated or thinned
     checkpoint (``depth_job``) on its test split (or ``data``'s), a language model's early exit per token
     (``token_exit.token_exit_job``) on its held-out text. The settings of the other task are refused in one line
     first, and ``on_task(task)`` checks what the caller asks of that task (a plot of a classifier's curve).
-    ``job``: ``depth_job``'s ``use_cache``, ``memory`` and ``overwrite``."""
+    ``run``: the memory the batches are planned within and the feature cache (None: the batch size as given, the
+    cache used); ``overwrite``: replace an existing ``out``."""
     ckpt = read_checkpoint(path)
     task = checkpoint_task(ckpt)
     for given in (settings, data, load):
@@ -55,12 +58,13 @@ def depth_checkpoint(
     model = model_from_checkpoint(ckpt)
     if settings.drop is not None:
         where = (data.dataset, data.data_dir, data.samples, settings.seed, data.encoding)
-        result = depth_job(model, partial(load_drop_data, model, *where), settings, out, overwrite=job.get("overwrite"))
+        result = depth_job(model, partial(load_drop_data, model, *where), settings, out, overwrite=overwrite)
         result.settings.update({"model": str(path), "samples": data.samples})
         return result
     where = (data.dataset, data.data_dir, data.samples, settings.seed, settings.device)
-    load_data = partial(load_eval_data, model, *where, use_cache=job.get("use_cache", True), encoding=data.encoding)
-    result = depth_job(model, load_data, settings, out, **job)
+    use_cache, memory = (True, None) if run is None else (run.cache, run.memory)
+    load_data = partial(load_eval_data, model, *where, use_cache=use_cache, encoding=data.encoding)
+    result = depth_job(model, load_data, settings, out, use_cache, memory, overwrite)
     if settings.truncate is None:
         result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
     return result
@@ -94,7 +98,7 @@ def depth_job(
     With ``settings.drop``, ``load_data`` gives ``dropped.DropData`` and the result is a ``DropResult``. An
     existing ``out`` is refused before any work unless ``overwrite`` (``--overwrite``)."""
     check_new_outputs({"--out": out}, overwrite)
-    settings.thresholds = settings.thresholds_for("classify")
+    settings = evolve(settings, thresholds=settings.thresholds_for("classify"))
     if settings.drop is not None:
         return drop_job(model, load_data, settings, out)
     if settings.truncate is not None:
@@ -111,13 +115,14 @@ def depth_job(
         budget = memory_budget(memory.max_memory, settings.device)
         rows, _ = plan_rows(model, data, settings.device, budget, settings.batch_size)
         if rows < settings.batch_size and "batch_size" not in memory.given:
-            settings.batch_size = rows
+            settings = evolve(settings, batch_size=rows)
             notes.append(f"memory budget {budget.describe()}: batch size {rows}")
     if settings.truncate is not None:
         if out is None:
             raise ValueError("settings.truncate writes a checkpoint: give it an out path")
         return truncate_model(model, data, settings, out, fit_feats)  # rank 0 writes
-    result, retries = retry_halving(lambda: run_depth(model, data, settings, fit_feats), _halver(settings))
+    halve = _Halver(settings)
+    result, retries = retry_halving(lambda: run_depth(model, data, halve.settings, fit_feats), halve)
     result.notes += notes + retries
     if budget is not None:
         result.settings["memory_budget_mb"] = round(budget.total_mb, 1)
@@ -125,11 +130,14 @@ def depth_job(
     return result
 
 
-def _halver(settings: DepthSettings):
-    def halve() -> str | None:
-        if settings.batch_size == 1:
-            return None
-        settings.batch_size //= 2
-        return f"batch size {settings.batch_size * 2} -> {settings.batch_size}"
+class _Halver:
+    """The ``halve`` of ``retry_halving`` for DepthSettings: the batch halved, as new ``settings``."""
 
-    return halve
+    def __init__(self, settings: DepthSettings):
+        self.settings = settings
+
+    def __call__(self) -> str | None:
+        if self.settings.batch_size == 1:
+            return None
+        self.settings = evolve(self.settings, batch_size=self.settings.batch_size // 2)
+        return f"batch size {self.settings.batch_size * 2} -> {self.settings.batch_size}"

@@ -7,7 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, WIDTH_MAX, check_fields, check_unit_interval, setting
+from ..runtime.declare import (
+    COUNT_MAX,
+    SEED_MAX,
+    STEPS_MAX,
+    WIDTH_MAX,
+    Settings,
+    check_fields,
+    check_unit_interval,
+    normalise,
+    setting,
+)
 from ..runtime.environment import device_setting
 from ..runtime.errors import LayaError
 
@@ -21,8 +31,8 @@ TOKEN_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99, 0
 DROP_ORDERS = ("alpha", "block-influence", "network", "reverse", "greedy")  # laya depth --drop: which layers go first
 
 
-@dataclass
-class DepthSettings:
+@dataclass(frozen=True)
+class DepthSettings(Settings):
     """``laya depth``: truncation curve, early exit, a truncated checkpoint (docs/depth.md)."""
 
     PANEL: ClassVar[str] = "Depth"
@@ -99,7 +109,7 @@ class DepthSettings:
 
     def validate(self) -> DepthSettings:
         if self.thresholds is not None:
-            self.thresholds = check_unit_interval("--thresholds", self.thresholds)
+            normalise(self, thresholds=check_unit_interval("--thresholds", self.thresholds))
         check_fields(self)
         if self.drop is not None and (self.truncate is not None or self.refit):
             raise LayaError("--drop analyses dropped layers on its own: run it without --truncate and --refit")

@@ -36,7 +36,7 @@ from ..auditing.budget import plan_rows
 from ..auditing.collapse import collapse_summary, collapse_warning, trained_against
 from ..auditing.methods import contrib as contrib_scores
 from ..auditing.plan import Rows, Shard
-from ..data.settings import check_encoding
+from ..data.settings import EvalRequest
 from ..features.extraction import feature_batches, num_layers
 from ..runtime import fileio
 from ..runtime.declare import check_at_least
@@ -53,7 +53,7 @@ from .profiles import (
     global_profile,
     subset_mask,
 )
-from .settings import FORMATS
+from .settings import FORMATS, ExportSettings
 
 EXPORT_FORMAT = "laya-export"
 EXPORT_VERSION = 1
@@ -294,7 +294,12 @@ def compute_export(
 
 
 def check_format(fmt: str) -> str:
-    fmt = match_choice("format", fmt, FORMATS)
+    """A format given as a word (``write_export``): one of ``FORMATS``, its library installed."""
+    return check_installed(match_choice("format", fmt, FORMATS))
+
+
+def check_installed(fmt: str) -> str:
+    """What a declared format needs beyond laya: parquet, pyarrow."""
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -428,85 +433,82 @@ def write_export(
     return exp
 
 
+# run_export's defaults (frozen: one object serves every call): the declared settings on the CPU, the checkpoint's
+# own test split, every sample.
+ON_CPU, OWN_TEST_SPLIT = ExportSettings(device="cpu"), EvalRequest()
+
+
 def run_export(
     model_path: str | Path,
     out: str | Path = "export",
-    fmt: str = "csv",
-    plots: bool = True,
-    strip: int = 8,
-    dataset: str | None = None,
-    data_dir: str | None = None,
-    samples: int | None = None,
-    seed: int = 0,
-    device: str = "cpu",
+    settings: ExportSettings = ON_CPU,
+    data: EvalRequest = OWN_TEST_SPLIT,
     overwrite: bool = False,
     use_cache: bool = True,
     stream: bool = True,
-    audit: str | Path | None = None,
-    depth: str | Path | None = None,
     memory: MemoryRequest | None = None,
-    model_card: bool = False,
-    encoding: str | None = None,
     ckpt: dict | None = None,
 ) -> Export:
-    """The whole ``laya export``: validate, load, compute, write atomically. Returns the Export.
+    """The whole ``laya export`` of a classifier: load, compute, write atomically. Returns the Export.
 
-    ``stream``: without a feature cache, features are computed batch by batch and never held all
-    at once. Under torchrun the samples are sharded over the ranks and only rank 0 writes.
-    ``audit``: a ``laya audit --json`` file of this model, shown in report.html and copied as audit.json.
-    ``depth``: a ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint
-    when there), shown in report.html and copied as depth.json. ``model_card``: also write README.md, a
-    Hugging Face model card with the audit (``card.py``). ``encoding``: a csv:/jsonl: data set's text encoding
-    (default: the one recorded for the checkpoint's own data, else UTF-8). ``ckpt``: ``model_path`` already read.
+    ``settings`` (resolved: its device picked) and ``data`` are valid as built: their options are not checked
+    again here. ``stream``: without a feature cache, features are computed batch by batch and never held all at
+    once. Under torchrun the samples are sharded over the ranks and only rank 0 writes. ``settings.audit``: a
+    ``laya audit --json`` file of this model, shown in report.html and copied as audit.json; ``settings.depth``: a
+    ``laya depth --json`` file of this model (default: MODEL.depth.json beside the checkpoint when there), shown in
+    report.html and copied as depth.json; ``settings.model_card``: also write README.md, a Hugging Face model card
+    with the audit (``card.py``). ``data.encoding``: a csv:/jsonl: data set's text encoding (default: the one
+    recorded for the checkpoint's own data, else UTF-8). ``ckpt``: ``model_path`` already read.
     """
     from ..gates.regression import read_audit_json
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model, model_from_checkpoint
 
-    fmt = check_format(fmt)
-    check_at_least("--strip", strip, 0)
-    check_at_least("--samples", samples)
-    check_encoding(encoding)
+    fmt, device, audit = check_installed(settings.format or "csv"), settings.device, settings.audit
     check_out_dir(out, overwrite)
     results = {"audit": read_audit_json(audit, "--audit")} if audit is not None else {}
     model = load_model(model_path) if ckpt is None else model_from_checkpoint(ckpt)
     check_results_match(results, model, audit)
-    depth_doc, depth_note = read_depth(model_path, model.layer_names, depth)
+    depth_doc, depth_note = read_depth(model_path, model.layer_names, settings.depth)
     if depth_doc is not None:
         results["depth"] = depth_doc
-    data = load_eval_data(
+    eval_data = load_eval_data(
         model,
-        dataset=dataset,
-        data_dir=data_dir,
-        samples=samples,
-        seed=seed,
+        dataset=data.dataset,
+        data_dir=data.data_dir,
+        samples=data.samples,
+        seed=settings.seed,
         device=device,
         use_cache=use_cache,
         stream=stream,
-        encoding=encoding,
+        encoding=data.encoding,
     )
-    info, notes, batch = {"checkpoint": str(model_path), "samples": samples, "seed": seed}, [], EXPORT_BATCH
+    info, notes, batch = (
+        {"checkpoint": str(model_path), "samples": data.samples, "seed": settings.seed},
+        [],
+        EXPORT_BATCH,
+    )
     if memory is not None:
         reset_peak_memory(device)
         budget = memory_budget(memory.max_memory, device)
-        batch, _ = plan_rows(model, data, device, budget, EXPORT_BATCH)
+        batch, _ = plan_rows(model, eval_data, device, budget, EXPORT_BATCH)
         if batch < EXPORT_BATCH:
             notes.append(f"memory budget {budget.describe()}: {batch} samples per head pass")
         info["memory"] = {"memory_budget_mb": round(budget.total_mb, 1)}  # export_data adds the peak
     return export_data(
         model,
-        data,
+        eval_data,
         out,
         fmt=fmt,
-        plots=plots,
-        strip=strip,
+        plots=settings.plots,
+        strip=settings.strip,
         overwrite=overwrite,
         device=device,
         info=info,
         results=results,
         notes=notes + ([depth_note] if depth_note else []),
         batch_size=batch,
-        card={"model": model, "checkpoint": str(model_path)} if model_card else None,
+        card={"model": model, "checkpoint": str(model_path)} if settings.model_card else None,
     )
 
 

@@ -1,6 +1,6 @@
 """The export job ``laya export`` runs on a checkpoint file, whichever its task: a classifier's per-sample tables,
-class × layer profiles and report.html (``folder.run_export``), a language model's per-token table, heat map and text
-explorer (``lm.run_token_export``). The settings of the other task are refused in one line first.
+class × layer profiles and report.html (``folder.run_export``), a language model's per-token table, heat map and
+text explorer (``lm.run_token_export``). The settings of the other task are refused in one line first.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def export_checkpoint(
     memory: MemoryRequest | None = None,
 ) -> Export | TokenExport:
     """Export the checkpoint at ``path`` to the folder ``out`` (written atomically; ``overwrite``: replace a
-    previous export there)."""
+    previous export there) with ``settings`` resolved (its device picked: ``runtime.device.resolved``)."""
     ckpt = read_checkpoint(path)
     task = checkpoint_task(ckpt)
     for given in (settings, data, load):
@@ -38,9 +38,4 @@ def export_checkpoint(
         fmt, info = settings.format or default_token_format(), {"checkpoint": str(path)}
         return run_token_export(model, out, fmt, settings.plots, data.dataset, data.samples, overwrite, info,
                                 data.encoding)  # fmt: skip
-    return run_export(
-        path, out, fmt=settings.format or "csv", plots=settings.plots, strip=settings.strip, dataset=data.dataset,
-        data_dir=data.data_dir, encoding=data.encoding, samples=data.samples, seed=settings.seed,
-        device=settings.device, overwrite=overwrite, audit=settings.audit, depth=settings.depth, memory=memory,
-        model_card=settings.model_card, ckpt=ckpt,
-    )  # fmt: skip
+    return run_export(path, out, settings, data, overwrite, memory=memory, ckpt=ckpt)

@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import COUNT_MAX, SEED_MAX, check_fields, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, Settings, setting
 from ..runtime.environment import device_setting
 
 FORMATS = ("csv", "parquet", "npz")
 
 
-@dataclass
-class ExportSettings:
+@dataclass(frozen=True)
+class ExportSettings(Settings):
     PANEL: ClassVar[str] = "Export"
 
     format: str | None = setting(
@@ -32,14 +32,13 @@ class ExportSettings:
         task="classify",
         maximum=COUNT_MAX,
     )
-    seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify", api=False, maximum=SEED_MAX)
+    seed: int = setting(0, "Seed of the --samples subset.", minimum=0, task="classify", maximum=SEED_MAX)
     audit: str | None = setting(
         None,
         "A 'laya audit --json' of this model: adds the audit section to report.html (copied into the export as "
         "audit.json).",
         metavar="FILE",
         task="classify",
-        api=False,
     )
     depth: str | None = setting(
         None,
@@ -47,7 +46,6 @@ class ExportSettings:
         "there).",
         metavar="FILE",
         task="classify",
-        api=False,
     )
     model_card: bool = setting(
         False,
@@ -55,10 +53,5 @@ class ExportSettings:
         "audit's metrics; the audit table, the class × layer picture, how it was produced).",
         flag="--model-card",
         task="classify",
-        api=False,
     )
     device: str = device_setting(panel="Run")
-
-    def validate(self) -> ExportSettings:
-        check_fields(self)
-        return self

@@ -73,11 +73,11 @@ def _order(have: list[bytes], want: list[bytes]) -> Tensor:
     return torch.tensor([rows[d].pop() for d in want], dtype=torch.long)
 
 
-def read_features(tapped: Tapped, loader: Loader, device: str, what: str, cache: str) -> LayerFeatures:
-    """Features of every sample the loader yields, extracted once (``cache="memory"``), or also kept in
-    the on-disk feature cache (``"disk"``), keyed by the backbone and the samples' content."""
+def read_features(tapped: Tapped, loader: Loader, device: str, what: str, use_cache: bool) -> LayerFeatures:
+    """Features of every sample the loader yields, extracted once, or (``use_cache``: ``--cache``) also kept in
+    the on-disk feature cache, keyed by the backbone and the samples' content."""
     where = f"the {what} loader"
-    if cache == "memory":
+    if not use_cache:
         feats, _ = extract_batches(
             tapped.backbone, loader_batches(loader, where, tapped), device, f"{what} features", loader_length(loader)
         )

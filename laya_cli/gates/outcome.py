@@ -40,7 +40,6 @@ class GateRequest:
     def asked(cls, gates: GateSettings, methods: Sequence[str], scope: str) -> GateRequest:
         """What ``gates`` ask of an audit of ``methods`` at ``scope``: the thresholds and drops parsed against them,
         the baseline read (``on_bound`` then decides how, once the audit's settings are known)."""
-        gates.validate()
         thresholds = parse_thresholds(gates.fail_under, methods, scope)
         drops = parse_max_drop(gates.max_drop, methods, scope)
         return cls.read(thresholds, drops, gates.baseline, gates.allow_settings_change)

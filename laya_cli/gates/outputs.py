@@ -6,14 +6,15 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
 
 from ..runtime.errors import LayaError
-from ..runtime.fileio import append_text, check_new_outputs, strict_json, write_texts
+from ..runtime.fileio import append_text, strict_json, write_texts
 from .junit import junit_xml
 from .outcome import GateOutcome
 from .regression import junit_properties
+from .settings import AuditOutputs
+
+__all__ = ["AuditOutputs", "append_step_summary", "audit_json", "audit_junit", "write_audit_files"]
 
 
 def audit_json(doc: dict, outcome: GateOutcome) -> str:
@@ -40,25 +41,10 @@ def append_step_summary(markdown: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class AuditOutputs:
-    """The files ``laya audit`` was asked to write (None: not asked); the job summary needs no asking."""
-
-    json: str | Path | None = None
-    markdown: str | Path | None = None
-    junit: str | Path | None = None
-
-    def check_writable(self, overwrite: bool = True) -> AuditOutputs:
-        """Each file asked for can be written and, without ``overwrite`` (the command's ``--overwrite``), does not
-        exist yet: a LayaError now, not after the audit. Returns these outputs. (The default replaces existing files,
-        as ``laya audit`` did before it had ``--overwrite``: the command passes its flag.)"""
-        check_new_outputs({"--json": self.json, "--markdown": self.markdown, "--junit": self.junit}, overwrite)
-        return self
-
-    def write(self, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0) -> str | None:
-        """Write each file asked for, atomically, and append ``markdown`` to the job summary; returns the warning
-        of a job summary that could not be written. ``seconds``: the audit's wall time, for JUnit."""
-        files = [(self.json, lambda: audit_json(doc, outcome)), (self.markdown, lambda: markdown),
-                 (self.junit, lambda: audit_junit(doc, outcome, seconds))]  # fmt: skip
-        write_texts(files)  # all of them, or none (a full disk)
-        return append_step_summary(markdown)
+def write_audit_files(files: AuditOutputs, doc: dict, markdown: str, outcome: GateOutcome, seconds: float = 0.0):
+    """Write each file of ``files`` asked for, atomically, and append ``markdown`` to the job summary; returns the
+    warning of a job summary that could not be written. ``seconds``: the audit's wall time, for JUnit."""
+    texts = [(files.json, lambda: audit_json(doc, outcome)), (files.markdown, lambda: markdown),
+             (files.junit, lambda: audit_junit(doc, outcome, seconds))]  # fmt: skip
+    write_texts(texts)  # all of them, or none (a full disk)
+    return append_step_summary(markdown)

@@ -6,7 +6,7 @@ by default, or ``--dataset/--data-dir``; ``--samples N`` takes a seeded subset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -75,8 +75,7 @@ def _load(req: DataRequest, recorded: bool):
         if not recorded:
             raise  # a --data-dir given now must hold the data
         log(f"[yellow]{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)[/]")
-        req.data_dir = None
-        return load_dataset(req)
+        return load_dataset(replace(req, data_dir=None))
 
 
 def model_dataset(
@@ -105,12 +104,12 @@ def model_dataset(
         image_size=ds.get("image_size") if same else None,
         label=ds.get("label", "genre"),
         seed=ds.get("seed", 1337),
-        **{k: ds.get(k, v) for k, v in DataRequest.LATER.items()},
+        **{k: ds.get(k, v) for k, v in DataRequest.LATER.items() if k != "encoding"},
+        encoding=check_encoding(encoding) if encoding is not None else ds.get("encoding") if same else None,
     )
-    req.encoding = check_encoding(encoding) if encoding is not None else ds.get("encoding") if same else None
     if req.image_size is None and holds_images(req):
         size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
-        req.image_size = max(size) if size else 32  # decoded at the longer side, resized to H×W by the adapter
+        req = replace(req, image_size=max(size) if size else 32)  # decoded at the longer side, resized by the adapter
     data = tokenize_splits(_load(req, recorded=bool(recorded)), model.backbone)
     if data.skipped:
         log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from ..backbones.defaults import term_for
-from ..runtime.declare import WIDTH_MAX, check_fields, setting
+from ..runtime.declare import WIDTH_MAX, Settings, check_fields, setting
 
 PSI_CHOICES = ("identity", "mlp")
 READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
@@ -67,8 +67,8 @@ def device_map_setting():
     )
 
 
-@dataclass
-class LoadSettings:
+@dataclass(frozen=True)
+class LoadSettings(Settings):
     """How a checkpoint's model is rebuilt (``laya audit``, ``depth``, ``export``, ``diff``)."""
 
     PANEL: ClassVar[str] = "Checkpoint"
@@ -76,10 +76,5 @@ class LoadSettings:
     arch: str | None = setting(
         None,
         "Import this architecture (module:callable or file.py:callable) for a checkpoint trained with --arch.",
-        api=False,  # the API takes the model already built
     )
     device_map: str | None = device_map_setting()
-
-    def validate(self) -> LoadSettings:
-        check_fields(self)
-        return self

@@ -7,6 +7,9 @@ with it (``model/settings.py``, ``data/settings.py``, ``training/settings.py``, 
 the declarations the command line builds its Typer options (``cli/declared.py``: flag, help, metavar, the default),
 the Python API takes the same names as keywords (``takes_settings``, ``build``), ``check_fields`` applies the
 declared checks in ``validate()`` (a number finite and within its bounds, a choice in its canonical spelling),
+which a ``Settings`` class runs when it is built: a settings object is valid from birth and frozen after
+(``evolve`` makes a changed copy, validated the same way). ``Use`` is the one way an entry point (a command, an
+API function) says which settings of a class it offers, its own defaults and spellings;
 ``refuse_other_task`` refuses a setting of one task given to the other, and the docs' option tables are written
 from them (``tools/option_tables.py``). What involves several fields stays in the dataclass's ``validate()``.
 The generic checks of single values (``check_at_least``, ``split_csv``, ``check_unit_interval``) are here too.
@@ -21,10 +24,12 @@ import functools
 import inspect
 import math
 import os
+import re
 import sys
 import types
 import typing
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from .errors import LayaError, match_choice
 
@@ -55,15 +60,15 @@ class Option:
     short: str | None = None  # a one-letter alias, e.g. "-q"
     metavar: str | None = None
     choices: tuple[str, ...] = ()  # case-insensitive; stored in the spelling given here
+    resolved: str | None = None  # a regex of values a resolving step stores beside the choices (cuda:1, a device)
     minimum: float | None = None  # numbers: at least this
     above: float | None = None  # numbers: greater than this
     below: float | None = None  # numbers: less than this
     maximum: float | None = None  # numbers: at most this (every whole number declares one; INT64_MAX bounds the rest)
-    rule: str | None = None  # how the bounds read in a message ("0 (off) or positive"); default: from the bounds
-    cli: bool = True  # False: a setting of the Python API and the checkpoint only (set by the job, not a flag)
+    rule: str | None = None  # how the bounds (or the choices) read in a message ("0 (off) or positive")
+    cli: bool = True  # False: set by the job and recorded in the checkpoint, never a flag nor a keyword
     command_default: object = UNSET  # the command line's default where it is not the field's (device: auto)
     cli_type: object = None  # what the flag parses to where the field holds something else (a comma list: str)
-    api: bool = True  # False: a command-line option only (where the file is written, how it is shown)
     task: str | None = None  # the one task that reads it ("classify" or "lm"); None: both
     panel: str | None = None  # where --help lists it (default: its class's PANEL; ``help_panels``)
 
@@ -153,9 +158,27 @@ def help_of(cls, name: str) -> str:
     return declared_setting(cls, name).option.help
 
 
-def settings_of(*classes, api: bool = True) -> list[str]:
-    """Every keyword these settings classes take (``api``: those the Python API takes), in order."""
-    return [d.name for cls in classes for d in declared(cls) if d.option.api or not api]
+@dataclass(frozen=True)
+class Use:
+    """A settings class as one entry point (a command, an API function) takes it — the one way to leave a setting
+    out: ``skip`` names (and nested fields) it does not offer, or ``only`` those it offers; ``defaults`` its own
+    default of a name; ``rename`` a name it spells otherwise (bench's ``seed`` of the audit: ``audit_seed``, flag
+    ``--audit-seed``); ``helps`` its own help of a name."""
+
+    cls: type
+    skip: tuple[str, ...] = ()
+    only: tuple[str, ...] | None = None
+    defaults: dict = field(default_factory=dict)
+    rename: dict = field(default_factory=dict)
+    helps: dict = field(default_factory=dict)
+
+    def offers(self, name: str) -> bool:
+        return name not in self.skip and (self.only is None or name in self.only)
+
+
+def as_use(use) -> Use:
+    """A settings class taken whole, or the ``Use`` given."""
+    return use if isinstance(use, Use) else Use(use)
 
 
 def nested(cls) -> list[tuple[str, type]]:
@@ -167,8 +190,9 @@ def nested(cls) -> list[tuple[str, type]]:
 def build(cls, values: dict, *, offered=None, rename: dict | None = None, **fixed):
     """``cls`` from values given by their option names, its nested settings classes built from the same values
     (``values`` may hold others': they are left); ``fixed``: fields set by the caller whatever ``values`` holds.
-    ``offered(name)``: whether the caller offers that setting (a command offers some: ``cli.declared.Use``);
-    ``rename``: the names a caller spells otherwise (bench's ``audit_seed`` for the audit's ``seed``)."""
+    ``offered(name)``: whether the caller offers that setting (``Use.offers``); ``rename``: the names a caller
+    spells otherwise (bench's ``audit_seed`` for the audit's ``seed``): the messages of the checks run while it is
+    built name those flags (``mark_flags``)."""
     rename = rename or {}
     kwargs = {}
     for d in declared(cls):
@@ -178,7 +202,43 @@ def build(cls, values: dict, *, offered=None, rename: dict | None = None, **fixe
     for name, sub in nested(cls):
         if name not in fixed and (offered is None or offered(name)):
             kwargs[name] = build(sub, values, offered=offered)
-    return cls(**kwargs, **fixed)
+    flags = {name: "--" + new.replace("_", "-") for name, new in rename.items()}
+    with _spelled(flags):
+        obj = cls(**kwargs, **fixed)
+    if flags:
+        mark_flags(obj, flags)
+    return obj
+
+
+class Settings:
+    """What a settings dataclass (``@dataclass(frozen=True)``) shares: building it runs ``validate`` (the declared
+    checks, ``check_fields``, then the class's own across fields), so an object that exists is valid; nothing
+    changes it afterwards: a step that needs another value makes a new object (``evolve``)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self):
+        check_fields(self)
+        return self
+
+
+def evolve(obj, **changes):
+    """A copy of the settings object ``obj`` with ``changes``, validated as it is built (the flags its caller spells
+    and the options given explicitly are carried over: ``mark_flags``, ``mark_given``)."""
+    with _spelled(getattr(obj, FLAGS, {})):
+        new = dataclasses.replace(obj, **changes)
+    for mark in (FLAGS, GIVEN):
+        if hasattr(obj, mark):
+            object.__setattr__(new, mark, getattr(obj, mark))
+    return new
+
+
+def normalise(obj, **values) -> None:
+    """Store a field's canonical form (a choice's spelling, a comma list's items) while ``obj`` is being validated:
+    the one write a frozen settings object takes, and only of the value it already holds in another spelling."""
+    for name, value in values.items():
+        object.__setattr__(obj, name, value)
 
 
 def as_field(d: Declared, value):
@@ -196,6 +256,21 @@ def values_of(obj) -> dict:
 
 GIVEN = "_laya_given"  # the attribute mark_given sets: the option names a caller gave explicitly
 FLAGS = "_laya_flags"  # the attribute mark_flags sets: the flags a caller spells otherwise, by option name
+# The flags of the object being built (``build``, ``evolve``): its checks run before ``mark_flags`` can mark it.
+_SPELLING: ContextVar[dict | None] = ContextVar("laya_spelling", default=None)
+
+
+class _spelled:
+    """``with _spelled(flags):`` the checks of the objects built inside name ``flags`` (by option name)."""
+
+    def __init__(self, flags: dict):
+        self.flags = flags
+
+    def __enter__(self):
+        self.token = _SPELLING.set(self.flags)
+
+    def __exit__(self, *exc):
+        _SPELLING.reset(self.token)
 
 
 def mark_flags(obj, flags: dict[str, str]) -> None:
@@ -250,17 +325,19 @@ def refuse_unknown(given, known, what: str) -> None:
 
 
 def check_fields(obj) -> None:
-    """Apply each declared field's checks to ``obj`` in place: its type, a finite number within its bounds, a
-    choice in its canonical spelling. None passes where the field may be None. A message names the flag the
+    """Apply each declared field's checks to ``obj``: its type, a finite number within its bounds, a choice (kept in
+    its canonical spelling: ``normalise``). None passes where the field may be None. A message names the flag the
     caller spelled (``mark_flags``: bench's ``--audit-seed`` for the audit's ``--seed``)."""
-    flags = getattr(obj, FLAGS, {})
+    flags = getattr(obj, FLAGS, None) or _SPELLING.get() or {}
     for d in declared(type(obj)):
         value = getattr(obj, d.field)
         if value is None:
             continue
         if d.name in flags:
             d = dataclasses.replace(d, option=dataclasses.replace(d.option, flag=flags[d.name]))
-        setattr(obj, d.field, check_value(d, value))
+        checked = check_value(d, value)
+        if checked is not value:
+            normalise(obj, **{d.field: checked})
 
 
 def _allows(kind: type, tp) -> bool:
@@ -279,7 +356,14 @@ def check_value(d: Declared, value):
     if _allows(int, d.type) or _allows(float, d.type):
         return _check_number(d, value)
     if option.choices:
-        return match_choice(flag, value, option.choices)
+        if option.resolved is not None and isinstance(value, str) and re.fullmatch(option.resolved, value):
+            return value  # already resolved (``runtime.device.resolved``): a new object built from a resolved one
+        try:
+            return match_choice(flag, value, option.choices)
+        except LayaError:
+            if option.rule is None:
+                raise
+            raise LayaError(f"{flag} must be {option.rule}, got {value!r}") from None  # as its resolver says it
     return value
 
 
@@ -323,14 +407,15 @@ def _type_name(tp) -> str:
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
-def takes_settings(*classes, skip: tuple[str, ...] = (), defaults: dict | None = None):
-    """``fn(…, **settings)`` taking every API setting declared on ``classes`` as a keyword (``skip``: those it does
-    not take; ``defaults``: its own default of a name): ``help()`` and ``inspect`` show each with its default, the
-    docstring lists them with their declared help, ``fn`` receives all of them, and a keyword that is no setting is
-    one LayaError line with the closest names."""
-    defaults = defaults or {}
-    taken = [d for cls in classes for d in declared(cls) if d.option.api and d.name not in skip]
-    known = {d.name: defaults.get(d.name, d.default) for d in taken}
+def takes_settings(*uses):
+    """``fn(…, **settings)`` taking every setting declared on each class (or ``Use``: those it offers, with its own
+    defaults) as a keyword: ``help()`` and ``inspect`` show each with its default, the docstring lists them with
+    their declared help, ``fn`` receives all of them, and a keyword that is no setting is one LayaError line with
+    the closest names."""
+    uses = [as_use(u) for u in uses]
+    taken = [(d, u) for u in uses for d in declared(u.cls) if d.option.cli and u.offers(d.name)]
+    known = {d.name: u.defaults.get(d.name, d.default) for d, u in taken}
+    taken = [d for d, _ in taken]
 
     def decorate(fn):
         sig = inspect.signature(fn)

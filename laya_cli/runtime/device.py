@@ -16,10 +16,21 @@ import torch
 from torch import Tensor
 
 from . import distributed
+from .declare import declared_setting, evolve
 from .environment import DEVICES, PRECISIONS, env
 from .errors import LayaError, match_choice
 
 _PRECISION: ContextVar[str] = ContextVar("laya_precision", default="auto")
+
+
+def resolved(settings, **changes):
+    """A settings object ready to run, as a new one (``declare.evolve``): its ``device`` picked (auto: CUDA where
+    available), a ``batch_size`` the command line left to the memory plan (None) at the declared default (the plan
+    may lower it), then ``changes``. What every command and API function does to its settings before the job."""
+    values = {"device": resolve_device(changes.pop("device", settings.device))}
+    if getattr(settings, "batch_size", 0) is None:
+        values["batch_size"] = declared_setting(type(settings), "batch_size").default
+    return evolve(settings, **values, **changes)
 
 
 def resolve_device(device: str) -> str:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from .declare import check_fields, setting
+from .declare import Settings, check_fields, evolve, setting
 from .errors import LayaError
+from .memory import MemoryRequest, check_max_memory
 
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (runtime/device.py resolves it)
 PRECISIONS = ("auto", "bf16", "fp32")  # --precision of backbone passes (runtime/device.py)
@@ -21,8 +22,12 @@ DEVICE_HELP = "auto, cpu, cuda or mps (auto: CUDA if available)."
 
 
 def device_setting(panel: str = "Run"):
-    """``--device``: the command line's default is auto (resolved by the command), a library object's cpu."""
-    return setting("cpu", DEVICE_HELP, choices=DEVICES, command_default="auto", panel=panel)
+    """``--device``: the command line's default is auto (resolved by the command), a library object's cpu; under
+    torchrun CUDA resolves to this rank's GPU (cuda:N), which a resolved object holds."""
+    return setting(
+        "cpu", DEVICE_HELP, choices=DEVICES, command_default="auto", panel=panel, resolved=r"cuda:\d+",
+        rule="auto, cpu, cuda or mps",  # resolve_device's words
+    )  # fmt: skip
 
 
 def precision_setting(**option):
@@ -38,10 +43,11 @@ def precision_setting(**option):
 CACHE_HELP = "Use the on-disk feature cache for frozen backbones."
 
 
-@dataclass
-class RunSettings:
+@dataclass(frozen=True)
+class RunSettings(Settings):
     """How a job runs on this machine, not what it computes (``laya audit``, ``depth``, ``export``): the memory its
-    batches are planned within, the precision of the backbone passes, the feature cache."""
+    batches are planned within, the precision of the backbone passes, the feature cache. Command-line options only:
+    the Python API's caller bounds its batch sizes, runs its model as it is and hands over its own loaders."""
 
     PANEL: ClassVar[str] = "Run"
 
@@ -50,14 +56,26 @@ class RunSettings:
         "Memory budget the batch sizes are planned within: a size (2G, 512M) or a fraction of the free memory "
         "(0.5); RSS on the CPU, allocated GPU memory on CUDA (default: 0.5 of the free memory).",
         metavar="SIZE",
-        api=False,  # the API's caller bounds batch_size and internal_batch_size itself
     )
-    precision: str = precision_setting(api=False)  # the API's caller runs its model as it is
-    cache: bool = setting(True, CACHE_HELP, api=False)  # the API reads the caller's loaders
+    precision: str = precision_setting()
+    cache: bool = setting(True, CACHE_HELP)
+    # The batch sizes the user set, by name (``with_batches``): the memory plan never overrides them.
+    fixed: frozenset[str] = frozenset()
+
+    def with_batches(self, **batches) -> RunSettings:
+        """This run knowing which of a job's ``batches`` the user set (not None: the command line's None leaves one
+        to the plan), as a new object."""
+        return evolve(self, fixed=frozenset(name for name, value in batches.items() if value is not None))
 
     def validate(self) -> RunSettings:
         check_fields(self)
+        check_max_memory(self.max_memory)  # a size or a fraction: one line now, not once the job has started
         return self
+
+    @property
+    def memory(self) -> MemoryRequest:
+        """What the job asks of the memory planner: ``--max-memory`` and the batch sizes the user set."""
+        return MemoryRequest(self.max_memory, self.fixed)
 
 
 # --------------------------------------------------------------------------- the LAYA_* variables

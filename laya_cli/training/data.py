@@ -83,7 +83,7 @@ class DatasetData:
 
 class LoaderData:
     """``laya_cli.fit``: the user's DataLoaders, each read once in its own order — as features of the frozen
-    backbone (held in memory, or also in the on-disk cache keyed by the samples' content: ``cache="disk"``), or as
+    backbone (held in memory, or also in the on-disk cache keyed by the samples' content: ``use_cache``), or as
     inputs for end-to-end training. Without a validation loader a stratified ``val_fraction`` of the training
     samples is held out, drawn with ``seed`` (as ``laya train`` does)."""
 
@@ -96,11 +96,12 @@ class LoaderData:
         val_fraction: float,
         seed: int,
         classes: Sequence[str] | None,
-        cache: str,
+        use_cache: bool,
         device: str,
     ):
         self.tapped, self.loaders, self.frozen = tapped, loaders, frozen
-        self.val_fraction, self.seed, self.names, self.cache, self.device = val_fraction, seed, classes, cache, device
+        self.val_fraction, self.seed, self.names, self.device = val_fraction, seed, classes, device
+        self.use_cache = use_cache
         self._splits: dict | None = None
         self._first = first_images(loaders["train"], tapped)  # binds the input: taps a model defers to its first batch
 
@@ -134,7 +135,7 @@ class LoaderData:
             return self._splits
         torch.manual_seed(self.seed)  # the loaders' shuffling (a DataLoader draws its order from torch's RNG)
         read = lambda split: (
-            read_features(self.tapped, self.loaders[split], self.device, split, self.cache)
+            read_features(self.tapped, self.loaders[split], self.device, split, self.use_cache)
             if self.frozen
             else read_images(self.loaders[split], split, self.tapped)
         )

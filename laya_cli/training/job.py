@@ -332,7 +332,7 @@ def fit_loaders(
     frozen: bool,
     val_fraction: float,
     classes: Sequence[str] | None,
-    cache: str,
+    use_cache: bool,
 ) -> LayaModel:
     """``laya_cli.fit``: the attached model and the user's loaders (``train``, ``val``, ``test``; None where not
     given) through ``train_model``; the trained ``LayaModel`` back, its ``checkpoint`` what ``laya train`` writes."""
@@ -343,7 +343,7 @@ def fit_loaders(
         val_fraction=val_fraction,
         seed=cfg.seed,
         classes=classes,
-        cache=cache,
+        use_cache=use_cache,
         device=cfg.device,
     )  # reads the first batch: a model that chooses its taps on it has them now
     spec = tapped.backbone.spec = _attached_spec(tapped, frozen)  # the backbone fills in its tap formats

@@ -114,7 +114,6 @@ class TrainConfig:
         "only: no inputs to cache its removals from) is dropped with a note; a given one is refused.",
         choices=ALIGN_SOURCES,
         cli=False,
-        api=False,
     )
     stop_on: str = setting(
         "accuracy",
@@ -372,11 +371,10 @@ class TrainRequest:
         task="classify",
     )
     use_cache: bool = setting(True, CACHE_HELP, param="cache", task="classify")
-    out: str = setting("model.pt", "Where to write the checkpoint.", cli_type=Path, api=False, panel="Main")
+    out: str = setting("model.pt", "Where to write the checkpoint.", cli_type=Path, panel="Main")
     resume: bool = setting(
         False,
         "Continue an interrupted run from the state saved beside --out (same options).",
-        api=False,
         task="classify",
         panel="Training",
     )
@@ -390,7 +388,6 @@ class TrainRequest:
         False,
         "Discard the state an interrupted run left beside --out and start over (without --resume or "
         "--restart, such a state is an error).",
-        api=False,
         task="classify",
         panel="Training",
     )

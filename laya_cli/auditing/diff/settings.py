@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...runtime.declare import SEED_MAX, STEPS_MAX, check_fields, setting
+from ...runtime.declare import SEED_MAX, STEPS_MAX, Settings, setting
 from ...runtime.environment import device_setting
 from ..registry import compared_by_default
 from ..settings import REMOVALS, SCOPES, tie_tol_setting
@@ -24,8 +24,8 @@ TESTED = ("permutations", "alpha", "correction", "min_js", "seed", "tie_tol")
 PRACTICAL_JS_BITS = 0.01
 
 
-@dataclass
-class DiffSettings:
+@dataclass(frozen=True)
+class DiffSettings(Settings):
     PANEL: ClassVar[str] = "Diff"
 
     seed: int = setting(0, "Seed of the --samples subset and of the permutations.", minimum=0, maximum=SEED_MAX)
@@ -80,10 +80,6 @@ class DiffSettings:
         maximum=STEPS_MAX,
     )
     device: str = device_setting(panel="Run")
-
-    def validate(self) -> DiffSettings:
-        check_fields(self)
-        return self
 
     def tested(self) -> dict:
         """What a classifier's diff JSON records of its test."""
