@@ -1,5 +1,5 @@
 """``laya bench``: train every head with every seed, audit each and compare (the job:
-``training.bench.run_bench``). The speed benchmarks are the checkout's ``python -m benchmarks``.
+the task's bench, ``exporting.tasks.bench``). The speed benchmarks are the checkout's ``python -m benchmarks``.
 
 The bench's own options are ``BenchRequest``'s declared settings (heads, seeds, the output folder); the backbone,
 data and head options ``TrainRequest``'s (those a bench varies or fixes are left out); the audit's five
@@ -43,8 +43,8 @@ def bench(
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
     head and the tuned lens of a causal language model, per layer, over seeds)."""
+    from ..exporting.tasks import bench as run_bench
     from ..runtime.fileio import check_new_outputs
-    from ..training.bench import run_bench
 
     req.train.seed = req.data.seed = bench.base_seed
     req.train.device = pick_device(req.train.device)
