@@ -431,7 +431,8 @@ def corpus_path(name: str, reader: str) -> str:
 
 def open_named_corpus(name: str, reader: str, text_column: str | None = None, encoding: str | None = None) -> Corpus:
     """The corpus ``name`` (``text:PATH``) opened by its prefix's reader; nothing is read yet."""
-    return CORPORA[name.partition(":")[0]](corpus_path(name, reader), text_column, encoding)
+    path = corpus_path(name, reader)  # first: a name of no corpus is the one-line error
+    return CORPORA[name.partition(":")[0]](path, text_column, encoding)
 
 
 # The dataset name a checkpoint records when its head was trained from the user's own DataLoader
