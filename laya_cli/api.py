@@ -14,51 +14,37 @@ docstrings. Nothing prints except rich progress bars (and cache status lines) wh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 from torch import nn
 
 from .auditing.diff.compare import DiffResult
 from .auditing.diff.settings import DiffSettings
-from .auditing.job import audit_job
-from .auditing.lm import TOKENS_AUDITED, token_audit_job
 from .auditing.names import parse_methods
 from .auditing.results import AuditResult
 from .auditing.settings import AuditRequest, AuditSettings, compare_for
-from .data.settings import EvalRequest
 from .depthing.analysis import DepthResult
-from .depthing.job import depth_job, token_depth
 from .depthing.lm_exit import TokenExitResult
 from .depthing.settings import DepthSettings
-from .exporting.folder import Export, check_installed, check_out_dir, export_data
-from .exporting.lm import (
-    TOKENS_EXPORTED,
-    TokenExport,
-    compute_token_export,
-    default_token_format,
-    write_token_export,
-)
+from .exporting.folder import Export
+from .exporting.lm import TokenExport
 from .exporting.settings import ExportSettings
+from .exporting.tasks import task_for
 from .features.attach import Tapped, attach
 from .features.loaders import Loader
-from .model.checkpoint import checkpoint_task, read_checkpoint
-from .model.evaldata import EvalData, loader_eval_data
-from .model.heads import HEADS
-from .model.laya_model import LayaModel, model_from_checkpoint
-from .model.lm_heads import LayaLM, lm_from_checkpoint
-from .model.settings import HeadConfig, LoadSettings
+from .model.checkpoint import read_checkpoint
+from .model.evaldata import EvalData
+from .model.laya_model import LayaModel
+from .model.lm_heads import LayaLM
+from .model.settings import HeadConfig
 from .runtime import progress as _progress
 from .runtime.declare import Use, build, refuse_other_task, takes_settings
 from .runtime.device import resolved
 from .runtime.errors import LayaError, match_choice
-from .training.job import fit_loaders, train
-from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest, check_alpha_options
+from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
 
-TRAIN = TrainConfig()
 # What ``laya depth`` alone takes: the --samples subset's seed (a loader is its own subset) and the options that
 # write a checkpoint or read the training data by path.
 DEPTH_CLI_ONLY = ("seed", "truncate", "drop", "drop_order", "draws")
@@ -134,22 +120,11 @@ def fit(
         LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
     """
     use_cache = _cache_switch(settings.pop("cache"))
-    if match_choice("task", settings.pop("task"), TASKS) == "lm":
-        extra = {"val_loader": val_loader, "test_loader": test_loader, "classes": classes}
-        return _fit_language_model(tapped, train_loader, settings, progress, extra, (head, frozen, use_cache))
-    head_cfg = build(HeadConfig, settings).validate()
-    for given in (head_cfg, build(LMSettings, settings)):
-        refuse_other_task(given, "classify")
-    tapped = tapped if isinstance(tapped, Tapped) else attach(tapped)
-    head = match_choice("head", head, HEADS)  # case-insensitive, as on the command line
-    if val_loader is None and not 0 < val_fraction < 1:
-        raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
-    batch_size = settings["batch_size"] or getattr(train_loader, "batch_size", None) or TRAIN.batch_size
-    cfg = resolved(build(TrainConfig, settings, batch_size=batch_size)).validate()
-    check_alpha_options(cfg, head)
-    loaders = {"train": train_loader, "val": val_loader, "test": test_loader}
+    task = task_for(match_choice("task", settings.pop("task"), TASKS))
+    options = {"val_loader": val_loader, "test_loader": test_loader, "classes": classes, "head": head,
+               "frozen": frozen, "cache": use_cache, "val_fraction": val_fraction}  # fmt: skip
     with _progress.enabled(progress):
-        return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, use_cache)
+        return task.fit(tapped, train_loader, settings, options)
 
 
 def _cache_switch(cache) -> bool:
@@ -164,24 +139,6 @@ def _cache_switch(cache) -> bool:
     if not isinstance(cache, bool):
         raise LayaError(f"cache is a switch (--cache: the on-disk feature cache), True or False, got {cache!r}")
     return cache
-
-
-def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict, classifier: tuple) -> LayaLM:
-    """``fit(..., task="lm")``: the request ``laya train --task lm`` builds from the same settings, trained by the
-    same job; nothing is written until ``LayaLM.save``."""
-    if not isinstance(model, str) or not isinstance(text, str):
-        raise LayaError('a language model is named as on the command line: fit("hf:PATH", "text:PATH", task="lm")')
-    given = [name for name, value in extra.items() if value is not None]
-    given += [name for name, value, default in zip(("head", "frozen", "cache"), classifier, ("laya", True, False))
-              if value != default]  # fmt: skip
-    if given:
-        raise LayaError(f"{', '.join(given)}: a classifier's (a language model's heads train on its text)")
-    values = {k: v for k, v in settings.items() if v is not None or k != "batch_size"}  # None: the paper's 128
-    req = build(TrainRequest, {**values, "backbone": model, "dataset": text, "task": "lm"}, out="")
-    req = replace(req, train=resolved(req.train))
-    with _progress.enabled(progress):
-        ckpt = train(req)
-    return lm_from_checkpoint(ckpt, req.lm.device_map).to(req.train.device)
 
 
 # --------------------------------------------------------------------------- audit and export
@@ -232,27 +189,7 @@ def audit(
     methods = parse_methods(compare_for(compare, scope) if compare is None or isinstance(compare, str) else compare)
     audited = resolved(build(AuditSettings, settings))
     with _progress.enabled(progress):
-        if isinstance(model, LayaLM):
-            data = _text(loader, samples, TOKENS_AUDITED)
-            return token_audit_job(model.to(audited.device), methods, audited, scope, data.dataset, data.samples)
-        _no_samples(samples)
-        data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
-        return audit_job(model, data, methods, audited, scope)
-
-
-def _text(loader, samples: int | None, default: int) -> EvalRequest:
-    """A language model's data as ``laya audit``/``depth``/``export`` read it: its held-out text (or ``text:PATH``),
-    ``samples`` positions (``default`` when None)."""
-    if loader is not None and not isinstance(loader, str):
-        raise LayaError("a language model reads text: give text:PATH, or None for the text it was trained with")
-    if samples is not None and samples < 1:
-        raise LayaError(f"samples must be at least 1, got {samples}")
-    return EvalRequest(samples=samples or default, dataset=loader)
-
-
-def _no_samples(samples: int | None) -> None:
-    if samples is not None:
-        raise LayaError("samples: a classifier is read from the loader you give (take a subset there)")
+        return task_for(model).audit(model, loader, methods, audited, scope, samples)
 
 
 # The --samples subset's seed and the files an export attaches or writes by path are the command line's.
@@ -292,23 +229,8 @@ def export(
         LayaError: a bad format, an ``out`` that is not empty nor a previous export, or a bad loader.
     """
     chosen = resolved(build(ExportSettings, settings))
-    dev = chosen.device
     with _progress.enabled(progress):
-        if isinstance(model, LayaLM):
-            refuse_other_task(chosen, "lm")
-            data = _text(loader, samples, TOKENS_EXPORTED)
-            exp = compute_token_export(model.to(dev), data.dataset, data.samples)
-            fmt = chosen.format or default_token_format()
-            return exp if out is None else write_token_export(exp, out, fmt, chosen.plots, overwrite)
-        _no_samples(samples)
-        fmt = chosen.format or "csv"
-        if out is not None:
-            check_installed(fmt)
-            check_out_dir(out, overwrite)
-        keep_images = out is not None and chosen.plots and chosen.strip > 0
-        data = loader_eval_data(model, loader, dev, keep_images=keep_images)
-        info = {"source": "laya_cli.export"}
-        return export_data(model, data, out, fmt, chosen.plots, chosen.strip, overwrite, dev, info=info)
+        return task_for(model).export(model, loader, out, chosen, samples, overwrite)
 
 
 # --------------------------------------------------------------------------- depth
@@ -345,18 +267,14 @@ def depth(
     """
     analysis = resolved(build(DepthSettings, settings))
     with _progress.enabled(progress):
-        if isinstance(model, LayaLM):
-            refuse_other_task(analysis, "lm")
-            return token_depth(model, analysis, _text(loader, samples, 20_000), "")
-        _no_samples(samples)
-        return depth_job(model, partial(loader_eval_data, model, loader, analysis.device, keep_images=True), analysis)
+        return task_for(model).depth(model, loader, analysis, samples)
 
 
 @takes_settings(Use(DiffSettings, defaults={"device": "auto"}))
 def diff(
     model_a: Model, model_b: Model, loader: Data = None, *, samples: int | None = None, progress: bool = True,
     **settings,
-) -> DiffResult | dict:  # fmt: skip
+) -> DiffResult:  # fmt: skip
     """What changed between two versions of a model (``laya diff``), on the same samples: per class and layer
     the change of α, of the LOLO effects Δ and of contrib, a paired permutation test per class (corrected over
     the classes) and McNemar's test of the accuracy change (docs/audit.md, "laya diff"). Two language models:
@@ -375,35 +293,19 @@ def diff(
     Returns:
         A ``DiffResult``: ``.to_dict()`` (the JSON ``laya diff --json`` writes), ``.changed`` (the classes
         that changed), ``.classes``, ``.overall``, ``.accuracy``; shown in a notebook as its tables and the
-        class × layer picture of the change. Two language models: the JSON document (a dict).
+        class × layer picture of the change. Two language models: ``kind`` ``"tokens"``, ``.to_dict()`` their
+        JSON document (per method, layer and position in the block).
 
     Raises:
         LayaError: models with other taps or classes, a bad setting, or a bad loader.
     """
-    from .auditing.diff.job import check_comparable, check_diff, compare_models
-    from .auditing.diff.lm import diff_lm_checkpoints
-    from .auditing.settings import Removal
-
     chosen = resolved(build(DiffSettings, settings))
-    lm = [isinstance(m, LayaLM) for m in (model_a, model_b)]
-    if any(lm):
-        if not all(lm):
-            raise LayaError("laya diff compares two language models or two classifiers, not one of each")
-        refuse_other_task(chosen, "lm")
-        data, ckpts = _text(loader, samples, TOKENS_AUDITED), (model_a.ckpt, model_b.ckpt)
-        with _progress.enabled(progress):
-            return diff_lm_checkpoints(ckpts, ("model_a", "model_b"), chosen, data, LoadSettings())
-    _no_samples(samples)
-    refuse_other_task(chosen, "classify")
-    if chosen.scope not in ("head", "network"):
-        raise LayaError(f"scope {chosen.scope}: a classifiers' diff takes head or network")
-    removal = Removal.parse(chosen.ablation)
-    check_comparable(model_a, model_b, "model_a", "model_b")
-    check_diff(model_a, model_b, removal, chosen.scope)
-    images = chosen.scope != "head"  # the network runs on images
+    task, other = task_for(model_a), task_for(model_b)
+    if task is not other:
+        raise LayaError("laya diff compares two language models or two classifiers, not one of each")
+    refuse_other_task(chosen, task.name)
     with _progress.enabled(progress):
-        data_a, data_b = (loader_eval_data(m, loader, chosen.device, images) for m in (model_a, model_b))
-        return compare_models(model_a, model_b, data_a, data_b, chosen, removal, chosen.device, chosen.scope)
+        return task.diff((model_a, model_b), loader, chosen, samples)
 
 
 # --------------------------------------------------------------------------- load
@@ -426,6 +328,4 @@ def load(path: str | Path, backbone: nn.Module | None = None) -> Model:
             needs ``backbone``.
     """
     ckpt = read_checkpoint(path)
-    if checkpoint_task(ckpt) == "lm":
-        return lm_from_checkpoint(ckpt)
-    return model_from_checkpoint(ckpt, backbone)
+    return task_for(ckpt).load(ckpt, backbone=backbone)

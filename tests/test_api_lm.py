@@ -62,8 +62,11 @@ def test_the_api_and_the_command_line_train_the_same_heads(fitted, lm_dir, tmp_p
 def test_two_versions_of_a_language_model_are_diffed_per_token(fitted, lm_dir):
     other = laya_cli.fit(f"hf:{lm_dir / 'model'}", f"text:{lm_dir / 'corpus'}", task="lm", progress=False,
                          **{**SMALL, "seed": 4})  # fmt: skip
-    doc = laya_cli.diff(fitted, other, samples=100, bootstrap=50, progress=False)
+    result = laya_cli.diff(fitted, other, samples=100, bootstrap=50, progress=False)
+    assert isinstance(result, laya_cli.api.DiffResult) and result.kind == "tokens" and result.changed == []
+    doc = result.to_dict()  # the one result type of a diff; its document that of laya diff --json
     assert doc["settings"]["task"] == "lm" and set(doc["scopes"]["head"]["methods"]) >= {"laya", "gradxact"}
+    assert "tokens" in repr(result) or "laya diff" in repr(result)
 
 
 @pytest.mark.parametrize(

@@ -154,14 +154,15 @@ def test_laya_info_needs_torch_and_nothing_on_top_of_it(digits_ckpt):
 
 # What each package (or top-level module) may import from the rest of laya_cli (docs/architecture.md): data
 # flows one way, runtime < backbones < data < features < model < auditing < training < gates < depthing
-# < exporting; report formats what it is given; the command line and the Python API sit on top. The package
-# root (``__version__``) may be imported from anywhere.
+# < exporting (whose ``tasks`` call every stage); report formats what it is given; the command line and the
+# Python API sit on top. The package root (``__version__``) may be imported from anywhere.
 _PIPELINE = ("runtime", "stats", "backbones", "data", "features", "model", "auditing", "training")
 MAY_IMPORT = {
     **{pkg: set(_PIPELINE[:i]) for i, pkg in enumerate(_PIPELINE)},
     "gates": {"runtime", "stats", "auditing.names"},  # no torch: the vocabulary and numpy statistics only
     "depthing": {*_PIPELINE, "report.notebook"},
-    "exporting": {"runtime", "stats", "data", "features", "model", "auditing", "gates", "report"},
+    # exporting is the topmost stage: its ``tasks`` (the one Task interface, chosen once) calls every stage's job
+    "exporting": {*_PIPELINE, "gates", "depthing", "report"},
     "report": {"stats"},  # stats.timing: the verdict of a timing recorded before verdicts were
     "api": {*_PIPELINE, "gates", "depthing", "exporting"},
     "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report"},

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from types import SimpleNamespace
 
 from torch import Tensor
 
 from ..data.settings import EvalRequest
-from ..model.checkpoint import checkpoint_task, read_checkpoint, untrained_backbone
+from ..model.checkpoint import untrained_backbone
 from ..model.evaldata import EvalData, load_eval_data
 from ..model.laya_model import model_from_checkpoint
-from ..model.lm_heads import lm_from_checkpoint
-from ..model.settings import LoadSettings
-from ..runtime.declare import refuse_other_task
 from ..runtime.device import check_precision, resolved_precision
 from ..runtime.device import precision as device_precision
 from ..runtime.distributed import is_main
@@ -37,7 +33,6 @@ from ..runtime.progress import log
 from .budget import Halver, plan_audit
 from .estimate import audit_eta
 from .head_scope import record_collapse, run_audit
-from .lm import TOKENS_AUDITED, token_audit_job
 from .metrics import accuracy, check_removal
 from .network.batches import NetworkRun, network_scope, run_network
 from .network.checks import check_network_scope
@@ -47,33 +42,20 @@ from .results import AuditResult
 from .settings import AuditSettings
 
 
-def audit_checkpoint(
+def audit_classifier_checkpoint(
     path,
+    ckpt: dict,
     methods: Sequence[str],
     settings: AuditSettings,
     scope: str,
     data: EvalRequest,
-    load: LoadSettings,
     check_planned: Callable = lambda samples, model: None,
     run: RunSettings | None = None,
 ) -> AuditResult:
-    """``laya audit``'s job on a checkpoint file, whichever its task: a classifier audited on its test split (or
-    ``data``'s), a language model on ``data.samples`` held-out positions (``TOKENS_AUDITED`` by default). The
-    settings of the other task are refused in one line first; ``check_planned(samples, model)``: what the caller
-    checks against the model before any work (the gates' baseline); ``run``: the memory the batches are planned
-    within, the precision and the feature cache (a language model's audit reads the memory; None: the batches as
-    given, the defaults)."""
-    ckpt = read_checkpoint(path)  # once: the model is rebuilt from this very dict
-    task = checkpoint_task(ckpt)
-    refuse_other_task(data, task)
-    refuse_other_task(load, task)
-    if task == "lm":
-        model = lm_from_checkpoint(ckpt, load.device_map).to(settings.device)
-        check_planned(data.samples, SimpleNamespace(head_kind="laya", layer_names=ckpt["layers"]))
-        samples = data.samples or TOKENS_AUDITED
-        result = token_audit_job(model, methods, settings, scope, data.dataset, samples, run and run.memory)
-        result.settings.update({"model": str(path), "samples": data.samples})
-        return result
+    """``laya audit``'s job on a classifier's checkpoint (``ckpt``, read from ``path``; the task chose it:
+    ``exporting.tasks``), audited on its test split (or ``data``'s). ``check_planned(samples, model)``: what the
+    caller checks against the model before any work (the gates' baseline); ``run``: the memory the batches are
+    planned within, the precision and the feature cache (None: the batches as given, the defaults)."""
     laya_model = model_from_checkpoint(ckpt)
     check_planned(data.samples, laya_model)
     load_data = partial(

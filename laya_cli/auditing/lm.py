@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from torch import Tensor
 from ..backbones.engines import HookEngine, block_input
 from ..features.extraction import LayerFeatures
 from ..features.lm_positions import batches, token_states
-from ..model.lm_heads import LayaLM
+from ..model.lm_heads import LayaLM, lm_from_checkpoint
 from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
@@ -74,16 +75,13 @@ def held_out_text(model: LayaLM, dataset: str | None, encoding: str | None = Non
     """(name, corpus, block size): the text a language model's held-out positions come from (``--dataset
     text:PATH``, default its training text, in the encoding it was read in), checked and opened; nothing is read
     yet."""
-    from ..data.corpus import open_corpus
+    from ..data.datasets import open_named_corpus
 
     name = dataset or model.ckpt["dataset"]["name"]
-    prefix, _, path = name.partition(":")
-    if prefix != "text" or not path:
-        raise LayaError(f"a language model reads text: --dataset text:PATH, not {name}")
     config = model.ckpt.get("train_config") or {}
     if encoding is None and dataset is None:  # its own text: as it was read in training
         encoding = config.get("encoding")
-    corpus = open_corpus(path, config.get("text_column"), encoding)
+    corpus = open_named_corpus(name, "a language model reads text", config.get("text_column"), encoding)
     return name, corpus, int(model.ckpt["dataset"]["block_size"])
 
 
@@ -364,6 +362,20 @@ def token_audit_job(
     if plan is not None:
         result.notes += plan.notes
         result.memory = plan.to_dict(peak_memory_mb(settings.device), peak_measure(settings.device))
+    return result
+
+
+def audit_lm_checkpoint(
+    path, ckpt: dict, methods: Sequence[str], settings: AuditSettings, scope: str, data, load, check_planned, run=None
+) -> AuditResult:
+    """``laya audit``'s job on a language model's checkpoint (``ckpt``, read from ``path``; the task chose it:
+    ``exporting.tasks``): ``data.samples`` held-out positions (``TOKENS_AUDITED`` by default), the model placed by
+    ``load.device_map``; ``run`` (``RunSettings``): a language model's audit reads its memory."""
+    model = lm_from_checkpoint(ckpt, load.device_map).to(settings.device)
+    check_planned(data.samples, SimpleNamespace(head_kind="laya", layer_names=ckpt["layers"]))
+    samples = data.samples or TOKENS_AUDITED
+    result = token_audit_job(model, methods, settings, scope, data.dataset, samples, run and run.memory)
+    result.settings.update({"model": str(path), "samples": data.samples})
     return result
 
 

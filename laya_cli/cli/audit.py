@@ -49,9 +49,9 @@ def audit(
     gates: GateSettings,
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
-    from ..auditing.job import audit_checkpoint
     from ..auditing.names import parse_methods
     from ..auditing.settings import compare_for
+    from ..exporting.tasks import audit_checkpoint
     from ..gates.outcome import GateRequest
     from ..runtime.device import resolved
 

@@ -1,5 +1,5 @@
 """``laya bench``: train every head with every seed, audit each and compare (the job:
-``training.bench.run_bench``). The speed benchmarks are the checkout's ``python -m benchmarks``.
+the task's bench, ``exporting.tasks.bench``). The speed benchmarks are the checkout's ``python -m benchmarks``.
 
 The bench's own options are ``BenchRequest``'s declared settings (heads, seeds, the output folder); the backbone,
 data and head options ``TrainRequest``'s (those a bench varies or fixes are left out); the audit's five
@@ -43,10 +43,11 @@ def bench(
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
     head and the tuned lens of a causal language model, per layer, over seeds)."""
+    from ..exporting.tasks import bench as run_bench
+    from ..exporting.tasks import task_for
     from ..runtime.declare import evolve
     from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
-    from ..training.bench import run_bench
 
     # the bench's base seed is each run's seed and its split's; the device picked: a new request
     train = resolved(req.train, seed=bench.base_seed)
@@ -55,11 +56,15 @@ def bench(
     with progress.enabled(not quiet):
         bench.validate()
         check_new_outputs({"--json": json_out, "--markdown": markdown}, overwrite)
-        result = run_bench(bench, None if quiet else print_lm_run if req.is_lm else print_run)
-    if req.is_lm:
-        return render_lm(result, quiet, (json_out, markdown))
-    render(result, bench, quiet, json_out, markdown)
-    log_bench_run(f"{req.data.name}-{req.backbone}", result, [json_out, markdown])
+        run_line, render_bench = SHOWN[task_for(req).name]  # the bench's task, chosen once
+        result = run_bench(bench, None if quiet else run_line)
+    render_bench(result, bench, quiet, (json_out, markdown))
+
+
+def render_classifiers(result, bench: BenchRequest, quiet: bool, files) -> None:
+    """A classifiers' bench: its tables and files, and the tracker's run."""
+    render(result, bench, quiet, *files)
+    log_bench_run(f"{bench.train.data.name}-{bench.train.backbone}", result, list(files))
 
 
 def print_run(o, i: int, n: int) -> None:
@@ -92,7 +97,7 @@ def log_bench_run(name: str, result, files) -> None:
     log_bench(current_run().track(f"bench {name}"), result.to_dict(), files)
 
 
-def render_lm(doc: dict, quiet: bool, files) -> None:
+def render_lm(doc: dict, bench: BenchRequest, quiet: bool, files) -> None:
     """A language model's bench: its tables, the JSON and the Markdown asked for."""
     from ..report.lm import lm_bench_markdown, lm_bench_tables
     from ..runtime.fileio import strict_json
@@ -111,3 +116,7 @@ def print_lm_run(rec: dict, i: int, n: int) -> None:
         f"bits/token  ({what})",
         highlight=False,
     )
+
+
+# What each task's bench shows: a line per finished run, then its tables and files.
+SHOWN = {"classify": (print_run, render_classifiers), "lm": (print_lm_run, render_lm)}

@@ -31,7 +31,7 @@ def depth(
     run: RunSettings,
 ):
     """How deep must the model be? Accuracy and compute when cut after each tap, early exit, a shallower model out."""
-    from ..depthing.job import depth_checkpoint
+    from ..exporting.tasks import depth_checkpoint
     from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
 
@@ -55,9 +55,10 @@ def check_writes(truncate, drop, out, plot) -> None:
         raise LayaError("--out names the checkpoint --truncate K or --drop K writes; add one of them")
 
 
-def check_plot(plot, task: str) -> None:
-    """``--plot`` draws a classifier's truncation curve: a language model's depth is its early exit per token."""
-    if plot is not None and task == "lm":
+def check_plot(plot, task) -> None:
+    """``--plot`` draws a classifier's truncation curve: a language model's depth is its early exit per token
+    (``task``: the checkpoint's ``Task``)."""
+    if plot is not None and not task.depth_curve:
         raise LayaError("--plot draws a classifier's truncation curve; a language model's depth is its early exit "
                         "per token (--json, --markdown)")  # fmt: skip
 

@@ -1,5 +1,5 @@
 """``laya diff A.pt B.pt``: what changed between two versions of a model on the same samples (the job:
-``auditing.diff.job.diff_checkpoints``); exit 1 when ``--fail-if-changed`` names a class (or ``any``) that changed.
+``exporting.tasks.diff_checkpoints``); exit 1 when ``--fail-if-changed`` names a class (or ``any``) that changed.
 Like the other commands it takes ``--config``, ``-v`` and ``--log-to`` (``LayaCommand``, command.py) and ``-q``."""
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def diff(
 ):
     """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests; of a
     language model: per token, the change of each method's faithfulness and Deletion@1, with paired intervals."""
-    from ..auditing.diff.compare import DiffResult
-    from ..auditing.diff.job import check_gate, diff_checkpoints
+    from ..auditing.diff.job import check_gate
+    from ..exporting.tasks import diff_checkpoints
     from ..report.diff import diff_markdown, diff_rich_tables, lm_diff_markdown, lm_diff_rich_tables
     from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
@@ -54,8 +54,8 @@ def diff(
     with progress.enabled(not quiet):
         result = diff_checkpoints(model_a, model_b, settings, data, load, partial(check_gate_of, fail_if_changed))
     paths, files = (model_a, model_b), (json_out, markdown)
-    if not isinstance(result, DiffResult):  # two language models: the JSON document
-        return render(result, lm_diff_rich_tables, lm_diff_markdown, paths, quiet, files)
+    if result.kind == "tokens":  # two language models: per method, layer and position, no class to gate
+        return render(result.to_dict(), lm_diff_rich_tables, lm_diff_markdown, paths, quiet, files)
     render(result.to_dict(), diff_rich_tables, diff_markdown, paths, quiet, files)
     gate = check_gate(fail_if_changed, list(result.classes))
     hit = result.changed if gate == "any" else [c for c in result.changed if c == gate] if gate else []

@@ -31,7 +31,7 @@ def export(
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display needed (figures.py draws without pyplot anyway)
-    from ..exporting.job import export_checkpoint
+    from ..exporting.tasks import export_checkpoint
     from ..runtime.device import resolved
     from ..runtime.tracking.events import log_export
     from .command import current_run

@@ -20,9 +20,9 @@ from .options import Quiet, Replace
 @with_settings(req=TrainRequest)
 def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainRequest):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
+    from ..exporting.tasks import train as run_training
     from ..runtime.device import resolved
     from ..runtime.tracking.events import log_train
-    from ..training.job import train as run_training
     from .command import current_run
 
     check_new_checkpoint(req, overwrite)

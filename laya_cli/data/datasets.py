@@ -17,6 +17,7 @@ import torch
 
 from ..runtime.environment import data_dir, offline
 from ..runtime.errors import LayaError, match_choice
+from .corpus import Corpus, open_corpus
 from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
 from .settings import LABELS, DataRequest
 from .splits import (  # noqa: F401  (datasets.DataSplits etc.: where they lived before splits.py)
@@ -414,6 +415,25 @@ PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
     "csv": load_text,
     "jsonl": load_text,
 }
+
+# Language models' corpora named PREFIX:PATH (``--task lm``): documents streamed and packed in blocks (corpus.py).
+CORPORA: dict[str, Callable[..., Corpus]] = {"text": open_corpus}
+
+
+def corpus_path(name: str, reader: str) -> str:
+    """The path of the corpus ``name`` (``text:PATH``), checked before any model is loaded; else the one-line error
+    that ``reader`` (who reads it) reads a corpus, not ``name``."""
+    prefix, _, path = name.partition(":")
+    if prefix not in CORPORA or not path:
+        raise LayaError(f"{reader}: --dataset text:PATH, not {name}")
+    return path
+
+
+def open_named_corpus(name: str, reader: str, text_column: str | None = None, encoding: str | None = None) -> Corpus:
+    """The corpus ``name`` (``text:PATH``) opened by its prefix's reader; nothing is read yet."""
+    path = corpus_path(name, reader)  # first: a name of no corpus is the one-line error
+    return CORPORA[name.partition(":")[0]](path, text_column, encoding)
+
 
 # The dataset name a checkpoint records when its head was trained from the user's own DataLoader
 # (``laya_cli.fit``): no registry entry, so auditing it from the command line needs --dataset.

@@ -14,12 +14,11 @@ from pathlib import Path
 
 from ..auditing.budget import plan_rows
 from ..data.settings import EvalRequest
-from ..model.checkpoint import checkpoint_task, read_checkpoint
 from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_features
 from ..model.laya_model import model_from_checkpoint
 from ..model.lm_heads import LayaLM, lm_from_checkpoint
 from ..model.settings import LoadSettings
-from ..runtime.declare import evolve, refuse_other_task
+from ..runtime.declare import evolve
 from ..runtime.environment import RunSettings
 from ..runtime.fileio import check_new_outputs
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
@@ -32,29 +31,19 @@ from .truncation import check_k, check_maskable
 LM_EXIT_TOKENS = 20_000  # a language model's default --samples: held-out positions of the early-exit sweep
 
 
-def depth_checkpoint(
+def depth_classifier_checkpoint(
     path,
+    ckpt: dict,
     settings: DepthSettings,
     data: EvalRequest,
-    load: LoadSettings,
     out: str | Path | None = None,
-    on_task: Callable[[str], None] = lambda task: None,
     run: RunSettings | None = None,
     overwrite: bool = False,
-) -> DepthResult | TruncateResult | DropResult | TokenExitResult:
-    """``laya depth``'s job on a checkpoint file, whichever its task: a classifier's analysis, truncated or thinned
-    checkpoint (``depth_job``) on its test split (or ``data``'s), a language model's early exit per token
-    (``token_exit.token_exit_job``) on its held-out text. The settings of the other task are refused in one line
-    first, and ``on_task(task)`` checks what the caller asks of that task (a plot of a classifier's curve).
-    ``run``: the memory the batches are planned within and the feature cache (None: the batch size as given, the
-    cache used); ``overwrite``: replace an existing ``out``."""
-    ckpt = read_checkpoint(path)
-    task = checkpoint_task(ckpt)
-    for given in (settings, data, load):
-        refuse_other_task(given, task)
-    on_task(task)
-    if task == "lm":
-        return token_depth(lm_from_checkpoint(ckpt, load.device_map), settings, data, path)
+) -> DepthResult | TruncateResult | DropResult:
+    """``laya depth``'s job on a classifier's checkpoint (``ckpt``, read from ``path``; the task chose it:
+    ``exporting.tasks``): its analysis, truncated or thinned checkpoint (``depth_job``) on its test split (or
+    ``data``'s). ``run``: the memory the batches are planned within and the feature cache (None: the batch size as
+    given, the cache used); ``overwrite``: replace an existing ``out``."""
     model = model_from_checkpoint(ckpt)
     if settings.drop is not None:
         where = (data.dataset, data.data_dir, data.samples, settings.seed, data.encoding)
@@ -68,6 +57,11 @@ def depth_checkpoint(
     if settings.truncate is None:
         result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
     return result
+
+
+def lm_depth_checkpoint(path, ckpt: dict, settings: DepthSettings, data: EvalRequest, load: LoadSettings, **_):
+    """``laya depth``'s job on a language model's checkpoint: its early exit per token (``token_depth``)."""
+    return token_depth(lm_from_checkpoint(ckpt, load.device_map), settings, data, path)
 
 
 def token_depth(model: LayaLM, settings: DepthSettings, data: EvalRequest, path) -> TokenExitResult:

@@ -26,6 +26,7 @@ from ..runtime.errors import LayaError
 EXIT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0)
 # A language model's (docs/lm.md): its next-token distribution is flatter than a classifier's
 TOKEN_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999, 1.0)
+DEFAULT_THRESHOLDS = {"classify": EXIT_THRESHOLDS, "lm": TOKEN_THRESHOLDS}  # per task (``thresholds_for``)
 
 
 DROP_ORDERS = ("alpha", "block-influence", "network", "reverse", "greedy")  # laya depth --drop: which layers go first
@@ -105,7 +106,7 @@ class DepthSettings(Settings):
         """The thresholds given, or the task's default (a classifier's, or a language model's per token)."""
         if self.thresholds is not None:
             return self.thresholds
-        return TOKEN_THRESHOLDS if task == "lm" else EXIT_THRESHOLDS
+        return DEFAULT_THRESHOLDS[task]
 
     def validate(self) -> DepthSettings:
         if self.thresholds is not None:

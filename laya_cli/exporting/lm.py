@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..features.lm_positions import batches, token_states
-from ..model.lm_heads import LayaLM, chunks
+from ..model.lm_heads import LayaLM, chunks, lm_from_checkpoint
 from ..runtime import fileio, progress
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import json_safe, strict_json
@@ -323,3 +323,11 @@ def run_token_export(
     check_out_dir(out, overwrite)
     exp = compute_token_export(model, dataset, samples or TOKENS_EXPORTED, info, encoding)
     return write_token_export(exp, out, fmt, plots, overwrite)
+
+
+def export_lm_checkpoint(path, ckpt: dict, out, settings, data, load, overwrite: bool = False) -> TokenExport:
+    """``laya export`` of a language model's checkpoint (``ckpt``, read from ``path``; the task chose it:
+    ``tasks``), the model placed by ``load.device_map``."""
+    model = lm_from_checkpoint(ckpt, load.device_map).to(settings.device)
+    fmt, info = settings.format or default_token_format(), {"checkpoint": str(path)}
+    return run_token_export(model, out, fmt, settings.plots, data.dataset, data.samples, overwrite, info, data.encoding)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -54,8 +55,10 @@ class LayaModel:
         classes: class names in label order.
         reference: r̄_i, the mean training feature of each layer (the reference a removal by mean puts in place).
         checkpoint: the training record (dataset, history, metrics, settings) as in the checkpoint.
+        task: ``"classify"`` (a language model's heads, ``LayaLM``, say ``"lm"``): the name ``task_for`` reads.
     """
 
+    task: ClassVar[str] = "classify"
     backbone: TappedBackbone
     head: nn.Module
     spec: BackboneSpec

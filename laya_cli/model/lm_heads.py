@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -251,8 +251,10 @@ def kl_and_ce(logits: Tensor, ref: Reference, y: Tensor) -> tuple[Tensor, Tensor
 
 @dataclass
 class LayaLM:
-    """A ``--task lm`` checkpoint rebuilt: the tapped model and its readout, the two trained heads, r̄ per layer."""
+    """A ``--task lm`` checkpoint rebuilt: the tapped model and its readout, the two trained heads, r̄ per layer. As
+    ``LayaModel``: ``task`` (``"lm"``), ``checkpoint``, ``to_checkpoint()``, ``save``, ``to``, ``layer_names``."""
 
+    task: ClassVar[str] = "lm"
     lm: LanguageModel
     laya: LayaLMHead
     tuned: TunedLens  # a checkpoint trained with --lens logit|none has none: identity translators, the logit lens
@@ -275,6 +277,11 @@ class LayaLM:
     @property
     def checkpoint(self) -> dict:
         """The checkpoint it was rebuilt from (as ``LayaModel.checkpoint``): its metrics, history, options."""
+        return self.ckpt
+
+    def to_checkpoint(self) -> dict:
+        """The checkpoint dict (as ``LayaModel.to_checkpoint``): the heads are not trained further after it was
+        written, so it is the one it was rebuilt from."""
         return self.ckpt
 
     def save(self, path) -> Path:
@@ -324,7 +331,3 @@ def same_frozen_model(a: dict, b: dict) -> bool:
     ``backbone`` records equal), so one loaded copy serves both (``laya diff``: a model placed over every device
     by ``--device-map`` is not loaded twice)."""
     return a["backbone"] == b["backbone"]
-
-
-def is_language_model(ckpt: dict) -> bool:
-    return ckpt.get("task") == "lm"

@@ -181,13 +181,28 @@ def depth_html(doc: dict) -> str:
 # --------------------------------------------------------------------------- laya diff
 
 
-def diff_text(doc: dict) -> str:
-    from .diff import diff_rich_tables
+def diff_text(doc: dict, kind: str = "classes") -> str:
+    """A diff's tables as plain text; ``kind``: what they hold (``DiffResult.kind``: classes, or tokens)."""
+    from .diff import diff_rich_tables, lm_diff_rich_tables
 
-    return plain_text("DiffResult", diff_rich_tables(doc))
+    tables = {"classes": diff_rich_tables, "tokens": lm_diff_rich_tables}[kind]
+    return plain_text("DiffResult", tables(doc))
 
 
-def diff_html(doc: dict) -> str:
+def diff_html(doc: dict, kind: str = "classes") -> str:
+    return {"classes": _class_diff_html, "tokens": _token_diff_html}[kind](doc)
+
+
+def _token_diff_html(doc: dict) -> str:
+    """Two language models' diff: its tables (the terminal's, as text: per method, layer and position)."""
+    from html import escape
+
+    from .diff import lm_summary_line
+
+    return page("laya diff", lm_summary_line(doc), [f"<pre>{escape(diff_text(doc, 'tokens'))}</pre>"])
+
+
+def _class_diff_html(doc: dict) -> str:
     import numpy as np
 
     from .diff import CLASS_HEADER, LAYER_HEADER, class_rows, layer_rows, summary_line

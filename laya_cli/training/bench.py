@@ -453,12 +453,10 @@ class BenchResult:
 
 
 def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:
-    """Train and audit every (head, seed) run that is not already finished, then aggregate; a language model's
-    bench (``--task lm``) is ``bench_lm.run_lm_bench``'s and returns its JSON document."""
-    if bench.validate().train.is_lm:
-        from .bench_lm import run_lm_bench
-
-        return run_lm_bench(bench, on_run)
+    """A classifier's bench: train and audit every (head, seed) run that is not already finished, then aggregate
+    (a language model's, ``--task lm``, is ``bench_lm.run_lm_bench``'s: the request's task chooses,
+    ``exporting.tasks``)."""
+    bench.validate()
     if distributed.active() or distributed.env_world_size() > 1:
         raise LayaError(
             "laya bench runs in one process, not under torchrun; run it with plain `laya bench` "

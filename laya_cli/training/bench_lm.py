@@ -7,7 +7,7 @@ then each figure's mean and 95 % Student-t interval over the seeds (``bench.seed
 Runs go to ``OUT/<text>-<model>-lm/<objective>-seed<S>.pt`` beside a ``.json`` record of the audit; a checkpoint
 whose recorded training options match is reused (and its audit, when the audit options match too), so an
 interrupted bench continues where it stopped. Each function takes the bench's one request, ``bench.BenchRequest``
-(not imported: ``bench.run_bench`` calls this module)."""
+(not imported: the language model's task, ``exporting.tasks``, calls this module)."""
 
 from __future__ import annotations
 

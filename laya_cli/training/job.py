@@ -38,7 +38,7 @@ from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
 from .defaults import resolved_alignment, resolved_request, without_bypass_default
-from .lm import LMEpoch, train_lm
+from .lm import LMEpoch
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .network_target import network_alignment
 from .settings import NETWORK_TARGETS, TrainConfig, TrainRequest, check_alpha_options
@@ -374,11 +374,9 @@ def _attached_spec(tapped: Tapped, frozen: bool) -> bb.BackboneSpec:
 
 
 def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
-    """``laya train`` and ``laya_cli.fit`` of a named model: the request's dataset and backbone through
-    ``train_model`` (a language model's, ``--task lm``: its heads per position, ``training.lm``); writes the
-    checkpoint and returns it. The caller's request is never changed."""
-    if req.is_lm:
-        return train_lm(copy.deepcopy(req), on_epoch)
+    """``laya train`` of a named classifier: the request's dataset and backbone through ``train_model``; writes the
+    checkpoint and returns it. The caller's request is never changed. (A language model's, ``--task lm``, is
+    ``training.lm.train_lm``: the request's task chooses, ``exporting.tasks``.)"""
     req = _checked(req)
     data = load_dataset(req.data)
     if data.skipped:

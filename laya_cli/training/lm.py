@@ -22,7 +22,8 @@ from torch import Tensor
 from ..backbones.lm import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokenizers import set_tokenizer, train_tokenizer
-from ..data.corpus import Corpus, open_corpus
+from ..data.corpus import Corpus
+from ..data.datasets import corpus_path, open_named_corpus
 from ..features.lm_positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
 from ..model.lm_heads import (
@@ -44,7 +45,7 @@ from ..runtime.fileio import check_writable
 from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
 from .lm_alignment import TokenAlignment
-from .loop import check_finite_weights, non_finite_loss
+from .loop import EarlyStopping, check_finite_weights, epochs, non_finite_loss
 from .settings import TrainRequest
 from .shaping import layer_dropout_mask
 
@@ -60,16 +61,11 @@ class LMEpoch:
     best: bool
 
 
-def check_corpus_name(dataset: str) -> str:
-    """The corpus path of ``--dataset text:PATH``, or the one-line error (before any model is loaded)."""
-    prefix, _, path = dataset.partition(":")
-    if prefix != "text" or not path:
-        raise LayaError(f"--task lm reads a text corpus: --dataset text:PATH, not {dataset}")
-    return path
+CORPUS_READER = "--task lm reads a text corpus"  # who reads the corpus, in the error of any other --dataset
 
 
 def _corpus(req: TrainRequest) -> Corpus:
-    return open_corpus(check_corpus_name(req.data.name), req.data.text_column, req.data.encoding)
+    return open_named_corpus(req.data.name, CORPUS_READER, req.data.text_column, req.data.encoding)
 
 
 def _with_tokenizer(lm: LanguageModel, corpus: Corpus) -> None:
@@ -346,7 +342,7 @@ def resolved_lm_request(req: TrainRequest) -> TrainRequest:
     defaults (``training.defaults``: λ 1 against the network target; a target given alone is λ 1), what the head
     reads resolved. Idempotent: ``laya bench`` resolves its template once, each run again."""
     req.validate()
-    check_corpus_name(req.data.name)
+    corpus_path(req.data.name, CORPUS_READER)
     req.train = resolved_alignment(req.train, "lm", False, "laya", pool="last")
     if req.train.align_removal not in ("auto", "bypass"):
         raise LayaError(f"--align-removal {req.train.align_removal}: a language model's layers are removed by bypass "
@@ -400,8 +396,8 @@ def _epochs(lm, laya, tuned, corpus, req: TrainRequest, block: int, terms, on_ep
     epoch's held-out figures and its weights."""
     opt, reference, aligned, exit_aware = terms
     t, settings = req.train, req.lm
-    history, best, best_state, metrics, stale = [], None, None, None, 0
-    for epoch in range(1, t.epochs + 1):
+    history, metrics, stopping = [], None, EarlyStopping(t.patience, best_accuracy=-math.inf)  # lower is better
+    for epoch in epochs(1, t.epochs, stopping):
         start = time.perf_counter()
         summed = reference if epoch == 1 else None
         loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, summed, aligned, exit_aware)
@@ -410,20 +406,21 @@ def _epochs(lm, laya, tuned, corpus, req: TrainRequest, block: int, terms, on_ep
         score = val["heads"]["laya"][settings.objective]
         if not math.isfinite(score):  # finite weights whose held-out figures are not: as diverged
             raise non_finite_loss(t, epoch, "in the held-out evaluation")
-        improved = best is None or score < best
+        improved = stopping.update(-score, (laya, tuned), _kept_weights)
         record = LMEpoch(epoch, loss, val["heads"]["laya"]["kl"], val["heads"]["laya"]["ce"],
                          time.perf_counter() - start, improved)  # fmt: skip
         history.append(asdict(record))
         if on_epoch:
             on_epoch(record)
         if improved:
-            weights = (copy.deepcopy(stored_weights(laya)), tuned and copy.deepcopy(stored_weights(tuned)))
-            best, best_state, metrics, stale = score, weights, val, 0  # deepcopy: .cpu() aliases
-        else:
-            stale += 1
-            if stale >= t.patience:
-                break
-    return history, metrics, best_state
+            metrics = val
+    return history, metrics, stopping.best_model
+
+
+def _kept_weights(heads: tuple) -> tuple:
+    """The LAYA head's and the tuned lens's trained weights, copied (deepcopy: ``.cpu()`` aliases)."""
+    laya, tuned = heads
+    return copy.deepcopy(stored_weights(laya)), tuned and copy.deepcopy(stored_weights(tuned))
 
 
 def train_config(req: TrainRequest) -> dict:

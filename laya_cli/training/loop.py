@@ -91,25 +91,36 @@ class EpochRecord:
 
 @dataclass
 class EarlyStopping:
-    """Early stopping on a validation score (the accuracy, or accuracy + α's faithfulness with ``--stop-on
-    combined``): the best weights so far and the epochs since them."""
+    """The one early-stopping rule of both tasks: a higher validation score is better (a classifier's accuracy, or
+    accuracy + α's faithfulness with ``--stop-on combined``; a language model's held-out objective negated, from
+    ``best_accuracy`` −∞); the best weights so far and the epochs since them."""
 
     patience: int
     best_accuracy: float = -1.0  # the best score (named for the accuracy it was first, as resume states store it)
-    best_model: dict | None = None
+    best_model: dict | tuple | None = None
     since_best: int = 0
 
     @property
     def exhausted(self) -> bool:
         return self.since_best >= self.patience
 
-    def update(self, score: float, model: nn.Module) -> bool:
-        """Whether ``score`` is a new best; if so, ``model``'s weights are kept."""
+    def update(self, score: float, model, keep: Callable | None = None) -> bool:
+        """Whether ``score`` is a new best; if so, ``model``'s weights are kept (``keep(model)``: a copy of them
+        that later steps do not change; by default its state dict's)."""
         if score > self.best_accuracy:
-            self.best_accuracy, self.since_best, self.best_model = score, 0, _clone_state(model)
+            self.best_accuracy, self.since_best, self.best_model = score, 0, (keep or _clone_state)(model)
             return True
         self.since_best += 1
         return False
+
+
+def epochs(first: int, last: int, stopping: EarlyStopping) -> Iterator[int]:
+    """The one epoch loop of both tasks: epochs ``first`` … ``last``, until ``stopping`` has seen ``patience``
+    epochs without a better score."""
+    for epoch in range(first, last + 1):
+        if stopping.exhausted:
+            return
+        yield epoch
 
 
 @dataclass
@@ -245,9 +256,7 @@ def fit(
         run.load_state_dict(load_train_state(state_path, fingerprint, options))
         log(f"resuming after epoch {len(run.history)} from {state_path}")
     ddp = _data_parallel(model, cfg.device, data_parallel, _from_store(train_x), alignment, shaping)
-    for epoch in range(len(run.history) + 1, cfg.epochs + 1):
-        if run.stopping.exhausted:
-            break
+    for epoch in epochs(len(run.history) + 1, cfg.epochs, run.stopping):
         start = time.perf_counter()
         loss_sum, correct = _train_epoch(run, ddp, train_x, train_y, cfg, epoch)
         _check_finite_weights(model, cfg, epoch)  # before the epoch is kept in the resumable state

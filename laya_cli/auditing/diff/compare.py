@@ -30,33 +30,51 @@ QUANTITIES = ("alpha", "delta", "contrib")  # the per-layer means compared
 
 @dataclass
 class DiffResult:
+    """``laya diff``'s result, of either task: ``kind`` says what its tables hold — ``"classes"`` (two classifiers:
+    per class and layer, ``classes``, ``changed``) or ``"tokens"`` (two language models: per method, layer and
+    position in the block; ``tokens`` is that JSON document, built by ``diff.lm``). ``to_dict()`` is the JSON
+    ``laya diff --json`` writes for either."""
+
     settings: dict
     layers: list[str]
     n_samples: int
-    profile: str  # "alpha" or "|delta| share"
+    profile: str  # "alpha" or "|delta| share"; a language model's: "tokens"
     accuracy: dict
     overall: dict  # the whole set: js, p_value, and the per-layer means
     classes: dict[str, dict] = field(default_factory=dict)
+    tokens: dict | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_tokens(cls, doc: dict) -> DiffResult:
+        """Two language models' diff: its document (``diff.lm.diff_language_models``) as the one result type."""
+        return cls(doc["settings"], list(doc["layers"]), doc["n_samples"], "tokens", doc["accuracy"], {}, tokens=doc)
+
+    @property
+    def kind(self) -> str:
+        return "classes" if self.tokens is None else "tokens"
 
     def __repr__(self) -> str:
         """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
         from ...report.notebook import diff_text
 
-        return diff_text(self.to_dict())
+        return diff_text(self.to_dict(), self.kind)
 
     def _repr_html_(self) -> str:
-        """Jupyter's display: the tables and the class × layer picture of the change (B − A)."""
+        """Jupyter's display: the tables and the class × layer picture of the change (B − A); a language model's:
+        its tables."""
         from ...report.notebook import diff_html
 
-        return diff_html(self.to_dict())
+        return diff_html(self.to_dict(), self.kind)
 
     @property
     def changed(self) -> list[str]:
         """The classes whose layer usage changed: significantly (corrected p below the level) and by at least the
-        practical size (``--min-js``)."""
+        practical size (``--min-js``); a language model's diff has no classes."""
         return [c for c, v in self.classes.items() if v["changed"]]
 
     def to_dict(self) -> dict:
+        if self.tokens is not None:
+            return self.tokens
         return json_safe(
             {
                 "settings": self.settings,

@@ -10,14 +10,11 @@ import numpy as np
 from ...data.settings import EvalRequest, check_encoding
 from ...model.evaldata import load_eval_data
 from ...model.laya_model import model_from_checkpoint
-from ...model.settings import LoadSettings
-from ...runtime.declare import refuse_other_task
 from ...runtime.errors import LayaError
 from ..metrics import check_removal
 from ..network.checks import check_network_scope
 from ..settings import Removal
 from .compare import DiffResult, compare_profiles
-from .lm import checkpoint_kinds, diff_lm_checkpoints
 from .profiles import model_profiles, network_deltas
 from .settings import DiffSettings
 
@@ -46,25 +43,18 @@ def check_gate(changed_if: str | None, classes: list[str]) -> str | None:
     raise LayaError(f"--fail-if-changed {changed_if}: no such class (any, or one of {', '.join(classes)})")
 
 
-def diff_checkpoints(
-    path_a,
-    path_b,
+def diff_classifier_checkpoints(
+    paths: tuple[str, str],
+    ckpts: tuple[dict, dict],
     settings: DiffSettings,
     data: EvalRequest,
-    load: LoadSettings,
     on_classes: Callable[[list[str]], None] = lambda classes: None,
     use_cache: bool = True,
-) -> DiffResult | dict:
-    """``laya diff``'s job on two checkpoint files of one task: two classifiers compared class by class
-    (``diff_models``), two language models token by token (``tokens.diff_lm_checkpoints``: the JSON document). The
-    settings of the other task are refused in one line first; ``on_classes(classes)``: what the caller checks
-    against a classifier's classes before any work (``--fail-if-changed``; a language model's: none)."""
-    task, ckpts = checkpoint_kinds(str(path_a), str(path_b))
-    for given in (settings, data, load):
-        refuse_other_task(given, task)
-    if task == "lm":
-        on_classes([])
-        return diff_lm_checkpoints(ckpts, (str(path_a), str(path_b)), settings, data, load)
+) -> DiffResult:
+    """``laya diff``'s job on two classifiers' checkpoints (``ckpts``, read from ``paths``; their task chose it:
+    ``exporting.tasks``), compared class by class (``diff_models``); ``on_classes(classes)``: what the caller
+    checks against their classes before any work (``--fail-if-changed``)."""
+    path_a, path_b = paths
     a, b = (model_from_checkpoint(c) for c in ckpts)
     check_comparable(a, b, str(path_a), str(path_b))
     on_classes(list(a.classes))

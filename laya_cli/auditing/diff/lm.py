@@ -17,8 +17,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ...model.checkpoint import read_checkpoint
-from ...model.lm_heads import is_language_model, lm_from_checkpoint, same_frozen_model
+from ...model.lm_heads import lm_from_checkpoint, same_frozen_model
 from ...runtime.errors import LayaError
 from ...runtime.fileio import json_safe
 from ...stats.audit_columns import STATISTICS, masked, paired_change
@@ -30,17 +29,6 @@ from ..settings import AuditSettings
 
 METRICS = ("faithfulness", "deletion@1", "deletion@1_normalised")
 SCOPES = ("head", "network", "both")
-
-
-def checkpoint_kinds(path_a: str, path_b: str) -> tuple[str, tuple[dict, dict]]:
-    """Both checkpoints read, with their one task (``lm`` or ``classify``); one of each is refused in one line."""
-    a, b = read_checkpoint(path_a), read_checkpoint(path_b)
-    lm_a, lm_b = is_language_model(a), is_language_model(b)
-    if lm_a != lm_b:
-        lm, other = (path_a, path_b) if lm_a else (path_b, path_a)
-        raise LayaError(f"laya diff compares two language models or two classifiers: {lm} is a language model's "
-                        f"checkpoint (laya train --task lm), {other} a classifier's")  # fmt: skip
-    return ("lm" if lm_a else "classify"), (a, b)
 
 
 def diff_lm_checkpoints(ckpts: tuple[dict, dict], paths: tuple[str, str], settings, data, load) -> dict:
@@ -179,8 +167,8 @@ def diff_language_models(
     encoding: str | None = None,
     device_map: str | None = None,
 ) -> dict:
-    """``laya diff`` of two ``--task lm`` checkpoints (read: ``checkpoint_kinds``): both audited per token on the
-    same ``samples`` held-out positions at ``scope`` (head, network or both), compared; the JSON document.
+    """``laya diff`` of two ``--task lm`` checkpoints (read, their task chosen: ``exporting.tasks``): both audited per
+    token on the same ``samples`` held-out positions at ``scope`` (head, network or both), compared; the JSON document.
     ``device_map``: transformers' placement of each model (``--device-map``), one loaded after the other."""
     if scope not in SCOPES:
         raise LayaError(f"--scope {scope}: laya diff of language models takes head, network or both")
