@@ -1,5 +1,5 @@
 """``laya export``: per-sample layer attention as tables, PNG plots and report.html (the job:
-``exporting.job.export_checkpoint``)."""
+``exporting.tasks.export_checkpoint``)."""
 
 from __future__ import annotations
 
