@@ -44,6 +44,7 @@ from ..runtime.distributed import broadcast_object, is_main
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
+from ..runtime.shape import NONE, NUM, Each, Optional, shape_error
 from .profiles import (
     SHIFT_RANKED_FROM,
     alpha_col,
@@ -574,11 +575,74 @@ def depth_beside(model_path: str | Path) -> Path:
     return p.with_name(p.stem + ".depth.json")
 
 
+_NUM_OR_NONE = (*NUM, NONE)
+_EXIT_POINT = {"policy": str, "threshold": NUM, "accuracy": NUM, "delta": _NUM_OR_NONE, "mean_depth": NUM,
+               "flops_fraction": NUM, "time_fraction": Optional(_NUM_OR_NONE)}  # fmt: skip
+_SPAN = Optional(([NUM], NONE))
+_OPERATING_POINT = {"best": (_EXIT_POINT, NONE), "by_policy": Each((_EXIT_POINT, NONE))}
+# What report.html, its figure and the model's notes draw from a ``laya depth --json`` result, by type (the file's
+# other fields are free): checked before anything is drawn from it.
+DEPTH_SHAPE = {
+    "format": str,
+    "layers": [str],
+    "n_samples": int,
+    "head": str,
+    "full": {"accuracy": NUM},
+    "compute": {
+        "flops_full_model": _NUM_OR_NONE,
+        "seconds_per_image": Optional(([_NUM_OR_NONE], NONE)),
+        "seconds_full_model": Optional(_NUM_OR_NONE),
+        "seconds_full_model_range": _SPAN,
+        "time_repeats": Optional(int),
+        "time_batch": Optional(int),
+        "device": Optional(str),
+        "time_noisy": Optional(bool),
+    },
+    "truncation": [
+        {
+            "k": int,
+            "layer": str,
+            "accuracy": _NUM_OR_NONE,
+            "delta": _NUM_OR_NONE,
+            "macro_f1": _NUM_OR_NONE,
+            "flops": _NUM_OR_NONE,
+            "flops_block": _NUM_OR_NONE,
+            "flops_fraction": NUM,
+            "seconds_per_image": Optional(_NUM_OR_NONE),
+            "seconds_range": _SPAN,
+            "time_fraction": Optional(_NUM_OR_NONE),
+            "time_fraction_range": _SPAN,
+            "refit_accuracy": Optional(_NUM_OR_NONE),
+            "refit_delta": Optional(_NUM_OR_NONE),
+        }  # fmt: skip
+    ],
+    "early_exit": Optional(
+        (
+            {
+                "source": str,
+                "points": [_EXIT_POINT],
+                "operating_points": Optional(Each(_OPERATING_POINT)),
+            },
+            NONE,
+        )
+    ),
+    "oracle": {
+        "source": str,
+        "flops_fraction": NUM,
+        "time_fraction": Optional(_NUM_OR_NONE),
+        "histogram": [int],
+        "by_class": Each([int]),
+    },  # fmt: skip
+    "notes": Optional([str]),
+}
+
+
 def read_depth(
     model_path: str | Path, layers: Sequence[str], given: str | Path | None
 ) -> tuple[dict | None, str | None]:
-    """The ``laya depth --json`` result to show: the file given (bad or foreign: one-line error), else
-    MODEL.depth.json beside the checkpoint when present (bad or foreign: a note, and no section)."""
+    """The ``laya depth --json`` result to show: the file given (bad, foreign or malformed: one-line error), else
+    MODEL.depth.json beside the checkpoint when present (used: a note names it; bad, foreign or malformed: a note
+    says why it was skipped, and no section)."""
     path = Path(given).expanduser() if given is not None else depth_beside(model_path)
     if given is None and not path.is_file():
         return None, None
@@ -594,13 +658,16 @@ def read_depth(
                 f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
                 f"write one with laya depth MODEL --json FILE"
             )
-        if list(doc.get("layers", [])) != list(layers):
+        if (error := shape_error(doc, DEPTH_SHAPE)) is not None:
+            raise LayaError(f"--depth {path} is not a laya depth result ({error}); write one with laya depth MODEL "
+                            "--json FILE")  # fmt: skip
+        if list(doc["layers"]) != list(layers):
             raise LayaError(
-                f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
-                f"than this checkpoint's"
+                f"--depth {path} was computed for other layers ({', '.join(doc['layers'][:4])}…) than this checkpoint's"
             )
     except LayaError as e:
         if given is not None:
             raise
         return None, f"{path.name} beside the checkpoint was not shown: {e}"
-    return doc, None
+    used = None if given is not None else f"shown {path.name}, found beside the checkpoint (--depth FILE picks another)"
+    return doc, used
