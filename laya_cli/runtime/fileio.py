@@ -344,6 +344,7 @@ def remove_stale(path: str | Path) -> list[Path]:
     return removed
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # opening a link fails (ELOOP) instead of opening what it points to
 _claims: dict[Path, tuple[int, Path]] = {}  # this process's claimed outputs: the lock's fd and file
 _claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("laya_claiming", default=False)
 
@@ -371,9 +372,14 @@ def claim(path: str | Path) -> None:
         return  # a folder whose parents are still to be made: its temp lives elsewhere, nobody can write it yet
     lock = _lock_file(path)
     for _ in range(5):  # the lock file's previous owner may unlink it between our open and our flock
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:  # never through a link: a lock planted as a symlink would have laya truncate the file it points to
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666 & ~_umask())
         except OSError as e:
+            if os.path.islink(lock):
+                raise LayaError(
+                    f"{path}: its lock file {lock} is a symbolic link; laya never writes through a link: remove it "
+                    f"(rm {lock}) and run again"
+                ) from None
             raise write_error(path, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
