@@ -576,65 +576,49 @@ def depth_beside(model_path: str | Path) -> Path:
 
 
 _NUM_OR_NONE = (*NUM, NONE)
-_EXIT_POINT = {"policy": str, "threshold": NUM, "accuracy": NUM, "delta": _NUM_OR_NONE, "mean_depth": NUM,
-               "flops_fraction": NUM, "time_fraction": Optional(_NUM_OR_NONE)}  # fmt: skip
 _SPAN = Optional(([NUM], NONE))
+_EXIT_POINT = {"policy": str, "threshold": NUM, "accuracy": NUM, "delta": _NUM_OR_NONE, "mean_depth": NUM,
+               "flops_fraction": NUM, "time_fraction": _NUM_OR_NONE}  # fmt: skip
 _OPERATING_POINT = {"best": (_EXIT_POINT, NONE), "by_policy": Each((_EXIT_POINT, NONE))}
-# What report.html, its figure and the model's notes draw from a ``laya depth --json`` result, by type (the file's
-# other fields are free): checked before anything is drawn from it.
-DEPTH_SHAPE = {
-    "format": str,
-    "layers": [str],
-    "n_samples": int,
-    "head": str,
-    "full": {"accuracy": NUM},
-    "compute": {
-        "flops_full_model": _NUM_OR_NONE,
-        "seconds_per_image": Optional(([_NUM_OR_NONE], NONE)),
-        "seconds_full_model": Optional(_NUM_OR_NONE),
-        "seconds_full_model_range": _SPAN,
-        "time_repeats": Optional(int),
-        "time_batch": Optional(int),
-        "device": Optional(str),
-        "time_noisy": Optional(bool),
-    },
-    "truncation": [
-        {
-            "k": int,
-            "layer": str,
-            "accuracy": _NUM_OR_NONE,
-            "delta": _NUM_OR_NONE,
-            "macro_f1": _NUM_OR_NONE,
-            "flops": _NUM_OR_NONE,
-            "flops_block": _NUM_OR_NONE,
+_EARLY_EXIT = ({"source": str, "points": [_EXIT_POINT], "operating_points": Optional(Each(_OPERATING_POINT))}, NONE)
+_DEPTH_ROW = {"k": int, "layer": str, "accuracy": _NUM_OR_NONE, "delta": _NUM_OR_NONE, "macro_f1": _NUM_OR_NONE,
+              "flops": _NUM_OR_NONE, "flops_block": _NUM_OR_NONE, "flops_fraction": NUM, "seconds_range": _SPAN,
+              "time_fraction_range": _SPAN, "refit_delta": Optional(_NUM_OR_NONE)}  # fmt: skip
+# What a depth result that timed its depths must hold besides (the time columns and the caption's rounds)
+_TIMED_COMPUTE = {"seconds_per_image": list, "seconds_full_model": NUM, "seconds_full_model_range": _SPAN,
+                  "time_repeats": int, "time_batch": int, "device": str, "time_noisy": Optional(bool)}  # fmt: skip
+_TIMED_ROW = {"seconds_per_image": _NUM_OR_NONE, "time_fraction": _NUM_OR_NONE}
+
+
+def depth_shape(doc) -> dict:
+    """What report.html, its figure and the model's notes draw from a ``laya depth --json`` result, by type (the
+    file's other fields are free): checked before anything is drawn from it. A result that timed its depths must
+    hold the times; one whose heads were refitted, every depth's refitted accuracy."""
+    compute = (doc.get("compute") if isinstance(doc, dict) else None) or {}
+    rows = (doc.get("truncation") if isinstance(doc, dict) else None) or []
+    timed = isinstance(compute, dict) and compute.get("seconds_per_image") is not None
+    refit = isinstance(rows, list) and any(isinstance(r, dict) and "refit_accuracy" in r for r in rows)
+    return {
+        "format": str,
+        "layers": [str],
+        "n_samples": int,
+        "head": str,
+        "full": {"accuracy": NUM},
+        "compute": {"flops_full_model": _NUM_OR_NONE, **(_TIMED_COMPUTE if timed else {})},
+        "truncation": [
+            {**_DEPTH_ROW, **(_TIMED_ROW if timed else {}), **({"refit_accuracy": _NUM_OR_NONE} if refit else {})}
+        ],
+        "early_exit": Optional(_EARLY_EXIT),
+        "oracle": {
+            "source": str,
+            "mean_depth": NUM,
             "flops_fraction": NUM,
-            "seconds_per_image": Optional(_NUM_OR_NONE),
-            "seconds_range": _SPAN,
-            "time_fraction": Optional(_NUM_OR_NONE),
-            "time_fraction_range": _SPAN,
-            "refit_accuracy": Optional(_NUM_OR_NONE),
-            "refit_delta": Optional(_NUM_OR_NONE),
-        }  # fmt: skip
-    ],
-    "early_exit": Optional(
-        (
-            {
-                "source": str,
-                "points": [_EXIT_POINT],
-                "operating_points": Optional(Each(_OPERATING_POINT)),
-            },
-            NONE,
-        )
-    ),
-    "oracle": {
-        "source": str,
-        "flops_fraction": NUM,
-        "time_fraction": Optional(_NUM_OR_NONE),
-        "histogram": [int],
-        "by_class": Each([int]),
-    },  # fmt: skip
-    "notes": Optional([str]),
-}
+            "time_fraction": _NUM_OR_NONE,
+            "histogram": [int],
+            "by_class": Each([int]),
+        },  # fmt: skip
+        "notes": Optional([str]),
+    }
 
 
 def read_depth(
@@ -658,7 +642,7 @@ def read_depth(
                 f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
                 f"write one with laya depth MODEL --json FILE"
             )
-        if (error := shape_error(doc, DEPTH_SHAPE)) is not None:
+        if (error := shape_error(doc, depth_shape(doc))) is not None:
             raise LayaError(f"--depth {path} is not a laya depth result ({error}); write one with laya depth MODEL "
                             "--json FILE")  # fmt: skip
         if list(doc["layers"]) != list(layers):
