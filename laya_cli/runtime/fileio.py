@@ -191,13 +191,42 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+class _InterruptRecorder:
+    """The file ``torch.save`` writes through: an interrupt (Ctrl-C, or SIGTERM made one) that lands in a write is
+    kept and the write reports nothing written, so torch's C++ writer fails with its own RuntimeError ('unexpected
+    pos …'), which ``atomic_torch_save`` turns back into the interrupt."""
+
+    def __init__(self, f):
+        self.f, self.interrupt = f, None
+
+    def write(self, data) -> int:
+        if self.interrupt is not None:
+            return 0
+        try:
+            return self.f.write(data)
+        except KeyboardInterrupt as e:
+            self.interrupt = e
+            return 0
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def atomic_torch_save(obj, path: str | Path) -> None:
     """``torch.save`` through a Python file object, so a full disk is an OSError (one line), not
-    the C++ writer's RuntimeError."""
+    the C++ writer's RuntimeError, and an interrupt mid-write is the interrupt (the old file stays whole)."""
     import torch
 
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
+        out = _InterruptRecorder(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.interrupt is not None:
+                raise out.interrupt from None
+            raise
+        if out.interrupt is not None:
+            raise out.interrupt
 
 
 # --------------------------------------------------------------------------- whole folders
