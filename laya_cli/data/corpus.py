@@ -28,7 +28,7 @@ from .textfiles import TEST_NAMES, check_not_wide
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELD_OUT_EVERY = 10  # without a test file: documents 9, 19, 29… are held out
 CHUNK = 512  # documents tokenised at once
-CHUNK_CHARS = 8 << 20  # … or fewer, once they hold this many characters
+CHUNK_CHARS = 1 << 20  # … or fewer, once they hold this many characters (a tokenised character costs ~100 bytes)
 PIECE = 1 << 20  # characters of a .txt line read at once: a longer document is read (and tokenised) in pieces
 
 
