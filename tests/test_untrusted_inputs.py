@@ -259,10 +259,10 @@ def _corpus(root, train: str | bytes, test: str | None = None):
 @pytest.mark.parametrize(
     ("case", "named"),
     [
-        ("empty", "the training text is empty"),
-        ("blank", "the training text is empty"),
+        ("empty", "the training text is shorter than one block: it is empty"),
+        ("blank", "the training text is shorter than one block: it is empty"),
         ("binary", "train.txt"),
-        ("short", "the held-out text is empty"),
+        ("short", "the held-out text is shorter than one block: it is empty"),
         ("short-held-out", "the held-out text is shorter than one block of 16 tokens"),
         ("block-size", "--block-size 1000: the model reads 2 to 64 positions"),
     ],

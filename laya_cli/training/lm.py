@@ -72,10 +72,11 @@ def _corpus(req: TrainRequest) -> Corpus:
     """The corpus, its first documents read: empty, blank or undecodable text is one line before any model loads."""
     corpus = open_corpus(check_corpus_name(req.data.name), req.data.text_column, req.data.encoding)
     if next(corpus.documents("train"), None) is None:
-        raise LayaError(f"{req.data.name}: the training text is empty (no line holds any text)")
+        raise LayaError(f"{req.data.name}: the training text is shorter than one block: it is empty (no line holds any "
+                        "text)")  # fmt: skip
     if next(corpus.documents("test"), None) is None:
         raise LayaError(
-            f"{req.data.name}: the held-out text is empty"
+            f"{req.data.name}: the held-out text is shorter than one block: it is empty"
             + (" (without a test file every tenth line is held out: it needs 10 lines)" if corpus.test is None else "")
         )
     return corpus
