@@ -168,8 +168,9 @@ MAY_IMPORT = {
     "cli": {*_PIPELINE, "gates", "depthing", "exporting", "report"},
     "__main__": {"cli"},
 }
-# A result displays itself in a notebook (_repr_html_, report/notebook.py), importing it only when shown.
-MAY_IMPORT["auditing"] = MAY_IMPORT["auditing"] | {"report.notebook"}
+# A result displays itself in a notebook (_repr_html_, report/notebook.py), importing it only when shown; the model
+# card (auditing/card.py) writes its fields with the Markdown escaping rule of report/inert.py.
+MAY_IMPORT["auditing"] = MAY_IMPORT["auditing"] | {"report.notebook", "report.inert"}
 ANYWHERE = {"laya_cli"}
 
 

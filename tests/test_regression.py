@@ -413,7 +413,7 @@ def test_bad_baseline_and_gate_input(digits_ckpt, baseline, tmp_path):
     cases = [
         (["--baseline", tmp_path / "missing.json"], ["no such file"]),
         (["--baseline", tmp_path / "list.json"], ["is not a laya audit JSON"]),
-        (["--baseline", tmp_path / "bench.json"], ["is not a laya audit JSON", "missing settings"]),
+        (["--baseline", tmp_path / "bench.json"], ["is not a laya audit JSON", "settings is missing"]),
         (["--baseline", tmp_path / "text.md"], ["is not JSON"]),
         (["--baseline", tmp_path], ["is a directory"]),
         (

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 
+from ..report.inert import md_text
+
 # The audit metrics a card reports, per method: (key in the audit JSON, the metric's type, its display name).
 CARD_METRICS = (
     ("faithfulness", "faithfulness", "Faithfulness (Spearman ρ vs leave-one-layer-out)"),
@@ -100,17 +102,18 @@ def audit_section(audit: dict) -> str:
     ]
     for method, m in (audit.get("methods") or {}).items():
         rows.append(
-            f"| {method} | {_cell(m.get('faithfulness'))} | {m.get('defined', '—')} | {_cell(m.get('deletion@1'))} | "
+            f"| {md_text(method)} | {_cell(m.get('faithfulness'))} | {md_text(m.get('defined', '—'))} | "
+            f"{_cell(m.get('deletion@1'))} | "
             f"{_cell(m.get('deletion@1_oracle'))} | {_cell(m.get('deletion@1_random'))} | "
             f"{_cell(m.get('deletion@1_normalised'))} |"
         )
     how = (
-        f"`laya audit` on {audit.get('n_samples')} samples of {s.get('dataset', 'the test split')} "
-        f"(accuracy {_cell(audit.get('accuracy'))}); a layer is removed by the {s.get('ablation', 'mean')} "
-        f"ablation at the head's inputs, and each method's ranking of the {s.get('layers', 'L')} layers is compared "
-        f"with the drop in p({s.get('target', 'predicted')} class) that removing each layer causes."
+        f"`laya audit` on {md_text(audit.get('n_samples'))} samples of {md_text(s.get('dataset', 'the test split'))} "
+        f"(accuracy {_cell(audit.get('accuracy'))}); a layer is removed by the {md_text(s.get('ablation', 'mean'))} "
+        f"ablation at the head's inputs, and each method's ranking of the {md_text(s.get('layers', 'L'))} layers is "
+        f"compared with the drop in p({md_text(s.get('target', 'predicted'))} class) that removing each layer causes."
     )
-    notes = [f"- {n}" for n in audit.get("notes") or []]
+    notes = [f"- {md_text(n)}" for n in audit.get("notes") or []]
     return "\n".join(["## Layer-attribution audit", "", how, "", *rows, "", *notes]).rstrip() + "\n"
 
 
@@ -118,7 +121,7 @@ def model_card(meta: dict, audit: dict | None = None, sections: list[str] | tupl
     """The whole card: front matter, a title and summary from ``meta`` (name, dataset, task, accuracy, summary),
     the audit section when there is an audit, then ``sections`` (Markdown, in order)."""
     metrics = card_metrics(audit, meta.get("accuracy"), meta.get("accuracy_name", "Test accuracy"))
-    parts = [front_matter(meta, metrics), f"# {meta.get('name') or 'laya model'}\n"]
+    parts = [front_matter(meta, metrics), f"# {md_text(meta.get('name') or 'laya model')}\n"]
     if meta.get("summary"):
         parts.append(meta["summary"].rstrip() + "\n")
     if audit:

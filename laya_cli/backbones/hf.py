@@ -123,11 +123,36 @@ def is_text(model: nn.Module) -> bool:
     return main_input(model) == "input_ids"
 
 
+# Every transformers call that reads a model folder or a hub repository passes this: no code from a model folder
+# ever runs (docs/security.md), and transformers never asks on stdin whether it may.
+NO_REMOTE_CODE = {"trust_remote_code": False}
+
+
 def _config(transformers, where: str, cached: bool):
     try:
-        return transformers.AutoConfig.from_pretrained(where, local_files_only=cached or offline())
+        config = transformers.AutoConfig.from_pretrained(where, local_files_only=cached or offline(), **NO_REMOTE_CODE)
     except Exception as e:
+        if "trust_remote_code" in str(e) or "custom code" in str(e):
+            raise LayaError(custom_code_refused(where, "its config names a model type transformers lacks")) from None
         raise LayaError(f"hf:{where}: cannot read its config: {type(e).__name__}: {_first_line(e)}") from None
+    return refuse_custom_code(config, where)
+
+
+def custom_code_refused(where: str, why: str) -> str:
+    return (
+        f"hf:{where} asks to run code of its own ({why}); laya never runs a model folder's code: use a model "
+        "transformers ships, or wrap yours with --arch module:callable (code you name)"
+    )
+
+
+def refuse_custom_code(config, where: str):
+    """``config`` unless it names code of its own (``auto_map``: classes in the folder's .py files), which
+    transformers would run (or ask about on stdin): then one line, before anything is built."""
+    auto_map = getattr(config, "auto_map", None)
+    if auto_map:
+        named = ", ".join(f"{k}: {v}" for k, v in dict(auto_map).items())
+        raise LayaError(custom_code_refused(where, f"auto_map {named}"))
+    return config
 
 
 def _encoder(model: nn.Module) -> nn.Module:
@@ -288,11 +313,11 @@ def _load(transformers, where: str, spec: BackboneSpec, cached: bool) -> nn.Modu
             with hub_session(offline_now=cached or offline()), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 model, info = transformers.AutoModel.from_pretrained(
-                    where, cache_dir=str(hf_cache_dir()), output_loading_info=True
+                    where, cache_dir=str(hf_cache_dir()), output_loading_info=True, **NO_REMOTE_CODE
                 )
             model.laya_initialised_weights = sorted(info.get("missing_keys") or [])
         else:
-            model = transformers.AutoModel.from_config(config)
+            model = transformers.AutoModel.from_config(config, **NO_REMOTE_CODE)
     except ValueError as e:
         if "Unrecognized configuration" in str(e) or "not recognized" in str(e):
             raise LayaError(f"hf:{where} ({config.model_type}) is not a model transformers' AutoModel knows") from None
@@ -314,7 +339,7 @@ def text_input(model: nn.Module, where: str, max_length: int | None, cached: boo
         return text  # no tokenizer beside the model: trained on the training split
     transformers = transformers_module()
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(where, local_files_only=cached or offline())
+        tok = transformers.AutoTokenizer.from_pretrained(where, local_files_only=cached or offline(), **NO_REMOTE_CODE)
     except Exception as e:
         if not saved:
             return text  # no tokenizer beside the model (none on the hub either): trained on the training split
@@ -761,7 +786,9 @@ class HFFamily(Family):
     def _image_input(self, transformers, model, where, spec, cached) -> InputConfig:
         mean, std = IMAGENET_MEAN, IMAGENET_STD
         try:
-            proc = transformers.AutoImageProcessor.from_pretrained(where, local_files_only=cached or offline())
+            proc = transformers.AutoImageProcessor.from_pretrained(
+                where, local_files_only=cached or offline(), **NO_REMOTE_CODE
+            )
             mean, std = tuple(proc.image_mean), tuple(proc.image_std)
         except Exception:
             pass  # no image processor saved beside the model: ImageNet's statistics

@@ -22,7 +22,7 @@ from torch import nn
 from ..runtime.errors import LayaError, unknown_choice
 from .build import check_sha256, tap_model
 from .family import _first_line
-from .hf import HFFamily, local_dir, text_input, transformers_module
+from .hf import NO_REMOTE_CODE, HFFamily, _config, local_dir, text_input, transformers_module
 from .spec import BackboneSpec
 from .taps import TappedBackbone
 from .tokenizers import input_embeddings
@@ -167,9 +167,9 @@ def check_map_modules(transformers, where: str, placement: str | dict) -> None:
     config without weights (meta tensors), so an unknown name is one line, not silently ignored."""
     if not isinstance(placement, dict):
         return
-    config = transformers.AutoConfig.from_pretrained(where, local_files_only=bool(local_dir(where)) or offline())
+    config = _config(transformers, where, bool(local_dir(where)))
     with torch.device("meta"):
-        empty = transformers.AutoModelForCausalLM.from_config(config)
+        empty = transformers.AutoModelForCausalLM.from_config(config, **NO_REMOTE_CODE)
     names = {name for name, _ in empty.named_modules()} | {name for name, _ in empty.named_parameters()}
     names |= {name for name, _ in empty.named_buffers()}
     for module in placement:
@@ -180,15 +180,17 @@ def check_map_modules(transformers, where: str, placement: str | dict) -> None:
 def _load_causal(transformers, where: str, pretrained: bool, device_map: str | None = None) -> nn.Module:
     placement = check_device_map(device_map, pretrained)
     try:
+        config = _config(transformers, where, bool(local_dir(where)))  # custom code refused before anything is built
         if not pretrained:
-            config = transformers.AutoConfig.from_pretrained(where, local_files_only=bool(local_dir(where)))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                return transformers.AutoModelForCausalLM.from_config(config)
+                return transformers.AutoModelForCausalLM.from_config(config, **NO_REMOTE_CODE)
         with hub_session(offline_now=bool(local_dir(where)) or offline()):
             if placement:
                 check_map_modules(transformers, where, placement["device_map"])
-            return transformers.AutoModelForCausalLM.from_pretrained(where, cache_dir=str(hf_cache_dir()), **placement)
+            return transformers.AutoModelForCausalLM.from_pretrained(
+                where, cache_dir=str(hf_cache_dir()), **placement, **NO_REMOTE_CODE
+            )
     except LayaError:
         raise
     except (RuntimeError, KeyError) as e:

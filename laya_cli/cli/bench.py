@@ -84,9 +84,10 @@ def render(result, req, quiet: bool, json_out, markdown) -> None:
 
     write_outputs(json_out, result.to_json, markdown, lambda: bench_markdown(result))  # first: a full disk's one line
     wide = print_tables(bench_rich_tables(result))
-    wide.print(bench_caption(result), style="dim", highlight=False)
+    wide.print(bench_caption(result), style="dim", highlight=False, markup=False)
     if not quiet:
-        console.print(f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}", highlight=False)
+        line = f"{bench_counts(result)} in {result.wall_seconds:.0f} s -> {req.folder}"
+        console.print(line, highlight=False, markup=False)
 
 
 def log_bench_run(name: str, result, files) -> None:
@@ -105,7 +106,8 @@ def render_lm(doc: dict, bench: BenchRequest, quiet: bool, files) -> None:
     write_outputs(files[0], lambda: strict_json(doc), files[1], lambda: lm_bench_markdown(doc))  # first: see render
     print_tables(lm_bench_tables(doc))
     if not quiet:
-        console.print(f"{len(doc['runs'])} runs in {doc['wall_seconds']:.0f} s -> {doc['bench']['folder']}")
+        line = f"{len(doc['runs'])} runs in {doc['wall_seconds']:.0f} s -> {doc['bench']['folder']}"
+        console.print(line, markup=False)
 
 
 def print_lm_run(rec: dict, i: int, n: int) -> None:

@@ -151,7 +151,7 @@ def say_options(ctx, values: dict) -> None:
     source = ctx.meta.get(META_KEY)
     where = f"defaults < {source} < flags" if source else "defaults < flags"
     shown = escape("  ".join(f"{k}={v!r}" for k, v in values.items()))
-    err_console.print(f"[dim]options ({where}):[/] {shown}", highlight=False, soft_wrap=True)
+    err_console.print(f"[dim]options ({escape(where)}):[/] {shown}", highlight=False, soft_wrap=True)
 
 
 class SharedOptions:

@@ -20,10 +20,11 @@ EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTE
 
 
 def escape(text: str) -> str:
-    """Rich markup in a message (a path with [brackets]) is printed as written, not interpreted."""
-    from rich.markup import escape as rich_escape
+    """Rich markup in a message (a path with [brackets], a class named [/]) is printed as written, not interpreted;
+    control characters are shown as escapes (``report/inert.py``)."""
+    from ..report.inert import rich_text
 
-    return rich_escape(text)
+    return rich_text(text)
 
 
 def trust_arch(arch: str | None) -> None:
@@ -41,7 +42,7 @@ def note(text: str) -> None:
         if text.startswith("warning: ")
         else ("[yellow]note:[/]", text)
     )
-    err_console.print(f"{label} {rest}", highlight=False, soft_wrap=True)
+    err_console.print(f"{label} {escape(rest)}", highlight=False, soft_wrap=True)
 
 
 def warn(text: str) -> None:

@@ -14,7 +14,7 @@ from ..auditing.diff.settings import DiffSettings
 from ..data.settings import EvalRequest
 from ..model.settings import LoadSettings
 from ..runtime import progress
-from .common import EXIT_GATE_FAILED, err_console, print_tables, trust_arch, write_outputs
+from .common import EXIT_GATE_FAILED, err_console, escape, print_tables, trust_arch, write_outputs
 from .declared import Use, with_settings
 from .options import JsonOut, MarkdownOut, Quiet, Replace
 
@@ -60,7 +60,7 @@ def diff(
     gate = check_gate(fail_if_changed, list(result.classes))
     hit = result.changed if gate == "any" else [c for c in result.changed if c == gate] if gate else []
     if hit:
-        err_console.print(f"[bold red]fail-if-changed:[/] layer usage changed significantly: {', '.join(hit)}")
+        err_console.print(f"[bold red]fail-if-changed:[/] layer usage changed significantly: {escape(', '.join(hit))}")
         raise typer.Exit(EXIT_GATE_FAILED)
 
 

@@ -10,7 +10,7 @@ from ..exporting.settings import ExportSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
 from ..runtime.environment import RunSettings
-from .common import console, note, trust_arch
+from .common import console, escape, note, trust_arch
 from .declared import Use, with_settings
 from .options import ExportOut, ExportQuiet, ModelPath, Overwrite
 
@@ -54,19 +54,20 @@ def exported_lines(exp) -> list:
 
     if isinstance(exp, TokenExport):
         return [
-            "mean α per layer:  " + "  ".join(f"{n} {m:.3f}" for n, m in zip(exp.layers, exp.mean_alpha)),
+            "mean α per layer:  " + "  ".join(f"{escape(n)} {m:.3f}" for n, m in zip(exp.layers, exp.mean_alpha)),
             f"[bold]exported {exp.n:,} tokens[/] in {exp.n_blocks:,} blocks (LAYA next-token accuracy "
-            f"{exp.accuracy:.4f}, {len(exp.files)} files) -> {exp.out}/   report: {exp.out / 'report.html'}",
+            f"{exp.accuracy:.4f}, {len(exp.files)} files) -> {escape(str(exp.out))}/   report: "
+            + escape(str(exp.out / "report.html")),
         ]
     lines = []
     if exp.has_alpha:
         g = exp.global_profile
         a = g[(g["quantity"] == "alpha") & (g["subset"] == "all")]
         lines += [
-            "mean α per layer:  " + "  ".join(f"{name} {m:.3f}" for name, m in zip(a["layer"], a["mean"])),
+            "mean α per layer:  " + "  ".join(f"{escape(name)} {m:.3f}" for name, m in zip(a["layer"], a["mean"])),
             shift_table(exp),
         ]
     return lines + [
         f"[bold]exported {exp.n:,} samples[/] (accuracy {exp.accuracy:.4f}, {len(exp.files)} files) "
-        f"-> {exp.out}/   report: {exp.out / 'report.html'}"
+        f"-> {escape(str(exp.out))}/   report: {escape(str(exp.out / 'report.html'))}"
     ]

@@ -5,9 +5,10 @@ PATH is a ``.txt`` file (a document per non-empty line), a ``.jsonl`` file (its 
 ``dataset_info.json`` inside), or a folder of such files. A folder's ``train*`` and ``test*`` (``validation*``,
 ``val*``) files are the splits, read in name order; files without split names are all training data, and then
 every tenth document is held out (the same ones on every run). Nothing is read whole: files are streamed a line or
-a Parquet batch at a time, tokenised a chunk of documents at a time, and packed into blocks of ``block`` tokens,
-documents joined by the model's end-of-text token (its tail shorter than a block is dropped). A corpus larger
-than memory trains.
+a Parquet batch at a time (a ``.txt`` line longer than ``PIECE`` characters a piece at a time, cut at a space:
+memory is bounded by the piece, the chunk and the block, not by the longest line), tokenised a chunk of documents at a
+time, and packed into blocks of ``block`` tokens, documents joined by the model's end-of-text token (its tail
+shorter than a block is dropped). A corpus larger than memory trains.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from .textfiles import TEST_NAMES, check_not_wide
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELD_OUT_EVERY = 10  # without a test file: documents 9, 19, 29… are held out
 CHUNK = 512  # documents tokenised at once
+CHUNK_CHARS = 1 << 20  # … or fewer, once they hold this many characters (a tokenised character costs ~100 bytes)
+PIECE = 1 << 20  # characters of a .txt line read at once: a longer document is read (and tokenised) in pieces
+
+
+class Continued(str):
+    """A piece of a document that goes on in the next piece (a line longer than ``PIECE``): no end-of-text token
+    after it, and it is held out with the rest of its document."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,11 @@ class Corpus:
         if self.test is not None:
             yield from _read_all(self.train if split == "train" else self.test, self, split)
             return
-        for i, doc in enumerate(_read_all(self.train, self, "all")):
+        i = 0  # whole documents: the pieces of a long one go to the same split
+        for doc in _read_all(self.train, self, "all"):
             if (i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1) == (split == "test"):
                 yield doc
+            i += not isinstance(doc, Continued)
 
 
 def _is_hf_disk(path: Path) -> bool:
@@ -119,8 +129,71 @@ def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _txt(path: Path, corpus: Corpus) -> Iterator[str]:
-    for _, line in _lines(path, corpus.encoding):
-        yield line
+    """A document per line; a line longer than ``PIECE`` in ``Continued`` pieces cut before a space (a word is cut
+    only where none is found in a whole piece)."""
+    carry = ""
+    for _, piece, ends in _line_pieces(path, corpus.encoding):
+        text = carry + piece
+        if ends:
+            carry = ""
+            yield text
+            continue
+        cut = max(text.rfind(" "), text.rfind("\t"))  # before the space: a word keeps its leading space (GPT-2's BPE)
+        cut = cut if cut > 0 else len(text)
+        text, carry = text[:cut], text[cut:]
+        if text:
+            yield Continued(text)
+
+
+def _line_pieces(path: Path, encoding: str | None) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, whether its line ends there) of a text file, read at most ``PIECE`` characters at a time
+    (the file's last piece ends its line); the encodings and errors of ``_lines``."""
+    previous = None
+    try:
+        pieces = _utf8_pieces(path) if encoding is None else _coded_pieces(path, encoding)
+        for item in pieces:
+            if previous is not None:
+                yield previous
+            previous = item
+    except UnicodeDecodeError as e:
+        raise LayaError(f"{path} is not {encoding} (byte 0x{e.object[e.start]:02x}); check --encoding") from None
+    except LookupError:
+        raise LayaError(f"--encoding {encoding}: no such codec") from None
+    except OSError as e:
+        raise LayaError(f"cannot read {path}: {e.strerror or e}") from None
+    if previous is not None:
+        yield previous[0], previous[1], True
+
+
+def _coded_pieces(path: Path, encoding: str) -> Iterator[tuple[int, str, bool]]:
+    with open(path, encoding=encoding, newline="") as f:
+        number = 1
+        while piece := f.readline(PIECE):
+            ends = piece.endswith(("\n", "\r"))
+            yield number, piece.rstrip("\r\n"), ends
+            number += ends
+
+
+def _utf8_pieces(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """UTF-8 (with or without a BOM), decoded a piece at a time: a character cut between two pieces is decoded whole;
+    bytes that do not decode are one line naming their line and byte."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as f:
+        check_not_wide(path, f.read(4096))
+        f.seek(0)
+        number, column = 1, 0
+        while raw := f.readline(PIECE):
+            raw = raw.removeprefix(codecs.BOM_UTF8) if number == 1 and column == 0 else raw
+            ends = raw.endswith(b"\n")
+            try:
+                text = decoder.decode(raw, final=ends)
+            except UnicodeDecodeError as e:
+                raise LayaError(
+                    f"{path}: line {number} is not UTF-8 (byte 0x{e.object[e.start]:02x} at column "
+                    f"{column + e.start + 1}); name its encoding with --encoding"
+                ) from None
+            yield number, text.rstrip("\r\n"), ends
+            number, column = (number + 1, 0) if ends else (number, column + len(raw))
 
 
 def _jsonl(path: Path, corpus: Corpus) -> Iterator[str]:
@@ -182,18 +255,21 @@ def token_blocks(documents: Iterable[str], tokenizer_json: str, block: int, eos_
     tok.no_padding()
     buffer: list[int] = []
     chunk: list[str] = []
+    size = 0
     for doc in documents:
         chunk.append(doc)
-        if len(chunk) == CHUNK:
-            yield from _pack(tok.encode_batch(chunk), buffer, block, eos_id)
-            chunk = []
+        size += len(doc)
+        if len(chunk) == CHUNK or size >= CHUNK_CHARS:
+            yield from _pack(tok.encode_batch(chunk), chunk, buffer, block, eos_id)
+            chunk, size = [], 0
     if chunk:
-        yield from _pack(tok.encode_batch(chunk), buffer, block, eos_id)
+        yield from _pack(tok.encode_batch(chunk), chunk, buffer, block, eos_id)
 
 
-def _pack(encodings, buffer: list[int], block: int, eos_id: int | None) -> Iterator[Tensor]:
-    for e in encodings:
-        buffer += e.ids + ([eos_id] if eos_id is not None else [])
+def _pack(encodings, docs: list[str], buffer: list[int], block: int, eos_id: int | None) -> Iterator[Tensor]:
+    for e, doc in zip(encodings, docs):
+        ends = eos_id is not None and not isinstance(doc, Continued)  # a document's end, not one of its pieces'
+        buffer += e.ids + ([eos_id] if ends else [])
         while len(buffer) >= block:
             yield torch.tensor(buffer[:block], dtype=torch.int64)
             del buffer[:block]

@@ -185,15 +185,32 @@ def load_cifar10(req: DataRequest) -> DataSplits:
 # --------------------------------------------------------------------------- image files
 
 
+def _hidden(name: str) -> bool:
+    """A name a file manager hides ('.ipynb_checkpoints', '.DS_Store', macOS's '._x.png'): never data."""
+    return name.startswith(".")
+
+
 def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in IMAGE_SUFFIXES
+        and not any(_hidden(part) for part in p.relative_to(folder).parts)
+        and p.is_file()
+    )
 
 
 def labelled_files(root: Path) -> tuple[list[Path], list[str]]:
-    """ImageFolder layout: root/<class>/**/image; returns files and their class names."""
+    """ImageFolder layout: root/<class>/**/image; returns files and their class names. A hidden folder is no class;
+    a class folder without an image is left out with a note naming it."""
+    from ..runtime.progress import log
+
     files, labels = [], []
-    for class_dir in sorted(d for d in root.iterdir() if d.is_dir()):
-        for f in _image_files(class_dir):
+    for class_dir in sorted(d for d in root.iterdir() if d.is_dir() and not _hidden(d.name)):
+        found = _image_files(class_dir)
+        if not found:
+            log(f"note: {class_dir} holds no image file: not a class", "yellow")
+        for f in found:
             files.append(f)
             labels.append(class_dir.name)
     return files, labels
@@ -305,9 +322,9 @@ def _artwork_groups(root: Path) -> tuple[Path, dict[str, list[Path]]]:
 
 def _warn(message: str) -> None:
     """Always shown (even with --quiet): a dataset silently losing classes is never acceptable."""
-    from ..runtime.progress import console
+    from ..runtime.progress import warn
 
-    console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    warn(message)
 
 
 def load_artworks(req: DataRequest) -> DataSplits:

@@ -77,12 +77,18 @@ class FileSource:
 
 
 def decode_image(src, size: int) -> Tensor:
-    """One image -> uint8 3×size×size: PIL, converted to RGB, resized bilinearly (every source, every path)."""
+    """One image -> uint8 3×size×size: PIL, converted to RGB, resized bilinearly (every source, every path). An
+    image past Pillow's decompression-bomb size (``Image.MAX_IMAGE_PIXELS``) does not decode: it is one of the
+    images counted as undecodable (one line), not Pillow's two-line warning and gigabytes of pixels."""
+    import warnings
+
     from PIL import Image
 
-    with Image.open(src) as im:
-        im = im.convert("RGB").resize((size, size), Image.BILINEAR)
-        return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with Image.open(src) as im:
+            im = im.convert("RGB").resize((size, size), Image.BILINEAR)
+            return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
 
 
 def _try_decode(source, i: int, size: int) -> tuple[Tensor | None, str]:

@@ -97,6 +97,12 @@ def _decodes(data: bytes, encoding: str) -> bool:
 
 def check_columns(where: str, names, text_column: str, label_column: str) -> None:
     names = list(names)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # csv.DictReader would keep the last of them, silently
+        raise LayaError(
+            f"{where} names column {', '.join(repr(n) for n in repeated)} more than once (columns: "
+            f"{', '.join(names)}); give each column its own name"
+        )
     for option, column in (("--text-column", text_column), ("--label-column", label_column)):
         if column not in names:
             raise LayaError(f"{where} has no column '{column}' (columns: {', '.join(names)}); choose it with {option}")

@@ -4,9 +4,11 @@ card's layout and front matter are ``auditing.card``'s; this module gathers what
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from ..auditing.card import model_card
+from ..report.inert import md_text, visible_controls
 
 CARD_FILE = "README.md"
 PROFILE_PLOT = "class_layer_all.png"  # report.figures.PLOT_FILES["heatmap_all"]
@@ -18,7 +20,7 @@ def card_meta(model, checkpoint_path: str | Path) -> dict:
     dataset = (ckpt.get("dataset") or {}).get("name") or "unknown"
     text = ((ckpt.get("backbone") or {}).get("input") or {}).get("kind") == "tokens"
     finetuned = "fine-tuned" if model.spec.finetune else "frozen"
-    layers = ", ".join(f"`{name}`" for name in model.layer_names)
+    layers = ", ".join(md_text(name) for name in model.layer_names)
     stem = Path(checkpoint_path).stem
     return {
         "name": f"{stem} ({model.spec.name}, {model.head_kind} head, {dataset})",
@@ -26,8 +28,9 @@ def card_meta(model, checkpoint_path: str | Path) -> dict:
         "task": "text-classification" if text else "image-classification",
         "accuracy": (ckpt.get("metrics") or {}).get("test_accuracy"),
         "summary": (
-            f"A **{model.head_kind}** head on the **{model.spec.name}** backbone ({finetuned}), trained with "
-            f"[laya](https://pypi.org/project/laya-audit/) on **{dataset}** ({len(model.classes)} classes). "
+            f"A **{model.head_kind}** head on the **{md_text(model.spec.name)}** backbone ({finetuned}), trained "
+            f"with [laya](https://pypi.org/project/laya-audit/) on **{md_text(dataset)}** ({len(model.classes)} "
+            "classes). "
             f"The head reads {model.num_layers} layers ({layers}); "
             + (
                 "a LAYA head weighs them per input with attention α, so every prediction carries its own "
@@ -59,7 +62,8 @@ def produced_section(model, checkpoint_path: str | Path, audit: dict | None) -> 
     from .. import __version__
     from ..runtime.tomlfile import toml_table
 
-    ckpt, name = model.checkpoint, Path(checkpoint_path).name
+    ckpt = model.checkpoint
+    name = shlex.quote(visible_controls(Path(checkpoint_path).name))  # a command in a code block: shell-quoted
     versions = ckpt.get("versions") or {}
     trained, audited = ckpt.get("options"), (audit or {}).get("options")
     lines = ["## How this card was produced", "", "```bash"]
@@ -74,8 +78,8 @@ def produced_section(model, checkpoint_path: str | Path, audit: dict | None) -> 
         )
     lines += [f"laya export {name} --model-card" + (" --audit audit.json" if audit else ""), "```", ""]
     lines.append(
-        f"Trained with laya {versions.get('laya', '?')} (torch {versions.get('torch', '?')}, timm "
-        f"{versions.get('timm', '?')}); this card written by laya {__version__}."
+        f"Trained with laya {md_text(versions.get('laya', '?'))} (torch {md_text(versions.get('torch', '?'))}, timm "
+        f"{md_text(versions.get('timm', '?'))}); this card written by laya {__version__}."
     )
     tables = [
         toml_table(rec["command"], rec.get("values") or {}, ("out",), "(where the recorded run wrote)")

@@ -44,6 +44,7 @@ from ..runtime.distributed import broadcast_object, is_main
 from ..runtime.errors import LayaError, match_choice, unknown_choice
 from ..runtime.fileio import json_safe, strict_json
 from ..runtime.memory import MemoryRequest, memory_budget, peak_memory_mb, reset_peak_memory, retry_halving
+from ..runtime.shape import NONE, NUM, Each, Optional, shape_error
 from .profiles import (
     SHIFT_RANKED_FROM,
     alpha_col,
@@ -576,11 +577,58 @@ def depth_beside(model_path: str | Path) -> Path:
     return p.with_name(p.stem + ".depth.json")
 
 
+_NUM_OR_NONE = (*NUM, NONE)
+_SPAN = Optional(([NUM], NONE))
+_EXIT_POINT = {"policy": str, "threshold": NUM, "accuracy": NUM, "delta": _NUM_OR_NONE, "mean_depth": NUM,
+               "flops_fraction": NUM, "time_fraction": _NUM_OR_NONE}  # fmt: skip
+_OPERATING_POINT = {"best": (_EXIT_POINT, NONE), "by_policy": Each((_EXIT_POINT, NONE))}
+_EARLY_EXIT = ({"source": str, "points": [_EXIT_POINT], "operating_points": Optional(Each(_OPERATING_POINT))}, NONE)
+_DEPTH_ROW = {"k": int, "layer": str, "accuracy": _NUM_OR_NONE, "delta": _NUM_OR_NONE, "macro_f1": _NUM_OR_NONE,
+              "flops": _NUM_OR_NONE, "flops_block": _NUM_OR_NONE, "flops_fraction": NUM, "seconds_range": _SPAN,
+              "time_fraction_range": _SPAN, "refit_delta": Optional(_NUM_OR_NONE)}  # fmt: skip
+# What a depth result that timed its depths must hold besides (the time columns and the caption's rounds)
+_TIMED_COMPUTE = {"seconds_per_image": list, "seconds_full_model": NUM, "seconds_full_model_range": _SPAN,
+                  "time_repeats": int, "time_batch": int, "device": str, "time_noisy": Optional(bool)}  # fmt: skip
+_TIMED_ROW = {"seconds_per_image": _NUM_OR_NONE, "time_fraction": _NUM_OR_NONE}
+
+
+def depth_shape(doc) -> dict:
+    """What report.html, its figure and the model's notes draw from a ``laya depth --json`` result, by type (the
+    file's other fields are free): checked before anything is drawn from it. A result that timed its depths must
+    hold the times; one whose heads were refitted, every depth's refitted accuracy."""
+    compute = (doc.get("compute") if isinstance(doc, dict) else None) or {}
+    rows = (doc.get("truncation") if isinstance(doc, dict) else None) or []
+    timed = isinstance(compute, dict) and compute.get("seconds_per_image") is not None
+    refit = isinstance(rows, list) and any(isinstance(r, dict) and "refit_accuracy" in r for r in rows)
+    return {
+        "format": str,
+        "layers": [str],
+        "n_samples": int,
+        "head": str,
+        "full": {"accuracy": NUM},
+        "compute": {"flops_full_model": _NUM_OR_NONE, **(_TIMED_COMPUTE if timed else {})},
+        "truncation": [
+            {**_DEPTH_ROW, **(_TIMED_ROW if timed else {}), **({"refit_accuracy": _NUM_OR_NONE} if refit else {})}
+        ],
+        "early_exit": Optional(_EARLY_EXIT),
+        "oracle": {
+            "source": str,
+            "mean_depth": NUM,
+            "flops_fraction": NUM,
+            "time_fraction": _NUM_OR_NONE,
+            "histogram": [int],
+            "by_class": Each([int]),
+        },  # fmt: skip
+        "notes": Optional([str]),
+    }
+
+
 def read_depth(
     model_path: str | Path, layers: Sequence[str], given: str | Path | None
 ) -> tuple[dict | None, str | None]:
-    """The ``laya depth --json`` result to show: the file given (bad or foreign: one-line error), else
-    MODEL.depth.json beside the checkpoint when present (bad or foreign: a note, and no section)."""
+    """The ``laya depth --json`` result to show: the file given (bad, foreign or malformed: one-line error), else
+    MODEL.depth.json beside the checkpoint when present (used: a note names it; bad, foreign or malformed: a note
+    says why it was skipped, and no section)."""
     path = Path(given).expanduser() if given is not None else depth_beside(model_path)
     if given is None and not path.is_file():
         return None, None
@@ -596,13 +644,16 @@ def read_depth(
                 f"--depth {path} is not a laya depth result (no 'laya-depth' format marker); "
                 f"write one with laya depth MODEL --json FILE"
             )
-        if list(doc.get("layers", [])) != list(layers):
+        if (error := shape_error(doc, depth_shape(doc))) is not None:
+            raise LayaError(f"--depth {path} is not a laya depth result ({error}); write one with laya depth MODEL "
+                            "--json FILE")  # fmt: skip
+        if list(doc["layers"]) != list(layers):
             raise LayaError(
-                f"--depth {path} was computed for other layers ({', '.join(doc.get('layers', [])[:4])}…) "
-                f"than this checkpoint's"
+                f"--depth {path} was computed for other layers ({', '.join(doc['layers'][:4])}…) than this checkpoint's"
             )
     except LayaError as e:
         if given is not None:
             raise
         return None, f"{path.name} beside the checkpoint was not shown: {e}"
-    return doc, None
+    used = None if given is not None else f"shown {path.name}, found beside the checkpoint (--depth FILE picks another)"
+    return doc, used

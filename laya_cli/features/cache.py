@@ -111,7 +111,7 @@ class FeatureCache:
         except OSError:
             return None
         if hashlib.sha256(data).hexdigest() != expected:
-            log(f"[yellow]feature cache entry {data_path.name} is corrupt; recomputing[/]")
+            log(f"feature cache entry {data_path.name} is corrupt; recomputing", "yellow")
             return None
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         return LayerFeatures([f.float() for f in obj["feats"]], obj["labels"])  # float16/bf16 entries: float32
@@ -129,7 +129,7 @@ class FeatureCache:
             atomic_write_bytes(data_path, data)
             atomic_write_bytes(sum_path, hashlib.sha256(data).hexdigest().encode())
         except (LayaError, OSError) as e:
-            log(f"[yellow]could not write the feature cache ({e}); going on without it[/]")
+            log(f"could not write the feature cache ({e}); going on without it", "yellow")
             return False
         return True
 

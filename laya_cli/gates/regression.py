@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..auditing.names import FLOORS, GLOBAL_METRICS, METRICS
 from ..runtime.errors import LayaError
+from ..runtime.shape import NONE, NUM, Each, Optional, shape_error
 from .checks import Check
 from .thresholds import gate_items, item_prefix
 
@@ -60,8 +61,36 @@ NETWORK = "network:"  # the prefix of network-scope methods in a comparison (``n
 # --------------------------------------------------------------------------- reading a stored audit
 
 
+_MAYBE_NUM, _TEXT = Optional((*NUM, NONE)), Optional((str, NONE))
+_SCALAR = (str, *NUM, bool, NONE)
+# What a consumer of an audit JSON reads from it (a --baseline's comparison, report.html, the model card), by type:
+# checked before anything is drawn from the file. Fields no consumer reads are free.
+AUDIT_SHAPE = {
+    "settings": Each(Optional((*_SCALAR, list))),
+    "n_samples": int,
+    "accuracy": (*NUM, NONE),
+    "layers": [str],
+    "methods": Each(
+        {
+            **{m: _MAYBE_NUM for m in (*METRICS, "deletion@1_oracle", "deletion@1_random", "faithfulness_std")},
+            "defined": Optional((int, NONE)),
+            "available": Optional(bool),
+            "note": _TEXT,
+        }
+    ),
+    "notes": Optional([str]),
+    "verdict": Optional(
+        {"passed": Optional(bool), "checks": Optional(int), "failed": Optional(int), "skipped": Optional(int)}
+    ),  # fmt: skip
+    "options": Optional({"command": str, "values": Each((*_SCALAR, list), keys=r"[a-z][a-z0-9_]*")}),
+    "baseline": Optional({"path": _TEXT, "settings_changed": Optional([str]), "checks": Optional([dict])}),
+    "fail_under": Optional({"misses": Optional([str])}),
+}
+
+
 def read_audit_json(path: str | Path, option: str = "--baseline") -> dict:
-    """A JSON document ``laya audit --json`` wrote, checked for the keys every consumer reads."""
+    """A JSON document ``laya audit --json`` wrote, checked by type (``AUDIT_SHAPE``) for what every consumer
+    reads."""
     path = Path(path).expanduser()
     try:
         text = path.read_text(encoding="utf-8")
@@ -77,20 +106,9 @@ def read_audit_json(path: str | Path, option: str = "--baseline") -> dict:
         raise LayaError(
             f"{option} {path} is not JSON ({e.msg} at line {e.lineno}); expected the file laya audit --json writes"
         ) from None
-    missing = [
-        k
-        for k in ("settings", "n_samples", "accuracy", "layers", "methods")
-        if not isinstance(doc, dict) or k not in doc
-    ]
-    if (
-        missing
-        or not isinstance(doc["settings"], dict)
-        or not isinstance(doc["methods"], dict)
-        or not all(isinstance(v, dict) for v in doc["methods"].values())
-    ):
-        what = f"missing {', '.join(missing)}" if missing else "malformed settings or methods"
+    if (error := shape_error(doc, AUDIT_SHAPE)) is not None:
         raise LayaError(
-            f"{option} {path} is not a laya audit JSON ({what}); expected the file laya audit --json writes"
+            f"{option} {path} is not a laya audit JSON ({error}); expected the file laya audit --json writes"
         )
     return doc
 

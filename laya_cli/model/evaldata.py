@@ -74,7 +74,7 @@ def _load(req: DataRequest, recorded: bool):
     except DataDirMissing as e:
         if not recorded:
             raise  # a --data-dir given now must hold the data
-        log(f"[yellow]{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)[/]")
+        log(f"{e} (recorded in the checkpoint); looking in the default places (docs/datasets.md)", "yellow")
         return load_dataset(replace(req, data_dir=None))
 
 
@@ -112,7 +112,7 @@ def model_dataset(
         req = replace(req, image_size=max(size) if size else 32)  # decoded at the longer side, resized by the adapter
     data = tokenize_splits(_load(req, recorded=bool(recorded)), model.backbone)
     if data.skipped:
-        log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+        log(f"skipped {data.skipped} undecodable image(s)", "yellow")
     return req, data
 
 
@@ -221,20 +221,51 @@ def in_memory(feats) -> LayerFeatures:
     )
 
 
+def expected_images(model: LayaModel) -> tuple[int, ...] | None:
+    """The C×H×W (C, and H×W where the backbone does not resize) of the images an image model takes; None for a
+    text model."""
+    cfg = model.backbone.input_cfg
+    if text_input_of(model.backbone) is not None:
+        return None
+    size = cfg.size or getattr(model.spec, "image_size", None)
+    return (cfg.channels, *size) if size else (cfg.channels,)
+
+
+def _shape_text(shape) -> str:
+    return "×".join(map(str, shape))
+
+
+def checked_images(model: LayaModel, batches, seen: dict):
+    """A user's image batches, each checked to be B×C×H×W before it reaches the backbone; the first one's shape is
+    kept in ``seen`` (what ``loader_eval_data`` names when the network cannot take it)."""
+    expected = expected_images(model)
+    for x, y in batches:
+        if expected is not None and x.ndim != 4:
+            raise LayaError(f"the loader yields images of shape {_shape_text(x.shape)}, but {_takes(expected)}")
+        seen.setdefault("shape", tuple(x.shape))
+        yield x, y
+
+
+def _takes(expected: tuple[int, ...]) -> str:
+    want = _shape_text(expected)
+    return f"this model takes B×{want} batches ({want} images of [0, 1] pixels, as it was trained on)"
+
+
 def loader_eval_data(model: LayaModel, loader, device: str, keep_images: bool = False) -> EvalData:
     """The samples the Python API audits, exports or analyses: a user's loader's features, extracted once in its
     order (or an ``EvalData`` the command line prepared, as it is)."""
     if isinstance(loader, EvalData):
         return loader
     model.backbone.to(device)
-    feats, images = extract_batches(
-        model.backbone,
-        loader_batches(loader, "the loader", text=text_input_of(model.backbone)),
-        device,
-        "features",
-        loader_length(loader),
-        keep_images,
-    )
+    seen: dict = {}
+    batches = checked_images(model, loader_batches(loader, "the loader", text=text_input_of(model.backbone)), seen)
+    try:
+        feats, images = extract_batches(model.backbone, batches, device, "features", loader_length(loader), keep_images)
+    except RuntimeError:  # torch's shape errors ("mat1 and mat2 shapes cannot be multiplied"), deep in the network
+        expected, got = expected_images(model), seen.get("shape")
+        if expected is None or got is None or len(expected) < 3 or tuple(got[2:]) == expected[1:]:
+            raise  # the size the model was trained on (another channel count is converted): not the shape's fault
+        raise LayaError(f"the loader yields images of shape {_shape_text(got)}, but {_takes(expected)}") from None
     top = int(feats.labels.max()) if len(feats) else -1
     if top >= len(model.classes) or int(feats.labels.min()) < 0:
         raise LayaError(

@@ -27,6 +27,7 @@ from .cells import (
     rich_table,
 )
 from .collapse import collapse_text
+from .inert import md_text
 from .intervals import ci_cell, ci_header, ci_text, interval_columns, vs_laya_rows
 from .notes import docs_page, labelled
 
@@ -272,18 +273,18 @@ def audit_markdown(
             method_rows(result.methods, getattr(result, "ranking", None)), columns, compared_methods(comparison)
         ),
         "",
-        f"_{audit_caption(result)}_",
+        f"_{md_text(audit_caption(result))}_",
     ]
     if comparison:
-        lines += ["", f"_{baseline_caption(comparison)}_"]
+        lines += ["", f"_{md_text(baseline_caption(comparison))}_"]
     lines += vs_laya_markdown(method_rows(result.methods, getattr(result, "ranking", None)), metrics)
     if result.by_class:
         header = ["class", "n", "accuracy", *result.methods]
         for key, _, title_ in CLASS_TABLES:  # unmarked: the class tables' Markdown has never marked the best
-            body = [[c.text for c in row] for row in class_rows(result, key)]
+            body = [[md_text(c.text) for c in row] for row in class_rows(result, key)]
             lines += ["", f"#### {title_}", "", *md_table(header, body)]
         if (caption := class_caption(result)) is not None:
-            lines += ["", f"_{caption}_"]
+            lines += ["", f"_{md_text(caption)}_"]
     return "\n".join(lines + closing_lines(result.notes, misses, drop_misses)) + "\n"
 
 
@@ -319,16 +320,16 @@ def vs_laya_rich_table(result, metrics: Sequence[str] = ()) -> Table | None:
 
 def closing_lines(notes, misses: list[str] | None, drop_misses: list[str] | None) -> list[str]:
     """The end of an audit's Markdown: its notes, then the --fail-under and --max-drop outcomes (when gated)."""
-    lines = ["", *(f"- {labelled(n)}" for n in notes)] if notes else []
+    lines = ["", *(f"- {md_text(labelled(n))}" for n in notes)] if notes else []
     if misses is not None:
         lines += ["", "**fail-under: missed**" if misses else "fail-under: all thresholds met"]
-        lines += [f"- {m}" for m in misses]
+        lines += [f"- {md_text(m)}" for m in misses]
     if drop_misses is not None:
         lines += [
             "",
             "**max-drop: dropped too far**" if drop_misses else "max-drop: no metric dropped more than allowed",
         ]
-        lines += [f"- {m}" for m in drop_misses]
+        lines += [f"- {md_text(m)}" for m in drop_misses]
     return lines
 
 

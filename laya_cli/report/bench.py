@@ -4,6 +4,7 @@ per method and head (mean ± std over seeds; the best of each column marked)."""
 from __future__ import annotations
 
 from .cells import EXCLUDES_0_LEGEND, MD_MARKS, RICH_MARKS, Cell, best, difference_cell, marked, md_table, rich_table
+from .inert import md_text
 from .notes import labelled
 
 BENCH_ACC_HEADERS = ["test accuracy", "macro-F1", "epochs", "train time", "runs"]
@@ -181,7 +182,7 @@ def bench_rich_tables(result) -> list:
 def bench_markdown(result, title: str = "laya bench") -> str:
     rows = bench_table_rows(result)
     lines = [
-        f"### {title}: {result.request.dataset}, {result.request.backbone}",
+        f"### {title}: {md_text(result.request.dataset)}, {md_text(result.request.backbone)}",
         "",
         *md_table(
             ["head", *BENCH_ACC_HEADERS], [[f"`{r['head']}`", *marked(r["cells"], MD_MARKS)] for r in rows["accuracy"]]
@@ -196,8 +197,8 @@ def bench_markdown(result, title: str = "laya bench") -> str:
         body = [marked(r, MD_MARKS) for r in paired]
         lines += ["", "#### Paired differences against `laya`", "", *md_table(PAIRED_HEADER, body, "llrrr")]
         lines += ["", f"_{PAIRED_CAPTION}_"]
-    lines += ["", f"_{bench_caption(result)}_"]
+    lines += ["", f"_{md_text(bench_caption(result))}_"]
     notes = [f"{h} head: {n}" for h, e in result.heads.items() for n in e["notes"]]
     if notes:
-        lines += ["", *(f"- {labelled(n)}" for n in notes)]
+        lines += ["", *(f"- {md_text(labelled(n))}" for n in notes)]
     return "\n".join(lines) + "\n"

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from rich import box
 from rich.table import Table
+
+from .inert import html_text, md_text, rich_text, visible_controls
 
 
 class Column(NamedTuple):
@@ -43,20 +45,35 @@ class Cell(NamedTuple):
     mark: str | None = None  # "best", "flag", "failed" or "dim"; a form without the mark shows the plain text
 
 
-RICH_MARKS = {
-    "best": "[bold green]{}[/]",
-    "flag": "[yellow]{} ![/]",
-    "failed": "[bold red]{} ✗[/]",
-    "dim": "[dim]{}[/]",
-    "sig": "[bold]{}[/]",
-}
-MD_MARKS = {"best": "**{}**", "flag": "{} !", "failed": "**{} ✗**", "sig": "**\\{}**"}  # \*: a literal star
-HTML_MARKS = {
-    "best": '<span class="best">{}</span>',
-    "flag": "{} !",
-    "failed": '<span class="fail">{} ✗</span>',
-    "sig": '<span class="sig">{}</span>',
-}
+class Marks(dict):
+    """A form's marks by name (``{}``: the cell's text), and the form's escaping rule (``inert.py``): a cell's text
+    comes from input as often as not (a class name, a layer, a path), so it is escaped before it is marked."""
+
+    def __init__(self, marks: dict[str, str], escape: Callable[[str], str]):
+        super().__init__(marks)
+        self.escape = escape
+
+
+RICH_MARKS = Marks(
+    {
+        "best": "[bold green]{}[/]",
+        "flag": "[yellow]{} ![/]",
+        "failed": "[bold red]{} ✗[/]",
+        "dim": "[dim]{}[/]",
+        "sig": "[bold]{}[/]",
+    },
+    rich_text,
+)
+MD_MARKS = Marks({"best": "**{}**", "flag": "{} !", "failed": "**{} ✗**", "sig": "**{}**"}, md_text)
+HTML_MARKS = Marks(
+    {
+        "best": '<span class="best">{}</span>',
+        "flag": "{} !",
+        "failed": '<span class="fail">{} ✗</span>',
+        "sig": '<span class="sig">{}</span>',
+    },
+    html_text,
+)
 
 EXCLUDES_0 = "*"  # written before a difference whose interval excludes 0
 EXCLUDES_0_LEGEND = f"{EXCLUDES_0} the interval excludes 0"
@@ -125,13 +142,15 @@ def best(values: Iterable) -> float | None:
 
 
 def marked(cells: Iterable[Cell], marks: dict[str, str]) -> list[str]:
-    """The cells as text in one form (``marks``: RICH_MARKS, MD_MARKS; ``{}`` for none)."""
-    return [marks[c.mark].format(c.text) if c.mark in marks else c.text for c in cells]
+    """The cells as text in one form (``marks``: RICH_MARKS, MD_MARKS, HTML_MARKS): each text escaped for the form
+    (a plain dict of marks escapes nothing), then marked."""
+    escape = getattr(marks, "escape", str)
+    return [marks[c.mark].format(escape(c.text)) if c.mark in marks else escape(c.text) for c in cells]
 
 
 def html_marked(cells: Iterable[Cell]) -> list[str]:
     """The cells as HTML: each text escaped, then marked."""
-    return marked((Cell(html.escape(c.text), c.mark) for c in cells), HTML_MARKS)
+    return marked(cells, HTML_MARKS)
 
 
 def align_of(header: Sequence[str], left: Sequence[int] = (0,)) -> str:
@@ -145,8 +164,19 @@ def justify(align: str) -> str:
 
 
 def rich_table(title: str, **kw) -> Table:
-    """The terminal's table: a rule under the header, no outer border."""
+    """The terminal's table: a rule under the header, no outer border. Its title and caption are text, never markup
+    (a caption names the model, the data set, classes)."""
+    from rich.text import Text
+
+    if isinstance(kw.get("caption"), str):
+        kw["caption"] = Text(visible_controls(kw["caption"]))
+    title = Text(visible_controls(title)) if isinstance(title, str) else title
     return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, **kw)
+
+
+def plain_row(row: Sequence[str]) -> list[str]:
+    """A row of plain texts (layers, classes, numbers) as rich cells: shown as written, never read as markup."""
+    return [rich_text(c) for c in row]
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> list[str]:
@@ -154,10 +184,16 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequen
     align = align or align_of(header)
     marks = {"l": ":---", "r": "---:"}
     return [
-        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(map(_one_line, header)) + " |",
         "| " + " | ".join(marks[a] for a in align) + " |",
-        *("| " + " | ".join(r) + " |" for r in rows),
+        *("| " + " | ".join(map(_one_line, r)) + " |" for r in rows),
     ]
+
+
+def _one_line(cell: str) -> str:
+    """A Markdown cell kept on its row: a line break would end the table (cells' texts are escaped by ``md_text``;
+    this guards the row even where a cell was built another way)."""
+    return " ".join(str(cell).splitlines())
 
 
 def html_table(header: Sequence[str] | None, rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> str:

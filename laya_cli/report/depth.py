@@ -12,7 +12,8 @@ import html
 
 from rich.table import Table
 
-from .cells import align_of, fmt, html_table, justify, md_table, rich_table
+from .cells import align_of, fmt, html_table, justify, md_table, plain_row, rich_table
+from .inert import md_text
 from .notes import docs_page, labelled
 
 TRUNCATION_LEFT, EXIT_LEFT = (1,), (0, 1)  # the text columns: the layer; the operating point and the policy
@@ -149,6 +150,11 @@ def depth_class_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def md_rows(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """A table of plain texts (class names among them) as Markdown cells."""
+    return header, [[md_text(c) for c in r] for r in rows]
+
+
 def depth_caption(doc: dict) -> str:
     c = doc["compute"]
     return (
@@ -187,7 +193,7 @@ def rows_table(title: str, header: list[str], rows: list[list[str]], left, **kw)
     for h, a in zip(header, align_of(header, left)):
         table.add_column(h, justify=justify(a))
     for r in rows:
-        table.add_row(*r)
+        table.add_row(*plain_row(r))
     return table
 
 
@@ -218,10 +224,10 @@ def depth_markdown(doc: dict, title: str = "laya depth") -> str:
         "",
         "### Minimal sufficient depth per class (samples whose prediction first equals the full model's at k)",
         "",
-        *md_table(*depth_class_rows(doc)),
+        *md_table(*md_rows(*depth_class_rows(doc))),
     ]
     for note in doc.get("notes", []):
-        lines += ["", f"> {labelled(note)}"]
+        lines += ["", f"> {md_text(labelled(note))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -240,10 +246,10 @@ def depth_section(doc: dict, figure_html: str = "") -> str:
         "<h3>Minimal sufficient depth per class</h3><p>Samples whose prediction first equals the full "
         "model's at depth k, per true class.</p>"
     )
-    body = [[e(c) for c in r] for r in rows[:-1]] + [["<b>all</b>", *rows[-1][1:]]]
+    body = [[e(c) for c in r] for r in rows[:-1]] + [["<b>all</b>", *map(e, rows[-1][1:])]]
     parts.append(html_table(header, body, align_of(header)))
     for note in doc.get("notes", []):
-        parts.append(f'<p class="note">{e(note)}</p>')
+        parts.append(f'<p class="note">{e(str(note))}</p>')
     return "\n".join(p for p in parts if p)
 
 

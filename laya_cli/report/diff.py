@@ -20,8 +20,10 @@ from .cells import (
     md_table,
     p_clause,
     p_text,
+    plain_row,
     rich_table,
 )
+from .inert import md_text
 
 CLASS_HEADER = ["class", "n", "acc. A", "acc. B", "JS (bits)", "p", "p adj.", "changed"]
 LAYER_HEADER = ["layer", "α A", "α B", "Δα", "LOLO Δ A", "LOLO Δ B", "change", "contrib A", "contrib B", "change"]
@@ -103,7 +105,7 @@ def diff_markdown(doc: dict) -> str:
     lines = [
         "### laya diff",
         "",
-        f"_{summary_line(doc)}_",
+        f"_{md_text(summary_line(doc))}_",
         "",
         *md_table(CLASS_HEADER, [marked(r, MD_MARKS) for r in class_rows(doc)]),
         "",
@@ -201,7 +203,7 @@ def _lm_table(title: str, header: list[str], rows: list[list[str]], caption: str
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i < 2 else "right", no_wrap=True)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*plain_row(row))
     return table
 
 
@@ -216,7 +218,7 @@ def lm_diff_rich_tables(doc: dict) -> list[Table]:
 
 
 def lm_diff_markdown(doc: dict) -> str:
-    lines = ["### laya diff (language models)", "", f"_{lm_summary_line(doc)}_", ""]
+    lines = ["### laya diff (language models)", "", f"_{md_text(lm_summary_line(doc))}_", ""]
     lines += md_table(LM_METHOD_HEADER, lm_method_rows(doc))
     lines += ["", "#### Per layer", "", *md_table(LM_LAYER_HEADER, lm_layer_rows(doc))]
     lines += ["", "#### Faithfulness change by position in the block", "", *md_table(*lm_position_rows(doc))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .cells import align_of, fmt, md_table
 from .depth import human_flops, rows_table, seconds_text
+from .inert import md_text
 from .notes import labelled
 
 TIMING_LEFT = (1,)  # the text column: the dropped layers
@@ -186,5 +187,5 @@ def drop_markdown(doc: dict, title: str = "laya depth --drop") -> str:
         lines += ["", f"### Cost ({timing_caption(doc)})", "", *md_table(header, rows, align_of(header, TIMING_LEFT))]
     lines += [f"\n{line}" for line in drop_lines(doc)]
     for note in doc.get("notes", []):
-        lines += ["", f"> {labelled(note)}"]
+        lines += ["", f"> {md_text(labelled(note))}"]
     return "\n".join(lines) + "\n"

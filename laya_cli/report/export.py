@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from .html import js_text, rank_text
+from .inert import rich_text
 
 
 def shift_table(exp, limit: int = 20) -> Table:
@@ -27,11 +28,11 @@ def shift_table(exp, limit: int = 20) -> Table:
         defined = r.js_divergence == r.js_divergence
         table.add_row(
             rank_text(r.rank),
-            str(r.class_name),
+            rich_text(r.class_name),
             js_text(r.js_divergence),
             str(r.n_correct),
             str(r.n_incorrect),
-            f"{r.most_shifted_layer} ({r.shift:+.3f})" if defined else "—",
+            f"{rich_text(r.most_shifted_layer)} ({r.shift:+.3f})" if defined else "—",
         )
     ranked_from = getattr(exp, "shift_ranked_from", 0.0)
     caption = [f"ranked from {ranked_from:g} bits (about 12 % of the attention moved between two layers); — below"]

@@ -1,7 +1,8 @@
 """Pictures for ``laya export``: matplotlib figures written as PNG files (report.html embeds them).
 
 Figures are drawn with the object-oriented API (``matplotlib.figure.Figure`` rendered by the
-Agg canvas): no pyplot, no global state, no display needed, safe inside notebooks.
+Agg canvas): no pyplot, no global state, no display needed, safe inside notebooks. Every drawing function is
+``inert_figure``: class names, layers and tokens are drawn as text, never parsed as mathtext or TeX.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from .inert import inert_figure
 
 DPI = 130
 CORRECT, WRONG, NEUTRAL = "#2a9d3c", "#c62828", "#4c72b0"
@@ -97,6 +100,7 @@ def _fmt_n(n: int) -> str:
 # --------------------------------------------------------------------------- figures
 
 
+@inert_figure
 def plot_global(exp, path: Path) -> None:
     """Bars: mean α per layer over all samples ± 1 std; markers: correct / incorrect means."""
     g = exp.global_profile[exp.global_profile["quantity"] == "alpha"]
@@ -165,6 +169,7 @@ def _heatmap_size(
     return width, height
 
 
+@inert_figure
 def plot_heatmap(
     matrix: np.ndarray,
     row_labels: Sequence[str],
@@ -227,6 +232,7 @@ def alpha_scale(mats: Sequence[np.ndarray], n_layers: int) -> tuple[float, float
     return 0.0, min(1.0, max(top, 2.0 / max(n_layers, 1)))
 
 
+@inert_figure
 def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
     out = {}
     mats = {s: exp.matrix(s) for s in ("all", "correct", "incorrect")}
@@ -277,6 +283,7 @@ def plot_heatmaps(exp, folder: Path) -> dict[str, str]:
     return out
 
 
+@inert_figure
 def plot_shift_ranking(exp, path: Path) -> None:
     """Horizontal bars: JS divergence per class, rank 1 on top. Only a ranked class (the export ranks from
     ``exp.shift_ranked_from`` bits on) is drawn in colour (the dashed line marks that size); below it a grey bar,
@@ -344,6 +351,7 @@ def can_strip(exp) -> bool:
     return getattr(im, "ndim", 0) == 4 and im.shape[1] >= 1 and len(im) == exp.n and exp.n > 0
 
 
+@inert_figure
 def plot_strip(exp, path: Path, k: int) -> None:
     """First K samples: thumbnail, true/predicted class, p_ŷ, and the α bars per layer."""
     k = min(k, exp.n)
@@ -419,6 +427,7 @@ def thumbnails(images, max_side: int = THUMB_SIDE) -> list[str]:
     return out
 
 
+@inert_figure
 def render_plots(exp, folder: Path, strip: int = 8) -> dict[str, str]:
     """Draw every figure that applies into ``folder``; returns {plot key: file name}."""
     folder = Path(folder)
@@ -440,6 +449,7 @@ def render_plots(exp, folder: Path, strip: int = 8) -> dict[str, str]:
     return {k: out[k] for k in PLOT_FILES if k in out}
 
 
+@inert_figure
 def plot_depth(doc: dict, path: Path) -> None:
     """``laya depth``: accuracy vs mean backbone FLOPs (% of the full model) for the truncated model (α
     masked above k), the refitted heads, the early-exit sweeps and the oracle; ``doc`` is the depth JSON."""
@@ -513,12 +523,12 @@ def plot_depth(doc: dict, path: Path) -> None:
 
 
 def token_label(text: str) -> str:
-    """A token's text as an axis label: quoted where it has edge spaces or control characters, ``$`` escaped
-    (matplotlib would read "$…$" as maths)."""
-    shown = text if text and text.strip() == text and text.isprintable() else repr(text)
-    return shown.replace("$", r"\$")
+    """A token's text as an axis label: quoted where it has edge spaces or control characters (a figure's text is
+    never read as maths: ``inert_figure``)."""
+    return text if text and text.strip() == text and text.isprintable() else repr(text)
 
 
+@inert_figure
 def plot_token_alpha(alpha: np.ndarray, tokens: Sequence[str], layers: Sequence[str], title: str, path: Path) -> None:
     """Tokens × layers heat map of α (a language model's export): token texts down, layers across."""
     from matplotlib import colormaps

@@ -318,7 +318,8 @@ def audit_section(doc: dict) -> str:
     base = doc.get("baseline") or {}
     compared = base.get("methods", {})
     caption = (
-        f"{e(str(s.get('model', '')))} · {doc.get('n_samples', '?')} samples of {e(str(s.get('dataset', '')))} · "
+        f"{e(str(s.get('model', '')))} · {e(str(doc.get('n_samples', '?')))} samples of "
+        f"{e(str(s.get('dataset', '')))} · "
         f"accuracy {e(fmt(doc.get('accuracy'), '{:.4f}'))} · {e(str(s.get('head', '?')))} head, "
         f"{len(doc.get('layers', []))} layers · target {e(str(s.get('target')))} · ablation "
         f"{e(str(s.get('ablation')))} · reduce {e(str(s.get('reduce')))} · {e(ig_steps_text(s))}"
@@ -345,21 +346,23 @@ def audit_section(doc: dict) -> str:
         if base.get("settings_changed"):
             parts.append(
                 f'<p class="note">settings differ from the baseline (allowed): '
-                f"{e('; '.join(base['settings_changed']))}</p>"
+                f"{e('; '.join(map(str, base['settings_changed'])))}</p>"
             )
     checks = [("fail-under", m) for m in (doc.get("fail_under") or {}).get("misses", [])]
     checks += [
-        ("max-drop", c["message"]) for c in base.get("checks", []) if not c.get("passed") and not c.get("skipped")
+        ("max-drop", str(c.get("message")))
+        for c in base.get("checks", [])
+        if isinstance(c, dict) and not c.get("passed") and not c.get("skipped")
     ]
     verdict = doc.get("verdict")
     if verdict:
         word = "PASS" if verdict.get("passed") else "FAIL"
         parts.append(
-            f'<p>Gate: <span class="{word.lower()}">{word}</span> — {verdict.get("checks", 0)} check(s), '
-            f"{verdict.get('failed', 0)} failed, {verdict.get('skipped', 0)} skipped.</p>"
+            f'<p>Gate: <span class="{word.lower()}">{word}</span> — {e(str(verdict.get("checks", 0)))} check(s), '
+            f"{e(str(verdict.get('failed', 0)))} failed, {e(str(verdict.get('skipped', 0)))} skipped.</p>"
         )
     if checks:
-        parts.append("<ul>" + "".join(f"<li><b>{e(g)}</b>: {e(msg)}</li>" for g, msg in checks) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li><b>{e(g)}</b>: {e(str(msg))}</li>" for g, msg in checks) + "</ul>")
     for note in doc.get("notes", []):
         parts.append(f'<p class="note">{e(str(note))}</p>')
     return "\n".join(parts)

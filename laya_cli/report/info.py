@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .collapse import collapse_text
+from .inert import rich_text
 
 
 def _maybe(value, missing: str = "not measured (no test split: trained with laya_cli.fit)") -> str:
@@ -112,9 +113,9 @@ def info_panel(summary: dict, path):
         ),
         ("versions", "  ".join(f"{k} {v}" for k, v in summary["versions"].items())),
     ]
-    for k, v in rows:
-        table.add_row(f"[bold]{k}[/]", v)
-    return Panel(table, title=f"laya checkpoint {path}", expand=False)
+    for k, v in rows:  # a value is text from the checkpoint (class names, layers, paths), never markup
+        table.add_row(f"[bold]{k}[/]", v if isinstance(v, Text) else rich_text(v))
+    return Panel(table, title=f"laya checkpoint {rich_text(path)}", expand=False)
 
 
 def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
@@ -146,8 +147,8 @@ def _reshaped_rows(summary: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _collapse_row(collapse: dict | None, layers) -> list[tuple[str, str]]:
+def _collapse_row(collapse: dict | None, layers) -> list[tuple[str, Text]]:
     """How much of the depth α uses on the test split (docs/metrics.md, "α collapse"); none for a head without α or a
     checkpoint from before laya measured it."""
-    text = collapse_text(collapse, layers, flag="[bold yellow]{}[/]", escape=escape)
-    return [("α on test", f"{collapse['samples']:,} samples: {text}")] if text else []
+    text = collapse_text(collapse, layers, flag="[bold yellow]{}[/]", escape=rich_text)
+    return [("α on test", Text.from_markup(f"{collapse['samples']:,} samples: {text}"))] if text else []

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .cells import align_of, justify, md_table, rich_table
+from .cells import align_of, justify, md_table, plain_row, rich_table
+from .inert import md_text, rich_text
 from .info import training_text
 from .notes import docs_page
 
@@ -66,7 +67,7 @@ def _terminal(title: str, header: Sequence[str], rows, caption: str | None = Non
     for name, align in zip(header, align_of(header, left)):
         table.add_column(name, justify=justify(align))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*plain_row(row))
     return table
 
 
@@ -75,7 +76,8 @@ def lm_layers_table(metrics: dict, layers: Sequence[str]):
 
 
 def lm_markdown(metrics: dict, layers: Sequence[str]) -> str:
-    return "\n".join([caption(metrics), ""] + md_table(HEADER, lm_rows(metrics, layers))) + "\n"
+    rows = [[md_text(c) for c in r] for r in lm_rows(metrics, layers)]
+    return "\n".join([md_text(caption(metrics)), ""] + md_table(HEADER, rows)) + "\n"
 
 
 def _lens_words(summary: dict) -> str:
@@ -89,7 +91,6 @@ LM_SHOWN = ("backbone", "dataset", "out")  # the training options laya info show
 def lm_info_panel(summary: dict, path):
     """``laya info`` of a ``--task lm`` checkpoint: what it was trained on, then the layers-and-heads table."""
     from rich.console import Group
-    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
@@ -110,8 +111,8 @@ def lm_info_panel(summary: dict, path):
         ),
     ]
     for key, value in rows:
-        grid.add_row(f"[bold]{key}[/]", escape(str(value)))
-    return Panel(Group(grid, lm_layers_table(summary["metrics"], summary["layers"])), title=escape(str(path)))
+        grid.add_row(f"[bold]{key}[/]", rich_text(value))
+    return Panel(Group(grid, lm_layers_table(summary["metrics"], summary["layers"])), title=rich_text(path))
 
 
 # --------------------------------------------------------------------------- laya depth on a language model
@@ -258,7 +259,7 @@ def lm_bench_tables(doc: dict) -> list:
 
 def lm_bench_markdown(doc: dict) -> str:
     b = doc["bench"]
-    lines = [f"# laya bench --task lm: {b['backbone']} on {b['dataset']}", ""]
+    lines = [f"# laya bench --task lm: {md_text(b['backbone'])} on {md_text(b['dataset'])}", ""]
     for objective, entry in doc["objectives"].items():
         lines += [f"## --objective {objective}", "", bench_caption(doc, objective), ""]
         lines += md_table(HEADER, lm_rows(entry, b["layers"], mean_interval))

@@ -19,7 +19,8 @@ from .audit import (
     md_methods_table,
     method_rows,
 )
-from .cells import fmt, html_table, md_table, rich_table
+from .cells import fmt, html_table, md_table, plain_row, rich_table
+from .inert import md_text
 
 NETWORK_TITLE = "laya audit · network scope (total effects)"
 HEAD_TITLE = "laya audit · head scope (direct effects)"
@@ -120,7 +121,7 @@ def scope_tables(result) -> list[Table]:
         for h in header[1:]:
             table.add_column(h, justify="right", no_wrap=True)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*plain_row(row))
         tables.append(table)
     return tables
 
@@ -138,10 +139,10 @@ def network_markdown(
         "",
         *md_methods_table(rows, AUDIT_COLUMNS, compared_methods(comparison)),
         "",
-        f"_{network_caption(result)}_",
+        f"_{md_text(network_caption(result))}_",
     ]
     if comparison:
-        lines += ["", f"_{baseline_caption(comparison)}_"]
+        lines += ["", f"_{md_text(baseline_caption(comparison))}_"]
     if (comp := result.network.comparison) is not None:
         lines += [
             "",
@@ -153,7 +154,7 @@ def network_markdown(
             "",
             f"#### {SCOPE_LAYER_TITLE[0].upper()}{SCOPE_LAYER_TITLE[1:]}",
             "",
-            *md_table(SCOPE_LAYER_HEADER, scope_layer_rows(comp.layers)),
+            *md_table(SCOPE_LAYER_HEADER, [[md_text(c) for c in r] for r in scope_layer_rows(comp.layers)]),
         ]
     return "\n".join(lines + closing_lines(result.network.notes, misses, drop_misses)) + "\n"
 

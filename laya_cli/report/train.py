@@ -3,6 +3,8 @@ accuracy, or a language model's table of layers and heads)."""
 
 from __future__ import annotations
 
+from .inert import rich_text
+
 
 def epoch_line(r) -> str:
     """One epoch (a classifier's ``EpochRecord`` or a language model's ``LMEpoch``) with each figure's unit: the
@@ -30,9 +32,9 @@ def trained_lines(ckpt: dict, out) -> list:
         laya = m["heads"]["laya"]
         return [
             lm_layers_table(m, ckpt["layers"]),
-            f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {out}",
+            f"[bold]held-out laya: KL {laya['kl']:.4f} bits, CE {laya['ce']:.4f} bits per token[/] -> {rich_text(out)}",
         ]
     return [
         f"[bold]test accuracy {m['test_accuracy']:.4f}  macro-F1 {m['test_macro_f1']:.4f}[/]  "
-        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {out}"
+        f"(best epoch {m['best_epoch']} of {m['epochs_run']}) -> {rich_text(out)}"
     ]

@@ -191,13 +191,42 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+class _InterruptRecorder:
+    """The file ``torch.save`` writes through: an interrupt (Ctrl-C, or SIGTERM made one) that lands in a write is
+    kept and the write reports nothing written, so torch's C++ writer fails with its own RuntimeError ('unexpected
+    pos …'), which ``atomic_torch_save`` turns back into the interrupt."""
+
+    def __init__(self, f):
+        self.f, self.interrupt = f, None
+
+    def write(self, data) -> int:
+        if self.interrupt is not None:
+            return 0
+        try:
+            return self.f.write(data)
+        except KeyboardInterrupt as e:
+            self.interrupt = e
+            return 0
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def atomic_torch_save(obj, path: str | Path) -> None:
     """``torch.save`` through a Python file object, so a full disk is an OSError (one line), not
-    the C++ writer's RuntimeError."""
+    the C++ writer's RuntimeError, and an interrupt mid-write is the interrupt (the old file stays whole)."""
     import torch
 
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
+        out = _InterruptRecorder(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.interrupt is not None:
+                raise out.interrupt from None
+            raise
+        if out.interrupt is not None:
+            raise out.interrupt
 
 
 # --------------------------------------------------------------------------- whole folders
@@ -344,6 +373,7 @@ def remove_stale(path: str | Path) -> list[Path]:
     return removed
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # opening a link fails (ELOOP) instead of opening what it points to
 _claims: dict[Path, tuple[int, Path]] = {}  # this process's claimed outputs: the lock's fd and file
 _claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("laya_claiming", default=False)
 
@@ -371,9 +401,14 @@ def claim(path: str | Path) -> None:
         return  # a folder whose parents are still to be made: its temp lives elsewhere, nobody can write it yet
     lock = _lock_file(path)
     for _ in range(5):  # the lock file's previous owner may unlink it between our open and our flock
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:  # never through a link: a lock planted as a symlink would have laya truncate the file it points to
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666 & ~_umask())
         except OSError as e:
+            if os.path.islink(lock):
+                raise LayaError(
+                    f"{path}: its lock file {lock} is a symbolic link; laya never writes through a link: remove it "
+                    f"(rm {lock}) and run again"
+                ) from None
             raise write_error(path, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -168,15 +168,29 @@ def phase(weight: float) -> Iterator[None]:
         tracker.leave(start + size)
 
 
-def log(message: str) -> None:
-    """A status line on stderr (library messages such as 'reusing cached features')."""
+def _plain(text: str, style: str = ""):
+    """``text`` as rich shows it without reading it as markup (a message names paths, classes, layers: a ``[/]`` in
+    one is text), its control characters made visible (an escape sequence from input never reaches the terminal)."""
+    import re
+
+    from rich.text import Text
+
+    text = re.sub(r"\r\n|[\r\n]", " ⏎ ", str(text))
+    return Text(re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text), style=style)
+
+
+def log(message: str, style: str = "") -> None:
+    """A status line on stderr (library messages such as 'reusing cached features'), as written (``style``: rich's,
+    e.g. "yellow")."""
     if _enabled:
-        console.print(message, highlight=False, soft_wrap=True)
+        console.print(_plain(message, style), highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
     """A warning on stderr, shown with progress off too (``--quiet``): what the user must know about a result."""
-    console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.text import Text
+
+    console.print(Text.assemble(("warning:", "bold yellow"), " ", _plain(message)), highlight=False, soft_wrap=True)
 
 
 LOG_INTERVAL = 30.0  # seconds between two plain progress lines in a log; LAYA_PROGRESS_INTERVAL sets another

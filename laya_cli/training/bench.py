@@ -274,7 +274,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
             load_train_state(req.state_path, req.fingerprint(), train_options(req))
             req.resume = True
         except LayaError:
-            log(f"[yellow]{req.state_path} is a partial run with other options or unreadable: starting over[/]")
+            log(f"{req.state_path} is a partial run with other options or unreadable: starting over", "yellow")
     if not req.resume:
         req.state_path.unlink(missing_ok=True)
     start = time.perf_counter()
@@ -330,7 +330,7 @@ def _reusable_training(bench: BenchRequest, head: str, seed: int, record: dict |
             f"{ckpt} was trained with other options ({shown}); use another --out, or --redo to retrain every run"
         )
     if record.get("checkpoint_sha256") != file_sha256(ckpt):
-        log(f"[yellow]{ckpt} changed since it was recorded: retraining it[/]")
+        log(f"{ckpt} changed since it was recorded: retraining it", "yellow")
         return False
     return True
 

@@ -380,7 +380,7 @@ def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
     req = _checked(req)
     data = load_dataset(req.data)
     if data.skipped:
-        log(f"[yellow]skipped {data.skipped} undecodable image(s)[/]")
+        log(f"skipped {data.skipped} undecodable image(s)", "yellow")
     backbone = prepare_backbone(req, data)
     data = tokenize_splits(data, backbone)
     job = TrainingJob(

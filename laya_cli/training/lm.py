@@ -22,7 +22,7 @@ from torch import Tensor
 from ..backbones.lm import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokenizers import set_tokenizer, train_tokenizer
-from ..data.corpus import Corpus
+from ..data.corpus import Corpus, token_blocks
 from ..data.datasets import corpus_path, open_named_corpus
 from ..features.lm_positions import batches, token_states
 from ..model.checkpoint import save_checkpoint
@@ -65,7 +65,28 @@ CORPUS_READER = "--task lm reads a text corpus"  # who reads the corpus, in the 
 
 
 def _corpus(req: TrainRequest) -> Corpus:
-    return open_named_corpus(req.data.name, CORPUS_READER, req.data.text_column, req.data.encoding)
+    """The corpus, its first documents read: empty, blank or undecodable text is one line before any model loads."""
+    corpus = open_named_corpus(req.data.name, CORPUS_READER, req.data.text_column, req.data.encoding)
+    if next(corpus.documents("train"), None) is None:
+        raise LayaError(f"{req.data.name}: the training text is shorter than one block: it is empty (no line holds any "
+                        "text)")  # fmt: skip
+    if next(corpus.documents("test"), None) is None:
+        raise LayaError(
+            f"{req.data.name}: the held-out text is shorter than one block: it is empty"
+            + (" (without a test file every tenth line is held out: it needs 10 lines)" if corpus.test is None else "")
+        )
+    return corpus
+
+
+def check_blocks(req: TrainRequest, lm: LanguageModel, corpus: Corpus, block: int) -> None:
+    """The training and the held-out text each hold one block of ``block`` tokens at least (read until the first
+    one is packed): checked before the run is announced, not after its first epoch."""
+    tokenizer = lm.backbone.adapter.text.tokenizer
+    for split, what in (("train", "training"), ("test", "held-out")):
+        if next(token_blocks(corpus.documents(split), tokenizer, block, lm.eos_id), None) is None:
+            raise LayaError(
+                f"{req.data.name}: the {what} text is shorter than one block of {block} tokens (--block-size)"
+            )
 
 
 def _with_tokenizer(lm: LanguageModel, corpus: Corpus) -> None:
@@ -360,9 +381,10 @@ def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = Non
     corpus = _corpus(req)
     spec = BackboneSpec(req.backbone, layers=list(req.layers), pretrained=req.pretrained is not False, task="lm")
     lm = build_language_model(spec, device_map=req.lm.device_map)
-    progress.log(f"{req.backbone}: starts from {lm.backbone.weights_source}; frozen (its heads train per position)")
     _with_tokenizer(lm, corpus)
     block = _block_size(req, lm)
+    check_blocks(req, lm, corpus, block)  # what can be refused is refused before the start is announced
+    progress.log(f"{req.backbone}: starts from {lm.backbone.weights_source}; frozen (its heads train per position)")
     lm.to(t.device)  # a model placed by --device-map stays where it is; the heads sit with its readout
     device = lm.head_device
     torch.manual_seed(t.seed)
