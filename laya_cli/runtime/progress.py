@@ -37,11 +37,25 @@ class LazyConsole:
             object.__setattr__(self, "_console", real)
         return real
 
+    def print(self, *objects, **options) -> None:
+        """The console's ``print``; to a log, a pipe or a file, a line of text is never wrapped (there is no width
+        there: a line cut at 80 columns is hard to read and to grep). Tables and panels keep their shape."""
+        real = self.get()
+        if "soft_wrap" not in options and not (real.is_terminal or real.is_jupyter) and _all_text(objects):
+            options["soft_wrap"] = True
+        real.print(*objects, **options)
+
     def __getattr__(self, name):
         return getattr(self.get(), name)
 
     def __setattr__(self, name, value):
         setattr(self.get(), name, value)
+
+
+def _all_text(objects) -> bool:
+    from rich.text import Text
+
+    return all(isinstance(o, (str, Text)) for o in objects)
 
 
 console = LazyConsole(stderr=True)
