@@ -19,6 +19,7 @@ _EXPORTS = {
     "BUILTIN_FINETUNE": "build",
     "frozen_random_warning": "build",
     "frozen_random": "build",
+    "RANDOM_START": "build",
     "start_line": "build",
     "backbone_from_checkpoint": "build",
     "backbone_name": "build",

@@ -173,9 +173,12 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
 
     The container (``nn.Sequential``/``nn.ModuleList``, at any depth, else the model itself)
     whose children run most in the forward; one tap per stage when its children are feature
-    maps that change resolution, else one per block.
+    maps that change resolution, else one per block. Never tapped (``_new_representations``): a child
+    whose output is the model's output (its classifier: the logits are what α explains, not a layer),
+    and a child without parameters after one with them (a pooling, an activation, a flatten: it only
+    re-expresses what ran before it, and two taps of one representation would split α between them).
     """
-    calls = trace_calls(model, x)
+    calls, model_out = _trace_with_output(model, x)
     best = None
     for name, module in model.named_modules():
         if name and not is_container(name, module):
@@ -184,6 +187,7 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
         ran = sorted((calls[c][0].start, c) for c in children if calls.get(c) and calls[c][0].end >= 0)
         outs = [first_tensor(calls[c][0].out) for _, c in ran]
         ran = [c for (_, c), o in zip(ran, outs) if isinstance(o, Tensor) and o.ndim >= 2]
+        ran = _new_representations(model, ran, [first_tensor(calls[c][0].out) for c in ran], model_out)
         key = (len(ran), -name.count(".") if name else -99)
         if len(ran) >= 3 and (best is None or key > best[0]):
             best = (key, ran)
@@ -195,6 +199,39 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
     names = best[1]
     ends = stage_ends(names, [calls[n][0].out for n in names], layouts)
     return ends if len(ends) >= 3 else names
+
+
+def _trace_with_output(model: nn.Module, x: Tensor) -> tuple[dict[str, list[Call]], Tensor | None]:
+    """``trace_calls`` of one forward, and the model's own output (its first tensor) from that forward."""
+    seen: list = []
+    handle = model.register_forward_hook(lambda module, args, output: seen.append(first_tensor(output)))
+    try:
+        calls = trace_calls(model, x)
+    finally:
+        handle.remove()
+    return calls, (seen[-1] if seen and isinstance(seen[-1], Tensor) else None)
+
+
+def _is_model_output(out: Tensor, model_out: Tensor | None) -> bool:
+    """Whether a child's output is the model's: the same tensor, or the same values (a squeeze or view of it)."""
+    if model_out is None:
+        return False
+    if out is model_out:
+        return True
+    return out.numel() == model_out.numel() and torch.equal(out.detach().reshape(-1), model_out.detach().reshape(-1))
+
+
+def _new_representations(model: nn.Module, names: list[str], outs: list[Tensor], model_out) -> list[str]:
+    """Of a run of children, those that are a representation of their own: without the model's output (the
+    classifier) and without a parameter-free child once a child with parameters ran (docs/backbones.md#default-taps)."""
+    kept, learned = [], False
+    for name, out in zip(names, outs):
+        has_parameters = any(True for _ in model.get_submodule(name).parameters())
+        if _is_model_output(out, model_out) or (learned and not has_parameters):
+            continue
+        kept.append(name)
+        learned = learned or has_parameters
+    return kept
 
 
 def prune_after(model: nn.Module, names: Sequence[str], x: Tensor) -> nn.Module:

@@ -37,7 +37,7 @@ from ..runtime.progress import log, warn
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
-from .defaults import resolved_alignment, resolved_request, without_bypass_default
+from .defaults import resolved_alignment, resolved_backbone_lr, resolved_request, without_bypass_default
 from .lm import LMEpoch, train_lm
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .network_target import network_alignment
@@ -91,6 +91,8 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         if len(dims) < 2 and job.train.exit_aware:  # one tapped layer: no depth to exit at (recorded off)
             job = replace(job, train=replace(job.train, exit_aware=0.0))
         job = replace(job, train=without_bypass_default(job.train, backbone))  # a frozen ResNet: no default term
+        starts_trained = bool(job.weights_file) or not backbone.weights_source.startswith(bb.RANDOM_START)
+        job = replace(job, train=resolved_backbone_lr(job.train, job.spec.finetune, starts_trained))
         classes = data.classes  # (a loader's data are read here, before the head's seed)
         torch.manual_seed(job.train.seed)
         head = build_head(job.head, dims, len(classes), job.head_config).to(dev)

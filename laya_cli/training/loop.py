@@ -236,8 +236,7 @@ def fit(
     ``shaping`` (``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``: ``shaping.py``) trains α (one process).
     """
     torch.manual_seed(cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    optimizer = make_optimizer(model, cfg, n_batches=-(-len(_pair(train)[1]) // cfg.batch_size))
     run = _Run(model, optimizer, torch.Generator().manual_seed(cfg.seed), EarlyStopping(cfg.patience), alignment)
     run.shaping = shaping
     (train_x, train_y), (val_x, val_y) = _pair(train), _pair(val)
@@ -264,6 +263,36 @@ def fit(
             on_epoch(record)
     model.load_state_dict(run.stopping.best_model)
     return run.history
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, n_batches: int) -> torch.optim.Adam:
+    """Adam over the trainable parameters. A backbone trained with its head (``EndToEnd``) at a rate of its own
+    (``cfg.backbone_lr``, resolved: training/defaults.py) is a second parameter group, ``name`` "backbone", the head's
+    "head" at ``cfg.lr``; with ``cfg.backbone_warmup`` its rate rises linearly to ``backbone_lr`` over the first
+    ``n_batches`` steps (``_warm_up``; the schedule lives in the group, so a resumed run's state carries it)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    rate = cfg.backbone_lr
+    if not isinstance(model, EndToEnd) or rate is None or (rate == cfg.lr and not cfg.backbone_warmup):
+        return torch.optim.Adam(params, lr=cfg.lr)
+    in_backbone = {id(p) for p in model.backbone.parameters()}
+    groups = [
+        {"name": "head", "params": [p for p in params if id(p) not in in_backbone], "lr": cfg.lr},
+        {"name": "backbone", "params": [p for p in params if id(p) in in_backbone], "lr": rate},
+    ]
+    if cfg.backbone_warmup:
+        steps = max(int(n_batches), 1)
+        groups[1].update(lr=rate / steps, warmup_steps=steps, warmup_done=0, target_lr=rate)
+    return torch.optim.Adam([g for g in groups if g["params"]], lr=cfg.lr)
+
+
+def _warm_up(optimizer: torch.optim.Optimizer) -> None:
+    """After a step: each group that warms up moves to its next rate, ``target_lr · (k + 1) / warmup_steps`` after
+    its k-th step, then stays at ``target_lr``."""
+    for group in optimizer.param_groups:
+        if "warmup_steps" in group and group["warmup_done"] < group["warmup_steps"]:
+            group["warmup_done"] += 1
+            steps = group["warmup_steps"]
+            group["lr"] = group["target_lr"] * min(group["warmup_done"] + 1, steps) / steps
 
 
 def _val_faithfulness(model, val_x, cfg: TrainConfig, alignment: Alignment | None) -> float | None:
@@ -431,6 +460,7 @@ def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+    _warm_up(optimizer)
 
 
 def _store_ddp_epoch(
