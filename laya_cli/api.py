@@ -13,6 +13,7 @@ docstrings. Nothing prints except rich progress bars (and cache status lines) wh
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -43,7 +44,7 @@ from .exporting.settings import ExportSettings
 from .features.attach import Tapped, attach
 from .features.loaders import Loader
 from .model.checkpoint import checkpoint_task, read_checkpoint
-from .model.evaldata import EvalData, loader_eval_data
+from .model.evaldata import EvalData, load_eval_data, loader_eval_data
 from .model.heads import HEADS
 from .model.laya_model import LayaModel, model_from_checkpoint
 from .model.lm_heads import LayaLM, lm_from_checkpoint
@@ -51,8 +52,8 @@ from .model.settings import HeadConfig, LoadSettings
 from .runtime import progress as _progress
 from .runtime.declare import build, refuse_other_task, takes_settings
 from .runtime.device import resolve_device
-from .runtime.errors import LayaError, match_choice
-from .training.job import fit_loaders, train
+from .runtime.errors import LayaError, LayaWarning, match_choice
+from .training.job import fit_loaders, near_chance_note, train
 from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest, check_alpha_options
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
@@ -123,7 +124,8 @@ def fit(
 
     Returns:
         The trained ``LayaModel`` (``task="lm"``: a ``LayaLM``). ``model.save("model.pt")`` writes the checkpoint
-        ``laya train`` writes; ``model.checkpoint["history"]`` holds the epochs.
+        ``laya train`` writes; ``model.checkpoint["history"]`` holds the epochs. A fit whose best validation
+        accuracy is within noise of chance (1/classes) warns (``LayaWarning``).
 
     Raises:
         LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
@@ -144,7 +146,28 @@ def fit(
     check_alpha_options(cfg, head)
     loaders = {"train": train_loader, "val": val_loader, "test": test_loader}
     with _progress.enabled(progress):
-        return fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, cache)
+        model = fit_loaders(tapped, loaders, head, head_cfg, cfg, frozen, val_fraction, classes, cache)
+    _warn([near_chance_note(model.checkpoint)])
+    return model
+
+
+def _warn(notes) -> None:
+    """Notes a command prints as ``note:``/``warning:`` lines, raised as Python warnings (``LayaWarning``) at the
+    caller of the API function."""
+    for note in notes:
+        if note:
+            warnings.warn(note.removeprefix("warning: "), LayaWarning, stacklevel=_outside_laya())
+
+
+def _outside_laya() -> int:
+    """The ``stacklevel`` of the first frame outside this package: the user's line, whatever wraps the API call."""
+    import sys
+
+    package = str(Path(__file__).resolve().parent)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _fit_language_model(model, text, settings: dict, progress: bool, extra: dict, classifier: tuple) -> LayaLM:
@@ -187,7 +210,9 @@ def audit(
         model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LayaLM``.
         loader: yields ``(images, labels)`` as the model was trained on (a model trained by ``laya train`` takes
             [0, 1] images, as laya's datasets serve them); every sample is audited, in the loader's order. (``laya
-            audit`` passes its prepared test split here.) A language model: ``text:PATH``, or None for the held-out
+            audit`` passes its prepared test split here.) None: the test split of the data set the checkpoint was
+            trained on (a ``laya train`` checkpoint's, as ``laya audit MODEL`` reads it; one fitted on your own
+            loaders has none to read: pass a loader). A language model: ``text:PATH``, or None for the held-out
             text it was trained with; every position is a sample.
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
             ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence. None:
@@ -204,6 +229,8 @@ def audit(
     Returns:
         An ``AuditResult``: ``.summary`` (the dict of ``laya audit --json``), ``.to_pandas()`` (a row per method),
         ``.per_sample()`` (a row per sample: index, label, predicted, target, Δ per layer, per method ρ, D@1, scores).
+        The audit's notes (an α collapse, a degenerate faithfulness, a model near chance) are in
+        ``.summary["notes"]``, in the frame's ``note`` column, and raised as ``LayaWarning``s.
 
     Raises:
         LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
@@ -218,8 +245,14 @@ def audit(
             data = _text(loader, samples, TOKENS_AUDITED)
             return token_audit_job(model.to(device), methods, audited, scope, data.dataset, data.samples)
         _no_samples(samples)
-        data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
-        return audit_job(model, data, methods, audited, scope)
+        data = (
+            partial(load_eval_data, model, None, None, None, audited.seed, audited.device)  # its own test split
+            if loader is None
+            else partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network: on images
+        )
+        result = audit_job(model, data, methods, audited, scope)
+    _warn([*result.notes, *(result.network.notes if result.network is not None else [])])
+    return result
 
 
 def _text(loader, samples: int | None, default: int) -> EvalRequest:

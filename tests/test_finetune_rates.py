@@ -82,3 +82,14 @@ def test_a_fine_tuned_checkpoint_records_both_rates(tmp_path):
         "--backbone-lr",
         "--finetune",
     )
+
+
+def test_tiny_images_upscaled_for_a_model_from_scratch_are_warned_with_a_size_that_fits():
+    from laya_cli.backbones.build import RANDOM_START, fitting_side, upscale_warning
+
+    assert [fitting_side(s) for s in (8, 28, 32, 33, 96)] == [32, 32, 32, 64, 96]
+    line = upscale_warning((28, 28), (224, 224), RANDOM_START)
+    assert "28 px" in line and "224 px" in line and "--input-size 32" in line
+    assert upscale_warning((28, 28), (224, 224), "timm pretrained resnet18") is None  # pretrained: its own size
+    assert upscale_warning((64, 64), (224, 224), RANDOM_START) is None  # 3.5×: not a lot
+    assert upscale_warning((28, 28), None, RANDOM_START) is None

@@ -20,6 +20,8 @@ _EXPORTS = {
     "frozen_random_warning": "build",
     "frozen_random": "build",
     "RANDOM_START": "build",
+    "upscale_warning": "build",
+    "fitting_side": "build",
     "start_line": "build",
     "backbone_from_checkpoint": "build",
     "backbone_name": "build",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..runtime import progress
 from ..training.settings import TrainRequest
-from .common import console, err_console, pick_device
+from .common import console, err_console, pick_device, warn
 from .declared import with_settings
 from .options import Quiet, Replace
 
@@ -56,6 +56,10 @@ def on_epoch(tracker, quiet: bool, r) -> None:
 def print_trained(ckpt: dict, out) -> None:
     """What the run measured on held-out data, and where the checkpoint went."""
     from ..report.train import trained_lines
+    from ..training.job import near_chance_note
 
     for line in trained_lines(ckpt, out):
         console.print(line, highlight=False)
+    note = near_chance_note(ckpt)
+    if note:
+        warn(note)

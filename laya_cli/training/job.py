@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .. import backbones as bb
 from ..auditing.collapse import collapse_summary
-from ..auditing.metrics import accuracy, macro_f1
+from ..auditing.metrics import accuracy, macro_f1, near_chance
 from ..data.datasets import dataset_name, holds_images, load_dataset
 from ..data.text import is_text, tokenize_splits
 from ..features.attach import Tapped
@@ -322,6 +322,21 @@ def train_metrics(
     }
 
 
+def near_chance_note(ckpt: dict) -> str | None:
+    """A warning when the trained classifier's best validation accuracy is within noise of chance (1/C: at most two
+    binomial standard errors above it, ``auditing.metrics.near_chance``), else None: the head learnt little, and an
+    audit of it would explain nothing worth explaining."""
+    metrics, classes = ckpt.get("metrics") or {}, len(ckpt.get("classes") or ())
+    acc, n = metrics.get("val_accuracy"), metrics.get("n_val") or 0
+    if acc is None or classes < 2 or not near_chance(acc, 1.0 / classes, n):
+        return None
+    return (
+        f"validation accuracy {acc:.3f} on {n:,} samples is within noise of chance (1/{classes} = {1 / classes:.3f}): "
+        "the head learnt little. Try more epochs, another lr, a pretrained backbone (frozen) or, from scratch, "
+        "--input-size near the images' own side; an audit of this model explains little"
+    )
+
+
 # --------------------------------------------------------------------------- laya_cli.fit
 
 
@@ -449,6 +464,9 @@ def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
     log(bb.start_line(backbone, req.weights))
     if bb.frozen_random(finetune, "" if req.weights else backbone.weights_source):
         warn(bb.frozen_random_warning(name))
+    upscaled = None if is_text(data) else bb.upscale_warning((h, w), backbone.adapter.size, backbone.weights_source)
+    if upscaled and not req.weights:
+        warn(upscaled)
     return backbone
 
 
