@@ -70,3 +70,16 @@ def test_a_fit_that_ends_near_chance_warns():
     noise = TensorDataset(torch.rand(200, 1, 4, 4), torch.randint(0, 10, (200,)))  # labels carry no signal
     with pytest.warns(laya_cli.LayaWarning, match="within noise of chance"):
         laya_cli.fit(laya_cli.attach(_Flat()), DataLoader(noise, batch_size=50), epochs=1, seed=0, progress=False)
+
+
+def test_the_sample_strip_shows_each_class_and_its_errors():
+    """report.html's strip was the first 8 samples: 8 of one class, 7 wrong (issue 71)."""
+    from laya_cli.report.figures import strip_rows
+
+    labels = [0] * 8 + [1] * 4 + [2] * 4
+    correct = [False] * 7 + [True] + [True, False, True, True] + [True] * 4
+    rows = strip_rows(labels, correct, 8)
+    assert len(rows) == 8 and {labels[i] for i in rows} == {0, 1, 2}
+    assert 7 in rows and 0 in rows and 8 in rows and 9 in rows and 12 in rows  # a correct and a wrong one of each
+    assert rows == sorted(rows, key=lambda i: (labels[i], i))
+    assert strip_rows(labels, correct, 2) == [7, 8]  # fewer than the classes: the correct ones first, in class order

@@ -59,6 +59,8 @@ def test_the_default_backbone_rate_follows_where_its_weights_come_from():
     assert random.backbone_lr == pytest.approx(3e-4) and not random.backbone_warmup
     given = resolved_backbone_lr(TrainConfig(lr=3e-4, backbone_lr=2e-5), finetune=True, starts_trained=True)
     assert given.backbone_lr == pytest.approx(2e-5) and given.backbone_warmup
+    own = resolved_backbone_lr(TrainConfig(lr=3e-4, backbone_lr=1e-5), finetune=True, starts_trained=False)
+    assert own.backbone_lr == pytest.approx(1e-5) and own.backbone_warmup  # given below --lr: warmed up
     assert resolved_backbone_lr(cfg, finetune=False, starts_trained=True).backbone_lr is None
     with pytest.raises(LayaError, match="--backbone-lr"):
         resolved_backbone_lr(TrainConfig(backbone_lr=1e-5), finetune=False, starts_trained=True)

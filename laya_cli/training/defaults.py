@@ -164,8 +164,9 @@ TRAINED_BACKBONE_LR_FACTOR = 0.1
 
 def resolved_backbone_lr(train: TrainConfig, finetune: bool, starts_trained: bool) -> TrainConfig:
     """``train`` with ``backbone_lr`` and ``backbone_warmup`` resolved: fine-tuned from trained weights, --lr / 10 (or
-    the rate given) warmed up over the first epoch; from random initialisation, --lr (or the rate given), no warmup;
-    frozen, none (a rate given for a frozen backbone is refused: nothing would read it)."""
+    the rate given) warmed up over the first epoch; from random initialisation or weights laya cannot know (a module
+    handed to the API), --lr (or the rate given, warmed up when below --lr); frozen, none (a rate given for a frozen
+    backbone is refused: nothing would read it)."""
     if not finetune:
         if train.backbone_lr is not None:
             raise LayaError(
@@ -175,4 +176,5 @@ def resolved_backbone_lr(train: TrainConfig, finetune: bool, starts_trained: boo
         return replace(train, backbone_warmup=False)
     factor = TRAINED_BACKBONE_LR_FACTOR if starts_trained else 1.0
     rate = train.lr * factor if train.backbone_lr is None else train.backbone_lr
-    return replace(train, backbone_lr=float(rate), backbone_warmup=bool(starts_trained))
+    warmup = starts_trained or rate < train.lr  # a rate of its own, given below the head's: warmed up too
+    return replace(train, backbone_lr=float(rate), backbone_warmup=bool(warmup))

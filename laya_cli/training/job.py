@@ -91,7 +91,10 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         if len(dims) < 2 and job.train.exit_aware:  # one tapped layer: no depth to exit at (recorded off)
             job = replace(job, train=replace(job.train, exit_aware=0.0))
         job = replace(job, train=without_bypass_default(job.train, backbone))  # a frozen ResNet: no default term
-        starts_trained = bool(job.weights_file) or not backbone.weights_source.startswith(bb.RANDOM_START)
+        # Trained weights: a --weights file, or a source laya loaded (pretrained, a program). A module the API was
+        # handed says nothing of its weights (""): treated as untrained, one rate, unless backbone_lr is given.
+        source = backbone.weights_source
+        starts_trained = bool(job.weights_file) or bool(source and not source.startswith(bb.RANDOM_START))
         job = replace(job, train=resolved_backbone_lr(job.train, job.spec.finetune, starts_trained))
         classes = data.classes  # (a loader's data are read here, before the head's seed)
         torch.manual_seed(job.train.seed)

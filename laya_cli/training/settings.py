@@ -59,9 +59,9 @@ class TrainConfig:
     backbone_lr: float | None = setting(
         None,
         "--finetune: the backbone's Adam learning rate (the new head learns at --lr). Default: --lr / 10 for a "
-        "backbone that starts from trained weights (pretrained, --weights, your own), --lr for one that starts from "
-        "random initialisation (mlp/cnn, --no-pretrained). From trained weights it warms up linearly over the first "
-        "epoch. Recorded resolved (docs/usage.md#fine-tuning).",
+        "backbone that starts from trained weights (pretrained, --weights), --lr for one that starts from random "
+        "initialisation (mlp/cnn, --no-pretrained) or a module given to the Python API. From trained weights, or "
+        "given below --lr, it warms up linearly over the first epoch. Recorded resolved (docs/usage.md#fine-tuning).",
         above=0,
         below=1e30,
         rule="positive and below 1e30 (a float32)",
