@@ -22,6 +22,7 @@ from ..auditing.collapse import collapse_summary
 from ..auditing.metrics import accuracy, macro_f1, near_chance
 from ..data.datasets import dataset_name, holds_images, load_dataset
 from ..data.text import is_text, tokenize_splits
+from ..features.attach import WEIGHTS_SOURCE as ATTACHED_SOURCE
 from ..features.attach import Tapped
 from ..features.extraction import extract, tap_means, to_float_images
 from ..features.loaders import Loader
@@ -92,9 +93,10 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
             job = replace(job, train=replace(job.train, exit_aware=0.0))
         job = replace(job, train=without_bypass_default(job.train, backbone))  # a frozen ResNet: no default term
         # Trained weights: a --weights file, or a source laya loaded (pretrained, a program). A module the API was
-        # handed says nothing of its weights (""): treated as untrained, one rate, unless backbone_lr is given.
+        # handed says nothing of its weights: treated as untrained, one rate, unless backbone_lr is given.
         source = backbone.weights_source
-        starts_trained = bool(job.weights_file) or bool(source and not source.startswith(bb.RANDOM_START))
+        known = bool(source) and source != ATTACHED_SOURCE and not source.startswith(bb.RANDOM_START)
+        starts_trained = bool(job.weights_file) or known
         job = replace(job, train=resolved_backbone_lr(job.train, job.spec.finetune, starts_trained))
         classes = data.classes  # (a loader's data are read here, before the head's seed)
         torch.manual_seed(job.train.seed)
