@@ -45,6 +45,7 @@ _EXPORTS = {
     "DepthResult": "depthing.analysis",
     "DiffResult": "auditing.diff.compare",
     "LayaError": "runtime.errors",
+    "LayaWarning": "runtime.errors",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -13,6 +13,7 @@ docstrings. Nothing prints except rich progress bars (and cache status lines) wh
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,7 +41,8 @@ from .model.settings import HeadConfig
 from .runtime import progress as _progress
 from .runtime.declare import Use, build, refuse_other_task, takes_settings
 from .runtime.device import resolved
-from .runtime.errors import LayaError, match_choice
+from .runtime.errors import LayaError, LayaWarning, match_choice
+from .training.job import near_chance_note
 from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
@@ -114,7 +116,8 @@ def fit(
 
     Returns:
         The trained ``LayaModel`` (``task="lm"``: a ``LayaLM``). ``model.save("model.pt")`` writes the checkpoint
-        ``laya train`` writes; ``model.checkpoint["history"]`` holds the epochs.
+        ``laya train`` writes; ``model.checkpoint["history"]`` holds the epochs. A fit whose best validation
+        accuracy is within noise of chance (1/classes) warns (``LayaWarning``).
 
     Raises:
         LayaError: an invalid option, or a loader that does not yield (images, labels) batches.
@@ -124,7 +127,28 @@ def fit(
     options = {"val_loader": val_loader, "test_loader": test_loader, "classes": classes, "head": head,
                "frozen": frozen, "cache": use_cache, "val_fraction": val_fraction}  # fmt: skip
     with _progress.enabled(progress):
-        return task.fit(tapped, train_loader, settings, options)
+        model = task.fit(tapped, train_loader, settings, options)
+    _warn([near_chance_note(model.checkpoint)])
+    return model
+
+
+def _warn(notes) -> None:
+    """Notes a command prints as ``note:``/``warning:`` lines, raised as Python warnings (``LayaWarning``) at the
+    caller of the API function."""
+    for note in notes:
+        if note:
+            warnings.warn(note.removeprefix("warning: "), LayaWarning, stacklevel=_outside_laya())
+
+
+def _outside_laya() -> int:
+    """The ``stacklevel`` of the first frame outside this package: the user's line, whatever wraps the API call."""
+    import sys
+
+    package = str(Path(__file__).resolve().parent)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _cache_switch(cache) -> bool:
@@ -163,7 +187,9 @@ def audit(
         model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LayaLM``.
         loader: yields ``(images, labels)`` as the model was trained on (a model trained by ``laya train`` takes
             [0, 1] images, as laya's datasets serve them); every sample is audited, in the loader's order. (``laya
-            audit`` passes its prepared test split here.) A language model: ``text:PATH``, or None for the held-out
+            audit`` passes its prepared test split here.) None: the test split of the data set the checkpoint was
+            trained on (a ``laya train`` checkpoint's, as ``laya audit MODEL`` reads it; one fitted on your own
+            loaders has none to read: pass a loader). A language model: ``text:PATH``, or None for the held-out
             text it was trained with; every position is a sample.
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
             ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence. None:
@@ -180,6 +206,8 @@ def audit(
     Returns:
         An ``AuditResult``: ``.summary`` (the dict of ``laya audit --json``), ``.to_pandas()`` (a row per method),
         ``.per_sample()`` (a row per sample: index, label, predicted, target, Δ per layer, per method ρ, D@1, scores).
+        The audit's notes (an α collapse, a degenerate faithfulness, a model near chance) are in
+        ``.summary["notes"]``, in the frame's ``note`` column, and raised as ``LayaWarning``s.
 
     Raises:
         LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
@@ -189,7 +217,9 @@ def audit(
     methods = parse_methods(compare_for(compare, scope) if compare is None or isinstance(compare, str) else compare)
     audited = resolved(build(AuditSettings, settings))
     with _progress.enabled(progress):
-        return task_for(model).audit(model, loader, methods, audited, scope, samples)
+        result = task_for(model).audit(model, loader, methods, audited, scope, samples)
+    _warn([*result.notes, *(result.network.notes if result.network is not None else [])])
+    return result
 
 
 # The --samples subset's seed and the files an export attaches or writes by path are the command line's.

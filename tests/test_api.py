@@ -30,6 +30,7 @@ PUBLIC = [
     "LayaError",
     "LayaLM",
     "LayaModel",
+    "LayaWarning",
     "Tapped",
     "TokenExitResult",
     "TokenExport",

@@ -53,3 +53,15 @@ def test_gpu_benchmark_quick_floor_case_runs_on_the_cpu(monkeypatch, capsys):
     assert all(p["seconds"] > 0 for p in phases.values())
     assert phases["network audit (default: gradxact,atp)"]["over_floor"] > 0
     assert sum("goal ≤ 1.5×" in line for line in capsys.readouterr().out.splitlines()) == 3
+
+
+def test_no_time_left_from_a_sliver_of_the_first_batch_and_warm_up_left_out():
+    """Issue 71: '0.0/1 batch … 29m 15s left' for an audit done in 4 min 53 s; '1.3/11 batches … 1m 19s left' for an
+    epoch done in 24 s (its first batch carried the warm-up)."""
+    from laya_cli.runtime.progress import progress_text, time_left
+
+    assert time_left(0.04, 1, 70.0) is None  # 4 % of the only batch: too little to extrapolate from
+    assert "left" not in progress_text("auditing", 0.04, 1, 70.0, unit="batch")
+    assert time_left(0.5, 1, 60.0) == 60.0  # half of it: the pace so far
+    # the first batch took 8 s (warm-up), the next 0.3 batch 0.6 s: 2 s a batch from here, not 6.2
+    assert time_left(1.3, 11, 8.6, warm=(1.0, 8.0)) == pytest.approx(9.7 * 2.0)

@@ -327,3 +327,29 @@ def test_replay_after_selecting_as_many_rows_as_positions_repeats_only_per_sampl
         undo()
     want = taps[2][rows].repeat(copies, 1, 1)
     assert torch.allclose(got[-1], want, atol=1e-5)
+
+
+class _ConvPoolFc(nn.Module):
+    """An own module as users write it: three convolutions, a pooling layer, a classifier (issue 71)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.conv3 = nn.Conv2d(16, 32, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(x))
+        x = torch.relu(self.conv3(x))
+        return self.fc(self.pool(x).flatten(1))
+
+
+def test_attach_never_taps_the_classifier_or_a_parameter_free_copy_of_a_tap():
+    import laya_cli
+
+    torch.manual_seed(0)
+    tapped = laya_cli.attach(_ConvPoolFc())
+    assert tapped.layers == ["conv1", "conv2", "conv3"]  # not pool (conv3, mean-pooled) nor fc (the logits)

@@ -18,7 +18,11 @@ def test_epoch_lines_say_the_unit_of_each_figure():
     assert "held-out KL 0.0449, CE 10.9509 bits/token" in line
     clf = SimpleNamespace(epoch=1, loss=0.52, train_accuracy=0.9, val_accuracy=0.88, val_faithfulness=None,
                           seconds=0.3, best=True)  # fmt: skip
-    assert "loss 0.5200 nats/sample" in epoch_line(clf)
+    assert "loss 0.5200 nats/sample (all terms summed)" in epoch_line(clf)  # no cross-entropy apart: the sum
+    alone = SimpleNamespace(**{**vars(clf), "cross_entropy": 0.52})
+    assert "CE 0.5200 nats/sample  train acc" in epoch_line(alone)
+    aligned = SimpleNamespace(**{**vars(clf), "loss": 3.82, "cross_entropy": 2.49})  # issue 71: the sum rose
+    assert "CE 2.4900 + α terms 1.3300 nats/sample" in epoch_line(aligned)
 
 
 def test_the_held_out_caption_says_eval_tokens_were_rounded_up_to_whole_batches():
@@ -26,6 +30,11 @@ def test_the_held_out_caption_says_eval_tokens_were_rounded_up_to_whole_batches(
     metrics = {"tokens": 7245, "tokens_asked": 2000, "lens": {"kind": "tuned", "positions": 0}}
     assert caption(metrics).startswith("held-out, 7,245 positions (--eval-tokens 2,000, rounded up to whole batches)")
     assert caption({**metrics, "tokens_asked": 7245}).startswith("held-out, 7,245 positions;")
+    # issue 71: fewer positions than asked is no rounding up; the lenses' share says why it is under --lens-tokens
+    short = {"tokens": 3429, "tokens_asked": 20000, "lens": {"kind": "tuned", "positions": 256, "tokens": 44}}
+    text = caption(short)
+    assert text.startswith("held-out, 3,429 positions (all the held-out text holds; --eval-tokens 20,000)")
+    assert "lenses on 44 sampled positions (--lens-tokens 256, spread over --eval-tokens 20,000" in text
     assert number(-0.00001, "{:.4f}") == "0.0000" and number(-0.5, "{:.4f}") == "-0.5000"
 
 

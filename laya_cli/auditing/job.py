@@ -157,7 +157,7 @@ def run_scoped_audit(
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
     plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
     net = network_scope(model, settings, reference, use_cache, prefix)
-    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix)):
+    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix, plan.shard.batch_size)):
         log(line)  # before the work: what it will cost and how to make it cheaper
     head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
     run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)

@@ -162,6 +162,29 @@ class MethodScores:
         }
 
 
+def flat_row(scores: dict, notes: list[str] = ()) -> dict:
+    """A method's ``to_dict`` as one flat row of scalars: ``ci`` as ``METRIC_ci_low``/``_ci_high``/``_n_defined``,
+    ``vs_laya`` as ``METRIC_vs_laya`` (the difference) and ``METRIC_vs_laya_ci_low``/``_ci_high``/``_n_defined``,
+    ``ig_steps`` as ``ig_steps_mean``/``_max``; lists (the deletion and insertion curves, the randomisation
+    cascade, IG's step histogram) left out; ``note`` the method's own note and ``notes``, joined by "; " (None
+    without any)."""
+    row: dict = {}
+    for key, value in scores.items():
+        if key == "ci":
+            row.update({f"{metric}_{k}": v for metric, block in value.items() for k, v in block.items()})
+        elif key == "vs_laya":
+            for metric, block in value.items():
+                row[f"{metric}_vs_laya"] = block.get("difference")
+                row.update({f"{metric}_vs_laya_{k}": v for k, v in block.items() if k != "difference"})
+        elif isinstance(value, dict):
+            row.update({f"{key}_{k}": v for k, v in value.items() if not isinstance(v, (list, tuple, dict))})
+        elif not isinstance(value, (list, tuple)):
+            row[key] = value
+    said = [n for n in [scores.get("note"), *notes] if n]
+    row["note"] = "; ".join(said) if said else None
+    return row
+
+
 def _interval_blocks(intervals: dict, vs_laya: dict) -> dict:
     """``ci`` (metric -> ci_low, ci_high, n_defined) and ``vs_laya`` (metric -> difference, ci_low, ci_high,
     n_defined), when the audit computed intervals (docs/metrics.md, "Intervals")."""
@@ -251,11 +274,13 @@ class AuditResult:
 
     def to_pandas(self, by_class: bool = False):
         """One row per method: faithfulness (mean ρ, std, defined/undefined samples) and Deletion@1
-        (value, oracle, random expectation, normalised). ``by_class``: one row per (class, method)."""
+        (value, oracle, random expectation, normalised), a column per number (``flat_row``: with ``ci``, e.g.
+        ``faithfulness_ci_low``, ``faithfulness_vs_laya``; the curves are in ``summary``); ``note``: the method's
+        own note and the audit's notes about it (``notes_of``). ``by_class``: one row per (class, method)."""
         import pandas as pd
 
         def rows(methods: dict[str, MethodScores], **extra) -> list[dict]:
-            return [{**extra, "method": m, **s.to_dict()} for m, s in methods.items()]
+            return [{**extra, "method": m, **flat_row(s.to_dict(), self.notes_of(m))} for m, s in methods.items()]
 
         if by_class:
             if self.by_class is None:
@@ -263,6 +288,12 @@ class AuditResult:
             data = [r for c, cs in self.by_class.items() for r in rows(cs.methods, **{"class": c, "n": cs.n})]
             return pd.DataFrame(data).set_index(["class", "method"])
         return pd.DataFrame(rows(self.methods)).set_index("method")
+
+    def notes_of(self, method: str) -> list[str]:
+        """The audit's notes that concern ``method``: those about α (its collapse, a scalarmix's static α) for laya,
+        the others (about the effects Δ every method is scored against: degenerate samples, an undetermined ranking)
+        for every method."""
+        return [n for n in self.notes if method == "laya" or "α" not in n]
 
     def per_sample(self):
         """One row per audited sample: ``index``, ``label``, ``predicted``, ``target`` (the class

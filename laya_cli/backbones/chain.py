@@ -173,9 +173,12 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
 
     The container (``nn.Sequential``/``nn.ModuleList``, at any depth, else the model itself)
     whose children run most in the forward; one tap per stage when its children are feature
-    maps that change resolution, else one per block.
+    maps that change resolution, else one per block. Never tapped (``_new_representations``): the model's
+    classifier (a Linear whose output the model returns: the logits are what α explains, not a layer),
+    and a child without parameters after one with them (a pooling, an activation, a flatten: it only
+    re-expresses what ran before it, and two taps of one representation would split α between them).
     """
-    calls = trace_calls(model, x)
+    calls, model_out = _trace_with_output(model, x)
     best = None
     for name, module in model.named_modules():
         if name and not is_container(name, module):
@@ -184,6 +187,7 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
         ran = sorted((calls[c][0].start, c) for c in children if calls.get(c) and calls[c][0].end >= 0)
         outs = [first_tensor(calls[c][0].out) for _, c in ran]
         ran = [c for (_, c), o in zip(ran, outs) if isinstance(o, Tensor) and o.ndim >= 2]
+        ran = _new_representations(model, ran, calls, model_out)
         key = (len(ran), -name.count(".") if name else -99)
         if len(ran) >= 3 and (best is None or key > best[0]):
             best = (key, ran)
@@ -195,6 +199,50 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
     names = best[1]
     ends = stage_ends(names, [calls[n][0].out for n in names], layouts)
     return ends if len(ends) >= 3 else names
+
+
+def _trace_with_output(model: nn.Module, x: Tensor) -> tuple[dict[str, list[Call]], Tensor | None]:
+    """``trace_calls`` of one forward, and the model's own output (its first tensor) from that forward."""
+    seen: list = []
+    handle = model.register_forward_hook(lambda module, args, output: seen.append(first_tensor(output)))
+    try:
+        calls = trace_calls(model, x)
+    finally:
+        handle.remove()
+    return calls, (seen[-1] if seen and isinstance(seen[-1], Tensor) else None)
+
+
+def _classifier(model: nn.Module, name: str, calls: dict[str, list[Call]], model_out: Tensor | None) -> bool:
+    """Whether child ``name`` is the model's classifier: its last computation is an ``nn.Linear`` (itself or one
+    inside it) whose output is the model's own output (the same tensor, or the same values: a squeeze or view of
+    it). The last block of a backbone without a classifier (a Linear then an activation) is not."""
+    if model_out is None:
+        return False
+    for inner, module in model.get_submodule(name).named_modules():
+        full = f"{name}.{inner}" if inner else name
+        out = first_tensor(calls[full][0].out) if calls.get(full) else None
+        if isinstance(module, nn.Linear) and isinstance(out, Tensor) and _same(out, model_out):
+            return True
+    return False
+
+
+def _same(out: Tensor, model_out: Tensor) -> bool:
+    if out is model_out:
+        return True
+    return out.numel() == model_out.numel() and torch.equal(out.detach().reshape(-1), model_out.detach().reshape(-1))
+
+
+def _new_representations(model: nn.Module, names: list[str], calls: dict, model_out: Tensor | None) -> list[str]:
+    """Of a run of children, those that are a representation of their own: without the model's classifier
+    (``_classifier``) and without a parameter-free child once a child with parameters ran (docs/backbones.md)."""
+    kept, learned = [], False
+    for name in names:
+        has_parameters = any(True for _ in model.get_submodule(name).parameters())
+        if (learned and not has_parameters) or _classifier(model, name, calls, model_out):
+            continue
+        kept.append(name)
+        learned = learned or has_parameters
+    return kept
 
 
 def prune_after(model: nn.Module, names: Sequence[str], x: Tensor) -> nn.Module:

@@ -191,5 +191,7 @@ def pretrained_unavailable(backbone: str, cause: str) -> LayaError:
         f"pretrained weights for {backbone} are not available ({cause}); pass --weights FILE "
         "(a .safetensors/.bin/.pth state dict), or point the hub caches at a copy that has them "
         "(timm: HF_HOME, with HF_HUB_OFFLINE=1 to stay offline; torchvision: TORCH_HOME), "
-        "or train it from scratch with --no-pretrained --finetune (frozen, random weights give random features)"
+        "or train it from scratch with --no-pretrained --finetune --input-size N, N near your images' own side "
+        "(their side rounded up to 32, e.g. 32 for 28-px images: from scratch a model need not see 224 px, and "
+        "upscaled images cost the square of the factor in time; frozen, random weights give random features)"
     )

@@ -226,7 +226,13 @@ app.command()(info.info)
 
 
 def main() -> None:
-    app()
+    from ..runtime.pipes import flush_standard_streams, guard_standard_streams
+
+    guard_standard_streams()  # a closed reader (`laya audit m.pt | head -2`) ends laya quietly: runtime/pipes.py
+    try:
+        app()
+    finally:
+        flush_standard_streams()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..runtime import progress
 from ..runtime.declare import evolve
 from ..training.settings import TrainRequest
-from .common import console, err_console
+from .common import console, err_console, warn
 from .declared import with_settings
 from .options import Quiet, Replace
 
@@ -60,6 +60,10 @@ def on_epoch(tracker, quiet: bool, r) -> None:
 def print_trained(ckpt: dict, out) -> None:
     """What the run measured on held-out data, and where the checkpoint went."""
     from ..report.train import trained_lines
+    from ..training.job import near_chance_note
 
     for line in trained_lines(ckpt, out):
         console.print(line, highlight=False)
+    note = near_chance_note(ckpt)
+    if note:
+        warn(note)

@@ -31,7 +31,7 @@ from ..data.settings import EvalRequest
 from ..depthing.job import LM_EXIT_TOKENS, depth_classifier_checkpoint, depth_job, lm_depth_checkpoint, token_depth
 from ..features.attach import Tapped, attach
 from ..model.checkpoint import checkpoint_task, read_checkpoint
-from ..model.evaldata import loader_eval_data
+from ..model.evaldata import load_eval_data, loader_eval_data
 from ..model.heads import HEADS
 from ..model.laya_model import LayaModel, model_from_checkpoint
 from ..model.lm_heads import LayaLM, lm_from_checkpoint
@@ -139,7 +139,11 @@ class ClassifierTask(Task):
 
     def audit(self, model, loader, methods, settings, scope, samples) -> AuditResult:
         _no_samples(samples)
-        data = partial(loader_eval_data, model, loader, settings.device, scope != "head")  # the network runs on images
+        data = (
+            partial(load_eval_data, model, None, None, None, settings.seed, settings.device)  # its own test split
+            if loader is None
+            else partial(loader_eval_data, model, loader, settings.device, scope != "head")  # the network: on images
+        )
         return audit_job(model, data, methods, settings, scope)
 
     def depth_checkpoint(self, path, ckpt, settings, data, load, out, run=None, overwrite=False):

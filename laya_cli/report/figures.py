@@ -85,7 +85,7 @@ def mark_uniform(cbar, uniform: float) -> None:
     cbar.ax.axhline(uniform, color="white", linewidth=2.2)
     cbar.ax.axhline(uniform, color="black", linewidth=1.0, linestyle="--")
     cbar.ax.text(-0.15, uniform, f"1/L = {uniform:.3f}", transform=cbar.ax.get_yaxis_transform(), ha="right",
-                 va="center", fontsize=7, color="#333333")  # fmt: skip
+                 va="center", fontsize=9, color="#333333")  # fmt: skip
 
 
 def _text_colour(cmap, norm, value: float) -> str:
@@ -351,11 +351,29 @@ def can_strip(exp) -> bool:
     return getattr(im, "ndim", 0) == 4 and im.shape[1] >= 1 and len(im) == exp.n and exp.n > 0
 
 
+def strip_rows(labels, correct, k: int) -> list[int]:
+    """Positions of ``k`` samples that show the classes and the errors fairly (issue 71: the first 8 were 8 of one
+    class, 7 wrong): per class in turn its first correct sample, then per class its first wrong one, then the rest
+    in order; returned in class order (then position)."""
+    labels, correct = [int(v) for v in labels], [bool(v) for v in correct]
+    classes = sorted(set(labels))
+    chosen: list[int] = []
+    for want in (True, False):
+        for c in classes:
+            first = next((i for i, (y, ok) in enumerate(zip(labels, correct)) if y == c and ok == want), None)
+            if first is not None and len(chosen) < k:
+                chosen.append(first)
+    chosen += [i for i in range(len(labels)) if i not in chosen][: max(0, k - len(chosen))]
+    return sorted(chosen, key=lambda i: (labels[i], i))
+
+
 @inert_figure
 def plot_strip(exp, path: Path, k: int) -> None:
-    """First K samples: thumbnail, true/predicted class, p_ŷ, and the α bars per layer."""
+    """K samples (``strip_rows``: the classes in turn, a correct and a wrong one of each where there are): thumbnail,
+    true/predicted class, p_ŷ, and the α bars per layer."""
     k = min(k, exp.n)
-    t = exp.table.iloc[:k]
+    rows = strip_rows(exp.table["label"], exp.table["correct"], k)
+    t = exp.table.iloc[rows]
     has_alpha = exp.has_alpha
     L = len(exp.layers)
     col_w = max(1.7, 0.11 * L + 0.8) if has_alpha else 1.5
@@ -369,7 +387,7 @@ def plot_strip(exp, path: Path, k: int) -> None:
     bar_axes = []
     for j, r in enumerate(t.itertuples(index=False)):
         ax = fig.add_subplot(gs[0, j])
-        img, cmap, vmin, vmax = _thumbnail(exp.images[j])
+        img, cmap, vmin, vmax = _thumbnail(exp.images[rows[j]])
         ax.imshow(img, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
         ax.set_xticks([])
         ax.set_yticks([])
@@ -392,11 +410,12 @@ def plot_strip(exp, path: Path, k: int) -> None:
                 axb.set_ylabel("α", fontsize=9)
             else:
                 axb.tick_params(axis="y", labelleft=False)
-            axb.set_xlabel(f"{prefix}*" if prefix else "layer", fontsize=7)
+            axb.set_xlabel(f"layer ({prefix}N)" if prefix else "layer", fontsize=7)  # the ticks are the N
     what = "input, prediction (green = correct, red = wrong)" + (
         " and layer attention α (dashed = uniform 1/L)" if has_alpha else ""
     )
-    fig.suptitle(f"First {k} exported samples: {what}", fontsize=10)
+    fig.suptitle(f"{k} exported samples, by class (a correct and a wrong one of each where there are): {what}",
+                 fontsize=10)  # fmt: skip
     _save(fig, path)
 
 

@@ -69,7 +69,8 @@ _CAPTIONS = {
     "predictions, per true class. Ranked and drawn in colour only from {js_from} bits on (the dashed line): about "
     "12 % of the attention moved between two equally used layers; below it the two profiles are the same to a "
     "reader. The axis spans at least {js_axis} bits, so a tiny divergence draws a tiny bar.",
-    "strip": "The first exported samples with their prediction and layer attention.",
+    "strip": "Exported samples by class (a correct and a wrong one of each class where there are) with their "
+    "prediction and layer attention.",
     "depth": "Accuracy against mean backbone FLOPs (% of the full model): the model cut after each tap (α masked "
     "above k), heads refitted on the taps ≤ k, the early-exit threshold sweeps and the oracle.",
 }

@@ -7,9 +7,10 @@ from .inert import rich_text
 
 
 def epoch_line(r) -> str:
-    """One epoch (a classifier's ``EpochRecord`` or a language model's ``LMEpoch``) with each figure's unit: the
-    training loss in nats (a language model's per token, its terms summed: the objective, the tuned lens, --align,
-    --exit-aware), the held-out KL and CE in bits per token; the best so far is marked."""
+    """One epoch (a classifier's ``EpochRecord`` or a language model's ``LMEpoch``) with each figure's unit: a
+    classifier's training cross-entropy and its other terms apart (``_loss_terms``), nats per sample; a language
+    model's loss in nats per token, its terms summed (the objective, the tuned lens, --align, --exit-aware), the
+    held-out KL and CE in bits per token; the best so far is marked."""
     mark = " [green]*best[/]" if r.best else ""
     if hasattr(r, "val_kl_bits"):  # a language model's: what it trains on, in nats; held-out figures in bits
         return (
@@ -18,9 +19,22 @@ def epoch_line(r) -> str:
         )
     faithfulness = "" if r.val_faithfulness is None else f"  val faith {r.val_faithfulness:.4f}"
     return (
-        f"epoch {r.epoch:3d}  loss {r.loss:.4f} nats/sample  train acc {r.train_accuracy:.4f}  val acc "
+        f"epoch {r.epoch:3d}  {_loss_terms(r)}  train acc {r.train_accuracy:.4f}  val acc "
         f"{r.val_accuracy:.4f}{faithfulness}  {r.seconds:.1f}s{mark}"
     )
+
+
+def _loss_terms(r) -> str:
+    """A classifier's training loss with its terms named: the cross-entropy alone, or the cross-entropy and what the
+    --align / --alpha-entropy / --exit-aware terms add to it (a summed 'loss' rose while validation accuracy rose:
+    issue 71). Records without the cross-entropy apart (data-parallel, older states): the sum, said as such."""
+    ce = getattr(r, "cross_entropy", None)
+    if ce is None:
+        return f"loss {r.loss:.4f} nats/sample (all terms summed)"
+    extra = r.loss - ce
+    if abs(extra) < 5e-5:
+        return f"CE {ce:.4f} nats/sample"
+    return f"CE {ce:.4f} + α terms {extra:.4f} nats/sample"
 
 
 def trained_lines(ckpt: dict, out) -> list:

@@ -12,6 +12,12 @@ class LayaError(Exception):
     """A mistake in the user's input (options, files, data). Never a bug in laya."""
 
 
+class LayaWarning(UserWarning):
+    """What the Python API says as Python warns (``warnings.warn``): the notes a command prints as ``note:`` and
+    ``warning:`` lines (an α collapse, a degenerate faithfulness, a fit that ended near chance). Filter it as any
+    warning: ``warnings.simplefilter("ignore", laya_cli.LayaWarning)``."""
+
+
 class TrainingInterrupted(Exception):
     """SIGINT/SIGTERM during training; the state of the last finished epoch is on disk (exit 130)."""
 

@@ -37,11 +37,25 @@ class LazyConsole:
             object.__setattr__(self, "_console", real)
         return real
 
+    def print(self, *objects, **options) -> None:
+        """The console's ``print``; to a log, a pipe or a file, a line of text is never wrapped (there is no width
+        there: a line cut at 80 columns is hard to read and to grep). Tables and panels keep their shape."""
+        real = self.get()
+        if "soft_wrap" not in options and not (real.is_terminal or real.is_jupyter) and _all_text(objects):
+            options["soft_wrap"] = True
+        real.print(*objects, **options)
+
     def __getattr__(self, name):
         return getattr(self.get(), name)
 
     def __setattr__(self, name, value):
         setattr(self.get(), name, value)
+
+
+def _all_text(objects) -> bool:
+    from rich.text import Text
+
+    return all(isinstance(o, (str, Text)) for o in objects)
 
 
 console = LazyConsole(stderr=True)
@@ -217,6 +231,7 @@ class Tracker:
         self.done, self.pos, self.spans = 0, 0.0, [(0.0, 1.0)]
         self.start = self.last = time.monotonic()
         self.printed, self.shown = False, -1.0
+        self.warm: tuple[float, float] | None = None  # (items, seconds) when the first item ended: warm-up excluded
 
     def run(self, items: Iterable[T]) -> Iterator[T]:
         _active.append(self)
@@ -224,6 +239,8 @@ class Tracker:
             for item in items:
                 yield item
                 self.done, self.pos, self.spans = self.done + 1, 0.0, [(0.0, 1.0)]
+                if self.warm is None:
+                    self.warm = (1.0, self.seconds())
                 if not (self.total and self.done >= self.total):  # the last item: the closing line says it
                     self.report()
         finally:
@@ -277,7 +294,8 @@ def log_lines(
     interval = log_interval() if interval is None else interval
 
     def line(tracker: Tracker) -> None:
-        log_line(progress_text(description, tracker.done + tracker.pos, total, tracker.seconds(), unit=unit, of=of))
+        at = tracker.done + tracker.pos
+        log_line(progress_text(description, at, total, tracker.seconds(), unit=unit, of=of, warm=tracker.warm))
 
     tracker = Tracker(description, total, unit, of, line, interval)
     yield from tracker.run(items)
@@ -294,9 +312,15 @@ def progress_text(
     *,
     unit: str = "",
     of: str = "",
+    warm: tuple[float, float] | None = None,
 ) -> str:
     """'epoch 3: 120/400 batches of 32 images (30 %), 4.1 batches/s, 1m 08s left' (or '…, done in 1m 37s');
-    'auditing: 0.4/5 batches (8 %), 95 s per batch, 7m 24s left' inside a long first batch."""
+    'auditing: 0.4/5 batches (8 %), 95 s per batch, 7m 24s left' inside a long first batch.
+
+    The time left (``time_left``) is said only on enough evidence: at the pace since the first item ended (``warm``:
+    (items, seconds) then; the first carries the warm-up, a first CUDA call, caches filling), or, before one has, once
+    a tenth of the total is done; never from 0.0 of a batch (issue 71: '0.0/1 batch … 29m 15s left', done in 4m 53s;
+    '1.3/11 batches … 1m 19s left', done in 24 s)."""
     rate = done / seconds if seconds > 0 else float("inf")
     number = f"{done:,.1f}" if done != int(done) else f"{int(done):,}"
     noun = f" {plural(unit, total or done)}" if unit else ""
@@ -311,8 +335,23 @@ def progress_text(
     )
     if finished:
         return f"{description}: {count}, {speed}, done in {_duration(seconds)}"
-    left = f", {_duration((total - done) / rate)} left" if total and total > done and rate > 0 else ""
-    return f"{description}: {count}, {speed}{left}"
+    left = time_left(done, total, seconds, warm)
+    return f"{description}: {count}, {speed}" + (f", {_duration(left)} left" if left is not None else "")
+
+
+ENOUGH_SHARE = 0.1  # before the first item ends, the share of the total done before a time left is said
+
+
+def time_left(done: float, total: int | None, seconds: float, warm: tuple[float, float] | None = None) -> float | None:
+    """Seconds left at the pace measured since the first item ended (``warm``), else, with a tenth of the total done,
+    at the pace so far; None without a total or without enough evidence (``progress_text``)."""
+    if not total or done >= total or seconds <= 0:
+        return None
+    if warm is not None and done > warm[0] and seconds > warm[1]:
+        return (total - done) * (seconds - warm[1]) / (done - warm[0])
+    if done >= ENOUGH_SHARE * total and done > 0:
+        return (total - done) * seconds / done
+    return None
 
 
 def _duration(seconds: float) -> str:

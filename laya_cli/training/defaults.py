@@ -82,3 +82,28 @@ def resolved_request(req: TrainRequest) -> TrainRequest:
     finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
     req.train = resolved_alignment(req.train, name, finetune, req.head)
     return req
+
+
+# --finetune's backbone rate, relative to the head's --lr, for a backbone that starts from trained weights: the new
+# head starts from nothing and needs --lr, weights already trained are disturbed by it (transformers fine-tune at
+# 2e-5 to 5e-5, timm recipes use a lower rate for the body than for a new classifier). lr / 10 is 3e-5 at the default
+# lr, inside transformers' range. A backbone from random initialisation learns at the head's rate, as before.
+TRAINED_BACKBONE_LR_FACTOR = 0.1
+
+
+def resolved_backbone_lr(train: TrainConfig, finetune: bool, starts_trained: bool) -> TrainConfig:
+    """``train`` with ``backbone_lr`` and ``backbone_warmup`` resolved: fine-tuned from trained weights, --lr / 10 (or
+    the rate given) warmed up over the first epoch; from random initialisation or weights laya cannot know (a module
+    handed to the API), --lr (or the rate given, warmed up when below --lr); frozen, none (a rate given for a frozen
+    backbone is refused: nothing would read it)."""
+    if not finetune:
+        if train.backbone_lr is not None:
+            raise LayaError(
+                "--backbone-lr is the learning rate of a backbone trained with --finetune; this one is frozen "
+                "(add --finetune, or drop --backbone-lr)"
+            )
+        return replace(train, backbone_warmup=False)
+    factor = TRAINED_BACKBONE_LR_FACTOR if starts_trained else 1.0
+    rate = train.lr * factor if train.backbone_lr is None else train.backbone_lr
+    warmup = starts_trained or rate < train.lr  # a rate of its own, given below the head's: warmed up too
+    return replace(train, backbone_lr=float(rate), backbone_warmup=bool(warmup))

@@ -19,9 +19,10 @@ from torch import Tensor, nn
 
 from .. import backbones as bb
 from ..auditing.collapse import collapse_summary
-from ..auditing.metrics import accuracy, macro_f1
+from ..auditing.metrics import accuracy, macro_f1, near_chance
 from ..data.datasets import dataset_name, holds_images, load_dataset
 from ..data.text import is_text, tokenize_splits
+from ..features.attach import WEIGHTS_SOURCE as ATTACHED_SOURCE
 from ..features.attach import Tapped
 from ..features.extraction import extract, tap_means, to_float_images
 from ..features.loaders import Loader
@@ -37,7 +38,7 @@ from ..runtime.progress import log, warn
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
 from .data import DatasetData, LoaderData, TrainingData, from_store
-from .defaults import resolved_alignment, resolved_request, without_bypass_default
+from .defaults import resolved_alignment, resolved_backbone_lr, resolved_request, without_bypass_default
 from .lm import LMEpoch
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .network_target import network_alignment
@@ -91,6 +92,12 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         if len(dims) < 2 and job.train.exit_aware:  # one tapped layer: no depth to exit at (recorded off)
             job = replace(job, train=replace(job.train, exit_aware=0.0))
         job = replace(job, train=without_bypass_default(job.train, backbone))  # a frozen ResNet: no default term
+        # Trained weights: a --weights file, or a source laya loaded (pretrained, a program). A module the API was
+        # handed says nothing of its weights: treated as untrained, one rate, unless backbone_lr is given.
+        source = backbone.weights_source
+        known = bool(source) and source != ATTACHED_SOURCE and not source.startswith(bb.RANDOM_START)
+        starts_trained = bool(job.weights_file) or known
+        job = replace(job, train=resolved_backbone_lr(job.train, job.spec.finetune, starts_trained))
         classes = data.classes  # (a loader's data are read here, before the head's seed)
         torch.manual_seed(job.train.seed)
         head = build_head(job.head, dims, len(classes), job.head_config).to(dev)
@@ -320,6 +327,21 @@ def train_metrics(
     }
 
 
+def near_chance_note(ckpt: dict) -> str | None:
+    """A warning when the trained classifier's best validation accuracy is within noise of chance (1/C: at most two
+    binomial standard errors above it, ``auditing.metrics.near_chance``), else None: the head learnt little, and an
+    audit of it would explain nothing worth explaining."""
+    metrics, classes = ckpt.get("metrics") or {}, len(ckpt.get("classes") or ())
+    acc, n = metrics.get("val_accuracy"), metrics.get("n_val") or 0
+    if acc is None or classes < 2 or not near_chance(acc, 1.0 / classes, n):
+        return None
+    return (
+        f"validation accuracy {acc:.3f} on {n:,} samples is within noise of chance (1/{classes} = {1 / classes:.3f}): "
+        "the head learnt little. Try more epochs, another lr, a pretrained backbone (frozen) or, from scratch, "
+        "--input-size near the images' own side; an audit of this model explains little"
+    )
+
+
 # --------------------------------------------------------------------------- laya_cli.fit
 
 
@@ -445,6 +467,9 @@ def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
     log(bb.start_line(backbone, req.weights))
     if bb.frozen_random(finetune, "" if req.weights else backbone.weights_source):
         warn(bb.frozen_random_warning(name))
+    upscaled = None if is_text(data) else bb.upscale_warning((h, w), backbone.adapter.size, backbone.weights_source)
+    if upscaled and not req.weights:
+        warn(upscaled)
     return backbone
 
 

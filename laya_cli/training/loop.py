@@ -87,6 +87,9 @@ class EpochRecord:
     seconds: float
     best: bool
     val_faithfulness: float | None = None  # --stop-on combined: α's validation faithfulness (training/stopping.py)
+    # The classification loss alone (cross-entropy, nats per sample); ``loss`` adds the --align, --alpha-entropy
+    # and --exit-aware terms. None where not measured apart (data-parallel training).
+    cross_entropy: float | None = None
 
 
 @dataclass
@@ -247,8 +250,7 @@ def fit(
     ``shaping`` (``--layer-dropout``, ``--alpha-entropy``, ``--tau-start``: ``shaping.py``) trains α (one process).
     """
     torch.manual_seed(cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    optimizer = make_optimizer(model, cfg, n_batches=-(-len(_pair(train)[1]) // cfg.batch_size))
     run = _Run(model, optimizer, torch.Generator().manual_seed(cfg.seed), EarlyStopping(cfg.patience), alignment)
     run.shaping = shaping
     (train_x, train_y), (val_x, val_y) = _pair(train), _pair(val)
@@ -258,14 +260,15 @@ def fit(
     ddp = _data_parallel(model, cfg.device, data_parallel, _from_store(train_x), alignment, shaping)
     for epoch in epochs(len(run.history) + 1, cfg.epochs, run.stopping):
         start = time.perf_counter()
-        loss_sum, correct = _train_epoch(run, ddp, train_x, train_y, cfg, epoch)
+        loss_sum, correct, ce_sum = _train_epoch(run, ddp, train_x, train_y, cfg, epoch)
         _check_finite_weights(model, cfg, epoch)  # before the epoch is kept in the resumable state
         val_acc = accuracy(predict(model, val_x, device=cfg.device), val_y)
         val_faith = _val_faithfulness(model, val_x, cfg, alignment)
         improved = run.stopping.update(stopping_score(val_acc, val_faith), model)
         n = len(train_y)
         seconds = time.perf_counter() - start
-        record = EpochRecord(epoch, loss_sum / n, correct / n, val_acc, seconds, improved, val_faith)
+        ce = None if ce_sum is None else ce_sum / n
+        record = EpochRecord(epoch, loss_sum / n, correct / n, val_acc, seconds, improved, val_faith, ce)
         run.history.append(record)
         if state_path is not None and distributed.is_main():
             save_train_state(run.state_dict(fingerprint, options), state_path)
@@ -273,6 +276,36 @@ def fit(
             on_epoch(record)
     model.load_state_dict(run.stopping.best_model)
     return run.history
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, n_batches: int) -> torch.optim.Adam:
+    """Adam over the trainable parameters. A backbone trained with its head (``EndToEnd``) at a rate of its own
+    (``cfg.backbone_lr``, resolved: training/defaults.py) is a second parameter group, ``name`` "backbone", the head's
+    "head" at ``cfg.lr``; with ``cfg.backbone_warmup`` its rate rises linearly to ``backbone_lr`` over the first
+    ``n_batches`` steps (``_warm_up``; the schedule lives in the group, so a resumed run's state carries it)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    rate = cfg.backbone_lr
+    if not isinstance(model, EndToEnd) or rate is None or (rate == cfg.lr and not cfg.backbone_warmup):
+        return torch.optim.Adam(params, lr=cfg.lr)
+    in_backbone = {id(p) for p in model.backbone.parameters()}
+    groups = [
+        {"name": "head", "params": [p for p in params if id(p) not in in_backbone], "lr": cfg.lr},
+        {"name": "backbone", "params": [p for p in params if id(p) in in_backbone], "lr": rate},
+    ]
+    if cfg.backbone_warmup:
+        steps = max(int(n_batches), 1)
+        groups[1].update(lr=rate / steps, warmup_steps=steps, warmup_done=0, target_lr=rate)
+    return torch.optim.Adam([g for g in groups if g["params"]], lr=cfg.lr)
+
+
+def _warm_up(optimizer: torch.optim.Optimizer) -> None:
+    """After a step: each group that warms up moves to its next rate, ``target_lr · (k + 1) / warmup_steps`` after
+    its k-th step, then stays at ``target_lr``."""
+    for group in optimizer.param_groups:
+        if "warmup_steps" in group and group["warmup_done"] < group["warmup_steps"]:
+            group["warmup_done"] += 1
+            steps = group["warmup_steps"]
+            group["lr"] = group["target_lr"] * min(group["warmup_done"] + 1, steps) / steps
 
 
 def _val_faithfulness(model, val_x, cfg: TrainConfig, alignment: Alignment | None) -> float | None:
@@ -330,8 +363,9 @@ class _WithFeatures(nn.Module):
         return self.head(feats), feats
 
 
-def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
-    """One pass over the training data: (summed loss, correct predictions), over all the ranks; with ``shaping``,
+def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int, float | None]:
+    """One pass over the training data: (summed loss, correct predictions, summed cross-entropy alone or None), over
+    all the ranks; with ``shaping``,
     at the epoch's τ (the head's own τ again afterwards)."""
     if run.shaping is None:
         return _epoch_pass(run, ddp, train_x, train_y, cfg, epoch)
@@ -343,8 +377,9 @@ def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int)
         run.shaping.end_epoch(head)
 
 
-def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int]:
+def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int, float | None]:
     run.model.train()
+    ce_sum: float | None = None if ddp is not None else 0.0  # data-parallel steps do not report it apart
     if ddp is not None and _from_store(train_x):  # each rank reads its own shards
         loss_sum, correct = _store_ddp_epoch(ddp, run.optimizer, train_x, cfg, run.shuffle, epoch, run.alignment)
     else:
@@ -365,9 +400,10 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
             if ddp is not None:
                 batch_loss, batch_correct = _ddp_step(ddp, run.optimizer, xs, y, cfg.device, run.alignment, at)
             else:
-                batch_loss, batch_correct = _step(
+                batch_loss, batch_correct, batch_ce = _step(
                     run.model, run.optimizer, xs, y, cfg.device, run.alignment, run.shaping, at
                 )
+                ce_sum += batch_ce
                 _check_finite_loss(batch_loss, cfg, epoch, batch)  # DDP: every rank checks the epoch's sum (below)
             loss_sum += batch_loss
             correct += batch_correct
@@ -376,7 +412,7 @@ def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) 
         if not math.isfinite(loss_sum):
             raise non_finite_loss(cfg, epoch, "in the batches")
         distributed.broadcast_buffers(run.model)  # BatchNorm running stats: rank 0's, everywhere
-    return loss_sum, int(correct)
+    return loss_sum, int(correct), ce_sum
 
 
 def _step(
@@ -388,25 +424,26 @@ def _step(
     alignment: Alignment | None,
     shaping: AlphaShaping | None = None,
     rows: Tensor | None = None,
-) -> tuple[float, int]:
-    """One batch on one process: (summed loss, correct predictions). ``rows``: the batch's row indices, for an
-    alignment term that reads per-row data of its own (``Alignment.needs_rows``)."""
+) -> tuple[float, int, float]:
+    """One batch on one process: (summed loss, correct predictions, summed cross-entropy alone). ``rows``: the
+    batch's row indices, for an alignment term that reads per-row data of its own (``Alignment.needs_rows``)."""
     xs, y = [to_device(x, device) for x in xs], to_device(y, device)
     if alignment is None and shaping is None:
         logits = model(xs).logits
-        loss = F.cross_entropy(logits, y)
+        loss = ce = F.cross_entropy(logits, y)
     else:
         head = getattr(model, "head", model)  # what the alignment and shaping terms train: the head's α
         feats = model.features(xs) if isinstance(model, EndToEnd) else xs
         mask = shaping.mask(len(y), len(feats), y.device) if shaping is not None else None
         logits = head(feats, alpha_mask=mask).logits
-        loss = F.cross_entropy(logits, y)
+        loss = ce = F.cross_entropy(logits, y)
         if alignment is not None:
             loss = loss + alignment.loss(head, feats, logits, inputs=xs, rows=rows)
         if shaping is not None:
             loss = loss + shaping.loss(head, feats, y)
     _descend(optimizer, loss)
-    return loss.item() * len(y), (logits.argmax(-1) == y).sum().item()
+    total = loss.item() * len(y)
+    return total, (logits.argmax(-1) == y).sum().item(), ce.item() * len(y)
 
 
 def _ddp_step(
@@ -440,6 +477,7 @@ def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+    _warm_up(optimizer)
 
 
 def _store_ddp_epoch(

@@ -57,7 +57,30 @@ class TrainConfig:
 
     epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main", maximum=STEPS_MAX)
     batch_size: int = setting(128, "Batch size.", minimum=1, maximum=COUNT_MAX)
-    lr: float = setting(3e-4, "Adam learning rate.", above=0, below=1e30, rule="positive and below 1e30 (a float32)")
+    lr: float = setting(
+        3e-4,
+        "Adam learning rate (with --finetune: the head's; the backbone's is --backbone-lr).",
+        above=0,
+        below=1e30,
+        rule="positive and below 1e30 (a float32)",
+    )
+    backbone_lr: float | None = setting(
+        None,
+        "--finetune: the backbone's Adam learning rate (the new head learns at --lr). Default: --lr / 10 for a "
+        "backbone that starts from trained weights (pretrained, --weights), --lr for one that starts from random "
+        "initialisation (mlp/cnn, --no-pretrained) or a module given to the Python API. From trained weights, or "
+        "given below --lr, it warms up linearly over the first epoch. Recorded resolved (docs/usage.md#fine-tuning).",
+        above=0,
+        below=1e30,
+        rule="positive and below 1e30 (a float32)",
+        task="classify",
+    )
+    backbone_warmup: bool = setting(
+        False,
+        "Whether the backbone's rate warms up linearly over the first epoch (resolved with --backbone-lr: a backbone "
+        "fine-tuned from trained weights does).",
+        cli=False,
+    )
     patience: int = setting(5, "Early-stopping patience on validation accuracy.", minimum=1, maximum=STEPS_MAX)
     seed: int = setting(
         1337, "Seed for initialisation, shuffling and the validation split.", minimum=0, maximum=SEED_MAX
