@@ -44,6 +44,7 @@ from .plan import AuditPlan
 from .registry import having
 from .results import AuditResult
 from .settings import AuditSettings
+from .verdict import mark_references
 
 
 def audit_checkpoint(
@@ -162,7 +163,7 @@ def run_scoped_audit(
     """
     settings = settings or AuditSettings()
     if scope == "head":
-        return run_audit(model, eval_data, methods, settings)
+        return mark_references(run_audit(model, eval_data, methods, settings))
     images = getattr(eval_data, "images", None)
     if images is None:
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
@@ -177,6 +178,7 @@ def run_scoped_audit(
     result = head_result or _network_only(plan, eval_data, common, layer_names, model)
     result.settings["scope"] = scope
     result.network = network
+    mark_references(result)
     return result
 
 

@@ -62,6 +62,7 @@ def audit(
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.job import audit_checkpoint
     from ..auditing.names import parse_methods, parse_metric_groups
+    from ..auditing.question import ask_checkpoints_question
     from ..auditing.settings import compare_for
     from ..gates.outcome import GateRequest
     from ..gates.outputs import AuditOutputs
@@ -70,6 +71,7 @@ def audit(
     with progress.enabled(not quiet):
         trust_arch(load.validate().arch)
         data.validate()
+        question = ask_checkpoints_question(model, what, settings)  # the default: the question α was trained on
         scope = what.validate().scope
         methods = parse_methods(compare_for(what.compare, scope))
         asked = GateRequest.asked(gates, methods, scope)
@@ -85,6 +87,7 @@ def audit(
             model, methods, settings, scope, data, load, partial(asked.check_planned, settings, methods), **job
         )
     result.settings["fail_under"] = [str(t) for t in asked.thresholds]
+    result.question = question.to_dict()
     doc = result.to_dict()
     outcome = asked.judge(result, doc)
     render(result, doc, outcome, settings.metrics, files, quiet, time.perf_counter() - started, per_sample)
@@ -103,7 +106,7 @@ def exit_for(verdict, inconclusive_exit: int) -> None:
 def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: float, per_sample: bool = True) -> None:
     """The tables (unless quiet), the files asked for (rank 0; ``--no-per-sample``: the JSON without its
     ``per_sample`` block, which the gates have already read), the failed checks and the verdict line."""
-    from ..report.audit import verdict_line
+    from ..report.audit import verdict_line, verdict_lines
     from ..runtime import distributed
     from ..runtime.tracking.events import log_audit
     from .command import current_run
@@ -112,11 +115,13 @@ def render(result, doc: dict, outcome, columns, files, quiet: bool, seconds: flo
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
     if not per_sample:
         doc.pop("per_sample", None)
-    text = markdown_text(result, outcome, columns, compared)
+    text = markdown_text(result, outcome, columns, compared, doc)
     warning = None
     if distributed.is_main():  # under torchrun only rank 0 writes; first: a file that cannot be is the only line
         warning = files.write(doc, text, outcome, seconds)
     if not quiet:
+        for line in verdict_lines(doc):  # the question, the verdict in words and the flags: before the tables
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
         print_tables(result, columns, compared)
     if warning is not None:
         warn(warning)
@@ -167,10 +172,10 @@ def print_tables(result, columns, compared: dict | None) -> None:
         note(text)
 
 
-def markdown_text(result, outcome, columns, compared: dict | None) -> str:
-    """The Markdown of ``--markdown`` and the job summary; the section of the scope audited carries the gates'
-    misses (the network's when it is audited alone)."""
-    from ..report.audit import audit_markdown
+def markdown_text(result, outcome, columns, compared: dict | None, doc: dict | None = None) -> str:
+    """The Markdown of ``--markdown`` and the job summary: the question, verdict and flags of ``doc`` first; the
+    section of the scope audited carries the gates' misses (the network's when it is audited alone)."""
+    from ..report.audit import audit_markdown, verdict_lines
     from ..report.network import HEAD_TITLE, network_markdown
 
     network = result.network
@@ -193,7 +198,8 @@ def markdown_text(result, outcome, columns, compared: dict | None) -> str:
         text += ("\n" if text else "") + network_markdown(
             result, gate_shown if alone else None, compared, drop_misses if alone else None
         )
-    return text
+    said = verdict_lines(doc or {})
+    return "\n>\n".join(f"> {line}" for line in said) + "\n\n" + text if said else text
 
 
 def print_gates(outcome) -> None:

@@ -55,7 +55,10 @@ def on_epoch(tracker, quiet: bool, r) -> None:
 
 def print_trained(ckpt: dict, out) -> None:
     """What the run measured on held-out data, and where the checkpoint went."""
+    from ..auditing.flags import checkpoint_flags
     from ..report.train import trained_lines
 
     for line in trained_lines(ckpt, out):
         console.print(line, highlight=False)
+    for line in checkpoint_flags(ckpt.get("metrics"), len(ckpt.get("classes") or [])):  # results that say nothing
+        console.print(line, highlight=False, soft_wrap=True, markup=False)

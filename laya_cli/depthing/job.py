@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from ..auditing.budget import plan_rows
+from ..auditing.flags import checkpoint_flags
 from ..data.settings import EvalRequest
 from ..model.checkpoint import checkpoint_task, read_checkpoint
 from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_features
@@ -61,6 +62,8 @@ def depth_checkpoint(
     where = (data.dataset, data.data_dir, data.samples, settings.seed, settings.device)
     load_data = partial(load_eval_data, model, *where, use_cache=job.get("use_cache", True), encoding=data.encoding)
     result = depth_job(model, load_data, settings, out, **job)
+    if isinstance(getattr(result, "notes", None), list):  # savings measured on a model at chance mean nothing
+        result.notes[:0] = checkpoint_flags(ckpt.get("metrics"), len(ckpt.get("classes") or []))
     if settings.truncate is None:
         result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
     return result

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..auditing.names import GLOBAL_METRICS, METRICS
 from ..runtime.errors import LayaError
 from .checks import Check
-from .thresholds import gate_items, item_prefix
+from .thresholds import gate_items, item_prefix, item_scope
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
 # that is the point). ``n_samples`` and the layer names live at the top level of the JSON.
@@ -126,11 +126,7 @@ def parse_max_drop(
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")
         pct = m.group("pct")
-        out.append(
-            MaxDrop(
-                metric, amount / 100 if pct else amount, bool(pct), method, "network" if m.group("scope") else "head"
-            )
-        )
+        out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method, item_scope(m, scope)))
     return out
 
 
