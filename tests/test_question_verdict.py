@@ -163,7 +163,8 @@ def test_laya_audit_says_the_question_and_the_verdict_before_its_tables(digits_c
     assert text.index("verdict:") < text.index("faithfulness")
     doc = json.loads(out.read_text())
     assert doc["question"]["scope"] == "head" and doc["question"]["source"] == UNALIGNED
-    assert doc["verdict"]["text"].startswith("At head scope") and isinstance(doc["flags"], list)
+    assert doc["verdict_text"].startswith("At head scope") and isinstance(doc["flags"], list)
+    assert doc["verdict_scopes"][0]["scope"] == "head" and "text" not in (doc.get("verdict") or {})  # the gates
     assert doc["methods"]["ig"]["reference"] is True and doc["methods"]["gradxact"]["reference"] is False
 
 
@@ -172,3 +173,48 @@ def test_laya_info_says_the_question(digits_ckpt):
     assert r.exit_code == 0 and "question: α was trained only to predict" in r.output
     doc = json.loads(invoke("info", str(digits_ckpt), "--json").output)
     assert doc["question"]["scope"] == "head" and doc["flags"] == []
+
+
+# --------------------------------------------------------------------------- results pinned to their data
+
+
+def test_a_relative_data_path_is_pinned_where_it_was_trained(tmp_path, monkeypatch):
+    """Trained on ``folder:shapes`` in one folder, audited from another whose ``shapes`` holds other images: the
+    audit reads the folder it was trained on (resolved), records its fingerprint, and stops in one line once that
+    folder holds other data."""
+    import shutil
+
+    from helpers import assert_user_error, make_image_folder
+
+    from laya_cli.model.checkpoint import read_checkpoint
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    make_image_folder(here / "shapes", per_class=8)
+    make_image_folder(there / "shapes", per_class=8, seed=1)
+    monkeypatch.chdir(here)
+    r = invoke("train", "--dataset", "folder:shapes", "--epochs", "1", "--align", "0", "-q", "--out", here / "m.pt")
+    assert r.exit_code == 0, r.output
+    recorded = read_checkpoint(here / "m.pt")["dataset"]
+    assert recorded["resolved"] == f"folder:{(here / 'shapes').resolve()}" and recorded["fingerprint"]
+    monkeypatch.chdir(there)
+    out = there / "a.json"
+    r = invoke("audit", here / "m.pt", "-q", "--compare", "", "--json", out)
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["settings"]["data_fingerprint"] == recorded["fingerprint"]
+    shutil.rmtree(here / "shapes")
+    make_image_folder(here / "shapes", per_class=8, seed=2)
+    assert_user_error(invoke("audit", here / "m.pt", "-q"), "is not the data this checkpoint was evaluated on")
+
+
+def test_a_baseline_from_other_data_is_refused_unless_allowed():
+    from laya_cli.gates.regression import check_settings
+    from laya_cli.runtime.errors import LayaError
+
+    base, now = (
+        {"settings": {"data_fingerprint": "sha256:aa@3x8x8"}},
+        {"settings": {"data_fingerprint": "sha256:bb@3x8x8"}},
+    )
+    with pytest.raises(LayaError, match="data_fingerprint sha256:aa@3x8x8 -> sha256:bb@3x8x8"):
+        check_settings(base, now, allow_change=False)
+    assert check_settings(base, now, allow_change=True) == ["data_fingerprint sha256:aa@3x8x8 -> sha256:bb@3x8x8"]
+    assert check_settings({"settings": {}}, now, allow_change=False) == []  # an older baseline records none

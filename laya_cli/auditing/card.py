@@ -111,7 +111,7 @@ def audit_section(audit: dict) -> str:
         f"with the drop in p({s.get('target', 'predicted')} class) that removing each layer causes."
     )
     notes = [f"- {n}" for n in audit.get("notes") or []]
-    question, verdict = (audit.get("question") or {}).get("sentence"), (audit.get("verdict") or {}).get("text")
+    question, verdict = (audit.get("question") or {}).get("sentence"), audit.get("verdict_text")
     said = [f"> {line}\n>" for line in (question and f"question: {question}.", verdict and f"verdict: {verdict}",
                                         *(audit.get("flags") or [])) if line]  # fmt: skip
     return "\n".join(["## Layer-attribution audit", "", *said, "", how, "", *rows, "", *notes]).rstrip() + "\n"

@@ -47,6 +47,12 @@ from .settings import AuditSettings
 from .verdict import mark_references
 
 
+def data_fingerprint(ckpt: dict, data: EvalRequest) -> str | None:
+    """The audited data's fingerprint (data/pinning.py): the checkpoint's, checked against the data it read, where
+    the audit read the recorded data; None for other data (``--dataset``, ``--data-dir``) or an older checkpoint."""
+    return ckpt.get("dataset", {}).get("fingerprint") if data.dataset is None and data.data_dir is None else None
+
+
 def audit_checkpoint(
     path,
     methods: Sequence[str],
@@ -81,6 +87,7 @@ def audit_checkpoint(
     )  # fmt: skip
     result = audit_job(laya_model, load_data, methods, settings, scope, **job)
     result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
+    result.settings["data_fingerprint"] = data_fingerprint(ckpt, data)
     if (untrained := untrained_backbone(ckpt)) is not None:
         result.notes.append(f"warning: {untrained}")
     return result

@@ -44,7 +44,9 @@ SETTINGS = (
     "head",
     "layers",
     "tie_tol",  # faithfulness's noise floor (docs/metrics.md, "Ties"): other ties, other ranks
+    "data_fingerprint",  # the audited test split (data/pinning.py): other data, other numbers
 )
+BOTH_RECORDED = ("data_fingerprint",)  # compared only where both audits record it (older audits do not)
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
 _ITEM = re.compile(
@@ -155,6 +157,8 @@ def settings_differences(baseline: dict, current: dict, keys: Sequence[str] = (*
         if want is _MISSING:
             continue
         have = _setting(baseline, key)
+        if key in BOTH_RECORDED and (have is _MISSING or have is None or want is None):
+            continue
         if have is _MISSING:
             out.append(f"{key} (not recorded in the baseline) -> {_show(want)}")
         elif have != want:
