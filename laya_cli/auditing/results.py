@@ -320,9 +320,7 @@ class AuditResult:
             out["by_position"] = self.by_position
         out.update(self.memory or {})
         out["flags"] = audit_flags(out, self._chance())  # results that say nothing (auditing/flags.py)
-        verdict = audit_verdict(
-            out
-        )  # the verdict in words (auditing/verdict.py), before the tables ("verdict": the gates')
+        verdict = audit_verdict(out)  # in words, before the tables (auditing/verdict.py; "verdict": the gates')
         out["verdict_text"], out["verdict_scopes"] = verdict["text"], verdict["scopes"]
         if self.interval_settings:
             out["intervals"] = self.interval_settings
