@@ -24,6 +24,7 @@ from .auditing.diff.settings import DiffSettings
 from .auditing.job import audit_job
 from .auditing.lm import TOKENS_AUDITED, token_audit_job
 from .auditing.names import parse_methods, parse_metric_groups
+from .auditing.question import with_question
 from .auditing.results import AuditResult
 from .auditing.settings import AuditRequest, AuditSettings, compare_for
 from .data.settings import EvalRequest
@@ -216,10 +217,11 @@ def audit(
     with _progress.enabled(progress):
         if isinstance(model, LayaLM):
             data = _text(loader, samples, TOKENS_AUDITED)
-            return token_audit_job(model.to(device), methods, audited, scope, data.dataset, data.samples)
+            result = token_audit_job(model.to(device), methods, audited, scope, data.dataset, data.samples)
+            return with_question(result, model.ckpt)
         _no_samples(samples)
         data = partial(loader_eval_data, model, loader, audited.device, scope != "head")  # the network runs on images
-        return audit_job(model, data, methods, audited, scope)
+        return with_question(audit_job(model, data, methods, audited, scope), getattr(model, "checkpoint", None))
 
 
 def _text(loader, samples: int | None, default: int) -> EvalRequest:

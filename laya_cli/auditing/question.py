@@ -125,3 +125,11 @@ def ask_checkpoints_question(path, what, settings) -> Question:
     ablation = settings.ablation if given_or_changed(settings, "ablation", "mean") else None
     what.scope, settings.ablation = audit_scope_and_removal(question, scope, ablation)
     return question
+
+
+def with_question(result, ckpt: dict | None):
+    """``result`` (an AuditResult) carrying the question of the checkpoint its model came from (``laya_cli.audit``:
+    said in its JSON, its verdict and its card); as it is for a model without one."""
+    if ckpt:
+        result.question = checkpoint_question(ckpt).to_dict()
+    return result
