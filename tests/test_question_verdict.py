@@ -114,6 +114,13 @@ def test_the_verdict_says_when_the_effects_cannot_be_ranked():
     assert v["winner"] is None and "too close to rank" in v["text"]
 
 
+def test_no_verdict_for_a_model_at_chance():
+    doc = {"settings": {}, "methods": {"laya": _row(0.1), "atp": _row(0.9, 0.8, 0.7, 0.9)}}
+    assert "prefer AtP" in audit_verdict(doc)["text"]
+    flagged = {**doc, "flags": ["flag: the model is within noise of chance (accuracy 0.078 …)"]}
+    assert audit_verdict(flagged)["text"].startswith("No verdict: the model is within noise of chance")
+
+
 def test_the_audit_verdict_puts_the_questions_scope_first():
     doc = {
         "question": {"scope": "network"},

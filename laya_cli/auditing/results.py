@@ -331,8 +331,8 @@ class AuditResult:
     def _chance(self) -> float | None:
         """The accuracy of guessing on the audited samples (a language model's: not known, None)."""
         labels = (self.samples or {}).get("label")
-        if labels is None or not self.class_names or any("noise of chance" in n for n in self.notes):
-            return None  # unknown, or already said in the notes (head_scope._warnings)
+        if labels is None or not self.class_names:
+            return None
         return chance_rate(labels.tolist(), len(self.class_names))
 
     def to_json(self, per_sample: bool = True) -> str:

@@ -143,7 +143,8 @@ def _reference_text(references: dict) -> str:
 
 def audit_verdict(doc: dict) -> dict:
     """The verdict of an audit JSON (``doc``, without its verdict): one ``scope_verdict`` per scope audited, the
-    question's scope first, and ``text`` — their sentences joined, what ``laya audit`` says before its tables."""
+    question's scope first, and ``text`` — their sentences joined, what ``laya audit`` says before its tables; for a
+    model within noise of chance (a flag or the audit's note), no verdict (``AT_CHANCE``)."""
     settings = doc.get("settings") or {}
     question = doc.get("question") or {}
     network = doc.get("network")
@@ -155,4 +156,13 @@ def audit_verdict(doc: dict) -> dict:
         scopes.append(scope_verdict(network.get("methods") or {}, "network", removal, network.get("ranking")))
     if question.get("scope") == "network":
         scopes.sort(key=lambda v: v["scope"] != "network")
+    if any("noise of chance" in line for line in [*(doc.get("notes") or []), *(doc.get("flags") or [])]):
+        return {"scopes": scopes, "text": AT_CHANCE}  # the numbers are kept, not judged
     return {"scopes": scopes, "text": " ".join(v["text"] for v in scopes)}
+
+
+# A model within noise of chance (auditing/flags.py): which method ranks its layers best says nothing of how it decides.
+AT_CHANCE = (
+    "No verdict: the model is within noise of chance, so every method here explains guesses; the numbers below are "
+    "shown, not judged (train the model first)."
+)
