@@ -198,8 +198,9 @@ def markdown_text(result, outcome, columns, compared: dict | None, doc: dict | N
         text += ("\n" if text else "") + network_markdown(
             result, gate_shown if alone else None, compared, drop_misses if alone else None
         )
-    said = verdict_lines(doc or {})
-    return "\n>\n".join(f"> {line}" for line in said) + "\n\n" + text if said else text
+    said = "\n>\n".join(f"> {line}" for line in verdict_lines(doc or {}))
+    title, _, tables = text.partition("\n")  # under the section's title, before its tables
+    return f"{title}\n\n{said}\n{tables}" if said else text
 
 
 def print_gates(outcome) -> None:
