@@ -99,7 +99,7 @@ def audit_scope_and_removal(question: Question, scope: str | None, ablation: str
     """What ``laya audit`` runs: the scope and removal given, the question's where not given. A scope given alone
     keeps the question's removal where that scope removes inside the network, else mean (as before)."""
     if ablation:  # a head-only removal (mask) asks the head scope unless a scope is given
-        return scope or ("head" if ablation == "mask" else question.scope), ablation
+        return scope or ("head" if ablation.lower() == "mask" else question.scope), ablation
     scope = scope or question.scope
     if scope == question.scope or (scope in NETWORK_SCOPES and question.scope in NETWORK_SCOPES):
         return scope, question.removal
