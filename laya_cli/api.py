@@ -22,6 +22,7 @@ from torch import nn
 from .auditing.diff.compare import DiffResult
 from .auditing.diff.settings import DiffSettings
 from .auditing.names import parse_methods
+from .auditing.question import with_question
 from .auditing.results import AuditResult
 from .auditing.settings import AuditRequest, AuditSettings, compare_for
 from .depthing.analysis import DepthResult
@@ -218,6 +219,7 @@ def audit(
     audited = resolved(build(AuditSettings, settings))
     with _progress.enabled(progress):
         result = task_for(model).audit(model, loader, methods, audited, scope, samples)
+    result = with_question(result, getattr(model, "checkpoint", None))  # said in its JSON, verdict and card
     _warn([*result.notes, *(result.network.notes if result.network is not None else [])])
     return result
 

@@ -20,6 +20,7 @@ METHOD_KEYS = {
     "note",
     "degenerate",
     "undefined_by_ties",
+    "reference",  # computes the effect itself another way (IG here): a check of the audit, not a rival
 }
 INTERVAL_KEYS = {"ci_level", "ci", "vs_laya"}  # --ci (on by default): docs/metrics.md, "Intervals"
 DEEPER_KEYS = {

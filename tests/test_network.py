@@ -280,7 +280,7 @@ def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
     "args,fragment",
     [
         (["--fail-under", "network:ig:faithfulness=0.5"], "add --scope network"),
-        (["--scope", "network", "--fail-under", "ig:faithfulness=0.5"], "write network:ig:faithfulness=0.5"),
+        (["--scope", "network", "--fail-under", "ig:faithfulness=0.5"], "names ig, which is not audited"),
         (["--scope", "network", "--ablation", "mask"], "--ablation mask only changes the head"),
         (["--scope", "everywhere"], "--scope"),
         (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),

@@ -147,7 +147,6 @@ def test_network_scope_max_drop_by_hand():
     "spec,scope,fragment",
     [
         ("network:faithfulness=0.1", "head", "add --scope network or --scope both"),
-        ("faithfulness=0.1", "network", "write network:faithfulness=0.1"),
         ("network:aopc=0.1", "both", "aopc is not computed at network scope"),
     ],
 )
@@ -155,6 +154,16 @@ def test_network_max_drop_errors(spec, scope, fragment):
     with pytest.raises(LayaError) as e:
         parse_max_drop(spec, ["laya", "ig", "random"], scope)
     assert fragment in str(e.value) and "--max-drop" in str(e.value)
+
+
+def test_an_unqualified_item_checks_the_network_scope_when_the_audit_ran_there_alone():
+    """--scope network (a network-aligned checkpoint's default question): ``faithfulness=…`` checks its results."""
+    from laya_cli.gates.thresholds import parse_thresholds
+
+    assert parse_max_drop("faithfulness=0.1", ["laya"], "network")[0].scope == "network"
+    assert parse_thresholds("faithfulness=0.1", ["laya"], "network")[0].scope == "network"
+    assert parse_thresholds("faithfulness=0.1", ["laya"], "both")[0].scope == "head"
+    assert str(parse_thresholds("faithfulness=0.1", ["laya"], "network")[0]) == "network:laya:faithfulness=0.1"
 
 
 def test_a_drop_equal_to_the_allowance_passes_and_a_rise_always_passes():

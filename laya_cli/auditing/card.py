@@ -114,7 +114,10 @@ def audit_section(audit: dict) -> str:
         f"compared with the drop in p({md_text(s.get('target', 'predicted'))} class) that removing each layer causes."
     )
     notes = [f"- {md_text(n)}" for n in audit.get("notes") or []]
-    return "\n".join(["## Layer-attribution audit", "", how, "", *rows, "", *notes]).rstrip() + "\n"
+    question, verdict = (audit.get("question") or {}).get("sentence"), audit.get("verdict_text")
+    lines = (question and f"question: {question}.", verdict and f"verdict: {verdict}", *(audit.get("flags") or []))
+    said = [f"> {md_text(line)}\n>" for line in lines if line]
+    return "\n".join(["## Layer-attribution audit", "", *said, "", how, "", *rows, "", *notes]).rstrip() + "\n"
 
 
 def model_card(meta: dict, audit: dict | None = None, sections: list[str] | tuple = ()) -> str:

@@ -76,6 +76,8 @@ def collapse_summary(alpha: Tensor, against: str | None = None) -> dict:
         "effective_layers_quartiles": eq,
         "top_layer_spread": spread,
         "modal_top_layer": modal,
+        # mean of L · max_i α_i: 1 for a uniform α, L for one-hot (auditing/flags.py flags an α within noise of uniform)
+        "top_weight_ratio": float(alpha.double().max(-1).values.mean() * n_layers) if len(alpha) else math.nan,
     }
     summary["collapsed"] = is_collapsed(summary)
     summary["trained_against"] = against

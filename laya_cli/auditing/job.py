@@ -40,6 +40,13 @@ from .plan import AuditPlan
 from .registry import having
 from .results import AuditResult
 from .settings import AuditSettings
+from .verdict import mark_references
+
+
+def data_fingerprint(ckpt: dict, data: EvalRequest) -> str | None:
+    """The audited data's fingerprint (data/pinning.py): the checkpoint's, checked against the data it read, where
+    the audit read the recorded data; None for other data (``--dataset``, ``--data-dir``) or an older checkpoint."""
+    return ckpt.get("dataset", {}).get("fingerprint") if data.dataset is None and data.data_dir is None else None
 
 
 def audit_classifier_checkpoint(
@@ -68,6 +75,7 @@ def audit_classifier_checkpoint(
         else audit_job(laya_model, load_data, methods, settings, scope, run.cache, run.memory, run.precision)
     )
     result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
+    result.settings["data_fingerprint"] = data_fingerprint(ckpt, data)
     if (untrained := untrained_backbone(ckpt)) is not None:
         result.notes.append(f"warning: {untrained}")
     return result
@@ -151,7 +159,7 @@ def run_scoped_audit(
     """
     settings = settings or AuditSettings()
     if scope == "head":
-        return run_audit(model, eval_data, methods, settings)
+        return mark_references(run_audit(model, eval_data, methods, settings))
     images = getattr(eval_data, "images", None)
     if images is None:
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
@@ -166,6 +174,7 @@ def run_scoped_audit(
     result = head_result or _network_only(plan, eval_data, common, layer_names, model)
     result.settings["scope"] = scope
     result.network = network
+    mark_references(result)
     return result
 
 

@@ -48,6 +48,7 @@ from .plan import AuditPlan
 from .registry import METHODS
 from .results import AuditResult, ties_block
 from .settings import AuditSettings
+from .verdict import mark_references
 
 POSITION_BUCKETS = 4
 
@@ -399,4 +400,4 @@ def _scoped(model: LayaLM, data: TokenData, methods, settings: AuditSettings, sc
         result.by_position["network"] = by_position(positions, net["faithfulness"], net["deletion@1"], block)
         if scope == "network":
             result.accuracy = net["accuracy"]
-    return result
+    return mark_references(result)

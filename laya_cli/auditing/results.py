@@ -10,8 +10,10 @@ from ..runtime.errors import LayaError
 from ..runtime.fileio import json_safe, strict_json
 from ..stats.audit_columns import COMMON
 from ..stats.compact import pack
+from .flags import audit_flags, chance_rate
 from .metrics import COMPLETENESS_FLAG, RANDOMISATION_FLAG
 from .names import METRIC_GROUPS, OWN, computed_metrics
+from .verdict import audit_verdict
 
 # The JSON keys of each deeper metric group: a method's dict has them only when the group was computed.
 GROUP_KEYS = {
@@ -75,6 +77,8 @@ class MethodScores:
     # --ci (auditing/intervals.py): metric -> stats.bootstrap.Interval, of this method and of it minus laya
     intervals: dict = field(default_factory=dict)
     vs_laya: dict = field(default_factory=dict)
+    # The method computes the effect itself another way (auditing/verdict.py): a check of the audit, not a competitor
+    reference: bool = False
 
     @classmethod
     def unavailable(cls, note: str, n: int, *, oracle: float, random: float, **known) -> MethodScores:
@@ -158,6 +162,7 @@ class MethodScores:
             "randomisation_undefined": self.randomisation_undefined,
             "randomisation_flagged": self.randomisation_flagged,
             "randomisation_cascade": self.randomisation_cascade,
+            "reference": self.reference,
             **_interval_blocks(self.intervals, self.vs_laya),
         }
 
@@ -236,6 +241,9 @@ class AuditResult:
     by_position: dict | None = None
     # Whether the layers' effects differ enough to rank (``metrics.ranking_block``); None: an audit from before
     ranking: dict | None = None
+    # The question α was trained on (auditing/question.py: scope, removal, how it is known, its sentence); None: not
+    # known (an audit of a model in memory)
+    question: dict | None = None
 
     def __repr__(self) -> str:
         """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
@@ -319,6 +327,7 @@ class AuditResult:
         """The audit JSON's document; ``per_sample=False`` leaves out the per-sample block (``--no-per-sample``:
         a smaller file, but no baseline for a paired ``--gate-on bound`` gate)."""
         out = {
+            **({"question": self.question} if self.question is not None else {}),
             "settings": self.settings,
             "n_samples": self.n_samples,
             "accuracy": self.accuracy,
@@ -341,11 +350,21 @@ class AuditResult:
         if self.by_position is not None:
             out["by_position"] = self.by_position
         out.update(self.memory or {})
+        out["flags"] = audit_flags(out, self._chance())  # results that say nothing (auditing/flags.py)
+        verdict = audit_verdict(out)  # in words, before the tables (auditing/verdict.py; "verdict": the gates')
+        out["verdict_text"], out["verdict_scopes"] = verdict["text"], verdict["scopes"]
         if self.interval_settings:
             out["intervals"] = self.interval_settings
         if self.columns and per_sample:
             out["per_sample"] = per_sample_block(self.columns, self.samples)
         return json_safe(out)
+
+    def _chance(self) -> float | None:
+        """The accuracy of guessing on the audited samples (a language model's: not known, None)."""
+        labels = (self.samples or {}).get("label")
+        if labels is None or not self.class_names:
+            return None
+        return chance_rate(labels.tolist(), len(self.class_names))
 
     def to_json(self, per_sample: bool = True) -> str:
         """Strict JSON (NaN and ±inf written as null); ``per_sample=False``: without the per-sample block."""

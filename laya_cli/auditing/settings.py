@@ -103,7 +103,8 @@ class AuditRequest(Settings):
     scope: str = setting(
         "head",
         "Where a layer is removed: head (at the head's inputs: direct effects), network (patched inside "
-        "the backbone, later layers see it: total effects) or both (and their comparison).",
+        "the backbone, later layers see it: total effects) or both (and their comparison). laya audit's default: "
+        "the question the checkpoint's α was trained on (laya info says it; head for an α trained only to predict).",
         choices=SCOPES,
     )
 
@@ -136,7 +137,8 @@ class AuditSettings(Settings):
     ablation: str = setting(
         "mean",
         "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
-        "at network scope also bypass (a block's output := its input) or mean-update (input + its mean update).",
+        "at network scope also bypass (a block's output := its input) or mean-update (input + its mean update). "
+        "laya audit's default: the removal of the checkpoint's question.",
         choices=REMOVALS,
     )  # bypass and mean-update at network scope only
     target: str = setting("predicted", "Class explained: predicted (ŷ) or label (the true class).", choices=TARGETS)

@@ -50,6 +50,7 @@ def audit(
 ):
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.names import parse_methods
+    from ..auditing.question import ask_checkpoints_question
     from ..auditing.settings import compare_for
     from ..exporting.tasks import audit_checkpoint
     from ..gates.outcome import GateRequest
@@ -58,6 +59,8 @@ def audit(
     started = time.perf_counter()
     with progress.enabled(not files.quiet):
         trust_arch(load.arch)
+        # the default: the question α was trained on (new settings objects: the given ones are frozen)
+        question, what, settings = ask_checkpoints_question(model, what, settings)
         methods = parse_methods(compare_for(what.compare, what.scope))
         asked = GateRequest.asked(gates, methods, what.scope)
         run = run.with_batches(batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
@@ -68,6 +71,7 @@ def audit(
             model, methods, settings, what.scope, data, load, partial(asked.check_planned, settings, methods), run
         )
     result.settings["fail_under"] = [str(t) for t in asked.thresholds]
+    result.question = question.to_dict()
     doc = result.to_dict()
     outcome = asked.judge(result, doc)
     render(result, doc, outcome, settings.metrics, files, time.perf_counter() - started)
@@ -87,7 +91,7 @@ def render(result, doc: dict, outcome, columns, files: AuditOutputs, seconds: fl
     """The tables (unless quiet), the files asked for (rank 0; ``--no-per-sample``: the JSON without its
     ``per_sample`` block, which the gates have already read), the failed checks and the verdict line."""
     from ..gates.outputs import write_audit_files
-    from ..report.audit import verdict_line
+    from ..report.audit import verdict_line, verdict_lines
     from ..runtime import distributed
     from ..runtime.tracking.events import log_audit
     from .command import current_run
@@ -98,11 +102,13 @@ def render(result, doc: dict, outcome, columns, files: AuditOutputs, seconds: fl
     doc["options"] = run.record  # the resolved options: defaults, --config, flags (docs/integrations.md)
     if not files.per_sample:
         doc.pop("per_sample", None)
-    text = markdown_text(result, outcome, columns, compared)
+    text = markdown_text(result, outcome, columns, compared, doc)
     warning = None
     if distributed.is_main():  # under torchrun only rank 0 writes; first: a file that cannot be is the only line
         warning = write_audit_files(files, doc, text, outcome, seconds)
     if not quiet:
+        for line in verdict_lines(doc):  # the question, the verdict in words and the flags: before the tables
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
         print_tables(result, columns, compared)
     if warning is not None:
         warn(warning)
@@ -151,10 +157,10 @@ def print_tables(result, columns, compared: dict | None) -> None:
         note(text)
 
 
-def markdown_text(result, outcome, columns, compared: dict | None) -> str:
-    """The Markdown of ``--markdown`` and the job summary; the section of the scope audited carries the gates'
-    misses (the network's when it is audited alone)."""
-    from ..report.audit import audit_markdown
+def markdown_text(result, outcome, columns, compared: dict | None, doc: dict | None = None) -> str:
+    """The Markdown of ``--markdown`` and the job summary: the question, verdict and flags of ``doc`` first; the
+    section of the scope audited carries the gates' misses (the network's when it is audited alone)."""
+    from ..report.audit import audit_markdown, verdict_lines
     from ..report.network import HEAD_TITLE, network_markdown
 
     network = result.network
@@ -177,7 +183,9 @@ def markdown_text(result, outcome, columns, compared: dict | None) -> str:
         text += ("\n" if text else "") + network_markdown(
             result, gate_shown if alone else None, compared, drop_misses if alone else None
         )
-    return text
+    said = "\n>\n".join(f"> {line}" for line in verdict_lines(doc or {}))
+    title, _, tables = text.partition("\n")  # under the section's title, before its tables
+    return f"{title}\n\n{said}\n{tables}" if said else text
 
 
 def print_gates(outcome) -> None:

@@ -12,10 +12,12 @@ from .options import InfoJson, ModelPath, OptionsToml
 
 def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml = False):
     """Show what a checkpoint holds: backbone, layers, head, classes and test metrics."""
+    from ..auditing.flags import checkpoint_findings
     from ..model.checkpoint import checkpoint_summary, read_checkpoint
     from ..report.info import info_panel
 
-    summary = checkpoint_summary(read_checkpoint(model))
+    ckpt = read_checkpoint(model)
+    summary = {**checkpoint_summary(ckpt), **checkpoint_findings(ckpt)}
     if options_toml:
         from .config_file import options_toml as to_toml
 
@@ -30,8 +32,10 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
         from ..report.lm import lm_info_panel
 
         console.print(lm_info_panel(summary, model))
+        say_findings(summary)
         return
     console.print(info_panel(summary, model))
+    say_findings(summary)
     for text in summary["warnings"]:
         warn(text)
     collapse = summary["metrics"].get("alpha_collapse")
@@ -39,3 +43,10 @@ def info(model: ModelPath, as_json: InfoJson = False, options_toml: OptionsToml 
         from ..auditing.collapse import collapse_warning
 
         (note if collapse.get("finding") else warn)(collapse_warning(collapse, summary["layers"]))
+
+
+def say_findings(summary: dict) -> None:
+    """The question α was trained on, in one sentence, and each flag the checkpoint's own metrics earn."""
+    console.print(f"question: {summary['question']['sentence']}.", highlight=False, soft_wrap=True, markup=False)
+    for text in summary["flags"]:
+        console.print(text, highlight=False, soft_wrap=True, markup=False)

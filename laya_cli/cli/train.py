@@ -12,7 +12,7 @@ from pathlib import Path
 from ..runtime import progress
 from ..runtime.declare import evolve
 from ..training.settings import TrainRequest
-from .common import console, err_console, warn
+from .common import console, err_console
 from .declared import with_settings
 from .options import Quiet, Replace
 
@@ -59,11 +59,10 @@ def on_epoch(tracker, quiet: bool, r) -> None:
 
 def print_trained(ckpt: dict, out) -> None:
     """What the run measured on held-out data, and where the checkpoint went."""
+    from ..auditing.flags import checkpoint_flags
     from ..report.train import trained_lines
-    from ..training.job import near_chance_note
 
     for line in trained_lines(ckpt, out):
         console.print(line, highlight=False)
-    note = near_chance_note(ckpt)
-    if note:
-        warn(note)
+    for line in checkpoint_flags(ckpt.get("metrics"), len(ckpt.get("classes") or [])):  # results that say nothing
+        console.print(line, highlight=False, soft_wrap=True, markup=False)

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from ..auditing.budget import plan_rows
+from ..auditing.flags import checkpoint_flags
 from ..data.settings import EvalRequest
 from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_features
 from ..model.laya_model import model_from_checkpoint
@@ -54,6 +55,8 @@ def depth_classifier_checkpoint(
     use_cache, memory = (True, None) if run is None else (run.cache, run.memory)
     load_data = partial(load_eval_data, model, *where, use_cache=use_cache, encoding=data.encoding)
     result = depth_job(model, load_data, settings, out, use_cache, memory, overwrite)
+    if isinstance(getattr(result, "notes", None), list):  # savings measured on a model at chance mean nothing
+        result.notes[:0] = checkpoint_flags(ckpt.get("metrics"), len(ckpt.get("classes") or []))
     if settings.truncate is None:
         result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
     return result

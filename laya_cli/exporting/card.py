@@ -92,10 +92,22 @@ def produced_section(model, checkpoint_path: str | Path, audit: dict | None) -> 
     return "\n".join(lines)
 
 
+def question_section(model) -> str:
+    """The question the model's α was trained on, in one sentence, and the flags its own metrics earn (a model at
+    chance, an α within noise of uniform: auditing/flags.py)."""
+    from ..auditing.flags import checkpoint_findings
+
+    found = checkpoint_findings(model.checkpoint)
+    lines = ["## The question α answers", "", f"{found['question']['sentence']}."]
+    return "\n".join(lines + [f"\n**{flag}**" for flag in found["flags"]])
+
+
 def write_card(exp, root: Path, pngs: dict[str, str]) -> str:
     """``README.md`` into the export folder being written (``exp.card``: model and checkpoint path)."""
     model, path = exp.card["model"], exp.card["checkpoint"]
     audit = exp.results.get("audit")
-    sections = [s for s in (profile_section(pngs, exp), produced_section(model, path, audit)) if s]
+    sections = [
+        s for s in (question_section(model), profile_section(pngs, exp), produced_section(model, path, audit)) if s
+    ]
     (root / CARD_FILE).write_text(model_card(card_meta(model, path), audit, sections), encoding="utf-8")
     return CARD_FILE

@@ -29,7 +29,7 @@ from ..auditing.names import FLOORS, GLOBAL_METRICS, METRICS
 from ..runtime.errors import LayaError
 from ..runtime.shape import NONE, NUM, Each, Optional, shape_error
 from .checks import Check
-from .thresholds import gate_items, item_prefix
+from .thresholds import gate_items, item_prefix, item_scope
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
 # that is the point). ``n_samples`` and the layer names live at the top level of the JSON.
@@ -45,7 +45,9 @@ SETTINGS = (
     "head",
     "layers",
     "tie_tol",  # faithfulness's noise floor (docs/metrics.md, "Ties"): other ties, other ranks
+    "data_fingerprint",  # the audited test split (data/pinning.py): other data, other numbers
 )
+BOTH_RECORDED = ("data_fingerprint",)  # compared only where both audits record it (older audits do not)
 TOP_LEVEL = ("n_samples", "layers")
 EPS = 1e-12  # a drop exactly equal to the allowance passes; float noise does not fail a gate
 _ITEM = re.compile(
@@ -144,11 +146,7 @@ def parse_max_drop(
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")
         pct = m.group("pct")
-        out.append(
-            MaxDrop(
-                metric, amount / 100 if pct else amount, bool(pct), method, "network" if m.group("scope") else "head"
-            )
-        )
+        out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method, item_scope(m, scope)))
     return out
 
 
@@ -177,6 +175,8 @@ def settings_differences(baseline: dict, current: dict, keys: Sequence[str] = (*
         if want is _MISSING:
             continue
         have = _setting(baseline, key)
+        if key in BOTH_RECORDED and (have is _MISSING or have is None or want is None):
+            continue
         if have is _MISSING:
             out.append(f"{key} (not recorded in the baseline) -> {_show(want)}")
         elif have != want:

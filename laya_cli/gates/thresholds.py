@@ -48,6 +48,13 @@ def item_prefix(scope: str, method: str | None, metric: str) -> str:
     return ("network:" if scope == "network" else "") + who
 
 
+def item_scope(match: re.Match, scope: str) -> str:
+    """The scope a gate item checks: ``network`` with the ``network:`` prefix, or without one when the audit ran at
+    network scope alone (an unqualified gate checks the question audited, docs/ci.md); else ``head``."""
+    prefixed = "scope" in match.re.groupindex and match.group("scope") is not None
+    return "network" if prefixed or scope == "network" else "head"
+
+
 def gate_items(
     spec: str | Sequence[str] | None,
     option: str,
@@ -59,8 +66,9 @@ def gate_items(
     """The items of a gate option (``--fail-under``, ``--max-drop``): comma-separated, repeatable
     ``[network:][METHOD:|all:]METRIC=NUMBER…`` checked alike — a known metric, a model metric without a method, a
     known method (any case) that is audited when ``methods`` is given, and a scope the audit has: ``scope`` is the
-    audit's ``--scope`` (a ``network:`` item needs network or both; with network alone an item without the
-    prefix is a usage error, since no head-scope results exist). An item without a method checks the model's own
+    audit's ``--scope`` (a ``network:`` item needs network or both; with network alone, the question a network-aligned
+    checkpoint is audited on by default, an item without the prefix checks the network scope: ``item_scope``).
+    An item without a method checks the model's own
     attribution (laya: a reference method fails a build only when named), ``all:`` every audited method but random.
     Yields (item, match, method, metric, number) — method None for ``all:`` and the model's metrics;
     ``match.group("scope")`` is ``"network"`` for a network-scope item (patterns without that group: head only)."""
@@ -70,7 +78,7 @@ def gate_items(
         if not m:
             raise LayaError(f"bad {option} '{item}': expected {expected}")
         method, metric, raw = m.group("method"), m.group("metric").lower(), m.group("value")
-        network = "scope" in pattern.groupindex and m.group("scope") is not None
+        network = item_scope(m, scope) == "network"
         try:
             number = float(raw)
         except ValueError:
@@ -86,10 +94,6 @@ def gate_items(
         else:
             if network and scope == "head":
                 raise LayaError(f"{option} {item} checks the network scope; add --scope network or --scope both")
-            if not network and scope == "network":
-                raise LayaError(
-                    f"{option} {item} checks the head scope, which --scope network does not audit; write network:{item}"
-                )
             if network and metric not in NETWORK_METRICS:
                 raise LayaError(
                     f"{option} {item}: {metric} is not computed at network scope "
@@ -122,7 +126,7 @@ def parse_thresholds(
     ):
         if not math.isfinite(value):
             raise LayaError(f"bad --fail-under '{item}': the threshold must be a finite number")
-        out.append(Threshold(metric, value, method, "network" if m.group("scope") else "head"))
+        out.append(Threshold(metric, value, method, item_scope(m, scope)))
     return out
 
 

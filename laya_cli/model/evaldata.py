@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, holds_images, load_dataset
 from ..data.images import take
+from ..data.pinning import check_same_data, split_fingerprint
 from ..data.settings import DataRequest, check_encoding
 from ..data.text import tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
@@ -95,9 +96,10 @@ def model_dataset(
             f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
             f"datasets.md in laya's docs), or audit it in Python with laya_cli.audit(model, loader)"
         )
-    name = dataset_name(dataset or ds.get("name", "digits"))
-    same = name == ds.get("name")
-    recorded = ds.get("data_dir") if same and data_dir is None else None
+    # the recorded data set where none is given, its local path as resolved at training (data/pinning.py)
+    name = dataset_name(dataset or ds.get("resolved") or ds.get("name", "digits"))
+    same = name in (ds.get("name"), ds.get("resolved"))
+    recorded = (ds.get("data_dir_resolved") or ds.get("data_dir")) if same and data_dir is None else None
     req = DataRequest(
         name=name,
         data_dir=data_dir if data_dir is not None else recorded,
@@ -111,6 +113,8 @@ def model_dataset(
         size = model.backbone.adapter.size or model.spec.image_size  # the backbone's input size, else as trained
         req = replace(req, image_size=max(size) if size else 32)  # decoded at the longer side, resized by the adapter
     data = tokenize_splits(_load(req, recorded=bool(recorded)), model.backbone)
+    if dataset is None and data_dir is None:  # the recorded data: the same, or one line (data/pinning.py)
+        check_same_data(ds.get("fingerprint"), split_fingerprint(data.test), name)
     if data.skipped:
         log(f"skipped {data.skipped} undecodable image(s)", "yellow")
     return req, data

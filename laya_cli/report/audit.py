@@ -410,6 +410,16 @@ def baseline_caption(comparison: dict) -> str:
     return text
 
 
+def verdict_lines(doc: dict) -> list[str]:
+    """What an audit says before its tables (an audit JSON's ``question``, ``verdict`` and ``flags``): the question
+    α was trained on, the verdict in words, each flag; none that the JSON does not hold (an older audit)."""
+    question = (doc.get("question") or {}).get("sentence")
+    verdict = doc.get("verdict_text")
+    return [line for line in (question and f"question: {question}.", verdict and f"verdict: {verdict}") if line] + [
+        *(doc.get("flags") or [])
+    ]
+
+
 def verdict_line(verdict, n_samples: int, model=None) -> str:
     """The one line ``laya audit`` ends with (all that ``--quiet`` prints): PASS or FAIL, and why."""
     where = f"{model} · " if model else ""

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .audit import html_methods_table, ig_steps_text, ties_text
+from .audit import html_methods_table, ig_steps_text, ties_text, verdict_lines
 from .cells import fmt, html_table
 from .collapse import collapse_text
 from .depth import depth_section
@@ -333,6 +333,7 @@ def audit_section(doc: dict) -> str:
         "<p>Faithfulness = Spearman ρ between a method's layer ranking and the true leave-one-layer-out effects "
         "on p_ŷ; Deletion@1 = the confidence lost when the method's top layer is removed "
         f"({e(docs_page('metrics.md'))}).</p>",
+        *(f"<p><strong>{e(line)}</strong></p>" for line in verdict_lines(doc)),  # the question, verdict and flags
         *([html_methods_table(methods, compared, doc.get("ranking"))] if methods or not doc.get("network") else []),
         f'<p class="sub">{caption}</p>',
         *network_html(doc, compared),

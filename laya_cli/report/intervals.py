@@ -68,7 +68,8 @@ def vs_laya_rows(rows: dict[str, dict], groups: Sequence[str] = ()) -> tuple[lis
     metrics = [m for m in VS_LAYA if m in shown and any(m in (r.get("vs_laya") or {}) for r in rows.values())]
     level = level_of(rows) or 0.95
     header = ["method"] + [h for m in metrics for h in (f"Δ {VS_LAYA[m]}", ci_header(level))]
-    listed = {name: row["vs_laya"] for name, row in rows.items() if row.get("vs_laya")}
+    # a reference (the effect computed another way: auditing/verdict.py) is a check of the audit, not a rival
+    listed = {name: row["vs_laya"] for name, row in rows.items() if row.get("vs_laya") and not row.get("reference")}
     specs = {
         m: column_format(
             ((vs.get(m) or {}).get("difference"), (vs.get(m) or {}).get("ci_low"), (vs.get(m) or {}).get("ci_high"))

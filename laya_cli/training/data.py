@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..data.datasets import USER_DATASET, DataSplits
+from ..data.pinning import pinned
 from ..data.splits import stratified_split
 from ..features.attach import Tapped
 from ..features.cache import FeatureCache, cached_extract, feature_key
@@ -78,6 +79,7 @@ class DatasetData:
             "seed": req.seed,
             "unmatched": list(self.data.unmatched),
             **{k: getattr(req, k) for k, v in req.LATER.items() if getattr(req, k) != v},
+            **pinned(req.name, req.data_dir, self.data.test),  # where the data was, and its test split's fingerprint
         }
 
 

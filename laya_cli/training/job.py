@@ -19,7 +19,9 @@ from torch import Tensor, nn
 
 from .. import backbones as bb
 from ..auditing.collapse import collapse_summary
+from ..auditing.flags import chance_rate
 from ..auditing.metrics import accuracy, macro_f1, near_chance
+from ..auditing.question import question_of_training
 from ..data.datasets import dataset_name, holds_images, load_dataset
 from ..data.text import is_text, tokenize_splits
 from ..features.attach import WEIGHTS_SOURCE as ATTACHED_SOURCE
@@ -125,6 +127,7 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
         tap_reference=trained.tap_reference,
         options=job.command_line,
     )
+    ckpt["question"] = question_of_training(config).record()  # what α was trained to follow (auditing/question.py)
     return TrainedModel(ckpt, head)
 
 
@@ -324,6 +327,8 @@ def train_metrics(
         "n_train": n_train,
         "n_val": n_val,
         "n_test": len(test_labels) if tested else None,
+        # the accuracy of guessing on the test split (auditing/flags.py: a model within noise of it is flagged)
+        "test_chance": chance_rate(test_labels.tolist(), num_classes) if tested and num_classes else None,
     }
 
 

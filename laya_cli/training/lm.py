@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
+from ..auditing.question import question_of_training
 from ..backbones.lm import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
 from ..backbones.tokenizers import set_tokenizer, train_tokenizer
@@ -495,5 +496,6 @@ def lm_checkpoint(lm, laya, tuned, req: TrainRequest, block: int, corpus: Corpus
         "history": history,
         "metrics": metrics,
         "train_config": train_config(req),
+        "question": question_of_training(train_config(req), "lm").record(),  # what α was trained to follow
         **({"options": req.command_line} if req.command_line else {}),
     }

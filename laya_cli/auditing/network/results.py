@@ -32,6 +32,7 @@ NETWORK_KEYS = (
     "ci_level",  # --ci: the bootstrap intervals (auditing/intervals.py), as at head scope
     "ci",
     "vs_laya",
+    "reference",  # computes the effect itself another way (auditing/verdict.py)
 )
 assert set(NETWORK_METRICS) <= set(NETWORK_KEYS)
 
