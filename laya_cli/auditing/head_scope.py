@@ -1,8 +1,9 @@
 """The head-scope audit: attribution methods and faithfulness metrics over a data set (gating: ``laya_cli.gates``).
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
-forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes) and for each method its
-(B, L) scores (IG's in as few steps as each sample needs, ``ig_steps``), its ρ and Deletion@1.
+forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes, run as one pass of (L+1)·B rows) and for
+each method its (B, L) scores (IG's in as few steps as each sample needs, ``ig_steps``); then every method's ρ and
+Deletion@1 at once (``metrics.faithfulness_rows``: a few kernels per batch, not a few per method).
 The deeper metric groups cost more and run only when asked for (``settings.metrics``): ``aopc``
 the deletion curve (L passes per method), ``sufficiency`` the keep-only-one-layer probabilities
 (L passes) and the insertion curve (L per method), ``randomisation`` every method again on each
@@ -429,6 +430,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     for m, rows in _methods_on_batch(run, b, ctx, stage_ctxs).items():
         per[m].append(rows)
     _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
+    degenerate = degenerate_effects(b.delta, s.tie_tol)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
@@ -441,8 +443,8 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         effect=b.effect if b.effect is not None else nan_rows,
         target=target.cpu().double(),
         checked=torch.full((len(y),), b.check),
-        degenerate=degenerate_effects(b.delta, s.tie_tol),
-        tie_degenerate=degenerate_effects(b.delta, s.tie_tol) & ~degenerate_effects(b.delta),
+        degenerate=degenerate,
+        tie_degenerate=degenerate & ~degenerate_effects(b.delta),
         delta=b.delta.double(),
     )
 
