@@ -1,8 +1,9 @@
 """The head-scope audit: attribution methods and faithfulness metrics over a data set (gating: ``laya_cli.gates``).
 
 ``run_audit`` streams the audited features through the head in batches: per batch, one
-forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes) and for each method its
-(B, L) scores (IG's in as few steps as each sample needs, ``ig_steps``), its ρ and Deletion@1.
+forward (predictions, target ŷ), the LOLO effects Δ (L+1 head passes, run as one pass of (L+1)·B rows) and for
+each method its (B, L) scores (IG's in as few steps as each sample needs, ``ig_steps``); then every method's ρ and
+Deletion@1 at once (``metrics.faithfulness_rows``: a few kernels per batch, not a few per method).
 The deeper metric groups cost more and run only when asked for (``settings.metrics``): ``aopc``
 the deletion curve (L passes per method), ``sufficiency`` the keep-only-one-layer probabilities
 (L passes) and the insertion curve (L per method), ``randomisation`` every method again on each
@@ -37,6 +38,7 @@ from .metrics import (
     curves_sharing_passes,
     degenerate_effects,
     deletion_at_1,
+    faithfulness_rows,
     keep_only_probability,
     lolo_effects,
     nan_summary,
@@ -48,7 +50,6 @@ from .metrics import (
     spearman_rows,
     target_probability,
     tie_levels,
-    tie_undefined,
     undetermined_note,
 )
 from .plan import AuditPlan, Rows
@@ -363,22 +364,31 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
     return out
 
 
-def _method_on_batch(run: _HeadScope, m: str, b: _Batch, ctx, stage_ctxs) -> dict[str, Tensor]:
-    """One method on one batch: its per-sample numbers (float64, on the CPU)."""
-    out = {}
+def _method_scores(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dict[str, Tensor]]:
+    """One method's (B, L) scores on one batch, on the CPU (the float64 metrics; MPS has no float64), and what its
+    convergence says (IG: its error and steps)."""
     if METHODS[m].convergence:
         a, out = _converging(run, m, run.head, b, ctx, b.effect)
     else:
-        a = METHODS[m](run.head, b.x, ctx)
-    a = a.cpu()  # the (B, L) score tables go to the CPU for the float64 metrics (MPS has no float64)
-    tol = run.plan.settings.tie_tol
-    out["rho"] = spearman_rows(a, b.delta, tol)
-    out["tie_undefined"] = tie_undefined(out["rho"], spearman_rows(a, b.delta), b.delta, tol)
-    out["d1"] = deletion_at_1(a, b.delta, tol)[0]
-    out["scores"] = a.double()
-    out.update(_curves(run, a, b))
-    out.update(_randomised(run, m, a, b, stage_ctxs))
-    return out
+        a, out = METHODS[m](run.head, b.x, ctx), {}
+    return a.cpu(), out
+
+
+def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs) -> dict[str, dict[str, Tensor]]:
+    """Every audited method on one batch: its per-sample numbers (float64, on the CPU). ρ, the ties and Deletion@1
+    of all methods in one set of kernels (``faithfulness_rows``)."""
+    scored = {m: _method_scores(run, m, b, ctx) for m in run.plan.active}
+    if not scored:
+        return {}
+    stacked = torch.stack([a.double() for a, _ in scored.values()])
+    rho, tie_undefined_, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol)
+    per = {}
+    for k, (m, (a, out)) in enumerate(scored.items()):
+        out.update(rho=rho[k], tie_undefined=tie_undefined_[k], d1=d1[k], scores=stacked[k])
+        out.update(_curves(run, a, b))
+        out.update(_randomised(run, m, a, b, stage_ctxs))
+        per[m] = out
+    return per
 
 
 def _ig_effect(head, b: _Batch, baseline, base: Tensor | None = None) -> Tensor:
@@ -417,9 +427,10 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
     ctx = run.plan.context(target, run.generator, run.weights[0])
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
-    for m in run.plan.active:
-        per[m].append(_method_on_batch(run, m, b, ctx, stage_ctxs))
+    for m, rows in _methods_on_batch(run, b, ctx, stage_ctxs).items():
+        per[m].append(rows)
     _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
+    degenerate = degenerate_effects(b.delta, s.tie_tol)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
@@ -432,8 +443,8 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         effect=b.effect if b.effect is not None else nan_rows,
         target=target.cpu().double(),
         checked=torch.full((len(y),), b.check),
-        degenerate=degenerate_effects(b.delta, s.tie_tol),
-        tie_degenerate=degenerate_effects(b.delta, s.tie_tol) & ~degenerate_effects(b.delta),
+        degenerate=degenerate,
+        tie_degenerate=degenerate & ~degenerate_effects(b.delta),
         delta=b.delta.double(),
     )
 

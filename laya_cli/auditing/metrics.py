@@ -60,7 +60,8 @@ def lolo_effects(
 ) -> Tensor:
     """Leave-one-layer-out effects Δ_i(x) = p_ŷ(x) − p_ŷ(x with layer i removed): (B, L).
 
-    L+1 head passes. ``mean``: r_i := r̄_i (``reference``, the training mean); ``zero``:
+    L+1 head passes, run as one pass of (L + 1)·B rows (``removal_rows``; ``mask``: the intact pass, then one of
+    L·B rows). ``mean``: r_i := r̄_i (``reference``, the training mean); ``zero``:
     r_i := 0; ``mask``: α_i := 0 and the other weights renormalised (heads with layer
     weights only: heads with ``maskable``). ``ablation``: the head scope's removal, checked (``check_removal``).
     """
@@ -72,22 +73,34 @@ def lolo_effects(
         fills = [torch.zeros_like(r[0]) if ablation == "zero" else reference[i].to(r) for i, r in enumerate(feats)]
         base, *removed = (target_probability(logits, target) for logits in head.removed_logits(feats, fills))
         return base.unsqueeze(1) - torch.stack(removed, dim=1)
-    base = target_probability(head(feats).logits, target)
-    removed = []
-    if ablation == "mask":
-        for i in range(n_layers):
-            mask = torch.ones(batch, n_layers, device=base.device)
-            mask[:, i] = 0
-            removed.append(target_probability(head(feats, alpha_mask=mask).logits, target))
-    else:
-        if ablation == "mean" and reference is None:
-            raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
-        if reference is not None and len(reference) != n_layers:
-            raise LayaError(f"the reference has {len(reference)} layers but the features have {n_layers}")
-        for i, r in enumerate(feats):
-            fill = torch.zeros_like(r) if ablation == "zero" else reference[i].to(r).expand_as(r)
-            removed.append(target_probability(head([*feats[:i], fill, *feats[i + 1 :]]).logits, target))
-    return base.unsqueeze(1) - torch.stack(removed, dim=1)
+    if ablation == "mask":  # the intact pass has no mask (a mask of ones renormalises α: not the same rounding)
+        base = target_probability(head(feats).logits, target)
+        keep = 1 - torch.eye(n_layers, device=base.device)  # [i] drops layer i
+        masks = keep.unsqueeze(1).expand(n_layers, batch, n_layers).reshape(-1, n_layers)
+        tiled = [f.unsqueeze(0).expand(n_layers, *f.shape).reshape(-1, *f.shape[1:]) for f in feats]
+        removed = target_probability(head(tiled, alpha_mask=masks).logits, target.repeat(n_layers))
+        return base.unsqueeze(1) - removed.view(n_layers, batch).T
+    if ablation == "mean" and reference is None:
+        raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
+    if reference is not None and len(reference) != n_layers:
+        raise LayaError(f"the reference has {len(reference)} layers but the features have {n_layers}")
+    fills = [torch.zeros_like(r[0]) if ablation == "zero" else reference[i].to(r) for i, r in enumerate(feats)]
+    p = target_probability(head(removal_rows(feats, fills)).logits, target.repeat(n_layers + 1))
+    p = p.view(n_layers + 1, batch)
+    return p[0].unsqueeze(1) - p[1:].T
+
+
+def removal_rows(feats: Sequence[Tensor], fills: Sequence[Tensor]) -> list[Tensor]:
+    """The L + 1 head passes of the leave-one-layer-out effects as one pass of (L + 1)·B rows: each r_i (B, …) tiled
+    L + 1 times, block 0 intact, block j + 1 with r_j replaced by ``fills[j]`` (broadcast over the rows). A head
+    reads each row alone, so every row's output is the one its own pass gives (the same kernels over more rows;
+    on the CPU bit for bit), in a few large kernels instead of L + 1 passes of small ones."""
+    out = []
+    for i, (r, fill) in enumerate(zip(feats, fills)):
+        tiled = r.unsqueeze(0).repeat(len(feats) + 1, *[1] * r.dim())
+        tiled[i + 1] = fill
+        out.append(tiled.flatten(0, 1))
+    return out
 
 
 def tie_levels(values: Tensor, tol: float = 0.0) -> Tensor:
@@ -200,6 +213,18 @@ def tie_undefined(rho: Tensor, rho_exact: Tensor, delta: Tensor, tol: float) -> 
     undefined = rho.isnan() | degenerate_effects(delta, tol)
     exact = rho_exact.isnan() | degenerate_effects(delta)
     return undefined & ~exact
+
+
+def faithfulness_rows(scores: Tensor, delta: Tensor, tol: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+    """Every method's per-sample faithfulness at once: (ρ, undefined only by the ties, Deletion@1), each (M, B).
+
+    ``scores``: the M methods' (B, L) scores stacked, (M, B, L); ``delta``: the batch's effects Δ (B, L). The same
+    numbers as ``spearman_rows(a, Δ, tol)``, ``tie_undefined`` and ``deletion_at_1(a, Δ, tol)`` method by method (each
+    row is computed alone), in one set of kernels for all M instead of one per method."""
+    delta = delta.double().expand(*scores.shape[:-2], *delta.shape)
+    rho = spearman_rows(scores, delta, tol)
+    undefined = tie_undefined(rho, spearman_rows(scores, delta), delta, tol)
+    return rho, undefined, deletion_at_1(scores, delta, tol)[0]
 
 
 def chance_level(labels: Tensor, num_classes: int) -> float:
