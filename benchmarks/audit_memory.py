@@ -101,16 +101,16 @@ def _measure(model: str, samples: int, mode: str, compare: str, batch_size: int,
 
 
 def _train(dataset: str, data_dir: str | None, out: Path, epochs: int) -> None:
-    from laya_cli.data.settings import DataRequest
+    from laya_cli.data.settings import DataSettings
     from laya_cli.runtime import progress
     from laya_cli.training.job import train
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     with progress.enabled(False):
         train(
-            TrainRequest(
-                data=DataRequest(dataset, data_dir=data_dir, seed=0),
-                train=TrainConfig(epochs=epochs, patience=epochs, seed=0),
+            TrainJobSettings(
+                data=DataSettings(dataset, data_dir=data_dir, seed=0),
+                train=TrainingSettings(epochs=epochs, patience=epochs, seed=0),
                 out=str(out),
             )
         )

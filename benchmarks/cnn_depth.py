@@ -68,15 +68,15 @@ def resnet_weights(out: Path) -> Path:
         return weights
     from safetensors.torch import save_file
 
-    from laya_cli.data.settings import DataRequest
+    from laya_cli.data.settings import DataSettings
     from laya_cli.runtime import progress
     from laya_cli.training.job import train
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     train_folder = fashion_folder(out / "fm-train-6000", 600, split="train")
-    request = TrainRequest(
-        backbone="timm:resnet34", head="last", data=DataRequest(name=f"folder:{train_folder}", seed=0),
-        train=TrainConfig(epochs=1, seed=0), pretrained=False, finetune=True, input_size=32,
+    request = TrainJobSettings(
+        backbone="timm:resnet34", head="last", data=DataSettings(name=f"folder:{train_folder}", seed=0),
+        train=TrainingSettings(epochs=1, seed=0), pretrained=False, finetune=True, input_size=32,
         out=str(out / "resnet34-end-to-end.pt"), restart=True,
     )  # fmt: skip
     with progress.enabled(False):

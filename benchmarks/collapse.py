@@ -46,7 +46,7 @@ VARIANTS: dict[str, dict] = {
     "ln+dropout+entropy": {"layer_norm": True, "layer_dropout": 0.3, "alpha_entropy": 0.3},
     "ln+align+entropy": {"layer_norm": True, "align": 1.0, "alpha_entropy": 0.3},
 }
-HEAD_OPTIONS = ("layer_norm",)  # the rest are TrainConfig's
+HEAD_OPTIONS = ("layer_norm",)  # the rest are TrainingSettings's
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Case:
     epochs: int
     network_ablation: str
     what: str
-    extra: dict = field(default_factory=dict)  # TrainRequest fields
+    extra: dict = field(default_factory=dict)  # TrainJobSettings fields
 
 
 def cases(out: Path) -> dict[str, Case]:
@@ -93,9 +93,9 @@ def cases(out: Path) -> dict[str, Case]:
 
 
 def request(case: Case, head: str, options: dict, seed: int, out: Path):
-    from laya_cli.data.settings import DataRequest
-    from laya_cli.model.settings import HeadConfig
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.data.settings import DataSettings
+    from laya_cli.model.settings import HeadSettings
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     head_options = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
     train_options = {k: v for k, v in options.items() if k not in HEAD_OPTIONS}
@@ -103,12 +103,12 @@ def request(case: Case, head: str, options: dict, seed: int, out: Path):
     # (laya's defaults now give some kinds a network term: benchmarks.network_alignment measures those)
     train_options = {"align": 0.0, **train_options}
     train_options.setdefault("align_target", "head" if train_options["align"] else None)
-    return TrainRequest(
+    return TrainJobSettings(
         backbone=case.backbone,
         head=head,
-        head_config=HeadConfig(**head_options),
-        data=DataRequest(name=case.dataset, seed=seed),
-        train=TrainConfig(epochs=case.epochs, seed=seed, **train_options),
+        head_config=HeadSettings(**head_options),
+        data=DataSettings(name=case.dataset, seed=seed),
+        train=TrainingSettings(epochs=case.epochs, seed=seed, **train_options),
         out=str(out),
         restart=True,
         **case.extra,

@@ -100,11 +100,11 @@ def pattern(folder: Path, n: int) -> str:
 
 def worker(dataset: str, epochs: int, out: str, report: str) -> None:
     """``laya train`` on this rank (library call, as the command makes it); writes this rank's figures."""
-    from laya_cli.data.settings import DataRequest
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.data.settings import DataSettings
+    from laya_cli.model.settings import HeadSettings
     from laya_cli.runtime import distributed, progress
     from laya_cli.training.job import train
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     from .memory import peak_rss_mb
 
@@ -118,13 +118,13 @@ def worker(dataset: str, epochs: int, out: str, report: str) -> None:
             first.append(time.perf_counter() - r.seconds)  # when the first epoch started
         epochs_s.append(r.seconds)
 
-    req = TrainRequest(
+    req = TrainJobSettings(
         backbone="cnn",
         finetune=False,
         head="laya",
-        head_config=HeadConfig(),
-        data=DataRequest(dataset, seed=0),
-        train=TrainConfig(epochs=epochs, patience=epochs, seed=0, batch_size=128),
+        head_config=HeadSettings(),
+        data=DataSettings(dataset, seed=0),
+        train=TrainingSettings(epochs=epochs, patience=epochs, seed=0, batch_size=128),
         out=out,
     )
     ckpt = train(req, on_epoch)

@@ -134,13 +134,13 @@ def step_cost(a, steps: int) -> None:
     from laya_cli.data.corpus import open_corpus
     from laya_cli.features.lm_positions import batches, token_states
     from laya_cli.model.lm_heads import LayaLMHead
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.model.settings import HeadSettings
     from laya_cli.training.lm import train_step
     from laya_cli.training.lm_alignment import TokenAlignment
 
     lm = build_language_model(BackboneSpec(f"hf:{a.model}", pretrained=True, task="lm"))
     torch.manual_seed(0)
-    laya_head = LayaLMHead(lm.num_layers, int(lm.readout.unembedding.weight.shape[1]), lm.readout, HeadConfig())
+    laya_head = LayaLMHead(lm.num_layers, int(lm.readout.unembedding.weight.shape[1]), lm.readout, HeadSettings())
     opt = torch.optim.Adam([q for q in laya_head.parameters() if q.requires_grad], lr=3e-4)
     term = TokenAlignment(1.0, "scorer", "rank", 0)
     times = {"plain": [], "term": []}

@@ -155,13 +155,13 @@ def train_seconds(
     ``--lens`` (its default)."""
     from laya_cli.runtime.declare import build
     from laya_cli.training.lm import train_lm
-    from laya_cli.training.settings import TrainRequest
+    from laya_cli.training.settings import TrainJobSettings
 
     extra = {} if lens is None else {"lens": lens, "lens_sample": args.lens_sample, "lens_tokens": args.lens_tokens}
     values = {"task": "lm", "backbone": f"hf:{model_dir}", "dataset": f"text:{corpus_dir}",
               "block_size": args.block_size, "batch_size": args.batch, "epochs": 1, "lr": 1e-3, "align": 0.0,
               "exit_aware": 0.0, "eval_tokens": args.eval_tokens, "device": device, **extra}  # fmt: skip
-    req = build(TrainRequest, values, out=str(out))
+    req = build(TrainJobSettings, values, out=str(out))
     sync(device)
     start = time.perf_counter()
     ckpt = train_lm(req)

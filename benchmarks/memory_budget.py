@@ -46,7 +46,7 @@ def make_checkpoint(out: Path, data_dir: str, seed: int = 0) -> Path:
     from laya_cli.features.extraction import tap_means, to_float_images
     from laya_cli.model.heads import build_head
     from laya_cli.model.laya_model import LayaModel
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.model.settings import HeadSettings
     from laya_cli.runtime import progress
 
     torch.manual_seed(seed)
@@ -63,7 +63,7 @@ def make_checkpoint(out: Path, data_dir: str, seed: int = 0) -> Path:
         backbone, head, backbone.spec or spec, "laya", [str(c) for c in range(10)], [f.mean(0) for f in feats]
     )
     model.checkpoint = {
-        "head": {"config": HeadConfig().to_dict()},
+        "head": {"config": HeadSettings().to_dict()},
         "dims": dims,
         "dataset": {"name": "fashion-mnist", "data_dir": data_dir, "seed": 1337},
         "tap_reference": taps,

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import torch
 
-CACHE = "cache"  # not a TrainConfig field: a frozen backbone caches the removals of this many rows a batch
+CACHE = "cache"  # not a TrainingSettings field: a frozen backbone caches the removals of this many rows a batch
 VARIANTS: dict[str, dict] = {
     "default": {},  # laya's defaults for the kind (laya_cli/backbones/defaults.py)
     "plain": {"align": 0.0},  # --align 0: without it a kind with a default term would train with it
@@ -89,7 +89,7 @@ class Case:
     epochs: int
     removal: str  # the network-scope removal the target and the audit use
     what: str
-    extra: dict = field(default_factory=dict)  # TrainRequest fields
+    extra: dict = field(default_factory=dict)  # TrainJobSettings fields
     patience: int = 5
     samples: int = 0  # test samples audited (0: the whole test split; --samples overrides)
     audit_batch: int = 256  # samples per audited batch (30 layers of SmolLM2 at 256: about 16 GB)
@@ -150,15 +150,15 @@ def _trained_vit_case(out: Path) -> Case:
             return
         from safetensors.torch import save_file
 
-        from laya_cli.data.settings import DataRequest
+        from laya_cli.data.settings import DataSettings
         from laya_cli.runtime import progress
         from laya_cli.training.job import train
-        from laya_cli.training.settings import TrainConfig, TrainRequest
+        from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
         folder.mkdir(parents=True, exist_ok=True)
-        request = TrainRequest(
-            backbone=VIT, head="last", data=DataRequest(name="fashion-mnist", seed=0),
-            train=TrainConfig(epochs=3, seed=0), pretrained=False, finetune=True, input_size=32,
+        request = TrainJobSettings(
+            backbone=VIT, head="last", data=DataSettings(name="fashion-mnist", seed=0),
+            train=TrainingSettings(epochs=3, seed=0), pretrained=False, finetune=True, input_size=32,
             out=str(folder / "end-to-end.pt"), restart=True,
         )  # fmt: skip
         with progress.enabled(False):
@@ -233,20 +233,20 @@ def _bert_case(out: Path) -> Case | None:
 
 
 def request(case: Case, options: dict, seed: int, out: Path):
-    from laya_cli.data.settings import DataRequest
-    from laya_cli.model.settings import HeadConfig
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.data.settings import DataSettings
+    from laya_cli.model.settings import HeadSettings
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     head = {k: v for k, v in options.items() if k in HEAD_OPTIONS}
     train = {k: v for k, v in options.items() if k not in (*HEAD_OPTIONS, CACHE)}
     if train.get("align"):  # a variant is what it names: the ranking loss unless it says otherwise
         train.setdefault("align_loss", "rank")
-    return TrainRequest(
+    return TrainJobSettings(
         backbone=case.backbone,
         head="laya",
-        head_config=HeadConfig(**head),
-        data=DataRequest(name=case.dataset, seed=seed),
-        train=TrainConfig(epochs=case.epochs, patience=case.patience, seed=seed, **train),
+        head_config=HeadSettings(**head),
+        data=DataSettings(name=case.dataset, seed=seed),
+        train=TrainingSettings(epochs=case.epochs, patience=case.patience, seed=seed, **train),
         out=str(out),
         restart=True,
         **case.extra,

@@ -54,13 +54,13 @@ def made_up_export(n: int, out: Path, layers: int = 12, classes: int = 10, side:
 
 
 def real_export(model: str, n: int, out: Path) -> Path:
-    from laya_cli.data.settings import EvalRequest
+    from laya_cli.data.settings import EvalDataSettings
     from laya_cli.exporting.folder import run_export
     from laya_cli.exporting.settings import ExportSettings
     from laya_cli.runtime import progress
 
     with progress.enabled(False):
-        run_export(model, out, ExportSettings(plots=False, device="cpu"), EvalRequest(samples=n))
+        run_export(model, out, ExportSettings(plots=False, device="cpu"), EvalDataSettings(samples=n))
     return out / "report.html"
 
 

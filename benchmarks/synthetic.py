@@ -51,10 +51,10 @@ def make_head_and_features(
     import torch
 
     from laya_cli.model.heads import build_head
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.model.settings import HeadSettings
 
     torch.manual_seed(seed)
-    head = build_head(kind, list(dims), num_classes, HeadConfig(d_star=8, score_hidden=16)).eval()
+    head = build_head(kind, list(dims), num_classes, HeadSettings(d_star=8, score_hidden=16)).eval()
     g = torch.Generator().manual_seed(seed + 1)
     feats = [torch.randn(batch, d, generator=g) for d in dims]
     ref = [torch.randn(d, generator=g) * 0.3 for d in dims]
@@ -99,17 +99,17 @@ def train_digits(
     **extra,
 ) -> Path:
     """Train the paper MLP + a head on scikit-learn's digits, quietly; returns the checkpoint path."""
-    from laya_cli.data.settings import DataRequest
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.data.settings import DataSettings
+    from laya_cli.model.settings import HeadSettings
     from laya_cli.runtime import progress
     from laya_cli.training.job import train
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
-    req = TrainRequest(
+    req = TrainJobSettings(
         head=head,
-        data=DataRequest("digits", seed=seed),
-        head_config=HeadConfig(d_star=d_star, score_hidden=score_hidden),
-        train=TrainConfig(epochs=epochs, seed=seed, patience=patience or epochs, align=align, stop_on=stop_on),
+        data=DataSettings("digits", seed=seed),
+        head_config=HeadSettings(d_star=d_star, score_hidden=score_hidden),
+        train=TrainingSettings(epochs=epochs, seed=seed, patience=patience or epochs, align=align, stop_on=stop_on),
         out=str(out),
         **extra,
     )

@@ -23,13 +23,13 @@ import torch
 
 def run(images_per_class: int = 30, epochs: int = 20) -> dict:
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.data.settings import DataRequest
+    from laya_cli.data.settings import DataSettings
     from laya_cli.model.heads import build_head
     from laya_cli.model.laya_model import EndToEnd
     from laya_cli.runtime import progress
     from laya_cli.training.job import prepare_backbone, train
     from laya_cli.training.loop import fit
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     from .synthetic import make_image_folder
 
@@ -38,12 +38,12 @@ def run(images_per_class: int = 30, epochs: int = 20) -> dict:
         tmp = Path(tmp)
         folder = make_image_folder(tmp / "shapes", per_class=images_per_class)
         os.environ["LAYA_CACHE_DIR"] = str(tmp / "cache")  # a fresh cache: "cold" really is cold
-        cfg = TrainConfig(epochs=epochs, patience=epochs, seed=0, batch_size=32)
+        cfg = TrainingSettings(epochs=epochs, patience=epochs, seed=0, batch_size=32)
 
-        def request(out: str) -> TrainRequest:
-            return TrainRequest(
+        def request(out: str) -> TrainJobSettings:
+            return TrainJobSettings(
                 backbone="timm:vit_tiny_patch16_224",
-                data=DataRequest(f"folder:{folder}", image_size=224, seed=0),
+                data=DataSettings(f"folder:{folder}", image_size=224, seed=0),
                 train=cfg,
                 out=str(tmp / out),
                 pretrained=False,

@@ -24,7 +24,7 @@ from .auditing.diff.settings import DiffSettings
 from .auditing.names import parse_methods
 from .auditing.question import with_question
 from .auditing.results import AuditResult
-from .auditing.settings import AuditRequest, AuditSettings, compare_for
+from .auditing.settings import AuditScopeSettings, AuditSettings, compare_for
 from .depthing.analysis import DepthResult
 from .depthing.lm_exit import TokenExitResult
 from .depthing.settings import DepthSettings
@@ -38,13 +38,13 @@ from .model.checkpoint import read_checkpoint
 from .model.evaldata import EvalData
 from .model.laya_model import LayaModel
 from .model.lm_heads import LayaLM
-from .model.settings import HeadConfig
+from .model.settings import HeadSettings
 from .runtime import progress as _progress
 from .runtime.declare import Use, build, refuse_other_task, takes_settings
 from .runtime.device import resolved
 from .runtime.errors import LayaError, LayaWarning, match_choice
 from .training.job import near_chance_note
-from .training.settings import TASKS, LMSettings, TrainConfig, TrainRequest
+from .training.settings import TASKS, LMSettings, TrainingSettings, TrainJobSettings
 
 __all__ = ["Tapped", "attach", "fit", "audit", "export", "depth", "diff", "load"]
 
@@ -59,11 +59,11 @@ Data = Loader | EvalData | str | None  # a classifier's loader; a language model
 
 
 @takes_settings(
-    HeadConfig,
-    Use(TrainConfig, defaults={"batch_size": None, "device": "auto"}),
+    HeadSettings,
+    Use(TrainingSettings, defaults={"batch_size": None, "device": "auto"}),
     LMSettings,
     # --task and --cache as the command line takes them; the cache off by default: the caller's loaders
-    Use(TrainRequest, only=("task", "cache"), defaults={"cache": False}),
+    Use(TrainJobSettings, only=("task", "cache"), defaults={"cache": False}),
 )
 def fit(
     tapped: Tapped | nn.Module | str,
@@ -169,7 +169,7 @@ def _cache_switch(cache) -> bool:
 # --------------------------------------------------------------------------- audit and export
 
 
-@takes_settings(Use(AuditSettings, defaults={"device": "auto"}), Use(AuditRequest, skip=("compare",)))
+@takes_settings(Use(AuditSettings, defaults={"device": "auto"}), Use(AuditScopeSettings, skip=("compare",)))
 def audit(
     model: Model,
     loader: Data = None,
@@ -214,7 +214,7 @@ def audit(
         LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
-    scope = build(AuditRequest, settings).scope
+    scope = build(AuditScopeSettings, settings).scope
     methods = parse_methods(compare_for(compare, scope) if compare is None or isinstance(compare, str) else compare)
     audited = resolved(build(AuditSettings, settings))
     with _progress.enabled(progress):

@@ -175,13 +175,13 @@ def assert_close_tree(a, b, tol: float, path: str = "") -> None:
 
 
 def lm_request(backbone: str, dataset: str, out, **kw):
-    """A ``--task lm`` ``TrainRequest`` from option names, as ``laya train`` takes them, with a test's small
+    """A ``--task lm`` ``TrainJobSettings`` from option names, as ``laya train`` takes them, with a test's small
     defaults: one epoch of batches of 16 at lr 1e-3, no alignment or exit-aware term (``kw`` overrides)."""
     from laya_cli.runtime.declare import build
-    from laya_cli.training.settings import TrainRequest
+    from laya_cli.training.settings import TrainJobSettings
 
     base = {"batch_size": 16, "epochs": 1, "lr": 1e-3, "align": 0.0, "exit_aware": 0.0}
-    return build(TrainRequest, base | kw | {"task": "lm", "backbone": backbone, "dataset": dataset}, out=str(out))
+    return build(TrainJobSettings, base | kw | {"task": "lm", "backbone": backbone, "dataset": dataset}, out=str(out))
 
 
 def small_lm_request(lm_dir: Path, out: Path, **kw):

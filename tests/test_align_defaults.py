@@ -12,7 +12,7 @@ from laya_cli.backbones import defaults as kinds
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training import defaults
 from laya_cli.training.defaults import resolved_alignment, resolved_request
-from laya_cli.training.settings import TrainConfig, TrainRequest
+from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ from laya_cli.training.settings import TrainConfig, TrainRequest
     ],
 )
 def test_the_kind_of_model_decides_what_is_not_given(backbone, finetune, head, given, want):
-    got = resolved_alignment(TrainConfig(**given).validate(), backbone, finetune, head)
+    got = resolved_alignment(TrainingSettings(**given).validate(), backbone, finetune, head)
     assert (got.align, got.align_target) == want
     again = resolved_alignment(got, backbone, finetune, head)  # resolving twice changes nothing
     assert (again.align, again.align_target) == want
@@ -56,7 +56,7 @@ def test_the_kind_of_model_decides_what_is_not_given(backbone, finetune, head, g
     ],
 )
 def test_the_align_loss_follows_the_pooling(backbone, given, pool, want):
-    train = TrainConfig(**given).validate()
+    train = TrainingSettings(**given).validate()
     early = resolved_alignment(train, backbone, False if backbone.startswith("hf") else True, "laya")
     if not given:
         assert early.align_loss is None  # before the backbone is built its pooling is not known
@@ -65,13 +65,15 @@ def test_the_align_loss_follows_the_pooling(backbone, given, pool, want):
 
 
 def test_a_frozen_vit_removes_by_bypass_and_a_given_removal_or_target_is_kept():
-    vit = resolved_alignment(TrainConfig().validate(), "timm:vit_tiny_patch16_224", False, "laya")
+    vit = resolved_alignment(TrainingSettings().validate(), "timm:vit_tiny_patch16_224", False, "laya")
     assert (vit.align_source, vit.align_removal) == ("default", "bypass")
-    given = TrainConfig(align_removal="mean-update").validate()
+    given = TrainingSettings(align_removal="mean-update").validate()
     assert resolved_alignment(given, "timm:vit_tiny_patch16_224", False, "laya").align_removal == "mean-update"
-    head = resolved_alignment(TrainConfig(align_target="head").validate(), "timm:vit_tiny_patch16_224", False, "laya")
+    head = resolved_alignment(
+        TrainingSettings(align_target="head").validate(), "timm:vit_tiny_patch16_224", False, "laya"
+    )
     assert (head.align_target, head.align_removal) == ("head", "auto")
-    hf = resolved_alignment(TrainConfig().validate(), "hf:m", False, "laya")
+    hf = resolved_alignment(TrainingSettings().validate(), "hf:m", False, "laya")
     assert hf.align_removal == "auto"  # the hf default resolves its removal from the model, as before
 
 
@@ -96,14 +98,14 @@ def test_a_frozen_timm_vit_trains_with_the_network_term_and_a_frozen_resnet_with
 
 def test_a_removal_for_a_target_that_is_not_network_is_one_line():
     with pytest.raises(LayaError, match="--align-removal says how --align-target network") as e:
-        resolved_alignment(TrainConfig(align_removal="bypass").validate(), "cnn", True, "laya")
+        resolved_alignment(TrainingSettings(align_removal="bypass").validate(), "cnn", True, "laya")
     assert "\n" not in str(e.value)
 
 
 def test_the_request_resolves_before_its_fingerprint():
-    assert resolved_request(TrainRequest()).train.align == 0.3
-    assert resolved_request(TrainRequest(finetune=False)).train.align == 0.0
-    cnn = resolved_request(TrainRequest(backbone="cnn")).options()["train"]  # no term: as a run before the defaults
+    assert resolved_request(TrainJobSettings()).train.align == 0.3
+    assert resolved_request(TrainJobSettings(finetune=False)).train.align == 0.0
+    cnn = resolved_request(TrainJobSettings(backbone="cnn")).options()["train"]  # no term: as a run before the defaults
     assert "align" not in cnn and "align_target" not in cnn
 
 
@@ -136,10 +138,10 @@ def test_align_zero_with_the_network_target_is_one_line(tmp_path):
 def test_torchrun_trains_with_the_default_term_too(monkeypatch):
     """The default term runs data-parallel (issue 47): under torchrun it is not dropped."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    got = resolved_alignment(TrainConfig().validate(), "mlp", True, "laya")
+    got = resolved_alignment(TrainingSettings().validate(), "mlp", True, "laya")
     assert (got.align, got.align_target) == (0.3, "both")
     assert got.exit_aware == 0.0  # a classifier's --exit-aware is one process only: its default is not taken there
-    assert resolved_alignment(TrainConfig().validate(), "lm", False, "laya").exit_aware == 1.0  # the LM's runs
+    assert resolved_alignment(TrainingSettings().validate(), "lm", False, "laya").exit_aware == 1.0  # the LM's runs
 
 
 @pytest.mark.parametrize(
@@ -156,7 +158,7 @@ def test_torchrun_trains_with_the_default_term_too(monkeypatch):
     ],
 )
 def test_the_kind_of_model_decides_exit_aware_training_when_not_given(backbone, finetune, head, given, want):
-    got = resolved_alignment(TrainConfig(**given).validate(), backbone, finetune, head)
+    got = resolved_alignment(TrainingSettings(**given).validate(), backbone, finetune, head)
     assert got.exit_aware == want
     assert resolved_alignment(got, backbone, finetune, head).exit_aware == want  # resolving twice changes nothing
 
@@ -222,10 +224,10 @@ def test_a_default_term_on_loaders_of_features_only_is_dropped(monkeypatch, froz
 
 
 def test_the_source_is_recorded_but_not_fingerprinted():
-    given = TrainRequest(train=TrainConfig(align=0.3, align_target="both"))
-    assert resolved_request(TrainRequest()).train.align_source == "default"
+    given = TrainJobSettings(train=TrainingSettings(align=0.3, align_target="both"))
+    assert resolved_request(TrainJobSettings()).train.align_source == "default"
     assert resolved_request(given).train.align_source == "given"
-    assert resolved_request(TrainRequest()).fingerprint() == resolved_request(given).fingerprint()
+    assert resolved_request(TrainJobSettings()).fingerprint() == resolved_request(given).fingerprint()
 
 
 def test_a_frozen_hf_transformer_trains_with_its_default_term(text_ckpt):

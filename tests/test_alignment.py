@@ -19,9 +19,9 @@ from laya_cli.training.alignment import (
     fitting_loss,
     ranking_loss,
 )
-from laya_cli.training.bench import BenchRequest, parse_heads
+from laya_cli.training.bench import BenchSettings, parse_heads
 from laya_cli.training.defaults import resolved_request
-from laya_cli.training.settings import TrainConfig, TrainRequest
+from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
 
 def ranking_loss_by_hand(log_alpha, delta) -> float:
@@ -99,13 +99,14 @@ def test_the_ema_reference_follows_the_batches_and_survives_a_resume():
 
 
 def test_align_zero_is_plain_training_and_keeps_fingerprints(tmp_path):
-    cnn = resolved_request(TrainRequest(backbone="cnn"))  # a kind without a default term
+    cnn = resolved_request(TrainJobSettings(backbone="cnn"))  # a kind without a default term
     assert "align" not in cnn.options()["train"]  # resume states and bench records stay valid
     assert (
-        cnn.fingerprint() == resolved_request(TrainRequest(backbone="cnn", train=TrainConfig(align=0.0))).fingerprint()
+        cnn.fingerprint()
+        == resolved_request(TrainJobSettings(backbone="cnn", train=TrainingSettings(align=0.0))).fingerprint()
     )
-    mlp = resolved_request(TrainRequest())  # the mlp's default term is not the plain run an old state holds
-    assert mlp.fingerprint() != resolved_request(TrainRequest(train=TrainConfig(align=0.0))).fingerprint()
+    mlp = resolved_request(TrainJobSettings())  # the mlp's default term is not the plain run an old state holds
+    assert mlp.fingerprint() != resolved_request(TrainJobSettings(train=TrainingSettings(align=0.0))).fingerprint()
     plain = torch.load(train_digits(tmp_path / "plain.pt", epochs=2, backbone="cnn", align=None), weights_only=False)
     zero = torch.load(train_digits(tmp_path / "zero.pt", epochs=2, backbone="cnn", align=0.0), weights_only=False)
     for k, v in plain["head"]["weights"].items():
@@ -139,7 +140,7 @@ def test_aligned_training_end_to_end_and_frozen(tmp_path, image_folder):
 
 def test_bench_compares_an_aligned_laya_head():
     assert parse_heads("laya,LAYA-Aligned") == ["laya", "laya-aligned"]
-    bench = BenchRequest(heads=["laya", "laya-aligned"], align=0.5).validate()
+    bench = BenchSettings(heads=["laya", "laya-aligned"], align=0.5).validate()
     req = bench.train_request("laya-aligned", 1338)
     assert (req.head, req.train.align, req.train.seed) == ("laya", 0.5, 1338)
     default = bench.train_request("laya", 1338).train  # as laya train resolves it: the mlp's default term
@@ -148,7 +149,7 @@ def test_bench_compares_an_aligned_laya_head():
     assert bench.train_request("laya", 1338).train.align == 0.0
     assert str(bench.run_path("laya-aligned", 1338, ".pt")).endswith("laya-aligned-seed1338.pt")
     with pytest.raises(LayaError, match="--align must be positive"):
-        BenchRequest(heads=["laya-aligned"], align=0.0).validate()
+        BenchSettings(heads=["laya-aligned"], align=0.0).validate()
 
 
 @pytest.mark.parametrize(

@@ -61,9 +61,9 @@ class TinyNet(nn.Module):
 
 def digits_splits():
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.data.settings import DataRequest
+    from laya_cli.data.settings import DataSettings
 
-    return load_dataset(DataRequest("digits"))
+    return load_dataset(DataSettings("digits"))
 
 
 def digits_test_loader(batch_size: int = 256) -> DataLoader:
@@ -115,7 +115,7 @@ def test_all_is_the_contract_and_importing_it_does_not_import_torch():
 
 def test_internal_names_are_not_on_the_package():
     """The deprecated root names are gone: the package holds the public API only."""
-    for name in ("run_audit", "HEADS", "TrainConfig", "build_backbone"):
+    for name in ("run_audit", "HEADS", "TrainingSettings", "build_backbone"):
         with pytest.raises(AttributeError):
             getattr(laya_cli, name)
     assert not any(name.startswith("_moved") for name in dir(laya_cli))

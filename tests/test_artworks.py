@@ -10,7 +10,7 @@ import pytest
 from helpers import invoke
 from PIL import Image
 
-from laya_cli.data.datasets import DataRequest, load_dataset, repair_mojibake
+from laya_cli.data.datasets import DataSettings, load_dataset, repair_mojibake
 
 # artists.csv (name, first genre) of the Kaggle dataset, in its order
 ARTISTS = [
@@ -110,10 +110,10 @@ def test_mojibake_is_repaired_to_nfc():
 
 
 def test_all_50_artists_of_the_kaggle_folders_match(kaggle, capsys):
-    by_artist = load_dataset(DataRequest("artworks", data_dir=str(kaggle), image_size=8, label="artist"))
+    by_artist = load_dataset(DataSettings("artworks", data_dir=str(kaggle), image_size=8, label="artist"))
     assert len(by_artist.classes) == 50 and "Albrecht_Dürer" in by_artist.classes and not by_artist.unmatched
     assert len(by_artist.train) + len(by_artist.val) + len(by_artist.test) == 100
-    by_genre = load_dataset(DataRequest("artworks", data_dir=str(kaggle), image_size=8))
+    by_genre = load_dataset(DataSettings("artworks", data_dir=str(kaggle), image_size=8))
     assert by_genre.classes == sorted({g for _, g in ARTISTS}) and not by_genre.unmatched
     assert len(by_genre.train) + len(by_genre.val) + len(by_genre.test) == 100  # Dürer's 2 images kept
     assert "warning" not in capsys.readouterr().err
@@ -128,7 +128,7 @@ def test_resized_layout(tmp_path):
     for i, (name, _) in enumerate(ARTISTS[:20]):
         for n in (1, 2, 3):
             write_image(flat / f"{kaggle_folder(name)}_{n}.jpg", i * 3 + n)
-    data = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=8, label="artist"))
+    data = load_dataset(DataSettings("artworks", data_dir=str(root), image_size=8, label="artist"))
     assert len(data.classes) == 20 and "Albrecht_Dürer" in data.classes and not data.unmatched
     assert len(data.train) + len(data.val) + len(data.test) == 60
 
@@ -140,7 +140,7 @@ def test_unmatched_and_duplicate_folders_are_named_and_counted(kaggle, tmp_path,
     (images / "Unknown_Painter").mkdir()
     for n in (1, 2):
         write_image(images / "Unknown_Painter" / f"Unknown_Painter_{n}.jpg", 1000 + n)
-    data = load_dataset(DataRequest("artworks", data_dir=str(kaggle), image_size=8))
+    data = load_dataset(DataSettings("artworks", data_dir=str(kaggle), image_size=8))
     err = " ".join(capsys.readouterr().err.split())
     assert data.unmatched == ["Unknown_Painter"]
     assert "1 artist folder(s) match no row of artists.csv" in err and "'Unknown_Painter'" in err

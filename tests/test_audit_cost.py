@@ -19,7 +19,7 @@ from laya_cli.auditing.registry import METHODS
 from laya_cli.auditing.results import GROUP_KEYS
 from laya_cli.auditing.settings import AuditSettings
 from laya_cli.features.extraction import LayerFeatures
-from laya_cli.model.heads import HeadConfig, build_head
+from laya_cli.model.heads import HeadSettings, build_head
 
 DIMS, C = [6, 5, 7, 4], 3
 DEEPER_KEYS = {k for keys in GROUP_KEYS.values() for k in keys}
@@ -27,7 +27,7 @@ DEEPER_KEYS = {k for keys in GROUP_KEYS.values() for k in keys}
 
 def make(batch: int = 24, seed: int = 0, sharp: float = 1.0):
     torch.manual_seed(seed)
-    head = build_head("laya", DIMS, C, HeadConfig(d_star=8, score_hidden=16)).eval()
+    head = build_head("laya", DIMS, C, HeadSettings(d_star=8, score_hidden=16)).eval()
     for p in head.parameters():  # a sharper head is less linear along IG's path: more steps needed
         p.data.mul_(sharp)
     feats = [torch.randn(batch, d) for d in DIMS]
@@ -215,7 +215,7 @@ def test_curves_sharing_passes_equal_the_two_curves(dims, ablation):
     )
 
     torch.manual_seed(3)
-    head = build_head("laya", dims, C, HeadConfig(d_star=8, score_hidden=16)).eval()
+    head = build_head("laya", dims, C, HeadSettings(d_star=8, score_hidden=16)).eval()
     feats = [torch.randn(9, d) for d in dims]
     ref = None if ablation == "mask" else [torch.randn(d) * 0.1 for d in dims]
     with torch.no_grad():

@@ -201,9 +201,9 @@ def test_randomised_copy_cascades_and_never_touches_the_head(kind, stages):
 
 def test_psi_mlp_is_a_stage():
     from laya_cli.model.heads import build_head
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.model.settings import HeadSettings
 
-    head = build_head("laya", DIMS, C, HeadConfig(d_star=8, score_hidden=16, psi="mlp"))
+    head = build_head("laya", DIMS, C, HeadSettings(d_star=8, score_hidden=16, psi="mlp"))
     assert cascade_stages(head) == ["classifier", "scorer", "psi", "adapters"]
 
 

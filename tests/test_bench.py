@@ -194,17 +194,19 @@ def test_an_extra_seed_trains_only_the_new_runs(tiny, tmp_path):
 
 def test_an_interrupted_run_continues_from_its_last_epoch(tmp_path):
     from laya_cli.auditing.settings import AuditSettings
-    from laya_cli.data.settings import DataRequest
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.data.settings import DataSettings
+    from laya_cli.model.settings import HeadSettings
     from laya_cli.runtime.errors import TrainingInterrupted
     from laya_cli.training import bench as B
     from laya_cli.training.job import train
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
-    template = TrainRequest(
-        data=DataRequest("digits"), head_config=HeadConfig(d_star=8, score_hidden=8), train=TrainConfig(epochs=2)
+    template = TrainJobSettings(
+        data=DataSettings("digits"),
+        head_config=HeadSettings(d_star=8, score_hidden=8),
+        train=TrainingSettings(epochs=2),
     )
-    req = B.BenchRequest(
+    req = B.BenchSettings(
         train=template, audit=AuditSettings(steps=2), heads=["laya"], seeds=1, audit_samples=20, out=str(tmp_path / "b")
     )
     first = req.train_request("laya", 1337)

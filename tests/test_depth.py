@@ -18,7 +18,7 @@ from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.integrity import with_digest
 from laya_cli.model.laya_model import load_model
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 
 # --------------------------------------------------------------------------- masked heads, by hand
 
@@ -51,7 +51,7 @@ def test_masking_above_k_is_the_head_on_taps_up_to_k_with_renormalised_alpha(k, 
     dims = (12, 8, 6, 10)
     from laya_cli.model.heads import build_head
 
-    head = build_head("laya", dims, 5, HeadConfig(d_star=8, score_hidden=16, psi=psi)).eval()
+    head = build_head("laya", dims, 5, HeadSettings(d_star=8, score_hidden=16, psi=psi)).eval()
     _, feats, ref = make_head_and_features("laya", dims=dims)
     with torch.no_grad():
         out = masked_output(head, feats, ref, k)
@@ -61,7 +61,7 @@ def test_masking_above_k_is_the_head_on_taps_up_to_k_with_renormalised_alpha(k, 
         # only the first k features matter: anything above k is replaced by the reference
         junk = [*feats[:k], *(torch.randn_like(f) * 100 for f in feats[k:])]
         torch.testing.assert_close(masked_output(head, junk, ref, k).logits, want, rtol=1e-5, atol=1e-6)
-        small = fold_head(head, ref, k, HeadConfig(d_star=8, score_hidden=16, psi=psi), 5)
+        small = fold_head(head, ref, k, HeadSettings(d_star=8, score_hidden=16, psi=psi), 5)
         assert len(small.adapters) == k
         torch.testing.assert_close(small(feats[:k]).logits, want, rtol=1e-5, atol=1e-5)
 
@@ -74,7 +74,7 @@ def test_scalarmix_masked_and_folded_by_hand(k):
         head.gamma.fill_(1.7)
         want = _by_hand_scalarmix(head, feats, k)
         torch.testing.assert_close(masked_output(head, feats, ref, k).logits, want, rtol=1e-5, atol=1e-6)
-        small = fold_head(head, ref, k, HeadConfig(d_star=8, score_hidden=16), 5)
+        small = fold_head(head, ref, k, HeadSettings(d_star=8, score_hidden=16), 5)
         torch.testing.assert_close(small(feats[:k]).logits, want, rtol=1e-5, atol=1e-5)
 
 

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from laya_cli.depthing.truncation import keep_mask, masked_output, truncated_inputs
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.heads import build_head
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 from laya_cli.training.exit_aware import TruncatedTerm, truncated_rows
-from laya_cli.training.settings import TrainConfig
+from laya_cli.training.settings import TrainingSettings
 from laya_cli.training.shaping import AlphaShaping
 from tests.helpers import assert_user_error, invoke
 
@@ -24,7 +24,7 @@ def _head_and_features(n=12, dims=(5, 7, 4), classes=3, seed=0):
     feats = [torch.randn(n, d, generator=g) for d in dims]
     reference = [torch.randn(d, generator=g) for d in dims]
     torch.manual_seed(seed)
-    head = build_head("laya", list(dims), classes, HeadConfig(d_star=8, score_hidden=16)).eval()
+    head = build_head("laya", list(dims), classes, HeadSettings(d_star=8, score_hidden=16)).eval()
     return head, feats, reference, torch.randint(0, classes, (n,), generator=g)
 
 
@@ -64,10 +64,10 @@ def test_the_term_is_the_weighted_cross_entropy_at_the_drawn_depths():
 
 def test_shaping_adds_it_to_the_loss_and_only_when_on():
     head, feats, reference, y = _head_and_features()
-    off = AlphaShaping(TrainConfig(layer_dropout=0.2), head)
+    off = AlphaShaping(TrainingSettings(layer_dropout=0.2), head)
     assert off.truncated is None and off.loss(head, feats, y) == 0.0
-    on = AlphaShaping(TrainConfig(exit_aware=1.0), head, reference)
-    assert AlphaShaping.wanted(TrainConfig(exit_aware=1.0)) and on.truncated.reference is not None
+    on = AlphaShaping(TrainingSettings(exit_aware=1.0), head, reference)
+    assert AlphaShaping.wanted(TrainingSettings(exit_aware=1.0)) and on.truncated.reference is not None
     assert float(on.loss(head, feats, y).detach()) > 0
 
 

@@ -17,7 +17,7 @@ from helpers import assert_user_error, invoke, run_laya
 from PIL import Image
 from scipy.spatial.distance import jensenshannon
 
-from laya_cli.data.settings import EvalRequest
+from laya_cli.data.settings import EvalDataSettings
 from laya_cli.exporting.folder import assemble, build_table, run_export, write_export
 from laya_cli.exporting.profiles import js_divergence
 from laya_cli.exporting.settings import ExportSettings
@@ -42,11 +42,11 @@ def swap_head(src: Path, dst: Path, kind: str) -> Path:
     """A copy of a checkpoint with a freshly initialised head of another kind (no training needed)."""
     from laya_cli.model.checkpoint import read_checkpoint, save_checkpoint
     from laya_cli.model.heads import build_head
-    from laya_cli.model.settings import HeadConfig
+    from laya_cli.model.settings import HeadSettings
 
     ckpt = read_checkpoint(src)
     torch.manual_seed(0)
-    head = build_head(kind, ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"]))
+    head = build_head(kind, ckpt["dims"], len(ckpt["classes"]), HeadSettings(**ckpt["head"]["config"]))
     ckpt["head"] = {"kind": kind, "config": ckpt["head"]["config"], "weights": head.state_dict()}
     save_checkpoint(ckpt, dst)
     return dst
@@ -359,7 +359,9 @@ def test_scalarmix_has_global_alpha_and_no_contrib(digits_ckpt, tmp_path):
 def test_samples_and_seed_pick_a_reproducible_subset(digits_ckpt, tmp_path):
     from laya_cli.model.evaldata import select_samples
 
-    a = run_export(digits_ckpt, tmp_path / "a", on_cpu(seed=3, plots=False), EvalRequest(samples=40), use_cache=False)
+    a = run_export(
+        digits_ckpt, tmp_path / "a", on_cpu(seed=3, plots=False), EvalDataSettings(samples=40), use_cache=False
+    )
     assert a.table["index"].tolist() == select_samples(359, 40, 3).tolist()
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["model"]["samples"] == 40
 
@@ -435,13 +437,13 @@ def test_failure_while_writing_leaves_nothing(digits_ckpt, tmp_path, monkeypatch
 
     monkeypatch.setattr(laya_cli.report.figures, "render_plots", boom)
     with pytest.raises(RuntimeError):
-        run_export(digits_ckpt, tmp_path / "nested" / "out", data=EvalRequest(samples=10), use_cache=False)
+        run_export(digits_ckpt, tmp_path / "nested" / "out", data=EvalDataSettings(samples=10), use_cache=False)
     assert list(tmp_path.iterdir()) == []  # no out, no parents, no temp folder
     # an existing export survives a failed --overwrite untouched
-    run_export(digits_ckpt, tmp_path / "out", on_cpu(plots=False), EvalRequest(samples=10), use_cache=False)
+    run_export(digits_ckpt, tmp_path / "out", on_cpu(plots=False), EvalDataSettings(samples=10), use_cache=False)
     before = (tmp_path / "out" / "samples.csv").read_bytes()
     with pytest.raises(RuntimeError):
-        run_export(digits_ckpt, tmp_path / "out", data=EvalRequest(samples=25), overwrite=True, use_cache=False)
+        run_export(digits_ckpt, tmp_path / "out", data=EvalDataSettings(samples=25), overwrite=True, use_cache=False)
     assert (tmp_path / "out" / "samples.csv").read_bytes() == before
     assert no_leftovers(tmp_path)
 

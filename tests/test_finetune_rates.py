@@ -16,7 +16,7 @@ from laya_cli.model.laya_model import EndToEnd
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.defaults import resolved_backbone_lr
 from laya_cli.training.loop import _warm_up, make_optimizer
-from laya_cli.training.settings import TrainConfig
+from laya_cli.training.settings import TrainingSettings
 
 HERE = Path(__file__).resolve()
 TINY = f"{HERE.parent / 'test_user_models.py'}:build_tiny_net"
@@ -30,7 +30,7 @@ def end_to_end() -> EndToEnd:
 
 def test_the_head_and_the_backbone_are_two_groups_at_their_rates():
     model = end_to_end()
-    cfg = TrainConfig(lr=3e-4, backbone_lr=2e-5, backbone_warmup=True)
+    cfg = TrainingSettings(lr=3e-4, backbone_lr=2e-5, backbone_warmup=True)
     opt = make_optimizer(model, cfg, n_batches=4)
     groups = {g["name"]: g for g in opt.param_groups}
     assert set(groups) == {"head", "backbone"}
@@ -46,24 +46,24 @@ def test_the_head_and_the_backbone_are_two_groups_at_their_rates():
 
 
 def test_one_group_where_both_learn_at_one_rate_and_for_a_bare_head():
-    assert len(make_optimizer(end_to_end(), TrainConfig(lr=1e-3, backbone_lr=1e-3), 4).param_groups) == 1
+    assert len(make_optimizer(end_to_end(), TrainingSettings(lr=1e-3, backbone_lr=1e-3), 4).param_groups) == 1
     head = end_to_end().head
-    assert len(make_optimizer(head, TrainConfig(backbone_lr=1e-5, backbone_warmup=True), 4).param_groups) == 1
+    assert len(make_optimizer(head, TrainingSettings(backbone_lr=1e-5, backbone_warmup=True), 4).param_groups) == 1
 
 
 def test_the_default_backbone_rate_follows_where_its_weights_come_from():
-    cfg = TrainConfig(lr=3e-4)
+    cfg = TrainingSettings(lr=3e-4)
     trained = resolved_backbone_lr(cfg, finetune=True, starts_trained=True)
     assert trained.backbone_lr == pytest.approx(3e-5) and trained.backbone_warmup
     random = resolved_backbone_lr(cfg, finetune=True, starts_trained=False)
     assert random.backbone_lr == pytest.approx(3e-4) and not random.backbone_warmup
-    given = resolved_backbone_lr(TrainConfig(lr=3e-4, backbone_lr=2e-5), finetune=True, starts_trained=True)
+    given = resolved_backbone_lr(TrainingSettings(lr=3e-4, backbone_lr=2e-5), finetune=True, starts_trained=True)
     assert given.backbone_lr == pytest.approx(2e-5) and given.backbone_warmup
-    own = resolved_backbone_lr(TrainConfig(lr=3e-4, backbone_lr=1e-5), finetune=True, starts_trained=False)
+    own = resolved_backbone_lr(TrainingSettings(lr=3e-4, backbone_lr=1e-5), finetune=True, starts_trained=False)
     assert own.backbone_lr == pytest.approx(1e-5) and own.backbone_warmup  # given below --lr: warmed up
     assert resolved_backbone_lr(cfg, finetune=False, starts_trained=True).backbone_lr is None
     with pytest.raises(LayaError, match="--backbone-lr"):
-        resolved_backbone_lr(TrainConfig(backbone_lr=1e-5), finetune=False, starts_trained=True)
+        resolved_backbone_lr(TrainingSettings(backbone_lr=1e-5), finetune=False, starts_trained=True)
 
 
 def test_a_fine_tuned_checkpoint_records_both_rates(tmp_path):

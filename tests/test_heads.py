@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from laya_cli.model.heads import HEADS, Head, HeadConfig, LAYAHead, build_head
+from laya_cli.model.heads import HEADS, Head, HeadSettings, LAYAHead, build_head
 from laya_cli.runtime.errors import LayaError
 
 DIMS = [64, 32, 16]
@@ -22,7 +22,7 @@ def test_every_head_gives_logits_of_the_right_shape(kind):
 
 @pytest.mark.parametrize("psi", ["identity", "mlp"])
 def test_laya_alpha_is_a_distribution_per_sample(psi):
-    head = build_head("laya", DIMS, 4, HeadConfig(d_star=8, psi=psi, score_hidden=12))
+    head = build_head("laya", DIMS, 4, HeadSettings(d_star=8, psi=psi, score_hidden=12))
     alpha = head(feats(batch=9)).alpha
     assert alpha.shape == (9, 3)
     assert (alpha >= 0).all()
@@ -44,8 +44,8 @@ def test_laya_logits_are_the_attention_weighted_sum_of_adapted_layers():
 
 def test_temperature_flattens_attention():
     torch.manual_seed(0)
-    sharp = build_head("laya", DIMS, 4, HeadConfig(tau=0.1))
-    flat = build_head("laya", DIMS, 4, HeadConfig(tau=100.0))
+    sharp = build_head("laya", DIMS, 4, HeadSettings(tau=0.1))
+    flat = build_head("laya", DIMS, 4, HeadSettings(tau=100.0))
     flat.load_state_dict(sharp.state_dict())
     f = feats()
     assert flat(f).alpha.std() < sharp(f).alpha.std()
@@ -79,7 +79,7 @@ def test_last_head_reads_only_the_last_layer():
 @pytest.mark.parametrize("bad", [dict(tau=0.0), dict(tau=-1.0), dict(d_star=0), dict(score_hidden=0), dict(psi="relu")])
 def test_bad_head_config_is_a_user_error(bad):
     with pytest.raises(LayaError):
-        build_head("laya", DIMS, 4, HeadConfig(**bad))
+        build_head("laya", DIMS, 4, HeadSettings(**bad))
 
 
 def test_unknown_head_suggests_the_closest_name():
@@ -88,7 +88,7 @@ def test_unknown_head_suggests_the_closest_name():
 
 
 def test_paper_defaults():
-    cfg = HeadConfig()
+    cfg = HeadSettings()
     assert (cfg.d_star, cfg.tau, cfg.psi, cfg.score_hidden) == (96, 1.5, "identity", 192)
     head = LAYAHead(DIMS, 10, cfg)
     assert head.scorer[0].in_features == 3 * 96 and head.scorer[0].out_features == 192

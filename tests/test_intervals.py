@@ -230,11 +230,11 @@ def test_completeness_and_randomisation_intervals_match_a_by_hand_bootstrap():
     from laya_cli.auditing.head_scope import run_audit
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.features.extraction import LayerFeatures
-    from laya_cli.model.heads import HeadConfig, build_head
+    from laya_cli.model.heads import HeadSettings, build_head
 
     torch.manual_seed(0)
     dims = [6, 5, 7]
-    head = build_head("laya", dims, 3, HeadConfig(d_star=8, score_hidden=16)).eval()
+    head = build_head("laya", dims, 3, HeadSettings(d_star=8, score_hidden=16)).eval()
     for p in head.parameters():
         p.data.mul_(3)
     feats = [torch.randn(60, d) for d in dims]

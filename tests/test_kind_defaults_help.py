@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from laya_cli.backbones.defaults import KIND_DEFAULTS, REMOVAL_SAYS, KindDefault
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 from laya_cli.runtime.declare import declared
 from laya_cli.training.defaults import resolved_alignment, resolved_lm_head
-from laya_cli.training.settings import TrainConfig
+from laya_cli.training.settings import TrainingSettings
 
 # A backbone name of each kind (a hub model's kind is its family).
 NAMES = {"hf": "hf:bert-base-uncased", "timm": "timm:efficientnet_lite0", "torchvision": "torchvision:resnet18"}
@@ -29,7 +29,7 @@ MARKERS = {
 }
 
 
-def _help(field: str, cls=TrainConfig) -> str:
+def _help(field: str, cls=TrainingSettings) -> str:
     return next(d.option.help for d in declared(cls) if d.field == field)
 
 
@@ -43,8 +43,8 @@ def _said(field: str, kind: KindDefault | None) -> str:
     return next(c for c in clauses if " elsewhere" in c).split(" elsewhere")[0]
 
 
-def _resolved(backbone: str, end_to_end: bool, pool: str | None = None) -> TrainConfig:
-    return resolved_alignment(TrainConfig().validate(), backbone, end_to_end, "laya", pool=pool)
+def _resolved(backbone: str, end_to_end: bool, pool: str | None = None) -> TrainingSettings:
+    return resolved_alignment(TrainingSettings().validate(), backbone, end_to_end, "laya", pool=pool)
 
 
 KINDS = [pytest.param(k, id=f"{k.kind}-{'end-to-end' if k.end_to_end else 'frozen'}") for k in KIND_DEFAULTS]
@@ -60,7 +60,7 @@ def test_align_and_its_target_are_what_the_help_says_for_every_kind(kind):
     assert _said("align_removal", kind) == got.align_removal
     if got.align_removal != "auto":  # the term's condition is said with the kinds that have it
         assert REMOVAL_SAYS[got.align_removal] in next(
-            d.option.help for d in declared(TrainConfig) if d.field == "align_removal"
+            d.option.help for d in declared(TrainingSettings) if d.field == "align_removal"
         )
 
 
@@ -85,7 +85,7 @@ def test_a_kind_the_table_does_not_list_gets_what_the_help_says_elsewhere(backbo
 
 
 def test_reads_is_what_the_help_says_for_a_language_model():
-    assert f"Default: {resolved_lm_head(HeadConfig()).reads} " in _help("reads", HeadConfig)
+    assert f"Default: {resolved_lm_head(HeadSettings()).reads} " in _help("reads", HeadSettings)
 
 
 def test_the_help_names_every_kind_that_has_a_term():

@@ -70,7 +70,7 @@ def test_the_models_cross_entropy_is_its_own_loss_on_the_same_blocks(lm_dir):
     lm = _lm(lm_dir)
     corpus = open_corpus(str(lm_dir / "corpus"))
     blocks = list(batches(lm, corpus, "test", 16, 4))[:3]
-    laya = lm_heads.LayaLMHead(4, 32, lm.readout, lm_heads.HeadConfig())
+    laya = lm_heads.LayaLMHead(4, 32, lm.readout, lm_heads.HeadSettings())
     tuned = lm_heads.TunedLens(4, 32, lm.readout)
     metrics = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     causal = AutoModelForCausalLM.from_pretrained(lm_dir / "model").eval()
@@ -89,7 +89,7 @@ def test_the_models_cross_entropy_is_its_own_loss_on_the_same_blocks(lm_dir):
 def test_losses_in_chunks_equal_the_loss_in_one_piece(lm_dir, monkeypatch):
     lm = _lm(lm_dir)
     blocks = list(batches(lm, open_corpus(str(lm_dir / "corpus")), "test", 16, 4))[:2]
-    laya = lm_heads.LayaLMHead(4, 32, lm.readout, lm_heads.HeadConfig())
+    laya = lm_heads.LayaLMHead(4, 32, lm.readout, lm_heads.HeadSettings())
     tuned = lm_heads.TunedLens(4, 32, lm.readout)
     whole = evaluate(lm, laya, tuned, iter(blocks), 10**9)
     monkeypatch.setattr(lm_heads, "LOGITS_PER_CHUNK", lm.readout.vocabulary * 7)  # 7 positions per chunk

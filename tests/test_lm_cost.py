@@ -35,7 +35,7 @@ def lm(lm_dir):
 
 def _heads(lm, seed=0):
     torch.manual_seed(seed)
-    laya = lm_heads.LayaLMHead(lm.num_layers, 32, lm.readout, lm_heads.HeadConfig())
+    laya = lm_heads.LayaLMHead(lm.num_layers, 32, lm.readout, lm_heads.HeadSettings())
     tuned = lm_heads.TunedLens(lm.num_layers, 32, lm.readout)
     with torch.no_grad():  # a tuned lens away from the identity: its layers differ from the logit lens's
         for t in tuned.translators:

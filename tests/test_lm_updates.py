@@ -14,7 +14,7 @@ from laya_cli.auditing.lm import token_data
 from laya_cli.features.lm_positions import token_states
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.lm_heads import LayaLMHead, lm_from_checkpoint
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 from laya_cli.training.lm import train_lm
 from tests.helpers import assert_user_error, invoke, make_lm_folder, sentences, small_lm_request
 
@@ -30,7 +30,7 @@ def readout(width: int = 8, vocabulary: int = 11) -> nn.Module:
 
 def head(reads: str = "updates", layers: int = 4) -> LayaLMHead:
     torch.manual_seed(0)
-    return LayaLMHead(layers, 8, readout(), HeadConfig(reads=reads)).eval()
+    return LayaLMHead(layers, 8, readout(), HeadSettings(reads=reads)).eval()
 
 
 def test_an_untrained_head_over_the_updates_is_the_model_itself():
@@ -76,7 +76,7 @@ def test_a_run_reading_updates_is_recorded_and_read_back_as_trained(lm_dir, tmp_
     hs, _ = token_states(model.lm, token_data(model, None, 30, 2).blocks[0])
     with torch.no_grad():
         got = model.laya(hs).logits
-        as_states = LayaLMHead(hs.shape[1], hs.shape[-1], model.lm.readout, HeadConfig())
+        as_states = LayaLMHead(hs.shape[1], hs.shape[-1], model.lm.readout, HeadSettings())
         as_states.load_state_dict(model.laya.state_dict())
         assert (got - as_states(hs).logits).abs().max() > 1e-3  # the same weights read states: another head
     states = train_lm(small_lm_request(lm_dir, tmp_path / "states.pt", reads="states"))

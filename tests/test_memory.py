@@ -12,7 +12,7 @@ from helpers import assert_close_tree, assert_user_error, invoke
 
 from laya_cli.auditing import budget, job
 from laya_cli.auditing.settings import AuditSettings
-from laya_cli.data.settings import EvalRequest
+from laya_cli.data.settings import EvalDataSettings
 from laya_cli.exporting.settings import ExportSettings
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
@@ -182,7 +182,7 @@ def test_an_out_of_memory_error_halves_and_retries_with_the_same_numbers(digits_
 def test_export_retries_with_half_the_head_batch(digits_ckpt, monkeypatch, tmp_path):
     from laya_cli.exporting import folder as export_run
 
-    settings, data = ExportSettings(plots=False, device="cpu"), EvalRequest(samples=40)
+    settings, data = ExportSettings(plots=False, device="cpu"), EvalDataSettings(samples=40)
     clean = export_run.run_export(digits_ckpt, tmp_path / "a", settings, data)
     calls = _oom_once(monkeypatch, export_run, "_predict")
     again = export_run.run_export(digits_ckpt, tmp_path / "b", settings, data, memory=MemoryRequest("4G"))

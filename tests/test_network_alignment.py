@@ -10,7 +10,7 @@ from laya_cli.auditing.job import run_scoped_audit
 from laya_cli.auditing.network.patching import NetworkScope, removal_effects
 from laya_cli.auditing.network.reference import network_reference
 from laya_cli.auditing.settings import AuditSettings
-from laya_cli.data.settings import DataRequest
+from laya_cli.data.settings import DataSettings
 from laya_cli.features.extraction import to_float_images
 from laya_cli.model.evaldata import load_eval_data
 from laya_cli.model.laya_model import load_model
@@ -24,7 +24,7 @@ from laya_cli.training.network_target import (
     frozen_removals,
     resolved_removal,
 )
-from laya_cli.training.settings import TrainConfig, TrainRequest
+from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
 
 def _batch(model, n=48):
@@ -122,9 +122,9 @@ def test_the_end_to_end_target_is_the_audits_effects_on_its_rows(digits_ckpt):
 
 
 def _train(tmp_path, name, align=1.0, finetune=None, epochs=2, **keywords):
-    req = TrainRequest(
-        data=DataRequest("digits", seed=0),
-        train=TrainConfig(epochs=epochs, seed=0, patience=epochs, align=align, **keywords),
+    req = TrainJobSettings(
+        data=DataSettings("digits", seed=0),
+        train=TrainingSettings(epochs=epochs, seed=0, patience=epochs, align=align, **keywords),
         finetune=finetune,
         out=str(tmp_path / f"{name}.pt"),
     )

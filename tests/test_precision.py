@@ -72,9 +72,9 @@ def test_precision_is_recorded_in_the_audit_and_the_checkpoint(digits_ckpt, tmp_
 
 
 def test_precision_is_not_part_of_a_runs_fingerprint():
-    from laya_cli.training.settings import TrainRequest
+    from laya_cli.training.settings import TrainJobSettings
 
-    a, b = TrainRequest(), TrainRequest()
+    a, b = TrainJobSettings(), TrainJobSettings()
     b.train.precision = "bf16"
     assert a.fingerprint() == b.fingerprint()  # like the device: --resume across machines keeps working
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from laya_cli.auditing.metrics import deletion_at_1, spearman_rows
 from laya_cli.model.heads import build_head
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 
@@ -63,7 +63,7 @@ def test_deletion_at_1_never_exceeds_its_oracle_nor_falls_below_the_minimum(ab):
 )
 def test_alpha_rows_always_sum_to_one(batch, dims, tau, psi, seed):
     torch.manual_seed(seed)
-    head = build_head("laya", dims, 3, HeadConfig(d_star=4, tau=tau, psi=psi, score_hidden=5))
+    head = build_head("laya", dims, 3, HeadSettings(d_star=4, tau=tau, psi=psi, score_hidden=5))
     feats = [torch.randn(batch, d) * 10 for d in dims]
     alpha = head(feats).alpha
     assert alpha.shape == (batch, len(dims)) and (alpha >= 0).all()

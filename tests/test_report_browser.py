@@ -19,7 +19,7 @@ import torch
 from helpers import invoke
 
 from benchmarks import browser as lb
-from laya_cli.data.settings import EvalRequest
+from laya_cli.data.settings import EvalDataSettings
 from laya_cli.exporting.folder import assemble, build_table, run_export, write_export
 from laya_cli.exporting.settings import ExportSettings
 
@@ -213,7 +213,11 @@ def test_rows_are_rendered_lazily(chromium, big_export):
 def test_a_head_without_alpha_gets_an_explorer_too(chromium, digits_ckpts, tmp_path):
     out = tmp_path / "last"
     run_export(
-        digits_ckpts["last"], out, ExportSettings(plots=False, device="cpu"), EvalRequest(samples=80), use_cache=False
+        digits_ckpts["last"],
+        out,
+        ExportSettings(plots=False, device="cpu"),
+        EvalDataSettings(samples=80),
+        use_cache=False,
     )
     page, watch = open_ready(chromium, out / "report.html")
     try:

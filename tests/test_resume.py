@@ -110,14 +110,16 @@ def _interrupted_state(req, with_options: bool = True):
 
 
 def _request(tmp_path, **train):
-    from laya_cli.data.settings import DataRequest
-    from laya_cli.model.settings import HeadConfig
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.data.settings import DataSettings
+    from laya_cli.model.settings import HeadSettings
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
-    return TrainRequest(
-        data=DataRequest("digits", seed=0),
-        train=TrainConfig(**{"epochs": 3, "seed": 0, "align": 0.0, **train}),  # the plain run _interrupted_state fits
-        head_config=HeadConfig(d_star=16, score_hidden=16),
+    return TrainJobSettings(
+        data=DataSettings("digits", seed=0),
+        train=TrainingSettings(
+            **{"epochs": 3, "seed": 0, "align": 0.0, **train}
+        ),  # the plain run _interrupted_state fits
+        head_config=HeadSettings(d_star=16, score_hidden=16),
         out=str(tmp_path / "m.pt"),
     )
 

@@ -19,10 +19,10 @@ from helpers import assert_user_error, child_env, invoke, make_image_folder, run
 
 from benchmarks.synthetic import frozen_cnn_and_images
 from laya_cli.data.datasets import labelled_files, load_dataset
-from laya_cli.data.settings import DataRequest
+from laya_cli.data.settings import DataSettings
 from laya_cli.features.store import extract_to_store
 from laya_cli.training.job import train
-from laya_cli.training.settings import TrainConfig, TrainRequest
+from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
 STREAM = {"LAYA_IN_MEMORY_MB": "0"}  # everything past the budget: images streamed, features in the store
 
@@ -33,11 +33,11 @@ def _train(
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / f"cache-{name}"))
-    req = TrainRequest(
+    req = TrainJobSettings(
         backbone="cnn",
         finetune=False,
-        data=DataRequest(dataset, seed=0, image_size=16, **data),
-        train=TrainConfig(**{"epochs": 3, "patience": 3, "seed": 0, "batch_size": 16, **(train_options or {})}),
+        data=DataSettings(dataset, seed=0, image_size=16, **data),
+        train=TrainingSettings(**{"epochs": 3, "patience": 3, "seed": 0, "batch_size": 16, **(train_options or {})}),
         out=str(tmp_path / f"{name}.pt"),
     )
     ckpt = train(req)
@@ -119,10 +119,10 @@ def test_the_frozen_network_target_reads_streamed_images_and_a_store_as_in_memor
 def test_streamed_images_are_decoded_lazily_in_order(shapes, monkeypatch):
     from laya_cli.data.images import LazyImages
 
-    whole = load_dataset(DataRequest(f"folder:{shapes}", image_size=16))
+    whole = load_dataset(DataSettings(f"folder:{shapes}", image_size=16))
     monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
     monkeypatch.setenv("LAYA_WORKERS", "2")  # decoded by two DataLoader worker processes, in order
-    lazy = load_dataset(DataRequest(f"folder:{shapes}", image_size=16))
+    lazy = load_dataset(DataSettings(f"folder:{shapes}", image_size=16))
     assert isinstance(lazy.train.images, LazyImages) and lazy.image_shape == whole.image_shape
     assert lazy.identity == whole.identity  # the cache key does not change
     for split in ("train", "val", "test"):
@@ -271,7 +271,7 @@ def test_ddp_steps_on_a_store_are_global_batches_of_the_batch_size(shard_mb, bat
             return HeadOutput(self.fc(xs[0]))
 
     sizes, rows = [], []
-    cfg = TrainConfig(batch_size=batch_size)
+    cfg = TrainingSettings(batch_size=batch_size)
     for rank in (0, 1):
         monkeypatch.setattr(distributed, "world_size", lambda: 2)
         monkeypatch.setattr(distributed, "rank", lambda rank=rank: rank)
@@ -336,7 +336,7 @@ def test_ddp_batches_on_a_store_carry_the_rows_they_hold(shard_mb, tmp_path, mon
         monkeypatch.setattr(distributed, "rank", lambda rank=rank: rank)
         ddp = DDP()
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        loop._store_ddp_epoch(ddp, opt, st, TrainConfig(batch_size=7), torch.Generator().manual_seed(0), 1, term)
+        loop._store_ddp_epoch(ddp, opt, st, TrainingSettings(batch_size=7), torch.Generator().manual_seed(0), 1, term)
     assert sorted(torch.cat(term.seen).tolist()) == list(range(41))
     term.seen = []
     for xs, y, rows in st.epoch_batches(6, torch.Generator().manual_seed(0), with_rows=True):
@@ -349,11 +349,11 @@ def test_feature_dtype_float16_is_its_own_entry_and_halves_the_store(shapes, tmp
     a = _train(tmp_path, f"folder:{shapes}", "f16", monkeypatch, STREAM)
     monkeypatch.setenv("LAYA_CACHE_DIR", str(tmp_path / "cache-f16"))
     monkeypatch.setenv("LAYA_IN_MEMORY_MB", "0")
-    req = TrainRequest(
+    req = TrainJobSettings(
         backbone="cnn",
         finetune=False,
-        data=DataRequest(f"folder:{shapes}", seed=0, image_size=16),
-        train=TrainConfig(epochs=3, patience=3, seed=0, batch_size=16),
+        data=DataSettings(f"folder:{shapes}", seed=0, image_size=16),
+        train=TrainingSettings(epochs=3, patience=3, seed=0, batch_size=16),
         out=str(tmp_path / "h.pt"),
         feature_dtype="float16",
     )
@@ -362,7 +362,7 @@ def test_feature_dtype_float16_is_its_own_entry_and_halves_the_store(shapes, tmp
     assert len(stores) == 6  # float32 and float16 entries side by side
     dtypes = {_store_doc(s)["dtype"] for s in stores}
     assert dtypes == {"float32", "float16"} and b["feature_dtype"] == "float16"
-    assert "feature_dtype" not in TrainRequest().options() and req.options()["feature_dtype"] == "float16"
+    assert "feature_dtype" not in TrainJobSettings().options() and req.options()["feature_dtype"] == "float16"
     assert b["metrics"]["n_train"] == a["metrics"]["n_train"]
     r = invoke("audit", tmp_path / "h.pt", "--compare", "", "-q")  # audits on the float16 test entry
     assert r.exit_code == 0, r.output
@@ -406,7 +406,7 @@ def test_a_tar_member_that_is_not_an_image_is_skipped_and_counted_or_fails_stric
     members["zz0001.json"], members["zz0001.cls"] = b"{}", b"0"  # no image member
     members["zz0002.jpg"], members["zz0002.cls"] = b"not a jpeg", b"1"  # an image member that does not decode
     _tar(tmp_path / "000.tar", members)
-    data = load_dataset(DataRequest(f"wds:{tmp_path}/000.tar", image_size=16))
+    data = load_dataset(DataSettings(f"wds:{tmp_path}/000.tar", image_size=16))
     assert data.skipped == 2 and len(data.train) + len(data.val) + len(data.test) == len(files)
     for strict_name in ("zz0001", "zz0002"):
         only = {k: v for k, v in members.items() if not k.startswith("zz") or k.startswith(strict_name)}

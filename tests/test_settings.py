@@ -13,18 +13,26 @@ import pytest
 import typer
 
 import laya_cli
-from laya_cli.auditing.settings import AuditRequest, AuditSettings
+from laya_cli.auditing.settings import AuditScopeSettings, AuditSettings
 from laya_cli.cli.declared import Use, options_of
 from laya_cli.cli.group import app
-from laya_cli.data.settings import DataRequest, EvalRequest
+from laya_cli.data.settings import DataSettings, EvalDataSettings
 from laya_cli.depthing.settings import DepthSettings
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 from laya_cli.runtime.declare import check_fields, declared
 from laya_cli.runtime.errors import LayaError
-from laya_cli.training.settings import LMSettings, TrainConfig, TrainRequest
+from laya_cli.training.settings import LMSettings, TrainingSettings, TrainJobSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = (HeadConfig, TrainConfig, DataRequest, TrainRequest, EvalRequest, AuditSettings, AuditRequest)
+SETTINGS = (
+    HeadSettings,
+    TrainingSettings,
+    DataSettings,
+    TrainJobSettings,
+    EvalDataSettings,
+    AuditSettings,
+    AuditScopeSettings,
+)
 SETTINGS += (DepthSettings, LMSettings)
 
 
@@ -133,10 +141,10 @@ def test_an_unknown_keyword_is_one_line_with_the_closest_names():
 def test_every_generated_option_carries_its_declared_help_and_default():
     click = typer.main.get_command(app).commands["train"]
     params = {p.name: p for p in click.params}
-    for d in options_of(Use(TrainRequest)):
+    for d in options_of(Use(TrainJobSettings)):
         assert params[d.name].help == d.option.help, d.name
         assert d.flag in params[d.name].opts, d.name
-    assert params["d_star"].default == HeadConfig().d_star and params["device"].default == "auto"
+    assert params["d_star"].default == HeadSettings().d_star and params["device"].default == "auto"
 
 
 @pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
@@ -156,11 +164,11 @@ def test_every_declared_number_refuses_nan_inf_and_its_bounds(cls):
 
 
 def test_whole_numbers_refuse_fractions_and_switches_refuse_strings():
-    cfg = TrainConfig(epochs=2.5)
+    cfg = TrainingSettings(epochs=2.5)
     with pytest.raises(LayaError, match="--epochs must be a whole number, got 2.5"):
         cfg.validate()
     with pytest.raises(LayaError, match="--layer-norm is a switch"):
-        HeadConfig(layer_norm="yes").validate()
+        HeadSettings(layer_norm="yes").validate()
 
 
 def test_docs_options_page_is_what_the_command_line_says():
@@ -195,14 +203,14 @@ def test_an_option_a_path_does_not_read_is_refused_in_one_line(tmp_path, args, f
 
 
 def test_a_name_the_command_takes_itself_is_not_fed_to_its_settings():
-    """laya bench's own --align (the laya-aligned head's λ) must leave the template's TrainConfig.align at its
+    """laya bench's own --align (the laya-aligned head's λ) must leave the template's TrainingSettings.align at its
     default (None: the kind of model's, training/defaults.py): the other heads train as laya train trains them."""
     from laya_cli.cli.declared import with_settings
 
     seen = {}
 
-    @with_settings(req=TrainRequest)
-    def command(align: float = 1.0, *, req: TrainRequest):
+    @with_settings(req=TrainJobSettings)
+    def command(align: float = 1.0, *, req: TrainJobSettings):
         seen.update(own=align, template=req.train.align)
 
     command(**{p: v.default for p, v in inspect.signature(command).parameters.items()})
@@ -269,8 +277,8 @@ def _frozen():
     from laya_cli.model.settings import LoadSettings
     from laya_cli.runtime.environment import RunSettings
 
-    return (EvalRequest, AuditSettings, AuditRequest, DepthSettings, ExportSettings, DiffSettings, GateSettings,
-            LoadSettings, RunSettings)  # fmt: skip
+    return (EvalDataSettings, AuditSettings, AuditScopeSettings, DepthSettings, ExportSettings, DiffSettings,
+            GateSettings, LoadSettings, RunSettings)  # fmt: skip
 
 
 FROZEN = _frozen()
@@ -283,7 +291,7 @@ def test_the_settings_of_audit_depth_export_and_diff_are_frozen_and_checked_when
     assert issubclass(cls, Settings) and cls.__dataclass_params__.frozen
 
 
-@pytest.mark.parametrize("cls", (EvalRequest, AuditSettings, DepthSettings), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", (EvalDataSettings, AuditSettings, DepthSettings), ids=lambda c: c.__name__)
 def test_a_settings_object_is_valid_when_built_and_never_changed_after(cls):
     """Building validates (issue 69): no invalid object exists to be passed on; a step that needs another value
     makes a new, validated object (``evolve``) and leaves the first as it was."""

@@ -12,11 +12,11 @@ from helpers import assert_user_error, invoke
 
 from benchmarks.synthetic import make_head_and_features
 from laya_cli.auditing.collapse import alpha_entropy
-from laya_cli.data.settings import DataRequest
+from laya_cli.data.settings import DataSettings
 from laya_cli.model.heads import build_head
-from laya_cli.model.settings import HeadConfig
+from laya_cli.model.settings import HeadSettings
 from laya_cli.training.loop import fit
-from laya_cli.training.settings import TrainConfig, TrainRequest
+from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 from laya_cli.training.shaping import (
     AlphaShaping,
     entropy_deficit,
@@ -46,11 +46,11 @@ def _separable(n=384, dims=(6, 6, 6, 6), seed=0):
     return feats, y
 
 
-def _fit(cfg: TrainConfig, layer_norm: bool = False, spy=None):
+def _fit(cfg: TrainingSettings, layer_norm: bool = False, spy=None):
     feats, y = _separable()
     torch.manual_seed(cfg.seed)
     head = build_head(
-        "laya", [f.shape[1] for f in feats], 3, HeadConfig(d_star=8, score_hidden=16, layer_norm=layer_norm)
+        "laya", [f.shape[1] for f in feats], 3, HeadSettings(d_star=8, score_hidden=16, layer_norm=layer_norm)
     )
     if spy is not None:
         head.register_forward_pre_hook(spy, with_kwargs=True)
@@ -68,7 +68,7 @@ def test_layer_dropout_masks_training_steps_only():
         mask = kwargs.get("alpha_mask")
         seen.append((module.training, None if mask is None else mask.clone()))
 
-    _fit(TrainConfig(epochs=2, batch_size=64, lr=1e-2, seed=0, layer_dropout=0.5), spy=spy)
+    _fit(TrainingSettings(epochs=2, batch_size=64, lr=1e-2, seed=0, layer_dropout=0.5), spy=spy)
     train_masks = [m for training, m in seen if training]
     assert train_masks and all(m is not None for m in train_masks)
     stacked = torch.cat(train_masks)
@@ -77,8 +77,8 @@ def test_layer_dropout_masks_training_steps_only():
 
 
 def test_the_entropy_term_spreads_alpha():
-    plain = _fit(TrainConfig(epochs=15, batch_size=64, lr=1e-2, seed=0))[1]
-    spread = _fit(TrainConfig(epochs=15, batch_size=64, lr=1e-2, seed=0, alpha_entropy=1.0))[1]
+    plain = _fit(TrainingSettings(epochs=15, batch_size=64, lr=1e-2, seed=0))[1]
+    spread = _fit(TrainingSettings(epochs=15, batch_size=64, lr=1e-2, seed=0, alpha_entropy=1.0))[1]
     assert alpha_entropy(spread).mean() > alpha_entropy(plain).mean() + 0.3
     assert alpha_entropy(spread).mean() > 0.8 * math.log(4)
 
@@ -107,7 +107,7 @@ def test_tau_start_anneals_training_and_leaves_the_heads_own_tau():
     def spy(module, args, kwargs):
         taus.append((module.training, module.tau))
 
-    head, _ = _fit(TrainConfig(epochs=3, batch_size=128, lr=1e-2, seed=0, tau_start=6.0), spy=spy)
+    head, _ = _fit(TrainingSettings(epochs=3, batch_size=128, lr=1e-2, seed=0, tau_start=6.0), spy=spy)
     assert {t for training, t in taus if training} == {6.0, 3.75, 1.5}
     assert {t for training, t in taus if not training} == {1.5}  # validation at --tau
     assert head.tau == 1.5
@@ -115,7 +115,9 @@ def test_tau_start_anneals_training_and_leaves_the_heads_own_tau():
 
 def test_layer_norm_reads_every_layer_at_one_scale_without_parameters():
     head, feats, _ = make_head_and_features("laya")
-    normed = build_head("laya", [f.shape[1] for f in feats], 5, HeadConfig(d_star=8, score_hidden=16, layer_norm=True))
+    normed = build_head(
+        "laya", [f.shape[1] for f in feats], 5, HeadSettings(d_star=8, score_hidden=16, layer_norm=True)
+    )
     assert normed.state_dict().keys() == head.state_dict().keys()  # LayerNorm without affine: no new weights
     normed.load_state_dict(head.state_dict())
     scaled = [f * s + 3.0 for f, s in zip(feats, (10.0, 2.0, 1.0, 50.0))]
@@ -124,7 +126,7 @@ def test_layer_norm_reads_every_layer_at_one_scale_without_parameters():
 
 
 def test_defaults_keep_the_recorded_options_of_earlier_runs():
-    options = TrainRequest().options()
+    options = TrainJobSettings().options()
     assert "layer_norm" not in options["head_config"]
     assert not {"layer_dropout", "alpha_entropy", "alpha_entropy_schedule", "tau_start"} & set(options["train"])
 
@@ -138,10 +140,10 @@ def test_options_round_trip_in_the_checkpoint(tmp_path):
     from laya_cli.training.loop import predict
 
     shaped = {"layer_dropout": 0.3, "alpha_entropy": 0.5, "alpha_entropy_schedule": "linear", "tau_start": 4.0}
-    req = TrainRequest(
-        data=DataRequest("digits", seed=0),
-        head_config=HeadConfig(d_star=16, score_hidden=32, layer_norm=True),
-        train=TrainConfig(epochs=2, seed=0, **shaped),
+    req = TrainJobSettings(
+        data=DataSettings("digits", seed=0),
+        head_config=HeadSettings(d_star=16, score_hidden=32, layer_norm=True),
+        train=TrainingSettings(epochs=2, seed=0, **shaped),
         out=str(tmp_path / "m.pt"),
     )
     with progress.enabled(False):
@@ -175,9 +177,9 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, args, fragments):
 
 
 def test_the_head_config_records_layer_norm_only_when_on():
-    assert "layer_norm" not in HeadConfig().to_dict()  # a default run's checkpoint config is what it was before
-    assert HeadConfig(layer_norm=True).to_dict()["layer_norm"] is True
-    assert HeadConfig(**HeadConfig().to_dict()).layer_norm is False
+    assert "layer_norm" not in HeadSettings().to_dict()  # a default run's checkpoint config is what it was before
+    assert HeadSettings(layer_norm=True).to_dict()["layer_norm"] is True
+    assert HeadSettings(**HeadSettings().to_dict()).layer_norm is False
 
 
 def test_the_audit_says_gradxact_is_void_on_a_layer_norm_head(tmp_path):

@@ -17,7 +17,7 @@ from laya_cli.backbones import hf
 from laya_cli.backbones import tokenizers as tokenization
 from laya_cli.backbones.pooling import TapFormat
 from laya_cli.data.datasets import load_dataset
-from laya_cli.data.settings import DataRequest
+from laya_cli.data.settings import DataSettings
 from laya_cli.runtime.errors import LayaError
 
 transformers = pytest.importorskip("transformers")
@@ -177,9 +177,9 @@ def test_text_sources_read_the_same_rows(tmp_path, texts):
     datasets.Dataset.from_dict({"sentence": [r["text"] for r in rows], "y": [r["label"] for r in rows]}).save_to_disk(
         str(tmp_path / "disk")
     )
-    loaded = [load_dataset(DataRequest(name=f"csv:{texts}"))]
+    loaded = [load_dataset(DataSettings(name=f"csv:{texts}"))]
     for name in (f"jsonl:{tmp_path / 't.jsonl'}", f"parquet:{tmp_path / 't.parquet'}", f"hf-disk:{tmp_path / 'disk'}"):
-        loaded.append(load_dataset(DataRequest(name=name, text_column="sentence", label_column="y")))
+        loaded.append(load_dataset(DataSettings(name=name, text_column="sentence", label_column="y")))
     for d in loaded:
         assert d.classes == ["animal", "food", "tool"]
         assert d.test.texts == loaded[0].test.texts and torch.equal(d.test.labels, loaded[0].test.labels)
@@ -189,7 +189,7 @@ def test_text_sources_read_the_same_rows(tmp_path, texts):
 def test_a_folder_with_train_and_test_files_is_the_official_split(tmp_path):
     write_texts(tmp_path / "train.csv", 90, seed=1)
     write_texts(tmp_path / "test.csv", 30, seed=2)
-    d = load_dataset(DataRequest(name=f"csv:{tmp_path}"))
+    d = load_dataset(DataSettings(name=f"csv:{tmp_path}"))
     assert len(d.test) == 30 and len(d.train) + len(d.val) == 90
 
 
@@ -215,7 +215,7 @@ WORDNET_LINES = {
 def test_wordnet_supersenses_label_glosses_by_lexicographer_file(tmp_path):
     for name, lines in WORDNET_LINES.items():
         (tmp_path / name).write_text("\n".join(lines * 5) + "\n")
-    d = load_dataset(DataRequest(name="wordnet-supersenses", data_dir=str(tmp_path)))
+    d = load_dataset(DataSettings(name="wordnet-supersenses", data_dir=str(tmp_path)))
     assert d.classes == ["noun.animal", "noun.food", "verb.consumption", "verb.motion"]
     texts = d.train.texts + d.val.texts + d.test.texts
     assert len(texts) == 50 and "a member of the genus Canis" in texts
@@ -227,7 +227,7 @@ def test_wordnet_supersenses_label_glosses_by_lexicographer_file(tmp_path):
     not (Path("/usr/share/wordnet/data.noun").is_file()), reason="Debian's wordnet-base is not installed"
 )
 def test_the_real_wordnet_has_45_supersenses():
-    d = load_dataset(DataRequest(name="wordnet-supersenses"))
+    d = load_dataset(DataSettings(name="wordnet-supersenses"))
     assert len(d.classes) == 45 and len(d.train) + len(d.val) + len(d.test) == 117659
 
 

@@ -129,20 +129,20 @@ def test_every_text_route_trains_then_audits(bert, tmp_path, route):
     assert n == 8
     if n_test is not None:  # the official split: every test file's rows, every train shard's rows
         from laya_cli.data.datasets import load_dataset
-        from laya_cli.data.settings import DataRequest
+        from laya_cli.data.settings import DataSettings
 
-        d = load_dataset(DataRequest(name=dataset, text_column="text"))
+        d = load_dataset(DataSettings(name=dataset, text_column="text"))
         assert len(d.test) == n_test and len(d.train) + len(d.val) == 60
 
 
 def test_parquet_shards_without_split_names_are_one_data_set(tmp_path):
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.data.settings import DataRequest
+    from laya_cli.data.settings import DataSettings
 
     (tmp_path / "data").mkdir()
     write_parquet(tmp_path / "data" / "part-0.parquet", rows(30, 0))
     write_parquet(tmp_path / "data" / "part-1.parquet", rows(30, 1))
-    d = load_dataset(DataRequest(name=f"parquet:{tmp_path}"))
+    d = load_dataset(DataSettings(name=f"parquet:{tmp_path}"))
     assert len(d.train) + len(d.val) + len(d.test) == 60
 
 
@@ -154,16 +154,16 @@ LATIN = csv_text(rows(60, 0))
 
 def test_utf8_with_a_byte_order_mark_is_read_as_utf8(tmp_path):
     from laya_cli.data.datasets import load_dataset
-    from laya_cli.data.settings import DataRequest
+    from laya_cli.data.settings import DataSettings
 
     (tmp_path / "plain.csv").write_bytes(LATIN.encode("utf-8"))
     (tmp_path / "bom.csv").write_bytes(LATIN.encode("utf-8-sig"))
     write_jsonl(tmp_path / "bom.jsonl", rows(60, 0))
     (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "bom.jsonl").read_bytes())
-    plain = load_dataset(DataRequest(name=f"csv:{tmp_path / 'plain.csv'}"))
+    plain = load_dataset(DataSettings(name=f"csv:{tmp_path / 'plain.csv'}"))
     for name, encoding in (("csv:bom.csv", None), ("jsonl:bom.jsonl", None), ("csv:bom.csv", "UTF8")):
         kind, _, file = name.partition(":")
-        d = load_dataset(DataRequest(name=f"{kind}:{tmp_path / file}", encoding=encoding))
+        d = load_dataset(DataSettings(name=f"{kind}:{tmp_path / file}", encoding=encoding))
         assert d.test.texts == plain.test.texts and any("café" in t for t in d.test.texts)
 
 

@@ -4,7 +4,7 @@ from helpers import make_image_folder, train_digits
 
 from laya_cli import backbones as bb
 from laya_cli.data.datasets import load_dataset
-from laya_cli.data.settings import DataRequest
+from laya_cli.data.settings import DataSettings
 from laya_cli.model.checkpoint import read_checkpoint
 from laya_cli.model.laya_model import load_model
 from laya_cli.training.loop import predict
@@ -34,7 +34,7 @@ def test_checkpoint_loads_with_weights_only_and_is_self_describing(digits_ckpt):
 
 def test_round_trip_gives_identical_predictions(digits_ckpt):
     model = load_model(digits_ckpt)
-    data = load_dataset(DataRequest("digits", seed=0))
+    data = load_dataset(DataSettings("digits", seed=0))
     feats = model.features(data.test.images)
     pred = predict(model.head, feats)
     acc = (pred == data.test.labels).float().mean().item()
@@ -48,7 +48,7 @@ def test_round_trip_gives_identical_predictions(digits_ckpt):
 
 def test_reference_is_the_mean_training_feature(digits_ckpt):
     model = load_model(digits_ckpt)
-    data = load_dataset(DataRequest("digits", seed=0))
+    data = load_dataset(DataSettings("digits", seed=0))
     feats = model.features(data.train.images)
     for ref, f in zip(model.reference, feats):
         torch.testing.assert_close(ref, f.mean(0), atol=1e-5, rtol=1e-5)
@@ -64,7 +64,7 @@ def test_early_stopping_restores_the_best_epoch(tmp_path):
 
 def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, capsys):
     from laya_cli.training.job import train
-    from laya_cli.training.settings import TrainConfig, TrainRequest
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
     folder = make_image_folder(tmp_path / "shapes", per_class=8)
     cache_root = tmp_path / "cache"
@@ -73,10 +73,10 @@ def test_frozen_timm_vit_trains_from_cached_features(tmp_path, monkeypatch, caps
     monkeypatch.setattr("laya_cli.features.cache.log", messages.append)
 
     def run(out):
-        req = TrainRequest(
+        req = TrainJobSettings(
             backbone="timm:vit_tiny_patch16_224",
-            data=DataRequest(f"folder:{folder}", seed=0),
-            train=TrainConfig(epochs=2, seed=0),
+            data=DataSettings(f"folder:{folder}", seed=0),
+            train=TrainingSettings(epochs=2, seed=0),
             out=str(tmp_path / out),
             pretrained=False,
         )
@@ -162,7 +162,7 @@ def test_vit_base_is_the_timm_alias():
 def test_image_folder_with_train_test_subfolders_uses_them(tmp_path):
     make_image_folder(tmp_path / "d" / "train", per_class=6)
     make_image_folder(tmp_path / "d" / "test", per_class=2, seed=1)
-    data = load_dataset(DataRequest(f"folder:{tmp_path / 'd'}", image_size=16))
+    data = load_dataset(DataSettings(f"folder:{tmp_path / 'd'}", image_size=16))
     assert len(data.test) == 6 and len(data.train) + len(data.val) == 18
     assert data.classes == ["circle", "cross", "square"] and data.image_shape == (3, 16, 16)
 
@@ -170,14 +170,14 @@ def test_image_folder_with_train_test_subfolders_uses_them(tmp_path):
 def test_undecodable_images_are_skipped_and_counted(tmp_path):
     root = make_image_folder(tmp_path / "d", per_class=6)
     (root / "circle" / "broken.png").write_bytes(b"not a png")
-    data = load_dataset(DataRequest(f"folder:{root}", image_size=16))
+    data = load_dataset(DataSettings(f"folder:{root}", image_size=16))
     assert data.skipped == 1 and len(data.train) + len(data.val) + len(data.test) == 18
     import pytest
 
     from laya_cli.runtime.errors import LayaError
 
     with pytest.raises(LayaError, match="broken.png"):
-        load_dataset(DataRequest(f"folder:{root}", image_size=16, strict=True))
+        load_dataset(DataSettings(f"folder:{root}", image_size=16, strict=True))
 
 
 def test_artworks_layout_labels_by_genre_or_artist(tmp_path):
@@ -190,9 +190,9 @@ def test_artworks_layout_labels_by_genre_or_artist(tmp_path):
         "1,Claude Monet,1840-1926,Impressionism,French\n"
         '2,Pablo Picasso,1881-1973,"Cubism,Surrealism",Spanish\n'
     )
-    by_genre = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=16))
+    by_genre = load_dataset(DataSettings("artworks", data_dir=str(root), image_size=16))
     assert by_genre.classes == ["Cubism", "Impressionism", "Post-Impressionism"]
-    by_artist = load_dataset(DataRequest("artworks", data_dir=str(root), image_size=16, label="artist"))
+    by_artist = load_dataset(DataSettings("artworks", data_dir=str(root), image_size=16, label="artist"))
     assert by_artist.classes == ["Claude_Monet", "Pablo_Picasso", "Vincent_van_Gogh"]
 
 
@@ -210,7 +210,7 @@ def test_fashion_mnist_idx_files_in_a_data_dir(tmp_path):
     for split, n in (("train", 50), ("t10k", 20)):
         idx(tmp_path / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, 28, 28)))
         idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", np.arange(n) % 10)
-    data = load_dataset(DataRequest("fashion-mnist", data_dir=str(tmp_path)))
+    data = load_dataset(DataSettings("fashion-mnist", data_dir=str(tmp_path)))
     assert len(data.test) == 20 and len(data.train) + len(data.val) == 50
     assert data.test.labels.tolist() == [i % 10 for i in range(20)]
 
@@ -263,7 +263,7 @@ def test_fit_on_digits_loaders_writes_the_checkpoint_laya_train_writes(finetune,
     assert cli.exit_code == 0, cli.output
     # The API, given what laya train builds: the digits splits (same split seed), the built-in MLP seeded as
     # laya train seeds it, and its input normalisation.
-    data = load_dataset(DataRequest("digits", seed=seed))
+    data = load_dataset(DataSettings("digits", seed=seed))
     torch.manual_seed(seed)
     mlp = bb.build_backbone(bb.BackboneSpec("mlp", in_channels=1, image_size=(8, 8), finetune=finetune)).model
     loader = lambda split: DataLoader(TensorDataset(split.images, split.labels), batch_size=128)

@@ -12,7 +12,7 @@ from functools import partial
 
 from torch import Tensor
 
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..model.checkpoint import untrained_backbone
 from ..model.evaldata import EvalData, load_eval_data
 from ..model.laya_model import model_from_checkpoint
@@ -43,7 +43,7 @@ from .settings import AuditSettings
 from .verdict import mark_references
 
 
-def data_fingerprint(ckpt: dict, data: EvalRequest) -> str | None:
+def data_fingerprint(ckpt: dict, data: EvalDataSettings) -> str | None:
     """The audited data's fingerprint (data/pinning.py): the checkpoint's, checked against the data it read, where
     the audit read the recorded data; None for other data (``--dataset``, ``--data-dir``) or an older checkpoint."""
     return ckpt.get("dataset", {}).get("fingerprint") if data.dataset is None and data.data_dir is None else None
@@ -55,7 +55,7 @@ def audit_classifier_checkpoint(
     methods: Sequence[str],
     settings: AuditSettings,
     scope: str,
-    data: EvalRequest,
+    data: EvalDataSettings,
     check_planned: Callable = lambda samples, model: None,
     run: RunSettings | None = None,
 ) -> AuditResult:

@@ -1,4 +1,4 @@
-"""The audit's settings: what is audited (``AuditRequest``: the methods compared, ``--compare``, and the scope,
+"""The audit's settings: what is audited (``AuditScopeSettings``: the methods compared, ``--compare``, and the scope,
 ``--scope``), how a layer is removed (``Removal``, ``--ablation``) and everything else an audit computes
 (``AuditSettings``). Declared once (``runtime.declare.setting``); no torch,
 so the gates read them too.
@@ -85,7 +85,7 @@ def compare_for(compare: str | None, scope: str) -> str:
 
 
 @dataclass(frozen=True)
-class AuditRequest(Settings):
+class AuditScopeSettings(Settings):
     """What is audited: the methods compared with laya and random, and where layers are removed — at the head's
     inputs (``head``, direct effects), inside the backbone (``network``, total effects), or ``both`` with their
     comparison. Kept apart from ``AuditSettings`` (each result records them in its own place) so head-scope results

@@ -28,7 +28,7 @@ class AlignDefault:
     # The network term's removal. "bypass": the term is this kind's only where its tapped blocks can be bypassed
     # (residual blocks that keep their input's shape: a ViT's); elsewhere (a ResNet's stages) it has none.
     removal: str = "auto"
-    reads: str = "states"  # what a language model's head weighs of each layer (HeadConfig.reads; --task lm only)
+    reads: str = "states"  # what a language model's head weighs of each layer (HeadSettings.reads; --task lm only)
 
     def loss(self, pool: str | None) -> str:
         return dict(self.losses).get(pool or "", "rank")

@@ -8,8 +8,8 @@ from functools import partial
 
 import typer
 
-from ..auditing.settings import AuditRequest, AuditSettings
-from ..data.settings import EvalRequest
+from ..auditing.settings import AuditScopeSettings, AuditSettings
+from ..data.settings import EvalDataSettings
 from ..gates.settings import AuditOutputs, GateSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
@@ -30,9 +30,9 @@ from .options import ModelPath
 
 @with_settings(
     files=AuditOutputs,
-    what=AuditRequest,
+    what=AuditScopeSettings,
     settings=AuditSettings,
-    data=EvalRequest,
+    data=EvalDataSettings,
     load=LoadSettings,
     run=RunSettings,
     gates=GateSettings,
@@ -41,9 +41,9 @@ def audit(
     model: ModelPath,
     *,
     files: AuditOutputs,
-    what: AuditRequest,
+    what: AuditScopeSettings,
     settings: AuditSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     load: LoadSettings,
     run: RunSettings,
     gates: GateSettings,

@@ -1,16 +1,16 @@
 """``laya bench``: train every head with every seed, audit each and compare (the job:
 the task's bench, ``exporting.tasks.bench``). The speed benchmarks are the checkout's ``python -m benchmarks``.
 
-The bench's own options are ``BenchRequest``'s declared settings (heads, seeds, the output folder); the backbone,
-data and head options ``TrainRequest``'s (those a bench varies or fixes are left out); the audit's five
+The bench's own options are ``BenchSettings``'s declared settings (heads, seeds, the output folder); the backbone,
+data and head options ``TrainJobSettings``'s (those a bench varies or fixes are left out); the audit's five
 ``AuditSettings``'."""
 
 from __future__ import annotations
 
 from ..auditing.settings import AuditSettings
 from ..runtime import progress
-from ..training.bench import BenchRequest
-from ..training.settings import TrainRequest
+from ..training.bench import BenchSettings
+from ..training.settings import TrainJobSettings
 from .common import console, print_tables, write_outputs
 from .declared import Use, with_settings
 from .options import JsonOut, MarkdownOut, Quiet, Replace
@@ -30,15 +30,17 @@ AUDITED = Use(
 )
 
 
-@with_settings(bench=Use(BenchRequest, skip=("train", "audit")), req=Use(TrainRequest, skip=BENCH_FIXES), audit=AUDITED)
+@with_settings(
+    bench=Use(BenchSettings, skip=("train", "audit")), req=Use(TrainJobSettings, skip=BENCH_FIXES), audit=AUDITED
+)
 def bench(
     json_out: JsonOut = None,
     markdown: MarkdownOut = None,
     quiet: Quiet = False,
     overwrite: Replace = False,
     *,
-    bench: BenchRequest,
-    req: TrainRequest,
+    bench: BenchSettings,
+    req: TrainJobSettings,
     audit: AuditSettings,
 ):
     """Train every head with every seed, audit each, and print the paper's comparison tables (--task lm: the LAYA
@@ -61,7 +63,7 @@ def bench(
     render_bench(result, bench, quiet, (json_out, markdown))
 
 
-def render_classifiers(result, bench: BenchRequest, quiet: bool, files) -> None:
+def render_classifiers(result, bench: BenchSettings, quiet: bool, files) -> None:
     """A classifiers' bench: its tables and files, and the tracker's run."""
     render(result, bench, quiet, *files)
     log_bench_run(f"{bench.train.data.name}-{bench.train.backbone}", result, list(files))
@@ -98,7 +100,7 @@ def log_bench_run(name: str, result, files) -> None:
     log_bench(current_run().track(f"bench {name}"), result.to_dict(), files)
 
 
-def render_lm(doc: dict, bench: BenchRequest, quiet: bool, files) -> None:
+def render_lm(doc: dict, bench: BenchSettings, quiet: bool, files) -> None:
     """A language model's bench: its tables, the JSON and the Markdown asked for."""
     from ..report.lm import lm_bench_markdown, lm_bench_tables
     from ..runtime.fileio import strict_json

@@ -1,7 +1,7 @@
 """Typer options made from the settings each stage declares on its dataclasses (``runtime.declare.setting``).
 
-``with_settings(req=TrainRequest, …)`` gives a command every declared option of each class (a nested
-dataclass field's too: a ``TrainRequest``'s head, data and training settings) after its own parameters, and
+``with_settings(req=TrainJobSettings, …)`` gives a command every declared option of each class (a nested
+dataclass field's too: a ``TrainJobSettings``'s head, data and training settings) after its own parameters, and
 calls it with one object per class, built from the parsed values: valid (a ``runtime.declare.Settings`` checks
 itself when built) and frozen. ``Use`` (runtime/declare.py) says which settings of a class a command offers. The
 flag, help, metavar and default come from the field's declaration, so a setting is written once. No torch here.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..depthing.settings import DepthSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
@@ -15,7 +15,9 @@ from .declared import Use, with_settings
 from .options import JsonOut, MarkdownOut, ModelPath, PlotOut, Quiet, Replace, TruncateOut
 
 
-@with_settings(settings=DepthSettings, data=EvalRequest, load=LoadSettings, run=Use(RunSettings, skip=("precision",)))
+@with_settings(
+    settings=DepthSettings, data=EvalDataSettings, load=LoadSettings, run=Use(RunSettings, skip=("precision",))
+)
 def depth(
     model: ModelPath,
     out: TruncateOut = None,
@@ -26,7 +28,7 @@ def depth(
     overwrite: Replace = False,
     *,
     settings: DepthSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     load: LoadSettings,
     run: RunSettings,
 ):

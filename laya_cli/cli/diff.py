@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ..auditing.diff.settings import DiffSettings
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
 from .common import EXIT_GATE_FAILED, err_console, escape, print_tables, trust_arch, write_outputs
@@ -26,7 +26,7 @@ FailIfChanged = Annotated[
 ]
 
 
-@with_settings(settings=DiffSettings, data=Use(EvalRequest), load=LoadSettings)
+@with_settings(settings=DiffSettings, data=Use(EvalDataSettings), load=LoadSettings)
 def diff(
     model_a: ModelA,
     model_b: ModelB,
@@ -37,7 +37,7 @@ def diff(
     overwrite: Replace = False,
     *,
     settings: DiffSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     load: LoadSettings,
 ):
     """Compare two versions of a model: per class and layer the change of α, LOLO Δ and contrib, with tests; of a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..exporting.settings import ExportSettings
 from ..model.settings import LoadSettings
 from ..runtime import progress
@@ -15,7 +15,9 @@ from .declared import Use, with_settings
 from .options import ExportOut, ExportQuiet, ModelPath, Overwrite
 
 
-@with_settings(settings=ExportSettings, data=EvalRequest, load=LoadSettings, run=Use(RunSettings, only=("max_memory",)))
+@with_settings(
+    settings=ExportSettings, data=EvalDataSettings, load=LoadSettings, run=Use(RunSettings, only=("max_memory",))
+)
 def export(
     model: ModelPath,
     out: ExportOut = Path("export"),
@@ -23,7 +25,7 @@ def export(
     quiet: ExportQuiet = False,
     *,
     settings: ExportSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     load: LoadSettings,
     run: RunSettings,
 ):

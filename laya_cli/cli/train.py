@@ -1,6 +1,6 @@
 """``laya train``: train a head on a backbone and write a checkpoint (the job: ``training.job.train``).
 
-Every option but ``--quiet`` and ``--overwrite`` is a declared setting of ``TrainRequest`` (with its head, data,
+Every option but ``--quiet`` and ``--overwrite`` is a declared setting of ``TrainJobSettings`` (with its head, data,
 training and language-model settings: training/settings.py); ``with_settings`` makes the Typer options from them.
 The task (``--task``) is one of those settings: the job trains a classifier's head or a language model's."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 from ..runtime import progress
 from ..runtime.declare import evolve
-from ..training.settings import TrainRequest
+from ..training.settings import TrainJobSettings
 from .common import console, err_console
 from .declared import with_settings
 from .options import Quiet, Replace
 
 
-@with_settings(req=TrainRequest)
-def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainRequest):
+@with_settings(req=TrainJobSettings)
+def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainJobSettings):
     """Train a head (LAYA or a baseline) on a backbone and write a checkpoint."""
     from ..exporting.tasks import train as run_training
     from ..runtime.device import resolved
@@ -40,7 +40,7 @@ def train(quiet: Quiet = False, overwrite: Replace = False, *, req: TrainRequest
     print_trained(ckpt, req.out)
 
 
-def check_new_checkpoint(req: TrainRequest, overwrite: bool) -> None:
+def check_new_checkpoint(req: TrainJobSettings, overwrite: bool) -> None:
     """``--out`` names a new file, or ``--overwrite`` says to replace it; ``--resume`` continues into it."""
     from ..runtime.fileio import check_new_outputs
 

@@ -19,7 +19,7 @@ from ..runtime.environment import data_dir, offline
 from ..runtime.errors import LayaError, match_choice
 from .corpus import Corpus, open_corpus
 from .images import IMAGE_SUFFIXES, FileSource, LazyImages, decode_workers, load_images, take  # noqa: F401
-from .settings import LABELS, DataRequest
+from .settings import LABELS, DataSettings
 from .splits import (  # noqa: F401  (datasets.DataSplits etc.: where they lived before splits.py)
     TEST_SPLIT_SEED,
     DataDirMissing,
@@ -38,7 +38,7 @@ DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 # --------------------------------------------------------------------------- digits
 
 
-def load_digits(req: DataRequest) -> DataSplits:
+def load_digits(req: DataSettings) -> DataSplits:
     if req.data_dir:
         raise DataDirMissing(
             f"--data-dir {req.data_dir} does not apply to digits (bundled with scikit-learn); leave it out"
@@ -96,11 +96,11 @@ def _find_idx(folder: Path, stem: str) -> Path | None:
     return None
 
 
-def _fashion_dirs(req: DataRequest) -> list[Path]:
+def _fashion_dirs(req: DataSettings) -> list[Path]:
     return [DEBIAN_FASHION_MNIST, default_data_dir()]
 
 
-def explicit_dir(req: DataRequest, holds: Callable[[Path], bool], wanted: str) -> Path | None:
+def explicit_dir(req: DataSettings, holds: Callable[[Path], bool], wanted: str) -> Path | None:
     """The ``--data-dir`` the user gave, which must hold the dataset (``wanted``: what was looked for, with
     ``{dir}`` for the folder): an explicit folder is never silently swapped for another copy (a typo must
     not train on the system's copy). None when no --data-dir was given."""
@@ -119,7 +119,7 @@ def default_data_dir() -> Path:
     return data_dir()
 
 
-def load_fashion_mnist(req: DataRequest) -> DataSplits:
+def load_fashion_mnist(req: DataSettings) -> DataSplits:
     looked = _fashion_dirs(req)
     stem = FASHION_FILES["test"][0]
     folder = explicit_dir(
@@ -165,7 +165,7 @@ def _download_torchvision(dataset: str, looked: list[Path]) -> Path:
 # --------------------------------------------------------------------------- cifar10
 
 
-def load_cifar10(req: DataRequest) -> DataSplits:
+def load_cifar10(req: DataSettings) -> DataSplits:
     import torchvision
 
     looked = [default_data_dir()]
@@ -228,7 +228,7 @@ def _source_dataset(source, names, classes, size, strict) -> tuple[ImageTensorDa
     return ImageTensorDataset(images, labels), len(source) - len(kept)
 
 
-def load_folder(req: DataRequest, root: Path | None = None) -> DataSplits:
+def load_folder(req: DataSettings, root: Path | None = None) -> DataSplits:
     root = Path(root or req.name.partition(":")[2]).expanduser()
     if req.data_dir:
         raise DataDirMissing(
@@ -327,7 +327,7 @@ def _warn(message: str) -> None:
     warn(message)
 
 
-def load_artworks(req: DataRequest) -> DataSplits:
+def load_artworks(req: DataSettings) -> DataSplits:
     """Best Artworks of All Time: images/<Artist_Name>/*.jpg and artists.csv."""
     looked = [default_data_dir() / "artworks"]
     root = explicit_dir(req, lambda d: (d / "artists.csv").is_file(), "{dir}/artists.csv and {dir}/images/")
@@ -384,7 +384,7 @@ def load_artworks(req: DataRequest) -> DataSplits:
 # --------------------------------------------------------------------------- shard formats (shards.py)
 
 
-def load_sharded(req: DataRequest) -> DataSplits:
+def load_sharded(req: DataSettings) -> DataSplits:
     """``wds:``, ``parquet:`` and ``hf-disk:`` data sets: read by shards.py, split like an image folder;
     with ``--text-column``, a text column instead (text.py)."""
     from . import shards
@@ -408,13 +408,13 @@ def load_sharded(req: DataRequest) -> DataSplits:
     return _finish(train, test, found.classes, req, f"{found.identity}:{size}", skipped + found.skipped)
 
 
-def load_text(req: DataRequest) -> DataSplits:
+def load_text(req: DataSettings) -> DataSplits:
     return load_text_columns(req)
 
 
 # --------------------------------------------------------------------------- registry
 
-DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
+DATASETS: dict[str, Callable[[DataSettings], DataSplits]] = {
     "digits": load_digits,
     "fashion-mnist": load_fashion_mnist,
     "cifar10": load_cifar10,
@@ -424,7 +424,7 @@ DATASETS: dict[str, Callable[[DataRequest], DataSplits]] = {
 
 
 # Data sets named PREFIX:PATH.
-PREFIXED: dict[str, Callable[[DataRequest], DataSplits]] = {
+PREFIXED: dict[str, Callable[[DataSettings], DataSplits]] = {
     "folder": load_folder,
     "wds": load_sharded,
     "parquet": load_sharded,
@@ -457,7 +457,7 @@ def open_named_corpus(name: str, reader: str, text_column: str | None = None, en
 USER_DATASET = "user"
 
 
-def holds_images(req: DataRequest) -> bool:
+def holds_images(req: DataSettings) -> bool:
     """Datasets decoded from image files, at a size the backbone chooses: not text. ``parquet:``/``hf-disk:``
     data holds text with ``--text-column``, or when it has a ``text`` column and no image column (as a csv does)."""
     prefix, colon, path = req.name.partition(":")
@@ -477,7 +477,7 @@ def dataset_name(name: str) -> str:
     return match_choice("dataset", name, [*DATASETS, *(f"{p}:PATH" for p in PREFIXED)])
 
 
-def load_dataset(req: DataRequest) -> DataSplits:
+def load_dataset(req: DataSettings) -> DataSplits:
     name = dataset_name(req.name)
     prefix, colon, _ = name.partition(":")
     if req.validate().encoding and prefix not in TEXT_FILE_KINDS:

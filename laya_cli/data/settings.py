@@ -1,5 +1,5 @@
-"""The data a job reads, as settings: the training data set and how its files are read (``DataRequest``, recorded
-in the checkpoint) and the samples a command reads from a checkpoint's data (``EvalRequest``). Declared once
+"""The data a job reads, as settings: the training data set and how its files are read (``DataSettings``, recorded
+in the checkpoint) and the samples a command reads from a checkpoint's data (``EvalDataSettings``). Declared once
 (``runtime.declare.setting``); no torch.
 """
 
@@ -26,7 +26,7 @@ DATA_DIR_HELP = "Where the dataset lives (see docs/datasets.md)."
 
 
 @dataclass
-class DataRequest:
+class DataSettings:
     PANEL: ClassVar[str] = "Data"
 
     name: str = setting("digits", DATASET_HELP, param="dataset", panel="Main")
@@ -55,11 +55,11 @@ class DataRequest:
     )
     encoding: str | None = setting(None, ENCODING_HELP)  # None: UTF-8, with or without a BOM
 
-    # Added after run records existed: left out of TrainRequest.options() while at these defaults, so
+    # Added after run records existed: left out of TrainJobSettings.options() while at these defaults, so
     # the fingerprints of earlier runs (--resume states, laya bench records) stay valid.
     LATER = {"image_column": "image", "label_column": "label", "text_column": None, "encoding": None}
 
-    def validate(self) -> DataRequest:
+    def validate(self) -> DataSettings:
         """UTF-8 (with or without a BOM) is what laya reads by default: never recorded, as None."""
         check_fields(self)
         encoding = check_encoding(self.encoding)
@@ -68,7 +68,7 @@ class DataRequest:
 
 
 @dataclass(frozen=True)
-class EvalRequest(Settings):
+class EvalDataSettings(Settings):
     """The samples a command reads from a checkpoint's data (``laya audit``, ``depth``, ``export``, ``diff``)."""
 
     PANEL: ClassVar[str] = "Data"
@@ -80,7 +80,7 @@ class EvalRequest(Settings):
     data_dir: str | None = setting(None, DATA_DIR_HELP, task="classify")
     encoding: str | None = setting(None, ENCODING_HELP)
 
-    def validate(self) -> EvalRequest:
+    def validate(self) -> EvalDataSettings:
         check_fields(self)
         check_encoding(self.encoding)
         return self

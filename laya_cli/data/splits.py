@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from ..runtime.errors import LayaError
 from .images import LazyImages, take
-from .settings import DataRequest
+from .settings import DataSettings
 
 
 class DataDirMissing(LayaError):
@@ -83,7 +83,7 @@ def _finish(
     train: ImageTensorDataset,
     test: ImageTensorDataset,
     classes,
-    req: DataRequest,
+    req: DataSettings,
     identity: str,
     skipped=0,
     unmatched=(),

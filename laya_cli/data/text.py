@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from ..runtime.errors import LayaError
 from ..runtime.fileio import digest
-from .settings import DataRequest
+from .settings import DataSettings
 from .shards import _labels_to_names
 from .splits import TEST_SPLIT_SEED, DataDirMissing, DataSplits, ImageTensorDataset, _finish, stratified_split
 from .textfiles import read_files, read_hf_disk
@@ -74,7 +74,7 @@ class TokenDataset(ImageTensorDataset):
 # --------------------------------------------------------------------------- WordNet
 
 
-def _wordnet_dir(req: DataRequest) -> Path:
+def _wordnet_dir(req: DataSettings) -> Path:
     if req.data_dir:
         root = Path(req.data_dir).expanduser()
         if not (root / "data.noun").is_file():
@@ -112,7 +112,7 @@ def read_wordnet(root: Path) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
-def load_wordnet_supersenses(req: DataRequest) -> DataSplits:
+def load_wordnet_supersenses(req: DataSettings) -> DataSplits:
     root = _wordnet_dir(req)
     texts, lex = read_wordnet(root)
     used = sorted(set(lex))
@@ -125,7 +125,7 @@ def load_wordnet_supersenses(req: DataRequest) -> DataSplits:
 # --------------------------------------------------------------------------- columns of files
 
 
-def load_text_columns(req: DataRequest) -> DataSplits:
+def load_text_columns(req: DataSettings) -> DataSplits:
     """``csv:``/``jsonl:``/``parquet:``/``hf-disk:`` PATH with a text column."""
     kind, _, path = req.name.partition(":")
     root = Path(path).expanduser()
@@ -161,7 +161,7 @@ def hash_texts(texts: list) -> str:
     return digest(texts=[str(t) for t in texts])
 
 
-def _text_splits(train: TextDataset, test: TextDataset | None, classes, req: DataRequest, identity: str) -> DataSplits:
+def _text_splits(train: TextDataset, test: TextDataset | None, classes, req: DataSettings, identity: str) -> DataSplits:
     if len(classes) < 2:
         raise LayaError(f"{req.name} has {len(classes)} class(es); a classifier needs at least 2")
     if test is None:

@@ -19,12 +19,12 @@ from ..data.images import take
 from ..features.extraction import LayerFeatures, to_float_images
 from ..model.evaldata import in_memory
 from ..model.heads import head_kind
-from ..model.settings import HeadConfig
+from ..model.settings import HeadSettings
 from ..runtime.distributed import barrier, is_main
 from ..runtime.errors import LayaError
 from ..runtime.fileio import json_safe, strict_json
 from ..runtime.progress import log
-from ..training.settings import TrainConfig
+from ..training.settings import TrainingSettings
 from . import early_exit as ee
 from .settings import DepthSettings
 from .truncation import check_k, check_maskable, fold_head, masked_output, refit_head
@@ -120,17 +120,17 @@ def head_predictions(
     return torch.cat(preds), torch.cat(pmax)
 
 
-def _train_config(model, settings: DepthSettings) -> TrainConfig:
-    known = {f for f in TrainConfig.__dataclass_fields__}
+def _train_config(model, settings: DepthSettings) -> TrainingSettings:
+    known = {f for f in TrainingSettings.__dataclass_fields__}
     recorded = {k: v for k, v in model.checkpoint.get("train_config", {}).items() if k in known}
     epochs = {} if settings.refit_epochs is None else {"epochs": settings.refit_epochs}
-    return TrainConfig(**{**recorded, "device": settings.device, **epochs}).validate()
+    return TrainingSettings(**{**recorded, "device": settings.device, **epochs}).validate()
 
 
 def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: DepthSettings) -> dict[int, tuple]:
     """{k: (head, epochs run)}: a head of the checkpoint's kind retrained on the taps ≤ k."""
     cfg = _train_config(model, settings)
-    head_cfg = HeadConfig(**model.checkpoint["head"]["config"])
+    head_cfg = HeadSettings(**model.checkpoint["head"]["config"])
     train, val = fit_feats["train"], fit_feats["val"]
     out = {}
     for k in depths:
@@ -467,7 +467,7 @@ def truncated_head(model, k: int, settings: DepthSettings, fit_feats: dict[str, 
         head, _ = refit_heads(model, fit_feats, [k], settings)[k]
         return head, "refit"
     reference = [r.to(settings.device) for r in model.reference]
-    config = HeadConfig(**model.checkpoint["head"]["config"])
+    config = HeadSettings(**model.checkpoint["head"]["config"])
     return fold_head(model.head, reference, k, config, len(model.classes)), "masked"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..auditing.budget import plan_rows
 from ..auditing.flags import checkpoint_flags
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..model.evaldata import EvalData, check_fit_data, load_eval_data, load_fit_features
 from ..model.laya_model import model_from_checkpoint
 from ..model.lm_heads import LayaLM, lm_from_checkpoint
@@ -36,7 +36,7 @@ def depth_classifier_checkpoint(
     path,
     ckpt: dict,
     settings: DepthSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     out: str | Path | None = None,
     run: RunSettings | None = None,
     overwrite: bool = False,
@@ -62,12 +62,12 @@ def depth_classifier_checkpoint(
     return result
 
 
-def lm_depth_checkpoint(path, ckpt: dict, settings: DepthSettings, data: EvalRequest, load: LoadSettings, **_):
+def lm_depth_checkpoint(path, ckpt: dict, settings: DepthSettings, data: EvalDataSettings, load: LoadSettings, **_):
     """``laya depth``'s job on a language model's checkpoint: its early exit per token (``token_depth``)."""
     return token_depth(lm_from_checkpoint(ckpt, load.device_map), settings, data, path)
 
 
-def token_depth(model: LayaLM, settings: DepthSettings, data: EvalRequest, path) -> TokenExitResult:
+def token_depth(model: LayaLM, settings: DepthSettings, data: EvalDataSettings, path) -> TokenExitResult:
     """A language model's depth: its early exit per token on ``data.samples`` held-out positions (20,000 by
     default)."""
     model.to(settings.device)

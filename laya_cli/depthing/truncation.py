@@ -20,9 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from ..model.heads import HeadOutput, build_head, head_kind
-from ..model.settings import HeadConfig
+from ..model.settings import HeadSettings
 from ..runtime.errors import LayaError
-from ..training.settings import TrainConfig
+from ..training.settings import TrainingSettings
 
 
 def check_k(k: int, n_layers: int, option: str = "--truncate") -> int:
@@ -71,7 +71,7 @@ def masked_output(head: nn.Module, feats: Sequence[Tensor], reference: Sequence[
 
 
 @torch.no_grad()
-def fold_head(head: nn.Module, reference: Sequence[Tensor], k: int, cfg: HeadConfig, num_classes: int) -> nn.Module:
+def fold_head(head: nn.Module, reference: Sequence[Tensor], k: int, cfg: HeadSettings, num_classes: int) -> nn.Module:
     """An ordinary head over the first k layers that equals ``masked_output(head, ·, reference, k)``."""
     check_maskable(head)
     n_layers = len(reference)
@@ -109,8 +109,8 @@ def refit_head(
     val: tuple[list[Tensor], Tensor],
     k: int,
     num_classes: int,
-    head_cfg: HeadConfig,
-    train_cfg: TrainConfig,
+    head_cfg: HeadSettings,
+    train_cfg: TrainingSettings,
     on_epoch=None,
 ) -> tuple[nn.Module, list]:
     """A head of ``kind`` trained from scratch on the first k layers' features (Adam, early stopping on

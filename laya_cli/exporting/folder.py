@@ -36,7 +36,7 @@ from ..auditing.budget import plan_rows
 from ..auditing.collapse import collapse_summary, collapse_warning, trained_against
 from ..auditing.methods import contrib as contrib_scores
 from ..auditing.plan import Rows, Shard
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..features.extraction import feature_batches, num_layers
 from ..runtime import fileio
 from ..runtime.declare import check_at_least
@@ -436,14 +436,14 @@ def write_export(
 
 # run_export's defaults (frozen: one object serves every call): the declared settings on the CPU, the checkpoint's
 # own test split, every sample.
-ON_CPU, OWN_TEST_SPLIT = ExportSettings(device="cpu"), EvalRequest()
+ON_CPU, OWN_TEST_SPLIT = ExportSettings(device="cpu"), EvalDataSettings()
 
 
 def run_export(
     model_path: str | Path,
     out: str | Path = "export",
     settings: ExportSettings = ON_CPU,
-    data: EvalRequest = OWN_TEST_SPLIT,
+    data: EvalDataSettings = OWN_TEST_SPLIT,
     overwrite: bool = False,
     use_cache: bool = True,
     stream: bool = True,

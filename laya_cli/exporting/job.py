@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..runtime.memory import MemoryRequest
 from .folder import Export, run_export
 from .settings import ExportSettings
@@ -18,7 +18,7 @@ def export_classifier_checkpoint(
     ckpt: dict,
     out: str | Path,
     settings: ExportSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     overwrite: bool = False,
     memory: MemoryRequest | None = None,
 ) -> Export:

@@ -27,7 +27,7 @@ from ..auditing.job import audit_classifier_checkpoint, audit_job
 from ..auditing.lm import TOKENS_AUDITED, audit_lm_checkpoint, token_audit_job
 from ..auditing.results import AuditResult
 from ..auditing.settings import Removal
-from ..data.settings import EvalRequest
+from ..data.settings import EvalDataSettings
 from ..depthing.job import LM_EXIT_TOKENS, depth_classifier_checkpoint, depth_job, lm_depth_checkpoint, token_depth
 from ..features.attach import Tapped, attach
 from ..model.checkpoint import checkpoint_task, read_checkpoint
@@ -35,7 +35,7 @@ from ..model.evaldata import load_eval_data, loader_eval_data
 from ..model.heads import HEADS
 from ..model.laya_model import LayaModel, model_from_checkpoint
 from ..model.lm_heads import LayaLM, lm_from_checkpoint
-from ..model.settings import HeadConfig, LoadSettings
+from ..model.settings import HeadSettings, LoadSettings
 from ..runtime.declare import build, refuse_other_task
 from ..runtime.device import resolved
 from ..runtime.errors import LayaError, match_choice
@@ -44,7 +44,7 @@ from ..training.bench_lm import run_lm_bench
 from ..training.job import fit_loaders
 from ..training.job import train as train_classifier
 from ..training.lm import train_lm
-from ..training.settings import LMSettings, TrainConfig, TrainRequest, check_alpha_options
+from ..training.settings import LMSettings, TrainingSettings, TrainJobSettings, check_alpha_options
 from .folder import check_format, check_out_dir, export_data
 from .job import export_classifier_checkpoint
 from .lm import TOKENS_EXPORTED, compute_token_export, default_token_format, export_lm_checkpoint, write_token_export
@@ -112,15 +112,17 @@ class ClassifierTask(Task):
         return model_from_checkpoint(ckpt, backbone)
 
     def fit(self, tapped, train_loader, settings: dict, options: dict) -> LayaModel:
-        head_cfg = build(HeadConfig, settings).validate()
+        head_cfg = build(HeadSettings, settings).validate()
         self.refuse_others(head_cfg, build(LMSettings, settings))
         tapped = tapped if isinstance(tapped, Tapped) else attach(tapped)
         head = match_choice("head", options["head"], HEADS)  # case-insensitive, as on the command line
         val_loader, val_fraction = options["val_loader"], options["val_fraction"]
         if val_loader is None and not 0 < val_fraction < 1:
             raise LayaError(f"val_fraction must be between 0 and 1, got {val_fraction}")
-        batch_size = settings["batch_size"] or getattr(train_loader, "batch_size", None) or TrainConfig().batch_size
-        cfg = resolved(build(TrainConfig, settings, batch_size=batch_size)).validate()
+        batch_size = (
+            settings["batch_size"] or getattr(train_loader, "batch_size", None) or TrainingSettings().batch_size
+        )
+        cfg = resolved(build(TrainingSettings, settings, batch_size=batch_size)).validate()
         check_alpha_options(cfg, head)
         loaders = {"train": train_loader, "val": val_loader, "test": options["test_loader"]}
         frozen, classes, cache = options["frozen"], options["classes"], options["cache"]
@@ -202,7 +204,7 @@ class LanguageModelTask(Task):
         if given:
             raise LayaError(f"{', '.join(given)}: a classifier's (a language model's heads train on its text)")
         values = {k: v for k, v in settings.items() if v is not None or k != "batch_size"}  # None: the paper's 128
-        req = build(TrainRequest, {**values, "backbone": model, "dataset": text, "task": self.name}, out="")
+        req = build(TrainJobSettings, {**values, "backbone": model, "dataset": text, "task": self.name}, out="")
         req = dataclasses.replace(req, train=resolved(req.train))
         ckpt = self.train(req)
         return lm_from_checkpoint(ckpt, req.lm.device_map).to(req.train.device)
@@ -254,19 +256,19 @@ TASKS: dict[str, Task] = {task.name: task for task in (ClassifierTask(), Languag
 
 def task_for(what) -> Task:
     """The one choice of a task: from a checkpoint dict (its ``task``), a task's name (``--task``), or anything
-    that carries ``task`` (a ``LayaModel``, a ``LayaLM``, a ``TrainRequest``)."""
+    that carries ``task`` (a ``LayaModel``, a ``LayaLM``, a ``TrainJobSettings``)."""
     name = checkpoint_task(what) if isinstance(what, dict) else what if isinstance(what, str) else what.task
     return TASKS[name]
 
 
-def _text(loader, samples: int | None, default: int) -> EvalRequest:
+def _text(loader, samples: int | None, default: int) -> EvalDataSettings:
     """A language model's data as the Python API reads it: its held-out text (or ``text:PATH``), ``samples``
     positions (``default`` when None)."""
     if loader is not None and not isinstance(loader, str):
         raise LayaError("a language model reads text: give text:PATH, or None for the text it was trained with")
     if samples is not None and samples < 1:
         raise LayaError(f"samples must be at least 1, got {samples}")
-    return EvalRequest(samples=samples or default, dataset=loader).validate()
+    return EvalDataSettings(samples=samples or default, dataset=loader).validate()
 
 
 def _no_samples(samples: int | None) -> None:
@@ -294,7 +296,7 @@ def audit_checkpoint(
     methods: Sequence[str],
     settings,
     scope: str,
-    data: EvalRequest,
+    data: EvalDataSettings,
     load: LoadSettings,
     check_planned: Callable = lambda samples, model: None,
     run=None,
@@ -313,7 +315,7 @@ def audit_checkpoint(
 def depth_checkpoint(
     path,
     settings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     load: LoadSettings,
     out=None,
     on_task=lambda task: None,
@@ -333,7 +335,7 @@ def depth_checkpoint(
 
 
 def export_checkpoint(
-    path, out: str | Path, settings, data: EvalRequest, load: LoadSettings, overwrite: bool = False, memory=None
+    path, out: str | Path, settings, data: EvalDataSettings, load: LoadSettings, overwrite: bool = False, memory=None
 ):
     """Export the checkpoint at ``path``, whichever its task, to the folder ``out`` (written atomically;
     ``overwrite``: replace a previous export there); the settings of the other task refused in one line first."""
@@ -344,7 +346,13 @@ def export_checkpoint(
 
 
 def diff_checkpoints(
-    path_a, path_b, settings, data: EvalRequest, load: LoadSettings, on_classes=lambda classes: None, use_cache=True
+    path_a,
+    path_b,
+    settings,
+    data: EvalDataSettings,
+    load: LoadSettings,
+    on_classes=lambda classes: None,
+    use_cache=True,
 ) -> DiffResult:
     """``laya diff``'s job on two checkpoint files of one task: two classifiers compared class by class, two
     language models token by token. One of each is refused, then the settings of the other task, in one line;

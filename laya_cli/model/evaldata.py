@@ -14,7 +14,7 @@ from torch import Tensor
 from ..data.datasets import USER_DATASET, DataDirMissing, dataset_name, holds_images, load_dataset
 from ..data.images import take
 from ..data.pinning import check_same_data, split_fingerprint
-from ..data.settings import DataRequest, check_encoding
+from ..data.settings import DataSettings, check_encoding
 from ..data.text import tokenize_splits
 from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures, StreamedFeatures, extract_batches, feature_batches
@@ -67,7 +67,7 @@ def check_input_fits(model: LayaModel, image_shape, name: str) -> None:
         )
 
 
-def _load(req: DataRequest, recorded: bool):
+def _load(req: DataSettings, recorded: bool):
     """``load_dataset``; a ``--data-dir`` recorded in the checkpoint (not given now) that does not hold
     the data falls back to where laya looks by default (another machine, moved data)."""
     try:
@@ -100,13 +100,13 @@ def model_dataset(
     name = dataset_name(dataset or ds.get("resolved") or ds.get("name", "digits"))
     same = name in (ds.get("name"), ds.get("resolved"))
     recorded = (ds.get("data_dir_resolved") or ds.get("data_dir")) if same and data_dir is None else None
-    req = DataRequest(
+    req = DataSettings(
         name=name,
         data_dir=data_dir if data_dir is not None else recorded,
         image_size=ds.get("image_size") if same else None,
         label=ds.get("label", "genre"),
         seed=ds.get("seed", 1337),
-        **{k: ds.get(k, v) for k, v in DataRequest.LATER.items() if k != "encoding"},
+        **{k: ds.get(k, v) for k, v in DataSettings.LATER.items() if k != "encoding"},
         encoding=check_encoding(encoding) if encoding is not None else ds.get("encoding") if same else None,
     )
     if req.image_size is None and holds_images(req):

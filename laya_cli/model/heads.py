@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..runtime.errors import match_choice
 from ..runtime.fileio import digest
-from .settings import HeadConfig
+from .settings import HeadSettings
 
 
 class HeadOutput(NamedTuple):
@@ -79,7 +79,7 @@ class LAYAHead(Head):
     kind, has_alpha, maskable, has_layer_logits = "laya", True, True, True
     cascade = ("classifier", "scorer", "psi", "adapters")
 
-    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadSettings):
         super().__init__()
         L, d = len(dims), cfg.d_star
         self.tau, self.layer_norm = cfg.tau, cfg.layer_norm
@@ -123,7 +123,7 @@ class LastLayerHead(Head):
 
     kind = "last"
 
-    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadSettings):
         super().__init__()
         self.layer_norm = cfg.layer_norm
         self.classifier = nn.Linear(dims[-1], num_classes)
@@ -138,7 +138,7 @@ class ConcatHead(Head):
     kind = "concat"
     cascade = ("classifier", "adapters")
 
-    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadSettings):
         super().__init__()
         self.layer_norm = cfg.layer_norm
         self.adapters = _adapters(dims, cfg.d_star)
@@ -155,7 +155,7 @@ class ScalarMixHead(Head):
     kind, has_alpha, maskable = "scalarmix", True, True
     cascade = ("classifier", "gamma", "mix_logits", "adapters")
 
-    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadConfig):
+    def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadSettings):
         super().__init__()
         self.layer_norm = cfg.layer_norm
         self.adapters = _adapters(dims, cfg.d_star)
@@ -180,9 +180,9 @@ def head_kind(head: nn.Module) -> str:
     return getattr(head, "kind", type(head).__name__)
 
 
-def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadConfig | None = None) -> Head:
+def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadSettings | None = None) -> Head:
     kind = match_choice("head", kind, HEADS)
-    cfg = (cfg or HeadConfig()).validate()
+    cfg = (cfg or HeadSettings()).validate()
     return HEADS[kind](list(dims), num_classes, cfg)
 
 

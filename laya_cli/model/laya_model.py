@@ -19,7 +19,7 @@ from ..features.extraction import backbone_forward, to_float_images
 from ..runtime.errors import LayaError
 from .checkpoint import checkpoint_body, read_checkpoint, save_checkpoint
 from .heads import HeadOutput, build_head
-from .settings import HeadConfig
+from .settings import HeadSettings
 
 
 class EndToEnd(nn.Module):
@@ -162,7 +162,7 @@ def model_from_checkpoint(ckpt: dict, backbone: nn.Module | None = None) -> Laya
         spec = BackboneSpec.from_dict(ckpt["backbone"]["spec"])
         tapped = _rebuild_backbone(ckpt["backbone"], spec, backbone)
         head = build_head(
-            ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadConfig(**ckpt["head"]["config"])
+            ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadSettings(**ckpt["head"]["config"])
         )
         head.load_state_dict(ckpt["head"]["weights"])
     except LayaError:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .heads import Head, HeadOutput
-from .settings import HeadConfig
+from .settings import HeadSettings
 
 if TYPE_CHECKING:
     from ..backbones.lm import LanguageModel
@@ -54,7 +54,7 @@ class LayaLMHead(Head):
     kind, has_alpha, maskable = "laya", True, True
     cascade = ("scorer", "project", "translators")
 
-    def __init__(self, n_layers: int, width: int, readout: nn.Module, cfg: HeadConfig):
+    def __init__(self, n_layers: int, width: int, readout: nn.Module, cfg: HeadSettings):
         super().__init__()
         self.tau, self.reads = cfg.tau, cfg.reads or "states"  # None: a checkpoint from before the setting
         self.translators = translators(n_layers, width)
@@ -318,7 +318,7 @@ def lm_from_checkpoint(ckpt: dict, device_map: str | None = None, lm: LanguageMo
             text = lm.backbone.adapter.text
             set_tokenizer(text, recorded["tokenizer"], recorded["pad_id"], recorded.get("source", ""))
     width = int(lm.readout.unembedding.weight.shape[1])
-    laya = LayaLMHead(lm.num_layers, width, lm.readout, HeadConfig(**ckpt["head"]["config"]))
+    laya = LayaLMHead(lm.num_layers, width, lm.readout, HeadSettings(**ckpt["head"]["config"]))
     tuned = TunedLens(lm.num_layers, width, lm.readout)
     load_weights(laya, ckpt["head"]["weights"])
     if ckpt.get("tuned_lens"):  # else (--lens logit|none) the untrained tuned lens: the logit lens

@@ -1,4 +1,4 @@
-"""The model's settings: the head's (``HeadConfig``, recorded in the checkpoint) and how a checkpoint's model is
+"""The model's settings: the head's (``HeadSettings``, recorded in the checkpoint) and how a checkpoint's model is
 loaded (``LoadSettings``: ``--arch``, ``--device-map``). Declared once (``runtime.declare.setting``); no torch.
 
 The head's defaults are the paper's (docs/metrics.md): d* = 96, τ = 1.5, ψ = identity, score_hidden = 192.
@@ -17,7 +17,7 @@ READS = ("states", "updates")  # what a language model's LAYA head weighs of eac
 
 
 @dataclass
-class HeadConfig:
+class HeadSettings:
     PANEL: ClassVar[str] = "Head"
 
     d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0, maximum=WIDTH_MAX)
@@ -43,15 +43,15 @@ class HeadConfig:
         panel="Language models (--task lm)",
     )
 
-    LATER = {"layer_norm": False, "reads": None}  # as DataRequest.LATER
+    LATER = {"layer_norm": False, "reads": None}  # as DataSettings.LATER
 
-    def validate(self) -> HeadConfig:
+    def validate(self) -> HeadSettings:
         check_fields(self)
         return self
 
     def to_dict(self) -> dict:
         """As the checkpoint records it: the options added later only when set (a default run's config is what it
-        was before them; ``HeadConfig(**d)`` gives their defaults back)."""
+        was before them; ``HeadSettings(**d)`` gives their defaults back)."""
         return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
 
 

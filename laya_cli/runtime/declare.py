@@ -55,7 +55,7 @@ class Option:
     """What the command line and the checks know of one field (all but ``help`` optional)."""
 
     help: str
-    param: str | None = None  # the command's parameter name where it is not the field's (DataRequest.name: dataset)
+    param: str | None = None  # the command's parameter name where it is not the field's (DataSettings.name: dataset)
     flag: str | None = None  # the long flag (default --param-name); "--x/--no-x" for a switch that can be negated
     short: str | None = None  # a one-letter alias, e.g. "-q"
     metavar: str | None = None
@@ -182,7 +182,7 @@ def as_use(use) -> Use:
 
 
 def nested(cls) -> list[tuple[str, type]]:
-    """The fields of ``cls`` that hold another settings dataclass (TrainRequest.head_config, .data, .train)."""
+    """The fields of ``cls`` that hold another settings dataclass (TrainJobSettings.head_config, .data, .train)."""
     hints = typing.get_type_hints(cls)
     return [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
 

@@ -43,12 +43,12 @@ from ..runtime.fileio import (
 )
 from ..runtime.progress import log
 from .bench_stats import machine, pair_with_laya, seed_stats, slug
-from .settings import TrainRequest, diff_options
+from .settings import TrainJobSettings, diff_options
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
 DEFAULT_HEADS = ",".join(HEAD_ORDER)
 # Bench-only head names: a head kind trained with other options, compared as a head of its own.
-VARIANTS = {"laya-aligned": "laya"}  # laya trained with --align (BenchRequest.align)
+VARIANTS = {"laya-aligned": "laya"}  # laya trained with --align (BenchSettings.align)
 DEFAULT_COMPARE = compared_by_default("bench")  # ig,gradxact,contrib,global (the methods' records say)
 LM_COMPARE = compared_by_default("lm-bench")  # a language model's bench audits α and Grad×Act unless --compare says
 RECORD_FORMAT = "laya-bench-run"
@@ -84,13 +84,13 @@ def check_dataset_name(name: str) -> str:
 
 
 @dataclass
-class BenchRequest:
+class BenchSettings:
     """Every (head, seed) run is ``train`` with its head, seed and output path set, audited with ``audit``; a
     language model's bench (``train.task`` lm: training/bench_lm.py) runs every (objective, seed) instead."""
 
     PANEL: ClassVar[str] = "Bench"
 
-    train: TrainRequest = field(default_factory=TrainRequest)  # the template (paper config by default)
+    train: TrainJobSettings = field(default_factory=TrainJobSettings)  # the template (paper config by default)
     audit: AuditSettings = field(default_factory=AuditSettings)
     heads: list[str] = setting(
         "Comma list of heads to compare: last, concat, scalarmix, laya, laya-aligned (laya trained with --align).",
@@ -171,7 +171,7 @@ class BenchRequest:
     def audit_settings(self) -> AuditSettings:
         return AuditSettings(**{**asdict(self.audit), "device": self.device, "by_class": False})
 
-    def train_request(self, head: str, seed: int) -> TrainRequest:
+    def train_request(self, head: str, seed: int) -> TrainJobSettings:
         from .defaults import resolved_request  # the backbones (torch): not at laya --help
 
         req = copy.deepcopy(self.train)
@@ -192,7 +192,7 @@ class BenchRequest:
         s.pop("internal_batch_size")  # a memory bound: same numbers either way
         return {**s, "metrics": list(s["metrics"]), "methods": self.methods(), "samples": self.audit_samples}
 
-    def validate(self) -> BenchRequest:
+    def validate(self) -> BenchSettings:
         """The declared checks, a setting of the other task refused, then a classifier's bench's own checks (a
         language model's: ``bench_lm.check_lm_bench``)."""
         check_fields(self)
@@ -225,7 +225,7 @@ class BenchRequest:
         return self
 
 
-def train_options(req: TrainRequest) -> dict:
+def train_options(req: TrainJobSettings) -> dict:
     """The options of one training run that must match for it to be reused, as JSON would hold them."""
     return req.recorded_options()
 
@@ -233,7 +233,7 @@ def train_options(req: TrainRequest) -> dict:
 def options_changes(recorded: dict, wanted: dict) -> list[str]:
     """How ``wanted`` differs from ``recorded`` training options. An option that a newer laya added
     (absent from the record) counts as a change only when it is set to something else than its default."""
-    return diff_options(recorded, wanted, train_options(TrainRequest()))
+    return diff_options(recorded, wanted, train_options(TrainJobSettings()))
 
 
 def _read_record(path: Path) -> dict | None:
@@ -262,7 +262,7 @@ class RunOutcome:
     audited: bool  # False: the audit was reused
 
 
-def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
+def _train_run(bench: BenchSettings, head: str, seed: int) -> dict:
     """Train (or continue an interrupted training of) one run; returns its record (no audit yet)."""
     from .job import train
     from .loop import load_train_state
@@ -297,7 +297,7 @@ def _train_run(bench: BenchRequest, head: str, seed: int) -> dict:
     }
 
 
-def _audit_run(bench: BenchRequest, record: dict) -> dict:
+def _audit_run(bench: BenchSettings, record: dict) -> dict:
     from ..auditing.head_scope import run_audit
     from ..model.evaldata import load_eval_data
     from ..model.laya_model import load_model
@@ -317,7 +317,7 @@ def _audit_run(bench: BenchRequest, record: dict) -> dict:
     return record
 
 
-def _reusable_training(bench: BenchRequest, head: str, seed: int, record: dict | None) -> bool:
+def _reusable_training(bench: BenchSettings, head: str, seed: int, record: dict | None) -> bool:
     """Whether the run's checkpoint on disk can be reused; raise when it was made with other options."""
     ckpt = bench.run_path(head, seed, ".pt")
     if bench.redo or record is None or not ckpt.is_file():
@@ -335,7 +335,7 @@ def _reusable_training(bench: BenchRequest, head: str, seed: int, record: dict |
     return True
 
 
-def run_one(bench: BenchRequest, head: str, seed: int) -> RunOutcome:
+def run_one(bench: BenchSettings, head: str, seed: int) -> RunOutcome:
     record_path = bench.run_path(head, seed, ".json")
     record = _read_record(record_path) if record_path.is_file() else None
     trained = audited = False
@@ -353,7 +353,7 @@ def run_one(bench: BenchRequest, head: str, seed: int) -> RunOutcome:
 # --------------------------------------------------------------------------- the bench
 
 
-def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
+def aggregate(bench: BenchSettings, outcomes: list[RunOutcome]) -> dict:
     heads: dict[str, dict] = {}
     methods = bench.methods()
     for head in bench.heads:
@@ -399,7 +399,7 @@ def aggregate(bench: BenchRequest, outcomes: list[RunOutcome]) -> dict:
 
 @dataclass
 class BenchResult:
-    request: BenchRequest
+    request: BenchSettings
     heads: dict
     runs: list[dict]
     reused: int  # runs read back whole (training and audit)
@@ -452,7 +452,7 @@ class BenchResult:
         return strict_json(self.to_dict())
 
 
-def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:
+def run_bench(bench: BenchSettings, on_run: Callable[[RunOutcome, int, int], None] | None = None) -> BenchResult:
     """A classifier's bench: train and audit every (head, seed) run that is not already finished, then aggregate
     (a language model's, ``--task lm``, is ``bench_lm.run_lm_bench``'s: the request's task chooses,
     ``exporting.tasks``)."""
@@ -468,7 +468,7 @@ def run_bench(bench: BenchRequest, on_run: Callable[[RunOutcome, int, int], None
         return _run_all(bench, on_run)
 
 
-def _run_all(bench: BenchRequest, on_run) -> BenchResult:
+def _run_all(bench: BenchSettings, on_run) -> BenchResult:
     """Every (head, seed) run in the bench's folder, trained and audited or reused, and their aggregate."""
     start = time.perf_counter()
     pairs = [(h, s) for h in bench.heads for s in bench.seed_values]
@@ -514,7 +514,7 @@ def _run_all(bench: BenchRequest, on_run) -> BenchResult:
     return BenchResult(bench, aggregate(bench, outcomes), runs, reused, reaudited, time.perf_counter() - start)
 
 
-def _is_finished(bench: BenchRequest, head: str, seed: int) -> bool:
+def _is_finished(bench: BenchSettings, head: str, seed: int) -> bool:
     """A run that will be read back whole (no training, no audit), without raising."""
     if bench.redo:
         return False

@@ -6,7 +6,7 @@ then each figure's mean and 95 % Student-t interval over the seeds (``bench.seed
 
 Runs go to ``OUT/<text>-<model>-lm/<objective>-seed<S>.pt`` beside a ``.json`` record of the audit; a checkpoint
 whose recorded training options match is reused (and its audit, when the audit options match too), so an
-interrupted bench continues where it stopped. Each function takes the bench's one request, ``bench.BenchRequest``
+interrupted bench continues where it stopped. Each function takes the bench's one request, ``bench.BenchSettings``
 (not imported: the language model's task, ``exporting.tasks``, calls this module)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import atomic_write_text, claim, json_safe, made_folders, strict_json
 from .bench_stats import machine, seed_stats, slug
 from .lm import resolved_lm_request, train_config, train_lm
-from .settings import OBJECTIVES, TrainRequest
+from .settings import OBJECTIVES, TrainJobSettings
 
 LM_BENCH_FORMAT = "laya-bench-lm"
 LM_RECORD_FORMAT = "laya-bench-lm-run"
@@ -43,7 +43,7 @@ def lm_folder(bench) -> Path:
     return Path(bench.out).expanduser() / f"{slug(text)}-{slug(Path(bench.train.backbone).name)}-lm"
 
 
-def run_request(bench, objective: str, seed: int) -> TrainRequest:
+def run_request(bench, objective: str, seed: int) -> TrainJobSettings:
     """One run: the template with its objective, seed and checkpoint set."""
     req = copy.deepcopy(bench.train)
     req.lm.objective, req.train.seed, req.data.seed = objective, seed, seed
@@ -82,7 +82,7 @@ def _comparable(config: dict) -> dict:
     return {k: v for k, v in json.loads(strict_json(config)).items() if k not in PLACEMENT}
 
 
-def _reusable(bench, req: TrainRequest) -> dict | None:
+def _reusable(bench, req: TrainJobSettings) -> dict | None:
     """The run's checkpoint when it was trained with the same options (never with ``--redo``); one trained with
     other options is refused, as the classifiers' bench refuses it, rather than overwritten."""
     if bench.redo or not Path(req.out).is_file():

@@ -18,7 +18,7 @@ from ..features.cache import FeatureCache, cached_extract, feature_key
 from ..features.extraction import LayerFeatures
 from ..features.loaders import Loader, class_names, describe_loader, loader_batches, read_features, read_images
 from ..runtime.errors import LayaError
-from .settings import TrainRequest
+from .settings import TrainJobSettings
 
 SPLITS = ("train", "val", "test")
 
@@ -49,7 +49,7 @@ class DatasetData:
     """``laya train``: a dataset's splits as ``load_dataset`` made them (and ``tokenize_splits`` for text);
     frozen features go through the on-disk feature cache, keyed by the dataset's identity."""
 
-    def __init__(self, data: DataSplits, req: TrainRequest):
+    def __init__(self, data: DataSplits, req: TrainJobSettings):
         self.data, self.req, self.classes = data, req, list(data.classes)
 
     def example(self) -> Tensor:

@@ -12,10 +12,10 @@ from dataclasses import replace
 
 from .. import backbones as bb
 from ..backbones.defaults import OFF, AlignDefault, kind_of, term_for
-from ..model.settings import HeadConfig
+from ..model.settings import HeadSettings
 from ..runtime import distributed
 from ..runtime.errors import LayaError
-from .settings import NETWORK_TARGETS, TrainConfig, TrainRequest
+from .settings import NETWORK_TARGETS, TrainingSettings, TrainJobSettings
 
 
 def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
@@ -25,15 +25,15 @@ def kind_default(backbone: str, finetune: bool, head: str) -> AlignDefault:
     return term_for(backbone, finetune)
 
 
-def resolved_lm_head(head: HeadConfig) -> HeadConfig:
+def resolved_lm_head(head: HeadSettings) -> HeadSettings:
     """A language model's ``head`` with what it reads resolved: the kind's default where None, so the checkpoint
     records it and a bench compares a run's head with the one it asks for."""
     return head if head.reads is not None else replace(head, reads=kind_default("lm", False, "laya").reads)
 
 
 def resolved_alignment(
-    train: TrainConfig, backbone: str, finetune: bool, head: str, pool: str | None = None
-) -> TrainConfig:
+    train: TrainingSettings, backbone: str, finetune: bool, head: str, pool: str | None = None
+) -> TrainingSettings:
     """``train`` with ``align``, ``align_target`` and ``exit_aware`` resolved: the kind's default for what is None; a
     target given alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the
     head's. ``align_source`` says "default" where neither was given and the kind has a term (it may then be dropped with
@@ -64,7 +64,7 @@ def resolved_alignment(
                    align_removal=removal, exit_aware=float(exit_aware))  # fmt: skip
 
 
-def without_bypass_default(train: TrainConfig, backbone) -> TrainConfig:
+def without_bypass_default(train: TrainingSettings, backbone) -> TrainingSettings:
     """``train`` without the kind's default term where that term is for blocks that can be bypassed and ``backbone``'s
     cannot (a ResNet's stages change shape): the kind has no term there, as it had none before (nothing is noted);
     ``train`` as it is otherwise."""
@@ -75,8 +75,8 @@ def without_bypass_default(train: TrainConfig, backbone) -> TrainConfig:
     return replace(train, align=0.0, align_target="head", align_loss="rank", align_removal="auto")
 
 
-def resolved_request(req: TrainRequest) -> TrainRequest:
-    """``req`` with its TrainConfig resolved (in place) for the backbone it names: before its fingerprint is taken,
+def resolved_request(req: TrainJobSettings) -> TrainJobSettings:
+    """``req`` with its TrainingSettings resolved (in place) for the backbone it names: before its fingerprint is taken,
     so a resumed run or a reused ``laya bench`` run is one trained with the same term."""
     name = bb.backbone_name(req.backbone, req.arch)
     finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
@@ -91,7 +91,7 @@ def resolved_request(req: TrainRequest) -> TrainRequest:
 TRAINED_BACKBONE_LR_FACTOR = 0.1
 
 
-def resolved_backbone_lr(train: TrainConfig, finetune: bool, starts_trained: bool) -> TrainConfig:
+def resolved_backbone_lr(train: TrainingSettings, finetune: bool, starts_trained: bool) -> TrainingSettings:
     """``train`` with ``backbone_lr`` and ``backbone_warmup`` resolved: fine-tuned from trained weights, --lr / 10 (or
     the rate given) warmed up over the first epoch; from random initialisation or weights laya cannot know (a module
     handed to the API), --lr (or the rate given, warmed up when below --lr); frozen, none (a rate given for a frozen

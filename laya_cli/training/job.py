@@ -31,7 +31,7 @@ from ..features.loaders import Loader
 from ..model.checkpoint import checkpoint_body, save_checkpoint
 from ..model.heads import HEADS, build_head, head_kind
 from ..model.laya_model import EndToEnd, LayaModel
-from ..model.settings import HeadConfig
+from ..model.settings import HeadSettings
 from ..runtime import distributed
 from ..runtime.device import check_precision, precision, resolved_precision
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
@@ -44,7 +44,7 @@ from .defaults import resolved_alignment, resolved_backbone_lr, resolved_request
 from .lm import LMEpoch
 from .loop import EpochRecord, NonFiniteLoss, StateKept, fit, predict_outputs
 from .network_target import network_alignment
-from .settings import NETWORK_TARGETS, TrainConfig, TrainRequest, check_alpha_options
+from .settings import NETWORK_TARGETS, TrainingSettings, TrainJobSettings, check_alpha_options
 from .shaping import AlphaShaping
 
 OnEpoch = Callable[[EpochRecord | LMEpoch], None] | None
@@ -67,8 +67,8 @@ class TrainingJob:
     backbone: bb.TappedBackbone
     spec: bb.BackboneSpec  # resolved: taps, pool, formats; ``finetune`` picks the route
     head: str
-    head_config: HeadConfig
-    train: TrainConfig
+    head_config: HeadSettings
+    train: TrainingSettings
     feature_dtype: str = "float32"  # how frozen features are stored and trained on
     weights_file: str | None = None  # --weights: recorded, and decides whether the weights travel in the file
     resumable: Resumable | None = None  # the command's state file; None: nothing written until the end
@@ -354,8 +354,8 @@ def fit_loaders(
     tapped: Tapped,
     loaders: dict[str, Loader | None],
     head: str,
-    head_config: HeadConfig,
-    cfg: TrainConfig,
+    head_config: HeadSettings,
+    cfg: TrainingSettings,
     frozen: bool,
     val_fraction: float,
     classes: Sequence[str] | None,
@@ -400,7 +400,7 @@ def _attached_spec(tapped: Tapped, frozen: bool) -> bb.BackboneSpec:
 # --------------------------------------------------------------------------- laya train
 
 
-def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
+def train(req: TrainJobSettings, on_epoch: OnEpoch = None) -> dict:
     """``laya train`` of a named classifier: the request's dataset and backbone through ``train_model``; writes the
     checkpoint and returns it. The caller's request is never changed. (A language model's, ``--task lm``, is
     ``training.lm.train_lm``: the request's task chooses, ``exporting.tasks``.)"""
@@ -431,7 +431,7 @@ def train(req: TrainRequest, on_epoch: OnEpoch = None) -> dict:
     return ckpt
 
 
-def _discard_failed_state(req: TrainRequest, error: LayaError, resumed: bool) -> None:
+def _discard_failed_state(req: TrainJobSettings, error: LayaError, resumed: bool) -> None:
     """A run that failed leaves no resumable state of its own beside ``--out`` (one that ``--resume`` or a rerun
     would stumble on): a diverged run's never (resuming would replay the divergence), any other failure's unless
     the state was there before it (a ``--resume`` run keeps what it continued) or the error says it is kept (a
@@ -442,7 +442,7 @@ def _discard_failed_state(req: TrainRequest, error: LayaError, resumed: bool) ->
         req.state_path.unlink(missing_ok=True)
 
 
-def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
+def prepare_backbone(req: TrainJobSettings, data) -> bb.TappedBackbone:
     """The request's backbone, built (and loaded with its --weights file) as its spec says; ``data`` must then go
     through ``tokenize_splits`` (a text backbone's tokenizer may be trained on its training split)."""
     c, h, w = (1, 8, 8) if is_text(data) else data.image_shape  # text: the backbone's tokenizer sets the input
@@ -478,7 +478,7 @@ def prepare_backbone(req: TrainRequest, data) -> bb.TappedBackbone:
     return backbone
 
 
-def _checked(req: TrainRequest) -> TrainRequest:
+def _checked(req: TrainJobSettings) -> TrainJobSettings:
     """A validated copy of the request (the caller's is never changed), checked before any data is loaded."""
     req = copy.deepcopy(req).validate()
     req.head = match_choice("head", req.head, HEADS)
@@ -497,7 +497,7 @@ def _checked(req: TrainRequest) -> TrainRequest:
     return req
 
 
-def check_no_unfinished_run(req: TrainRequest) -> None:
+def check_no_unfinished_run(req: TrainJobSettings) -> None:
     """Refuse to silently restart over an interrupted run's state: ``--resume`` continues it, ``--restart``
     replaces it. ``--restart`` removes the old state (before any work, so nothing mixes)."""
     if req.resume and req.restart:
@@ -527,7 +527,7 @@ def _epochs_in(path: Path) -> str:
         return ""
 
 
-def _write_checkpoint(ckpt: dict, req: TrainRequest) -> None:
+def _write_checkpoint(ckpt: dict, req: TrainJobSettings) -> None:
     """Rank 0 writes the checkpoint, then removes the resumable state; the other ranks wait until it is there.
     On a full disk the finished training stays resumable."""
     if distributed.is_main():

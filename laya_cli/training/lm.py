@@ -47,7 +47,7 @@ from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
 from .lm_alignment import TokenAlignment
 from .loop import EarlyStopping, check_finite_weights, epochs, non_finite_loss
-from .settings import TrainRequest
+from .settings import TrainJobSettings
 from .shaping import layer_dropout_mask
 
 
@@ -65,7 +65,7 @@ class LMEpoch:
 CORPUS_READER = "--task lm reads a text corpus"  # who reads the corpus, in the error of any other --dataset
 
 
-def _corpus(req: TrainRequest) -> Corpus:
+def _corpus(req: TrainJobSettings) -> Corpus:
     """The corpus, its first documents read: empty, blank or undecodable text is one line before any model loads."""
     corpus = open_named_corpus(req.data.name, CORPUS_READER, req.data.text_column, req.data.encoding)
     if next(corpus.documents("train"), None) is None:
@@ -79,7 +79,7 @@ def _corpus(req: TrainRequest) -> Corpus:
     return corpus
 
 
-def check_blocks(req: TrainRequest, lm: LanguageModel, corpus: Corpus, block: int) -> None:
+def check_blocks(req: TrainJobSettings, lm: LanguageModel, corpus: Corpus, block: int) -> None:
     """The training and the held-out text each hold one block of ``block`` tokens at least (read until the first
     one is packed): checked before the run is announced, not after its first epoch."""
     tokenizer = lm.backbone.adapter.text.tokenizer
@@ -100,7 +100,7 @@ def _with_tokenizer(lm: LanguageModel, corpus: Corpus) -> None:
     set_tokenizer(text, trained.tokenizer, trained.pad_id, trained.source)
 
 
-def _block_size(req: TrainRequest, lm: LanguageModel) -> int:
+def _block_size(req: TrainJobSettings, lm: LanguageModel) -> int:
     positions = lm.backbone.adapter.text.max_length
     block = req.lm.block_size or min(128, positions)
     if not 2 <= block <= positions:
@@ -358,10 +358,10 @@ def _epoch(
     return total / steps, steps
 
 
-def resolved_lm_request(req: TrainRequest) -> TrainRequest:
+def resolved_lm_request(req: TrainJobSettings) -> TrainJobSettings:
     """``req`` as a language model's training reads it, in place: its settings checked (a classifier's refused in one
-    line: ``TrainRequest.validate``), the corpus named, the alignment and exit terms resolved to the language model's
-    defaults (``training.defaults``: λ 1 against the network target; a target given alone is λ 1), what the head
+    line: ``TrainJobSettings.validate``), the corpus named, the alignment and exit terms resolved to the language
+    model's defaults (``training.defaults``: λ 1 against the network target; a target given alone is λ 1), what the head
     reads resolved. Idempotent: ``laya bench`` resolves its template once, each run again."""
     req.validate()
     corpus_path(req.data.name, CORPUS_READER)
@@ -373,7 +373,7 @@ def resolved_lm_request(req: TrainRequest) -> TrainRequest:
     return req
 
 
-def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = None) -> dict:
+def train_lm(req: TrainJobSettings, on_epoch: Callable[[LMEpoch], None] | None = None) -> dict:
     """Train the LAYA head and the tuned lens, measure them beside the logit lens and the model, write the
     checkpoint (atomically) and return it."""
     t = resolved_lm_request(req).train
@@ -414,7 +414,7 @@ def train_lm(req: TrainRequest, on_epoch: Callable[[LMEpoch], None] | None = Non
     return ckpt
 
 
-def _epochs(lm, laya, tuned, corpus, req: TrainRequest, block: int, terms, on_epoch) -> tuple[list, dict, tuple]:
+def _epochs(lm, laya, tuned, corpus, req: TrainJobSettings, block: int, terms, on_epoch) -> tuple[list, dict, tuple]:
     """Every epoch until ``--patience`` epochs did not improve the held-out objective: the history, the best
     epoch's held-out figures and its weights."""
     opt, reference, aligned, exit_aware = terms
@@ -446,7 +446,7 @@ def _kept_weights(heads: tuple) -> tuple:
     return copy.deepcopy(stored_weights(laya)), tuned and copy.deepcopy(stored_weights(tuned))
 
 
-def train_config(req: TrainRequest) -> dict:
+def train_config(req: TrainJobSettings) -> dict:
     """The training options a checkpoint records (``train_config``; ``laya bench --task lm`` reuses a checkpoint
     whose record matches): the settings a language model's training reads, resolved."""
     t, settings, data = req.train, req.lm, req.data
@@ -466,7 +466,9 @@ def train_config(req: TrainRequest) -> dict:
     return config | {"out": str(req.out)}
 
 
-def lm_checkpoint(lm, laya, tuned, req: TrainRequest, block: int, corpus: Corpus, history, metrics, reference) -> dict:
+def lm_checkpoint(
+    lm, laya, tuned, req: TrainJobSettings, block: int, corpus: Corpus, history, metrics, reference
+) -> dict:
     """The checkpoint of ``--task lm`` (docs/checkpoint.md): the model by name and SHA-256 (never its weights), the
     two heads' weights without the model's readout, the held-out figures."""
     backbone = lm.backbone

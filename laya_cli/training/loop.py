@@ -31,7 +31,7 @@ from ..runtime.fileio import atomic_torch_save
 from ..runtime.progress import log, track
 from ..runtime.trust import safe_torch_load
 from .alignment import Alignment
-from .settings import TrainConfig, TrainRequest, diff_options
+from .settings import TrainingSettings, TrainJobSettings, diff_options
 from .shaping import AlphaShaping
 from .stopping import stopping_score, validation_faithfulness
 
@@ -45,7 +45,7 @@ class StateKept(LayaError):
     """A failure after which the run's resumable state is kept on purpose (the message says how to continue)."""
 
 
-def non_finite_loss(cfg: TrainConfig, epoch: int, where: str) -> NonFiniteLoss:
+def non_finite_loss(cfg: TrainingSettings, epoch: int, where: str) -> NonFiniteLoss:
     """The one line for a NaN/Inf loss, naming the training options of this run that can cause one."""
     suspects = [f"--lr {cfg.lr:g}"]
     suspects += [f"--alpha-entropy {cfg.alpha_entropy:g}"] if cfg.alpha_entropy else []
@@ -60,17 +60,17 @@ def non_finite_loss(cfg: TrainConfig, epoch: int, where: str) -> NonFiniteLoss:
     )
 
 
-def _check_finite_loss(loss: float, cfg: TrainConfig, epoch: int, batch: int) -> None:
+def _check_finite_loss(loss: float, cfg: TrainingSettings, epoch: int, batch: int) -> None:
     if not math.isfinite(loss):
         raise non_finite_loss(cfg, epoch, f"at batch {batch}")
 
 
-def _check_finite_weights(model: nn.Module, cfg: TrainConfig, epoch: int) -> None:
+def _check_finite_weights(model: nn.Module, cfg: TrainingSettings, epoch: int) -> None:
     """After an epoch: the trained weights are finite (a last step can turn them NaN after a finite loss)."""
     check_finite_weights([model], cfg, epoch)
 
 
-def check_finite_weights(modules, cfg: TrainConfig, epoch: int) -> None:
+def check_finite_weights(modules, cfg: TrainingSettings, epoch: int) -> None:
     """The trained weights of ``modules`` (None: not trained) are finite, else ``non_finite_loss``'s line."""
     for module in modules:
         for p in module.parameters() if module is not None else ():
@@ -216,7 +216,7 @@ def fit(
     model: nn.Module,
     train: tuple[list[Tensor], Tensor],
     val: tuple[list[Tensor], Tensor],
-    cfg: TrainConfig,
+    cfg: TrainingSettings,
     on_epoch: Callable[[EpochRecord], None] | None = None,
     state_path: str | Path | None = None,
     resume: bool = False,
@@ -231,7 +231,7 @@ def fit(
     With ``state_path``, everything needed to continue (weights, optimizer, RNG states, best
     weights, history) is written atomically after every epoch (by rank 0 only); ``resume``
     continues from it and ends with exactly the weights an uninterrupted run would have.
-    ``options`` (the run's ``TrainRequest.options()``) are stored in the state beside the
+    ``options`` (the run's ``TrainJobSettings.options()``) are stored in the state beside the
     ``fingerprint``, so a refused ``--resume`` can say which option changed.
 
     Under torchrun with ``data_parallel``, the model is wrapped in DistributedDataParallel and
@@ -278,7 +278,7 @@ def fit(
     return run.history
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, n_batches: int) -> torch.optim.Adam:
+def make_optimizer(model: nn.Module, cfg: TrainingSettings, n_batches: int) -> torch.optim.Adam:
     """Adam over the trainable parameters. A backbone trained with its head (``EndToEnd``) at a rate of its own
     (``cfg.backbone_lr``, resolved: training/defaults.py) is a second parameter group, ``name`` "backbone", the head's
     "head" at ``cfg.lr``; with ``cfg.backbone_warmup`` its rate rises linearly to ``backbone_lr`` over the first
@@ -308,7 +308,7 @@ def _warm_up(optimizer: torch.optim.Optimizer) -> None:
             group["lr"] = group["target_lr"] * min(group["warmup_done"] + 1, steps) / steps
 
 
-def _val_faithfulness(model, val_x, cfg: TrainConfig, alignment: Alignment | None) -> float | None:
+def _val_faithfulness(model, val_x, cfg: TrainingSettings, alignment: Alignment | None) -> float | None:
     """``--stop-on combined``: α's validation faithfulness against r̄ (the alignment term's reference when there is
     one: the training mean, or its running mean end to end); None otherwise."""
     if cfg.stop_on != "combined":
@@ -363,7 +363,9 @@ class _WithFeatures(nn.Module):
         return self.head(feats), feats
 
 
-def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int, float | None]:
+def _train_epoch(
+    run: _Run, ddp, train_x, train_y, cfg: TrainingSettings, epoch: int
+) -> tuple[float, int, float | None]:
     """One pass over the training data: (summed loss, correct predictions, summed cross-entropy alone or None), over
     all the ranks; with ``shaping``,
     at the epoch's τ (the head's own τ again afterwards)."""
@@ -377,7 +379,7 @@ def _train_epoch(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int)
         run.shaping.end_epoch(head)
 
 
-def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainConfig, epoch: int) -> tuple[float, int, float | None]:
+def _epoch_pass(run: _Run, ddp, train_x, train_y, cfg: TrainingSettings, epoch: int) -> tuple[float, int, float | None]:
     run.model.train()
     ce_sum: float | None = None if ddp is not None else 0.0  # data-parallel steps do not report it apart
     if ddp is not None and _from_store(train_x):  # each rank reads its own shards
@@ -481,7 +483,13 @@ def _descend(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
 
 
 def _store_ddp_epoch(
-    ddp, optimizer, train_x, cfg: TrainConfig, shuffle: torch.Generator, epoch: int, alignment: Alignment | None = None
+    ddp,
+    optimizer,
+    train_x,
+    cfg: TrainingSettings,
+    shuffle: torch.Generator,
+    epoch: int,
+    alignment: Alignment | None = None,
 ) -> tuple[float, int]:
     """One epoch of DDP head training where each rank reads its own store shards.
 
@@ -602,7 +610,7 @@ def load_train_state(path: str | Path | None, fingerprint: str, options: dict | 
     if st.get("fingerprint") != fingerprint:
         changes = []
         if isinstance(st.get("options"), dict) and options is not None:
-            changes = diff_options(st["options"], options, TrainRequest().recorded_options())
+            changes = diff_options(st["options"], options, TrainJobSettings().recorded_options())
         shown = (
             " (" + "; ".join(changes[:4]) + (f"; … {len(changes)} in all" if len(changes) > 4 else "") + ")"
             if changes

@@ -56,7 +56,7 @@ FROZEN_SUBSET = 16
 
 
 def resolved_removal(backbone, removal: str = AUTO) -> str:
-    """``removal`` (a network-scope removal or auto, as TrainConfig.align_removal declares); ``auto``: ``bypass``
+    """``removal`` (a network-scope removal or auto, as TrainingSettings.align_removal declares); ``auto``: ``bypass``
     where every tapped block's output has its input's shape on a probe batch, else ``mean``."""
     if removal != AUTO:
         if removal in BY_INPUT:  # one line, before any training, for a block that changes shape

@@ -1,4 +1,4 @@
-"""Training's settings: one ``laya train`` job (``TrainRequest``) with its head, data and training settings, and
+"""Training's settings: one ``laya train`` job (``TrainJobSettings``) with its head, data and training settings, and
 the settings only a language model's training reads (``LMSettings``). The task is a field of the request: a
 setting that applies to one task says so in its declaration (``task=``) and is refused for the other
 (``runtime.declare.refuse_other_task``). Declared once (``runtime.declare.setting``); no torch.
@@ -17,8 +17,8 @@ from typing import ClassVar
 from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
 from ..backbones.defaults import default_text
 from ..backbones.spec import POOL_CHOICES, TAP_CHOICES
-from ..data.settings import DataRequest
-from ..model.settings import HeadConfig, device_map_setting
+from ..data.settings import DataSettings
+from ..model.settings import HeadSettings, device_map_setting
 from ..runtime.declare import (
     COUNT_MAX,
     SEED_MAX,
@@ -46,13 +46,13 @@ KIND_TARGET = default_text(lambda t: t.target if t.align else None, "head")
 KIND_LOSS = default_text(lambda t: ", ".join(f"{loss} with --pool {pool}" for pool, loss in t.losses) or None, "rank")
 KIND_REMOVAL = default_text(lambda t: t.removal if t.align and t.removal != "auto" else None, "auto")
 KIND_EXIT_AWARE = default_text(lambda t: f"{t.exit_aware:g}" if t.exit_aware else None, "0")
-ALIGN_SOURCES = ("given", "default")  # TrainConfig.align_source (training/defaults.py)
+ALIGN_SOURCES = ("given", "default")  # TrainingSettings.align_source (training/defaults.py)
 STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
 
 
 @dataclass
-class TrainConfig:
+class TrainingSettings:
     PANEL: ClassVar[str] = "Training"
 
     epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main", maximum=STEPS_MAX)
@@ -210,9 +210,9 @@ class TrainConfig:
         "alpha_entropy_schedule": "constant",
         "tau_start": None,
         "exit_aware": 0.0,  # as resolved (training/defaults.py) for no term
-    }  # as DataRequest.LATER
+    }  # as DataSettings.LATER
 
-    def validate(self) -> TrainConfig:
+    def validate(self) -> TrainingSettings:
         check_fields(self)
         if self.align_target in NETWORK_TARGETS and self.align == 0:
             raise LayaError(
@@ -303,7 +303,7 @@ class LMSettings:
 
 
 @dataclass
-class TrainRequest:
+class TrainJobSettings:
     """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
 
     PANEL: ClassVar[str] = "Backbone"
@@ -322,9 +322,9 @@ class TrainRequest:
         choices=TASKS,
         panel="Main",
     )
-    head_config: HeadConfig = field(default_factory=HeadConfig)
-    data: DataRequest = field(default_factory=DataRequest)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    head_config: HeadSettings = field(default_factory=HeadSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    train: TrainingSettings = field(default_factory=TrainingSettings)
     lm: LMSettings = field(default_factory=LMSettings)
     layers: list[str] = setting(
         help="Comma-separated glob patterns over module names to tap ('*' = one name part, '**' = any).",
@@ -418,7 +418,7 @@ class TrainRequest:
     # ``laya info --options-toml`` can write it back as a --config file (None: not from the command line).
     command_line: dict | None = None
 
-    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataRequest.LATER
+    LATER = {"feature_dtype": "float32", "arch": None, "input_size": None, "max_length": None}  # as DataSettings.LATER
     # taps is not LATER: a run recorded before it tapped a CNN's stages, so it is not the default's run
 
     # Not part of what the run computes: where it is written, how, and on which device.
@@ -436,8 +436,8 @@ class TrainRequest:
         d["train"].pop("device")
         d["train"].pop("precision")  # like the device: how the numbers are computed, not which
         d["train"].pop("align_source")  # where the term came from, not what it computes
-        parts = ((d, self.LATER), (d["data"], DataRequest.LATER), (d["train"], TrainConfig.LATER))
-        for part, later in (*parts, (d["head_config"], HeadConfig.LATER)):
+        parts = ((d, self.LATER), (d["data"], DataSettings.LATER), (d["train"], TrainingSettings.LATER))
+        for part, later in (*parts, (d["head_config"], HeadSettings.LATER)):
             for k, default in later.items():
                 if part.get(k) == default:
                     part.pop(k)
@@ -454,7 +454,7 @@ class TrainRequest:
     def is_lm(self) -> bool:
         return self.task == "lm"
 
-    def validate(self) -> TrainRequest:
+    def validate(self) -> TrainJobSettings:
         """The declared checks of every field, then a setting of the other task refused (it would be ignored),
         then the checks that involve several fields."""
         self.layers = split_csv(self.layers)
@@ -468,7 +468,7 @@ class TrainRequest:
         return self
 
 
-def check_alpha_options(train: TrainConfig, head: str) -> None:
+def check_alpha_options(train: TrainingSettings, head: str) -> None:
     """The training options that act on α, for the head that has it: ``--align``, ``--stop-on combined``,
     ``--alpha-entropy`` and ``--tau-start`` on the input-conditioned attention of a laya head, ``--layer-dropout``
     on laya and scalarmix. One line naming the option, before any data is loaded (``laya train``, ``fit``)."""

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .exit_aware import TruncatedTerm
-from .settings import TrainConfig
+from .settings import TrainingSettings
 
 
 def layer_dropout_mask(
@@ -74,14 +74,14 @@ def tau_at(start: float, end: float, epoch: int, epochs: int) -> float:
 class AlphaShaping:
     """The three options of one run, applied epoch by epoch and batch by batch (``training.loop``)."""
 
-    def __init__(self, cfg: TrainConfig, head: nn.Module, reference: Sequence[Tensor] | None = None):
+    def __init__(self, cfg: TrainingSettings, head: nn.Module, reference: Sequence[Tensor] | None = None):
         self.cfg, self.final_tau = cfg, getattr(head, "tau", None)
         self.weight = cfg.alpha_entropy
         # --exit-aware (exit_aware.py): r̄ of fixed features, None end to end (each batch's own mean)
         self.truncated = TruncatedTerm(cfg.exit_aware, reference) if cfg.exit_aware else None
 
     @staticmethod
-    def wanted(cfg: TrainConfig) -> bool:
+    def wanted(cfg: TrainingSettings) -> bool:
         return bool(cfg.shapes_alpha())
 
     def start_epoch(self, head: nn.Module, epoch: int) -> None:

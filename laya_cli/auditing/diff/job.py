@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...data.settings import EvalRequest, check_encoding
+from ...data.settings import EvalDataSettings, check_encoding
 from ...model.evaldata import load_eval_data
 from ...model.laya_model import model_from_checkpoint
 from ...runtime.errors import LayaError
@@ -47,7 +47,7 @@ def diff_classifier_checkpoints(
     paths: tuple[str, str],
     ckpts: tuple[dict, dict],
     settings: DiffSettings,
-    data: EvalRequest,
+    data: EvalDataSettings,
     on_classes: Callable[[list[str]], None] = lambda classes: None,
     use_cache: bool = True,
 ) -> DiffResult:
