@@ -214,7 +214,7 @@ def test_a_default_term_on_loaders_of_features_only_is_dropped(monkeypatch, froz
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(96, 1, 4, 3, generator=g), torch.randint(0, 3, (96,), generator=g)
     first = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.GELU())
-    net = nn.Sequential(first, nn.Sequential(nn.Linear(16, 16), nn.GELU()))
+    net = nn.Sequential(first, *(nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2)))  # three blocks
     loader = DataLoader(TensorDataset(x, y), batch_size=32)
     model = laya_cli.fit(laya_cli.attach(net), loader, loader, epochs=1, seed=0, progress=False)
     cfg = model.checkpoint["train_config"]

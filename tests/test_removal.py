@@ -192,7 +192,9 @@ def test_laya_audit_says_which_removal_ran(trained, tmp_path, ablation):
 
 def test_removals_that_need_a_network_are_refused_elsewhere(trained):
     assert_user_error(
-        invoke("audit", trained, "--ablation", "bypass", "--samples", "8"), "removes a block inside the network"
+        # --scope head said: a network-question model's audit takes a network removal alone to mean network scope
+        invoke("audit", trained, "--scope", "head", "--ablation", "bypass", "--samples", "8"),
+        "removes a block inside the network",
     )
     assert_user_error(invoke("audit", trained, "--scope", "network", "--ablation", "skip"), "--ablation")
 

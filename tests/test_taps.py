@@ -353,3 +353,16 @@ def test_attach_never_taps_the_classifier_or_a_parameter_free_copy_of_a_tap():
     torch.manual_seed(0)
     tapped = laya_cli.attach(_ConvPoolFc())
     assert tapped.layers == ["conv1", "conv2", "conv3"]  # not pool (conv3, mean-pooled) nor fc (the logits)
+
+
+def test_an_activation_after_a_tapped_layer_takes_its_place():
+    """A flat Linear, GELU, … Linear (logits): tapped after each GELU (the representation after the nonlinearity, as
+    the paper's MLP), never at the Linear before it too, nor at the classifier; a dropout after it is a copy."""
+    import laya_cli
+
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, kernel_size=56, stride=56), nn.Flatten(), nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 32),
+        nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 10),
+    )  # fmt: skip
+    assert laya_cli.attach(net).layers == ["0", "3", "5", "8"]  # not the flatten, the dropout, nor the logits

@@ -175,8 +175,9 @@ def generic_default_taps(model: nn.Module, layouts: Layouts, x: Tensor, is_conta
     whose children run most in the forward; one tap per stage when its children are feature
     maps that change resolution, else one per block. Never tapped (``_new_representations``): the model's
     classifier (a Linear whose output the model returns: the logits are what α explains, not a layer),
-    and a child without parameters after one with them (a pooling, an activation, a flatten: it only
-    re-expresses what ran before it, and two taps of one representation would split α between them).
+    and a child without parameters after one with them (a pooling, a dropout, a flatten: it only re-expresses
+    what ran before it, and two taps of one representation would split α between them); an activation right
+    after a tapped child is tapped in its place.
     """
     calls, model_out = _trace_with_output(model, x)
     best = None
@@ -233,16 +234,30 @@ def _same(out: Tensor, model_out: Tensor) -> bool:
 
 
 def _new_representations(model: nn.Module, names: list[str], calls: dict, model_out: Tensor | None) -> list[str]:
-    """Of a run of children, those that are a representation of their own: without the model's classifier
-    (``_classifier``) and without a parameter-free child once a child with parameters ran (docs/backbones.md)."""
-    kept, learned = [], False
+    """Of a run of children, those that are a representation of their own (docs/backbones.md): never the model's
+    classifier (``_classifier``); a parameter-free child once a child with parameters ran is a copy of the tap
+    before it (a pooling, a dropout, a flatten: skipped), except an activation right after a tapped child, which
+    takes its place (the representation after the nonlinearity, where the paper's MLP is tapped)."""
+    kept, learned, previous = [], False, None
     for name in names:
-        has_parameters = any(True for _ in model.get_submodule(name).parameters())
-        if (learned and not has_parameters) or _classifier(model, name, calls, model_out):
+        module = model.get_submodule(name)
+        has_parameters = any(True for _ in module.parameters())
+        if _classifier(model, name, calls, model_out):
+            previous = None
+            continue
+        if learned and not has_parameters:
+            if _is_activation(module) and kept and kept[-1] == previous:
+                kept[-1] = previous = name
             continue
         kept.append(name)
-        learned = learned or has_parameters
+        learned, previous = learned or has_parameters, name
     return kept
+
+
+def _is_activation(module: nn.Module) -> bool:
+    """An elementwise nonlinearity of torch's (``nn.ReLU``, ``nn.GELU``, ``nn.SiLU``, …): a new representation of
+    what ran before it, not a copy."""
+    return type(module).__module__ == "torch.nn.modules.activation"
 
 
 def prune_after(model: nn.Module, names: Sequence[str], x: Tensor) -> nn.Module:

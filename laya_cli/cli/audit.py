@@ -59,11 +59,13 @@ def audit(
     started = time.perf_counter()
     with progress.enabled(not files.quiet):
         trust_arch(load.arch)
+        run = run.with_batches(batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
+        parse_methods(compare_for(what.compare, what.scope))  # a bad method or device: said before the file is read
+        settings = resolved(settings)
         # the default: the question α was trained on (new settings objects: the given ones are frozen)
         question, what, settings = ask_checkpoints_question(model, what, settings)
         methods = parse_methods(compare_for(what.compare, what.scope))
         asked = GateRequest.asked(gates, methods, what.scope)
-        run = run.with_batches(batch_size=settings.batch_size, internal_batch_size=settings.internal_batch_size)
         settings = resolved(settings, metrics=(*settings.metrics, *asked.metric_groups))  # a gate's groups too
         asked = asked.on_bound(gates.gate_on, settings)
         files.check_writable()
