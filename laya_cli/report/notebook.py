@@ -278,7 +278,7 @@ def _token_export_text(exp) -> str:
 
     from .cells import rich_table
 
-    table = rich_table("mean α per layer, over the exported positions")
+    table = rich_table("mean α per layer")
     for column in ("layer", "mean α"):
         table.add_column(column, justify="right" if column == "mean α" else "left")
     for name, mean in zip(exp.layers, exp.mean_alpha):
