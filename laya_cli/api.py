@@ -26,10 +26,8 @@ from .auditing.question import with_question
 from .auditing.results import AuditResult
 from .auditing.settings import AuditScopeSettings, AuditSettings, compare_for
 from .depthing.analysis import DepthResult
-from .depthing.lm_exit import TokenExitResult
 from .depthing.settings import DepthSettings
 from .exporting.folder import Export
-from .exporting.lm import TokenExport
 from .exporting.settings import ExportSettings
 from .exporting.tasks import task_for
 from .features.attach import Tapped, attach
@@ -235,7 +233,7 @@ def export(
     overwrite: bool = False,
     progress: bool = True,
     **settings,
-) -> Export | TokenExport:
+) -> Export:
     """Per-sample layer attention, class × layer profiles and the attention-shift ranking (``laya export``).
 
     Args:
@@ -253,9 +251,12 @@ def export(
             format: csv (a language model's: parquet where pyarrow is installed).
 
     Returns:
-        An ``Export`` of DataFrames: ``.table`` (one row per sample: index, label, predicted,
-        p_pred, ``alpha[<layer>]``, ``contrib[<layer>]``), ``.profiles`` (class × layer, long),
-        ``.global_profile``, ``.shift`` (classes ranked by attention shift); ``.files`` written.
+        An ``Export`` of DataFrames; ``.kind`` says what its tables hold. A classifier's (``"classes"``):
+        ``.table`` (one row per sample: index, label, predicted, p_pred, ``alpha[<layer>]``,
+        ``contrib[<layer>]``), ``.profiles`` (class × layer, long), ``.global_profile``, ``.shift`` (classes
+        ranked by attention shift). A language model's (``"tokens"``): ``.table`` (one row per held-out position:
+        block, position, token, next token, prediction, ``alpha[<layer>]``), ``.mean_alpha``. Either: ``.files``
+        written.
 
     Raises:
         LayaError: a bad format, an ``out`` that is not empty nor a previous export, or a bad loader.
@@ -271,7 +272,7 @@ def export(
 @takes_settings(Use(DepthSettings, skip=DEPTH_CLI_ONLY, defaults={"device": "auto"}))
 def depth(
     model: Model, loader: Data = None, *, samples: int | None = None, progress: bool = True, **settings
-) -> DepthResult | TokenExitResult:
+) -> DepthResult:
     """How deep must the model be (``laya depth``): accuracy when cut after each tap, compute, early exit.
 
     For every depth k: the accuracy of the model cut after tap k (α masked above k and renormalised;
@@ -289,9 +290,11 @@ def depth(
             write or read checkpoints and datasets by path: the command line's (``laya depth --drop K``).
 
     Returns:
-        A ``DepthResult``: ``.to_pandas()`` (the truncation table, one row per depth k),
-        ``.to_dict()`` (the JSON ``laya depth --json`` writes), ``.truncation``, ``.early_exit``,
-        ``.oracle``, ``.compute``, ``.full``, ``.notes``. A language model's: a ``TokenExitResult``.
+        A ``DepthResult``; ``.kind`` says what its tables hold: ``.to_pandas()`` (a classifier's, ``"layers"``:
+        the truncation table, one row per depth k; a language model's, ``"tokens"``: the early-exit sweep, one row
+        per policy and threshold), ``.to_dict()`` (the JSON ``laya depth --json`` writes). A classifier's also
+        ``.truncation``, ``.early_exit``, ``.oracle``, ``.compute``, ``.full``, ``.notes``; a language model's
+        ``.points``, ``.best``, ``.oracle``, ``.goals``.
 
     Raises:
         LayaError: a head without α and no ``refit``, a threshold outside (0, 1], ``refit`` for a

@@ -70,17 +70,14 @@ def render(result, json_out, markdown, plot) -> None:
     a language model's early exit."""
     from ..depthing.analysis import TruncateResult
     from ..depthing.drop_table import DropResult
-    from ..depthing.lm_exit import TokenExitResult
     from ..report.depth import truncate_line
 
     if isinstance(result, TruncateResult):
         console.print(truncate_line(result), highlight=False, soft_wrap=True, markup=False)
     elif isinstance(result, DropResult):
         render_drop(result, json_out, markdown)
-    elif isinstance(result, TokenExitResult):
-        render_token_exit(result, json_out, markdown)
-    else:
-        render_analysis(result, json_out, markdown, plot)
+    else:  # a DepthResult: what its tables hold says how to show them
+        RENDER_ANALYSIS[result.kind](result, json_out, markdown, plot)
 
 
 def render_analysis(result, json_out, markdown, plot) -> None:
@@ -128,8 +125,9 @@ def render_drop(result, json_out, markdown) -> None:
         note(text)
 
 
-def render_token_exit(result, json_out, markdown) -> None:
-    """A language model's early exit per token: its tables, its note, the JSON and Markdown asked for."""
+def render_token_exit(result, json_out, markdown, plot=None) -> None:
+    """A language model's early exit per token: its tables, its note, the JSON and Markdown asked for (``plot``: none,
+    ``check_plot`` refused it)."""
     from ..report.lm import exit_markdown, exit_rich_tables
     from ..runtime.fileio import strict_json
 
@@ -139,3 +137,6 @@ def render_token_exit(result, json_out, markdown) -> None:
         note(result.lens_note)
     for table in exit_rich_tables(doc):
         console.print(table)
+
+
+RENDER_ANALYSIS = {"layers": render_analysis, "tokens": render_token_exit}  # by DepthResult.kind

@@ -50,17 +50,15 @@ def export(
 
 
 def exported_lines(exp) -> list:
-    """What an export shows: the mean α per layer, the attention shift (a classifier's), the files written."""
-    from ..exporting.lm import TokenExport
+    """What an export shows, by what its tables hold (``Export.kind``): the mean α per layer, the attention shift (a
+    classifier's), the files written."""
+    return EXPORTED_LINES[exp.kind](exp)
+
+
+def class_lines(exp) -> list:
+    """A classifier's export: the mean α per layer and the attention shift (a head with α), the samples written."""
     from ..report.export import shift_table
 
-    if isinstance(exp, TokenExport):
-        return [
-            "mean α per layer:  " + "  ".join(f"{escape(n)} {m:.3f}" for n, m in zip(exp.layers, exp.mean_alpha)),
-            f"[bold]exported {exp.n:,} tokens[/] in {exp.n_blocks:,} blocks (LAYA next-token accuracy "
-            f"{exp.accuracy:.4f}, {len(exp.files)} files) -> {escape(str(exp.out))}/   report: "
-            + escape(str(exp.out / "report.html")),
-        ]
     lines = []
     if exp.has_alpha:
         g = exp.global_profile
@@ -73,3 +71,16 @@ def exported_lines(exp) -> list:
         f"[bold]exported {exp.n:,} samples[/] (accuracy {exp.accuracy:.4f}, {len(exp.files)} files) "
         f"-> {escape(str(exp.out))}/   report: {escape(str(exp.out / 'report.html'))}"
     ]
+
+
+def token_lines(exp) -> list:
+    """A language model's export: the mean α per layer, the tokens and blocks written."""
+    return [
+        "mean α per layer:  " + "  ".join(f"{escape(n)} {m:.3f}" for n, m in zip(exp.layers, exp.mean_alpha)),
+        f"[bold]exported {exp.n:,} tokens[/] in {exp.n_blocks:,} blocks (LAYA next-token accuracy "
+        f"{exp.accuracy:.4f}, {len(exp.files)} files) -> {escape(str(exp.out))}/   report: "
+        + escape(str(exp.out / "report.html")),
+    ]
+
+
+EXPORTED_LINES = {"classes": class_lines, "tokens": token_lines}  # by Export.kind

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -34,8 +35,59 @@ DEPTH_VERSION = 1
 TOLERANCES = (0.01, 0.005)  # operating points within 1 pp and 0.5 pp of the full model's accuracy
 
 
-@dataclass
 class DepthResult:
+    """``laya depth``'s analysis, of either task: ``kind`` says what its tables hold — ``"layers"`` (a classifier's
+    ``LayerDepthResult``: the model cut after each tap, early exit per sample, the minimal sufficient depth) or
+    ``"tokens"`` (a language model's ``TokenExitResult``: early exit per token). Every kind has ``.to_dict()`` (the
+    JSON ``laya depth --json`` writes), ``.to_json()``, ``.to_pandas()`` and ``.settings``; its display (``repr``,
+    Jupyter) follows its kind."""
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        return strict_json(self.to_dict())
+
+    def to_pandas(self):
+        """The result's main table, by its kind. A classifier's (``"layers"``): the truncation table, one row per
+        depth ``k`` (the index): ``layer``, ``accuracy``, ``macro_f1`` and ``delta`` (vs the full model) of the
+        model cut after tap k (α masked; None for a head without α), ``flops``/``flops_block``/``flops_fraction``
+        and ``seconds_per_image``/``time_fraction`` up to tap k (the medians over the timing rounds;
+        ``seconds_range``/``time_fraction_range`` their intervals; ``time_fraction`` None where the rounds were too
+        noisy to tell, ``compute["time_noisy"]``), and with refit ``refit_accuracy``, ``refit_macro_f1``,
+        ``refit_delta``, ``refit_epochs``. A language model's (``"tokens"``): the early-exit sweep, one row per
+        policy and threshold (the oracle's None): ``ce_bits``, ``ce_increase`` (vs the policy at full depth),
+        ``ce_over_model``, ``mean_layers``, ``saving``."""
+        import pandas as pd
+
+        rows, index = self.table()
+        return pd.DataFrame(rows).set_index(index)
+
+    def table(self) -> tuple[list[dict], list[str]]:
+        """``to_pandas``'s rows and index columns."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
+        from ..report.notebook import depth_text
+
+        return depth_text(self.to_dict(), self.kind)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: a classifier's report.html depth section, its accuracy-against-compute plot inline; a
+        language model's tables."""
+        from ..report.notebook import depth_html
+
+        return depth_html(self.to_dict(), self.kind)
+
+
+@dataclass(repr=False)
+class LayerDepthResult(DepthResult):
+    """A classifier's depth analysis (``DepthResult`` of kind ``"layers"``)."""
+
+    kind: ClassVar[str] = "layers"
     settings: dict
     n_samples: int
     layers: list[str]
@@ -51,31 +103,8 @@ class DepthResult:
     def to_dict(self) -> dict:
         return json_safe({"format": DEPTH_FORMAT, "version": DEPTH_VERSION, **asdict(self)})
 
-    def to_json(self) -> str:
-        return strict_json(self.to_dict())
-
-    def __repr__(self) -> str:
-        """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
-        from ..report.notebook import depth_text
-
-        return depth_text(self.to_dict())
-
-    def _repr_html_(self) -> str:
-        """Jupyter's display: report.html's depth section, its accuracy-against-compute plot inline."""
-        from ..report.notebook import depth_html
-
-        return depth_html(self.to_dict())
-
-    def to_pandas(self):
-        """The truncation table, one row per depth ``k`` (the index): ``layer``, ``accuracy``, ``macro_f1``
-        and ``delta`` (vs the full model) of the model cut after tap k (α masked; None for a head without
-        α), ``flops``/``flops_block``/``flops_fraction`` and ``seconds_per_image``/``time_fraction`` up to
-        tap k (the medians over the timing rounds; ``seconds_range``/``time_fraction_range`` their intervals;
-        ``time_fraction`` None where the rounds were too noisy to tell, ``compute["time_noisy"]``), and with refit
-        ``refit_accuracy``, ``refit_macro_f1``, ``refit_delta``, ``refit_epochs``."""
-        import pandas as pd
-
-        return pd.DataFrame(self.truncation).set_index("k")
+    def table(self) -> tuple[list[dict], list[str]]:
+        return self.truncation, ["k"]
 
 
 # --------------------------------------------------------------------------- per-depth predictions
@@ -230,7 +259,7 @@ def timed_compute(depths: list[list[float]], whole: list[float], per: int) -> di
 
 def run_depth(
     model, data, settings: DepthSettings | None = None, fit_feats: dict[str, LayerFeatures] | None = None
-) -> DepthResult:
+) -> LayerDepthResult:
     """The whole analysis on ``data`` (EvalData or features). ``fit_feats`` (train/val features of the
     checkpoint's data) are needed with ``settings.refit``."""
     settings = settings or DepthSettings()  # valid as built
@@ -274,7 +303,7 @@ def run_depth(
     oracle = oracle_depth(source, preds, labels, model.classes, compute)
     if L < 2:
         notes.append("only 1 layer: there is no shallower model to compare with")
-    return DepthResult(
+    return LayerDepthResult(
         settings={**asdict(settings), "head": head_kind(head), "dataset": getattr(data, "dataset", None)},
         n_samples=len(labels),
         layers=list(model.layer_names),

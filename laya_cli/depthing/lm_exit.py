@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from ..model.lm_heads import BITS, LayaLM, chunks, cross_entropy, truncated_states
 from ..runtime.errors import LayaError
+from .analysis import DepthResult
 from .early_exit import exit_depth, minimal_sufficient_depth, take_depth
 
 POLICIES = ("alpha_mass", "p_max", "tuned_p_max")
@@ -141,8 +143,11 @@ def best_within(
     return max(ok, key=lambda p: (p.saving, -getattr(p, against))) if ok else None
 
 
-@dataclass
-class TokenExitResult:
+@dataclass(repr=False)
+class TokenExitResult(DepthResult):
+    """A language model's early exit per token (``DepthResult`` of kind ``"tokens"``)."""
+
+    kind: ClassVar[str] = "tokens"
     tokens: int
     layers: list[str]
     model_ce_bits: float
@@ -161,6 +166,9 @@ class TokenExitResult:
         if d["lens_note"] is None:
             del d["lens_note"]
         return d
+
+    def table(self) -> tuple[list[dict], list[str]]:
+        return [p.to_dict() for p in self.points], ["policy", "threshold"]
 
 
 def token_exit_result(tables: ExitTables, layers: list[str], thresholds) -> TokenExitResult:

@@ -26,6 +26,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -69,9 +70,33 @@ RESULT_FILES = {
 # --------------------------------------------------------------------------- the result
 
 
-@dataclass
 class Export:
-    """Everything an export writes, as in-memory tables (usable without writing anything)."""
+    """``laya export``'s result, of either task: ``kind`` says what its tables hold — ``"classes"`` (a classifier's
+    ``ClassExport``: one row per sample, class × layer profiles, the attention shift) or ``"tokens"`` (a language
+    model's ``TokenExport``: one row per held-out position). Every kind has ``.table``, ``.layers``, ``.info``,
+    ``.notes``, ``.out``, ``.files``, ``.n`` and ``.accuracy``; its display (``repr``, Jupyter) follows its kind."""
+
+    kind: ClassVar[str]
+
+    def __repr__(self) -> str:
+        """A summary line and the kind's table as plain text, at a terminal's width."""
+        from ..report.notebook import export_text
+
+        return export_text(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: a classifier's class × layer picture of mean α with the per-layer and shift tables; a
+        language model's mean α per layer."""
+        from ..report.notebook import export_html
+
+        return export_html(self)
+
+
+@dataclass(repr=False)
+class ClassExport(Export):
+    """A classifier's export: everything it writes, as in-memory tables (usable without writing anything)."""
+
+    kind: ClassVar[str] = "classes"
 
     table: pd.DataFrame  # one row per sample
     layers: list[str]
@@ -109,18 +134,6 @@ class Export:
     @property
     def accuracy(self) -> float:
         return float(self.table["correct"].mean()) if len(self.table) else float("nan")
-
-    def __repr__(self) -> str:
-        """A summary line and the attention-shift table as plain text, at a terminal's width."""
-        from ..report.notebook import export_text
-
-        return export_text(self)
-
-    def _repr_html_(self) -> str:
-        """Jupyter's display: the class × layer picture of mean α inline, the per-layer and shift tables."""
-        from ..report.notebook import export_html
-
-        return export_html(self)
 
     def matrix(self, subset: str = "all", quantity: str = "alpha", stat: str = "mean") -> np.ndarray:
         """(C, L) class × layer matrix of one statistic from the profiles."""
@@ -214,7 +227,7 @@ def assemble(
     alpha_is_global: bool = False,
     notes: Sequence[str] = (),
     against: str | None = None,
-) -> Export:
+) -> ClassExport:
     """Derive profiles, global profile and the JS ranking from a per-sample table; ``against``: what α was trained
     to rank (``auditing.collapse.trained_against``), which says how a collapsed α reads."""
     layers, classes = list(layers), list(classes)
@@ -224,7 +237,7 @@ def assemble(
     profiles = class_layer_profiles(table, layers, classes, quantities) if has_alpha else None
     gprofile = global_profile(table, layers, quantities) if has_alpha else None
     shift = attention_shift(table, layers, classes) if has_alpha else None
-    exp = Export(
+    exp = ClassExport(
         table,
         layers,
         classes,
@@ -249,7 +262,7 @@ def assemble(
 
 def compute_export(
     model, data, device: str = "cpu", batch_size: int = EXPORT_BATCH, info: dict | None = None
-) -> Export:
+) -> ClassExport:
     """Run the head of ``model`` (a LayaModel) over ``data`` (an evaldata.EvalData)."""
     logits, alpha, contrib = _predict(model, data.features, device, batch_size)
     notes = []
@@ -330,7 +343,7 @@ def _records(df: pd.DataFrame | None) -> list[dict] | None:
     return json_safe(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
 
 
-def write_samples(exp: Export, path: Path, fmt: str) -> None:
+def write_samples(exp: ClassExport, path: Path, fmt: str) -> None:
     t = exp.table
     if fmt == "csv":
         t.to_csv(path, index=False)
@@ -359,7 +372,7 @@ def write_samples(exp: Export, path: Path, fmt: str) -> None:
         raise unknown_choice("format", fmt, FORMATS)
 
 
-def summary(exp: Export, fmt: str) -> dict:
+def summary(exp: ClassExport, fmt: str) -> dict:
     from .. import __version__
 
     return json_safe(
@@ -386,7 +399,7 @@ def summary(exp: Export, fmt: str) -> dict:
     )
 
 
-def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
+def _write_all(exp: ClassExport, root: Path, fmt: str, plots: bool, strip: int) -> list[str]:
     from ..report.figures import can_strip, render_plots, thumbnails
     from ..report.html import render_html
 
@@ -423,8 +436,8 @@ def _write_all(exp: Export, root: Path, fmt: str, plots: bool, strip: int) -> li
 
 
 def write_export(
-    exp: Export, out: str | Path, fmt: str = "csv", plots: bool = True, strip: int = 8, overwrite: bool = False
-) -> Export:
+    exp: ClassExport, out: str | Path, fmt: str = "csv", plots: bool = True, strip: int = 8, overwrite: bool = False
+) -> ClassExport:
     """Write every file into a temp folder beside ``out``, then rename it into place."""
     fmt = check_format(fmt)
     check_at_least("--strip", strip, 0)
@@ -449,7 +462,7 @@ def run_export(
     stream: bool = True,
     memory: MemoryRequest | None = None,
     ckpt: dict | None = None,
-) -> Export:
+) -> ClassExport:
     """The whole ``laya export`` of a classifier: load, compute, write atomically. Returns the Export.
 
     ``settings`` (resolved: its device picked) and ``data`` are valid as built: their options are not checked
@@ -527,7 +540,7 @@ def export_data(
     notes: Sequence[str] = (),
     batch_size: int = EXPORT_BATCH,
     card: dict | None = None,
-) -> Export:
+) -> ClassExport:
     """Compute the export of ``model`` on ``data`` (an EvalData) and, with ``out``, write it atomically.
 
     What ``laya export`` and ``laya_cli.export`` both run. ``results``: attached results shown in
@@ -535,7 +548,7 @@ def export_data(
     --audit/--depth`` give). ``notes``: shown with the export's own. Under torchrun the samples are
     sharded over the ranks and only rank 0 writes. ``batch_size``: samples per head pass, halved and retried
     when the device runs out of memory. ``card``: write README.md
-    (``Export.card``).
+    (``ClassExport.card``).
     """
     batch = [batch_size]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,7 @@ from ..model.lm_heads import LayaLM, chunks, lm_from_checkpoint
 from ..runtime import fileio, progress
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import json_safe, strict_json
-from .folder import EXPORT_BATCH, EXPORT_FORMAT, EXPORT_VERSION, check_format, check_out_dir, is_export_dir
+from .folder import EXPORT_BATCH, EXPORT_FORMAT, EXPORT_VERSION, Export, check_format, check_out_dir, is_export_dir
 from .profiles import alpha_col
 from .settings import FORMATS
 
@@ -41,9 +42,12 @@ HEATMAP_FILE = "alpha_heatmap.png"
 HEATMAP_TOKENS = 64  # tokens of the first block the heat map shows (a 1,024-token block has no readable labels)
 
 
-@dataclass
-class TokenExport:
-    """An LM export in memory: the per-position table and what the report says about it."""
+@dataclass(repr=False)
+class TokenExport(Export):
+    """A language model's export (``Export`` of kind ``"tokens"``): the per-position table and what the report says
+    about it."""
+
+    kind: ClassVar[str] = "tokens"
 
     table: pd.DataFrame
     layers: list[str]

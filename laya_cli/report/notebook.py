@@ -164,13 +164,37 @@ def audit_html(result) -> str:
 # --------------------------------------------------------------------------- laya depth
 
 
-def depth_text(doc: dict) -> str:
+def depth_text(doc: dict, kind: str = "layers") -> str:
+    """A depth result's tables as plain text; ``kind``: what they hold (``DepthResult.kind``: layers, or tokens)."""
+    return {"layers": _layer_depth_text, "tokens": _token_depth_text}[kind](doc)
+
+
+def depth_html(doc: dict, kind: str = "layers") -> str:
+    return {"layers": _layer_depth_html, "tokens": _token_depth_html}[kind](doc)
+
+
+def _layer_depth_text(doc: dict) -> str:
     from .depth import depth_caption, depth_rich_tables
 
     return plain_text(f"DepthResult · {depth_caption(doc)}", depth_rich_tables(doc), doc.get("notes", []))
 
 
-def depth_html(doc: dict) -> str:
+def _token_depth_text(doc: dict) -> str:
+    """A language model's early exit per token: the terminal's tables, the lens note."""
+    from .lm import exit_rich_tables
+
+    notes = [doc["lens_note"]] if doc.get("lens_note") else []
+    return plain_text(f"DepthResult · early exit per token · {doc['tokens']:,} positions", exit_rich_tables(doc), notes)
+
+
+def _token_depth_html(doc: dict) -> str:
+    """A language model's early exit per token: its tables (the terminal's, as text) under the caption."""
+    from .lm import exit_caption
+
+    return page("laya depth", exit_caption(doc), [f"<pre>{html.escape(_token_depth_text(doc))}</pre>"])
+
+
+def _layer_depth_html(doc: dict) -> str:
     from .depth import depth_section
     from .figures import plot_depth
 
@@ -232,13 +256,50 @@ def _class_diff_html(doc: dict) -> str:
 
 
 def export_text(exp) -> str:
+    """An export's summary line and table as plain text; what the table holds follows ``exp.kind`` (classes, or
+    tokens)."""
+    return {"classes": _class_export_text, "tokens": _token_export_text}[exp.kind](exp)
+
+
+def export_html(exp) -> str:
+    return {"classes": _class_export_html, "tokens": _token_export_html}[exp.kind](exp)
+
+
+def _token_caption(exp) -> str:
+    return (
+        f"{exp.n:,} tokens in {exp.n_blocks:,} blocks · LAYA next-token accuracy {fmt(exp.accuracy, '{:.4f}')} · "
+        f"{len(exp.layers)} layers" + (f" · written to {exp.out}" if exp.out else "")
+    )
+
+
+def _token_export_text(exp) -> str:
+    """A language model's export: the caption and the mean α per layer."""
+    from rich.text import Text
+
+    from .cells import rich_table
+
+    table = rich_table("mean α per layer")
+    for column in ("layer", "mean α"):
+        table.add_column(column, justify="right" if column == "mean α" else "left")
+    for name, mean in zip(exp.layers, exp.mean_alpha):
+        table.add_row(Text(name), fmt(mean, "{:.3f}"))  # a layer's name is text, never markup
+    return plain_text(f"Export · {_token_caption(exp)}", [table], exp.notes)
+
+
+def _token_export_html(exp) -> str:
+    rows = [[html.escape(name), fmt(mean, "{:.3f}")] for name, mean in zip(exp.layers, exp.mean_alpha)]
+    parts = ["<h4>Mean α per layer</h4>", html_table(["layer", "mean α"], rows, "lr")]
+    return page("laya export", _token_caption(exp), parts, exp.notes)
+
+
+def _class_export_text(exp) -> str:
     from .export import shift_table
 
     title = f"Export · {exp.n:,} samples · accuracy {fmt(exp.accuracy, '{:.4f}')} · {len(exp.layers)} layers"
     return plain_text(title + (f" · written to {exp.out}" if exp.out else ""), [shift_table(exp, 10)], exp.notes)
 
 
-def export_html(exp) -> str:
+def _class_export_html(exp) -> str:
     from .html import _global_table, _shift_table
 
     parts = []
