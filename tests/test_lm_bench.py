@@ -77,8 +77,10 @@ def test_the_audit_means_are_laya_audit_of_each_run(benched, tmp_path):
         )
         assert r.exit_code == 0, r.output
         audit = json.loads(out.read_text())
+        # the bench asks what laya audit asks by default: the checkpoint's question (network scope, bypass)
+        assert audit["settings"]["scope"] == "network"
         for m in faith:
-            faith[m].append(audit["methods"][m]["faithfulness"])
+            faith[m].append(audit["network"]["methods"][m]["faithfulness"])
     for m, values in faith.items():
         assert entry["audit"][m]["faithfulness"]["mean"] == pytest.approx(statistics.fmean(values), abs=1e-9)
     assert entry["audit_samples"] == 60

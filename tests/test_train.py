@@ -243,6 +243,11 @@ WHERE_FROM = {
     "dataset.source",
     "backbone.source",
     "digest.sha256",
+    # Data pinning (data/pinning.py) names where a named dataset was read and what it held; loaders have no name
+    # to re-read, so laya_cli.fit records none of it.
+    "dataset.resolved",
+    "dataset.data_dir_resolved",
+    "dataset.fingerprint",
 }  # the digest covers them
 
 

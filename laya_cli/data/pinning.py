@@ -3,15 +3,14 @@ resolved (``folder:../fashion`` -> ``folder:/abs/fashion``), so a command run fr
 the same folder, and a fingerprint of the evaluation (test) split, so one that finds other data there stops with one
 line instead of auditing it silently.
 
-The fingerprint is SHA-256 over the split's size, labels and contents: the bytes of in-memory images or tokens, the
-names and sizes of image files (not their folder or modification time: the same files copied elsewhere are the same
-data), or each row's description for other sources; a text split's strings where it has them.
+The fingerprint is SHA-256 over the split's size, labels and contents: the bytes of its images as decoded or of its
+tokens, the same whether the images were decoded into memory or are streamed from their source (the same files copied
+elsewhere, or read another way, are the same data); a text split's strings where it has them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import torch
@@ -28,23 +27,22 @@ def resolved_name(name: str) -> str:
     return f"{prefix}:{Path(path).expanduser().resolve()}"
 
 
+FINGERPRINT_BATCH = 256  # images decoded at a time to fingerprint a streamed split
+
+
 def _content(h, images) -> None:
-    """Feed the images (a tensor, or ``LazyImages`` of a source) of a split into ``h``."""
+    """Feed the images of a split into ``h``: their bytes, the same whether they were decoded into memory (a tensor)
+    or are decoded as used (``LazyImages`` of a source, past ``LAYA_IN_MEMORY_MB``: decoded here batch by batch), so
+    that the fingerprint depends on the data, not on how it was read."""
     if isinstance(images, torch.Tensor):
         h.update(images.detach().cpu().contiguous().numpy().tobytes())
         return
-    source, rows = getattr(images, "source", None), getattr(images, "rows", None)
-    if source is None or rows is None:
+    batches = getattr(images, "batches", None)
+    if batches is None:
         h.update(repr(images).encode())
         return
-    paths = getattr(source, "paths", None)
-    for i in rows.tolist():
-        if paths is not None:
-            p = paths[i]
-            size = os.stat(p).st_size if os.path.exists(p) else -1
-            h.update(f"{os.path.basename(p)}:{size}\n".encode())
-        else:
-            h.update(f"{source.describe(i)}\n".encode())
+    for batch in batches(FINGERPRINT_BATCH):
+        h.update(batch.detach().cpu().contiguous().numpy().tobytes())
 
 
 def split_fingerprint(split) -> str | None:

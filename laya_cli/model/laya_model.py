@@ -103,7 +103,7 @@ class LayaModel:
         meta = self.checkpoint
         if "head" not in meta or "dims" not in meta:
             raise LayaError("this model has no training record to save; make it with laya_cli.fit or laya_cli.load")
-        return checkpoint_body(
+        body = checkpoint_body(
             backbone=self.backbone,
             spec=self.spec,
             head=self.head,
@@ -120,6 +120,9 @@ class LayaModel:
             tap_reference=meta.get("tap_reference"),
             options=meta.get("options"),
         )
+        # The question α was trained on (auditing/question.py) stays with the head that learnt it: laya_cli.fit's
+        # model and a loaded model save it as laya train wrote it.
+        return {**body, "question": meta["question"]} if "question" in meta else body
 
     def save(self, path: str | Path) -> Path:
         """Write the checkpoint ``laya train`` writes (atomically): ``laya info/audit/export`` read it.

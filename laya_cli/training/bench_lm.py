@@ -1,8 +1,9 @@
 """``laya bench --task lm``: the LAYA head and the tuned lens of a causal language model trained with every seed
 (and each ``--objective``: kl, ce), each run's held-out figures (``train_lm``'s: per layer the logit and tuned
 lenses' KL to the model's final distribution and cross-entropy, LAYA's mean α, in bits per token; the LAYA head's
-and the model's) and its per-token audit at head scope (faithfulness, Deletion@1 per method, ``token_audit_job``),
-then each figure's mean and 95 % Student-t interval over the seeds (``bench.seed_stats``).
+and the model's) and its per-token audit on the question ``laya audit`` asks of the checkpoint (faithfulness,
+Deletion@1 per method, ``token_audit_job``), then each figure's mean and 95 % Student-t interval over the seeds
+(``bench.seed_stats``).
 
 Runs go to ``OUT/<text>-<model>-lm/<objective>-seed<S>.pt`` beside a ``.json`` record of the audit; a checkpoint
 whose recorded training options match is reused (and its audit, when the audit options match too), so an
@@ -55,7 +56,9 @@ def audit_options(bench) -> dict:
     """What must match for a run's recorded audit to be reused (everything but the device)."""
     s = asdict(bench.audit)
     s.pop("device")
-    return json.loads(strict_json({**s, "methods": bench.methods(), "samples": bench.audit_samples}))
+    # "scope": each run is audited on its checkpoint's question (audit_run); a record from before asked the head's
+    asked = "question"
+    return json.loads(strict_json({**s, "methods": bench.methods(), "samples": bench.audit_samples, "scope": asked}))
 
 
 def check_lm_bench(bench):
@@ -104,16 +107,22 @@ def _record(path: Path) -> dict | None:
 
 
 def audit_run(bench, ckpt: dict) -> dict:
-    """The head-scope per-token audit of one run's checkpoint: accuracy and each method's figures."""
+    """The per-token audit of one run's checkpoint that ``laya audit`` of it runs by default: the question α was
+    trained on (auditing/question.py: a language model aligned by default, network scope with bypass), the removal
+    given instead where ``--ablation`` was; its scope, accuracy and each method's figures at that scope."""
     from ..auditing.lm import token_audit_job
+    from ..auditing.question import audit_scope_and_removal, checkpoint_question, given_or_changed
     from ..model.lm_heads import lm_from_checkpoint
 
     device = bench.train.train.device
     model = lm_from_checkpoint(ckpt, bench.train.lm.device_map).to(device)
-    settings = AuditSettings(**{**asdict(bench.audit), "device": device, "ci": 0.0})
-    doc = token_audit_job(model, bench.methods(), settings, "head", None, bench.audit_samples).to_dict()
-    methods = {m: {k: v.get(k) for k in AUDIT_METRICS} for m, v in doc["methods"].items()}
-    return {"n_samples": doc["n_samples"], "accuracy": doc["accuracy"], "methods": methods}
+    ablation = bench.audit.ablation if given_or_changed(bench.audit, "ablation", "mean") else None
+    scope, removal = audit_scope_and_removal(checkpoint_question(ckpt), None, ablation)
+    settings = AuditSettings(**{**asdict(bench.audit), "device": device, "ci": 0.0, "ablation": removal})
+    doc = token_audit_job(model, bench.methods(), settings, scope, None, bench.audit_samples).to_dict()
+    scored = doc["network"]["methods"] if scope == "network" else doc["methods"]  # both: the head's, as laya audit
+    methods = {m: {k: v.get(k) for k in AUDIT_METRICS} for m, v in scored.items()}
+    return {"scope": scope, "n_samples": doc["n_samples"], "accuracy": doc["accuracy"], "methods": methods}
 
 
 def run_one(bench, objective: str, seed: int, ckpt: dict | None) -> dict:
