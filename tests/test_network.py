@@ -293,6 +293,7 @@ def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
         (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),
         (["--scope", "both", "--fail-under", "network:accuracy=0.5"], "belongs to the model"),
         (["--max-drop", "network:faithfulness=0.1", "--baseline", "x.json"], "add --scope network"),
+        (["--scope", "network", "--by-class"], "--by-class covers the head scope only"),
     ],
 )
 def test_network_scope_bad_input_is_one_line(digits_ckpt, args, fragment):
