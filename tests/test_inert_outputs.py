@@ -78,8 +78,10 @@ def hostile(tmp_path_factory):
     env = {"COLUMNS": "4000", "NO_COLOR": "1"}
     runs = {"info": run_laya("info", ckpt, env=env)}
     outputs = ("--json", out / "a.json", "--markdown", out / "a.md", "--junit", out / "a.xml")
-    runs["audit"] = run_laya("audit", ckpt, "--by-class", "--compare", "", *outputs, "--fail-under", "faithfulness=-2",
-                             env=env)  # fmt: skip
+    # --scope head: the by-class table (the hostile class names) is the head scope's; the tiny model's own question
+    # is the network scope, where --by-class is refused
+    runs["audit"] = run_laya("audit", ckpt, "--scope", "head", "--by-class", "--compare", "", *outputs,
+                             "--fail-under", "faithfulness=-2", env=env)  # fmt: skip
     assert runs["audit"].returncode == 0, runs["audit"].stderr
     attach_hostile_json(out / "a.json", out / "evil.json", ckpt)
     runs["export"] = run_laya("export", ckpt, "--audit", out / "evil.json", "--model-card", "--out", out / "exp",

@@ -171,9 +171,10 @@ def test_older_checkpoints_compute_the_tap_means_once_and_cache_them(digits_ckpt
 
 def _head_keys(doc: dict) -> dict:
     """An audit JSON without what only the network scope or the gates add (``network``, ``settings.scope``,
-    the gate outcome, the thresholds asked for), without the run's memory measurements and the command line
-    it recorded (``options``)."""
-    out = {k: v for k, v in doc.items() if k not in ("network", "fail_under", "verdict", "options", *MEMORY_KEYS)}
+    the gate outcome, the thresholds asked for, the verdict in words: it speaks of every scope audited), without
+    the run's memory measurements and the command line it recorded (``options``)."""
+    skip = ("network", "fail_under", "verdict", "verdict_text", "verdict_scopes", "options", *MEMORY_KEYS)
+    out = {k: v for k, v in doc.items() if k not in skip}
     out["settings"] = {k: v for k, v in doc["settings"].items() if k not in ("scope", "fail_under")}
     return out
 
@@ -207,6 +208,12 @@ def test_scope_both_cli_json_markdown_and_gate(digits_ckpt, tmp_path):
     # head scope: every key and number of a head-only run; the network scope beside them
     assert _head_keys(both) == _head_keys(head)
     assert both["methods"] == head["methods"]
+    # the verdict in words: the head-only audit's, then the network scope's (one text: the JSON's is the Markdown's)
+    assert both["verdict_scopes"][0] == head["verdict_scopes"][0]
+    assert [v["scope"] for v in both["verdict_scopes"]] == ["head", "network"]
+    assert both["verdict_text"] == " ".join(v["text"] for v in both["verdict_scopes"])
+    assert both["verdict_text"].startswith(head["verdict_text"])
+    assert both["verdict_text"] in md.read_text()
     assert both["settings"]["scope"] == "both" and "scope" not in head["settings"]
     assert "network" not in head
     net = both["network"]
@@ -286,6 +293,7 @@ def test_network_scope_baseline_and_max_drop(digits_ckpt, tmp_path):
         (["--scope", "both", "--fail-under", "network:aopc=0.5"], "not computed at network scope"),
         (["--scope", "both", "--fail-under", "network:accuracy=0.5"], "belongs to the model"),
         (["--max-drop", "network:faithfulness=0.1", "--baseline", "x.json"], "add --scope network"),
+        (["--scope", "network", "--by-class"], "--by-class covers the head scope only"),
     ],
 )
 def test_network_scope_bad_input_is_one_line(digits_ckpt, args, fragment):

@@ -103,7 +103,17 @@ def test_the_page_loads_without_errors_or_requests(chromium, digits_export):
         for anchor in ("model", "result-audit", "result-depth", "global", "class-layer", "shift", "explorer"):
             assert page.locator(f"h2#{anchor}").count() == 1, anchor
             assert page.locator(f"nav.toc a[href='#{anchor}']").count() == 1, anchor
-        audit = page.text_content("#result-audit + p + table")
+        # the audit's section, up to the next heading: the metrics' definitions, then the question and the verdict
+        # in words (issue 70), then the methods table
+        section = page.evaluate("""() => { const out = [];
+            for (let el = document.getElementById('result-audit').nextElementSibling; el && el.tagName !== 'H2';
+                 el = el.nextElementSibling) out.push([el.tagName, el.textContent]); return out; }""")
+        tags = [tag for tag, _ in section]
+        table = tags.index("TABLE")
+        assert tags[:table] == ["P"] * table and section[0][1].startswith("Faithfulness = Spearman")
+        said = [text for _, text in section[1:table]]
+        assert said[0].startswith("question: ") and said[1].startswith("verdict: "), said
+        audit = section[table][1]
         assert "laya" in audit and "faithfulness" in audit
         assert page.locator('figure img[alt^="Accuracy against mean backbone FLOPs"]').count() == 1  # the depth plot
         # α's collapse summary beside the global profile, and the warning box exactly when it has collapsed

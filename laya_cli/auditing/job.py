@@ -104,7 +104,10 @@ def audit_job(
 
 def check_audit(model, methods: Sequence[str], settings: AuditSettings, scope: str) -> None:
     """What fails before any feature extraction: the removal checked once against the scope and the head; at network
-    scope, taps that cannot be patched or that the gradient methods cannot reach."""
+    scope, taps that cannot be patched or that the gradient methods cannot reach; --by-class where no head scope
+    runs (its table would silently be missing)."""
+    if settings.by_class and scope == "network":
+        raise LayaError("--by-class covers the head scope only: add --scope head or --scope both")
     removal = settings.removal.at(scope)
     check_removal(model.head, removal.head)
     if scope != "head":
