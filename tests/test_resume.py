@@ -85,7 +85,7 @@ def _interrupted_state(req, with_options: bool = True):
     from laya_cli.training.job import prepare_backbone
     from laya_cli.training.loop import fit
 
-    resolved_request(req)  # as laya train resolves it before the state's fingerprint
+    req = resolved_request(req)  # as laya train resolves it before the state's fingerprint
 
     def stop(record):  # interrupt right after the first epoch's state is written
         raise KeyboardInterrupt

@@ -24,6 +24,7 @@ from ..runtime.declare import (
     SEED_MAX,
     STEPS_MAX,
     WIDTH_MAX,
+    Settings,
     check_fields,
     refuse_other_task,
     setting,
@@ -51,8 +52,8 @@ STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
 
 
-@dataclass
-class TrainingSettings:
+@dataclass(frozen=True)
+class TrainingSettings(Settings):
     PANEL: ClassVar[str] = "Training"
 
     epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main", maximum=STEPS_MAX)
@@ -240,8 +241,8 @@ LENS_SAMPLE = 16
 LENS_TOKENS = 256  # --lens-tokens: held-out positions of the lens table (SmolLM2: about 0.2x the forward at 2,000)
 
 
-@dataclass
-class LMSettings:
+@dataclass(frozen=True)
+class LMSettings(Settings):
     """What only ``--task lm`` reads (``laya train``, ``laya bench``; training/lm.py)."""
 
     PANEL: ClassVar[str] = "Language models (--task lm)"
@@ -296,10 +297,6 @@ class LMSettings:
         maximum=COUNT_MAX,
     )
     device_map: str | None = device_map_setting()
-
-    def validate(self) -> LMSettings:
-        check_fields(self)
-        return self
 
 
 @dataclass
