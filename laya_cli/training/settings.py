@@ -26,6 +26,7 @@ from ..runtime.declare import (
     WIDTH_MAX,
     Settings,
     check_fields,
+    normalise,
     refuse_other_task,
     setting,
     split_csv,
@@ -299,9 +300,11 @@ class LMSettings(Settings):
     device_map: str | None = device_map_setting()
 
 
-@dataclass
-class TrainJobSettings:
-    """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
+@dataclass(frozen=True)
+class TrainJobSettings(Settings):
+    """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them. Checked when
+    built; a caller that marks the options given explicitly (``mark_given``) checks it again (``validate``): a
+    setting of the other task spelled at its default is then refused too."""
 
     PANEL: ClassVar[str] = "Backbone"
 
@@ -454,7 +457,7 @@ class TrainJobSettings:
     def validate(self) -> TrainJobSettings:
         """The declared checks of every field, then a setting of the other task refused (it would be ignored),
         then the checks that involve several fields."""
-        self.layers = split_csv(self.layers)
+        normalise(self, layers=split_csv(self.layers))
         check_fields(self)
         refuse_other_task(self, self.task)
         self.data.validate()
