@@ -11,6 +11,7 @@ from helpers import assert_user_error, invoke
 
 from benchmarks.synthetic import make_head_and_features, train_digits
 from laya_cli.auditing.metrics import lolo_effects
+from laya_cli.runtime.declare import evolve
 from laya_cli.runtime.errors import LayaError
 from laya_cli.training.alignment import (
     Alignment,
@@ -145,7 +146,7 @@ def test_bench_compares_an_aligned_laya_head():
     assert (req.head, req.train.align, req.train.seed) == ("laya", 0.5, 1338)
     default = bench.train_request("laya", 1338).train  # as laya train resolves it: the mlp's default term
     assert (default.align, default.align_target) == (0.3, "both")
-    bench.train.backbone = "cnn"
+    bench.train = evolve(bench.train, backbone="cnn")  # settings are frozen: a new template
     assert bench.train_request("laya", 1338).train.align == 0.0
     assert str(bench.run_path("laya-aligned", 1338, ".pt")).endswith("laya-aligned-seed1338.pt")
     with pytest.raises(LayaError, match="--align must be positive"):

@@ -72,10 +72,9 @@ def test_precision_is_recorded_in_the_audit_and_the_checkpoint(digits_ckpt, tmp_
 
 
 def test_precision_is_not_part_of_a_runs_fingerprint():
-    from laya_cli.training.settings import TrainJobSettings
+    from laya_cli.training.settings import TrainingSettings, TrainJobSettings
 
-    a, b = TrainJobSettings(), TrainJobSettings()
-    b.train.precision = "bf16"
+    a, b = TrainJobSettings(), TrainJobSettings(train=TrainingSettings(precision="bf16"))
     assert a.fingerprint() == b.fingerprint()  # like the device: --resume across machines keeps working
 
 

@@ -11,6 +11,7 @@ import torch
 from helpers import train_digits
 
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.runtime.declare import evolve
 from laya_cli.training.job import train
 
 # Long enough (30 epochs) that the signal lands mid-training even on an idle machine.
@@ -85,7 +86,7 @@ def _interrupted_state(req, with_options: bool = True):
     from laya_cli.training.job import prepare_backbone
     from laya_cli.training.loop import fit
 
-    resolved_request(req)  # as laya train resolves it before the state's fingerprint
+    req = resolved_request(req)  # as laya train resolves it before the state's fingerprint
 
     def stop(record):  # interrupt right after the first epoch's state is written
         raise KeyboardInterrupt
@@ -128,8 +129,7 @@ def test_resume_with_other_options_is_refused_naming_the_option_and_both_values(
     from laya_cli.runtime.errors import LayaError
 
     _interrupted_state(_request(tmp_path))
-    other = _request(tmp_path, lr=1e-3)
-    other.resume = True
+    other = evolve(_request(tmp_path, lr=1e-3), resume=True)  # settings are frozen: a new request
     with pytest.raises(LayaError, match=r"other options \(train\.lr 0\.0003 -> 0\.001\).*--restart"):
         train(other)
 
@@ -139,12 +139,10 @@ def test_resume_of_an_older_state_without_options_still_refuses(tmp_path):
     from laya_cli.runtime.errors import LayaError
 
     _interrupted_state(_request(tmp_path), with_options=False)
-    other = _request(tmp_path, lr=1e-3)
-    other.resume = True
+    other = evolve(_request(tmp_path, lr=1e-3), resume=True)  # settings are frozen: a new request
     with pytest.raises(LayaError, match=r"written by a run with other options; use the same options"):
         train(other)
-    same = _request(tmp_path)
-    same.resume = True
+    same = evolve(_request(tmp_path), resume=True)
     assert train(same)["metrics"]["epochs_run"] == 3
 
 

@@ -164,11 +164,10 @@ def test_every_declared_number_refuses_nan_inf_and_its_bounds(cls):
 
 
 def test_whole_numbers_refuse_fractions_and_switches_refuse_strings():
-    cfg = TrainingSettings(epochs=2.5)
     with pytest.raises(LayaError, match="--epochs must be a whole number, got 2.5"):
-        cfg.validate()
+        TrainingSettings(epochs=2.5)  # checked as it is built: no invalid object exists
     with pytest.raises(LayaError, match="--layer-norm is a switch"):
-        HeadSettings(layer_norm="yes").validate()
+        HeadSettings(layer_norm="yes")
 
 
 def test_docs_options_page_is_what_the_command_line_says():

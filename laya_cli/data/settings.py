@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..runtime.declare import COUNT_MAX, SEED_MAX, WIDTH_MAX, Settings, check_fields, setting
+from ..runtime.declare import COUNT_MAX, SEED_MAX, WIDTH_MAX, Settings, check_fields, normalise, setting
 from ..runtime.errors import LayaError
 
 LABELS = ("genre", "artist")
@@ -25,8 +25,8 @@ ENCODING_HELP = (
 DATA_DIR_HELP = "Where the dataset lives (see docs/datasets.md)."
 
 
-@dataclass
-class DataSettings:
+@dataclass(frozen=True)
+class DataSettings(Settings):
     PANEL: ClassVar[str] = "Data"
 
     name: str = setting("digits", DATASET_HELP, param="dataset", panel="Main")
@@ -63,7 +63,7 @@ class DataSettings:
         """UTF-8 (with or without a BOM) is what laya reads by default: never recorded, as None."""
         check_fields(self)
         encoding = check_encoding(self.encoding)
-        self.encoding = None if encoding == "utf-8" else encoding
+        normalise(self, encoding=None if encoding == "utf-8" else encoding)
         return self
 
 

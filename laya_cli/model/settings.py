@@ -10,14 +10,14 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from ..backbones.defaults import term_for
-from ..runtime.declare import WIDTH_MAX, Settings, check_fields, setting
+from ..runtime.declare import WIDTH_MAX, Settings, setting
 
 PSI_CHOICES = ("identity", "mlp")
 READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
 
 
-@dataclass
-class HeadSettings:
+@dataclass(frozen=True)
+class HeadSettings(Settings):
     PANEL: ClassVar[str] = "Head"
 
     d_star: int = setting(96, "Adapter width d*.", flag="--d-star", above=0, maximum=WIDTH_MAX)
@@ -44,10 +44,6 @@ class HeadSettings:
     )
 
     LATER = {"layer_norm": False, "reads": None}  # as DataSettings.LATER
-
-    def validate(self) -> HeadSettings:
-        check_fields(self)
-        return self
 
     def to_dict(self) -> dict:
         """As the checkpoint records it: the options added later only when set (a default run's config is what it

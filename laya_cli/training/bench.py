@@ -19,7 +19,6 @@ Documented in docs/benchmarks.md.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +29,16 @@ from typing import ClassVar
 from ..auditing.registry import compared_by_default
 from ..auditing.settings import AuditSettings
 from ..runtime import distributed
-from ..runtime.declare import COUNT_MAX, SEED_MAX, STEPS_MAX, check_at_least, check_fields, refuse_other_task, setting
+from ..runtime.declare import (
+    COUNT_MAX,
+    SEED_MAX,
+    STEPS_MAX,
+    check_at_least,
+    check_fields,
+    evolve,
+    refuse_other_task,
+    setting,
+)
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice
 from ..runtime.fileio import (
     atomic_write_text,
@@ -174,11 +182,9 @@ class BenchSettings:
     def train_request(self, head: str, seed: int) -> TrainJobSettings:
         from .defaults import resolved_request  # the backbones (torch): not at laya --help
 
-        req = copy.deepcopy(self.train)
-        req.head, req.data.seed, req.train.seed = VARIANTS.get(head, head), seed, seed
-        if head == "laya-aligned":
-            req.train.align = self.align
-        req.out, req.resume = str(self.run_path(head, seed, ".pt")), False
+        train = evolve(self.train.train, seed=seed, **({"align": self.align} if head == "laya-aligned" else {}))
+        req = evolve(self.train, head=VARIANTS.get(head, head), data=evolve(self.train.data, seed=seed), train=train,
+                     out=str(self.run_path(head, seed, ".pt")), resume=False)  # fmt: skip
         return resolved_request(req)  # as laya train resolves it, before its options are compared
 
     def run_path(self, head: str, seed: int, suffix: str) -> Path:
@@ -208,7 +214,7 @@ class BenchSettings:
         if self.train.train.layer_dropout:
             raise LayaError("--layer-dropout: laya bench compares the heads under the paper's training (--task lm: "
                             "the language model's heads)")  # fmt: skip
-        self.train.data.name = check_dataset_name(self.dataset)
+        self.train = evolve(self.train, data=evolve(self.train.data, name=check_dataset_name(self.dataset)))
         self.heads = parse_heads(self.heads)
         check_at_least("--audit-samples", self.audit_samples)
         if "laya-aligned" in self.heads and not self.align > 0:
@@ -272,7 +278,7 @@ def _train_run(bench: BenchSettings, head: str, seed: int) -> dict:
     if req.state_path.is_file() and not bench.redo:
         try:  # an interrupted training of this very run: continue from its last finished epoch
             load_train_state(req.state_path, req.fingerprint(), train_options(req))
-            req.resume = True
+            req = evolve(req, resume=True)
         except LayaError:
             log(f"{req.state_path} is a partial run with other options or unreadable: starting over", "yellow")
     if not req.resume:

@@ -12,7 +12,6 @@ interrupted bench continues where it stopped. Each function takes the bench's on
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from pathlib import Path
 from ..auditing.settings import AuditSettings
 from ..backbones.lm import parse_device_map
 from ..model.checkpoint import read_checkpoint
-from ..runtime.declare import split_csv
+from ..runtime.declare import evolve, split_csv
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import atomic_write_text, claim, json_safe, made_folders, strict_json
 from .bench_stats import machine, seed_stats, slug
@@ -46,10 +45,10 @@ def lm_folder(bench) -> Path:
 
 def run_request(bench, objective: str, seed: int) -> TrainJobSettings:
     """One run: the template with its objective, seed and checkpoint set."""
-    req = copy.deepcopy(bench.train)
-    req.lm.objective, req.train.seed, req.data.seed = objective, seed, seed
-    req.out, req.command_line = str(lm_folder(bench) / f"{objective}-seed{seed}.pt"), None
-    return req
+    req = bench.train
+    lm, train, data = evolve(req.lm, objective=objective), evolve(req.train, seed=seed), evolve(req.data, seed=seed)
+    out = str(lm_folder(bench) / f"{objective}-seed{seed}.pt")
+    return evolve(req, lm=lm, train=train, data=data, out=out, command_line=None)
 
 
 def audit_options(bench) -> dict:
@@ -68,7 +67,7 @@ def check_lm_bench(bench):
     if not objectives:
         raise LayaError(f"--objective: one or more of {', '.join(OBJECTIVES)} (comma list)")
     bench.objectives = list(dict.fromkeys(objectives))
-    resolved_lm_request(bench.train)
+    bench.train = resolved_lm_request(bench.train)  # a new template: the caller's is left as it is
     if bench.train.lm.device_map is not None:  # a bad map: one line before the bench folder is made
         parse_device_map(bench.train.lm.device_map)
     bench.audit.validate()

@@ -14,6 +14,7 @@ from .. import backbones as bb
 from ..backbones.defaults import OFF, AlignDefault, kind_of, term_for
 from ..model.settings import HeadSettings
 from ..runtime import distributed
+from ..runtime.declare import evolve
 from ..runtime.errors import LayaError
 from .settings import NETWORK_TARGETS, TrainingSettings, TrainJobSettings
 
@@ -76,12 +77,11 @@ def without_bypass_default(train: TrainingSettings, backbone) -> TrainingSetting
 
 
 def resolved_request(req: TrainJobSettings) -> TrainJobSettings:
-    """``req`` with its TrainingSettings resolved (in place) for the backbone it names: before its fingerprint is taken,
-    so a resumed run or a reused ``laya bench`` run is one trained with the same term."""
+    """A new ``req`` with its TrainingSettings resolved for the backbone it names (``req`` is left as it is): before
+    its fingerprint is taken, so a resumed run or a reused ``laya bench`` run is one trained with the same term."""
     name = bb.backbone_name(req.backbone, req.arch)
     finetune = bb.is_builtin(name) if req.finetune is None else req.finetune
-    req.train = resolved_alignment(req.train, name, finetune, req.head)
-    return req
+    return evolve(req, train=resolved_alignment(req.train, name, finetune, req.head))
 
 
 # --finetune's backbone rate, relative to the head's --lr, for a backbone that starts from trained weights: the new

@@ -33,6 +33,7 @@ from ..model.heads import HEADS, build_head, head_kind
 from ..model.laya_model import EndToEnd, LayaModel
 from ..model.settings import HeadSettings
 from ..runtime import distributed
+from ..runtime.declare import evolve
 from ..runtime.device import check_precision, precision, resolved_precision
 from ..runtime.errors import LayaError, TrainingInterrupted, match_choice, sigterm_as_interrupt
 from ..runtime.fileio import check_writable
@@ -481,9 +482,9 @@ def prepare_backbone(req: TrainJobSettings, data) -> bb.TappedBackbone:
 def _checked(req: TrainJobSettings) -> TrainJobSettings:
     """A validated copy of the request (the caller's is never changed), checked before any data is loaded."""
     req = copy.deepcopy(req).validate()
-    req.head = match_choice("head", req.head, HEADS)
-    req.data.name = dataset_name(req.data.name)
-    resolved_request(req)  # --align / --align-target: the kind's default where not given (recorded resolved)
+    req = evolve(req, head=match_choice("head", req.head, HEADS))
+    req = evolve(req, data=evolve(req.data, name=dataset_name(req.data.name)))
+    req = resolved_request(req)  # --align / --align-target: the kind's default where not given (recorded resolved)
     check_writable(req.out)
     check_precision(req.train.precision, req.train.device)  # before any data is read or model built
     bb.preflight(req.backbone, req.arch, req.finetune, req.pretrained, req.weights)
@@ -491,7 +492,7 @@ def _checked(req: TrainJobSettings) -> TrainJobSettings:
     if req.data.image_size is None and holds_images(req.data):
         # file-based images are decoded at the backbone's input size (32 for the built-ins)
         spec = bb.BackboneSpec(bb.backbone_name(req.backbone, req.arch), input_size=req.input_size)
-        req.data.image_size = bb.input_side(spec)
+        req = evolve(req, data=evolve(req.data, image_size=bb.input_side(spec)))
         if req.data.image_size is None:  # before any image is decoded
             raise LayaError(f"{spec.name} is a text model but dataset {req.data.name} holds images")
     return req

@@ -40,6 +40,7 @@ from ..model.lm_heads import (
     truncated_states,
 )
 from ..runtime import progress
+from ..runtime.declare import evolve
 from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
 from ..runtime.errors import LayaError
 from ..runtime.fileio import check_writable
@@ -359,24 +360,25 @@ def _epoch(
 
 
 def resolved_lm_request(req: TrainJobSettings) -> TrainJobSettings:
-    """``req`` as a language model's training reads it, in place: its settings checked (a classifier's refused in one
-    line: ``TrainJobSettings.validate``), the corpus named, the alignment and exit terms resolved to the language
-    model's defaults (``training.defaults``: λ 1 against the network target; a target given alone is λ 1), what the head
-    reads resolved. Idempotent: ``laya bench`` resolves its template once, each run again."""
+    """A new ``req`` as a language model's training reads it (``req`` is left as it is): its settings checked (a
+    classifier's refused in one line: ``TrainJobSettings.validate``), the corpus named, the alignment and exit terms
+    resolved to the language model's defaults (``training.defaults``: λ 1 against the network target; a target given
+    alone is λ 1), what the head reads resolved. Idempotent: ``laya bench`` resolves its template once, each run
+    again."""
     req.validate()
     corpus_path(req.data.name, CORPUS_READER)
-    req.train = resolved_alignment(req.train, "lm", False, "laya", pool="last")
-    if req.train.align_removal not in ("auto", "bypass"):
-        raise LayaError(f"--align-removal {req.train.align_removal}: a language model's layers are removed by bypass "
+    train = resolved_alignment(req.train, "lm", False, "laya", pool="last")
+    if train.align_removal not in ("auto", "bypass"):
+        raise LayaError(f"--align-removal {train.align_removal}: a language model's layers are removed by bypass "
                         "(the default, auto, or bypass)")  # fmt: skip
-    req.head_config = resolved_lm_head(req.head_config)
-    return req
+    return evolve(req, train=train, head_config=resolved_lm_head(req.head_config))
 
 
 def train_lm(req: TrainJobSettings, on_epoch: Callable[[LMEpoch], None] | None = None) -> dict:
     """Train the LAYA head and the tuned lens, measure them beside the logit lens and the model, write the
     checkpoint (atomically) and return it."""
-    t = resolved_lm_request(req).train
+    req = resolved_lm_request(req)
+    t = req.train
     if req.out:  # the Python API's run writes nothing until the model is saved
         check_writable(req.out)
     corpus = _corpus(req)
@@ -399,7 +401,8 @@ def train_lm(req: TrainJobSettings, on_epoch: Callable[[LMEpoch], None] | None =
     if t.align:
         aligned = TokenAlignment(t.align, t.align_scope, t.align_loss, t.seed, t.align_target, reference)
     if lm.num_layers < 2:  # one layer: no depth to exit at, nothing to truncate (recorded as off)
-        t.exit_aware = 0.0
+        req = evolve(req, train=evolve(t, exit_aware=0.0))
+        t = req.train
     exit_aware = ExitAware(t.exit_aware, reference, t.seed) if t.exit_aware else None
     terms = (opt, reference, aligned, exit_aware)
     history, metrics, best_state = _epochs(lm, laya, tuned, corpus, req, block, terms, on_epoch)

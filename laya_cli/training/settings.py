@@ -24,7 +24,9 @@ from ..runtime.declare import (
     SEED_MAX,
     STEPS_MAX,
     WIDTH_MAX,
+    Settings,
     check_fields,
+    normalise,
     refuse_other_task,
     setting,
     split_csv,
@@ -51,8 +53,8 @@ STOP_ON = ("accuracy", "combined")  # --stop-on (training/loop.py)
 ENTROPY_SCHEDULES = ("constant", "linear")  # --alpha-entropy-schedule (training/shaping.py)
 
 
-@dataclass
-class TrainingSettings:
+@dataclass(frozen=True)
+class TrainingSettings(Settings):
     PANEL: ClassVar[str] = "Training"
 
     epochs: int = setting(50, "Maximum epochs.", minimum=1, panel="Main", maximum=STEPS_MAX)
@@ -240,8 +242,8 @@ LENS_SAMPLE = 16
 LENS_TOKENS = 256  # --lens-tokens: held-out positions of the lens table (SmolLM2: about 0.2x the forward at 2,000)
 
 
-@dataclass
-class LMSettings:
+@dataclass(frozen=True)
+class LMSettings(Settings):
     """What only ``--task lm`` reads (``laya train``, ``laya bench``; training/lm.py)."""
 
     PANEL: ClassVar[str] = "Language models (--task lm)"
@@ -297,14 +299,12 @@ class LMSettings:
     )
     device_map: str | None = device_map_setting()
 
-    def validate(self) -> LMSettings:
-        check_fields(self)
-        return self
 
-
-@dataclass
-class TrainJobSettings:
-    """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them."""
+@dataclass(frozen=True)
+class TrainJobSettings(Settings):
+    """One ``laya train`` job. Its field names are part of ``laya bench``'s run records: keep them. Checked when
+    built; a caller that marks the options given explicitly (``mark_given``) checks it again (``validate``): a
+    setting of the other task spelled at its default is then refused too."""
 
     PANEL: ClassVar[str] = "Backbone"
 
@@ -457,7 +457,7 @@ class TrainJobSettings:
     def validate(self) -> TrainJobSettings:
         """The declared checks of every field, then a setting of the other task refused (it would be ignored),
         then the checks that involve several fields."""
-        self.layers = split_csv(self.layers)
+        normalise(self, layers=split_csv(self.layers))
         check_fields(self)
         refuse_other_task(self, self.task)
         self.data.validate()
