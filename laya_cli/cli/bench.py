@@ -47,10 +47,11 @@ def bench(
     head and the tuned lens of a causal language model, per layer, over seeds)."""
     from ..exporting.tasks import bench as run_bench
     from ..exporting.tasks import task_for
-    from ..runtime.declare import evolve
+    from ..runtime.declare import check_fields, evolve
     from ..runtime.device import resolved
     from ..runtime.fileio import check_new_outputs
 
+    check_fields(bench)  # --base-seed's bounds, named as such, before it becomes each run's --seed
     # the bench's base seed is each run's seed and its split's; the device picked: a new request
     train = resolved(req.train, seed=bench.base_seed)
     req = evolve(req, train=train, data=evolve(req.data, seed=bench.base_seed))
