@@ -14,6 +14,7 @@ shorter than a block is dropped). A corpus larger than memory trains.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -99,12 +100,20 @@ def _lines(path: Path, encoding: str | None) -> Iterator[tuple[int, str]]:
     """(line number, line) of a text file, streamed. Without ``encoding``: UTF-8, with or without a BOM, decoded a
     line at a time so that bytes that do not decode are one line naming their line and byte (UTF-16/32 is named
     by its BOM); with one, Python's codec of that name."""
-    try:
+    with _read_errors(path, encoding):
         if encoding is None:
             yield from _utf8_lines(path)
             return
         with open(path, encoding=encoding, newline="") as f:
             yield from ((n, line.rstrip("\r\n")) for n, line in enumerate(f, 1))
+
+
+@contextlib.contextmanager
+def _read_errors(path: Path, encoding: str | None) -> Iterator[None]:
+    """What reading a text file can fail with, as one line each: bytes the encoding does not decode, an unknown
+    codec, an unreadable file."""
+    try:
+        yield
     except UnicodeDecodeError as e:
         raise LayaError(f"{path} is not {encoding} (byte 0x{e.object[e.start]:02x}); check --encoding") from None
     except LookupError:
@@ -149,18 +158,12 @@ def _line_pieces(path: Path, encoding: str | None) -> Iterator[tuple[int, str, b
     """(line number, text, whether its line ends there) of a text file, read at most ``PIECE`` characters at a time
     (the file's last piece ends its line); the encodings and errors of ``_lines``."""
     previous = None
-    try:
+    with _read_errors(path, encoding):
         pieces = _utf8_pieces(path) if encoding is None else _coded_pieces(path, encoding)
         for item in pieces:
             if previous is not None:
                 yield previous
             previous = item
-    except UnicodeDecodeError as e:
-        raise LayaError(f"{path} is not {encoding} (byte 0x{e.object[e.start]:02x}); check --encoding") from None
-    except LookupError:
-        raise LayaError(f"--encoding {encoding}: no such codec") from None
-    except OSError as e:
-        raise LayaError(f"cannot read {path}: {e.strerror or e}") from None
     if previous is not None:
         yield previous[0], previous[1], True
 
