@@ -22,9 +22,9 @@ from torch import nn
 from .auditing.diff.compare import DiffResult
 from .auditing.diff.settings import DiffSettings
 from .auditing.names import parse_methods
-from .auditing.question import with_question
+from .auditing.question import ask_models_question, with_question
 from .auditing.results import AuditResult
-from .auditing.settings import AuditScopeSettings, AuditSettings, compare_for
+from .auditing.settings import AuditScopeSettings, AuditSettings, compare_for, network_methods
 from .depthing.analysis import DepthResult
 from .depthing.settings import DepthSettings
 from .exporting.folder import Export
@@ -131,6 +131,19 @@ def fit(
     return model
 
 
+# What laya_cli.audit's scope and ablation do when left None (laya audit's flags default the same way)
+_QUESTION_HELP = {
+    "scope": "Where a layer is removed: head (at the head's inputs: direct effects), network (patched inside the "
+    "backbone, later layers see it: total effects) or both (and their comparison). None: the question the model's "
+    "checkpoint records its α was trained on, as laya audit asks it (laya info says it; head, with mean removal, for "
+    "a model without a training record).",
+    "ablation": "How a layer is removed: mean (r_i := training mean), zero, or mask (α_i := 0; laya/scalarmix heads); "
+    "at network scope also bypass (a block's output := its input) or mean-update (input + its mean update). None: "
+    "the removal of the checkpoint's question (a scope given alone keeps it where that scope removes inside the "
+    "network, else mean), as laya audit.",
+}
+
+
 def _warn(notes) -> None:
     """Notes a command prints as ``note:``/``warning:`` lines, raised as Python warnings (``LayaWarning``) at the
     caller of the API function."""
@@ -167,7 +180,11 @@ def _cache_switch(cache) -> bool:
 # --------------------------------------------------------------------------- audit and export
 
 
-@takes_settings(Use(AuditSettings, defaults={"device": "auto"}), Use(AuditScopeSettings, skip=("compare",)))
+# scope and ablation None: the checkpoint's question, as laya audit asks it (a value given wins)
+@takes_settings(
+    Use(AuditSettings, defaults={"device": "auto", "ablation": None}, helps={"ablation": _QUESTION_HELP["ablation"]}),
+    Use(AuditScopeSettings, skip=("compare",), defaults={"scope": None}, helps={"scope": _QUESTION_HELP["scope"]}),
+)
 def audit(
     model: Model,
     loader: Data = None,
@@ -193,14 +210,16 @@ def audit(
         compare: methods to compare with ``laya`` and ``random`` (always audited): ``"ig"``, ``"gradxact"``,
             ``"atp"``, ``"saliency"``, ``"contrib"``, ``"global"``, ``"all"``; a comma string or a sequence. None:
             the scope's default (``ig,gradxact`` at head scope, ``gradxact,atp`` at network scope, all three for
-            both).
+            both, IG at the head scope only: a network-scope IG runs where ``compare`` names it).
         samples: a language model's held-out positions audited (default 2,000); a classifier's subset is the
             loader.
         progress: rich progress bars (False: silent).
         **settings: every setting of ``laya audit``'s audit and scope, by its option's name (listed below);
-            ``metrics`` a comma string or a sequence, ``device`` "auto" CUDA where available; ``scope``'s network
-            results are in ``result.network`` and ``result.summary["network"]`` (``to_pandas()``, ``per_sample()``:
-            the head's).
+            ``metrics`` a comma string or a sequence, ``device`` "auto" CUDA where available. ``scope`` and
+            ``ablation`` left None ask the question the model's checkpoint records its α was trained on, as ``laya
+            audit`` does (a value given wins); the network scope's results are in ``result.network`` and
+            ``result.summary["network"]`` (``to_pandas()``: the head scope's rows, the network's where only it ran;
+            ``per_sample()``: the head's).
 
     Returns:
         An ``AuditResult``: ``.summary`` (the dict of ``laya audit --json``), ``.to_pandas()`` (a row per method),
@@ -212,11 +231,13 @@ def audit(
         LayaError: an unknown method or setting, a removal (--ablation) the head cannot do, taps the network
             scope cannot patch, or a bad loader.
     """
+    settings = ask_models_question(getattr(model, "checkpoint", None), settings)  # scope/ablation None: its question
     scope = build(AuditScopeSettings, settings).scope
     methods = parse_methods(compare_for(compare, scope) if compare is None or isinstance(compare, str) else compare)
     audited = resolved(build(AuditSettings, settings))
+    network = network_methods(methods, compare is not None)  # IG, a reference there, only when named
     with _progress.enabled(progress):
-        result = task_for(model).audit(model, loader, methods, audited, scope, samples)
+        result = task_for(model).audit(model, loader, methods, audited, scope, samples, network)
     result = with_question(result, getattr(model, "checkpoint", None))  # said in its JSON, verdict and card
     _warn([*result.notes, *(result.network.notes if result.network is not None else [])])
     return result

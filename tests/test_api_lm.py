@@ -30,9 +30,12 @@ def fitted(lm_dir):
 def test_a_notebook_trains_audits_and_saves_a_language_model(fitted, lm_dir, tmp_path):
     assert isinstance(fitted, laya_cli.LayaLM) and fitted.layer_names == [f"h.{i}" for i in range(4)]
     result = laya_cli.audit(fitted, compare="gradxact", samples=120, progress=False)
-    frame = result.to_pandas()
+    # no scope named: the language model's question (each layer bypassed inside the network), as laya audit asks it
+    assert result.summary["question"]["scope"] == result.settings["scope"] == "network" and not result.methods
+    frame = result.to_pandas()  # the network scope's rows: the scope it ran
     assert set(frame.index) >= {"laya", "gradxact", "random"} and result.n_samples == 120
-    assert -1 <= result.summary["methods"]["laya"]["faithfulness"] <= 1
+    assert -1 <= result.summary["network"]["methods"]["laya"]["faithfulness"] <= 1
+    assert frame.loc["laya", "faithfulness"] == result.summary["network"]["methods"]["laya"]["faithfulness"]
     exits = laya_cli.depth(fitted, samples=200, progress=False)
     assert exits.tokens == 200 and exits.settings["tokens"] == 200
     exported = laya_cli.export(fitted, samples=100, progress=False)

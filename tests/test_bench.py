@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from helpers import assert_user_error, invoke
 
+from laya_cli.auditing.question import checkpoint_question
+from laya_cli.model.checkpoint import read_checkpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ["laya", "last"]
 SEEDS = [1337, 1338]
@@ -75,6 +78,10 @@ def test_tiny_bench_json_is_complete(tiny):
     assert list(doc["heads"]) == HEADS
     for head, e in doc["heads"].items():
         assert e["runs"] == 2 and e["seeds"] == SEEDS and e["audit_samples"] == 60
+        # each run asked its checkpoint's question, as laya audit of it does (here: the built-in MLP's both scopes)
+        for seed in SEEDS:
+            ckpt = read_checkpoint(tiny["out"] / "digits-mlp" / f"{head}-seed{seed}.pt")
+            assert e["audit_scope"] == checkpoint_question(ckpt).scope
         for k in ("test_accuracy", "test_macro_f1", "val_accuracy"):
             _is_stat(e[k], 2)
             assert all(0 <= v <= 1 for v in e[k]["values"])
@@ -173,6 +180,38 @@ def test_new_audit_options_reaudit_without_retraining(tiny, tmp_path):
     assert "4 runs: 0 trained, 4 re-audited (checkpoint reused), 0 reused" in " ".join(result.stdout.split())
     assert doc["heads"]["laya"]["audit_samples"] == 30
     assert {p.name: p.stat().st_mtime_ns for p in (out / "digits-mlp").glob("*.pt")} == ckpts
+
+
+def test_each_run_is_audited_on_the_question_laya_audit_asks_of_its_checkpoint(tmp_path):
+    """A head aligned with the network's effects is audited at network scope (its checkpoint's question), as the
+    default ``laya audit`` of that checkpoint is, to the same numbers; the scope asked is in the JSON; a record audited
+    on another question (the head's, as before) is re-audited, not reused."""
+    out, js = tmp_path / "out", tmp_path / "b.json"
+    args = ("--json", js, "-q")
+    r = bench(out, *args, heads="laya-aligned", seeds=1, compare="gradxact", align_target="network")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(js.read_text())
+    assert doc["heads"]["laya-aligned"]["audit_scope"] == "network"
+    assert [r["audit_scope"] for r in doc["runs"]] == ["network"]
+    ckpt = out / "digits-mlp" / "laya-aligned-seed1337.pt"
+    audited = tmp_path / "a.json"
+    cli = invoke("audit", ckpt, "--samples", 60, "--steps", 4, "--compare", "gradxact", "--json", audited)
+    assert cli.exit_code == 0, cli.output
+    asked = json.loads(audited.read_text())
+    assert asked["settings"]["scope"] == "network" and asked["methods"] == {}
+    for m in ("laya", "gradxact"):
+        mean = doc["heads"]["laya-aligned"]["methods"][m]["faithfulness"]["mean"]
+        assert mean == pytest.approx(asked["network"]["methods"][m]["faithfulness"], abs=1e-6), m
+    record = out / "digits-mlp" / "laya-aligned-seed1337.json"
+    old = json.loads(record.read_text())
+    old["audit_options"].pop("scope")  # as a record audited before the question was asked
+    record.write_text(json.dumps(old))
+    js2 = tmp_path / "again.json"
+    r = bench(out, "--json", js2, "-q", heads="laya-aligned", seeds=1, compare="gradxact", align_target="network")
+    assert r.exit_code == 0, r.output
+    again = json.loads(js2.read_text())
+    assert again["reaudited"] == 1 and again["reused"] == 0
+    assert again["heads"]["laya-aligned"]["methods"] == doc["heads"]["laya-aligned"]["methods"]  # the same audit
 
 
 def test_runs_made_with_other_training_options_are_not_silently_mixed(tiny, tmp_path):

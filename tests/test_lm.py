@@ -226,6 +226,23 @@ def test_the_exit_goals_read_the_models_cross_entropy_not_the_heads_own():
     assert not result.goals["alpha_saves_20pc_within_1pc"]
 
 
+def test_early_exit_flags_a_uniform_alpha_and_a_model_at_chance_as_a_classifiers_depth_does():
+    """The flags of auditing/flags.py on a language model's tokens: α uniform within noise (the full head's α), the
+    model's next-token accuracy within noise of the most frequent next token's share; neither for a spread α and a
+    model well above it."""
+    targets = torch.tensor([7] * 50 + list(range(50)))  # token 7: half the positions
+    at_chance = lm_exit.next_token_chance(torch.rand(100) < 0.5, targets)
+    assert at_chance["most_frequent_share"] == pytest.approx(0.51) and at_chance["most_frequent_token"] == 7
+    learnt = lm_exit.next_token_chance(torch.arange(100) < 95, targets)  # 95 % right
+    uniform, spread = torch.full((100, 4), 0.25), torch.softmax(torch.randn(100, 4) * 4, -1)
+    flags = lm_exit.token_flags(uniform, at_chance)
+    assert [f.split(" (")[0] for f in flags] == [
+        "flag: α is uniform within noise",
+        "flag: the model is within noise of chance",
+    ]
+    assert lm_exit.token_flags(spread, learnt) == []
+
+
 def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     out = tmp_path / "m.pt"
     r = invoke("train", "--task", "lm", "--backbone", f"hf:{lm_dir / 'model'}", "--dataset",
@@ -241,6 +258,13 @@ def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["tokens"] == 300 and {p["policy"] for p in doc["points"]} == {*lm_exit.POLICIES, "oracle"}
     assert "threshold sweep" in (tmp_path / "d.md").read_text()
+    # a random-weight GPT-2 predicts the next token no better than its most frequent one: flagged, as a classifier's
+    # depth flags a model at chance (its savings mean nothing), in the terminal, the JSON and the Markdown
+    said = doc["next_token"]
+    assert said["positions"] == 300 and said["model_accuracy"] <= said["most_frequent_share"] + 0.05
+    assert any(n.startswith("flag: the model is within noise of chance") for n in doc["notes"]), doc["notes"]
+    assert "within noise of chance" in " ".join(r.output.split())
+    assert "within noise of chance" in (tmp_path / "d.md").read_text()
     r = invoke("depth", out, "--truncate", "2", "--out", tmp_path / "s.pt")
     assert_user_error(r, "--truncate only applies to classifiers")
 

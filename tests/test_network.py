@@ -171,9 +171,10 @@ def test_older_checkpoints_compute_the_tap_means_once_and_cache_them(digits_ckpt
 
 def _head_keys(doc: dict) -> dict:
     """An audit JSON without what only the network scope or the gates add (``network``, ``settings.scope``,
-    the gate outcome, the thresholds asked for, the verdict in words: it speaks of every scope audited), without
+    the gate outcome, the thresholds asked for, the verdict in words and the references run: they speak of every
+    scope audited), without
     the run's memory measurements and the command line it recorded (``options``)."""
-    skip = ("network", "fail_under", "verdict", "verdict_text", "verdict_scopes", "options", *MEMORY_KEYS)
+    skip = ("network", "fail_under", "verdict", "verdict_text", "verdict_scopes", "references", "options", *MEMORY_KEYS)
     out = {k: v for k, v in doc.items() if k not in skip}
     out["settings"] = {k: v for k, v in doc["settings"].items() if k not in ("scope", "fail_under")}
     return out

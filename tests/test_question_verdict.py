@@ -225,3 +225,53 @@ def test_a_baseline_from_other_data_is_refused_unless_allowed():
         check_settings(base, now, allow_change=False)
     assert check_settings(base, now, allow_change=True) == ["data_fingerprint sha256:aa@3x8x8 -> sha256:bb@3x8x8"]
     assert check_settings({"settings": {}}, now, allow_change=False) == []  # an older baseline records none
+
+
+# --------------------------------------------------------------------------- the Python API asks the same question
+
+
+def test_the_python_api_asks_the_checkpoints_question_unless_a_scope_is_given(digits_ckpt):
+    """laya_cli.audit naming no scope or ablation asks what ``laya audit`` asks of the checkpoint (here a recorded
+    network-scope question, mean removal); a scope or an ablation given wins, as on the command line."""
+    import inspect
+
+    import laya_cli
+    from laya_cli.auditing.question import ask_models_question
+    from laya_cli.features.extraction import to_float_images
+    from laya_cli.model.evaldata import load_eval_data
+
+    assert inspect.signature(laya_cli.audit).parameters["scope"].default is None  # left None: the question
+    model = laya_cli.load(digits_ckpt)
+    model.checkpoint = {**model.checkpoint, "question": {"scope": "network", "removal": "mean"}}
+    data = load_eval_data(model, samples=24)
+    loader = [(to_float_images(data.images[i : i + 12]), data.features.labels[i : i + 12]) for i in (0, 12)]
+    kw = {"steps": 4, "device": "cpu", "progress": False}
+    asked = laya_cli.audit(model, loader, "gradxact", **kw)
+    assert asked.network is not None and asked.methods == {} and asked.settings["scope"] == "network"
+    assert asked.summary["question"]["scope"] == "network"
+    head = laya_cli.audit(model, loader, "gradxact", scope="head", **kw)  # the other scope, one keyword away
+    assert head.network is None and "gradxact" in head.methods
+    assert ask_models_question(model.checkpoint, {"scope": None, "ablation": "mask"})["scope"] == "head"
+    assert ask_models_question({}, {"scope": None, "ablation": None}) == {"scope": "head", "ablation": "mean"}
+
+
+def test_a_default_audit_of_both_scopes_runs_ig_at_the_head_scope_only_unless_named(digits_ckpt, tmp_path):
+    """IG at network scope computes the total effects another way (a reference, most of that scope's cost): the
+    default --scope both leaves it out and says so (``references``, a note); --compare naming it runs it there."""
+    from laya_cli.auditing.settings import network_methods
+
+    assert network_methods(["laya", "IG", "gradxact", "random"], named=False) == ["laya", "gradxact", "random"]
+    assert network_methods(["laya", "ig", "random"], named=True) == ["laya", "ig", "random"]
+    common = ("audit", str(digits_ckpt), "--scope", "both", "--samples", "40", "--steps", "4", "-q")
+    r = invoke(*common, "--json", tmp_path / "default.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "default.json").read_text())
+    assert doc["references"] == {"head": ["ig"], "network": []}
+    assert "ig" in doc["methods"] and "ig" not in doc["network"]["methods"] and "gradxact" in doc["network"]["methods"]
+    assert any(n.startswith("network scope: ig left out by default") for n in doc["notes"])
+    r = invoke(*common, "--compare", "ig,gradxact,atp", "--json", tmp_path / "named.json")
+    assert r.exit_code == 0, r.output
+    named = json.loads((tmp_path / "named.json").read_text())
+    assert named["references"] == {"head": ["ig"], "network": ["ig"]} and "ig" in named["network"]["methods"]
+    assert named["methods"] == doc["methods"]  # the head scope: the same audit either way
+    assert not any("left out by default" in n for n in named["notes"])

@@ -36,7 +36,7 @@ from .head_scope import record_collapse, run_audit
 from .metrics import accuracy, check_removal
 from .network.batches import NetworkRun, network_scope, run_network
 from .network.checks import check_network_scope
-from .plan import AuditPlan
+from .plan import AuditPlan, audit_methods
 from .registry import having
 from .results import AuditResult
 from .settings import AuditSettings
@@ -58,22 +58,21 @@ def audit_classifier_checkpoint(
     data: EvalDataSettings,
     check_planned: Callable = lambda samples, model: None,
     run: RunSettings | None = None,
+    network_methods: Sequence[str] | None = None,
 ) -> AuditResult:
     """``laya audit``'s job on a classifier's checkpoint (``ckpt``, read from ``path``; the task chose it:
     ``exporting.tasks``), audited on its test split (or ``data``'s). ``check_planned(samples, model)``: what the
     caller checks against the model before any work (the gates' baseline); ``run``: the memory the batches are
-    planned within, the precision and the feature cache (None: the batches as given, the defaults)."""
+    planned within, the precision and the feature cache (None: the batches as given, the defaults);
+    ``network_methods``: those the network scope computes (``settings.network_methods``; None: ``methods``)."""
     laya_model = model_from_checkpoint(ckpt)
     check_planned(data.samples, laya_model)
     load_data = partial(
         load_eval_data, laya_model, data.dataset, data.data_dir, data.samples, settings.seed, settings.device,
         run is None or run.cache, stream=True, encoding=data.encoding,
     )  # fmt: skip
-    result = (
-        audit_job(laya_model, load_data, methods, settings, scope)
-        if run is None
-        else audit_job(laya_model, load_data, methods, settings, scope, run.cache, run.memory, run.precision)
-    )
+    how = {} if run is None else {"use_cache": run.cache, "memory": run.memory, "precision": run.precision}
+    result = audit_job(laya_model, load_data, methods, settings, scope, **how, network_methods=network_methods)
     result.settings.update({"model": str(path), "samples": data.samples, "data_dir": data.data_dir})
     result.settings["data_fingerprint"] = data_fingerprint(ckpt, data)
     if (untrained := untrained_backbone(ckpt)) is not None:
@@ -90,14 +89,16 @@ def audit_job(
     use_cache: bool = True,
     memory: MemoryRequest | None = None,
     precision: str = "auto",
+    network_methods: Sequence[str] | None = None,
 ) -> AuditResult:
     """Audit ``model`` (a LayaModel) on ``load_data()`` with validated ``settings`` at ``scope`` (head, network
     or both); ``use_cache``: the network scope's tap means may come from the feature cache. ``memory``: plan
     ``settings``' batch sizes within its budget first, and record the budget and the peak in the result
     (None: the settings as given, no memory keys). ``precision``: of the backbone passes (``--precision``: auto,
-    bf16 on CUDA, fp32), recorded resolved in the result's settings."""
+    bf16 on CUDA, fp32), recorded resolved in the result's settings. ``network_methods``: those the network scope
+    computes (None: ``methods``)."""
     with device_precision(check_precision(precision, settings.device)):
-        result = _audit(model, load_data, methods, settings, scope, use_cache, memory)
+        result = _audit(model, load_data, methods, settings, scope, use_cache, memory, network_methods)
         result.settings["precision"] = resolved_precision(settings.device)
     return result
 
@@ -114,7 +115,9 @@ def check_audit(model, methods: Sequence[str], settings: AuditSettings, scope: s
         check_network_scope(model, removal.network, methods)
 
 
-def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_cache: bool, memory) -> AuditResult:
+def _audit(
+    model, load_data, methods, settings: AuditSettings, scope: str, use_cache: bool, memory, network_methods=None
+) -> AuditResult:
     check_audit(model, methods, settings, scope)
     data = load_data()
     plan = None
@@ -126,7 +129,9 @@ def _audit(model, load_data, methods, settings: AuditSettings, scope: str, use_c
         settings = plan.settings
     halve = Halver(settings, settings.steps if having("ig_rows", methods) else 0)
     result, retries = retry_halving(
-        lambda: run_scoped_audit(model, data, methods, halve.settings, scope, use_cache=use_cache),
+        lambda: run_scoped_audit(
+            model, data, methods, halve.settings, scope, use_cache=use_cache, network_methods=network_methods
+        ),
         halve,
         settings.device,
     )
@@ -146,6 +151,7 @@ def run_scoped_audit(
     reference: Sequence[Tensor] | None = None,
     use_cache: bool = True,
     prefix: bool | None = None,
+    network_methods: Sequence[str] | None = None,
 ) -> AuditResult:
     """``laya audit --scope head|network|both``: the head scope's ``run_audit``, the network-scope audit
     (``network.batches``), or both and their comparison. ``eval_data`` must hold the images (EvalData) at network
@@ -157,6 +163,9 @@ def run_scoped_audit(
     Returns an ``AuditResult`` whose ``network`` holds the network scope (for ``network`` alone its
     head-scope ``methods`` are empty).
 
+    ``network_methods``: the methods the network scope computes (None: ``methods``; ``settings.network_methods``:
+    a default audit's leave IG out there), the head scope computing ``methods``.
+
     ``settings`` and ``scope`` are trusted as validated (``laya audit`` and ``laya_cli.audit`` validate them, and
     ``check_audit`` checks the removal and that the taps can be patched, before any work).
     """
@@ -166,11 +175,12 @@ def run_scoped_audit(
     images = getattr(eval_data, "images", None)
     if images is None:
         raise LayaError("a network-scope audit runs the backbone: it needs the images (EvalData), not features")
-    plan = AuditPlan.prepare(model, methods, settings, len(images), len(model.backbone.layer_names))
+    network = methods if network_methods is None else network_methods
+    plan = AuditPlan.prepare(model, network, settings, len(images), len(model.backbone.layer_names))
     net = network_scope(model, settings, reference, use_cache, prefix)
     if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix, plan.shard.batch_size)):
         log(line)  # before the work: what it will cost and how to make it cheaper
-    head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
+    head_result = run_audit(model, eval_data, methods, settings) if scope == "both" else None
     run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     network, common = run_network(run, images, layer_names)
@@ -178,7 +188,20 @@ def run_scoped_audit(
     result.settings["scope"] = scope
     result.network = network
     mark_references(result)
+    result.notes += left_out_note(methods, network.methods)
     return result
+
+
+def left_out_note(methods: Sequence[str], computed) -> list[str]:
+    """The note of the named methods a default audit's network scope left out (``settings.network_methods``)."""
+    left = [m for m in audit_methods(methods) if m not in computed]
+    if not left:
+        return []
+    names = ", ".join(left)
+    return [
+        f"network scope: {names} left out by default (a reference there: the total effects computed another way, "
+        f"most of the network scope's cost); --compare naming it runs it"
+    ]
 
 
 def _network_only(plan: AuditPlan, eval_data, common: dict[str, Tensor], layer_names: list[str], model) -> AuditResult:

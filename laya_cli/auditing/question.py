@@ -128,6 +128,15 @@ def ask_checkpoints_question(path, what, settings) -> tuple[Question, object, ob
     return question, evolve(what, scope=scope), evolve(settings, ablation=ablation)
 
 
+def ask_models_question(ckpt: dict | None, settings: dict) -> dict:
+    """``laya_cli.audit``'s keywords asking what ``laya audit`` of the model's checkpoint asks: a ``scope`` or
+    ``ablation`` left None (the API's default) takes the checkpoint's question (``audit_scope_and_removal``); one
+    given wins. A model without a training record (``ckpt`` empty) is asked the assumed question (head, mean)."""
+    question = checkpoint_question(ckpt or {})
+    scope, ablation = audit_scope_and_removal(question, settings.get("scope"), settings.get("ablation"))
+    return {**settings, "scope": scope, "ablation": ablation}
+
+
 def with_question(result, ckpt: dict | None):
     """``result`` (an AuditResult) carrying the question of the checkpoint its model came from (``laya_cli.audit``:
     said in its JSON, its verdict and its card); as it is for a model without one."""

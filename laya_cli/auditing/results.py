@@ -284,7 +284,9 @@ class AuditResult:
         """One row per method: faithfulness (mean ρ, std, defined/undefined samples) and Deletion@1
         (value, oracle, random expectation, normalised), a column per number (``flat_row``: with ``ci``, e.g.
         ``faithfulness_ci_low``, ``faithfulness_vs_laya``; the curves are in ``summary``); ``note``: the method's
-        own note and the audit's notes about it (``notes_of``). ``by_class``: one row per (class, method)."""
+        own note and the audit's notes about it (``notes_of``). ``by_class``: one row per (class, method). An audit of
+        the network scope alone (its question, or ``scope="network"``) has no head-scope method: its network scope's
+        rows."""
         import pandas as pd
 
         def rows(methods: dict[str, MethodScores], **extra) -> list[dict]:
@@ -295,7 +297,14 @@ class AuditResult:
                 raise LayaError("this audit has no per-class results: run it with by_class=True")
             data = [r for c, cs in self.by_class.items() for r in rows(cs.methods, **{"class": c, "n": cs.n})]
             return pd.DataFrame(data).set_index(["class", "method"])
-        return pd.DataFrame(rows(self.methods)).set_index("method")
+        network_only = not self.methods and self.network is not None
+        return pd.DataFrame(rows(self.network.methods if network_only else self.methods)).set_index("method")
+
+    def references(self) -> dict[str, list[str]]:
+        """The references each scope ran (methods computing the effect itself: ``verdict.is_reference``): IG at the
+        head scope, and at the network scope only where ``--compare`` named it (``settings.network_methods``)."""
+        scopes = {"head": self.methods, "network": self.network.methods if self.network is not None else {}}
+        return {s: [m for m, v in ms.items() if getattr(v, "reference", False)] for s, ms in scopes.items() if ms}
 
     def notes_of(self, method: str) -> list[str]:
         """The audit's notes that concern ``method``: those about α (its collapse, a scalarmix's static α) for laya,
@@ -350,6 +359,7 @@ class AuditResult:
         if self.by_position is not None:
             out["by_position"] = self.by_position
         out.update(self.memory or {})
+        out["references"] = self.references()
         out["flags"] = audit_flags(out, self._chance())  # results that say nothing (auditing/flags.py)
         verdict = audit_verdict(out)  # in words, before the tables (auditing/verdict.py; "verdict": the gates')
         out["verdict_text"], out["verdict_scopes"] = verdict["text"], verdict["scopes"]

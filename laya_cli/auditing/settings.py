@@ -84,6 +84,16 @@ def compare_for(compare: str | None, scope: str) -> str:
     return SCOPE_COMPARE.get(scope, DEFAULT_COMPARE) if compare is None else compare
 
 
+def network_methods(methods: list[str], named: bool) -> list[str]:
+    """The methods the network scope computes: ``methods`` where ``--compare`` named them (``named``), else those
+    that are no reference there: IG computes the total effects themselves another way (a check of the audit, not a
+    rival) at most of the network scope's cost, so ``--scope both`` runs it at the head scope only unless named
+    (docs/audit.md, "Cost")."""
+    from .verdict import is_reference
+
+    return list(methods) if named else [m for m in methods if not is_reference(m.lower(), "network", None)]
+
+
 @dataclass(frozen=True)
 class AuditScopeSettings(Settings):
     """What is audited: the methods compared with laya and random, and where layers are removed — at the head's
@@ -97,7 +107,7 @@ class AuditScopeSettings(Settings):
         None,
         "Methods to compare with laya and random: ig, gradxact, atp, saliency, contrib, global (comma list), 'all', "
         "or '' for none. Default: ig,gradxact at --scope head, gradxact,atp at network (where IG is the effect "
-        "computed another way), ig,gradxact,atp for both.",
+        "computed another way), ig,gradxact,atp for both (IG at the head scope only: named, it runs at both).",
         cli_type=str | None,
     )
     scope: str = setting(

@@ -51,7 +51,7 @@ def audit(
     """Audit how faithfully layer attributions (LAYA's own α, Captum's) explain each prediction."""
     from ..auditing.names import parse_methods
     from ..auditing.question import ask_checkpoints_question
-    from ..auditing.settings import compare_for
+    from ..auditing.settings import compare_for, network_methods
     from ..exporting.tasks import audit_checkpoint
     from ..gates.outcome import GateRequest
     from ..runtime.device import resolved
@@ -69,9 +69,9 @@ def audit(
         settings = resolved(settings, metrics=(*settings.metrics, *asked.metric_groups))  # a gate's groups too
         asked = asked.on_bound(gates.gate_on, settings)
         files.check_writable()
-        result = audit_checkpoint(
-            model, methods, settings, what.scope, data, load, partial(asked.check_planned, settings, methods), run
-        )
+        network = network_methods(methods, what.compare is not None)  # IG, a reference there, only when named
+        check = partial(asked.check_planned, settings, methods)
+        result = audit_checkpoint(model, methods, settings, what.scope, data, load, check, run, network)
     result.settings["fail_under"] = [str(t) for t in asked.thresholds]
     result.question = question.to_dict()
     doc = result.to_dict()

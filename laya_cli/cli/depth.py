@@ -137,6 +137,8 @@ def render_token_exit(result, json_out, markdown, plot=None) -> None:
         note(result.lens_note)
     for table in exit_rich_tables(doc):
         console.print(table)
+    for text in result.notes:  # the flags, as a classifier's depth says them
+        note(text)
 
 
 RENDER_ANALYSIS = {"layers": render_analysis, "tokens": render_token_exit}  # by DepthResult.kind

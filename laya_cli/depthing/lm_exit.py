@@ -46,6 +46,9 @@ class ExitTables:
     argmax: Tensor  # LAYA truncated at k (the oracle's and both LAYA policies' prediction)
     scores: dict[str, Tensor]
     model_ce: Tensor  # (N,) the model's own cross-entropy (nats)
+    alpha: Tensor | None = None  # (N, L) the full head's α (the uniform-α flag)
+    model_hit: Tensor | None = None  # (N,) whether the model's own top token is the next one (the chance flag)
+    targets: Tensor | None = None  # (N,) the next tokens
 
 
 @torch.no_grad()
@@ -63,7 +66,8 @@ def truncated_laya(model: LayaLM, hs: Tensor, k: int) -> tuple[Tensor, Tensor]:
 @torch.no_grad()
 def exit_tables(model: LayaLM, token_batches: Iterator[tuple[Tensor, Tensor]], max_tokens: int) -> ExitTables:
     """The tables on up to ``max_tokens`` held-out positions (``token_batches``: (hs, targets) per batch)."""
-    rows: dict[str, list[Tensor]] = {k: [] for k in ("laya_ce", "tuned_ce", "argmax", *POLICIES, "model_ce")}
+    keys = ("laya_ce", "tuned_ce", "argmax", *POLICIES, "model_ce", "alpha", "model_hit", "targets")
+    rows: dict[str, list[Tensor]] = {k: [] for k in keys}
     n = 0
     for hs, targets in token_batches:
         for part in chunks(len(targets), model.laya.readout.vocabulary):
@@ -75,7 +79,8 @@ def exit_tables(model: LayaLM, token_batches: Iterator[tuple[Tensor, Tensor]], m
         raise LayaError("the held-out text is shorter than one block: no position to measure")
     cat = {k: torch.cat(v)[:max_tokens] for k, v in rows.items()}
     ce = {"alpha_mass": cat["laya_ce"], "p_max": cat["laya_ce"], "tuned_p_max": cat["tuned_ce"]}
-    return ExitTables(ce, cat["argmax"], {p: cat[p] for p in POLICIES}, cat["model_ce"][:, 0])
+    return ExitTables(ce, cat["argmax"], {p: cat[p] for p in POLICIES}, cat["model_ce"][:, 0], cat["alpha"],
+                      cat["model_hit"][:, 0], cat["targets"][:, 0])  # fmt: skip
 
 
 def _rows_of(model: LayaLM, hs: Tensor, y: Tensor, rows: dict[str, list[Tensor]]) -> None:
@@ -91,9 +96,14 @@ def _rows_of(model: LayaLM, hs: Tensor, y: Tensor, rows: dict[str, list[Tensor]]
         cols["p_max"].append(probs.amax(-1))
         cols["tuned_ce"].append(cross_entropy(tuned, y))
         cols["tuned_p_max"].append(F.softmax(tuned, -1).amax(-1))
-    cols["model_ce"].append(cross_entropy(model.laya.readout(hs[:, -1]), y))
+    own = model.laya.readout(hs[:, -1])  # the model's own logits (lm_heads: its readout of the last layer)
+    cols["model_ce"].append(cross_entropy(own, y))
+    cols["model_hit"].append(own.argmax(-1) == y)
+    cols["targets"].append(y)
+    rows["alpha"].append(model.laya.attention(model.laya.embed(hs)).float().cpu())  # (B, L): already one per layer
     for key, col in cols.items():
-        rows[key].append(torch.stack(col, dim=1).cpu())
+        if col:
+            rows[key].append(torch.stack(col, dim=1).cpu())
 
 
 @dataclass
@@ -159,6 +169,9 @@ class TokenExitResult(DepthResult):
     goals: dict
     settings: dict = field(default_factory=dict)  # what the job read: the model, thresholds, tokens
     lens_note: str | None = None  # a checkpoint trained without the tuned lens: what tuned_p_max reads then
+    # the model's next-token accuracy on these positions and the chance level it is held against (next_token_chance)
+    next_token: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # the flags these tokens earn (auditing/flags.py), first
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -188,11 +201,42 @@ def token_exit_result(tables: ExitTables, layers: list[str], thresholds) -> Toke
     }
     laya_ce = float(tables.ce["alpha_mass"][:, -1].double().mean()) * BITS
     model_ce = float(tables.model_ce.double().mean()) * BITS
-    return TokenExitResult(
+    result = TokenExitResult(
         len(tables.argmax), layers, model_ce, laya_ce, points,
         {k: (v.to_dict() if v else None) for k, v in best.items()},
         {k: (v.to_dict() if v else None) for k, v in vs_model.items()}, oracle.to_dict(), goals,
     )  # fmt: skip
+    result.next_token = next_token_chance(tables.model_hit, tables.targets)
+    result.notes = token_flags(tables.alpha, result.next_token)
+    return result
+
+
+def next_token_chance(hits: Tensor | None, targets: Tensor | None) -> dict:
+    """The model's next-token accuracy on the positions and its chance level: the share of the most frequent next
+    token among them (always predicting it scores that; 1/vocabulary is far below it), the rule the language model's
+    audit holds its accuracy against (``head_scope._lm_baseline_warning``). Empty without the tables' columns."""
+    if hits is None or targets is None or not len(targets):
+        return {}
+    counts = torch.bincount(targets.long())
+    return {
+        "positions": len(targets),
+        "model_accuracy": float(hits.double().mean()),
+        "most_frequent_token": int(counts.argmax()),
+        "most_frequent_share": float(counts.max()) / len(targets),
+    }
+
+
+def token_flags(alpha: Tensor | None, next_token: dict) -> list[str]:
+    """The flags a language model's early exit earns, as a classifier's depth shows them (auditing/flags.py): α within
+    noise of uniform (the full head's α on these positions), the model within noise of chance (its next-token
+    accuracy against the most frequent next token's share)."""
+    from ..auditing.collapse import collapse_summary
+    from ..auditing.flags import chance_flag, uniform_alpha_flag
+
+    said = next_token or {}
+    chance = chance_flag(said.get("model_accuracy"), said.get("positions"), said.get("most_frequent_share"))
+    flags = [uniform_alpha_flag(collapse_summary(alpha) if alpha is not None else None), chance]
+    return [f for f in flags if f]
 
 
 def token_exit_job(

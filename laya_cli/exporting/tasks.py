@@ -77,11 +77,11 @@ class Task:
         raise NotImplementedError
 
     def audit_checkpoint(
-        self, path, ckpt, methods, settings, scope, data, load, check_planned, run=None
+        self, path, ckpt, methods, settings, scope, data, load, check_planned, run=None, network_methods=None
     ) -> AuditResult:
         raise NotImplementedError
 
-    def audit(self, model, loader, methods, settings, scope, samples) -> AuditResult:
+    def audit(self, model, loader, methods, settings, scope, samples, network_methods=None) -> AuditResult:
         raise NotImplementedError
 
     def depth_checkpoint(self, path, ckpt, settings, data, load, out, run=None, overwrite=False):
@@ -135,18 +135,20 @@ class ClassifierTask(Task):
         return run_bench(bench, on_run)
 
     def audit_checkpoint(
-        self, path, ckpt, methods, settings, scope, data, load, check_planned, run=None
+        self, path, ckpt, methods, settings, scope, data, load, check_planned, run=None, network_methods=None
     ) -> AuditResult:
-        return audit_classifier_checkpoint(path, ckpt, methods, settings, scope, data, check_planned, run)
+        return audit_classifier_checkpoint(
+            path, ckpt, methods, settings, scope, data, check_planned, run, network_methods
+        )
 
-    def audit(self, model, loader, methods, settings, scope, samples) -> AuditResult:
+    def audit(self, model, loader, methods, settings, scope, samples, network_methods=None) -> AuditResult:
         _no_samples(samples)
         data = (
             partial(load_eval_data, model, None, None, None, settings.seed, settings.device)  # its own test split
             if loader is None
             else partial(loader_eval_data, model, loader, settings.device, scope != "head")  # the network: on images
         )
-        return audit_job(model, data, methods, settings, scope)
+        return audit_job(model, data, methods, settings, scope, network_methods=network_methods)
 
     def depth_checkpoint(self, path, ckpt, settings, data, load, out, run=None, overwrite=False):
         return depth_classifier_checkpoint(path, ckpt, settings, data, out, run, overwrite)
@@ -216,11 +218,11 @@ class LanguageModelTask(Task):
         return run_lm_bench(bench.validate(), on_run)
 
     def audit_checkpoint(
-        self, path, ckpt, methods, settings, scope, data, load, check_planned, run=None
-    ) -> AuditResult:
+        self, path, ckpt, methods, settings, scope, data, load, check_planned, run=None, network_methods=None
+    ) -> AuditResult:  # network_methods: its network scope builds no IG (auditing/registry.py), the one it drops
         return audit_lm_checkpoint(path, ckpt, methods, settings, scope, data, load, check_planned, run)
 
-    def audit(self, model, loader, methods, settings, scope, samples) -> AuditResult:
+    def audit(self, model, loader, methods, settings, scope, samples, network_methods=None) -> AuditResult:
         data = _text(loader, samples, TOKENS_AUDITED)
         return token_audit_job(model.to(settings.device), methods, settings, scope, data.dataset, data.samples)
 
@@ -300,16 +302,18 @@ def audit_checkpoint(
     load: LoadSettings,
     check_planned: Callable = lambda samples, model: None,
     run=None,
+    network_methods: Sequence[str] | None = None,
 ) -> AuditResult:
     """``laya audit``'s job on a checkpoint file, whichever its task: a classifier audited on its test split (or
     ``data``'s), a language model on ``data.samples`` held-out positions. The settings of the other task are refused
     in one line first; ``check_planned(samples, model)``: what the caller checks against the model before any work
     (the gates' baseline); ``run`` (``RunSettings``): the memory the batches are planned within, the precision and
-    the feature cache (None: the batches as given, the defaults)."""
+    the feature cache (None: the batches as given, the defaults); ``network_methods``: those a classifier's network
+    scope computes (``auditing.settings.network_methods``; None: ``methods``)."""
     ckpt = read_checkpoint(path)  # once: the model is rebuilt from this very dict
     task = task_for(ckpt)
     task.refuse_others(data, load)
-    return task.audit_checkpoint(path, ckpt, methods, settings, scope, data, load, check_planned, run)
+    return task.audit_checkpoint(path, ckpt, methods, settings, scope, data, load, check_planned, run, network_methods)
 
 
 def depth_checkpoint(

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from .cells import align_of, justify, md_table, plain_row, rich_table
 from .inert import md_text, rich_text
 from .info import training_text
-from .notes import docs_page
+from .notes import docs_page, labelled
 
 HEADER = ("layer", "logit lens KL", "logit lens CE", "tuned lens KL", "tuned lens CE", "laya mean α")
 
@@ -199,6 +199,8 @@ def exit_markdown(result: dict) -> str:
     sweep, best = exit_sweep_rows(result), exit_best_rows(result)
     lines = ["# laya depth: early exit per token", "", exit_caption(result), ""]
     lines += md_table(*best) + ["", "## The threshold sweep", ""] + md_table(*sweep)
+    for note in result.get("notes", []):  # the flags, as a classifier's depth page writes its notes
+        lines += ["", f"> {md_text(labelled(note))}"]
     return "\n".join(lines) + "\n"
 
 

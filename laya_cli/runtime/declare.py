@@ -407,14 +407,21 @@ def _type_name(tp) -> str:
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
+def _annotation(d, default) -> str:
+    """A setting's type as a signature shows it: ``| None`` where the caller's own default is None (``Use``)."""
+    name = _type_name(d.type)
+    return f"{name} | None" if default is None and "None" not in name else name
+
+
 def takes_settings(*uses):
     """``fn(…, **settings)`` taking every setting declared on each class (or ``Use``: those it offers, with its own
-    defaults) as a keyword: ``help()`` and ``inspect`` show each with its default, the docstring lists them with
-    their declared help, ``fn`` receives all of them, and a keyword that is no setting is one LayaError line with
-    the closest names."""
+    defaults and helps) as a keyword: ``help()`` and ``inspect`` show each with its default, the docstring lists them
+    with their help, ``fn`` receives all of them, and a keyword that is no setting is one LayaError line with the
+    closest names."""
     uses = [as_use(u) for u in uses]
     taken = [(d, u) for u in uses for d in declared(u.cls) if d.option.cli and u.offers(d.name)]
     known = {d.name: u.defaults.get(d.name, d.default) for d, u in taken}
+    helps = {d.name: u.helps.get(d.name, d.option.help) for d, u in taken}
     taken = [d for d, _ in taken]
 
     def decorate(fn):
@@ -422,7 +429,7 @@ def takes_settings(*uses):
         own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         extra = [
             inspect.Parameter(
-                d.name, inspect.Parameter.KEYWORD_ONLY, default=known[d.name], annotation=_type_name(d.type)
+                d.name, inspect.Parameter.KEYWORD_ONLY, default=known[d.name], annotation=_annotation(d, known[d.name])
             )
             for d in taken
         ]
@@ -434,7 +441,7 @@ def takes_settings(*uses):
             return fn(*args, **kwargs, **{**known, **given})
 
         call.__signature__ = sig.replace(parameters=own + extra)
-        lines = [f"        {d.name}: {d.option.help} (``{d.flag}``)" for d in taken]
+        lines = [f"        {d.name}: {helps[d.name]} (``{d.flag}``)" for d in taken]
         call.__doc__ = (fn.__doc__ or "").rstrip() + (
             "\n\n    Settings (keywords; the command line's options of the same name, declared by each stage):\n"
             + "\n".join(lines)

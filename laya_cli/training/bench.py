@@ -50,7 +50,7 @@ from ..runtime.fileio import (
     strict_json,
 )
 from ..runtime.progress import log
-from .bench_stats import machine, pair_with_laya, seed_stats, slug
+from .bench_stats import asked_scope, machine, pair_with_laya, scored_methods, seed_stats, slug
 from .settings import TrainJobSettings, diff_options
 
 HEAD_ORDER = ("last", "concat", "scalarmix", "laya")
@@ -196,7 +196,9 @@ class BenchSettings:
         s.pop("device")
         s.pop("by_class")
         s.pop("internal_batch_size")  # a memory bound: same numbers either way
-        return {**s, "metrics": list(s["metrics"]), "methods": self.methods(), "samples": self.audit_samples}
+        # "scope": each run is audited on its checkpoint's question (asked_of); a record from before asked the head's
+        asked = {"scope": "question"}
+        return {**s, "metrics": list(s["metrics"]), "methods": self.methods(), "samples": self.audit_samples, **asked}
 
     def validate(self) -> BenchSettings:
         """The declared checks, a setting of the other task refused, then a classifier's bench's own checks (a
@@ -303,19 +305,38 @@ def _train_run(bench: BenchSettings, head: str, seed: int) -> dict:
     }
 
 
+def asked_of(bench: BenchSettings, ckpt: dict) -> tuple[str, str]:
+    """The scope and removal ``laya audit`` of a run's checkpoint asks by default: the question its α was trained on
+    (auditing/question.py: head and mean for a head trained only to predict), the removal given instead where
+    ``--ablation`` was (as the language model's bench, ``bench_lm.audit_run``)."""
+    from ..auditing.question import audit_scope_and_removal, checkpoint_question, given_or_changed
+
+    ablation = bench.audit.ablation if given_or_changed(bench.audit, "ablation", "mean") else None
+    return audit_scope_and_removal(checkpoint_question(ckpt), None, ablation)
+
+
 def _audit_run(bench: BenchSettings, record: dict) -> dict:
-    from ..auditing.head_scope import run_audit
+    from functools import partial
+
+    from ..auditing.job import audit_job
+    from ..auditing.question import given_or_changed
+    from ..auditing.settings import network_methods
+    from ..model.checkpoint import read_checkpoint
     from ..model.evaldata import load_eval_data
-    from ..model.laya_model import load_model
+    from ..model.laya_model import model_from_checkpoint
 
     path = bench.folder / record["checkpoint"]
     start = time.perf_counter()
-    model = load_model(path)
-    data = load_eval_data(
-        model, samples=bench.audit_samples, seed=bench.audit.seed, device=bench.device, use_cache=bench.train.use_cache
-    )
-    result = run_audit(model, data, bench.methods(), bench.audit_settings())
-    result.settings.update({"model": str(path), "samples": bench.audit_samples})
+    ckpt = read_checkpoint(path)
+    model = model_from_checkpoint(ckpt)
+    scope, removal = asked_of(bench, ckpt)
+    data = partial(load_eval_data, model, samples=bench.audit_samples, seed=bench.audit.seed, device=bench.device,
+                   use_cache=bench.train.use_cache)  # fmt: skip
+    settings = evolve(bench.audit_settings(), ablation=removal)
+    # the network scope without IG (a reference there) unless --compare named it, as laya audit's default
+    network = network_methods(bench.methods(), given_or_changed(bench, "compare", DEFAULT_COMPARE))
+    result = audit_job(model, data, bench.methods(), settings, scope, bench.train.use_cache, network_methods=network)
+    result.settings.update({"model": str(path), "samples": bench.audit_samples, "scope": scope})
     record = dict(record)
     record["audit"] = result.to_dict()
     record["audit_options"] = bench.audit_options()
@@ -376,10 +397,12 @@ def aggregate(bench: BenchSettings, outcomes: list[RunOutcome]) -> dict:
             "audit_seconds": seed_stats([r.get("audit_seconds") for r in recs]),
             "audit_accuracy": seed_stats([r["audit"]["accuracy"] for r in recs]),
             "audit_samples": recs[0]["audit"]["n_samples"] if recs else None,
+            # the scope each run's audit asked (its checkpoint's question): one scope, or every one its seeds asked
+            "audit_scope": _one_or_all([asked_scope(r["audit"]) for r in recs]),
             "methods": {},
         }
         for m in methods:
-            per_run = [r["audit"]["methods"][m] for r in recs]
+            per_run = [scored_methods(r["audit"])[m] for r in recs]
             available = all(p["available"] for p in per_run)
             entry["methods"][m] = {
                 "available": available,
@@ -401,6 +424,12 @@ def aggregate(bench: BenchSettings, outcomes: list[RunOutcome]) -> dict:
         heads[head] = entry
     pair_with_laya(heads, {h: [o.record for o in outcomes if o.head == h] for h in bench.heads})  # bench_stats.py
     return heads
+
+
+def _one_or_all(values: list):
+    """The value every run shares, else the list of each run's (in the runs' order); None without runs."""
+    distinct = list(dict.fromkeys(values))
+    return distinct[0] if len(distinct) == 1 else (distinct or None)
 
 
 @dataclass
@@ -515,6 +544,7 @@ def _run_all(bench: BenchSettings, on_run) -> BenchResult:
                 },
                 "train_seconds": r.get("train_seconds"),
                 "audit_seconds": r.get("audit_seconds"),
+                "audit_scope": asked_scope(r["audit"]),
             }
         )
     return BenchResult(bench, aggregate(bench, outcomes), runs, reused, reaudited, time.perf_counter() - start)

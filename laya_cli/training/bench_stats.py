@@ -42,12 +42,23 @@ def paired(a: list, b: list) -> dict:
     return {"mean": nan(t.mean), "std": nan(t.std), "ci_low": nan(t.low), "ci_high": nan(t.high), "n": t.n}
 
 
+def asked_scope(audit: dict) -> str:
+    """The scope a run's audit asked (its checkpoint's question; a record from before: the head's)."""
+    return (audit.get("settings") or {}).get("scope") or "head"
+
+
+def scored_methods(audit: dict) -> dict:
+    """The methods a run's audit scored on its question: the network scope's where it asked the network alone, else
+    the head scope's (``both``: the head's, as ``laya audit`` lists it first)."""
+    return (audit.get("network") or {}).get("methods") or {} if asked_scope(audit) == "network" else audit["methods"]
+
+
 def pair_with_laya(heads: dict, records: dict[str, list[dict]]) -> None:
     """Add ``vs_laya`` to each head's methods (method − laya, same run) and to each head (head − the laya head,
     same seed: test accuracy and each method's metrics). ``records``: head -> its run records in seed order."""
     for head, entry in heads.items():
         recs = records[head]
-        runs = [r["audit"]["methods"] for r in recs]
+        runs = [scored_methods(r["audit"]) for r in recs]
         for m, block in entry["methods"].items():  # each method against OWN (laya: the head's α)
             if m == OWN or OWN not in entry["methods"] or not block["available"]:
                 continue
@@ -61,9 +72,11 @@ def pair_with_laya(heads: dict, records: dict[str, list[dict]]) -> None:
         vs = {"test_accuracy": paired([r["metrics"]["test_accuracy"] for r, _ in both],
                                       [b["metrics"]["test_accuracy"] for _, b in both])}  # fmt: skip
         for m in entry["methods"]:
-            mine = [r["audit"]["methods"][m] for r, _ in both]
-            theirs = [b["audit"]["methods"][m] for _, b in both]
-            if all(p["available"] for p in mine + theirs):
+            # the methods paired where both runs' questions asked the same scope: other effects make no pair
+            same = [(r, b) for r, b in both if asked_scope(r["audit"]) == asked_scope(b["audit"])]
+            mine = [scored_methods(r["audit"])[m] for r, _ in same]
+            theirs = [scored_methods(b["audit"])[m] for _, b in same]
+            if same and all(p["available"] for p in mine + theirs):
                 vs[m] = {k: paired([p[k] for p in mine], [p[k] for p in theirs]) for k in PAIRED_METRICS}
         entry["vs_laya_head"] = vs
 
