@@ -6,16 +6,17 @@ What the estimate counts, per batch of the audit (``AuditCost``):
   the batch's own work      everything else a batch does, whatever the backbone: the head's passes, Python around
                             each patched layer, the gradient methods' backward bookkeeping, ρ and Deletion@1 per
                             method. Measured, not modelled: the audit's real per-batch work (``network_batch``) runs
-                            on a probe of ``PROBE_SAMPLES`` images twice, the first to warm up (imports, a first
-                            autograd or CUDA call), the second timed; its time less the probe's own passes is the
-                            cost a batch has beyond them.
+                            on a probe of ``PROBE_SAMPLES`` images, its time less the probe's own passes the cost a
+                            batch has beyond them. The first run carries the warm-up (imports, a first autograd or
+                            CUDA call) and is an upper bound; where that bound leaves the audit under the line's
+                            threshold nothing is said and the bound is the estimate, else the probe runs once more,
+                            warm, and that is what the line says.
   estimate = batches × the batch's own work + samples × passes × the seconds of a forward.
-Not counted: the head-scope audit ``--scope both`` runs first (head passes only: seconds), the intervals after the
-batches (bootstrap resamples of per-sample rows; measured at up to a third of a tiny backbone's audit), and the
-machine's load changing on the way; IG's refinements past its first steps move it too. The probes cost one forward of
-a batch three times and the per-batch work on 2 images once (also the warm-up the first batch would pay), twice where
-the first run's time leaves the audit over the line's threshold (only then is the estimate said, and the warm run is
-what it says; below it the first run's time, warm-up included, is the estimate: an upper bound).
+Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the intervals after the batches
+(bootstrap resamples of per-sample rows: 1.1 % of a head-scope audit of 10,000 samples, docs/results/benchmarks.md),
+the machine's load changing on the way; IG's refinements past its first steps move it too. The probes cost three
+forwards of a batch and one or two runs of the per-batch work on 2 images, before the work (the first run also pays
+the warm-up the audit's first batch would).
 
 The passes per sample:
   1                          the taps (one pass)
