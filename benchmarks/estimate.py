@@ -1,6 +1,7 @@
 """The network-scope audit's estimate against the time that follows it, side by side in one run.
 
     python -m benchmarks.estimate [--work DIR] [--cases digits,digits-b32,cnn,bert] [--clock wall|cpu]
+                                  [--threads N]
 
 Each case trains a small model once (kept in ``--work``: a second run reuses it) and runs ``laya audit CKPT --scope
 network`` (its defaults: ``--compare gradxact,atp``, the checkpoint's own test split) in this process, with
@@ -133,10 +134,17 @@ def main(argv=None) -> dict:
         help="wall: seconds as a user waits them; cpu: this process's CPU seconds, which other jobs on a shared "
         "machine do not move (the estimate made and measured on the same clock)",
     )
+    parser.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own)")
     args = parser.parse_args(argv)
+    if args.threads:  # one thread: no idle worker spinning into the CPU clock, a shared machine's load aside
+        import torch
+
+        torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    print(f"laya_cli from {Path(laya_cli.__file__).parent}; {args.clock} clock")
+    import torch
+
+    print(f"laya_cli from {Path(laya_cli.__file__).parent}; {args.clock} clock, {torch.get_num_threads()} threads")
     print(f"{'case':<12} {'estimate':>10} {'measured':>10} {'ratio':>7}   {'passes alone':>12} {'ratio':>7} "
           f"{'probes':>8}")  # fmt: skip
     out = {}

@@ -206,3 +206,26 @@ def test_a_one_batch_network_audit_says_no_time_left_before_a_tenth_of_its_batch
     done = [float(line.split(": ")[1].split("/")[0]) for line in lines]
     assert any(0 < d < 1 for d in done), lines  # lines inside the batch
     assert all("left" not in line for line, d in zip(lines, done) if d < 0.1), lines
+
+
+def test_the_intervals_are_timed_on_a_tenth_of_the_resamples_and_scaled_up(monkeypatch):
+    """The bootstrap after the batches (most of a tiny backbone's network-scope audit): its cost is linear in the
+    resamples, so a tenth of them, timed on as many rows as the audit has, times ten."""
+    from types import SimpleNamespace
+
+    from laya_cli.auditing.estimate import intervals_seconds
+    from laya_cli.stats import audit_columns
+
+    clock, seen = _Clock(), []
+
+    def fake(columns, level, resamples, seed):  # 1 µs per row, method and resample
+        seen.append(resamples)
+        clock.now += 1e-6 * len(columns) * len(next(iter(columns.values()))["faithfulness"]) * resamples
+
+    monkeypatch.setattr(audit_columns, "method_intervals", fake)
+    settings = SimpleNamespace(ci=0.95, bootstrap=1000)
+    assert intervals_seconds(["laya", "gradxact", "random"], 359, settings, clock) == pytest.approx(
+        1e-6 * 3 * 359 * 1000
+    )
+    assert seen == [100]
+    assert intervals_seconds(["laya"], 359, SimpleNamespace(ci=0.0, bootstrap=1000), clock) == 0.0  # --ci 0

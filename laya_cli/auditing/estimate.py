@@ -11,10 +11,12 @@ What the estimate counts, per batch of the audit (``AuditCost``):
                             CUDA call) and is an upper bound; where that bound leaves the audit under the line's
                             threshold nothing is said and the bound is the estimate, else the probe runs once more,
                             warm, and that is what the line says.
-  estimate = batches × the batch's own work + samples × passes × the seconds of a forward.
-Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the intervals after the batches
-(bootstrap resamples of per-sample rows: 1.1 % of a head-scope audit of 10,000 samples, docs/results/benchmarks.md),
-the machine's load changing on the way; IG's refinements past its first steps move it too. The probes cost three
+  the intervals              after the batches, ``--bootstrap`` resamples of the per-sample rows per method: the same
+                            computation timed on as many made-up rows with a tenth of the resamples, scaled up (on a
+                            tiny backbone they are most of a network-scope audit: 0.12 of 0.19 CPU seconds on digits)
+  estimate = batches × the batch's own work + samples × passes × the seconds of a forward + the intervals.
+Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the machine's load changing on the
+way; IG's refinements past its first steps move it too. The probes cost three
 forwards of a batch and one or two runs of the per-batch work on 2 images, before the work (the first run also pays
 the warm-up the audit's first batch would).
 
@@ -39,6 +41,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from .ig_steps import NETWORK_FIRST_STEPS
@@ -78,6 +81,7 @@ class AuditCost:
     ig_passes: float  # IG's share of them
     forward: float  # seconds of one forward per sample, at the audit's batch size
     per_batch: float  # seconds of a batch's own work beyond its passes
+    intervals: float = 0.0  # seconds of the bootstrap intervals after the batches
 
     @property
     def passes_seconds(self) -> float:
@@ -86,7 +90,7 @@ class AuditCost:
 
     @property
     def seconds(self) -> float:
-        return self.batches * self.per_batch + self.passes_seconds
+        return self.batches * self.per_batch + self.passes_seconds + self.intervals
 
 
 @torch.no_grad()
@@ -120,6 +124,26 @@ def per_batch_seconds(
     return max(0.0, clock() - started - passes_seconds)
 
 
+INTERVALS_SHARE = 10  # the intervals' probe draws 1/10 of the resamples: their cost is linear in them
+
+
+def intervals_seconds(methods: Sequence[str], n: int, settings, clock: Clock = time.perf_counter) -> float:
+    """Seconds of the bootstrap intervals after the batches (``--ci``, ``--bootstrap`` resamples of the per-sample
+    rows, paired across ``methods``): the same computation timed on ``n`` made-up rows with a tenth of the
+    resamples, scaled up. 0 without intervals."""
+    from ..stats.audit_columns import method_intervals
+
+    level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
+    if not level or not n_boot or n < 1:
+        return 0.0
+    rows = np.random.default_rng(0).random(n)
+    columns = {m: {k: rows for k in ("faithfulness", "deletion@1", "oracle", "random")} for m in methods}
+    share = max(1, n_boot // INTERVALS_SHARE)
+    started = clock()
+    method_intervals(columns, level, share, 0)
+    return (clock() - started) * n_boot / share
+
+
 def eta_line(seconds: float, n: int, passes: float, ig_passes: float, per_batch: str = "") -> str | None:
     """The line said before a network-scope audit expected to take more than ``SAY_ABOVE_S`` (None below it): the
     estimate, what it is made of (``ig_passes`` of the ``passes`` per sample are IG's; ``per_batch``: the batches' own
@@ -137,11 +161,12 @@ def eta_line(seconds: float, n: int, passes: float, ig_passes: float, per_batch:
 
 
 def audit_eta(
-    backbone, images, methods: Sequence[str], prefix: bool, batch_size: int, run_probe: Callable[[object], object]
+    backbone, images, methods: Sequence[str], prefix: bool, settings, run_probe: Callable[[object], object]
 ) -> str | None:
-    """``eta_line`` for a network-scope audit of ``images`` in batches of ``batch_size``; ``run_probe(images)`` runs
-    the audit's per-batch work on those images (``audit_cost``)."""
-    cost = audit_cost(backbone, images, methods, prefix, batch_size, run_probe)
+    """``eta_line`` for a network-scope audit of ``images`` with ``settings`` (its batches, its intervals);
+    ``run_probe(images)`` runs the audit's per-batch work on those images (``audit_cost``)."""
+    batch_size = settings.batch_size
+    cost = audit_cost(backbone, images, methods, prefix, batch_size, run_probe, settings=settings)
     per_batch = f"{cost.per_batch:.2g} s of its own work per batch of {batch_size:,}" if cost.per_batch else ""
     return eta_line(cost.seconds, cost.samples, cost.passes, cost.ig_passes, per_batch)
 
@@ -155,12 +180,14 @@ def audit_cost(
     run_probe: Callable[[object], object],
     clock: Clock = time.perf_counter,
     say_above: float | None = None,
+    settings=None,
 ) -> AuditCost:
     """The ``AuditCost`` of a network-scope audit of ``images`` in batches of ``batch_size``: the forward timed on a
     probe of the audit's own batch size (the first ``batch_size`` images), the per-batch work on the first
     ``PROBE_SAMPLES`` (``run_probe(those images)``), timed warm only where it matters: where even its first run's
     time (the warm-up counted in every batch, an upper bound) leaves the audit under ``say_above`` (default
-    ``SAY_ABOVE_S``), no line is said and that bound is the estimate, so a short audit pays one small probe."""
+    ``SAY_ABOVE_S``), no line is said and that bound is the estimate, so a short audit pays one small probe.
+    ``settings``: the audit's (its intervals, ``intervals_seconds``; None: not counted)."""
     from ..data.images import image_batches
     from ..features.extraction import to_float_images
     from ..runtime.device import to_device
@@ -171,7 +198,9 @@ def audit_cost(
     passes = network_passes(methods, n_layers, prefix)
     ig = passes - network_passes([m for m in methods if METHODS[m].cost != "path"], n_layers, prefix)
     probe = first[: min(PROBE_SAMPLES, len(first))]
-    cost = AuditCost(n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0)
+    cost = AuditCost(
+        n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0, intervals_seconds(methods, n, settings, clock)
+    )
     say_above = SAY_ABOVE_S if say_above is None else say_above
 
     def worth_timing(bound: float) -> bool:

@@ -170,7 +170,7 @@ def run_scoped_audit(
     net = network_scope(model, settings, reference, use_cache, prefix)
     run = NetworkRun.prepare(plan, net, eval_data, both=scope == "both")
     probe = partial(probe_batch, run)
-    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix, plan.shard.batch_size, probe)):
+    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix, settings, probe)):
         log(line)  # before the work: what it will cost and how to make it cheaper
     head_result = run_audit(model, eval_data, plan.methods, settings) if scope == "both" else None
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
