@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laya_cli.auditing.estimate import SAY_ABOVE_S, eta_line, network_passes
+from laya_cli.auditing.estimate import SAY_ABOVE_S, WHOLE_BATCH_BELOW_S, eta_line, network_passes
 from laya_cli.auditing.names import parse_methods
 from laya_cli.auditing.settings import compare_for
 
@@ -138,7 +138,10 @@ def test_the_estimate_is_within_2x_of_the_audit_that_follows_and_passes_alone_ar
     assert 0.5 <= cost.seconds / measured <= 2.0, (cost, measured)
     if per_batch * -(-n // batch_size) > cost.passes_seconds:  # where the batches' own work is most of it
         assert cost.passes_seconds / measured < 0.5  # the passes-only estimate (before issue 71) fails this test
-    assert cost.per_batch == pytest.approx(per_batch, rel=0.05)  # the warm-up left out: the probe ran it first
+    light = cost.passes_seconds <= WHOLE_BATCH_BELOW_S  # a whole batch probed, its passes in its time
+    assert cost.whole_batch == light
+    own = per_batch + (audit.passes * forward * min(n, batch_size) if light else 0.0)
+    assert cost.per_batch == pytest.approx(own, rel=0.05)  # the warm-up left out: the probe ran it first
 
 
 @pytest.mark.parametrize("n,runs,per_batch", [(512, 1, 3.0 + 0.5), (512 * 200, 2, 0.5)])
@@ -155,7 +158,7 @@ def test_a_short_audit_runs_the_probe_once_and_a_long_one_twice_timing_it_warm(n
     images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
     probe = lambda xb: calls.append(audit.batch(xb))  # noqa: E731
     cost = audit_cost(_Backbone(clock, 1e-6), images, methods, True, 256, probe, clock)
-    assert len(calls) == runs and cost.per_batch == pytest.approx(per_batch, rel=1e-3)
+    assert len(calls) == runs and cost.per_batch == pytest.approx(per_batch, rel=1e-2)
     assert (cost.seconds > SAY_ABOVE_S) == (runs == 2)
 
 

@@ -6,19 +6,22 @@ What the estimate counts, per batch of the audit (``AuditCost``):
   the batch's own work      everything else a batch does, whatever the backbone: the head's passes, Python around
                             each patched layer, the gradient methods' backward bookkeeping, ρ and Deletion@1 per
                             method. Measured, not modelled: the audit's real per-batch work (``network_batch``) runs
-                            on a probe of ``PROBE_SAMPLES`` images, its time less the probe's own passes the cost a
-                            batch has beyond them. The first run carries the warm-up (imports, a first autograd or
-                            CUDA call) and is an upper bound; where that bound leaves the audit under the line's
-                            threshold nothing is said and the bound is the estimate, else the probe runs once more,
-                            warm, and that is what the line says.
+                            on its first batch, whole, where the backbone's passes alone are light (under
+                            ``WHOLE_BATCH_BELOW_S``: its time is a batch's, passes and all), else on a probe of
+                            ``PROBE_SAMPLES`` images, its time less their passes the cost a batch has beyond them
+                            (a heavy backbone: the passes, counted, are most of it). The first run carries the
+                            warm-up (imports, a first autograd or CUDA call) and is an upper bound; where that bound
+                            leaves the audit under the line's threshold nothing is said and the bound is the
+                            estimate, else the probe runs once more, warm, and that is what the line says.
   the intervals              after the batches, ``--bootstrap`` resamples of the per-sample rows per method: the same
                             computation timed on as many made-up rows with a tenth of the resamples, scaled up (on a
                             tiny backbone they are most of a network-scope audit: 0.12 of 0.19 CPU seconds on digits)
-  estimate = batches × the batch's own work + samples × passes × the seconds of a forward + the intervals.
+  estimate = batches × the batch's own work + samples × passes × the seconds of a forward (a heavy backbone's; a
+             light one's are in its whole batch's time) + the intervals.
 Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the machine's load changing on the
 way; IG's refinements past its first steps move it too. The probes cost three
-forwards of a batch and one or two runs of the per-batch work on 2 images, before the work (the first run also pays
-the warm-up the audit's first batch would).
+forwards of a batch, one or two runs of the per-batch work (on a light backbone's whole first batch, a heavy one's 2
+images) and a tenth of the bootstrap, before the work (the first run also pays the warm-up the first batch would).
 
 The passes per sample:
   1                          the taps (one pass)
@@ -67,7 +70,8 @@ def network_passes(methods: Sequence[str], n_layers: int, prefix: bool, ig_steps
     return passes
 
 
-PROBE_SAMPLES = 2  # the probe of the per-batch work: its fixed cost, not the samples' passes (timed apart)
+PROBE_SAMPLES = 2  # a heavy backbone's probe of the per-batch work: its fixed cost, the samples' passes timed apart
+WHOLE_BATCH_BELOW_S = 180.0  # the backbone's passes alone under this: a whole batch is probed, passes and all
 Clock = Callable[[], float]
 
 
@@ -80,8 +84,9 @@ class AuditCost:
     passes: float  # forwards to the last tap per sample (``network_passes``)
     ig_passes: float  # IG's share of them
     forward: float  # seconds of one forward per sample, at the audit's batch size
-    per_batch: float  # seconds of a batch's own work beyond its passes
+    per_batch: float  # seconds of a batch's own work: beyond its passes, or with them (``whole_batch``)
     intervals: float = 0.0  # seconds of the bootstrap intervals after the batches
+    whole_batch: bool = False  # ``per_batch`` timed on a whole batch, its passes included (not counted again)
 
     @property
     def passes_seconds(self) -> float:
@@ -90,7 +95,7 @@ class AuditCost:
 
     @property
     def seconds(self) -> float:
-        return self.batches * self.per_batch + self.passes_seconds + self.intervals
+        return self.batches * self.per_batch + (0.0 if self.whole_batch else self.passes_seconds) + self.intervals
 
 
 @torch.no_grad()
@@ -183,11 +188,13 @@ def audit_cost(
     settings=None,
 ) -> AuditCost:
     """The ``AuditCost`` of a network-scope audit of ``images`` in batches of ``batch_size``: the forward timed on a
-    probe of the audit's own batch size (the first ``batch_size`` images), the per-batch work on the first
-    ``PROBE_SAMPLES`` (``run_probe(those images)``), timed warm only where it matters: where even its first run's
-    time (the warm-up counted in every batch, an upper bound) leaves the audit under ``say_above`` (default
-    ``SAY_ABOVE_S``), no line is said and that bound is the estimate, so a short audit pays one small probe.
-    ``settings``: the audit's (its intervals, ``intervals_seconds``; None: not counted)."""
+    probe of the audit's own batch size (the first ``batch_size`` images) counts the passes; the per-batch work
+    (``run_probe(images)``) runs on that whole batch where the passes alone stay under ``WHOLE_BATCH_BELOW_S`` (a
+    light backbone: the batch is cheap, and measuring it whole needs no model of its passes, which overcounts a CNN
+    whose early blocks cost most), else on its first ``PROBE_SAMPLES`` (a heavy one: its passes counted, the probe
+    adds the fixed cost). Timed warm only where it matters: where even its first run's time (the warm-up counted in
+    every batch, an upper bound) leaves the audit under ``say_above`` (default ``SAY_ABOVE_S``), no line is said and
+    that bound is the estimate. ``settings``: the audit's (its intervals, ``intervals_seconds``; None: none)."""
     from ..data.images import image_batches
     from ..features.extraction import to_float_images
     from ..runtime.device import to_device
@@ -197,16 +204,17 @@ def audit_cost(
     forward = seconds_per_forward(backbone, to_float_images(to_device(first, backbone.adapter_device)), clock)
     passes = network_passes(methods, n_layers, prefix)
     ig = passes - network_passes([m for m in methods if METHODS[m].cost != "path"], n_layers, prefix)
-    probe = first[: min(PROBE_SAMPLES, len(first))]
-    cost = AuditCost(
-        n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0, intervals_seconds(methods, n, settings, clock)
-    )
+    intervals = intervals_seconds(methods, n, settings, clock)
+    cost = AuditCost(n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0, intervals)
+    cost = dataclasses.replace(cost, whole_batch=cost.passes_seconds <= WHOLE_BATCH_BELOW_S)
+    probe = first if cost.whole_batch else first[: min(PROBE_SAMPLES, len(first))]
     say_above = SAY_ABOVE_S if say_above is None else say_above
 
     def worth_timing(bound: float) -> bool:
         return dataclasses.replace(cost, per_batch=bound).seconds > say_above
 
-    per_batch = per_batch_seconds(lambda: run_probe(probe), passes * forward * len(probe), worth_timing, clock)
+    probe_passes = 0.0 if cost.whole_batch else passes * forward * len(probe)
+    per_batch = per_batch_seconds(lambda: run_probe(probe), probe_passes, worth_timing, clock)
     return dataclasses.replace(cost, per_batch=per_batch)
 
 
