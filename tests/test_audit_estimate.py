@@ -230,5 +230,5 @@ def test_the_intervals_are_timed_on_a_tenth_of_the_resamples_and_scaled_up(monke
     assert intervals_seconds(["laya", "gradxact", "random"], 359, settings, clock) == pytest.approx(
         1e-6 * 3 * 359 * 1000
     )
-    assert seen == [100]
+    assert set(seen) == {100}  # a tenth of the resamples (run again while short: the least of the runs)
     assert intervals_seconds(["laya"], 359, SimpleNamespace(ci=0.0, bootstrap=1000), clock) == 0.0  # --ci 0
