@@ -163,10 +163,15 @@ def test_a_short_audit_runs_the_probe_once_and_a_long_one_twice_timing_it_warm(n
 
 
 def test_the_line_names_the_batches_own_work():
-    from laya_cli.auditing.estimate import eta_line
+    from laya_cli.auditing.estimate import AuditCost, _made_of, eta_line
 
-    line = eta_line(600.0, 1000, 10.0, 0.0, "1.5 s of its own work per batch of 256")
-    assert "(1,000 samples × ~10 forwards each + 1.5 s of its own work per batch of 256)" in line
+    heavy = AuditCost(1000, 4, 10.0, 0.0, 0.05, 1.5, intervals=40.0)
+    line = eta_line(heavy.seconds, 1000, 10.0, 0.0, _made_of(heavy, 256))
+    assert line.startswith("note: this network-scope audit will take about 9 min (1,000 samples × ~10 forwards each "
+                           "+ 1.5 s per batch of 256 (of its own work beyond them) + 40 s of intervals)")  # fmt: skip
+    light = AuditCost(100_000, 391, 10.0, 0.0, 1e-5, 1.2, intervals=0.5, whole_batch=True)
+    assert light.seconds == pytest.approx(391 * 1.2 + 0.5)  # the passes are in the timed batch: not counted again
+    assert _made_of(light, 256) == "1.2 s per batch of 256 (timed on its first, passes included)"
 
 
 def test_the_estimates_probe_leaves_the_audit_unchanged(digits_ckpt, monkeypatch):

@@ -180,8 +180,15 @@ def audit_eta(
     ``run_probe(images)`` runs the audit's per-batch work on those images (``audit_cost``)."""
     batch_size = settings.batch_size
     cost = audit_cost(backbone, images, methods, prefix, batch_size, run_probe, settings=settings)
-    per_batch = f"{cost.per_batch:.2g} s of its own work per batch of {batch_size:,}" if cost.per_batch else ""
-    return eta_line(cost.seconds, cost.samples, cost.passes, cost.ig_passes, per_batch)
+    return eta_line(cost.seconds, cost.samples, cost.passes, cost.ig_passes, _made_of(cost, batch_size))
+
+
+def _made_of(cost: AuditCost, batch_size: int) -> str:
+    """What the line adds to the passes it names: the batches' measured time (with their passes, where the whole
+    first batch was timed, else beyond them) and the intervals."""
+    what = "timed on its first, passes included" if cost.whole_batch else "of its own work beyond them"
+    parts = [f"{cost.per_batch:.2g} s per batch of {batch_size:,} ({what})"] if cost.per_batch else []
+    return " + ".join(parts + ([f"{cost.intervals:.0f} s of intervals"] if cost.intervals >= 1 else []))
 
 
 def audit_cost(
