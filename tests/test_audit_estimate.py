@@ -138,7 +138,7 @@ def test_the_estimate_is_within_2x_of_the_audit_that_follows_and_passes_alone_ar
     assert 0.5 <= cost.seconds / measured <= 2.0, (cost, measured)
     if per_batch * -(-n // batch_size) > cost.passes_seconds:  # where the batches' own work is most of it
         assert cost.passes_seconds / measured < 0.5  # the passes-only estimate (before issue 71) fails this test
-    light = cost.passes_seconds <= WHOLE_BATCH_BELOW_S  # a whole batch probed, its passes in its time
+    light = cost.passes_seconds <= WHOLE_BATCH_BELOW_S and n > batch_size  # a whole batch probed, passes and all
     assert cost.whole_batch == light
     own = per_batch + (audit.passes * forward * min(n, batch_size) if light else 0.0)
     assert cost.per_batch == pytest.approx(own, rel=0.05)  # the warm-up left out: the probe ran it first

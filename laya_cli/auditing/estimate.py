@@ -7,7 +7,8 @@ What the estimate counts, per batch of the audit (``AuditCost``):
                             each patched layer, the gradient methods' backward bookkeeping, ρ and Deletion@1 per
                             method. Measured, not modelled: the audit's real per-batch work (``network_batch``) runs
                             on its first batch, whole, where the backbone's passes alone are light (under
-                            ``WHOLE_BATCH_BELOW_S``: its time is a batch's, passes and all), else on a probe of
+                            ``WHOLE_BATCH_BELOW_S``: its time is a batch's, passes and all) and the audit has more
+                            than one batch (a probe of its only batch would do the audit twice), else on a probe of
                             ``PROBE_SAMPLES`` images, its time less their passes the cost a batch has beyond them
                             (a heavy backbone: the passes, counted, are most of it). The first run carries the
                             warm-up (imports, a first autograd or CUDA call) and is an upper bound; where that bound
@@ -221,7 +222,8 @@ def audit_cost(
     ig = passes - network_passes([m for m in methods if METHODS[m].cost != "path"], n_layers, prefix)
     intervals = intervals_seconds(methods, n, settings, clock)
     cost = AuditCost(n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0, intervals)
-    cost = dataclasses.replace(cost, whole_batch=cost.passes_seconds <= WHOLE_BATCH_BELOW_S)
+    # a light backbone's whole first batch, unless it is the audit's only one (the probe would do the audit twice)
+    cost = dataclasses.replace(cost, whole_batch=cost.passes_seconds <= WHOLE_BATCH_BELOW_S and cost.batches > 1)
     probe = first if cost.whole_batch else first[: min(PROBE_SAMPLES, len(first))]
     say_above = SAY_ABOVE_S if say_above is None else say_above
 
