@@ -259,8 +259,9 @@ def export(
 
     Args:
         model: a ``LayaModel``, or a language model's ``LayaLM`` (α per token: ``.table`` one row per token).
-        loader: yields ``(images, labels)``; every sample is exported, in the loader's order. A language model:
-            ``text:PATH``, or None for its held-out text.
+        loader: yields ``(images, labels)``; every sample is exported, in the loader's order. None: the test split
+            of the data set the checkpoint was trained on (as ``audit``; one fitted on your own loaders has none to
+            read: pass a loader). A language model: ``text:PATH``, or None for its held-out text.
         out: a folder to write the files of ``laya export`` to (tables, PNG plots, report.html),
             atomically; None: nothing is written.
         samples: a language model's held-out positions (default 2,000).
@@ -303,7 +304,9 @@ def depth(
 
     Args:
         model: a ``LayaModel`` (from ``fit`` or ``load``), or a language model's ``LayaLM``.
-        loader: yields ``(images, labels)`` as the model was trained on; every sample is analysed.
+        loader: yields ``(images, labels)`` as the model was trained on; every sample is analysed. None: the test
+            split of the data set the checkpoint was trained on (as ``audit``; one fitted on your own loaders has
+            none to read: pass a loader).
         samples: a language model's held-out positions.
         progress: rich progress bars (False: silent).
         **settings: every setting of ``laya depth``'s analysis by its option's name (listed below; ``refit`` needs

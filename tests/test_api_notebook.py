@@ -1,5 +1,6 @@
 """The API as a notebook uses it (issue 71): notes raised as Python warnings and in the ``note`` column, flat
-frames, a ``laya train`` checkpoint audited on its own test split without a loader, a fit near chance said."""
+frames, a ``laya train`` checkpoint audited, exported and analysed on its own test split without a loader, a fit near
+chance said."""
 
 from __future__ import annotations
 
@@ -27,6 +28,30 @@ def test_a_checkpoint_is_audited_on_its_own_test_split_and_its_notes_are_warning
     assert frame.loc["laya", "note"]  # the audit's notes about α and about Δ reach the laya row
     cells = [v for v in frame.to_numpy().ravel() if isinstance(v, (dict, list, tuple))]
     assert cells == []
+
+
+def test_export_and_depth_read_the_checkpoints_own_test_split_as_audit_does(digits_ckpt):
+    """``laya_cli.export(model)`` and ``depth(model)`` needed a loader where ``audit(model)`` needed none (issue 71):
+    all three read the split the checkpoint's test accuracy was measured on, every sample."""
+    model = laya_cli.load(digits_ckpt)
+    metrics = model.checkpoint["metrics"]
+    exp = laya_cli.export(model, progress=False)
+    assert len(exp.table) == metrics["n_test"]
+    assert (exp.table["label"] == exp.table["predicted"]).mean() == pytest.approx(metrics["test_accuracy"], abs=1e-6)
+    deep = laya_cli.depth(model, progress=False)
+    assert deep.full["accuracy"] == pytest.approx(metrics["test_accuracy"], abs=1e-6)
+
+
+def test_a_model_fitted_on_own_loaders_has_no_split_of_its_own_and_the_error_says_pass_one():
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.rand(60, 1, 4, 4), torch.arange(60) % 3), batch_size=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", laya_cli.LayaWarning)  # a fit near chance: not this test's point
+        model = laya_cli.fit(laya_cli.attach(_Flat()), data, epochs=1, seed=0, progress=False)
+    for call in (laya_cli.export, laya_cli.depth):
+        with pytest.raises(laya_cli.LayaError, match=r"pass a loader: laya_cli\.audit\(model, loader\), export"):
+            call(model, progress=False)
+    assert len(laya_cli.export(model, data, progress=False).table) == 60  # with the loader: its samples
 
 
 def test_intervals_become_columns_of_their_own():

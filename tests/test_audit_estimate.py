@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laya_cli.auditing.estimate import SAY_ABOVE_S, eta_line, network_passes
+from laya_cli.auditing.estimate import SAY_ABOVE_S, WHOLE_BATCH_BELOW_S, eta_line, network_passes
 from laya_cli.auditing.names import parse_methods
 from laya_cli.auditing.settings import compare_for
 
@@ -65,3 +65,175 @@ def test_no_time_left_from_a_sliver_of_the_first_batch_and_warm_up_left_out():
     assert time_left(0.5, 1, 60.0) == 60.0  # half of it: the pace so far
     # the first batch took 8 s (warm-up), the next 0.3 batch 0.6 s: 2 s a batch from here, not 6.2
     assert time_left(1.3, 11, 8.6, warm=(1.0, 8.0)) == pytest.approx(9.7 * 2.0)
+
+
+class _Clock:
+    """A clock that moves only when the fake work says so: the estimate and the 'measured' time are both sums of
+    known costs, never the wall clock (no timed unit tests)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Backbone:
+    """A backbone whose forward costs ``forward`` seconds per sample on the fake clock."""
+
+    layer_names = ["a", "b", "c", "d"]
+    adapter_device = "cpu"
+
+    def __init__(self, clock: _Clock, forward: float):
+        self.clock, self.forward = clock, forward
+
+    def activations(self, x):
+        self.clock.now += self.forward * len(x)
+
+
+class _Audit:
+    """A network-scope audit's batches on the fake clock: a warm-up paid once (imports, a first autograd call), a
+    fixed cost per batch whatever its size (the head, Python around each patched layer, ρ per method) and the
+    backbone's passes per sample."""
+
+    def __init__(self, clock: _Clock, warm_up: float, per_batch: float, passes: float, forward: float):
+        self.clock, self.warm_up, self.per_batch, self.passes, self.forward = clock, warm_up, per_batch, passes, forward
+
+    def batch(self, xb) -> None:
+        self.clock.now += self.warm_up + self.per_batch + self.passes * self.forward * len(xb)
+        self.warm_up = 0.0
+
+    def run(self, images, batch_size: int) -> float:
+        """Seconds the audit's batches take from now (the estimate's probe having run first)."""
+        started = self.clock()
+        for s in range(0, len(images), batch_size):
+            self.batch(images[s : s + batch_size])
+        return self.clock() - started
+
+
+# (samples, batch size, warm-up s, own work per batch s, forward s per sample): a tiny MLP (its batches' own work all
+# of it, issue 71's 0.037 s against 33.9 s), a small CNN (both), a backbone whose passes dominate, one batch
+COSTS = [
+    (359, 256, 3.0, 1.5, 2e-6),
+    (1000, 32, 2.0, 0.4, 2e-4),
+    (2000, 256, 5.0, 0.05, 0.02),
+    (24, 256, 1.0, 0.3, 1e-3),
+]
+
+
+@pytest.mark.parametrize("n,batch_size,warm_up,per_batch,forward", COSTS)
+def test_the_estimate_is_within_2x_of_the_audit_that_follows_and_passes_alone_are_not(
+    n, batch_size, warm_up, per_batch, forward
+):
+    import torch
+
+    from laya_cli.auditing.estimate import audit_cost
+
+    methods = ["laya", "gradxact", "atp", "random"]
+    clock = _Clock()
+    audit = _Audit(clock, warm_up, per_batch, network_passes(methods, 4, prefix=True), forward)
+    images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
+    cost = audit_cost(_Backbone(clock, forward), images, methods, True, batch_size, audit.batch, clock, say_above=0)
+    measured = audit.run(images, batch_size)
+    assert 0.5 <= cost.seconds / measured <= 2.0, (cost, measured)
+    if per_batch * -(-n // batch_size) > cost.passes_seconds:  # where the batches' own work is most of it
+        assert cost.passes_seconds / measured < 0.5  # the passes-only estimate (before issue 71) fails this test
+    light = cost.passes_seconds <= WHOLE_BATCH_BELOW_S and n > batch_size  # a whole batch probed, passes and all
+    assert cost.whole_batch == light
+    own = per_batch + (audit.passes * forward * min(n, batch_size) if light else 0.0)
+    assert cost.per_batch == pytest.approx(own, rel=0.05)  # the warm-up left out: the probe ran it first
+
+
+@pytest.mark.parametrize("n,runs,per_batch", [(512, 1, 3.0 + 0.5), (512 * 200, 2, 0.5)])
+def test_a_short_audit_runs_the_probe_once_and_a_long_one_twice_timing_it_warm(n, runs, per_batch):
+    """Below the line's threshold even with the warm-up counted in every batch, the estimate is that bound (it is
+    never said) and the probe is not run again; above it, the warm run is what the line says."""
+    import torch
+
+    from laya_cli.auditing.estimate import audit_cost
+
+    methods = ["laya", "gradxact", "random"]
+    clock, calls = _Clock(), []
+    audit = _Audit(clock, 3.0, 0.5, network_passes(methods, 4, prefix=True), 1e-6)
+    images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
+    probe = lambda xb: calls.append(audit.batch(xb))  # noqa: E731
+    cost = audit_cost(_Backbone(clock, 1e-6), images, methods, True, 256, probe, clock)
+    assert len(calls) == runs and cost.per_batch == pytest.approx(per_batch, rel=1e-2)
+    assert (cost.seconds > SAY_ABOVE_S) == (runs == 2)
+
+
+def test_the_line_names_the_batches_own_work():
+    from laya_cli.auditing.estimate import AuditCost, _made_of, eta_line
+
+    heavy = AuditCost(1000, 4, 10.0, 0.0, 0.05, 1.5, intervals=40.0)
+    line = eta_line(heavy.seconds, 1000, 10.0, 0.0, _made_of(heavy, 256))
+    assert line.startswith("note: this network-scope audit will take about 9 min (1,000 samples × ~10 forwards each "
+                           "+ 1.5 s per batch of 256 (of its own work beyond them) + 40 s of intervals)")  # fmt: skip
+    light = AuditCost(100_000, 391, 10.0, 0.0, 1e-5, 1.2, intervals=0.5, whole_batch=True)
+    assert light.seconds == pytest.approx(391 * 1.2 + 0.5)  # the passes are in the timed batch: not counted again
+    assert _made_of(light, 256) == "1.2 s per batch of 256 (timed on its first, passes included)"
+
+
+def test_the_estimates_probe_leaves_the_audit_unchanged(digits_ckpt, monkeypatch):
+    """The probe runs the audit's per-batch work on 2 images with its own generator and rows: the audit's numbers
+    (the random method's draws among them) are those of an audit without it."""
+    from laya_cli.auditing import estimate, job
+    from laya_cli.auditing.settings import AuditSettings
+    from laya_cli.model.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
+
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=20)
+    settings = AuditSettings(batch_size=8)
+    probed = []
+    monkeypatch.setattr(estimate, "per_batch_seconds", lambda run, *a, **k: probed.append(run()) or 0.0)
+    with_probe = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network").to_dict()["network"]
+    assert probed  # the probe ran
+    monkeypatch.setattr(job, "audit_eta", lambda *a, **k: None)
+    without = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network").to_dict()["network"]
+    assert with_probe == without
+
+
+def test_a_one_batch_network_audit_says_no_time_left_before_a_tenth_of_its_batch(digits_ckpt, monkeypatch, capsys):
+    """Issue 71's '0.0/1 batch … 29m 15s left' at network scope: a line every time the work reports (the clock a
+    counter, not the wall clock), and none says a time left before a tenth of the only batch is done."""
+    from laya_cli.auditing.job import run_scoped_audit
+    from laya_cli.auditing.settings import AuditSettings
+    from laya_cli.model.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
+    from laya_cli.runtime import progress
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(ticks)))
+    monkeypatch.setenv("LAYA_PROGRESS_INTERVAL", "0")
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=20)
+    with progress.enabled(True):
+        run_scoped_audit(model, data, ["gradxact", "atp", "random"], AuditSettings(batch_size=32), "network")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("auditing (network scope): ")]
+    done = [float(line.split(": ")[1].split("/")[0]) for line in lines]
+    assert any(0 < d < 1 for d in done), lines  # lines inside the batch
+    assert all("left" not in line for line, d in zip(lines, done) if d < 0.1), lines
+
+
+def test_the_intervals_are_timed_on_a_tenth_of_the_resamples_and_scaled_up(monkeypatch):
+    """The bootstrap after the batches (most of a tiny backbone's network-scope audit): its cost is linear in the
+    resamples, so a tenth of them, timed on as many rows as the audit has, times ten."""
+    from types import SimpleNamespace
+
+    from laya_cli.auditing.estimate import intervals_seconds
+    from laya_cli.stats import audit_columns
+
+    clock, seen = _Clock(), []
+
+    def fake(columns, level, resamples, seed):  # 1 µs per row, method and resample
+        seen.append(resamples)
+        clock.now += 1e-6 * len(columns) * len(next(iter(columns.values()))["faithfulness"]) * resamples
+
+    monkeypatch.setattr(audit_columns, "method_intervals", fake)
+    settings = SimpleNamespace(ci=0.95, bootstrap=1000)
+    assert intervals_seconds(["laya", "gradxact", "random"], 359, settings, clock) == pytest.approx(
+        1e-6 * 3 * 359 * 1000
+    )
+    assert set(seen) == {100}  # a tenth of the resamples (run again while short: the least of the runs)
+    assert intervals_seconds(["laya"], 359, SimpleNamespace(ci=0.0, bootstrap=1000), clock) == 0.0  # --ci 0

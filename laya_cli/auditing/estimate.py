@@ -1,24 +1,51 @@
 """How long a network-scope audit will take, said before it starts when that is more than a few minutes.
 
-The network scope's work per sample, in forwards of the backbone to its last tap (its floor is the first two terms):
+What the estimate counts, per batch of the audit (``AuditCost``):
+  the backbone's passes     forwards to its last tap per sample (``network_passes``; its floor is the first two terms)
+                            × the seconds of one forward per sample, timed on a probe as large as the audit's batches
+  the batch's own work      everything else a batch does, whatever the backbone: the head's passes, Python around
+                            each patched layer, the gradient methods' backward bookkeeping, ρ and Deletion@1 per
+                            method. Measured, not modelled: the audit's real per-batch work (``network_batch``) runs
+                            on its first batch, whole, where the backbone's passes alone are light (under
+                            ``WHOLE_BATCH_BELOW_S``: its time is a batch's, passes and all) and the audit has more
+                            than one batch (a probe of its only batch would do the audit twice), else on a probe of
+                            ``PROBE_SAMPLES`` images, its time less their passes the cost a batch has beyond them
+                            (a heavy backbone: the passes, counted, are most of it). The first run carries the
+                            warm-up (imports, a first autograd or CUDA call) and is an upper bound; where that bound
+                            leaves the audit under the line's threshold nothing is said and the bound is the
+                            estimate, else the probe runs once more, warm, and that is what the line says.
+  the intervals              after the batches, ``--bootstrap`` resamples of the per-sample rows per method: the same
+                            computation timed on as many made-up rows with a tenth of the resamples, scaled up (on a
+                            tiny backbone they are most of a network-scope audit: 0.12 of 0.19 CPU seconds on digits)
+  estimate = batches × the batch's own work + samples × passes × the seconds of a forward (a heavy backbone's; a
+             light one's are in its whole batch's time) + the intervals.
+Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the machine's load changing on the
+way; IG's refinements past its first steps move it too. The probes cost three
+forwards of a batch, one or two runs of the per-batch work (on a light backbone's whole first batch, a heavy one's 2
+images) and a tenth of the bootstrap, before the work (the first run also pays the warm-up the first batch would).
+
+The passes per sample:
   1                          the taps (one pass)
   Σ_i s_i                    each layer removed, only the layers after it (s_i: the share of the pass after tap i,
                              taken as (L − 1 − i) / L: blocks of equal cost), or 1 each where the backbone cannot
                              continue from a tap
   3 per gradient method      Grad×Act, AtP, saliency: one forward and backward of the whole model each
   3·n·(s_i + 1/L) for IG     n steps of a forward and backward of layer i's suffix (n: the first steps, 16)
-One probe batch of the audited images, as large as the audit's batches, times a forward; the estimate is that time per
-sample × the passes × the samples. (A probe of 2 images overestimated ten-fold: a batch of 2 costs nearly what a batch
-of 32 does, so the per-sample time of 2 is not the audit's: "about 9 min" for an audit done in 55 s, issue 71.) It is an
-estimate (the steps IG refines to and the machine's load move it), printed to say what the audit will cost and how to
-make it cheaper before the time is spent: the issue that asked for it saw a first line after 31 minutes.
+Issue 71 measured what a model of passes alone misses: on a tiny backbone the batch's own work is nearly all of it
+(0.037 s estimated for an audit of 33.9 s), and a probe of 2 images for the forward overestimated ten-fold on a GPU
+(a batch of 2 costs nearly what a batch of 32 does: "about 9 min" for an audit done in 55 s), hence the forward timed
+at the audit's batch size and the per-batch work measured apart. ``python -m benchmarks.estimate`` prints the
+estimate beside the measured time (docs/results/audit.md). The line is printed to say what the audit will cost and
+how to make it cheaper before the time is spent: the issue that asked for it saw a first line after 31 minutes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from .ig_steps import NETWORK_FIRST_STEPS
@@ -44,22 +71,97 @@ def network_passes(methods: Sequence[str], n_layers: int, prefix: bool, ig_steps
     return passes
 
 
+PROBE_SAMPLES = 2  # a heavy backbone's probe of the per-batch work: its fixed cost, the samples' passes timed apart
+WHOLE_BATCH_BELOW_S = 180.0  # the backbone's passes alone under this: a whole batch is probed, passes and all
+Clock = Callable[[], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditCost:
+    """What a network-scope audit's estimate is made of (module docstring): each part counted or measured."""
+
+    samples: int
+    batches: int
+    passes: float  # forwards to the last tap per sample (``network_passes``)
+    ig_passes: float  # IG's share of them
+    forward: float  # seconds of one forward per sample, at the audit's batch size
+    per_batch: float  # seconds of a batch's own work: beyond its passes, or with them (``whole_batch``)
+    intervals: float = 0.0  # seconds of the bootstrap intervals after the batches
+    whole_batch: bool = False  # ``per_batch`` timed on a whole batch, its passes included (not counted again)
+
+    @property
+    def passes_seconds(self) -> float:
+        """The backbone's passes alone: all the estimate was before issue 71."""
+        return self.samples * self.passes * self.forward
+
+    @property
+    def seconds(self) -> float:
+        return self.batches * self.per_batch + (0.0 if self.whole_batch else self.passes_seconds) + self.intervals
+
+
 @torch.no_grad()
-def seconds_per_forward(backbone, x: torch.Tensor) -> float:
+def seconds_per_forward(backbone, x: torch.Tensor, clock: Clock = time.perf_counter) -> float:
     """Seconds of one forward to the last tap per sample, on ``x`` (a warm-up pass, then the best of two)."""
     backbone.activations(x)
     best = float("inf")
     for _ in range(2):
-        started = time.perf_counter()
+        started = clock()
         backbone.activations(x)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best / len(x)
 
 
-def eta_line(seconds: float, n: int, passes: float, ig_passes: float) -> str | None:
+def per_batch_seconds(
+    run_probe: Callable[[], object],
+    passes_seconds: float,
+    again: Callable[[float], bool] = lambda bound: True,
+    clock: Clock = time.perf_counter,
+) -> float:
+    """Seconds a batch costs beyond its backbone passes: ``run_probe`` (the audit's per-batch work on a probe) once,
+    which warms up (its time, less ``passes_seconds``, the probe's own passes counted apart, is an upper bound); then,
+    if ``again(that bound)``, once more, timed warm."""
+    started = clock()
+    run_probe()
+    bound = max(0.0, clock() - started - passes_seconds)
+    if not again(bound):
+        return bound
+    return max(0.0, best_of(run_probe, clock) - passes_seconds)
+
+
+def best_of(work: Callable[[], object], clock: Clock = time.perf_counter, budget: float = 0.2, most: int = 5) -> float:
+    """Seconds of ``work``, warm: the least of its runs, run again while they total under ``budget`` seconds (at
+    most ``most`` times), so a probe of a few milliseconds is not one preempted run on a busy machine."""
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < 1 or (runs < most and spent < budget):
+        started = clock()
+        work()
+        took = clock() - started
+        best, spent, runs = min(best, took), spent + took, runs + 1
+    return best
+
+
+INTERVALS_SHARE = 10  # the intervals' probe draws 1/10 of the resamples: their cost is linear in them
+
+
+def intervals_seconds(methods: Sequence[str], n: int, settings, clock: Clock = time.perf_counter) -> float:
+    """Seconds of the bootstrap intervals after the batches (``--ci``, ``--bootstrap`` resamples of the per-sample
+    rows, paired across ``methods``): the same computation timed on ``n`` made-up rows with a tenth of the
+    resamples, scaled up. 0 without intervals."""
+    from ..stats.audit_columns import method_intervals
+
+    level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
+    if not level or not n_boot or n < 1:
+        return 0.0
+    rows = np.random.default_rng(0).random(n)
+    columns = {m: {k: rows for k in ("faithfulness", "deletion@1", "oracle", "random")} for m in methods}
+    share = max(1, n_boot // INTERVALS_SHARE)
+    return best_of(lambda: method_intervals(columns, level, share, 0), clock) * n_boot / share
+
+
+def eta_line(seconds: float, n: int, passes: float, ig_passes: float, per_batch: str = "") -> str | None:
     """The line said before a network-scope audit expected to take more than ``SAY_ABOVE_S`` (None below it): the
-    estimate, what it is made of (``ig_passes`` of the ``passes`` per sample are IG's), and the options that make it
-    cheaper."""
+    estimate, what it is made of (``ig_passes`` of the ``passes`` per sample are IG's; ``per_batch``: the batches' own
+    work, in words), and the options that make it cheaper."""
     if seconds <= SAY_ABOVE_S:
         return None
     cheaper = [f"--samples {max(1, int(n * SAY_ABOVE_S / seconds))} (about {SAY_ABOVE_S / 60:.0f} min)"]
@@ -67,29 +169,70 @@ def eta_line(seconds: float, n: int, passes: float, ig_passes: float) -> str | N
         cheaper.append(f"--compare gradxact,atp (network IG is the effect computed again: {ig_passes / passes:.0%} "
                        "of the work)")  # fmt: skip
     cheaper.append("--scope head (no pass through the network per layer)")
-    return (f"note: this network-scope audit will take about {_duration(seconds)} ({n:,} samples × ~{passes:.0f} "
-            f"forwards each); cheaper: {', '.join(cheaper)}")  # fmt: skip
+    made_of = f"{n:,} samples × ~{passes:.0f} forwards each" + (f" + {per_batch}" if per_batch else "")
+    return (f"note: this network-scope audit will take about {_duration(seconds)} ({made_of}); cheaper: "
+            f"{', '.join(cheaper)}")  # fmt: skip
 
 
-def audit_eta(backbone, images, methods: Sequence[str], prefix: bool, batch_size: int = 32) -> str | None:
-    """``eta_line`` for a network-scope audit of ``images`` in batches of ``batch_size``."""
-    seconds, passes, ig = audit_seconds(backbone, images, methods, prefix, batch_size)
-    return eta_line(seconds, len(images), passes, ig)
+def audit_eta(
+    backbone, images, methods: Sequence[str], prefix: bool, settings, run_probe: Callable[[object], object]
+) -> str | None:
+    """``eta_line`` for a network-scope audit of ``images`` with ``settings`` (its batches, its intervals);
+    ``run_probe(images)`` runs the audit's per-batch work on those images (``audit_cost``)."""
+    batch_size = settings.batch_size
+    cost = audit_cost(backbone, images, methods, prefix, batch_size, run_probe, settings=settings)
+    return eta_line(cost.seconds, cost.samples, cost.passes, cost.ig_passes, _made_of(cost, batch_size))
 
 
-def audit_seconds(
-    backbone, images, methods: Sequence[str], prefix: bool, batch_size: int
-) -> tuple[float, float, float]:
-    """(estimated seconds, forwards per sample, IG's share of them) of a network-scope audit of ``images``, timed on a
-    probe of the audit's own batch size (the first ``batch_size`` images)."""
+def _made_of(cost: AuditCost, batch_size: int) -> str:
+    """What the line adds to the passes it names: the batches' measured time (with their passes, where the whole
+    first batch was timed, else beyond them) and the intervals."""
+    what = "timed on its first, passes included" if cost.whole_batch else "of its own work beyond them"
+    parts = [f"{cost.per_batch:.2g} s per batch of {batch_size:,} ({what})"] if cost.per_batch else []
+    return " + ".join(parts + ([f"{cost.intervals:.0f} s of intervals"] if cost.intervals >= 1 else []))
+
+
+def audit_cost(
+    backbone,
+    images,
+    methods: Sequence[str],
+    prefix: bool,
+    batch_size: int,
+    run_probe: Callable[[object], object],
+    clock: Clock = time.perf_counter,
+    say_above: float | None = None,
+    settings=None,
+) -> AuditCost:
+    """The ``AuditCost`` of a network-scope audit of ``images`` in batches of ``batch_size``: the forward timed on a
+    probe of the audit's own batch size (the first ``batch_size`` images) counts the passes; the per-batch work
+    (``run_probe(images)``) runs on that whole batch where the passes alone stay under ``WHOLE_BATCH_BELOW_S`` (a
+    light backbone: the batch is cheap, and measuring it whole needs no model of its passes, which overcounts a CNN
+    whose early blocks cost most), else on its first ``PROBE_SAMPLES`` (a heavy one: its passes counted, the probe
+    adds the fixed cost). Timed warm only where it matters: where even its first run's time (the warm-up counted in
+    every batch, an upper bound) leaves the audit under ``say_above`` (default ``SAY_ABOVE_S``), no line is said and
+    that bound is the estimate. ``settings``: the audit's (its intervals, ``intervals_seconds``; None: none)."""
+    from ..data.images import image_batches
     from ..features.extraction import to_float_images
     from ..runtime.device import to_device
 
-    x = to_float_images(to_device(images[: max(1, min(batch_size, len(images)))], backbone.adapter_device))
-    n_layers = len(backbone.layer_names)
+    n, n_layers = len(images), len(backbone.layer_names)
+    first = next(image_batches(images, max(1, min(batch_size, n)), 0))
+    forward = seconds_per_forward(backbone, to_float_images(to_device(first, backbone.adapter_device)), clock)
     passes = network_passes(methods, n_layers, prefix)
     ig = passes - network_passes([m for m in methods if METHODS[m].cost != "path"], n_layers, prefix)
-    return seconds_per_forward(backbone, x) * passes * len(images), passes, ig
+    intervals = intervals_seconds(methods, n, settings, clock)
+    cost = AuditCost(n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0, intervals)
+    # a light backbone's whole first batch, unless it is the audit's only one (the probe would do the audit twice)
+    cost = dataclasses.replace(cost, whole_batch=cost.passes_seconds <= WHOLE_BATCH_BELOW_S and cost.batches > 1)
+    probe = first if cost.whole_batch else first[: min(PROBE_SAMPLES, len(first))]
+    say_above = SAY_ABOVE_S if say_above is None else say_above
+
+    def worth_timing(bound: float) -> bool:
+        return dataclasses.replace(cost, per_batch=bound).seconds > say_above
+
+    probe_passes = 0.0 if cost.whole_batch else passes * forward * len(probe)
+    per_batch = per_batch_seconds(lambda: run_probe(probe), probe_passes, worth_timing, clock)
+    return dataclasses.replace(cost, per_batch=per_batch)
 
 
 def _duration(seconds: float) -> str:

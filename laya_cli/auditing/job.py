@@ -34,7 +34,7 @@ from .budget import Halver, plan_audit
 from .estimate import audit_eta
 from .head_scope import record_collapse, run_audit
 from .metrics import accuracy, check_removal
-from .network.batches import NetworkRun, network_scope, run_network
+from .network.batches import NetworkRun, network_scope, probe_batch, run_network
 from .network.checks import check_network_scope
 from .plan import AuditPlan, audit_methods
 from .registry import having
@@ -178,10 +178,11 @@ def run_scoped_audit(
     network = methods if network_methods is None else network_methods
     plan = AuditPlan.prepare(model, network, settings, len(images), len(model.backbone.layer_names))
     net = network_scope(model, settings, reference, use_cache, prefix)
-    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix, plan.shard.batch_size)):
+    run = NetworkRun.prepare(plan, net, eval_data, both=scope == "both")
+    probe = partial(probe_batch, run)
+    if is_main() and (line := audit_eta(model.backbone, images, plan.active, net.prefix, settings, probe)):
         log(line)  # before the work: what it will cost and how to make it cheaper
     head_result = run_audit(model, eval_data, methods, settings) if scope == "both" else None
-    run = NetworkRun.prepare(plan, net, eval_data, both=head_result is not None)
     layer_names = list(getattr(model, "layer_names", None) or model.backbone.layer_names)
     network, common = run_network(run, images, layer_names)
     result = head_result or _network_only(plan, eval_data, common, layer_names, model)

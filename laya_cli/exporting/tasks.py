@@ -31,7 +31,7 @@ from ..data.settings import EvalDataSettings
 from ..depthing.job import LM_EXIT_TOKENS, depth_classifier_checkpoint, depth_job, lm_depth_checkpoint, token_depth
 from ..features.attach import Tapped, attach
 from ..model.checkpoint import checkpoint_task, read_checkpoint
-from ..model.evaldata import load_eval_data, loader_eval_data
+from ..model.evaldata import EvalData, load_eval_data, loader_eval_data
 from ..model.heads import HEADS
 from ..model.laya_model import LayaModel, model_from_checkpoint
 from ..model.lm_heads import LayaLM, lm_from_checkpoint
@@ -143,11 +143,7 @@ class ClassifierTask(Task):
 
     def audit(self, model, loader, methods, settings, scope, samples, network_methods=None) -> AuditResult:
         _no_samples(samples)
-        data = (
-            partial(load_eval_data, model, None, None, None, settings.seed, settings.device)  # its own test split
-            if loader is None
-            else partial(loader_eval_data, model, loader, settings.device, scope != "head")  # the network: on images
-        )
+        data = api_samples(model, loader, settings.device, keep_images=scope != "head")  # the network: on images
         return audit_job(model, data, methods, settings, scope, network_methods=network_methods)
 
     def depth_checkpoint(self, path, ckpt, settings, data, load, out, run=None, overwrite=False):
@@ -155,7 +151,7 @@ class ClassifierTask(Task):
 
     def depth(self, model, loader, settings, samples):
         _no_samples(samples)
-        return depth_job(model, partial(loader_eval_data, model, loader, settings.device, keep_images=True), settings)
+        return depth_job(model, api_samples(model, loader, settings.device, keep_images=True), settings)
 
     def export_checkpoint(self, path, ckpt, out, settings, data, load, overwrite, memory):
         return export_classifier_checkpoint(path, ckpt, out, settings, data, overwrite, memory)
@@ -167,7 +163,7 @@ class ClassifierTask(Task):
             check_format(fmt)
             check_out_dir(out, overwrite)
         keep_images = out is not None and settings.plots and settings.strip > 0
-        data = loader_eval_data(model, loader, settings.device, keep_images=keep_images)
+        data = api_samples(model, loader, settings.device, keep_images)()
         info = {"source": "laya_cli.export"}
         return export_data(model, data, out, fmt, settings.plots, settings.strip, overwrite, settings.device, info=info)
 
@@ -185,6 +181,16 @@ class ClassifierTask(Task):
         images, device = settings.scope != "head", settings.device  # the network runs on images
         data_a, data_b = (loader_eval_data(m, loader, device, images) for m in models)
         return compare_models(model_a, model_b, data_a, data_b, settings, removal, device, settings.scope)
+
+
+def api_samples(model: LayaModel, loader, device: str, keep_images: bool) -> Callable[[], EvalData]:
+    """What a classifier's ``laya_cli.audit``, ``depth`` and ``export`` read, loaded when called (after the checks
+    that need no data): ``loader``'s samples, every one in its order (``keep_images``: the images too, for the
+    network scope, the per-depth timing or the export's strip); None: the test split of the data set the checkpoint
+    was trained on, every sample, as ``laya audit/depth/export MODEL`` read it (a file's images stay lazy)."""
+    if loader is not None:
+        return partial(loader_eval_data, model, loader, device, keep_images)
+    return partial(load_eval_data, model, device=device)  # its own test split (model_dataset: refused for a fit one)
 
 
 class LanguageModelTask(Task):

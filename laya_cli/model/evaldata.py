@@ -94,7 +94,8 @@ def model_dataset(
         raise LayaError(
             f"this model was trained from your own DataLoader ({ds.get('source') or 'laya_cli.fit'}), "
             f"which laya cannot load by name: pass --dataset (a registered name or PREFIX:PATH, "
-            f"datasets.md in laya's docs), or audit it in Python with laya_cli.audit(model, loader)"
+            f"datasets.md in laya's docs), or in Python pass a loader: laya_cli.audit(model, loader), "
+            f"export(model, loader), depth(model, loader)"
         )
     # the recorded data set where none is given, its local path as resolved at training (data/pinning.py)
     name = dataset_name(dataset or ds.get("resolved") or ds.get("name", "digits"))

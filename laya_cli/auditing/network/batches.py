@@ -5,6 +5,7 @@ summary (``results.NetworkResult``). ``auditing.job.run_scoped_audit`` runs it b
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -208,6 +209,13 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         tie_degenerate=degenerate & ~degenerate_effects(delta),
         near_equal=near_equal_effects(delta),
     )
+
+
+def probe_batch(run: NetworkRun, xb) -> None:
+    """The per-batch work of ``network_batch`` on the images ``xb``, its rows and ``random``'s draws thrown away (the
+    audit's own generator is left where it stands): what the estimate times (``auditing.estimate``)."""
+    probe = dataclasses.replace(run, generator=torch.Generator().manual_seed(0))
+    network_batch(probe, 0, xb, probe.rows())
 
 
 def _score_whole_set(run: NetworkRun, got: dict, rho: dict, d1: dict, tie: dict) -> None:
