@@ -2,7 +2,8 @@
 trains: the two side by side in one run.
 
     python -m benchmarks.alpha_reader [--cases cnn,timm:resnet18,timm:vit_tiny_patch16_224] [--side 64]
-                                      [--batch 32] [--repeats 5] [--faithfulness] [--epochs 3] [--samples 200]
+                                      [--batch 32] [--repeats 5] [--faithfulness] [--epochs 15] [--lr 3e-3]
+                                      [--samples 200]
 
 Cost, per case (a randomly initialised tapped backbone at ``--side`` px, a seeded batch of ``--batch`` images, in
 this process): per sample, the backbone pass that leaves r_i alone vs r_i packed with its positions (what a frozen
@@ -13,10 +14,10 @@ its time and the bytes autograd keeps for the backward (the head's activation me
 of ``--repeats`` rounds (after one warm-up); the bytes and parameters are exact. Text models are not run here:
 their packed row is d_i + max_length·(d_i + 1) wide (docs/backbones.md), their cost the same arithmetic.
 
-``--faithfulness``: the built-in CNN frozen on digits, trained ``--epochs`` with ``--align 1 --align-target network``
-under each reader (same seed), then ``laya audit --scope network --compare atp`` on ``--samples`` test samples:
-test accuracy, α's and AtP's faithfulness at network scope. One seed, a tiny case: it shows the reader trains and
-how far it moves α, not which default to take (issue 74's ceilings and seeds decide that).
+``--faithfulness``: the built-in CNN frozen on digits, trained ``--epochs`` at ``--lr`` with ``--align 1
+--align-target network`` under each reader (same seed), then ``laya audit --scope network --compare atp`` on
+``--samples`` test samples: test accuracy, α's and AtP's faithfulness at network scope. One seed, a tiny case: it
+shows the reader trains and how far it moves α, not which default to take (issue 74's ceilings and seeds decide).
 """
 
 from __future__ import annotations
@@ -118,12 +119,13 @@ def _laya(*args: str) -> None:
         raise SystemExit(f"laya {' '.join(args)} failed ({r.returncode}): {r.stdout[-400:]}{r.stderr[-400:]}")
 
 
-def faithfulness(epochs: int, samples: int, root: Path) -> list[dict]:
+def faithfulness(epochs: int, lr: float, samples: int, root: Path) -> list[dict]:
     """Each reader trained on the same frozen CNN against the network's effects, then audited at network scope."""
     rows = []
     for reader in READERS:
         ckpt, report = root / f"{reader}.pt", root / f"{reader}.json"
-        common = ["--dataset", "digits", "--backbone", "cnn", "--frozen", "--epochs", str(epochs), "-q"]
+        common = ["--dataset", "digits", "--backbone", "cnn", "--frozen", "--epochs", str(epochs), "--lr", str(lr)]
+        common.append("-q")
         _laya(
             "train", *common, "--align", "1", "--align-target", "network", "--alpha-reader", reader, "--out", str(ckpt)
         )
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--faithfulness", action="store_true")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--samples", type=int, default=200)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -182,8 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     out: dict = {"cost": results, "torch_threads": torch.get_num_threads()}
     if args.faithfulness:
         with tempfile.TemporaryDirectory() as root:
-            rows = faithfulness(args.epochs, args.samples, Path(root))
-        t = Table(title="network scope, built-in CNN frozen on digits, --align-target network, 1 seed")
+            rows = faithfulness(args.epochs, args.lr, args.samples, Path(root))
+        title = f"network scope, built-in CNN frozen on digits, {args.epochs} epochs, --align-target network, 1 seed"
+        t = Table(title=title)
         for col in ("reader", "accuracy", "α faithfulness [95 % CI]", "AtP faithfulness"):
             t.add_column(col)
         for r in rows:

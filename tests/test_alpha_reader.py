@@ -100,6 +100,21 @@ def test_padding_never_moves_alpha_and_a_real_position_does():
     assert not torch.allclose(head([real, feats[1]]).alpha[0], base[0])
 
 
+def test_the_reader_is_attention_with_keys_and_values_a_linear_map_of_the_positions():
+    """The cheap form (the keys never formed) is the attention pooling it stands for, padding masked."""
+    from laya_cli.model.heads import PositionReader
+
+    torch.manual_seed(0)
+    reader = PositionReader([4, 6], 8)
+    parts = [(torch.tensor([[1.0, 1, 0], [1, 1, 1]]), torch.randn(2, 3, d)) for d in (4, 6)]
+    want = []
+    for key, query, (valid, pos) in zip(reader.keys, reader.query, parts):
+        k = key(pos)
+        logits = (k @ query / 8**0.5).masked_fill(valid <= 0, float("-inf"))
+        want.append((torch.softmax(logits, -1).unsqueeze(-1) * k).sum(1))
+    assert torch.allclose(reader(parts, False), torch.stack(want, 1), atol=1e-6)
+
+
 def test_alpha_reads_the_positions_and_the_prediction_only_through_alpha():
     """Positions change α; with α held, the logits are the weighted sum of the pooled, adapted taps alone."""
     torch.manual_seed(0)

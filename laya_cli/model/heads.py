@@ -88,14 +88,17 @@ class PositionReader(nn.Module):
         self.query = nn.Parameter(torch.randn(len(dims), d_star) / math.sqrt(d_star))
 
     def forward(self, positions: Sequence[tuple[Tensor, Tensor]], layer_norm: bool) -> Tensor:
-        """(B, L, d*) from each layer's (valid (B, P), positions (B, P, d_i))."""
+        """(B, L, d*) from each layer's (valid (B, P), positions (B, P, d_i)).
+
+        The keys K = W p + b are never formed: q·(W p + b) = (Wᵀq)·p + q·b, whose constant q·b the softmax drops,
+        and Σ a_p (W p + b) = W (Σ a_p p) + b as the weights sum to 1; so a layer costs P·d_i, not P·d_i·d*."""
         out = []
         for key, query, (valid, pos) in zip(self.keys, self.query, positions):
-            k = key(F.layer_norm(pos, pos.shape[-1:]) if layer_norm else pos)  # (B, P, d*)
-            logits = (k @ query / math.sqrt(k.shape[-1])).masked_fill(valid <= 0, float("-inf"))
-            # a row with no valid position (never from laya's own taps) reads zeros, not NaN
-            weights = torch.softmax(logits, dim=-1).nan_to_num(0.0)
-            out.append((weights.unsqueeze(-1) * k).sum(1))
+            p = F.layer_norm(pos, pos.shape[-1:]) if layer_norm else pos
+            logits = (p @ (key.weight.t() @ query)) / math.sqrt(len(query))
+            # a row with no valid position (never from laya's own taps) reads the key map's bias, not NaN
+            weights = torch.softmax(logits.masked_fill(valid <= 0, float("-inf")), dim=-1).nan_to_num(0.0)
+            out.append(key((weights.unsqueeze(-1) * p).sum(1)))
         return torch.stack(out, dim=1)
 
 
