@@ -17,15 +17,24 @@ format      shape                   r_i
 Token sequences come with their attention mask (1 = a real token, 0 = padding, right-padded): padding
 never enters r_i.
 
+The positions a tap keeps for α's reader (``--alpha-reader positions``, ``tap_positions``): a spatial map (and
+the square patch grid of an image transformer, after its prefix tokens) adaptive-average-pooled to at most
+8×8 = 64 positions; a text's tokens as they are, padded (masked) to the text input's ``max_length``; other token
+sequences pooled to at most 64. ``pack_positions`` puts them after r_i in one row per sample,
+``[r_i | valid (P) | positions (P×d_i)]``, so the packed row travels where r_i travels (caches, batches, devices,
+audits) and the head takes it apart again (``unpack_positions``, with the layer's width d_i).
+
 The declaration comes from the model's family (timm: ``output_fmt`` and ``num_prefix_tokens``;
 torchvision: per family; ours: per model). The tensor's rank is only *checked* against it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..runtime.errors import LayaError
@@ -104,6 +113,63 @@ def masked_pool(h: Tensor, mask: Tensor, how: str) -> Tensor:
         last = (mask.sum(dim=1).long() - 1).clamp(min=0)
         return h[torch.arange(len(h), device=h.device), last]
     return (h * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+POSITION_GRID = 8  # a map is read at most 8×8 positions: enough to say where a block's work lands, 64 rows to store
+
+
+def tap_positions(fmt: TapFormat, h: Tensor, mask: Tensor | None, cap: int, name: str = "?") -> tuple[Tensor, Tensor]:
+    """The positions α's reader attends over: (B, P, d) and their validity (B, P; 0 = padding). ``cap``: how many
+    token positions a text keeps (its ``max_length``: one width for every batch, however it was trimmed)."""
+    fmt.check(h, name)
+    if fmt.layout == "NC":
+        raise LayaError(
+            f"layer {name} outputs a vector (B×D): it has no positions for --alpha-reader positions "
+            "(tokens or a spatial map); use --alpha-reader pooled"
+        )
+    if fmt.layout == "NHWC":
+        h = h.permute(0, 3, 1, 2)
+    if fmt.layout in ("NCHW", "NHWC"):
+        return _grid(h), h.new_ones(h.shape[0], _grid_size(h.shape[2:]))
+    if mask is not None:  # text: every real token, padding masked, one width (cap) for every batch
+        h, mask = h[:, :cap], mask[:, :cap].to(h.dtype)
+        pad = cap - h.shape[1]
+        return F.pad(h, (0, 0, 0, pad)), F.pad(mask, (0, pad))
+    prefix, n = fmt.prefix, h.shape[1] - fmt.prefix
+    side = math.isqrt(n)
+    if side * side == n:  # an image transformer: its prefix tokens, then its patch grid pooled like a map
+        grid = h[:, prefix:].transpose(1, 2).reshape(h.shape[0], h.shape[2], side, side)
+        pos = torch.cat([h[:, :prefix], _grid(grid)], dim=1)
+    else:
+        pos = F.adaptive_avg_pool1d(h.transpose(1, 2), min(h.shape[1], POSITION_GRID**2)).transpose(1, 2)
+    return pos, h.new_ones(pos.shape[:2])
+
+
+def _grid_size(hw) -> int:
+    return min(int(hw[0]), POSITION_GRID) * min(int(hw[1]), POSITION_GRID)
+
+
+def _grid(h: Tensor) -> Tensor:
+    """A B×C×H×W map as (B, P, C) positions, at most POSITION_GRID × POSITION_GRID of them."""
+    size = (min(h.shape[2], POSITION_GRID), min(h.shape[3], POSITION_GRID))
+    return F.adaptive_avg_pool2d(h, size).flatten(2).transpose(1, 2)
+
+
+def pack_positions(r: Tensor, pos: Tensor, valid: Tensor) -> Tensor:
+    """One row per sample, ``[r_i | valid | positions]``: B × (d + P·(d + 1))."""
+    return torch.cat([r, valid.to(r.dtype), pos.to(r.dtype).flatten(1)], dim=1)
+
+
+def unpack_positions(row: Tensor, d: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``pack_positions`` undone for a layer of width ``d``: r_i (B, d), valid (B, P), positions (B, P, d)."""
+    extra = row.shape[-1] - d
+    if extra <= 0 or extra % (d + 1):
+        raise LayaError(
+            f"a layer of width {d} came with {row.shape[-1]} features, which are no packed positions: the positions "
+            "reader needs the backbone's taps with their positions (a checkpoint's own backbone)"
+        )
+    p = extra // (d + 1)
+    return row[:, :d], row[:, d : d + p], row[:, d + p :].reshape(len(row), p, d)
 
 
 @dataclass(frozen=True)

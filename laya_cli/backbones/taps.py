@@ -42,7 +42,7 @@ from .engines import (
     split_call,
     stage_index,
 )
-from .pooling import Layouts, TapFormat
+from .pooling import POSITION_GRID, Layouts, TapFormat, pack_positions, tap_positions
 from .spec import InputConfig, TextInput
 
 BYPASS_NEEDS = (
@@ -130,6 +130,9 @@ class TappedBackbone(nn.Module):
         self.spec = spec  # a BackboneSpec whose ``formats`` are filled in once resolved
         self.weights_source = ""
         self._chain = _UNSET
+        # --alpha-reader positions: each r_i leaves packed with the tap's positions (pooling.pack_positions), for α
+        self.read_positions = False
+        self._widths: list[int | None] = [None] * n  # d_i, the pooled width, whatever leaves
 
     # ------------------------------------------------------------------ running
 
@@ -208,6 +211,10 @@ class TappedBackbone(nn.Module):
                     f"there; its output {tuple(h.shape)} is not laid out as {self.formats[i]}"
                 )
             self._checked[i] = True
+        self._widths[i] = int(r.shape[-1])
+        if self.read_positions:
+            cap = getattr(self.input_cfg, "max_length", None) or POSITION_GRID**2
+            r = pack_positions(r, *tap_positions(self.tap_format(i), h, self.adapter.batch_mask(h), cap, name))
         return r
 
     @property
@@ -215,10 +222,13 @@ class TappedBackbone(nn.Module):
         return [str(f) if f is not None else "?" for f in self.formats]
 
     @torch.no_grad()
-    def dims(self, example: Tensor) -> list[int]:
+    def dims(self, example: Tensor, packed: bool = False) -> list[int]:
+        """The pooled widths d_i (what a head is built from), or ``packed``: the widths of what leaves each tap (d_i,
+        or r_i packed with its positions under ``read_positions``)."""
         with eval_mode(self):
             try:
-                return [r.shape[-1] for r in self(example[:1])]
+                out = [r.shape[-1] for r in self(example[:1])]
+                return out if packed else [int(w) for w in self._widths]
             except (LayaError, KeyboardInterrupt):
                 raise
             except Exception as e:  # a model that cannot run on this input (size, channels)
@@ -454,6 +464,7 @@ class TappedBackbone(nn.Module):
             example_shape=self.example_shape,
         )
         out.weights_source = self.weights_source
+        out.read_positions = self.read_positions
         return out.to(self.adapter_device)
 
     # ------------------------------------------------------------------ dropping

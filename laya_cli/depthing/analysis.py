@@ -176,6 +176,7 @@ def refit_heads(model, fit_feats: dict[str, LayerFeatures], depths, settings: De
             on_epoch=lambda r, k=k: log(
                 f"  refit k={k} epoch {r.epoch:3d}  val acc {r.val_accuracy:.4f}{'  *best' if r.best else ''}"
             ),
+            widths=model.checkpoint["dims"],
         )
         out[k] = (head, len(history))
     return out

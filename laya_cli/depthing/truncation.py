@@ -79,6 +79,8 @@ def fold_head(head: nn.Module, reference: Sequence[Tensor], k: int, cfg: HeadSet
     if k == n_layers:
         return copy.deepcopy(head)
     kind = head_kind(head)
+    if getattr(head, "reads_positions", False):  # its α reads the positions of every layer, not constants above k
+        raise LayaError(f"cannot fold a head whose α reads each layer's positions to {k} layers; use --refit")
     small = build_head(kind, dims[:k], num_classes, cfg).to(reference[0].device)
     ref = [r.float().unsqueeze(0) for r in reference]
     if kind == "laya":
@@ -112,13 +114,15 @@ def refit_head(
     head_cfg: HeadSettings,
     train_cfg: TrainingSettings,
     on_epoch=None,
+    widths: Sequence[int] | None = None,
 ) -> tuple[nn.Module, list]:
     """A head of ``kind`` trained from scratch on the first k layers' features (Adam, early stopping on
-    validation accuracy, best weights restored: ``train.fit`` with the checkpoint's settings)."""
+    validation accuracy, best weights restored: ``train.fit`` with the checkpoint's settings). ``widths``: the
+    layers' pooled widths d_i, where the features carry more (r_i packed with positions); else their widths."""
     from ..training.loop import fit
 
     (tx, ty), (vx, vy) = train, val
-    dims = [int(f.shape[-1]) for f in tx[:k]]
+    dims = list(widths[:k]) if widths is not None else [int(f.shape[-1]) for f in tx[:k]]
     torch.manual_seed(train_cfg.seed)
     head = build_head(kind, dims, num_classes, head_cfg).to(train_cfg.device)
     history = fit(head, (list(tx[:k]), ty), (list(vx[:k]), vy), train_cfg, on_epoch=on_epoch)

@@ -43,7 +43,10 @@ def backbone_identity(backbone) -> dict:
     from ..backbones.build import state_fingerprint
 
     adapter = backbone.adapter
+    # r_i packed with the tap's positions (--alpha-reader positions) are other features; pooled keys stay as they were
+    positions = {"positions": "grid8-v1"} if getattr(backbone, "read_positions", False) else {}
     return {
+        **positions,
         "weights": state_fingerprint(backbone.model.state_dict()),
         "layers": list(backbone.layer_names),
         "pool": backbone.pool,

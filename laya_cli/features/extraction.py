@@ -116,7 +116,7 @@ def extract(
     if chunks:
         feats = [torch.cat(layer) for layer in zip(*chunks)]
     elif n:  # an empty shard still needs the right widths to take part in the gather
-        dims = backbone.dims(to_float_images(to_device(images[:1], device)))
+        dims = backbone.dims(to_float_images(to_device(images[:1], device)), packed=True)
         feats = [torch.zeros(0, d) for d in dims]
     else:
         feats = []

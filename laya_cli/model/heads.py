@@ -1,13 +1,16 @@
 """Heads that read the pooled layer representations r_1..r_L and predict classes.
 
 Every head is a ``Head``: ``head(feats) -> HeadOutput`` where ``feats`` is a list of L tensors of
-shape (B, d_i). ``alpha`` is the (B, L) layer weighting the head actually used (None where it has
-none). Its class attributes say what it can do, so callers read flags and never test types.
+shape (B, d_i) (a LAYA head with ``--alpha-reader positions``: each r_i packed with its tap's
+positions, ``backbones.pooling.pack_positions``, which only its α reads). ``alpha`` is the (B, L)
+layer weighting the head actually used (None where it has none). Its class attributes say what it
+can do, so callers read flags and never test types.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
@@ -15,9 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime.errors import match_choice
+from ..backbones.pooling import unpack_positions
+from ..runtime.errors import LayaError, match_choice
 from ..runtime.fileio import digest
-from .settings import HeadSettings
+from .settings import HeadSettings, check_alpha_reader
 
 
 class HeadOutput(NamedTuple):
@@ -73,43 +77,85 @@ def _masked(alpha: Tensor, alpha_mask: Tensor | None) -> Tensor:
     return alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
+class PositionReader(nn.Module):
+    """α's own look at each layer's positions (``--alpha-reader positions``): one learned query per layer attends
+    over the tap's positions, keys and values a linear map of each position to d*, padding masked; one more vector
+    u_i per layer for the scorer. The prediction never reads it."""
+
+    def __init__(self, dims: Sequence[int], d_star: int):
+        super().__init__()
+        self.keys = _adapters(dims, d_star)
+        self.query = nn.Parameter(torch.randn(len(dims), d_star) / math.sqrt(d_star))
+
+    def forward(self, positions: Sequence[tuple[Tensor, Tensor]], layer_norm: bool) -> Tensor:
+        """(B, L, d*) from each layer's (valid (B, P), positions (B, P, d_i)).
+
+        The keys K = W p + b are never formed: q·(W p + b) = (Wᵀq)·p + q·b, whose constant q·b the softmax drops,
+        and Σ a_p (W p + b) = W (Σ a_p p) + b as the weights sum to 1; so a layer costs P·d_i, not P·d_i·d*."""
+        out = []
+        for key, query, (valid, pos) in zip(self.keys, self.query, positions):
+            p = F.layer_norm(pos, pos.shape[-1:]) if layer_norm else pos
+            logits = (p @ (key.weight.t() @ query)) / math.sqrt(len(query))
+            # a row with no valid position (never from laya's own taps) reads the key map's bias, not NaN
+            weights = torch.softmax(logits.masked_fill(valid <= 0, float("-inf")), dim=-1).nan_to_num(0.0)
+            out.append(key((weights.unsqueeze(-1) * p).sum(1)))
+        return torch.stack(out, dim=1)
+
+
 class LAYAHead(Head):
     """Layer-wise Attention Aggregator: input-conditioned softmax attention over layers."""
 
     kind, has_alpha, maskable, has_layer_logits = "laya", True, True, True
-    cascade = ("classifier", "scorer", "psi", "adapters")
+    cascade = ("classifier", "scorer", "reader", "psi", "adapters")
 
     def __init__(self, dims: Sequence[int], num_classes: int, cfg: HeadSettings):
         super().__init__()
         L, d = len(dims), cfg.d_star
-        self.tau, self.layer_norm = cfg.tau, cfg.layer_norm
+        self.tau, self.layer_norm, self.dims = cfg.tau, cfg.layer_norm, list(dims)
+        self.reads_positions = cfg.alpha_reader == "positions"
+        # a pooled reader holds no parameters: its checkpoints' weights are what they always were
+        self.reader = PositionReader(dims, d) if self.reads_positions else nn.Identity()
         self.adapters = _adapters(dims, d)
         self.psi = (
             nn.Identity()
             if cfg.psi == "identity"
             else nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU())
         )
-        self.scorer = nn.Sequential(nn.Linear(L * d, cfg.score_hidden), nn.GELU(), nn.Linear(cfg.score_hidden, L))
+        width = (2 if self.reads_positions else 1) * L * d  # ψ(z), and u from the positions
+        self.scorer = nn.Sequential(nn.Linear(width, cfg.score_hidden), nn.GELU(), nn.Linear(cfg.score_hidden, L))
         self.classifier = nn.Linear(d, num_classes)
+
+    def pooled(self, feats: Sequence[Tensor]) -> list[Tensor]:
+        """r_1..r_L: the features as given, or (positions reader) the pooled part of each packed row."""
+        if not self.reads_positions:
+            return list(feats)
+        return [unpack_positions(f, d)[0] for f, d in zip(feats, self.dims)]
 
     def embed(self, feats: Sequence[Tensor]) -> Tensor:
         """z: (B, L, d*), the adapted layer representations."""
-        return torch.stack([g(r) for g, r in zip(self.adapters, read_layers(feats, self.layer_norm))], dim=1)
+        pooled = read_layers(self.pooled(feats), self.layer_norm)
+        return torch.stack([g(r) for g, r in zip(self.adapters, pooled)], dim=1)
 
-    def scores(self, z: Tensor) -> Tensor:
-        """s / τ: (B, L), the attention's logits."""
-        return self.scorer(self.psi(z).flatten(1)) / self.tau
+    def scores(self, z: Tensor, feats: Sequence[Tensor] | None = None) -> Tensor:
+        """s / τ: (B, L), the attention's logits; ``feats`` (the rows z came from) for the positions reader."""
+        read = self.psi(z).flatten(1)
+        if self.reads_positions:
+            if feats is None:
+                raise LayaError("this head's α reads each layer's positions: give it the features z came from")
+            parts = [unpack_positions(f, d)[1:] for f, d in zip(feats, self.dims)]
+            read = torch.cat([read, self.reader(parts, self.layer_norm).flatten(1)], dim=-1)
+        return self.scorer(read) / self.tau
 
-    def attention(self, z: Tensor) -> Tensor:
-        return torch.softmax(self.scores(z), dim=-1)
+    def attention(self, z: Tensor, feats: Sequence[Tensor] | None = None) -> Tensor:
+        return torch.softmax(self.scores(z, feats), dim=-1)
 
-    def log_attention(self, z: Tensor) -> Tensor:
+    def log_attention(self, z: Tensor, feats: Sequence[Tensor] | None = None) -> Tensor:
         """log α, computed stably (a layer whose α underflows to 0 keeps a finite log and gradient)."""
-        return torch.log_softmax(self.scores(z), dim=-1)
+        return torch.log_softmax(self.scores(z, feats), dim=-1)
 
     def forward(self, feats: Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:
         z = self.embed(feats)
-        alpha = _masked(self.attention(z), alpha_mask)
+        alpha = _masked(self.attention(z, feats), alpha_mask)
         h = (alpha.unsqueeze(-1) * z).sum(1)
         return HeadOutput(self.classifier(h), alpha)
 
@@ -183,6 +229,7 @@ def head_kind(head: nn.Module) -> str:
 def build_head(kind: str, dims: Sequence[int], num_classes: int, cfg: HeadSettings | None = None) -> Head:
     kind = match_choice("head", kind, HEADS)
     cfg = (cfg or HeadSettings()).validate()
+    check_alpha_reader(cfg.alpha_reader, kind)
     return HEADS[kind](list(dims), num_classes, cfg)
 
 

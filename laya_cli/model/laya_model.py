@@ -168,6 +168,7 @@ def model_from_checkpoint(ckpt: dict, backbone: nn.Module | None = None) -> Laya
             ckpt["head"]["kind"], ckpt["dims"], len(ckpt["classes"]), HeadSettings(**ckpt["head"]["config"])
         )
         head.load_state_dict(ckpt["head"]["weights"])
+        tapped.read_positions = getattr(head, "reads_positions", False)  # α reads the taps' positions: packed
     except LayaError:
         raise
     except (KeyError, RuntimeError, TypeError) as e:

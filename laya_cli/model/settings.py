@@ -11,8 +11,10 @@ from typing import ClassVar
 
 from ..backbones.defaults import term_for
 from ..runtime.declare import WIDTH_MAX, Settings, setting
+from ..runtime.errors import LayaError
 
 PSI_CHOICES = ("identity", "mlp")
+ALPHA_READERS = ("pooled", "positions")  # what the LAYA head's scorer reads of each layer (model/heads.py)
 READS = ("states", "updates")  # what a language model's LAYA head weighs of each layer (model/lm_heads.py LayaLMHead)
 
 
@@ -33,6 +35,15 @@ class HeadSettings(Settings):
         flag="--layer-norm/--no-layer-norm",
         task="classify",
     )
+    alpha_reader: str = setting(
+        "pooled",
+        "What the laya head's scorer reads of each layer to compute α: the pooled r_i (pooled), or also the tap's "
+        "positions (tokens, or a CNN's map at most 8×8) through an attention pooling of its own per layer "
+        "(positions); the prediction still sums the pooled, adapted r_i (docs/backbones.md, Positions for α's reader).",
+        flag="--alpha-reader",
+        choices=ALPHA_READERS,
+        task="classify",
+    )
     reads: str | None = setting(
         None,
         "What the head weighs of each layer: its state h_i (states), or the update its block added to the "
@@ -43,12 +54,20 @@ class HeadSettings(Settings):
         panel="Language models (--task lm)",
     )
 
-    LATER = {"layer_norm": False, "reads": None}  # as DataSettings.LATER
+    LATER = {"layer_norm": False, "reads": None, "alpha_reader": "pooled"}  # as DataSettings.LATER
 
     def to_dict(self) -> dict:
         """As the checkpoint records it: the options added later only when set (a default run's config is what it
         was before them; ``HeadSettings(**d)`` gives their defaults back)."""
         return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
+
+
+def check_alpha_reader(reader: str, head: str) -> None:
+    """``--alpha-reader`` other than pooled is the LAYA head's scorer (input-conditioned α); one line otherwise."""
+    if reader != "pooled" and head.lower() != "laya":
+        raise LayaError(
+            f"--alpha-reader {reader} is the scorer of input-conditioned attention α: --head laya (not {head})"
+        )
 
 
 def device_map_setting():

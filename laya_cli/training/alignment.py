@@ -109,7 +109,7 @@ def alignment_loss(
             delta = lolo_effects(head, feats, target, reference, "mean")
     with torch.set_grad_enabled(scope == "head"):
         z = head.embed(feats)
-    alpha = head.attention(z)
+    alpha = head.attention(z, feats)
     return fitting_loss(torch.log(alpha.clamp_min(1e-12)), delta, loss, data_parallel)
 
 

@@ -91,6 +91,7 @@ def train_model(job: TrainingJob, data: TrainingData, on_epoch: OnEpoch = None) 
     recorded: dict = {}  # the removal a network alignment target resolved to (auto: bypass or mean)
     with precision(check_precision(job.train.precision, dev)):
         backbone = job.backbone.to(dev)
+        backbone.read_positions = job.head_config.alpha_reader == "positions"  # α's reader: r_i packed with positions
         dims = backbone.dims(to_float_images(data.example()).to(dev))  # one line if the model cannot take these
         if len(dims) < 2 and job.train.exit_aware:  # one tapped layer: no depth to exit at (recorded off)
             job = replace(job, train=replace(job.train, exit_aware=0.0))

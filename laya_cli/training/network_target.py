@@ -273,7 +273,7 @@ def network_alignment(
     removed = rows = None
     if frozen:
         n, wanted = len(train_images), cached_rows(len(train_images), batch_size, seed)
-        dims = backbone.dims(to_float_images(to_device(train_images[:1], device)))  # LazyImages: decodes one
+        dims = backbone.dims(to_float_images(to_device(train_images[:1], device)), packed=True)  # decodes one
         # LAYA_IN_MEMORY_MB=0 streams the features; the cache cannot stream, so it keeps the default budget then
         row_mib, budget = removal_row_mib(dims, feature_dtype or torch.float32), in_memory_budget_mb() or IN_MEMORY_MB
         rows = cached_rows(n, batch_size, seed, limit=int(budget // row_mib) if row_mib else None)

@@ -18,7 +18,7 @@ from ..auditing.settings import NETWORK_REMOVALS, NETWORK_SCOPES, SCOPES
 from ..backbones.defaults import default_text
 from ..backbones.spec import POOL_CHOICES, TAP_CHOICES
 from ..data.settings import DataSettings
-from ..model.settings import HeadSettings, device_map_setting
+from ..model.settings import HeadSettings, check_alpha_reader, device_map_setting
 from ..runtime.declare import (
     COUNT_MAX,
     SEED_MAX,
@@ -464,17 +464,18 @@ class TrainJobSettings(Settings):
         self.train.validate()
         self.head_config.validate()
         self.lm.validate()
-        check_alpha_options(self.train, self.head)
+        check_alpha_options(self.train, self.head, self.head_config.alpha_reader)
         return self
 
 
-def check_alpha_options(train: TrainingSettings, head: str) -> None:
+def check_alpha_options(train: TrainingSettings, head: str, reader: str = "pooled") -> None:
     """The training options that act on α, for the head that has it: ``--align``, ``--stop-on combined``,
     ``--alpha-entropy`` and ``--tau-start`` on the input-conditioned attention of a laya head, ``--layer-dropout``
     on laya and scalarmix. One line naming the option, before any data is loaded (``laya train``, ``fit``)."""
     if (train.align or train.align_target in NETWORK_TARGETS) and head.lower() != "laya":
         option = "--align" if train.align else "--align-target"
         raise LayaError(f"{option} needs input-conditioned attention α: --head laya (not {head})")
+    check_alpha_reader(reader, head)
     if train.stop_on == "combined" and head.lower() != "laya":
         raise LayaError(f"--stop-on combined scores α's faithfulness: --head laya (not {head})")
     head = head.lower()

@@ -107,4 +107,4 @@ class AlphaShaping:
         total = self.truncated.loss(head, feats, y) if self.truncated is not None else 0.0
         if not self.weight:
             return total
-        return total + self.weight * entropy_deficit(head.log_attention(head.embed(feats)))
+        return total + self.weight * entropy_deficit(head.log_attention(head.embed(feats), feats))
