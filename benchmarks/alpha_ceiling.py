@@ -1,7 +1,8 @@
 """How far can any function of the pooled taps rank the network's layer effects? The ceiling of an intrinsic α.
 
     python -m benchmarks.alpha_ceiling CKPT [CKPT ...] [--seeds 3] [--steps 3000] [--train-rows 0]
-                                       [--test-rows 0] [--no-unpooled] [--json F]
+                                       [--test-rows 0] [--no-unpooled] [--probes P,..] [--attn-width 64]
+                                       [--reuse] [--json F]
 
 α reads only the pooled taps r_1..r_L, so it can be no more faithful at network scope than the best function of
 them. For each frozen checkpoint (a head trained by ``laya train``; bypass removal where the blocks keep their shape,
@@ -64,6 +65,7 @@ COLUMNS = (
 )
 MAX_SIDE = 8  # a CNN tap's map is adaptive-average-pooled to at most MAX_SIDE × MAX_SIDE positions (memory)
 ATTN_WIDTH = 64  # the attention probe's key/value width per layer
+PROBES = ("probe-raw", "probe-z", "probe-lin", "probe-attn")
 
 
 class Effects(NamedTuple):
@@ -254,7 +256,16 @@ def probe_scores(inputs: dict, train_delta, test_delta, seeds: int, steps: int) 
     return row
 
 
-def ceiling(ckpt: Path, seeds: int, steps: int, train_rows: int = 0, test_rows: int = 0, unpooled: bool = True) -> dict:
+def ceiling(
+    ckpt: Path,
+    seeds: int,
+    steps: int,
+    train_rows: int = 0,
+    test_rows: int = 0,
+    unpooled: bool = True,
+    probes: tuple[str, ...] = PROBES,
+    width: int = ATTN_WIDTH,
+) -> dict:
     from laya_cli.model.evaldata import model_dataset
     from laya_cli.model.laya_model import load_model
 
@@ -293,9 +304,10 @@ def ceiling(ckpt: Path, seeds: int, steps: int, train_rows: int = 0, test_rows: 
     if unpooled:
         taps = standardised_positions(train.positions, test.positions)
         dims = [tokens.shape[-1] for tokens, _ in taps[0]]
-        inputs["probe-attn"] = (*taps, lambda: AttentionPoolProbe(dims, L))
+        inputs["probe-attn"] = (*taps, lambda: AttentionPoolProbe(dims, L, width))
         row["positions"] = [tokens.shape[1] for tokens, _ in taps[0]]
         row["unpooled_mb"] = round(sum(t.numel() * 2 + m.numel() for part in taps for t, m in part) / 2**20, 1)
+    inputs = {name: given for name, given in inputs.items() if name in probes}
     row.update(probe_scores(inputs, train.delta, test.delta, seeds, steps))
     return row
 
@@ -321,6 +333,8 @@ def main(argv=None) -> None:
     p.add_argument("--train-rows", type=int, default=0, help="fit on a seeded subset of the training rows (0: all)")
     p.add_argument("--test-rows", type=int, default=0, help="score on laya audit --samples N's test rows (0: all)")
     p.add_argument("--no-unpooled", dest="unpooled", action="store_false", help="the pooled probes only")
+    p.add_argument("--probes", default=",".join(PROBES), help="which probes to fit (comma-separated)")
+    p.add_argument("--attn-width", type=int, default=ATTN_WIDTH, help="probe-attn's key/value width per layer")
     p.add_argument("--reuse", action="store_true", help="a checkpoint's kept CKPT.ceiling.json instead of a new fit")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
@@ -329,19 +343,24 @@ def main(argv=None) -> None:
     print("| checkpoint | test acc | " + " | ".join(title for _, title in columns) + " |")
     print("|---|---:|" + "---:|" * len(columns))
     for ckpt in a.checkpoints:
-        kept = ckpt.with_name(ckpt.name + ".ceiling.json")  # every checkpoint's row, kept beside it
+        # every checkpoint's row, kept beside it (another probe-attn width: a file of its own)
+        width = "" if a.attn_width == ATTN_WIDTH else f"-w{a.attn_width}"
+        kept = ckpt.with_name(f"{ckpt.name}.ceiling{width}.json")
         if a.reuse and kept.is_file():
             r = json.loads(kept.read_text())
         else:
-            r = {**ceiling(ckpt, a.seeds, a.steps, a.train_rows, a.test_rows, a.unpooled), **audited(ckpt)}
+            probes = tuple(a.probes.split(","))
+            fitted = ceiling(ckpt, a.seeds, a.steps, a.train_rows, a.test_rows, a.unpooled, probes, a.attn_width)
+            r = {**fitted, **audited(ckpt)}
             kept.write_text(json.dumps(r, indent=1))
         rows.append(r)
-        cells = [f"{r[k]:.3f}" if r[k] is not None else "—" for k, _ in columns]
+        cells = [f"{r[k]:.3f}" if r.get(k) is not None else "—" for k, _ in columns]
         print(f"| {ckpt.name} | {r['test_accuracy']:.4f} | " + " | ".join(cells) + " |", flush=True)
     if len(rows) > 1:
         from .network_alignment import cell
 
-        means = [cell([r[k] for r in rows if r[k] is not None], 3) for k in ("test_accuracy", *dict(columns))]
+        kept = [[r[k] for r in rows if r.get(k) is not None] for k in ("test_accuracy", *dict(columns))]
+        means = [cell(values, 3) if values else "—" for values in kept]
         print(f"| mean of {len(rows)} | " + " | ".join(means) + " |")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
