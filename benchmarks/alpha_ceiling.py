@@ -1,4 +1,4 @@
-"""How far can any function of the pooled taps rank the network's layer effects? The ceiling of an intrinsic α.
+"""How far can any function of the taps, pooled or not, rank the network's layer effects? The ceiling of an α.
 
     python -m benchmarks.alpha_ceiling CKPT [CKPT ...] [--seeds 3] [--steps 3000] [--train-rows 0]
                                        [--test-rows 0] [--no-unpooled] [--probes P,..] [--attn-width 64]
@@ -12,9 +12,9 @@ else mean), this computes every training and test row's network-scope effects Δ
 training row, early-stopped on a tenth of them, then scored on the test rows by the audit's faithfulness (Spearman
 against Δᴺ, ties within 1e-5). Printed per checkpoint, on the test split: α's faithfulness, the static order of α's
 mean (``global``), the best static order (the training rows' mean Δᴺ: what any input-independent α reaches), each
-probe's (mean over ``--seeds`` initialisations), and AtP's where ``benchmarks.network_alignment`` kept the
-checkpoint's audit beside it (``NAME.json``); with several checkpoints (seeds of one variant), a last row of means
-[95 % t intervals].
+probe's (mean over ``--seeds`` initialisations), and Grad×Act's and AtP's from the audit kept beside the checkpoint
+(below; else ``benchmarks.network_alignment``'s record ``NAME.json``); with several checkpoints (seeds of one
+variant), a last row of means [95 % t intervals].
 
   probe-raw   an MLP (hidden 256) on the standardised raw pooled taps, all of them concatenated;
   probe-z     the same MLP on the head's own adapted taps z_i = g_i(r_i) (what its scorer reads);
@@ -31,12 +31,11 @@ from ``CKPT.audit.json`` (``laya audit CKPT --scope network --compare gradxact,a
 --json CKPT.audit.json``) are on the same rows; ``--train-rows N`` fits the probes on a seeded N of the training rows
 (the unpooled taps of every row of a large training split do not fit in memory).
 
-If probe-attn reaches AtP where the pooled probes do not, a head that reads the unpooled taps could reach the
-network's answer; if it does not, the per-sample part of the effects is not in the taps' states at all.
-
 If the probes reach no further than the static order, the per-sample part of the effects is not in the pooled taps
 and no head that reads them can follow it (a method that runs the network, as AtP does, can). If they do, the head's
-training is what holds α back.
+training is what holds α back. If probe-attn reaches AtP where the pooled probes do not, a head that reads the
+unpooled taps could reach the network's answer; if it does not, such a reader (one query per layer, these rows)
+cannot either. Results: docs/results/alpha-ceiling.md.
 """
 
 from __future__ import annotations
