@@ -9,6 +9,7 @@ from helpers import make_attribution_inputs
 
 from laya_cli.auditing.methods import (
     AttributionContext,
+    attribution_patching,
     contrib,
     global_weights,
     gradient_x_activation,
@@ -166,3 +167,72 @@ def test_every_method_gives_b_by_l_scores_or_says_why_not(kind):
     assert (unavailable_reason("laya", head) is None) == (kind in ("laya", "scalarmix"))
     assert (unavailable_reason("global", head) is None) == (kind in ("laya", "scalarmix"))
     assert (unavailable_reason("contrib", head) is None) == (kind == "laya")
+
+
+# --------------------------------------------------------------------------- the joined input (issue 73)
+
+
+WIDE = [64, 128, 256, 512]  # widths as a CNN's blocks have them
+
+
+def _per_layer_forward(head):
+    """The forward the audit handed Captum before issue 73: L inputs, each tied into the graph with a zero term."""
+
+    def forward(*feats):
+        probs = torch.softmax(head(list(feats)).logits, dim=-1)
+        return probs + torch.stack([(f.flatten(1) * 0).sum(-1) for f in feats]).sum(0).unsqueeze(-1)
+
+    return forward
+
+
+def _per_layer(method, head, feats, target, **kwargs):
+    """Captum on the L inputs separately (the audit's way before issue 73): per-feature attributions per layer."""
+    return method(_per_layer_forward(head)).attribute(leaves([f.float() for f in feats]), target=target, **kwargs)
+
+
+def _ig_both_ways(kind, batch, n_steps, dims):
+    """(scores, δ) of ``integrated_gradients`` on the joined input, and of Captum on the L inputs separately."""
+    head, feats, ref, target = make(batch=batch, kind=kind, dims=dims)
+    scores, delta = integrated_gradients(head, feats, target, ref, n_steps=n_steps, return_delta=True)
+    attrs, want_delta = IntegratedGradients(_per_layer_forward(head)).attribute(
+        leaves(feats),
+        baselines=tuple(r.reshape(1, -1) for r in ref),
+        target=target,
+        n_steps=n_steps,
+        return_convergence_delta=True,
+    )
+    return (scores, delta), (reduce_layers(attrs).detach(), want_delta.detach())
+
+
+@pytest.mark.parametrize("kind", ["laya", "concat", "scalarmix", "last"])
+@pytest.mark.parametrize("batch,n_steps", [(1, 4), (7, 8), (13, 32), (32, 64)])
+def test_ig_on_the_joined_input_is_bit_for_bit_the_per_layer_call(kind, batch, n_steps):
+    """Layer widths that are multiples of 64 (every backbone's here: 64 … 768): the same bits."""
+    (scores, delta), (want, want_delta) = _ig_both_ways(kind, batch, n_steps, WIDE)
+    assert torch.equal(scores, want)
+    assert torch.equal(delta, want_delta)
+
+
+@pytest.mark.parametrize("batch,n_steps", [(1, 4), (7, 8), (13, 32)])
+def test_ig_on_the_joined_input_rounds_alike_for_odd_widths(batch, n_steps):
+    """Odd widths (12, 8, 6, 10): Captum's sum over the steps is one CPU reduction over all the batch's features,
+    whose last (columns mod 32 or 64) are added in another order than the rest; which features fall there differs
+    between one joined input and L inputs, so a sum over ≥ 8 steps can round differently (≈ 1e-9 here)."""
+    (scores, delta), (want, want_delta) = _ig_both_ways("laya", batch, n_steps, DIMS)
+    torch.testing.assert_close(scores, want, rtol=0, atol=1e-8)
+    torch.testing.assert_close(delta, want_delta, rtol=0, atol=1e-8)
+    if n_steps == 4:  # fewer than 8 steps are added in one order everywhere
+        assert torch.equal(scores, want)
+
+
+@pytest.mark.parametrize("kind", ["laya", "last"])
+@pytest.mark.parametrize("batch,dims", [(1, DIMS), (7, DIMS), (32, WIDE)])
+def test_gradient_methods_on_the_joined_input_are_bit_for_bit_the_per_layer_calls(kind, batch, dims):
+    head, feats, ref, target = make(batch=batch, kind=kind, dims=dims)
+    want = reduce_layers(_per_layer(InputXGradient, head, feats, target)).detach()
+    assert torch.equal(gradient_x_activation(head, feats, target), want)
+    want = reduce_layers(_per_layer(Saliency, head, feats, target, abs=True)).detach()
+    assert torch.equal(saliency(head, feats, target), want)
+    grads = _per_layer(Saliency, head, feats, target, abs=False)
+    want = reduce_layers([(f - r) * g for f, r, g in zip(feats, ref, grads)]).detach()
+    assert torch.equal(attribution_patching(head, feats, target, ref), want)

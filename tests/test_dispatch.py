@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from laya_cli.auditing.metrics import (
+    degenerate_effects,
     deletion_at_1,
     faithfulness_rows,
     lolo_effects,
@@ -62,6 +63,8 @@ def test_faithfulness_of_all_methods_at_once_matches_each_alone():
     stacked = torch.stack([a.double() for a in scores])
     for tol in (0.0, 0.05):
         rho, undefined, d1 = faithfulness_rows(stacked, delta, tol)
+        given = faithfulness_rows(stacked, delta, tol, (degenerate_effects(delta, tol), degenerate_effects(delta)))
+        assert all(torch.equal(x.nan_to_num(9.0), y.nan_to_num(9.0)) for x, y in zip((rho, undefined, d1), given))
         for k, a in enumerate(scores):
             alone = spearman_rows(a, delta, tol)
             assert torch.equal(rho[k].nan_to_num(9.0), alone.nan_to_num(9.0))

@@ -374,14 +374,15 @@ def _method_scores(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dic
     return a.cpu(), out
 
 
-def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs) -> dict[str, dict[str, Tensor]]:
+def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs, degenerate) -> dict[str, dict[str, Tensor]]:
     """Every audited method on one batch: its per-sample numbers (float64, on the CPU). ρ, the ties and Deletion@1
-    of all methods in one set of kernels (``faithfulness_rows``)."""
+    of all methods in one set of kernels (``faithfulness_rows``); ``degenerate``: Δ's degenerate rows at the tie
+    tolerance and at 0."""
     scored = {m: _method_scores(run, m, b, ctx) for m in run.plan.active}
     if not scored:
         return {}
     stacked = torch.stack([a.double() for a, _ in scored.values()])
-    rho, tie_undefined_, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol)
+    rho, tie_undefined_, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
     per = {}
     for k, (m, (a, out)) in enumerate(scored.items()):
         out.update(rho=rho[k], tie_undefined=tie_undefined_[k], d1=d1[k], scores=stacked[k])
@@ -427,10 +428,11 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
     ctx = run.plan.context(target, run.generator, run.weights[0])
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
-    for m, rows in _methods_on_batch(run, b, ctx, stage_ctxs).items():
+    degenerate = degenerate_effects(b.delta, s.tie_tol)
+    exactly_degenerate = degenerate_effects(b.delta) if s.tie_tol > 0 else degenerate
+    for m, rows in _methods_on_batch(run, b, ctx, stage_ctxs, (degenerate, exactly_degenerate)).items():
         per[m].append(rows)
     _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
-    degenerate = degenerate_effects(b.delta, s.tie_tol)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
@@ -444,7 +446,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         target=target.cpu().double(),
         checked=torch.full((len(y),), b.check),
         degenerate=degenerate,
-        tie_degenerate=degenerate & ~degenerate_effects(b.delta),
+        tie_degenerate=degenerate & ~exactly_degenerate,
         delta=b.delta.double(),
     )
 

@@ -142,12 +142,17 @@ def spearman_rows(a: Tensor, b: Tensor, tol: float = 0.0) -> Tensor:
     """
     a, b = a.double(), b.double()
     ra, rb = average_ranks(tie_levels(a, tol)), average_ranks(tie_levels(b, tol))
+    return rank_correlation(ra, rb, a.isnan().any(-1) | b.isnan().any(-1))
+
+
+def rank_correlation(ra: Tensor, rb: Tensor, has_nan: Tensor) -> Tensor:
+    """Pearson's r of two rows' ranks (``average_ranks``; ``rb`` may broadcast against ``ra``), NaN where either row
+    is constant or ``has_nan``: ``spearman_rows`` from ranks already made (each row's numbers its own)."""
     ra = ra - ra.mean(-1, keepdim=True)
     rb = rb - rb.mean(-1, keepdim=True)
     den = (ra.square().sum(-1) * rb.square().sum(-1)).sqrt()
     rho = (ra * rb).sum(-1) / den
-    undefined = (den == 0) | a.isnan().any(-1) | b.isnan().any(-1)
-    return rho.clamp(-1, 1).masked_fill(undefined, float("nan"))
+    return rho.clamp(-1, 1).masked_fill((den == 0) | has_nan, float("nan"))
 
 
 RANK_MARGIN = 0.2  # a sample's layer effects all within 20 % of its largest |Δ| of each other: near-equal
@@ -215,16 +220,23 @@ def tie_undefined(rho: Tensor, rho_exact: Tensor, delta: Tensor, tol: float) -> 
     return undefined & ~exact
 
 
-def faithfulness_rows(scores: Tensor, delta: Tensor, tol: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+def faithfulness_rows(
+    scores: Tensor, delta: Tensor, tol: float = 0.0, degenerate: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Every method's per-sample faithfulness at once: (ρ, undefined only by the ties, Deletion@1), each (M, B).
 
-    ``scores``: the M methods' (B, L) scores stacked, (M, B, L); ``delta``: the batch's effects Δ (B, L). The same
+    ``scores``: the M methods' (B, L) scores stacked, (M, B, L); ``delta``: the batch's effects Δ (B, L);
+    ``degenerate``: ``degenerate_effects(Δ, tol)`` and ``degenerate_effects(Δ)`` where the caller has them. The same
     numbers as ``spearman_rows(a, Δ, tol)``, ``tie_undefined`` and ``deletion_at_1(a, Δ, tol)`` method by method (each
-    row is computed alone), in one set of kernels for all M instead of one per method."""
-    delta = delta.double().expand(*scores.shape[:-2], *delta.shape)
-    rho = spearman_rows(scores, delta, tol)
-    undefined = tie_undefined(rho, spearman_rows(scores, delta), delta, tol)
-    return rho, undefined, deletion_at_1(scores, delta, tol)[0]
+    row is computed alone), in one set of kernels for all M instead of one per method, and what they share (Δ's
+    ranks, the scores' tie levels, ρ at tol 0 where tol is 0) made once."""
+    a, d = scores.double(), delta.double()
+    a_tied, has_nan = tie_levels(a, tol), a.isnan().any(-1) | d.isnan().any(-1)
+    rho = rank_correlation(average_ranks(a_tied), average_ranks(tie_levels(d, tol)), has_nan)
+    exact = rho if tol <= 0 else rank_correlation(average_ranks(a), average_ranks(d), has_nan)
+    at_tol, at_0 = degenerate if degenerate is not None else (degenerate_effects(d, tol), degenerate_effects(d))
+    undefined = (rho.isnan() | at_tol) & ~(exact.isnan() | at_0)  # as tie_undefined
+    return rho, undefined, top_group_mean(a_tied, d)
 
 
 def chance_level(labels: Tensor, num_classes: int) -> float:
@@ -253,10 +265,14 @@ def deletion_at_1(a: Tensor, delta: Tensor, tol: float = 0.0) -> tuple[Tensor, T
     so the top is the top tie group.
     """
     a, delta = a.double(), delta.double()
-    a = tie_levels(a, tol)
-    top = a == a.max(-1, keepdim=True).values
-    d1 = (delta * top).sum(-1) / top.sum(-1)
-    return d1, delta.max(-1).values, delta.mean(-1)
+    return top_group_mean(tie_levels(a, tol), delta), delta.max(-1).values, delta.mean(-1)
+
+
+def top_group_mean(a_tied: Tensor, delta: Tensor) -> Tensor:
+    """Deletion@1 from scores already snapped to their tie levels (``tie_levels``): the mean Δ (float64) over the
+    layers of the top score (``delta`` may broadcast against ``a_tied``)."""
+    top = a_tied == a_tied.max(-1, keepdim=True).values
+    return (delta * top).sum(-1) / top.sum(-1)
 
 
 def normalised_deletion(d1: float, oracle: float, random: float) -> float:
