@@ -27,7 +27,8 @@ Per audited case: ``laya train``, ``laya info``, then the README's gate as it is
 (``laya audit m.pt --fail-under faithfulness=0.7``) with ``--json`` added to read what it checked — the default
 audit and the gate in one run. Each command's output goes to ``DIR/CASE/NN-NAME.txt`` (the command, its exit code and
 wall time at the top), every command to ``DIR/commands.log``, and the table to ``DIR/summary.md`` and
-``DIR/summary.json``.
+``DIR/summary.json``. A command whose output is already in ``DIR`` (the same command line) is read back, not run
+again: a second invocation with the same ``--out`` rebuilds the table, or finishes an interrupted run.
 """
 
 from __future__ import annotations
@@ -102,6 +103,11 @@ def laya(folder: Path, log: Path, name: str, *args: str) -> tuple[int, str, floa
     """One ``laya`` command in ``folder``, as a user types it: (exit code, stdout+stderr, wall seconds); its output
     kept in ``folder/NAME.txt`` and the command with its time in ``log``."""
     shown = "laya " + " ".join(args)
+    kept = folder / f"{name}.txt"
+    if kept.is_file() and kept.read_text().startswith(f"$ {shown}\n"):  # run before with the same command: read back
+        head, _, text = kept.read_text().partition("\n")[2].partition("\n")
+        code, seconds = re.match(r"# exit (-?\d+), ([0-9.]+) s", head).groups()
+        return int(code), text, float(seconds)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "laya_cli", *args], cwd=folder, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -149,7 +155,7 @@ def last_line(text: str, start: str) -> str | None:
 
 def train_flags(text: str) -> list[str]:
     """The lines of ``laya train``'s output that warn (the flags issue 70 asks train to show)."""
-    words = ("warning", "chance", "uniform", "within noise")
+    words = ("flag:", "warning", "chance", "uniform", "within noise")
     return [line.strip() for line in text.splitlines() if any(w in line.lower() for w in words)]
 
 

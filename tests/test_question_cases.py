@@ -51,3 +51,11 @@ def test_summary_has_a_row_per_case_and_a_skipped_case_says_so():
 
 def test_train_flags_keep_the_warning_lines_only():
     assert train_flags("epoch 1\nwarning: at chance\ntest accuracy 0.1") == ["warning: at chance"]
+
+
+def test_a_command_already_run_is_read_back_not_run_again(tmp_path):
+    from benchmarks.question_cases import laya
+
+    (tmp_path / "01-train.txt").write_text("$ laya train --out m.pt\n# exit 0, 12.5 s\ntest accuracy 0.5\n")
+    assert laya(tmp_path, tmp_path / "log", "01-train", "train", "--out", "m.pt") == (0, "test accuracy 0.5\n", 12.5)
+    assert not (tmp_path / "log").exists()
