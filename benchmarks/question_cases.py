@@ -164,7 +164,7 @@ def audit_summary(doc: dict) -> dict:
     one), said and flagged, and what the gate checked: the scope an unqualified ``faithfulness=`` item reads and
     α's value there."""
     settings = doc.get("settings", {})
-    scope = settings.get("scope", "head")
+    scope = settings.get("scope") or "head"  # an audit from before issue 70 records None: the head scope
     items = settings.get("fail_under") or []
     checked = "network" if any(str(i).startswith("network:") for i in items) or scope == "network" else "head"
     methods = (doc.get("network") or {}).get("methods", {}) if checked == "network" else doc.get("methods", {})

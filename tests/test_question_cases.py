@@ -59,3 +59,9 @@ def test_a_command_already_run_is_read_back_not_run_again(tmp_path):
     (tmp_path / "01-train.txt").write_text("$ laya train --out m.pt\n# exit 0, 12.5 s\ntest accuracy 0.5\n")
     assert laya(tmp_path, tmp_path / "log", "01-train", "train", "--out", "m.pt") == (0, "test accuracy 0.5\n", 12.5)
     assert not (tmp_path / "log").exists()
+
+
+def test_an_audit_that_recorded_no_scope_was_at_head_scope():
+    doc = audit_doc("head", ["laya:faithfulness=0.7"])
+    doc["settings"]["scope"] = None
+    assert audit_summary(doc)["audit_scope"] == "head"
