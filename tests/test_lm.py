@@ -253,6 +253,18 @@ def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     info = json.loads(invoke("info", out, "--json").stdout)
     assert info["task"] == "lm" and len(info["metrics"]["layers"]) == 4
     assert "language model" in invoke("info", out).output
+    # the checkpoint's own held-out figures earn the flags, as a classifier's do (train's end, info, the card):
+    # a random-weight GPT-2 guesses no better than its most frequent next token, and α's summary is recorded
+    said = info["metrics"]["next_token"]
+    assert said["positions"] == info["metrics"]["tokens"] and 0 <= said["model_accuracy"] <= 1
+    assert info["metrics"]["alpha_collapse"]["layers"] == 4
+    assert any(f.startswith("flag: the model is within noise of chance") for f in info["flags"]), info["flags"]
+    assert "within noise of chance" in " ".join(invoke("info", out).output.split())
+    # the network-scope audit (a language model's question) summarises α too, so its uniform-α flag can be said
+    r = invoke("audit", out, "--scope", "network", "--samples", "48", "--json", tmp_path / "a.json")
+    assert r.exit_code in (0, 1), r.output
+    audit = json.loads((tmp_path / "a.json").read_text())
+    assert audit["alpha_collapse"]["samples"] == 48 and audit["alpha_collapse"]["layers"] == 4
     r = invoke("depth", out, "--samples", "300", "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "d.json").read_text())

@@ -275,3 +275,29 @@ def test_a_default_audit_of_both_scopes_runs_ig_at_the_head_scope_only_unless_na
     assert named["references"] == {"head": ["ig"], "network": ["ig"]} and "ig" in named["network"]["methods"]
     assert named["methods"] == doc["methods"]  # the head scope: the same audit either way
     assert not any("left out by default" in n for n in named["notes"])
+
+
+def test_an_unqualified_gate_at_both_scopes_checks_alpha_at_both():
+    """The question of a checkpoint trained on both scopes is both: the README's ``faithfulness=0.7`` checks α at
+    the head scope and at the network scope (a pass at one must not hide the other); an item naming a method keeps
+    the head scope, ``network:`` names the other, and one scope alone checks that scope."""
+    from laya_cli.gates.regression import _drop_check, parse_max_drop
+    from laya_cli.gates.thresholds import parse_thresholds
+
+    both = parse_thresholds("faithfulness=0.7,ig:faithfulness=0.8,network:deletion@1=0.1", scope="both")
+    assert [str(t) for t in both] == [
+        "laya:faithfulness=0.7",
+        "network:laya:faithfulness=0.7",
+        "ig:faithfulness=0.8",
+        "network:laya:deletion@1=0.1",
+    ]
+    assert [t.scope for t in parse_thresholds("faithfulness=0.7", scope="head")] == ["head"]
+    assert [t.scope for t in parse_thresholds("faithfulness=0.7", scope="network")] == ["network"]
+    assert [t.scope for t in parse_thresholds("aopc=0.1", scope="both")] == ["head"]  # no network-scope aopc
+    drops = parse_max_drop("faithfulness=0.02", scope="both")
+    assert [(d.scope, d.implied) for d in drops] == [("head", False), ("network", True)]
+    # a head-scope baseline has no network half to regress from: that half is skipped, not failed; named, it fails
+    implied = _drop_check(drops[1], "network:laya", None)
+    assert implied.passed and implied.skipped
+    named = parse_max_drop("network:faithfulness=0.02", scope="both")[0]
+    assert not _drop_check(named, "network:laya", None).passed

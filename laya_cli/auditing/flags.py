@@ -99,10 +99,16 @@ def audit_flags(doc: dict, chance: float | None = None) -> list[str]:
 
 def checkpoint_flags(ckpt_metrics: dict | None, n_classes: int) -> list[str]:
     """The flags a checkpoint's own metrics earn (``laya info``, the end of ``laya train``, ``laya depth``): α
-    uniform on the test split, the test accuracy within noise of chance."""
+    uniform on the test split, the test accuracy within noise of chance (a language model's: its own next-token
+    accuracy on the held-out positions against the most frequent next token's share, as its depth and audit hold it)."""
     m = ckpt_metrics or {}
-    chance = m.get("test_chance") or (1.0 / n_classes if n_classes else None)
-    flags = [uniform_alpha_flag(m.get("alpha_collapse")), chance_flag(m.get("test_accuracy"), m.get("n_test"), chance)]
+    if "next_token" in m:  # a language model: its own next-token accuracy against the most frequent next token
+        said = m["next_token"]
+        chance = chance_flag(said.get("model_accuracy"), said.get("positions"), said.get("most_frequent_share"))
+    else:
+        rate = m.get("test_chance") or (1.0 / n_classes if n_classes else None)
+        chance = chance_flag(m.get("test_accuracy"), m.get("n_test"), rate)
+    flags = [uniform_alpha_flag(m.get("alpha_collapse")), chance]
     return [f for f in flags if f]
 
 

@@ -33,7 +33,7 @@ from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
 from ..runtime.progress import phase, track, within
 from .budget import RowCosts, _OutputBytes, plan_from_costs
-from .head_scope import run_audit
+from .head_scope import record_collapse, run_audit
 from .intervals import network_columns, network_intervals
 from .metrics import (
     check_removal,
@@ -400,4 +400,5 @@ def _scoped(model: LayaLM, data: TokenData, methods, settings: AuditSettings, sc
         result.by_position["network"] = by_position(positions, net["faithfulness"], net["deletion@1"], block)
         if scope == "network":
             result.accuracy = net["accuracy"]
+            record_collapse(result, net["alpha"], model)  # α's summary and the uniform-α flag, as at head scope
     return mark_references(result)

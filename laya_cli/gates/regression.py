@@ -29,7 +29,7 @@ from ..auditing.names import FLOORS, GLOBAL_METRICS, METRICS
 from ..runtime.errors import LayaError
 from ..runtime.shape import NONE, NUM, Each, Optional, shape_error
 from .checks import Check
-from .thresholds import gate_items, item_prefix, item_scope
+from .thresholds import gate_items, item_prefix, item_scopes
 
 # Settings of the audit JSON that must match between a baseline and a new audit (the model may differ:
 # that is the point). ``n_samples`` and the layer names live at the top level of the JSON.
@@ -125,6 +125,7 @@ class MaxDrop:
     relative: bool = False
     method: str | None = None  # None: every method in both audits but random (all:; accuracy: the model's)
     scope: str = "head"  # "network": the network-scope results (``network:`` prefix)
+    implied: bool = False  # the network half of an unqualified item at --scope both (``item_scopes``)
 
     def __str__(self) -> str:
         amount = f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
@@ -146,7 +147,9 @@ def parse_max_drop(
         if not math.isfinite(amount) or amount < 0:
             raise LayaError(f"bad --max-drop '{item}': the allowed drop must be a finite number ≥ 0")
         pct = m.group("pct")
-        out.append(MaxDrop(metric, amount / 100 if pct else amount, bool(pct), method, item_scope(m, scope)))
+        allowed = amount / 100 if pct else amount
+        scopes = item_scopes(m, scope, metric)
+        out += [MaxDrop(metric, allowed, bool(pct), method, at, implied=i > 0) for i, at in enumerate(scopes)]
     return out
 
 
@@ -301,6 +304,14 @@ def _drop_check(rule: MaxDrop, method: str | None, pair: dict | None) -> Check:
         bar = rule.allowed(pair["baseline"]) if pair and pair.get("baseline") is not None else None
         return Check("max-drop", name, rule.metric, method, measured, required, passed, message, bar=bar, **kw)
 
+    if pair is None and rule.implied:  # a head-scope baseline: the network half has nothing to regress from
+        return check(
+            None,
+            "present in both audits",
+            True,
+            f"{who}{rule.metric} is not in the baseline at network scope: nothing to compare",
+            skipped=True,
+        )
     if pair is None:
         return check(
             None,

@@ -55,6 +55,16 @@ def item_scope(match: re.Match, scope: str) -> str:
     return "network" if prefixed or scope == "network" else "head"
 
 
+def item_scopes(match: re.Match, scope: str, metric: str) -> tuple[str, ...]:
+    """Every scope a gate item checks: ``item_scope``'s, and at ``--scope both`` an unqualified item on the model's
+    own attribution (no method, no prefix: the README's ``faithfulness=0.7``) checks α at both scopes, each of which
+    must hold: the question of a checkpoint trained on both is both (a pass at the head scope must not hide the
+    network's). An item naming a method keeps the head scope there (``network:`` names the other)."""
+    first = item_scope(match, scope)
+    both = scope == "both" and first == "head" and match.group("method") is None and metric in NETWORK_METRICS
+    return (first, "network") if both else (first,)
+
+
 def gate_items(
     spec: str | Sequence[str] | None,
     option: str,
@@ -126,7 +136,7 @@ def parse_thresholds(
     ):
         if not math.isfinite(value):
             raise LayaError(f"bad --fail-under '{item}': the threshold must be a finite number")
-        out.append(Threshold(metric, value, method, item_scope(m, scope)))
+        out += [Threshold(metric, value, method, at) for at in item_scopes(m, scope, metric)]
     return out
 
 

@@ -74,7 +74,8 @@ class LayaLMHead(Head):
             hs = torch.cat([hs[:, :1], hs.diff(dim=1)], dim=1)
         return torch.stack([t(hs[:, i]) for i, t in enumerate(self.translators)], dim=1)
 
-    def attention(self, z: Tensor) -> Tensor:
+    def attention(self, z: Tensor, feats: Sequence[Tensor] | None = None) -> Tensor:
+        """α from z; ``feats`` (what a classifier head's positions reader reads) is unused: this head reads states."""
         return torch.softmax(self.scorer(self.project(z).flatten(1)) / self.tau, dim=-1)
 
     def forward(self, hs: Tensor | Sequence[Tensor], alpha_mask: Tensor | None = None) -> HeadOutput:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
+from ..auditing.collapse import collapse_summary, trained_against
 from ..auditing.question import question_of_training
 from ..backbones.lm import LanguageModel, build_language_model
 from ..backbones.spec import BackboneSpec
@@ -41,7 +42,17 @@ from ..model.lm_heads import (
 )
 from ..runtime import progress
 from ..runtime.declare import evolve
-from ..runtime.distributed import all_sum, all_sum_, barrier, is_main, my_rows, shard_bounds, sum_gradients
+from ..runtime.distributed import (
+    all_sum,
+    all_sum_,
+    barrier,
+    cat_rows,
+    gather_rows,
+    is_main,
+    my_rows,
+    shard_bounds,
+    sum_gradients,
+)
 from ..runtime.errors import LayaError
 from ..runtime.fileio import check_writable
 from .defaults import resolved_alignment, resolved_lm_head
@@ -200,13 +211,16 @@ def evaluate(
     lens: str = "tuned",
     positions: int = 0,
     seed: int = 0,
+    against: str | None = None,
 ) -> dict:
     """Held-out figures per token (bits): the LAYA head's and the model's KL and cross-entropy and LAYA's mean α
     per layer on every position; per layer, the logit lens's (``lens`` tuned or logit) and the tuned lens's
     (``lens`` tuned) KL to the final distribution and cross-entropy on at most ``positions`` seeded positions of the
     ``max_tokens`` (``--lens-tokens``, spread over the batches in proportion; 0: every position), each with the
     half-width of its 95 % interval (``*_ci``: normal, over the positions read) — the lenses cost two
-    full-vocabulary readouts per layer and position, the head one."""
+    full-vocabulary readouts per layer and position, the head one. Also what the flags read (auditing/flags.py):
+    α's collapse summary (``against``: what α was trained to rank) and ``next_token``, the model's own top-1
+    accuracy against the most frequent next token's share (under torchrun every rank's positions, gathered)."""
     laya.eval()
     if tuned is not None:
         tuned.eval()
@@ -216,7 +230,8 @@ def evaluate(
     sums = {k: torch.zeros(L, dtype=torch.float64) for k in keys}
     squares = {k: torch.zeros(L, dtype=torch.float64) for k in keys}
     alpha_sum = torch.zeros(L, dtype=torch.float64)
-    head = {"laya_kl": 0.0, "laya_ce": 0.0, "last_ce": 0.0}
+    head = {"laya_kl": 0.0, "laya_ce": 0.0, "last_ce": 0.0, "own_hits": 0.0}
+    alphas, next_tokens = [], torch.zeros(lm.readout.vocabulary, dtype=torch.float64)
     n, n_lens = 0, 0
     # the same held-out positions at every epoch, for every training seed and lens: their figures are paired
     generator = torch.Generator().manual_seed(seed)
@@ -234,7 +249,10 @@ def evaluate(
             head["laya_kl"] += float(kl.sum())
             head["laya_ce"] += float(ce.sum())
             head["last_ce"] += float(cross_entropy(final_logits, y).sum())
+            head["own_hits"] += float((final_logits.argmax(-1) == y).sum())
+            next_tokens += torch.bincount(y.cpu(), minlength=len(next_tokens)).double()
             alpha_sum += alpha.double().sum(0).cpu()
+            alphas.append(alpha.float().cpu())
         if reads:
             h_lens = hs if picked is None else hs[picked.to(hs.device)]
             y_lens = targets if picked is None else targets[picked.to(targets.device)]
@@ -256,7 +274,16 @@ def evaluate(
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
     lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
-    return {"tokens": n, "tokens_asked": max_tokens, "layers": layers, "heads": heads, "lens": lens_info}
+    next_tokens = all_sum_(next_tokens)
+    next_token = {
+        "positions": n,
+        "model_accuracy": head["own_hits"] / n,
+        "most_frequent_token": int(next_tokens.argmax()),
+        "most_frequent_share": float(next_tokens.max()) / n,
+    }
+    collapse = collapse_summary(gather_rows(cat_rows(alphas, torch.float32, L)), against)  # every rank's positions
+    return {"tokens": n, "tokens_asked": max_tokens, "layers": layers, "heads": heads, "lens": lens_info,
+            "alpha_collapse": collapse, "next_token": next_token}  # fmt: skip
 
 
 def _add_lens_figures(lm, tuned, lensed, hs: Tensor, targets: Tensor, sums: dict, squares: dict) -> None:
@@ -428,7 +455,8 @@ def _epochs(lm, laya, tuned, corpus, req: TrainJobSettings, block: int, terms, o
         summed = reference if epoch == 1 else None
         loss, _ = _epoch(lm, laya, tuned, corpus, req, block, opt, epoch, summed, aligned, exit_aware)
         held_out = batches(lm, corpus, "test", block, t.batch_size)
-        val = evaluate(lm, laya, tuned, held_out, settings.eval_tokens, settings.lens, settings.lens_tokens)
+        val = evaluate(lm, laya, tuned, held_out, settings.eval_tokens, settings.lens, settings.lens_tokens,
+                       against=trained_against({"train_config": train_config(req)}))  # fmt: skip
         score = val["heads"]["laya"][settings.objective]
         if not math.isfinite(score):  # finite weights whose held-out figures are not: as diverged
             raise non_finite_loss(t, epoch, "in the held-out evaluation")
