@@ -55,9 +55,9 @@ def chance_rate(labels, n_classes: int) -> float | None:
     return max(1.0 / n_classes, majority)
 
 
-def chance_flag(accuracy: float | None, n: int | None, chance: float | None) -> str | None:
+def chance_flag(accuracy: float | None, n: int | None, chance: float | None, unit: str = "samples") -> str | None:
     """The line for a model whose accuracy is within noise of ``chance`` (``metrics.near_chance``), with its 95 %
-    Wilson interval."""
+    Wilson interval over ``n`` ``unit`` (a language model's: positions)."""
     if accuracy is None or not n or chance is None or not math.isfinite(accuracy):
         return None
     if not near_chance(accuracy, chance, int(n)):
@@ -65,7 +65,7 @@ def chance_flag(accuracy: float | None, n: int | None, chance: float | None) -> 
     interval = wilson(round(accuracy * n), int(n))
     return (
         f"flag: the model is within noise of chance (accuracy {accuracy:.3f} [{interval.low:.3f}, "
-        f"{interval.high:.3f}] on {n:,} samples, chance {chance:.3f}): it may have learnt nothing, so its attributions "
+        f"{interval.high:.3f}] on {n:,} {unit}, chance {chance:.3f}): it may have learnt nothing, so its attributions "
         "explain guesses and depth savings measured on it mean nothing"
     )
 
@@ -104,7 +104,8 @@ def checkpoint_flags(ckpt_metrics: dict | None, n_classes: int) -> list[str]:
     m = ckpt_metrics or {}
     if "next_token" in m:  # a language model: its own next-token accuracy against the most frequent next token
         said = m["next_token"]
-        chance = chance_flag(said.get("model_accuracy"), said.get("positions"), said.get("most_frequent_share"))
+        share = said.get("most_frequent_share")
+        chance = chance_flag(said.get("model_accuracy"), said.get("positions"), share, "positions")
     else:
         rate = m.get("test_chance") or (1.0 / n_classes if n_classes else None)
         chance = chance_flag(m.get("test_accuracy"), m.get("n_test"), rate)

@@ -234,7 +234,8 @@ def token_flags(alpha: Tensor | None, next_token: dict) -> list[str]:
     from ..auditing.flags import chance_flag, uniform_alpha_flag
 
     said = next_token or {}
-    chance = chance_flag(said.get("model_accuracy"), said.get("positions"), said.get("most_frequent_share"))
+    share = said.get("most_frequent_share")
+    chance = chance_flag(said.get("model_accuracy"), said.get("positions"), share, "positions")
     flags = [uniform_alpha_flag(collapse_summary(alpha) if alpha is not None else None), chance]
     return [f for f in flags if f]
 
