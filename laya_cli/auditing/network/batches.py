@@ -16,6 +16,7 @@ from ...data.images import image_batches
 from ...features.extraction import to_float_images
 from ...runtime.device import to_device
 from ...runtime.progress import phase
+from ..budget import ig_rows
 from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
@@ -63,7 +64,10 @@ def network_scope(model, settings: AuditSettings, reference=None, use_cache: boo
         reference = network_reference(model, removal, settings.device, use_cache)
     model.backbone.eval().to(settings.device)
     model.head.eval().to(settings.device)
-    return NetworkScope(model.backbone, model.head, reference, prefix, removal)
+    net = NetworkScope(model.backbone, model.head, reference, prefix, removal)
+    # the L removals' suffixes stacked (L·B rows, no gradients) where the plan lets IG's passes hold as many rows
+    net.stack_rows = ig_rows(settings.batch_size, settings.steps, settings.internal_batch_size, network=True)
+    return net
 
 
 @dataclass
