@@ -227,8 +227,10 @@ def _score_methods(run: NetworkRun, b: Batch, rows: dict[str, Rows], degenerate:
         rows["rho"].append({m: rho[k]})
         rows["tie"].append({m: undefined[k]})
         rows["d1"].append({m: d1[k]})
-        if m in crossed:
-            rows["cross"].append({m: spearman_rows(crossed[m].cpu(), stacked[k])})
+    if crossed:  # the head's scores of the network methods: one host copy
+        heads = torch.stack([a.double() for a in crossed.values()]).cpu()
+        network = stacked[[list(scored).index(m) for m in crossed]]
+        rows["cross"].append(dict(zip(crossed, spearman_rows(heads, network))))
 
 
 def probe_batch(run: NetworkRun, xb) -> None:
