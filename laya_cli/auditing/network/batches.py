@@ -16,12 +16,14 @@ from ...data.images import image_batches
 from ...features.extraction import to_float_images
 from ...runtime.device import to_device
 from ...runtime.progress import phase
+from ..budget import ig_rows
 from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
 from ..metrics import (
     degenerate_effects,
     deletion_at_1,
+    faithfulness_rows,
     lolo_effects,
     near_equal_effects,
     ranking_block,
@@ -62,7 +64,10 @@ def network_scope(model, settings: AuditSettings, reference=None, use_cache: boo
         reference = network_reference(model, removal, settings.device, use_cache)
     model.backbone.eval().to(settings.device)
     model.head.eval().to(settings.device)
-    return NetworkScope(model.backbone, model.head, reference, prefix, removal)
+    net = NetworkScope(model.backbone, model.head, reference, prefix, removal)
+    # the L removals' suffixes stacked (L·B rows, no gradients) where the plan lets IG's passes hold as many rows
+    net.stack_rows = ig_rows(settings.batch_size, settings.steps, settings.internal_batch_size, network=True)
+    return net
 
 
 @dataclass
@@ -185,21 +190,13 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         dh = lolo_effects(head, b.feats, b.target, run.plan.references.removal, s.removal.head).cpu()
         rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
-    for m in run.computed:
-        with phase(work[m]):
-            a = _scores_on(run, m, b).cpu()
-        rho = spearman_rows(a, delta, s.tie_tol)
-        rows["rho"].append({m: rho})
-        rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})
-        rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
-        if run.both and METHODS[m].network:
-            rows["cross"].append({m: spearman_rows(METHODS[m](head, b.feats, b.ctx).cpu(), a)})
+    degenerate = degenerate_effects(delta, s.tie_tol)
+    _score_methods(run, b, rows, (degenerate, degenerate_effects(delta)))
     if b.steps:
         rows["steps"].append(b.steps)
     if run.whole:
         rows["whole"].append({m: METHODS[m].whole_set.batch_sum(head, b.feats) for m in run.whole}, delta=delta)
     _, oracle, random = deletion_at_1(delta, delta)
-    degenerate = degenerate_effects(delta, s.tie_tol)
     rows["common"].append(
         pred=out.logits.argmax(-1).cpu(),
         label=y.cpu(),
@@ -209,6 +206,31 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         tie_degenerate=degenerate & ~degenerate_effects(delta),
         near_equal=near_equal_effects(delta),
     )
+
+
+def _score_methods(run: NetworkRun, b: Batch, rows: dict[str, Rows], degenerate: tuple[Tensor, Tensor]) -> None:
+    """Every method's scores on the batch (in the audit's order: ``random`` draws from the audit's generator), then
+    their ρ, tie flags and Deletion@1 against Δ in one set of kernels (``faithfulness_rows``: the same numbers as
+    ``spearman_rows``, ``tie_undefined`` and ``deletion_at_1`` method by method) and one host copy of the scores."""
+    work, head, both = batch_work(run), run.net.head, run.both
+    scored, crossed = {}, {}
+    for m in run.computed:
+        with phase(work[m]):
+            scored[m] = _scores_on(run, m, b)
+        if both and METHODS[m].network:  # the head's own scores of a network method, against its network ones
+            crossed[m] = METHODS[m](head, b.feats, b.ctx)
+    if not scored:
+        return
+    stacked = torch.stack([a.double() for a in scored.values()]).cpu()  # exact: every float widens to float64
+    rho, undefined, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
+    for k, m in enumerate(scored):
+        rows["rho"].append({m: rho[k]})
+        rows["tie"].append({m: undefined[k]})
+        rows["d1"].append({m: d1[k]})
+    if crossed:  # the head's scores of the network methods: one host copy
+        heads = torch.stack([a.double() for a in crossed.values()]).cpu()
+        network = stacked[[list(scored).index(m) for m in crossed]]
+        rows["cross"].append(dict(zip(crossed, spearman_rows(heads, network))))
 
 
 def probe_batch(run: NetworkRun, xb) -> None:

@@ -16,6 +16,11 @@ from ..metrics import target_probability
 from ..settings import BY_INPUT
 from .methods import LayerAttributions, blended_layer_ig
 
+# Below this many rows a CPU's matrix kernels can round a product differently from the same rows inside a larger
+# one (seen: 1, 2, 3, 5, 6, 7, 9, 10, 11 rows, docs/results/dispatch.md): such batches keep one pass per layer, so
+# the stacked removals give the loop's numbers bit for bit.
+STACK_MIN_ROWS = 12
+
 
 class NetworkScope(LayerAttributions):
     """Patched passes for one tapped backbone and head (Captum's layer attributions on them: ``LayerAttributions``).
@@ -39,6 +44,7 @@ class NetworkScope(LayerAttributions):
         self.backbone, self.head = backbone, head
         self.ablation, self.by_input = ablation, ablation in BY_INPUT
         self.inputs: list[Tensor] = []  # by-input removals: each tap's input on the last batch
+        self.stack_rows = 0  # the most rows the removals' suffixes may run stacked (the audit's memory plan)
         self.modules = backbone.tap_modules()  # a tap that is not a module cannot be patched: one line
         n = len(backbone.layer_names)
         if reference is not None and len(reference) != n:
@@ -105,19 +111,44 @@ class NetworkScope(LayerAttributions):
     @torch.no_grad()
     def removed_taps(self, x: Tensor, hs: Sequence[Tensor]) -> list[list[Tensor]]:
         """Per tap i, the pooled taps i..L with tap i removed inside the network (the earlier taps do not change):
-        tap i's fill, then the layers after it (a chain) or a full pass. ``hs``: ``activations(x)``."""
+        tap i's fill, then the layers after it (a chain) or a full pass. ``hs``: ``activations(x)``. On a chain whose
+        L·B rows fit ``stack_rows`` the removals run stacked (``_stacked_removed_taps``), else one pass per layer."""
+        if self._stacks(hs):
+            return self._stacked_removed_taps(hs)
         removed = []
         for i, h in within(list(enumerate(hs))):  # one patched pass per layer: progress inside a long batch
             fill = self.fill(i, h)
             removed.append([self.backbone.pool_tap(i, fill), *self.pooled(self.later(i, fill, x), i + 1)])
         return removed
 
+    def _stacks(self, hs: Sequence[Tensor]) -> bool:
+        """Whether ``removed_taps`` runs the removals stacked: on a chain, L·B rows within ``stack_rows``, and each
+        tap at least ``STACK_MIN_ROWS`` rows as a matrix product sees it (B × its positions)."""
+        matrix_rows = min(h.numel() // max(h.shape[-1], 1) for h in hs)
+        return self.prefix and len(hs) * len(hs[0]) <= self.stack_rows and matrix_rows >= STACK_MIN_ROWS
+
+    def _stacked_removed_taps(self, hs: Sequence[Tensor]) -> list[list[Tensor]]:
+        """``removed_taps`` on a chain as a staircase: before the modules after tap j, the removals 0..j−1 (their
+        tap j, patched earlier) and removal j (tap j's fill) stacked along the batch as Captum stacks copies, one
+        step of up to L·B rows: L − 1 suffix steps instead of L(L − 1)/2. Each removal's rows pooled on their own."""
+        n, removed, state = len(hs[0]), [[] for _ in hs], None
+        for j, h in within(list(enumerate(hs))):
+            fill = self.fill(j, h)
+            state = fill if state is None else torch.cat([state, fill])
+            for r, rows in enumerate(state.split(n)):
+                removed[r].append(self.backbone.pool_tap(j, rows))
+            if j + 1 < len(hs):
+                state = self.backbone.continue_from(j, state, upto=j + 2)[0]
+        return removed
+
     @torch.no_grad()
     def effects(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor) -> Tensor:
         """Total effects Δ_i = p_ŷ(x) − p_ŷ(x with tap i patched to the reference inside the network): (B, L).
 
-        One head pass intact plus, per layer, the layers after it (a chain) or a full pass."""
-        return removal_effects(self.head, feats, self.removed_taps(x, hs), target)
+        One head pass intact plus, per layer, the layers after it (a chain) or a full pass; the L + 1 head passes as
+        one of (L + 1)·B rows where the batch has ``STACK_MIN_ROWS`` rows (``stacked_removal_effects``)."""
+        effects = stacked_removal_effects if len(target) >= STACK_MIN_ROWS else removal_effects
+        return effects(self.head, feats, self.removed_taps(x, hs), target)
 
 
 @torch.no_grad()
@@ -130,6 +161,22 @@ def removal_effects(
     base = target_probability(head(feats).logits, target)
     patched = [target_probability(head([*feats[:i], *rest]).logits, target) for i, rest in enumerate(removed)]
     return base.unsqueeze(1) - torch.stack(patched, dim=1)
+
+
+@torch.no_grad()
+def stacked_removal_effects(
+    head: nn.Module, feats: Sequence[Tensor], removed: Sequence[Sequence[Tensor]], target: Tensor
+) -> Tensor:
+    """``removal_effects`` in one head pass of (L + 1)·B rows: the intact taps, then per removal i the earlier taps
+    intact and its taps i..L removed, stacked along the batch as Captum stacks copies (a head reads its rows
+    independently). The same numbers where the batch has ``STACK_MIN_ROWS`` rows."""
+    feats, n_removed = list(feats), len(removed)
+    rows = [
+        torch.cat([f, *(removed[i][layer - i] if i <= layer else f for i in range(n_removed))])
+        for layer, f in enumerate(feats)
+    ]
+    p = target_probability(head(rows).logits, target.repeat(n_removed + 1)).view(n_removed + 1, -1)
+    return p[0].unsqueeze(1) - p[1:].t()
 
 
 def full_model_layer_ig(
