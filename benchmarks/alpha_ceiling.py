@@ -255,6 +255,13 @@ def probe_scores(inputs: dict, train_delta, test_delta, seeds: int, steps: int) 
     return row
 
 
+def pooled_taps(head, feats: list[torch.Tensor]) -> list[torch.Tensor]:
+    """r_1..r_L as the pooled probes read them. Under ``--alpha-reader positions`` each row leaves the backbone
+    packed with its tap's positions after r_i; the pooled probes must not read those (they would stop being the
+    pooled ceiling, and MiniLM's rows would be 33× as wide)."""
+    return head.pooled(feats) if getattr(head, "reads_positions", False) else list(feats)
+
+
 def ceiling(
     ckpt: Path,
     seeds: int,
@@ -288,7 +295,9 @@ def ceiling(
         "best_static": faithfulness(train.delta.mean(0).expand_as(test.delta), test.delta),
         "effects_seconds": seconds,
     }
-    raw = standardised(torch.cat(train.feats, 1), torch.cat(test.feats, 1))
+    raw = standardised(
+        torch.cat(pooled_taps(model.head, train.feats), 1), torch.cat(pooled_taps(model.head, test.feats), 1)
+    )
     z = standardised(z_train, z_test)
     L = train.delta.shape[1]
 

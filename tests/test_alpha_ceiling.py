@@ -11,7 +11,15 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from benchmarks.alpha_ceiling import AttentionPoolProbe, effects_of, faithfulness, fit_probe, padded, unpooled_tap
+from benchmarks.alpha_ceiling import (
+    AttentionPoolProbe,
+    effects_of,
+    faithfulness,
+    fit_probe,
+    padded,
+    pooled_taps,
+    unpooled_tap,
+)
 
 
 def test_faithfulness_is_the_mean_spearman_over_rows_where_both_vary():
@@ -138,3 +146,17 @@ def test_the_attention_probe_learns_effects_set_by_one_position():
     with torch.no_grad():
         learnt = faithfulness(probe([(tokens[450:], taps[0][1][450:])]), delta[450:])
     assert learnt > 0.8
+
+
+def test_the_pooled_probes_read_a_positions_heads_pooled_taps_only():
+    """A ``--alpha-reader positions`` head's rows carry each tap's positions after r_i: the pooled probes get r_i."""
+    from laya_cli.backbones.pooling import pack_positions
+    from laya_cli.model.heads import HeadSettings, build_head
+
+    g = torch.Generator().manual_seed(0)
+    r = [torch.randn(5, 4, generator=g), torch.randn(5, 6, generator=g)]
+    packed = [pack_positions(x, torch.randn(5, 3, x.shape[1], generator=g), torch.ones(5, 3)) for x in r]
+    head = build_head("laya", [4, 6], 3, HeadSettings(alpha_reader="positions", d_star=8, score_hidden=16))
+    for got, want in zip(pooled_taps(head, packed), r):
+        torch.testing.assert_close(got, want)
+    assert pooled_taps(build_head("laya", [4, 6], 3), r) == r  # a pooled head's rows are r_i already
