@@ -274,16 +274,21 @@ def evaluate(
     heads = {"laya": {"kl": head["laya_kl"] / n * BITS, "ce": head["laya_ce"] / n * BITS},
              "last": {"kl": 0.0, "ce": head["last_ce"] / n * BITS}}  # fmt: skip
     lens_info = {"kind": lens, "positions": positions, "tokens": n_lens if lensed else 0}
-    next_tokens = all_sum_(next_tokens)
-    next_token = {
-        "positions": n,
-        "model_accuracy": head["own_hits"] / n,
-        "most_frequent_token": int(next_tokens.argmax()),
-        "most_frequent_share": float(next_tokens.max()) / n,
-    }
+    next_token = _next_token(head["own_hits"], all_sum_(next_tokens), n)
     collapse = collapse_summary(gather_rows(cat_rows(alphas, torch.float32, L)), against)  # every rank's positions
     return {"tokens": n, "tokens_asked": max_tokens, "layers": layers, "heads": heads, "lens": lens_info,
             "alpha_collapse": collapse, "next_token": next_token}  # fmt: skip
+
+
+def _next_token(own_hits: float, next_tokens: Tensor, n: int) -> dict:
+    """The model's own top-1 next-token accuracy on ``n`` positions and the share of their most frequent next token
+    (``next_tokens``: the count of each): what a language model's chance flag holds it against (auditing/flags.py)."""
+    return {
+        "positions": n,
+        "model_accuracy": own_hits / n,
+        "most_frequent_token": int(next_tokens.argmax()),
+        "most_frequent_share": float(next_tokens.max()) / n,
+    }
 
 
 def _add_lens_figures(lm, tuned, lensed, hs: Tensor, targets: Tensor, sums: dict, squares: dict) -> None:
