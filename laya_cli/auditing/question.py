@@ -114,14 +114,14 @@ def given_or_changed(obj, name: str, default) -> bool:
     return name in getattr(obj, GIVEN, frozenset()) or getattr(obj, name) != default
 
 
-def ask_checkpoints_question(path, what, settings) -> tuple[Question, object, object]:
-    """``laya audit``'s scope and removal: the checkpoint's question (``checkpoint_question``) where ``what.scope``
-    and ``settings.ablation`` were not set (``audit_scope_and_removal``): the question, which the result carries (its
-    sentence is the audit's header), and ``what`` and ``settings`` asking it (new objects: settings are frozen)."""
-    from ..model.checkpoint import read_checkpoint
+def ask_checkpoints_question(ckpt: dict, what, settings) -> tuple[Question, object, object]:
+    """``laya audit``'s scope and removal: the question of the checkpoint ``ckpt`` (as read; ``checkpoint_question``)
+    where ``what.scope`` and ``settings.ablation`` were not set (``audit_scope_and_removal``): the question, which the
+    result carries (its sentence is the audit's header), and ``what`` and ``settings`` asking it (new objects:
+    settings are frozen)."""
     from ..runtime.declare import evolve
 
-    question = checkpoint_question(read_checkpoint(path))
+    question = checkpoint_question(ckpt)
     scope = what.scope if given_or_changed(what, "scope", "head") else None
     ablation = settings.ablation if given_or_changed(settings, "ablation", "mean") else None
     scope, ablation = audit_scope_and_removal(question, scope, ablation)

@@ -54,6 +54,7 @@ def audit(
     from ..auditing.settings import compare_for, network_methods
     from ..exporting.tasks import audit_checkpoint
     from ..gates.outcome import GateRequest
+    from ..model.checkpoint import read_checkpoint
     from ..runtime.device import resolved
 
     started = time.perf_counter()
@@ -63,7 +64,8 @@ def audit(
         parse_methods(compare_for(what.compare, what.scope))  # a bad method or device: said before the file is read
         settings = resolved(settings)
         # the default: the question α was trained on (new settings objects: the given ones are frozen)
-        question, what, settings = ask_checkpoints_question(model, what, settings)
+        ckpt = read_checkpoint(model)  # once: its question, then the model rebuilt from it
+        question, what, settings = ask_checkpoints_question(ckpt, what, settings)
         methods = parse_methods(compare_for(what.compare, what.scope))
         asked = GateRequest.asked(gates, methods, what.scope)
         settings = resolved(settings, metrics=(*settings.metrics, *asked.metric_groups))  # a gate's groups too
@@ -71,7 +73,7 @@ def audit(
         files.check_writable()
         network = network_methods(methods, what.compare is not None)  # IG, a reference there, only when named
         check = partial(asked.check_planned, settings, methods)
-        result = audit_checkpoint(model, methods, settings, what.scope, data, load, check, run, network)
+        result = audit_checkpoint(model, methods, settings, what.scope, data, load, check, run, network, ckpt=ckpt)
     result.settings["fail_under"] = [str(t) for t in asked.thresholds]
     result.question = question.to_dict()
     doc = result.to_dict()

@@ -309,14 +309,16 @@ def audit_checkpoint(
     check_planned: Callable = lambda samples, model: None,
     run=None,
     network_methods: Sequence[str] | None = None,
+    ckpt: dict | None = None,
 ) -> AuditResult:
     """``laya audit``'s job on a checkpoint file, whichever its task: a classifier audited on its test split (or
     ``data``'s), a language model on ``data.samples`` held-out positions. The settings of the other task are refused
     in one line first; ``check_planned(samples, model)``: what the caller checks against the model before any work
     (the gates' baseline); ``run`` (``RunSettings``): the memory the batches are planned within, the precision and
     the feature cache (None: the batches as given, the defaults); ``network_methods``: those a classifier's network
-    scope computes (``auditing.settings.network_methods``; None: ``methods``)."""
-    ckpt = read_checkpoint(path)  # once: the model is rebuilt from this very dict
+    scope computes (``auditing.settings.network_methods``; None: ``methods``); ``ckpt``: the file as the caller
+    already read it (``read_checkpoint(path)``; None: read here). Read once: the model is rebuilt from this dict."""
+    ckpt = read_checkpoint(path) if ckpt is None else ckpt
     task = task_for(ckpt)
     task.refuse_others(data, load)
     return task.audit_checkpoint(path, ckpt, methods, settings, scope, data, load, check_planned, run, network_methods)
