@@ -1,7 +1,8 @@
 """The per-token audit's batched work gives the per-pass / per-method loops' numbers bit for bit (issue 73,
 docs/results/dispatch.md "Fourth round"): the LAYA LM head's L + 1 removal passes stacked (``removed_logits(…,
 stack=True)``, what ``lolo_effects`` uses from ``STACK_MIN_ROWS`` rows on), ``by_position``'s means of every method
-at once, and a whole per-token audit with and without the stacking."""
+at once, IG's convergence delta from the batch's own p_ŷ(x) and p_ŷ(r̄) (``AttributionContext.endpoints``), and
+whole audits (a language model's per-token audit, a classifier's head scope) with and without them."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ import pytest
 import torch
 from torch import nn
 
+from laya_cli.auditing import head_scope, metrics
 from laya_cli.auditing import lm as lm_audit
-from laya_cli.auditing import metrics
+from laya_cli.auditing.job import run_scoped_audit
+from laya_cli.auditing.methods import AttributionContext
 from laya_cli.auditing.metrics import STACK_MIN_ROWS, lolo_effects, target_probability
+from laya_cli.auditing.names import parse_methods
+from laya_cli.auditing.registry import METHODS
 from laya_cli.auditing.settings import AuditSettings
 from laya_cli.model import lm_heads
 from laya_cli.model.checkpoint import read_checkpoint
+from laya_cli.model.evaldata import load_eval_data
+from laya_cli.model.laya_model import load_model
 from laya_cli.model.lm_heads import LayaLMHead, lm_from_checkpoint
 from laya_cli.model.settings import HeadSettings
 from laya_cli.training.lm import train_lm
@@ -141,4 +148,47 @@ def test_a_whole_per_token_audit_is_the_same_with_the_passes_stacked_or_not(trai
 
     stacked = audit()
     monkeypatch.setattr(metrics, "STACK_MIN_ROWS", 10**9)  # every batch one pass per removal, as before
+    monkeypatch.setattr(head_scope, "STACK_MIN_ROWS", 10**9)  # IG's convergence delta from its own passes
     assert audit() == stacked
+
+
+def _endpoints(head, feats, target, ref):
+    with torch.no_grad():
+        base = target_probability(head(feats).logits, target)
+        at_ref = target_probability(head([r.expand_as(f) for r, f in zip(ref, feats)]).logits, target)
+    return base, at_ref
+
+
+@pytest.mark.parametrize("reads", ["states", "updates"])
+@pytest.mark.parametrize("rows", [STACK_MIN_ROWS, 42, 64])
+def test_igs_convergence_delta_from_the_known_endpoints_is_its_own(reads, rows):
+    """The batch forward's p_ŷ(x) and p_ŷ(r̄) (r̄ broadcast over the rows) are the two passes the convergence
+    delta would run (r̄ tiled as Captum tiles it), bit for bit: the same scores and δ."""
+    laya = _head(reads)
+    g = torch.Generator().manual_seed(rows)
+    feats = [torch.randn(rows, 32, generator=g) for _ in range(4)]
+    ref = [torch.randn(32, generator=g) for _ in range(4)]
+    target = torch.randint(0, 97, (rows,), generator=g)
+    ctx = AttributionContext(target, ref, n_steps=8)
+    own = METHODS["ig"].convergence(laya, feats, ctx)
+    known = METHODS["ig"].convergence(
+        laya, feats, AttributionContext(target, ref, 8, endpoints=_endpoints(laya, feats, target, ref))
+    )
+    assert torch.equal(own[0], known[0]) and torch.equal(own[1], known[1])
+
+
+@pytest.mark.parametrize("kind", ["laya", "concat", "scalarmix", "last"])
+def test_a_classifiers_head_audit_is_the_same_with_the_known_endpoints(digits_ckpts, monkeypatch, kind):
+    """Batches of 16 and a last one of 5 (below the guard: IG's passes of its own), adaptive IG, every method and
+    metric group."""
+    model = load_model(digits_ckpts[kind])
+    data = load_eval_data(model, samples=37)
+    settings = AuditSettings(batch_size=16, metrics="all").validate()
+
+    def audit() -> str:
+        result = run_scoped_audit(model, data, parse_methods("all"), settings, "head")
+        return json.dumps({k: v for k, v in result.to_dict().items() if k != "memory"}, sort_keys=True, default=str)
+
+    known = audit()
+    monkeypatch.setattr(head_scope, "STACK_MIN_ROWS", 10**9)
+    assert audit() == known

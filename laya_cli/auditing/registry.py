@@ -126,7 +126,7 @@ def _ig(head, feats, ctx, return_delta: bool = False):
 
     c = ctx
     return integrated_gradients(
-        head, feats, c.target, c.baseline, c.n_steps, c.internal_batch_size, c.reduce, return_delta=return_delta
+        head, feats, c.target, c.baseline, c.n_steps, c.internal_batch_size, c.reduce, return_delta, c.endpoints
     )
 
 
