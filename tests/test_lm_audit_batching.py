@@ -192,3 +192,22 @@ def test_a_classifiers_head_audit_is_the_same_with_the_known_endpoints(digits_ck
     known = audit()
     monkeypatch.setattr(head_scope, "STACK_MIN_ROWS", 10**9)
     assert audit() == known
+
+
+def test_layas_scores_are_the_batch_forwards_alpha():
+    """``laya`` reads α from the batch's forward (``AttributionContext.alpha``): no second head pass, the same α."""
+    laya = _head("updates")
+    feats = [torch.randn(20, 32) for _ in range(4)]
+    target = torch.zeros(20, dtype=torch.long)
+    with torch.no_grad():
+        alpha = laya(feats).alpha
+    calls = []
+    handle = laya.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        known = METHODS["laya"](laya, feats, AttributionContext(target, alpha=alpha))
+        assert not calls
+        own = METHODS["laya"](laya, feats, AttributionContext(target))
+        assert len(calls) == 1
+    finally:
+        handle.remove()
+    assert torch.equal(known, own)

@@ -440,7 +440,7 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         b.at_baseline = _at_baseline(head, b, run.plan.references.baseline)
         b.effect = (b.base - b.at_baseline).abs().double().cpu()
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
-    ctx = run.plan.context(target, run.generator, run.weights[0])
+    ctx = replace(run.plan.context(target, run.generator, run.weights[0]), alpha=out.alpha)  # laya: the same pass
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
     degenerate = degenerate_effects(b.delta, s.tie_tol)
     exactly_degenerate = degenerate_effects(b.delta) if s.tie_tol > 0 else degenerate

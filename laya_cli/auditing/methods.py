@@ -312,3 +312,4 @@ class AttributionContext:
     generator: torch.Generator | None = None  # random
     global_weights: Tensor | None = None  # (L,) static weights for ``global``
     endpoints: tuple[Tensor, Tensor] | None = None  # (p_ŷ(x), p_ŷ(r̄)) per sample, known: IG's convergence delta
+    alpha: Tensor | None = None  # the head's α on these features, known from its forward: ``laya``'s scores

@@ -112,7 +112,8 @@ class Method:
 def _laya(head, feats, ctx):
     from .methods import laya_attention
 
-    return laya_attention(head, feats)
+    known = getattr(ctx, "alpha", None)  # the batch's forward already gave it (``AttributionContext.alpha``)
+    return known if known is not None else laya_attention(head, feats)
 
 
 def _contrib(head, feats, ctx):
