@@ -31,6 +31,7 @@ from .ig_steps import HEAD_FIRST_STEPS, adaptive_ig, steps_summary
 from .intervals import attach_intervals, class_intervals
 from .methods import random_scores
 from .metrics import (
+    STACK_MIN_ROWS,
     accuracy,
     aopc,
     chance_level,
@@ -308,16 +309,22 @@ class _Batch:
     keys: Tensor  # (B, L) tie-breaking keys of the curves' rankings
     check: bool  # in the model-randomisation check
     effect: Tensor | None = None  # |p_ŷ(x) − p_ŷ(r̄)|: what IG's attributions should add up to
+    at_baseline: Tensor | None = None  # p_ŷ(r̄) per sample (IG's convergence delta reads it and ``base``)
 
 
-def _converging(run: _HeadScope, m: str, head, b: _Batch, ctx, effect: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def _converging(
+    run: _HeadScope, m: str, head, b: _Batch, ctx, effect: Tensor, endpoints: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """A method with a convergence delta (IG) on ``head`` in as few steps as each sample needs
-    (``ig_steps.adaptive_ig``); ``effect``: |p_ŷ(x) − p_ŷ(r̄)| on that head."""
+    (``ig_steps.adaptive_ig``); ``effect``: |p_ŷ(x) − p_ŷ(r̄)| on that head; ``endpoints``: p_ŷ(x) and p_ŷ(r̄) on
+    it per sample, which each round's convergence delta reads instead of two head passes where the round has
+    ``STACK_MIN_ROWS`` rows (fewer rows could round otherwise than the batch's passes did)."""
     s = run.plan.settings
 
     def attribute(rows: Tensor, n_steps: int):
         on = rows.to(b.target.device)
-        sub = replace(ctx, target=ctx.target[on], n_steps=n_steps)
+        known = tuple(e[on] for e in endpoints) if endpoints is not None and len(on) >= STACK_MIN_ROWS else None
+        sub = replace(ctx, target=ctx.target[on], n_steps=n_steps, endpoints=known)
         return METHODS[m].convergence(head, [t[on] for t in b.x], sub)
 
     a, conv, steps = adaptive_ig(attribute, effect, s.steps, s.ig_tol, HEAD_FIRST_STEPS)
@@ -368,7 +375,7 @@ def _method_scores(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dic
     """One method's (B, L) scores on one batch, on the CPU (the float64 metrics; MPS has no float64), and what its
     convergence says (IG: its error and steps)."""
     if METHODS[m].convergence:
-        a, out = _converging(run, m, run.head, b, ctx, b.effect)
+        a, out = _converging(run, m, run.head, b, ctx, b.effect, (b.base, b.at_baseline))
     else:
         a, out = METHODS[m](run.head, b.x, ctx), {}
     return a.cpu(), out
@@ -392,15 +399,21 @@ def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs, degenerate) -
     return per
 
 
-def _ig_effect(head, b: _Batch, baseline, base: Tensor | None = None) -> Tensor:
-    """|p_ŷ(x) − p_ŷ(r̄)| per sample on ``head`` (the audited one or a re-initialised copy): what IG's attributions
-    should add up to (float64, on the CPU). ``base``: p_ŷ(x) on ``head`` when already known."""
+def _at_baseline(head, b: _Batch, baseline) -> Tensor:
+    """p_ŷ(r̄) per sample on ``head`` (the audited one or a re-initialised copy), where IG's path starts."""
     at_ref = (
         [torch.zeros_like(r) for r in b.x] if baseline is None else [ref.expand_as(r) for ref, r in zip(baseline, b.x)]
     )
     with torch.no_grad():
-        base = target_probability(head(b.x).logits, b.target) if base is None else base
-        return (base - target_probability(head(at_ref).logits, b.target)).abs().double().cpu()
+        return target_probability(head(at_ref).logits, b.target)
+
+
+def _ig_effect(head, b: _Batch, baseline) -> Tensor:
+    """|p_ŷ(x) − p_ŷ(r̄)| per sample on ``head`` (a re-initialised copy; the audited head's: ``_audit_batch``): what
+    IG's attributions should add up to (float64, on the CPU)."""
+    with torch.no_grad():
+        base = target_probability(head(b.x).logits, b.target)
+        return (base - _at_baseline(head, b, baseline)).abs().double().cpu()
 
 
 def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str, Rows]) -> None:
@@ -424,9 +437,10 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
         check=first < run.check_stop,
     )
     if having("convergence", run.plan.active):
-        b.effect = _ig_effect(head, b, run.plan.references.baseline, b.base)
+        b.at_baseline = _at_baseline(head, b, run.plan.references.baseline)
+        b.effect = (b.base - b.at_baseline).abs().double().cpu()
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
-    ctx = run.plan.context(target, run.generator, run.weights[0])
+    ctx = replace(run.plan.context(target, run.generator, run.weights[0]), alpha=out.alpha)  # laya: the same pass
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
     degenerate = degenerate_effects(b.delta, s.tie_tol)
     exactly_degenerate = degenerate_effects(b.delta) if s.tie_tol > 0 else degenerate

@@ -292,18 +292,24 @@ def token_network(model: LayaLM, data: TokenData, methods: Sequence[str], settin
 
 def by_position(positions: Tensor, faithfulness: dict[str, Tensor], d1: dict[str, Tensor], block: int) -> dict:
     """Mean faithfulness and Deletion@1 per method in ``POSITION_BUCKETS`` ranges of the position t; ``n``: the
-    positions of each range, ``defined``: per method, those whose faithfulness is defined (the mean's count)."""
+    positions of each range, ``defined``: per method, those whose faithfulness is defined (the mean's count). Every
+    method's means of a range in one set of kernels (their (M, N) rows stacked; each row reduced alone, as it was
+    method by method) and the numbers to the host once, not per method and range."""
     edges = torch.linspace(0, block - 1, POSITION_BUCKETS + 1).round().long().tolist()
     buckets = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    out = {"positions": [f"{a + 1}-{b}" for a, b in buckets], "n": [], "methods": {}}
-    for a, b in buckets:
-        out["n"].append(int(((positions >= a) & (positions < b)).sum()))
-    for m in faithfulness:
-        rows = [(positions >= a) & (positions < b) for a, b in buckets]
+    rows = [((positions >= a) & (positions < b)).nonzero().squeeze(1) for a, b in buckets]
+    out = {"positions": [f"{a + 1}-{b}" for a, b in buckets], "n": [len(r) for r in rows], "methods": {}}
+    if not faithfulness:
+        return out
+    names = list(faithfulness)
+    rho, deletion = torch.stack([faithfulness[m] for m in names]), torch.stack([d1[m].double() for m in names])
+    per_range = [(rho[:, r].nanmean(1), (~rho[:, r].isnan()).sum(1), deletion[:, r].mean(1)) for r in rows]
+    means, defined, d1_means = (torch.stack(column, dim=1).tolist() for column in zip(*per_range))  # (M, ranges)
+    for k, m in enumerate(names):
         out["methods"][m] = {
-            "faithfulness": [float(faithfulness[m][r].nanmean()) if r.any() else None for r in rows],
-            "defined": [int((~faithfulness[m][r].isnan()).sum()) for r in rows],  # positions whose ρ is defined
-            "deletion@1": [float(d1[m][r].double().mean()) if r.any() else None for r in rows],
+            "faithfulness": [v if n else None for v, n in zip(means[k], out["n"])],
+            "defined": defined[k],  # positions whose ρ is defined
+            "deletion@1": [v if n else None for v, n in zip(d1_means[k], out["n"])],
         }
     return out
 

@@ -132,17 +132,23 @@ def convergence_delta(
     baselines: Sequence[Tensor],
     inputs: Sequence[Tensor],
     target: Tensor,
+    endpoints: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """Captum's convergence delta (``GradientAttribution.compute_convergence_delta``: Σ attributions −
     (p_ŷ(x) − p_ŷ(r̄)) per sample) in the same arithmetic, in the same order, but the sum over the layers as L
     additions of (B,) vectors instead of B·L additions of scalars (Captum sums each sample's layers in a Python
     loop over the samples). ``forward``: (r_1 … r_L) -> probabilities (B, C); ``baselines``: (1, …) rows or
-    (B, …); ``attrs`` the per-layer attributions."""
+    (B, …); ``attrs`` the per-layer attributions. ``endpoints``: (p_ŷ(x), p_ŷ(r̄)) per sample (B,) where the caller
+    already has them from passes whose rows round as these would (the audit's batch forward: ``AttributionContext.
+    endpoints``), instead of the two head passes here."""
     n = len(inputs[0])
     column = target.reshape(n, 1)
     with torch.no_grad():
-        start = [torch.cat([b] * n) if n > 1 and len(b) == 1 else b for b in baselines]  # as Captum tensorises it
-        start_sum, end_sum = (forward(*fs).gather(1, column).reshape(n, -1).sum(1) for fs in (start, inputs))
+        if endpoints is not None:
+            end_sum, start_sum = endpoints
+        else:
+            start = [torch.cat([b] * n) if n > 1 and len(b) == 1 else b for b in baselines]  # as Captum tensorises
+            start_sum, end_sum = (forward(*fs).gather(1, column).reshape(n, -1).sum(1) for fs in (start, inputs))
         attr_sum = 0
         for a in attrs:  # Python's sum over a sample's layers: 0 + s_1 + … + s_L
             attr_sum = attr_sum + a.reshape(n, -1).sum(1)
@@ -184,6 +190,7 @@ def integrated_gradients(
     internal_batch_size: int | None = None,
     reduce: str = "sum",
     return_delta: bool = False,
+    endpoints: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Captum IntegratedGradients of p_ŷ over (r_1 … r_L) from the baseline r̄.
 
@@ -192,7 +199,7 @@ def integrated_gradients(
     head pass (Captum's own option; batches larger than it are first split into chunks of that many samples).
     With ``return_delta``, also returns Captum's convergence delta per sample, Σ attributions − (p_ŷ(x) − p_ŷ(r̄)),
     by Captum's ``compute_convergence_delta`` on the per-layer attributions (so the sum runs layer by layer, as
-    for L inputs).
+    for L inputs); ``endpoints``: its p_ŷ(x) and p_ŷ(r̄) per sample where already known (``convergence_delta``).
     """
     from captum.attr import IntegratedGradients
 
@@ -215,7 +222,7 @@ def integrated_gradients(
     scores = reduce_layers(attrs, reduce).detach()
     if not return_delta:
         return scores
-    return scores, convergence_delta(probability_forward(head, joined), attrs, baselines, inputs, target)
+    return scores, convergence_delta(probability_forward(head, joined), attrs, baselines, inputs, target, endpoints)
 
 
 def attribution_patching(
@@ -304,3 +311,5 @@ class AttributionContext:
     reduce: str = "sum"
     generator: torch.Generator | None = None  # random
     global_weights: Tensor | None = None  # (L,) static weights for ``global``
+    endpoints: tuple[Tensor, Tensor] | None = None  # (p_ŷ(x), p_ŷ(r̄)) per sample, known: IG's convergence delta
+    alpha: Tensor | None = None  # the head's α on these features, known from its forward: ``laya``'s scores

@@ -13,6 +13,11 @@ from torch import Tensor, nn
 from ..model.heads import MASKABLE_HEADS
 from ..runtime.errors import LayaError
 
+# Below this many rows a CPU's matrix kernels can round a product differently from the same rows inside a larger
+# one (seen: 1, 2, 3, 5, 6, 7, 9, 10, 11 rows, docs/results/dispatch.md): passes of fewer rows are not stacked, so
+# the stacked passes give the loop's numbers bit for bit.
+STACK_MIN_ROWS = 12
+
 
 def accuracy(pred: Tensor, target: Tensor) -> float:
     return (pred == target).float().mean().item() if len(target) else float("nan")
@@ -71,8 +76,10 @@ def lolo_effects(
         if ablation == "mean" and reference is None:
             raise LayaError("--ablation mean needs the reference r̄ (mean training features) from the checkpoint")
         fills = [torch.zeros_like(r[0]) if ablation == "zero" else reference[i].to(r) for i, r in enumerate(feats)]
-        base, *removed = (target_probability(logits, target) for logits in head.removed_logits(feats, fills))
-        return base.unsqueeze(1) - torch.stack(removed, dim=1)
+        groups = head.removed_logits(feats, fills, stack=batch >= STACK_MIN_ROWS)
+        p = torch.cat([target_probability(logits, _tiled(target, len(logits) // batch)) for logits in groups])
+        p = p.view(n_layers + 1, batch)
+        return p[0].unsqueeze(1) - p[1:].T
     if ablation == "mask":  # the intact pass has no mask (a mask of ones renormalises α: not the same rounding)
         base = target_probability(head(feats).logits, target)
         keep = 1 - torch.eye(n_layers, device=base.device)  # [i] drops layer i
@@ -88,6 +95,10 @@ def lolo_effects(
     p = target_probability(head(removal_rows(feats, fills)).logits, target.repeat(n_layers + 1))
     p = p.view(n_layers + 1, batch)
     return p[0].unsqueeze(1) - p[1:].T
+
+
+def _tiled(t: Tensor, times: int) -> Tensor:
+    return t if times == 1 else t.repeat(times)
 
 
 def removal_rows(feats: Sequence[Tensor], fills: Sequence[Tensor]) -> list[Tensor]:

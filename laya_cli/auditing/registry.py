@@ -112,7 +112,8 @@ class Method:
 def _laya(head, feats, ctx):
     from .methods import laya_attention
 
-    return laya_attention(head, feats)
+    known = getattr(ctx, "alpha", None)  # the batch's forward already gave it (``AttributionContext.alpha``)
+    return known if known is not None else laya_attention(head, feats)
 
 
 def _contrib(head, feats, ctx):
@@ -126,7 +127,7 @@ def _ig(head, feats, ctx, return_delta: bool = False):
 
     c = ctx
     return integrated_gradients(
-        head, feats, c.target, c.baseline, c.n_steps, c.internal_batch_size, c.reduce, return_delta=return_delta
+        head, feats, c.target, c.baseline, c.n_steps, c.internal_batch_size, c.reduce, return_delta, c.endpoints
     )
 
 

@@ -89,23 +89,38 @@ class LayaLMHead(Head):
             alpha = alpha / alpha.sum(-1, keepdim=True).clamp_min(1e-12)
         return HeadOutput(self.readout((alpha.unsqueeze(-1) * z).sum(1)), alpha)
 
-    def removed_logits(self, hs: Sequence[Tensor], fills: Sequence[Tensor]) -> Iterator[Tensor]:
-        """The logits (N, V) of the whole input, then with each layer i's state replaced by ``fills[i]`` (d,) in turn
-        (the leave-one-layer-out passes, ``metrics.lolo_effects``): the other layers' translations computed once,
-        each pass translating only the replaced layer — L+1 readouts, not (L+1)·L translations."""
+    def removed_logits(
+        self, hs: Tensor | Sequence[Tensor], fills: Sequence[Tensor], stack: bool = False
+    ) -> Iterator[Tensor]:
+        """The logits of the whole input, then with each layer i's state replaced by ``fills[i]`` (d,) in turn (the
+        leave-one-layer-out passes, ``metrics.lolo_effects``): the other layers' translations computed once, each
+        pass translating only the replaced layer — L+1 readouts, not (L+1)·L translations. Yields the passes in
+        order, (N, V) logits each; with ``stack``, as many consecutive passes at a time as fit ``LOGITS_PER_CHUNK``
+        logits (at least one), their rows stacked ((k·N, V): one attention and one readout for k passes). A row's
+        logits are the same whichever rows share its pass where a pass has ``metrics.STACK_MIN_ROWS`` rows (the
+        caller's guard: a CPU's matrix kernels round fewer rows differently)."""
         hs = hs if isinstance(hs, Tensor) else torch.stack(list(hs), dim=1)
         z = self.embed(hs)
-        yield self.readout((self.attention(z).unsqueeze(-1) * z).sum(1))
-        for i, fill in enumerate(fills):
-            swapped = z.clone()
-            fill = fill.to(z).expand(len(z), -1)
-            if self.reads == "states":
-                swapped[:, i] = self.translators[i](fill)
-            else:  # the state enters two updates: its own and the next layer's
-                swapped[:, i] = self.translators[i](fill - hs[:, i - 1] if i else fill)
-                if i + 1 < hs.shape[1]:
-                    swapped[:, i + 1] = self.translators[i + 1](hs[:, i + 1] - fill)
-            yield self.readout((self.attention(swapped).unsqueeze(-1) * swapped).sum(1))
+        passes = len(fills) + 1
+        per_group = max(1, LOGITS_PER_CHUNK // max(len(z) * self.readout.vocabulary, 1)) if stack else 1
+        for first in range(0, passes, per_group):
+            count = min(per_group, passes - first)
+            group = z.unsqueeze(0).repeat(count, 1, 1, 1) if count > 1 or first else z.unsqueeze(0)  # (k, N, L, d)
+            for k in range(count):
+                if first + k:  # pass j > 0 replaces layer j − 1
+                    self._replace(group[k], hs, fills[first + k - 1], first + k - 1)
+            mixed = group.flatten(0, 1)
+            yield self.readout((self.attention(mixed).unsqueeze(-1) * mixed).sum(1))
+
+    def _replace(self, z: Tensor, hs: Tensor, fill: Tensor, i: int) -> None:
+        """z (N, L, d) in place: the translations that layer i's state replaced by ``fill`` changes."""
+        fill = fill.to(z).expand(len(z), -1)
+        if self.reads == "states":
+            z[:, i] = self.translators[i](fill)
+        else:  # the state enters two updates: its own and the next layer's
+            z[:, i] = self.translators[i](fill - hs[:, i - 1] if i else fill)
+            if i + 1 < hs.shape[1]:
+                z[:, i + 1] = self.translators[i + 1](hs[:, i + 1] - fill)
 
 
 class TunedLens(nn.Module):

@@ -12,14 +12,9 @@ from torch import Tensor, nn
 from ...backbones.adapters import stack_copies
 from ...runtime.errors import LayaError
 from ...runtime.progress import within
-from ..metrics import target_probability
+from ..metrics import STACK_MIN_ROWS, target_probability
 from ..settings import BY_INPUT
 from .methods import LayerAttributions, blended_layer_ig
-
-# Below this many rows a CPU's matrix kernels can round a product differently from the same rows inside a larger
-# one (seen: 1, 2, 3, 5, 6, 7, 9, 10, 11 rows, docs/results/dispatch.md): such batches keep one pass per layer, so
-# the stacked removals give the loop's numbers bit for bit.
-STACK_MIN_ROWS = 12
 
 
 class NetworkScope(LayerAttributions):
