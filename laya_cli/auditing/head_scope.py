@@ -41,12 +41,14 @@ from .metrics import (
     faithfulness_rows,
     keep_only_probability,
     lolo_effects,
+    nan_summaries,
     nan_summary,
     near_chance,
     near_equal_effects,
     normalised_deletion,
     rank_layers,
     ranking_block,
+    row_means,
     spearman_rows,
     target_probability,
     tie_levels,
@@ -128,12 +130,11 @@ def _randomisation(per: dict[str, Tensor], common: dict[str, Tensor], stages: Se
 
 
 def _summarise(
-    per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str], plan: AuditPlan
+    per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str], plan: AuditPlan, first: dict
 ) -> MethodScores:
-    degenerate, groups, s = common["degenerate"], plan.groups, plan.settings
-    rho = per["rho"].masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
-    faithfulness, faithfulness_std, defined, undefined = nan_summary(rho)
-    d1, oracle, random = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
+    """One method's scores; ``first``: its faithfulness, Deletion@1 and the counts, made for every method at once
+    (``_first_metrics``)."""
+    groups, s = plan.groups, plan.settings
     deeper = {
         **(_aopc(per) if "aopc" in groups else {}),
         **(_sufficiency(per, common) if "sufficiency" in groups else {}),
@@ -141,20 +142,31 @@ def _summarise(
         **(_randomisation(per, common, stages) if "randomisation" in groups else {}),
     }
     return MethodScores(
-        faithfulness=faithfulness,
-        faithfulness_std=faithfulness_std,
-        defined=defined,
-        undefined=undefined,
-        deletion_at_1=d1,
-        oracle=oracle,
-        random=random,
-        normalised=normalised_deletion(d1, oracle, random),
-        degenerate=int(degenerate.sum()),
-        undefined_by_ties=int(per["tie_undefined"].sum()),
+        **first,
+        normalised=normalised_deletion(first["deletion_at_1"], first["oracle"], first["random"]),
         groups=groups,
         ig_steps=steps_summary(per["ig_steps"], s.steps, s.ig_tol) if "ig_steps" in per else None,
         **deeper,
     )
+
+
+def _first_metrics(per: dict[str, dict[str, Tensor]], common: dict[str, Tensor]) -> dict[str, dict]:
+    """Faithfulness (mean ρ, its std, defined and undefined samples), Deletion@1, its oracle and random expectation,
+    the degenerate samples and those undefined by ties, per method: the same numbers as method by method, each
+    made once for every method on the (M, N) tables (``nan_summaries``, ``row_means``) and the shared ones once."""
+    if not per:
+        return {}
+    rho = torch.stack([rows["rho"] for rows in per.values()]).double()
+    rho = rho.masked_fill(common["degenerate"], float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
+    d1 = row_means(torch.stack([rows["d1"] for rows in per.values()]).double())
+    by_ties = torch.stack([rows["tie_undefined"] for rows in per.values()]).sum(-1).tolist()
+    oracle, random = row_means(torch.stack([common["oracle"], common["random"]]).double())
+    shared = {"oracle": oracle, "random": random, "degenerate": int(common["degenerate"].sum())}
+    return {
+        m: {**shared, "faithfulness": f, "faithfulness_std": sd, "defined": n, "undefined": undefined,
+            "deletion_at_1": d, "undefined_by_ties": int(ties)}
+        for m, (f, sd, n, undefined), d, ties in zip(per, nan_summaries(rho), d1, by_ties)
+    }  # fmt: skip
 
 
 def _unavailable(note: str, common: dict[str, Tensor], plan: AuditPlan, stages: Sequence[str]) -> MethodScores:
@@ -184,11 +196,13 @@ def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) ->
     """Every method's scores over the audited samples (``rows``: a mask of them)."""
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     common = {k: pick(v) for k, v in common.items()}
+    available = {m: {k: pick(v) for k, v in per[m].items()} for m in plan.methods if not plan.reasons[m]}
+    first = _first_metrics(available, common)
     return {
         m: (
-            _unavailable(plan.reasons[m], common, plan, stages)
-            if plan.reasons[m]
-            else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages, plan)
+            _summarise(available[m], common, stages, plan, first[m])
+            if m in available
+            else _unavailable(plan.reasons[m], common, plan, stages)
         )
         for m in plan.methods
     }
@@ -384,8 +398,9 @@ def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs, degenerate) -
     stacked = torch.stack([a.double() for a, _ in scored.values()])
     rho, tie_undefined_, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
     per = {}
-    for k, (m, (a, out)) in enumerate(scored.items()):
-        out.update(rho=rho[k], tie_undefined=tie_undefined_[k], d1=d1[k], scores=stacked[k])
+    rows = zip(rho.unbind(), tie_undefined_.unbind(), d1.unbind(), stacked.unbind())  # each method's row: a view
+    for (m, (a, out)), (rho_, tie_, d1_, scores) in zip(scored.items(), rows):
+        out.update(rho=rho_, tie_undefined=tie_, d1=d1_, scores=scores)
         out.update(_curves(run, a, b))
         out.update(_randomised(run, m, a, b, stage_ctxs))
         per[m] = out
