@@ -54,7 +54,7 @@ from .metrics import (
     tie_levels,
     undetermined_note,
 )
-from .plan import AuditPlan, Rows
+from .plan import AuditPlan, Rows, to_host
 from .registry import METHODS, having
 from .results import AuditResult, ClassScores, MethodScores, ties_block
 from .settings import AuditSettings
@@ -317,7 +317,7 @@ class _Batch:
     x: list[Tensor]
     target: Tensor  # the explained class ŷ
     base: Tensor  # p_ŷ(x)
-    delta: Tensor  # (B, L) LOLO effects Δ, on the CPU
+    delta: Tensor  # (B, L) LOLO effects Δ: on the CPU once the methods have scored (``plan.to_host``)
     keep: Tensor | None  # (B, L) p_ŷ with only layer i kept, on the CPU (sufficiency only)
     keys: Tensor  # (B, L) tie-breaking keys of the curves' rankings
     check: bool  # in the model-randomisation check
@@ -379,20 +379,18 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
 
 
 def _method_scores(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dict[str, Tensor]]:
-    """One method's (B, L) scores on one batch, on the CPU (the float64 metrics; MPS has no float64), and what its
-    convergence says (IG: its error and steps)."""
+    """One method's (B, L) scores on one batch, where the head computed them (``plan.to_host`` brings them over), and
+    what its convergence says (IG: its error and steps)."""
     if METHODS[m].convergence:
-        a, out = _converging(run, m, run.head, b, ctx, b.effect)
-    else:
-        a, out = METHODS[m](run.head, b.x, ctx), {}
-    return a.cpu(), out
+        return _converging(run, m, run.head, b, ctx, b.effect)
+    return METHODS[m](run.head, b.x, ctx), {}
 
 
-def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs, degenerate) -> dict[str, dict[str, Tensor]]:
-    """Every audited method on one batch: its per-sample numbers (float64, on the CPU). ρ, the ties and Deletion@1
-    of all methods in one set of kernels (``faithfulness_rows``); ``degenerate``: Δ's degenerate rows at the tie
-    tolerance and at 0."""
-    scored = {m: _method_scores(run, m, b, ctx) for m in run.plan.active}
+def _methods_on_batch(run: _HeadScope, b: _Batch, scored, stage_ctxs, degenerate) -> dict[str, dict[str, Tensor]]:
+    """Every audited method's per-sample numbers on one batch (float64, on the CPU) from its scores there
+    (``scored``: method -> (scores on the host, what its convergence says)). ρ, the ties and Deletion@1 of all
+    methods in one set of kernels (``faithfulness_rows``); ``degenerate``: Δ's degenerate rows at the tie tolerance
+    and at 0."""
     if not scored:
         return {}
     stacked = torch.stack([a.double() for a, _ in scored.values()])
@@ -426,14 +424,12 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     with torch.no_grad():
         out = head(x)
     logits, pred = out.logits, out.logits.argmax(-1)
-    if "alpha" in common:  # the head's α, whichever methods run (its collapse summary)
-        common.append(alpha=out.alpha.float().cpu())
     target = pred if s.target == "predicted" else y
     b = _Batch(
         x=x,
         target=target,
         base=target_probability(logits, target),
-        delta=lolo_effects(head, x, target, removal, how).cpu(),
+        delta=lolo_effects(head, x, target, removal, how),  # on the host with the scores, in one copy (below)
         keep=keep_only_probability(head, x, target, removal, how).cpu() if "sufficiency" in groups else None,
         keys=random_scores(len(y), run.plan.n_layers, run.ties),
         check=first < run.check_stop,
@@ -443,22 +439,29 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
     ctx = run.plan.context(target, run.generator, run.weights[0])
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
+    scored = {m: _method_scores(run, m, b, ctx) for m in run.plan.active}
+    alpha = [out.alpha.float()] if "alpha" in common else []  # the head's α, whichever methods run (its collapse)
+    b.delta, *host = to_host([b.delta, *(a for a, _ in scored.values()), *alpha])  # one copy of the batch's
+    if alpha:
+        common.append(alpha=host.pop())
+    scored = {m: (a, out) for (m, (_, out)), a in zip(scored.items(), host)}
     degenerate = degenerate_effects(b.delta, s.tie_tol)
     exactly_degenerate = degenerate_effects(b.delta) if s.tie_tol > 0 else degenerate
-    for m, rows in _methods_on_batch(run, b, ctx, stage_ctxs, (degenerate, exactly_degenerate)).items():
+    for m, rows in _methods_on_batch(run, b, scored, stage_ctxs, (degenerate, exactly_degenerate)).items():
         per[m].append(rows)
+    pred_host, label_host = pred.cpu(), y.cpu()
     _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
-        pred=pred.cpu(),
-        label=y.cpu(),
+        pred=pred_host,
+        label=label_host,
         oracle=oracle,
         random=random,
         keep_oracle=keep_oracle,
         keep_random=keep_random,
         effect=b.effect if b.effect is not None else nan_rows,
-        target=target.cpu().double(),
+        target=(pred_host if target is pred else label_host).double(),
         checked=torch.full((len(y),), b.check),
         degenerate=degenerate,
         tie_degenerate=degenerate & ~exactly_degenerate,

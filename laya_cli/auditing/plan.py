@@ -137,6 +137,17 @@ class Rows:
         return out
 
 
+def to_host(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """A batch's tensors on the host in one device-to-host copy (stacked, each back as its own view) where they share
+    a shape, dtype and device, else one copy each: both scopes bring Δ, every method's scores and α over so (the
+    metrics run on the host in float64; MPS has no float64)."""
+    first = tensors[0]
+    if len(tensors) > 1 and all(t.shape == first.shape and t.dtype == first.dtype for t in tensors):
+        if all(t.device == first.device for t in tensors):
+            return list(torch.stack(tensors).cpu().unbind())
+    return [t.cpu() for t in tensors]
+
+
 # --------------------------------------------------------------------------- the plan of an audit
 
 
