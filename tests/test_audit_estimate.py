@@ -175,8 +175,9 @@ def test_the_line_names_the_batches_own_work():
 
 
 def test_the_estimates_probe_leaves_the_audit_unchanged(digits_ckpt, monkeypatch):
-    """The probe runs the audit's per-batch work on 2 images with its own generator and rows: the audit's numbers
-    (the random method's draws among them) are those of an audit without it."""
+    """The probe runs the audit's per-batch work on its first images with a copy of its generator (here the whole
+    first batch of a light backbone, whose rows the audit then takes): the audit's numbers (the random method's draws
+    among them) are those of an audit without it."""
     from laya_cli.auditing import estimate, job
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data

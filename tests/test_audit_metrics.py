@@ -21,9 +21,11 @@ from laya_cli.auditing.metrics import (
     degenerate_effects,
     deletion_at_1,
     lolo_effects,
+    nan_summaries,
     nan_summary,
     near_chance,
     normalised_deletion,
+    row_means,
     spearman_rows,
     target_probability,
 )
@@ -398,3 +400,33 @@ def test_a_scope_whose_effects_are_near_equal_has_an_undetermined_ranking_and_fa
     shown = scored_rows(rows, block)["laya"]
     assert shown["faithfulness"] == UNDETERMINED and shown["faithfulness_std"] is None and shown["ci"] == {}
     assert shown["deletion@1"] == 0.41 and scored_rows(rows, {"determined": True}) is rows
+
+
+def _same(a, b) -> bool:
+    return all(x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stacked_summaries_are_the_one_by_one_numbers_bit_for_bit(threads):
+    """The end-of-audit means and stds made for every method at once (``nan_summaries``, ``row_means``) are
+    ``nan_summary`` and ``mean().item()`` row by row exactly: shared undefined samples, ragged ones (a row by row
+    fallback), none defined, sizes around the vector widths; fails if ATen's reductions change their order."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(3)
+        for n in [*range(0, 70), 127, 128, 129, 1000, 4097]:
+            for m in (1, 2, 4):
+                shift = torch.randn(m, 1, generator=g).double()
+                table = torch.randn(m, n, generator=g, dtype=torch.float64) * 3 + shift
+                table[:, torch.rand(n, generator=g) < 0.25] = float("nan")
+                if n % 5 == 0 and m > 1 and n:
+                    table[1, 0] = float("nan")  # defined on other samples than row 0
+                if n == 7:
+                    table[:] = float("nan")
+                got, want = nan_summaries(table), [nan_summary(row) for row in table]
+                assert all(_same(a, b) for a, b in zip(got, want)), (n, m)
+                means = row_means(table.nan_to_num())
+                assert _same(means, [row.nan_to_num().mean().item() if n else math.nan for row in table]), (n, m)
+    finally:
+        torch.set_num_threads(saved)

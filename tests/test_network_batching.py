@@ -20,17 +20,17 @@ from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
 
 
-def _loop_score_methods(run, b, rows, degenerate) -> None:
-    """The per-method loop ``batches._score_methods`` replaced (main before issue 73's third round), verbatim."""
-    s, head, delta = run.plan.settings, run.net.head, b.delta
-    for m in run.computed:
-        a = batches._scores_on(run, m, b).cpu()
+def _loop_score_methods(run, b, scored, crossed, rows, degenerate) -> None:
+    """The per-method loop ``batches._score_methods`` replaced (main before issue 73's third round), on the scores
+    the batch made (``scored``: on the host since the fourth round; ``crossed``: the head's own, where made)."""
+    s, delta = run.plan.settings, b.delta
+    for m, a in scored.items():
         rho = spearman_rows(a, delta, s.tie_tol)
         rows["rho"].append({m: rho})
         rows["tie"].append({m: tie_undefined(rho, spearman_rows(a, delta), delta, s.tie_tol)})
         rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
-        if run.both and batches.METHODS[m].network:
-            rows["cross"].append({m: spearman_rows(batches.METHODS[m](head, b.feats, b.ctx).cpu(), a)})
+        if m in crossed:
+            rows["cross"].append({m: spearman_rows(crossed[m].cpu(), a)})
 
 
 def _without_memory(doc: dict) -> dict:
@@ -103,3 +103,29 @@ def test_stacked_removal_effects_equal_the_head_passes_bit_for_bit(rows):
     loop = patching.removal_effects(scope.head, feats, removed, target)
     assert loop.shape == (rows, len(hs)) and loop.abs().sum() > 0
     assert torch.equal(patching.stacked_removal_effects(scope.head, feats, removed, target), loop)
+
+
+@pytest.mark.parametrize("scope", ["network", "both"])
+def test_the_estimates_probe_is_the_audits_first_batch(digits_ckpt, monkeypatch, scope):
+    """``laya audit``'s estimate probes the first batch whole on a light backbone: the audit takes its rows instead of
+    computing the batch again, with the same numbers, ``random``'s later draws included, as when it does."""
+    from laya_cli.auditing import job
+
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=37)  # batches of 16, 16 and 5
+    settings = AuditSettings(steps=4, batch_size=16).validate()
+    calls, network_batch = [], batches.network_batch
+    monkeypatch.setattr(
+        batches, "network_batch", lambda run, i, xb, rows: calls.append(i) or network_batch(run, i, xb, rows)
+    )
+    reused = run_scoped_audit(model, data, parse_methods("all"), settings, scope).to_dict()
+    assert calls == [0, 16, 32], "the probe ran the first batch, the audit the others"
+    calls.clear()
+    probe = job.probe_batch
+    monkeypatch.setattr(job, "probe_batch", lambda run, xb: (probe(run, xb), setattr(run, "probed", None)))
+    again = run_scoped_audit(model, data, parse_methods("all"), settings, scope).to_dict()
+    assert calls == [0, 0, 16, 32], "without the probe's rows the audit runs every batch"
+    assert _without_memory(reused) == _without_memory(again)
+    assert (
+        reused["network"]["methods"]["random"]["faithfulness"] == again["network"]["methods"]["random"]["faithfulness"]
+    )

@@ -62,9 +62,12 @@ def collapse_summary(alpha: Tensor, against: str | None = None) -> dict:
     h = alpha_entropy(alpha)
     eff = h.exp()
     q = torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)
-    hq, eq = (torch.quantile(v, q).tolist() if len(v) else [math.nan] * 3 for v in (h, eff))
-    spread = top_layer_spread(alpha)
-    modal = int(torch.bincount(alpha.argmax(-1), minlength=n_layers).argmax()) if len(alpha) else None
+    # both quartiles in one call (each row's are those of the 1-D tensor), the top layer counted once
+    hq, eq = torch.quantile(torch.stack([h, eff]), q, dim=-1).T.tolist() if len(h) else ([math.nan] * 3,) * 2
+    top = alpha.argmax(-1)
+    modal = torch.bincount(top, minlength=n_layers).argmax() if len(alpha) else None
+    spread = float((top != modal).double().mean()) if len(alpha) else float("nan")  # top_layer_spread
+    modal = int(modal) if modal is not None else None
     summary = {
         "samples": int(alpha.shape[0]),
         "layers": int(n_layers),

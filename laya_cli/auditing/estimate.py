@@ -22,7 +22,9 @@ What the estimate counts, per batch of the audit (``AuditCost``):
 Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the machine's load changing on the
 way; IG's refinements past its first steps move it too. The probes cost three
 forwards of a batch, one or two runs of the per-batch work (on a light backbone's whole first batch, a heavy one's 2
-images) and a tenth of the bootstrap, before the work (the first run also pays the warm-up the first batch would).
+images) and a tenth of the bootstrap, before the work (the first run also pays the warm-up the first batch would);
+a probe of the whole first batch is not paid twice: the audit takes that batch's rows from it
+(``network.batches.probe_batch``).
 
 The passes per sample:
   1                          the taps (one pass)

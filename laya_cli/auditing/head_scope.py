@@ -42,18 +42,20 @@ from .metrics import (
     faithfulness_rows,
     keep_only_probability,
     lolo_effects,
+    nan_summaries,
     nan_summary,
     near_chance,
     near_equal_effects,
     normalised_deletion,
     rank_layers,
     ranking_block,
+    row_means,
     spearman_rows,
     target_probability,
     tie_levels,
     undetermined_note,
 )
-from .plan import AuditPlan, Rows
+from .plan import AuditPlan, Rows, to_host
 from .registry import METHODS, having
 from .results import AuditResult, ClassScores, MethodScores, ties_block
 from .settings import AuditSettings
@@ -129,12 +131,11 @@ def _randomisation(per: dict[str, Tensor], common: dict[str, Tensor], stages: Se
 
 
 def _summarise(
-    per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str], plan: AuditPlan
+    per: dict[str, Tensor], common: dict[str, Tensor], stages: Sequence[str], plan: AuditPlan, first: dict
 ) -> MethodScores:
-    degenerate, groups, s = common["degenerate"], plan.groups, plan.settings
-    rho = per["rho"].masked_fill(degenerate, float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
-    faithfulness, faithfulness_std, defined, undefined = nan_summary(rho)
-    d1, oracle, random = (_mean(t) for t in (per["d1"], common["oracle"], common["random"]))
+    """One method's scores; ``first``: its faithfulness, Deletion@1 and the counts, made for every method at once
+    (``_first_metrics``)."""
+    groups, s = plan.groups, plan.settings
     deeper = {
         **(_aopc(per) if "aopc" in groups else {}),
         **(_sufficiency(per, common) if "sufficiency" in groups else {}),
@@ -142,20 +143,31 @@ def _summarise(
         **(_randomisation(per, common, stages) if "randomisation" in groups else {}),
     }
     return MethodScores(
-        faithfulness=faithfulness,
-        faithfulness_std=faithfulness_std,
-        defined=defined,
-        undefined=undefined,
-        deletion_at_1=d1,
-        oracle=oracle,
-        random=random,
-        normalised=normalised_deletion(d1, oracle, random),
-        degenerate=int(degenerate.sum()),
-        undefined_by_ties=int(per["tie_undefined"].sum()),
+        **first,
+        normalised=normalised_deletion(first["deletion_at_1"], first["oracle"], first["random"]),
         groups=groups,
         ig_steps=steps_summary(per["ig_steps"], s.steps, s.ig_tol) if "ig_steps" in per else None,
         **deeper,
     )
+
+
+def _first_metrics(per: dict[str, dict[str, Tensor]], common: dict[str, Tensor]) -> dict[str, dict]:
+    """Faithfulness (mean ρ, its std, defined and undefined samples), Deletion@1, its oracle and random expectation,
+    the degenerate samples and those undefined by ties, per method: the same numbers as method by method, each
+    made once for every method on the (M, N) tables (``nan_summaries``, ``row_means``) and the shared ones once."""
+    if not per:
+        return {}
+    rho = torch.stack([rows["rho"] for rows in per.values()]).double()
+    rho = rho.masked_fill(common["degenerate"], float("nan"))  # ρ says nothing there (docs/metrics.md): undefined
+    d1 = row_means(torch.stack([rows["d1"] for rows in per.values()]).double())
+    by_ties = torch.stack([rows["tie_undefined"] for rows in per.values()]).sum(-1).tolist()
+    oracle, random = row_means(torch.stack([common["oracle"], common["random"]]).double())
+    shared = {"oracle": oracle, "random": random, "degenerate": int(common["degenerate"].sum())}
+    return {
+        m: {**shared, "faithfulness": f, "faithfulness_std": sd, "defined": n, "undefined": undefined,
+            "deletion_at_1": d, "undefined_by_ties": int(ties)}
+        for m, (f, sd, n, undefined), d, ties in zip(per, nan_summaries(rho), d1, by_ties)
+    }  # fmt: skip
 
 
 def _unavailable(note: str, common: dict[str, Tensor], plan: AuditPlan, stages: Sequence[str]) -> MethodScores:
@@ -185,11 +197,13 @@ def _scores(plan: AuditPlan, per, common, stages, rows: Tensor | None = None) ->
     """Every method's scores over the audited samples (``rows``: a mask of them)."""
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     common = {k: pick(v) for k, v in common.items()}
+    available = {m: {k: pick(v) for k, v in per[m].items()} for m in plan.methods if not plan.reasons[m]}
+    first = _first_metrics(available, common)
     return {
         m: (
-            _unavailable(plan.reasons[m], common, plan, stages)
-            if plan.reasons[m]
-            else _summarise({k: pick(v) for k, v in per[m].items()}, common, stages, plan)
+            _summarise(available[m], common, stages, plan, first[m])
+            if m in available
+            else _unavailable(plan.reasons[m], common, plan, stages)
         )
         for m in plan.methods
     }
@@ -304,7 +318,7 @@ class _Batch:
     x: list[Tensor]
     target: Tensor  # the explained class ŷ
     base: Tensor  # p_ŷ(x)
-    delta: Tensor  # (B, L) LOLO effects Δ, on the CPU
+    delta: Tensor  # (B, L) LOLO effects Δ: on the CPU once the methods have scored (``plan.to_host``)
     keep: Tensor | None  # (B, L) p_ŷ with only layer i kept, on the CPU (sufficiency only)
     keys: Tensor  # (B, L) tie-breaking keys of the curves' rankings
     check: bool  # in the model-randomisation check
@@ -372,27 +386,26 @@ def _curves(run: _HeadScope, a: Tensor, b: _Batch) -> dict[str, Tensor]:
 
 
 def _method_scores(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dict[str, Tensor]]:
-    """One method's (B, L) scores on one batch, on the CPU (the float64 metrics; MPS has no float64), and what its
-    convergence says (IG: its error and steps)."""
+    """One method's (B, L) scores on one batch, where the head computed them (``plan.to_host`` brings them over), and
+    what its convergence says (IG: its error and steps)."""
     if METHODS[m].convergence:
-        a, out = _converging(run, m, run.head, b, ctx, b.effect, (b.base, b.at_baseline))
-    else:
-        a, out = METHODS[m](run.head, b.x, ctx), {}
-    return a.cpu(), out
+        return _converging(run, m, run.head, b, ctx, b.effect, (b.base, b.at_baseline))
+    return METHODS[m](run.head, b.x, ctx), {}
 
 
-def _methods_on_batch(run: _HeadScope, b: _Batch, ctx, stage_ctxs, degenerate) -> dict[str, dict[str, Tensor]]:
-    """Every audited method on one batch: its per-sample numbers (float64, on the CPU). ρ, the ties and Deletion@1
-    of all methods in one set of kernels (``faithfulness_rows``); ``degenerate``: Δ's degenerate rows at the tie
-    tolerance and at 0."""
-    scored = {m: _method_scores(run, m, b, ctx) for m in run.plan.active}
+def _methods_on_batch(run: _HeadScope, b: _Batch, scored, stage_ctxs, degenerate) -> dict[str, dict[str, Tensor]]:
+    """Every audited method's per-sample numbers on one batch (float64, on the CPU) from its scores there
+    (``scored``: method -> (scores on the host, what its convergence says)). ρ, the ties and Deletion@1 of all
+    methods in one set of kernels (``faithfulness_rows``); ``degenerate``: Δ's degenerate rows at the tie tolerance
+    and at 0."""
     if not scored:
         return {}
     stacked = torch.stack([a.double() for a, _ in scored.values()])
     rho, tie_undefined_, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
     per = {}
-    for k, (m, (a, out)) in enumerate(scored.items()):
-        out.update(rho=rho[k], tie_undefined=tie_undefined_[k], d1=d1[k], scores=stacked[k])
+    rows = zip(rho.unbind(), tie_undefined_.unbind(), d1.unbind(), stacked.unbind())  # each method's row: a view
+    for (m, (a, out)), (rho_, tie_, d1_, scores) in zip(scored.items(), rows):
+        out.update(rho=rho_, tie_undefined=tie_, d1=d1_, scores=scores)
         out.update(_curves(run, a, b))
         out.update(_randomised(run, m, a, b, stage_ctxs))
         per[m] = out
@@ -424,14 +437,12 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     with torch.no_grad():
         out = head(x)
     logits, pred = out.logits, out.logits.argmax(-1)
-    if "alpha" in common:  # the head's α, whichever methods run (its collapse summary)
-        common.append(alpha=out.alpha.float().cpu())
     target = pred if s.target == "predicted" else y
     b = _Batch(
         x=x,
         target=target,
         base=target_probability(logits, target),
-        delta=lolo_effects(head, x, target, removal, how).cpu(),
+        delta=lolo_effects(head, x, target, removal, how),  # on the host with the scores, in one copy (below)
         keep=keep_only_probability(head, x, target, removal, how).cpu() if "sufficiency" in groups else None,
         keys=random_scores(len(y), run.plan.n_layers, run.ties),
         check=first < run.check_stop,
@@ -442,22 +453,29 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     state = run.generator.get_state()  # ``random`` on a randomised head draws the very same scores
     ctx = replace(run.plan.context(target, run.generator, run.weights[0]), alpha=out.alpha)  # laya: the same pass
     stage_ctxs = [run.plan.context(target, _replayed(state), w) for w in run.weights[1:]]
+    scored = {m: _method_scores(run, m, b, ctx) for m in run.plan.active}
+    alpha = [out.alpha.float()] if "alpha" in common else []  # the head's α, whichever methods run (its collapse)
+    b.delta, *host = to_host([b.delta, *(a for a, _ in scored.values()), *alpha])  # one copy of the batch's
+    if alpha:
+        common.append(alpha=host.pop())
+    scored = {m: (a, out) for (m, (_, out)), a in zip(scored.items(), host)}
     degenerate = degenerate_effects(b.delta, s.tie_tol)
     exactly_degenerate = degenerate_effects(b.delta) if s.tie_tol > 0 else degenerate
-    for m, rows in _methods_on_batch(run, b, ctx, stage_ctxs, (degenerate, exactly_degenerate)).items():
+    for m, rows in _methods_on_batch(run, b, scored, stage_ctxs, (degenerate, exactly_degenerate)).items():
         per[m].append(rows)
+    pred_host, label_host = pred.cpu(), y.cpu()
     _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
-        pred=pred.cpu(),
-        label=y.cpu(),
+        pred=pred_host,
+        label=label_host,
         oracle=oracle,
         random=random,
         keep_oracle=keep_oracle,
         keep_random=keep_random,
         effect=b.effect if b.effect is not None else nan_rows,
-        target=target.cpu().double(),
+        target=(pred_host if target is pred else label_host).double(),
         checked=torch.full((len(y),), b.check),
         degenerate=degenerate,
         tie_degenerate=degenerate & ~exactly_degenerate,

@@ -35,12 +35,20 @@ def method_columns(
     stages = sum(k.startswith("randomised") for k in per)  # randomised0 … randomised{S−1}
     if "randomisation" in groups and stages:  # the fully re-initialised head: the last stage
         cols["randomised"] = per[f"randomised{stages - 1}"]
-    return {k: cols[k].double().cpu().numpy() for k in COLUMNS if k in cols}
+    return {k: _on_host(cols[k]) for k in COLUMNS if k in cols}
+
+
+def _on_host(column: Tensor | np.ndarray) -> np.ndarray:
+    return column if isinstance(column, np.ndarray) else column.double().cpu().numpy()
+
+
+_SHARED = ("oracle", "random", "keep_oracle", "keep_random", "effect")  # the same columns for every method
 
 
 def attach_intervals(result, per: Mapping[str, Mapping[str, Tensor]], common: Mapping[str, Tensor], settings) -> None:
     """Keep each available method's columns on ``result`` and, unless ``settings.ci`` is 0, attach the
     intervals of its metrics and of its differences from ``laya`` to its ``MethodScores``."""
+    common = {**common, **{k: _on_host(common[k]) for k in _SHARED if k in common}}  # once, not once per method
     columns = {m: method_columns(per[m], common, result.groups) for m in per if result.methods[m].available}
     result.columns = columns
     level, n_boot = getattr(settings, "ci", 0.0), getattr(settings, "bootstrap", 0)
@@ -82,12 +90,13 @@ def network_columns(methods: dict, rho: Mapping, d1: Mapping, common: Mapping[st
     """Each available method's per-sample columns at network scope (faithfulness NaN where the effects are
     degenerate, Deletion@1, its oracle and random expectation), as ``method_columns`` gives them at head scope."""
     nan = float("nan")
+    oracle, random = _on_host(common["oracle"]), _on_host(common["random"])
     return {
         m: {
             "faithfulness": rho[m].double().masked_fill(common["degenerate"], nan).cpu().numpy(),
             "deletion@1": d1[m].double().cpu().numpy(),
-            "oracle": common["oracle"].double().cpu().numpy(),
-            "random": common["random"].double().cpu().numpy(),
+            "oracle": oracle,
+            "random": random,
         }
         for m, s in methods.items()
         if s.available and m in rho and m in d1

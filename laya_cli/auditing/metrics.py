@@ -5,6 +5,7 @@ completeness, the model-randomisation sanity check)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -306,6 +307,40 @@ def nan_summary(values: Tensor) -> tuple[float, float, int, int]:
         return float("nan"), float("nan"), 0, undefined
     v = values[ok]
     return v.mean().item(), v.std(correction=0).item(), n, undefined
+
+
+# Below this many samples a float64 mean or std is one serial pass on the CPU whatever the threads (ATen's grain size
+# of its parallel reductions): then a row of a table reduces exactly as the 1-D tensor does (``row_summaries``).
+SERIAL_BELOW = 32768
+
+
+def row_means(table: Tensor) -> list[float]:
+    """The mean of each row of an (M, N) float64 table on the CPU: ``row.mean().item()`` row by row, the same bits (a
+    row of a contiguous table sums as the 1-D tensor does, below ``SERIAL_BELOW``), in one kernel instead of M."""
+    if table.shape[-1] == 0:
+        return [float("nan")] * len(table)
+    if table.shape[-1] >= SERIAL_BELOW or table.device.type != "cpu":
+        return [row.mean().item() for row in table]
+    return table.contiguous().mean(-1).tolist()
+
+
+def nan_summaries(table: Tensor) -> list[tuple[float, float, int, int]]:
+    """``nan_summary`` of each row of an (M, N) table, the same numbers bit for bit, in one set of kernels where
+    every row is defined on the same samples (the usual case: ρ is undefined where Δ is degenerate, whatever the
+    method), else row by row. The std as ATen computes a 1-D tensor's (the mean, then the squared deviations added
+    left to right: a cumulative sum's last column), below ``SERIAL_BELOW`` defined samples."""
+    table = table.double()
+    ok = ~table.isnan()
+    shared = ok[0] if len(table) else ok
+    n = int(shared.sum()) if len(table) else 0
+    if len(table) < 2 or not 0 < n < SERIAL_BELOW or table.device.type != "cpu" or not bool((ok == shared).all()):
+        return [nan_summary(row) for row in table]
+    values = table[:, shared]
+    mean = values.mean(-1)
+    deviation = values - mean.unsqueeze(-1)
+    squares = (deviation * deviation).cumsum(-1)[:, -1].tolist()  # (a tensor over a number multiplies by 1/n)
+    undefined = table.shape[-1] - n
+    return [(m, math.sqrt(s / n), n, undefined) for m, s in zip(mean.tolist(), squares)]
 
 
 # --------------------------------------------------------------------------- deeper metrics (docs/metrics.md)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..model.heads import head_kind
+from ..runtime.distributed import active as distributed
 from ..runtime.distributed import cat_rows, gather_rows, gathered_sum, shard_bounds
 from ..runtime.errors import LayaError, match_choice
 from ..runtime.progress import track
@@ -122,16 +123,29 @@ class Rows:
 
     def gather(self) -> dict[str, Tensor]:
         """Every state: all ranks' rows in sample order (``reduce="sum"``: the (width,) total)."""
-        out = {}
+        out, sharded = {}, distributed()
         for name, (dtype, width, reduce) in self._states.items():
             parts = self._parts[name]
             if reduce == "sum":
                 out[name] = gathered_sum(parts, width)
-            elif dtype == torch.bool:  # gathered as uint8: every backend gathers it
+            elif not sharded and len(parts) == 1:  # one batch in one process: its rows as they are, no copy
+                out[name] = parts[0]
+            elif dtype == torch.bool and sharded:  # gathered as uint8: every backend gathers it
                 out[name] = gather_rows(cat_rows(parts, dtype, width).to(torch.uint8), self.n).bool()
             else:
                 out[name] = gather_rows(cat_rows(parts, dtype, width), self.n)
         return out
+
+
+def to_host(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """A batch's tensors on the host in one device-to-host copy (stacked, each back as its own view) where they share
+    a shape, dtype and device, else one copy each: both scopes bring Δ, every method's scores and α over so (the
+    metrics run on the host in float64; MPS has no float64)."""
+    first = tensors[0]
+    if len(tensors) > 1 and all(t.shape == first.shape and t.dtype == first.dtype for t in tensors):
+        if all(t.device == first.device for t in tensors):
+            return list(torch.stack(tensors).cpu().unbind())
+    return [t.cpu() for t in tensors]
 
 
 # --------------------------------------------------------------------------- the plan of an audit

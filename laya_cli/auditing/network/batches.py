@@ -31,7 +31,7 @@ from ..metrics import (
     tie_undefined,
     undetermined_note,
 )
-from ..plan import AuditPlan, Rows
+from ..plan import AuditPlan, Rows, to_host
 from ..registry import METHODS, having
 from ..results import ties_block
 from ..settings import AuditSettings
@@ -78,10 +78,20 @@ class Batch:
     hs: list[Tensor]  # the taps' activations
     feats: list[Tensor]  # pooled: the head's r_i
     target: Tensor  # the explained class ŷ
-    delta: Tensor  # (B, L) total effects, on the CPU
+    delta: Tensor  # (B, L) total effects: on the CPU once the methods have scored (``plan.to_host``)
     ctx: AttributionContext
     steps: dict[str, Tensor] = field(default_factory=dict)  # the methods with a convergence delta: their IG steps
     grads: list[Tensor] | None = None  # dp_ŷ/dh_i, once per batch for the gradient methods (registry)
+
+
+@dataclass
+class Probed:
+    """The estimate's probe of this rank's first batch, whole (``probe_batch``): its rows and ``random``'s generator
+    state after it, which the audit takes as its first batch instead of computing it again (``run_network``)."""
+
+    images: int
+    rows: dict[str, Rows]
+    generator_state: Tensor
 
 
 @dataclass
@@ -95,6 +105,7 @@ class NetworkRun:
     both: bool  # --scope both: also compare each method's scores with its head-scope ones
     computed: list[str]  # the methods scored per batch (the whole-set ones need all batches first)
     whole: list[str]  # the whole-set methods (``global``): scored after the batches
+    probed: Probed | None = None  # the estimate's probe of the first batch, kept for the audit (``probe_batch``)
 
     @property
     def crossed(self) -> list[str]:
@@ -160,7 +171,7 @@ def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
         out = net.head(feats)
         pred = out.logits.argmax(-1)
     target = pred if s.target == "predicted" else y
-    delta = net.effects(x, hs, feats, target).cpu()
+    delta = net.effects(x, hs, feats, target)  # on the host with the scores, in one copy (``network_batch``)
     return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator)), y, out
 
 
@@ -183,15 +194,18 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
     work = batch_work(run)
     with phase(work["effects"]):
         b, y, out = _batch(run, first, xb)
-    if "alpha" in rows["common"]:
-        rows["common"].append(alpha=out.alpha.float().cpu())
+    scored, crossed = _scores(run, b)
+    alpha = [out.alpha.float()] if "alpha" in rows["common"] else []
+    b.delta, *host = to_host([b.delta, *scored.values(), *alpha])  # one copy of the batch's (B, L) tensors
+    if alpha:
+        rows["common"].append(alpha=host.pop())
     delta = b.delta
     if run.both:
         dh = lolo_effects(head, b.feats, b.target, run.plan.references.removal, s.removal.head).cpu()
         rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
     degenerate = degenerate_effects(delta, s.tie_tol)
-    _score_methods(run, b, rows, (degenerate, degenerate_effects(delta)))
+    _score_methods(run, b, dict(zip(scored, host)), crossed, rows, (degenerate, degenerate_effects(delta)))
     if b.steps:
         rows["steps"].append(b.steps)
     if run.whole:
@@ -208,20 +222,26 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
     )
 
 
-def _score_methods(run: NetworkRun, b: Batch, rows: dict[str, Rows], degenerate: tuple[Tensor, Tensor]) -> None:
-    """Every method's scores on the batch (in the audit's order: ``random`` draws from the audit's generator), then
-    their ρ, tie flags and Deletion@1 against Δ in one set of kernels (``faithfulness_rows``: the same numbers as
-    ``spearman_rows``, ``tie_undefined`` and ``deletion_at_1`` method by method) and one host copy of the scores."""
+def _scores(run: NetworkRun, b: Batch) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Every method's scores on the batch (in the audit's order: ``random`` draws from the audit's generator) and,
+    with --scope both, the head's own scores of each network method (to hold against its network ones)."""
     work, head, both = batch_work(run), run.net.head, run.both
     scored, crossed = {}, {}
     for m in run.computed:
         with phase(work[m]):
             scored[m] = _scores_on(run, m, b)
-        if both and METHODS[m].network:  # the head's own scores of a network method, against its network ones
+        if both and METHODS[m].network:
             crossed[m] = METHODS[m](head, b.feats, b.ctx)
+    return scored, crossed
+
+
+def _score_methods(run: NetworkRun, b: Batch, scored, crossed, rows: dict[str, Rows], degenerate) -> None:
+    """The methods' ρ, tie flags and Deletion@1 against Δ (``scored``: their scores on the host) in one set of
+    kernels (``faithfulness_rows``: the same numbers as ``spearman_rows``, ``tie_undefined`` and ``deletion_at_1``
+    method by method); ``degenerate``: Δ's degenerate rows at the tie tolerance and at 0."""
     if not scored:
         return
-    stacked = torch.stack([a.double() for a in scored.values()]).cpu()  # exact: every float widens to float64
+    stacked = torch.stack([a.double() for a in scored.values()])  # exact: every float widens to float64
     rho, undefined, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
     for k, m in enumerate(scored):
         rows["rho"].append({m: rho[k]})
@@ -234,10 +254,19 @@ def _score_methods(run: NetworkRun, b: Batch, rows: dict[str, Rows], degenerate:
 
 
 def probe_batch(run: NetworkRun, xb) -> None:
-    """The per-batch work of ``network_batch`` on the images ``xb``, its rows and ``random``'s draws thrown away (the
-    audit's own generator is left where it stands): what the estimate times (``auditing.estimate``)."""
-    probe = dataclasses.replace(run, generator=torch.Generator().manual_seed(0))
-    network_batch(probe, 0, xb, probe.rows())
+    """The per-batch work of ``network_batch`` on the audit's first images ``xb`` (``estimate.audit_cost`` probes
+    those), ``random`` drawing from a copy of the audit's generator (its own is left where it stands): what the
+    estimate times. Where ``xb`` is this rank's whole first batch, its rows and the copy's state are kept
+    (``run.probed``): the audit takes them as its first batch, the numbers and ``random``'s later draws those it
+    would have computed (a probe of fewer images than a batch, the heavy backbone's, is thrown away)."""
+    generator = torch.Generator()
+    generator.set_state(run.generator.get_state())
+    probe = dataclasses.replace(run, generator=generator, probed=None)
+    rows = probe.rows()
+    network_batch(probe, 0, xb, rows)
+    shard = run.plan.shard
+    if shard.start == 0 and len(xb) == min(shard.batch_size, shard.stop):
+        run.probed = Probed(len(xb), rows, generator.get_state())
 
 
 def _score_whole_set(run: NetworkRun, got: dict, rho: dict, d1: dict, tie: dict) -> None:
@@ -253,10 +282,15 @@ def run_network(run: NetworkRun, images, layer_names: Sequence[str]) -> tuple[Ne
     """The network-scope audit of ``images`` in batches of ``settings.batch_size`` (sharded under torchrun, the
     per-sample numbers gathered): its result, and the per-sample numbers every method shares (``common``)."""
     plan, settings = run.plan, run.plan.settings
-    rows = run.rows()
+    rows, probed = run.rows(), run.probed
     batches = image_batches(images, settings.batch_size, plan.shard.start, plan.shard.stop)
     for first, xb in plan.shard.walk(batches, "auditing (network scope)"):
+        if probed is not None and first == 0 and len(xb) == probed.images:  # the estimate's probe ran it already
+            rows = probed.rows
+            run.generator.set_state(probed.generator_state)  # ``random``'s next draws: those after this batch
+            continue
         network_batch(run, first, xb, rows)
+    run.probed = None
     got = {k: r.gather() for k, r in rows.items()}  # back in the original order, on every rank
     common, rho, d1, tie, tol = got["common"], got["rho"], got["d1"], got["tie"], settings.tie_tol
     _score_whole_set(run, got, rho, d1, tie)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
-from ..metrics import nan_summary, normalised_deletion
+from ..metrics import nan_summaries, nan_summary, normalised_deletion, row_means
 from ..names import NETWORK_METRICS
 from ..plan import AuditPlan
 from ..results import MethodScores
@@ -87,16 +88,22 @@ def method_scores(plan: AuditPlan, rho: dict, d1: dict, tie: dict, common: dict)
     undefined, as at head scope; ``tie``: per method, the samples undefined only because of the tie tolerance.
     The deeper metrics keep their defaults (not computed here; not in the JSON)."""
     nan = float("nan")
-    mean = lambda t: t.double().mean().item() if len(t) else nan
-    oracle, random, degenerate = mean(common["oracle"]), mean(common["random"]), common["degenerate"]
+    oracle, random = row_means(torch.stack([common["oracle"], common["random"]]).double())
+    degenerate = common["degenerate"]
     n, n_degenerate = len(common["oracle"]), int(degenerate.sum())
+    available = [m for m in plan.methods if not plan.reasons[m]]
+    first = {}
+    if available:  # every method's ρ, Deletion@1 and ties in one set of kernels (the same numbers as one by one)
+        table = torch.stack([rho[m] for m in available]).double().masked_fill(degenerate, nan)
+        d1s = row_means(torch.stack([d1[m] for m in available]).double())
+        ties = torch.stack([tie[m] for m in available]).sum(-1).tolist()
+        first = dict(zip(available, zip(nan_summaries(table), d1s, ties)))
     out = {}
     for m in plan.methods:
         if plan.reasons[m]:
             out[m] = MethodScores.unavailable(plan.reasons[m], n, oracle=oracle, random=random, degenerate=n_degenerate)
             continue
-        faithfulness, std, defined, undefined = nan_summary(rho[m].masked_fill(degenerate, nan))
-        d = mean(d1[m])
+        (faithfulness, std, defined, undefined), d, by_ties = first[m]
         out[m] = MethodScores(
             faithfulness=faithfulness,
             faithfulness_std=std,
@@ -107,7 +114,7 @@ def method_scores(plan: AuditPlan, rho: dict, d1: dict, tie: dict, common: dict)
             random=random,
             normalised=normalised_deletion(d, oracle, random),
             degenerate=n_degenerate,
-            undefined_by_ties=int(tie[m].sum()),
+            undefined_by_ties=int(by_ties),
         )
     return out
 
