@@ -177,10 +177,10 @@ def train_stepper(model, feats, labels):
     copy of the head, after one step untimed (Adam's state is made at its first step, once per run)."""
     import copy
 
-    from laya_cli.training.loop import _step, adam
+    from laya_cli.training.loop import _step
 
     head = copy.deepcopy(model.head).train()
-    optimizer = adam(head.parameters(), 1e-4)  # the optimizer laya trains with (training.loop.make_optimizer)
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-4, foreach=True)  # torch's default on a GPU
     step = lambda: _step(head, optimizer, [f.clone() for f in feats], labels, "cpu", None)  # noqa: E731
     step()
     return step
@@ -247,7 +247,6 @@ def lm_phases(work: Path, positions: int, quick: bool) -> tuple[dict[str, Tally]
     from laya_cli.model.checkpoint import read_checkpoint
     from laya_cli.model.lm_heads import lm_from_checkpoint
     from laya_cli.training.lm import train_step as lm_step
-    from laya_cli.training.loop import adam
 
     from .lm_cost import language_model, read_blocks
 
@@ -260,7 +259,7 @@ def lm_phases(work: Path, positions: int, quick: bool) -> tuple[dict[str, Tally]
     settings = AuditSettings(batch_size=positions).validate()
     methods = ["laya", "ig", "gradxact", "random"]
     params = {id(p): p for m in (model.laya, model.tuned) if m is not None for p in m.parameters() if p.requires_grad}
-    opt = adam(list(params.values()), 1e-5)  # as train_lm builds it
+    opt = torch.optim.Adam(list(params.values()), lr=1e-5, foreach=True)  # torch's default on a GPU
 
     def forward():
         with torch.no_grad():

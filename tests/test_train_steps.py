@@ -1,28 +1,11 @@
-"""The training steps' cheaper forms (issue 73) give the numbers the plain forms gave, bit for bit: Adam's
-multi-tensor update, the bypassed taps of the language model's network term as a staircase, one host read of a
-step's losses."""
+"""The training steps' cheaper forms (issue 73) give the numbers the plain forms gave, bit for bit: the bypassed
+taps of the language model's network term as a staircase, one host read of a step's losses."""
 
 from __future__ import annotations
 
 import torch
 
 from laya_cli.training.lm import summed
-from laya_cli.training.loop import adam
-
-
-def test_adam_foreach_is_the_per_parameter_loop_bit_for_bit():
-    torch.manual_seed(0)
-    shapes = [(64, 64), (64,), (32, 64), (960,), (128, 960), (30, 128), (30,), (7, 3)]
-    loop = [torch.randn(s, requires_grad=True) for s in shapes]
-    multi = [p.detach().clone().requires_grad_(True) for p in loop]
-    a, b = torch.optim.Adam(loop, lr=1e-3), adam(multi, 1e-3)
-    assert b.defaults["foreach"]
-    for _ in range(12):
-        for p, q in zip(loop, multi):
-            g = torch.randn(p.shape) * 10.0 ** int(torch.randint(-6, 2, ()))
-            p.grad, q.grad = g.clone(), g.clone()
-        a.step(), b.step()
-    assert all(torch.equal(p, q) for p, q in zip(loop, multi))
 
 
 def test_summed_reads_the_chunks_as_one_float_each():

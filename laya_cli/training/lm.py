@@ -58,7 +58,7 @@ from ..runtime.fileio import check_writable
 from .defaults import resolved_alignment, resolved_lm_head
 from .exit_aware import ExitAware
 from .lm_alignment import TokenAlignment
-from .loop import EarlyStopping, adam, check_finite_weights, epochs, non_finite_loss
+from .loop import EarlyStopping, check_finite_weights, epochs, non_finite_loss
 from .settings import TrainJobSettings
 from .shaping import layer_dropout_mask
 
@@ -439,7 +439,7 @@ def train_lm(req: TrainJobSettings, on_epoch: Callable[[LMEpoch], None] | None =
     laya = LayaLMHead(lm.num_layers, width, lm.readout, req.head_config).to(device)
     tuned = TunedLens(lm.num_layers, width, lm.readout).to(device) if req.lm.lens == "tuned" else None
     params = [p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad]
-    opt = adam(params, t.lr)
+    opt = torch.optim.Adam(params, lr=t.lr)
     reference = ReferenceSum(req.lm.eval_tokens)
     aligned = None
     if t.align:

@@ -278,14 +278,6 @@ def fit(
     return run.history
 
 
-def adam(params, lr: float) -> torch.optim.Adam:
-    """Adam with its multi-tensor update (``foreach``): one kernel per update stage for all the parameters instead of
-    one per parameter (a head has tens of small tensors: on a GPU those launches were most of a training step's
-    operations, issue 73). The same arithmetic in the same order per element: the same weights bit for bit as the
-    per-parameter loop (``tests/test_train_steps.py``)."""
-    return torch.optim.Adam(params, lr=lr, foreach=True)
-
-
 def make_optimizer(model: nn.Module, cfg: TrainingSettings, n_batches: int) -> torch.optim.Adam:
     """Adam over the trainable parameters. A backbone trained with its head (``EndToEnd``) at a rate of its own
     (``cfg.backbone_lr``, resolved: training/defaults.py) is a second parameter group, ``name`` "backbone", the head's
@@ -294,7 +286,7 @@ def make_optimizer(model: nn.Module, cfg: TrainingSettings, n_batches: int) -> t
     params = [p for p in model.parameters() if p.requires_grad]
     rate = cfg.backbone_lr
     if not isinstance(model, EndToEnd) or rate is None or (rate == cfg.lr and not cfg.backbone_warmup):
-        return adam(params, cfg.lr)
+        return torch.optim.Adam(params, lr=cfg.lr)
     in_backbone = {id(p) for p in model.backbone.parameters()}
     groups = [
         {"name": "head", "params": [p for p in params if id(p) not in in_backbone], "lr": cfg.lr},
@@ -303,7 +295,7 @@ def make_optimizer(model: nn.Module, cfg: TrainingSettings, n_batches: int) -> t
     if cfg.backbone_warmup:
         steps = max(int(n_batches), 1)
         groups[1].update(lr=rate / steps, warmup_steps=steps, warmup_done=0, target_lr=rate)
-    return adam([g for g in groups if g["params"]], cfg.lr)
+    return torch.optim.Adam([g for g in groups if g["params"]], lr=cfg.lr)
 
 
 def _warm_up(optimizer: torch.optim.Optimizer) -> None:
