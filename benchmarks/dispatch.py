@@ -180,7 +180,7 @@ def train_stepper(model, feats, labels):
     from laya_cli.training.loop import _step
 
     head = copy.deepcopy(model.head).train()
-    optimizer = torch.optim.Adam(head.parameters(), lr=1e-4)
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-4, foreach=True)  # torch's default on a GPU
     step = lambda: _step(head, optimizer, [f.clone() for f in feats], labels, "cpu", None)  # noqa: E731
     step()
     return step
@@ -259,7 +259,7 @@ def lm_phases(work: Path, positions: int, quick: bool) -> tuple[dict[str, Tally]
     settings = AuditSettings(batch_size=positions).validate()
     methods = ["laya", "ig", "gradxact", "random"]
     params = {id(p): p for m in (model.laya, model.tuned) if m is not None for p in m.parameters() if p.requires_grad}
-    opt = torch.optim.Adam(list(params.values()), lr=1e-5)
+    opt = torch.optim.Adam(list(params.values()), lr=1e-5, foreach=True)  # torch's default on a GPU
 
     def forward():
         with torch.no_grad():

@@ -41,7 +41,9 @@ class Readout(nn.Module):
         self.requires_grad_(False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        logits = self.unembedding(self.norm(h)) * self.scale
+        logits = self.unembedding(self.norm(h))
+        if self.scale != 1.0:  # × 1 is exact: skipped, one pass over the (rows, V) logits and its backward fewer
+            logits = logits * self.scale
         return logits if self.softcap is None else self.softcap * torch.tanh(logits / self.softcap)
 
     @property

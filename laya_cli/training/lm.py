@@ -167,7 +167,8 @@ def train_step(
     ``exit_aware``: (W, r̄, depths): W · the objective of the head truncated at each position's depth, added
     (``exit_aware``; ``--exit-aware``); None: none."""
     opt.zero_grad(set_to_none=True)
-    total, n = 0.0, all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
+    n = all_sum([len(targets)])[0]  # under torchrun: this rank's positions of one global batch
+    head_losses, lens_losses = [], []  # each chunk's summed loss, read on the host once per step (``summed``)
     for rows in chunks(len(targets), laya.readout.vocabulary):
         h, y = hs[rows], targets[rows]
         ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
@@ -178,27 +179,38 @@ def train_step(
             seen, keep = truncated_states(h, r_bar, depths[rows].to(h.device))
             loss = loss + weight * fused_loss(name, laya(seen, keep)[0].unsqueeze(1), ref, y).sum()
         (loss / n).backward()
-        total += float(loss.detach())
-    lens_loss = 0.0
+        head_losses.append(loss.detach())
+    k = 0
     if tuned is not None:
         h_lens = hs if sample is None else hs[sample.to(hs.device)]
         y_lens = targets if sample is None else targets[sample.to(targets.device)]
-        k, L, local = all_sum([len(y_lens)])[0], hs.shape[1], 0.0
+        k, L = all_sum([len(y_lens)])[0], hs.shape[1]
         for rows in chunks(len(y_lens), laya.readout.vocabulary * L):
             h, y = h_lens[rows], y_lens[rows]
             ref = reference_of(laya.readout, h[:, -1]) if name == "kl" else None
             logits = lens_logits(tuned.readout, tuned.embed(h)).reshape(len(y), L, -1)
             loss = fused_loss(name, logits, ref, y).sum()
             (loss / k).backward()
-            local += float(loss.detach())
-        lens_loss = all_sum([local])[0] / max(k, 1)
+            lens_losses.append(loss.detach())
     term = align() if align is not None else None
     if term is not None:
         term.backward()
-    align_loss = all_sum([float(term.detach()) if term is not None else 0.0])[0] if align is not None else 0.0
     sum_gradients([p for m in (laya, tuned) if m is not None for p in m.parameters() if p.requires_grad])
     opt.step()
+    total, local, align_loss = summed(head_losses, lens_losses, term.detach() if term is not None else None)
+    lens_loss = all_sum([local])[0] / max(k, 1) if tuned is not None else 0.0
+    align_loss = all_sum([align_loss])[0] if align is not None else 0.0
     return all_sum([total])[0] / n + lens_loss + align_loss
+
+
+def summed(head_losses: list[Tensor], lens_losses: list[Tensor], term: Tensor | None) -> tuple[float, float, float]:
+    """(Σ head chunks, Σ lens chunks, the term or 0) as host floats, from one read of the device (one
+    synchronisation per step, not one per chunk); added in the chunks' order from 0.0, as float by float (a float32
+    is exact in float64, so the sums are those of the per-chunk reads)."""
+    parts = [*head_losses, *lens_losses, *([term] if term is not None else [])]
+    values = torch.stack([v.double() for v in parts]).tolist() if parts else []
+    head, lens = values[: len(head_losses)], values[len(head_losses) : len(head_losses) + len(lens_losses)]
+    return sum(head, 0.0), sum(lens, 0.0), values[-1] if term is not None else 0.0
 
 
 @torch.no_grad()

@@ -28,8 +28,9 @@ from torch import Tensor, nn
 
 from ..auditing.lm import each_bypassed
 from ..auditing.metrics import lolo_effects
-from ..auditing.network.patching import removal_effects
+from ..auditing.network.patching import STACK_MIN_ROWS, removal_effects
 from ..runtime import distributed
+from ..runtime.device import autocast
 from ..runtime.errors import LayaError
 from .alignment import alignment_loss
 from .settings import NETWORK_TARGETS
@@ -57,10 +58,39 @@ def network_target(backbone, head: nn.Module, x: Tensor, clean: Tensor, position
     feats = [clean[:, j] for j in range(clean.shape[1])]
     target = head(feats).logits.argmax(-1)
     where = positions.to(x.device)
-    removed = []
-    for i, states in each_bypassed(backbone, x):  # the layers after i only (prefix reuse)
-        removed.append([states[j][0, where].to(clean.device) for j in range(i, len(feats))])
+    removed = [[h[0, where].to(clean.device) for h in taps] for taps in bypassed_taps(backbone, x)]
     return feats, target, removal_effects(head, feats, removed, target)
+
+
+# The staircase's largest step holds L copies of the block's states (L · T · d floats): beyond this many, the loop.
+STACKED_STATES = 1 << 25
+
+
+@torch.no_grad()
+def bypassed_taps(backbone, x: Tensor) -> list[list[Tensor]]:
+    """[i]: taps i..L of the one block ``x`` with layer i bypassed (its output := its input), as ``each_bypassed``
+    gives them. On a chain of layers they run as a staircase: before layer j + 1, the bypasses 0..j−1 (their tap j,
+    run on earlier) and bypass j (layer j's input) stacked along the batch, one call of layer j + 1 on up to L blocks
+    — L − 1 layer calls instead of L(L − 1)/2, the same arithmetic per row (as the audit's
+    ``NetworkScope._stacked_removed_taps``). Not stacked: a block of fewer than ``STACK_MIN_ROWS`` positions (a
+    matrix product of fewer rows rounds otherwise on a CPU: docs/results/dispatch.md) or a staircase of more than
+    ``STACKED_STATES`` floats a step; the loop of ``each_bypassed`` then, from the same one recorded pass."""
+    n_layers = len(backbone.layer_names)
+    if not backbone.can_continue:
+        return [states[i:] for i, states in each_bypassed(backbone, x)]
+    with autocast(x.device):
+        _, given = backbone.activations_and_inputs(x)
+        if given[0].numel() // given[0].shape[-1] < STACK_MIN_ROWS or n_layers * given[0].numel() > STACKED_STATES:
+            later = lambda i: backbone.continue_from(i, given[i]) if i + 1 < n_layers else []  # noqa: E731
+            return [[h.float() for h in (given[i], *later(i))] for i in range(n_layers)]
+        removed, state, n = [[] for _ in range(n_layers)], None, len(x)
+        for j in range(n_layers):
+            state = given[j] if state is None else torch.cat([state, given[j]])
+            for r, rows in enumerate(state.split(n)):
+                removed[r].append(rows.float())
+            if j + 1 < n_layers:
+                state = backbone.continue_from(j, state, upto=j + 2)[0]
+    return removed
 
 
 @torch.no_grad()

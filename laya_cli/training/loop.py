@@ -444,8 +444,10 @@ def _step(
         if shaping is not None:
             loss = loss + shaping.loss(head, feats, y)
     _descend(optimizer, loss)
-    total = loss.item() * len(y)
-    return total, (logits.argmax(-1) == y).sum().item(), ce.item() * len(y)
+    # one host read for the step's three figures (float64 holds a float32 and a count exactly: the same numbers)
+    total, correct, ce_mean = torch.stack([loss.detach().double(), (logits.argmax(-1) == y).sum().double(),
+                                           ce.detach().double()]).tolist()  # fmt: skip
+    return total * len(y), int(correct), ce_mean * len(y)
 
 
 def _ddp_step(
