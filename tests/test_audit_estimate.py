@@ -103,10 +103,11 @@ class _Audit:
         self.clock.now += self.warm_up + self.per_batch + self.passes * self.forward * len(xb)
         self.warm_up = 0.0
 
-    def run(self, images, batch_size: int) -> float:
-        """Seconds the audit's batches take from now (the estimate's probe having run first)."""
+    def run(self, images, batch_size: int, first_done: bool) -> float:
+        """Seconds the audit's batches take from now (the estimate's probe having run first; ``first_done``: it ran
+        the whole first batch, which the audit keeps, ``network.batches.probe_batch``)."""
         started = self.clock()
-        for s in range(0, len(images), batch_size):
+        for s in range(batch_size if first_done else 0, len(images), batch_size):
             self.batch(images[s : s + batch_size])
         return self.clock() - started
 
@@ -134,7 +135,7 @@ def test_the_estimate_is_within_2x_of_the_audit_that_follows_and_passes_alone_ar
     audit = _Audit(clock, warm_up, per_batch, network_passes(methods, 4, prefix=True), forward)
     images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
     cost = audit_cost(_Backbone(clock, forward), images, methods, True, batch_size, audit.batch, clock, say_above=0)
-    measured = audit.run(images, batch_size)
+    measured = audit.run(images, batch_size, cost.whole_batch)
     assert 0.5 <= cost.seconds / measured <= 2.0, (cost, measured)
     if per_batch * -(-n // batch_size) > cost.passes_seconds:  # where the batches' own work is most of it
         assert cost.passes_seconds / measured < 0.5  # the passes-only estimate (before issue 71) fails this test
@@ -170,8 +171,56 @@ def test_the_line_names_the_batches_own_work():
     assert line.startswith("note: this network-scope audit will take about 9 min (1,000 samples × ~10 forwards each "
                            "+ 1.5 s per batch of 256 (of its own work beyond them) + 40 s of intervals)")  # fmt: skip
     light = AuditCost(100_000, 391, 10.0, 0.0, 1e-5, 1.2, intervals=0.5, whole_batch=True)
-    assert light.seconds == pytest.approx(391 * 1.2 + 0.5)  # the passes are in the timed batch: not counted again
-    assert _made_of(light, 256) == "1.2 s per batch of 256 (timed on its first, passes included)"
+    # the passes are in the timed batch, not counted again; that batch is done (the audit keeps it): 390 left
+    assert light.batches_left == 390 and light.seconds == pytest.approx(390 * 1.2 + 0.5)
+    assert (
+        _made_of(light, 256)
+        == "1.2 s per batch of 256 × 390 batches left (timed on the first, already done; passes included)"
+    )
+    two = AuditCost(300, 2, 10.0, 0.0, 1e-5, 1.2, whole_batch=True)
+    assert (
+        _made_of(two, 256)
+        == "1.2 s per batch of 256 × 1 batch left (timed on the first, already done; passes included)"
+    )
+    assert heavy.batches_left == 4  # a 2-image probe is not a batch of the audit: every batch is to come
+
+
+@pytest.mark.parametrize("n", [96, 100])  # 3 batches of 32; 4, the last of 4 samples
+def test_a_light_backbones_estimate_counts_the_batches_after_the_probed_one(n):
+    """The whole first batch the estimate probes is the audit's first (``network.batches.probe_batch``): the estimate
+    is of the batches that follow it, and on batches of equal cost it is their time (it counted the probed one too,
+    3/2 of it at 3 batches)."""
+    import torch
+
+    from laya_cli.auditing.estimate import audit_cost
+
+    methods = ["laya", "gradxact", "random"]
+    clock = _Clock()
+    audit = _Audit(clock, 0.0, 0.25, network_passes(methods, 4, prefix=True), 1e-3 if n == 96 else 0.0)
+    images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
+    cost = audit_cost(_Backbone(clock, audit.forward), images, methods, True, 32, audit.batch, clock, say_above=0)
+    assert cost.whole_batch and cost.batches_left == -(-n // 32) - 1
+    assert cost.seconds == pytest.approx(audit.run(images, 32, first_done=True), rel=1e-9)
+
+
+def test_the_estimate_counts_the_batches_the_audit_then_runs(digits_ckpt, monkeypatch):
+    """On a light backbone (the digits MLP, 37 images in batches of 16: 3 batches) the estimate's batches left are
+    those the audit runs after it: 2, its first taken from the probe."""
+    from laya_cli.auditing import estimate, job
+    from laya_cli.auditing.network import batches
+    from laya_cli.auditing.settings import AuditSettings
+    from laya_cli.model.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
+
+    costs, calls, audit_cost, network_batch = [], [], estimate.audit_cost, batches.network_batch
+    monkeypatch.setattr(estimate, "audit_cost", lambda *a, **k: costs.append(audit_cost(*a, **k)) or costs[-1])
+    monkeypatch.setattr(batches, "network_batch", lambda *a: calls.append(len(costs)) or network_batch(*a))
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=37)
+    job.run_scoped_audit(model, data, ["gradxact", "random"], AuditSettings(batch_size=16), "network")
+    (cost,) = costs
+    assert cost.whole_batch and cost.batches == 3
+    assert calls.count(1) == cost.batches_left == 2  # the audit's batches after the estimate (its probe's: 0)
 
 
 def test_the_estimates_probe_leaves_the_audit_unchanged(digits_ckpt, monkeypatch):

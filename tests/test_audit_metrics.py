@@ -356,6 +356,25 @@ def test_chance_level_accuracy_is_warned_about():
     assert result.accuracy == 1.0 and not any("chance" in n for n in result.notes)
 
 
+def test_a_network_scope_audit_alone_knows_chance_and_flags_a_model_at_it(digits_ckpt):
+    """``--scope network`` has no head-scope samples to read the labels from: it keeps the rate its own labels give
+    (the head scope's on the same samples), so a model at chance is flagged there too."""
+    from laya_cli.auditing.job import run_scoped_audit
+    from laya_cli.auditing.settings import AuditSettings
+    from laya_cli.model.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
+
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=40)
+    settings = AuditSettings(batch_size=40, ci=0.0)
+    head = run_scoped_audit(model, data, ["random"], settings, "head")
+    network = run_scoped_audit(model, data, ["random"], settings, "network")
+    assert network._chance() == head._chance() is not None
+    assert not any("chance" in f for f in network.to_dict()["flags"])  # trained: well above it
+    network.accuracy = network._chance()  # a model no better than guessing
+    assert any(f.startswith("flag: the model is within noise of chance") for f in network.to_dict()["flags"])
+
+
 def test_the_gate_says_faithfulness_is_degenerate_on_a_last_head():
     head, feats, ref = make("last", batch=30)
     result = run_audit(

@@ -265,6 +265,10 @@ def test_cli_train_info_depth_on_a_language_model(lm_dir, tmp_path):
     assert r.exit_code in (0, 1), r.output
     audit = json.loads((tmp_path / "a.json").read_text())
     assert audit["alpha_collapse"]["samples"] == 48 and audit["alpha_collapse"]["layers"] == 4
+    # and its model-at-chance flag, as its head scope says it (its next tokens: the most frequent one's share)
+    at_chance = [f for f in audit["flags"] if f.startswith("flag: the model is within noise of chance")]
+    assert len(at_chance) == 1 and "on 48 positions" in at_chance[0], audit["flags"]
+    assert audit["verdict_text"].startswith("No verdict: the model is within noise of chance")
     r = invoke("depth", out, "--samples", "300", "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "d.json").read_text())

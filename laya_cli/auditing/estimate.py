@@ -17,8 +17,10 @@ What the estimate counts, per batch of the audit (``AuditCost``):
   the intervals              after the batches, ``--bootstrap`` resamples of the per-sample rows per method: the same
                             computation timed on as many made-up rows with a tenth of the resamples, scaled up (on a
                             tiny backbone they are most of a network-scope audit: 0.12 of 0.19 CPU seconds on digits)
-  estimate = batches × the batch's own work + samples × passes × the seconds of a forward (a heavy backbone's; a
-             light one's are in its whole batch's time) + the intervals.
+  estimate = the batches left × the batch's own work + samples × passes × the seconds of a forward (a heavy
+             backbone's; a light one's are in its whole batch's time) + the intervals. The batches left: all of them,
+             but for the whole first batch a light backbone's probe ran, which the audit keeps (below): the estimate
+             is of the work still to come when the line is said.
 Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the machine's load changing on the
 way; IG's refinements past its first steps move it too. The probes cost three
 forwards of a batch, one or two runs of the per-batch work (on a light backbone's whole first batch, a heavy one's 2
@@ -83,7 +85,7 @@ class AuditCost:
     """What a network-scope audit's estimate is made of (module docstring): each part counted or measured."""
 
     samples: int
-    batches: int
+    batches: int  # the audit's, the probed one among them (``batches_left``)
     passes: float  # forwards to the last tap per sample (``network_passes``)
     ig_passes: float  # IG's share of them
     forward: float  # seconds of one forward per sample, at the audit's batch size
@@ -92,13 +94,19 @@ class AuditCost:
     whole_batch: bool = False  # ``per_batch`` timed on a whole batch, its passes included (not counted again)
 
     @property
+    def batches_left(self) -> int:
+        """The batches still to run once the estimate is made: a whole first batch probed is the audit's own
+        (``network.batches.probe_batch``), so it is not run, nor counted, again."""
+        return self.batches - (1 if self.whole_batch else 0)
+
+    @property
     def passes_seconds(self) -> float:
         """The backbone's passes alone: all the estimate was before issue 71."""
         return self.samples * self.passes * self.forward
 
     @property
     def seconds(self) -> float:
-        return self.batches * self.per_batch + (0.0 if self.whole_batch else self.passes_seconds) + self.intervals
+        return self.batches_left * self.per_batch + (0.0 if self.whole_batch else self.passes_seconds) + self.intervals
 
 
 @torch.no_grad()
@@ -188,9 +196,14 @@ def audit_eta(
 
 def _made_of(cost: AuditCost, batch_size: int) -> str:
     """What the line adds to the passes it names: the batches' measured time (with their passes, where the whole
-    first batch was timed, else beyond them) and the intervals."""
-    what = "timed on its first, passes included" if cost.whole_batch else "of its own work beyond them"
-    parts = [f"{cost.per_batch:.2g} s per batch of {batch_size:,} ({what})"] if cost.per_batch else []
+    first batch was timed, else beyond them; then only the batches left after it count) and the intervals."""
+    per_batch = f"{cost.per_batch:.2g} s per batch of {batch_size:,}"
+    if cost.whole_batch:
+        left = f"{cost.batches_left:,} {'batch' if cost.batches_left == 1 else 'batches'} left"
+        per_batch += f" × {left} (timed on the first, already done; passes included)"
+    else:
+        per_batch += " (of its own work beyond them)"
+    parts = [per_batch] if cost.per_batch else []
     return " + ".join(parts + ([f"{cost.intervals:.0f} s of intervals"] if cost.intervals >= 1 else []))
 
 

@@ -84,13 +84,14 @@ def small_effects_flag(ties: dict | None, n: int, ranking: dict | None = None, s
 
 
 def audit_flags(doc: dict, chance: float | None = None) -> list[str]:
-    """Every flag an audit JSON (``doc``) earns: α uniform, the model at ``chance`` (None: not known), each scope's
-    effects too small to rank."""
+    """Every flag an audit JSON (``doc``) earns: α uniform, the model at ``chance`` (None: not known; a language
+    model's samples are positions), each scope's effects too small to rank."""
     n = doc.get("n_samples") or 0
     network = doc.get("network") or {}
+    unit = "positions" if (doc.get("settings") or {}).get("task") == "lm" else "samples"
     flags = [
         uniform_alpha_flag(doc.get("alpha_collapse")),
-        chance_flag(doc.get("accuracy"), n, chance),
+        chance_flag(doc.get("accuracy"), n, chance, unit),
         small_effects_flag(doc.get("ties"), n, doc.get("ranking"), "head") if doc.get("methods") else None,
         small_effects_flag(network.get("ties"), n, network.get("ranking"), "network") if network else None,
     ]

@@ -32,6 +32,7 @@ from ..runtime.memory import (
 from ..runtime.progress import log
 from .budget import Halver, plan_audit
 from .estimate import audit_eta
+from .flags import chance_rate
 from .head_scope import record_collapse, run_audit
 from .metrics import accuracy, check_removal
 from .network.batches import NetworkRun, network_scope, probe_batch, run_network
@@ -217,4 +218,5 @@ def _network_only(plan: AuditPlan, eval_data, common: dict[str, Tensor], layer_n
         groups=(),  # the network scope computes no deeper metric
     )
     record_collapse(result, common.get("alpha"), model)
+    result.chance = chance_rate(common["label"].tolist(), len(getattr(model, "classes", None) or []))  # its flag
     return result

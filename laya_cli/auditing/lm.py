@@ -33,6 +33,7 @@ from ..runtime.errors import LayaError
 from ..runtime.memory import MemoryRequest, memory_budget, peak_measure, peak_memory_mb, reset_peak_memory
 from ..runtime.progress import phase, track, within
 from .budget import RowCosts, _OutputBytes, plan_from_costs
+from .flags import chance_rate
 from .head_scope import record_collapse, run_audit
 from .intervals import network_columns, network_intervals
 from .metrics import (
@@ -389,12 +390,13 @@ def audit_lm_checkpoint(
 def _scoped(model: LayaLM, data: TokenData, methods, settings: AuditSettings, scope: str) -> AuditResult:
     block = int(model.ckpt["dataset"]["block_size"])
     positions = data.positions
+    audited = audit_model(model)
     if scope == "network":
-        plan = AuditPlan.prepare(audit_model(model), methods, settings, len(data.features), model.lm.num_layers)
+        plan = AuditPlan.prepare(audited, methods, settings, len(data.features), model.lm.num_layers)
         result = AuditResult(settings=plan.settings_dict(data), n_samples=len(data.features), accuracy=float("nan"),
                              layers=list(model.ckpt["layers"]), methods={}, notes=plan.notes(), groups=())  # fmt: skip
     else:
-        result = run_audit(audit_model(model), data.features, methods, settings)
+        result = run_audit(audited, data.features, methods, settings)
     result.settings.update({"dataset": data.dataset, "task": "lm", "scope": scope, "tokens": len(data.features)})
     result.by_position = {}
     if scope != "network":
@@ -407,4 +409,5 @@ def _scoped(model: LayaLM, data: TokenData, methods, settings: AuditSettings, sc
         if scope == "network":
             result.accuracy = net["accuracy"]
             record_collapse(result, net["alpha"], model)  # α's summary and the uniform-α flag, as at head scope
+            result.chance = chance_rate(net["label"].tolist(), len(audited.classes))  # and the model-at-chance one
     return mark_references(result)

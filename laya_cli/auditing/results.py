@@ -244,6 +244,9 @@ class AuditResult:
     # The question α was trained on (auditing/question.py: scope, removal, how it is known, its sentence); None: not
     # known (an audit of a model in memory)
     question: dict | None = None
+    # The accuracy of guessing where no head-scope samples hold the labels (``--scope network``: its own labels';
+    # ``_chance``); None: not known
+    chance: float | None = None
 
     def __repr__(self) -> str:
         """The terminal's tables as plain text, at a terminal's width (report/notebook.py)."""
@@ -370,10 +373,12 @@ class AuditResult:
         return json_safe(out)
 
     def _chance(self) -> float | None:
-        """The accuracy of guessing on the audited samples (a language model's: not known, None)."""
+        """The accuracy of guessing on the audited samples (``flags.chance_rate``: a language model's classes are its
+        vocabulary, so its rate is the most frequent next token's share): from the head scope's labels, else the rate
+        the network scope's gave (``chance``; None: not known)."""
         labels = (self.samples or {}).get("label")
         if labels is None or not self.class_names:
-            return None
+            return self.chance
         return chance_rate(labels.tolist(), len(self.class_names))
 
     def to_json(self, per_sample: bool = True) -> str:
