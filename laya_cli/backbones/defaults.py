@@ -29,6 +29,7 @@ class AlignDefault:
     # (residual blocks that keep their input's shape: a ViT's); elsewhere (a ResNet's stages) it has none.
     removal: str = "auto"
     reads: str = "states"  # what a language model's head weighs of each layer (HeadSettings.reads; --task lm only)
+    sharpness: float = 1.0  # --align-sharpness κ of the ranking loss (training/alignment.ranking_loss)
 
     def loss(self, pool: str | None) -> str:
         return dict(self.losses).get(pool or "", "rank")
