@@ -102,6 +102,31 @@ def test_a_removal_for_a_target_that_is_not_network_is_one_line():
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "backbone, finetune, given, want",
+    [
+        ("timm:vit_tiny_patch16_224", False, {}, kinds.FROZEN_VIT.sharpness),  # the kind's, with its term
+        ("torchvision:vit_b_16", False, {}, kinds.FROZEN_VIT.sharpness),
+        ("timm:vit_tiny_patch16_224", False, {"align_sharpness": 3.0}, 3.0),  # given: kept
+        ("timm:vit_tiny_patch16_224", False, {"align_target": "head"}, 1.0),  # not the kind's term: plain ranking
+        ("hf:m", False, {}, 1.0),
+        ("mlp", True, {}, 1.0),
+        ("cnn", True, {}, 1.0),  # no term
+    ],
+)
+def test_the_align_sharpness_is_the_kinds_for_its_own_term(backbone, finetune, given, want):
+    got = resolved_alignment(TrainingSettings(**given).validate(), backbone, finetune, "laya")
+    assert got.align_sharpness == want
+    assert resolved_alignment(got, backbone, finetune, "laya").align_sharpness == want  # twice: the same
+
+
+def test_a_sharpness_without_a_term_is_one_line():
+    with pytest.raises(LayaError, match="--align-sharpness 10 says how --align ranks"):
+        resolved_alignment(TrainingSettings(align=0.0, align_sharpness=10.0).validate(), "mlp", True, "laya")
+    plain = resolved_request(TrainJobSettings(backbone="cnn")).options()["train"]
+    assert "align_sharpness" not in plain  # κ = 1: fingerprinted as a run before the option existed
+
+
 def test_the_request_resolves_before_its_fingerprint():
     assert resolved_request(TrainJobSettings()).train.align == 0.3
     assert resolved_request(TrainJobSettings(finetune=False)).train.align == 0.0
@@ -121,11 +146,12 @@ def test_laya_train_records_the_resolved_default_and_info_shows_it(tmp_path):
 
 def test_the_align_loss_is_recorded_and_a_frozen_network_term_trains_with_it(tmp_path):
     out = tmp_path / "m.pt"
-    args = ["--frozen", "--align", "1", "--align-target", "network", "--align-loss", "both"]
+    args = ["--frozen", "--align", "1", "--align-target", "network", "--align-loss", "both", "--align-sharpness", "5"]
     r = invoke("train", "--dataset", "digits", "--epochs", "1", "--out", out, "-q", *args)
     assert r.exit_code == 0, r.output
     cfg = torch.load(out, weights_only=False)["train_config"]
     assert (cfg["align"], cfg["align_target"], cfg["align_loss"]) == (1.0, "network", "both")
+    assert cfg["align_sharpness"] == 5.0
     assert "--align-loss both" in invoke("info", out).output
 
 

@@ -64,6 +64,19 @@ def test_distillation_is_the_cross_entropy_to_the_softened_effects_and_both_is_t
     assert distillation_loss(matched, delta) < distillation_loss(log_alpha, delta)
 
 
+def test_sharpness_scales_the_log_alpha_gaps_the_ranking_loss_reads():
+    g = torch.Generator().manual_seed(2)
+    log_alpha = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    delta = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    assert ranking_loss(log_alpha, delta, sharpness=10.0) == ranking_loss(10 * log_alpha, delta)
+    assert fitting_loss(log_alpha, delta, "rank", sharpness=10.0) == ranking_loss(10 * log_alpha, delta)
+    assert fitting_loss(log_alpha, delta, "distill", sharpness=10.0) == distillation_loss(log_alpha, delta)
+    # an order kept by gaps of 0.5 nats: nearly satisfied at κ = 10, not at κ = 1 (which asks for a steeper α)
+    order = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
+    gentle = torch.log_softmax(-0.5 * torch.arange(4.0), -1).unsqueeze(0)
+    assert ranking_loss(gentle, order, sharpness=10.0) < 0.01 < 0.2 < ranking_loss(gentle, order)
+
+
 def test_ranking_loss_is_small_when_alpha_orders_layers_as_their_effects():
     delta = torch.tensor([[0.5, 0.1, 0.3]])
     agree = torch.log_softmax(20 * delta, -1)

@@ -36,13 +36,17 @@ from ..runtime.errors import LayaError
 EMA_MOMENTUM = 0.95  # r̄ during end-to-end training: the backbone moves, so a running mean
 
 
-def ranking_loss(log_alpha: Tensor, delta: Tensor, data_parallel: bool = False) -> Tensor:
+def ranking_loss(log_alpha: Tensor, delta: Tensor, data_parallel: bool = False, sharpness: float = 1.0) -> Tensor:
     """Pairwise logistic (RankNet) loss of ``log_alpha`` (B, L) against the order of ``delta`` (B, L).
 
+    ``sharpness`` κ (``--align-sharpness``): each pair's softplus reads κ·(log α_i − log α_j), so a pair counts as
+    ordered once its gap passes about 1/κ nats. At κ = 1 the loss keeps asking for gaps of several nats between
+    every two layers: a steep α the classification pulls back against, and the two settle on a noisy order.
     Tied effects make no pair; with no pair at all the loss is 0. ``data_parallel`` (torchrun, each rank holding its
     share of one global batch): the pairs are counted over all the ranks and the rank's sum is scaled by the world
     size, so DDP's average of the ranks' gradients is the gradient of the global batch's term (every rank must call).
     """
+    log_alpha = log_alpha if sharpness == 1 else sharpness * log_alpha
     i, j = torch.triu_indices(log_alpha.shape[1], log_alpha.shape[1], 1, device=log_alpha.device)
     sign = torch.sign(delta[:, i] - delta[:, j])
     per_pair = F.softplus(-sign * (log_alpha[:, i] - log_alpha[:, j]))
@@ -68,13 +72,15 @@ def distillation_loss(log_alpha: Tensor, delta: Tensor, data_parallel: bool = Fa
     return per_row.sum() * distributed.world_size() / count.clamp_min(1.0)
 
 
-def fitting_loss(log_alpha: Tensor, delta: Tensor, loss: str = "rank", data_parallel: bool = False) -> Tensor:
-    """``--align-loss``: ``rank`` (``ranking_loss``), ``distill`` (``distillation_loss``) or ``both`` (their sum)."""
-    if loss == "rank":
-        return ranking_loss(log_alpha, delta, data_parallel)
+def fitting_loss(
+    log_alpha: Tensor, delta: Tensor, loss: str = "rank", data_parallel: bool = False, sharpness: float = 1.0
+) -> Tensor:
+    """``--align-loss``: ``rank`` (``ranking_loss``, at ``sharpness``), ``distill`` (``distillation_loss``) or
+    ``both`` (their sum)."""
     if loss == "distill":
         return distillation_loss(log_alpha, delta, data_parallel)
-    return ranking_loss(log_alpha, delta, data_parallel) + distillation_loss(log_alpha, delta, data_parallel)
+    ranked = ranking_loss(log_alpha, delta, data_parallel, sharpness)
+    return ranked if loss == "rank" else ranked + distillation_loss(log_alpha, delta, data_parallel)
 
 
 def batch_means(feats: Sequence[Tensor], data_parallel: bool = False) -> list[Tensor]:
@@ -97,12 +103,14 @@ def alignment_loss(
     delta: Tensor | None = None,
     data_parallel: bool = False,
     loss: str = "rank",
+    sharpness: float = 1.0,
 ) -> Tensor:
     """The λ-free alignment term of a LAYA head on one batch: a scalar whose gradient reaches the scorer and ψ
     (``scope`` "scorer") or also the adapters (``scope`` "head"). ``feats``: r_1..r_L as the head reads them;
     ``target``: ŷ; ``reference``: r̄. ``delta``: the (B, L) effects to rank α as (default: the head's own
     leave-one-layer-out effects under r̄; the network target's: ``network_target.py``). ``data_parallel``: the
-    batch is this rank's share of a global one (``ranking_loss``). ``loss``: how α is fitted (``fitting_loss``)."""
+    batch is this rank's share of a global one (``ranking_loss``). ``loss``, ``sharpness``: how α is fitted
+    (``fitting_loss``)."""
     feats = [f.detach() for f in feats]
     if delta is None:
         with torch.no_grad():
@@ -110,7 +118,7 @@ def alignment_loss(
     with torch.set_grad_enabled(scope == "head"):
         z = head.embed(feats)
     alpha = head.attention(z, feats)
-    return fitting_loss(torch.log(alpha.clamp_min(1e-12)), delta, loss, data_parallel)
+    return fitting_loss(torch.log(alpha.clamp_min(1e-12)), delta, loss, data_parallel, sharpness)
 
 
 class Alignment:
@@ -124,8 +132,9 @@ class Alignment:
         momentum: float = EMA_MOMENTUM,
         scope: str = "scorer",
         loss: str = "rank",
+        sharpness: float = 1.0,
     ):
-        self.weight, self.momentum, self.scope, self.fit = weight, momentum, scope, loss
+        self.weight, self.momentum, self.scope, self.fit, self.sharpness = weight, momentum, scope, loss, sharpness
         self.fixed = reference is not None
         self.reference = [r.detach() for r in reference] if reference is not None else None
         # torchrun with DistributedDataParallel (set by the loop): each batch is this rank's share of a global one;
@@ -159,7 +168,7 @@ class Alignment:
         target = logits.detach().argmax(-1)
         reference = self._reference_for(feats)
         return self.weight * alignment_loss(
-            head, feats, target, reference, self.scope, None, self.data_parallel, self.fit
+            head, feats, target, reference, self.scope, None, self.data_parallel, self.fit, self.sharpness
         )
 
     def state_dict(self) -> dict:

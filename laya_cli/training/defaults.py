@@ -35,11 +35,12 @@ def resolved_lm_head(head: HeadSettings) -> HeadSettings:
 def resolved_alignment(
     train: TrainingSettings, backbone: str, finetune: bool, head: str, pool: str | None = None
 ) -> TrainingSettings:
-    """``train`` with ``align``, ``align_target`` and ``exit_aware`` resolved: the kind's default for what is None; a
-    target given alone trains with λ = 1; a λ given alone ranks against the kind's target where it has one, else the
-    head's. ``align_source`` says "default" where neither was given and the kind has a term (it may then be dropped with
-    a note where it cannot run: ``job._network_alignment``). ``align_loss`` None is resolved once the backbone's
-    ``pool`` is known (the job's; None: left for it), to the kind's loss for that pooling (rank without a term)."""
+    """``train`` with ``align``, ``align_target``, ``align_sharpness`` and ``exit_aware`` resolved: the kind's default
+    for what is None; a target given alone trains with λ = 1; a λ given alone ranks against the kind's target where it
+    has one, else the head's. ``align_source`` says "default" where neither was given and the kind has a term (it may
+    then be dropped with a note where it cannot run: ``job._network_alignment``). ``align_loss`` None is resolved once
+    the backbone's ``pool`` is known (the job's; None: left for it), to the kind's loss for that pooling (rank without
+    a term); ``align_sharpness`` None to the kind's κ where it trains with the kind's target, else 1."""
     kind = kind_default(backbone, finetune, head)
     align, target = train.align, train.align_target
     if align is None:
@@ -57,12 +58,18 @@ def resolved_alignment(
     loss = train.align_loss
     if loss is None and (pool is not None or not align):
         loss = kind.loss(pool) if align and target == kind.target else "rank"
+    if not align and train.align_sharpness not in (None, 1.0):
+        raise LayaError(f"--align-sharpness {train.align_sharpness:g} says how --align ranks α: this run has no "
+                        "alignment term (--align 0, or the kind's default of none): add --align 1")  # fmt: skip
+    sharpness = train.align_sharpness
+    if sharpness is None:
+        sharpness = kind.sharpness if align and target == kind.target else 1.0
     exit_aware = kind.exit_aware if train.exit_aware is None else train.exit_aware
     if train.exit_aware is None and kind_of(backbone) != "lm" and distributed.env_world_size() > 1:
         exit_aware = 0.0  # a classifier's --exit-aware runs in one process only: under torchrun its default is off
     removal = kind.removal if source == "default" and train.align_removal == "auto" else train.align_removal
     return replace(train, align=float(align), align_target=target, align_source=source, align_loss=loss,
-                   align_removal=removal, exit_aware=float(exit_aware))  # fmt: skip
+                   align_sharpness=float(sharpness), align_removal=removal, exit_aware=float(exit_aware))  # fmt: skip
 
 
 def without_bypass_default(train: TrainingSettings, backbone) -> TrainingSettings:
@@ -73,7 +80,7 @@ def without_bypass_default(train: TrainingSettings, backbone) -> TrainingSetting
 
     if train.align_source != "default" or train.align_removal != "bypass" or can_bypass(backbone):
         return train
-    return replace(train, align=0.0, align_target="head", align_loss="rank", align_removal="auto")
+    return replace(train, align=0.0, align_target="head", align_loss="rank", align_sharpness=1.0, align_removal="auto")
 
 
 def resolved_request(req: TrainJobSettings) -> TrainJobSettings:

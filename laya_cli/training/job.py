@@ -205,7 +205,8 @@ def _alignment(
 def _head_alignment(job: TrainingJob, reference) -> Alignment:
     """The head's own target: r̄ the training mean of fixed features (``reference``), else (None) a running mean of
     the batches."""
-    return Alignment(job.train.align, reference, scope=job.train.align_scope, loss=job.train.align_loss)
+    t = job.train
+    return Alignment(t.align, reference, scope=t.align_scope, loss=t.align_loss, sharpness=t.align_sharpness)
 
 
 def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded: dict, data) -> Alignment | None:
@@ -217,7 +218,7 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
         term, removal = network_alignment(
             job.train.align, job.backbone, head, job.train.align_scope, job.train.device, images,
             job.train.align_removal, _feature_dtype(fixed_feats), job.train.batch_size, job.train.seed,
-            job.train.align_loss,
+            job.train.align_loss, job.train.align_sharpness,
         )  # fmt: skip
     except LayaError as e:
         if job.train.align_source != "default":
@@ -225,7 +226,7 @@ def _network_alignment(job: TrainingJob, head: nn.Module, fixed_feats, recorded:
         why = str(e)
         log(f"note: training without the network alignment term this kind of model gets by default ({why}); "
             "--align 0 says so and silences this")  # fmt: skip
-        recorded.update(align=0.0, align_target="head", align_loss="rank", align_dropped=why)
+        recorded.update(align=0.0, align_target="head", align_loss="rank", align_sharpness=1.0, align_dropped=why)
         return None
     recorded["align_removal"] = removal
     return term

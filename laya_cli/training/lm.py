@@ -443,7 +443,9 @@ def train_lm(req: TrainJobSettings, on_epoch: Callable[[LMEpoch], None] | None =
     reference = ReferenceSum(req.lm.eval_tokens)
     aligned = None
     if t.align:
-        aligned = TokenAlignment(t.align, t.align_scope, t.align_loss, t.seed, t.align_target, reference)
+        aligned = TokenAlignment(
+            t.align, t.align_scope, t.align_loss, t.seed, t.align_target, reference, sharpness=t.align_sharpness
+        )
     if lm.num_layers < 2:  # one layer: no depth to exit at, nothing to truncate (recorded as off)
         req = evolve(req, train=evolve(t, exit_aware=0.0))
         t = req.train
@@ -509,6 +511,8 @@ def train_config(req: TrainJobSettings) -> dict:
     if t.align:  # no term: recorded as before it existed (an older record still compares equal)
         config |= {"align": t.align, "align_target": t.align_target, "align_loss": t.align_loss,
                    "align_scope": t.align_scope}  # fmt: skip
+        if t.align_sharpness != 1.0:  # likewise: only where it is not the ranking loss it always was
+            config["align_sharpness"] = t.align_sharpness
     if t.exit_aware:  # likewise
         config["exit_aware"] = t.exit_aware
     return config | {"out": str(req.out)}

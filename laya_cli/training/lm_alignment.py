@@ -111,12 +111,12 @@ class TokenAlignment:
 
     def __init__(
         self, weight: float, scope: str, fit: str, seed: int, target: str = "network", reference=None,
-        k: int = ALIGN_POSITIONS,
+        k: int = ALIGN_POSITIONS, sharpness: float = 1.0,
     ):  # fmt: skip
         if target in HEAD_TARGETS and reference is None:
             raise LayaError(f"--align-target {target} needs the run's r̄ (its ReferenceSum)")
         self.weight, self.scope, self.fit, self.target, self.reference = weight, scope, fit, target, reference
-        self.k, self.seed = k, seed
+        self.k, self.seed, self.sharpness = k, seed, sharpness
         self.generator = torch.Generator().manual_seed(seed)
 
     def start_epoch(self, epoch: int) -> None:
@@ -136,8 +136,12 @@ class TokenAlignment:
         terms = []
         if self.target in NETWORK_TARGETS:
             feats, target, delta = network_target(backbone, head, x[block : block + 1], clean, positions)
-            terms.append(alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit))
+            terms.append(
+                alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit, sharpness=self.sharpness)
+            )
         if r_bar is not None:
             feats, target, delta = head_target(head, clean, r_bar)
-            terms.append(alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit))
+            terms.append(
+                alignment_loss(head, feats, target, None, self.scope, delta, loss=self.fit, sharpness=self.sharpness)
+            )
         return self.weight * sum(terms) / distributed.world_size()

@@ -139,8 +139,9 @@ class NetworkAlignment(Alignment):
         momentum: float = EMA_MOMENTUM,
         rows: Tensor | None = None,
         loss: str = "rank",
+        sharpness: float = 1.0,
     ):
-        super().__init__(weight, None, momentum, scope, loss)
+        super().__init__(weight, None, momentum, scope, loss, sharpness)
         self.net, self.removed, self.subset, self.every = net, removed, subset, every
         self.needs_rows = removed is not None
         if removed is not None:  # training row -> its place in the cache (−1: not cached)
@@ -168,7 +169,9 @@ class NetworkAlignment(Alignment):
             return logits.new_zeros(())
         x = to_device(inputs[0][: self.subset], logits.device)
         feats, target, delta = self.end_to_end_effects(head, x, self.data_parallel)
-        return self.weight * alignment_loss(head, feats, target, None, self.scope, delta, self.data_parallel, self.fit)
+        return self.weight * alignment_loss(
+            head, feats, target, None, self.scope, delta, self.data_parallel, self.fit, self.sharpness
+        )
 
     def _frozen_loss(self, head: nn.Module, feats: Sequence[Tensor], target: Tensor, rows: Tensor) -> Tensor:
         rows = rows.cpu()
@@ -183,7 +186,9 @@ class NetworkAlignment(Alignment):
             delta = removal_effects(head, feats, removed, target)
         else:  # data-parallel (a store under torchrun): this rank still takes part in the term's count
             delta = feats[0].new_zeros((0, len(feats)))
-        return alignment_loss(head, feats, target, None, self.scope, delta, self.data_parallel, self.fit)
+        return alignment_loss(
+            head, feats, target, None, self.scope, delta, self.data_parallel, self.fit, self.sharpness
+        )
 
     def end_to_end_effects(
         self, head: nn.Module, x: Tensor, data_parallel: bool = False
@@ -257,6 +262,7 @@ def network_alignment(
     batch_size: int = 128,
     seed: int = 0,
     loss: str = "rank",
+    sharpness: float = 1.0,
 ) -> tuple[NetworkAlignment, str]:
     """The network-target term and the removal it resolved to. ``train_images``: a frozen backbone's training inputs
     (in the order of its features: a tensor, or ``LazyImages`` decoded batch by batch), whose removals are cached now
@@ -290,4 +296,4 @@ def network_alignment(
                 f"(about {min(FROZEN_SUBSET, batch_size)} a batch)"
             )
         removed = frozen_removals(net, take(train_images, rows), device, dtype=feature_dtype)
-    return NetworkAlignment(weight, net, removed, scope, rows=rows, loss=loss), removal
+    return NetworkAlignment(weight, net, removed, scope, rows=rows, loss=loss, sharpness=sharpness), removal

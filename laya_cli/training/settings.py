@@ -46,6 +46,7 @@ ALIGN_LOSSES = ("rank", "distill", "both")  # --align-loss (training/alignment.p
 KIND_ALIGN = default_text(lambda t: f"{t.align:g} with --align-target {t.target}" if t.align else None, "0")
 KIND_TARGET = default_text(lambda t: t.target if t.align else None, "head")
 KIND_LOSS = default_text(lambda t: ", ".join(f"{loss} with --pool {pool}" for pool, loss in t.losses) or None, "rank")
+KIND_SHARPNESS = default_text(lambda t: f"{t.sharpness:g}" if t.align and t.sharpness != 1 else None, "1")
 KIND_REMOVAL = default_text(lambda t: t.removal if t.align and t.removal != "auto" else None, "auto")
 KIND_EXIT_AWARE = default_text(lambda t: f"{t.exit_aware:g}" if t.exit_aware else None, "0")
 ALIGN_SOURCES = ("given", "default")  # TrainingSettings.align_source (training/defaults.py)
@@ -121,6 +122,17 @@ class TrainingSettings(Settings):
         "softmax(Δ / 0.1): their sizes too) or both (the two summed). Default: the kind of model's "
         f"({KIND_LOSS}; docs/results/network-alignment.md); recorded resolved.",
         choices=ALIGN_LOSSES,
+        panel="α shaping",
+    )
+    align_sharpness: float | None = setting(
+        None,
+        "κ of --align's ranking loss (rank, both): each pair of layers is scored on κ·(log α_i − log α_j), so a pair "
+        "counts as ordered once α's log-gap passes about 1/κ and α can keep its order without turning steep. "
+        f"Default: per kind of model ({KIND_SHARPNESS}; docs/results/alpha-ceiling.md); recorded resolved.",
+        metavar="κ",
+        above=0,
+        below=1e30,
+        rule="positive and below 1e30 (a float32)",
         panel="α shaping",
     )
     align_removal: str = setting(
@@ -204,6 +216,7 @@ class TrainingSettings(Settings):
         "align_target": "head",  # align and align_target as resolved (training/defaults.py) for no term
         "align_removal": "auto",
         "align_loss": None,  # resolved by the job, with the backbone's pooling (training/defaults.py)
+        "align_sharpness": 1.0,  # as resolved (training/defaults.py) before it existed
         "align": 0.0,
         "align_scope": "scorer",
         "stop_on": "accuracy",
