@@ -123,6 +123,11 @@ def test_the_align_sharpness_is_the_kinds_for_its_own_term(backbone, finetune, g
 def test_a_sharpness_without_a_term_is_one_line():
     with pytest.raises(LayaError, match="--align-sharpness 10 says how --align ranks"):
         resolved_alignment(TrainingSettings(align=0.0, align_sharpness=10.0).validate(), "mlp", True, "laya")
+    with pytest.raises(LayaError, match="--align-sharpness 10 scales the ranking loss: --align-loss distill"):
+        resolved_alignment(TrainingSettings(align=1.0, align_loss="distill", align_sharpness=10.0).validate(), "mlp",
+                           True, "laya")  # fmt: skip
+    kept = TrainingSettings(align=1.0, align_loss="both", align_sharpness=10.0).validate()
+    assert resolved_alignment(kept, "mlp", True, "laya").align_sharpness == 10.0  # both: its ranking half reads κ
     plain = resolved_request(TrainJobSettings(backbone="cnn")).options()["train"]
     assert "align_sharpness" not in plain  # κ = 1: fingerprinted as a run before the option existed
 

@@ -61,6 +61,9 @@ def resolved_alignment(
     if not align and train.align_sharpness not in (None, 1.0):
         raise LayaError(f"--align-sharpness {train.align_sharpness:g} says how --align ranks α: this run has no "
                         "alignment term (--align 0, or the kind's default of none): add --align 1")  # fmt: skip
+    if loss == "distill" and train.align_sharpness not in (None, 1.0):
+        raise LayaError(f"--align-sharpness {train.align_sharpness:g} scales the ranking loss: --align-loss distill "
+                        "has none (use --align-loss rank or both)")  # fmt: skip
     sharpness = train.align_sharpness
     if sharpness is None:
         sharpness = kind.sharpness if align and target == kind.target else 1.0
