@@ -27,8 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from ..auditing.lm import each_bypassed
-from ..auditing.metrics import lolo_effects
-from ..auditing.network.patching import STACK_MIN_ROWS, removal_effects
+from ..auditing.metrics import STACK_MIN_ROWS, lolo_effects
+from ..auditing.network.patching import removal_effects
 from ..runtime import distributed
 from ..runtime.device import autocast
 from ..runtime.errors import LayaError
