@@ -369,7 +369,8 @@ def test_a_multi_batch_audit_whose_cold_forward_is_heavy_times_it_warm_to_decide
 
 def test_a_one_batch_audit_runs_no_probe_and_a_multi_batch_one_does(digits_ckpt, monkeypatch):
     """On the digits MLP (far under the line): 20 images in one batch of 32, no probe (the audit's batch is its own);
-    in batches of 8, the first batch probed whole, which the audit keeps."""
+    in batches of 8, the first batch probed whole, which the audit keeps. Either way the audit's numbers are those of
+    an audit without the estimate."""
     from laya_cli.auditing import estimate, job
     from laya_cli.auditing.settings import AuditSettings
     from laya_cli.model.evaldata import load_eval_data
@@ -381,5 +382,10 @@ def test_a_one_batch_audit_runs_no_probe_and_a_multi_batch_one_does(digits_ckpt,
     monkeypatch.setattr(estimate, "per_batch_seconds", lambda *a, **k: probed.append(1) or per_batch_seconds(*a, **k))
     for batch_size, probes in ((32, 0), (8, 1)):
         probed.clear()
-        job.run_scoped_audit(model, data, ["gradxact", "random"], AuditSettings(batch_size=batch_size), "network")
+        settings = AuditSettings(batch_size=batch_size)
+        with_eta = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network")
         assert len(probed) == probes, batch_size
+        with monkeypatch.context() as m:
+            m.setattr(job, "audit_eta", lambda *a, **k: None)
+            without = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network")
+        assert with_eta.to_dict()["network"] == without.to_dict()["network"]
