@@ -41,12 +41,13 @@ than the audit's own work, spent to say a line that is said only above 3 minutes
                             no more forwards; else the best of two more, warm, decides and is what the line counts.
   a one-batch audit's probe  (2 images, thrown away) not run where the passes and the intervals stay under
                             ``FAR_UNDER`` (a third) of the line: a batch's own work beyond its passes would then have to
-                            be 2/3 of the line (120 s) to carry the audit over it. Measured on the CPU here (one torch
-                            thread, a loaded 2-core machine; docs/results/dispatch.md, "Fifth round"):
-                            the heaviest, network-scope IG on a 12-layer vit_tiny, 1.7 s warm (18,058 operations a
-                            probe: at 50 µs an operation, a GPU's launch and Python together, 0.9 s); the default
-                            methods 0.3 s on resnet18, about 0 on vit_tiny (inside the passes' noise); a first run's
-                            warm-up included (imports, a first autograd call) 2.3 s. The margin is 50–70× those;
+                            be 2/3 of the line (120 s) to carry the audit over it. Measured (``python -m
+                            benchmarks.own_work``, docs/results/dispatch.md, "Fifth round"): the heaviest found,
+                            network-scope IG on a 12-layer vit_tiny, dispatches 18,058 operations a 2-image probe,
+                            its passes included: 0.9 s at 50 µs an operation (a GPU's launch and Python together),
+                            18 s even at 1 ms; on the CPU here its time beyond the counted passes was 0–1.7 s (inside
+                            the passes' noise), the default methods' 0–0.3 s, and a process's first probe, the
+                            warm-up in it (imports, a first autograd call), 2.3 s at most. The margin is 50× that;
                             a batch of 256 rather than 2 adds the per-sample metrics (ρ, Deletion@1: vectorised), and
                             IG's own work grows with the layers and its refinements, so ten times the layers at twice
                             the steps stays under it too. Between a third of the line and the line the probe runs as
