@@ -389,3 +389,13 @@ def test_a_one_batch_audit_runs_no_probe_and_a_multi_batch_one_does(digits_ckpt,
             m.setattr(job, "audit_eta", lambda *a, **k: None)
             without = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network")
         assert with_eta.to_dict()["network"] == without.to_dict()["network"]
+
+
+def test_the_own_work_benchmark_probes_a_one_batch_audit_and_counts_its_operations():
+    """``python -m benchmarks.own_work``'s code path on its smallest case: the estimate made at threshold 0 (a
+    one-batch audit probed, not skipped), each probe run's operations counted, the audit itself not run."""
+    from benchmarks import own_work
+
+    r = own_work.measure("bert", "gradxact,atp", 4)
+    assert r["cost"].batches == 1 and not r["cost"].whole_batch and r["runs"]
+    assert all(seconds > 0 and ops > 100 for seconds, ops in r["runs"]) and r["bound"] >= 0
