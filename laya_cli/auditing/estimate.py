@@ -254,9 +254,9 @@ def audit_cost(
     whose early blocks cost most), else on its first ``PROBE_SAMPLES`` (a heavy one: its passes counted, the probe
     adds the fixed cost); not at all for an audit of one batch whose passes and intervals stay under ``FAR_UNDER`` of
     the line (its ``per_batch`` 0: not measured, no line said). Timed warm only where it matters: where even its first
-    run's time (the warm-up counted in
-    every batch, an upper bound) leaves the audit under ``say_above`` (default ``SAY_ABOVE_S``), no line is said and
-    that bound is the estimate. ``settings``: the audit's (its intervals, ``intervals_seconds``; None: none)."""
+    run's time (the warm-up counted in every batch, an upper bound) leaves the audit under ``say_above`` (default
+    ``SAY_ABOVE_S``), no line is said and that bound is the estimate. ``settings``: the audit's (its intervals,
+    ``intervals_seconds``; None: none)."""
     from ..data.images import image_batches
     from ..features.extraction import to_float_images
     from ..runtime.device import to_device
