@@ -287,3 +287,115 @@ def test_the_intervals_are_timed_on_a_tenth_of_the_resamples_and_scaled_up(monke
     )
     assert set(seen) == {100}  # a tenth of the resamples (run again while short: the least of the runs)
     assert intervals_seconds(["laya"], 359, SimpleNamespace(ci=0.0, bootstrap=1000), clock) == 0.0  # --ci 0
+
+
+class _CountingBackbone(_Backbone):
+    """``_Backbone`` whose first forward also pays ``warm_up`` seconds (a first call's set-up), counting forwards."""
+
+    def __init__(self, clock: _Clock, forward: float, warm_up: float = 0.0):
+        super().__init__(clock, forward)
+        self.warm_up, self.forwards = warm_up, 0
+
+    def activations(self, x):
+        self.clock.now += self.warm_up
+        self.warm_up, self.forwards = 0.0, self.forwards + 1
+        super().activations(x)
+
+
+def _estimate(n: int, batch_size: int, forward: float, forward_warm_up: float, per_batch: float):
+    """(the cost, the forwards the estimate ran, the probe runs, the probes' sizes) of a default network-scope
+    audit's estimate on the fake clock (``_Audit``: 1 s of warm-up in its first run)."""
+    import torch
+
+    from laya_cli.auditing.estimate import audit_cost
+
+    methods = ["laya", "gradxact", "atp", "random"]
+    clock, sizes = _Clock(), []
+    audit = _Audit(clock, 1.0, per_batch, network_passes(methods, 4, prefix=True), forward)
+    backbone = _CountingBackbone(clock, forward, forward_warm_up)
+    images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
+    cost = audit_cost(backbone, images, methods, True, batch_size, lambda xb: sizes.append(len(xb)) or audit.batch(xb),
+                      clock)  # fmt: skip
+    return cost, backbone.forwards, len(sizes), sizes
+
+
+def test_a_one_batch_audit_far_under_the_line_runs_one_forward_and_no_probe():
+    """Issue 73: on a GPU the estimate's warm-up and best-of-two forwards and its 2-image probe of a one-batch audit
+    (thrown away) were more launches than the audit's own (3,591 of 5,823 operations, vit). Where even the cold
+    forward's passes leave the audit under a third of the line, a batch's own work (seconds at most, measured) cannot
+    carry it over: one forward, no probe, nothing said. The code before ran three forwards and the probe."""
+    from laya_cli.auditing.estimate import FAR_UNDER
+
+    # 32 images × 8.5 passes × 0.1 s (the cold forward: 0.05 s a sample and 1.6 s of warm-up) = 27 s < 60 s
+    cost, forwards, probes, _ = _estimate(32, 256, 0.05, 1.6, per_batch=2.0)
+    assert (forwards, probes) == (1, 0)
+    assert cost.forward == pytest.approx(0.1) and cost.passes_seconds < FAR_UNDER * SAY_ABOVE_S
+    assert cost.seconds < SAY_ABOVE_S and cost.per_batch == 0.0  # no line; the own work not measured
+
+
+def test_a_one_batch_audit_whose_cold_forward_is_not_far_under_times_it_warm_and_then_skips_the_probe():
+    """The cold forward's warm-up (60 s here) puts the passes' bound above a third of the line; warm, they are far
+    under it: three forwards (the cold one, then the best of two), still no probe."""
+    cost, forwards, probes, _ = _estimate(32, 256, 0.05, 60.0, per_batch=2.0)
+    assert (forwards, probes) == (3, 0) and cost.forward == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("per_batch,runs", [(2.0, 1), (100.0, 2)])
+def test_a_one_batch_audit_near_the_line_still_probes_and_times_warm(per_batch, runs):
+    """Passes of 109 s (0.4 s a sample): near the line, so the forward is timed warm and the 2-image probe runs; once
+    where its bound (the warm-up in it) keeps the audit under the line, twice (warm, what the line says) where not."""
+    cost, forwards, probes, sizes = _estimate(32, 256, 0.4, 1.0, per_batch=per_batch)
+    assert forwards == 3 and cost.forward == pytest.approx(0.4)
+    assert probes == runs and set(sizes) == {2} and not cost.whole_batch
+    assert cost.per_batch == pytest.approx(per_batch + (1.0 if runs == 1 else 0.0))  # the bound carries the warm-up
+    assert (cost.seconds > SAY_ABOVE_S) == (runs == 2)
+
+
+def test_a_multi_batch_light_audit_times_one_forward_and_probes_its_whole_first_batch():
+    """A light backbone's multi-batch audit: even the cold forward keeps the passes under ``WHOLE_BATCH_BELOW_S``, so
+    the whole first batch is probed (the audit keeps it) and its time is the estimate, passes and all: the warm
+    forward would change nothing (the code before timed three)."""
+    cost, forwards, probes, sizes = _estimate(100, 32, 1e-3, 0.5, per_batch=0.25)
+    assert (forwards, probes, sizes) == (1, 1, [32]) and cost.whole_batch and cost.batches_left == 3
+
+
+def test_a_multi_batch_audit_whose_cold_forward_is_heavy_times_it_warm_to_decide_the_probe():
+    """Cold, the passes are above ``WHOLE_BATCH_BELOW_S`` (a heavy backbone: a 2-image probe); warm, under it (a whole
+    batch): the warm forward decides, as the code before decided with it."""
+    cost, forwards, _, sizes = _estimate(1000, 256, 0.01, 60.0, per_batch=0.25)
+    assert forwards == 3 and cost.forward == pytest.approx(0.01)
+    assert cost.whole_batch and sizes[0] == 256
+
+
+def test_a_one_batch_audit_runs_no_probe_and_a_multi_batch_one_does(digits_ckpt, monkeypatch):
+    """On the digits MLP (far under the line): 20 images in one batch of 32, no probe (the audit's batch is its own);
+    in batches of 8, the first batch probed whole, which the audit keeps. Either way the audit's numbers are those of
+    an audit without the estimate."""
+    from laya_cli.auditing import estimate, job
+    from laya_cli.auditing.settings import AuditSettings
+    from laya_cli.model.evaldata import load_eval_data
+    from laya_cli.model.laya_model import load_model
+
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=20)
+    per_batch_seconds, probed = estimate.per_batch_seconds, []
+    monkeypatch.setattr(estimate, "per_batch_seconds", lambda *a, **k: probed.append(1) or per_batch_seconds(*a, **k))
+    for batch_size, probes in ((32, 0), (8, 1)):
+        probed.clear()
+        settings = AuditSettings(batch_size=batch_size)
+        with_eta = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network")
+        assert len(probed) == probes, batch_size
+        with monkeypatch.context() as m:
+            m.setattr(job, "audit_eta", lambda *a, **k: None)
+            without = job.run_scoped_audit(model, data, ["gradxact", "random"], settings, "network")
+        assert with_eta.to_dict()["network"] == without.to_dict()["network"]
+
+
+def test_the_own_work_benchmark_probes_a_one_batch_audit_and_counts_its_operations():
+    """``python -m benchmarks.own_work``'s code path on its smallest case: the estimate made at threshold 0 (a
+    one-batch audit probed, not skipped), each probe run's operations counted, the audit itself not run."""
+    from benchmarks import own_work
+
+    r = own_work.measure("bert", "gradxact,atp", 4)
+    assert r["cost"].batches == 1 and not r["cost"].whole_batch and r["runs"]
+    assert all(seconds > 0 and ops > 100 for seconds, ops in r["runs"]) and r["bound"] >= 0

@@ -2,13 +2,16 @@
 
 What the estimate counts, per batch of the audit (``AuditCost``):
   the backbone's passes     forwards to its last tap per sample (``network_passes``; its floor is the first two terms)
-                            × the seconds of one forward per sample, timed on a probe as large as the audit's batches
+                            × the seconds of one forward per sample, timed on a probe as large as the audit's batches:
+                            once, cold (the warm-up in it: an upper bound), then warm (the best of two more) only
+                            where the cold bound does not decide what follows (``_cold_forward_decides``)
   the batch's own work      everything else a batch does, whatever the backbone: the head's passes, Python around
                             each patched layer, the gradient methods' backward bookkeeping, ρ and Deletion@1 per
                             method. Measured, not modelled: the audit's real per-batch work (``network_batch``) runs
                             on its first batch, whole, where the backbone's passes alone are light (under
                             ``WHOLE_BATCH_BELOW_S``: its time is a batch's, passes and all) and the audit has more
-                            than one batch (a probe of its only batch would do the audit twice), else on a probe of
+                            than one batch (a probe of its only batch would do the audit twice; an audit of one
+                            batch far under the line runs no probe at all, below), else on a probe of
                             ``PROBE_SAMPLES`` images, its time less their passes the cost a batch has beyond them
                             (a heavy backbone: the passes, counted, are most of it). The first run carries the
                             warm-up (imports, a first autograd or CUDA call) and is an upper bound; where that bound
@@ -22,11 +25,34 @@ What the estimate counts, per batch of the audit (``AuditCost``):
              but for the whole first batch a light backbone's probe ran, which the audit keeps (below): the estimate
              is of the work still to come when the line is said.
 Not counted: the head-scope audit ``--scope both`` runs first (head passes only), the machine's load changing on the
-way; IG's refinements past its first steps move it too. The probes cost three
-forwards of a batch, one or two runs of the per-batch work (on a light backbone's whole first batch, a heavy one's 2
-images) and a tenth of the bootstrap, before the work (the first run also pays the warm-up the first batch would);
-a probe of the whole first batch is not paid twice: the audit takes that batch's rows from it
-(``network.batches.probe_batch``).
+way; IG's refinements past its first steps move it too. The probes cost one forward of a batch (three where the warm
+figure decides), one or two runs of the per-batch work (on a light backbone's whole first batch, a heavy one's 2
+images; none for a one-batch audit far under the line) and a tenth of the bootstrap, before the work (the first run
+also pays the warm-up the first batch would); a probe of the whole first batch is not paid twice: the audit takes
+that batch's rows from it (``network.batches.probe_batch``).
+
+What the estimate itself costs, and where it is not paid (issue 73). On a GPU each dispatched operation is a kernel
+launch, and a 2-image batch costs nearly the launches of a 32-image one: for a one-batch audit (frozen vit_tiny, 32
+images) the warm-up and best-of-two forwards and the 2-image probe were 3,591 of the audit's 5,823 operations, more
+than the audit's own work, spent to say a line that is said only above 3 minutes. So:
+  the forward               timed once, cold: an upper bound of a warm one. Where it decides (a multi-batch audit's
+                            passes under ``WHOLE_BATCH_BELOW_S`` even so: its whole first batch is probed and that
+                            time, passes and all, is the estimate; a one-batch audit far under the line, below),
+                            no more forwards; else the best of two more, warm, decides and is what the line counts.
+  a one-batch audit's probe  (2 images, thrown away) not run where the passes and the intervals stay under
+                            ``FAR_UNDER`` (a third) of the line: a batch's own work beyond its passes would then have to
+                            be 2/3 of the line (120 s) to carry the audit over it. Measured (``python -m
+                            benchmarks.own_work``, docs/results/dispatch.md, "Fifth round"): the heaviest found,
+                            network-scope IG on a 12-layer vit_tiny, dispatches 18,058 operations a 2-image probe,
+                            its passes included: 0.9 s at 50 µs an operation (a GPU's launch and Python together),
+                            18 s even at 1 ms; on the CPU here its time beyond the counted passes was 0–1.7 s (inside
+                            the passes' noise), the default methods' 0–0.3 s, and a process's first probe, the
+                            warm-up in it (imports, a first autograd call), 2.3 s at most. The margin is 50× that;
+                            a batch of 256 rather than 2 adds the per-sample metrics (ρ, Deletion@1: vectorised), and
+                            IG's own work grows with the layers and its refinements, so ten times the layers at twice
+                            the steps stays under it too. Between a third of the line and the line the probe runs as
+                            before (the audit may be near or over it), and a multi-batch light audit still probes its
+                            whole first batch, which it keeps.
 
 The passes per sample:
   1                          the taps (one pass)
@@ -77,6 +103,7 @@ def network_passes(methods: Sequence[str], n_layers: int, prefix: bool, ig_steps
 
 PROBE_SAMPLES = 2  # a heavy backbone's probe of the per-batch work: its fixed cost, the samples' passes timed apart
 WHOLE_BATCH_BELOW_S = 180.0  # the backbone's passes alone under this: a whole batch is probed, passes and all
+FAR_UNDER = 1 / 3  # a one-batch audit whose passes and intervals stay under this share of the line is not probed
 Clock = Callable[[], float]
 
 
@@ -89,7 +116,7 @@ class AuditCost:
     passes: float  # forwards to the last tap per sample (``network_passes``)
     ig_passes: float  # IG's share of them
     forward: float  # seconds of one forward per sample, at the audit's batch size
-    per_batch: float  # seconds of a batch's own work: beyond its passes, or with them (``whole_batch``)
+    per_batch: float  # seconds of a batch's own work: beyond its passes, or with them (``whole_batch``); 0 unprobed
     intervals: float = 0.0  # seconds of the bootstrap intervals after the batches
     whole_batch: bool = False  # ``per_batch`` timed on a whole batch, its passes included (not counted again)
 
@@ -110,11 +137,12 @@ class AuditCost:
 
 
 @torch.no_grad()
-def seconds_per_forward(backbone, x: torch.Tensor, clock: Clock = time.perf_counter) -> float:
-    """Seconds of one forward to the last tap per sample, on ``x`` (a warm-up pass, then the best of two)."""
-    backbone.activations(x)
+def seconds_per_forward(backbone, x: torch.Tensor, clock: Clock = time.perf_counter, runs: int = 1) -> float:
+    """Seconds of one forward to the last tap per sample, on ``x``: the least of ``runs`` forwards. The audit's first
+    forward carries the warm-up (a first call's lazy set-up, a GPU's first kernels) and is an upper bound of a warm
+    one; after it, the best of two is the warm figure (``audit_cost`` takes it only where a decision depends on it)."""
     best = float("inf")
-    for _ in range(2):
+    for _ in range(runs):
         started = clock()
         backbone.activations(x)
         best = min(best, clock() - started)
@@ -219,35 +247,58 @@ def audit_cost(
     settings=None,
 ) -> AuditCost:
     """The ``AuditCost`` of a network-scope audit of ``images`` in batches of ``batch_size``: the forward timed on a
-    probe of the audit's own batch size (the first ``batch_size`` images) counts the passes; the per-batch work
+    probe of the audit's own batch size (the first ``batch_size`` images) counts the passes (timed once, cold, and
+    warm only where that bound does not decide: ``_cold_forward_decides``); the per-batch work
     (``run_probe(images)``) runs on that whole batch where the passes alone stay under ``WHOLE_BATCH_BELOW_S`` (a
     light backbone: the batch is cheap, and measuring it whole needs no model of its passes, which overcounts a CNN
     whose early blocks cost most), else on its first ``PROBE_SAMPLES`` (a heavy one: its passes counted, the probe
-    adds the fixed cost). Timed warm only where it matters: where even its first run's time (the warm-up counted in
-    every batch, an upper bound) leaves the audit under ``say_above`` (default ``SAY_ABOVE_S``), no line is said and
-    that bound is the estimate. ``settings``: the audit's (its intervals, ``intervals_seconds``; None: none)."""
+    adds the fixed cost); not at all for an audit of one batch whose passes and intervals stay under ``FAR_UNDER`` of
+    the line (its ``per_batch`` 0: not measured, no line said). Timed warm only where it matters: where even its first
+    run's time (the warm-up counted in every batch, an upper bound) leaves the audit under ``say_above`` (default
+    ``SAY_ABOVE_S``), no line is said and that bound is the estimate. ``settings``: the audit's (its intervals,
+    ``intervals_seconds``; None: none)."""
     from ..data.images import image_batches
     from ..features.extraction import to_float_images
     from ..runtime.device import to_device
 
     n, n_layers = len(images), len(backbone.layer_names)
     first = next(image_batches(images, max(1, min(batch_size, n)), 0))
-    forward = seconds_per_forward(backbone, to_float_images(to_device(first, backbone.adapter_device)), clock)
+    x = to_float_images(to_device(first, backbone.adapter_device))
+    forward = seconds_per_forward(backbone, x, clock)  # cold: an upper bound of a warm forward
     passes = network_passes(methods, n_layers, prefix)
     ig = passes - network_passes([m for m in methods if METHODS[m].cost != "path"], n_layers, prefix)
     intervals = intervals_seconds(methods, n, settings, clock)
     cost = AuditCost(n, -(-n // max(1, batch_size)), passes, ig, forward, 0.0, intervals)
+    say_above = SAY_ABOVE_S if say_above is None else say_above
+    if not _cold_forward_decides(cost, say_above):
+        cost = dataclasses.replace(cost, forward=seconds_per_forward(backbone, x, clock, runs=2))  # warm
+    if cost.batches == 1 and _far_under(cost, say_above):
+        return cost  # no probe: its own work would have to be most of the line (``FAR_UNDER``)
     # a light backbone's whole first batch, unless it is the audit's only one (the probe would do the audit twice)
     cost = dataclasses.replace(cost, whole_batch=cost.passes_seconds <= WHOLE_BATCH_BELOW_S and cost.batches > 1)
     probe = first if cost.whole_batch else first[: min(PROBE_SAMPLES, len(first))]
-    say_above = SAY_ABOVE_S if say_above is None else say_above
 
     def worth_timing(bound: float) -> bool:
         return dataclasses.replace(cost, per_batch=bound).seconds > say_above
 
-    probe_passes = 0.0 if cost.whole_batch else passes * forward * len(probe)
+    probe_passes = 0.0 if cost.whole_batch else passes * cost.forward * len(probe)
     per_batch = per_batch_seconds(lambda: run_probe(probe), probe_passes, worth_timing, clock)
     return dataclasses.replace(cost, per_batch=per_batch)
+
+
+def _far_under(cost: AuditCost, say_above: float) -> bool:
+    """A one-batch audit's passes and intervals under ``FAR_UNDER`` of the line: not probed (module docstring)."""
+    return cost.passes_seconds + cost.intervals < FAR_UNDER * say_above
+
+
+def _cold_forward_decides(cost: AuditCost, say_above: float) -> bool:
+    """Whether the forward timed cold (``cost.forward``, an upper bound of a warm one) decides what follows, so that
+    no more forwards are timed: with more than one batch, a whole first batch is probed where even that bound keeps
+    the passes under ``WHOLE_BATCH_BELOW_S`` (the estimate is then the batch's time, passes and all); with one, no
+    probe runs where it leaves the audit far under the line. Else the warm figure decides, and is counted."""
+    if cost.batches > 1:
+        return cost.passes_seconds <= WHOLE_BATCH_BELOW_S
+    return _far_under(cost, say_above)
 
 
 def _duration(seconds: float) -> str:
