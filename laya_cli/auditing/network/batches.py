@@ -1,7 +1,13 @@
 """The network-scope audit's batches: per batch the taps' activations (once), the total effects Δ_i (each tap patched
 inside the backbone), every method's scores against them (its own network attribution or the head's scores,
 ``registry.Method.network``), their ρ and Deletion@1; after the batches, the whole-set methods (``global``) and the
-summary (``results.NetworkResult``). ``auditing.job.run_scoped_audit`` runs it beside the head scope."""
+summary (``results.NetworkResult``). ``auditing.job.run_scoped_audit`` runs it beside the head scope.
+
+One forward of the network per batch gives the taps, r_i, the head's output and ŷ: a plain pass without gradients,
+or, where a gradient method (Grad×Act, AtP, saliency: ``Method.from_gradients``) is asked, Captum's forward and
+backward of their layer gradients (``NetworkScope.taps_and_gradients``), run before the removals so that its graph
+is freed before them. A backbone whose own engine is no forward hooks (``NetworkScope.one_pass``) keeps its plain
+pass and Captum's beside it. Then the removals' staircase and the head passes of Δ."""
 
 from __future__ import annotations
 
@@ -165,14 +171,18 @@ def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
     s, net = run.plan.settings, run.net
     x = to_float_images(to_device(xb, s.device))
     y = run.labels[first : first + len(xb)].to(s.device)
-    hs = net.activations(x)
-    with torch.no_grad():
-        feats = net.pooled(hs)
-        out = net.head(feats)
-        pred = out.logits.argmax(-1)
-    target = pred if s.target == "predicted" else y
+    labels = None if s.target == "predicted" else y
+    grads = None
+    if having("from_gradients", run.computed) and net.one_pass:  # the gradients' forward is the batch's own
+        hs, feats, out, target, grads = net.taps_and_gradients(x, labels)  # its graph freed before the removals
+    else:
+        hs = net.activations(x)
+        with torch.no_grad():
+            feats = net.pooled(hs)
+            out = net.head(feats)
+        target = out.logits.argmax(-1) if labels is None else labels
     delta = net.effects(x, hs, feats, target)  # on the host with the scores, in one copy (``network_batch``)
-    return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator)), y, out
+    return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator), grads=grads), y, out
 
 
 def batch_work(run: NetworkRun) -> dict[str, float]:
