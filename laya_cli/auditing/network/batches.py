@@ -87,7 +87,7 @@ class Batch:
     delta: Tensor  # (B, L) total effects: on the CPU once the methods have scored (``plan.to_host``)
     ctx: AttributionContext
     steps: dict[str, Tensor] = field(default_factory=dict)  # the methods with a convergence delta: their IG steps
-    grads: list[Tensor] | None = None  # dp_ŷ/dh_i, once per batch for the gradient methods (registry)
+    grads: list[Tensor] | None = None  # dp_ŷ/dh_i for the gradient methods: the batch's forward's, else registry's
 
 
 @dataclass
