@@ -174,10 +174,10 @@ def _bert_scope(tmp_path, ablation):
     return NetworkScope(backbone, head, mean if ablation == "mean" else None, ablation=ablation), x
 
 
-def _image_scope(name, ablation):
+def _image_scope(name, ablation, rows=16):
     backbone = make_backbone(name, 8 if name == "mlp" else 16)
     g = torch.Generator().manual_seed(3)
-    x = torch.rand(16, *backbone.example_shape, generator=g)
+    x = torch.rand(rows, *backbone.example_shape, generator=g)
     with torch.no_grad():
         mean = tap_means(backbone, x)
         dims = [h.shape[-1] for h in backbone(x)]
@@ -256,3 +256,16 @@ def test_staircase_pooled_once_per_step_equals_pooling_each_removal(monkeypatch,
     apart = net._stacked_removed_taps(hs)
     for a, b in zip(once, apart):
         _assert_equal_lists(a, b, "pooled removals")
+
+
+@pytest.mark.parametrize("target", ["predicted", "label"])
+def test_one_forward_on_a_single_row(target):
+    """A last batch of one image: Captum selects its target by a column index there, the one forward by a gather of
+    one row; the same layer gradients."""
+    net, x = _image_scope("cnn", "mean", rows=1)
+    labels = None if target == "predicted" else torch.tensor([3])
+    hs, _, feats, out, pred, grads = _two_passes(net, x, labels)
+    one = net.taps_and_gradients(x, labels)
+    _assert_equal_lists(one.hs, hs, "taps")
+    assert torch.equal(one.target, pred)
+    _assert_equal_lists(one.grads, grads, "layer gradients")
