@@ -129,3 +129,143 @@ def test_the_estimates_probe_is_the_audits_first_batch(digits_ckpt, monkeypatch,
     assert (
         reused["network"]["methods"]["random"]["faithfulness"] == again["network"]["methods"]["random"]["faithfulness"]
     )
+
+
+def _two_passes(net: NetworkScope, x, labels):
+    """The batch's work before issue 73's fifth round: the taps without gradients, the head on them, ŷ, then Captum's
+    layer gradients in a forward of their own; the removals' taps pooled removal by removal."""
+    hs = net.activations(x)
+    inputs = list(net.inputs)
+    with torch.no_grad():
+        feats = net.pooled(hs)
+        out = net.head(feats)
+    target = out.logits.argmax(-1) if labels is None else labels
+    grads = net.layer_gradients(x, target, multiply=False)
+    return hs, inputs, feats, out, target, grads
+
+
+def _assert_equal_lists(a, b, what: str) -> None:
+    assert len(a) == len(b), what
+    for u, v in zip(a, b):
+        assert (u is None and v is None) or torch.equal(u, v), what
+
+
+def _bert_scope(tmp_path, ablation):
+    """A tiny BERT from its config (frozen, a replaying engine: token ids, so its embeddings' output requires grad) on
+    five texts of different lengths (padding masked out of the mean pooling), a seeded head, its NetworkScope."""
+    transformers = pytest.importorskip("transformers")
+    from laya_cli import backbones as bb
+    from laya_cli.backbones import tokenizers as tokenization
+
+    config = transformers.BertConfig(
+        vocab_size=200, hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64
+    )
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(config).save_pretrained(tmp_path / "bert")
+    backbone = bb.build_backbone(bb.BackboneSpec(f"hf:{tmp_path / 'bert'}", pretrained=True, max_length=12)).eval()
+    texts = ["dog cat", "bread cheese apple rice soup", "saw", "fish lion tiger bear wolf", "milk egg"]
+    tokenization.train_tokenizer(backbone.input_cfg, " ".join(texts).split() * 3, "test words")
+    x = tokenization.encode(backbone.input_cfg, texts)
+    with torch.no_grad():
+        mean = tap_means(backbone, x)
+        dims = [r.shape[-1] for r in backbone(x)]
+    torch.manual_seed(0)
+    head = build_head("laya", dims, 3).eval()
+    return NetworkScope(backbone, head, mean if ablation == "mean" else None, ablation=ablation), x
+
+
+def _image_scope(name, ablation, rows=16):
+    backbone = make_backbone(name, 8 if name == "mlp" else 16)
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(rows, *backbone.example_shape, generator=g)
+    with torch.no_grad():
+        mean = tap_means(backbone, x)
+        dims = [h.shape[-1] for h in backbone(x)]
+    torch.manual_seed(5)
+    return NetworkScope(backbone, build_head("laya", dims, 5).eval(), mean if ablation == "mean" else None), x
+
+
+@pytest.mark.parametrize(
+    "name,ablation", [("mlp", "mean"), ("mlp", "zero"), ("cnn", "mean"), ("bert", "zero"), ("bert", "bypass")]
+)
+@pytest.mark.parametrize("target", ["predicted", "label"])
+def test_one_forward_gives_the_two_passes_taps_and_gradients_bit_for_bit(tmp_path, monkeypatch, name, ablation, target):
+    """The batch's taps (and a bypass's inputs), r_i, the head's output, ŷ and Captum's layer gradients from the one
+    forward Captum runs (``taps_and_gradients``) equal the plain pass's and those of Captum's own pass; Δ after it
+    (the staircase pooled once per step) equals Δ after the plain pass (the staircase pooled removal by removal)."""
+    net, x = _bert_scope(tmp_path, ablation) if name == "bert" else _image_scope(name, ablation)
+    net.stack_rows = 10**6
+    assert net.one_pass
+    labels = None if target == "predicted" else torch.arange(len(x)) % 3
+    hs, inputs, feats, out, pred, grads = _two_passes(net, x, labels)
+    assert net._stacks(hs), "the removals run as a staircase"
+    with monkeypatch.context() as apart:
+        apart.setattr(patching, "_pools_stacked", lambda *a: False)
+        delta = net.effects(x, hs, feats, pred)
+    one = net.taps_and_gradients(x, labels)
+    assert len(net.inputs) == (len(hs) if ablation == "bypass" else 0)
+    _assert_equal_lists(one.hs, hs, "taps")
+    _assert_equal_lists(net.inputs, inputs, "the taps' inputs")
+    _assert_equal_lists(one.feats, feats, "r_i")
+    _assert_equal_lists(list(one.out), list(out), "the head's output")
+    assert torch.equal(one.target, pred)
+    _assert_equal_lists(one.grads, grads, "layer gradients")
+    assert not any(t.requires_grad for t in [*one.hs, *one.feats, one.out.logits, *one.grads])
+    assert sum(g.abs().sum() for g in grads) > 0 and delta.abs().sum() > 0
+    assert torch.equal(net.effects(x, one.hs, one.feats, one.target), delta)
+
+
+@pytest.mark.parametrize("scope", ["network", "both"])
+@pytest.mark.parametrize("target,ablation", [("predicted", "mean"), ("label", "zero")])
+def test_audit_with_one_forward_per_batch_equals_the_two_passes(digits_ckpt, monkeypatch, scope, target, ablation):
+    """A network-scope audit of every method gives the same numbers whether its batches run one forward (the taps from
+    Captum's pass) or two (a plain pass, then Captum's): the route ``NetworkScope.one_pass`` picks is the one run."""
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=37)
+    settings = AuditSettings(steps=4, batch_size=16, target=target, ablation=ablation, metrics="all").validate()
+    one_pass, layer_gradients = NetworkScope.taps_and_gradients, NetworkScope.layer_gradients
+    calls = []
+    monkeypatch.setattr(NetworkScope, "taps_and_gradients", lambda *a: calls.append("one") or one_pass(*a))
+    monkeypatch.setattr(
+        NetworkScope, "layer_gradients", lambda *a, **k: calls.append("two") or layer_gradients(*a, **k)
+    )
+    new = run_scoped_audit(model, data, parse_methods("all"), settings, scope).to_dict()
+    assert calls == ["one"] * 3, "each batch: one forward"
+    calls.clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(NetworkScope, "one_pass", False)
+        patched.setattr(patching, "_pools_stacked", lambda *a: False)
+        old = run_scoped_audit(model, data, parse_methods("all"), settings, scope).to_dict()
+    assert calls == ["two"] * 3, "each batch: its plain pass and Captum's"
+    assert _without_memory(new) == _without_memory(old)
+    assert new["network"]["methods"]["atp"]["faithfulness"]
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_staircase_pooled_once_per_step_equals_pooling_each_removal(monkeypatch, name):
+    """The staircase's stacked rows pooled at once and split give each removal's pooled taps bit for bit (a mean over
+    a CNN's positions too, on the CPU)."""
+    net, x = _image_scope(name, "mean")
+    net.stack_rows = 10**6
+    hs = net.activations(x)
+    pools, calls = patching._pools_stacked, []
+    monkeypatch.setattr(patching, "_pools_stacked", lambda *a: calls.append(1) or pools(*a))
+    once = net._stacked_removed_taps(hs)
+    assert len(calls) == len(hs)
+    monkeypatch.setattr(patching, "_pools_stacked", lambda *a: False)
+    apart = net._stacked_removed_taps(hs)
+    for a, b in zip(once, apart):
+        _assert_equal_lists(a, b, "pooled removals")
+
+
+@pytest.mark.parametrize("target", ["predicted", "label"])
+def test_one_forward_on_a_single_row(target):
+    """A last batch of one image: Captum selects its target by a column index there, the one forward by a gather of
+    one row; the same layer gradients."""
+    net, x = _image_scope("cnn", "mean", rows=1)
+    labels = None if target == "predicted" else torch.tensor([3])
+    hs, _, feats, out, pred, grads = _two_passes(net, x, labels)
+    one = net.taps_and_gradients(x, labels)
+    _assert_equal_lists(one.hs, hs, "taps")
+    assert torch.equal(one.target, pred)
+    _assert_equal_lists(one.grads, grads, "layer gradients")

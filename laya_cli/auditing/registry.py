@@ -179,7 +179,8 @@ def _ig_network(run, b):
 
 def _layer_gradients(run, b):
     """dp_ŷ/dh_i of the batch's taps: one Captum forward and backward shared by Grad×Act, AtP and saliency (each
-    asked for them alone before: one pass each, for the same gradients)."""
+    asked for them alone before: one pass each, for the same gradients). Where the batch's own forward was that pass
+    (``NetworkScope.taps_and_gradients``), the batch holds them already."""
     if b.grads is None:
         b.grads = run.net.layer_gradients(b.x, b.target, multiply=False)
     return b.grads

@@ -1,7 +1,14 @@
 """The network-scope audit's batches: per batch the taps' activations (once), the total effects Δ_i (each tap patched
 inside the backbone), every method's scores against them (its own network attribution or the head's scores,
 ``registry.Method.network``), their ρ and Deletion@1; after the batches, the whole-set methods (``global``) and the
-summary (``results.NetworkResult``). ``auditing.job.run_scoped_audit`` runs it beside the head scope."""
+summary (``results.NetworkResult``). ``auditing.job.run_scoped_audit`` runs it beside the head scope.
+
+One forward of the network per batch gives the taps, r_i, the head's output and ŷ: a plain pass without gradients,
+or, where a gradient method (Grad×Act, AtP, saliency: ``Method.from_gradients``) is asked, Captum's forward and
+backward of their layer gradients (``NetworkScope.taps_and_gradients``), run before the removals so that its graph
+is freed before them; those methods' scores are made from the gradients then, so that the gradients are not held
+through the removals either. A backbone whose own engine is no forward hooks (``NetworkScope.one_pass``) keeps its
+plain pass and Captum's beside it. Then the removals' staircase and the head passes of Δ."""
 
 from __future__ import annotations
 
@@ -81,7 +88,8 @@ class Batch:
     delta: Tensor  # (B, L) total effects: on the CPU once the methods have scored (``plan.to_host``)
     ctx: AttributionContext
     steps: dict[str, Tensor] = field(default_factory=dict)  # the methods with a convergence delta: their IG steps
-    grads: list[Tensor] | None = None  # dp_ŷ/dh_i, once per batch for the gradient methods (registry)
+    grads: list[Tensor] | None = None  # dp_ŷ/dh_i for the gradient methods: the batch's forward's, else registry's
+    early: dict[str, Tensor] = field(default_factory=dict)  # the gradient methods' scores, made before Δ (``_batch``)
 
 
 @dataclass
@@ -165,14 +173,23 @@ def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
     s, net = run.plan.settings, run.net
     x = to_float_images(to_device(xb, s.device))
     y = run.labels[first : first + len(xb)].to(s.device)
-    hs = net.activations(x)
-    with torch.no_grad():
-        feats = net.pooled(hs)
-        out = net.head(feats)
-        pred = out.logits.argmax(-1)
-    target = pred if s.target == "predicted" else y
-    delta = net.effects(x, hs, feats, target)  # on the host with the scores, in one copy (``network_batch``)
-    return Batch(x, hs, feats, target, delta, run.plan.context(target, run.generator)), y, out
+    labels = None if s.target == "predicted" else y
+    gradient_methods = having("from_gradients", run.computed)
+    grads = None
+    if gradient_methods and net.one_pass:  # the gradients' forward is the batch's own
+        hs, feats, out, target, grads = net.taps_and_gradients(x, labels)  # its graph freed before the removals
+    else:
+        hs = net.activations(x)
+        with torch.no_grad():
+            feats = net.pooled(hs)
+            out = net.head(feats)
+        target = out.logits.argmax(-1) if labels is None else labels
+    b = Batch(x, hs, feats, target, None, run.plan.context(target, run.generator), grads=grads)
+    if grads is not None:  # their (B, L) scores now: the gradients (as large as the taps) not held through the removals
+        b.early = {m: _scores_on(run, m, b) for m in gradient_methods}
+        b.grads = None
+    b.delta = net.effects(x, hs, feats, target)  # on the host with the scores, in one copy (``network_batch``)
+    return b, y, out
 
 
 def batch_work(run: NetworkRun) -> dict[str, float]:
@@ -229,7 +246,7 @@ def _scores(run: NetworkRun, b: Batch) -> tuple[dict[str, Tensor], dict[str, Ten
     scored, crossed = {}, {}
     for m in run.computed:
         with phase(work[m]):
-            scored[m] = _scores_on(run, m, b)
+            scored[m] = b.early[m] if m in b.early else _scores_on(run, m, b)
         if both and METHODS[m].network:
             crossed[m] = METHODS[m](head, b.feats, b.ctx)
     return scored, crossed

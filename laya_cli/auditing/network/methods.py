@@ -2,15 +2,20 @@
 
 ig        Captum ``LayerIntegratedGradients`` per tapped layer, layer baseline = the reference
           activation; on a chain it runs on the suffix of the network after that layer.
-gradxact  Captum ``LayerGradientXActivation`` on all tapped modules in one pass.
+gradxact  h_i ⊙ the layer gradients dp_ŷ/dh_i of Captum's ``LayerGradientXActivation`` (``multiply_by_inputs=False``)
+          on all tapped modules in one forward and backward.
 atp       (h_i − the removal's fill) ⊙ the layer gradients of the same Captum call.
-saliency  the same Captum call with ``multiply_by_inputs=False`` (layer gradients), |·| summed.
+saliency  |the layer gradients of the same Captum call|, summed.
+
+The audit's batch takes the taps, the by-input removals' inputs, the pooled r_i, the head's output and ŷ from that
+same Captum forward where a gradient method is asked (``taps_and_gradients``): one forward of the network per batch.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +32,16 @@ class _Blend(nn.Module):
     def forward(self, h: Tensor, b: Tensor, ref: Tensor) -> Tensor:
         b = b.view(-1, *[1] * (h.dim() - 1)).to(h.dtype)
         return b * h + (1 - b) * ref
+
+
+class TapsAndGradients(NamedTuple):
+    """A batch's one forward and backward (``LayerAttributions.taps_and_gradients``)."""
+
+    hs: list[Tensor]  # the taps' activations
+    feats: list[Tensor]  # pooled: the head's r_i
+    out: Any  # the head's output (``HeadOutput``)
+    target: Tensor  # ŷ: the head's prediction, or the labels given
+    grads: list[Tensor]  # dp_ŷ/dh_i
 
 
 def _first(a):
@@ -140,6 +155,33 @@ class LayerAttributions:
                 return_convergence_delta=True,
             )
         return REDUCTIONS[reduce](_first(attr).flatten(1)).detach(), delta.detach()
+
+    def taps_and_gradients(self, x: Tensor, labels: Tensor | None = None) -> TapsAndGradients:
+        """The batch's taps (and, for a by-input removal, their inputs: ``inputs``), their pooled r_i, the head's
+        output and ŷ, with Captum's layer gradients dp_ŷ/dh_i (``layer_gradients(..., multiply=False)``) from one
+        forward and backward of the full model. The forward Captum runs is the batch's own pass (``taps``) with
+        every tap through a Captum point (``tap_points``); it keeps what it computed (detached) and returns p_ŷ, ŷ
+        picked from its own logits (``labels``: the labels instead), as Captum would select it, so Captum needs no
+        target up front. The same bits as ``activations`` then ``layer_gradients`` where ``one_pass`` holds."""
+        from captum.attr import LayerGradientXActivation
+
+        kept = {}
+
+        def forward(images):
+            hs = self.taps(images)
+            feats = self.pooled(hs)
+            out = self.head(feats)
+            target = out.logits.detach().argmax(-1) if labels is None else labels
+            kept.update(hs=[h.detach() for h in hs], feats=[f.detach() for f in feats], target=target)
+            kept["out"] = type(out)(*(None if t is None else t.detach() for t in out))
+            # Captum's selection of a (B,) target (common._select_targets): a gather of the (B, C) probabilities
+            return torch.gather(torch.softmax(out.logits, dim=-1), 1, target.reshape(len(target), 1))
+
+        with self.backbone.tap_points() as points:
+            grads = LayerGradientXActivation(forward, points, multiply_by_inputs=False).attribute(
+                x.detach().requires_grad_(x.is_floating_point())
+            )
+        return TapsAndGradients(grads=[_first(g).detach() for g in grads], **kept)
 
     def layer_gradients(self, x: Tensor, target: Tensor, multiply: bool = True) -> list[Tensor]:
         """Captum ``LayerGradientXActivation`` on every tap (the ``tap_points`` its output passes through) in one

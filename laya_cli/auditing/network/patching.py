@@ -92,10 +92,23 @@ class NetworkScope(LayerAttributions):
     def activations(self, x: Tensor) -> list[Tensor]:
         """Raw tap activations h_1..h_L of a batch of float images (one pass); the taps' inputs are kept too
         when a removal needs them."""
+        return self.taps(x)
+
+    def taps(self, x: Tensor) -> list[Tensor]:
+        """``activations`` in the caller's grad mode: the backbone's own engine, and the taps' inputs kept
+        (``inputs``) where a removal needs them. With gradients on, the pass Captum's layer gradients run through
+        (``taps_and_gradients``)."""
         if not self.by_input:
             return self.backbone.activations(x)
         hs, self.inputs = self.backbone.activations_and_inputs(x)
         return hs
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether the batch's own pass can carry Captum's layer gradients (``taps_and_gradients``): the backbone
+        runs by forward hooks (its ``hooks`` or ``replay`` engine), as Captum's pass does, so its taps are the same
+        bits either way. A traced graph (``fx``) or timm's ``forward_intermediates`` keeps its own pass and Captum's."""
+        return getattr(self.backbone, "engine_kind", None) in ("hooks", "replay")
 
     def later(self, i: int, h: Tensor, x: Tensor) -> list[Tensor]:
         """h_{i+1}..h_L with tap i's output = ``h``: only the later layers on a chain, else a full pass."""
@@ -125,13 +138,19 @@ class NetworkScope(LayerAttributions):
     def _stacked_removed_taps(self, hs: Sequence[Tensor]) -> list[list[Tensor]]:
         """``removed_taps`` on a chain as a staircase: before the modules after tap j, the removals 0..j−1 (their
         tap j, patched earlier) and removal j (tap j's fill) stacked along the batch as Captum stacks copies, one
-        step of up to L·B rows: L − 1 suffix steps instead of L(L − 1)/2. Each removal's rows pooled on their own."""
+        step of up to L·B rows: L − 1 suffix steps instead of L(L − 1)/2. Each step's stacked rows pooled at once and
+        split by removal where that is each removal's pooling bit for bit (``_pools_stacked``), else removal by
+        removal."""
         n, removed, state = len(hs[0]), [[] for _ in hs], None
         for j, h in within(list(enumerate(hs))):
             fill = self.fill(j, h)
             state = fill if state is None else torch.cat([state, fill])
-            for r, rows in enumerate(state.split(n)):
-                removed[r].append(self.backbone.pool_tap(j, rows))
+            if _pools_stacked(self.backbone, j, state):
+                pooled = self.backbone.pool_tap(j, state).split(n)
+            else:
+                pooled = [self.backbone.pool_tap(j, rows) for rows in state.split(n)]
+            for r, rows in enumerate(pooled):
+                removed[r].append(rows)
             if j + 1 < len(hs):
                 state = self.backbone.continue_from(j, state, upto=j + 2)[0]
         return removed
@@ -144,6 +163,17 @@ class NetworkScope(LayerAttributions):
         one of (L + 1)·B rows where the batch has ``STACK_MIN_ROWS`` rows (``stacked_removal_effects``)."""
         effects = stacked_removal_effects if len(target) >= STACK_MIN_ROWS else removal_effects
         return effects(self.head, feats, self.removed_taps(x, hs), target)
+
+
+def _pools_stacked(backbone, i: int, state: Tensor) -> bool:
+    """Whether pooling tap i's stacked removals at once gives each removal's rows what pooling them alone gives, bit
+    for bit: a tap pooled by picking (a vector tap, the class token, a text's last token: no arithmetic across
+    positions), or any pooling on the CPU, whose reductions sum each row alike whatever rows sit beside it
+    (tests/test_network_batching.py). A GPU's reduction may split a mean over positions by how many rows it reduces:
+    the removals are pooled one by one there."""
+    fmt = backbone.tap_format(i, state)
+    picks = fmt.layout == "NC" or fmt.layout not in ("NCHW", "NHWC") and backbone.pool in ("cls", "last")
+    return state.device.type == "cpu" or picks and not backbone.read_positions  # positions: a grid's means
 
 
 @torch.no_grad()
