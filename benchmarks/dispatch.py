@@ -25,7 +25,7 @@ Phases (the classifier cases): ``forward`` (the plain model with its own classif
 Adam), ``head audit`` (``laya audit``'s default at head scope on the extracted features: laya, ig, gradxact,
 random, their metrics and intervals), ``network audit`` (the same at network scope, ``--ablation bypass``; the first
 in the process, as ``laya audit`` runs it: with the once-per-model work, the backbone's chain traced and checked, and
-the estimate) and ``network audit, a batch more`` (an audit of two batches less one of one, both after the first:
+the estimate) and ``network audit, a batch more`` (an audit of three batches less one of two, both after the first:
 what each further batch of a long audit costs).
 GPT-2: ``forward`` (the model with its hidden states over the training batch), ``extraction`` (``token_states``),
 ``train step`` (``training.lm.train_step``, the default lens) and ``per-token audit`` (``token_audit_job`` at head
@@ -222,31 +222,33 @@ def classifier_phases(plain, model, x) -> dict[str, Tally]:
         "head audit": count(lambda: scoped_audit(model, data, "head", n)),
         "network audit": count(lambda: scoped_audit(model, data, "network", n)),  # as `laya audit` runs it: first
     }
-    out["network audit, a batch more"] = batch_more(model, data, _doubled(model, data, x), n)
+    out["network audit, a batch more"] = batch_more(
+        model, _repeated(model, data, x, 2), _repeated(model, data, x, 3), n
+    )
     return out
 
 
-def _doubled(model, data, x):
-    """The audit's data twice over (the same inputs again): two batches of ``len(x)``."""
+def _repeated(model, data, x, times: int):
+    """The audit's data ``times`` over (the same inputs again): ``times`` batches of ``len(x)``."""
     from laya_cli.features.extraction import LayerFeatures
     from laya_cli.model.evaldata import EvalData
 
     from .audit_floor import eval_data
 
-    x2 = torch.cat([x, x])
+    xs = torch.cat([x] * times)
     if x.dtype == torch.uint8:
-        return eval_data(model, x2)
-    feats = [torch.cat([f, f]) for f in data.features.feats]
-    return EvalData(LayerFeatures(feats, torch.zeros(len(x2), dtype=torch.long)), x2, torch.arange(len(x2)), "random")
+        return eval_data(model, xs)
+    feats = [torch.cat([f] * times) for f in data.features.feats]
+    return EvalData(LayerFeatures(feats, torch.zeros(len(xs), dtype=torch.long)), xs, torch.arange(len(xs)), "random")
 
 
-def batch_more(model, data, doubled, n: int) -> Tally:
-    """What one more batch adds to a network-scope audit: an audit of two batches of ``n`` less one of one batch,
-    both after the first (``network audit``), so that neither carries the once-per-model work (the backbone's chain
-    traced and checked, ``can_continue``) and the difference is a batch's own work, whatever the audit pays once
-    (its estimate, the summaries and intervals over the samples: these grow with them, not per batch)."""
-    once = count(lambda: scoped_audit(model, data, "network", n))
-    twice = count(lambda: scoped_audit(model, doubled, "network", n))
+def batch_more(model, two, three, n: int) -> Tally:
+    """What one more batch adds to a network-scope audit: an audit of three batches of ``n`` less one of two, both
+    after the first (``network audit``), so that neither carries the once-per-model work (the backbone's chain traced
+    and checked, ``can_continue``) and both make the same estimate (a multi-batch audit's: its whole first batch
+    probed and kept), and the difference is a batch's own work (and what the summaries add for its samples)."""
+    once = count(lambda: scoped_audit(model, two, "network", n))
+    twice = count(lambda: scoped_audit(model, three, "network", n))
     more = Tally()
     more.ops, more.syncs = Counter(twice.ops), Counter(twice.syncs)
     more.ops.subtract(once.ops)
