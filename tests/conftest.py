@@ -10,6 +10,7 @@ import contextlib
 import csv
 import os
 import random
+import signal
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,6 +39,18 @@ def _isolated(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAYA_DATA_DIR", str(tmp_path_factory.getbasetemp() / "no-data-here"))
     with progress.enabled(False):  # library calls stay quiet; commands set their own
         yield
+
+
+@pytest.fixture
+def default_sigint():
+    """Python's own SIGINT handler, unblocked, whatever state this test process was left in (a test that sends
+    itself SIGINT failed once in a full run, the signal not raised: the worker's SIGINT state is whatever earlier
+    tests on it left); restored after."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    signal.signal(signal.SIGINT, handler)
 
 
 @pytest.fixture(scope="session")

@@ -178,16 +178,6 @@ def test_pretrained_weights_offline_fail_fast_in_one_line(tmp_path):
     assert not Path(tmp_path / "m.pt").exists()
 
 
-@pytest.fixture
-def default_sigint():
-    """Python's own SIGINT handler, unblocked, whatever state this test process was left in; restored after."""
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    yield
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    signal.signal(signal.SIGINT, handler)
-
-
 def test_ctrl_c_while_a_benchmark_child_starts_is_held_not_lost(default_sigint):
     """The window in which `python -m benchmarks` starts its child: a Ctrl-C there used to be ignored
     (the run went on and exited 0); now it is blocked, then delivered when the window ends."""

@@ -204,7 +204,7 @@ def test_a_decompression_bomb_is_one_undecodable_image(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- an interrupt inside a write
 
 
-def test_an_interrupt_inside_torch_save_is_the_interrupt_and_the_old_file_stays(tmp_path, monkeypatch):
+def test_an_interrupt_inside_torch_save_is_the_interrupt_and_the_old_file_stays(tmp_path, monkeypatch, default_sigint):
     import io
 
     from laya_cli.runtime import fileio
