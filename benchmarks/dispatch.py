@@ -24,9 +24,12 @@ Phases (the classifier cases): ``forward`` (the plain model with its own classif
 ``model.features``), ``train step`` (one ``training.loop`` step of the head: forward, cross-entropy, backward,
 Adam), ``head audit`` (``laya audit``'s default at head scope on the extracted features: laya, ig, gradxact,
 random, their metrics and intervals), ``network audit`` (the same at network scope, ``--ablation bypass``; the first
-in the process, as ``laya audit`` runs it: with the once-per-model work, the backbone's chain traced and checked, and
-the estimate) and ``network audit, a batch more`` (an audit of three batches less one of two, both after the first:
-what each further batch of a long audit costs).
+in the process, as ``laya audit`` runs it: with the once-per-model work, the backbone's chain traced and checked),
+``network audit, a batch more`` (an audit of three batches less one of two, both after the first: what each further
+batch of a long audit costs) and ``network estimate (this machine)`` (the line's estimate before a network-scope
+audit, ``auditing/estimate.py``: a one-batch audit with it less without it). The network audits are counted without
+the estimate: what it runs depends on the time it measures (on a loaded CPU, a probe a GPU would skip), so with it
+the counts would depend on the machine's load; its own row is this machine's.
 GPT-2: ``forward`` (the model with its hidden states over the training batch), ``extraction`` (``token_states``),
 ``train step`` (``training.lm.train_step``, the default lens) and ``per-token audit`` (``token_audit_job`` at head
 scope: laya, ig, gradxact, random). Ratios: each phase's operations over the forward's; the per-token audit per
@@ -190,13 +193,22 @@ def train_stepper(model, feats, labels):
     return step
 
 
-def scoped_audit(model, data, scope: str, n: int) -> None:
-    from laya_cli.auditing.job import run_scoped_audit
+def scoped_audit(model, data, scope: str, n: int, estimate: bool = False) -> None:
+    """``laya audit``'s default at ``scope`` in batches of ``n``; the network scope's estimate (``estimate``: the line
+    said before a long audit, ``auditing/estimate.py``) left out unless asked, since what it runs depends on the time
+    it measures (on a loaded CPU a probe a GPU would skip), so the counts would depend on the machine's load."""
+    from laya_cli.auditing import job
     from laya_cli.auditing.names import parse_methods
     from laya_cli.auditing.settings import AuditSettings, compare_for
 
     settings = AuditSettings(ablation="bypass" if scope == "network" else "mean", batch_size=n).validate()
-    run_scoped_audit(model, data, parse_methods(compare_for(None, scope)), settings, scope)
+    saved = job.audit_eta
+    if not estimate:
+        job.audit_eta = lambda *args, **kwargs: None
+    try:
+        job.run_scoped_audit(model, data, parse_methods(compare_for(None, scope)), settings, scope)
+    finally:
+        job.audit_eta = saved
 
 
 def classifier_phases(plain, model, x) -> dict[str, Tally]:
@@ -222,10 +234,26 @@ def classifier_phases(plain, model, x) -> dict[str, Tally]:
         "head audit": count(lambda: scoped_audit(model, data, "head", n)),
         "network audit": count(lambda: scoped_audit(model, data, "network", n)),  # as `laya audit` runs it: first
     }
-    out["network audit, a batch more"] = batch_more(
-        model, _repeated(model, data, x, 2), _repeated(model, data, x, 3), n
-    )
+    two, three = _repeated(model, data, x, 2), _repeated(model, data, x, 3)
+    out["network audit, a batch more"] = batch_more(model, two, three, n)
+    out["network estimate (this machine)"] = estimate_alone(model, data, n)
     return out
+
+
+def _difference(more: Tally, less: Tally) -> Tally:
+    diff = Tally()
+    diff.ops, diff.syncs = Counter(more.ops), Counter(more.syncs)
+    diff.ops.subtract(less.ops)
+    diff.syncs.subtract(less.syncs)
+    return diff
+
+
+def estimate_alone(model, data, n: int) -> Tally:
+    """What the estimate adds to a one-batch network audit on this machine: the audit with it less without it. Its
+    work depends on the time it measures (a probe where the audit may be near the 3-minute line), so this row is this
+    machine's, not a GPU's: where a GPU's passes are short, one forward."""
+    with_it = count(lambda: scoped_audit(model, data, "network", n, estimate=True))
+    return _difference(with_it, count(lambda: scoped_audit(model, data, "network", n)))
 
 
 def _repeated(model, data, x, times: int):
@@ -247,13 +275,8 @@ def batch_more(model, two, three, n: int) -> Tally:
     after the first (``network audit``), so that neither carries the once-per-model work (the backbone's chain traced
     and checked, ``can_continue``) and both make the same estimate (a multi-batch audit's: its whole first batch
     probed and kept), and the difference is a batch's own work (and what the summaries add for its samples)."""
-    once = count(lambda: scoped_audit(model, two, "network", n))
-    twice = count(lambda: scoped_audit(model, three, "network", n))
-    more = Tally()
-    more.ops, more.syncs = Counter(twice.ops), Counter(twice.syncs)
-    more.ops.subtract(once.ops)
-    more.syncs.subtract(once.syncs)
-    return more
+    return _difference(count(lambda: scoped_audit(model, three, "network", n)),
+                       count(lambda: scoped_audit(model, two, "network", n)))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the language-model case

@@ -90,10 +90,10 @@ def test_quick_dispatch_run_counts_every_phase_of_a_cnn():
     (result,) = main(["--quick", "--case", "cnn"])
     phases = result["phases"]
     assert list(phases) == ["forward", "extraction", "train step", "head audit", "network audit",
-                            "network audit, a batch more"]  # fmt: skip
+                            "network audit, a batch more", "network estimate (this machine)"]  # fmt: skip
     assert phases["forward"]["over_forward"] == 1.0
     assert all(row["ops"] > 0 for row in phases.values())
-    # a batch more pays its own passes, not the once-per-model chain check and the estimate the first audit pays
+    # a batch more pays its own passes, not the once-per-model chain check the first audit pays
     assert phases["forward"]["ops"] < phases["network audit, a batch more"]["ops"] < phases["network audit"]["ops"]
     assert phases["head audit"]["ops"] > phases["forward"]["ops"]  # L+1 head passes, IG, Grad×Act, the metrics
     assert any("head audit" in line for line in table([result]))
