@@ -19,17 +19,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-
-class _Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 class _Made(Exception):
@@ -57,16 +46,17 @@ def measure(name: str, compare: str, n: int) -> dict:
     from laya_cli.auditing.names import parse_methods
     from laya_cli.auditing.settings import AuditSettings, compare_for
 
+    from . import dispatch
+
     model, data = _case(name, n)
     out: dict = {"runs": []}
     per_batch_seconds, audit_cost = estimate.per_batch_seconds, estimate.audit_cost
 
     def counted_probe(run_probe, passes_seconds, again=lambda bound: True, clock=time.perf_counter):
         def run():
-            mode, started = _Count(), time.perf_counter()
-            with mode:
-                run_probe()
-            out["runs"].append((time.perf_counter() - started, mode.ops))
+            started = time.perf_counter()
+            tally = dispatch.count(run_probe)
+            out["runs"].append((time.perf_counter() - started, tally.n_ops))
 
         def bound(b):
             out["bound"] = b
