@@ -9,7 +9,7 @@ import torch
 from helpers import make_backbone
 
 from laya_cli.auditing.job import run_scoped_audit
-from laya_cli.auditing.metrics import deletion_at_1, spearman_rows, tie_undefined
+from laya_cli.auditing.metrics import Faithfulness, degenerate_effects, deletion_at_1, spearman_rows, tie_undefined
 from laya_cli.auditing.names import parse_methods
 from laya_cli.auditing.network import batches, patching
 from laya_cli.auditing.network.patching import NetworkScope
@@ -20,9 +20,10 @@ from laya_cli.model.heads import build_head
 from laya_cli.model.laya_model import load_model
 
 
-def _loop_score_methods(run, b, scored, crossed, rows, degenerate) -> None:
+def _loop_score_methods(run, b, scored, crossed, rows) -> Faithfulness:
     """The per-method loop ``batches._score_methods`` replaced (main before issue 73's third round), on the scores
-    the batch made (``scored``: on the host since the fourth round; ``crossed``: the head's own, where made)."""
+    the batch made (``scored``: on the host since the fourth round; ``crossed``: the head's own, where made), and
+    Δ's own flags as ``network_batch`` made them before the sixth round."""
     s, delta = run.plan.settings, b.delta
     for m, a in scored.items():
         rho = spearman_rows(a, delta, s.tie_tol)
@@ -31,6 +32,9 @@ def _loop_score_methods(run, b, scored, crossed, rows, degenerate) -> None:
         rows["d1"].append({m: deletion_at_1(a, delta, s.tie_tol)[0]})
         if m in crossed:
             rows["cross"].append({m: spearman_rows(crossed[m].cpu(), a)})
+    _, oracle, random = deletion_at_1(delta, delta)
+    exactly = degenerate_effects(delta)
+    return Faithfulness(None, None, None, degenerate_effects(delta, s.tie_tol), exactly, oracle, random)
 
 
 def _without_memory(doc: dict) -> dict:

@@ -32,12 +32,12 @@ from .intervals import attach_intervals, class_intervals
 from .methods import random_scores
 from .metrics import (
     STACK_MIN_ROWS,
+    Faithfulness,
     accuracy,
     aopc,
     chance_level,
     completeness,
     curves_sharing_passes,
-    degenerate_effects,
     deletion_at_1,
     faithfulness_rows,
     keep_only_probability,
@@ -51,6 +51,7 @@ from .metrics import (
     ranking_block,
     row_means,
     spearman_rows,
+    stacked_scores,
     target_probability,
     tie_levels,
     undetermined_note,
@@ -393,17 +394,12 @@ def _method_scores(run: _HeadScope, m: str, b: _Batch, ctx) -> tuple[Tensor, dic
     return METHODS[m](run.head, b.x, ctx), {}
 
 
-def _methods_on_batch(run: _HeadScope, b: _Batch, scored, stage_ctxs, degenerate) -> dict[str, dict[str, Tensor]]:
+def _methods_on_batch(run: _HeadScope, b: _Batch, scored, stage_ctxs, stacked, faith: Faithfulness) -> dict[str, dict]:
     """Every audited method's per-sample numbers on one batch (float64, on the CPU) from its scores there
-    (``scored``: method -> (scores on the host, what its convergence says)). ρ, the ties and Deletion@1 of all
-    methods in one set of kernels (``faithfulness_rows``); ``degenerate``: Δ's degenerate rows at the tie tolerance
-    and at 0."""
-    if not scored:
-        return {}
-    stacked = torch.stack([a.double() for a, _ in scored.values()])
-    rho, tie_undefined_, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
+    (``scored``: method -> (scores on the host, what its convergence says); ``stacked``: the same scores as one (M, B,
+    L) tensor) and their ρ, ties and Deletion@1, made for all methods at once (``faith``: ``faithfulness_rows``)."""
     per = {}
-    rows = zip(rho.unbind(), tie_undefined_.unbind(), d1.unbind(), stacked.unbind())  # each method's row: a view
+    rows = zip(faith.rho.unbind(), faith.tie_undefined.unbind(), faith.d1.unbind(), stacked.unbind())  # views
     for (m, (a, out)), (rho_, tie_, d1_, scores) in zip(scored.items(), rows):
         out.update(rho=rho_, tie_undefined=tie_, d1=d1_, scores=scores)
         out.update(_curves(run, a, b))
@@ -459,26 +455,25 @@ def _audit_batch(run: _HeadScope, first: int, xs, y, common: Rows, per: dict[str
     if alpha:
         common.append(alpha=host.pop())
     scored = {m: (a, out) for (m, (_, out)), a in zip(scored.items(), host)}
-    degenerate = degenerate_effects(b.delta, s.tie_tol)
-    exactly_degenerate = degenerate_effects(b.delta) if s.tie_tol > 0 else degenerate
-    for m, rows in _methods_on_batch(run, b, scored, stage_ctxs, (degenerate, exactly_degenerate)).items():
+    stacked = stacked_scores([a for a, _ in scored.values()], b.delta)
+    faith = faithfulness_rows(stacked, b.delta, s.tie_tol)
+    for m, rows in _methods_on_batch(run, b, scored, stage_ctxs, stacked, faith).items():
         per[m].append(rows)
     pred_host, label_host = pred.cpu(), y.cpu()
-    _, oracle, random = deletion_at_1(b.delta, b.delta)  # (oracle and random do not depend on ties)
     nan_rows = torch.full((len(y),), float("nan"), dtype=torch.float64)  # a group not computed
     _, keep_oracle, keep_random = deletion_at_1(b.keep, b.keep) if b.keep is not None else (None, nan_rows, nan_rows)
     common.append(
         pred=pred_host,
         label=label_host,
-        oracle=oracle,
-        random=random,
+        oracle=faith.oracle,
+        random=faith.random,
         keep_oracle=keep_oracle,
         keep_random=keep_random,
         effect=b.effect if b.effect is not None else nan_rows,
         target=(pred_host if target is pred else label_host).double(),
         checked=torch.full((len(y),), b.check),
-        degenerate=degenerate,
-        tie_degenerate=degenerate & ~exactly_degenerate,
+        degenerate=faith.degenerate,
+        tie_degenerate=faith.degenerate & ~faith.exactly_degenerate,
         delta=b.delta.double(),
     )
 

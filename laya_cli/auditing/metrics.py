@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -140,9 +141,15 @@ def tie_levels(values: Tensor, tol: float = 0.0) -> Tensor:
 
 def average_ranks(x: Tensor) -> Tensor:
     """1-based ranks along the last dim, ties given their average rank (as scipy's rankdata)."""
+    return ranks_and_ties(x)[0]
+
+
+def ranks_and_ties(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(``average_ranks(x)``, each entry's tie group size along the last dim, itself included): one comparison of the
+    rows gives both (the group sizes say whether a row of effects is degenerate, ``varies_in_at_most_one``)."""
     below = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)  # [b, i] = #{j : x_j < x_i}
     equal = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)  # includes i itself
-    return below.double() + (equal.double() + 1) / 2
+    return below.double() + (equal.double() + 1) / 2, equal
 
 
 def spearman_rows(a: Tensor, b: Tensor, tol: float = 0.0) -> Tensor:
@@ -212,11 +219,16 @@ def degenerate_effects(delta: Tensor, tol: float = 0.0) -> Tensor:
     gets right by construction: faithfulness calls such a sample undefined (docs/metrics.md). With L < 3, ρ
     is ±1 or undefined anyway (the audit warns separately), so no sample is flagged.
     """
-    n_layers = delta.shape[-1]
-    if n_layers < 3:
-        return torch.zeros(delta.shape[:-1], dtype=torch.bool, device=delta.device)
     delta = tie_levels(delta, tol)
-    same = (delta.unsqueeze(-1) == delta.unsqueeze(-2)).sum(-1)  # [b, i] = #{j : Δ_j ~ Δ_i}
+    return varies_in_at_most_one((delta.unsqueeze(-1) == delta.unsqueeze(-2)).sum(-1))
+
+
+def varies_in_at_most_one(same: Tensor) -> Tensor:
+    """``degenerate_effects`` from the rows' tie group sizes (``same`` (…, L): [b, i] = #{j : Δ_j ~ Δ_i}, as
+    ``ranks_and_ties`` gives them): True where one group holds all layers but at most one (never with L < 3)."""
+    n_layers = same.shape[-1]
+    if n_layers < 3:
+        return torch.zeros(same.shape[:-1], dtype=torch.bool, device=same.device)
     return same.max(-1).values >= n_layers - 1
 
 
@@ -232,23 +244,56 @@ def tie_undefined(rho: Tensor, rho_exact: Tensor, delta: Tensor, tol: float) -> 
     return undefined & ~exact
 
 
-def faithfulness_rows(
-    scores: Tensor, delta: Tensor, tol: float = 0.0, degenerate: tuple[Tensor, Tensor] | None = None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Every method's per-sample faithfulness at once: (ρ, undefined only by the ties, Deletion@1), each (M, B).
+def stacked_scores(scores: Sequence[Tensor], delta: Tensor) -> Tensor:
+    """The M methods' (B, L) scores as one (M, B, L) float64 tensor for ``faithfulness_rows`` (exact: every float
+    widens to float64); M may be 0 (Δ's own rows are still wanted)."""
+    if not scores:
+        return delta.new_zeros((0, *delta.shape), dtype=torch.float64)
+    return torch.stack([a.double() for a in scores])
 
-    ``scores``: the M methods' (B, L) scores stacked, (M, B, L); ``delta``: the batch's effects Δ (B, L);
-    ``degenerate``: ``degenerate_effects(Δ, tol)`` and ``degenerate_effects(Δ)`` where the caller has them. The same
-    numbers as ``spearman_rows(a, Δ, tol)``, ``tie_undefined`` and ``deletion_at_1(a, Δ, tol)`` method by method (each
-    row is computed alone), in one set of kernels for all M instead of one per method, and what they share (Δ's
-    ranks, the scores' tie levels, ρ at tol 0 where tol is 0) made once."""
+
+class Faithfulness(NamedTuple):
+    """One batch's faithfulness numbers (``faithfulness_rows``): per method (M, B), then what Δ alone gives (B,)."""
+
+    rho: Tensor  # Spearman ρ of each method's scores against Δ at the tie tolerance
+    tie_undefined: Tensor  # undefined only because of the tie tolerance (``tie_undefined``)
+    d1: Tensor  # Deletion@1
+    degenerate: Tensor  # Δ varies in at most one layer at the tie tolerance (``degenerate_effects(Δ, tol)``)
+    exactly_degenerate: Tensor  # the same with exact ties (``degenerate_effects(Δ)``)
+    oracle: Tensor  # Deletion@1's best: max_i Δ_i
+    random: Tensor  # Deletion@1's random expectation: mean_i Δ_i
+
+
+def faithfulness_rows(scores: Tensor, delta: Tensor, tol: float = 0.0) -> Faithfulness:
+    """Every method's per-sample faithfulness at once, and what Δ's rows alone say (``Faithfulness``).
+
+    ``scores``: the M methods' (B, L) scores stacked, (M, B, L), M ≥ 0; ``delta``: the batch's effects Δ (B, L). The
+    same numbers as ``spearman_rows(a, Δ, tol)``, ``tie_undefined``, ``deletion_at_1(a, Δ, tol)`` method by method and
+    ``degenerate_effects(Δ, tol)``, ``degenerate_effects(Δ)``: every row is computed alone, so the methods' rows and
+    Δ's are stacked and go through one ``tie_levels``, one ``ranks_and_ties`` (at the tolerance and exact) and one
+    ``rank_correlation``, a few kernels for the whole batch instead of a few per method and per question."""
     a, d = scores.double(), delta.double()
-    a_tied, has_nan = tie_levels(a, tol), a.isnan().any(-1) | d.isnan().any(-1)
-    rho = rank_correlation(average_ranks(a_tied), average_ranks(tie_levels(d, tol)), has_nan)
-    exact = rho if tol <= 0 else rank_correlation(average_ranks(a), average_ranks(d), has_nan)
-    at_tol, at_0 = degenerate if degenerate is not None else (degenerate_effects(d, tol), degenerate_effects(d))
-    undefined = (rho.isnan() | at_tol) & ~(exact.isnan() | at_0)  # as tie_undefined
-    return rho, undefined, top_group_mean(a_tied, d)
+    m = len(a)
+    tied = tie_levels(torch.cat([a, d.unsqueeze(0)]), tol)  # [a's levels, Δ's levels]
+    has_nan = a.isnan().any(-1) | d.isnan().any(-1)
+    if tol > 0:  # the ranks at the tolerance and the exact ones in one call: (2, M + 1, B, L)
+        ranks, same = (t.view(2, m + 1, *d.shape) for t in ranks_and_ties(torch.cat([tied, a, d.unsqueeze(0)])))
+        rho, exact = rank_correlation(ranks[:, :m], ranks[:, m:], has_nan)
+        same_at_tol, same_exact = same[0, m], same[1, m]
+    else:
+        ranks, same = ranks_and_ties(tied)
+        rho = exact = rank_correlation(ranks[:m], ranks[m:], has_nan)
+        same_at_tol = same_exact = same[m]
+    exactly_degenerate = varies_in_at_most_one(same_exact)
+    # Δ's groups at the tolerance are those of its own precision (float32 gaps compared with tol, as the audit has
+    # always flagged them), ρ's those of float64: one call more where the two can differ
+    if tol <= 0 or delta.dtype == d.dtype:
+        degenerate = varies_in_at_most_one(same_at_tol)
+    else:
+        degenerate = degenerate_effects(delta, tol)
+    undefined = (rho.isnan() | degenerate) & ~(exact.isnan() | exactly_degenerate)  # as tie_undefined
+    d1 = top_group_mean(tied[:m], d)
+    return Faithfulness(rho, undefined, d1, degenerate, exactly_degenerate, d.max(-1).values, d.mean(-1))
 
 
 def chance_level(labels: Tensor, num_classes: int) -> float:

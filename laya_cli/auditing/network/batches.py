@@ -28,13 +28,14 @@ from ..ig_steps import steps_summary
 from ..intervals import network_intervals
 from ..methods import AttributionContext, global_weights
 from ..metrics import (
-    degenerate_effects,
+    Faithfulness,
     deletion_at_1,
     faithfulness_rows,
     lolo_effects,
     near_equal_effects,
     ranking_block,
     spearman_rows,
+    stacked_scores,
     tie_undefined,
     undetermined_note,
 )
@@ -221,20 +222,18 @@ def network_batch(run: NetworkRun, first: int, xb, rows: dict[str, Rows]) -> Non
         dh = lolo_effects(head, b.feats, b.target, run.plan.references.removal, s.removal.head).cpu()
         rows["cross"].append(lolo_effects=spearman_rows(dh, delta))
         rows["sums"].append(head=dh.double().sum(0, keepdim=True), network=delta.double().sum(0, keepdim=True))
-    degenerate = degenerate_effects(delta, s.tie_tol)
-    _score_methods(run, b, dict(zip(scored, host)), crossed, rows, (degenerate, degenerate_effects(delta)))
+    faith = _score_methods(run, b, dict(zip(scored, host)), crossed, rows)
     if b.steps:
         rows["steps"].append(b.steps)
     if run.whole:
         rows["whole"].append({m: METHODS[m].whole_set.batch_sum(head, b.feats) for m in run.whole}, delta=delta)
-    _, oracle, random = deletion_at_1(delta, delta)
     rows["common"].append(
         pred=out.logits.argmax(-1).cpu(),
         label=y.cpu(),
-        oracle=oracle,
-        random=random,
-        degenerate=degenerate,
-        tie_degenerate=degenerate & ~degenerate_effects(delta),
+        oracle=faith.oracle,
+        random=faith.random,
+        degenerate=faith.degenerate,
+        tie_degenerate=faith.degenerate & ~faith.exactly_degenerate,
         near_equal=near_equal_effects(delta),
     )
 
@@ -252,22 +251,21 @@ def _scores(run: NetworkRun, b: Batch) -> tuple[dict[str, Tensor], dict[str, Ten
     return scored, crossed
 
 
-def _score_methods(run: NetworkRun, b: Batch, scored, crossed, rows: dict[str, Rows], degenerate) -> None:
-    """The methods' ρ, tie flags and Deletion@1 against Δ (``scored``: their scores on the host) in one set of
-    kernels (``faithfulness_rows``: the same numbers as ``spearman_rows``, ``tie_undefined`` and ``deletion_at_1``
-    method by method); ``degenerate``: Δ's degenerate rows at the tie tolerance and at 0."""
-    if not scored:
-        return
-    stacked = torch.stack([a.double() for a in scored.values()])  # exact: every float widens to float64
-    rho, undefined, d1 = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol, degenerate)
+def _score_methods(run: NetworkRun, b: Batch, scored, crossed, rows: dict[str, Rows]) -> Faithfulness:
+    """The methods' ρ, tie flags and Deletion@1 against Δ (``scored``: their scores on the host) and Δ's own
+    degenerate rows, oracle and random expectation, in one set of kernels (``faithfulness_rows``: the same numbers as
+    ``spearman_rows``, ``tie_undefined`` and ``deletion_at_1`` method by method)."""
+    stacked = stacked_scores(list(scored.values()), b.delta)
+    faith = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol)
     for k, m in enumerate(scored):
-        rows["rho"].append({m: rho[k]})
-        rows["tie"].append({m: undefined[k]})
-        rows["d1"].append({m: d1[k]})
+        rows["rho"].append({m: faith.rho[k]})
+        rows["tie"].append({m: faith.tie_undefined[k]})
+        rows["d1"].append({m: faith.d1[k]})
     if crossed:  # the head's scores of the network methods: one host copy
         heads = torch.stack([a.double() for a in crossed.values()]).cpu()
         network = stacked[[list(scored).index(m) for m in crossed]]
         rows["cross"].append(dict(zip(crossed, spearman_rows(heads, network))))
+    return faith
 
 
 def probe_batch(run: NetworkRun, xb) -> None:
