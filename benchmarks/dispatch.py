@@ -5,7 +5,10 @@
 Every ATen operation laya dispatches is one kernel launch on a GPU; where laya's own work is small next to the
 model's, the launches, not the arithmetic, set its time there (docs/results/dispatch.md). So each phase is run
 once under a ``TorchDispatchMode`` that counts what it dispatches, beside the model's own forward on the same
-inputs; the ratio is what a GPU pays in launches, whatever the machine this runs on.
+inputs; the ratio is what a GPU pays in launches, whatever the machine this runs on. Of them, views (``view``,
+``t``, ``expand``, ``detach``, …: aliases of their input, ``OpOverload.is_view``) launch no kernel, only the
+dispatcher's host work: the ``launches`` column counts the operations less the views, the closer prediction of a
+GPU's kernel launches (the targets are judged on operations, as the issue counts them).
 
 Host synchronisations are counted in three kinds: scalar reads (``aten._local_scalar_dense``: ``.item()``,
 ``float(t)``, ``if t``), data-dependent shapes (``nonzero``, boolean-mask indexing, ``masked_select``, ``unique``:
@@ -65,17 +68,24 @@ class Tally:
     def __init__(self):
         self.ops: Counter = Counter()
         self.syncs: Counter = Counter()
+        self.views: Counter = Counter()  # of ``ops``, the views (aliases of their input: no kernel on a GPU)
 
     @property
     def n_ops(self) -> int:
         return sum(self.ops.values())
 
     @property
+    def n_launches(self) -> int:
+        """Operations less views: what a GPU launches kernels for (an upper bound: allocations such as ``empty``
+        and copies to the host are counted too)."""
+        return self.n_ops - sum(self.views.values())
+
+    @property
     def n_syncs(self) -> int:
         return sum(self.syncs.values())
 
     def to_dict(self, top: int = 8) -> dict:
-        return {"ops": self.n_ops, "syncs": self.n_syncs, "sync_kinds": dict(self.syncs),
+        return {"ops": self.n_ops, "launches": self.n_launches, "syncs": self.n_syncs, "sync_kinds": dict(self.syncs),
                 "top": dict(self.ops.most_common(top))}  # fmt: skip
 
 
@@ -87,6 +97,8 @@ class _Counting(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         self.tally.ops[name] += 1
+        if func.is_view:
+            self.tally.views[name] += 1
         if name in SCALAR_READS:
             self.tally.syncs["scalar read"] += 1
         elif name in SIZED_BY_DATA or (name == "index" and _bool_index(args)):
@@ -242,9 +254,10 @@ def classifier_phases(plain, model, x) -> dict[str, Tally]:
 
 def _difference(more: Tally, less: Tally) -> Tally:
     diff = Tally()
-    diff.ops, diff.syncs = Counter(more.ops), Counter(more.syncs)
+    diff.ops, diff.syncs, diff.views = Counter(more.ops), Counter(more.syncs), Counter(more.views)
     diff.ops.subtract(less.ops)
     diff.syncs.subtract(less.syncs)
+    diff.views.subtract(less.views)
     return diff
 
 
@@ -357,7 +370,8 @@ def run_case(case: str, images: int, positions: int, quick: bool, work: Path) ->
     forward = phases["forward"].n_ops
     out = {"case": case, "images": images if case != "gpt2" else None, **sizes, "phases": {}}
     for k, t in phases.items():
-        row = {**t.to_dict(), "over_forward": t.n_ops / forward}
+        row = {**t.to_dict(), "over_forward": t.n_ops / forward,
+               "launches_over_forward": t.n_launches / phases["forward"].n_launches}  # fmt: skip
         if k == "per-token audit":  # per position against the forward per token
             row["per_position_over_forward_per_token"] = (t.n_ops / sizes["positions"]) / (forward / sizes["tokens"])
         out["phases"][k] = row
@@ -381,15 +395,18 @@ def _goal(case: str, phase: str, row: dict) -> str:
 
 
 def table(results: list[dict]) -> list[str]:
-    lines = ["| case | phase | operations | × forward | host syncs (scalar / shape / copy) | most dispatched |",
-             "|---|---|---:|---|---|---|"]  # fmt: skip
+    lines = ["| case | phase | operations | × forward | launches (less views) | host syncs (scalar / shape / copy) "
+             "| most dispatched |", "|---|---|---:|---|---:|---|---|"]  # fmt: skip
     for r in results:
         for phase, row in r["phases"].items():
             k = row["sync_kinds"]
             kinds = " / ".join(str(k.get(kind, 0)) for kind in ("scalar read", "data-dependent shape", "host copy"))
             top = ", ".join(f"{name} {c}" for name, c in list(row["top"].items())[:4])
             goal = _goal(r["case"], phase, row)
-            lines.append(f"| {r['case']} | {phase} | {row['ops']:,} | {goal} | {row['syncs']} ({kinds}) | {top} |")
+            launches = f"{row['launches']:,} ({row['launches_over_forward']:.1f}×)"
+            lines.append(
+                f"| {r['case']} | {phase} | {row['ops']:,} | {goal} | {launches} | {row['syncs']} ({kinds}) | {top} |"
+            )
     return lines
 
 

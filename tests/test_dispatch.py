@@ -107,3 +107,33 @@ def test_faithfulness_rows_keeps_the_degenerate_flag_in_the_effects_own_precisio
     assert not degenerate_effects(delta, tol)[0] and degenerate_effects(delta.double(), tol)[0]  # the case is real
     got = faithfulness_rows(stacked_scores([torch.rand(2, 3)], delta), delta, tol)
     assert torch.equal(got.degenerate, degenerate_effects(delta, tol))
+
+
+def test_the_tally_counts_operations_and_host_synchronisations():
+    from benchmarks.dispatch import count
+
+    t = torch.arange(6.0)
+    tally = count(lambda: (t.sum().item(), t[t > 2], t.tolist(), t.cpu()))
+    assert tally.ops["sum"] == 1 and tally.ops["gt"] == 1
+    assert tally.syncs == {"scalar read": 1, "data-dependent shape": 1, "host copy": 2}
+    assert torch.Tensor.tolist(t) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # the patch is undone
+    assert count(lambda: t + 1).n_syncs == 0
+    viewed = count(lambda: (t.view(2, 3).t() + 1).unsqueeze(0))  # three views around one kernel
+    assert (viewed.n_ops, viewed.n_launches, dict(viewed.views)) == (4, 1, {"view": 1, "t": 1, "unsqueeze": 1})
+
+
+@pytest.mark.slow
+def test_quick_dispatch_run_counts_every_phase_of_a_cnn():
+    from benchmarks.dispatch import main, table
+
+    (result,) = main(["--quick", "--case", "cnn"])
+    phases = result["phases"]
+    assert list(phases) == ["forward", "extraction", "train step", "head audit", "network audit",
+                            "network audit, a batch more", "network estimate (this machine)"]  # fmt: skip
+    assert phases["forward"]["over_forward"] == 1.0 == phases["forward"]["launches_over_forward"]
+    assert all(0 < row["launches"] <= row["ops"] for row in phases.values() if row["ops"] > 0)
+    assert all(row["ops"] > 0 for row in phases.values())
+    # a batch more pays its own passes, not the once-per-model chain check the first audit pays
+    assert phases["forward"]["ops"] < phases["network audit, a batch more"]["ops"] < phases["network audit"]["ops"]
+    assert phases["head audit"]["ops"] > phases["forward"]["ops"]  # L+1 head passes, IG, Grad×Act, the metrics
+    assert any("head audit" in line for line in table([result]))
