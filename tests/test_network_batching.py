@@ -43,8 +43,8 @@ def test_network_batch_equals_the_per_method_loop_bit_for_bit(digits_ckpt, monke
     data = load_eval_data(model, samples=37)  # a last partial batch too
     methods = parse_methods("all")
     settings = AuditSettings(steps=4, batch_size=16, tie_tol=tie_tol, metrics="all").validate()
-    staircase, calls = NetworkScope._stacked_removed_taps, []
-    monkeypatch.setattr(NetworkScope, "_stacked_removed_taps", lambda self, hs: calls.append(1) or staircase(self, hs))
+    staircase, calls = NetworkScope._staircase, []
+    monkeypatch.setattr(NetworkScope, "_staircase", lambda self, hs: calls.append(1) or staircase(self, hs))
     new = run_scoped_audit(model, data, methods, settings, "both").to_dict()
     stacked = len(calls)
     assert stacked, "the full batches' removals ran stacked"
@@ -103,6 +103,28 @@ def test_stacked_removal_effects_equal_the_head_passes_bit_for_bit(rows):
     loop = patching.removal_effects(scope.head, feats, removed, target)
     assert loop.shape == (rows, len(hs)) and loop.abs().sum() > 0
     assert torch.equal(patching.stacked_removal_effects(scope.head, feats, removed, target), loop)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("apart", [False, True])
+def test_staircase_effects_equal_the_removals_split_first(monkeypatch, name, apart):
+    """Δ from the staircase's steps as they are stacked (``staircase_effects``, what ``effects`` runs on a chain that
+    stacks) equals Δ from the removals split by removal first (``stacked_removal_effects``) and from the L + 1 head
+    passes; each step pooled at once or removal by removal (``apart``)."""
+    net, x = _image_scope(name, "mean")
+    net.stack_rows = 10**6
+    monkeypatch.setattr(patching, "_pools_stacked", (lambda *a: False) if apart else patching._pools_stacked)
+    hs = net.activations(x)
+    assert net._stacks(hs)
+    feats, target = net.pooled(hs), torch.arange(len(x)) % 5
+    steps = net._staircase(hs)
+    assert [len(p) for p in steps] == ([j + 1 for j in range(len(hs))] if apart else [1] * len(hs))
+    split = patching.stacked_removal_effects(net.head, feats, net._stacked_removed_taps(hs), target)
+    assert torch.equal(patching.staircase_effects(net.head, feats, steps, target), split)
+    assert torch.equal(split, patching.removal_effects(net.head, feats, net._stacked_removed_taps(hs), target))
+    calls = []
+    monkeypatch.setattr(patching, "stacked_removal_effects", lambda *a: calls.append(1))
+    assert torch.equal(net.effects(x, hs, feats, target), split) and not calls
 
 
 @pytest.mark.parametrize("scope", ["network", "both"])
