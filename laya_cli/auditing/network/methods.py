@@ -48,6 +48,15 @@ def _first(a):
     return a[0] if isinstance(a, (tuple, list)) else a
 
 
+def _reduced_rows(a: Tensor, reduce: str) -> Tensor:
+    """``REDUCTIONS[reduce]`` of each row of ``a`` flattened: a contiguous tensor's sum taken over its trailing
+    dimensions as they lie, which the reduction merges into one as ``flatten`` would (the same sum, one operation
+    less: no view)."""
+    if reduce == "sum" and a.ndim > 2 and a.is_contiguous():
+        return a.sum(tuple(range(1, a.ndim)))
+    return REDUCTIONS[reduce](a.flatten(1))
+
+
 def _detached(t: Tensor) -> Tensor:
     """``t`` out of autograd: itself where it is already (Captum's gradients, made without a graph), as
     ``detach`` would give it (one operation less)."""
@@ -224,8 +233,7 @@ class LayerAttributions:
         ``from_gradients``: Grad×Act g·h, what Captum's LayerGradientXActivation multiplies; AtP g·(h − fill);
         saliency |g|) makes tap i's per-feature attribution. One Captum pass serves all three."""
         return torch.stack(
-            [REDUCTIONS[reduce](part(self, i, h, g.to(h.dtype)).flatten(1)) for i, (h, g) in enumerate(zip(hs, grads))],
-            dim=1,
+            [_reduced_rows(part(self, i, h, g.to(h.dtype)), reduce) for i, (h, g) in enumerate(zip(hs, grads))], dim=1
         )
 
     def saliency(self, x: Tensor, target: Tensor, reduce: str = "sum") -> Tensor:

@@ -53,15 +53,21 @@ class NetworkScope(LayerAttributions):
     def num_layers(self) -> int:
         return len(self.modules)
 
-    def fill(self, i: int, h: Tensor, rows: Tensor | None = None) -> Tensor:
+    def fill(self, i: int, h: Tensor, rows: Tensor | None = None, copy: bool = False) -> Tensor:
         """What tap i's output ``h`` is replaced by, shaped like it: the reference activation, or (by-input
-        removals) the tap's input on the last batch — its ``rows`` only, or repeated as Captum stacks copies."""
+        removals) the tap's input on the last batch — its ``rows`` only, or repeated as Captum stacks copies.
+        A bypass's fill of the whole batch is the kept input itself (read: AtP, IG's baseline, the staircase's
+        concatenation) unless ``copy`` asks for one of its own (a patched pass whose blocks may work in place on
+        what they are given)."""
         given = None
         if self.by_input:
             if not self.inputs:
                 raise LayaError(f"--ablation {self.ablation} needs the batch's activations first")
             given = self.inputs[i] if rows is None else self.inputs[i][rows.to(self.inputs[i].device)]
-            given = stack_copies(given, len(h) // len(given)).to(h.dtype)
+            copies = len(h) // len(given)
+            if copy or copies > 1:
+                given = stack_copies(given, copies)
+            given = given.to(h.dtype)
             if self.ablation == "bypass":
                 return given
         if self.reference is None:
@@ -125,7 +131,7 @@ class NetworkScope(LayerAttributions):
             return self._stacked_removed_taps(hs)
         removed = []
         for i, h in within(list(enumerate(hs))):  # one patched pass per layer: progress inside a long batch
-            fill = self.fill(i, h)
+            fill = self.fill(i, h, copy=True)
             removed.append([self.backbone.pool_tap(i, fill), *self.pooled(self.later(i, fill, x), i + 1)])
         return removed
 
@@ -151,7 +157,7 @@ class NetworkScope(LayerAttributions):
         (``_pools_stacked``), else removal by removal (j + 1 tensors)."""
         n, steps, state = len(hs[0]), [], None
         for j, h in within(list(enumerate(hs))):
-            fill = self.fill(j, h)
+            fill = self.fill(j, h, copy=state is None)  # the first step's state is the fill itself
             state = fill if state is None else torch.cat([state, fill])
             if _pools_stacked(self.backbone, j, state):
                 steps.append([self.backbone.pool_tap(j, state)])
