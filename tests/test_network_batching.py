@@ -47,8 +47,8 @@ def test_network_batch_equals_the_per_method_loop_bit_for_bit(digits_ckpt, monke
     data = load_eval_data(model, samples=37)  # a last partial batch too
     methods = parse_methods("all")
     settings = AuditSettings(steps=4, batch_size=16, tie_tol=tie_tol, metrics="all").validate()
-    staircase, calls = NetworkScope._stacked_removed_taps, []
-    monkeypatch.setattr(NetworkScope, "_stacked_removed_taps", lambda self, hs: calls.append(1) or staircase(self, hs))
+    staircase, calls = NetworkScope._staircase, []
+    monkeypatch.setattr(NetworkScope, "_staircase", lambda self, hs: calls.append(1) or staircase(self, hs))
     new = run_scoped_audit(model, data, methods, settings, "both").to_dict()
     stacked = len(calls)
     assert stacked, "the full batches' removals ran stacked"
@@ -107,6 +107,28 @@ def test_stacked_removal_effects_equal_the_head_passes_bit_for_bit(rows):
     loop = patching.removal_effects(scope.head, feats, removed, target)
     assert loop.shape == (rows, len(hs)) and loop.abs().sum() > 0
     assert torch.equal(patching.stacked_removal_effects(scope.head, feats, removed, target), loop)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("apart", [False, True])
+def test_staircase_effects_equal_the_removals_split_first(monkeypatch, name, apart):
+    """Δ from the staircase's steps as they are stacked (``staircase_effects``, what ``effects`` runs on a chain that
+    stacks) equals Δ from the removals split by removal first (``stacked_removal_effects``) and from the L + 1 head
+    passes; each step pooled at once or removal by removal (``apart``)."""
+    net, x = _image_scope(name, "mean")
+    net.stack_rows = 10**6
+    monkeypatch.setattr(patching, "_pools_stacked", (lambda *a: False) if apart else patching._pools_stacked)
+    hs = net.activations(x)
+    assert net._stacks(hs)
+    feats, target = net.pooled(hs), torch.arange(len(x)) % 5
+    steps = net._staircase(hs)
+    assert [len(p) for p in steps] == ([j + 1 for j in range(len(hs))] if apart else [1] * len(hs))
+    split = patching.stacked_removal_effects(net.head, feats, net._stacked_removed_taps(hs), target)
+    assert torch.equal(patching.staircase_effects(net.head, feats, steps, target), split)
+    assert torch.equal(split, patching.removal_effects(net.head, feats, net._stacked_removed_taps(hs), target))
+    calls = []
+    monkeypatch.setattr(patching, "stacked_removal_effects", lambda *a: calls.append(1))
+    assert torch.equal(net.effects(x, hs, feats, target), split) and not calls
 
 
 @pytest.mark.parametrize("scope", ["network", "both"])
@@ -273,3 +295,80 @@ def test_one_forward_on_a_single_row(target):
     _assert_equal_lists(one.hs, hs, "taps")
     assert torch.equal(one.target, pred)
     _assert_equal_lists(one.grads, grads, "layer gradients")
+
+
+@pytest.mark.parametrize("name,ablation", [("cnn", "mean"), ("bert", "bypass"), ("bert", "zero")])
+def test_gradient_scores_and_effects_equal_the_copying_route(tmp_path, monkeypatch, name, ablation):
+    """Issue 73, sixth round: a bypass's fill read where it lies (no copy of the kept inputs), the gradient methods'
+    per-layer sums taken without ``flatten``'s view and Δ from the staircase's steps unsplit give the numbers of the
+    route before (each fill a copy, each attribution flattened, the staircase split by removal), bit for bit."""
+    from laya_cli.auditing import registry
+    from laya_cli.auditing.methods import REDUCTIONS
+    from laya_cli.auditing.network import methods as network_methods
+
+    net, x = _bert_scope(tmp_path, ablation) if name == "bert" else _image_scope(name, ablation)
+    net.stack_rows = 10**6
+    one = net.taps_and_gradients(x)
+    assert net._stacks(one.hs)
+    parts = [registry._gradxact_part, registry._atp_part, registry._saliency_part]
+
+    def scores_and_effects(effects):
+        scores = [net.from_gradients(part, one.hs, one.grads) for part in parts]
+        return scores, effects(x, one.hs, one.feats, one.target)
+
+    new, delta = scores_and_effects(net.effects)
+    fill = NetworkScope.fill
+    monkeypatch.setattr(NetworkScope, "fill", lambda self, i, h, rows=None, copy=False: fill(self, i, h, rows, True))
+    monkeypatch.setattr(network_methods, "_reduced_rows", lambda a, reduce: REDUCTIONS[reduce](a.flatten(1)))
+    before = patching.stacked_removal_effects if len(x) >= patching.STACK_MIN_ROWS else patching.removal_effects
+    old, old_delta = scores_and_effects(lambda x, hs, feats, t: before(net.head, feats, net.removed_taps(x, hs), t))
+    _assert_equal_lists(new, old, "gradient methods' scores")
+    assert torch.equal(delta, old_delta) and delta.abs().sum() > 0
+    assert all(s.abs().sum() > 0 for s in new)
+    if ablation == "bypass":
+        kept = net.inputs
+        net.taps_and_gradients(x)
+        _assert_equal_lists(kept, net.inputs, "the kept inputs, untouched by the removals that read them")
+
+
+@pytest.mark.parametrize("shape", [(32, 197, 192), (16, 8, 7, 5), (5, 12, 32)])
+def test_reduced_rows_equal_the_flattened_sum(shape):
+    """A contiguous attribution's per-row sum over its trailing dimensions equals the sum of its rows flattened, bit
+    for bit; a non-contiguous one is flattened as before."""
+    from laya_cli.auditing.network.methods import _reduced_rows
+
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(*shape, generator=g) * torch.rand(*shape, generator=g) * 1e3
+    assert torch.equal(_reduced_rows(a, "sum"), a.flatten(1).sum(-1))
+    t = a.transpose(1, 2)
+    assert torch.equal(_reduced_rows(t, "sum"), t.flatten(1).sum(-1))
+    assert torch.equal(_reduced_rows(a, "l2"), a.flatten(1).norm(dim=-1))
+
+
+@pytest.mark.parametrize("scope", ["network", "both"])
+def test_laya_at_network_scope_takes_the_batchs_alpha(digits_ckpt, monkeypatch, scope):
+    """laya's network-scope scores are the α of the batch's own forward (no head pass of its own): the audit's numbers
+    those of laya's head pass again (``AttributionContext.alpha`` forgotten)."""
+    from laya_cli.auditing import methods as audit_methods
+
+    model = load_model(digits_ckpt)
+    data = load_eval_data(model, samples=37)
+    settings = AuditSettings(steps=4, batch_size=16, metrics="all").validate()
+    methods = parse_methods("laya,gradxact,atp,random")
+    calls, attention = [], audit_methods.laya_attention
+    monkeypatch.setattr(audit_methods, "laya_attention", lambda *a: calls.append(1) or attention(*a))
+    new = run_scoped_audit(model, data, methods, settings, scope).to_dict()
+    known = len(calls)
+    batch = batches._batch
+
+    def forgetting(*args):
+        b, y, out = batch(*args)
+        assert torch.equal(b.ctx.alpha, attention(model.head, b.feats))
+        b.ctx.alpha = None
+        return b, y, out
+
+    monkeypatch.setattr(batches, "_batch", forgetting)
+    old = run_scoped_audit(model, data, methods, settings, scope).to_dict()
+    assert len(calls) - known >= 3, "laya's own head pass, batch by batch"
+    assert _without_memory(new) == _without_memory(old)
+    assert new["network"]["methods"]["laya"]["faithfulness"]

@@ -185,7 +185,8 @@ def _batch(run: NetworkRun, first: int, xb) -> tuple[Batch, Tensor, Tensor]:
             feats = net.pooled(hs)
             out = net.head(feats)
         target = out.logits.argmax(-1) if labels is None else labels
-    b = Batch(x, hs, feats, target, None, run.plan.context(target, run.generator), grads=grads)
+    ctx = dataclasses.replace(run.plan.context(target, run.generator), alpha=out.alpha)  # laya: the batch's forward's
+    b = Batch(x, hs, feats, target, None, ctx, grads=grads)
     if grads is not None:  # their (B, L) scores now: the gradients (as large as the taps) not held through the removals
         b.early = {m: _scores_on(run, m, b) for m in gradient_methods}
         b.grads = None

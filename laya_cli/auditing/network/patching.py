@@ -53,15 +53,21 @@ class NetworkScope(LayerAttributions):
     def num_layers(self) -> int:
         return len(self.modules)
 
-    def fill(self, i: int, h: Tensor, rows: Tensor | None = None) -> Tensor:
+    def fill(self, i: int, h: Tensor, rows: Tensor | None = None, copy: bool = False) -> Tensor:
         """What tap i's output ``h`` is replaced by, shaped like it: the reference activation, or (by-input
-        removals) the tap's input on the last batch — its ``rows`` only, or repeated as Captum stacks copies."""
+        removals) the tap's input on the last batch — its ``rows`` only, or repeated as Captum stacks copies.
+        A bypass's fill of the whole batch is the kept input itself (read: AtP, IG's baseline, the staircase's
+        concatenation) unless ``copy`` asks for one of its own (a patched pass whose blocks may work in place on
+        what they are given)."""
         given = None
         if self.by_input:
             if not self.inputs:
                 raise LayaError(f"--ablation {self.ablation} needs the batch's activations first")
             given = self.inputs[i] if rows is None else self.inputs[i][rows.to(self.inputs[i].device)]
-            given = stack_copies(given, len(h) // len(given)).to(h.dtype)
+            copies = len(h) // len(given)
+            if copy or copies > 1:
+                given = stack_copies(given, copies)
+            given = given.to(h.dtype)
             if self.ablation == "bypass":
                 return given
         if self.reference is None:
@@ -125,7 +131,7 @@ class NetworkScope(LayerAttributions):
             return self._stacked_removed_taps(hs)
         removed = []
         for i, h in within(list(enumerate(hs))):  # one patched pass per layer: progress inside a long batch
-            fill = self.fill(i, h)
+            fill = self.fill(i, h, copy=True)
             removed.append([self.backbone.pool_tap(i, fill), *self.pooled(self.later(i, fill, x), i + 1)])
         return removed
 
@@ -136,33 +142,43 @@ class NetworkScope(LayerAttributions):
         return self.prefix and len(hs) * len(hs[0]) <= self.stack_rows and matrix_rows >= STACK_MIN_ROWS
 
     def _stacked_removed_taps(self, hs: Sequence[Tensor]) -> list[list[Tensor]]:
-        """``removed_taps`` on a chain as a staircase: before the modules after tap j, the removals 0..j−1 (their
-        tap j, patched earlier) and removal j (tap j's fill) stacked along the batch as Captum stacks copies, one
-        step of up to L·B rows: L − 1 suffix steps instead of L(L − 1)/2. Each step's stacked rows pooled at once and
-        split by removal where that is each removal's pooling bit for bit (``_pools_stacked``), else removal by
-        removal."""
-        n, removed, state = len(hs[0]), [[] for _ in hs], None
+        """``removed_taps`` on a chain as a staircase (``_staircase``), each step's rows split by removal."""
+        n, removed = len(hs[0]), [[] for _ in hs]
+        for pools in self._staircase(hs):
+            for r, rows in enumerate(pools[0].split(n) if len(pools) == 1 else pools):
+                removed[r].append(rows)
+        return removed
+
+    def _staircase(self, hs: Sequence[Tensor]) -> list[list[Tensor]]:
+        """Per tap j, its pooled taps under the removals 0..j, stacked along the batch in that order: before the
+        modules after tap j, the removals 0..j−1 (their tap j, patched earlier) and removal j (tap j's fill) stacked as
+        Captum stacks copies, one step of up to L·B rows: L − 1 suffix steps instead of L(L − 1)/2. Each step's rows
+        pooled at once (one tensor of (j + 1)·B rows) where that is each removal's pooling bit for bit
+        (``_pools_stacked``), else removal by removal (j + 1 tensors)."""
+        n, steps, state = len(hs[0]), [], None
         for j, h in within(list(enumerate(hs))):
-            fill = self.fill(j, h)
+            fill = self.fill(j, h, copy=state is None)  # the first step's state is the fill itself
             state = fill if state is None else torch.cat([state, fill])
             if _pools_stacked(self.backbone, j, state):
-                pooled = self.backbone.pool_tap(j, state).split(n)
+                steps.append([self.backbone.pool_tap(j, state)])
             else:
-                pooled = [self.backbone.pool_tap(j, rows) for rows in state.split(n)]
-            for r, rows in enumerate(pooled):
-                removed[r].append(rows)
+                steps.append([self.backbone.pool_tap(j, rows) for rows in state.split(n)])
             if j + 1 < len(hs):
                 state = self.backbone.continue_from(j, state, upto=j + 2)[0]
-        return removed
+        return steps
 
     @torch.no_grad()
     def effects(self, x: Tensor, hs: Sequence[Tensor], feats: Sequence[Tensor], target: Tensor) -> Tensor:
         """Total effects Δ_i = p_ŷ(x) − p_ŷ(x with tap i patched to the reference inside the network): (B, L).
 
         One head pass intact plus, per layer, the layers after it (a chain) or a full pass; the L + 1 head passes as
-        one of (L + 1)·B rows where the batch has ``STACK_MIN_ROWS`` rows (``stacked_removal_effects``)."""
-        effects = stacked_removal_effects if len(target) >= STACK_MIN_ROWS else removal_effects
-        return effects(self.head, feats, self.removed_taps(x, hs), target)
+        one of (L + 1)·B rows where the batch has ``STACK_MIN_ROWS`` rows (``stacked_removal_effects``), the
+        staircase's steps put in it as they are stacked (``staircase_effects``)."""
+        if len(target) < STACK_MIN_ROWS:
+            return removal_effects(self.head, feats, self.removed_taps(x, hs), target)
+        if self._stacks(hs):
+            return staircase_effects(self.head, feats, self._staircase(hs), target)
+        return stacked_removal_effects(self.head, feats, self.removed_taps(x, hs), target)
 
 
 def _pools_stacked(backbone, i: int, state: Tensor) -> bool:
@@ -200,7 +216,22 @@ def stacked_removal_effects(
         torch.cat([f, *(removed[i][layer - i] if i <= layer else f for i in range(n_removed))])
         for layer, f in enumerate(feats)
     ]
-    p = target_probability(head(rows).logits, target.repeat(n_removed + 1)).view(n_removed + 1, -1)
+    return _stacked_head_effects(head, rows, target, n_removed)
+
+
+@torch.no_grad()
+def staircase_effects(head: nn.Module, feats: Sequence[Tensor], steps: Sequence[Sequence[Tensor]], target: Tensor):
+    """``stacked_removal_effects`` from the staircase's steps (``NetworkScope._staircase``: tap j's rows under the
+    removals 0..j, in that order, as one tensor or one per removal) as they are: the same rows, without splitting
+    each step by removal first."""
+    n_removed = len(feats)
+    rows = [torch.cat([f, *steps[j], *[f] * (n_removed - 1 - j)]) for j, f in enumerate(feats)]
+    return _stacked_head_effects(head, rows, target, n_removed)
+
+
+def _stacked_head_effects(head: nn.Module, rows: Sequence[Tensor], target: Tensor, n_removed: int) -> Tensor:
+    """(B, L) Δ from one head pass of ``rows``: per layer the intact rows, then those of each removal."""
+    p = target_probability(head(list(rows)).logits, target.repeat(n_removed + 1)).view(n_removed + 1, -1)
     return p[0].unsqueeze(1) - p[1:].t()
 
 
