@@ -258,10 +258,10 @@ def _score_methods(run: NetworkRun, b: Batch, scored, crossed, rows: dict[str, R
     ``spearman_rows``, ``tie_undefined`` and ``deletion_at_1`` method by method)."""
     stacked = stacked_scores(list(scored.values()), b.delta)
     faith = faithfulness_rows(stacked, b.delta, run.plan.settings.tie_tol)
-    for k, m in enumerate(scored):
-        rows["rho"].append({m: faith.rho[k]})
-        rows["tie"].append({m: faith.tie_undefined[k]})
-        rows["d1"].append({m: faith.d1[k]})
+    for m, rho, tie, d1 in zip(scored, faith.rho.unbind(), faith.tie_undefined.unbind(), faith.d1.unbind()):
+        rows["rho"].append({m: rho})
+        rows["tie"].append({m: tie})
+        rows["d1"].append({m: d1})
     if crossed:  # the head's scores of the network methods: one host copy
         heads = torch.stack([a.double() for a in crossed.values()]).cpu()
         network = stacked[[list(scored).index(m) for m in crossed]]
