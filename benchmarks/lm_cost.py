@@ -5,6 +5,11 @@ to the model's own forward with hidden states over the same tokens, in one proce
                                  [--eval-tokens 2000] [--lens tuned,logit,none] [--lens-sample 16]
                                  [--lens-tokens 256]
                                  [--audit-samples 200] [--before /work/main] [--pretrained CACHE] [--out DIR]
+    python -m benchmarks.lm_cost --cell --model MODEL_DIR --corpus CORPUS_DIR [--terms]   # one timed cell
+
+``--cell``: one fresh process's measurement (the forward, ``train_lm`` for one epoch with the default lens and
+``--align 0 --exit-aware 0``, or the defaults' terms with ``--terms``, the forward again), one JSON line with
+``ratio`` = train / the mean of the two forwards; run it in a loop for rounds (docs/results/dispatch.md).
 
 The model: a GPT-2 built from its config (random weights: the cost is the point, not what it predicts) with a large
 vocabulary and many layers — 30 × width 64, vocabulary 6,144 by default (``--vocab 49152``: SmolLM2's), or, with
@@ -159,8 +164,10 @@ def train_seconds(
 
     extra = {} if lens is None else {"lens": lens, "lens_sample": args.lens_sample, "lens_tokens": args.lens_tokens}
     values = {"task": "lm", "backbone": f"hf:{model_dir}", "dataset": f"text:{corpus_dir}",
-              "block_size": args.block_size, "batch_size": args.batch, "epochs": 1, "lr": 1e-3, "align": 0.0,
-              "exit_aware": 0.0, "eval_tokens": args.eval_tokens, "device": device, **extra}  # fmt: skip
+              "block_size": args.block_size, "batch_size": args.batch, "epochs": 1, "lr": 1e-3,
+              "eval_tokens": args.eval_tokens, "device": device, **extra}  # fmt: skip
+    if not getattr(args, "terms", False):  # the training terms off unless asked: the step's own cost
+        values |= {"align": 0.0, "exit_aware": 0.0}
     req = build(TrainJobSettings, values, out=str(out))
     sync(device)
     start = time.perf_counter()
@@ -170,7 +177,10 @@ def train_seconds(
 
 
 def child(args) -> None:
-    """``--child``: forward, train, forward with the laya on ``PYTHONPATH``; one JSON line."""
+    """``--cell`` (``--child``): forward, train, forward with the laya on ``PYTHONPATH``; one JSON line, the ratio
+    being train / the mean of the two forwards (both printed: on a shared machine they differ), in wall-clock
+    seconds and in this process's CPU seconds (``cpu_*``: what another process's load takes from the wall clock
+    is not in them)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -178,10 +188,17 @@ def child(args) -> None:
     lm = language_model(args.model)
     blocks = read_blocks(lm, args.corpus, args.block_size, args.batch, 1337, args.eval_tokens)
     causal = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    c0 = time.process_time()
     f1, tokens = forward_seconds(causal, blocks)
+    c1 = time.process_time()
     seconds, _ = train_seconds(args.model, args.corpus, Path(tempfile.mkdtemp()) / "lm.pt", args, None)
+    c2 = time.process_time()
     f2, _ = forward_seconds(causal, blocks)
-    print(json.dumps({"forward": [f1, f2], "tokens": tokens, "train": seconds}))
+    c3 = time.process_time()
+    cpu_forward, cpu_train = [c1 - c0, c3 - c2], c2 - c1
+    print(json.dumps({"forward": [f1, f2], "tokens": tokens, "train": seconds, "ratio": seconds / ((f1 + f2) / 2),
+                      "cpu_forward": cpu_forward, "cpu_train": cpu_train,
+                      "cpu_ratio": cpu_train / (sum(cpu_forward) / 2)}))  # fmt: skip
 
 
 def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict:
@@ -389,9 +406,15 @@ def parse(argv=None):
     p.add_argument("--no-fixture", action="store_true", help="only the --pretrained model")
     p.add_argument("--out", type=Path)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--model", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--child",
+        "--cell",
+        action="store_true",
+        help="one cell: --model's forward, train_lm one epoch, the forward again; one JSON line",
+    )
+    p.add_argument("--model", type=Path, help="--cell: the model folder")
+    p.add_argument("--corpus", type=Path, help="--cell: the text: corpus folder")
+    p.add_argument("--terms", action="store_true", help="--cell: train with the defaults' --align/--exit-aware")
     return p.parse_args(argv)
 
 
