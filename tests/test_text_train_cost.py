@@ -33,7 +33,7 @@ def test_one_cell_times_the_job_its_parts_and_the_forward(tmp_path, monkeypatch,
     parts = got["parts"]
     assert parts["extract"] > 0 and parts["head epochs"] > 0 and parts["network term"] > 0
     assert sum(parts.values()) == pytest.approx(got["train"]) and parts["rest"] >= 0
-    assert got["ratio"] == pytest.approx(got["train"] / (sum(got["forward"]) / 2))
+    assert got["ratio"] == pytest.approx(got["train"] / (sum(got["forward"]) / 2)) and got["forward_by_length"] > 0
     got["load"] = [1.0, 1.0]
     assert "| 1 | 1.00–1.00 |" in "\n".join(text_train_cost.summary([got]))
 
