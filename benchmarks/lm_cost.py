@@ -191,14 +191,16 @@ def child(args) -> None:
     c0 = time.process_time()
     f1, tokens = forward_seconds(causal, blocks)
     c1 = time.process_time()
-    seconds, _ = train_seconds(args.model, args.corpus, Path(tempfile.mkdtemp()) / "lm.pt", args, None)
+    seconds, ckpt = train_seconds(args.model, args.corpus, Path(tempfile.mkdtemp()) / "lm.pt", args, None)
     c2 = time.process_time()
     f2, _ = forward_seconds(causal, blocks)
     c3 = time.process_time()
     cpu_forward, cpu_train = [c1 - c0, c3 - c2], c2 - c1
     print(json.dumps({"forward": [f1, f2], "tokens": tokens, "train": seconds, "ratio": seconds / ((f1 + f2) / 2),
                       "cpu_forward": cpu_forward, "cpu_train": cpu_train,
-                      "cpu_ratio": cpu_train / (sum(cpu_forward) / 2)}))  # fmt: skip
+                      "cpu_ratio": cpu_train / (sum(cpu_forward) / 2),
+                      "align": ckpt["train_config"].get("align", 0.0),
+                      "exit_aware": ckpt["train_config"].get("exit_aware", 0.0)}))  # fmt: skip
 
 
 def lens_error(model_dir: Path, corpus_dir: Path, ckpt_path: Path, args) -> dict:

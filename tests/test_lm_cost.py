@@ -4,6 +4,7 @@ choosing what is trained and measured, and its bad values refused in one line. S
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
@@ -210,3 +211,21 @@ def test_the_fused_kl_keeps_float32_precision_at_a_large_vocabulary():
     exact = lm_heads.kl_to(torch.log_softmax(final.double(), -1), other.double())
     assert kl[:, 0].abs().max() < 1e-4
     torch.testing.assert_close(kl[:, 1].double(), exact, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("terms", [False, True])
+def test_a_cell_times_train_lm_beside_the_forward_in_wall_and_cpu_seconds(tmp_path, capsys, terms):
+    from benchmarks import lm_cost
+    from benchmarks.synthetic import sentences
+
+    texts = sentences(120)
+    corpus = lm_cost.write_corpus(tmp_path, texts[:100], texts[100:])
+    model = lm_cost.build_model(tmp_path, texts[:100], layers=2, width=16, vocab=512, block=16)
+    argv = ["--cell", "--model", str(model), "--corpus", str(corpus), "--block-size", "16", "--eval-tokens", "60",
+            *(["--terms"] if terms else [])]  # fmt: skip
+    assert lm_cost.main(argv) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["train"] > 0 and len(got["forward"]) == len(got["cpu_forward"]) == 2 and got["tokens"] > 0
+    assert got["ratio"] == pytest.approx(got["train"] / (sum(got["forward"]) / 2))
+    assert got["cpu_ratio"] == pytest.approx(got["cpu_train"] / (sum(got["cpu_forward"]) / 2))
+    assert (got["align"] > 0 and got["exit_aware"] > 0) == terms  # --terms: the defaults' terms, else both off
