@@ -128,3 +128,16 @@ def test_the_completion_script_gets_commands_and_options_from_laya(words, cword,
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert expected in proc.stdout.split()
+
+
+def test_a_checkpoints_version_record_reads_timm_without_importing_it():
+    """``checkpoint.versions`` names timm's version from its metadata: a text model's training never imports timm
+    (seconds, and wandb where installed) only to write it down; the string is timm's own ``__version__``."""
+    code = (
+        "import sys\nfrom laya_cli.model.checkpoint import versions\nv = versions()\n"
+        "assert 'timm' not in sys.modules, 'timm imported'\nimport timm\n"
+        "assert v['timm'] == timm.__version__ == versions()['timm'], (v, timm.__version__)\nprint('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok"
