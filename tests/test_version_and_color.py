@@ -12,6 +12,13 @@ from helpers import assert_user_error, child_env, invoke
 COMMANDS_WITH_CONFIG = ("train", "audit", "depth", "export", "bench")
 
 
+def _python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh Python (nothing imported yet), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env or child_env()
+    )
+
+
 def _colours(text: str) -> list[str]:
     """The SGR parameters in ``text`` that set a colour (foreground or background, 8/16/256/true colour)."""
     found = []
@@ -39,7 +46,7 @@ def test_version_imports_no_torch():
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "assert 'torch' not in sys.modules, 'torch imported by --version'\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_env())
+    proc = _python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("laya ")
 
@@ -58,7 +65,7 @@ def test_show_completion_prints_the_script_for_the_shell(shell, marker):
     code = (
         f"import sys; sys.argv = ['laya', '--show-completion', {shell!r}]; from laya_cli.cli.group import main; main()"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    proc = _python(code, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "_LAYA_COMPLETE" in proc.stdout  # the variable the completion script sets when it asks laya
     assert marker in proc.stdout
@@ -125,7 +132,7 @@ def test_the_completion_script_gets_commands_and_options_from_laya(words, cword,
     """What the installed script asks laya (bash): the completions of the word under the cursor."""
     env = child_env(_LAYA_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)
     code = "import sys; sys.argv = ['laya']; from laya_cli.cli.group import main; main()"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    proc = _python(code, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert expected in proc.stdout.split()
 
@@ -138,6 +145,6 @@ def test_a_checkpoints_version_record_reads_timm_without_importing_it():
         "assert 'timm' not in sys.modules, 'timm imported'\nimport timm\n"
         "assert v['timm'] == timm.__version__ == versions()['timm'], (v, timm.__version__)\nprint('ok')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_env())
+    proc = _python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
