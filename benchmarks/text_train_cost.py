@@ -216,6 +216,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="where the CSV and the cells' JSON lines go")
     p.add_argument("--cell", action="store_true", help="one cell in this process; one JSON line")
     args = p.parse_args(argv)
+    for flag, value, least in (("--texts", args.texts, 8), ("--max-length", args.max_length, 2),
+                               ("--cells", args.cells, 1), ("--threads", args.threads, 1)):  # fmt: skip
+        if value < least:
+            p.error(f"{flag} must be at least {least}, got {value}")
     args.options = options_of(args.pairs)
     return args
 

@@ -41,3 +41,12 @@ def test_one_cell_times_the_job_its_parts_and_the_forward(tmp_path, monkeypatch,
 def test_settings_are_parsed_as_json_where_they_parse():
     assert text_train_cost.options_of(["epochs=5", "align=0", "head=last", "align-target=head"]) == {
         "epochs": 5, "align": 0, "head": "last", "align_target": "head"}  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [["--texts", "-1"], ["--texts", "0"], ["--cells", "0"], ["--max-length", "1"],
+                                  ["--threads", "0"]])  # fmt: skip
+def test_counts_below_their_least_are_one_line_and_exit_2(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        text_train_cost.parse(args)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"got {args[1]}")
