@@ -417,7 +417,11 @@ def parse(argv=None):
     p.add_argument("--model", type=Path, help="--cell: the model folder")
     p.add_argument("--corpus", type=Path, help="--cell: the text: corpus folder")
     p.add_argument("--terms", action="store_true", help="--cell: train with the defaults' --align/--exit-aware")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for flag, folder in (("--model", args.model), ("--corpus", args.corpus)):
+        if args.child and (folder is None or not folder.is_dir()):
+            p.error(f"--cell needs {flag} FOLDER, an existing folder" + (f" (not {folder})" if folder else ""))
+    return args
 
 
 def main(argv=None) -> int:

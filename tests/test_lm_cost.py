@@ -229,3 +229,13 @@ def test_a_cell_times_train_lm_beside_the_forward_in_wall_and_cpu_seconds(tmp_pa
     assert got["ratio"] == pytest.approx(got["train"] / (sum(got["forward"]) / 2))
     assert got["cpu_ratio"] == pytest.approx(got["cpu_train"] / (sum(got["cpu_forward"]) / 2))
     assert (got["align"] > 0 and got["exit_aware"] > 0) == terms  # --terms: the defaults' terms, else both off
+
+
+@pytest.mark.parametrize("args", [["--cell"], ["--cell", "--model", "/no/such/model", "--corpus", "."]])
+def test_a_cell_without_its_folders_is_one_line_and_exit_2(args, capsys):
+    from benchmarks.lm_cost import parse
+
+    with pytest.raises(SystemExit) as e:
+        parse(args)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("python -m benchmarks.lm_cost: error: --cell")
