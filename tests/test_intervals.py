@@ -11,12 +11,14 @@ import pytest
 from helpers import assert_user_error, invoke
 from scipy import stats as sps
 
-from laya_cli.stats.audit_columns import method_intervals, paired_change
+from laya_cli.stats.audit_columns import REFERENCE, STATISTICS, masked, method_intervals, paired_change
 from laya_cli.stats.bootstrap import (
     column_mean,
+    difference,
     interval,
     mean_of,
     percentile_interval,
+    percentile_intervals,
     ratio_of_gains,
     resample_counts,
     resampled_means,
@@ -262,3 +264,114 @@ def test_completeness_and_randomisation_intervals_match_a_by_hand_bootstrap():
     plain = run_audit(model, data, ["laya", "ig"], AuditSettings(ig_tol=0.0, steps=2, bootstrap=50))
     assert not {"completeness", "randomisation"} & set(plain.methods["ig"].intervals)
     assert not {"completeness_error", "ig_effect", "randomised"} & set(plain.columns["ig"])
+
+
+def _one_at_a_time(columns: dict, level: float, n_boot: int, seed: int) -> dict:
+    """``method_intervals`` as it was before its intervals were batched: one ``interval`` per metric and per
+    difference from laya, each statistic evaluated on the means and on the draws apart, its own np.percentile."""
+    columns = {m: masked(cols) for m, cols in columns.items()}
+    flat = {f"{g}/{c}": np.asarray(v, dtype=np.float64) for g, cols in columns.items() for c, v in cols.items()}
+    means = {k: column_mean(v) for k, v in flat.items()}
+    draws = resampled_means(flat, n_boot, seed)
+
+    def of(prefix, stat):
+        return lambda m: stat({k[len(prefix) + 1 :]: v for k, v in m.items() if k.startswith(prefix + "/")})
+
+    def has(cols, metric):
+        return all(c in cols for c in STATISTICS[metric][2])
+
+    out = {}
+    for m, cols in columns.items():
+        own, vs = {}, {}
+        for metric, (count, stat, _) in STATISTICS.items():
+            if not has(cols, metric):
+                continue
+            own[metric] = interval(of(m, stat), means, draws, level, int((~np.isnan(flat[f"{m}/{count}"])).sum()))
+            ref = columns.get(REFERENCE)
+            if m != REFERENCE and ref is not None and has(ref, metric):
+                both = ~np.isnan(flat[f"{m}/{count}"]) & ~np.isnan(flat[f"{REFERENCE}/{count}"])
+                vs[metric] = interval(
+                    difference(of(m, stat), of(REFERENCE, stat)), means, draws, level, int(both.sum())
+                )
+        out[m] = {"intervals": own, "vs_laya": vs}
+    return out
+
+
+def _bits(x: float) -> bytes:
+    """A float's bytes: NaN equals NaN, and 0.0 differs from -0.0 (equality of the bits, not of the values)."""
+    return np.float64(x).tobytes()
+
+
+def _same_intervals(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for m in want:
+        for part in ("intervals", "vs_laya"):
+            assert list(got[m][part]) == list(want[m][part]), (m, part)
+            for metric, w in want[m][part].items():
+                g = got[m][part][metric]
+                assert [_bits(g.estimate), _bits(g.low), _bits(g.high)] == [
+                    _bits(w.estimate), _bits(w.low), _bits(w.high)], (m, part, metric, g, w)  # fmt: skip
+                assert (g.n_defined, g.level) == (w.n_defined, w.level)
+
+
+def _audit_like(rng, n: int, methods=("laya", "ig", "gradxact", "random")) -> dict:
+    """Every column of every metric, with undefined rows (NaN) in most, one all-NaN column, and a method whose
+    columns give NaN draws on some resamples and inf draws."""
+    oracle = rng.random(n) + 0.2
+    common = {"oracle": oracle, "random": oracle * rng.random(n), "keep_oracle": rng.random(n),
+              "keep_random": rng.random(n) * 0.5}  # fmt: skip
+    out = {}
+    for i, m in enumerate(methods):
+        nan = rng.random(n) < 0.2 * i
+        cols = {**common, "faithfulness": np.where(nan, np.nan, rng.normal(size=n)), "deletion@1": rng.random(n),
+                "aopc": rng.random(n), "sufficiency@1": np.where(rng.random(n) < 0.3, np.nan, rng.random(n)),
+                "randomised": np.where(rng.random(n) < 0.5, np.nan, rng.normal(size=n))}  # fmt: skip
+        if m == "ig":
+            cols["completeness_error"], cols["ig_effect"] = rng.random(n), np.where(rng.random(n) < 0.5, 0.0, 1.0)
+        if m == "gradxact":
+            cols["aopc"] = np.full(n, np.nan)  # never defined: NaN estimate and bounds
+        if m == "random":  # defined on 2 rows: no defined row on some resamples (NaN draws); inf draws
+            cols["randomised"] = np.where(np.arange(n) < 2, rng.normal(size=n), np.nan)
+            cols["deletion@1"] = np.where(rng.random(n) < 0.1, np.inf, rng.random(n))
+        out[m] = cols
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 40])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batched_intervals_are_those_of_one_interval_at_a_time_bit_for_bit(n, seed):
+    """The intervals of all methods and metrics from one percentile call equal the per-interval reference (the
+    old code) exactly: estimate, low and high to the bit, NaN where it was NaN, on columns with NaN rows, an
+    all-NaN column, NaN and inf draws, one sample and two."""
+    rng = np.random.default_rng(seed + 10 * n)
+    columns = _audit_like(rng, n)
+    for level, n_boot in ((0.95, 200), (0.9, 37), (0.95, 1)):
+        got = method_intervals(columns, level, n_boot, seed)
+        _same_intervals(got, _one_at_a_time(columns, level, n_boot, seed))
+    without_laya = {m: c for m, c in columns.items() if m != "laya"}
+    _same_intervals(method_intervals(without_laya, 0.95, 50, 3), _one_at_a_time(without_laya, 0.95, 50, 3))
+
+
+def test_batched_intervals_meet_non_finite_draws_somewhere():
+    """The case above does reach the rows done alone (NaN, inf and all-NaN draws) and the rows done together."""
+    columns = _audit_like(np.random.default_rng(40), 40)
+    flat = {f"{m}/{c}": v for m, cols in columns.items() for c, v in cols.items()}
+    draws = resampled_means(flat, 200, 0)
+    assert np.isinf(draws["random/deletion@1"]).any() and np.isnan(draws["gradxact/aopc"]).all()
+    assert np.isnan(draws["random/randomised"]).any() and not np.isnan(draws["random/randomised"]).all()
+    assert np.isfinite(draws["laya/faithfulness"]).all()
+
+
+def test_percentile_intervals_per_row_equal_percentile_interval():
+    rng = np.random.default_rng(5)
+    draws = rng.normal(size=(9, 101))
+    draws[1, 3] = np.nan
+    draws[2, :] = np.nan
+    draws[3, [4, 7]] = [np.inf, -np.inf]
+    draws[4, :-1] = np.nan  # one finite draw
+    for d in (draws, draws[:, :1], draws[:, :2], draws[:, :0], draws[:0]):
+        got = percentile_intervals(d, 0.95)
+        assert got.shape == (len(d), 2)
+        for row, (lo, hi) in zip(d, got, strict=True):
+            want = percentile_interval(row, 0.95)
+            assert [_bits(lo), _bits(hi)] == [_bits(want[0]), _bits(want[1])]

@@ -131,9 +131,12 @@ class Declared:
         return self.default if self.option.command_default is UNSET else self.option.command_default
 
 
-def declared(cls) -> list[Declared]:
+@functools.cache
+def declared(cls) -> tuple[Declared, ...]:
     """The declared fields of a settings dataclass, in declaration order (fields without an Option are left out);
-    an option without a panel of its own is listed in its class's (``PANEL``)."""
+    an option without a panel of its own is listed in its class's (``PANEL``). Read once per class: a class's
+    fields do not change, and resolving its type hints each time was most of a settings object's checks (every
+    object built, every ``evolve``)."""
     hints = typing.get_type_hints(cls)
     panel = getattr(cls, "PANEL", None)
     out = []
@@ -145,7 +148,7 @@ def declared(cls) -> list[Declared]:
             option = dataclasses.replace(option, panel=panel)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         out.append(Declared(f.name, hints[f.name], default, option))
-    return out
+    return tuple(out)
 
 
 def declared_setting(cls, name: str) -> Declared:

@@ -20,11 +20,13 @@ from .bootstrap import (
     column_mean,
     difference,
     interval,
+    intervals,
     mean_of,
     one_minus,
     one_minus_ratio,
     ratio_of_gains,
     resampled_means,
+    with_estimates,
 )
 
 # metric -> (the column whose defined rows it counts, the statistic of column means)
@@ -100,22 +102,35 @@ def method_intervals(
     columns: Mapping[str, Mapping[str, np.ndarray]], level: float, n_boot: int, seed: int
 ) -> dict[str, dict[str, dict[str, Interval]]]:
     """Per method: ``intervals`` (metric -> Interval) and ``vs_laya`` (metric -> Interval of method − laya,
-    paired), from each method's per-sample columns; every method and metric on the same resamples."""
+    paired), from each method's per-sample columns; every method and metric on the same resamples. Each metric's
+    statistic is evaluated once per method, on its draws and estimate together (``with_estimates``), and every
+    interval's percentiles come from one call (``intervals``): the numbers of one ``interval`` per metric."""
     columns = {m: masked(cols) for m, cols in columns.items()}
     flat, means, draws = _joint(columns, n_boot, seed)
-    out = {}
-    for m, cols in columns.items():
-        own, vs = {}, {}
-        for metric, (count, stat, _) in STATISTICS.items():
-            if not _has(cols, metric):
-                continue
-            n_def = int((~np.isnan(flat[f"{m}/{count}"])).sum())
-            own[metric] = interval(_of(m, stat), means, draws, level, n_def)
-            ref = columns.get(REFERENCE)
-            if m != REFERENCE and ref is not None and _has(ref, metric):
-                paired = int((~np.isnan(flat[f"{m}/{count}"]) & ~np.isnan(flat[f"{REFERENCE}/{count}"])).sum())
-                vs[metric] = interval(difference(_of(m, stat), _of(REFERENCE, stat)), means, draws, level, paired)
-        out[m] = {"intervals": own, "vs_laya": vs}
+    both = with_estimates(means, draws)
+    defined = {k: ~np.isnan(v) for k, v in flat.items()}
+    values, n_defined, where = [], [], []  # one row per interval, and where it goes: (method, part, metric)
+    stats = {}  # (method, metric) -> the statistic on the method's draws and estimate
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for m, cols in columns.items():
+            own = {c: both[f"{m}/{c}"] for c in cols}
+            for metric, (_, stat, _) in STATISTICS.items():
+                if _has(cols, metric):
+                    stats[m, metric] = np.asarray(stat(own), dtype=np.float64)
+        for m in columns:
+            for metric, (count, _, _) in STATISTICS.items():
+                if (m, metric) not in stats:
+                    continue
+                values.append(stats[m, metric])
+                n_defined.append(int(defined[f"{m}/{count}"].sum()))
+                where.append((m, "intervals", metric))
+                if m != REFERENCE and (REFERENCE, metric) in stats:
+                    values.append(stats[m, metric] - stats[REFERENCE, metric])
+                    n_defined.append(int((defined[f"{m}/{count}"] & defined[f"{REFERENCE}/{count}"]).sum()))
+                    where.append((m, "vs_laya", metric))
+    out = {m: {"intervals": {}, "vs_laya": {}} for m in columns}
+    for (m, part, metric), found in zip(where, intervals(values, level, n_defined), strict=True):
+        out[m][part][metric] = found
     return out
 
 

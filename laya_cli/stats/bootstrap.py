@@ -11,7 +11,7 @@ cancels out. The interval is the percentile interval (``scipy.stats.bootstrap(me
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,6 +93,20 @@ def percentile_interval(draws: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def percentile_intervals(draws: np.ndarray, level: float) -> np.ndarray:
+    """(k, 2): ``percentile_interval`` of each row of the (k, B) draws, NaN draws ignored. The rows whose draws are
+    all finite go through one ``np.percentile`` along the rows (its values per row are those of the row alone: the
+    same partition and interpolation, elementwise); a row with a non-finite draw is done alone, as before."""
+    d = np.asarray(draws, dtype=np.float64)
+    out = np.empty((d.shape[0], 2))
+    finite = np.isfinite(d).all(axis=1) & (d.shape[1] > 0)
+    if finite.any():
+        out[finite] = np.percentile(d[finite], [50 * (1 - level), 50 * (1 + level)], axis=1).T
+    for i in np.flatnonzero(~finite):
+        out[i] = percentile_interval(d[i], level)
+    return out
+
+
 Statistic = Callable[[Mapping[str, np.ndarray | float]], np.ndarray | float]
 
 
@@ -105,6 +119,25 @@ def interval(
         estimate = float(statistic(means))
         low, high = percentile_interval(np.asarray(statistic(draws), dtype=np.float64), level)
     return Interval(estimate, low, high, n_defined, level)
+
+
+def with_estimates(means: Mapping[str, float], draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each column's bootstrap draws with its point mean appended last: a statistic of column means evaluated once
+    on these gives its draws and, last, its estimate (its arithmetic is elementwise: the same bits as on each)."""
+    return {k: np.append(draws[k], means[k]) for k in draws}
+
+
+def intervals(values: Sequence[np.ndarray], level: float, n_defined: Sequence[int]) -> list[Interval]:
+    """The intervals of many statistics at once: each of ``values`` a statistic evaluated on ``with_estimates``
+    (its B draws, then its estimate); the i-th ``Interval`` is what ``interval`` gives that statistic."""
+    if not len(values):
+        return []
+    values = np.stack([np.asarray(v, dtype=np.float64) for v in values])
+    bounds = percentile_intervals(values[:, :-1], level)
+    return [
+        Interval(float(v), float(lo), float(hi), int(n), level)
+        for v, (lo, hi), n in zip(values[:, -1], bounds, n_defined, strict=True)
+    ]
 
 
 def ratio_of_gains(value: str, oracle: str, random: str) -> Statistic:
