@@ -54,7 +54,7 @@ EVERY = 1  # end to end: every how many batches
 # 5 seeds (docs/results/network-alignment.md); 16 keeps the one-off cache under one feature extraction
 FROZEN_SUBSET = 16
 # frozen, texts: the cache's rows in length order, in batches of at most this many (docs/results/dispatch.md)
-TEXT_BATCH = 64
+TEXT_BATCH = 32
 
 
 def resolved_removal(backbone, removal: str = AUTO) -> str:
