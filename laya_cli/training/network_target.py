@@ -14,7 +14,8 @@ is the head's prediction.
   backbone pass and, per block, the blocks after it) and kept beside the features, for a seeded ``FROZEN_SUBSET /
   batch_size`` share of the training split (``cached_rows``): a shuffled batch then holds about ``FROZEN_SUBSET``
   of them, and the term costs L + 1 head passes (``removal_effects``) on those rows only. The cache costs about
-  L/2 feature extractions of that share, not of the whole split. ``mean`` removes by the training mean of the
+  L/2 feature extractions of that share, not of the whole split (texts in length order, each batch cut to its own
+  longest text, as the extraction runs them: ``frozen_removals``). ``mean`` removes by the training mean of the
   raw activations (``tap_means``, what the audit computes for a frozen backbone). Features in a sharded store
   work alike: the store's batches carry their rows (``StoredFeatures.epoch_batches(with_rows=True)``, under
   torchrun each rank's), and the cached rows' inputs are read batch by batch (streamed images too). The cache is
