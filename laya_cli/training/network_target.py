@@ -14,7 +14,8 @@ is the head's prediction.
   backbone pass and, per block, the blocks after it) and kept beside the features, for a seeded ``FROZEN_SUBSET /
   batch_size`` share of the training split (``cached_rows``): a shuffled batch then holds about ``FROZEN_SUBSET``
   of them, and the term costs L + 1 head passes (``removal_effects``) on those rows only. The cache costs about
-  L/2 feature extractions of that share, not of the whole split. ``mean`` removes by the training mean of the
+  L/2 feature extractions of that share, not of the whole split (texts in length order, each batch cut to its own
+  longest text, as the extraction runs them: ``frozen_removals``). ``mean`` removes by the training mean of the
   raw activations (``tap_means``, what the audit computes for a frozen backbone). Features in a sharded store
   work alike: the store's batches carry their rows (``StoredFeatures.epoch_batches(with_rows=True)``, under
   torchrun each rank's), and the cached rows' inputs are read batch by batch (streamed images too). The cache is
@@ -39,7 +40,7 @@ from torch import Tensor, nn
 from ..auditing.network.patching import NetworkScope, removal_effects
 from ..auditing.settings import BY_INPUT
 from ..data.images import image_batches, take
-from ..features.extraction import tap_means, tap_outputs, tap_updates, to_float_images
+from ..features.extraction import length_order, tap_means, tap_outputs, tap_updates, to_float_images
 from ..runtime import distributed
 from ..runtime.device import to_device
 from ..runtime.environment import IN_MEMORY_MB, in_memory_budget_mb
@@ -53,6 +54,8 @@ EVERY = 1  # end to end: every how many batches
 # frozen: about this many cached rows a batch. 16, 32 and every row measured alike on the pretrained MiniLM over
 # 5 seeds (docs/results/network-alignment.md); 16 keeps the one-off cache under one feature extraction
 FROZEN_SUBSET = 16
+# frozen, texts: the cache's rows in length order, in batches of at most this many (docs/results/dispatch.md)
+TEXT_BATCH = 32
 
 
 def resolved_removal(backbone, removal: str = AUTO) -> str:
@@ -104,9 +107,16 @@ def removal_row_mib(dims: Sequence[int], dtype=torch.float32) -> float:
     return sum(sum(dims[i:]) for i in range(len(dims))) * size / 2**20
 
 
-def frozen_removals(net: NetworkScope, images, device: str, batch_size: int = 256, dtype=None) -> list[list[Tensor]]:
+def frozen_removals(
+    net: NetworkScope, images, device: str, batch_size: int = 256, dtype=None, text_batch: int = TEXT_BATCH
+) -> list[list[Tensor]]:
     """Per block i, the pooled taps i..L of every given image with block i removed (one row per image, on the CPU):
-    once, for a frozen backbone."""
+    once, for a frozen backbone. Texts (token batches) run as the extraction runs them, from the shortest to the
+    longest in batches of at most ``text_batch``, so that each batch is cut to its own longest text, not the draw's;
+    the rows come back in the given order. Images run as given."""
+    order = length_order(images)
+    if order is not None:
+        images, batch_size = images[order], min(batch_size, text_batch)
     parts: list[list[list[Tensor]]] = []
     n = len(images)
     net.backbone.eval()
@@ -120,7 +130,15 @@ def frozen_removals(net: NetworkScope, images, device: str, batch_size: int = 25
         x = to_float_images(to_device(xb, device))
         removed = net.removed_taps(x, net.activations(x))
         parts.append([[t.detach().to("cpu", dtype or t.dtype) for t in taps] for taps in removed])
-    return [[torch.cat([p[i][j] for p in parts]) for j in range(len(parts[0][i]))] for i in range(len(parts[0]))]
+    back = None if order is None else torch.argsort(order)  # each row back at its place in ``images``
+    return [
+        [_in_order(torch.cat([p[i][j] for p in parts]), back) for j in range(len(parts[0][i]))]
+        for i in range(len(parts[0]))
+    ]
+
+
+def _in_order(rows: Tensor, back: Tensor | None) -> Tensor:
+    return rows if back is None else rows[back]
 
 
 class NetworkAlignment(Alignment):
