@@ -48,6 +48,8 @@ class InputAdapter(nn.Module):
     def batch_mask(self, h: Tensor) -> None:
         return None
 
+    pool_mask = batch_mask
+
     def select_rows(self, rows: Tensor) -> Callable[[], None]:
         return lambda: None  # images carry no per-batch state
 
@@ -67,6 +69,7 @@ class TokenAdapter(nn.Module):
         self.channels, self.size = 2, None
         self.mask: Tensor | None = None
         self.trim = True  # False: every batch at max_length (the network scope's per-position reference)
+        self._pool_masks: tuple[Tensor | None, dict] = (None, {})  # ``pool_mask``'s, for the mask they came from
 
     def forward(self, x: Tensor) -> dict:
         if x.ndim != 3 or x.shape[1] != 2 or x.is_floating_point():
@@ -109,6 +112,18 @@ class TokenAdapter(nn.Module):
         if rest or not copies:
             raise LayaError(f"a batch of {rows} rows cannot be pooled with the mask of {len(mask)} texts")
         return stack_copies(mask, copies).to(h.device)
+
+    def pool_mask(self, h: Tensor) -> Tensor | None:
+        """``batch_mask(h)`` in ``h``'s dtype, as pooling reads it (``pooling.masked_pool`` casts it so): made once per
+        batch and shape of rows, not repeated and cast again at every pooling (a pass pools L taps, a staircase step
+        pools (j + 1)·B rows, all with the same mask). The same values: ``batch_mask`` then the same cast."""
+        if self._pool_masks[0] is not self.mask:  # a new batch, or the rows of one (``select_rows``)
+            self._pool_masks = (self.mask, {})
+        made, key = self._pool_masks[1], (h.ndim, *h.shape[:2], h.dtype, h.device)
+        if key not in made:
+            mask = self.batch_mask(h)
+            made[key] = None if mask is None else mask.to(h.dtype)
+        return made[key]
 
 
 def stack_copies(t: Tensor, copies: int) -> Tensor:

@@ -202,7 +202,7 @@ class TappedBackbone(nn.Module):
     def pool_tap(self, i: int, h: Tensor) -> Tensor:
         """r_i from a raw activation of tap ``i``, following the tap's declared format."""
         name = self.layer_names[i]
-        r = self.tap_format(i, h).pool(h, self.pool, name, self.adapter.batch_mask(h))
+        r = self.tap_format(i, h).pool(h, self.pool, name, self.adapter.pool_mask(h))
         if not self._checked[i]:
             want = self.expected_widths[i]
             if want is not None and r.shape[-1] != want:
